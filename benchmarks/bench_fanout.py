@@ -1,0 +1,167 @@
+"""Benchmark: SSH fan-out to 16 nodes against 1 node, on a real namespace cluster.
+
+Builds a NetCluster of 16 nodes (network namespaces, one real sshd each, fake GPU/IB tools
+with a healthy 8xH100 scenario), then runs the SSH transport inside the client namespace.
+The bundle is the probes of a typical `preflight node` run whose tools are faked, plus
+`hostname`. Cold = a new transport (TCP + SSH handshake + key auth + the round trip);
+warm = a second collect on the same transport (connections reused, as phase 2 of a run).
+Prints a short table (median of --repeat runs each, ratio 16/1). Needs root.
+
+    .venv/bin/python benchmarks/bench_fanout.py [--repeat 5] [--nodes 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from preflight.probes import Probe  # noqa: E402
+
+
+def typical_bundle() -> list[Probe]:
+    """The probes of a node run on an 8xH100 profile whose tools the cluster fakes."""
+    from preflight import engine, registry
+    from preflight.profile import load
+    from preflight.registry import Options
+    from tests.scenarios import TOOLS
+
+    reg = registry.load()
+    plan = engine.plan_node(engine.select(reg, node_only=True), "n", load("h100-sxm-8x"), Options())
+    probes = [p for p in plan.probes() if p.commands and p.commands[0][0] in TOOLS]
+    return [Probe.of("hostname", ["hostname"]), *probes]
+
+
+def all_bundles() -> dict[str, list[Probe]]:
+    """typical: a node run's probes; hostname: the transport's own cost; wait: a tool that waits."""
+    return {"typical": typical_bundle(), "hostname": [Probe.of("hostname", ["hostname"])],
+            "wait": [Probe.of("hostname", ["hostname"]), Probe.of("wait", ["sleep", "1"])]}
+
+
+def inner_srun(spec: dict[str, Any]) -> None:
+    """Inside the client namespace: one srun step per collect (srun allocates the nodes)."""
+    from preflight.transport.srun import SrunTransport
+
+    bundles = all_bundles()
+    out: dict[str, Any] = {"probes": len(bundles["typical"])}
+    for label, probes in bundles.items():
+        for count in spec["counts"]:
+            nodes = spec["nodes"][:count]
+            times: list[float] = []
+            errors = 0
+            for _ in range(spec["repeat"]):
+                t = SrunTransport(deadline=120)
+                start = time.perf_counter()
+                res = t.collect({n: probes for n in nodes})
+                times.append(time.perf_counter() - start)
+                errors += sum(1 for o in res.values() if o.error or len(o.captures) != len(probes))
+            out[f"{label}/{count}"] = {"cold": times, "warm": times, "errors": errors}
+    print(json.dumps(out))
+
+
+def inner(spec: dict[str, Any]) -> None:
+    """Runs inside the client namespace: time cold and warm collects."""
+    if spec.get("transport") == "srun":
+        inner_srun(spec)
+        return
+    from preflight.transport.ssh import SSHTransport
+
+    bundles = all_bundles()
+    out: dict[str, Any] = {"probes": len(bundles["typical"])}
+    for label, probes in bundles.items():
+        for count in spec["counts"]:
+            nodes = spec["nodes"][:count]
+            cold: list[float] = []
+            warm: list[float] = []
+            errors = 0
+            for _ in range(spec["repeat"]):
+                with SSHTransport(ssh_config=Path(spec["config"]), connect_timeout=10, command_timeout=60,
+                                  remote_python=spec.get("python", "python3")) as t:
+                    for series in (cold, warm):
+                        start = time.perf_counter()
+                        res = t.collect({n: probes for n in nodes})
+                        series.append(time.perf_counter() - start)
+                        errors += sum(1 for o in res.values() if o.error or len(o.captures) != len(probes))
+            out[f"{label}/{count}"] = {"cold": cold, "warm": warm, "errors": errors}
+    print(json.dumps(out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--nodes", type=int, default=16)
+    ap.add_argument("--inner", default="")
+    ap.add_argument("--transport", choices=("ssh", "srun"), default="ssh")
+    ap.add_argument("--remote-python", default="python3",
+                    help="interpreter on the nodes (a version-manager shim costs CPU on every node)")
+    args = ap.parse_args()
+    if args.inner:
+        inner(json.loads(args.inner))
+        return
+    from tests.netcluster import NetCluster, prerequisites
+    from tests.scenarios import TOOLS, healthy_h100
+
+    missing = prerequisites()
+    if missing:
+        sys.exit(f"cannot build the test cluster: {', '.join(missing)}")
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = NetCluster(args.nodes, Path(tmp), prefix="pfb", subnet="10.80.0")
+        try:
+            cluster.up(TOOLS)
+            for node in cluster.nodes:
+                healthy_h100(node.home / "scenario")
+            spec = {"config": str(cluster.ssh_config), "nodes": [n.name for n in cluster.nodes],
+                    "counts": [1, args.nodes], "repeat": args.repeat, "transport": args.transport,
+                    "python": args.remote_python}
+            env = None
+            if args.transport == "srun":
+                cluster.start_slurm()
+                env = cluster.slurm_env()
+            p = cluster.client(sys.executable, str(Path(__file__).resolve()), "--inner", json.dumps(spec),
+                               timeout=600, env=env)
+            data = json.loads(p.stdout)
+        finally:
+            cluster.down()
+    n = args.nodes
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs)
+
+    rows = [
+        ("machine", f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"),
+        ("transport", f"{args.transport} (remote python: {args.remote_python})"),
+        ("note", f"all nodes share this machine's cores; 1-min load average {load_before:.1f} before, "
+                 f"{os.getloadavg()[0]:.1f} after"),
+    ]
+    errors = 0
+    for label, title in (("typical", f"typical bundle ({data['probes']} probes: hostname + faked node-run tools)"),
+                         ("hostname", "hostname only (fan-out cost of the transport)"),
+                         ("wait", "hostname + a 1 s wait (a tool waiting on hardware, little CPU)")):
+        one, many = data[f"{label}/1"], data[f"{label}/{n}"]
+        errors += one["errors"] + many["errors"]
+        kinds = ((("cold", "new transport: connect + auth + round trip"),
+                  ("warm", "second collect, connections reused")) if args.transport == "ssh"
+                 else (("cold", "one srun step: allocation + launch + round trip"),))
+        for kind, what in kinds:
+            a, b = med(one[kind]), med(many[kind])
+            rows.append((f"{title}, {kind} ({what})",
+                         f"1 node {a:.3f} s | {n} nodes {b:.3f} s | ratio {n}/1 {b / a:.2f}x"))
+    rows.append((f"median of {args.repeat} runs each; node outcomes with an error or a missing capture", str(errors)))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    main()

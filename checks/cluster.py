@@ -1,0 +1,277 @@
+"""Cross-node checks: what only shows between nodes.
+
+- `cluster.versions`: driver, CUDA, NCCL, OFED, HCA firmware and kernel equal on every node;
+  the majority is the reference, the odd node out is named.
+- `cluster.nccl_env`: identical NCCL_* / TORCH_NCCL_* environment on every node.
+- `cluster.mtu`: the MTU path matrix from every node's DF pings to its peers; the node
+  whose link drops jumbo frames is named (a jumbo loss seen by its peers is their symptom,
+  not their fault), and an SSH session that stalled after key exchange next to it is
+  recognised as the same black hole.
+- `cluster.nodes`: the expected node count answered.
+Parsing here is pure (captures and node results in, results out).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from preflight.model import Capture, Result, Status
+from preflight.probes import Probe
+from preflight.registry import ClusterCheck, ClusterContext, register_cluster
+
+PROBE_OFED = Probe.of("ofed", ["ofed_info", "-s"], timeout=5)
+PROBE_KERNEL = Probe.of("uname-r", ["uname", "-r"], timeout=5)
+# Library files carry the full NCCL version in their name (libnccl.so.2.21.5).
+PROBE_NCCL_LIBS = Probe.of(
+    "nccl-libs",
+    ["sh", "-c", "ls -1 /usr/lib/x86_64-linux-gnu/libnccl.so.* /usr/lib/aarch64-linux-gnu/libnccl.so.* "
+                 "/usr/lib64/libnccl.so.* /usr/local/lib/libnccl.so.* /usr/local/cuda/lib64/libnccl.so.* "
+                 "2>/dev/null; true"],
+    timeout=5,
+)
+
+MTU_FAULTS = ("silent_loss", "frag_needed")
+STALL_STAGES = ("kex", "auth", "command")
+
+
+def _text(cap: Capture | None) -> str:
+    return cap.stdout if cap is not None and cap.ok else ""
+
+
+def nccl_version(text: str) -> str | None:
+    found = re.findall(r"libnccl\.so\.(\d+\.\d+\.\d+)", text)
+    return max(found, key=lambda v: tuple(int(x) for x in v.split("."))) if found else None
+
+
+def ofed_version(text: str) -> str | None:
+    m = re.search(r"((?:MLNX_OFED_LINUX|OFED-internal|DOCA)[-\w.]*?)(?::|\s|$)", text)
+    return m.group(1) if m else (text.strip().splitlines()[0] if text.strip() else None)
+
+
+def hca_firmware(text: str) -> str | None:
+    fws = sorted(set(re.findall(r"Firmware version:\s*(\S+)", text)))
+    return ",".join(fws) if fws else None
+
+
+def smi_field(text: str, label: str) -> str | None:
+    m = re.search(rf"^\s*{re.escape(label)}\s*:\s*(\S+)", text, re.M)
+    return m.group(1) if m and m.group(1) != "N/A" else None
+
+
+def node_versions(ctx: ClusterContext, node: str) -> dict[str, str]:
+    caps = ctx.captures.get(node, {})
+    vals: dict[str, str | None] = {}
+    drv = ctx.result_of("gpu.driver", node)
+    facts = drv.facts if drv else {}
+    q = _text(caps.get("nvidia-smi-q"))
+    vals["driver"] = facts.get("driver") or smi_field(q, "Driver Version")
+    vals["cuda"] = facts.get("cuda") or smi_field(q, "CUDA Version")
+    vals["nccl"] = nccl_version(_text(caps.get("nccl-libs")))
+    ofed = caps.get("ofed")
+    vals["ofed"] = ofed_version(_text(ofed)) if ofed is not None and ofed.ok and ofed.rc == 0 else None
+    vals["hca_firmware"] = hca_firmware(_text(caps.get("ibstat")))
+    vals["kernel"] = _text(caps.get("uname-r")).strip() or None
+    return {k: str(v) for k, v in vals.items() if v}
+
+
+def _majority(values: dict[str, str]) -> tuple[str | None, bool]:
+    """(reference value, clear) where clear means one value holds a strict plurality."""
+    counts = Counter(values.values()).most_common()
+    if not counts:
+        return None, True
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return counts[0][0], False
+    return counts[0][0], True
+
+
+def grade_versions(ctx: ClusterContext) -> Iterable[Result]:
+    nodes = [n for n in ctx.nodes if not ctx.node_errors.get(n)]
+    per_node = {n: node_versions(ctx, n) for n in nodes}
+    items = sorted({k for v in per_node.values() for k in v})
+    problems: dict[str, list[str]] = {n: [] for n in nodes}
+    reference: dict[str, str] = {}
+    for item in items:
+        values = {n: per_node[n][item] for n in nodes if item in per_node[n]}
+        ref, clear = _majority(values)
+        if ref is None or len(set(values.values())) == 1:
+            if ref is not None:
+                reference[item] = ref
+            continue
+        reference[item] = ref
+        groups = Counter(values.values())
+        for n, v in values.items():
+            if v != ref or not clear:
+                others = ", ".join(f"{val} on {cnt} node(s)" for val, cnt in groups.items() if val != v)
+                problems[n].append(f"{item} {v} differs from {'the majority ' + ref if clear else others}")
+    out = []
+    for n in nodes:
+        facts = {"versions": per_node[n], "reference": reference}
+        if problems[n]:
+            out.append(Result(
+                check="cluster.versions", node=n, status=Status.FAIL,
+                summary="; ".join(problems[n]),
+                evidence=[f"{n}: {k}={v}" for k, v in sorted(per_node[n].items())]
+                + [f"majority: {k}={v}" for k, v in sorted(reference.items())],
+                remedy=f"bring {n} to the fleet's versions (reinstall the driver/OFED/NCCL packages, "
+                       "update firmware with mlxfwmanager) or drain it",
+                facts=facts, source="cross-node"))
+        else:
+            what = ", ".join(f"{k} {v}" for k, v in sorted(per_node[n].items())) or "no versions reported"
+            out.append(Result(check="cluster.versions", node=n, status=Status.PASS if per_node[n] else Status.SKIP,
+                              summary=f"same as the other nodes: {what}", facts=facts, source="cross-node"))
+    return out
+
+
+def parse_env(text: str) -> dict[str, str]:
+    env = {}
+    for line in text.splitlines():
+        key, sep, val = line.partition("=")
+        if sep and re.fullmatch(r"(?:NCCL_|TORCH_NCCL_)[A-Z0-9_]+", key):
+            env[key] = val
+    return env
+
+
+def grade_nccl_env(ctx: ClusterContext) -> Iterable[Result]:
+    nodes = [n for n in ctx.nodes if not ctx.node_errors.get(n) and ctx.captures.get(n, {}).get("env") is not None
+             and ctx.captures[n]["env"].ok]
+    envs = {n: parse_env(ctx.captures[n]["env"].stdout) for n in nodes}
+    keys = sorted({k for e in envs.values() for k in e})
+    reference: dict[str, str | None] = {}
+    for k in keys:
+        vals = Counter(envs[n].get(k) for n in nodes)
+        reference[k] = vals.most_common(1)[0][0]
+    out = []
+    for n in nodes:
+        diffs = []
+        for k in keys:
+            mine, ref = envs[n].get(k), reference[k]
+            if mine != ref:
+                diffs.append(f"{k}={mine if mine is not None else '(unset)'} where the others have "
+                             f"{ref if ref is not None else '(unset)'}")
+        if diffs:
+            out.append(Result(check="cluster.nccl_env", node=n, status=Status.FAIL,
+                              summary=f"NCCL environment differs from the other nodes: {diffs[0]}"
+                                      + (f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""),
+                              evidence=diffs[:20],
+                              remedy="set the same NCCL_* / TORCH_NCCL_* variables on every node "
+                                     "(job script or /etc/nccl.conf); a single differing rank can hang init",
+                              facts={"env": envs[n], "differences": diffs}, source="cross-node"))
+        else:
+            out.append(Result(check="cluster.nccl_env", node=n, status=Status.PASS,
+                              summary=f"same {len(envs[n])} NCCL variable(s) as every other node",
+                              facts={"env": envs[n]}, source="cross-node"))
+    return out
+
+
+def _stalled(ctx: ClusterContext, node: str) -> bool:
+    d = ctx.node_detail.get(node, {})
+    return d.get("kind") == "timeout" and d.get("stage") in STALL_STAGES
+
+
+def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:
+    links: list[tuple[str, str, str, dict]] = []  # (src, dst, outcome, peer facts)
+    size = None
+    for n in ctx.nodes:
+        r = ctx.result_of("net.mtu", n)
+        if r is None:
+            continue
+        size = size or r.facts.get("size")
+        for p in r.facts.get("peers", []) or []:
+            dst = ctx.addresses.get(str(p.get("peer")), str(p.get("peer")))
+            links.append((n, dst, str(p.get("outcome")), p))
+    if not links:
+        return []
+    matrix: dict[str, dict[str, str]] = {}
+    for src, dst, outcome, _ in links:
+        matrix.setdefault(src, {})[dst] = outcome
+    bad = [(s, d, o) for s, d, o, _ in links if o in MTU_FAULTS]
+    incidence: Counter[str] = Counter()
+    for s, d, _ in bad:
+        incidence[s] += 1
+        incidence[d] += 1
+    culprits: list[str] = []
+    if incidence:
+        top = max(incidence.values())
+        culprits = [n for n, c in incidence.items() if c == top]
+        if len(culprits) > 1:
+            # one failing link: the end whose SSH stalled (or that could not be reached) is the one
+            marked = [n for n in culprits if _stalled(ctx, n) or ctx.node_errors.get(n)]
+            if marked:
+                culprits = marked
+    out: list[Result] = []
+    for c in culprits:
+        mine = [(s, d, o) for s, d, o in bad if c in (s, d)]
+        outcome = Counter(o for _, _, o in mine).most_common(1)[0][0]
+        stalled = _stalled(ctx, c)
+        evidence = [f"{s} -> {d}: {o} ({size}-byte DF ping)" for s, d, o in mine]
+        for s, d, _o, p in links:
+            if c in (s, d) and (s, d, _o) in mine and p.get("reason"):
+                evidence.append(f"{s} -> {d}: {p['reason']}")
+        if stalled:
+            evidence.append(f"{c}: {ctx.node_errors.get(c) or 'SSH stalled after key exchange'}")
+        stage = ctx.node_detail.get(c, {}).get("stage", "")
+        how = ("SSH to it stalled after key exchange" if stage in ("kex", "auth")
+               else "its probe output stalled in transit")
+        summary = (f"jumbo frames to and from {c} are dropped ({outcome}): "
+                   + ", ".join(f"{s}->{d}" for s, d, _ in mine)
+                   + "; small pings pass" + (f"; {how} (same MTU black hole)" if stalled else ""))
+        out.append(Result(check="net.mtu", node=c, status=Status.FAIL, summary=summary, evidence=evidence,
+                          remedy=f"fix the MTU on {c}'s link (switch port or NIC) to match the fabric, or drain {c}",
+                          facts={"outcome": outcome, "size": size, "links": [list(x) for x in mine],
+                                 "ssh_stalled": stalled, "culprit": True},
+                          source="cross-node"))
+    # peers whose only jumbo losses lead to a culprit are not at fault themselves
+    for n in ctx.nodes:
+        if n in culprits:
+            continue
+        r = ctx.result_of("net.mtu", n)
+        if r is None or r.status is Status.PASS:
+            continue
+        peers = r.facts.get("peers", []) or []
+        other = [p for p in peers if p.get("outcome") != "ok"
+                 and ctx.addresses.get(str(p.get("peer")), str(p.get("peer"))) not in culprits]
+        if peers and not other:
+            towards = sorted({ctx.addresses.get(str(p.get("peer")), str(p.get("peer"))) for p in peers
+                              if p.get("outcome") != "ok"})
+            out.append(Result(check="net.mtu", node=n, status=Status.PASS,
+                              summary=f"jumbo path fine; losses only towards {', '.join(towards)}, whose link is at fault",
+                              evidence=[f"{n} -> {t}: {matrix.get(n, {}).get(t)}" for t in towards],
+                              facts={**r.facts, "outcome": "ok", "explained_by": towards}, source="cross-node"))
+    status = Status.FAIL if culprits else Status.PASS
+    summary = (f"MTU black hole at {', '.join(culprits)}" if culprits
+               else f"{len(links)} node-to-peer jumbo path(s) tested")
+    out.append(Result(check="cluster.mtu", node="cluster", status=status, summary=summary,
+                      evidence=[f"{s} -> {d}: {o}" for s, d, o in bad][:30],
+                      remedy="see net.mtu on the named node(s)" if culprits else "",
+                      facts={"matrix": matrix, "culprits": culprits, "size": size}, source="cross-node"))
+    return out
+
+
+def grade_nodes(ctx: ClusterContext) -> Iterable[Result]:
+    want = ctx.options.extra.get("expect_nodes")
+    if not want:
+        return []
+    ok = [n for n in ctx.nodes if not ctx.node_errors.get(n)]
+    missing = [n for n in ctx.nodes if ctx.node_errors.get(n)]
+    if len(ok) >= int(want):
+        return [Result(check="cluster.nodes", node="cluster", status=Status.PASS,
+                       summary=f"{len(ok)} of {want} expected nodes answered", facts={"expected": want, "ok": ok})]
+    return [Result(check="cluster.nodes", node="cluster", status=Status.FAIL,
+                   summary=f"only {len(ok)} of {want} expected nodes answered",
+                   evidence=[f"{n}: {ctx.node_errors[n]}" for n in missing],
+                   remedy="fix or replace the missing nodes before launching; the job would start short",
+                   facts={"expected": want, "ok": ok, "missing": missing})]
+
+
+register_cluster(ClusterCheck(id="cluster.versions", title="Same versions on every node", grade=grade_versions,
+                              probes=(PROBE_OFED, PROBE_KERNEL, PROBE_NCCL_LIBS),
+                              catches="a node with another driver, CUDA, NCCL, OFED, HCA firmware or kernel"))
+register_cluster(ClusterCheck(id="cluster.nccl_env", title="Identical NCCL environment", grade=grade_nccl_env,
+                              catches="NCCL_* / TORCH_NCCL_* set differently on one node"))
+register_cluster(ClusterCheck(id="cluster.mtu", title="MTU path matrix", grade=grade_mtu,
+                              catches="the node whose link drops jumbo frames (silent loss, frag needed), "
+                                      "SSH stalls after key exchange"))
+register_cluster(ClusterCheck(id="cluster.nodes", title="Expected node count", grade=grade_nodes, min_nodes=1,
+                              catches="an allocation that came up short"))

@@ -1,0 +1,301 @@
+"""What the history says: failure counts, flapping nodes, lemon nodes, bandwidth trends.
+
+Pure functions over recorded rows (`store.Row`, oldest first): the same rows from SQLite or
+PostgreSQL give the same answers.
+
+- flapping: a check whose status alternates good (pass/warn) and bad (fail/error) across the
+  node's consecutive runs: at least `flap_episodes` separate failure episodes (fail, recover,
+  fail again, ...);
+- lemon: a recurring fault: the same Xid again (distinct kernel-log events, not the same event
+  seen by every run since boot), the same check failing in many runs, the same port flapping;
+- trends: all-reduce peak busbw per node (or node group) and ping-pong bandwidth per pair, each
+  latest value against the median of its own previous runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from preflight.history.store import Row
+from preflight.model import Result, Status
+
+BAD = (Status.FAIL, Status.ERROR)
+GOOD = (Status.PASS, Status.WARN)
+_LETTER = {Status.PASS: "P", Status.WARN: "W", Status.FAIL: "F", Status.ERROR: "E", Status.SKIP: "S"}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a pattern in the history becomes a finding (flags of `preflight history`)."""
+
+    flap_episodes: int = 3  # separate failure episodes (runs of failures between passes)
+    lemon_runs: int = 3  # runs in which the same check failed
+    xid_repeat: int = 2  # distinct occurrences of the same Xid on one node
+    port_flaps: int = 2  # Active <-> not-Active changes of the same port
+    trend_runs: int = 10  # a node's own baseline: the median of its last N runs
+    trend_drop_pct: float = 5.0  # the latest value this far under that median is flagged
+
+
+@dataclass(frozen=True)
+class CheckStats:
+    node: str
+    check: str
+    runs: int
+    bad: int
+    warn: int
+    last_status: str
+    last_time: str
+    sequence: str  # one letter per run, oldest first: P W F E S
+
+
+@dataclass(frozen=True)
+class Flapper:
+    node: str
+    check: str  # "*" when the node alternates but no single check does
+    episodes: int  # separate runs of failures
+    transitions: int
+    runs: int
+    sequence: str
+
+
+@dataclass(frozen=True)
+class Lemon:
+    node: str
+    kind: str  # xid, check, port
+    key: str  # "Xid 79", "net.mtu", "mlx5_3/1"
+    count: int
+    summary: str
+
+
+@dataclass(frozen=True)
+class Trend:
+    label: str  # node, node group (n1+n2) or pair (n1<->n2)
+    kind: str  # allreduce (peak busbw) or pingpong (pair bandwidth)
+    unit: str
+    points: list[tuple[float, float]]  # (time, value), oldest first
+    last: float
+    median: float | None  # of the previous runs (up to Thresholds.trend_runs)
+    previous: int
+    delta_pct: float | None
+    low: bool
+    summary: str
+
+
+@dataclass
+class Summary:
+    since: float | None
+    runs: int
+    nodes: list[str]
+    stats: list[CheckStats] = field(default_factory=list)
+    flapping: list[Flapper] = field(default_factory=list)
+    lemons: list[Lemon] = field(default_factory=list)
+    trends: list[Trend] = field(default_factory=list)
+
+    @property
+    def flapping_nodes(self) -> list[str]:
+        return sorted({f.node for f in self.flapping})
+
+    @property
+    def lemon_nodes(self) -> list[str]:
+        return sorted({lm.node for lm in self.lemons})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "since": _iso(self.since) if self.since is not None else None,
+            "runs": self.runs,
+            "nodes": self.nodes,
+            "flapping_nodes": self.flapping_nodes,
+            "lemon_nodes": self.lemon_nodes,
+            "flapping": [asdict(f) for f in self.flapping],
+            "lemons": [asdict(lm) for lm in self.lemons],
+            "trends": [{**asdict(t), "points": [[_iso(ts), v] for ts, v in t.points]} for t in self.trends],
+            "stats": [asdict(s) for s in self.stats],
+        }
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _worst(statuses: Iterable[Status]) -> Status:
+    return max(statuses, key=lambda s: s.rank)
+
+
+def _per_run(rows: Sequence[Row]) -> tuple[list[int], dict[tuple[str, str], dict[int, Status]]]:
+    """Run ids in time order, and (node, check) -> run id -> worst status in that run."""
+    order: dict[int, float] = {}
+    seqs: dict[tuple[str, str], dict[int, list[Status]]] = {}
+    for r in rows:
+        order.setdefault(r.run_id, r.ts)
+        seqs.setdefault((r.node, r.check), {}).setdefault(r.run_id, []).append(r.status)
+    runs = sorted(order, key=lambda i: (order[i], i))
+    return runs, {k: {i: _worst(v) for i, v in per.items()} for k, per in seqs.items()}
+
+
+def transitions(statuses: Sequence[Status]) -> int:
+    """good <-> bad changes in a sequence (skips are not evidence either way)."""
+    marks = [s in BAD for s in statuses if s is not Status.SKIP]
+    return sum(1 for a, b in zip(marks, marks[1:], strict=False) if a != b)
+
+
+def episodes(statuses: Sequence[Status]) -> int:
+    """Separate failure episodes: runs of consecutive failures (skips ignored)."""
+    marks = [s in BAD for s in statuses if s is not Status.SKIP]
+    return sum(1 for i, bad in enumerate(marks) if bad and (i == 0 or not marks[i - 1]))
+
+
+def _stats(runs: list[int], seqs: dict[tuple[str, str], dict[int, Status]], ts: dict[int, float]) -> list[CheckStats]:
+    out = []
+    for (node, check), per in sorted(seqs.items()):
+        ordered = [per[i] for i in runs if i in per]
+        last_run = [i for i in runs if i in per][-1]
+        out.append(CheckStats(node=node, check=check, runs=len(ordered), bad=sum(s in BAD for s in ordered),
+                              warn=sum(s is Status.WARN for s in ordered), last_status=ordered[-1].value,
+                              last_time=_iso(ts[last_run]), sequence="".join(_LETTER[s] for s in ordered)))
+    return out
+
+
+def _flapping(runs: list[int], seqs: dict[tuple[str, str], dict[int, Status]], th: Thresholds) -> list[Flapper]:
+    out: list[Flapper] = []
+    by_node: dict[str, dict[int, list[Status]]] = {}
+    for (node, check), per in sorted(seqs.items()):
+        ordered = [per[i] for i in runs if i in per]
+        for i, s in per.items():
+            by_node.setdefault(node, {}).setdefault(i, []).append(s)
+        n = episodes(ordered)
+        if n >= th.flap_episodes and transitions(ordered) > n:  # it recovered in between
+            out.append(Flapper(node=node, check=check, episodes=n, transitions=transitions(ordered),
+                               runs=len(ordered),
+                               sequence="".join(_LETTER[s] for s in ordered)))
+    named = {f.node for f in out}
+    for node, per_run in sorted(by_node.items()):
+        if node in named:
+            continue
+        ordered = [_worst(per_run[i]) for i in runs if i in per_run]
+        n = episodes(ordered)
+        if n >= th.flap_episodes and transitions(ordered) > n:
+            out.append(Flapper(node=node, check="*", episodes=n, transitions=transitions(ordered),
+                               runs=len(ordered),
+                               sequence="".join(_LETTER[s] for s in ordered)))
+    return out
+
+
+def _xid_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
+    """The same Xid as distinct events: (xid, GPU, event time) identifies an event, so the same
+    line seen by every run since boot counts once."""
+    events: dict[tuple[str, int], dict[tuple[Any, ...], int]] = {}
+    for r in rows:
+        if r.check != "gpu.xid":
+            continue
+        for ev in r.facts.get("events") or []:
+            if not isinstance(ev, dict) or not isinstance(ev.get("xid"), int):
+                continue
+            when = ev.get("time") or ev.get("time_text") or f"run {r.run_id}"
+            ident = (ev.get("pci"), str(when))
+            per = events.setdefault((r.node, int(ev["xid"])), {})
+            per[ident] = max(per.get(ident, 0), int(ev.get("count") or 1))
+    out = []
+    for (node, xid), per in sorted(events.items()):
+        total = sum(per.values())
+        if total >= th.xid_repeat:
+            gpus = sorted({str(k[0]) for k in per if k[0]})
+            out.append(Lemon(node=node, kind="xid", key=f"Xid {xid}", count=total,
+                             summary=f"Xid {xid} {total} times" + (f" on GPU {', '.join(gpus)}" if gpus else "")
+                             + f" in {len(per)} distinct event(s)"))
+    return out
+
+
+def _check_lemons(runs: list[int], seqs: dict[tuple[str, str], dict[int, Status]], th: Thresholds) -> list[Lemon]:
+    out = []
+    for (node, check), per in sorted(seqs.items()):
+        bad = sum(1 for i in runs if per.get(i) in BAD)
+        if bad >= th.lemon_runs:
+            seen = sum(1 for i in runs if i in per)
+            out.append(Lemon(node=node, kind="check", key=check, count=bad,
+                             summary=f"{check} failed in {bad} of {seen} runs"))
+    return out
+
+
+def _port_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
+    states: dict[tuple[str, str], list[tuple[int, bool]]] = {}
+    for r in rows:
+        if r.check == "ib.hca":
+            for p in r.facts.get("ports") or []:
+                if isinstance(p, dict) and p.get("ca"):
+                    key = f"{p.get('ca')}/{p.get('port', 1)}"
+                    states.setdefault((r.node, key), []).append((r.run_id, str(p.get("state", "")).lower() == "active"))
+        elif r.check == "net.nic":
+            for itf in r.facts.get("interfaces") or []:
+                if isinstance(itf, dict) and itf.get("name"):
+                    up = str(itf.get("state", "")).upper() in ("UP", "UNKNOWN")
+                    states.setdefault((r.node, str(itf["name"])), []).append((r.run_id, up))
+    out = []
+    for (node, port), seq in sorted(states.items()):
+        marks = [up for _, up in seq]
+        n = sum(1 for a, b in zip(marks, marks[1:], strict=False) if a != b)
+        if n >= th.port_flaps:
+            out.append(Lemon(node=node, kind="port", key=port, count=n,
+                             summary=f"port {port} went down and up {n} times in {len(marks)} runs"))
+    return out
+
+
+def _series(rows: Sequence[Row]) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in rows:
+        if r.check == "nccl.allreduce" and isinstance(r.facts.get("peak_busbw"), (int, float)):
+            hosts = r.facts.get("hosts")
+            label = r.node
+            if r.node == "cluster" and isinstance(hosts, list) and hosts:
+                label = "+".join(sorted(str(h) for h in hosts))
+            out.setdefault((label, "allreduce"), []).append((r.ts, float(r.facts["peak_busbw"])))
+        elif r.check == "nccl.pingpong" and r.node == "cluster":
+            for p in r.facts.get("pairs") or []:
+                if isinstance(p, dict) and p.get("status") == "ok" and isinstance(p.get("bw_gbps"), (int, float)):
+                    a, b = sorted((str(p.get("a")), str(p.get("b"))))
+                    out.setdefault((f"{a}<->{b}", "pingpong"), []).append((r.ts, float(p["bw_gbps"])))
+    return out
+
+
+def own_baseline(points: Sequence[tuple[float, float]], label: str, kind: str, th: Thresholds) -> Trend:
+    """The latest value against the median of the same node's (pair's) previous runs."""
+    pts = sorted(points)
+    last = pts[-1][1]
+    prev = [v for _, v in pts[:-1]][-th.trend_runs:]
+    what = "busbw" if kind == "allreduce" else "pair bandwidth"
+    if not prev:
+        return Trend(label, kind, "GB/s", pts, last, None, 0, None, False,
+                     f"{what} {last:.4g} GB/s (first run of {label})")
+    med = statistics.median(prev)
+    delta = (last - med) / med * 100.0 if med else 0.0
+    low = delta <= -th.trend_drop_pct
+    where = "under" if delta < 0 else "over"
+    summary = (f"{what} {abs(delta):.0f}% {where} {label}'s median of its last {len(prev)} runs "
+               f"({last:.4g} vs {med:.4g} GB/s)")
+    return Trend(label, kind, "GB/s", pts, last, med, len(prev), round(delta, 3), low, summary)
+
+
+def summarize(rows: Sequence[Row], thresholds: Thresholds | None = None, since: float | None = None) -> Summary:
+    """Everything `preflight history` shows, from rows (oldest first)."""
+    th = thresholds or Thresholds()
+    runs, seqs = _per_run(rows)
+    ts = {r.run_id: r.ts for r in rows}
+    lemons = _xid_lemons(rows, th) + _check_lemons(runs, seqs, th) + _port_lemons(rows, th)
+    trends = [own_baseline(pts, label, kind, th) for (label, kind), pts in sorted(_series(rows).items())]
+    return Summary(since=since, runs=len(runs), nodes=sorted({r.node for r in rows}), stats=_stats(runs, seqs, ts),
+                   flapping=_flapping(runs, seqs, th),
+                   lemons=sorted(lemons, key=lambda lm: (lm.node, lm.kind, lm.key)), trends=trends)
+
+
+def latest_results(rows: Sequence[Row]) -> list[Result]:
+    """The newest result per (node, check): the fleet's state as last seen."""
+    latest: dict[tuple[str, str], Row] = {}
+    for r in rows:
+        cur = latest.get((r.node, r.check))
+        if cur is None or (r.ts, r.run_id) > (cur.ts, cur.run_id) or \
+                ((r.ts, r.run_id) == (cur.ts, cur.run_id) and r.status.rank > cur.status.rank):
+            latest[(r.node, r.check)] = r
+    return [r.result() for _, r in sorted(latest.items())]

@@ -1,0 +1,162 @@
+"""Flap damping: when a failing node is drained, and when a drained node comes back.
+
+A soft failure (an MTU black hole that comes and goes, a port that flaps) drains only after
+K failing runs of the node in a row; a hard fault drains at once: a reset-class Xid (the
+catalog says reset or reboot, e.g. Xid 79), uncorrectable ECC or row-remap trouble in
+gpu.health, the fabric manager down. A node resumes only after M passing runs in a row.
+K, M and the hard Xids come from the profile (`history.damp_fail_runs`,
+`history.damp_pass_runs`, `history.hard_xids`) or from `--damp K,M`.
+
+`decide` is pure: the node's current results and its earlier runs in, a Decision out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.model import Result, Status
+
+BAD = (Status.FAIL, Status.ERROR)
+# Defaults when neither the profile nor --damp says: the values the built-in profiles carry.
+DEFAULT_FAIL_RUNS = 3
+DEFAULT_PASS_RUNS = 2
+HARD_ACTIONS = ("RESET_GPU", "RESTART_BM", "RESTART_VM", "reset", "reboot")
+
+
+@dataclass(frozen=True)
+class Damping:
+    fail_runs: int = DEFAULT_FAIL_RUNS  # K
+    pass_runs: int = DEFAULT_PASS_RUNS  # M
+    hard_xids: frozenset[int] = field(default_factory=frozenset)  # empty: the catalog's reset/reboot ones
+    hard_checks: tuple[str, ...] = ("fabric.manager",)
+
+    @classmethod
+    def parse(cls, spec: str | None, profile: Any = None) -> Damping:
+        """`K,M` (or `K`), or `on`/`profile` for the profile's values. Raises ValueError."""
+        get = getattr(profile, "get", None)
+
+        def pget(key: str, default: Any) -> Any:
+            value = get(key) if callable(get) else None
+            return default if value is None else value
+
+        k = int(pget("history.damp_fail_runs", DEFAULT_FAIL_RUNS))
+        m = int(pget("history.damp_pass_runs", DEFAULT_PASS_RUNS))
+        xids = frozenset(int(x) for x in pget("history.hard_xids", []) or [])
+        hard_checks = tuple(str(c) for c in pget("history.hard_checks", ["fabric.manager"]) or [])
+        text = (spec or "").strip().lower()
+        if text and text not in ("on", "profile", "yes", "true"):
+            parts = [p.strip() for p in text.split(",")]
+            try:
+                k = int(parts[0])
+                m = int(parts[1]) if len(parts) > 1 and parts[1] else m
+            except ValueError:
+                raise ValueError(f"--damp {spec!r}: use K,M (e.g. 3,2): drain after K failing runs in a row, "
+                                 "resume after M passing runs") from None
+            if len(parts) > 2:
+                raise ValueError(f"--damp {spec!r}: use K,M")
+        if k < 1 or m < 1:
+            raise ValueError(f"--damp {spec!r}: K and M must be at least 1")
+        return cls(fail_runs=k, pass_runs=m, hard_xids=xids, hard_checks=hard_checks)
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: str
+    drain: bool
+    resume: bool
+    reason: str  # the line shown and recorded; for a drain, the Slurm reason
+    check: str = ""  # for a drain: the check and summary that go into `preflight: <check> <summary>`
+    summary: str = ""
+    hard: bool = False
+    fail_streak: int = 0  # failing runs in a row, this one included
+    pass_streak: int = 0
+
+    @property
+    def action(self) -> str:
+        return "drain" if self.drain else "resume" if self.resume else ("damped" if self.fail_streak else "keep")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "action": self.action, "drain": self.drain, "resume": self.resume,
+                "reason": self.reason, "check": self.check, "hard": self.hard, "fail_streak": self.fail_streak,
+                "pass_streak": self.pass_streak}
+
+
+def hard_fault(r: Result, damping: Damping) -> str:
+    """Why a blocking result is a hard fault ("" when it is soft)."""
+    if r.status not in BAD:
+        return ""
+    if r.check in damping.hard_checks:
+        return f"{r.check} is a hard fault"
+    if r.check == "gpu.xid" and r.status is Status.FAIL:
+        for ev in r.facts.get("events") or []:
+            if not isinstance(ev, dict) or str(ev.get("severity", "fail")) != "fail":
+                continue
+            xid = ev.get("xid")
+            action = str(ev.get("action") or "")
+            if (damping.hard_xids and xid in damping.hard_xids) or \
+                    (not damping.hard_xids and any(a.lower() in action.lower() for a in HARD_ACTIONS)):
+                return f"Xid {xid} needs a GPU reset or reboot"
+            if not damping.hard_xids and xid == 79:
+                return "Xid 79: GPU fallen off the bus"
+        if any(isinstance(f, dict) and f.get("kind") == "fallen_off_bus" for f in r.facts.get("faults") or []):
+            return "GPU fallen off the bus"
+    if r.check == "gpu.health" and r.status is Status.FAIL:
+        for g in r.facts.get("gpus") or []:
+            if not isinstance(g, dict):
+                continue
+            ecc = g.get("uncorrectable_ecc")
+            if isinstance(ecc, (int, float)) and ecc > 0:
+                return f"uncorrectable ECC on GPU {g.get('index')}"
+            if g.get("remapped_failure") is True:
+                return f"row remapping failure on GPU {g.get('index')}"
+            if g.get("remapped_pending") is True:
+                return f"row remap pending on GPU {g.get('index')}"
+    return ""
+
+
+def _bad(results: Sequence[Result], node: str) -> list[Result]:
+    return sorted((r for r in results if r.node == node and r.status in BAD),
+                  key=lambda r: (-r.status.rank, r.check))
+
+
+def decide(node: str, current: Sequence[Result], history: Sequence[Sequence[Result]],
+           damping: Damping | None = None) -> Decision:
+    """Drain, resume or leave `node`, from this run's results and its earlier runs (oldest first).
+
+    Pure: no I/O. A run counts as failing when the node has a FAIL or ERROR result in it."""
+    d = damping or Damping()
+    bad_now = _bad(current, node)
+    past_bad = [bool(_bad(run, node)) for run in history]
+    if bad_now:
+        streak = 1
+        for failed in reversed(past_bad):
+            if not failed:
+                break
+            streak += 1
+        worst = bad_now[0]
+        hard = [(r, why) for r in bad_now if (why := hard_fault(r, d))]
+        if hard:
+            r, why = hard[0]
+            return Decision(node, True, False, f"{r.check} hard fault ({why}): drained at once",
+                            check=r.check, summary=f"hard fault: {r.summary}", hard=True, fail_streak=streak)
+        window = [*history[-(d.fail_runs - 1):], current] if d.fail_runs > 1 else [current]
+        same = sum(1 for run in window if any(r.check == worst.check for r in _bad(run, node)))
+        tally = f"{worst.status.value} {same}/{d.fail_runs} runs"
+        if streak >= d.fail_runs:
+            return Decision(node, True, False, f"{worst.check} {tally}: drained after {streak} failing runs in a row",
+                            check=worst.check, summary=f"{tally}: {worst.summary}", fail_streak=streak)
+        return Decision(node, False, False, f"damped: {worst.check} {tally}; a soft failure drains after "
+                        f"{d.fail_runs} failing runs in a row ({streak} so far)",
+                        check=worst.check, summary=worst.summary, fail_streak=streak)
+    streak = 1
+    for failed in reversed(past_bad):
+        if failed:
+            break
+        streak += 1
+    if streak >= d.pass_runs:
+        return Decision(node, False, True, f"passed {min(streak, d.pass_runs)}/{d.pass_runs} runs in a row: "
+                        "may resume", pass_streak=streak)
+    return Decision(node, False, False, f"passed {streak}/{d.pass_runs} runs in a row: not resumed yet",
+                    pass_streak=streak)

@@ -1,0 +1,506 @@
+"""The results store: every run's results, in an SQLite file (default) or a PostgreSQL server.
+
+One schema for both, created and upgraded by numbered migrations (table `schema_version`).
+SQLite runs in WAL mode with a busy timeout and takes its write lock up front (`BEGIN
+IMMEDIATE`), so many prologues on one host can record at once without losing a run;
+PostgreSQL serialises migrations with an advisory lock.
+
+URLs: `sqlite:///abs/path.db`, `sqlite://rel/path.db`, a plain file path, or
+`postgresql://user@host/db` (`postgres://` too). `off` (or `none`) records nothing.
+Default: $PREFLIGHT_HISTORY, else $XDG_DATA_HOME/preflight/history.db
+(~/.local/share/preflight/history.db).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from preflight.model import Result, Status
+
+ENV = "PREFLIGHT_HISTORY"
+OFF = frozenset({"off", "none", "no", "false", "0"})
+BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another writer's lock
+CONNECT_TIMEOUT_S = 5.0  # PostgreSQL connect timeout
+EVIDENCE_KEPT = 20  # evidence lines stored per result (the JSON report keeps them all)
+_PG_LOCK = 0x70726566  # advisory lock id that serialises migrations ("pref")
+
+
+class HistoryError(Exception):
+    """The store cannot be opened, migrated, read or written (the reason in one line)."""
+
+
+# ---- URLs -----------------------------------------------------------------------------------
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "preflight" / "history.db"
+
+
+def resolve_url(url: str | None) -> str | None:
+    """The store URL to use: the given one, else $PREFLIGHT_HISTORY, else the default SQLite
+    file; None when recording is switched off (`off`)."""
+    value = url if url is not None else os.environ.get(ENV)
+    if value is None or not value.strip():
+        return "sqlite:///" + str(default_path())
+    value = value.strip()
+    if value.lower() in OFF:
+        return None
+    if value.startswith(("postgresql://", "postgres://", "sqlite://")):
+        return value
+    if "://" in value:
+        raise HistoryError(f"history URL {value!r}: use sqlite:///path, postgresql://... or a file path")
+    return "sqlite:///" + str(Path(value).expanduser().resolve())
+
+
+def describe(url: str) -> str:
+    """The URL without a password, for messages."""
+    if "@" in url and url.startswith(("postgresql://", "postgres://")):
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
+    return url
+
+
+# ---- migrations -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    title: str
+    sqlite: tuple[str, ...]
+    postgresql: tuple[str, ...]
+
+
+def _both(*stmts: str, pg_id: str = "BIGSERIAL PRIMARY KEY") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The same DDL for both dialects; `{id}` is the auto-increment primary key."""
+    lite = tuple(s.replace("{id}", "INTEGER PRIMARY KEY AUTOINCREMENT").replace("{ref}", "INTEGER") for s in stmts)
+    pg = tuple(s.replace("{id}", pg_id).replace("{ref}", "BIGINT") for s in stmts)
+    return lite, pg
+
+
+_V1 = _both(
+    """CREATE TABLE runs (
+        id {id},
+        ts DOUBLE PRECISION NOT NULL,
+        time TEXT NOT NULL,
+        command TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        host TEXT NOT NULL,
+        nodes TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        duration_s DOUBLE PRECISION NOT NULL,
+        version TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        counts TEXT NOT NULL)""",
+    """CREATE TABLE results (
+        id {id},
+        run_id {ref} NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        ts DOUBLE PRECISION NOT NULL,
+        check_id TEXT NOT NULL,
+        node TEXT NOT NULL,
+        status TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        remedy TEXT NOT NULL,
+        evidence TEXT NOT NULL,
+        facts TEXT NOT NULL,
+        source TEXT NOT NULL)""",
+    "CREATE INDEX results_node_check_ts ON results (node, check_id, ts)",
+    "CREATE INDEX results_run ON results (run_id)",
+    "CREATE INDEX runs_ts ON runs (ts)",
+)
+_V2 = _both(
+    """CREATE TABLE decisions (
+        id {id},
+        run_id {ref} REFERENCES runs(id) ON DELETE CASCADE,
+        ts DOUBLE PRECISION NOT NULL,
+        node TEXT NOT NULL,
+        action TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        detail TEXT NOT NULL)""",
+    "CREATE INDEX decisions_node_ts ON decisions (node, ts)",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "runs and their results", *_V1),
+    Migration(2, "drain/resume decisions of the flap damping", *_V2),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+# ---- rows -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    ts: float
+    time: str
+    command: str
+    verdict: str
+    host: str
+    nodes: tuple[str, ...]
+    profile: str
+    duration_s: float
+    job_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "time": self.time, "command": self.command, "verdict": self.verdict,
+                "host": self.host, "nodes": list(self.nodes), "profile": self.profile,
+                "duration_s": self.duration_s, "job_id": self.job_id}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One result of one recorded run."""
+
+    run_id: int
+    ts: float
+    command: str
+    check: str
+    node: str
+    status: Status
+    summary: str
+    facts: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    remedy: str = ""
+
+    def result(self) -> Result:
+        return Result(check=self.check, node=self.node, status=self.status, summary=self.summary,
+                      remedy=self.remedy, facts=dict(self.facts), source=f"history:run {self.run_id}")
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    run_id: int | None
+    ts: float
+    node: str
+    action: str
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+# ---- the store ------------------------------------------------------------------------------
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.astimezone()).timestamp()
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip():
+        try:
+            t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return time.time()
+        return (t if t.tzinfo else t.astimezone()).timestamp()
+    return time.time()
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _loads(text: Any) -> Any:
+    try:
+        return json.loads(text) if text else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+@dataclass
+class _Parts:
+    results: list[Result]
+    command: str
+    ts: float
+    verdict: str
+    nodes: list[str]
+    profile: str
+    duration_s: float
+    counts: dict[str, int]
+
+
+def _parts(report_or_results: Any, command: str | None, when: Any) -> _Parts:
+    """A Report, a report dict (report.json) or a list of Results -> what a run row needs."""
+    from preflight.grading import decide
+
+    if isinstance(report_or_results, Mapping):
+        results = [Result.from_dict(r) for r in report_or_results.get("results", [])]
+        cmd = command or str(report_or_results.get("command") or "unknown")
+        started: Any = report_or_results.get("started")
+        nodes = list(report_or_results.get("nodes") or [])
+        profiles = dict(report_or_results.get("profiles") or {})
+        duration = float(report_or_results.get("duration_s") or 0.0)
+    elif hasattr(report_or_results, "results") and hasattr(report_or_results, "verdict"):
+        results = list(report_or_results.results)
+        cmd = command or str(getattr(report_or_results, "command", "") or "unknown")
+        started = getattr(report_or_results, "started", None)
+        nodes = list(getattr(report_or_results, "nodes", []) or [])
+        profiles = dict(getattr(report_or_results, "profiles", {}) or {})
+        duration = float(getattr(report_or_results, "duration_s", 0.0) or 0.0)
+    else:
+        results = [r if isinstance(r, Result) else Result.from_dict(r) for r in report_or_results]
+        cmd, started, nodes, profiles, duration = command or "unknown", None, [], {}, 0.0
+    verdict = decide(results)
+    ts = _epoch(when if when is not None else started)
+    return _Parts(results=results, command=cmd, ts=ts, verdict=verdict.verdict,
+                  nodes=nodes or sorted({r.node for r in results}),
+                  profile=",".join(sorted(set(profiles.values()))), duration_s=duration, counts=verdict.counts)
+
+
+class Store:
+    """An open results store. Use `open_store(url)`; close it (or use `with`)."""
+
+    def __init__(self, url: str, conn: Any, dialect: str) -> None:
+        self.url = url
+        self.conn = conn
+        self.dialect = dialect  # "sqlite" or "postgresql"
+
+    # -- plumbing --
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.dialect == "postgresql" else sql
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        """One write transaction; SQLite takes the write lock at once (no upgrade deadlock)."""
+        cur = self.conn.cursor()
+        try:
+            if self.dialect == "sqlite":
+                cur.execute("BEGIN IMMEDIATE")
+            yield cur
+            if self.dialect == "postgresql":
+                self.conn.commit()
+            else:
+                cur.execute("COMMIT")
+        except BaseException:
+            try:
+                self.conn.rollback()
+            except Exception:
+                pass
+            raise
+        finally:
+            cur.close()
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cur = self.conn.cursor()
+        try:
+            cur.execute(self._sql(sql), tuple(params))
+            rows = [tuple(r) for r in cur.fetchall()]
+        finally:
+            cur.close()
+        if self.dialect == "postgresql":
+            self.conn.commit()  # end the read transaction
+        return rows
+
+    def _insert(self, cur: Any, sql: str, params: Sequence[Any]) -> int:
+        cur.execute(self._sql(sql + " RETURNING id"), tuple(params))
+        row = cur.fetchone()
+        return int(row[0])
+
+    def version(self) -> int:
+        rows = self._query("SELECT MAX(version) FROM schema_version")
+        return int(rows[0][0] or 0) if rows else 0
+
+    def migrate(self) -> int:
+        """Apply the migrations this store lacks; returns the schema version."""
+        try:
+            if self.version() == SCHEMA_VERSION:  # the common case: no write lock needed
+                return SCHEMA_VERSION
+        except Exception:  # no schema_version table yet
+            if self.dialect == "postgresql":
+                self.conn.rollback()
+        with self._write() as cur:
+            if self.dialect == "postgresql":
+                cur.execute(f"SELECT pg_advisory_xact_lock({_PG_LOCK})")
+            cur.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                        "title TEXT NOT NULL, applied TEXT NOT NULL)")
+            cur.execute("SELECT MAX(version) FROM schema_version")
+            have = int(cur.fetchone()[0] or 0)
+            if have > SCHEMA_VERSION:
+                raise HistoryError(f"history store {describe(self.url)} has schema version {have}, newer than "
+                                   f"this preflight knows ({SCHEMA_VERSION}): upgrade preflight")
+            for m in MIGRATIONS:
+                if m.version <= have:
+                    continue
+                for stmt in (m.postgresql if self.dialect == "postgresql" else m.sqlite):
+                    cur.execute(stmt)
+                cur.execute(self._sql("INSERT INTO schema_version (version, title, applied) VALUES (?, ?, ?)"),
+                            (m.version, m.title, _iso(time.time())))
+        return SCHEMA_VERSION
+
+    # -- writing --
+
+    def record(self, report_or_results: Any, command: str | None = None, *, host: str | None = None,
+               when: Any = None, job_id: str | None = None) -> int:
+        """Record one run (a Report, a report.json dict, or Results); returns the run id."""
+        p = _parts(report_or_results, command, when)
+        host = host or socket.gethostname()
+        job = job_id if job_id is not None else os.environ.get("SLURM_JOB_ID", "")
+        from preflight import __version__
+
+        with self._write() as cur:
+            run_id = self._insert(cur, "INSERT INTO runs (ts, time, command, verdict, host, nodes, profile, "
+                                       "duration_s, version, job_id, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                  (p.ts, _iso(p.ts), p.command, p.verdict, host, json.dumps(p.nodes), p.profile,
+                                   p.duration_s, __version__, job, json.dumps(p.counts)))
+            rows = [(run_id, p.ts, r.check, r.node, r.status.value, r.summary, r.remedy,
+                     json.dumps(list(r.evidence)[:EVIDENCE_KEPT], default=str),
+                     json.dumps(r.facts, default=str, sort_keys=True), r.source) for r in p.results]
+            if rows:
+                cur.executemany(self._sql("INSERT INTO results (run_id, ts, check_id, node, status, summary, "
+                                          "remedy, evidence, facts, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                                rows)
+        return run_id
+
+    def record_decision(self, run_id: int | None, node: str, action: str, reason: str,
+                        detail: Mapping[str, Any] | None = None, when: Any = None) -> None:
+        ts = _epoch(when) if when is not None else time.time()
+        with self._write() as cur:
+            cur.execute(self._sql("INSERT INTO decisions (run_id, ts, node, action, reason, detail) "
+                                  "VALUES (?, ?, ?, ?, ?, ?)"),
+                        (run_id, ts, node, action, reason, json.dumps(dict(detail or {}), default=str)))
+
+    # -- reading --
+
+    def runs(self, since: float | None = None, commands: Iterable[str] = ()) -> list[Run]:
+        sql = "SELECT id, ts, time, command, verdict, host, nodes, profile, duration_s, job_id FROM runs WHERE ts >= ?"
+        params: list[Any] = [since if since is not None else float("-inf")]
+        cmds = list(commands)
+        if cmds:
+            sql += " AND command IN (" + ", ".join("?" for _ in cmds) + ")"
+            params += cmds
+        out = []
+        for r in self._query(sql + " ORDER BY ts, id", params):
+            out.append(Run(id=int(r[0]), ts=float(r[1]), time=str(r[2]), command=str(r[3]), verdict=str(r[4]),
+                           host=str(r[5]), nodes=tuple(_loads(r[6]) or ()), profile=str(r[7]),
+                           duration_s=float(r[8]), job_id=str(r[9])))
+        return out
+
+    def rows(self, since: float | None = None, nodes: Iterable[str] = (), checks: Iterable[str] = (),
+             commands: Iterable[str] = ()) -> list[Row]:
+        """Results, oldest first (by run time, run, node, check)."""
+        sql = ("SELECT r.run_id, r.ts, u.command, r.check_id, r.node, r.status, r.summary, r.facts, r.remedy "
+               "FROM results r JOIN runs u ON u.id = r.run_id WHERE r.ts >= ?")
+        params: list[Any] = [since if since is not None else float("-inf")]
+        for col, values in (("r.node", list(nodes)), ("r.check_id", list(checks)), ("u.command", list(commands))):
+            if values:
+                sql += f" AND {col} IN (" + ", ".join("?" for _ in values) + ")"
+                params += values
+        out = []
+        for r in self._query(sql + " ORDER BY r.ts, r.run_id, r.node, r.check_id, r.id", params):
+            try:
+                status = Status(str(r[5]))
+            except ValueError:
+                status = Status.ERROR
+            out.append(Row(run_id=int(r[0]), ts=float(r[1]), command=str(r[2]), check=str(r[3]), node=str(r[4]),
+                           status=status, summary=str(r[6]), facts=_loads(r[7]), remedy=str(r[8])))
+        return out
+
+    def node_runs(self, node: str, commands: Iterable[str] = ("prologue", "node", "run"),
+                  limit: int = 20) -> list[list[Result]]:
+        """The node's results in its last `limit` runs (oldest first, one list per run)."""
+        cmds = list(commands)
+        sql = "SELECT u.id FROM runs u WHERE u.id IN (SELECT run_id FROM results WHERE node = ?)"
+        params: list[Any] = [node]
+        if cmds:
+            sql += " AND u.command IN (" + ", ".join("?" for _ in cmds) + ")"
+            params += cmds
+        ids = [int(r[0]) for r in self._query(sql + " ORDER BY u.ts DESC, u.id DESC LIMIT ?", [*params, int(limit)])]
+        if not ids:
+            return []
+        placeholders = ", ".join("?" for _ in ids)
+        rows = self._query("SELECT run_id, ts, check_id, node, status, summary, facts, remedy FROM results "
+                           f"WHERE node = ? AND run_id IN ({placeholders}) ORDER BY ts, run_id, check_id, id",
+                           [node, *ids])
+        by_run: dict[int, list[Result]] = {i: [] for i in sorted(ids)}
+        order: dict[int, float] = {}
+        for r in rows:
+            try:
+                status = Status(str(r[4]))
+            except ValueError:
+                status = Status.ERROR
+            by_run[int(r[0])].append(Result(check=str(r[2]), node=str(r[3]), status=status, summary=str(r[5]),
+                                            facts=_loads(r[6]), remedy=str(r[7]), source=f"history:run {r[0]}"))
+            order[int(r[0])] = float(r[1])
+        return [by_run[i] for i in sorted(by_run, key=lambda i: (order.get(i, 0.0), i))]
+
+    def decisions(self, node: str | None = None, since: float | None = None) -> list[DecisionRow]:
+        sql = "SELECT run_id, ts, node, action, reason, detail FROM decisions WHERE ts >= ?"
+        params: list[Any] = [since if since is not None else float("-inf")]
+        if node:
+            sql += " AND node = ?"
+            params.append(node)
+        return [DecisionRow(run_id=None if r[0] is None else int(r[0]), ts=float(r[1]), node=str(r[2]),
+                            action=str(r[3]), reason=str(r[4]), detail=_loads(r[5]))
+                for r in self._query(sql + " ORDER BY ts, id", params)]
+
+    def counts(self) -> dict[str, int]:
+        return {t: int(self._query(f"SELECT COUNT(*) FROM {t}")[0][0]) for t in ("runs", "results", "decisions")}
+
+
+def _sqlite_path(url: str) -> Path:
+    rest = url[len("sqlite://"):]
+    if rest.startswith("/"):
+        return Path(rest)
+    return Path(rest).resolve()
+
+
+def open_store(url: str | None = None, timeout: float = BUSY_TIMEOUT_S, migrate: bool = True) -> Store:
+    """Open (and create or upgrade) the store at `url` (None: the default). Raises HistoryError."""
+    resolved = resolve_url(url)
+    if resolved is None:
+        raise HistoryError("history is switched off (--history off / PREFLIGHT_HISTORY=off)")
+    try:
+        if resolved.startswith("sqlite://"):
+            path = _sqlite_path(resolved)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn: Any = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode and str(mode[0]).lower() != "wal":
+                conn.close()
+                raise HistoryError(f"history store {path}: cannot switch to WAL mode (got {mode[0]})")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            store = Store(resolved, conn, "sqlite")
+        else:
+            try:
+                import psycopg
+            except ImportError:
+                raise HistoryError("a PostgreSQL history store needs the psycopg package "
+                                   "(pip install 'psycopg[binary]')") from None
+            conn = psycopg.connect(resolved.replace("postgres://", "postgresql://", 1),
+                                   connect_timeout=max(1, int(timeout if timeout < CONNECT_TIMEOUT_S else
+                                                              CONNECT_TIMEOUT_S)))
+            store = Store(resolved, conn, "postgresql")
+        if migrate:
+            store.migrate()
+        return store
+    except HistoryError:
+        raise
+    except Exception as exc:
+        raise HistoryError(f"history store {describe(resolved)}: {type(exc).__name__}: "
+                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None

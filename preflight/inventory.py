@@ -1,0 +1,230 @@
+"""Inventory: which nodes to check.
+
+Slurm hostlist syntax (`gpu[001-016,020],login1`, several bracket groups per name,
+zero-padded ranges), comma lists, `@file` (one host or hostlist per line, `#` comments),
+`SLURM_JOB_NODELIST` inside an allocation. Malformed input raises `HostlistError` with the
+offending part; duplicates are removed with the order kept. Node names are validated,
+since they end up in commands (ssh, srun, ping).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+MAX_HOSTS = 100_000
+
+# RFC 1123 labels (letters, digits, hyphen; underscores tolerated as sites use them), dotted.
+_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*$")
+_IPV4 = re.compile(r"^(?:\d{1,3}\.){3}\d{1,3}$")
+
+
+class HostlistError(ValueError):
+    """A hostlist that cannot be expanded; the message names the bad part."""
+
+
+def valid_node_name(name: str) -> bool:
+    """A host name or IPv4 address that is safe to pass as one argv element."""
+    if _IPV4.match(name):
+        return all(0 <= int(x) <= 255 for x in name.split("."))
+    return bool(_NAME.match(name)) and not name.startswith("-")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise HostlistError(f"nested brackets in {text!r}")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostlistError(f"unbalanced ']' in {text!r}")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise HostlistError(f"unbalanced '[' in {text!r}")
+    parts.append("".join(cur))
+    return parts
+
+
+def _expand_range(spec: str, whole: str) -> list[str]:
+    out: list[str] = []
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            raise HostlistError(f"empty range item in {whole!r}")
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        if not m:
+            raise HostlistError(f"bad range {item!r} in {whole!r} (expected N or N-M)")
+        lo_s, hi_s = m.group(1), m.group(2)
+        if hi_s is None:
+            out.append(lo_s)
+            continue
+        lo, hi = int(lo_s), int(hi_s)
+        if hi < lo:
+            raise HostlistError(f"descending range {item!r} in {whole!r}")
+        if hi - lo + 1 > MAX_HOSTS:
+            raise HostlistError(f"range {item!r} in {whole!r} has more than {MAX_HOSTS} hosts")
+        width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+        out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
+    return out
+
+
+def _expand_one(pattern: str) -> list[str]:
+    names = [""]
+    pos = 0
+    for m in re.finditer(r"\[([^\[\]]*)\]", pattern):
+        prefix = pattern[pos : m.start()]
+        choices = _expand_range(m.group(1), pattern)
+        names = [n + prefix + c for n in names for c in choices]
+        if len(names) > MAX_HOSTS:
+            raise HostlistError(f"{pattern!r} expands to more than {MAX_HOSTS} hosts")
+        pos = m.end()
+    names = [n + pattern[pos:] for n in names]
+    for n in names:
+        if not valid_node_name(n):
+            raise HostlistError(f"invalid host name {n!r} (from {pattern!r})")
+    return names
+
+
+def expand(hostlist: str) -> list[str]:
+    """Expand a Slurm-style hostlist into node names, duplicates removed, order kept."""
+    text = hostlist.strip()
+    if not text:
+        raise HostlistError("empty hostlist")
+    if any(c.isspace() for c in text):
+        raise HostlistError(f"whitespace inside hostlist {hostlist!r}")
+    out: list[str] = []
+    for part in _split_top(text):
+        if not part:
+            raise HostlistError(f"empty element in hostlist {hostlist!r}")
+        out.extend(_expand_one(part))
+    return dedupe(out)
+
+
+def dedupe(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def from_file(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HostlistError(f"cannot read host file {path}: {exc}") from None
+    out: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            for token in line.split():
+                out.extend(expand(token))
+        except HostlistError as exc:
+            raise HostlistError(f"{path}:{n}: {exc}") from None
+    if not out:
+        raise HostlistError(f"host file {path} lists no hosts")
+    return dedupe(out)
+
+
+def parse_hosts(spec: str) -> list[str]:
+    """`--hosts` value: a hostlist, or `@file`; several comma-joined specs allowed."""
+    spec = spec.strip()
+    if spec.startswith("@"):
+        return from_file(Path(spec[1:]))
+    return expand(spec)
+
+
+def from_environment(env: dict[str, str] | None = None) -> list[str] | None:
+    """The allocation's nodes inside Slurm (`SLURM_JOB_NODELIST`), else None."""
+    env = dict(os.environ) if env is None else env
+    value = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    return expand(value) if value else None
+
+
+def compress(names: Iterable[str]) -> str:
+    """The inverse of `expand` for display: gpu001,gpu002,gpu003 -> gpu[001-003]."""
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    order: list[tuple[str, str, int]] = []
+    singles: list[str] = []
+    for n in dedupe(names):
+        m = re.fullmatch(r"(.*?)(\d+)([^\d]*)", n)
+        if not m:
+            singles.append(n)
+            continue
+        key = (m.group(1), m.group(3), len(m.group(2)) if m.group(2).startswith("0") else 0)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(int(m.group(2)))
+    parts: list[str] = []
+    for key in order:
+        prefix, suffix, width = key
+        nums = sorted(set(groups[key]))
+        if len(nums) == 1:
+            parts.append(f"{prefix}{str(nums[0]).zfill(width)}{suffix}")
+            continue
+        ranges: list[str] = []
+        start = prev = nums[0]
+        for x in nums[1:] + [None]:  # type: ignore[list-item]
+            if x is not None and x == prev + 1:
+                prev = x
+                continue
+            a, b = str(start).zfill(width), str(prev).zfill(width)
+            ranges.append(a if start == prev else f"{a}-{b}")
+            if x is not None:
+                start = prev = x
+        parts.append(f"{prefix}[{','.join(ranges)}]{suffix}")
+    return ",".join(parts + singles)
+
+
+def hostnames_for(partition: str | None = None, nodelist: str | None = None, timeout: float = 15) -> list[str]:
+    """Nodes of a Slurm partition or nodelist, through `scontrol` / `sinfo` (bounded)."""
+    import subprocess
+
+    try:
+        if nodelist:
+            p = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                               timeout=timeout)
+        else:
+            p = subprocess.run(["sinfo", "-h", "-N", "-o", "%N", "-p", str(partition)], capture_output=True,
+                               text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise HostlistError("Slurm's scontrol/sinfo not found: give --hosts instead") from None
+    except subprocess.TimeoutExpired:
+        raise HostlistError(f"Slurm did not answer within {timeout:g} s (is slurmctld up?)") from None
+    if p.returncode != 0:
+        raise HostlistError(f"Slurm: {(p.stderr or p.stdout).strip() or 'exit ' + str(p.returncode)}")
+    names = dedupe(line.strip() for line in p.stdout.splitlines() if line.strip())
+    for n in names:
+        if not valid_node_name(n):
+            raise HostlistError(f"Slurm returned an invalid node name {n!r}")
+    if not names:
+        raise HostlistError(f"no nodes in {'nodelist ' + nodelist if nodelist else 'partition ' + str(partition)}")
+    return names
+
+
+def ring_peers(nodes: list[str]) -> dict[str, list[str]]:
+    """Each node's ring neighbours (previous and next): every link is tested from both ends,
+    so the node common to the failing links is the culprit."""
+    n = len(nodes)
+    if n < 2:
+        return {x: [] for x in nodes}
+    out: dict[str, list[str]] = {}
+    for i, node in enumerate(nodes):
+        out[node] = dedupe([nodes[(i + 1) % n], nodes[(i - 1) % n]])
+        out[node] = [p for p in out[node] if p != node]
+    return out
+
+
+def all_pairs(nodes: list[str]) -> dict[str, list[str]]:
+    return {x: [y for y in nodes if y != x] for x in nodes}

@@ -1,0 +1,110 @@
+"""The one result schema, and the capture a probe leaves behind.
+
+Every part of preflight (run, node, analyze, and later sweep, runtime events, triage and
+history) speaks `Result`. A `Capture` is what a transport brings back from one probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        """Severity order used to pick the worst status: pass < skip < warn < error < fail."""
+        return _RANK[self]
+
+
+_RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+
+
+def worst(statuses: list[Status]) -> Status:
+    """The most severe status of a list (PASS for an empty list)."""
+    return max(statuses, key=lambda s: s.rank, default=Status.PASS)
+
+
+@dataclass
+class Result:
+    """One check's outcome on one node."""
+
+    check: str
+    node: str
+    status: Status
+    summary: str
+    evidence: list[str] = field(default_factory=list)
+    remedy: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Result:
+        return cls(
+            check=str(d["check"]),
+            node=str(d["node"]),
+            status=Status(d["status"]),
+            summary=str(d.get("summary", "")),
+            evidence=list(d.get("evidence", [])),
+            remedy=str(d.get("remedy", "")),
+            facts=dict(d.get("facts", {})),
+            source=str(d.get("source", "")),
+        )
+
+
+class CaptureState(str, Enum):
+    OK = "ok"  # the command ran (whatever its exit code)
+    MISSING = "missing"  # the tool is not installed / not on PATH
+    TIMEOUT = "timeout"  # killed after its timeout
+    FAILED = "failed"  # could not be started, or the transport lost it
+
+
+@dataclass
+class Capture:
+    """What one probe produced on one node."""
+
+    probe: str
+    argv: list[str]
+    state: CaptureState
+    stdout: str = ""
+    stderr: str = ""
+    rc: int | None = None
+    duration: float = 0.0
+    truncated: bool = False
+    timeout: float = 0.0
+    reason: str = ""  # for MISSING / TIMEOUT / FAILED: a human sentence
+    source: str = ""  # the file it was read from (analyze) or "probe:<name>"
+
+    @property
+    def ok(self) -> bool:
+        return self.state is CaptureState.OK
+
+    @property
+    def text(self) -> str:
+        """stdout and stderr together, as a log reader would see them."""
+        if self.stderr and self.stdout:
+            return self.stdout + "\n" + self.stderr
+        return self.stdout or self.stderr
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Capture:
+        d = dict(d)
+        d["state"] = CaptureState(d["state"])
+        return cls(**d)

@@ -1,0 +1,65 @@
+"""Markdown report: verdict, per-node matrix, then every non-pass result with its evidence."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from preflight.model import Status
+from preflight.report import Report
+
+_MARK = {"pass": "pass", "warn": "**WARN**", "fail": "**FAIL**", "skip": "skip", "error": "**ERROR**"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(report: Report) -> str:
+    v = report.verdict
+    lines = [f"# preflight {report.command}: {v.verdict}", ""]
+    lines.append(f"- started: {report.started}, took {report.duration_s:.2f} s")
+    lines.append(f"- nodes: {', '.join(report.nodes)}")
+    if report.profiles:
+        profs = sorted(set(report.profiles.values()))
+        lines.append(f"- profile: {', '.join(profs)}")
+    lines.append("- results: " + ", ".join(f"{k} {n}" for k, n in v.counts.items() if n))
+    if v.bad_nodes:
+        lines.append(f"- nodes blocking the job: {', '.join(v.bad_nodes)}")
+    lines.append("")
+    checks = sorted({r.check for r in report.results})
+    nodes = sorted({r.node for r in report.results})
+    if checks and nodes:
+        import pandas as pd  # the report path may be heavy; the prologue path never comes here
+
+        frame = pd.DataFrame([{"node": r.node, "check": r.check, "status": r.status.rank, "s": r.status.value}
+                              for r in report.results])
+        worst = frame.sort_values("status").groupby(["node", "check"])["s"].last().unstack("check")
+        worst = worst.reindex(index=nodes, columns=checks).fillna("")
+        rows = [[node, *[_MARK.get(str(x), str(x)) for x in worst.loc[node]]] for node in nodes]
+        lines += ["## Matrix", "", tabulate(rows, headers=["node", *checks], tablefmt="github"), ""]
+    bad = [r for r in report.results if r.status is not Status.PASS]
+    if bad:
+        lines += ["## Findings", ""]
+        for r in bad:
+            lines.append(f"### {r.status.value.upper()} {r.check} on {r.node}")
+            lines.append("")
+            lines.append(_cell(r.summary))
+            lines.append("")
+            if r.evidence:
+                lines.append("```")
+                lines.extend(e.replace("```", "'''") for e in r.evidence[:20])
+                if len(r.evidence) > 20:
+                    lines.append(f"... {len(r.evidence) - 20} more lines in report.json")
+                lines.append("```")
+                lines.append("")
+            if r.remedy:
+                lines.append(f"Remedy: {_cell(r.remedy)}")
+                lines.append("")
+            if r.source:
+                lines.append(f"Source: `{r.source}`")
+                lines.append("")
+    rows = [[r.node, r.check, _MARK[r.status.value], _cell(r.summary)] for r in report.results
+            if r.status is Status.PASS]
+    if rows:
+        lines += ["## Passed", "", tabulate(rows, headers=["node", "check", "status", "summary"], tablefmt="github"), ""]
+    return "\n".join(lines) + "\n"

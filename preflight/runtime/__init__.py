@@ -1,0 +1,31 @@
+"""The runtime resilience layer training jobs import.
+
+Public interface: Preemption, Watchdog, CheckpointManager, StragglerDetector, LossGuard,
+nccl_env, check_env_consistency, EventWriter. Submodules load lazily so that importing
+`preflight.runtime` stays cheap; torch is imported only where a component needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "EventWriter": "preflight.runtime.events",
+    "read_events": "preflight.runtime.events",
+    "Preemption": "preflight.runtime.preemption",
+    "Watchdog": "preflight.runtime.watchdog",
+    "CheckpointManager": "preflight.runtime.checkpoint",
+    "StragglerDetector": "preflight.runtime.straggler",
+    "LossGuard": "preflight.runtime.lossguard",
+    "nccl_env": "preflight.runtime.ncclenv",
+    "check_env_consistency": "preflight.runtime.ncclenv",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'preflight.runtime' has no attribute {name!r}")

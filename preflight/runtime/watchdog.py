@@ -1,0 +1,536 @@
+"""Hang watchdog for a training rank: section timeouts, peer progress, hang records.
+
+    wd = Watchdog(run_dir, timeouts={"step": "auto", "checkpoint": 900})
+    with wd.section("setup"):
+        model = build()
+    for step in range(start, total):
+        with wd.section("step", step=step):
+            train_step()
+        if step % 1000 == 0:
+            with wd.section("checkpoint"):   # every rank, the barrier included
+                save()
+    wd.close()
+
+A daemon monitor thread compares the time spent in the open section with that section's
+timeout (polling every `poll_s`, so an overrun is noticed within about a second). A timeout
+is a number of seconds, None (not watched) or "auto": `auto_factor` times the longest
+duration of that section observed after warm-up, never under `auto_floor_s`; before warm-up
+(the first `warmup_steps` steps, the first occurrence of any other section) the generous
+`auto_initial_s` applies, so compilation and first-batch costs never raise a false alarm.
+Nested sections pause the clock of their parent: a checkpoint taken inside a step is
+timed against the checkpoint timeout and not charged to the step.
+A loop may also call `heartbeat(step)` once per step instead of opening "step" sections: while
+no section is open, the time since the last heartbeat is timed as an implicit "step".
+
+Peer progress: the monitor thread writes `heartbeat-rank<R>.json` (step, section, time) into
+the run directory every `heartbeat_interval_s`, atomically. A rank that is SIGSTOPped,
+dead or stuck holding the GIL stops writing; a rank that is slower stays at a lower step.
+The run directory should be on a shared filesystem for ranks of other nodes to be seen.
+
+On a hang the monitor writes `hang-rank<R>.json` (host, rank, section, step, elapsed,
+timeout, the Python stacks of every thread, the ranks that are behind or stale) and, when
+torch.distributed is in use, the flight recorder's dump `fr-rank<R>.json` beside it (gloo
+writes none by itself on a timeout); it emits a `runtime.watchdog` event, waits
+`exit_grace_s` so that peers blocked in the same collective can write their own records, and
+ends the process with `os._exit(exit_code)`.
+
+Exit code: 75 by default, EX_TEMPFAIL of sysexits.h ("temporary failure, retry later"):
+a launcher with restarts (`torchrun --max-restarts N`, Slurm `--requeue`) restarts the job
+from its last checkpoint, and the code tells a hang apart from a crash (1) or a signal.
+
+The watchdog never raises into training: a fault in the monitor is logged and the monitor
+goes on; every file it writes is bounded in time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from preflight.model import Status
+from preflight.runtime.events import EventWriter, env_rank
+
+log = logging.getLogger("preflight.runtime")
+
+EXIT_HANG = 75  # EX_TEMPFAIL (sysexits.h): a hang, the launcher should restart the job
+CHECK = "runtime.watchdog"
+
+DEFAULT_TIMEOUTS: dict[str, float | str | None] = {
+    "step": "auto",
+    "setup": 600.0,
+    "checkpoint": 900.0,
+    "eval": 1800.0,
+}
+# Flight-recorder ring size. torch 2.13 reads TORCH_FR_BUFFER_SIZE (falling back to
+# TORCH_NCCL_TRACE_BUFFER_SIZE) when a process group is created, for gloo as for NCCL
+# (torch/distributed/distributed_c10d.py and libtorch_cpu); 0 turns the recorder off.
+FR_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FR_DEFAULT_ENTRIES = 2000
+
+
+def enable_flight_recorder(entries: int = FR_DEFAULT_ENTRIES) -> bool:
+    """Turn the collective flight recorder on for process groups created from now on.
+
+    Sets TORCH_FR_BUFFER_SIZE unless the job already chose a size through either variable.
+    Call it before `init_process_group`. Returns True when this call set the variable.
+    """
+    if any(k in os.environ for k in FR_ENV):
+        return False
+    os.environ[FR_ENV[0]] = str(int(entries))
+    return True
+
+
+def dump_flight_recorder(path: str | os.PathLike[str], timeout_s: float = 10.0) -> dict[str, Any]:
+    """Write the flight recorder's JSON dump to `path`, bounded by `timeout_s`.
+
+    Returns a summary: {"path", "entries", "last": {op, seq, state}} or {"error": reason}.
+    Never raises; never imports torch (a job that did not import it has nothing recorded).
+    """
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    if c10d is None:
+        return {"error": "torch.distributed not loaded in this process"}
+    fn = getattr(c10d, "_dump_fr_trace_json", None) or getattr(c10d, "_dump_nccl_trace_json", None)
+    if fn is None:
+        return {"error": "this torch build has no flight-recorder dump"}
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["raw"] = fn()
+        except Exception as exc:  # noqa: BLE001 - reported, never raised
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    t = threading.Thread(target=work, name="preflight-fr-dump", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return {"error": f"flight-recorder dump did not return within {timeout_s:g} s"}
+    if "error" in box:
+        return {"error": box["error"]}
+    raw = box.get("raw", b"")
+    data = raw if isinstance(raw, bytes) else str(raw).encode()
+    summary: dict[str, Any] = {"path": str(path)}
+    try:
+        _atomic_write(Path(path), data)
+    except OSError as exc:
+        return {"error": f"could not write {path}: {exc}"}
+    try:
+        entries = json.loads(data).get("entries") or []
+    except (ValueError, AttributeError):
+        entries = []
+    summary["entries"] = len(entries)
+    if entries:
+        last = entries[-1]
+        summary["last"] = {"op": last.get("profiling_name"), "seq": last.get("collective_seq_id"),
+                           "state": last.get("state"), "pg": last.get("process_group")}
+    return summary
+
+
+def thread_stacks() -> dict[str, list[str]]:
+    """The Python stack of every thread, innermost frame last, keyed "name (ident)"."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out: dict[str, list[str]] = {}
+    for ident, frame in sys._current_frames().items():
+        lines = [ln.rstrip("\n") for ln in traceback.format_stack(frame)]
+        out[f"{names.get(ident, 'unknown')} ({ident})"] = lines
+    return out
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def read_heartbeats(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """Every rank's last heartbeat in a run directory (unreadable files are skipped)."""
+    beats: dict[int, dict[str, Any]] = {}
+    for path in Path(run_dir).glob("heartbeat-rank*.json"):
+        try:
+            rec = json.loads(path.read_text())
+            beats[int(rec["rank"])] = rec
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return beats
+
+
+def peer_progress(beats: Mapping[int, Mapping[str, Any]], now: float, stale_after_s: float,
+                  self_rank: int | None = None) -> dict[str, Any]:
+    """Which ranks are behind (lower step) or stale (no heartbeat for `stale_after_s`).
+
+    A rank whose own watchdog fired (state "hang") is waiting like this one, not stale.
+    Suspects: the stale ranks, or when none is stale the ranks behind.
+    Pure: heartbeats and the current wall time in, a summary out.
+    """
+    peers = []
+    steps: list[int] = [int(b["step"]) for b in beats.values() if isinstance(b.get("step"), int)]
+    top = max(steps) if steps else None
+    behind, stale = [], []
+    for rank in sorted(beats):
+        b = beats[rank]
+        age = now - float(b.get("time", 0.0))
+        state = str(b.get("state", "running"))
+        step = b.get("step")
+        is_stale = state == "running" and age > stale_after_s and rank != self_rank
+        is_behind = isinstance(step, int) and top is not None and step < top and state != "closed"
+        if is_stale:
+            stale.append(rank)
+        if is_behind:
+            behind.append(rank)
+        peers.append({"rank": rank, "host": b.get("host"), "step": step, "section": b.get("section"),
+                      "state": state, "age_s": round(age, 3), "behind": is_behind, "stale": is_stale})
+    # A rank that stopped heartbeating is the prime suspect. Ranks blocked in one collective
+    # may legitimately differ by a step (a rank that got its last chunk has left it), so a
+    # lower step names a suspect only when no rank is stale.
+    suspects = sorted(stale) if stale else sorted(behind)
+    return {"max_step": top, "behind": behind, "stale": stale, "suspects": suspects, "peers": peers}
+
+
+class _Frame:
+    __slots__ = ("name", "start", "timeout", "timeout_kind")
+
+    def __init__(self, name: str, start: float, timeout: float | None, kind: str) -> None:
+        self.name = name
+        self.start = start  # monotonic; moved forward by the time spent in nested sections
+        self.timeout = timeout
+        self.timeout_kind = kind
+
+
+class _Section:
+    __slots__ = ("_wd", "_name", "_step")
+
+    def __init__(self, wd: Watchdog, name: str, step: int | None) -> None:
+        self._wd = wd
+        self._name = name
+        self._step = step
+
+    def __enter__(self) -> _Section:
+        self._wd._enter(self._name, self._step)
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._wd._exit()
+
+
+class Watchdog:
+    """Per-rank hang detection with per-section timeouts; see the module docstring."""
+
+    def __init__(self, run_dir: str | os.PathLike[str],
+                 timeouts: Mapping[str, float | str | None] | None = None, *,
+                 warmup_steps: int = 20, auto_factor: float = 5.0, auto_floor_s: float = 60.0,
+                 auto_initial_s: float = 1800.0, default_timeout_s: float | None = 1800.0,
+                 exit_code: int = EXIT_HANG, events: EventWriter | None = None,
+                 rank: int | None = None, poll_s: float = 0.25, heartbeat_interval_s: float = 0.5,
+                 stale_after_s: float | None = None, exit_on_hang: bool = True, exit_grace_s: float = 2.0,
+                 flight_recorder: bool = True, gil_backstop_s: float | None = None,
+                 on_hang: Callable[[dict[str, Any]], None] | None = None, start: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.timeouts: dict[str, float | str | None] = dict(DEFAULT_TIMEOUTS)
+        self.timeouts.update(timeouts or {})
+        self.warmup_steps = int(warmup_steps)
+        self.auto_factor = float(auto_factor)
+        self.auto_floor_s = float(auto_floor_s)
+        self.auto_initial_s = float(auto_initial_s)
+        self.default_timeout_s = default_timeout_s
+        self.exit_code = int(exit_code)
+        self.rank = env_rank() if rank is None else int(rank)
+        self.host = socket.gethostname().split(".")[0]
+        self.events = events if events is not None else EventWriter(self.run_dir, rank=self.rank)
+        self.poll_s = float(poll_s)
+        self.heartbeat_interval_s = float(heartbeat_interval_s)
+        self.stale_after_s = float(stale_after_s) if stale_after_s is not None else 3 * self.heartbeat_interval_s
+        self.exit_on_hang = exit_on_hang
+        self.exit_grace_s = float(exit_grace_s)
+        self.gil_backstop_s = gil_backstop_s
+        self.on_hang = on_hang
+        self.fired: dict[str, Any] | None = None
+        self.monitor_faults = 0
+        # state written by the training thread, read by the monitor (attribute stores are atomic)
+        self._stack: list[_Frame] = []
+        self._current: _Frame | None = None
+        self._step: int | None = None
+        self._steps_done = 0
+        self._counts: dict[str, int] = {}
+        self._longest: dict[str, float] = {}
+        self._last_beat: float | None = None  # monotonic time of the last heartbeat
+        self._beat_clean = False  # no section ran since the last heartbeat
+        self._closed = False
+        self._stop = threading.Event()
+        self._backstop_file: Any = None
+        self.heartbeat_path = self.run_dir / f"heartbeat-rank{self.rank}.json"
+        self.record_path = self.run_dir / f"hang-rank{self.rank}.json"
+        self.fr_path = self.run_dir / f"fr-rank{self.rank}.json"
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning("preflight: watchdog cannot create %s: %s", self.run_dir, exc)
+        if flight_recorder:
+            enable_flight_recorder()
+        self._thread = threading.Thread(target=self._monitor, name="preflight-watchdog", daemon=True)
+        if start:
+            try:
+                self._thread.start()
+            except RuntimeError as exc:  # no thread to be had: train unwatched rather than not at all
+                log.warning("preflight: watchdog monitor could not start, hangs go undetected: %s", exc)
+
+    # ----- training-thread API -----------------------------------------------------------
+    def section(self, name: str, step: int | None = None) -> _Section:
+        """Context manager timing one section ("step", "setup", "checkpoint", "eval", ...)."""
+        return _Section(self, name, step)
+
+    def heartbeat(self, step: int | None = None) -> None:
+        """Progress mark, once per step: records the step and restarts the implicit step clock."""
+        now = time.monotonic()
+        if step is not None:
+            self._step = int(step)
+        if not self._stack:
+            if self._last_beat is not None and self._beat_clean:
+                self._observe("step", now - self._last_beat)
+                self._steps_done += 1
+            self._last_beat = now
+            self._beat_clean = True
+            self._current = _Frame("step", now, *self.timeout_for("step"))
+
+    @property
+    def step(self) -> int:
+        """The last step number the loop gave, else the number of steps completed."""
+        return self._step if self._step is not None else self._steps_done
+
+    def timeout_for(self, name: str) -> tuple[float | None, str]:
+        """(timeout in seconds or None, how it was chosen: fixed / auto / warmup / off)."""
+        spec = self.timeouts.get(name, self.default_timeout_s)
+        if spec is None:
+            return None, "off"
+        if spec == "auto":
+            warm = self.warmup_steps if name == "step" else 1
+            if self._counts.get(name, 0) <= warm or name not in self._longest:
+                return max(self.auto_initial_s, self.auto_floor_s), "warmup"
+            return max(self.auto_floor_s, self.auto_factor * self._longest[name]), "auto"
+        try:
+            return float(spec), "fixed"
+        except (TypeError, ValueError):
+            return self.default_timeout_s, "fixed"
+
+    def close(self) -> None:
+        """Stop watching (end of training); marks this rank "closed" for its peers."""
+        if self._closed:
+            return
+        self._closed = True
+        self._current = None
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2.0)
+        if self._backstop_file is not None:
+            try:
+                faulthandler.cancel_dump_traceback_later()
+                self._backstop_file.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._write_heartbeat(state="closed")
+
+    def __enter__(self) -> Watchdog:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _enter(self, name: str, step: int | None) -> None:
+        now = time.monotonic()
+        if step is not None:
+            self._step = int(step)
+        self._beat_clean = False
+        frame = _Frame(name, now, *self.timeout_for(name))
+        self._stack.append(frame)
+        self._current = frame
+
+    def _exit(self) -> None:
+        now = time.monotonic()
+        if not self._stack:
+            return
+        frame = self._stack.pop()
+        own = now - frame.start
+        self._observe(frame.name, own)
+        if frame.name == "step":
+            self._steps_done += 1
+        if self._stack:
+            parent = self._stack[-1]
+            parent.start += own  # the parent's clock pauses while a nested section runs
+            self._current = parent
+        elif self._last_beat is not None:
+            self._last_beat = now  # back in heartbeat mode: the implicit step restarts now
+            self._current = _Frame("step", now, *self.timeout_for("step"))
+        else:
+            self._current = None
+
+    def _observe(self, name: str, duration: float) -> None:
+        n = self._counts.get(name, 0) + 1
+        self._counts[name] = n
+        warm = self.warmup_steps if name == "step" else 1
+        if n > warm and duration > self._longest.get(name, 0.0):
+            self._longest[name] = duration
+
+    # ----- monitor thread -----------------------------------------------------------------
+    def _monitor(self) -> None:
+        next_beat = 0.0
+        while not self._stop.wait(self.poll_s):
+            try:
+                now = time.monotonic()
+                if now >= next_beat:
+                    self._write_heartbeat()
+                    self._arm_backstop()
+                    next_beat = now + self.heartbeat_interval_s
+                frame = self._current
+                if frame is None or frame.timeout is None or self.fired is not None:
+                    continue
+                elapsed = now - frame.start
+                if elapsed > frame.timeout and frame is self._current:
+                    self._fire(frame, elapsed)
+            except Exception:  # noqa: BLE001 - monitoring must never take training down
+                self.monitor_faults += 1
+                if self.monitor_faults <= 3:
+                    log.exception("preflight: watchdog monitor fault (training continues)")
+
+    def _arm_backstop(self) -> None:
+        """faulthandler dumps every stack and exits if this thread cannot run (GIL held)."""
+        if not self.gil_backstop_s:
+            return
+        if self._backstop_file is None:
+            self._backstop_file = open(self.run_dir / f"stacks-rank{self.rank}.txt", "w")  # noqa: SIM115
+        faulthandler.dump_traceback_later(self.gil_backstop_s, repeat=False, file=self._backstop_file, exit=True)
+
+    def _state(self) -> dict[str, Any]:
+        frame = self._current
+        return {"rank": self.rank, "host": self.host, "pid": os.getpid(), "step": self.step,
+                "section": frame.name if frame is not None else None,
+                "section_elapsed_s": round(time.monotonic() - frame.start, 3) if frame is not None else None,
+                "time": time.time()}
+
+    def _write_heartbeat(self, state: str = "running") -> None:
+        rec = self._state()
+        rec["state"] = state
+        try:
+            _atomic_write(self.heartbeat_path, json.dumps(rec).encode())
+        except OSError as exc:
+            self.monitor_faults += 1
+            if self.monitor_faults <= 3:
+                log.warning("preflight: watchdog cannot write %s: %s", self.heartbeat_path, exc)
+
+    def _fire(self, frame: _Frame, elapsed: float) -> None:
+        detected = time.time()
+        record: dict[str, Any] = {"rank": self.rank, "host": self.host, "pid": os.getpid(),
+                                  "section": frame.name, "step": self.step,
+                                  "elapsed_s": round(elapsed, 3), "timeout_s": frame.timeout,
+                                  "timeout_kind": frame.timeout_kind, "time": detected,
+                                  "exit_code": self.exit_code if self.exit_on_hang else None}
+        self.fired = record
+        if self._backstop_file is not None:  # this thread runs: the GIL backstop has done its part
+            faulthandler.cancel_dump_traceback_later()
+        self._write_heartbeat(state="hang")
+        done = threading.Event()
+
+        def write() -> None:
+            try:
+                self._write_record(record)
+            except Exception:  # noqa: BLE001
+                log.exception("preflight: watchdog could not write the hang record")
+            finally:
+                done.set()
+
+        threading.Thread(target=write, name="preflight-hang-record", daemon=True).start()
+        done.wait(30.0)  # a hung shared filesystem must not keep a hung job alive
+        if self.on_hang is not None:
+            try:
+                self.on_hang(record)
+            except Exception:  # noqa: BLE001
+                log.exception("preflight: on_hang callback failed")
+        if self.exit_on_hang:
+            # peers blocked in the same collective fire within a poll or two: let them write
+            # their records before this exit breaks their connections. Should the training
+            # thread die meanwhile (a peer went first), the process still ends with our code.
+            self._exit_with_code_on_shutdown()
+            time.sleep(self.exit_grace_s)
+            _flush_and_exit(self.exit_code)
+
+    def _exit_with_code_on_shutdown(self) -> None:
+        code = self.exit_code
+        previous = sys.excepthook
+
+        def hook(et: type[BaseException], ev: BaseException, tb: TracebackType | None) -> None:
+            try:
+                previous(et, ev, tb)
+            finally:
+                _flush_and_exit(code)
+
+        sys.excepthook = hook
+        atexit.register(_flush_and_exit, code)
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        record["stacks"] = thread_stacks()
+        record["flight_recorder"] = dump_flight_recorder(self.fr_path)
+        progress = peer_progress(read_heartbeats(self.run_dir), time.time(), self.stale_after_s, self.rank)
+        record.update(progress)
+        try:
+            _atomic_write(self.record_path, json.dumps(record, indent=1, default=str).encode())
+        except OSError as exc:
+            log.warning("preflight: cannot write %s: %s", self.record_path, exc)
+        fr = record["flight_recorder"]
+        last = fr.get("last") or {}
+        main = record["stacks"].get(next((k for k in record["stacks"] if k.startswith("MainThread")), ""), [])
+        suspects = progress["suspects"]
+        who = ", ".join(f"rank {r}" for r in suspects) or "none found"
+        evidence = [f"section {_frame_desc(record)}; timeout chosen: {record['timeout_kind']}"]
+        if main:
+            evidence.append("main thread at: " + main[-1].strip().splitlines()[0])
+        if last:
+            evidence.append(f"last collective: {last.get('op')} seq {last.get('seq')} ({last.get('state')})")
+        for p in progress["peers"]:
+            if p["behind"] or p["stale"]:
+                evidence.append(f"rank {p['rank']} on {p['host']}: step {p['step']} in {p['section']}, "
+                                f"last heartbeat {p['age_s']:.1f} s ago")
+        evidence.append(f"hang record: {self.record_path}")
+        remedy = (f"the process exits with code {self.exit_code} for the launcher to restart the job "
+                  "from its last checkpoint; ")
+        remedy += (f"inspect the suspect ranks ({who}) and their nodes (stacks in hang-rank*.json, dmesg, "
+                   "GPU health); drain the node if the hang repeats there" if suspects else
+                   "compare the hang records of every rank (preflight triage) to find the culprit")
+        facts = {"op": last.get("op") or record["section"], "seq": last.get("seq"),
+                 "timeout_ms": int((record["timeout_s"] or 0) * 1000), "ran_ms": int(record["elapsed_s"] * 1000),
+                 "rank": self.rank, "section": record["section"], "step": record["step"],
+                 "behind": progress["behind"], "stale": progress["stale"], "suspects": suspects,
+                 "record": str(self.record_path), "flight_recorder": fr.get("path")}
+        self.events.emit(CHECK, Status.FAIL,
+                         f"rank {self.rank} hung in section '{record['section']}' at step {record['step']} for "
+                         f"{record['elapsed_s']:.1f} s (timeout {record['timeout_s']:.1f} s); suspects: {who}",
+                         evidence=evidence, remedy=remedy, facts=facts, step=record["step"])
+
+
+def _flush_and_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        logging.shutdown()
+    finally:
+        os._exit(code)
+
+
+def _frame_desc(record: Mapping[str, Any]) -> str:
+    return (f"{record.get('section')} at step {record.get('step')}: {record.get('elapsed_s')} s "
+            f"> {record.get('timeout_s')} s")

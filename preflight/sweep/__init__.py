@@ -1,0 +1,1 @@
+"""Distributed collective sweep: all-reduce bandwidth/latency, ping-pong, bad-node isolation."""

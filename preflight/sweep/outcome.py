@@ -1,0 +1,415 @@
+"""From the ranks' events to Results: the sweep table, the pair matrix, the culprit.
+
+Pure (events + profile -> results). The all-reduce rows are written out as an nccl-tests
+table and graded by the very `nccl.allreduce` grader that grades nccl-tests files in
+`analyze`, so a sweep and an all_reduce_perf run of the same numbers get the same verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.model import Capture, CaptureState, Result, Status
+from preflight.profile import Profile
+from preflight.sweep import pairs as pairmod
+from preflight.sweep.launch import Launched
+from preflight.sweep.spec import NCCL_TESTS_DTYPE, SweepSpec
+
+GROUP = "cluster"  # the node label of group-level results
+
+
+@dataclass
+class SweepOutcome:
+    spec: SweepSpec
+    nodes: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    stalls: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    deadline_hits: list[dict[str, Any]] = field(default_factory=list)
+    ranks: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> hello event
+    in_flight: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> begin without end
+    done: set[int] = field(default_factory=set)
+    logs: list[str] = field(default_factory=list)
+    raw: dict[str, list[str]] = field(default_factory=dict)
+    started_nodes: set[str] = field(default_factory=set)
+    timed_out: bool = False
+    seconds: float = 0.0
+    world: int = 0
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(dict.fromkeys(h["node"] for _, h in sorted(self.ranks.items())))
+
+    def node_of(self, rank: int | None) -> str:
+        if rank is None or rank not in self.ranks:
+            return "?"
+        return str(self.ranks[rank]["node"])
+
+
+def collect(launched: Launched, spec: SweepSpec, nodes: list[str]) -> SweepOutcome:
+    out = SweepOutcome(spec=spec, nodes=list(nodes), raw=launched.raw, timed_out=launched.timed_out,
+                       seconds=launched.seconds)
+    pairs: list[dict[str, Any]] = []
+    for ev in launched.events:
+        kind = ev.get("ev")
+        rank = ev.get("rank")
+        if kind == "agent":
+            out.started_nodes.add(str(ev.get("node")))
+        elif kind == "hello" and isinstance(rank, int):
+            out.ranks[rank] = ev
+            out.world = max(out.world, int(ev.get("world") or 0))
+            out.started_nodes.add(str(ev.get("node")))
+        elif kind == "begin" and isinstance(rank, int):
+            out.in_flight[rank] = ev
+        elif kind == "end" and isinstance(rank, int):
+            out.in_flight.pop(rank, None)
+        elif kind == "row":
+            out.rows.append(ev)
+        elif kind == "stall":
+            out.stalls.append(ev)
+            if isinstance(rank, int):
+                out.in_flight.pop(rank, None)
+        elif kind == "error":
+            out.errors.append(ev)
+        elif kind == "deadline":
+            out.deadline_hits.append(ev)
+        elif kind == "agent_kill" and "deadline" in str(ev.get("reason", "")):
+            out.deadline_hits.append({**ev, "phase": "agent"})  # the node agent cut its ranks off
+        elif kind == "done" and isinstance(rank, int):
+            out.done.add(rank)
+        elif kind == "pair":
+            pairs.append(ev)
+        elif kind == "log":
+            out.logs.append(str(ev.get("line", "")))
+    out.pairs = pairs
+    out.rows.sort(key=lambda r: r["bytes"])
+    if not out.nodes:
+        out.nodes = out.hosts
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# the nccl-tests table of the sweep's rows
+
+
+def nccl_tests_text(out: SweepOutcome) -> str:
+    """The rows as all_reduce_perf prints them (out-of-place columns), rank lines included."""
+    spec = out.spec
+    dtype = NCCL_TESTS_DTYPE.get(spec.dtype, spec.dtype)
+    lines = [f"# nThread 1 nGpus 1 minBytes {spec.min_bytes} maxBytes {spec.max_bytes} step: {spec.factor}(factor) "
+             f"warmup iters: {spec.warmup} iters: {spec.iters} agg iters: 1 validation: 1 graph: 0", "#",
+             "# Using devices"]
+    for r, h in sorted(out.ranks.items()):
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {int(h.get('pid') or 0):6d} on {h.get('node')!s:>10} device "
+                     f"{int(h.get('local_rank') or 0):2d} [{h.get('device', '')}] {h.get('model', '')}")
+    lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw #wrong",
+              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"]
+    for row in out.rows:
+        lines.append(f"{row['bytes']:12d}  {row['count']:12d}  {dtype:>8}     sum      -1  {row['time_us']:8.2f}  "
+                     f"{row['algbw']:6.2f}  {row['busbw']:6.2f}  {int(row.get('wrong') or 0):5d}")
+    if out.rows:
+        wrong = sum(int(r.get("wrong") or 0) for r in out.rows)
+        avg = sum(round(r["busbw"], 2) for r in out.rows) / len(out.rows)
+        lines.append(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
+        lines.append(f"# Avg bus bandwidth    : {avg:.4f}")
+    return "\n".join(lines) + "\n"
+
+
+def effective_profile(profile: Profile, expect_busbw: float | None = None, expect_min_bytes: int | None = None,
+                      expect_warn_busbw: float | None = None) -> Profile:
+    """The profile with operator overrides (--expect-busbw ...) applied to both tables, each
+    override keeping its provenance."""
+    if expect_busbw is None and expect_min_bytes is None and expect_warn_busbw is None:
+        return profile
+    values = dict(profile.values)
+    sources = dict(profile.sources)
+    for table in ("single_node", "multi_node"):
+        if expect_busbw is not None:
+            k = f"nccl.allreduce.{table}.peak_busbw_fail"
+            values[k] = float(expect_busbw)
+            sources[k] = "--expect-busbw on the command line"
+            kw = f"nccl.allreduce.{table}.peak_busbw_warn"
+            values[kw] = float(expect_warn_busbw if expect_warn_busbw is not None else expect_busbw)
+            sources[kw] = "--expect-warn-busbw on the command line" if expect_warn_busbw is not None else \
+                "--expect-busbw on the command line"
+    if expect_min_bytes is not None:
+        values["nccl.allreduce.peak_min_bytes"] = int(expect_min_bytes)
+        sources["nccl.allreduce.peak_min_bytes"] = "--expect-min-bytes on the command line"
+    return Profile(name=profile.name + "+overrides", description=profile.description, values=values,
+                   sources=sources, match=profile.match, path=profile.path)
+
+
+def group_floor(profile: Profile, multi_node: bool) -> tuple[float, int]:
+    """(fail floor busbw GB/s, from which size) for the ranks' decision to isolate."""
+    table = "multi_node" if multi_node else "single_node"
+    fail = profile.get(f"nccl.allreduce.{table}.peak_busbw_fail") or 0.0
+    return float(fail), int(profile.get("nccl.allreduce.peak_min_bytes") or 0)
+
+
+def expected_row(row: dict[str, Any], profile: Profile, multi_node: bool) -> tuple[str, Status]:
+    """The expectation shown next to a row, and the row's own status against it."""
+    table = "multi_node" if multi_node else "single_node"
+    parts: list[str] = []
+    status = Status.PASS
+    if int(row.get("wrong") or 0):
+        status = Status.FAIL
+    peak_min = int(profile.get("nccl.allreduce.peak_min_bytes") or 0)
+    warn = profile.get(f"nccl.allreduce.{table}.peak_busbw_warn")
+    fail = profile.get(f"nccl.allreduce.{table}.peak_busbw_fail")
+    if row["bytes"] >= peak_min and (warn or fail):
+        parts.append(f">= {warn or fail:g} GB/s" + (f" (fail < {fail:g})" if fail and warn and fail != warn else ""))
+        if fail and row["busbw"] < float(fail):
+            status = Status.FAIL
+        elif warn and row["busbw"] < float(warn) and status is Status.PASS:
+            status = Status.WARN
+    tcp_min = int(profile.get("nccl.allreduce.tcp_fallback_min_bytes") or 0)
+    tcp_bw = float(profile.get("nccl.allreduce.tcp_fallback_max_busbw") or 0)
+    if tcp_min and tcp_bw and row["bytes"] >= tcp_min and row["busbw"] < tcp_bw:
+        parts.append(f"TCP-fallback signature (< {tcp_bw:g} GB/s)")
+        status = Status.FAIL
+    for entry in profile.get(f"nccl.allreduce.{table}.sizes") or []:
+        if isinstance(entry, dict) and int(entry.get("bytes", -1)) == row["bytes"] and "max_time_us" in entry:
+            parts.append(f"<= {float(entry['max_time_us']):g} us")
+            if row["time_us"] > float(entry["max_time_us"]) and status is Status.PASS:
+                status = Status.WARN
+    return "; ".join(parts) or "-", status
+
+
+# ----------------------------------------------------------------------------------------
+# grading
+
+
+def _ranks_text(ranks: list[int], out: SweepOutcome) -> str:
+    by: dict[str, list[int]] = {}
+    for r in sorted(ranks):
+        by.setdefault(out.node_of(r), []).append(r)
+    return ", ".join(f"{n} (rank{'s' if len(rs) > 1 else ''} {','.join(map(str, rs))})" for n, rs in by.items())
+
+
+def _fmt(b: int) -> str:
+    for unit, div in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if b >= div and b % div == 0:
+            return f"{b // div} {unit}"
+    return f"{b} B"
+
+
+def grade(out: SweepOutcome, profile: Profile, registry: Any = None) -> tuple[list[Result], pairmod.Isolation]:
+    """Results of a sweep: nccl.allreduce, nccl.pingpong (group + named culprits),
+    nccl.transport, and ERROR for nodes that never started."""
+    from preflight import engine
+    from preflight import registry as regmod
+    from preflight.registry import Options
+
+    reg = registry or regmod.load()
+    results: list[Result] = []
+    spec = out.spec
+    multi = len(out.hosts) > 1 if out.ranks else len(out.nodes) > 1
+
+    # nodes that never started a rank
+    for n in out.nodes:
+        if n not in out.started_nodes:
+            lines = (out.raw.get(n) or out.raw.get("srun") or [])[-6:]
+            results.append(Result(check="nccl.allreduce", node=n, status=Status.ERROR,
+                                  summary=f"could not start the sweep's ranks on {n}",
+                                  evidence=lines or ["no output from the launch"],
+                                  remedy=f"check that {n} is reachable (ssh {n} true), runs python3 with torch "
+                                         "and preflight importable; then rerun the sweep",
+                                  source="sweep"))
+
+    iso = pairmod.analyse(out.nodes if out.nodes else out.hosts, out.pairs, spec.pair_min_gbps, spec.pair_slow_ratio)
+
+    # all-reduce: the nccl-tests grader over the rows
+    ar: Result | None = None
+    if spec.allreduce:
+        text = nccl_tests_text(out)
+        cap = Capture(probe="nccl-tests", argv=["preflight", "sweep"], state=CaptureState.OK, stdout=text, rc=0,
+                      source="sweep")
+        check = reg.checks.get("nccl.allreduce")
+        if check is not None and out.rows:
+            graded = engine.grade_check(check, GROUP, {"nccl-tests": cap}, profile, Options(mode="run"))
+            ar = graded[0]
+        rows_facts = []
+        for row in out.rows:
+            exp, st = expected_row(row, profile, multi)
+            rows_facts.append({k: row.get(k) for k in ("bytes", "count", "dtype", "time_us", "p99_us", "mean_us",
+                                                       "min_us", "algbw", "busbw", "wrong")}
+                              | {"expected": exp, "status": st.value})
+        busbws = [r["busbw"] for r in out.rows]
+        facts: dict[str, Any] = {
+            "avg_busbw": round(sum(busbws) / len(busbws), 6) if busbws else None,
+            "peak_busbw": max(busbws) if busbws else None,
+            "rows": rows_facts, "backend": spec.backend, "dtype": spec.dtype, "world": out.world,
+            "hosts": out.hosts, "table": "multi_node" if multi else "single_node",
+        }
+        stuck = _stuck(out)
+        if stuck:
+            size = stuck["bytes"]
+            ranks_txt = _ranks_text(stuck["ranks"], out)
+            blame = f"; isolation names {', '.join(iso.culprits)}" if iso.culprits else ""
+            blame += f"; bad link {', '.join(iso.links)}" if iso.links else ""
+            ev = [f"{_fmt(size) if isinstance(size, int) else size} all-reduce: {stuck['how']} on {ranks_txt}"]
+            ev += [f"rank {s.get('rank')} ({out.node_of(s.get('rank'))}): {s.get('error', '')}"
+                   for s in (out.stalls + out.errors)[:6]]
+            facts.update(stalled_bytes=size, stuck_ranks=stuck["ranks"],
+                         stuck_nodes=sorted({out.node_of(r) for r in stuck["ranks"]}))
+            if out.rows:
+                last = out.rows[-1]
+                ev.append(f"last completed size {_fmt(last['bytes'])}: {last['time_us']:.1f} us, "
+                          f"busbw {last['busbw']:.4g} GB/s")
+            results.append(Result(
+                check="nccl.allreduce", node=GROUP, status=Status.FAIL,
+                summary=f"all-reduce stalled at {_fmt(size) if isinstance(size, int) else size} "
+                        f"({stuck['how']}){blame}",
+                evidence=ev,
+                remedy="a node or link drops large frames or hangs: drain the node isolation names; check its MTU "
+                       "end to end (ping -M do -s 8972), its NIC/cable and the switch port",
+                facts=facts, source="sweep"))
+        elif ar is not None:
+            ar.facts = {**ar.facts, **facts, "graded_from": "nccl-tests table of the sweep rows"}
+            if ar.status in (Status.FAIL, Status.WARN) and (iso.culprits or iso.links):
+                ar.summary += f"; isolation names {', '.join([*iso.culprits, *iso.links])}"
+            elif ar.status in (Status.FAIL, Status.WARN) and out.pairs and not iso.bad_pairs:
+                ar.evidence.append("every node pair passed ping-pong: no single node or link to blame "
+                                   "(suspect the switch, the collective algorithm or the NCCL environment)")
+            ar.source = "sweep"
+            results.append(ar)
+        elif not any(r.status is Status.ERROR for r in results):
+            results.append(Result(check="nccl.allreduce", node=GROUP, status=Status.ERROR,
+                                  summary="the sweep measured nothing",
+                                  evidence=[*(f"rank {e.get('rank')}: {e.get('error')}" for e in out.errors[:5]),
+                                            *[ln for ls in out.raw.values() for ln in ls][-5:]],
+                                  remedy="read the errors above; run `preflight sweep --nproc 2` on one node first",
+                                  facts=facts, source="sweep"))
+        if out.errors and not stuck and ar is not None:
+            ar.status = Status.FAIL if ar.status is not Status.FAIL else ar.status
+            ar.evidence += [f"rank {e.get('rank')} ({out.node_of(e.get('rank'))}): {e.get('error')}"
+                            for e in out.errors[:5]]
+
+    results += _pingpong_results(out, iso)
+    results.append(_transport(out, profile, reg))
+    return results, iso
+
+
+def _stuck(out: SweepOutcome) -> dict[str, Any] | None:
+    """Where the all-reduce stopped: a process-group timeout, the deadline, or ranks cut off."""
+    hits = [d for d in out.deadline_hits if d.get("phase") == "allreduce"]
+    if out.stalls:
+        sizes = [s.get("bytes") for s in out.stalls if s.get("phase") == "allreduce"]
+        if sizes:
+            # a peer cut off at the deadline also makes the others' collective fail: name the
+            # bound that really ended it
+            how = (f"deadline {out.spec.deadline_s:g} s" if (out.deadline_hits or out.timed_out)
+                   else f"process-group timeout {out.spec.op_timeout_s:g} s")
+            return {"bytes": min(b for b in sizes if isinstance(b, int)), "how": how,
+                    "ranks": sorted({int(s["rank"]) for s in out.stalls})}
+    if hits:
+        return {"bytes": hits[0].get("bytes"), "how": f"deadline {out.spec.deadline_s:g} s",
+                "ranks": sorted({int(d["rank"]) for d in hits})}
+    if out.timed_out:
+        stuck = [r for r, ev in out.in_flight.items() if ev.get("phase") == "allreduce"]
+        if stuck:
+            return {"bytes": out.in_flight[stuck[0]].get("bytes"), "how": f"killed at the deadline "
+                    f"{out.spec.deadline_s:g} s", "ranks": sorted(stuck)}
+    # ranks that stopped before the last size without saying why are a stall too, never a pass
+    planned = out.spec.sizes() if out.spec.allreduce else []
+    measured = {int(r["bytes"]) for r in out.rows}
+    unfinished = sorted(set(range(out.world)) - out.done) if out.world else []
+    if planned and unfinished and len(measured) < len(planned):
+        left = [b for b in planned if b not in measured]
+        how = (f"deadline {out.spec.deadline_s:g} s" if (out.deadline_hits or out.timed_out)
+               else "ranks ended before finishing")
+        return {"bytes": left[0], "how": how, "ranks": unfinished}
+    return None
+
+
+def _pingpong_results(out: SweepOutcome, iso: pairmod.Isolation) -> list[Result]:
+    nodes = out.nodes or out.hosts
+    if len(nodes) < 2 or (not out.pairs and out.spec.pingpong == "none"):
+        return []
+    facts = {"pairs": out.pairs, "nodes": nodes,
+             "matrix_bw_gbps": pairmod.matrix(nodes, out.pairs, "bw_gbps"),
+             "matrix_lat_us": pairmod.matrix(nodes, out.pairs, "lat_us"),
+             "culprits": sorted(iso.culprits), "links": sorted(iso.links), "cleared": iso.cleared,
+             "unresolved": iso.unresolved, "bad_pairs": iso.bad_pairs}
+    if not out.pairs:
+        return [Result(check="nccl.pingpong", node=GROUP, status=Status.ERROR,
+                       summary="no node pair was measured (the ranks stopped before the ping-pong)",
+                       evidence=[f"rank {e.get('rank')}: {e.get('error')}" for e in out.errors[:5]],
+                       remedy="rerun with a longer --deadline; read the all-reduce result first",
+                       facts=facts, source="sweep")]
+    res: list[Result] = []
+    best = pairmod.merged(out.pairs)
+    ok = [p for p in best if p.get("status") == "ok"]
+    pair_ev = [_pair_line(p) for p in best]
+    if not iso.bad_pairs:
+        bws = sorted(p.get("bw_gbps") or 0.0 for p in ok)
+        lats = sorted(p.get("lat_us") or 0.0 for p in ok)
+        res.append(Result(check="nccl.pingpong", node=GROUP, status=Status.PASS,
+                          summary=f"{len(ok)} node pair(s): send/recv {bws[0]:.4g}-{bws[-1]:.4g} GB/s, "
+                                  f"latency {lats[0]:.1f}-{lats[-1]:.1f} us",
+                          evidence=pair_ev[:8], facts=facts, source="sweep"))
+        return res
+    if iso.culprits or iso.links:
+        named = [*iso.culprits, *iso.links]
+        summary = f"bad {'node' if iso.culprits else 'link'}(s): {', '.join(named)}"
+    elif iso.systemic:
+        summary = f"every measured pair is bad ({len(best)} pairs): no healthy node to compare with"
+    else:
+        summary = f"{len(iso.bad_pairs)} bad pair(s); unresolved: {', '.join(iso.unresolved)}"
+    res.append(Result(check="nccl.pingpong", node=GROUP, status=Status.FAIL, summary=summary,
+                      evidence=[f"{k}: {v}" for k, v in iso.bad_pairs.items()] + pair_ev[:12],
+                      remedy="drain the named node(s) and check their NIC, cable, switch port and MTU; for a bad "
+                             "link check the path between the two nodes" if (iso.culprits or iso.links) else
+                      "the fabric or the configuration is common to all nodes: check the switch, MTU and "
+                      "NCCL/GLOO interface settings",
+                      facts=facts, source="sweep"))
+    for n, ev in iso.culprits.items():
+        partners_ok = [p for p in ok if n not in (p["a"], p["b"])]
+        ref = ""
+        if partners_ok:
+            bws = sorted(p.get("bw_gbps") or 0.0 for p in partners_ok)
+            ref = f" while pairs without it reach {bws[len(bws) // 2]:.4g} GB/s"
+        res.append(Result(check="nccl.pingpong", node=n, status=Status.FAIL,
+                          summary=f"{n} is the bad node: every pair with it is slow or stalls{ref}",
+                          evidence=ev, remedy=f"drain {n}; check its NIC (link speed, errors), cable, switch port "
+                                              "and MTU (a jumbo black hole stalls large messages only)",
+                          facts={"node": n, "pairs": [p for p in best if n in (p["a"], p["b"])]},
+                          source="sweep"))
+    for link, why in iso.links.items():
+        res.append(Result(check="nccl.pingpong", node=link, status=Status.FAIL,
+                          summary=f"link {link} is bad while both nodes pass with others: {why}",
+                          evidence=[f"{link}: {why}"],
+                          remedy="check the path between these two nodes (switch ports, routing, ACLs, MTU)",
+                          facts={"link": link}, source="sweep"))
+    return res
+
+
+def _pair_line(p: dict[str, Any]) -> str:
+    k = pairmod.key(p["a"], p["b"])
+    if p.get("status") != "ok":
+        at = f" at {_fmt(p['stalled_bytes'])}" if isinstance(p.get("stalled_bytes"), int) else ""
+        return f"{k}: {p.get('status')}{at} ({str(p.get('error', ''))[:160]})"
+    tries = f" (best of {p['tries']} tries)" if int(p.get("tries") or 1) > 1 else ""
+    return (f"{k}: {_fmt(int(p.get('bytes') or 0))} send/recv {float(p.get('bw_gbps') or 0):.4g} GB/s{tries}, "
+            f"8 B latency {float(p.get('lat_us') or 0):.1f} us")
+
+
+def _transport(out: SweepOutcome, profile: Profile, reg: Any) -> Result:
+    from preflight import engine
+    from preflight.registry import Options
+
+    if out.spec.backend != "nccl":
+        return Result(check="nccl.transport", node=GROUP, status=Status.SKIP,
+                      summary="not applicable: the sweep ran on gloo (CPU), NCCL chose no transport",
+                      facts={"net": None, "backend": out.spec.backend}, source="sweep")
+    check = reg.checks.get("nccl.transport")
+    text = "\n".join(out.logs)
+    cap = Capture(probe="nccl-log", argv=["preflight", "sweep"], state=CaptureState.OK, stdout=text, rc=0,
+                  source="sweep (NCCL_DEBUG=INFO of every rank)")
+    if check is None:
+        return Result(check="nccl.transport", node=GROUP, status=Status.SKIP, summary="nccl.transport not loaded")
+    r = engine.grade_check(check, GROUP, {"nccl-log": cap}, profile, Options(mode="run"))[0]
+    r.source = "sweep"
+    return r

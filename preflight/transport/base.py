@@ -1,0 +1,43 @@
+"""The one small interface every transport implements (local now; ssh and srun next)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from preflight.model import Capture
+from preflight.probes import Probe
+
+
+@dataclass
+class NodeOutcome:
+    """Everything a transport brought back from one node.
+
+    `error` is set when the node itself could not be reached or its bundle was lost
+    (unreachable, authentication, deadline); the captures it did bring back still count."""
+
+    node: str
+    captures: dict[str, Capture] = field(default_factory=dict)
+    error: str = ""
+    duration: float = 0.0
+    # structured facts about a node-level fault, e.g. {"kind": "timeout", "stage": "auth"}
+    # (stage: connect, banner, kex, auth, command): an SSH stall right after key exchange
+    # next to a lost jumbo ping is the signature of an MTU black hole.
+    detail: dict[str, str] = field(default_factory=dict)
+
+
+ProgressFn = Callable[[str, Capture], None]
+
+
+class Transport(ABC):
+    name = "abstract"
+
+    @abstractmethod
+    def collect(
+        self,
+        bundles: Mapping[str, Sequence[Probe]],
+        progress: ProgressFn | None = None,
+    ) -> dict[str, NodeOutcome]:
+        """Run each node's probes (concurrently, within the probes' timeouts) and return
+        one outcome per node. Must not raise for node-level faults: they go into `error`."""

@@ -1,0 +1,355 @@
+"""The srun transport: one job step runs the probe bundle on every node at once.
+
+    srun -N<n> --ntasks-per-node=1 -w <nodes> --label --kill-on-bad-exit=0 python3 -c <program>
+
+Inside an allocation (SLURM_JOB_ID set) the step runs in it (`--overlap`, so it can sit next
+to a running training step); otherwise srun allocates, in `partition` when given.
+
+Different nodes may need different probes (MTU pings name each node's peers), so the step
+carries every distinct bundle once, compressed, with a table node -> bundle; each task picks
+its own by SLURMD_NODENAME. One step per run, whatever the number of distinct bundles.
+
+srun forwards task output in pieces of at most 1024 bytes and labels each piece as if it were
+a line, so a long capture line would come back cut and interleaved with other nodes'. The
+program therefore frames its output: every line is sent as pieces shorter than that limit,
+
+    @@pfsrun <nonce> <node> + <piece>      (more pieces follow)
+    @@pfsrun <nonce> <node> . <piece>      (last piece of the line)
+    @@pfsrun <nonce> <node> hello          (the task started on that node)
+
+and the reader puts each node's lines back together before `preflight.remote.parse_output`.
+
+Bounded: a deadline (by default the slowest probe's timeout plus a start-up allowance)
+aborts the step; a node that gave no output gets an error quoting srun's stderr lines about
+it, and the captures that did come back count.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+
+from preflight.inventory import compress, valid_node_name
+from preflight.model import Capture
+from preflight.probes import DEFAULT_CAP, Probe
+from preflight.remote import build_script, parse_output
+from preflight.transport.base import NodeOutcome, ProgressFn, Transport
+
+FRAME = "@@pfsrun"
+FRAME_BYTES = 1000  # srun cuts task output at 1024 bytes; a frame line stays below that
+ARGV_LIMIT = 96 * 1024  # one argv string may not exceed 128 KiB; above this the program goes on stdin
+STARTUP_S = 30.0  # time allowed for the allocation and the step launch, on top of the probes
+
+_DISPATCH = r'''
+import base64 as _b64, os as _pos, zlib as _zlib
+
+class _Framed:
+    """Send each whole line as pieces that srun forwards intact."""
+
+    def __init__(self, out, tag, width):
+        self.out, self.tag, self.width, self.buf = out, tag, width, ""
+
+    def write(self, text):
+        self.buf += text
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            pos = 0
+            while True:
+                piece = line[pos:pos + self.width]
+                pos += self.width
+                more = pos < len(line)
+                self.out.write("%s %s %s\n" % (self.tag, "+" if more else ".", piece))
+                if not more:
+                    break
+        self.out.flush()
+        return len(text)
+
+    def flush(self):
+        self.out.flush()
+
+def _dispatch(table, nonce, limit):
+    node = _pos.environ.get("SLURMD_NODENAME") or _socket.gethostname().split(".")[0]
+    tag = "%s %s %s" % ("@@pfsrun", nonce, node)
+    real = _sys.stdout
+    real.write("%s hello\n" % tag)
+    real.flush()
+    _sys.stdout = _Framed(real, tag, max(64, limit - len(tag) - 8))
+    data = _json.loads(_zlib.decompress(_b64.b64decode(table)).decode())
+    index = data["nodes"].get(node)
+    if index is None:
+        real.write("%s nobundle\n" % tag)
+        real.flush()
+        return
+    exec(data["calls"][index], globals())
+    _sys.stdout.flush()
+'''
+
+
+class _Reader(threading.Thread):
+    """Reads srun's stdout, puts each node's framed lines back together as they arrive."""
+
+    def __init__(self, stream: object, nonce: str, progress: ProgressFn | None) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.nonce = nonce
+        self.progress = progress
+        self.head = f"{FRAME} {nonce} "
+        self.partial: dict[str, list[str]] = {}
+        self.lines: list[str] = []
+        self.started: dict[str, str] = {}  # node -> srun task label
+        self.nobundle: set[str] = set()
+        self.other: list[str] = []
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        try:
+            for raw in iter(self.stream.readline, b""):  # type: ignore[attr-defined]
+                self.feed(raw.decode("utf-8", errors="replace").rstrip("\n"))
+        except (OSError, ValueError):
+            pass
+
+    def feed(self, line: str) -> None:
+        pos = line.find(self.head)
+        if pos < 0:
+            if line.strip() and len(self.other) < 50:
+                self.other.append(line[:300])
+            return
+        label = line[:pos].strip().rstrip(":")
+        node, _, rest = line[pos + len(self.head):].partition(" ")
+        if rest == "hello":
+            self.started[node] = label
+            return
+        if rest == "nobundle":
+            self.nobundle.add(node)
+            return
+        kind, _, piece = rest.partition(" ")
+        if kind == "+":
+            self.partial.setdefault(node, []).append(piece)
+            return
+        if kind != ".":
+            return
+        whole = "".join(self.partial.pop(node, [])) + piece
+        with self.lock:
+            self.lines.append(whole)
+        if self.progress is not None:
+            for n, caps in parse_output(whole, self.nonce).captures.items():
+                for cap in caps.values():
+                    try:
+                        self.progress(n, cap)
+                    except Exception:  # a display fault never loses a capture
+                        pass
+
+
+class _Drain(threading.Thread):
+    def __init__(self, stream: object, keep: int = 500) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.keep = keep
+        self.lines: list[str] = []
+
+    def run(self) -> None:
+        try:
+            for raw in iter(self.stream.readline, b""):  # type: ignore[attr-defined]
+                if len(self.lines) < self.keep:
+                    self.lines.append(raw.decode("utf-8", errors="replace").rstrip("\n")[:400])
+        except (OSError, ValueError):
+            pass
+
+
+def build_program(bundles: Mapping[str, Sequence[Probe]], cap: int = DEFAULT_CAP,
+                  nonce: str | None = None, frame_bytes: int = FRAME_BYTES) -> tuple[str, str]:
+    """(program, nonce): the runner once, every distinct bundle once, and the node table."""
+    calls: list[str] = []
+    index: dict[tuple[Probe, ...], int] = {}
+    table: dict[str, int] = {}
+    common = ""
+    for node, probes in bundles.items():
+        key = tuple(probes)
+        if key not in index:
+            script, nonce = build_script(list(probes), cap=cap, nonce=nonce)
+            common, _, call = script.rpartition("\n")
+            index[key] = len(calls)
+            calls.append(call)
+        table[node] = index[key]
+    if not calls:
+        script, nonce = build_script([], cap=cap, nonce=nonce)
+        common = script.rpartition("\n")[0]
+    assert nonce is not None
+    packed = base64.b64encode(zlib.compress(json.dumps({"nodes": table, "calls": calls}).encode(), 9)).decode()
+    program = "\n".join([common, _DISPATCH, f"_dispatch({packed!r}, {nonce!r}, {int(frame_bytes)})", ""])
+    return program, nonce
+
+
+def _about(node: str, label: str, lines: Sequence[str]) -> list[str]:
+    """srun's stderr lines that concern one node (its name, or its task label)."""
+    word = re.compile(rf"(?<![\w.-]){re.escape(node)}(?![\w-])")
+    out = [ln for ln in lines if word.search(ln)]
+    if label:
+        out += [ln for ln in lines if ln.startswith(f"{label}: ") and ln not in out]
+    return out[:5]
+
+
+class SrunTransport(Transport):
+    name = "srun"
+
+    def __init__(
+        self,
+        partition: str | None = None,
+        deadline: float | None = None,
+        cap: int = DEFAULT_CAP,
+        python: str = "python3",
+        srun: str = "srun",
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        argv_limit: int = ARGV_LIMIT,
+    ) -> None:
+        self.partition = partition
+        self._addresses: dict[str, str] | None = None
+        self.deadline = deadline
+        self.cap = cap
+        self.python = python
+        self.srun = srun
+        self.extra_args = list(extra_args)
+        self.env = dict(env) if env is not None else None
+        self.argv_limit = argv_limit
+        self.last_argv: list[str] = []  # for reports and tests
+
+    def _environ(self) -> dict[str, str]:
+        return dict(self.env) if self.env is not None else dict(os.environ)
+
+    def command(self, nodes: Sequence[str], program: str, env: Mapping[str, str]) -> tuple[list[str], bool]:
+        """(argv, program-on-stdin) for one step over `nodes`."""
+        argv = [self.srun, f"-N{len(nodes)}", "--ntasks-per-node=1", f"--ntasks={len(nodes)}",
+                "-w", compress(nodes), "--label", "--kill-on-bad-exit=0", "--job-name=preflight"]
+        if env.get("SLURM_JOB_ID"):
+            argv.append("--overlap")
+        elif self.partition:
+            argv.append(f"--partition={self.partition}")
+        argv += self.extra_args
+        if len(program.encode()) > self.argv_limit:
+            return argv + [self.python, "-"], True
+        return argv + [self.python, "-c", program], False
+
+    def resolve_hostname(self, name: str) -> str:
+        """The node's NodeAddr from Slurm (what its peers ping), else the name itself."""
+        if self._addresses is None:
+            self._addresses = {}
+        if name not in self._addresses:
+            from preflight.slurm import SlurmError, show_nodes
+
+            try:
+                info = show_nodes([name]).get(name)
+            except (SlurmError, OSError):
+                info = None
+            addr = info.fields.get("NodeAddr", "").split()[0] if info and info.fields.get("NodeAddr") else ""
+            self._addresses[name] = addr or name
+        return self._addresses[name]
+
+    def collect(
+        self,
+        bundles: Mapping[str, Sequence[Probe]],
+        progress: ProgressFn | None = None,
+    ) -> dict[str, NodeOutcome]:
+        out: dict[str, NodeOutcome] = {}
+        good: dict[str, Sequence[Probe]] = {}
+        for node, probes in bundles.items():
+            if valid_node_name(node):
+                good[node] = probes
+            else:
+                out[node] = NodeOutcome(node=node, error=f"invalid node name {node!r}")
+        if not good:
+            return out
+        slowest = max((p.timeout for ps in good.values() for p in ps), default=0.0)
+        limit = self.deadline if self.deadline is not None else slowest + STARTUP_S
+        program, nonce = build_program(good, cap=self.cap)
+        env = self._environ()
+        argv, on_stdin = self.command(list(good), program, env)
+        self.last_argv = argv
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if on_stdin else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                    start_new_session=True)
+        except OSError as exc:
+            why = f"cannot run {self.srun}: {exc.strerror or exc}"
+            out.update({n: NodeOutcome(node=n, error=why) for n in good})
+            return out
+        reader = _Reader(proc.stdout, nonce, progress)
+        errs = _Drain(proc.stderr)
+        reader.start()
+        errs.start()
+        if on_stdin and proc.stdin is not None:
+            try:
+                proc.stdin.write(program.encode())
+                proc.stdin.close()
+            except OSError:
+                pass
+        timed_out = False
+        try:
+            proc.wait(timeout=max(0.1, limit))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._abort(proc)
+        reader.join(timeout=5)
+        errs.join(timeout=2)
+        elapsed = time.monotonic() - start
+        with reader.lock:
+            parsed = parse_output("\n".join(reader.lines), nonce, source_prefix="srun:")
+        stderr = errs.lines + [ln for ln in reader.other if ln not in errs.lines]
+        for node in good:
+            caps: dict[str, Capture] = parsed.captures.get(node, {})
+            outcome = NodeOutcome(node=node, captures=dict(caps), duration=parsed.finished.get(node, elapsed))
+            if node in parsed.finished:
+                out[node] = outcome
+                continue
+            about = _about(node, reader.started.get(node, ""), stderr)
+            quoted = ("; srun: " + " | ".join(about)) if about else ""
+            if node in reader.nobundle:
+                outcome.error = "the step ran on the node but found no bundle for it (node name mismatch?)"
+            elif timed_out and node in reader.started:
+                missing = [p.name for p in good[node] if p.name not in caps]
+                outcome.error = (f"probe bundle did not finish within the {limit:g} s deadline "
+                                 f"(no result for: {', '.join(missing) or '-'}){quoted}")
+                outcome.detail = {"kind": "timeout", "stage": "command"}
+            elif timed_out:
+                outcome.error = f"no output from the node within the {limit:g} s deadline{quoted}"
+                outcome.detail = {"kind": "timeout", "stage": "launch"}
+            else:
+                rc = proc.returncode
+                generic = (f"no output from the node (srun exited {rc})" if node not in reader.started
+                           else f"the probe bundle stopped before finishing (srun exited {rc})")
+                outcome.error = generic + (quoted or (f"; srun: {' | '.join(stderr[-3:])}" if stderr else ""))
+                outcome.detail = {"kind": "lost", "stage": "launch" if node not in reader.started else "command"}
+            out[node] = outcome
+        return out
+
+    @staticmethod
+    def _abort(proc: subprocess.Popen[bytes]) -> None:
+        """Two SIGINTs within a second make srun cancel the step; then make sure it is gone."""
+        for _ in range(2):
+            try:
+                proc.send_signal(signal.SIGINT)
+            except OSError:
+                pass
+            time.sleep(0.3)
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass

@@ -1,0 +1,1 @@
+"""Triage after hangs and crashes: collect, correlate, attribute."""

@@ -1,0 +1,705 @@
+"""Attribution: from a bundle (every node's captures and run-directory files) to a verdict.
+
+Per rank, what it last did: the last collective it entered (flight-recorder dumps, hang records,
+watchdog events, `Timeout at NCCL work` status lines), the collective it timed out in (watchdog
+timeout lines, the flight recorder's entry still in flight), its heartbeat, its process state
+(a stopped `T` process), its traceback or exit signal. The waiting ranks' lowest stuck
+sequence number is where the ranks parted; the ranks that never entered it (behind, or silent)
+are the culprits, mapped to their hosts.
+
+Node faults are graded with the registered node checks over the collected captures, and Xid
+events are put on the same clock as the hang: a node fault in the window before the first
+failure is the cause, and the NCCL timeouts on every other node are its consequence.
+
+Categories: hardware, communication hang, software crash, slowdown, none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from preflight.model import Capture, Result, Status
+from preflight.triage import parsers as P
+from preflight.triage.collect import (
+    LOGS_PROBE,
+    PROCS_PROBE,
+    RUN_DIR_PROBE,
+    Bundle,
+    NodeFile,
+    decode_files,
+    decode_procs,
+)
+
+CHECK = "triage.verdict"
+# A node fault counts as the cause when it happened at most this long before the first failure
+# of the job (an Xid 79 takes the GPU off the bus at once; NCCL notices at its timeout, 10-30 min
+# by default in PyTorch), and no later than this after it.
+FAULT_WINDOW_BEFORE_S = 3600.0
+FAULT_WINDOW_AFTER_S = 120.0
+HARDWARE_FAMILIES = ("gpu.", "fabric.", "ib.")
+CATEGORIES = ("hardware", "communication hang", "software crash", "slowdown", "none")
+
+
+@dataclass
+class RankState:
+    rank: int
+    host: str = ""  # as the rank's own records name it
+    node: str = ""  # the bundle node it ran on
+    entered: int | None = None  # last collective sequence number it entered
+    entered_op: str = ""
+    stuck: int | None = None  # the collective it was waiting in when it gave up
+    stuck_op: str = ""
+    reported: bool = False  # it wrote a hang record / timeout line / watchdog event
+    hang_time: float | None = None
+    step: int | None = None
+    heartbeat: dict[str, Any] | None = None
+    proc_state: str = ""
+    pid: int | None = None
+    stack: list[str] = field(default_factory=list)
+    crashes: list[P.Crash] = field(default_factory=list)
+    exits: list[P.ChildFailure] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    first_seen: float | None = None  # earliest failure time known for this rank
+
+    def note(self, line: str) -> None:
+        if line not in self.evidence and len(self.evidence) < 40:
+            self.evidence.append(line)
+
+    def saw(self, seq: int | None, op: str = "") -> None:
+        if seq is not None and (self.entered is None or seq > self.entered):
+            self.entered, self.entered_op = seq, op or self.entered_op
+
+    def fail_at(self, t: float | None) -> None:
+        if t is not None and (self.first_seen is None or t < self.first_seen):
+            self.first_seen = t
+
+
+@dataclass
+class NodeFault:
+    node: str
+    check: str
+    summary: str
+    evidence: list[str]
+    remedy: str
+    time: float | None = None  # epoch seconds of the earliest event, when the log says
+    xids: list[int] = field(default_factory=list)
+    correlated: bool = True
+
+
+@dataclass
+class Verdict:
+    category: str
+    summary: str
+    culprits: list[dict[str, Any]] = field(default_factory=list)  # [{"node", "ranks"}]
+    evidence: list[str] = field(default_factory=list)
+    action: str = ""
+    collective: dict[str, Any] = field(default_factory=dict)  # {"op", "seq"} where the ranks parted
+    first_failure: dict[str, Any] = field(default_factory=dict)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    node_faults: list[dict[str, Any]] = field(default_factory=list)
+    job: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"category": self.category, "summary": self.summary, "culprits": self.culprits,
+                "evidence": self.evidence, "action": self.action, "collective": self.collective,
+                "first_failure": self.first_failure, "ranks": self.ranks, "node_faults": self.node_faults,
+                "job": self.job}
+
+
+@dataclass
+class Facts:
+    """Everything read from a bundle, before any decision."""
+
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    world: set[int] = field(default_factory=set)
+    node_faults: list[NodeFault] = field(default_factory=list)
+    node_results: list[Result] = field(default_factory=list)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    fr_findings: list[tuple[str, P.FRTraceFinding]] = field(default_factory=list)
+    ras: list[tuple[str, P.RasStatus]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+
+    def rank(self, r: int) -> RankState:
+        if r not in self.ranks:
+            self.ranks[r] = RankState(rank=r)
+        return self.ranks[r]
+
+
+# ----- reading ----------------------------------------------------------------------------------
+
+
+def _json(f: NodeFile) -> Any:
+    try:
+        return json.loads(f.data)
+    except ValueError:
+        return None
+
+
+def _base(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _src(node: str, name: str, line: str = "") -> str:
+    where = f"{node}:{name}"
+    return f"{where}: {line}" if line else where
+
+
+def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -> None:
+    r = doc.get("rank")
+    if not isinstance(r, int):
+        return
+    st = facts.rank(r)
+    st.reported = True
+    st.host = str(doc.get("host") or st.host)
+    st.step = doc.get("step") if isinstance(doc.get("step"), int) else st.step
+    t = doc.get("time")
+    if isinstance(t, (int, float)):
+        st.hang_time = float(t)
+        st.fail_at(float(t))
+    fr = doc.get("flight_recorder") or {}
+    last = fr.get("last") or {}
+    if isinstance(last.get("seq"), int):
+        st.saw(last["seq"], _op(str(last.get("op") or "")))
+    stacks = doc.get("stacks") or {}
+    main = next((v for k, v in stacks.items() if str(k).startswith("MainThread")), None)
+    if isinstance(main, list) and main:
+        st.stack = [str(x).strip().splitlines()[0] for x in main[-3:]]
+    st.note(_src(node, f.name, f"rank {r} on {st.host or node}: watchdog fired in {doc.get('section')} at step "
+                               f"{doc.get('step')} after {doc.get('elapsed_s')} s (timeout {doc.get('timeout_s')} s)"))
+    for peer in doc.get("peers") or []:
+        if isinstance(peer, dict) and isinstance(peer.get("rank"), int):
+            facts.world.add(peer["rank"])
+            pst = facts.rank(peer["rank"])
+            if peer.get("host") and not pst.host:
+                pst.host = str(peer["host"])
+
+
+def _op(name: str) -> str:
+    return name.partition(":")[2] if ":" in name else name
+
+
+def _read_fr(facts: Facts, node: str, f: NodeFile, dump: P.FRDump) -> None:
+    if dump.rank is None:
+        facts.problems.append(_src(node, f.name, "flight-recorder dump without a rank in its name; not used"))
+        return
+    if dump.problem:
+        facts.problems.append(_src(node, f.name, dump.problem))
+    pg = "0" if dump.collectives("0") else next(iter(dump.pg_ranks), "0")
+    facts.world.update(dump.world(pg))
+    st = facts.rank(dump.rank)
+    last = dump.last_entered(pg)
+    if last is None:
+        return
+    st.saw(last.seq, last.op)
+    coll = dump.collectives(pg)
+    pending = [e for e in coll if e.retired is False or e.state in ("started",)]
+    if any(e.state == "completed" for e in coll):  # NCCL: the first collective not completed
+        pending = pending or [e for e in coll if e.state != "completed"]
+    if pending:
+        first = min(pending, key=lambda e: e.seq or 0)
+        if st.stuck is None or (first.seq is not None and first.seq < st.stuck):
+            st.stuck, st.stuck_op = first.seq, first.op
+        st.reported = True  # a collective still in flight in its dump: this rank was waiting
+    state = f"in flight ({last.state})" if last in pending else f"{last.state}, retired"
+    st.note(_src(node, f.name, f"rank {dump.rank}: last collective entered {last.op} seq {last.seq} [{state}]; "
+                               f"{len(coll)} entries"))
+
+
+def _read_heartbeat(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -> None:
+    r = doc.get("rank")
+    if not isinstance(r, int):
+        return
+    facts.world.add(r)
+    st = facts.rank(r)
+    st.heartbeat = doc
+    st.host = st.host or str(doc.get("host") or "")
+    if isinstance(doc.get("step"), int) and st.step is None:
+        st.step = doc["step"]
+
+
+def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
+    for line in f.text.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, dict):
+            continue
+        r = ev.get("rank")
+        check = str(ev.get("check", ""))
+        facts_ = ev.get("facts") or {}
+        if check == "runtime.watchdog" and isinstance(r, int):
+            st = facts.rank(r)
+            st.reported = True
+            st.host = st.host or str(ev.get("node") or "")
+            if isinstance(facts_.get("seq"), int):
+                st.saw(facts_["seq"], _op(str(facts_.get("op") or "")))
+            if isinstance(ev.get("time"), (int, float)):
+                st.fail_at(float(ev["time"]))
+        elif check == "runtime.straggler" and ev.get("status") in ("warn", "fail"):
+            facts.stragglers.append({"source": _src(node, f.name), "summary": ev.get("summary", ""),
+                                     "ranks": list(facts_.get("stragglers") or []),
+                                     "hosts": list(facts_.get("hosts") or []), "time": ev.get("time")})
+
+
+def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
+    from preflight.checks import hang
+
+    text = f.text
+    file_rank = P.rank_from_name(f.name)
+    if file_rank is not None:
+        facts.world.add(file_rank)
+        located[file_rank].add(node)
+        facts.rank(file_rank)
+    log = hang.parse_hang_log(text)
+    for ev in log.events:
+        r = ev.rank if ev.rank is not None else file_rank
+        if r is None:
+            continue
+        st = facts.rank(r)
+        if ev.rank is not None:
+            located[r].add(node)
+        if ev.kind == "nccl_timeout":
+            st.reported = True
+            if ev.seq is not None:
+                st.saw(ev.seq, ev.op)
+                if st.stuck is None or ev.seq < st.stuck:
+                    st.stuck, st.stuck_op = ev.seq, ev.op
+            st.fail_at(f.mtime)
+            st.note(_src(node, f.name, ev.line[:300]))
+        elif ev.kind == "nccl_status":
+            st.reported = True
+            st.saw(ev.last_enqueued)
+            if ev.seq is not None and (st.stuck is None or ev.seq < st.stuck):
+                st.stuck = ev.seq
+            st.note(_src(node, f.name, ev.line[:300]))
+        elif ev.kind in ("gloo_timeout", "gloo_peer_closed", "nccl_error"):
+            st.reported = True
+            st.fail_at(f.mtime)
+            st.note(_src(node, f.name, ev.line[:300]))
+    rl = P.parse_rank_log(text)
+    for c in rl.crashes:
+        r = c.rank if c.rank is not None else file_rank
+        if r is None:
+            continue
+        st = facts.rank(r)
+        st.crashes.append(c)
+        located[r].add(node)
+        if not c.secondary:
+            st.fail_at(f.mtime)
+        st.note(_src(node, f.name, f"{c.exception}: {c.message}"[:300]))
+    for x in rl.failures:
+        if x.rank is None:
+            continue
+        st = facts.rank(x.rank)
+        st.exits.append(x)
+        if x.host:
+            st.host = st.host or x.host
+        t = P.torchrun_time(x.time)
+        st.fail_at(t.timestamp() if t else None)
+        st.note(_src(node, f.name, f"rank {x.rank} exitcode {x.exitcode}" + (f" ({x.signal})" if x.signal else "")))
+    if "Not all ranks joining collective" in text or "has errors" in text:
+        for finding in P.parse_fr_trace_text(text):
+            facts.fr_findings.append((_src(node, f.name), finding))
+    if P.looks_like_ras(text):
+        ras = P.parse_ras(text)
+        if not ras.empty:
+            facts.ras.append((_src(node, f.name), ras))
+    if re.search(r"^Process \d+: ", text, re.M) and re.search(r"^Thread \S+ \(", text, re.M):
+        for proc in P.parse_py_spy(text):
+            _attach_py_spy(facts, node, f.name, proc, file_rank)
+
+
+def _attach_py_spy(facts: Facts, node: str, name: str, proc: P.PySpyProcess, rank: int | None) -> None:
+    if rank is None:
+        m = re.search(r"--rank[= ](\d+)|RANK=(\d+)", proc.cmdline)
+        rank = int(m.group(1) or m.group(2)) if m else None
+    main = proc.main_thread()
+    if rank is None or main is None:
+        return
+    st = facts.rank(rank)
+    st.stack = main.frames[:4]
+    st.note(_src(node, name, f"py-spy: rank {rank} pid {proc.pid} main thread in " + " <- ".join(main.frames[:3])))
+
+
+def _read_procs(facts: Facts, node: str, procs: list[dict[str, Any]], located: dict[int, set[str]]) -> None:
+    for p in procs:
+        r = p.get("rank")
+        if not isinstance(r, int):
+            continue
+        st = facts.rank(r)
+        located[r].add(node)
+        st.proc_state = str(p.get("state", ""))
+        st.pid = p.get("pid") if isinstance(p.get("pid"), int) else None
+        what = {"T": "stopped (SIGSTOP or a debugger)", "D": "in uninterruptible sleep (I/O or driver)",
+                "Z": "a zombie", "R": "running", "S": "sleeping"}.get(st.proc_state, st.proc_state)
+        st.note(_src(node, PROCS_PROBE, f"rank {r} pid {p.get('pid')} still alive on {node}: state "
+                                        f"{st.proc_state} = {what}"))
+        if p.get("py_spy"):
+            for proc in P.parse_py_spy(str(p["py_spy"])):
+                _attach_py_spy(facts, node, PROCS_PROBE, proc, r)
+
+
+def _epoch(t: datetime | None) -> float | None:
+    if t is None:
+        return None
+    return t.timestamp() if t.tzinfo else t.astimezone().timestamp()
+
+
+def _node_faults(facts: Facts, node: str, captures: dict[str, Capture], since: datetime | None,
+                 registry: Any) -> None:
+    from preflight import engine
+    from preflight import profile as profiles
+    from preflight.checks import xid
+    from preflight.registry import Options
+
+    opts = Options(mode="run", xid_since=since)
+    prof = profiles.load(engine.detect_profile_name(captures))
+    checks = [c for c in engine.select(registry, node_only=True) if not callable(c.probes)]
+    times: dict[str, float | None] = {}
+    xids: list[int] = []
+    kcap = captures.get("kernel-log")
+    if kcap is not None and kcap.ok and kcap.stdout.strip():
+        klog = xid.parse_kernel_log(kcap.stdout, since=since)
+        stamps = [_epoch(e.line.time) for e in klog.events] + [_epoch(k.line.time) for k in klog.faults]
+        known = [s for s in stamps if s is not None]
+        times["gpu.xid"] = min(known) if known else None
+        xids = sorted({e.xid for e in klog.events})
+    for c in checks:
+        used = [captures[p.name] for p in c.probes_for(_plan_ctx(prof, opts)) if p.name in captures]
+        if not used:
+            continue
+        # a missing tool or a probe that could not run is "not checked", never a hardware fault
+        measured = all(cap.ok for cap in used)
+        for r in engine.grade_check(c, node, captures, prof, opts, c.probes_for(_plan_ctx(prof, opts))):
+            r.source = r.source or f"bundle:{node}"
+            facts.node_results.append(r)
+            if measured and r.status is Status.FAIL and r.check.startswith(HARDWARE_FAMILIES):
+                facts.node_faults.append(NodeFault(node=node, check=r.check, summary=r.summary,
+                                                   evidence=list(r.evidence[:6]), remedy=r.remedy,
+                                                   time=times.get(r.check),
+                                                   xids=xids if r.check == "gpu.xid" else []))
+
+
+def _plan_ctx(prof: Any, opts: Any) -> Any:
+    from preflight.registry import PlanContext
+
+    return PlanContext(node="node", profile=prof, options=opts)
+
+
+def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: datetime | None = None) -> Facts:
+    """Read every node's captures and run-directory files into per-rank facts."""
+    facts = Facts(nodes=sorted(set(bundle.nodes) | set(bundle.errors)))
+    located: dict[int, set[str]] = defaultdict(set)
+    where_file: dict[str, set[str]] = defaultdict(set)
+    for node, caps in sorted(bundle.nodes.items()):
+        for probe in sorted(caps):
+            if probe == RUN_DIR_PROBE or probe.startswith(LOGS_PROBE):
+                files, problem = decode_files(caps[probe])
+                if problem:
+                    facts.problems.append(f"{node}:{probe}: {problem}")
+                for f in files:
+                    where_file[_base(f.name)].add(node)
+    seen_files: set[tuple[str, bytes]] = set()
+    for node, caps in sorted(bundle.nodes.items()):
+        for probe in sorted(caps):
+            if not (probe == RUN_DIR_PROBE or probe.startswith(LOGS_PROBE)):
+                continue
+            files, _ = decode_files(caps[probe])
+            for f in files:
+                base = _base(f.name)
+                key = (base, f.data[:4096] + f.data[-4096:])
+                if key in seen_files:  # a shared run directory: every node sees the same files
+                    continue
+                seen_files.add(key)
+                loc = node if len(where_file[base]) == 1 else ""
+                _read_file(facts, loc or node, f, located if loc else defaultdict(set))
+        _read_procs(facts, node, decode_procs(caps.get(PROCS_PROBE)), located)
+        if registry is not None:
+            _node_faults(facts, node, caps, since, registry)
+    for node, err in bundle.errors.items():
+        facts.problems.append(f"{node}: not collected: {err}")
+    # where each rank ran: its own records' host, else the only node its files were found on
+    for r, st in facts.ranks.items():
+        if st.host and st.host in facts.nodes:
+            st.node = st.host
+        elif len(located.get(r, ())) == 1:
+            st.node = next(iter(located[r]))
+        else:
+            st.node = st.host
+    return facts
+
+
+def _read_file(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
+    base = _base(f.name)
+    if base.startswith("hang-") and base.endswith(".json"):
+        doc = _json(f)
+        if isinstance(doc, dict):
+            _read_hang_record(facts, node, f, doc)
+            if isinstance(doc.get("rank"), int):
+                located[doc["rank"]].add(node)
+        return
+    if base.startswith("heartbeat-") and base.endswith(".json"):
+        doc = _json(f)
+        if isinstance(doc, dict):
+            _read_heartbeat(facts, node, f, doc)
+            if isinstance(doc.get("rank"), int):
+                located[doc["rank"]].add(node)
+        return
+    if base.startswith("events-") and base.endswith(".jsonl"):
+        _read_events(facts, node, f)
+        return
+    head = f.data[:1]
+    if base.startswith(("fr-", "nccl_trace")) or (head == b"\x80" and P.rank_from_name(base) is not None):
+        dump = P.parse_fr_dump(f.data, base)
+        _read_fr(facts, node, f, dump)
+        if dump.rank is not None:
+            located[dump.rank].add(node)
+        return
+    if b"\x00" in f.data[:4096] or base.endswith((".json", ".jsonl", ".pt", ".bin")):
+        return
+    _read_log(facts, node, f, located)
+
+
+# ----- deciding ---------------------------------------------------------------------------------
+
+
+def _hang(facts: Facts) -> tuple[list[int], dict[str, Any], list[str]]:
+    """(culprit ranks, {op, seq}, evidence) for a collective hang; no culprit when none is clear."""
+    states = facts.ranks
+    waiting = [s for s in states.values() if s.reported]
+    if not waiting:
+        return [], {}, []
+    stuck = [s for s in waiting if s.stuck is not None]
+    if stuck:
+        part = min(stuck, key=lambda s: (s.stuck or 0, s.rank))
+        seq, op = part.stuck, part.stuck_op or next((s.stuck_op for s in stuck if s.stuck == part.stuck
+                                                      and s.stuck_op), "")
+    else:
+        entered = [s for s in waiting if s.entered is not None]
+        if not entered:
+            return [], {}, []
+        top = max(entered, key=lambda s: s.entered or 0)
+        seq, op = top.entered, top.entered_op
+    if not op:
+        op = next((s.entered_op for s in states.values() if s.entered == seq and s.entered_op), "")
+    everyone = set(states) | facts.world
+    culprits = []
+    ev: list[str] = []
+    for r in sorted(everyone):
+        s = facts.rank(r)
+        if s.entered is not None and seq is not None and s.entered < seq:
+            culprits.append(r)
+            ev.append(f"rank {r} never entered {op or 'the collective'} seq {seq}: its last was seq {s.entered}")
+        elif not s.reported and s.entered is None:
+            culprits.append(r)
+            ev.append(f"rank {r} wrote no hang record and no timeout line while its peers waited")
+    waiting_at = sorted(s.rank for s in stuck if s.stuck == seq)
+    if waiting_at:
+        ev.insert(0, f"ranks {_list(waiting_at)} waited in {op or 'a collective'} seq {seq}")
+    return culprits, {"op": op, "seq": seq}, ev
+
+
+def _list(xs: list[int]) -> str:
+    return ", ".join(str(x) for x in xs[:16]) + (f" (+{len(xs) - 16} more)" if len(xs) > 16 else "")
+
+
+def _heartbeat_note(st: RankState, ref: float | None) -> str:
+    hb = st.heartbeat or {}
+    if not hb:
+        return ""
+    t = hb.get("time")
+    age = f", {ref - float(t):.1f} s before the first hang record" if isinstance(t, (int, float)) and ref else ""
+    return f"rank {st.rank} last heartbeat: step {hb.get('step')} in {hb.get('section')} state {hb.get('state')}{age}"
+
+
+def _culprit_list(facts: Facts, ranks: list[int]) -> list[dict[str, Any]]:
+    by_node: dict[str, list[int]] = defaultdict(list)
+    for r in ranks:
+        by_node[facts.rank(r).node or "unknown"].append(r)
+    return [{"node": n, "ranks": sorted(rs)} for n, rs in sorted(by_node.items())]
+
+
+def _first_failure(facts: Facts) -> dict[str, Any]:
+    timed = [s for s in facts.ranks.values() if s.first_seen is not None]
+    if not timed:
+        return {}
+    s = min(timed, key=lambda s: s.first_seen or 0.0)
+    return {"rank": s.rank, "node": s.node, "time": s.first_seen,
+            "iso": datetime.fromtimestamp(s.first_seen or 0.0).astimezone().isoformat(timespec="seconds")}
+
+
+def _correlate(facts: Facts, ref: float | None) -> list[NodeFault]:
+    out = []
+    for f in facts.node_faults:
+        if f.time is not None and ref is not None:
+            f.correlated = ref - FAULT_WINDOW_BEFORE_S <= f.time <= ref + FAULT_WINDOW_AFTER_S
+        out.append(f)
+    return [f for f in out if f.correlated]
+
+
+def _ranks_on(facts: Facts, node: str) -> list[int]:
+    return sorted(r for r, s in facts.ranks.items() if s.node == node)
+
+
+def _drain_action(nodes: list[str], reason: str, job: dict[str, Any]) -> str:
+    names = ",".join(nodes)
+    reason = reason.replace('"', "'")[:120]
+    jid = job.get("job_id") or "<job>"
+    return (f"drain {names}: scontrol update NodeName={names} State=DRAIN Reason=\"preflight: triage {reason}\"; "
+            f"requeue the job without it: scontrol requeue {jid} (once {names} is drained), or resubmit with "
+            f"--exclude={names}")
+
+
+def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
+    """The verdict: category, culprits (node, ranks), evidence lines with their sources, action."""
+    job = dict(job or {})
+    first = _first_failure(facts)
+    ref = first.get("time")
+    culprit_ranks, coll, hang_ev = _hang(facts)
+    faults = _correlate(facts, ref)
+    ranks_out = [{"rank": s.rank, "node": s.node, "host": s.host, "entered": s.entered, "entered_op": s.entered_op,
+                  "stuck": s.stuck, "reported": s.reported, "proc_state": s.proc_state, "step": s.step,
+                  "crashed": bool([c for c in s.crashes if not c.secondary])} for s in sorted(facts.ranks.values(),
+                                                                                         key=lambda s: s.rank)]
+    base: dict[str, Any] = {"first_failure": first, "ranks": ranks_out, "job": job, "collective": coll,
+            "node_faults": [{"node": f.node, "check": f.check, "summary": f.summary, "time": f.time,
+                             "correlated": f.correlated, "xids": f.xids} for f in facts.node_faults]}
+    rank_ev: list[str] = []
+    for r in culprit_ranks:
+        st = facts.rank(r)
+        rank_ev += st.evidence[:4]
+        hb = _heartbeat_note(st, ref)
+        if hb:
+            rank_ev.append(hb)
+        if st.stack:
+            rank_ev.append(f"rank {r} stack (innermost last): " + " | ".join(st.stack[-3:]))
+
+    # 1. hardware: a node fault in the window before the first failure is the cause
+    if faults:
+        nodes = sorted({f.node for f in faults})
+        culprits = [{"node": n, "ranks": sorted(set(_ranks_on(facts, n)) | {r for r in culprit_ranks
+                                                                             if facts.rank(r).node == n})}
+                    for n in nodes]
+        ev = []
+        for f in faults:
+            when = ""
+            if f.time is not None and ref is not None:
+                when = f" ({(ref - f.time) / 60:.1f} min before the first failure)" if ref >= f.time else \
+                    f" ({(f.time - ref):.0f} s after the first failure)"
+            ev.append(f"{f.node}:{f.check}: {f.summary}{when}")
+            ev += [f"{f.node}:{f.check}: {line}" for line in f.evidence[:3]]
+        if coll.get("seq") is not None:
+            ev.append(f"the job then hung in {coll.get('op') or 'a collective'} seq {coll['seq']}; the timeouts on "
+                      "the other nodes follow from it")
+        ev += hang_ev[:4] + rank_ev[:6]
+        reason = faults[0].summary
+        return Verdict(category="hardware",
+                       summary=f"hardware fault on {', '.join(nodes)}: {reason}",
+                       culprits=culprits, evidence=ev, action=_drain_action(nodes, reason, job)
+                       + (f". {faults[0].remedy}" if faults[0].remedy else ""), **base)
+
+    # 2. software crash: a rank raised (not a consequence of another rank) or died by a signal
+    crashed = [s for s in facts.ranks.values() if any(not c.secondary for c in s.crashes)
+               or any((x.exitcode or 0) != 0 for x in s.exits)]
+    if crashed:
+        crashed.sort(key=lambda s: (s.first_seen if s.first_seen is not None else float("inf"), s.rank))
+        head = crashed[0]
+        primary = next((c for c in head.crashes if not c.secondary), None)
+        exit_ = next((x for x in head.exits if (x.exitcode or 0) != 0), None)
+        what = f"{primary.exception}: {primary.message}" if primary else \
+            f"exit code {exit_.exitcode}" + (f" ({exit_.signal})" if exit_ and exit_.signal else "") if exit_ else "failed"
+        ev = [f"rank {head.rank} on {head.node or '?'} failed first: {what}"]
+        if primary:
+            ev += [f"rank {head.rank} traceback: {line}" for line in primary.lines[-4:]]
+        ev += head.evidence[:4]
+        others = [s.rank for s in crashed[1:]]
+        if others:
+            ev.append(f"also failed: ranks {_list(others)}")
+        cul = _culprit_list(facts, [head.rank])
+        sig = exit_.signal if exit_ else ""
+        action = (f"fix the failure of rank {head.rank} on {head.node or '?'} ({what[:160]}); the errors of the other "
+                  "ranks follow from it; restart from the last checkpoint after the fix")
+        if sig in ("SIGKILL",) and not primary:
+            action = (f"rank {head.rank} on {head.node or '?'} was killed (SIGKILL): check that node's kernel log for "
+                      "the OOM killer (host memory) and the job's memory limits; requeue after the fix")
+        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: {what[:200]}",
+                       culprits=cul, evidence=ev, action=action, **base)
+
+    # 3. communication hang: the ranks that never entered the collective the others wait in
+    if any(s.reported for s in facts.ranks.values()) or facts.fr_findings or facts.ras:
+        for src, fnd in facts.fr_findings:
+            culprit_ranks = sorted(set(culprit_ranks) | set(fnd.missing_ranks) | {r for r, _ in fnd.culprits})
+            hang_ev.append(f"{src}: fr_trace: {fnd.lines[0]} ({fnd.op}; missing ranks {fnd.missing_ranks})")
+            if fnd.seq is not None and not coll.get("seq"):
+                coll.update({"op": fnd.op, "seq": fnd.seq})
+        for src, ras in facts.ras:
+            behind = [x["rank"] for x in ras.ranks if x.get("launched") is not None and ras.majority_launched is not None
+                      and x["launched"] < ras.majority_launched]
+            gone = [x["rank"] for x in ras.ranks if x.get("section") in ("INCOMPLETE", "DEAD")]
+            for x in ras.ranks:
+                if x["rank"] in behind + gone and x.get("node"):
+                    st = facts.rank(x["rank"])
+                    st.node = st.node or x["node"]
+            culprit_ranks = sorted(set(culprit_ranks) | set(behind) | set(gone))
+            hang_ev += [f"{src}: {line}" for line in ras.lines[:6]]
+        cul = _culprit_list(facts, culprit_ranks)
+        where = f"{coll.get('op') or 'a collective'} seq {coll.get('seq')}" if coll.get("seq") is not None else \
+            "a collective"
+        if culprit_ranks:
+            who = "; ".join(f"rank{'s' if len(c['ranks']) > 1 else ''} {_list(c['ranks'])} on {c['node']}" for c in cul)
+            summary = f"communication hang in {where}: {who} never joined"
+            nodes = [c["node"] for c in cul if c["node"] != "unknown"]
+            action = (f"inspect {who}: its stacks (py-spy dump, hang-rank*.json, stacks-rank*.txt) show where it is; "
+                      f"restart the job from its last checkpoint without {', '.join(nodes) or 'that node'} "
+                      f"(--exclude={','.join(nodes)}), and drain it if the hang repeats there")
+        else:
+            summary = f"communication hang in {where}; every rank reported waiting, no rank singled out"
+            action = ("compare the ranks' stacks (hang-rank*.json, py-spy) for a rank in another collective or "
+                      "process group; run `preflight run` on the job's nodes before restarting")
+        return Verdict(category="communication hang", summary=summary, culprits=cul,
+                       evidence=hang_ev + rank_ev, action=action, **base)
+
+    # 4. slowdown: stragglers reported by the runtime layer
+    if facts.stragglers:
+        ranks = sorted({r for s in facts.stragglers for r in s["ranks"] if isinstance(r, int)})
+        hosts = sorted({h for s in facts.stragglers for h in s["hosts"]})
+        for r in ranks:
+            st = facts.rank(r)
+            if not st.node and len(hosts) == 1:
+                st.node = hosts[0]
+        cul = _culprit_list(facts, ranks) if ranks else [{"node": h, "ranks": []} for h in hosts]
+        ev = [f"{s['source']}: {s['summary']}" for s in facts.stragglers[:6]]
+        return Verdict(category="slowdown", summary=f"slowdown: stragglers {', '.join(map(str, ranks))} on "
+                                                    f"{', '.join(hosts) or '?'}",
+                       culprits=cul, evidence=ev,
+                       action=f"check {', '.join(hosts) or 'the slow nodes'} (GPU clocks, thermals, `preflight run`); "
+                              "drain a node that stays slow and restart the job without it", **base)
+
+    return Verdict(category="none", summary="no hang, crash, node fault or slowdown found in what was collected",
+                   evidence=facts.problems[:6], action="nothing to do; if the job did fail, collect again with "
+                                                       "--run-dir and --log pointing at its files", **base)
+
+
+def triage(bundle: Bundle, registry: Any | None = None, since: datetime | None = None) -> tuple[Verdict, list[Result]]:
+    """Bundle -> (verdict, results: the verdict as a Result plus the node checks' results)."""
+    if since is None and bundle.job.get("start"):
+        try:
+            since = datetime.fromisoformat(str(bundle.job["start"]))
+        except ValueError:
+            since = None
+    facts = read_bundle_facts(bundle, registry, since)
+    verdict = decide(facts, bundle.job)
+    status = Status.PASS if verdict.category == "none" else (Status.WARN if verdict.category == "slowdown"
+                                                            else Status.FAIL)
+    node = ",".join(c["node"] for c in verdict.culprits) or "job"
+    res = Result(check=CHECK, node=node, status=status, summary=f"[{verdict.category}] {verdict.summary}",
+                 evidence=verdict.evidence[:30], remedy=verdict.action, facts=verdict.to_dict(),
+                 source=bundle.source or "collect")
+    return verdict, [res, *facts.node_results]

@@ -1,0 +1,85 @@
+"""Triage reports: the verdict first (category, culprits, action), then the usual results.
+
+JSON is the usual report document with the verdict's keys beside it:
+`{"category", "culprits": [{"node", "ranks"}], "evidence", "action", "triage": {...}, "results": [...]}`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from preflight.report import Report
+from preflight.triage.attribute import Verdict
+
+
+def to_dict(verdict: Verdict, report: Report) -> dict[str, Any]:
+    doc = report.to_dict()
+    doc.update({"category": verdict.category, "culprits": verdict.culprits, "evidence": verdict.evidence,
+                "action": verdict.action, "triage": verdict.to_dict()})
+    return doc
+
+
+def to_json(verdict: Verdict, report: Report) -> str:
+    return json.dumps(to_dict(verdict, report), indent=2, default=str)
+
+
+def _culprits(verdict: Verdict) -> str:
+    return "; ".join(f"{c['node']} (rank{'s' if len(c['ranks']) != 1 else ''} "
+                     f"{', '.join(map(str, c['ranks'])) or '-'})" for c in verdict.culprits) or "none named"
+
+
+def markdown(verdict: Verdict, report: Report) -> str:
+    lines = [f"# preflight triage: {verdict.category}", "", verdict.summary, "",
+             f"- culprits: {_culprits(verdict)}"]
+    if verdict.collective.get("seq") is not None:
+        lines.append(f"- where the ranks parted: {verdict.collective.get('op') or '?'} seq {verdict.collective['seq']}")
+    if verdict.first_failure:
+        ff = verdict.first_failure
+        lines.append(f"- first failure: rank {ff.get('rank')} on {ff.get('node') or '?'} at {ff.get('iso')}")
+    if verdict.job:
+        lines.append(f"- job: {', '.join(f'{k}={v}' for k, v in verdict.job.items() if v)}")
+    lines += ["", "## Action", "", verdict.action, "", "## Evidence", "", "```"]
+    lines += [e.replace("```", "'''") for e in verdict.evidence[:40]]
+    lines += ["```", ""]
+    if verdict.ranks:
+        lines += ["## Ranks", "", "| rank | node | last entered | stuck in | reported | process |",
+                  "|---|---|---|---|---|---|"]
+        for r in verdict.ranks:
+            entered = f"{r.get('entered_op') or ''} {r['entered']}" if r.get("entered") is not None else "-"
+            lines.append(f"| {r['rank']} | {r.get('node') or '?'} | {entered.strip()} | "
+                         f"{r.get('stuck') if r.get('stuck') is not None else '-'} | "
+                         f"{'yes' if r.get('reported') else 'no'} | {r.get('proc_state') or '-'} |")
+        lines.append("")
+    from preflight.report.markdown import render
+
+    lines += ["## Node checks", "", render(report)]
+    return "\n".join(lines) + "\n"
+
+
+def console(verdict: Verdict, report: Report) -> None:
+    from rich.console import Console
+
+    con = Console()
+    color = {"none": "bold green", "slowdown": "bold yellow"}.get(verdict.category, "bold red")
+    con.print(f"[{color}]TRIAGE: {verdict.category}[/]", highlight=False, soft_wrap=True)
+    con.print(verdict.summary, highlight=False, markup=False, soft_wrap=True)
+    con.print(f"culprits: {_culprits(verdict)}", highlight=False, markup=False, soft_wrap=True)
+    if verdict.collective.get("seq") is not None:
+        con.print(f"parted at: {verdict.collective.get('op') or '?'} seq {verdict.collective['seq']}",
+                  highlight=False, markup=False, soft_wrap=True)
+    for e in verdict.evidence[:16]:
+        con.print(f"    {e}", highlight=False, markup=False, soft_wrap=True)
+    con.print(f"action: {verdict.action}", highlight=False, markup=False, soft_wrap=True)
+    bad = [r for r in report.results if r.check != "triage.verdict" and r.status.value in ("fail", "error")]
+    for r in bad[:12]:
+        con.print(f"  {r.status.value.upper()} {r.node} {r.check}: {r.summary}", highlight=False, markup=False, soft_wrap=True)
+
+
+def write(verdict: Verdict, report: Report, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "triage.json", "md": out_dir / "triage.md"}
+    paths["json"].write_text(to_json(verdict, report) + "\n", encoding="utf-8")
+    paths["md"].write_text(markdown(verdict, report), encoding="utf-8")
+    return paths

@@ -1,0 +1,95 @@
+"""ib.hca over the corpus ibstat / ibstatus files: the conclusions of corpus INDEX.md section 5."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.model import Result
+from tests.corpus import graded_one
+
+pytestmark = pytest.mark.corpus
+
+EXPECTED = {
+    "ib/ibstat_h100_roce400_all_active_gpud.txt": {"ib.hca": "pass"},
+    "ib/ibstat_h100_roce_2ports_down_disabled_gpud.txt": {"ib.hca": "fail"},
+    "ib/ibstat_h100_roce_some_down_polling_gpud.txt": {"ib.hca": "fail"},
+    "ib/ibstat_h100_ib_3ports_down_disabled_gpud.txt": {"ib.hca": "warn"},
+    "ib/ibstat_h100_ndr400_ib_plus_bond_all_active_gpud.txt": {"ib.hca": "pass"},
+    "ib/ibstat_a100_hdr200_all_active_gpud.txt": {"ib.hca": "pass"},
+    "ib/ibstat_a100_azure_ibpanic_mlx5_8_missing_exit255_gpud.txt": {"ib.hca": "fail"},
+    "ib/ibstatus_a100_azure_hdr200_all_active_gpud.txt": {"ib.hca": "pass"},
+}
+
+# the H100 files, graded against the 8 x 400G profile as well
+H100 = {rel: exp for rel, exp in EXPECTED.items() if "_h100_" in rel}
+
+
+def _ib(rel: str, profile: str = "auto") -> Result:
+    return graded_one(rel, "ib.hca", profile)
+
+
+@pytest.mark.parametrize("rel", sorted(EXPECTED))
+def test_expected_status(rel: str) -> None:
+    r = _ib(rel)
+    assert r.status.value == EXPECTED[rel]["ib.hca"], r.summary
+    if r.status.value != "pass":
+        assert r.summary and r.evidence and r.remedy
+
+
+@pytest.mark.parametrize("rel", sorted(H100))
+def test_expected_status_h100_profile(rel: str) -> None:
+    assert _ib(rel, "h100-sxm-8x").status.value == H100[rel]["ib.hca"]
+
+
+def test_roce_all_active_12_ports() -> None:
+    r = _ib("ib/ibstat_h100_roce400_all_active_gpud.txt")
+    assert len(r.facts["ports"]) == 12 and r.facts["compute_total"] == 8 and r.facts["compute_active"] == 8
+    assert sorted({p["rate"] for p in r.facts["ports"]}) == [100, 400]
+
+
+def test_two_compute_nics_down() -> None:
+    r = _ib("ib/ibstat_h100_roce_2ports_down_disabled_gpud.txt", "h100-sxm-8x")
+    assert "only 6 of 8 compute NICs up" in r.summary
+    assert "mlx5_5" in r.summary and "mlx5_11" in r.summary
+    down = {p["ca"]: p for p in r.facts["ports"] if p["state"] == "Down"}
+    assert set(down) == {"mlx5_5", "mlx5_11"} and down["mlx5_5"]["physical_state"] == "Disabled"
+    assert down["mlx5_5"]["rate"] == 40
+
+
+def test_polling_told_apart_from_disabled() -> None:
+    r = _ib("ib/ibstat_h100_roce_some_down_polling_gpud.txt")
+    phys = {p["ca"]: p["physical_state"] for p in r.facts["ports"] if p["state"] == "Down"}
+    assert phys == {"mlx5_5": "Disabled", "mlx5_11": "Polling"}
+    assert "mlx5_11 Down/Polling" in r.summary and "mlx5_5 Down/Disabled" in r.summary
+    assert "mlx5_11 port 1 is Polling" in r.remedy and "mlx5_5 port 1 is Disabled" in r.remedy
+
+
+def test_ethernet_front_end_down_is_only_a_warning() -> None:
+    r = _ib("ib/ibstat_h100_ib_3ports_down_disabled_gpud.txt", "h100-sxm-8x")
+    assert r.status.value == "warn"
+    assert r.facts["compute_active"] == 8
+    for ca in ("mlx5_2", "mlx5_7", "mlx5_8"):
+        assert ca in r.summary
+    assert "drain" not in r.remedy
+
+
+def test_space_indented_bond() -> None:
+    r = _ib("ib/ibstat_h100_ndr400_ib_plus_bond_all_active_gpud.txt")
+    assert len(r.facts["ports"]) == 9 and r.facts["ports"][-1]["ca"] == "mlx5_bond_0"
+    assert r.facts["compute_active"] == 8
+
+
+def test_ibpanic_keeps_cas_and_reports_error() -> None:
+    r = _ib("ib/ibstat_a100_azure_ibpanic_mlx5_8_missing_exit255_gpud.txt")
+    assert len(r.facts["ports"]) == 8
+    assert r.facts["missing_devices"] == ["mlx5_8"]
+    assert "ibpanic" in r.summary and "mlx5_8" in r.summary
+    assert any("stat of IB device 'mlx5_8' failed" in e for e in r.evidence)
+
+
+def test_ibstatus_file() -> None:
+    r = _ib("ib/ibstatus_a100_azure_hdr200_all_active_gpud.txt")
+    assert r.facts["format"] == "ibstatus" and len(r.facts["ports"]) == 9
+    assert r.facts["compute_active"] == 8
+    eth = [p for p in r.facts["ports"] if p["link_layer"] == "Ethernet"]
+    assert [p["ca"] for p in eth] == ["mlx5_8"] and eth[0]["rate"] == 40

@@ -1,0 +1,88 @@
+"""gpu.xid over the corpus kernel logs: the conclusions of corpus INDEX.md section 3."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.model import Result
+from tests.corpus import graded_one
+
+pytestmark = pytest.mark.corpus
+
+EXPECTED = {
+    "xid/xid119_gsp_rpc_timeout_xe9680.log": {"gpu.xid": "fail"},
+    "xid/dmesg_iso_xid48_63_94_dbe_rowremap_peermem_gpud.log": {"gpu.xid": "fail"},
+    "xid/dmesg_decode_xid13_43_app_fault_flood_gpud.log": {"gpu.xid": "warn"},
+    "xid/dmesg_ctime_xid13_109_ctx_switch_timeout_peermem_gpud_pr46.log": {"gpu.xid": "fail"},
+    "xid/kmsg_lines_xid149_145_144_nvlink_gpud_pr1160_pr1174.log": {"gpu.xid": "fail"},
+    "xid/journal_k_nvlink_postRxDetLinkMask_failed_gh100_gpud_pr1271.log": {"gpu.xid": "fail"},
+}
+
+
+def _xid(rel: str) -> Result:
+    return graded_one(rel, "gpu.xid", "auto")
+
+
+@pytest.mark.parametrize("rel", sorted(EXPECTED))
+def test_expected_status(rel: str) -> None:
+    r = _xid(rel)
+    assert r.status.value == EXPECTED[rel]["gpu.xid"], r.summary
+    if r.status.value != "pass":
+        assert r.summary and r.evidence and r.remedy
+
+
+def test_xid119_gpu4_needs_reset() -> None:
+    r = _xid("xid/xid119_gsp_rpc_timeout_xe9680.log")
+    assert "Xid 119" in r.summary and "0000:9b:00" in r.summary and "GPU4" in r.summary
+    assert "drain node" in r.remedy and "nvidia-smi -r -i 0000:9b:00.0" in r.remedy
+    assert {e["xid"] for e in r.facts["events"]} == {119}
+    assert sum(e["count"] for e in r.facts["events"]) == 5  # the stack dump adds nothing
+    assert r.facts["gpus"]["0000:9b:00"]["serial"] == "1650124014249"
+    assert any("likely needs to be reset" in e for e in r.evidence)
+
+
+def test_dbe_rowremap_contained() -> None:
+    r = _xid("xid/dmesg_iso_xid48_63_94_dbe_rowremap_peermem_gpud.log")
+    codes = {e["xid"]: e for e in r.facts["events"]}
+    assert set(codes) == {48, 63, 94}
+    assert codes[48]["action"] == "WORKFLOW_XID_48" and codes[94]["caused_by"] == 48
+    assert "ROW_REMAPPER" in r.remedy and "reset" in r.remedy
+    assert not any("peermem" in e for e in r.evidence)
+
+
+def test_app_flood_not_a_drain() -> None:
+    r = _xid("xid/dmesg_decode_xid13_43_app_fault_flood_gpud.log")
+    assert r.facts["counts"] == {"0000:38:00": {"13": 629, "43": 7}}
+    assert "x629" in r.summary
+    assert "drain node" not in r.remedy and "job owner" in r.remedy
+    assert len(r.facts["events"]) < 30  # grouped into bursts
+    assert all(e["caused_by"] == 13 for e in r.facts["events"] if e["xid"] == 43)
+
+
+def test_ctx_switch_timeout_reset_gpu() -> None:
+    r = _xid("xid/dmesg_ctime_xid13_109_ctx_switch_timeout_peermem_gpud_pr46.log")
+    ev = {e["xid"]: e for e in r.facts["events"]}
+    assert ev[109]["action"] == "RESET_GPU" and ev[109]["severity"] == "fail"
+    assert ev[13]["severity"] == "warn"
+    assert "Xid 109" in r.summary and "nvidia-smi -r" in r.remedy
+
+
+def test_nvlink5_decode() -> None:
+    r = _xid("xid/kmsg_lines_xid149_145_144_nvlink_gpud_pr1160_pr1174.log")
+    ev = {(e["xid"], e["pci"]): e for e in r.facts["events"]}
+    netir = ev[(149, "0019:01:00")]
+    assert netir["unit"] == "NETIR" and netir["fatal"] is True and netir["severity"] == "fail"
+    assert netir["registers"][0] == "0x000fe406" and netir["link"] == -1
+    rlw = ev[(145, "0018:01:00")]
+    assert rlw["unit"] == "RLW_RXPIPE" and rlw["fatal"] is False and rlw["registers"][1] == "0x00000008"
+    assert rlw["severity"] == "warn" and rlw["link"] == 13
+    saw = ev[(144, "0000:01:00")]
+    assert saw["unit"] == "SAW_MVB" and saw["severity"] == "warn"
+    assert ev[(149, "0000:00:00")]["count"] == 2
+
+
+def test_nvlink_discovery_failure_is_a_fabric_fault() -> None:
+    r = _xid("xid/journal_k_nvlink_postRxDetLinkMask_failed_gh100_gpud_pr1271.log")
+    assert r.facts["events"] == []
+    assert r.facts["faults"][0]["kind"] == "nvlink_discovery_failed"
+    assert "NVLink" in r.remedy and "fabric" in r.remedy

@@ -1,0 +1,295 @@
+"""Watchdog: section timing, auto timeouts, hang records, and real 4-rank gloo faults."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preflight.runtime.events import EventWriter, read_events
+from preflight.runtime.watchdog import EXIT_HANG, Watchdog, peer_progress, read_heartbeats
+from tests.runtime._wd_ranks import init_gloo, kill_all, launch, logs, wait_all
+
+# ----- unit tests (one process) -------------------------------------------------------------
+
+
+def test_auto_timeout_generous_before_warmup_then_factor_of_longest(tmp_path: Path) -> None:
+    wd = Watchdog(tmp_path, warmup_steps=3, auto_factor=5.0, auto_floor_s=0.0, auto_initial_s=900.0, start=False)
+    assert wd.timeout_for("step") == (900.0, "warmup")
+    for i in range(3):
+        with wd.section("step", step=i):
+            time.sleep(0.05 if i == 0 else 0.001)  # a slow first step is warm-up, not the baseline
+    assert wd.timeout_for("step") == (900.0, "warmup")
+    with wd.section("step", step=3):
+        time.sleep(0.01)
+    timeout, kind = wd.timeout_for("step")
+    assert kind == "auto" and timeout is not None
+    assert 0.05 <= timeout < 0.2  # 5 x ~10 ms, the 50 ms warm-up step excluded
+    wd.auto_floor_s = 30.0
+    assert wd.timeout_for("step") == (30.0, "auto")
+    assert wd.timeout_for("setup") == (600.0, "fixed")
+    assert wd.timeout_for("unknown-section") == (1800.0, "fixed")
+    wd.timeouts["eval"] = None
+    assert wd.timeout_for("eval") == (None, "off")
+    assert wd.step == 3
+    wd.close()
+
+
+def test_nested_section_pauses_parent_clock(tmp_path: Path) -> None:
+    wd = Watchdog(tmp_path, start=False)
+    with wd.section("step"):
+        with wd.section("checkpoint"):
+            assert wd._current is not None and wd._current.name == "checkpoint"
+            time.sleep(0.2)
+        cur = wd._current
+        assert cur is not None and cur.name == "step"
+        assert time.monotonic() - cur.start < 0.1  # the checkpoint is not charged to the step
+    assert wd._current is None
+    assert wd._steps_done == 1
+    wd.close()
+
+
+def _fake_beat(run_dir: Path, rank: int, step: int, age: float, state: str = "running") -> None:
+    rec = {"rank": rank, "host": f"node{rank}", "step": step, "section": "step", "time": time.time() - age,
+           "state": state}
+    (run_dir / f"heartbeat-rank{rank}.json").write_text(json.dumps(rec))
+
+
+def test_peer_progress_names_behind_and_stale() -> None:
+    now = 1000.0
+    beats: dict[int, dict[str, Any]] = {0: {"rank": 0, "step": 10, "time": now - 0.2, "state": "hang"},
+             1: {"rank": 1, "step": 10, "time": now - 9.0},
+             2: {"rank": 2, "step": 8, "time": now - 0.1},
+             3: {"rank": 3, "step": 4, "time": now - 50, "state": "closed"}}
+    p = peer_progress(beats, now, stale_after_s=1.5, self_rank=0)
+    assert p["stale"] == [1]
+    assert p["behind"] == [2]
+    assert p["suspects"] == [1]  # a stale rank outranks one a step behind
+    assert p["max_step"] == 10
+    del beats[1]
+    assert peer_progress(beats, now, stale_after_s=1.5, self_rank=0)["suspects"] == [2]
+
+
+def test_hang_fires_writes_record_and_event(tmp_path: Path) -> None:
+    fired = threading.Event()
+    records: list[dict[str, Any]] = []
+
+    def on_hang(rec: dict[str, Any]) -> None:
+        records.append(rec)
+        fired.set()
+
+    _fake_beat(tmp_path, 1, 7, age=30.0)  # stale peer
+    _fake_beat(tmp_path, 2, 5, age=0.0)  # live peer, behind
+    wd = Watchdog(tmp_path, timeouts={"step": 0.3}, rank=0, poll_s=0.05, heartbeat_interval_s=0.1, stale_after_s=2.0,
+                  exit_on_hang=False, on_hang=on_hang)
+    start = time.monotonic()
+    with wd.section("step", step=7):
+        assert fired.wait(5.0), "watchdog did not fire"
+    took = time.monotonic() - start
+    wd.close()
+    assert 0.3 <= took < 1.5
+    rec = json.loads((tmp_path / "hang-rank0.json").read_text())
+    assert rec["section"] == "step" and rec["step"] == 7 and rec["rank"] == 0
+    assert rec["elapsed_s"] > 0.3 and rec["timeout_s"] == 0.3
+    assert rec["stale"] == [1] and rec["behind"] == [2] and rec["suspects"] == [1]
+    main = next(v for k, v in rec["stacks"].items() if k.startswith("MainThread"))
+    assert any("test_hang_fires_writes_record_and_event" in line for line in main)
+    assert "flight_recorder" in rec
+    ev = [e for e in read_events(tmp_path) if e["check"] == "runtime.watchdog"]
+    assert len(ev) == 1 and ev[0]["status"] == "fail"
+    assert ev[0]["facts"]["suspects"] == [1] and ev[0]["facts"]["timeout_ms"] == 300
+    assert "rank 1" in ev[0]["summary"] and ev[0]["remedy"]
+    assert records and records[0]["section"] == "step"
+
+
+def test_heartbeat_mode_checkpoint_between_steps_is_no_false_alarm(tmp_path: Path) -> None:
+    wd = Watchdog(tmp_path, timeouts={"step": 0.3, "checkpoint": 5.0}, poll_s=0.05, exit_on_hang=False)
+    for step in range(10):
+        time.sleep(0.01)
+        wd.heartbeat(step)
+        if step == 4:
+            with wd.section("checkpoint"):
+                time.sleep(0.6)
+    time.sleep(0.1)
+    wd.close()
+    assert wd.fired is None
+    assert wd.step == 9
+    beat = read_heartbeats(tmp_path)[wd.rank]
+    assert beat["state"] == "closed" and beat["step"] == 9
+
+
+def test_heartbeat_mode_fires_when_steps_stop(tmp_path: Path) -> None:
+    wd = Watchdog(tmp_path, timeouts={"step": 0.2}, poll_s=0.05, exit_on_hang=False)
+    wd.heartbeat(0)
+    deadline = time.monotonic() + 5
+    while wd.fired is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    wd.close()
+    assert wd.fired is not None and wd.fired["section"] == "step"
+
+
+def test_monitor_fault_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    wd = Watchdog(tmp_path, timeouts={"step": 0.2}, poll_s=0.02, heartbeat_interval_s=0.0, exit_on_hang=False,
+                  start=False)
+
+    def broken(state: str = "running") -> None:
+        raise RuntimeError("disk on fire")
+
+    wd._write_heartbeat = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="preflight.runtime"):
+        wd._thread.start()
+        with wd.section("step"):
+            time.sleep(0.2)
+        wd._stop.set()
+        wd._thread.join(2)
+    assert wd.monitor_faults >= 1
+    assert "monitor fault" in caplog.text
+
+
+def test_unwritable_run_dir_never_raises(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    wd = Watchdog(blocker / "sub", timeouts={"step": 5}, poll_s=0.02, exit_on_hang=False,
+                  events=EventWriter(blocker / "sub", rank=0))
+    with wd.section("step"):
+        time.sleep(0.1)
+    wd.close()
+    assert wd.fired is None
+
+
+# ----- real: 4 gloo ranks -------------------------------------------------------------------
+
+
+def rank_train(argv: list[str]) -> None:
+    """One rank: steps of sleep + all_reduce under a Watchdog with an auto step timeout."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--step-ms", type=float, default=10.0)
+    ap.add_argument("--floor", type=float, default=1.0)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--ckpt-at", type=int, default=-1)
+    ap.add_argument("--ckpt-s", type=float, default=0.0)
+    ap.add_argument("--max-s", type=float, default=60.0)
+    a = ap.parse_args(argv)
+    wd = Watchdog(a.run_dir, timeouts={"step": "auto", "checkpoint": 10.0}, warmup_steps=a.warmup,
+                  auto_factor=5.0, auto_floor_s=a.floor, auto_initial_s=20.0, exit_grace_s=1.0)
+    import torch
+    import torch.distributed as dist
+
+    with wd.section("setup"):
+        init_gloo()
+    rank = dist.get_rank()
+    t = torch.ones(1024)
+    deadline = time.monotonic() + a.max_s
+    for step in range(a.steps):
+        if time.monotonic() > deadline:
+            break
+        with wd.section("step", step=step):
+            time.sleep(a.step_ms / 1000)
+            dist.all_reduce(t)
+            if step == a.ckpt_at:  # nested in the step: every rank, rank 0 writes slowly
+                with wd.section("checkpoint"):
+                    if rank == 0:
+                        time.sleep(a.ckpt_s)
+                    dist.barrier()
+        if step == a.ckpt_at + 50:  # between steps
+            with wd.section("checkpoint"):
+                if rank == 0:
+                    time.sleep(a.ckpt_s)
+                dist.barrier()
+    timeout, kind = wd.timeout_for("step")
+    wd.close()
+    (a.run_dir / f"done-rank{rank}.json").write_text(json.dumps({"timeout": timeout, "kind": kind,
+                                                                "steps": wd.step}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.real
+def test_sigstopped_rank_is_named_by_every_other_rank(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    procs = launch("tests.runtime.test_watchdog:rank_train", 4,
+                   ["--run-dir", str(run), "--steps", "100000", "--floor", "2.0", "--max-s", "40"], run)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until rank 3 is past warm-up
+            beat = read_heartbeats(run).get(3)
+            if beat and int(beat.get("step") or 0) >= 30:
+                break
+            assert all(p.poll() is None for p in procs), logs(run)
+            time.sleep(0.1)
+        else:
+            pytest.fail("ranks did not start\n" + logs(run))
+        os.kill(procs[3].pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        rcs = wait_all(procs[:3], timeout=30)
+    finally:
+        kill_all(procs)
+    assert rcs == [EXIT_HANG] * 3, logs(run)
+    for rank in range(3):
+        rec = json.loads((run / f"hang-rank{rank}.json").read_text())
+        assert rec["section"] == "step" and rec["timeout_kind"] == "auto", rec
+        assert rec["timeout_s"] >= 2.0
+        assert rec["time"] - stopped_at <= rec["timeout_s"] + 2.0, (rec["time"] - stopped_at, rec["timeout_s"])
+        assert 3 in rec["stale"] and rec["suspects"] == [3], rec["peers"]
+        fr = rec["flight_recorder"]
+        assert fr.get("entries", 0) > 0, fr
+        assert "all_reduce" in str(fr["last"]["op"])
+        assert (run / f"fr-rank{rank}.json").is_file()
+    assert not (run / "hang-rank3.json").exists()
+    events = [e for e in read_events(run) if e["check"] == "runtime.watchdog"]
+    assert sorted(e["rank"] for e in events) == [0, 1, 2]
+    assert all(e["facts"]["suspects"] == [3] for e in events)
+
+
+@pytest.mark.real
+def test_auto_timeout_clean_run_with_slow_checkpoint_has_no_false_alarm(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    procs = launch("tests.runtime.test_watchdog:rank_train", 4,
+                   ["--run-dir", str(run), "--steps", "200", "--floor", "2.0", "--ckpt-at", "100",
+                    "--ckpt-s", "2.5"], run)
+    rcs = wait_all(procs, timeout=90)
+    assert rcs == [0, 0, 0, 0], logs(run)
+    assert not list(run.glob("hang-rank*.json"))
+    assert not [e for e in read_events(run) if e["check"] == "runtime.watchdog"]
+    for rank in range(4):
+        done = json.loads((run / f"done-rank{rank}.json").read_text())
+        assert done["kind"] == "auto" and done["steps"] == 199
+        assert done["timeout"] < 20.0  # auto, not the warm-up timeout; 2.5 s checkpoints never fired
+    beats = read_heartbeats(run)
+    assert sorted(beats) == [0, 1, 2, 3] and all(b["state"] == "closed" for b in beats.values())
+
+
+_GIL_HOG = """
+import re, sys, time
+from preflight.runtime.watchdog import Watchdog
+wd = Watchdog(sys.argv[1], timeouts={"step": 60}, rank=0, poll_s=0.05, heartbeat_interval_s=0.05,
+              gil_backstop_s=1.0, flight_recorder=False)
+time.sleep(0.3)
+with wd.section("step", step=1):
+    re.match(r"(a+)+$", "a" * 64 + "b")  # the regex engine holds the GIL: no thread of ours runs
+"""
+
+
+def test_gil_backstop_dumps_stacks_when_the_monitor_cannot_run(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.runtime._wd_ranks import ROOT
+
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", _GIL_HOG, str(tmp_path)], cwd=ROOT, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True)
+    assert p.returncode == 1, p.stderr
+    assert time.monotonic() - start < 30
+    text = (tmp_path / "stacks-rank0.txt").read_text()
+    assert "Timeout" in text and "<string>" in text, text

@@ -1,0 +1,44 @@
+"""The sweep launched inside a real Slurm allocation: srun starts torchrun on every node, the
+c10d rendezvous assigns the ranks, gloo runs over the namespace cluster's veths."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, need
+from tests.netcluster import NetCluster, prerequisites, slurm_prerequisites
+
+pytestmark = pytest.mark.real
+PROFILE = str(ROOT / "tests" / "sweep" / "gloo-test.toml")
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[NetCluster]:
+    need(not prerequisites(), f"namespace cluster prerequisites: {prerequisites()}")
+    need(not slurm_prerequisites(), f"Slurm prerequisites: {slurm_prerequisites()}")
+    c = NetCluster(2, tmp_path / "cluster", prefix="ss", subnet="10.87.0")
+    c.up([])
+    try:
+        c.start_slurm()
+        yield c
+    finally:
+        c.down()
+
+
+def test_sweep_over_srun_and_torchrun_in_an_allocation(cluster: NetCluster) -> None:
+    p = cluster.client("salloc", "-N2", "--time=5", sys.executable, "-m", "preflight.cli", "sweep",
+                       "--transport", "srun", "--python", sys.executable, "--backend", "gloo", "--max-bytes", "64K",
+                       "--iters", "3", "--ifname", "eth0", "--deadline", "90", "--json", "--no-report",
+                       "--profile", PROFILE, check=False, timeout=200, env=cluster.slurm_env())
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    res = {r["check"]: r for r in doc["results"]}
+    assert res["nccl.allreduce"]["status"] == "pass", res["nccl.allreduce"]
+    assert res["nccl.allreduce"]["facts"]["world"] == 2
+    assert res["nccl.pingpong"]["status"] == "pass" and "n1<->n2" in res["nccl.pingpong"]["evidence"][0]
+    assert doc["verdict"] == "GO" and p.returncode == 0

@@ -1,0 +1,55 @@
+"""The remote probe bundle: one program, delimited captures, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from preflight.probes import Probe
+from preflight.remote import build_script, parse_output
+
+
+def test_bundle_runs_probes_and_parses_back() -> None:
+    probes = [Probe.of("echo", ["echo", "hi"]), Probe.of("gone", ["no-such-tool-xyz"]),
+              Probe.of("slow", ["sleep", "5"], timeout=0.5), Probe.of("py", [sys.executable, "-c", "print(7)"])]
+    script, nonce = build_script(probes)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    out = parse_output("noise line\n" + p.stdout, nonce)
+    (node,) = out.captures
+    caps = out.captures[node]
+    assert caps["echo"].stdout == "hi\n" and caps["echo"].rc == 0
+    assert caps["gone"].state.value == "missing"
+    assert caps["slow"].state.value == "timeout"
+    assert caps["py"].stdout.strip() == "7"
+    assert node in out.finished and out.garbage == ["noise line"]
+
+
+def test_torn_and_foreign_lines_are_garbage_not_errors() -> None:
+    out = parse_output("@@preflight abc capture {not json\n@@preflight other capture {}\n", "abc")
+    assert out.captures == {} and len(out.garbage) == 2
+
+
+@pytest.mark.real
+def test_bundle_ends_its_probes_when_its_caller_goes_away(tmp_path) -> None:
+    marker = tmp_path / "pid"
+    probe = Probe.of("hang", ["sh", "-c", f"echo $$ > {marker}; exec sleep 60"], timeout=60)
+    script, _ = build_script([probe], watch_stdin=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    proc.stdin.close()  # the SSH session is gone
+    assert proc.wait(timeout=10) == 3
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the probe's process outlived its bundle")
