@@ -61,6 +61,20 @@ def _main(bundle):
     for p in bundle["probes"]:
         cmds = tuple(tuple(_sys.executable if a == "{python}" else a for a in c) for c in p["commands"])
         probes.append(Probe(name=p["name"], commands=cmds, timeout=p["timeout"], env=tuple(map(tuple, p["env"]))))
+    stopping = []
+
+    def _stop(signum, frame):
+        # srun cancelling the step, or the session going away: end the probes (they run in their
+        # own sessions, so the signal does not reach them) and leave without a traceback
+        stopping.append(signum)
+        kill_live()
+        _os._exit(128 + signum)
+    import signal as _signal
+    for _sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+        try:
+            _signal.signal(_sig, _stop)
+        except (ValueError, OSError):
+            pass
     if bundle.get("watch_stdin"):
         # the caller keeps our stdin open; EOF means its session is gone (SSH dropped, preflight
         # killed): end the probes and leave nothing running on the node
@@ -79,6 +93,8 @@ def _main(bundle):
                "timeout": c.timeout, "reason": c.reason}
         line = "%s %s capture %s\n" % ("@@preflight", nonce, _json.dumps(rec))
         with lock:
+            if stopping:  # a probe we killed on the way out is not a result
+                return
             _sys.stdout.write(line)
             _sys.stdout.flush()
     run_bundle(probes, cap=cap, on_done=done)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,3 +54,33 @@ def test_bundle_ends_its_probes_when_its_caller_goes_away(tmp_path) -> None:
         time.sleep(0.1)
     else:
         pytest.fail("the probe's process outlived its bundle")
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cancelled_bundle_stops_quietly_and_takes_its_probes_along(tmp_path, sig) -> None:
+    """srun cancelling the step signals the bundle: no traceback, no killed probe reported as a
+    result, no probe left running (probes run in their own sessions, out of the signal's reach)."""
+    marker = tmp_path / "pid"
+    hang = Probe.of("hang", ["sh", "-c", f"echo $$ > {marker}; exec sleep 60"], timeout=60)
+    script, nonce = build_script([Probe.of("echo", ["echo", "hi"]), hang])
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the echo probe has reported by now
+    child = int(marker.read_text())
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 128 + sig
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+    (node,) = parse_output(out.decode(), nonce).captures.values()
+    assert set(node) == {"echo"}
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the probe's process outlived its cancelled bundle")

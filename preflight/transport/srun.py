@@ -293,16 +293,21 @@ class SrunTransport(Transport):
             except OSError:
                 pass
         timed_out = False
+        cutoff: int | None = None
         try:
             proc.wait(timeout=max(0.1, limit))
         except subprocess.TimeoutExpired:
             timed_out = True
+            with reader.lock:
+                # what arrives after the deadline comes from cancelling the step (a probe killed
+                # with it reports in on the way out): it did not finish in time
+                cutoff = len(reader.lines)
             self._abort(proc)
         reader.join(timeout=5)
         errs.join(timeout=2)
         elapsed = time.monotonic() - start
         with reader.lock:
-            parsed = parse_output("\n".join(reader.lines), nonce, source_prefix="srun:")
+            parsed = parse_output("\n".join(reader.lines[:cutoff]), nonce, source_prefix="srun:")
         stderr = errs.lines + [ln for ln in reader.other if ln not in errs.lines]
         for node in good:
             caps: dict[str, Capture] = parsed.captures.get(node, {})
