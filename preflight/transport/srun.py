@@ -108,6 +108,7 @@ class _Reader(threading.Thread):
         self.nobundle: set[str] = set()
         self.other: list[str] = []
         self.lock = threading.Lock()
+        self.past_deadline = False  # set when the step is being cancelled: no more progress
 
     def run(self) -> None:
         try:
@@ -139,7 +140,7 @@ class _Reader(threading.Thread):
         whole = "".join(self.partial.pop(node, [])) + piece
         with self.lock:
             self.lines.append(whole)
-        if self.progress is not None:
+        if self.progress is not None and not self.past_deadline:
             for n, caps in parse_output(whole, self.nonce).captures.items():
                 for cap in caps.values():
                     try:
@@ -302,6 +303,7 @@ class SrunTransport(Transport):
                 # what arrives after the deadline comes from cancelling the step (a probe killed
                 # with it reports in on the way out): it did not finish in time
                 cutoff = len(reader.lines)
+                reader.past_deadline = True
             self._abort(proc)
         reader.join(timeout=5)
         errs.join(timeout=2)
