@@ -66,7 +66,7 @@ def rank_steps(argv: list[str]) -> None:
     ap.add_argument("--run-dir", type=Path, required=True)
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--factor", type=float, default=1.3)
-    ap.add_argument("--step-ms", type=float, default=15.0)
+    ap.add_argument("--step-ms", type=float, default=40.0)
     ap.add_argument("--interval", type=int, default=20)
     ap.add_argument("--intervals", type=int, default=3)
     ap.add_argument("--threshold", type=float, default=0.85)
