@@ -84,6 +84,7 @@ def _main(bundle):
                     pass
             except Exception:
                 pass
+            stopping.append(0)
             kill_live()
             _os._exit(3)
         _threading.Thread(target=_watch, daemon=True).start()

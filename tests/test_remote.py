@@ -34,26 +34,33 @@ def test_torn_and_foreign_lines_are_garbage_not_errors() -> None:
     assert out.captures == {} and len(out.garbage) == 2
 
 
+def _wait_for(path) -> None:
+    deadline = time.monotonic() + 10
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _assert_gone(pid: int, why: str) -> None:
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(why)
+
+
 @pytest.mark.real
 def test_bundle_ends_its_probes_when_its_caller_goes_away(tmp_path) -> None:
     marker = tmp_path / "pid"
     probe = Probe.of("hang", ["sh", "-c", f"echo $$ > {marker}; exec sleep 60"], timeout=60)
     script, _ = build_script([probe], watch_stdin=True)
     proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_for(marker)
     child = int(marker.read_text())
     proc.stdin.close()  # the SSH session is gone
     assert proc.wait(timeout=10) == 3
-    for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the probe's process outlived its bundle")
+    _assert_gone(child, "the probe's process outlived its bundle")
 
 
 @pytest.mark.real
@@ -65,9 +72,7 @@ def test_cancelled_bundle_stops_quietly_and_takes_its_probes_along(tmp_path, sig
     hang = Probe.of("hang", ["sh", "-c", f"echo $$ > {marker}; exec sleep 60"], timeout=60)
     script, nonce = build_script([Probe.of("echo", ["echo", "hi"]), hang])
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_for(marker)
     time.sleep(0.3)  # the echo probe has reported by now
     child = int(marker.read_text())
     proc.send_signal(sig)
@@ -76,11 +81,4 @@ def test_cancelled_bundle_stops_quietly_and_takes_its_probes_along(tmp_path, sig
     assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
     (node,) = parse_output(out.decode(), nonce).captures.values()
     assert set(node) == {"echo"}
-    for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the probe's process outlived its cancelled bundle")
+    _assert_gone(child, "the probe's process outlived its cancelled bundle")

@@ -107,6 +107,47 @@ def test_missing_srun_is_a_node_error_not_an_exception() -> None:
     assert "cannot run /nonexistent/srun" in out["n1"].error
 
 
+# The order CI once met when a step is cancelled: slurmstepd kills the step's processes (the
+# hung probe among them) before the task itself, so the task reports the killed probe on its
+# way out. This srun runs its one task locally and cancels it in that order on SIGINT.
+_CANCEL_FIRST_SRUN = r'''#!/usr/bin/env python3
+import os, signal, subprocess, sys, threading, time
+argv = sys.argv[1:]
+node = argv[argv.index("-w") + 1]
+task = subprocess.Popen(argv[argv.index("--job-name=preflight") + 1:], stdout=subprocess.PIPE,
+                        env={**os.environ, "SLURMD_NODENAME": node})
+def cancel(signum, frame):
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1] == str(task.pid):
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, IndexError):
+            pass
+    time.sleep(1.0)  # the task reports its killed probe now
+    task.kill()
+signal.signal(signal.SIGINT, lambda s, f: threading.Thread(target=cancel, args=(s, f)).start())
+for line in task.stdout:
+    sys.stdout.write("0: " + line.decode())
+    sys.stdout.flush()
+sys.exit(task.wait() and 1)
+'''
+
+
+def test_probe_killed_by_the_cancel_after_the_deadline_is_not_a_result(tmp_path) -> None:
+    srun = tmp_path / "srun"
+    srun.write_text(_CANCEL_FIRST_SRUN)
+    srun.chmod(0o755)
+    hang = Probe.of("kernel-log", ["sleep", "60"], timeout=60)
+    seen: list[str] = []
+    t = SrunTransport(srun=str(srun), python=sys.executable, deadline=3)
+    out = t.collect({"n1": [hang, Probe.of("hostname", ["echo", "n1"])]},
+                    progress=lambda node, cap: seen.append(cap.probe))
+    n1 = out["n1"]
+    assert "did not finish within the 3 s deadline (no result for: kernel-log)" in n1.error, n1.error
+    assert set(n1.captures) == {"hostname"} and n1.detail == {"kind": "timeout", "stage": "command"}
+    assert seen == ["hostname"]
+
+
 # ---- real Slurm -----------------------------------------------------------------------------
 
 DRIVE = r'''
