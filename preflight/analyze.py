@@ -1,112 +1,435 @@
-"""analyze: grade captured files with the same checks, classified by content, not name.
+"""analyze: grade captured text with the same checks, classified by content, not by name.
 
-Each path is a file, a folder of files, or a folder of per-node folders. A folder whose
-files are each of a different kind is one node (named after the folder); where a folder
-holds several files of one kind, each file is graded as a node of its own. Content that no
-format recognises is reported as such (SKIP, "not recognised"), never guessed.
+Inputs are files, folders (per-node folders, or a `preflight collect` bundle), archives (tar,
+tar.gz/.xz/.bz2, zip), single compressed files (.gz/.xz/.bz2) and `-` (standard input). Every
+input is read safely: only regular files are opened (FIFOs, devices and sockets are reported,
+never read); symbolic-link cycles are followed once; archives are read in memory (nothing is
+written to disk) with a cap on total size, expansion ratio and member count; a file larger
+than the cap is read from its end, the newest part of a log, and says so.
+
+Each file's text is framed (`preflight.framing`): prompts cut it into commands, `pdsh`/`clush`
+host prefixes and host headers split it per node, and every line's framing is peeled. Each
+document is classified by the registered formats; what no format recognises is reported as
+such (SKIP, `analyze.unrecognised`), never guessed. A node's documents are graded by
+`grading.grade_node`, the function `run`, `triage` and the sweep use too.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
+import lzma
+import os
+import stat
+import sys
 import tarfile
-import tempfile
-from collections import defaultdict
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from preflight import engine
 from preflight import profile as profiles
-from preflight.model import Capture, CaptureState, Result, Status
+from preflight.framing import Doc, frame
+from preflight.grading import FactStore, grade_node
+from preflight.model import Result, Status
+from preflight.parsers.base import Format
 from preflight.profile import Profile
-from preflight.registry import Format, Options, Registry
+from preflight.registry import Options, Registry
 
 SNIFF_BYTES = 256 * 1024
-MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_FILE_BYTES = 256 * 1024 * 1024  # read window per file; a larger file is read from its end
+ARCHIVE_MAX_BYTES = 512 * 1024 * 1024  # total uncompressed bytes read from one archive
+ARCHIVE_MAX_FILES = 20000
+MAX_RATIO = 200  # uncompressed : compressed; real logs compress 5-30x, a bomb 1000x
+RATIO_FLOOR = 64 * 1024 * 1024  # the ratio check applies past this many bytes
+MAX_DEPTH = 32  # folder depth followed
 UNKNOWN_CHECK = "analyze.unrecognised"
+STDIN = "-"
 
 
-def classify(text: str, registry: Registry) -> list[Format]:
-    """Every registered format whose detector recognises `text`, most specific first."""
-    head = text[:SNIFF_BYTES]
-    found = []
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass
+class Entry:
+    """One file to read: a path on disk, an archive member or standard input."""
+
+    display: str  # what results name as their source
+    parts: tuple[str, ...]  # folder components for grouping into nodes, last = file name
+    load: Callable[[], tuple[bytes, str]] | None = None  # (data, note); None when not readable
+    problem: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1] if self.parts else self.display
+
+
+class TooBig(Exception):
+    """An archive or compressed file past the caps (a decompression bomb, or just too large)."""
+
+
+def _bounded_read(fh: io.BufferedIOBase | io.RawIOBase | gzip.GzipFile | lzma.LZMAFile | bz2.BZ2File,
+                  limit: int, what: str) -> tuple[bytes, str]:
+    """Read a stream to its end, keeping the last MAX_FILE_BYTES; refuse past `limit` bytes."""
+    chunks: list[bytes] = []
+    kept = 0
+    total = 0
+    while True:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > limit:
+            raise TooBig(f"{what} expands past {limit // (1 << 20)} MiB; not read")
+        chunks.append(chunk)
+        kept += len(chunk)
+        while kept - len(chunks[0]) >= MAX_FILE_BYTES:
+            kept -= len(chunks.pop(0))
+    data = b"".join(chunks)
+    note = ""
+    if len(data) > MAX_FILE_BYTES:
+        data = _from_line(data[-MAX_FILE_BYTES:])
+        note = f"only the newest {MAX_FILE_BYTES >> 20} MiB of {total >> 20} MiB read"
+    return data, note
+
+
+def _from_line(data: bytes) -> bytes:
+    """A tail cut at a line start (the first partial line dropped)."""
+    nl = data.find(b"\n")
+    return data[nl + 1:] if 0 <= nl < 4096 else data
+
+
+def _read_file(path: Path) -> tuple[bytes, str]:
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        if size <= MAX_FILE_BYTES:
+            return fh.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES], ""
+        fh.seek(size - MAX_FILE_BYTES)
+        return _from_line(fh.read(MAX_FILE_BYTES)), (
+            f"only the newest {MAX_FILE_BYTES >> 20} MiB of {size >> 20} MiB read")
+
+
+_MAGIC = {b"\x1f\x8b": "gzip", b"\xfd7zXZ\x00": "xz", b"BZh": "bz2"}
+
+
+def _compression(head: bytes) -> str:
+    for magic, kind in _MAGIC.items():
+        if head.startswith(magic):
+            return kind
+    return ""
+
+
+def _ratio_limit(compressed: int) -> int:
+    return min(ARCHIVE_MAX_BYTES, max(RATIO_FLOOR, compressed * MAX_RATIO))
+
+
+def _decompressed(path: Path, kind: str) -> tuple[bytes, str]:
+    opener: Callable[..., io.BufferedIOBase] = {"gzip": gzip.open, "xz": lzma.open, "bz2": bz2.open}[kind]  # type: ignore[assignment]
+    limit = _ratio_limit(path.stat().st_size)
+    with opener(path, "rb") as fh:
+        return _bounded_read(fh, limit, path.name)
+
+
+def _archive_entries(path: Path, parts: tuple[str, ...], display: str) -> list[Entry]:
+    """The members of a tar or zip archive as entries, read in memory under the caps."""
+    size = path.stat().st_size
+    limit = _ratio_limit(size)
+    out: list[Entry] = []
+    total = 0
+    stem = path.name
+    base = parts[:-1] + (stem,)
+
+    def add(member: str, data: bytes, note: str = "") -> None:
+        mparts = tuple(p for p in member.replace("\\", "/").split("/") if p not in ("", "."))
+        if not mparts or ".." in mparts:
+            return
+        out.append(Entry(display=f"{display}!{'/'.join(mparts)}", parts=base + mparts, load=_const(data, note)))
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            infos = [i for i in zf.infolist() if not i.is_dir()]
+            if len(infos) > ARCHIVE_MAX_FILES:
+                raise TooBig(f"{path.name} holds {len(infos)} files (more than {ARCHIVE_MAX_FILES}); not read")
+            for info in infos:
+                total += info.file_size
+                if total > limit:
+                    raise TooBig(f"{path.name} expands past {limit >> 20} MiB; not read")
+                with zf.open(info) as fh:
+                    data, note = _bounded_read(fh, limit, info.filename)  # type: ignore[arg-type]
+                add(info.filename, data, note)
+        return out
+    with tarfile.open(path, "r:*") as tar:
+        count = 0
+        for m in tar:
+            count += 1
+            if count > ARCHIVE_MAX_FILES:
+                raise TooBig(f"{path.name} holds more than {ARCHIVE_MAX_FILES} members; not read")
+            if not m.isfile():
+                continue  # links, devices, FIFOs in an archive are never materialised
+            total += m.size
+            if total > limit:
+                raise TooBig(f"{path.name} expands past {limit >> 20} MiB; not read")
+            member = tar.extractfile(m)
+            if member is None:
+                continue
+            data = member.read(min(m.size, MAX_FILE_BYTES) + 1)
+            note = ""
+            if m.size > MAX_FILE_BYTES:
+                data = data[:MAX_FILE_BYTES]
+                note = f"only the first {MAX_FILE_BYTES >> 20} MiB of this archive member read"
+            add(m.name, data, note)
+    return out
+
+
+def _const(data: bytes, note: str) -> Callable[[], tuple[bytes, str]]:
+    return lambda: (data, note)
+
+
+def _is_archive(path: Path, head: bytes) -> bool:
+    if head.startswith(b"PK\x03\x04"):
+        return True
+    try:
+        return tarfile.is_tarfile(path)
+    except (OSError, EOFError, tarfile.TarError, ValueError, lzma.LZMAError, zipfile.BadZipFile):
+        return False
+
+
+def _file_entries(path: Path, parts: tuple[str, ...], display: str) -> list[Entry]:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(512)
+    except OSError as exc:
+        return [Entry(display, parts, problem=f"cannot read: {exc.strerror or exc}")]
+    if _is_archive(path, head):
+        try:
+            return _archive_entries(path, parts, display)
+        except TooBig as exc:
+            return [Entry(display, parts, problem=f"archive refused: {exc}")]
+        except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, ValueError, lzma.LZMAError,
+                zlib_error()) as exc:
+            return [Entry(display, parts, problem=f"unreadable archive ({exc})")]
+    kind = _compression(head)
+    if kind:
+        name = parts[-1]
+        for ext in (".gz", ".xz", ".bz2", ".tgz"):
+            if name.endswith(ext):
+                name = name[: -len(ext)]
+        return [Entry(display, parts[:-1] + (name or parts[-1],), load=lambda: _decompressed(path, kind))]
+    return [Entry(display, parts, load=lambda: _read_file(path))]
+
+
+def zlib_error() -> type[Exception]:
+    import zlib
+
+    return zlib.error
+
+
+def _walk(path: Path, parts: tuple[str, ...], seen: set[tuple[int, int]], depth: int) -> Iterator[Entry]:
+    """Entries under `path`, following links once: a directory already visited is skipped."""
+    display = str(path)
+    try:
+        st = os.stat(path)  # follows symbolic links
+    except OSError as exc:
+        if os.path.islink(path):
+            yield Entry(display, parts, problem="dangling symbolic link")
+        else:
+            yield Entry(display, parts, problem=f"cannot read: {exc.strerror or exc}")
+        return
+    if stat.S_ISDIR(st.st_mode):
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            return  # a symbolic-link cycle, or the same folder twice
+        if depth > MAX_DEPTH:
+            yield Entry(display, parts, problem=f"folder nested deeper than {MAX_DEPTH} levels; not read")
+            return
+        seen.add(key)
+        try:
+            children = sorted(os.listdir(path))
+        except OSError as exc:
+            yield Entry(display, parts, problem=f"cannot list: {exc.strerror or exc}")
+            return
+        for child in children:
+            if child.startswith("."):
+                continue
+            yield from _walk(path / child, parts + (child,), seen, depth + 1)
+        return
+    if not stat.S_ISREG(st.st_mode):
+        what = ("a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        yield Entry(display, parts, problem=f"{what}; not read")
+        return
+    yield from _file_entries(path, parts, display)
+
+
+def _reader(src: io.BufferedIOBase) -> Callable[[], tuple[bytes, str]]:
+    return lambda: _bounded_read(src, 1 << 40, "stdin")
+
+
+def entries(paths: list[Path], stdin: io.BufferedIOBase | None = None) -> list[Entry]:
+    """Every input file, archive member and standard input, in order."""
+    out: list[Entry] = []
+    seen: set[tuple[int, int]] = set()
+    for p in paths:
+        if str(p) == STDIN:
+            src: io.BufferedIOBase = stdin if stdin is not None else sys.stdin.buffer  # type: ignore[assignment]
+            out.append(Entry("<stdin>", ("stdin",), load=_reader(src)))
+            continue
+        name = p.name or str(p)
+        out.extend(_walk(p, (name,), seen, 0))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+
+
+def decode(data: bytes) -> tuple[str, str]:
+    """(text, problem): binary content gives no text; invalid UTF-8 is replaced and said."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16"), ""
+        except UnicodeDecodeError:
+            pass
+    head = data[:8192]
+    if b"\x00" in head:
+        return "", "binary content"
+    if head:
+        ctrl = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
+        if ctrl > len(head) // 10:
+            return "", "binary content"
+    try:
+        return data.decode("utf-8"), ""
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        return text, "invalid UTF-8 replaced"
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification
+
+
+def classify(doc: Doc, registry: Registry) -> list[Format]:
+    """Every registered format whose detector recognises the document, one per probe, most
+    specific (highest priority) first."""
+    found: list[Format] = []
     for fmt in sorted(registry.formats.values(), key=lambda f: -f.priority):
         try:
-            if fmt.detect(head):
+            try:
+                hit = fmt.detect(doc)
+            except (AttributeError, TypeError):  # TRANSITION: detectors still reading text
+                hit = fmt.detect(doc.clean[:SNIFF_BYTES])  # type: ignore[arg-type]
+            if hit:
                 found.append(fmt)
-        except Exception:
+        except Exception:  # a broken detector (site code) recognises nothing
             continue
-    # one file stands in for one capture per probe: keep the highest-priority format per probe
     by_probe: dict[str, Format] = {}
     for f in found:
         by_probe.setdefault(f.probe_name, f)
     return list(by_probe.values())
 
 
-def read_text(path: Path) -> tuple[str, str]:
-    """(text, problem). Binary or unreadable files give an empty text and the problem."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        return "", f"cannot read: {exc.strerror or exc}"
-    note = ""
-    if len(data) > MAX_FILE_BYTES:
-        data = data[:MAX_FILE_BYTES]
-        note = f"only the first {MAX_FILE_BYTES // (1024 * 1024)} MiB read"
-    if b"\x00" in data[:SNIFF_BYTES]:
-        return "", "binary content"
-    return data.decode("utf-8", errors="replace"), note
+@dataclass
+class Unit:
+    """What is graded as one node: its documents per probe, and where they came from."""
+
+    node: str
+    docs: dict[str, list[Doc]] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def add(self, probe: str, doc: Doc) -> None:
+        self.docs.setdefault(probe, []).append(doc)
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+@dataclass
+class Classified:
+    entry: Entry
+    docs: list[tuple[Doc, list[Format]]]
+    note: str = ""
 
 
-def gather(paths: list[Path], parent: str | None = None, depth: int = 0) -> list[tuple[str, list[Path]]]:
-    """Group files into nodes: [(node name, files)]. The folders given and their subfolders
-    are nodes named after themselves; a folder inside a node's folder (a bundle's `n3/run/`)
-    is named after both (`n3/run`)."""
-    groups: list[tuple[str, list[Path]]] = []
-    for path in paths:
-        if path.is_file():
-            groups.append((path.name, [path]))
-            continue
-        if not path.is_dir():
-            groups.append((str(path), [path]))  # reported as unreadable
-            continue
-        name = f"{parent}/{path.name}" if parent else path.name
-        loose = _files(path)
+def _groups(items: list[Entry]) -> list[tuple[str, list[Entry]]]:
+    """Group entries into nodes: the folders given and their subfolders are nodes named after
+    themselves; a folder inside a node's folder (a bundle's `n3/run/`) is named after both."""
+    tree: dict[tuple[str, ...], list[Entry]] = {}
+    for e in items:
+        tree.setdefault(e.parts[:-1], []).append(e)
+    out: list[tuple[str, list[Entry]]] = []
+    roots = sorted({e.parts[:1] for e in items if len(e.parts) > 1})
+    singles = [e for e in items if len(e.parts) == 1]
+    for e in singles:
+        out.append((e.name, [e]))
+
+    def visit(folder: tuple[str, ...], parent: str | None, depth: int) -> None:
+        name = f"{parent}/{folder[-1]}" if parent else folder[-1]
+        loose = tree.get(folder, [])
         if loose:
-            groups.append((name, loose))
-        for sub in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            groups.extend(gather([sub], name if (loose and depth >= 1) else None, depth + 1))
-    return groups
+            out.append((name, loose))
+        subs = sorted({p[: len(folder) + 1] for p in tree if len(p) > len(folder) and p[: len(folder)] == folder})
+        for sub in subs:
+            visit(sub, name if (loose and depth >= 1) else None, depth + 1)
+
+    for root in roots:
+        visit(root, None, 0)
+    return out
 
 
-def is_archive(path: Path) -> bool:
-    """A tar archive (a `preflight collect` bundle, or any .tar/.tar.gz of captures)."""
-    try:
-        return path.is_file() and tarfile.is_tarfile(path)
-    except OSError:
-        return False
+def _task_split(doc: Doc) -> dict[str, Doc] | None:
+    """An `srun -l` document of node-local output with several tasks, split per task (named
+    after the host its lines name, when they do)."""
+    if "srun" not in doc.stack.outer:
+        return None
+    by: dict[int, list] = {}
+    for ln in doc.lines:
+        if ln.rank is not None:
+            by.setdefault(ln.rank, []).append(ln)
+    if len(by) < 2:
+        return None
+    out: dict[str, list] = {}
+    for rank, lines in sorted(by.items()):
+        hosts = [ln.host for ln in lines if ln.host]
+        name = max(set(hosts), key=hosts.count) if hosts else f"task{rank}"
+        out.setdefault(name, []).extend(lines)
+    return {name: doc.sub(lines) for name, lines in out.items()}
 
 
-def unpack(path: Path, into: Path) -> Path:
-    """Extract a tar archive safely (no absolute paths, links out or devices) below `into`."""
-    target = into / path.name.replace(".", "_")
-    target.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path) as tar:
-        members = [m for m in tar.getmembers() if (m.isfile() or m.isdir())
-                   and not m.name.startswith("/") and ".." not in Path(m.name).parts]
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(target, members=members, filter="data")
-        else:  # pragma: no cover - Pythons without extraction filters
-            tar.extractall(target, members=members)  # noqa: S202
-    inside = [p for p in target.iterdir() if not p.name.startswith(".")]
-    return inside[0] if len(inside) == 1 and inside[0].is_dir() else target  # one wrapper folder: look inside
+def _units(registry: Registry, group: str, items: list[Classified]) -> list[Unit]:
+    node_local = {p for c in registry.checks.values() if c.node_local for p in c.reads()}
+    # how many files of this group feed each probe: several files of one kind are several nodes
+    per_probe: dict[str, set[str]] = {}
+    for c in items:
+        for doc, fmts in c.docs:
+            if doc.host:
+                continue
+            for f in fmts:
+                per_probe.setdefault(f.probe_name, set()).add(c.entry.display)
+    one_node = all(len(v) == 1 for v in per_probe.values())
+    units: dict[str, Unit] = {}
+    for c in items:
+        base = group if one_node else f"{group}/{c.entry.name}"
+        for doc, fmts in c.docs:
+            for f in fmts:
+                split = _task_split(doc) if f.probe_name in node_local else None
+                parts = split.items() if split else [(doc.host, doc)]
+                for host, d in parts:
+                    node = host or base
+                    u = units.setdefault(node, Unit(node=node))
+                    u.add(f.probe_name, d)
+                    if c.entry.display not in u.sources:
+                        u.sources.append(c.entry.display)
+    return list(units.values())
+
+
+def _unrecognised(node: str, display: str, why: str, evidence: list[str]) -> Result:
+    return Result(check=UNKNOWN_CHECK, node=node, status=Status.SKIP, summary=f"{Path(display).name}: {why}; not graded",
+                  evidence=evidence[:3], source=display)
 
 
 def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
-            options: Options | None = None, extra_profile_dirs: tuple = ()) -> list[Result]:
+            options: Options | None = None, extra_profile_dirs: tuple = (),
+            stdin: io.BufferedIOBase | None = None) -> list[Result]:
     options = options or Options(mode="analyze")
     options.mode = "analyze"
     schema = registry.profile_schema()
@@ -115,66 +438,44 @@ def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
         fixed = profiles.load(profile_name, extra_profile_dirs)
         profiles.validate(fixed, schema)
     results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="preflight-analyze-") as tmp:
-        archives: dict[str, Path] = {}
-        expanded: list[Path] = []
-        for path in paths:
-            if is_archive(path):
-                try:
-                    target = unpack(path, Path(tmp))
-                except (OSError, EOFError, ValueError, tarfile.TarError) as exc:
-                    results.append(Result(check=UNKNOWN_CHECK, node=path.name, status=Status.SKIP,
-                                          summary=f"{path.name}: unreadable archive ({exc}); not graded",
-                                          source=str(path)))
-                    continue
-                archives[str(target.parent if target.parent != Path(tmp) else target)] = path
-                expanded.append(target)
-            else:
-                expanded.append(path)
-        results.extend(_analyze(registry, expanded, fixed, options, schema, extra_profile_dirs))
-        for r in results:  # name the archive, not the temporary folder it was read from
-            for folder, archive in archives.items():
-                r.source = r.source.replace(folder, f"{archive}!")
-    return results
-
-
-def _analyze(registry: Registry, paths: list[Path], fixed: Profile | None, options: Options,
-             schema: dict, extra_profile_dirs: tuple) -> list[Result]:
-    results: list[Result] = []
-    for group, files in gather(paths):
-        classified: list[tuple[Path, list[Format], str]] = []
-        for f in files:
-            text, problem = read_text(f)
-            fmts = classify(text, registry) if text.strip() else []
-            if not fmts:
-                why = problem or ("empty file" if not text.strip() else "content not recognised by any check")
-                results.append(Result(check=UNKNOWN_CHECK, node=group, status=Status.SKIP,
-                                      summary=f"{f.name}: {why}; not graded", source=str(f),
-                                      evidence=[line for line in text.splitlines()[:3]]))
+    checks = sorted(registry.checks.values(), key=lambda c: c.id)
+    for group, group_entries in _groups(entries(paths, stdin)):
+        classified: list[Classified] = []
+        for e in group_entries:
+            if e.problem or e.load is None:
+                results.append(_unrecognised(group, e.display, e.problem or "not readable", []))
                 continue
-            classified.append((f, fmts, text))
-        probe_count: dict[str, int] = defaultdict(int)
-        for _, fmts, _ in classified:
-            for fmt in fmts:
-                probe_count[fmt.probe_name] += 1
-        one_node = all(n == 1 for n in probe_count.values())
-        units: list[tuple[str, list[tuple[Path, list[Format], str]]]]
-        if one_node:
-            units = [(group, classified)]
-        else:
-            units = [(f"{group}/{f.name}", [(f, fm, t)]) for f, fm, t in classified]
-        for node, items in units:
-            captures: dict[str, Capture] = {}
-            for f, fmts, text in items:
-                for fmt in fmts:
-                    captures[fmt.probe_name] = Capture(probe=fmt.probe_name, argv=[fmt.name], state=CaptureState.OK,
-                                                       stdout=text, rc=0, source=str(f))
-            prof = fixed or profiles.load(engine.detect_profile_name(captures, extra_profile_dirs),
-                                          extra_profile_dirs)
-            for check in sorted(registry.checks.values(), key=lambda c: c.id):
-                used = [p for p in check.formats if p in captures]
-                if not used:
-                    continue
-                mine = {p: captures[p] for p in used}
-                results.extend(engine.grade_check(check, node, mine, prof, options))
+            try:
+                data, note = e.load()
+            except TooBig as exc:
+                results.append(_unrecognised(group, e.display, str(exc), []))
+                continue
+            except (OSError, EOFError, ValueError, lzma.LZMAError, zlib_error()) as exc:
+                results.append(_unrecognised(group, e.display, f"cannot read: {exc}", []))
+                continue
+            text, problem = decode(data)
+            if problem == "binary content" or not text.strip():
+                results.append(_unrecognised(group, e.display, problem or "empty file", []))
+                continue
+            framed = frame(text, origin=e.display)
+            docs = [(d, classify(d, registry)) for d in framed.docs]
+            recognised = [(d, f) for d, f in docs if f]
+            if not recognised:
+                first = [ln.text for d in framed.docs for ln in d.head(3)][:3]
+                results.append(_unrecognised(group, e.display, "content not recognised by any check", first))
+                continue
+            classified.append(Classified(e, recognised, "; ".join(x for x in (note, problem) if x)))
+        notes = {c.entry.display: c.note for c in classified if c.note}
+        for unit in _units(registry, group, classified):
+            store = FactStore(registry, docs=unit.docs)
+            prof = fixed or profiles.load(engine.detect_profile_name(store, extra_profile_dirs), extra_profile_dirs)
+            for r in grade_node(checks, unit.node, store, prof, options):
+                extra = [notes[s] for s in unit.sources if s in notes]
+                if extra:
+                    r.evidence.extend(f"(input: {n})" for n in extra)
+                results.append(r)
     return results
+
+
+__all__ = ["ARCHIVE_MAX_BYTES", "ARCHIVE_MAX_FILES", "MAX_FILE_BYTES", "STDIN", "UNKNOWN_CHECK", "analyze",
+           "classify", "decode", "entries"]

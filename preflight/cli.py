@@ -428,7 +428,7 @@ def list_checks(
         probes = "dynamic" if callable(c.probes) else ", ".join(c.static_probe_names()) or "-"
         where = "node" if c.node_local else ("run" if c.in_run else "analyze")
         rows.append({"id": c.id, "title": c.title, "probes": probes, "profile_keys": sorted(c.profile_keys),
-                     "formats": list(c.formats), "scope": where, "catches": c.catches, "origin": c.origin})
+                     "inputs": list(c.inputs), "scope": where, "catches": c.catches, "origin": c.origin})
     for cc in sorted(reg.cluster_checks.values(), key=lambda c: c.id):
         rows.append({"id": cc.id, "title": cc.title, "probes": ", ".join(p.name for p in cc.probes) or "-",
                      "profile_keys": [], "formats": [], "scope": "cluster", "catches": cc.catches,
@@ -478,7 +478,9 @@ def profiles(
 
 @app.command()
 def analyze(
-    paths: Annotated[list[Path], typer.Argument(help="Files, folders of files, or folders of per-node folders.")],
+    paths: Annotated[list[Path], typer.Argument(
+        help="Files, folders of files, folders of per-node folders, archives, or - for standard input "
+             "(pdsh/clush/srun -l output is split per node).")],
     profile: ProfileOpt = "auto",
     checks_dir: ChecksDirOpt = None,
     as_json: JsonOpt = False,
@@ -493,7 +495,7 @@ def analyze(
     from preflight.report import Report
 
     cfg = load_config()
-    missing = [str(p) for p in paths if not p.exists()]
+    missing = [str(p) for p in paths if str(p) != "-" and not (p.exists() or p.is_symlink())]
     if missing:
         raise UsageError(f"no such file or folder: {', '.join(missing)}")
     reg = _registry(checks_dir, cfg)

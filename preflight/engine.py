@@ -1,9 +1,9 @@
 """Plan, collect and grade: the run and node commands' engine.
 
-plan (which probes each node needs) -> transport (captures) -> grade (results).
-Grading a check never raises: a probe that timed out is ERROR naming the probe, a missing
-tool is SKIP (FAIL where the profile requires the tool), a fault inside a grade function
-is ERROR with the exception's message.
+plan (which probes each node needs) -> transport (captures) -> grade (results). Grading is
+`grading.grade_node`, the same function analyze, triage and the sweep use: it never raises (a
+probe that timed out is ERROR naming the probe, a missing tool is SKIP or FAIL where the profile
+requires it, a fault inside a parser or grader is ERROR with the exception's message).
 """
 
 from __future__ import annotations
@@ -12,22 +12,24 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from preflight import profile as profiles
-from preflight.model import Capture, CaptureState, Result, Status
+from preflight.grading import FactStore, grade_node
+from preflight.model import Result, Status
 from preflight.probes import DEFAULT_TIMEOUT, Probe
 from preflight.profile import Profile
 from preflight.registry import (
     Check,
-    CheckContext,
     ClusterCheck,
     ClusterContext,
+    FactSource,
     Options,
     PlanContext,
     Registry,
 )
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
 
-# Hook set by the GPU checks: captures -> (gpu model, gpu count) for profile auto-detection.
-ProfileHint = Callable[[dict[str, Capture]], "tuple[str | None, int | None]"]
+# Hooks set by the GPU and NCCL checks: a node's facts -> (gpu model, gpu count), for profile
+# auto-detection.
+ProfileHint = Callable[[FactSource], "tuple[str | None, int | None]"]
 _profile_hints: list[ProfileHint] = []
 DETECT_PROBES: list[Probe] = []
 
@@ -37,10 +39,10 @@ def register_profile_hint(fn: ProfileHint, probes: Sequence[Probe] = ()) -> None
     DETECT_PROBES.extend(probes)
 
 
-def detect_profile_name(captures: dict[str, Capture], extra_dirs: tuple = ()) -> str:
+def detect_profile_name(store: FactSource, extra_dirs: tuple = ()) -> str:
     for hint in _profile_hints:
         try:
-            model, count = hint(captures)
+            model, count = hint(store)
         except Exception:
             continue
         if model:
@@ -67,46 +69,6 @@ def select(registry: Registry, only: Sequence[str] = (), skip: Sequence[str] = (
             continue
         chosen.append(c)
     return chosen
-
-
-def required_probes(check: Check, planned: list[Probe]) -> list[str]:
-    return list(check.required) if check.required else [p.name for p in planned]
-
-
-def grade_check(check: Check, node: str, captures: dict[str, Capture], profile: Profile, options: Options,
-                planned: list[Probe] | None = None) -> list[Result]:
-    ctx = CheckContext(check=check, node=node, captures=captures, profile=profile, options=options)
-    if options.mode == "run":
-        for name in required_probes(check, planned or []):
-            cap = captures.get(name)
-            if cap is None:
-                continue
-            if cap.state is CaptureState.TIMEOUT:
-                return [ctx.result(Status.ERROR, f"probe {name} timed out after {cap.timeout:g} s",
-                                   evidence=[cap.reason, *cap.stdout.splitlines()[-3:]],
-                                   remedy=f"run `{' '.join(cap.argv)}` by hand on {node}; a hung tool often "
-                                          "means a hung driver or GPU (check dmesg, reset or reboot)")]
-            if cap.state is CaptureState.FAILED:
-                return [ctx.result(Status.ERROR, f"probe {name} could not run: {cap.reason}",
-                                   evidence=[cap.reason])]
-            if cap.state is CaptureState.MISSING:
-                tool = cap.argv[0] if cap.argv else name
-                if profile.requires_tool(tool):
-                    return [ctx.result(Status.FAIL, f"{tool} is missing and profile {profile.name} requires it",
-                                       evidence=[cap.reason],
-                                       remedy=f"install {tool} on {node} (the driver / OFED packages)")]
-                return [ctx.result(Status.SKIP, f"{tool} not found; {check.id} not checked", evidence=[cap.reason])]
-    try:
-        out = check.grade(ctx)
-        results = [out] if isinstance(out, Result) else list(out)
-    except Exception as exc:  # a bug in one check must not lose the others' results
-        return [ctx.result(Status.ERROR, f"check {check.id} failed internally: {type(exc).__name__}: {exc}",
-                           evidence=[f"{type(exc).__name__}: {exc}"],
-                           remedy="report this as a preflight bug, with the captures (preflight analyze reproduces it)")]
-    for r in results:
-        r.check = r.check or check.id
-        r.node = r.node or node
-    return results
 
 
 @dataclass
@@ -206,7 +168,8 @@ def run(
         if fixed is not None:
             used[n] = fixed
         else:
-            used[n] = profiles.load(detect_profile_name(out.captures, extra_profile_dirs), extra_profile_dirs)
+            hint_store = FactStore(registry, captures=out.captures)
+            used[n] = profiles.load(detect_profile_name(hint_store, extra_profile_dirs), extra_profile_dirs)
             profiles.validate(used[n], schema)
         if dynamic and not out.error:
             dplan = plan_node(dynamic, n, used[n], node_opts[n])
@@ -222,20 +185,23 @@ def run(
             if o.error and not outcomes[n].error:
                 outcomes[n].error = o.error
                 outcomes[n].detail = o.detail
+    stores: dict[str, FactStore] = {}
     for n in nodes:
         out = outcomes[n]
+        stores[n] = FactStore(registry, captures=out.captures)
         if out.error and not out.captures:
             results.extend(node_error_results(out, checks))
             continue
-        for c in checks:
-            got = grade_check(c, n, out.captures, used[n], node_opts[n], plans[n].per_check.get(c.id, []))
-            if out.error:  # partial captures: say why the rest is missing
-                for r in got:
-                    if r.status in (Status.SKIP, Status.ERROR):
-                        r.evidence.append(f"node fault: {out.error}")
-            results.extend(got)
+        ran = {c.id: [pr.name for pr in plans[n].per_check.get(c.id, [])] for c in checks}
+        got = grade_node(checks, n, stores[n], used[n], node_opts[n], ran)
+        if out.error:  # partial captures: say why the rest is missing
+            for r in got:
+                if r.status in (Status.SKIP, Status.ERROR):
+                    r.evidence.append(f"node fault: {out.error}")
+        results.extend(got)
     if cluster_checks:
-        results = grade_cluster(cluster_checks, nodes, outcomes, results, used, options, peer_map, addresses or {})
+        results = grade_cluster(cluster_checks, nodes, outcomes, stores, results, used, options, peer_map,
+                                addresses or {})
     return results, used
 
 
@@ -263,13 +229,14 @@ def majority_profile(used: dict[str, Profile]) -> Profile | None:
 
 
 def grade_cluster(cluster_checks: list[ClusterCheck], nodes: list[str], outcomes: dict[str, NodeOutcome],
-                  results: list[Result], used: dict[str, Profile], options: Options,
+                  stores: dict[str, FactStore], results: list[Result], used: dict[str, Profile], options: Options,
                   peers: dict[str, list[str]], addresses: dict[str, str]) -> list[Result]:
-    """Run the cross-node checks; their results for (check, node) replace node-level ones."""
+    """Run the cross-node checks over every node's facts; their results for (check, node)
+    replace node-level ones."""
     prof = majority_profile(used) or profiles.load("generic")
     ctx = ClusterContext(
         nodes=list(nodes),
-        captures={n: outcomes[n].captures for n in nodes},
+        stores=dict(stores),
         results=results,
         node_errors={n: outcomes[n].error for n in nodes},
         node_detail={n: dict(outcomes[n].detail) for n in nodes},

@@ -1,12 +1,21 @@
-"""The go/no-go verdict and the exit codes that go with it."""
+"""Grading: the one function that grades a node's captures, the go/no-go verdict, exit codes.
+
+`grade_node` is where run, analyze, triage and the sweep meet: captures (or framed documents,
+or measured facts) go in, each probe's output is parsed once, every check's grader reads the
+facts with the node's profile, and results come out. `decide` turns results into GO / NO-GO.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from preflight.model import Result, Status
+from preflight.framing import Doc, normalise
+from preflight.model import Capture, CaptureState, Result, Status
+from preflight.profile import Profile
+from preflight.registry import Check, CheckContext, FactSource, Input, Options, Registry
 
 GO = "GO"
 NO_GO = "NO-GO"
@@ -47,3 +56,142 @@ def decide(results: Iterable[Result], warn_as_fail: bool = False) -> Verdict:
 def ordered(results: Iterable[Result]) -> list[Result]:
     """Failures first, then by node and check: the order every report uses."""
     return sorted(results, key=lambda r: (-r.status.rank, r.node, r.check))
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading a node: captures -> framing -> parsers -> facts -> graders -> results
+
+
+class FactStore(FactSource):
+    """One node's inputs and their facts, parsed on first use and kept.
+
+    An input is a probe's capture (run, triage), one or more framed documents (analyze: a file
+    or the part of a paste under one prompt), or facts given directly (the sweep's measured
+    rows). Text is framed (`preflight.framing`) and handed to the parser registered for the
+    probe; a probe without a parser gets its framed document as facts."""
+
+    def __init__(self, registry: Registry, captures: Mapping[str, Capture] | None = None,
+                 docs: Mapping[str, Sequence[Doc]] | None = None, facts: Mapping[str, Any] | None = None,
+                 inputs: Mapping[str, Input] | None = None) -> None:
+        self.registry = registry
+        self.captures: dict[str, Capture] = dict(captures or {})
+        self.docs: dict[str, list[Doc]] = {k: list(v) for k, v in (docs or {}).items()}
+        self._facts: dict[str, Any] = dict(facts or {})
+        self._inputs: dict[str, Input] = dict(inputs or {})
+        for name in list(self.captures) + list(self.docs) + list(self._facts):
+            if name not in self._inputs:
+                self._inputs[name] = self._make_input(name)
+
+    def _make_input(self, name: str) -> Input:
+        cap = self.captures.get(name)
+        docs = self.docs.get(name, [])
+        command = " ; ".join(dict.fromkeys(d.command for d in docs if d.command))
+        filt = tuple(dict.fromkeys(p for d in docs for p in d.filter))
+        excerpt = any(d.excerpt or d.filter for d in docs)
+        if cap is not None:
+            return Input(probe=name, argv=tuple(cap.argv), state=cap.state, rc=cap.rc, truncated=cap.truncated,
+                         timeout=cap.timeout, reason=cap.reason, source=cap.source or f"probe:{name}",
+                         command=command or " ".join(cap.argv), excerpt=excerpt, filter=filt)
+        source = ", ".join(dict.fromkeys(d.origin for d in docs if d.origin))
+        return Input(probe=name, argv=tuple(command.split()[:1]) if command else (), state=CaptureState.OK, rc=0,
+                     source=source, command=command, excerpt=excerpt, filter=filt)
+
+    def names(self) -> list[str]:
+        return list(self._inputs)
+
+    def input(self, probe: str) -> Input | None:
+        return self._inputs.get(probe)
+
+    def doc(self, probe: str) -> Doc | None:
+        """The framed text of a probe's input (one document, even from several parts)."""
+        docs = self.docs.get(probe)
+        if docs:
+            return docs[0] if len(docs) == 1 else Doc.join(docs)
+        cap = self.captures.get(probe)
+        if cap is None or not cap.ok:
+            return None
+        d = Doc(normalise(cap.text), command=" ".join(cap.argv), origin=cap.source)
+        self.docs[probe] = [d]
+        return d
+
+    def legacy_capture(self, probe: str, any_state: bool = False) -> Capture | None:
+        """TRANSITION: a capture with text for graders not yet converted to facts."""
+        cap = self.captures.get(probe)
+        if cap is not None:
+            return cap if (cap.ok or any_state) else None
+        docs = self.docs.get(probe)
+        if not docs:
+            return None
+        d = docs[0] if len(docs) == 1 else Doc.join(docs)
+        inp = self._inputs[probe]
+        return Capture(probe=probe, argv=list(inp.argv) or [probe], state=CaptureState.OK, stdout=d.clean, rc=0,
+                       source=inp.source)
+
+    def facts(self, probe: str) -> Any:
+        if probe in self._facts:
+            return self._facts[probe]
+        doc = self.doc(probe)
+        if doc is None:
+            return None
+        parse = self.registry.parser_for(probe)
+        value = parse(doc) if parse is not None else doc
+        self._facts[probe] = value
+        return value
+
+
+def grade_check(check: Check, node: str, store: FactStore, profile: Profile, options: Options,
+                planned: Sequence[str] | None = None) -> list[Result]:
+    """One check on one node. Never raises: a probe that timed out is ERROR naming the probe, a
+    missing tool is SKIP (FAIL where the profile requires the tool), a fault inside a parser or
+    a grade function is ERROR with the exception's message."""
+    ctx = CheckContext(check=check, node=node, store=store, profile=profile, options=options)
+    if options.mode == "run":
+        for name in (list(check.required) if check.required else list(planned or [])):
+            inp = store.input(name)
+            if inp is None:
+                continue
+            if inp.state is CaptureState.TIMEOUT:
+                tail = []
+                cap = store.captures.get(name)
+                if cap is not None:
+                    tail = cap.stdout.splitlines()[-3:]
+                return [ctx.result(Status.ERROR, f"probe {name} timed out after {inp.timeout:g} s",
+                                   evidence=[inp.reason, *tail],
+                                   remedy=f"run `{inp.cmdline}` by hand on {node}; a hung tool often "
+                                          "means a hung driver or GPU (check dmesg, reset or reboot)")]
+            if inp.state is CaptureState.FAILED:
+                return [ctx.result(Status.ERROR, f"probe {name} could not run: {inp.reason}",
+                                   evidence=[inp.reason])]
+            if inp.state is CaptureState.MISSING:
+                tool = inp.tool
+                if profile.requires_tool(tool):
+                    return [ctx.result(Status.FAIL, f"{tool} is missing and profile {profile.name} requires it",
+                                       evidence=[inp.reason],
+                                       remedy=f"install {tool} on {node} (the driver / OFED packages)")]
+                return [ctx.result(Status.SKIP, f"{tool} not found; {check.id} not checked", evidence=[inp.reason])]
+    try:
+        out = check.grade(ctx)
+        results = [out] if isinstance(out, Result) else list(out)
+    except Exception as exc:  # a bug in one check must not lose the others' results
+        return [ctx.result(Status.ERROR, f"check {check.id} failed internally: {type(exc).__name__}: {exc}",
+                           evidence=[f"{type(exc).__name__}: {exc}"],
+                           remedy="report this as a preflight bug, with the captures (preflight analyze reproduces it)")]
+    for r in results:
+        r.check = r.check or check.id
+        r.node = r.node or node
+    return results
+
+
+def grade_node(checks: Iterable[Check], node: str, store: FactStore, profile: Profile, options: Options,
+               planned: Mapping[str, Sequence[str]] | None = None) -> list[Result]:
+    """The one function that grades a node: every check over the node's facts with a profile.
+
+    `run`, `analyze`, `triage` and the sweep all come here. In analyze mode a check is graded
+    only when one of its inputs is present; `planned` gives, per check, the probes it ran."""
+    results: list[Result] = []
+    present = set(store.names())
+    for check in checks:
+        if options.mode == "analyze" and not present & set(check.reads()):
+            continue
+        results.extend(grade_check(check, node, store, profile, options, (planned or {}).get(check.id)))
+    return results

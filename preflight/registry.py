@@ -1,10 +1,13 @@
-"""The check registry: declarations, content formats for analyze, and discovery.
+"""The check registry: declarations, parsers, content formats for analyze, and discovery.
 
-A check declares its id, title, the probes it needs, the profile keys it reads (with their
-types, used to validate profiles) and a grade function. Built-in checks live in the
-`preflight.checks` package (the repository's `checks/` folder); site checks are plain
-Python files in a folder given by `--checks-dir` or the config file, loaded without
-editing the package. Each file calls `register(...)` / `register_format(...)`.
+A check declares its id, title, the probes it needs, the inputs it grades (probe names whose
+facts it reads), the profile keys it reads (with their types, used to validate profiles) and a
+grade function. The grade function reads facts, never text: each probe's output is parsed
+once by the parser registered for that probe (`preflight.parsers` for the built-in tools).
+Built-in checks live in the `preflight.checks` package (the repository's `checks/` folder);
+site checks are plain Python files in a folder given by `--checks-dir` or the config file,
+loaded without editing the package. Each file calls `register(...)`, and for a tool of its
+own `register_parser(...)` / `register_format(...)`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from preflight.model import Capture, Result, Status
+from preflight.model import CaptureState, Result, Status
+from preflight.parsers.base import Format, Parser, ParserSpec
 from preflight.probes import Probe
 from preflight.profile import Profile
 
@@ -58,7 +62,8 @@ class Check:
     probes: ProbeSpec = ()
     required: tuple[str, ...] = ()  # probe names without which nothing can be graded
     profile_keys: dict[str, Any] = field(default_factory=dict)  # dotted key -> type(s)
-    formats: tuple[str, ...] = ()  # capture kinds graded in analyze
+    inputs: tuple[str, ...] = ()  # probes whose facts it grades (analyze grades it when one is present)
+    formats: tuple[str, ...] = ()  # TRANSITION: old name of `inputs`, removed when every check is converted
     catches: str = ""  # one line for `preflight list` and the README
     node_local: bool = True  # part of `preflight node` / `prologue`
     in_run: bool = True  # part of `preflight run` (False: analyze-only for now)
@@ -75,45 +80,103 @@ class Check:
             return []
         return [p.name for p in self.probes]
 
+    def probes_for_safe(self) -> list[Probe]:
+        return [] if callable(self.probes) else list(self.probes)
+
+    def reads(self) -> tuple[str, ...]:
+        """The probes whose facts the check grades."""
+        return self.inputs or self.formats or tuple(self.static_probe_names())
+
 
 @dataclass(frozen=True)
-class Format:
-    """A kind of captured text that analyze recognises by content.
+class Input:
+    """What a grader may know of a probe's run besides its facts (never its text): whether it
+    ran, its exit code, whether the output was cut, and where it came from."""
 
-    `detect` looks at the text (the first 256 KiB) and says whether it is this kind; the file
-    then becomes the capture of probe `probe_name`. A file may match several formats (a
-    training log with NCCL INFO lines and a watchdog timeout feeds two checks)."""
-
-    name: str
-    detect: Callable[[str], bool]
-    description: str = ""
-    priority: int = 50
-    probe: str = ""  # the probe the file stands in for (default: `name`)
+    probe: str
+    argv: tuple[str, ...] = ()
+    state: CaptureState = CaptureState.OK
+    rc: int | None = None
+    truncated: bool = False
+    timeout: float = 0.0
+    reason: str = ""
+    source: str = ""
+    command: str = ""  # the command line as typed (analyze: the prompt above the output)
+    excerpt: bool = False  # a fragment: grep-filtered, elided or cut by the one who pasted it
+    filter: tuple[str, ...] = ()  # grep patterns the output was piped through
 
     @property
-    def probe_name(self) -> str:
-        return self.probe or self.name
+    def ok(self) -> bool:
+        return self.state is CaptureState.OK
+
+    @property
+    def tool(self) -> str:
+        return self.argv[0] if self.argv else self.probe
+
+    @property
+    def cmdline(self) -> str:
+        return self.command or " ".join(self.argv) or self.probe
+
+
+class FactSource:
+    """Where a check context gets parsed facts (implemented by `preflight.grading.FactStore`)."""
+
+    def facts(self, probe: str) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def input(self, probe: str) -> Input | None:  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 @dataclass
 class CheckContext:
+    """What a grade function sees: the inputs' facts and run metadata, the profile, the options."""
+
     check: Check
     node: str
-    captures: dict[str, Capture]
+    store: FactSource
     profile: Profile
     options: Options
 
-    def capture(self, name: str) -> Capture | None:
-        """The capture of probe `name` if it ran (any exit code), else None."""
-        cap = self.captures.get(name)
-        return cap if cap is not None and cap.ok else None
+    def input(self, name: str) -> Input | None:
+        """The run of probe `name` if it ran (any exit code), else None."""
+        i = self.store.input(name)
+        return i if i is not None and i.ok else None
 
-    def any_capture(self, *names: str) -> Capture | None:
+    def attempt(self, name: str) -> Input | None:
+        """The run of probe `name` in any state (missing tool, timeout, ...), None if never planned."""
+        return self.store.input(name)
+
+    def facts(self, name: str) -> Any:
+        """The parsed facts of probe `name`, None when it did not run (or has no output)."""
+        if self.input(name) is None:
+            return None
+        return self.store.facts(name)
+
+    # TRANSITION: text access for graders not yet converted to facts; removed at the end.
+    def capture(self, name: str) -> Any:
+        return self.store.legacy_capture(name)  # type: ignore[attr-defined]
+
+    def any_capture(self, *names: str) -> Any:
         for n in names:
             c = self.capture(n)
             if c is not None:
                 return c
         return None
+
+    @property
+    def captures(self) -> dict[str, Any]:
+        return {n: self.store.legacy_capture(n, any_state=True)  # type: ignore[attr-defined]
+                for n in self.store.names()}  # type: ignore[attr-defined]
+
+    def sources(self) -> str:
+        names = list(self.check.inputs) or [p.name for p in self.check.probes_for_safe()]
+        srcs = []
+        for n in names:
+            i = self.store.input(n)
+            if i is not None and i.source:
+                srcs.append(i.source)
+        return ", ".join(dict.fromkeys(srcs))
 
     def result(
         self,
@@ -124,9 +187,6 @@ class CheckContext:
         facts: dict[str, Any] | None = None,
         source: str | None = None,
     ) -> Result:
-        if source is None:
-            srcs = [c.source for c in self.captures.values() if c.source]
-            source = ", ".join(dict.fromkeys(srcs))
         return Result(
             check=self.check.id,
             node=self.node,
@@ -135,7 +195,7 @@ class CheckContext:
             evidence=[str(e) for e in evidence],
             remedy=remedy,
             facts=facts or {},
-            source=source,
+            source=self.sources() if source is None else source,
         )
 
 
@@ -144,7 +204,7 @@ class ClusterContext:
     """What a cross-node check sees: every node's captures and results, and node faults."""
 
     nodes: list[str]
-    captures: dict[str, dict[str, Capture]]  # node -> probe -> capture
+    stores: dict[str, FactSource]  # node -> its parsed facts
     results: list[Result]  # the node-level results graded so far
     node_errors: dict[str, str]  # node -> why it could not be checked ("" when fine)
     node_detail: dict[str, dict[str, str]]  # node -> transport detail (e.g. ssh stage)
@@ -158,6 +218,20 @@ class ClusterContext:
             if r.check == check and r.node == node:
                 return r
         return None
+
+    def facts(self, node: str, probe: str) -> Any:
+        """A node's parsed facts of probe `probe`; None when it did not run there."""
+        store = self.stores.get(node)
+        if store is None:
+            return None
+        i = store.input(probe)
+        if i is None or not i.ok:
+            return None
+        return store.facts(probe)
+
+    def input(self, node: str, probe: str) -> Input | None:
+        store = self.stores.get(node)
+        return store.input(probe) if store is not None else None
 
 
 @dataclass(frozen=True)
@@ -180,6 +254,7 @@ class Registry:
         self.checks: dict[str, Check] = {}
         self.cluster_checks: dict[str, ClusterCheck] = {}
         self.formats: dict[str, Format] = {}
+        self.parsers: dict[str, ParserSpec] = {}
         self._loaded_builtin = False
         self._loaded_dirs: set[Path] = set()
         self._origin = "builtin"
@@ -202,6 +277,18 @@ class Registry:
         self.formats[fmt.name] = fmt
         return fmt
 
+    def register_parser(self, probe: str, parse: Parser, prefix: bool = False) -> None:
+        self.parsers[probe] = ParserSpec(probe=probe, parse=parse, prefix=prefix)
+
+    def parser_for(self, probe: str) -> Parser | None:
+        spec = self.parsers.get(probe)
+        if spec is not None:
+            return spec.parse
+        for p in self.parsers.values():
+            if p.prefix and probe.startswith(p.probe):
+                return p.parse
+        return None
+
     def profile_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"tools.required": list}
         for c in self.checks.values():
@@ -213,6 +300,9 @@ class Registry:
             return
         self._loaded_builtin = True
         import preflight.checks as pkg
+        from preflight import parsers
+
+        parsers.register_all(self)
 
         for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
             if mod.name.startswith("_"):
@@ -256,6 +346,11 @@ def register(check: Check) -> Check:
 
 def register_format(fmt: Format) -> Format:
     return REGISTRY.register_format(fmt)
+
+
+def register_parser(probe: str, parse: Parser, prefix: bool = False) -> None:
+    """Parse the output of probe `probe` (a site tool) into facts with `parse(doc)`."""
+    REGISTRY.register_parser(probe, parse, prefix)
 
 
 def register_cluster(check: ClusterCheck) -> ClusterCheck:

@@ -53,8 +53,8 @@ def capture(probe: str, text: str, rc: int = 0, stderr: str = "", argv: list[str
 
 def grade(check_id: str, captures: dict[str, Capture], profile: str = "generic", mode: str = "run",
           **extra: object) -> list:
-    """Grade one check on captures, through the engine (as run/analyze would)."""
-    from preflight import engine
+    """Grade one check on captures, through the one grading function (as run would)."""
+    from preflight.grading import FactStore, grade_check
 
     r = reg.load()
     check = r.checks[check_id]
@@ -62,7 +62,42 @@ def grade(check_id: str, captures: dict[str, Capture], profile: str = "generic",
     if "peers" in extra:
         opts.peers = [str(p) for p in extra["peers"]]  # type: ignore[attr-defined]
     prof = load_profile(profile)
-    return engine.grade_check(check, "node1", captures, prof, opts, None)
+    return grade_check(check, "node1", FactStore(r, captures=captures), prof, opts, None)
 
 
-__all__ = ["CheckContext", "capture", "corpus_file", "fixture_text", "grade", "need", "CORPUS", "FIXTURES"]
+def grade_text(check_id: str, inputs: dict[str, str], profile: str = "generic", **extra: object) -> list:
+    """Grade one check on pasted text per probe, framed as analyze frames it (prompts, prefixes)."""
+    from preflight.framing import frame
+    from preflight.grading import FactStore, grade_check
+
+    r = reg.load()
+    docs = {probe: frame(text, origin=f"fixture:{probe}").docs for probe, text in inputs.items()}
+    opts = Options(mode="analyze", extra=dict(extra))
+    return grade_check(r.checks[check_id], "node1", FactStore(r, docs=docs), load_profile(profile), opts, None)
+
+
+def facts_of(probe: str, text: str) -> object:
+    """The facts the registered parser of `probe` reads from `text` (framed as analyze does)."""
+    from preflight.framing import Doc, frame
+
+    docs = frame(text).docs
+    doc = docs[0] if len(docs) == 1 else Doc.join(docs)
+    parse = reg.load().parser_for(probe)
+    assert parse is not None, f"no parser registered for {probe}"
+    return parse(doc)
+
+
+def analyze_text(text: str, name: str = "capture.txt", profile: str = "auto", tmp: Path | None = None) -> list:
+    """`preflight analyze` over one pasted file (written to a temporary folder)."""
+    import tempfile
+
+    from preflight.analyze import analyze
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(tmp or d) / name
+        p.write_text(text, encoding="utf-8")
+        return analyze(reg.load(), [p], profile_name=profile)
+
+
+__all__ = ["CheckContext", "capture", "corpus_file", "facts_of", "fixture_text", "grade", "grade_text",
+           "analyze_text", "need", "CORPUS", "FIXTURES"]

@@ -1,0 +1,989 @@
+"""Framing: peel what terminals, launchers and loggers wrap around a tool's output.
+
+Operators paste tool output with its surroundings: a shell prompt and the command above it,
+`pdsh`/`clush` host prefixes, `srun -l` task labels, torchrun and mpirun rank tags, syslog,
+journald, dmesg and container time stamps, grep separators, ANSI colours. This module takes
+raw text and gives back documents of clean lines; what it strips is kept as metadata on each
+line (host, rank, time, syslog identifier). Every parser and every format detector reads these
+clean lines, so a format is recognised whatever its framing. Pure: no I/O.
+
+Layers, outermost first:
+  structure   shell prompt lines (a new command: a new document), `\\`-continued commands,
+              grep `--` separators, journalctl `-- ... --` markers, Markdown code fences,
+              `dshbak`/`clubak` host headers, ansible and pssh per-host headers, `...` elisions
+  transport   decided per document by what most lines carry: pdsh/clush `host: `, `srun -l`
+              ` 3: `, mpirun `[1,3]<stdout>:` and `[3] `, torchrun `[default3]:` / `[rank3]:`,
+              kubectl `[pod/name/container] `, Ray `(pid=N, ip=A) `, `> ` quotes
+  log         always recognised, in any stack: container runtime (CRI, docker json-file),
+              RFC 5424 and RFC 3164 syslog (with or without host), journalctl short,
+              short-iso, short-precise, short-monotonic, short-unix, dmesg raw `[secs]`,
+              `-T`/`--ctime`, `--time-format=iso`, `--decode` facility:level, /dev/kmsg
+              records, printk `<N>` levels, bracketed and Go-style time stamps, a bare
+              `kernel: ` identifier, and time-stamp-only lines (CloudWatch exports) whose
+              time goes to the next line
+
+A line that carries none of the log framing of its neighbours (a dmesg continuation such as
+`NVRM: nvidia-bug-report.sh as root ...`) inherits the previous line's time and host and is
+marked as a continuation.
+
+Large inputs: `Doc.select(needles)` peels only the lines that contain one of the needles (a
+substring scan at C speed), so a parser that needs a few lines of a million reads them
+without framing the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+MONTHS = {m: i for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+_MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+_ISO_T = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d(?::?\d\d)?)?"
+
+SNIFF_LINES = 2000  # lines read to decide a document's transport framing
+_DEPTH = 6  # log-framing layers peeled from one line at most
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines and documents
+
+
+@dataclass(slots=True)
+class Line:
+    """One line with its framing peeled. `text` is what the tool printed; `raw` the line as it
+    came (terminal escapes removed), for quoting as evidence."""
+
+    text: str
+    n: int  # 1-based line number in the input
+    raw: str
+    host: str = ""
+    rank: int | None = None
+    time: datetime | None = None  # wall time (naive: the node's local time)
+    mono: float | None = None  # seconds since boot (dmesg raw, kmsg, short-monotonic)
+    time_text: str = ""
+    ident: str = ""  # syslog identifier: "kernel", "systemd-networkd", "nv-fabricmanager" ...
+    layers: tuple[str, ...] = ()  # framing layers peeled, outermost first
+    cont: bool = False  # a continuation of the previous record (no framing of its own)
+
+    @property
+    def stamped(self) -> bool:
+        """The line carried a log time stamp or identifier of its own."""
+        return bool(self.time_text or self.ident)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The transport layers a document's lines carry (sniffed once per document)."""
+
+    outer: tuple[str, ...] = ()
+    host_ident: bool = False  # syslog lines are `host ident: message` for any identifier
+
+    def __bool__(self) -> bool:
+        return bool(self.outer)
+
+
+class Doc:
+    """One run of text with one framing: the output of one command on one host.
+
+    `lines` peels every line (cached); `head(n)` only the first n; `select(needles)` only the
+    lines containing one of the needles. `command` is the command typed at the prompt above the
+    output (empty when there was none); `filter` the grep patterns that command piped through."""
+
+    def __init__(self, text: str, *, command: str = "", host: str = "", origin: str = "", first_line: int = 1,
+                 excerpt: bool = False, year_hint: int | None = None) -> None:
+        self.text = text
+        self.command = command
+        self.host = host
+        self.origin = origin
+        self.first_line = first_line
+        self.excerpt = excerpt or bool(_ELISION_TEXT.search(text))
+        self.filter = grep_patterns(command)
+        self.year_hint = year_hint
+        self._stack: Stack | None = None
+        self._lines: list[Line] | None = None
+        self._clean: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Doc(command={self.command!r}, host={self.host!r}, lines={self.count()})"
+
+    # -- framing ---------------------------------------------------------------------------
+
+    @property
+    def stack(self) -> Stack:
+        if self._stack is None:
+            self._stack = sniff(_head_lines(self.text, SNIFF_LINES))
+        return self._stack
+
+    @property
+    def lines(self) -> list[Line]:
+        """Every line, peeled (blank lines kept as empty text)."""
+        if self._lines is None:
+            self._lines = list(self._peel_all(self.text.split("\n"), self.first_line))
+        return self._lines
+
+    def head(self, n: int = SNIFF_LINES) -> list[Line]:
+        """The first n lines, peeled (what a format detector reads)."""
+        if self._lines is not None:
+            return self._lines[:n]
+        return list(self._peel_all(_head_lines(self.text, n), self.first_line))
+
+    @property
+    def clean(self) -> str:
+        """The clean text: every line's text, joined."""
+        if self._clean is None:
+            self._clean = "\n".join(ln.text for ln in self.lines)
+        return self._clean
+
+    def count(self) -> int:
+        return self.text.count("\n") + (0 if self.text.endswith("\n") or not self.text else 1)
+
+    def select(self, needles: Sequence[str]) -> list[Line]:
+        """The peeled lines whose raw text contains one of `needles` (case-sensitive), in order.
+
+        Scans at C speed; a selected line without framing of its own inherits time and host
+        from the nearest earlier line that has them (a continuation)."""
+        if self._lines is not None:
+            return [ln for ln in self._lines if any(nd in ln.raw for nd in needles)]
+        if not needles:
+            return []
+        pat = re.compile("|".join(re.escape(nd) for nd in needles))
+        text = self.text
+        out: list[Line] = []
+        stack = self.stack
+        pos = 0
+        line_no = self.first_line
+        counted = 0
+        while True:
+            m = pat.search(text, pos)
+            if m is None:
+                break
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            if end < 0:
+                end = len(text)
+            line_no += text.count("\n", counted, start)
+            counted = start
+            ln = peel_line(text[start:end], line_no, stack, self.year_hint)
+            if not ln.stamped and ln.text.strip():
+                prev = self._previous_stamped(start, stack)
+                if prev is not None:
+                    _inherit(ln, prev)
+            out.append(ln)
+            pos = end + 1
+            if pos >= len(text):
+                break
+        return out
+
+    def _previous_stamped(self, start: int, stack: Stack) -> Line | None:
+        """The nearest earlier line with its own framing (at most 50 lines back)."""
+        text = self.text
+        end = start - 1
+        for _ in range(50):
+            if end < 0:
+                return None
+            s = text.rfind("\n", 0, end) + 1
+            ln = peel_line(text[s:end], 0, stack, self.year_hint)
+            if ln.stamped:
+                return ln
+            end = s - 1
+        return None
+
+    def _peel_all(self, raws: Iterable[str], first: int) -> Iterator[Line]:
+        stack = self.stack
+        prev: Line | None = None
+        pending_time: Line | None = None
+        for i, raw in enumerate(raws):
+            ln = peel_line(raw, first + i, stack, self.year_hint)
+            if ln.stamped and not ln.text.strip() and ln.time_text and "time-only" in ln.layers:
+                pending_time = ln  # a time stamp on a line of its own: it dates the next line
+                ln.text = ""
+                yield ln
+                continue
+            if pending_time is not None and ln.text.strip():
+                if not ln.time_text:
+                    ln.time, ln.mono, ln.time_text = pending_time.time, pending_time.mono, pending_time.time_text
+                pending_time = None
+            if not ln.stamped and prev is not None and prev.stamped and ln.text.strip():
+                _inherit(ln, prev)
+            if ln.text.strip():
+                prev = ln if ln.stamped else prev
+            yield ln
+
+    @classmethod
+    def join(cls, docs: Sequence[Doc]) -> Doc:
+        """Several documents read as one (the same tool run twice in one paste); each keeps
+        its own framing."""
+        lines = [ln for d in docs for ln in d.lines]
+        j = cls("\n".join(d.text for d in docs), command=" ; ".join(dict.fromkeys(d.command for d in docs if d.command)),
+                host=docs[0].host if docs else "", origin=docs[0].origin if docs else "",
+                excerpt=any(d.excerpt for d in docs), year_hint=docs[0].year_hint if docs else None)
+        j.filter = list(dict.fromkeys(p for d in docs for p in d.filter))
+        j._lines = lines
+        j._stack = Stack()
+        return j
+
+    def sub(self, lines: list[Line]) -> Doc:
+        """A document made of some of this document's lines (framing already peeled)."""
+        d = Doc("\n".join(ln.raw for ln in lines), command=self.command, host=self.host, origin=self.origin,
+                first_line=lines[0].n if lines else self.first_line, excerpt=self.excerpt, year_hint=self.year_hint)
+        d._stack = self._stack
+        d._lines = list(lines)
+        return d
+
+
+def _inherit(ln: Line, prev: Line) -> None:
+    ln.cont = True
+    ln.time, ln.mono, ln.time_text = prev.time, prev.mono, prev.time_text
+    ln.host = ln.host or prev.host
+    ln.ident = ln.ident or prev.ident
+    if ln.rank is None:
+        ln.rank = prev.rank
+
+
+def _head_lines(text: str, n: int) -> list[str]:
+    out = []
+    pos = 0
+    for _ in range(n):
+        end = text.find("\n", pos)
+        if end < 0:
+            if pos < len(text):
+                out.append(text[pos:])
+            break
+        out.append(text[pos:end])
+        pos = end + 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalising: escapes, carriage returns
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
+
+
+def normalise(text: str) -> str:
+    """CRLF and CR line ends to LF, terminal escapes removed, a `\\r`-overwritten line reduced to
+    what the terminal showed last, a byte-order mark dropped."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+        if "\r" in text:
+            if "\n" not in text.rstrip("\r"):
+                text = text.replace("\r", "\n")  # old Mac line ends
+            else:
+                text = "\n".join(_overwrite(ln) for ln in text.split("\n"))
+    return text
+
+
+def _overwrite(line: str) -> str:
+    if "\r" not in line:
+        return line
+    parts = [p for p in line.split("\r") if p]
+    return parts[-1] if parts else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Log framing (always recognised)
+
+
+def _mk_time(year: int | None, mon: str, day: str, hms: str, frac: str = "") -> datetime | None:
+    try:
+        h, mi, s = (int(x) for x in hms.split(":"))
+        us = int((frac.lstrip(".,") + "000000")[:6]) if frac else 0
+        return datetime(year or 1900, MONTHS[mon], int(day), h, mi, s, us)
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_iso(text: str) -> datetime | None:
+    """An ISO-8601-like time stamp (`T` or space, `.`/`,` fraction, `Z`/`+hh:mm`/`+hhmm`)."""
+    t = text.strip().replace(",", ".")
+    m = re.match(r"^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d(?::?\d\d)?)?$", t)
+    if not m:
+        return None
+    frac = (m.group(3) or "")[1:]
+    tz = m.group(4) or ""
+    if tz == "Z":
+        tz = "+00:00"
+    elif tz and ":" not in tz:
+        tz = tz[:3] + ":" + (tz[3:] or "00")
+    try:
+        return datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}" + (f".{(frac + '000000')[:6]}" if frac else "")
+                                      + tz)
+    except ValueError:
+        return None
+
+
+def _ident_known(name: str) -> bool:
+    return name in _KNOWN_IDENTS or name.startswith(("systemd", "nvidia", "nv-"))
+
+
+_KNOWN_IDENTS = frozenset({
+    "kernel", "sshd", "sudo", "cron", "CRON", "rsyslogd", "dockerd", "containerd", "kubelet", "slurmd",
+    "slurmctld", "slurmstepd", "NetworkManager", "dbus-daemon", "dcgm", "nvidia-dcgm", "nv-hostengine",
+    "ofed", "opensm", "lldpd", "chronyd", "ntpd", "auditd", "smartd", "mcelog", "rasdaemon", "udevd",
+    "multipathd", "snapd", "polkitd", "login", "su", "gdm", "Xorg", "python", "python3",
+})
+
+# `host ident[pid]: ` or `host kernel: ` (or, sniffed, `host anything: `) after a syslog-style time
+_HOST_IDENT = re.compile(
+    r"(?P<host>[A-Za-z0-9][\w.-]{0,253}) (?P<ident>[A-Za-z_][\w.@/-]{0,63}?)(?:\[(?P<pid>\d+)\])?: ?")
+_IDENT_ONLY = re.compile(r"(?P<ident>[A-Za-z_][\w.@/-]{0,63}?)(?:\[(?P<pid>\d+)\])?: ?")
+
+
+def _host_ident(rest: str, ln: Line, stack: Stack) -> str:
+    """Peel `host ident[pid]: ` / `ident[pid]: ` after a syslog or ISO time when it is there."""
+    m = _HOST_IDENT.match(rest)
+    if m and (m.group("pid") or _ident_known(m.group("ident")) or stack.host_ident) and \
+            not m.group("host").endswith(":"):
+        ln.host = ln.host or m.group("host")
+        ln.ident = m.group("ident")
+        return rest[m.end():]
+    m = _IDENT_ONLY.match(rest)
+    if m and (m.group("pid") or m.group("ident") == "kernel"):
+        ln.ident = m.group("ident")
+        return rest[m.end():]
+    return rest
+
+
+_CRI = re.compile(rf"({_ISO_T}) (stdout|stderr) [FP] ")
+_RFC5424 = re.compile(r"<(\d{1,3})>1 (\S+) (\S+) (\S+) (\S+) (\S+) (?:-|(?:\[[^\]]*\])+) ?")
+_PRIO = re.compile(r"<\d{1,3}>(?=\S)")
+_KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),[^;]{0,16};")
+_DECODE = re.compile(
+    r"(kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:\s*"
+    r"(emerg|alert|crit|err|warn|warning|notice|info|debug)\s*:\s?")
+_CTIME = re.compile(rf"\[{_DOW} ({_MON}) +(\d{{1,2}}) (\d\d:\d\d:\d\d) (\d{{4}})\]\s?")
+_MONO = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
+_BRACKET_ISO = re.compile(rf"\[({_ISO_T})\]:?\s?")
+_ISO = re.compile(rf"({_ISO_T})(?=\s|$)\s?")
+_GO = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d:\d\d:\d\d)(\.\d+)?(?=\s|$)\s?")
+_UNIX = re.compile(r"(\d{10}\.\d{3,9}) ")
+_SYSLOG = re.compile(rf"({_MON}) ([ \d]\d) (\d\d:\d\d:\d\d)(\.\d{{1,9}})?(?: |$)")
+_SYSLOG_YEAR = re.compile(rf"({_MON}) ([ \d]\d) (\d{{4}}) (\d\d:\d\d:\d\d)(?: |$)")
+# the fabric manager's own `[Jul 23 2024 07:53:55] ` record stamp
+_BRACKET_MDY = re.compile(rf"\[({_MON}) +(\d{{1,2}}) (\d{{4}}) (\d\d:\d\d:\d\d)\] ?")
+_KERNEL_IDENT = re.compile(r"kernel: ?")
+
+
+def _peel_log(rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    """Peel one log-framing layer off `rest`; (rest, layer name) or (rest, None)."""
+    c = rest[:1]
+    if c == "[":
+        m = _MONO.match(rest)
+        if m:
+            if ln.mono is None:
+                ln.mono = float(m.group(1))
+                ln.time_text = ln.time_text or m.group(1)
+            return _host_ident(rest[m.end():], ln, stack), "dmesg"
+        m = _CTIME.match(rest)
+        if m:
+            ln.time = _mk_time(int(m.group(4)), m.group(1), m.group(2), m.group(3))
+            ln.time_text = rest[1:m.end()].strip().rstrip("]")
+            return rest[m.end():], "dmesg-ctime"
+        m = _BRACKET_ISO.match(rest)
+        if m:
+            ln.time = parse_iso(m.group(1))
+            ln.time_text = m.group(1)
+            return rest[m.end():], "bracket-time"
+        m = _BRACKET_MDY.match(rest)
+        if m:
+            ln.time = _mk_time(int(m.group(3)), m.group(1), m.group(2), m.group(4))
+            ln.time_text = rest[1:m.end()].strip().rstrip("]")
+            return rest[m.end():], "bracket-time"
+        return rest, None
+    if c.isdigit():
+        m = _CRI.match(rest)
+        if m:
+            ln.time, ln.time_text = parse_iso(m.group(1)), m.group(1)
+            return rest[m.end():], "container"
+        m = _ISO.match(rest)
+        if m:
+            ln.time, ln.time_text = parse_iso(m.group(1)), m.group(1)
+            after = rest[m.end():]
+            if not after.strip():
+                return "", "time-only"
+            return _host_ident(after, ln, stack), "iso-time"
+        m = _KMSG.match(rest)
+        if m:
+            ln.mono = int(m.group(3)) / 1e6
+            ln.time_text = f"{ln.mono:.6f}"
+            return rest[m.end():], "kmsg"
+        m = _GO.match(rest)
+        if m:
+            ln.time = parse_iso(f"{m.group(1)}-{m.group(2)}-{m.group(3)}T{m.group(4)}{m.group(5) or ''}")
+            ln.time_text = m.group(0).strip()
+            return rest[m.end():], "go-time"
+        m = _UNIX.match(rest)
+        if m:
+            try:
+                ln.time = datetime.fromtimestamp(float(m.group(1)), tz=timezone.utc)
+            except (OverflowError, OSError, ValueError):
+                ln.time = None
+            ln.time_text = m.group(1)
+            return _host_ident(rest[m.end():], ln, stack), "unix-time"
+        return rest, None
+    if c == "<":
+        m = _RFC5424.match(rest)
+        if m:
+            ln.time, ln.time_text = parse_iso(m.group(2)), m.group(2)
+            if m.group(3) != "-":
+                ln.host = ln.host or m.group(3)
+            if m.group(4) != "-":
+                ln.ident = m.group(4)
+            return rest[m.end():], "rfc5424"
+        m = _PRIO.match(rest)
+        if m:
+            return rest[m.end():], "printk-level"
+        return rest, None
+    if c in "JFMASOND":
+        m = _SYSLOG_YEAR.match(rest)
+        if m:
+            ln.time = _mk_time(int(m.group(3)), m.group(1), m.group(2), m.group(4))
+            ln.time_text = m.group(0).strip()
+            return _host_ident(rest[m.end():], ln, stack), "syslog"
+        m = _SYSLOG.match(rest)
+        if m:
+            ln.time = _mk_time(year, m.group(1), m.group(2), m.group(3), m.group(4) or "")
+            ln.time_text = m.group(0).strip()
+            after = rest[m.end():]
+            peeled = _host_ident(after, ln, stack)
+            return peeled, "syslog"
+        return rest, None
+    if c == "k":
+        m = _DECODE.match(rest)
+        if m:
+            return rest[m.end():], "facility"
+        m = _KERNEL_IDENT.match(rest)
+        if m:
+            ln.ident = "kernel"
+            return rest[m.end():], "kernel"
+        return rest, None
+    if c.islower():
+        m = _DECODE.match(rest)
+        if m:
+            return rest[m.end():], "facility"
+    return rest, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Transport framing (sniffed per document)
+
+
+@dataclass(frozen=True)
+class _Transport:
+    name: str
+    pattern: re.Pattern[str]
+
+
+_T_DOCKER = "docker-json"
+_TRANSPORTS: dict[str, _Transport] = {t.name: t for t in (
+    _Transport("quote", re.compile(r"> ?")),
+    _Transport("pdsh", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}(?:\[[\d,-]+\])?): (?=\S|$)")),
+    _Transport("srun", re.compile(r" *(?P<rank>\d{1,6}):(?: |$)")),
+    _Transport("mpi-tag", re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")),
+    _Transport("rank-tag", re.compile(r"\[(?P<rank>\d{1,6})\] (?=\S)")),
+    _Transport("torchrun", re.compile(r"\[(?:default|rank)(?P<rank>\d{1,6})\]: ?")),
+    _Transport("kubectl", re.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")),
+    _Transport("ray", re.compile(r"\((?:\w+ )?pid=\d+(?:, ip=(?P<host>[\d.]+))?\) ")),
+)}
+# Sniffed only where most lines carry them; torchrun and mpirun tags are specific enough to
+# peel wherever they appear (also inside a time stamp).
+_ALWAYS = ("mpi-tag", "torchrun", "kubectl")
+
+# words that start lines as `word: ` without being host names
+_NOT_HOSTS = frozenset({
+    "kernel", "NVRM", "nvrm", "error", "Error", "ERROR", "warning", "Warning", "WARNING", "WARN", "info", "Info",
+    "INFO", "debug", "DEBUG", "note", "Note", "NOTE", "fatal", "Fatal", "FATAL", "Traceback", "File", "Caused",
+    "RuntimeError", "Exception", "Usage", "usage", "Hint", "hint", "Status", "Result", "Results", "Summary",
+    "Device", "Driver", "GPU", "CA", "Port", "State", "Rate", "Name", "Command", "Output", "Input", "Warn",
+    "Reason", "Tip", "Description", "Example", "Step", "Success", "Failure", "Failed", "Passed", "Link",
+    "Host", "host", "Node", "node", "Job", "job", "Rank", "rank", "PING", "From", "To", "http", "https",
+    "Unit", "Loaded", "Active", "Docs", "Process", "Main", "Memory", "CPU", "Tasks", "CGroup", "Mounts",
+    "nvidia-smi", "dmesg", "ibstat", "ping", "ip", "sudo", "bash", "sh", "zsh", "Thread", "Python",
+})
+
+
+def _hostlike(tok: str) -> bool:
+    return tok not in _NOT_HOSTS and not tok.endswith(("Error", "Exception", "Warning"))
+
+
+def sniff(raws: Sequence[str]) -> Stack:
+    """The transport layers most of these lines carry, outermost first."""
+    lines = [r for r in raws if r.strip()]
+    residues = lines
+    outer: list[str] = []
+    for _ in range(3):
+        best: tuple[int, str, list[str]] | None = None
+        for name in ("quote", "pdsh", "srun", "rank-tag", "ray"):
+            if name in outer:
+                continue
+            t = _TRANSPORTS[name]
+            ms = [t.pattern.match(r) for r in residues]
+            hits = [m for m in ms if m]
+            need = max(2, (len(residues) + 1) // 2) if len(residues) > 2 else len(residues)
+            if not hits or len(hits) < need or not _guard(name, hits, residues):
+                continue
+            if best is None or len(hits) > best[0]:
+                best = (len(hits), name, [r[m.end():] if m else r for r, m in zip(residues, ms, strict=True)])
+        if best is None:
+            break
+        outer.append(best[1])
+        residues = [r for r in best[2] if r.strip()] or best[2]
+    # syslog lines `host ident: ` with identifiers we do not know: the same host on most lines
+    host_ident = False
+    firsts: Counter[str] = Counter()
+    n = 0
+    for r in residues[:400]:
+        m = _SYSLOG.match(r) or _ISO.match(r)
+        if m:
+            n += 1
+            hm = _HOST_IDENT.match(r[m.end():])
+            if hm:
+                firsts[hm.group("host")] += 1
+    if n >= 3 and firsts and firsts.most_common(1)[0][1] >= 0.8 * n:
+        host_ident = True
+    return Stack(outer=tuple(outer), host_ident=host_ident)
+
+
+_IP_LINK = re.compile(r"[\w.@-]+: <[A-Z0-9_,-]*>")
+
+
+def _guard(name: str, hits: list[re.Match[str]], residues: list[str]) -> bool:
+    if name == "srun":
+        # `ip -o link` and `ip addr` number their lines `N: name: <FLAGS>`
+        rest = [m.string[m.end():] for m in hits]
+        return sum(1 for r in rest if _IP_LINK.match(r)) < len(rest) / 4
+    if name == "pdsh":
+        toks = [m.group("host") for m in hits]
+        if any(not _hostlike(t) for t in toks):
+            bad = sum(1 for t in toks if not _hostlike(t))
+            if bad > len(toks) / 10:
+                return False
+        distinct = set(toks)
+        if all(t.isdigit() for t in distinct):
+            return False  # numbers are srun labels or ip link indexes
+        rest = [m.string[m.end():] for m in hits]
+        if sum(1 for r in rest if _IP_LINK.match(r)) >= len(rest) / 4:
+            return False
+        # host names carry numbers (gpu017, node-3, 10.0.0.7); `Speed: `, `State: ` keys do not
+        numbered = [t for t in distinct if any(ch.isdigit() for ch in t)]
+        return len(numbered) * 2 >= len(distinct)
+    if name == "rank-tag":
+        ranks = {m.group("rank") for m in hits}
+        return len(ranks) <= max(1, len(hits) // 2) or len(hits) >= 4
+    return True
+
+
+def peel_line(raw: str, n: int, stack: Stack, year: int | None = None) -> Line:
+    """Peel one line: the document's transport layers, then any log framing."""
+    ln = Line(text=raw, n=n, raw=raw)
+    rest = raw
+    layers: list[str] = []
+    if rest.startswith('{"log":'):
+        rest = _docker_json(rest, ln, layers)
+    for name in stack.outer:
+        m = _TRANSPORTS[name].pattern.match(rest)
+        if m:
+            _fill(name, m, ln)
+            rest = rest[m.end():]
+            layers.append(name)
+    for _ in range(_DEPTH):
+        before = rest
+        if rest[:1] == "[":
+            for name in _ALWAYS:
+                m = _TRANSPORTS[name].pattern.match(rest)
+                if m:
+                    _fill(name, m, ln)
+                    rest = rest[m.end():]
+                    layers.append(name)
+                    break
+        rest, layer = _peel_log(rest, ln, stack, year)
+        if layer:
+            layers.append(layer)
+            if layer == "time-only":
+                break
+        if rest == before:
+            break
+    ln.text = rest
+    ln.layers = tuple(layers)
+    return ln
+
+
+def _fill(name: str, m: re.Match[str], ln: Line) -> None:
+    d = m.groupdict()
+    if d.get("host"):
+        ln.host = d["host"]
+    if d.get("rank") is not None:
+        try:
+            ln.rank = int(d["rank"])
+        except ValueError:
+            pass
+
+
+def _docker_json(rest: str, ln: Line, layers: list[str]) -> str:
+    try:
+        rec = json.loads(rest)
+    except ValueError:
+        return rest
+    if not isinstance(rec, dict) or not isinstance(rec.get("log"), str):
+        return rest
+    t = rec.get("time")
+    if isinstance(t, str):
+        ln.time, ln.time_text = parse_iso(t[:32]), t
+    layers.append(_T_DOCKER)
+    return rec["log"].rstrip("\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure: prompts, separators, host headers
+
+
+# commands worth recognising after a bare `# ` root prompt (a `# ` line is otherwise a comment,
+# and nccl-tests prints its header with `# `)
+_COMMANDS = (
+    "nvidia-smi", "nvidia-bug-report.sh", "dmesg", "journalctl", "ibstat", "ibstatus", "ibv_devinfo", "ibv_devices",
+    "ibdev2netdev", "iblinkinfo", "ibdiagnet", "sminfo", "ip", "ifconfig", "ethtool", "ping", "ping6", "cat", "grep",
+    "egrep", "zgrep", "zcat", "tail", "head", "less", "lspci", "lsmod", "modinfo", "modprobe", "systemctl", "service",
+    "dpkg", "rpm", "apt", "yum", "dnf", "mpirun", "mpiexec", "srun", "sbatch", "salloc", "scontrol", "sinfo",
+    "torchrun", "python", "python3", "pdsh", "clush", "dcgmi", "ls", "uname", "hostname", "sudo", "mst",
+    "mlxlink", "mlxconfig", "show_gids", "ofed_info", "docker", "podman", "kubectl", "talosctl", "numactl", "lscpu",
+    "env", "export", "echo", "nvidia-fabricmanager", "nv-fabricmanager", "fabricmanager", "cd", "watch", "time",
+    "all_reduce_perf", "./all_reduce_perf", "nccl-tests", "ulimit", "free", "df", "top", "ps", "kill", "reboot",
+)
+_CMD_ALT = "|".join(re.escape(c) for c in _COMMANDS)
+_PROMPTS = (
+    # user@host:cwd$ cmd   (venv) root@node1:~/x# cmd   user@host ~ % cmd
+    re.compile(r"^(?:\([^)\s]{1,64}\)\s*)?(?P<user>[\w.-]{1,64})@(?P<host>[\w.-]{1,253})"
+               r"(?::(?P<cwd>[^\s$#%>]{0,256})|\s+[^\s$#%>]{1,256})?\s*[$#%>](?:\s(?P<cmd>.*)|$)"),
+    # [user@host cwd]$ cmd
+    re.compile(r"^(?:\([^)\s]{1,64}\)\s*)?\[(?P<user>[\w.-]{1,64})@(?P<host>[\w.-]{1,253})(?:\s[^\]]{0,256})?\]"
+               r"\s*[$#](?:\s(?P<cmd>.*)|$)"),
+    # host:~ # cmd (SUSE)   bash-4.2$ cmd
+    re.compile(rf"^(?P<host>[\w.-]{{1,253}}):~?[\w/.~-]{{0,256}}\s?[$#]\s+(?P<cmd>(?:sudo\s+)?(?:{_CMD_ALT})\b.*)$"),
+    re.compile(r"^(?:bash|sh|zsh)-[\d.]+[$#]\s+(?P<cmd>.*)$"),
+    # $ cmd
+    re.compile(r"^\$\s+(?P<cmd>[\w./~-].*)$"),
+    # # cmd (root), only for known commands
+    re.compile(rf"^#\s+(?P<cmd>(?:sudo\s+)?(?:{_CMD_ALT})(?:\s.*)?)$"),
+)
+_PROMPT_HINT = re.compile(r"[$#%>]")
+
+
+@dataclass
+class Prompt:
+    command: str
+    host: str = ""
+
+
+def prompt_of(line: str) -> Prompt | None:
+    """The command of a shell prompt line (`root@node1:~# dmesg -T`), None for other lines."""
+    s = line.rstrip()
+    if not s or len(s) > 4096 or not _PROMPT_HINT.search(s[:300]):
+        return None
+    if s[0] in " \t":
+        return None
+    for p in _PROMPTS:
+        m = p.match(s)
+        if m:
+            cmd = (m.groupdict().get("cmd") or "").strip()
+            if cmd.startswith("#"):  # `$ # a comment`
+                cmd = ""
+            return Prompt(command=_strip_comment(cmd), host=m.groupdict().get("host") or "")
+    return None
+
+
+def _strip_comment(cmd: str) -> str:
+    """`nvidia-smi -r   # reset` -> `nvidia-smi -r` (a `#` after whitespace, outside quotes)."""
+    quote = ""
+    for i, ch in enumerate(cmd):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and i > 0 and cmd[i - 1] in " \t":
+            return cmd[:i].rstrip()
+    return cmd
+
+
+_GREP = re.compile(r"\|\s*(?:sudo\s+)?(?:e|z|f)?grep\s+(?P<args>[^|]*)")
+
+
+def grep_patterns(command: str) -> list[str]:
+    """The patterns a command line pipes its output through (`dmesg | grep -i xid` -> ['xid'])."""
+    out: list[str] = []
+    for m in _GREP.finditer(command or ""):
+        args = m.group("args").strip()
+        toks = re.findall(r"'[^']*'|\"[^\"]*\"|\S+", args)
+        i = 0
+        pats: list[str] = []
+        while i < len(toks):
+            t = toks[i]
+            if t in ("-e", "--regexp") and i + 1 < len(toks):
+                pats.append(toks[i + 1].strip("'\""))
+                i += 2
+                continue
+            if t.startswith("-") and t[1:2] in "ABCm" and len(t) == 2 and i + 1 < len(toks):
+                i += 2  # -A 3
+                continue
+            if t.startswith("-"):
+                i += 1
+                continue
+            pats.append(t.strip("'\""))
+            break
+        out.extend(p for p in pats if p)
+    return out
+
+
+def filter_allows(patterns: Sequence[str], words: Sequence[str]) -> bool:
+    """Whether lines containing any of `words` could pass grep `patterns` (case-insensitive;
+    regex alternations and simple wildcards tolerated). No patterns: everything passes."""
+    if not patterns:
+        return True
+    for pat in patterns:
+        for alt in re.split(r"\\?\|", pat):
+            a = alt.strip().strip("^$").lower()
+            if not a:
+                return True
+            try:
+                rx = re.compile(a, re.IGNORECASE)
+            except re.error:
+                rx = None
+            for w in words:
+                if (rx is not None and rx.search(w)) or a in w.lower():
+                    return True
+    return False
+
+
+_ELISION = re.compile(r"^\s*(?:\.{3,}|…|\[\.\.\.\]|\[?(?:output )?(?:truncated|snipped|cut)\]?|<\s*snip\s*>)\s*$",
+                      re.IGNORECASE)
+_ELISION_TEXT = re.compile(r"(?m)^\s*(?:\.{3,}|…|\[\.\.\.\]|<\s*snip\s*>)\s*$")
+_SEPARATOR = re.compile(r"^-{2}$")
+_JOURNAL_MARK = re.compile(r"^-- (?:Logs begin|Journal begins|No entries|Boot [0-9a-f]+|Reboot|Subject|Defined-By)"
+                           r".*$")
+_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
+_DASHES = re.compile(r"^-{5,}$")
+_HOSTLIST = re.compile(r"^(?P<hosts>[A-Za-z0-9][\w.,\[\]-]{0,1024})(?: \(\d+\))?$")
+_ANSIBLE = re.compile(r"^(?P<host>[\w.-]+) \| (?:CHANGED|SUCCESS|FAILED|UNREACHABLE!?) (?:\| rc=-?\d+ )?>>\s*$")
+_PSSH = re.compile(r"^\[\d+\] \d\d:\d\d:\d\d \[(?:SUCCESS|FAILURE)\] (?P<host>[\w.-]+)(?::\d+)?\b.*$")
+
+
+@dataclass
+class Part:
+    """A run of raw lines between structure markers: one command's output on one host."""
+
+    host: str
+    command: str
+    first: int  # 1-based line number of its first line
+    chunks: list[str] = field(default_factory=list)  # pieces of the text, structure lines removed
+    excerpt: bool = False
+    prompt_host: str = ""
+
+    @property
+    def body(self) -> str:
+        text = "".join(self.chunks)
+        return text[:-1] if text.endswith("\n") else text
+
+    def empty(self) -> bool:
+        return not any(c.strip() for c in self.chunks)
+
+
+# Lines that may be structure (a superset, found at C speed); `_structure` decides.
+_HINT = re.compile(r"\n(?=[-`~.\u2026$#(]|\[(?:[\w.-]+@|\d+\] \d\d:|\.\.\.\]|(?:output )?(?:truncated|snipped|cut)\])"
+                   r"|[\w.-]+(?:@|:[~/]| \| |\$ |# )|(?:bash|sh|zsh)-\d|<\s*snip)")
+
+
+def _dedent(text: str) -> str:
+    """Remove the indentation every non-blank line shares (an indented paste, a commit message)."""
+    first = next((ln for ln in _head_lines(text, 50) if ln.strip()), "")
+    if not first[:1].isspace():
+        return text
+    lines = text.split("\n")
+    widths = [len(r) - len(r.lstrip(" \t")) for r in lines if r.strip()]
+    cut = min(widths) if widths else 0
+    if cut == 0:
+        return text
+    prefixes = {r[:cut] for r in lines if r.strip()}
+    if len(prefixes) != 1:
+        return text  # tabs and spaces mixed: leave it
+    return "\n".join(r[cut:] if r.strip() else "" for r in lines)
+
+
+def _line_at(text: str, off: int) -> tuple[str, int]:
+    end = text.find("\n", off)
+    if end < 0:
+        end = len(text)
+    return text[off:end], end
+
+
+def split_parts(text: str) -> list[Part]:
+    """Cut normalised text into parts at prompts and host headers; drop pure structure lines."""
+    if all(ln.startswith(">") for ln in _head_lines(text, 200) if ln.strip()) and text.strip():
+        text = re.sub(r"(?m)^> ?", "", text)  # a quoted paste
+    parts: list[Part] = []
+    cur = Part(host="", command="", first=1)
+    host = ""
+    starts = ([0] if text else []) + [m.start() + 1 for m in _HINT.finditer(text)]
+    done = 0  # text before this offset is accounted for
+    lineno = 1
+    counted = 0
+    skip_until = -1
+    for off in starts:
+        if off < skip_until or off >= len(text):
+            continue
+        line, end = _line_at(text, off)
+        s = line.strip()
+        kind = ""
+        header_host = ""
+        consumed_to = end
+        cmd = ""
+        phost = ""
+        if s in ("--",):
+            kind = "separator"
+        elif s and s[0] in "-`~" and (_FENCE.match(line) or _JOURNAL_MARK.match(s)):
+            kind = "drop"
+        elif s.startswith("-----") and _DASHES.match(s):
+            l1, e1 = _line_at(text, end + 1) if end < len(text) else ("", end)
+            l2, e2 = _line_at(text, e1 + 1) if e1 < len(text) else ("", e1)
+            hm = _HOSTLIST.match(l1.strip())
+            if hm and _DASHES.match(l2.strip()):
+                kind, header_host, consumed_to = "host", hm.group("hosts"), e2
+        elif _ELISION.match(line):
+            cur.excerpt = True
+        if not kind and s:
+            m = _ANSIBLE.match(s) or _PSSH.match(s)
+            if m:
+                kind, header_host = "host", m.group("host")
+            else:
+                p = prompt_of(line)
+                if p is not None:
+                    kind, cmd, phost = "prompt", p.command, p.host
+                    while cmd.endswith("\\") and consumed_to < len(text):
+                        nxt, nend = _line_at(text, consumed_to + 1)
+                        cmd = cmd[:-1].rstrip() + " " + nxt.strip()
+                        consumed_to = nend
+        if not kind:
+            continue
+        lineno += text.count("\n", counted, off)
+        counted = off
+        cur.chunks.append(text[done:off])
+        done = min(len(text), consumed_to + 1)
+        skip_until = done
+        if kind == "separator":
+            cur.excerpt = True
+            continue
+        if kind == "drop":
+            continue
+        if not cur.empty() or cur.command:
+            parts.append(cur)
+        first = lineno + text.count("\n", off, done)
+        if kind == "host":
+            host = header_host
+            cur = Part(host=host, command="", first=first)
+        else:
+            cur = Part(host=host, command=cmd, first=first, prompt_host=phost)
+    cur.chunks.append(text[done:])
+    if not cur.empty() or cur.command:
+        parts.append(cur)
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole inputs
+
+
+@dataclass
+class Framed:
+    """A whole input cut into documents: one per command output per host, in input order."""
+
+    docs: list[Doc]
+    hosts: list[str]  # hosts named by host framing (pdsh, clush, dshbak, ansible ...), in order
+    labels: list[int] = field(default_factory=list)  # srun task labels, when the input had them
+
+    def by_host(self) -> dict[str, list[Doc]]:
+        out: dict[str, list[Doc]] = {}
+        for d in self.docs:
+            out.setdefault(d.host, []).append(d)
+        return out
+
+
+def frame(text: str, origin: str = "", year_hint: int | None = None) -> Framed:
+    """Raw pasted text -> documents with clean lines (see the module docstring)."""
+    text = normalise(text)
+    docs: list[Doc] = []
+    hosts: list[str] = []
+    for part in split_parts(text):
+        body = _dedent(part.body)
+        stack = sniff(_head_lines(body, SNIFF_LINES))
+        if stack.outer[:1] in (("pdsh",), ("kubectl",)):
+            for h, sub in _split_by_host(body.split("\n"), stack, part.first).items():
+                d = Doc(sub[1], command=part.command, host=h or part.host, origin=origin, first_line=sub[0],
+                        excerpt=part.excerpt, year_hint=year_hint)
+                docs.append(d)
+                if d.host and d.host not in hosts:
+                    hosts.append(d.host)
+            continue
+        d = Doc(body, command=part.command, host=part.host, origin=origin, first_line=part.first,
+                excerpt=part.excerpt, year_hint=year_hint)
+        d._stack = stack
+        docs.append(d)
+        if part.host and part.host not in hosts:
+            hosts.append(part.host)
+    return Framed(docs=docs, hosts=hosts)
+
+
+def _split_by_host(raws: list[str], stack: Stack, first: int) -> dict[str, tuple[int, str]]:
+    """pdsh/clush output -> {host: (first line number, its lines with the host prefix removed)}."""
+    t = _TRANSPORTS[stack.outer[0]] if stack.outer and stack.outer[0] in ("pdsh", "kubectl") else None
+    per: dict[str, list[str]] = {}
+    starts: dict[str, int] = {}
+    for i, r in enumerate(raws):
+        m = t.pattern.match(r) if t else None
+        h = m.group("host") if m else ""
+        body = r[m.end():] if m else r
+        if not m and not r.strip():
+            continue
+        per.setdefault(h, []).append(body)
+        starts.setdefault(h, first + i)
+    if "" in per and len(per) > 1 and all(not x.strip() for x in per[""]):
+        del per[""]
+    return {h: (starts[h], _dedent("\n".join(v))) for h, v in per.items()}
+
+
+def year_of(docs: Iterable[Doc], default: int | None = None) -> int | None:
+    """A year for time stamps that carry none (syslog), from the first time stamp that does."""
+    for d in docs:
+        for ln in d.head(200):
+            if ln.time is not None and ln.time.year > 1900 and "syslog" not in ln.layers:
+                return ln.time.year
+    return default
+
+
+def syslog_year_fix(t: datetime | None, reference: datetime) -> datetime | None:
+    """A syslog time parsed with year 1900 placed in the year of `reference` (or the one
+    before, when it would lie more than two days after it)."""
+    if t is None or t.year != 1900:
+        return t
+    try:
+        cand = t.replace(year=reference.year)
+    except ValueError:  # 29 Feb
+        cand = t.replace(year=reference.year, day=28)
+    ref = reference.replace(tzinfo=None)
+    if cand - ref > timedelta(days=2):
+        cand = cand.replace(year=reference.year - 1)
+    return cand
+
+
+__all__ = ["Doc", "Framed", "Line", "Part", "Prompt", "Stack", "filter_allows", "frame", "grep_patterns",
+           "normalise", "parse_iso", "peel_line", "prompt_of", "sniff", "split_parts", "syslog_year_fix",
+           "year_of"]

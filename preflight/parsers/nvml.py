@@ -1,0 +1,122 @@
+"""The NVML probe's JSON (`python -m preflight.nvml_probe`) as facts.
+
+Shape: {ok, error, error_type, driver, nvml_version, cuda_driver_version, gpus: [...]}. The
+probe prints one JSON object; anything around it (a warning a library printed) is skipped.
+Garbage gives ok False with the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from preflight.framing import Doc
+from preflight.parsers.base import Format, ParserSpec, to_bool, to_int
+from preflight.parsers.nvsmi_errors import ToolError, error_for, errors_in
+
+_KINDS = {
+    "NVMLError_LibraryNotFound": "library_missing",
+    "NVMLError_DriverNotLoaded": "no_driver",
+    "NVMLError_LibRmVersionMismatch": "version_mismatch",
+    "NVMLError_GpuIsLost": "gpu_lost",
+}
+
+
+@dataclass
+class NvmlGpu:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    bus_id: str | None = None
+    vbios: str | None = None
+    persistence: bool | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    mig_mode: str | None = None
+    mig_pending: str | None = None
+    memory_total_mib: int | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NvmlReport:
+    ok: bool = False
+    error: str = ""
+    error_type: str = ""
+    driver: str = ""
+    nvml_version: str = ""
+    cuda_driver_version: int = 0
+    gpus: list[NvmlGpu] = field(default_factory=list)
+    recognised: bool = False  # the text held the probe's JSON object
+
+    @property
+    def cuda(self) -> str:
+        """The CUDA driver version as nvidia-smi prints it (12020 -> 12.2)."""
+        v = self.cuda_driver_version
+        return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else ""
+
+    def tool_error(self) -> ToolError | None:
+        """The probe's failure as a ToolError; None when it succeeded with GPUs."""
+        if self.ok:
+            return None if self.gpus else error_for("no_devices", "NVML: device count is 0")
+        line = f"NVML: {self.error or 'NVML probe failed'}" + (f" ({self.error_type})" if self.error_type else "")
+        kind = _KINDS.get(self.error_type)
+        if kind is None:
+            found = errors_in([f"{self.error_type} {self.error}"])
+            kind = found[0].kind if found else "nvml_init"
+        return error_for(kind, line)
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    for chunk in [text.strip(), *reversed(text.strip().splitlines())]:
+        chunk = chunk.strip()
+        if not chunk.startswith("{"):
+            continue
+        try:
+            data = json.loads(chunk)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def parse(doc: Doc) -> NvmlReport:
+    data = _object(doc.clean)
+    if data is None:
+        return NvmlReport(ok=False, error="NVML probe output is not a JSON object", error_type="BadOutput")
+    rep = NvmlReport(ok=bool(data.get("ok")), error=str(data.get("error") or ""),
+                     error_type=str(data.get("error_type") or ""), driver=str(data.get("driver") or ""),
+                     nvml_version=str(data.get("nvml_version") or ""),
+                     cuda_driver_version=to_int(data.get("cuda_driver_version")) or 0, recognised=True)
+    for i, g in enumerate(data.get("gpus") or []):
+        if not isinstance(g, dict):
+            continue
+        idx = to_int(g.get("index"))
+        errs = g.get("errors")
+        rep.gpus.append(NvmlGpu(
+            index=i if idx is None else idx, name=g.get("name") or None, uuid=g.get("uuid") or None,
+            bus_id=g.get("pci_bus_id") or None, vbios=g.get("vbios") or None, persistence=to_bool(g.get("persistence")),
+            pcie_gen=to_int(g.get("pcie_gen")), pcie_gen_max=to_int(g.get("pcie_gen_max")),
+            pcie_width=to_int(g.get("pcie_width")), pcie_width_max=to_int(g.get("pcie_width_max")),
+            mig_mode=g.get("mig_mode") or None, mig_pending=g.get("mig_mode_pending") or None,
+            memory_total_mib=to_int(g.get("memory_total_mib")),
+            errors={str(k): str(v) for k, v in errs.items()} if isinstance(errs, dict) else {}))
+    return rep
+
+
+def detect(doc: Doc) -> bool:
+    t = doc.clean.strip()
+    if not t.startswith("{") or '"nvml_version"' not in t[:65536]:
+        return False
+    data = _object(t)
+    return data is not None and "ok" in data and "gpus" in data
+
+
+FORMATS = [Format("nvml", detect=detect, priority=60, description="preflight NVML probe JSON")]
+PARSERS = [ParserSpec("nvml", parse)]
+
+__all__ = ["FORMATS", "NvmlGpu", "NvmlReport", "PARSERS", "detect", "parse"]
