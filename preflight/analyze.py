@@ -205,7 +205,8 @@ def _file_entries(path: Path, parts: tuple[str, ...], display: str) -> list[Entr
         return [Entry(display, parts, problem=f"cannot read: {exc.strerror or exc}")]
     if _is_archive(path, head):
         try:
-            return _archive_entries(path, parts, display)
+            members = _archive_entries(path, parts, display)
+            return members or [Entry(display, parts, problem="empty archive (no files in it)")]
         except TooBig as exc:
             return [Entry(display, parts, problem=f"archive refused: {exc}")]
         except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, ValueError, lzma.LZMAError,
@@ -320,7 +321,7 @@ def classify(doc: Doc, registry: Registry) -> list[Format]:
             try:
                 hit = fmt.detect(doc)
             except (AttributeError, TypeError):  # TRANSITION: detectors still reading text
-                hit = fmt.detect(doc.clean[:SNIFF_BYTES])  # type: ignore[arg-type]
+                hit = fmt.detect("\n".join(ln.text for ln in doc.head(2000)))  # type: ignore[arg-type]
             if hit:
                 found.append(fmt)
         except Exception:  # a broken detector (site code) recognises nothing

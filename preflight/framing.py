@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
@@ -47,6 +48,7 @@ _DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
 _ISO_T = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d(?::?\d\d)?)?"
 
 SNIFF_LINES = 2000  # lines read to decide a document's transport framing
+SMALL_TEXT = 4 * 1024 * 1024  # below this, whole-text scans are cheap
 _DEPTH = 6  # log-framing layers peeled from one line at most
 
 
@@ -102,11 +104,12 @@ class Doc:
         self.host = host
         self.origin = origin
         self.first_line = first_line
-        self.excerpt = excerpt or bool(_ELISION_TEXT.search(text))
+        self.excerpt = excerpt or (len(text) < SMALL_TEXT and bool(_ELISION_TEXT.search(text)))
         self.filter = grep_patterns(command)
         self.year_hint = year_hint
         self._stack: Stack | None = None
         self._lines: list[Line] | None = None
+        self._head: list[Line] | None = None
         self._clean: str | None = None
 
     def __repr__(self) -> str:
@@ -131,7 +134,9 @@ class Doc:
         """The first n lines, peeled (what a format detector reads)."""
         if self._lines is not None:
             return self._lines[:n]
-        return list(self._peel_all(_head_lines(self.text, n), self.first_line))
+        if self._head is None or (len(self._head) < n and len(self._head) >= SNIFF_LINES):
+            self._head = list(self._peel_all(_head_lines(self.text, max(n, SNIFF_LINES)), self.first_line))
+        return self._head[:n]
 
     @property
     def clean(self) -> str:
@@ -152,19 +157,23 @@ class Doc:
             return [ln for ln in self._lines if any(nd in ln.raw for nd in needles)]
         if not needles:
             return []
-        pat = re.compile("|".join(re.escape(nd) for nd in needles))
         text = self.text
+        starts: set[int] = set()
+        for nd in needles:  # one C-speed substring scan per needle
+            i = text.find(nd)
+            while i >= 0:
+                start = text.rfind("\n", 0, i) + 1
+                starts.add(start)
+                end = text.find("\n", i)
+                if end < 0:
+                    break
+                i = text.find(nd, end)
         out: list[Line] = []
         stack = self.stack
-        pos = 0
         line_no = self.first_line
         counted = 0
-        while True:
-            m = pat.search(text, pos)
-            if m is None:
-                break
-            start = text.rfind("\n", 0, m.start()) + 1
-            end = text.find("\n", m.end())
+        for start in sorted(starts):
+            end = text.find("\n", start)
             if end < 0:
                 end = len(text)
             line_no += text.count("\n", counted, start)
@@ -175,9 +184,6 @@ class Doc:
                 if prev is not None:
                     _inherit(ln, prev)
             out.append(ln)
-            pos = end + 1
-            if pos >= len(text):
-                break
         return out
 
     def _previous_stamped(self, start: int, stack: Stack) -> Line | None:
@@ -295,6 +301,7 @@ def _overwrite(line: str) -> str:
 # Log framing (always recognised)
 
 
+@lru_cache(maxsize=4096)
 def _mk_time(year: int | None, mon: str, day: str, hms: str, frac: str = "") -> datetime | None:
     try:
         h, mi, s = (int(x) for x in hms.split(":"))
@@ -304,6 +311,7 @@ def _mk_time(year: int | None, mon: str, day: str, hms: str, frac: str = "") -> 
         return None
 
 
+@lru_cache(maxsize=4096)
 def parse_iso(text: str) -> datetime | None:
     """An ISO-8601-like time stamp (`T` or space, `.`/`,` fraction, `Z`/`+hh:mm`/`+hhmm`)."""
     t = text.strip().replace(",", ".")
@@ -716,31 +724,60 @@ def _strip_comment(cmd: str) -> str:
     return cmd
 
 
-_GREP = re.compile(r"\|\s*(?:sudo\s+)?(?:e|z|f)?grep\s+(?P<args>[^|]*)")
+def _stages(command: str) -> list[str]:
+    """A shell command line cut at its pipes (pipes inside quotes kept)."""
+    out, cur, quote = [], [], ""
+    for ch in command:
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "|":
+            out.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    out.append("".join(cur))
+    return [s.strip() for s in out if s.strip()]
 
 
 def grep_patterns(command: str) -> list[str]:
     """The patterns a command line pipes its output through (`dmesg | grep -i xid` -> ['xid'])."""
+    import shlex
+
     out: list[str] = []
-    for m in _GREP.finditer(command or ""):
-        args = m.group("args").strip()
-        toks = re.findall(r"'[^']*'|\"[^\"]*\"|\S+", args)
-        i = 0
+    for stage in _stages(command or "")[1:]:
+        try:
+            toks = shlex.split(stage)
+        except ValueError:
+            toks = stage.split()
+        while toks and toks[0] in ("sudo", "command"):
+            toks = toks[1:]
+        if not toks or toks[0] not in ("grep", "egrep", "fgrep", "zgrep", "rg"):
+            continue
+        if any(t in ("-v", "--invert-match") or (t.startswith("-") and not t.startswith("--") and "v" in t[1:])
+               for t in toks[1:]):
+            continue  # an inverted grep drops lines; what it keeps is not restricted to a pattern
         pats: list[str] = []
+        i = 1
         while i < len(toks):
             t = toks[i]
             if t in ("-e", "--regexp") and i + 1 < len(toks):
-                pats.append(toks[i + 1].strip("'\""))
+                pats.append(toks[i + 1])
                 i += 2
                 continue
-            if t.startswith("-") and t[1:2] in "ABCm" and len(t) == 2 and i + 1 < len(toks):
-                i += 2  # -A 3
+            if t.startswith("--regexp="):
+                pats.append(t.split("=", 1)[1])
+            elif t in ("-A", "-B", "-C", "-m", "--max-count") and i + 1 < len(toks):
+                i += 2
                 continue
-            if t.startswith("-"):
-                i += 1
-                continue
-            pats.append(t.strip("'\""))
-            break
+            elif t.startswith("-"):
+                pass
+            elif not pats:
+                pats.append(t)
+                break
+            i += 1
         out.extend(p for p in pats if p)
     return out
 
@@ -800,7 +837,7 @@ class Part:
 
 # Lines that may be structure (a superset, found at C speed); `_structure` decides.
 _HINT = re.compile(r"\n(?=[-`~.\u2026$#(]|\[(?:[\w.-]+@|\d+\] \d\d:|\.\.\.\]|(?:output )?(?:truncated|snipped|cut)\])"
-                   r"|[\w.-]+(?:@|:[~/]| \| |\$ |# )|(?:bash|sh|zsh)-\d|<\s*snip)")
+                   r"|(?=(?P<w>[\w.-]+))(?P=w)(?:@|:[~/]| \| |\$ |# )|(?:bash|sh|zsh)-\d|<\s*snip)")
 
 
 def _dedent(text: str) -> str:

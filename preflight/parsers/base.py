@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from preflight.framing import Doc
@@ -94,6 +95,7 @@ def to_bool(value: Any) -> bool | None:
     return None
 
 
+@lru_cache(maxsize=1024)
 def pci_id(text: str) -> str:
     """A PCI address as domain:bus:device, lower case ("00000000:9B:00.0" -> "0000:9b:00")."""
     parts = text.strip().lower().split(".")[0].split(":")

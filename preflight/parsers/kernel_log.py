@@ -197,21 +197,21 @@ def parse(doc: Doc) -> KernelLog:
             hosts.setdefault(line.host)
         if "NVRM" in msg:
             log.nvrm += 1
-        gm = _GPU_AT.search(msg)
+        gm = _GPU_AT.search(msg) if "GPU at" in msg else None
         if gm:
             last_gpu_at = pci_id(gm.group("pci"))
             log.gpus.setdefault(last_gpu_at, {})["uuid"] = gm.group("uuid")
             continue
-        sm = _SERIAL.search(msg)
+        sm = _SERIAL.search(msg) if "Serial Number" in msg else None
         if sm:
             if last_gpu_at:
                 log.gpus.setdefault(last_gpu_at, {})["serial"] = sm.group("serial")
             continue
-        mm = _MODULE.search(msg)
+        mm = _MODULE.search(msg) if "Kernel Module" in msg else None
         if mm:
             log.module_version = mm.group("v") or mm.group("v2") or log.module_version
             continue
-        ev = parse_xid(msg, line)
+        ev = parse_xid(msg, line) if "Xid" in msg else None
         if ev is not None:
             log.events.append(ev)
             if ev.gpu is not None:

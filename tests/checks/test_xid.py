@@ -1,4 +1,4 @@
-"""gpu.xid: kernel-log parsing (every timestamp style), Xid catalog grading, detectors."""
+"""gpu.xid: Xid catalog grading over kernel-log facts (parsing: tests/parsers/test_kernel_log.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from preflight.checks import xid as xm
 from preflight.checks import xid_catalog as cat
 from preflight.model import Status
 from preflight.probes import run_probe
-from tests.conftest import FIXTURES, capture, fixture_text, grade
+from tests.conftest import FIXTURES, capture, fixture_text, grade, grade_text
 from tests.fakes import install, scenario
 
 KL = "kernel-log"
@@ -27,99 +27,41 @@ def one(text: str, profile: str = "generic", rc: int = 0, stderr: str = "", argv
 
 
 # --------------------------------------------------------------------------------------------
-# line splitting and time formats
+# sympathetic links and windows (graded facts)
 
 
-@pytest.mark.parametrize("line, when, mono, msg", [
-    ("[Mon Jun  3 10:12:01 2024] NVRM: hello", datetime(2024, 6, 3, 10, 12, 1), None, "NVRM: hello"),
-    ("[Fri Aug 30 11:43:09 2024] NVRM: x", datetime(2024, 8, 30, 11, 43, 9), None, "NVRM: x"),
-    ("2024-06-03T10:12:01,123456+00:00 NVRM: iso",
-     datetime(2024, 6, 3, 10, 12, 1, 123456, tzinfo=timezone.utc), None, "NVRM: iso"),
-    ("kern  :warn  : 2024-06-03T10:12:01,000100+00:00 NVRM: dec",
-     datetime(2024, 6, 3, 10, 12, 1, 100, tzinfo=timezone.utc), None, "NVRM: dec"),
-    ("[12345.678901] NVRM: mono", None, 12345.678901, "NVRM: mono"),
-    ("[    4.118230] nvidia: loading", None, 4.11823, "nvidia: loading"),
-    ("<4>[  77.000001] NVRM: prio", None, 77.000001, "NVRM: prio"),
-    ("6,1234,5678901,-;NVRM: Xid kmsg", None, 5.678901, "NVRM: Xid kmsg"),
-    ("2024-06-03T10:12:01+0000 host-1 kernel: NVRM: j", datetime(2024, 6, 3, 10, 12, 1, tzinfo=timezone.utc),
-     None, "NVRM: j"),
-    ("2024-06-03T10:12:01.250000+02:00 host kernel: NVRM: jp",
-     datetime.fromisoformat("2024-06-03T10:12:01.250000+02:00"), None, "NVRM: jp"),
-    ("Mar  9 23:59:30 dgx-b07 kernel: [612090.771209] NVRM: s", None, 612090.771209, "NVRM: s"),
-    ("kern  :info  : [  12.5] usb 1-1: new device", None, 12.5, "usb 1-1: new device"),
-])
-def test_split_line_formats(line, when, mono, msg):
-    out = xm.split_line(1, line)
-    assert out.time == when
-    assert out.mono == pytest.approx(mono) if mono is not None else out.mono is None
-    assert out.message == msg
-    assert out.prefixed
-
-
-def test_journal_short_has_no_year_unless_hinted():
-    line = "Jul 09 10:42:47 pool0-0082 kernel: NVRM: knvlinkX failed"
-    assert xm.split_line(1, line).time is None
-    assert xm.split_line(1, line).time_text == "Jul 09 10:42:47"
-    hinted = xm.split_line(1, line, datetime(2025, 7, 1))
-    assert hinted.time == datetime(2025, 7, 9, 10, 42, 47)
-    # a window opened late in December, an event in January: next year
-    assert xm.split_line(1, "Jan 02 00:00:01 h kernel: x", datetime(2024, 12, 30)).time == datetime(2025, 1, 2, 0, 0, 1)
-
-
-def test_pci_normalisation():
-    assert xm.pci_id("00000000:9B:00.0") == "0000:9b:00"
-    assert xm.pci_id("0019:01:00") == "0019:01:00"
-    assert xm.pci_id("9b:00.0") == "0000:9b:00"
-
-
-# --------------------------------------------------------------------------------------------
-# parser
-
-
-def test_parse_xid_fields_gpu_index_uuid_serial():
-    log = xm.parse_kernel_log(fixture_text("kernel-log/dmesg_raw_xid119_stack.log"))
-    assert [e.xid for e in log.events] == [119, 119]
-    ev = log.events[0]
-    assert ev.pci == "0000:5e:00" and ev.gpu == 2 and ev.pid == "90112" and ev.name == "dcgm-exporter"
-    assert ev.line.time is None and ev.line.mono == pytest.approx(88213.44187)
-    assert ev.text.startswith("Timeout after 6s")
-    assert log.gpus["0000:5e:00"] == {"uuid": "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
-                                      "serial": "1654023019985", "index": 2}
-    assert "0000:5e:00" in log.reset_notes  # "The GPU likely needs to be reset."
-
-
-def test_stack_dump_and_noise_are_not_events():
-    log = xm.parse_kernel_log(fixture_text("kernel-log/dmesg_iso_xid48_63_94.log"))
-    assert [e.xid for e in log.events] == [48, 63, 94, 94, 94, 94, 94, 94, 94]
-    assert not log.faults
+def _caused(r) -> dict:
+    return {(e["pci"], e["xid"]): e["caused_by"] for e in r.facts["events"]}
 
 
 def test_sympathetic_links():
-    log = xm.parse_kernel_log(fixture_text("kernel-log/dmesg_iso_xid48_63_94.log"))
-    assert {e.xid: e.caused_by for e in log.events} == {48: None, 63: 48, 94: 48}
-    log = xm.parse_kernel_log(fixture_text("kernel-log/journal_short_iso_xid13_45.log"))
-    by_pci = {(e.pci, e.xid): e.caused_by for e in log.events}
-    assert by_pci[("0000:4f:00", 45)] == 13
-    assert by_pci[("0000:ce:00", 45)] is None  # a solo 45 on another GPU
+    r = one(fixture_text("kernel-log/dmesg_iso_xid48_63_94.log"))
+    assert {e["xid"]: e["caused_by"] for e in r.facts["events"]} == {48: None, 63: 48, 94: 48}
+    c = _caused(one(fixture_text("kernel-log/journal_short_iso_xid13_45.log")))
+    assert c[("0000:4f:00", 45)] == 13
+    assert c[("0000:ce:00", 45)] is None  # a solo 45 on another GPU
 
 
-def test_sympathetic_needs_the_same_gpu_and_the_window():
+def test_sympathetic_needs_the_same_gpu_and_the_window(tmp_path: Path):
     text = ("[100.000000] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=a, Graphics Exception\n"
             "[100.100000] NVRM: Xid (PCI:0000:02:00): 43, pid=1, name=a, Ch 00000008\n"
             "[900.000000] NVRM: Xid (PCI:0000:01:00): 43, pid=1, name=a, Ch 00000008\n")
-    log = xm.parse_kernel_log(text, window_s=60)
-    assert [e.caused_by for e in log.events] == [None, None, None]
-    log = xm.parse_kernel_log(text, window_s=1000)
-    assert [e.caused_by for e in log.events] == [None, None, 13]
+    assert set(_caused(one(text)).values()) == {None}
+    prof = tmp_path / "wide.toml"
+    prof.write_text('[profile]\nname = "wide"\nextends = "generic"\n[xid]\n'
+                    'sympathetic_window_s = { value = 1000, source = "test" }\n')
+    c = _caused(one(text, profile=str(prof)))
+    assert c[("0000:01:00", 43)] == 13 and c[("0000:02:00", 43)] is None
 
 
-def test_nvlink5_fields():
-    text = ("NVRM: Xid (PCI:0008:01:00): 147, TREX_TX Fatal XC1 i2 Link 07 (0x0000beef 0x00000001 0x0 0x0 0x0 0x0)\n"
-            "NVRM: Xid (PCI:0008:02:00): 146, TLW Nonfatal XC0 i0 Link -1 (0x00000002 0x00000008 0x0 0x0 0x0 0x0)\n")
-    log = xm.parse_kernel_log(text)
-    a, b = log.events
-    assert (a.unit, a.fatal, a.link, a.registers[:2]) == ("TREX_TX", True, 7, ["0x0000beef", "0x00000001"])
-    assert (b.unit, b.fatal, b.link) == ("TLW", False, -1)
+def test_driver_annotation_ties_45_to_its_cause_beyond_the_window():
+    text = ("[  10.000000] NVRM: Xid (PCI:0000:3b:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x016415c6 0x0)\n"
+            "[5000.000000] NVRM: Xid (PCI:0000:3b:00): 45, pid=9, name=py, Ch 00000010 caused by previous Xid 149\n")
+    r = one(text)
+    assert r.status is Status.FAIL
+    ev = {e["xid"]: e for e in r.facts["events"]}
+    assert ev[45]["caused_by"] == 149 and ev[45]["severity"] == "info"
+    assert "(after Xid 149)" in r.summary
 
 
 def test_xid154_recovery_action():
@@ -134,36 +76,33 @@ def test_xid154_recovery_action():
 def test_since_filters_wall_time_and_keeps_monotonic():
     text = ("2025-01-01T00:00:00,000000+00:00 NVRM: Xid (PCI:0000:01:00): 79, pid=1, name=a, GPU has fallen off the bus.\n"
             "[  500.000000] NVRM: Xid (PCI:0000:02:00): 13, pid=1, name=a, Graphics Exception\n")
-    log = xm.parse_kernel_log(text, since=datetime(2025, 2, 1, tzinfo=timezone.utc))
-    assert [e.xid for e in log.events] == [13]
-    assert log.dropped_before_since == 1
+    r = one(text, xid_since=datetime(2025, 2, 1, tzinfo=timezone.utc))
+    assert [e["xid"] for e in r.facts["events"]] == [13]
+    assert r.facts["dropped_before_since"] == 1 and r.status is Status.WARN
 
 
-# --------------------------------------------------------------------------------------------
-# detector
+def test_syslog_times_without_a_year_are_placed_before_the_window_start():
+    text = "Dec 30 23:59:59 n1 kernel: NVRM: Xid (PCI:0000:01:00): 79, pid=1, name=a, GPU has fallen off the bus.\n"
+    r = one(text, xid_since=datetime(2025, 1, 2))
+    assert r.status is Status.PASS and r.facts["dropped_before_since"] == 1  # 30 Dec 2024
+    r = one(text, xid_since=datetime(2024, 12, 30))
+    assert r.status is Status.FAIL and r.facts["events"][0]["time"] == "2024-12-30T23:59:59"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (FIXTURES / "kernel-log").iterdir()
-                                         if not p.name.startswith("nccl")))
-def test_detector_recognises_kernel_logs(name):
-    assert xm.looks_like_kernel_log(fixture_text(f"kernel-log/{name}"))
+def test_grep_fragment_that_cannot_show_xids_is_not_a_pass():
+    text = ("root@n1:~# dmesg | grep bond0\n"
+            "[   34.508774] bond0: Enslaving eth0 as a backup interface with a down link\n"
+            "[   34.559816] bond0: Enslaving eth1 as a backup interface with a down link\n")
+    r = grade_text("gpu.xid", {KL: text})[0]
+    assert r.status is Status.SKIP and "grep bond0" in r.summary
+    r = grade_text("gpu.xid", {KL: "root@n1:~# dmesg -T | grep -i xid\n"
+                                   "[Mon Jun  3 10:12:01 2024] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=a, x\n"})[0]
+    assert r.status is Status.WARN and r.facts["filter"] == ["xid"]
 
 
-@pytest.mark.parametrize("text", [
-    fixture_text("kernel-log/nccl_log_mentions_xid.txt"),
-    '{"level":"warn","msg":"NVRM: Xid (PCI:0000:01:00): 79 seen"}\n{"level":"info"}\n',
-    "GPU 0: Xid 79 happened yesterday\nplease check\n",
-    "[rank0]:[W318 10:00:00.000] Xid 13\n[rank1]: hello\n",
-    "",
-])
-def test_detector_rejects_other_text(text):
-    assert not xm.looks_like_kernel_log(text)
-
-
-def test_journal_and_kmsg_detectors():
-    assert xm._looks_like_journal(fixture_text("kernel-log/journal_short_clean.log"))
-    assert xm._looks_like_kmsg(fixture_text("kernel-log/kmsg_xid150_nonfatal.log"))
-    assert not xm._looks_like_kmsg(fixture_text("kernel-log/journal_short_clean.log"))
+def test_driver_that_drives_no_gpu_is_skipped_here_and_named():
+    r = one("[188497.595099] NVRM: No NVIDIA graphics adapter probed!\n[188497.6] nvidia-nvlink: Unregistered\n")
+    assert r.status is Status.SKIP and "gpu.driver" in r.summary
 
 
 # --------------------------------------------------------------------------------------------

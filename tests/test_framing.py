@@ -1,0 +1,289 @@
+"""The framing layer: every prefix style peeled, its metadata kept, structure cut into documents."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from preflight.framing import Doc, Stack, filter_allows, frame, grep_patterns, normalise, peel_line, prompt_of, sniff
+
+
+def one_line(text: str):
+    docs = frame(text).docs
+    assert len(docs) == 1
+    lines = [ln for ln in docs[0].lines if ln.text.strip()]
+    return lines[0]
+
+
+# --------------------------------------------------------------------------------------------
+# log time stamps
+
+
+@pytest.mark.parametrize("line, when, mono, msg", [
+    ("[Mon Jun  3 10:12:01 2024] NVRM: hello", datetime(2024, 6, 3, 10, 12, 1), None, "NVRM: hello"),
+    ("2024-06-03T10:12:01,123456+00:00 NVRM: iso",
+     datetime(2024, 6, 3, 10, 12, 1, 123456, tzinfo=timezone.utc), None, "NVRM: iso"),
+    ("kern  :warn  : 2024-06-03T10:12:01,000100+00:00 NVRM: dec",
+     datetime(2024, 6, 3, 10, 12, 1, 100, tzinfo=timezone.utc), None, "NVRM: dec"),
+    ("[12345.678901] NVRM: mono", None, 12345.678901, "NVRM: mono"),
+    ("[    4.118230] nvidia: loading", None, 4.11823, "nvidia: loading"),
+    ("<4>[  77.000001] NVRM: prio", None, 77.000001, "NVRM: prio"),
+    ("6,1234,5678901,-;NVRM: Xid kmsg", None, 5.678901, "NVRM: Xid kmsg"),
+    ("2024-06-03T10:12:01+0000 host-1 kernel: NVRM: j", datetime(2024, 6, 3, 10, 12, 1, tzinfo=timezone.utc),
+     None, "NVRM: j"),
+    ("2024-06-03T10:12:01.250000+02:00 host kernel: NVRM: jp",
+     datetime.fromisoformat("2024-06-03T10:12:01.250000+02:00"), None, "NVRM: jp"),
+    ("Mar  9 23:59:30 dgx-b07 kernel: [612090.771209] NVRM: s", datetime(1900, 3, 9, 23, 59, 30), 612090.771209,
+     "NVRM: s"),
+    ("kern  :info  : [  12.5] usb 1-1: new device", None, 12.5, "usb 1-1: new device"),
+    ("<30>1 2024-06-03T10:12:01.003Z gpu7 kernel - - - NVRM: rfc5424",
+     datetime(2024, 6, 3, 10, 12, 1, 3000, tzinfo=timezone.utc), None, "NVRM: rfc5424"),
+    ("1717409521.123456 gpu7 kernel: NVRM: unix", datetime(2024, 6, 3, 10, 12, 1, 123456, tzinfo=timezone.utc), None,
+     "NVRM: unix"),
+    ("[2026-03-13 22:26:02] host-01:12:34 [5] NCCL WARN x", datetime(2026, 3, 13, 22, 26, 2), None,
+     "host-01:12:34 [5] NCCL WARN x"),
+    ("2025/11/25 13:58:49 nvidia-fabricmanager-wrapper: found", datetime(2025, 11, 25, 13, 58, 49), None,
+     "nvidia-fabricmanager-wrapper: found"),
+    ("2024-01-01T00:00:00.123456789Z stdout F NVRM: cri", datetime(2024, 1, 1, 0, 0, 0, 123456, tzinfo=timezone.utc),
+     None, "NVRM: cri"),
+])
+def test_time_stamp_styles(line, when, mono, msg):
+    ln = peel_line(line, 1, Stack())
+    assert ln.time == when
+    assert (ln.mono == pytest.approx(mono)) if mono is not None else ln.mono is None
+    assert ln.text == msg
+    assert ln.stamped
+
+
+def test_syslog_host_and_identifier():
+    ln = one_line("Aug 17 06:18:01 jplc7eb7-vm-0 systemd-networkd[5398]: ib6: lost carrier\n")
+    assert (ln.host, ln.ident, ln.text) == ("jplc7eb7-vm-0", "systemd-networkd", "ib6: lost carrier")
+    ln = one_line("Jul 13 21:22:34 RuntimeError: [pair.cc:598] Connection closed by peer\n")
+    assert ln.text == "RuntimeError: [pair.cc:598] Connection closed by peer" and not ln.host  # no host, no ident
+    ln = one_line("Jul 13 21:22:34     dist.barrier()\n")
+    assert ln.text == "    dist.barrier()"  # indentation of the tool's own line kept
+
+
+def test_docker_json_and_cloudwatch_time_lines():
+    ln = one_line('{"log":"NVRM: Xid (PCI:0000:01:00): 13, x\\n","stream":"stderr","time":"2024-01-01T00:00:00Z"}\n')
+    assert ln.text == "NVRM: Xid (PCI:0000:01:00): 13, x" and ln.time is not None
+    doc = frame("2024-12-04T05:27:44.078Z\nalgo-1:1:2 [5] NCCL INFO NVLS multicast support is not available\n").docs[0]
+    lines = [x for x in doc.lines if x.text]
+    assert lines[0].text.startswith("algo-1:1:2") and lines[0].time_text == "2024-12-04T05:27:44.078Z"
+
+
+def test_continuation_lines_inherit_time():
+    doc = frame("[Fri Apr  5 21:29:39 2024] NVRM: A GPU crash dump has been created. If possible, please run\n"
+                "                           NVRM: nvidia-bug-report.sh as root to collect this data\n").docs[0]
+    a, b = doc.lines
+    assert b.cont and b.time == a.time and b.text.strip().startswith("NVRM: nvidia-bug-report.sh")
+
+
+# --------------------------------------------------------------------------------------------
+# structure: prompts, separators, headers
+
+
+@pytest.mark.parametrize("line, cmd, host", [
+    ("root@node4:~# dmesg -T |grep NVRM", "dmesg -T |grep NVRM", "node4"),
+    ("(venv) root@node1:~/kubespray# nvidia-smi ", "nvidia-smi", "node1"),
+    ("kgk2@bock:~$ nvidia-smi", "nvidia-smi", "bock"),
+    ("[root@01 ~/]$ ibstat", "ibstat", "01"),
+    ("[chodera@gpu-2-12 Ro 08-2750]$ nvidia-smi", "nvidia-smi", "gpu-2-12"),
+    ("$ ping -M do -s 8972 -c 3 10.30.50.11", "ping -M do -s 8972 -c 3 10.30.50.11", ""),
+    ("# ethtool swp1 | grep -A 3 'Speed: '", "ethtool swp1 | grep -A 3 'Speed: '", ""),
+    ("gpu01:~ # nvidia-smi -q", "nvidia-smi -q", "gpu01"),
+    ("my-user@gpu-node-a:~$ sudo nvidia-smi -i 1 -r      # reset it", "sudo nvidia-smi -i 1 -r", "gpu-node-a"),
+    ("root@node1:~# ", "", "node1"),
+])
+def test_prompts(line, cmd, host):
+    p = prompt_of(line)
+    assert p is not None and p.command == cmd and p.host == host
+
+
+@pytest.mark.parametrize("line", [
+    "#  Rank  0 Group  0 Pid  1234 on node1 device  0 [0x1b] NVIDIA H100 80GB HBM3",
+    "# nThread 1 nGpus 8 minBytes 8",
+    "# Avg bus bandwidth    : 745.53",
+    "#PF: supervisor read access in kernel mode",
+    "    $ indented",
+    "Thread 0x7f (idle): \"MainThread\"",
+    "GPU 0: NVIDIA H100 (UUID: GPU-1)",
+])
+def test_not_prompts(line):
+    assert prompt_of(line) is None
+
+
+def test_prompts_cut_a_paste_into_commands():
+    text = ("(venv) root@node1:~/k# nvidia-smi \n"
+            "Unable to determine the device handle for GPU0000:A1:00.0: Unknown Error\n\n"
+            "root@node1:~# dmesg -T | grep NVRM\n"
+            "[Fri Apr  5 21:29:39 2024] NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen"
+            " off the bus.\n"
+            "my-user@gpu-node-a:~$ sudo journalctl -k \\\n  --since '2026-08-10 15:30:00 UTC' \\\n"
+            "  --no-pager | grep -iE 'nvrm|xid'\n"
+            "Aug 10 15:36:05 gpu-node-a kernel: NVRM: Xid (PCI:0000:55:00): 48, x\n"
+            "root@node1:~# \n")
+    docs = frame(text).docs
+    assert [d.command for d in docs] == [
+        "nvidia-smi", "dmesg -T | grep NVRM",
+        "sudo journalctl -k --since '2026-08-10 15:30:00 UTC' --no-pager | grep -iE 'nvrm|xid'"]
+    assert docs[1].filter == ["NVRM"] and docs[2].filter == ["nvrm|xid"]
+    assert docs[0].lines[0].text.startswith("Unable to determine")
+
+
+def test_grep_separators_elisions_fences_and_journal_markers():
+    text = ("```text\n-- Logs begin at Mon 2024-06-03 --\nGPU 00000000:1B:00.0\n    Fabric\n        State : Completed\n"
+            "--\nGPU 00000000:43:00.0\n    Fabric\n        State : In Progress\n...\n```\n")
+    d = frame(text).docs[0]
+    assert [ln.text for ln in d.lines if ln.text.strip()] == [
+        "GPU 00000000:1B:00.0", "    Fabric", "        State : Completed", "GPU 00000000:43:00.0", "    Fabric",
+        "        State : In Progress", "..."]
+    assert d.excerpt
+
+
+def test_grep_patterns_and_filters():
+    assert grep_patterns("dmesg -T | grep -i -e xid -e nvrm") == ["xid", "nvrm"]
+    assert grep_patterns("nvidia-smi -q | grep -A4 Fabric") == ["Fabric"]
+    assert grep_patterns("ethtool swp1 | grep -A 3 'Speed: '") == ["Speed: "]
+    assert grep_patterns("nvidia-smi") == []
+    assert grep_patterns("journalctl -k | grep -v audit") == []
+    assert filter_allows(["nvrm|xid"], ["NVRM: Xid (PCI:0000:01:00): 79"])
+    assert not filter_allows(["bond0"], ["NVRM: Xid (PCI:0000:01:00): 79"])
+
+
+def test_dshbak_ansible_headers_and_dedent():
+    text = ("----------------\ngpu[01-02]\n----------------\n[ 1.0] NVRM: a\n"
+            "gpu03 | CHANGED | rc=0 >>\n[ 2.0] NVRM: b\n")
+    docs = frame(text).docs
+    assert [(d.host, d.lines[0].text) for d in docs] == [("gpu[01-02]", "NVRM: a"), ("gpu03", "NVRM: b")]
+    d = frame("  PING 21.0.0.3 (21.0.0.3) 1300(1328) bytes of data.\n  From 21.0.0.3 icmp_seq=2 Frag needed\n").docs[0]
+    assert d.lines[0].text.startswith("PING")
+
+
+def test_normalise_crlf_cr_ansi_bom():
+    assert normalise("\ufeffa\r\nb\r\n") == "a\nb\n"
+    assert normalise("a\rb\rc") == "a\nb\nc"
+    assert normalise("10%\r50%\r100%\ndone\n") == "100%\ndone\n"
+    assert normalise("\x1b[4mGPU0\x1b[0m\tX") == "GPU0\tX"
+
+
+# --------------------------------------------------------------------------------------------
+# transport framing decided per document
+
+
+def test_pdsh_hosts_split_into_documents():
+    text = "".join(f"gpu00{i}: [Mon Jun  3 10:12:0{i} 2024] NVRM: Xid (PCI:0000:1b:00): 13, x\n" for i in range(1, 4))
+    framed = frame(text)
+    assert framed.hosts == ["gpu001", "gpu002", "gpu003"]
+    assert [d.lines[0].text[:14] for d in framed.docs] == ["NVRM: Xid (PCI"] * 3
+
+
+@pytest.mark.parametrize("text", [
+    "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN\n2: eth0: <BROADCAST,UP> mtu 1500\n",
+    "        Speed: 400000Mb/s\n        Lanes: 8\n        Duplex: Full\n",
+    "Speed: 400000Mb/s\nLanes: 8\nDuplex: Full\n",
+    "NVRM: a\nNVRM: b\nNVRM: c\n",
+    "kernel: NVRM: a\nkernel: NVRM: b\nkernel: NVRM: c\n",
+])
+def test_key_value_and_numbered_lines_are_not_hosts_or_labels(text):
+    framed = frame(text)
+    assert framed.hosts == [] and not any(d.stack.outer for d in framed.docs)
+
+
+def test_sniff_srun_and_rank_tags():
+    assert sniff([" 0: #  size", " 0: 26214400  6553600 float", " 1: x"]).outer == ("srun",)
+    assert sniff(["[0] node0:1:1 [0] NCCL INFO a", "[1] node2:2:2 [0] NCCL INFO b", "[0] node0:1:1 [0] NCCL INFO c",
+                  "[1] node2:2:2 [0] NCCL INFO d"]).outer == ("rank-tag",)
+
+
+def test_doc_select_peels_only_the_needles():
+    text = "[ 1.0] x\n" * 1000 + "[ 9.5] NVRM: Xid (PCI:0000:01:00): 79, x\n"
+    d = Doc(text)
+    got = d.select(("NVRM",))
+    assert len(got) == 1 and got[0].n == 1001 and got[0].mono == pytest.approx(9.5)
+
+
+# --------------------------------------------------------------------------------------------
+# the table: every framing variant, for every log kind it applies to
+
+MESSAGES = {
+    "kernel-log": ["NVRM: GPU at PCI:0000:3b:00: GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+                   "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.",
+                   "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."],
+    "nccl-log": ["gpu7:1234:1300 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.7<0>",
+                 "gpu7:1234:1300 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.7<0>",
+                 "gpu7:1234:1300 [0] NCCL INFO Using network IB"],
+    "watchdog-log": ["[E ProcessGroupNCCL.cpp:1414] [PG 0 Rank 3] Watchdog caught collective operation timeout: "
+                     "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+                     "600012 milliseconds before timing out."],
+}
+KIND_PROBE = {"kernel-log": "kernel-log", "nccl-log": "nccl-log", "watchdog-log": "watchdog-log"}
+
+T = "2024-06-03T10:12:01"
+
+
+def _each(prefix):
+    return lambda msgs: "".join(f"{prefix(i)}{m}\n" for i, m in enumerate(msgs))
+
+
+VARIANTS = {
+    "plain": _each(lambda i: ""),
+    "ansi": lambda msgs: "".join(f"\x1b[1m{m}\x1b[0m\n" for m in msgs),
+    "crlf": lambda msgs: "".join(f"{m}\r\n" for m in msgs),
+    "prompt": lambda msgs: "root@gpu7:~# some-command\n" + "".join(f"{m}\n" for m in msgs),
+    "grep-separated": lambda msgs: "--\n".join(f"{m}\n" for m in msgs),
+    "srun-label": _each(lambda i: f"{i % 2:2d}: "),
+    "pdsh-host": _each(lambda i: "gpu007: "),
+    "torchrun": _each(lambda i: "[default3]:"),
+    "rank-tag": _each(lambda i: "[rank3]:"),
+    "syslog-3164": _each(lambda i: f"Jun  3 10:12:0{i} gpu7 kernel: "),
+    "syslog-no-host": _each(lambda i: f"Jun  3 10:12:0{i} kernel: "),
+    "rfc5424": _each(lambda i: f"<4>1 {T}.00{i}Z gpu7 kernel - - - "),
+    "journal-short-iso": _each(lambda i: f"{T}+0000 gpu7 kernel: "),
+    "journal-short-precise": _each(lambda i: f"Jun 03 10:12:01.00012{i} gpu7 kernel: "),
+    "journal-short-monotonic": _each(lambda i: f"[  1234.56789{i}] gpu7 kernel: "),
+    "dmesg-raw": _each(lambda i: f"[  1234.56789{i}] "),
+    "dmesg-T": _each(lambda i: f"[Mon Jun  3 10:12:0{i} 2024] "),
+    "dmesg-iso": _each(lambda i: f"{T},00012{i}+00:00 "),
+    "dmesg-decode": _each(lambda i: f"kern  :warn  : [  1234.56789{i}] "),
+    "kmsg": _each(lambda i: f"4,{100 + i},1234567890{i},-;"),
+    "container-cri": _each(lambda i: f"{T}.00000000{i}Z stderr F "),
+    "k8s-talos-kern": _each(lambda i: f"10.0.0.7: kern: warning: [{T}.00{i}Z]: "),
+    "stack-srun-syslog-dmesg": _each(lambda i: f"{i:2d}: Jun  3 10:12:0{i} gpu7 kernel: [  1234.56789{i}] "),
+    "stack-pdsh-journal": _each(lambda i: f"gpu007: {T}+0000 gpu7 kernel: "),
+}
+# transport framings and terminal noise apply to every kind; kernel-log framings to kernel logs;
+# time-stamp framings that are also used for application logs apply to those too
+KERNEL_ONLY = {"syslog-3164", "syslog-no-host", "rfc5424", "journal-short-iso", "journal-short-precise",
+               "journal-short-monotonic", "dmesg-raw", "dmesg-T", "dmesg-iso", "dmesg-decode", "kmsg",
+               "k8s-talos-kern", "stack-srun-syslog-dmesg", "stack-pdsh-journal"}
+APPLIES = {
+    "kernel-log": set(VARIANTS) - {"torchrun", "rank-tag"},
+    "nccl-log": set(VARIANTS) - KERNEL_ONLY,
+    "watchdog-log": set(VARIANTS) - KERNEL_ONLY,
+}
+CASES = [(kind, v) for kind in sorted(MESSAGES) for v in sorted(APPLIES[kind])]
+
+
+@pytest.mark.parametrize("kind, variant", CASES)
+def test_framing_variant_recognised_for_log_kind(kind: str, variant: str, registry) -> None:
+    from preflight.analyze import classify
+
+    text = VARIANTS[variant](MESSAGES[kind])
+    docs = frame(text).docs
+    assert docs, text
+    texts = [ln.text.strip() for d in docs for ln in d.lines if ln.text.strip()]
+    assert texts == [m.strip() for m in MESSAGES[kind]], (variant, texts)
+    probes = {f.probe_name for d in docs for f in classify(d, registry)}
+    assert KIND_PROBE[kind] in probes, (variant, probes)
+    if kind == "kernel-log":
+        from preflight.parsers import kernel_log
+
+        log = kernel_log.parse(docs[0] if len(docs) == 1 else Doc.join(docs))
+        assert [(e.xid, e.pci) for e in log.events] == [(79, "0000:3b:00")], variant
+        assert log.gpus["0000:3b:00"]["uuid"].startswith("GPU-aaaa")
+        if variant in KERNEL_ONLY:
+            assert log.events[0].line.time is not None or log.events[0].line.mono is not None, variant
+        if variant in ("pdsh-host", "stack-pdsh-journal"):
+            assert frame(text).hosts == ["gpu007"]
