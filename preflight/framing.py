@@ -85,9 +85,10 @@ class Stack:
 
     outer: tuple[str, ...] = ()
     host_ident: bool = False  # syslog lines are `host ident: message` for any identifier
+    inner: tuple[str, ...] = ()  # layers after the log framing (a logger's level word)
 
     def __bool__(self) -> bool:
-        return bool(self.outer)
+        return bool(self.outer or self.inner)
 
 
 class Doc:
@@ -371,7 +372,12 @@ _DECODE = re.compile(
     r"(kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:\s*"
     r"(emerg|alert|crit|err|warn|warning|notice|info|debug)\s*:\s?")
 _CTIME = re.compile(rf"\[{_DOW} ({_MON}) +(\d{{1,2}}) (\d\d:\d\d:\d\d) (\d{{4}})\]\s?")
-_MONO = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
+_MONO = re.compile(r"\[\s*(\d+\.\d+)(?:\s*<\s*[+-]?\d+\.\d+\s*>)?\]\s?")
+_DELTA = re.compile(r"\[\s*(?:<\s*[+-]?\d+\.\d+\s*>|[+-]\s*\d+\.\d+)\]\s?")
+_RELTIME = re.compile(rf"\[({_MON}) +(\d{{1,2}}) (\d\d:\d\d)\]\s?")
+# journalctl -o short-full: `Mon 2024-06-03 10:12:01 UTC host ident: `
+_SHORT_FULL = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)"
+                         r"(?: (?:[A-Z]{2,5}|[+-]\d{4}))? ")
 _BRACKET_ISO = re.compile(rf"\[({_ISO_T})\]:?\s?")
 _ISO = re.compile(rf"({_ISO_T})(?=\s|$)\s?")
 _GO = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d:\d\d:\d\d)(\.\d+)?(?=\s|$)\s?")
@@ -398,6 +404,15 @@ def _peel_log(rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str,
             ln.time = _mk_time(int(m.group(4)), m.group(1), m.group(2), m.group(3))
             ln.time_text = rest[1:m.end()].strip().rstrip("]")
             return rest[m.end():], "dmesg-ctime"
+        m = _DELTA.match(rest)
+        if m:
+            ln.time_text = ln.time_text or rest[1:m.end()].strip().rstrip("]")
+            return rest[m.end():], "dmesg"
+        m = _RELTIME.match(rest)
+        if m:
+            ln.time = _mk_time(year, m.group(1), m.group(2), m.group(3) + ":00")
+            ln.time_text = rest[1:m.end()].strip().rstrip("]")
+            return rest[m.end():], "dmesg"
         m = _BRACKET_ISO.match(rest)
         if m:
             ln.time = parse_iso(m.group(1))
@@ -453,6 +468,11 @@ def _peel_log(rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str,
         if m:
             return rest[m.end():], "printk-level"
         return rest, None
+    if c in "MTWFS":
+        m = _SHORT_FULL.match(rest)
+        if m:
+            ln.time, ln.time_text = parse_iso(m.group(1)), rest[:m.end()].strip()
+            return _host_ident(rest[m.end():], ln, stack), "journal-full"
     if c in "JFMASOND":
         m = _SYSLOG_YEAR.match(rest)
         if m:
@@ -503,6 +523,10 @@ _TRANSPORTS: dict[str, _Transport] = {t.name: t for t in (
     _Transport("torchrun", re.compile(r"\[(?:default|rank)(?P<rank>\d{1,6})\]: ?")),
     _Transport("kubectl", re.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")),
     _Transport("ray", re.compile(r"\((?:\w+ )?pid=\d+(?:, ip=(?P<host>[\d.]+))?\) ")),
+    _Transport("compose", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62})\s+\| ")),
+    _Transport("level", re.compile(r"(?:\[\s*(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|FATAL)\s*\]|"
+                                   r"(?:DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|FATAL)(?::[\w.]+)?:|"
+                                   r"(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)(?: +-| +(?=\S)))\s?")),
 )}
 # Sniffed only where most lines carry them; torchrun and mpirun tags are specific enough to
 # peel wherever they appear (also inside a time stamp).
@@ -532,7 +556,7 @@ def sniff(raws: Sequence[str]) -> Stack:
     outer: list[str] = []
     for _ in range(3):
         best: tuple[int, str, list[str]] | None = None
-        for name in ("quote", "pdsh", "srun", "rank-tag", "ray"):
+        for name in ("quote", "pdsh", "srun", "rank-tag", "ray", "compose"):
             if name in outer:
                 continue
             t = _TRANSPORTS[name]
@@ -556,14 +580,23 @@ def sniff(raws: Sequence[str]) -> Stack:
         if m:
             n += 1
             hm = _HOST_IDENT.match(r[m.end():])
-            if hm:
+            if hm and hm.group("host") not in _LEVEL_WORDS:
                 firsts[hm.group("host")] += 1
     if n >= 3 and firsts and firsts.most_common(1)[0][1] >= 0.8 * n:
         host_ident = True
-    return Stack(outer=tuple(outer), host_ident=host_ident)
+    # a logger's level word after the time stamp on most lines (a harness's own log format)
+    inner: tuple[str, ...] = ()
+    base = Stack(outer=(), host_ident=host_ident)
+    peeled = [peel_line(r, 0, base) for r in residues[:400]]
+    level = _TRANSPORTS["level"].pattern
+    hits = sum(1 for ln in peeled if level.match(ln.text))
+    if (len(peeled) >= 2 and hits * 2 > len(peeled)) or (len(peeled) == 1 and hits and peeled[0].time_text):
+        inner = ("level",)
+    return Stack(outer=tuple(outer), host_ident=host_ident, inner=inner)
 
 
 _IP_LINK = re.compile(r"[\w.@-]+: <[A-Z0-9_,-]*>")
+_LEVEL_WORDS = frozenset({"DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "ERR", "CRITICAL", "FATAL", "TRACE"})
 
 
 def _guard(name: str, hits: list[re.Match[str]], residues: list[str]) -> bool:
@@ -597,8 +630,8 @@ def peel_line(raw: str, n: int, stack: Stack, year: int | None = None) -> Line:
     ln = Line(text=raw, n=n, raw=raw)
     rest = raw
     layers: list[str] = []
-    if rest.startswith('{"log":'):
-        rest = _docker_json(rest, ln, layers)
+    if rest.startswith("{") and ('"log":' in rest[:12] or '"MESSAGE"' in rest or '"__REALTIME' in rest):
+        rest = _json_record(rest, ln, layers)
     for name in stack.outer:
         m = _TRANSPORTS[name].pattern.match(rest)
         if m:
@@ -622,6 +655,11 @@ def peel_line(raw: str, n: int, stack: Stack, year: int | None = None) -> Line:
                 break
         if rest == before:
             break
+    for name in stack.inner:
+        m = _TRANSPORTS[name].pattern.match(rest)
+        if m:
+            rest = rest[m.end():]
+            layers.append(name)
     ln.text = rest
     ln.layers = tuple(layers)
     return ln
@@ -638,18 +676,40 @@ def _fill(name: str, m: re.Match[str], ln: Line) -> None:
             pass
 
 
-def _docker_json(rest: str, ln: Line, layers: list[str]) -> str:
+def _json_record(rest: str, ln: Line, layers: list[str]) -> str:
+    """A docker json-file record or a `journalctl -o json` entry -> its message, time and host."""
     try:
         rec = json.loads(rest)
     except ValueError:
         return rest
-    if not isinstance(rec, dict) or not isinstance(rec.get("log"), str):
+    if not isinstance(rec, dict):
         return rest
-    t = rec.get("time")
-    if isinstance(t, str):
-        ln.time, ln.time_text = parse_iso(t[:32]), t
-    layers.append(_T_DOCKER)
-    return rec["log"].rstrip("\n")
+    if isinstance(rec.get("log"), str):  # docker json-file
+        t = rec.get("time")
+        if isinstance(t, str):
+            ln.time, ln.time_text = parse_iso(t[:32]), t
+        layers.append(_T_DOCKER)
+        return str(rec["log"]).rstrip("\n")
+    msg = rec.get("MESSAGE")
+    if isinstance(msg, list) and all(isinstance(b, int) for b in msg):  # journald's bytes form
+        msg = bytes(b & 0xFF for b in msg).decode("utf-8", errors="replace")
+    if not isinstance(msg, str):
+        return rest
+    usec = rec.get("__REALTIME_TIMESTAMP")
+    if isinstance(usec, str) and usec.isdigit():
+        try:
+            ln.time = datetime.fromtimestamp(int(usec) / 1e6, tz=timezone.utc)
+            ln.time_text = ln.time.isoformat()
+        except (OverflowError, OSError, ValueError):
+            pass
+    host = rec.get("_HOSTNAME")
+    if isinstance(host, str):
+        ln.host = ln.host or host
+    ident = rec.get("SYSLOG_IDENTIFIER") or ("kernel" if rec.get("_TRANSPORT") == "kernel" else "")
+    if isinstance(ident, str):
+        ln.ident = ident
+    layers.append("journal-json")
+    return msg.rstrip("\n")
 
 
 # ---------------------------------------------------------------------------------------------

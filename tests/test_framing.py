@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -250,16 +251,31 @@ VARIANTS = {
     "kmsg": _each(lambda i: f"4,{100 + i},1234567890{i},-;"),
     "container-cri": _each(lambda i: f"{T}.00000000{i}Z stderr F "),
     "k8s-talos-kern": _each(lambda i: f"10.0.0.7: kern: warning: [{T}.00{i}Z]: "),
+    "journal-short-full": _each(lambda i: f"Mon 2024-06-03 10:12:0{i} UTC gpu7 kernel: "),
+    "journal-short-delta": _each(lambda i: f"[ 1234.56789{i} <    0.000015>] gpu7 kernel: "),
+    "dmesg-delta": _each(lambda i: f"[<    0.00001{i}>] "),
+    "dmesg-reltime": _each(lambda i: f"[Jun  3 10:1{i}] "),
+    "journal-json": lambda msgs: "".join(json.dumps({"__REALTIME_TIMESTAMP": f"171740952112345{i}",
+                                                     "_HOSTNAME": "gpu7", "SYSLOG_IDENTIFIER": "kernel",
+                                                     "MESSAGE": m}) + "\n" for i, m in enumerate(msgs)),
+    "docker-json": lambda msgs: "".join(json.dumps({"log": m + "\n", "stream": "stderr",
+                                                    "time": f"{T}.00{i}Z"}) + "\n" for i, m in enumerate(msgs)),
+    "compose": _each(lambda i: f"trainer-{i % 2 + 1}  | "),
+    "harness-level": _each(lambda i: f"2024-06-03 10:12:0{i},123 INFO "),
+    "markdown-quote": lambda msgs: "".join(f"> {m}\n" for m in msgs),
+    "code-fence": lambda msgs: "```\n" + "".join(f"{m}\n" for m in msgs) + "```\n",
     "stack-srun-syslog-dmesg": _each(lambda i: f"{i:2d}: Jun  3 10:12:0{i} gpu7 kernel: [  1234.56789{i}] "),
     "stack-pdsh-journal": _each(lambda i: f"gpu007: {T}+0000 gpu7 kernel: "),
 }
 # transport framings and terminal noise apply to every kind; kernel-log framings to kernel logs;
 # time-stamp framings that are also used for application logs apply to those too
 KERNEL_ONLY = {"syslog-3164", "syslog-no-host", "rfc5424", "journal-short-iso", "journal-short-precise",
-               "journal-short-monotonic", "dmesg-raw", "dmesg-T", "dmesg-iso", "dmesg-decode", "kmsg",
-               "k8s-talos-kern", "stack-srun-syslog-dmesg", "stack-pdsh-journal"}
+               "journal-short-monotonic", "journal-short-full", "journal-short-delta", "journal-json", "dmesg-raw",
+               "dmesg-T", "dmesg-iso", "dmesg-decode", "dmesg-delta", "dmesg-reltime", "kmsg", "k8s-talos-kern",
+               "stack-srun-syslog-dmesg", "stack-pdsh-journal"}
+APP_ONLY = {"compose", "harness-level"}  # application log framings
 APPLIES = {
-    "kernel-log": set(VARIANTS) - {"torchrun", "rank-tag"},
+    "kernel-log": set(VARIANTS) - {"torchrun", "rank-tag"} - APP_ONLY,
     "nccl-log": set(VARIANTS) - KERNEL_ONLY,
     "watchdog-log": set(VARIANTS) - KERNEL_ONLY,
 }
@@ -283,7 +299,7 @@ def test_framing_variant_recognised_for_log_kind(kind: str, variant: str, regist
         log = kernel_log.parse(docs[0] if len(docs) == 1 else Doc.join(docs))
         assert [(e.xid, e.pci) for e in log.events] == [(79, "0000:3b:00")], variant
         assert log.gpus["0000:3b:00"]["uuid"].startswith("GPU-aaaa")
-        if variant in KERNEL_ONLY:
+        if variant in KERNEL_ONLY - {"dmesg-delta"}:
             assert log.events[0].line.time is not None or log.events[0].line.mono is not None, variant
         if variant in ("pdsh-host", "stack-pdsh-journal"):
             assert frame(text).hosts == ["gpu007"]
