@@ -18,22 +18,38 @@ import pytest
 from tests import fakes
 
 SITE_CHECK = '''
+from dataclasses import dataclass
+
 from preflight.model import Status
 from preflight.probes import Probe
-from preflight.registry import Check, register
+from preflight.registry import Check, register, register_parser
 
 PROBE = Probe.of("site-tool", ["site-tool", "--status"])
 
 
+@dataclass
+class SiteStatus:
+    ok: bool
+    lines: list
+
+
+def parse(doc):
+    lines = [ln.text for ln in doc.lines if ln.text.strip()]
+    return SiteStatus(ok=lines == ["OK"], lines=lines)
+
+
 def grade(ctx):
-    c = ctx.capture("site-tool")
-    text = c.stdout.strip()
-    if c.rc != 0:
-        return ctx.result(Status.FAIL, f"site-tool exited {c.rc}", evidence=c.text.splitlines()[-3:],
+    run = ctx.input("site-tool")
+    facts = ctx.facts("site-tool")
+    if run.rc != 0:
+        return ctx.result(Status.FAIL, f"site-tool exited {run.rc}", evidence=facts.lines[-3:],
                           remedy="look at the site tool")
-    if text == "OK":
-        return ctx.result(Status.PASS, "site tool OK", facts={"bytes": len(c.stdout)})
-    return ctx.result(Status.ERROR, "site-tool printed something unrecognised", evidence=text.splitlines()[:3])
+    if facts.ok:
+        return ctx.result(Status.PASS, "site tool OK", facts={"lines": len(facts.lines)})
+    return ctx.result(Status.ERROR, "site-tool printed something unrecognised", evidence=facts.lines[:3])
+
+
+register_parser("site-tool", parse)
 
 
 def crash(ctx):
