@@ -33,6 +33,7 @@ without framing the rest.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections import Counter
@@ -274,11 +275,21 @@ def _head_lines(text: str, n: int) -> list[str]:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
 
 
+_HTML_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#39|#x27|nbsp);")
+
+
 def normalise(text: str) -> str:
     """CRLF and CR line ends to LF, terminal escapes removed, a `\\r`-overwritten line reduced to
-    what the terminal showed last, a byte-order mark dropped."""
+    what the terminal showed last, a byte-order mark dropped; what copying from a web page adds
+    (non-breaking and zero-width spaces, `&lt;inactive&gt;`-style entities) undone."""
     if text.startswith("\ufeff"):
         text = text[1:]
+    if "\u00a0" in text or "\u200b" in text or "\u2009" in text:
+        text = text.replace("\u00a0", " ").replace("\u2009", " ").replace("\u200b", "")
+    if len(text) < SMALL_TEXT and "&" in text:
+        hits = len(_HTML_ENTITY.findall(text))
+        if hits >= 2 or (hits and "<" not in text):
+            text = html.unescape(text)
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if "\r" in text:

@@ -167,6 +167,8 @@ def test_normalise_crlf_cr_ansi_bom():
     assert normalise("a\rb\rc") == "a\nb\nc"
     assert normalise("10%\r50%\r100%\ndone\n") == "100%\ndone\n"
     assert normalise("\x1b[4mGPU0\x1b[0m\tX") == "GPU0\tX"
+    assert normalise("GPU 0:\u00a0NVIDIA\u200b H100\n\t Link 3: &lt;inactive&gt;\n") == "GPU 0: NVIDIA H100\n\t Link 3: <inactive>\n"
+    assert normalise("a && b\n") == "a && b\n"
 
 
 # --------------------------------------------------------------------------------------------
