@@ -21,6 +21,7 @@ import gzip
 import io
 import lzma
 import os
+import re
 import stat
 import sys
 import tarfile
@@ -46,6 +47,15 @@ MAX_RATIO = 200  # uncompressed : compressed; real logs compress 5-30x, a bomb 1
 RATIO_FLOOR = 64 * 1024 * 1024  # the ratio check applies past this many bytes
 MAX_DEPTH = 32  # folder depth followed
 UNKNOWN_CHECK = "analyze.unrecognised"
+UNREACHABLE_CHECK = "analyze.node"
+# what pdsh, clush, ssh and srun print for a node they could not run the command on
+_NODE_FAILED = re.compile(
+    r"ssh: connect to host \S+ port \d+: .*|ssh: Could not resolve hostname .*|Permission denied \(publickey.*|"
+    r"Host key verification failed\.?|Connection (?:refused|timed out|closed by remote host)|No route to host|"
+    r"ssh exited with exit code \d+|mcmd: connect .*|rcmd: .*(?:failed|refused).*|"
+    r"srun: error: (?:\S+: )?task \d+: .*|clush: \S+: exited with exit code \d+|"
+    r"Name or service not known|Could not resolve hostname .*", re.IGNORECASE)
+_PDSH_SELF = re.compile(r"^(?:pdsh|clush|pdcp)@\S+: (?P<host>[\w.\[\],-]+): (?P<msg>.*)$")
 STDIN = "-"
 
 
@@ -423,6 +433,23 @@ def _units(registry: Registry, group: str, items: list[Classified]) -> list[Unit
     return list(units.values())
 
 
+def _unreachable(docs: list[tuple[Doc, list[Format]]]) -> dict[str, str]:
+    """Nodes of a multi-host paste that the launcher could not run the command on: {host: why}."""
+    out: dict[str, str] = {}
+    recognised_hosts = {d.host for d, f in docs if f and d.host}
+    for d, fmts in docs:
+        for ln in d.head(200):
+            m = _PDSH_SELF.match(ln.text.strip())
+            if m and _NODE_FAILED.search(m.group("msg")):
+                out.setdefault(m.group("host"), m.group("msg").strip())
+                continue
+            if d.host and not fmts and d.host not in recognised_hosts:
+                fm = _NODE_FAILED.search(ln.text)
+                if fm:
+                    out.setdefault(d.host, ln.text.strip())
+    return {h: w for h, w in out.items() if h not in recognised_hosts}
+
+
 def _unrecognised(node: str, display: str, why: str, evidence: list[str]) -> Result:
     return Result(check=UNKNOWN_CHECK, node=node, status=Status.SKIP, summary=f"{Path(display).name}: {why}; not graded",
                   evidence=evidence[:3], source=display)
@@ -461,7 +488,12 @@ def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
             framed = frame(text, origin=e.display)
             docs = [(d, classify(d, registry)) for d in framed.docs]
             recognised = [(d, f) for d, f in docs if f]
-            if not recognised:
+            for host, why in _unreachable(docs).items():
+                results.append(Result(check=UNREACHABLE_CHECK, node=host, status=Status.ERROR,
+                                      summary=f"node not checked: {why}", evidence=[why],
+                                      remedy=f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
+                                      source=e.display))
+            if not recognised and not _unreachable(docs):
                 first = [ln.text for d in framed.docs for ln in d.head(3)][:3]
                 results.append(_unrecognised(group, e.display, "content not recognised by any check", first))
                 continue

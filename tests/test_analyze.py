@@ -190,6 +190,19 @@ def test_pdsh_output_on_stdin_is_graded_per_host():
     assert all(r["source"] == "<stdin>" for r in res)
 
 
+def test_a_node_pdsh_could_not_reach_is_an_error_with_its_cause():
+    text = _pdsh(["gpu001", "gpu002"], "gpu002")
+    text += ("gpu003: ssh: connect to host gpu003 port 22: Connection refused\n"
+             "pdsh@login01: gpu003: ssh exited with exit code 255\n"
+             "pdsh@login01: gpu004: ssh exited with exit code 255\n")
+    res = results(cli(["-"], stdin=text))
+    by = {(r["node"], r["check"]): r for r in res}
+    assert by[("gpu002", "gpu.xid")]["status"] == "fail" and by[("gpu001", "gpu.xid")]["status"] == "pass"
+    assert by[("gpu003", "analyze.node")]["status"] == "error"
+    assert "Connection refused" in by[("gpu003", "analyze.node")]["summary"]
+    assert by[("gpu004", "analyze.node")]["status"] == "error"
+
+
 def test_clush_dshbak_output_is_graded_per_host_group(tmp_path: Path):
     text = ("---------------\ngpu[001-002]\n---------------\n"
             "[Mon Jun  3 10:12:01 2024] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07\n"
