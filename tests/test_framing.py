@@ -7,7 +7,17 @@ from datetime import datetime, timezone
 
 import pytest
 
-from preflight.framing import Doc, Stack, filter_allows, frame, grep_patterns, normalise, peel_line, prompt_of, sniff
+from preflight.framing import (
+    Doc,
+    Stack,
+    filter_allows,
+    frame,
+    grep_patterns,
+    normalise,
+    peel_line,
+    prompt_of,
+    sniff,
+)
 
 
 def one_line(text: str):
