@@ -600,8 +600,8 @@ def sniff(raws: Sequence[str]) -> Stack:
     base = Stack(outer=(), host_ident=host_ident)
     peeled = [peel_line(r, 0, base) for r in residues[:400]]
     level = _TRANSPORTS["level"].pattern
-    hits = sum(1 for ln in peeled if level.match(ln.text))
-    if (len(peeled) >= 2 and hits * 2 > len(peeled)) or (len(peeled) == 1 and hits and peeled[0].time_text):
+    leveled = sum(1 for ln in peeled if level.match(ln.text))
+    if (len(peeled) >= 2 and leveled * 2 > len(peeled)) or (len(peeled) == 1 and leveled and peeled[0].time_text):
         inner = ("level",)
     return Stack(outer=tuple(outer), host_ident=host_ident, inner=inner)
 
@@ -797,7 +797,9 @@ def _strip_comment(cmd: str) -> str:
 
 def _stages(command: str) -> list[str]:
     """A shell command line cut at its pipes (pipes inside quotes kept)."""
-    out, cur, quote = [], [], ""
+    out: list[str] = []
+    cur: list[str] = []
+    quote = ""
     for ch in command:
         if quote:
             if ch == quote:
