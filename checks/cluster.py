@@ -8,7 +8,7 @@
   not their fault), and an SSH session that stalled after key exchange next to it is
   recognised as the same black hole.
 - `cluster.nodes`: the expected node count answered.
-Parsing here is pure (captures and node results in, results out).
+Graders read every node's parsed facts (`ClusterContext.facts`) and node-level results.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
-from preflight.model import Capture, Result, Status
+from preflight.model import Result, Status
 from preflight.probes import Probe
 from preflight.registry import ClusterCheck, ClusterContext, register_cluster
 
@@ -36,43 +37,28 @@ MTU_FAULTS = ("silent_loss", "frag_needed")
 STALL_STAGES = ("kex", "auth", "command")
 
 
-def _text(cap: Capture | None) -> str:
-    return cap.stdout if cap is not None and cap.ok else ""
-
-
-def nccl_version(text: str) -> str | None:
-    found = re.findall(r"libnccl\.so\.(\d+\.\d+\.\d+)", text)
-    return max(found, key=lambda v: tuple(int(x) for x in v.split("."))) if found else None
-
-
-def ofed_version(text: str) -> str | None:
-    m = re.search(r"((?:MLNX_OFED_LINUX|OFED-internal|DOCA)[-\w.]*?)(?::|\s|$)", text)
-    return m.group(1) if m else (text.strip().splitlines()[0] if text.strip() else None)
-
-
-def hca_firmware(text: str) -> str | None:
-    fws = sorted(set(re.findall(r"Firmware version:\s*(\S+)", text)))
-    return ",".join(fws) if fws else None
-
-
-def smi_field(text: str, label: str) -> str | None:
-    m = re.search(rf"^\s*{re.escape(label)}\s*:\s*(\S+)", text, re.M)
-    return m.group(1) if m and m.group(1) != "N/A" else None
+def _value(ctx: ClusterContext, node: str, probe: str) -> str | None:
+    """A version parsed from one probe (`parsers.versions.Version`), when the probe ran cleanly."""
+    run = ctx.input(node, probe)
+    v: Any = ctx.facts(node, probe)
+    if run is None or not run.ok or run.rc not in (0, None) or v is None:
+        return None
+    return getattr(v, "value", None)
 
 
 def node_versions(ctx: ClusterContext, node: str) -> dict[str, str]:
-    caps = ctx.captures.get(node, {})
     vals: dict[str, str | None] = {}
     drv = ctx.result_of("gpu.driver", node)
     facts = drv.facts if drv else {}
-    q = _text(caps.get("nvidia-smi-q"))
-    vals["driver"] = facts.get("driver") or smi_field(q, "Driver Version")
-    vals["cuda"] = facts.get("cuda") or smi_field(q, "CUDA Version")
-    vals["nccl"] = nccl_version(_text(caps.get("nccl-libs")))
-    ofed = caps.get("ofed")
-    vals["ofed"] = ofed_version(_text(ofed)) if ofed is not None and ofed.ok and ofed.rc == 0 else None
-    vals["hca_firmware"] = hca_firmware(_text(caps.get("ibstat")))
-    vals["kernel"] = _text(caps.get("uname-r")).strip() or None
+    q: Any = ctx.facts(node, "nvidia-smi-q")
+    vals["driver"] = facts.get("driver") or (getattr(q, "driver", "") or None)
+    vals["cuda"] = facts.get("cuda") or (getattr(q, "cuda", "") or None)
+    vals["nccl"] = _value(ctx, node, "nccl-libs")
+    vals["ofed"] = _value(ctx, node, "ofed")
+    ib: Any = ctx.facts(node, "ibstat")
+    fws = sorted({p.firmware for p in getattr(ib, "ports", []) if p.firmware})
+    vals["hca_firmware"] = ",".join(fws) or None
+    vals["kernel"] = _value(ctx, node, "uname-r")
     return {k: str(v) for k, v in vals.items() if v}
 
 
@@ -124,19 +110,17 @@ def grade_versions(ctx: ClusterContext) -> Iterable[Result]:
     return out
 
 
-def parse_env(text: str) -> dict[str, str]:
-    env = {}
-    for line in text.splitlines():
-        key, sep, val = line.partition("=")
-        if sep and re.fullmatch(r"(?:NCCL_|TORCH_NCCL_)[A-Z0-9_]+", key):
-            env[key] = val
-    return env
+def nccl_env(ctx: ClusterContext, node: str) -> dict[str, str] | None:
+    """The NCCL_* / TORCH_NCCL_* variables of a node's environment; None when not captured."""
+    env: Any = ctx.facts(node, "env")
+    if env is None:
+        return None
+    return {k: v for k, v in getattr(env, "vars", {}).items() if re.fullmatch(r"(?:NCCL_|TORCH_NCCL_)[A-Z0-9_]+", k)}
 
 
 def grade_nccl_env(ctx: ClusterContext) -> Iterable[Result]:
-    nodes = [n for n in ctx.nodes if not ctx.node_errors.get(n) and ctx.captures.get(n, {}).get("env") is not None
-             and ctx.captures[n]["env"].ok]
-    envs = {n: parse_env(ctx.captures[n]["env"].stdout) for n in nodes}
+    envs = {n: e for n in ctx.nodes if not ctx.node_errors.get(n) and (e := nccl_env(ctx, n)) is not None}
+    nodes = list(envs)
     keys = sorted({k for e in envs.values() for k in e})
     reference: dict[str, str | None] = {}
     for k in keys:

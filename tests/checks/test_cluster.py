@@ -1,21 +1,27 @@
-"""Cross-node graders on constructed captures and node results (pure)."""
+"""Cross-node graders on constructed captures (parsed by the registered parsers) and node results."""
 
 from __future__ import annotations
 
+from preflight import registry
+from preflight.framing import frame
+from preflight.grading import FactStore
 from preflight.model import Result, Status
+from preflight.parsers import versions
 from preflight.profile import load
 from preflight.registry import ClusterContext, Options
 from tests.conftest import capture
 
 from preflight.checks.cluster import (  # isort: skip
-    grade_mtu, grade_nccl_env, grade_nodes, grade_versions, nccl_version, ofed_version, parse_env,
+    grade_mtu, grade_nccl_env, grade_nodes, grade_versions, nccl_env,
 )
 
 NODES = ["n1", "n2", "n3", "n4"]
 
 
 def ctx(captures=None, results=None, errors=None, detail=None, addresses=None, extra=None) -> ClusterContext:
-    return ClusterContext(nodes=NODES, captures=captures or {n: {} for n in NODES}, results=results or [],
+    caps = captures or {n: {} for n in NODES}
+    stores = {n: FactStore(registry.load(), captures=caps.get(n, {})) for n in NODES}
+    return ClusterContext(nodes=NODES, stores=stores, results=results or [],  # type: ignore[arg-type]
                           node_errors=errors or {n: "" for n in NODES}, node_detail=detail or {n: {} for n in NODES},
                           profile=load("generic"), options=Options(extra=extra or {}), addresses=addresses or {})
 
@@ -55,11 +61,17 @@ def test_versions_unreachable_node_ignored() -> None:
 
 
 def test_parsers_odd_input() -> None:
-    assert nccl_version("garbage") is None
-    assert nccl_version("libnccl.so.2.9.9\nlibnccl.so.2.19.3\n") == "2.19.3"
-    assert ofed_version("") is None
-    assert parse_env("NCCL_DEBUG=INFO\nPATH=/bin\nTORCH_NCCL_ASYNC_ERROR_HANDLING=1\nnot a line\nNCCL_X=a=b\n") == {
-        "NCCL_DEBUG": "INFO", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_X": "a=b"}
+    def doc(text: str):  # noqa: ANN202
+        return frame(text).docs[0] if text.strip() else frame("\n").docs[0]
+
+    assert versions.parse_nccl_libs(doc("garbage")).value is None
+    assert versions.parse_nccl_libs(doc("libnccl.so.2.9.9\nlibnccl.so.2.19.3\n")).value == "2.19.3"
+    assert versions.parse_ofed(doc("ofed_info: command not found")).value is None
+    assert versions.parse_kernel_release(doc("5.15.0-112-generic\n")).value == "5.15.0-112-generic"
+    c = ctx({"n1": {"env": capture("env", "NCCL_DEBUG=INFO\nPATH=/bin\nTORCH_NCCL_ASYNC_ERROR_HANDLING=1\n"
+                                        "not a line\nNCCL_X=a=b\n")}})
+    assert nccl_env(c, "n1") == {"NCCL_DEBUG": "INFO", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_X": "a=b"}
+    assert nccl_env(c, "n2") is None
 
 
 def test_nccl_env_difference_named() -> None:

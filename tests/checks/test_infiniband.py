@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from preflight.checks import infiniband as ib
+from preflight.framing import frame
 from preflight.model import Status
+from preflight.parsers import ib as ibp
 from preflight.probes import run_probe
 from tests.conftest import FIXTURES, capture, fixture_text, grade
 from tests.fakes import install, scenario
@@ -24,8 +26,13 @@ def one(text: str, profile: str = "generic", rc: int = 0, stderr: str = "", argv
 # parser
 
 
+def parse(text: str) -> ibp.IbReport:
+    return ibp.parse(frame(text).docs[0]) if text.strip() else ibp.IbReport()
+
+
+
 def test_parse_ibstat_tabs():
-    rep = ib.parse_ib(fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt"))
+    rep = parse(fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt"))
     assert rep.kind == "ibstat" and len(rep.ports) == 10 and not rep.errors
     p = rep.ports[0]
     assert p.fact() == {"ca": "mlx5_0", "port": 1, "state": "Active", "physical_state": "LinkUp", "rate": 400,
@@ -34,21 +41,21 @@ def test_parse_ibstat_tabs():
 
 
 def test_parse_ibstat_spaces_and_bond_name():
-    rep = ib.parse_ib(fixture_text("ib/ibstat_spaces_bond_one_initializing.txt"))
+    rep = parse(fixture_text("ib/ibstat_spaces_bond_one_initializing.txt"))
     assert [p.ca for p in rep.ports][-1] == "mlx5_bond_0"
     assert rep.ports[-1].ca_type == "MT41692" and rep.ports[-1].rate == 200
     assert rep.ports[6].state == "Initializing" and rep.ports[6].physical_state == "LinkUp"
 
 
 def test_parse_ibstatus():
-    rep = ib.parse_ib(fixture_text("ib/ibstatus_hdr_mlx5_1_polling.txt"))
+    rep = parse(fixture_text("ib/ibstatus_hdr_mlx5_1_polling.txt"))
     assert rep.kind == "ibstatus"
     assert [(p.ca, p.state, p.physical_state, p.rate, p.link_layer) for p in rep.ports[:2]] == [
         ("mlx5_0", "Active", "LinkUp", 200.0, "InfiniBand"), ("mlx5_1", "Down", "Polling", 10.0, "InfiniBand")]
 
 
 def test_parse_ibv_devinfo_verbose_rate_from_width_and_speed():
-    rep = ib.parse_ib(fixture_text("ib/ibv_devinfo_v_mlx5_1_disabled.txt"))
+    rep = parse(fixture_text("ib/ibv_devinfo_v_mlx5_1_disabled.txt"))
     assert rep.kind == "ibv_devinfo"
     a, b = rep.ports
     assert (a.ca, a.ca_type, a.state, a.physical_state, a.rate) == ("mlx5_0", "MT4129", "Active", "LinkUp", 400.0)
@@ -58,19 +65,19 @@ def test_parse_ibv_devinfo_verbose_rate_from_width_and_speed():
 def test_parse_ibv_devinfo_plain_has_no_phys_state():
     text = ("hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n\tvendor_part_id:\t\t\t4129\n"
             "\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tlink_layer:\t\tInfiniBand\n")
-    rep = ib.parse_ib(text)
+    rep = parse(text)
     assert rep.ports[0].up and rep.ports[0].physical_state == "" and rep.ports[0].rate is None
 
 
 def test_parse_ibpanic_keeps_cas():
-    rep = ib.parse_ib(fixture_text("ib/ibstat_ibpanic_mlx5_6.txt"))
+    rep = parse(fixture_text("ib/ibstat_ibpanic_mlx5_6.txt"))
     assert len(rep.ports) == 6 and rep.missing_devices == ["mlx5_6"]
     assert rep.errors[0].startswith("ibpanic:")
 
 
 @pytest.mark.parametrize("text", ["", "garbage\n\n\x00", "CA 'x'\n", "Port 1:\n\tState: Active\n"])
 def test_parse_never_raises(text):
-    ib.parse_ib(text)
+    parse(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,12 +85,14 @@ def test_parse_never_raises(text):
 
 
 def test_detectors():
-    assert ib.looks_like_ibstat(fixture_text("ib/ibstat_spaces_bond_one_initializing.txt"))
-    assert ib.looks_like_ibstatus(fixture_text("ib/ibstatus_hdr_mlx5_1_polling.txt"))
-    assert ib.looks_like_ibv_devinfo(fixture_text("ib/ibv_devinfo_v_mlx5_1_disabled.txt"))
-    assert not ib.looks_like_ibstat(fixture_text("ib/ibstatus_hdr_mlx5_1_polling.txt"))
-    assert not ib.looks_like_ibstat(fixture_text("kernel-log/dmesg_T_xid79_fallen_off_bus.log"))
-    assert not ib.looks_like_ibstatus(fixture_text("ib/garbage.txt"))
+    def det(rel: str) -> bool:
+        return ibp.detect(frame(fixture_text(rel)).docs[0])
+
+    assert det("ib/ibstat_spaces_bond_one_initializing.txt")
+    assert det("ib/ibstatus_hdr_mlx5_1_polling.txt")
+    assert det("ib/ibv_devinfo_v_mlx5_1_disabled.txt")
+    assert not det("kernel-log/dmesg_T_xid79_fallen_off_bus.log")
+    assert not det("ib/garbage.txt")
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,10 +100,10 @@ def test_detectors():
 
 
 def test_compute_ports_prefer_infiniband_and_fast_adapters():
-    rep = ib.parse_ib(fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt"))
+    rep = parse(fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt"))
     assert len(ib.compute_ports(rep.ports, "any", 0)) == 8
     assert len(ib.compute_ports(rep.ports, "Ethernet", 0)) == 2
-    roce = ib.parse_ib(fixture_text("ib/ibstat_roce_mlx5_3_polling.txt"))
+    roce = parse(fixture_text("ib/ibstat_roce_mlx5_3_polling.txt"))
     names = [p.ca for p in ib.compute_ports(roce.ports, "any", 0)]
     assert len(names) == 8 and "mlx5_3" in names and "mlx5_9" not in names
 

@@ -8,12 +8,17 @@ import pytest
 
 from preflight import engine
 from preflight import profile as profiles
+from preflight.checks import mtu
 from preflight.checks import network as net
+from preflight.framing import frame
 from preflight.model import Capture, CaptureState, Status
+from preflight.parsers import ping as pingp
+from preflight.parsers import sysfs
+from preflight.parsers.ip import Interface
 from preflight.registry import Options, PlanContext
 from preflight.transport.local import LocalTransport
 from tests import fakes
-from tests.conftest import FIXTURES, capture, fixture_text, grade
+from tests.conftest import FIXTURES, capture, facts_of, fixture_text, grade
 
 H100 = "h100-sxm-8x"
 
@@ -32,8 +37,17 @@ def nic(ip: str, env: str | None = None, speed: str | None = None, ib: str | Non
 
 # ----------------------------------------------------------------------------- parsers
 
+
+def interfaces(text: str) -> list[Interface]:
+    return facts_of("ip-addr", text).interfaces  # type: ignore[attr-defined]
+
+
+def runs(text: str) -> list[pingp.PingRun]:
+    return facts_of("ping", text).runs  # type: ignore[attr-defined]
+
+
 def test_parse_ip_json_classifies_interfaces() -> None:
-    ifaces = net.parse_interfaces(fixture_text("ip/ip_j_d_addr_h100_healthy.json"))
+    ifaces = interfaces(fixture_text("ip/ip_j_d_addr_h100_healthy.json"))
     prof = profiles.load(H100)
     by = {i.name: i for i in ifaces}
     assert set(by) == {"lo", "eno1", "ens9f0np0", "eno2", "ibp26s0", "docker0", "veth4e1c2a9"}
@@ -49,7 +63,7 @@ def test_parse_ip_json_classifies_interfaces() -> None:
 
 
 def test_parse_ip_text_layout_with_at_names_and_kinds() -> None:
-    ifaces = net.parse_interfaces(fixture_text("ip/ip_d_addr_text_mtu_mixed.txt"))
+    ifaces = interfaces(fixture_text("ip/ip_d_addr_text_mtu_mixed.txt"))
     by = {i.name: i for i in ifaces}
     assert by["enp65s0f1np1"].mtu == 1500
     assert by["virbr0"].kind == "bridge" and by["virbr0"].state == "DOWN"
@@ -59,19 +73,20 @@ def test_parse_ip_text_layout_with_at_names_and_kinds() -> None:
 
 
 def test_parse_ip_json_skips_empty_objects() -> None:
-    ifaces = net.parse_interfaces(fixture_text("ip/ip_j_d_addr_container_veth_only.json"))
+    ifaces = interfaces(fixture_text("ip/ip_j_d_addr_container_veth_only.json"))
     assert [i.name for i in ifaces] == ["lo", "eth0"]
 
 
 @pytest.mark.parametrize("text", ["", "garbage", "[1, 2", "{\"ifname\": 1}", "\x00\x01"])
 def test_parse_interfaces_garbage_never_raises(text: str) -> None:
-    assert net.parse_interfaces(text) == []
+    assert interfaces(text) == []
 
 
 def test_parse_speeds_and_env_keep_only_relevant() -> None:
-    sp = net.parse_speeds(fixture_text("ip/speed_h100.txt") + "grep: /sys/class/net/lo/speed: Invalid argument\n")
+    doc = frame(fixture_text("ip/speed_h100.txt") + "grep: /sys/class/net/lo/speed: Invalid argument\n").docs[0]
+    sp = sysfs.parse_speeds(doc).mbps
     assert sp["ens9f0np0"] == 200000 and sp["eno2"] == -1 and "lo" not in sp
-    env = net.parse_env(fixture_text("ip/env_job_ok.txt"))
+    env = sysfs.parse_env(frame(fixture_text("ip/env_job_ok.txt")).docs[0]).vars
     assert env["NCCL_SOCKET_IFNAME"] == "=ens9f0np0"
     assert "WANDB_API_KEY" not in env and "PATH" not in env  # nothing else is kept
 
@@ -200,48 +215,48 @@ def test_nic_missing_ip_tool_is_skip() -> None:
 # ----------------------------------------------------------------------------- ping parser
 
 def test_parse_ping_cases() -> None:
-    [ok] = net.parse_ping(fixture_text("ping/jumbo_ok.txt"))
+    [ok] = runs(fixture_text("ping/jumbo_ok.txt"))
     assert ok.size == 8972 and ok.loss == 0.0 and ok.received == 3
     text = fixture_text("ping/jumbo_local_too_long.stdout.txt") + "\n" + fixture_text("ping/jumbo_local_too_long.stderr.txt")
-    [loc] = net.parse_ping(text)
+    [loc] = runs(text)
     assert loc.local_too_long and loc.local_too_long_mtu == 1500 and loc.errors == 3
-    [frag] = net.parse_ping(fixture_text("ping/jumbo_frag_needed.txt"))
+    [frag] = runs(fixture_text("ping/jumbo_frag_needed.txt"))
     assert frag.frag_from == "10.45.0.1" and frag.frag_needed_mtu == 1500
-    [silent] = net.parse_ping(fixture_text("ping/jumbo_silent_loss.txt"))
+    [silent] = runs(fixture_text("ping/jumbo_silent_loss.txt"))
     assert silent.loss == 100.0 and not silent.local_too_long and not silent.frag_from
-    [unr] = net.parse_ping(fixture_text("ping/small_unreachable.txt"))
+    [unr] = runs(fixture_text("ping/small_unreachable.txt"))
     assert unr.unreachable and unr.loss == 100.0
-    [unk] = net.parse_ping("ping: nosuch.example: Name or service not known\n")
+    [unk] = runs("ping: nosuch.example: Name or service not known\n")
     assert unk.unresolved
 
 
 def test_jumbo_outcomes() -> None:
-    def run(name: str) -> net.PingRun:
-        return net.parse_ping(fixture_text(f"ping/{name}"))[0]
+    def run(name: str) -> pingp.PingRun:
+        return runs(fixture_text(f"ping/{name}"))[0]
 
     small_ok = run("small_ok.txt")
-    assert net.jumbo_outcome(run("jumbo_ok.txt"), small_ok)[0] == "ok"
-    assert net.jumbo_outcome(run("jumbo_frag_needed.txt"), small_ok)[0] == "frag_needed"
-    assert net.jumbo_outcome(run("jumbo_silent_loss.txt"), small_ok)[0] == "silent_loss"
-    assert net.jumbo_outcome(run("jumbo_silent_loss.txt"), None)[0] == "no_reply"
-    outcome, why = net.jumbo_outcome(run("jumbo_unreachable.txt"), run("small_unreachable.txt"))
+    assert mtu.jumbo_outcome(run("jumbo_ok.txt"), small_ok)[0] == "ok"
+    assert mtu.jumbo_outcome(run("jumbo_frag_needed.txt"), small_ok)[0] == "frag_needed"
+    assert mtu.jumbo_outcome(run("jumbo_silent_loss.txt"), small_ok)[0] == "silent_loss"
+    assert mtu.jumbo_outcome(run("jumbo_silent_loss.txt"), None)[0] == "no_reply"
+    outcome, why = mtu.jumbo_outcome(run("jumbo_unreachable.txt"), run("small_unreachable.txt"))
     assert outcome == "unreachable" and "not an MTU problem" in why
-    assert net.jumbo_outcome(net.PingRun(target="x"), small_ok)[0] == "unknown"
+    assert mtu.jumbo_outcome(pingp.PingRun(target="x"), small_ok)[0] == "unknown"
 
 
 # ----------------------------------------------------------------------------- net.mtu
 
 def test_peer_validation() -> None:
     for good in ["gpu-c032", "gpu-c032.cluster.local", "10.45.3.22", "fd00::2"]:
-        assert net.valid_peer(good), good
+        assert mtu.valid_peer(good), good
     for bad in ["-oProxyCommand=x", "a b", "host;rm -rf /", "", "x" * 300, "fe80::1%eth0", "$(id)", "-c1"]:
-        assert not net.valid_peer(bad), bad
+        assert not mtu.valid_peer(bad), bad
 
 
 def test_mtu_probes_are_static_argv_and_skip_invalid_peers() -> None:
     prof = profiles.load(H100)
     ctx = PlanContext(node="n1", profile=prof, options=Options(peers=["10.45.3.22", "-f", "fd00::2"]))
-    probes = {p.name: p for p in net.mtu_probes(ctx)}
+    probes = {p.name: p for p in mtu.mtu_probes(ctx)}
     assert set(probes) == {"ip-addr", "ping-jumbo-10.45.3.22", "ping-small-10.45.3.22",
                            "ping-jumbo-fd00::2", "ping-small-fd00::2"}
     argv = probes["ping-jumbo-10.45.3.22"].commands[0]
@@ -331,16 +346,16 @@ def test_formats_detect_their_own_files_only(registry) -> None:  # noqa: ANN001
     from preflight.analyze import classify
 
     def kinds(rel: str) -> set[str]:
-        return {f.name for f in classify(fixture_text(rel), registry)}
+        return {f.name for d in frame(fixture_text(rel)).docs for f in classify(d, registry)}
 
     assert "ip-addr" in kinds("ip/ip_j_d_addr_h100_healthy.json")
-    assert "ip-addr-text" in kinds("ip/ip_d_addr_text_mtu_mixed.txt")
+    assert "ip-addr" in kinds("ip/ip_d_addr_text_mtu_mixed.txt")
     assert "ip-speed" in kinds("ip/speed_h100.txt")
     assert "env" in kinds("ip/env_job_ok.txt")
     assert "ping" in kinds("ping/transcript_black_hole_pair.txt")
     for rel in ("nccl/nccl_info_2node_ib_nvls.log", "nccl-tests/all_reduce_perf_1node_8xH100_nvls.txt",
                 "watchdog/torch25_allreduce_timeout_rank3_missing.log"):
-        assert not kinds(rel) & {"ip-addr", "ip-addr-text", "ip-speed", "env", "ping"}, rel
+        assert not kinds(rel) & {"ip-addr", "ip-speed", "env", "ping", "ethtool", "link-events"}, rel
 
 
 # ----------------------------------------------------------------------------- real processes

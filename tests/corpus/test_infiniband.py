@@ -18,6 +18,10 @@ EXPECTED = {
     "ib/ibstat_a100_hdr200_all_active_gpud.txt": {"ib.hca": "pass"},
     "ib/ibstat_a100_azure_ibpanic_mlx5_8_missing_exit255_gpud.txt": {"ib.hca": "fail"},
     "ib/ibstatus_a100_azure_hdr200_all_active_gpud.txt": {"ib.hca": "pass"},
+    "ib/hca_status_table_mlx5_0_down_rate10_mlx5_1_init_pcie_x8_of_x16_cx5_ucx5970.txt": {"ib.hca": "fail"},
+    "ib/ibstat_prompt_bluefield3_mlx5_bond_roce_200_active_healthy_pplxgarden2.txt": {"ib.hca": "pass"},
+    "ib/ibstat_prompt_intel_opa_hfi1_0_empty_ca_type_fw_rate100_active_4space_opaff4.txt": {"ib.hca": "pass"},
+    "ib/syslog_systemd_networkd_ib6_lost_gained_carrier_flaps_azure_vm_aznhc.log": {"ib.hca": "fail"},
 }
 
 # the H100 files, graded against the 8 x 400G profile as well
@@ -93,3 +97,20 @@ def test_ibstatus_file() -> None:
     assert r.facts["compute_active"] == 8
     eth = [p for p in r.facts["ports"] if p["link_layer"] == "Ethernet"]
     assert [p["ca"] for p in eth] == ["mlx5_8"] and eth[0]["rate"] == 40
+
+
+def test_hca_table_names_down_init_and_narrow_pcie() -> None:
+    r = _ib("ib/hca_status_table_mlx5_0_down_rate10_mlx5_1_init_pcie_x8_of_x16_cx5_ucx5970.txt")
+    assert "mlx5_0 Down" in r.summary and "mlx5_1 Initializing" in r.summary
+    assert "x8 of x16" in r.summary
+
+
+def test_opa_hca_with_empty_ca_type_is_a_compute_port() -> None:
+    r = _ib("ib/ibstat_prompt_intel_opa_hfi1_0_empty_ca_type_fw_rate100_active_4space_opaff4.txt")
+    assert [p["ca"] for p in r.facts["ports"]] == ["hfi1_0"] and r.facts["compute_active"] == 1
+
+
+def test_carrier_flaps_in_networkd_journal() -> None:
+    r = _ib("ib/syslog_systemd_networkd_ib6_lost_gained_carrier_flaps_azure_vm_aznhc.log")
+    assert "ib6" in r.summary and "6 times" in r.summary
+    assert any("lost carrier" in e.lower() for e in r.evidence)

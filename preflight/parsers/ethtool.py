@@ -1,0 +1,97 @@
+"""`ethtool DEV` as facts: speed, duplex, lanes, link detected, port, auto-negotiation.
+
+Bonds and virtual devices print "Not reported" / "Unknown!" where a NIC prints modes; a grep
+fragment (`ethtool swp1 | grep -A 3 'Speed: '`) has no `Settings for` header, so the device name
+comes from the command line; several devices may be printed in one paste.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from preflight.framing import Doc
+from preflight.parsers.base import Format, ParserSpec
+
+_HEADER = re.compile(r"^Settings for (?P<dev>[^:\s]+):\s*$")
+_FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z -]*?)\s*:\s*(?P<val>.*?)\s*$")
+_SPEED = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[MG])b/s$", re.I)
+_KEYS = {"speed", "duplex", "lanes", "link detected", "port", "auto-negotiation", "transceiver", "phyad",
+         "supported link modes", "advertised link modes", "supported ports", "mdi-x", "wake-on"}
+
+
+@dataclass
+class EthLink:
+    name: str
+    speed_mbps: int | None = None  # None: "Unknown!" or not shown
+    duplex: str = ""
+    lanes: int | None = None
+    link_detected: bool | None = None  # None: not shown
+    port: str = ""
+    autoneg: str = ""
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EthtoolFacts:
+    links: list[EthLink] = field(default_factory=list)
+    excerpt: bool = False
+
+
+def _device_from_command(command: str) -> str:
+    m = re.search(r"\bethtool\s+(?:-\w+\s+)*([\w.@-]+)", command.split("|")[0])
+    return m.group(1) if m else ""
+
+
+def parse(doc: Doc) -> EthtoolFacts:
+    facts = EthtoolFacts(excerpt=doc.excerpt or bool(doc.filter))
+    cur: EthLink | None = None
+    for ln in doc.lines:
+        t = ln.text.strip()
+        if not t:
+            continue
+        h = _HEADER.match(t)
+        if h:
+            cur = EthLink(name=h.group("dev"), lines=[t])
+            facts.links.append(cur)
+            continue
+        m = _FIELD.match(t)
+        if not m or m.group("key").lower() not in _KEYS:
+            continue
+        if cur is None:
+            cur = EthLink(name=_device_from_command(doc.command) or "?")
+            facts.links.append(cur)
+        key, val = m.group("key").lower(), m.group("val")
+        if key == "speed":
+            sm = _SPEED.match(val)
+            if sm:
+                n = float(sm.group("n"))
+                cur.speed_mbps = int(n * (1000 if sm.group("unit").upper() == "G" else 1))
+        elif key == "duplex":
+            cur.duplex = val
+        elif key == "lanes":
+            cur.lanes = int(val) if val.isdigit() else None
+        elif key == "link detected":
+            cur.link_detected = {"yes": True, "no": False}.get(val.lower())
+        elif key == "port":
+            cur.port = val
+        elif key == "auto-negotiation":
+            cur.autoneg = val
+        else:
+            continue
+        cur.lines.append(t)
+    return facts
+
+
+def detect(doc: Doc) -> bool:
+    head = [ln.text.strip() for ln in doc.head(200)]
+    if any(_HEADER.match(t) for t in head) and any(t.startswith(("Speed:", "Link detected:")) for t in head):
+        return True
+    return "ethtool" in doc.command and any(t.startswith("Speed:") and _SPEED.match(t.split(":", 1)[1].strip())
+                                            for t in head)
+
+
+FORMATS = [Format("ethtool", detect=detect, priority=55, description="ethtool DEV (or a grep of it)")]
+PARSERS = [ParserSpec("ethtool", parse)]
+
+__all__ = ["EthLink", "EthtoolFacts", "FORMATS", "PARSERS", "detect", "parse"]
