@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -113,5 +113,50 @@ def short(line: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-__all__ = ["Format", "NA_VALUES", "Parser", "ParserSpec", "clean", "pci_id", "short", "to_bool", "to_float",
+# Cell values with which nvidia-smi says a GPU it lists no longer answers.
+BROKEN_VALUES = frozenset({"[gpu is lost]", "[gpu requires reset]", "[unknown error]", "gpu is lost",
+                           "[gpu is not accessible]"})
+
+
+@dataclass
+class GpuRecord:
+    """One physical GPU as a listing shows it (query CSV, default table, -L, NVML, -q).
+
+    Every field a listing does not print is None: absent, never a default."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    bus_id: str | None = None
+    vbios: str | None = None
+    persistence: bool | None = None
+    pstate: str | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    mig_mode: str | None = None
+    mig_pending: str | None = None
+    memory_total_mib: int | None = None
+    util: int | None = None
+    mig_devices: int = 0  # MIG devices listed under this GPU
+    broken: list[str] = field(default_factory=list)  # cells that say the GPU stopped answering
+    line: str = ""  # the line(s) that list it, as printed (first line)
+    cells: dict[str, str] = field(default_factory=dict)  # field -> value as printed, for evidence
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index} ({self.bus_id})" if self.bus_id else f"GPU {self.index}"
+
+    def evidence(self, keys: tuple[str, ...] = ()) -> str:
+        parts = [f"{k}={self.cells[k]}" for k in keys if k in self.cells]
+        if parts:
+            return f"{self.label}: " + ", ".join(parts)
+        return self.line or self.label
+
+    def as_facts(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("cells", "line", "broken")}
+
+
+__all__ = ["BROKEN_VALUES", "Format", "GpuRecord", "NA_VALUES", "Parser", "ParserSpec", "clean", "pci_id", "short", "to_bool", "to_float",
            "to_int"]

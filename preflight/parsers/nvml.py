@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.framing import Doc
-from preflight.parsers.base import Format, ParserSpec, to_bool, to_int
+from preflight.parsers.base import Format, GpuRecord, ParserSpec, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, error_for, errors_in
 
 _KINDS = {
@@ -57,6 +57,15 @@ class NvmlReport:
         """The CUDA driver version as nvidia-smi prints it (12020 -> 12.2)."""
         v = self.cuda_driver_version
         return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else ""
+
+    @property
+    def records(self) -> list[GpuRecord]:
+        return [GpuRecord(index=g.index, name=g.name, uuid=g.uuid, bus_id=g.bus_id, vbios=g.vbios,
+                          persistence=g.persistence, pcie_gen=g.pcie_gen, pcie_gen_max=g.pcie_gen_max,
+                          pcie_width=g.pcie_width, pcie_width_max=g.pcie_width_max, mig_mode=g.mig_mode,
+                          mig_pending=g.mig_pending, memory_total_mib=g.memory_total_mib,
+                          line=f"NVML GPU {g.index}: {g.name or '?'} {g.bus_id or ''}".rstrip())
+                for g in self.gpus] if self.ok else []
 
     def tool_error(self) -> ToolError | None:
         """The probe's failure as a ToolError; None when it succeeded with GPUs."""

@@ -16,6 +16,7 @@ from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, pci_id
 
 _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_BUS_DETAIL = re.compile(rf"({_BUS})(?:\s*:\s*(.*))?")
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "load the driver (modprobe nvidia; check that its DKMS module is built for the running kernel), "
      "then check dmesg for NVRM errors"),
     ("gpu_lost",
-     re.compile(rf"Unable to determine the device handle for\s*(?:GPU\s*\d*\s*:?\s*)?(?P<bus>{_BUS})?"
+     re.compile(rf"Unable to determine the device handle for\s*(?:GPU\s*(?:\d+\s*:\s*)?)?(?P<bus>{_BUS})?"
                 r"(?:\s*:\s*(?P<detail>.*))?|\bGPU is lost\b|NVMLError_GpuIsLost|\[GPU is lost\]", re.I),
      "a GPU does not answer the driver",
      "the GPU fell off the bus or hung (Xid 79 class): drain the node and reboot it; reseat or RMA the GPU "
@@ -109,6 +110,10 @@ def errors_in(lines: Iterable[str]) -> list[ToolError]:
             gd = m.groupdict()
             bus = gd.get("bus") or ""
             detail = (gd.get("detail") or "").strip()
+            if kind == "gpu_lost" and not bus:  # `GPU0000:A1:00.0: ...`: the index-less old wording
+                bm = _BUS_DETAIL.search(line, m.start())
+                if bm:
+                    bus, detail = bm.group(1), (bm.group(2) or detail).strip()
             found.append(ToolError(kind, line, summary, remedy, bus, detail))
             break
     return found

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from preflight.framing import Doc
-from preflight.parsers.base import Format, ParserSpec, clean, to_bool, to_int
+from preflight.parsers.base import Format, GpuRecord, ParserSpec, clean, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
 _GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
@@ -58,6 +58,27 @@ class QGpu:
     def name(self) -> str:
         return self.fields.get("Product Name", "")
 
+    def find(self, *suffixes: str) -> str:
+        """The value of the first field whose path ends with one of `suffixes` ("" when none)."""
+        for suf in suffixes:
+            for k, v in self.fields.items():
+                if k == suf or k.endswith("/" + suf):
+                    return clean(v)
+        return ""
+
+    def record(self) -> GpuRecord:
+        f = self.find
+        return GpuRecord(
+            index=self.index, name=f("Product Name") or None, uuid=f("GPU UUID") or None, bus_id=self.bus_id,
+            vbios=f("VBIOS Version") or None, persistence=to_bool(f("Persistence Mode")),
+            pstate=f("Performance State") or None,
+            pcie_gen=to_int(f("PCIe Generation/Current")), pcie_gen_max=to_int(f("PCIe Generation/Max")),
+            pcie_width=to_int(f("Link Width/Current")), pcie_width_max=to_int(f("Link Width/Max")),
+            mig_mode=f("MIG Mode/Current") or None, mig_pending=f("MIG Mode/Pending") or None,
+            memory_total_mib=to_int(f("FB Memory Usage/Total")), util=to_int(f("Utilization/Gpu")),
+            line=f"GPU {self.bus_id}" + (f" {self.name}" if self.name else ""),
+            cells={k.split("/")[-1]: v for k, v in self.fields.items()})
+
 
 @dataclass
 class QReport:
@@ -78,6 +99,15 @@ class QReport:
     @property
     def attached(self) -> int | None:
         return to_int(self.header.get("Attached GPUs"))
+
+    @property
+    def listing(self) -> bool:
+        """The GPU blocks are a listing of the node's GPUs (not a grep'd section or one `-i N`)."""
+        return bool(self.gpus) and self.attached == len(self.gpus)
+
+    @property
+    def records(self) -> list[GpuRecord]:
+        return [g.record() for g in self.gpus]
 
 
 def _indent(line: str) -> int:

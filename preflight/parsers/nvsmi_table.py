@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.framing import Doc
-from preflight.parsers.base import Format, ParserSpec
+from preflight.parsers.base import Format, GpuRecord, ParserSpec, clean, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
 _TABLE_VERSION = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA Version:\s*(\S+))?")
@@ -27,6 +27,16 @@ class SmiTable:
     gpus: list[dict[str, Any]] = field(default_factory=list)  # see `gpu_rows`
     errors: list[ToolError] = field(default_factory=list)
     recognised: bool = False  # a banner or a GPU row was found
+
+    @property
+    def records(self) -> list[GpuRecord]:
+        """The GPUs as listing records (the table truncates long names with "...")."""
+        return [GpuRecord(index=g["index"], name=g.get("name") or None, bus_id=g.get("bus_id") or None,
+                          persistence=to_bool(g.get("persistence")), pstate=clean(g.get("perf")) or None,
+                          mig_mode=clean(g.get("mig")) or None, memory_total_mib=to_int(g.get("memory_total")),
+                          util=to_int(g.get("util")), line=g["lines"][0] if g.get("lines") else "",
+                          cells={k: str(v) for k, v in g.items() if k != "lines"})
+                for g in self.gpus]
 
 
 def _cells(line: str) -> list[str]:
@@ -119,8 +129,6 @@ def _table_block(block: list[str]) -> dict[str, Any] | None:
         third = rows[2] + ["", "", ""]
         g["mig"] = third[2]
     return g
-
-
 
 
 def parse(doc: Doc) -> SmiTable:

@@ -11,8 +11,16 @@ import pytest
 
 from preflight import engine, registry
 from preflight.checks import gpu
+from preflight.framing import Doc
+from preflight.grading import FactStore
 from preflight.model import Capture, CaptureState, Result, Status
-from tests.conftest import capture, fixture_text, grade
+from preflight.parsers import nvml, nvsmi_csv, nvsmi_list, nvsmi_table
+from preflight.parsers import topo as topo_parser
+from tests.conftest import capture, facts_of, fixture_text, grade
+
+
+def store(caps: dict[str, Capture]) -> FactStore:
+    return FactStore(registry.load(), captures=caps)
 
 
 def one(results: list[Result]) -> Result:
@@ -24,29 +32,29 @@ def one(results: list[Result]) -> Result:
 
 
 def test_query_csv_parses_units_and_na() -> None:
-    q = gpu.parse_query_csv(fixture_text("nvidia-smi/query_wide_fields_570.csv"))
-    assert "memory.total" in q["fields"] and "power.draw" in q["fields"]
-    assert len(q["gpus"]) == 2 and q["driver"] == "570.86.15"
-    g = q["gpus"][1]
-    assert g["index"] == 1 and g["name"] == "NVIDIA H100 80GB HBM3"
-    assert g["pcie_gen"] == 5 and g["pcie_width_max"] == 16 and g["memory_total_mib"] == 81559
-    assert g["mig_mode"] is None  # [N/A]
-    assert g["persistence"] is True
-    assert q["rows"][0]["display_mode"] == "[Requested functionality has been deprecated]"
+    q = facts_of("nvidia-smi-query", fixture_text("nvidia-smi/query_wide_fields_570.csv"))
+    assert "memory.total" in q.fields and "power.draw" in q.fields
+    assert len(q.gpus) == 2 and q.driver == "570.86.15" and q.header_found and not q.bad_rows
+    g = q.gpus[1]
+    assert g.index == 1 and g.name == "NVIDIA H100 80GB HBM3"
+    assert g.pcie_gen == 5 and g.pcie_width_max == 16 and g.memory_total_mib == 81559
+    assert g.mig_mode is None  # [N/A]
+    assert g.persistence is True
+    assert q.rows[0]["display_mode"] == "[Requested functionality has been deprecated]"
 
 
 def test_query_csv_detector_is_specific() -> None:
-    assert gpu.looks_like_query_csv(fixture_text("nvidia-smi/query_8xh100_ok.csv"))
-    assert not gpu.looks_like_query_csv("pid, process_name, used_gpu_memory [MiB]\n1, a, 2 MiB\n")
-    assert not gpu.looks_like_query_csv("a,b,c\n1,2,3\n")
-    assert not gpu.looks_like_query_csv(fixture_text("nvidia-smi/smi_L_8xh100.txt"))
+    assert nvsmi_csv.detect(Doc(fixture_text("nvidia-smi/query_8xh100_ok.csv")))
+    assert not nvsmi_csv.detect(Doc("pid, process_name, used_gpu_memory [MiB]\n1, a, 2 MiB\n"))
+    assert not nvsmi_csv.detect(Doc("a,b,c\n1,2,3\n"))
+    assert not nvsmi_csv.detect(Doc(fixture_text("nvidia-smi/smi_L_8xh100.txt")))
 
 
 @pytest.mark.parametrize("text", ["", "garbage\x00\x01", "index, name\n0", "index, name\n0, A, extra, cells\n",
                                   "\n\n", "index, name, uuid\n\"unterminated"])
 def test_query_csv_garbage_never_raises(text: str) -> None:
-    q = gpu.parse_query_csv(text)
-    assert isinstance(q["gpus"], list)
+    q = facts_of("nvidia-smi-query", text)
+    assert isinstance(q.gpus, list)
 
 
 def test_inventory_pass_8xh100() -> None:
@@ -70,10 +78,20 @@ def test_inventory_count_short_names_present_gpus() -> None:
     assert r.facts["count"] == 7
 
 
-def test_inventory_count_short_is_fine_on_generic() -> None:
+def test_inventory_odd_count_split_unevenly_over_sockets_fails_on_generic() -> None:
+    """7 GPUs, 4 under the first CPU's root complexes and 3 under the second: one is missing."""
     r = one(grade("gpu.inventory", {"nvidia-smi-query": capture(
         "nvidia-smi-query", fixture_text("nvidia-smi/query_7of8_gpu5_missing.csv"))}, profile="generic"))
-    assert r.status is Status.PASS
+    assert r.status is Status.FAIL and "a GPU is probably missing (4 on one CPU socket, 3 on the other)" in r.summary
+    assert any("gpu.expect_symmetric_sockets" in e for e in r.evidence)
+
+
+def test_inventory_socket_rule_spares_vms_even_counts_and_site_counts() -> None:
+    text = fixture_text("nvidia-smi/query_7of8_gpu5_missing.csv")
+    vm = text.replace("00000000:", "00000001:")  # a VM's passthrough domain: no socket layout to read
+    assert one(grade("gpu.inventory", {"nvidia-smi-query": capture("nvidia-smi-query", vm)})).status is Status.PASS
+    even = "\n".join(ln for ln in text.splitlines() if not ln.startswith("7,"))  # 4 + 2
+    assert one(grade("gpu.inventory", {"nvidia-smi-query": capture("nvidia-smi-query", even)})).status is Status.PASS
 
 
 def test_inventory_lost_gpu_line_fails_even_on_generic() -> None:
@@ -165,9 +183,9 @@ def test_inventory_sources_disagree_warns() -> None:
 
 
 def test_smi_L_counts_physical_gpus_not_mig_devices() -> None:
-    parsed = gpu.parse_smi_L(fixture_text("nvidia-smi/smi_L_2xa100_mig.txt"))
-    assert len(parsed["gpus"]) == 2 and parsed["mig_devices"] == 5
-    assert [len(g["mig_devices"]) for g in parsed["gpus"]] == [4, 1]
+    parsed = facts_of("nvidia-smi-L", fixture_text("nvidia-smi/smi_L_2xa100_mig.txt"))
+    assert len(parsed.gpus) == 2 and parsed.mig_devices == 5
+    assert [g.mig_devices for g in parsed.gpus] == [4, 1]
     r = one(grade("gpu.inventory", {"nvidia-smi-L": capture("nvidia-smi-L",
                                                              fixture_text("nvidia-smi/smi_L_2xa100_mig.txt"))},
                   profile="generic", mode="analyze"))
@@ -175,10 +193,10 @@ def test_smi_L_counts_physical_gpus_not_mig_devices() -> None:
 
 
 def test_smi_L_detector() -> None:
-    assert gpu.looks_like_smi_L(fixture_text("nvidia-smi/smi_L_8xh100.txt"))
-    assert gpu.looks_like_smi_L(fixture_text("nvidia-smi/smi_L_6of8_lost.txt"))
-    assert not gpu.looks_like_smi_L(fixture_text("nvidia-smi/nvlink_8xh100_ok.txt"))
-    assert not gpu.looks_like_smi_L("GPU 0: something\nrandom text\n")
+    assert nvsmi_list.detect(Doc(fixture_text("nvidia-smi/smi_L_8xh100.txt")))
+    assert nvsmi_list.detect(Doc(fixture_text("nvidia-smi/smi_L_6of8_lost.txt")))
+    assert not nvsmi_list.detect(Doc(fixture_text("nvidia-smi/nvlink_8xh100_ok.txt")))
+    assert not nvsmi_list.detect(Doc("GPU 0: something\nrandom text\n"))
 
 
 # --------------------------------------------------------------------------- default table
@@ -186,7 +204,8 @@ def test_smi_L_detector() -> None:
 
 def test_table_550_rows_and_header() -> None:
     text = fixture_text("nvidia-smi/table_550_8xh100_procs.txt")
-    rows = gpu.parse_smi_table(text)
+    table = facts_of("nvidia-smi-table", text)
+    rows = table.gpus
     assert [r["index"] for r in rows] == list(range(8))  # process rows are not GPUs
     r = rows[5]
     assert r["name"] == "NVIDIA H100 80GB HBM3" and r["persistence"] == "On"
@@ -194,11 +213,11 @@ def test_table_550_rows_and_header() -> None:
     assert r["perf"] == "P0" and r["power_usage"] == "74W" and r["power_cap"] == "700W"
     assert r["memory_used"] == "5MiB" and r["memory_total"] == "81559MiB"
     assert r["util"] == "0%" and r["compute_mode"] == "Default" and r["ecc_uncorr"] == "0" and r["mig"] == "Disabled"
-    assert gpu.parse_smi_table_header(text) == {"smi_version": "550.127.05", "driver": "550.127.05", "cuda": "12.4"}
+    assert (table.smi_version, table.driver, table.cuda) == ("550.127.05", "550.127.05", "12.4")
 
 
 def test_table_525_layout_fan_err_and_na_power() -> None:
-    rows = gpu.parse_smi_table(fixture_text("nvidia-smi/table_525_2xa10.txt"))
+    rows = facts_of("nvidia-smi-table", fixture_text("nvidia-smi/table_525_2xa10.txt")).gpus
     assert len(rows) == 2
     assert rows[1]["fan"] == "ERR!" and rows[1]["power_usage"] == "N/A" and rows[1]["power_cap"] == "N/A"
     assert rows[1]["persistence"] == "Off" and rows[1]["ecc_uncorr"] == "2"
@@ -208,7 +227,7 @@ def test_table_525_layout_fan_err_and_na_power() -> None:
 
 def test_table_590_mig_devices_table_ignored() -> None:
     text = fixture_text("nvidia-smi/table_590_1xh100_mig.txt")
-    rows = gpu.parse_smi_table(text)
+    rows = facts_of("nvidia-smi-table", text).gpus
     assert len(rows) == 1 and rows[0]["mig"] == "Enabled" and rows[0]["util"] == "N/A"
     r = one(grade("gpu.inventory", {"nvidia-smi-table": capture("nvidia-smi-table", text)}, profile="h100-sxm-8x",
                   mode="analyze"))
@@ -217,17 +236,17 @@ def test_table_590_mig_devices_table_ignored() -> None:
 
 def test_table_without_blank_line_before_processes() -> None:
     text = fixture_text("nvidia-smi/table_550_8xh100_procs.txt").replace("\n\n", "\n")
-    assert len(gpu.parse_smi_table(text)) == 8
+    assert len(facts_of("nvidia-smi-table", text).gpus) == 8
 
 
 @pytest.mark.parametrize("text", ["", "|===|", "| NVIDIA-SMI 1 Driver Version: 2 |\n|=====|\n|  x |\n", "+---+\n|\n"])
 def test_table_garbage(text: str) -> None:
-    assert isinstance(gpu.parse_smi_table(text), list)
+    assert isinstance(facts_of("nvidia-smi-table", text).gpus, list)
 
 
 def test_table_detector() -> None:
-    assert gpu.looks_like_smi_table(fixture_text("nvidia-smi/table_525_2xa10.txt"))
-    assert not gpu.looks_like_smi_table(fixture_text("nvidia-smi/query_8xh100_ok.csv"))
+    assert nvsmi_table.detect(Doc(fixture_text("nvidia-smi/table_525_2xa10.txt")))
+    assert not nvsmi_table.detect(Doc(fixture_text("nvidia-smi/query_8xh100_ok.csv")))
 
 
 # --------------------------------------------------------------------------- NVML JSON
@@ -235,14 +254,14 @@ def test_table_detector() -> None:
 
 def test_nvml_json_ok_grades_like_query() -> None:
     text = fixture_text("nvidia-smi/nvml_8xh100_ok.json")
-    assert gpu.looks_like_nvml_json(text)
+    assert nvml.detect(Doc(text))
     r = one(grade("gpu.inventory", {"nvml": capture("nvml", text)}, profile="h100-sxm-8x", mode="analyze"))
     assert r.status is Status.PASS and r.facts["count"] == 8 and r.facts["cuda_version"] == "12.4"
 
 
 def test_nvml_json_field_errors_tolerated() -> None:
-    parsed = gpu.parse_nvml_json(fixture_text("nvidia-smi/nvml_1xh100_mig_notsupported.json"))
-    assert parsed["ok"] and parsed["gpus"][0]["pcie_gen"] is None
+    parsed = facts_of("nvml", fixture_text("nvidia-smi/nvml_1xh100_mig_notsupported.json"))
+    assert parsed.ok and parsed.gpus[0].pcie_gen is None
     r = one(grade("gpu.inventory", {"nvml": capture("nvml", fixture_text("nvidia-smi/nvml_1xh100_mig_notsupported.json"))},
                   profile="generic", mode="analyze"))
     assert r.status is Status.PASS
@@ -260,8 +279,8 @@ def test_nvml_json_library_missing_is_error_alone_and_noted_beside_smi() -> None
 
 @pytest.mark.parametrize("text", ["", "not json", "[1, 2]", '{"ok": true, "gpus": [1, "x", null]}'])
 def test_nvml_json_garbage(text: str) -> None:
-    parsed = gpu.parse_nvml_json(text)
-    assert isinstance(parsed["gpus"], list)
+    parsed = facts_of("nvml", text)
+    assert isinstance(parsed.gpus, list) and (parsed.ok or parsed.tool_error() is not None)
 
 
 # --------------------------------------------------------------------------- profile hint
@@ -269,24 +288,24 @@ def test_nvml_json_garbage(text: str) -> None:
 
 def test_profile_hint_from_each_listing() -> None:
     h100 = ("NVIDIA H100 80GB HBM3", 8)
-    assert gpu.profile_hint({"nvidia-smi-query": capture("nvidia-smi-query",
-                                                         fixture_text("nvidia-smi/query_8xh100_ok.csv"))}) == h100
-    assert gpu.profile_hint({"nvidia-smi-L": capture("nvidia-smi-L", fixture_text("nvidia-smi/smi_L_8xh100.txt"))}) == h100
-    assert gpu.profile_hint({"nvidia-smi-table": capture(
-        "nvidia-smi-table", fixture_text("nvidia-smi/table_550_8xh100_procs.txt"))}) == h100
-    assert gpu.profile_hint({"nvml": capture("nvml", fixture_text("nvidia-smi/nvml_8xh100_ok.json"))}) == h100
+    assert gpu.profile_hint(store({"nvidia-smi-query": capture("nvidia-smi-query",
+                                                         fixture_text("nvidia-smi/query_8xh100_ok.csv"))})) == h100
+    assert gpu.profile_hint(store({"nvidia-smi-L": capture("nvidia-smi-L", fixture_text("nvidia-smi/smi_L_8xh100.txt"))})) == h100
+    assert gpu.profile_hint(store({"nvidia-smi-table": capture(
+        "nvidia-smi-table", fixture_text("nvidia-smi/table_550_8xh100_procs.txt"))})) == h100
+    assert gpu.profile_hint(store({"nvml": capture("nvml", fixture_text("nvidia-smi/nvml_8xh100_ok.json"))})) == h100
     q = "Attached GPUs : 2\nGPU 00000000:01:00.0\n    Product Name : NVIDIA A10\nGPU 00000000:02:00.0\n    Product Name : NVIDIA A10\n"
-    assert gpu.profile_hint({"nvidia-smi-q": capture("nvidia-smi-q", q)}) == ("NVIDIA A10", 2)
-    assert gpu.profile_hint({}) == (None, None)
-    assert gpu.profile_hint({"nvidia-smi-query": capture("nvidia-smi-query", "garbage")}) == (None, None)
+    assert gpu.profile_hint(store({"nvidia-smi-q": capture("nvidia-smi-q", q)})) == ("NVIDIA A10", 2)
+    assert gpu.profile_hint(store({})) == (None, None)
+    assert gpu.profile_hint(store({"nvidia-smi-query": capture("nvidia-smi-query", "garbage")})) == (None, None)
 
 
 def test_profile_hint_picks_h100_profile() -> None:
     registry.load()
     caps = {"nvidia-smi-query": capture("nvidia-smi-query", fixture_text("nvidia-smi/query_8xh100_ok.csv"))}
-    assert engine.detect_profile_name(caps) == "h100-sxm-8x"
+    assert engine.detect_profile_name(store(caps)) == "h100-sxm-8x"
     caps7 = {"nvidia-smi-query": capture("nvidia-smi-query", fixture_text("nvidia-smi/query_7of8_gpu5_missing.csv"))}
-    assert engine.detect_profile_name(caps7) == "generic"
+    assert engine.detect_profile_name(store(caps7)) == "generic"
 
 
 def test_probes_declared() -> None:
@@ -316,13 +335,21 @@ def test_nvlink_inactive_link_fails_with_lines() -> None:
     assert r.status is Status.FAIL and "GPU 3" in r.summary
     assert "Link 7: <inactive>" in r.evidence and r.facts["links_down"] == 2
     assert "nvlink -e" in r.remedy
-    assert nvlink("nvidia-smi/nvlink_8xh100_gpu3_link7_down.txt", "generic").status is Status.WARN
+    # H100 SXM has 18 NVLinks by construction: a down link FAILs with the generic profile too
+    g = nvlink("nvidia-smi/nvlink_8xh100_gpu3_link7_down.txt", "generic")
+    assert g.status is Status.FAIL and any("nvlink.model_links[H100 80GB HBM3] = 18" in e for e in g.evidence)
+
+
+def test_nvlink_down_on_unknown_model_warns_on_generic() -> None:
+    text = fixture_text("nvidia-smi/nvlink_8xh100_gpu3_link7_down.txt").replace("H100 80GB HBM3", "Example GPU")
+    r = one(grade("gpu.nvlink", {"nvidia-smi-nvlink": capture("nvidia-smi-nvlink", text)}, profile="generic"))
+    assert r.status is Status.WARN and "node that uses NVLink" in r.summary
 
 
 def test_nvlink_missing_link_counted_against_profile() -> None:
     r = nvlink("nvidia-smi/nvlink_8xh100_17links_gpu0.txt")
     assert r.status is Status.FAIL and "1 missing" in r.summary
-    assert nvlink("nvidia-smi/nvlink_8xh100_17links_gpu0.txt", "generic").status is Status.PASS
+    assert nvlink("nvidia-smi/nvlink_8xh100_17links_gpu0.txt", "generic").status is Status.FAIL  # 18 by model
 
 
 def test_nvlink_slow_link_warns() -> None:
@@ -334,7 +361,7 @@ def test_nvlink_slow_link_warns() -> None:
 def test_nvlink_all_inactive_pcie_cards() -> None:
     assert nvlink("nvidia-smi/nvlink_2xa100_pcie_all_inactive.txt", "generic").status is Status.PASS
     r = nvlink("nvidia-smi/nvlink_2xa100_pcie_all_inactive.txt")
-    assert r.status is Status.FAIL and r.facts["links_down"] == 36
+    assert r.status is Status.FAIL and "GPU 0 (18 missing)" in r.summary
 
 
 def test_nvlink_empty_output() -> None:
@@ -352,9 +379,11 @@ def test_nvlink_garbage_and_failure() -> None:
 
 
 def test_nvlink_detector() -> None:
-    assert gpu.looks_like_nvlink(fixture_text("nvidia-smi/nvlink_8xh100_slow.txt"))
-    assert gpu.looks_like_nvlink(fixture_text("nvidia-smi/nvlink_2xa100_pcie_all_inactive.txt"))
-    assert not gpu.looks_like_nvlink(fixture_text("nvidia-smi/smi_L_8xh100.txt"))
+    from preflight.parsers import nvlink as nvlink_parser
+
+    assert nvlink_parser.detect(Doc(fixture_text("nvidia-smi/nvlink_8xh100_slow.txt")))
+    assert nvlink_parser.detect(Doc(fixture_text("nvidia-smi/nvlink_2xa100_pcie_all_inactive.txt")))
+    assert not nvlink_parser.detect(Doc(fixture_text("nvidia-smi/smi_L_8xh100.txt")))
 
 
 # --------------------------------------------------------------------------- topology
@@ -366,11 +395,11 @@ def topo(rel: str, profile: str = "h100-sxm-8x") -> Result:
 
 
 def test_topo_parse_dgx_like_with_ansi_and_legend() -> None:
-    t = gpu.parse_topo(fixture_text("topo/topo_8xh100_10nic_ok.txt"))
-    assert t["devices"][:8] == [f"GPU{i}" for i in range(8)] and len(t["devices"]) == 18
-    assert t["matrix"]["GPU3"]["NIC3"] == "PIX" and t["matrix"]["GPU3"]["GPU3"] == "X"
-    assert t["nic_legend"]["NIC9"] == "mlx5_9"
-    assert t["affinity"]["GPU5"] == {"CPU Affinity": "56-111,168-223", "NUMA Affinity": "1", "GPU NUMA ID": "N/A"}
+    t = facts_of("nvidia-smi-topo", fixture_text("topo/topo_8xh100_10nic_ok.txt"))
+    assert t.devices[:8] == [f"GPU{i}" for i in range(8)] and len(t.devices) == 18
+    assert t.matrix["GPU3"]["NIC3"] == "PIX" and t.matrix["GPU3"]["GPU3"] == "X"
+    assert t.nic_legend["NIC9"] == "mlx5_9"
+    assert t.affinity["GPU5"] == {"CPU Affinity": "56-111,168-223", "NUMA Affinity": "1", "GPU NUMA ID": "N/A"}
     r = topo("topo/topo_8xh100_10nic_ok.txt")
     assert r.status is Status.PASS
     assert r.facts["gpu_count"] == 8 and r.facts["gpus_without_local_nic"] == []
@@ -390,26 +419,26 @@ def test_topo_fewer_nvlinks_warns() -> None:
 
 
 def test_topo_gpu_without_local_nic() -> None:
-    r = topo("topo/topo_8xh100_gpu6_no_local_nic.txt")
-    assert r.status is Status.WARN and r.facts["gpus_without_local_nic"] == ["GPU6"]
+    r = topo("topo/topo_8xh100_gpu6_no_local_nic.txt")  # the profile requires a local NIC per GPU
+    assert r.status is Status.FAIL and r.facts["gpus_without_local_nic"] == ["GPU6"]
     g = topo("topo/topo_8xh100_gpu6_no_local_nic.txt", "generic")
     assert g.status is Status.PASS and g.facts["gpus_without_local_nic"] == ["GPU6"]
 
 
 def test_topo_spaces_and_merged_header() -> None:
-    t = gpu.parse_topo(fixture_text("topo/topo_4xpcie_spaces_merged_header.txt"))
-    assert t["devices"] == ["GPU0", "GPU1", "GPU2", "GPU3"]
-    assert t["matrix"]["GPU2"] == {"GPU0": "SYS", "GPU1": "SYS", "GPU2": "X", "GPU3": "PIX"}
-    assert t["affinity"]["GPU2"]["CPU Affinity"] == "24-47,72-95"
+    t = facts_of("nvidia-smi-topo", fixture_text("topo/topo_4xpcie_spaces_merged_header.txt"))
+    assert t.devices == ["GPU0", "GPU1", "GPU2", "GPU3"]
+    assert t.matrix["GPU2"] == {"GPU0": "SYS", "GPU1": "SYS", "GPU2": "X", "GPU3": "PIX"}
+    assert t.affinity["GPU2"]["CPU Affinity"] == "24-47,72-95"
     assert topo("topo/topo_4xpcie_spaces_merged_header.txt", "generic").status is Status.PASS
     r = topo("topo/topo_4xpcie_spaces_merged_header.txt")
     assert r.status is Status.FAIL and "not on NVLink" in r.summary
 
 
 def test_topo_cells_running_together_and_mlx_columns() -> None:
-    t = gpu.parse_topo(fixture_text("topo/topo_2gpu_mlx_columns_merged_cells.txt"))
-    assert t["devices"] == ["GPU0", "GPU1", "mlx5_0", "mlx5_1"]
-    assert t["matrix"]["GPU0"] == {"GPU0": "X", "GPU1": "NV12", "mlx5_0": "PXB", "mlx5_1": "SYS"}
+    t = facts_of("nvidia-smi-topo", fixture_text("topo/topo_2gpu_mlx_columns_merged_cells.txt"))
+    assert t.devices == ["GPU0", "GPU1", "mlx5_0", "mlx5_1"]
+    assert t.matrix["GPU0"] == {"GPU0": "X", "GPU1": "NV12", "mlx5_0": "PXB", "mlx5_1": "SYS"}
     r = topo("topo/topo_2gpu_mlx_columns_merged_cells.txt", "generic")
     assert r.status is Status.PASS and r.facts["gpus"][1]["local_nics"] == ["mlx5_1"]
 
@@ -426,9 +455,9 @@ def test_topo_garbage_is_error(text: str) -> None:
 
 
 def test_topo_detector() -> None:
-    assert gpu.looks_like_topo(fixture_text("topo/topo_1gpu_no_nic.txt"))
-    assert gpu.looks_like_topo(fixture_text("topo/topo_4xpcie_spaces_merged_header.txt"))
-    assert not gpu.looks_like_topo(fixture_text("nvidia-smi/table_525_2xa10.txt"))
+    assert topo_parser.detect(Doc(fixture_text("topo/topo_1gpu_no_nic.txt")))
+    assert topo_parser.detect(Doc(fixture_text("topo/topo_4xpcie_spaces_merged_header.txt")))
+    assert not topo_parser.detect(Doc(fixture_text("nvidia-smi/table_525_2xa10.txt")))
 
 
 # --------------------------------------------------------------------------- facts contract

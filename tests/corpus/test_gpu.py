@@ -21,6 +21,26 @@ EXPECTED: dict[str, dict[str, str]] = {
     "nvidia-smi/nvlink_status_8xA100_sxm4_80gb_gpud.txt": {"gpu.nvlink": "pass"},
     "nvidia-smi/nvlink_s_1xH100_vm_18links_26.562GBs_nvgpuexp.txt": {"gpu.nvlink": "pass"},
     "topo/topo_m_1xH100_vm_ansi_underline_header_nvgpuexp.txt": {"gpu.topology": "pass"},
+    "nvidia-smi/nvlink_status_gpu6_a100_nvml_unable_all_links_inactive_aznhc.txt": {"gpu.nvlink": "fail"},
+    "nvidia-smi/smi_table_prompt_above_510.47.03_geforce_4gb_kvm_fm_start_failed_gpuop356.txt":
+        {"gpu.inventory": "pass"},
+    "nvidia-smi/smi_table_old_325.15_prompt_3_of_4_gtx_titan_node_lost_a_gpu_cbio39.txt": {"gpu.inventory": "fail"},
+    "nvidia-smi/q_8xH100_535.161.08_fabric_completed_gpud.txt": {"gpu.inventory": "pass"},
+    "nvidia-smi/q_8xH100_535.183.01_fabric_completed_gpud.txt": {"gpu.inventory": "pass"},
+    "nvidia-smi/q_1xH100_590.48.01_idle_recovery_action_fabric_health_nvgpuexp.txt": {"gpu.inventory": "pass"},
+    "nvidia-smi/q_1xA10_535.129.03_remap_pending_gpud.txt": {"gpu.inventory": "pass"},
+    "nvidia-smi/q_d_page_retirement_8gpu_azure_535.86.10_pending_blacklist_yes_table_full_EDITED_aznhc.txt":
+        {"gpu.inventory": "pass"},
+    "nvidia-smi/q_d_page_retirement_8gpu_azure_domains_0001_0008_535.86.10_all_zero_healthy_aznhc.txt":
+        {"gpu.inventory": "pass"},
+    "nvml-errors/nvidia_smi_unable_device_handle_A1_unknown_error_plus_dmesg_T_grep_nvrm_xid79_prompts_akash209.txt":
+        {"gpu.inventory": "fail"},
+    "nvml-errors/nvidia_smi_unable_device_handle_GPU0_colon_space_then_no_devices_found_rtx4080_595.txt":
+        {"gpu.inventory": "fail"},
+    "nvml-errors/k8s_job_exporter_log_nvidia_smi_q_x_exit9_couldnt_communicate_embedded_python_error_pai3537.txt":
+        {"gpu.inventory": "fail"},
+    "nvml-errors/nvidia_smi_mismatch_prompt_proc_version_520.56.06_vs_dpkg_nvidia_smi_525.85.12_illinois70.txt":
+        {"gpu.inventory": "fail"},
 }
 
 MINE = ("gpu.inventory", "gpu.nvlink", "gpu.topology")
@@ -76,3 +96,27 @@ def test_corpus_topo_single_gpu() -> None:
     facts = _results("topo/topo_m_1xH100_vm_ansi_underline_header_nvgpuexp.txt")["gpu.topology"].facts
     assert facts["gpu_count"] == 1 and facts["gpus_without_local_nic"] == []
     assert facts["gpus"][0]["cpu_affinity"] == "0-19"
+
+
+@pytest.mark.corpus
+def test_corpus_old_table_missing_gpu_named_by_socket_layout() -> None:
+    r = _results("nvidia-smi/smi_table_old_325.15_prompt_3_of_4_gtx_titan_node_lost_a_gpu_cbio39.txt")["gpu.inventory"]
+    assert "a GPU is probably missing (2 on one CPU socket, 1 on the other)" in r.summary
+    assert [g["bus_id"] for g in r.facts["gpus"]] == ["0000:03:00.0", "0000:04:00.0", "0000:84:00.0"]
+
+
+@pytest.mark.corpus
+def test_corpus_lost_gpu_pastes_name_the_bus() -> None:
+    a1 = _results("nvml-errors/nvidia_smi_unable_device_handle_A1_unknown_error_plus_dmesg_T_grep_nvrm_xid79_"
+                  "prompts_akash209.txt")["gpu.inventory"]
+    assert "0000:A1:00.0" in a1.summary and a1.facts["count"] == 0
+    gpu0 = _results("nvml-errors/nvidia_smi_unable_device_handle_GPU0_colon_space_then_no_devices_found_"
+                    "rtx4080_595.txt")["gpu.inventory"]
+    assert "0000:01:00.0" in gpu0.summary
+
+
+@pytest.mark.corpus
+def test_corpus_sxm_gpu_with_all_links_inactive() -> None:
+    r = _results("nvidia-smi/nvlink_status_gpu6_a100_nvml_unable_all_links_inactive_aznhc.txt")["gpu.nvlink"]
+    assert "GPU 6 (12 missing)" in r.summary
+    assert any("all links are inactive" in e for e in r.evidence)
