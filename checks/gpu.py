@@ -11,7 +11,6 @@ nvlink, topo). Expected values come from the profile sections [gpu], [nvlink], [
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ from preflight.probes import Probe
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
+from .gpu_health import PROBE_NVML
+
 # Fields every driver since the R450 branch knows; an unknown field makes nvidia-smi refuse
 # the whole query, so the fallback drops the MIG fields that older drivers lack.
 QUERY_FIELDS: tuple[str, ...] = (
@@ -45,7 +46,6 @@ PROBE_QUERY = Probe.of(
     timeout=15,
 )
 PROBE_L = Probe.of("nvidia-smi-L", ["nvidia-smi", "-L"], timeout=15)
-PROBE_NVML = Probe.of("nvml", [sys.executable, "-m", "preflight.nvml_probe"], timeout=20)
 PROBE_NVLINK = Probe.of("nvidia-smi-nvlink", ["nvidia-smi", "nvlink", "--status"], ["nvidia-smi", "nvlink", "-s"],
                         timeout=15)
 PROBE_TOPO = Probe.of("nvidia-smi-topo", ["nvidia-smi", "topo", "-m"], timeout=15)

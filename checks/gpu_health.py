@@ -1,180 +1,49 @@
-"""GPU health and driver checks, from `nvidia-smi -q` and the NVML probe.
+"""GPU health and driver checks: graders over parsed facts.
 
-gpu.health  per GPU: uncorrectable ECC (volatile, aggregate), row remapping (pending, failed),
-            retired pages, the driver's recovery action / reset flags, memory repair flags,
-            hardware clock slowdowns; the default `nvidia-smi` table in analyze (ERR! sensors,
-            volatile uncorrectable ECC).
-gpu.driver  driver / CUDA / NVML versions (optionally pinned by the profile) and the tool
-            errors that mean the driver stack is broken (version mismatch, driver not loaded,
-            no devices, NVML library missing).
+gpu.health  per GPU: uncorrectable ECC (volatile, aggregate), row remapping (pending, failed,
+            banks without spares), retired pages (pending, table full), the driver's recovery
+            action / reset flags, memory repair flags, hardware clock slowdowns, unreadable
+            sensors, refused resets. Sources: `nvidia-smi -q` (whole or any `-d`/`-i`/grep
+            fragment: what a fragment does not show is absent), the `--query-gpu` CSV (every
+            health column it carries) and the default table.
+gpu.driver  the driver stack: tool errors (version mismatch, driver not loaded, NVML missing),
+            kernel-log driver faults, loaded kernel module vs installed packages, versions
+            pinned by the profile.
 
-Parsing lives in `_smi_q` (pure); grading here reads thresholds from the profile's [gpu].
+Each source is read into one `GpuHealth` view per GPU, and one set of rules grades the views.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight.checks._smi_q import (
-    PROBE_NVML,
-    PROBE_Q,
-    QGpu,
-    QReport,
-    ToolError,
-    clean,
-    error_for,
-    find_tool_errors,
-    looks_like_q,
-    parse_q,
-    to_bool,
-    to_int,
-)
-from preflight.model import CaptureState, Result, Status, worst
-from preflight.registry import REGISTRY, Check, CheckContext, Format, register, register_format
+from preflight.findings import Findings
+from preflight.model import Result, Status
+from preflight.parsers.base import clean, to_bool, to_int
+from preflight.parsers.driver_version import DriverVersions
+from preflight.parsers.kernel_log import KernelLog
+from preflight.parsers.nvml import NvmlReport
+from preflight.parsers.nvsmi_csv import QueryCsv
+from preflight.parsers.nvsmi_errors import ToolError
+from preflight.parsers.nvsmi_q import QGpu, QReport
+from preflight.parsers.nvsmi_table import SmiTable
+from preflight.probes import Probe
+from preflight.profile import Profile
+from preflight.registry import Check, CheckContext, register
 
-EVIDENCE_MAX = 30  # evidence lines kept per result (display limit, not a grading threshold)
+PROBE_Q = Probe.of("nvidia-smi-q", ["nvidia-smi", "-q"], timeout=20.0)
+PROBE_NVML = Probe.of("nvml", [sys.executable, "-m", "preflight.nvml_probe"], timeout=20)
 
 # Errors that mean the driver stack itself is broken (graded by gpu.driver).
 DRIVER_ERRORS = ("version_mismatch", "no_driver", "no_devices", "library_missing", "nvml_init")
-
-
-@dataclass
-class Finding:
-    status: Status
-    where: str  # "GPU 3 (00000000:9B:00.0)" or "node"
-    what: str
-    evidence: list[str] = field(default_factory=list)
-    remedy: str = ""
-
-
-def combine(ctx: CheckContext, findings: list[Finding], ok_summary: str, facts: dict[str, Any],
-            ok_evidence: Iterable[str] = ()) -> Result:
-    """One Result from findings: the worst status, the worst findings named in the summary."""
-    if not findings:
-        return ctx.result(Status.PASS, ok_summary, evidence=list(ok_evidence)[:EVIDENCE_MAX], facts=facts)
-    ordered = sorted(findings, key=lambda f: -f.status.rank)
-    status = worst([f.status for f in ordered])
-    top = [f for f in ordered if f.status is status]
-    parts = [f"{f.where}: {f.what}" if f.where else f.what for f in top[:2]]
-    summary = "; ".join(parts)
-    if len(ordered) > len(parts):
-        rest = len(ordered) - len(parts)
-        summary += f" (+{rest} more finding{'s' if rest > 1 else ''})"
-    evidence: list[str] = []
-    for f in ordered:
-        for e in f.evidence:
-            if e not in evidence:
-                evidence.append(e)
-    if len(evidence) > EVIDENCE_MAX:
-        cut = len(evidence) - EVIDENCE_MAX + 1
-        evidence = evidence[: EVIDENCE_MAX - 1] + [f"... {cut} more evidence lines"]
-    remedy = " | ".join(dict.fromkeys(f.remedy for f in ordered if f.remedy))
-    return ctx.result(status, summary, evidence=evidence, remedy=remedy, facts=facts)
-
-
-def _prov(ctx: CheckContext, key: str) -> str:
-    src = ctx.profile.source(key)
-    val = ctx.profile.get(key)
-    return f"profile {ctx.profile.name}: {key} = {val!r}" + (f" ({src})" if src else "")
-
-
-def _ev(gpu: QGpu, path: str) -> str:
-    section = path.rsplit("/", 1)[0] if "/" in path else ""
-    where = f"{gpu.label} [{section}]" if section else gpu.label
-    return f"{where} {gpu.line(path)}"
-
-
-def _leaf(gpu: QGpu, name: str) -> str | None:
-    """Path of the first field named `name` outside MIG device / process sections."""
-    for path in gpu.fields:
-        if path.rsplit("/", 1)[-1] == name and not path.startswith(("MIG Devices", "Processes")):
-            return path
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# gpu.health: per-GPU facts from nvidia-smi -q
-# ---------------------------------------------------------------------------------------
-
-
-def _uncorrectable(gpu: QGpu, scope: str) -> tuple[int | None, list[str]]:
-    """Sum of uncorrectable ECC counters of `scope` (Volatile / Aggregate) and the non-zero paths.
-
-    Handles the SRAM/DRAM layout (Ampere and later: `SRAM Uncorrectable Parity`, `DRAM
-    Uncorrectable`, ...) and the older Single/Double Bit layout (`Double Bit/Total`)."""
-    total: int | None = None
-    hits: list[str] = []
-    double: dict[str, int] = {}
-    for path, value in gpu.under(f"ECC Errors/{scope}"):
-        rel = path[len(f"ECC Errors/{scope}/"):]
-        n = to_int(value)
-        if n is None:
-            continue
-        if rel.startswith("Double Bit/"):
-            double[path] = n
-        elif "uncorrectable" in rel.rsplit("/", 1)[-1].lower():
-            total = (total or 0) + n
-            if n:
-                hits.append(path)
-    if double:
-        totals = {p: n for p, n in double.items() if p.endswith("/Total")}
-        use = totals or double
-        total = (total or 0) + sum(use.values())
-        hits.extend(p for p, n in use.items() if n)
-    return total, hits
-
-
-def gpu_facts(gpu: QGpu) -> dict[str, Any]:
-    """The health facts of one GPU (JSON-friendly)."""
-    vol, _ = _uncorrectable(gpu, "Volatile")
-    agg, _ = _uncorrectable(gpu, "Aggregate")
-    util_path = "Utilization/Gpu" if "Utilization/Gpu" in gpu.fields else "Utilization/GPU"
-    events = sorted(p.split("/", 1)[1] for p, v in gpu.under("Clocks Event Reasons") if to_bool(v) is True)
-    dbe_path = _retired_dbe_path(gpu)
-    pending_path = _retired_pending_path(gpu)
-    reset = _leaf(gpu, "Reset Required")
-    drain = _leaf(gpu, "Drain and Reset Recommended")
-    return {
-        "index": gpu.index,
-        "bus_id": gpu.bus_id,
-        "name": gpu.name,
-        "uncorrectable_ecc": vol,
-        "uncorrectable_ecc_aggregate": agg,
-        "remapped_pending": to_bool(gpu.get("Remapped Rows/Pending")),
-        "remapped_failure": to_bool(gpu.get("Remapped Rows/Remapping Failure Occurred")),
-        "remapped_rows_uncorrectable": to_int(gpu.get("Remapped Rows/Uncorrectable Error")),
-        "remapped_rows_correctable": to_int(gpu.get("Remapped Rows/Correctable Error")),
-        "banks_without_spare_rows": to_int(gpu.get("Remapped Rows/Bank Remap Availability Histogram/None")),
-        "retired_pages_dbe": to_int(gpu.get(dbe_path)) if dbe_path else None,
-        "retired_pages_pending": to_bool(gpu.get(pending_path)) if pending_path else None,
-        "recovery_action": clean(gpu.get("GPU Recovery Action")) or None,
-        "reset_required": to_bool(gpu.get(reset)) if reset else None,
-        "drain_and_reset_recommended": to_bool(gpu.get(drain)) if drain else None,
-        "clock_events_active": events,
-        "utilization": to_int(gpu.get(util_path)),
-    }
-
-
-def _retired_dbe_path(gpu: QGpu) -> str | None:
-    if "Retired Pages/Double Bit ECC" in gpu.fields:
-        return "Retired Pages/Double Bit ECC"
-    for path, value in gpu.under("Retired Pages/Double Bit ECC"):
-        if to_int(value) is not None:
-            return path
-    return None
-
-
-def _retired_pending_path(gpu: QGpu) -> str | None:
-    for path, _value in gpu.under("Retired Pages"):
-        if path.rsplit("/", 1)[-1].lower().startswith("pending"):
-            return path
-    return None
-
-
+# clock event reasons: --query-gpu field -> the name nvidia-smi -q prints (the profile's names)
+CLOCK_EVENTS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
+                "hw_power_brake_slowdown": "HW Power Brake Slowdown", "sw_thermal_slowdown": "SW Thermal Slowdown",
+                "sw_power_cap": "SW Power Cap", "gpu_idle": "Idle", "sync_boost": "Sync Boost",
+                "applications_clocks_setting": "Applications Clocks Setting"}
 _RECOVERY_REMEDY = (
     ("reboot", "drain the node and reboot it (the driver asks for a node reboot)"),
     ("drain and reset", "drain the node, then reset the GPU (nvidia-smi -r -i <index>) once no process uses it"),
@@ -183,284 +52,346 @@ _RECOVERY_REMEDY = (
 )
 
 
-def grade_q_gpu(ctx: CheckContext, gpu: QGpu) -> list[Finding]:
-    """Findings for one GPU block of nvidia-smi -q."""
-    out: list[Finding] = []
-    where = gpu.label
-    max_ecc = ctx.profile.get("gpu.max_uncorrectable_ecc", 0)
-    max_pages = ctx.profile.get("gpu.max_retired_pages", 0)
+@dataclass
+class GpuHealth:
+    """One GPU's health facts from whichever source; None = the source does not show it."""
 
-    # the driver's own verdict (590 layout), then the older reset flags
+    index: int
+    label: str
+    ecc_volatile: int | None = None
+    ecc_aggregate: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    remap_uncorrectable: int | None = None
+    banks_without_spares: int | None = None
+    retired_sbe: int | None = None
+    retired_dbe: int | None = None
+    retired_pending: bool | None = None
+    recovery_action: str = ""
+    reset_required: bool | None = None
+    drain_and_reset: bool | None = None
+    repairs: list[str] = field(default_factory=list)  # memory repair / SRAM threshold flags that are set
+    clock_events: list[str] = field(default_factory=list)  # active clock event reasons, -q names
+    util: int | None = None
+    sensor_errors: list[str] = field(default_factory=list)  # table cells that read ERR!
+    ev: dict[str, list[str]] = field(default_factory=dict)  # fact -> the lines that show it
+
+    def lines(self, *keys: str) -> list[str]:
+        return [x for k in keys for x in self.ev.get(k, [])]
+
+    def facts(self) -> dict[str, Any]:
+        """JSON facts under the names reports and the history store read."""
+        return {"index": self.index, "gpu": self.label, "uncorrectable_ecc": self.ecc_volatile,
+                "uncorrectable_ecc_aggregate": self.ecc_aggregate, "remapped_pending": self.remap_pending,
+                "remapped_failure": self.remap_failure, "remapped_rows_uncorrectable": self.remap_uncorrectable,
+                "banks_without_spare_rows": self.banks_without_spares, "retired_pages_sbe": self.retired_sbe,
+                "retired_pages_dbe": self.retired_dbe, "retired_pages_pending": self.retired_pending,
+                "recovery_action": self.recovery_action or None, "reset_required": self.reset_required,
+                "drain_and_reset_recommended": self.drain_and_reset, "repairs": self.repairs,
+                "clock_events_active": self.clock_events, "utilization": self.util, "sensor_errors": self.sensor_errors}
+
+
+# ---------------------------------------------------------------------------------------
+# Sources -> views
+
+
+def _q_ev(gpu: QGpu, path: str) -> str:
+    section = path.rsplit("/", 1)[0] if "/" in path else ""
+    return f"{gpu.label} [{section}] {gpu.line(path)}" if section else f"{gpu.label} {gpu.line(path)}"
+
+
+def _q_leaf(gpu: QGpu, name: str) -> str | None:
+    """Path of the first field named `name` outside MIG device / process sections."""
+    return next((p for p in gpu.fields if p.rsplit("/", 1)[-1] == name
+                 and not p.startswith(("MIG Devices", "Processes"))), None)
+
+
+def _q_uncorrectable(gpu: QGpu, scope: str) -> tuple[int | None, list[str]]:
+    """Uncorrectable ECC of `scope` (Volatile / Aggregate): the SRAM/DRAM layout (Ampere and
+    later) or the older Single/Double Bit one; the sum and the non-zero paths."""
+    total: int | None = None
+    hits: list[str] = []
+    double: dict[str, int] = {}
+    for path, value in gpu.under(f"ECC Errors/{scope}"):
+        rel, n = path[len(f"ECC Errors/{scope}/"):], to_int(value)
+        if n is None:
+            continue
+        if rel.startswith("Double Bit/"):
+            double[path] = n
+        elif "uncorrectable" in rel.rsplit("/", 1)[-1].lower():
+            total = (total or 0) + n
+            hits += [path] if n else []
+    if double:
+        use = {p: n for p, n in double.items() if p.endswith("/Total")} or double
+        total = (total or 0) + sum(use.values())
+        hits += [p for p, n in use.items() if n]
+    return total, hits
+
+
+def from_q(gpu: QGpu) -> GpuHealth:
+    h = GpuHealth(gpu.index, gpu.label)
+
+    def flag(name: str, path: str | None) -> bool | None:
+        if path is None or path not in gpu.fields:
+            return None
+        h.ev[name] = [_q_ev(gpu, path)]
+        return to_bool(gpu.get(path))
+
+    h.ecc_volatile, vol = _q_uncorrectable(gpu, "Volatile")
+    h.ecc_aggregate, agg = _q_uncorrectable(gpu, "Aggregate")
+    h.ev["ecc_volatile"], h.ev["ecc_aggregate"] = [_q_ev(gpu, p) for p in vol], [_q_ev(gpu, p) for p in agg]
+    h.remap_pending = flag("remap_pending", "Remapped Rows/Pending")
+    h.remap_failure = flag("remap_failure", "Remapped Rows/Remapping Failure Occurred")
+    h.remap_uncorrectable = to_int(gpu.get("Remapped Rows/Uncorrectable Error"))
+    if h.remap_uncorrectable:
+        h.ev["remap_uncorrectable"] = [_q_ev(gpu, "Remapped Rows/Uncorrectable Error")]
+    none_path = "Remapped Rows/Bank Remap Availability Histogram/None"
+    h.banks_without_spares = to_int(gpu.get(none_path))
+    h.ev["banks_without_spares"] = [_q_ev(gpu, none_path)] if none_path in gpu.fields else []
+    for key, suffix in (("retired_sbe", "Single Bit ECC"), ("retired_dbe", "Double Bit ECC")):
+        path = next((p for p, v in gpu.under("Retired Pages") if p.split("/")[1] == suffix and to_int(v) is not None),
+                    None)
+        if path:
+            setattr(h, key, to_int(gpu.get(path)))
+            h.ev[key] = [_q_ev(gpu, path)]
+    pending = next((p for p, _ in gpu.under("Retired Pages") if p.rsplit("/", 1)[-1].lower().startswith("pending")),
+                   None)
+    h.retired_pending = flag("retired_pending", pending)
     action = clean(gpu.get("GPU Recovery Action"))
+    if action:
+        h.recovery_action, h.ev["recovery_action"] = action, [_q_ev(gpu, "GPU Recovery Action")]
+    h.reset_required = flag("reset_required", _q_leaf(gpu, "Reset Required"))
+    h.drain_and_reset = flag("drain_and_reset", _q_leaf(gpu, "Drain and Reset Recommended"))
+    for path, what in (("ECC Errors/Aggregate/SRAM Threshold Exceeded", "SRAM uncorrectable error threshold exceeded"),
+                       ("ECC Errors/Unrepairable Memory", "unrepairable memory reported"),
+                       ("ECC Errors/Channel Repair Pending", "memory channel repair pending"),
+                       ("ECC Errors/TPC Repair Pending", "TPC repair pending")):
+        if to_bool(gpu.get(path)) is True:
+            h.repairs.append(what)
+            h.ev[what] = [_q_ev(gpu, path)]
+    for path, value in gpu.under("Clocks Event Reasons"):
+        if to_bool(value) is True:
+            name = path.split("/", 1)[1]
+            h.clock_events.append(name)
+            h.ev[name] = [_q_ev(gpu, path)]
+    util_path = "Utilization/Gpu" if "Utilization/Gpu" in gpu.fields else "Utilization/GPU"
+    h.util = to_int(gpu.get(util_path))
+    h.ev["util"] = [_q_ev(gpu, util_path)] if util_path in gpu.fields else []
+    return h
+
+
+def from_csv(row: dict[str, str], position: int) -> GpuHealth:
+    idx = to_int(row.get("index"))
+    index = position if idx is None else idx
+    bus = clean(row.get("pci.bus_id"))
+    h = GpuHealth(index, f"GPU {index} ({bus})" if bus else f"GPU {index}")
+
+    def get(name: str, key: str, conv: Callable[[Any], Any]) -> Any:
+        value = conv(row.get(name))
+        if value is not None:
+            h.ev[key] = h.ev.get(key, []) + [f"{h.label} {name}={row[name]}"]
+        return value
+
+    h.ecc_volatile = get("ecc.errors.uncorrected.volatile.total", "ecc_volatile", to_int)
+    h.ecc_aggregate = get("ecc.errors.uncorrected.aggregate.total", "ecc_aggregate", to_int)
+    h.remap_pending = get("remapped_rows.pending", "remap_pending", to_bool)
+    h.remap_failure = get("remapped_rows.failure", "remap_failure", to_bool)
+    h.remap_uncorrectable = get("remapped_rows.uncorrectable", "remap_uncorrectable", to_int)
+    h.banks_without_spares = get("remapped_rows.histogram.none", "banks_without_spares", to_int)
+    h.retired_sbe = get("retired_pages.single_bit_ecc.count", "retired_sbe", to_int)
+    h.retired_dbe = get("retired_pages.double_bit.count", "retired_dbe", to_int)
+    h.retired_pending = get("retired_pages.pending", "retired_pending", to_bool)
+    h.recovery_action = get("gpu_recovery_action", "recovery_action", lambda v: clean(v) or None) or ""
+    h.reset_required = get("reset_status.reset_required", "reset_required", to_bool)
+    h.drain_and_reset = get("reset_status.drain_and_reset_recommended", "drain_and_reset", to_bool)
+    if get("ecc.errors.uncorrected.aggregate.sram.thresholdexceeded", "sram", to_bool):
+        h.repairs.append("SRAM uncorrectable error threshold exceeded")
+        h.ev["SRAM uncorrectable error threshold exceeded"] = h.ev["sram"]
+    for fld, name in CLOCK_EVENTS.items():
+        if get(f"clocks_event_reasons.{fld}", name, to_bool) or get(f"clocks_throttle_reasons.{fld}", name, to_bool):
+            h.clock_events.append(name)
+    h.util = get("utilization.gpu", "util", to_int)
+    return h
+
+
+def from_table(row: dict[str, Any]) -> GpuHealth:
+    h = GpuHealth(row["index"], f"GPU {row['index']} ({row.get('bus_id') or '?'})")
+    block = [f"{h.label} {ln}" for ln in (row.get("lines") or [])[:2]] or [h.label]
+    h.sensor_errors = [k for k in ("fan", "temp", "perf", "power_usage", "power_cap", "memory_used", "util",
+                                   "ecc_uncorr") if "ERR!" in str(row.get(k) or "")]
+    h.ecc_volatile = to_int(row.get("ecc_uncorr"))
+    h.ev = {"sensor_errors": block, "ecc_volatile": block}
+    return h
+
+
+# ---------------------------------------------------------------------------------------
+# Rules over one view
+
+
+def _prov(prof: Profile, key: str) -> str:
+    src = prof.source(key)
+    return f"profile {prof.name}: {key} = {prof.get(key)!r}" + (f" ({src})" if src else "")
+
+
+def _memory(h: GpuHealth, prof: Profile, f: Findings) -> None:
+    i, where = h.index, h.label
+    reset = f"reset GPU {i} (nvidia-smi -r -i {i}) or reboot"
+    if h.remap_failure:
+        f.add(Status.FAIL, f"{where}: row remapping failed (no spare rows left for a bad row)",
+              h.lines("remap_failure", "remap_uncorrectable"),
+              "drain the node and RMA the GPU: its memory can no longer repair itself")
+    if h.remap_pending:
+        n = f" ({h.remap_uncorrectable} rows remapped for uncorrectable errors)" if h.remap_uncorrectable else ""
+        f.add(Status.FAIL, f"{where}: row remap pending{n}", h.lines("remap_pending", "remap_uncorrectable"),
+              f"drain until a GPU reset activates the remap: {reset}, then return the node to service (not an RMA)")
+    if h.banks_without_spares:
+        f.add(Status.WARN, f"{where}: {h.banks_without_spares} memory bank(s) have no spare rows left",
+              h.lines("banks_without_spares"), "the next uncorrectable error in those banks cannot be remapped: "
+                                               "plan an RMA")
+    max_ecc = int(prof.get("gpu.max_uncorrectable_ecc", 0) or 0)
+    if h.ecc_volatile is not None and h.ecc_volatile > max_ecc:
+        f.add(Status.FAIL, f"{where}: {h.ecc_volatile} volatile uncorrectable ECC error(s)",
+              [*h.lines("ecc_volatile"), _prov(prof, "gpu.max_uncorrectable_ecc")],
+              f"drain; {reset} to clear them; if they come back, check Remapped Rows / Retired Pages and RMA the GPU")
+    elif h.ecc_aggregate is not None and h.ecc_aggregate > max_ecc:
+        f.add(Status.WARN, f"{where}: {h.ecc_aggregate} uncorrectable ECC error(s) in the GPU's lifetime (aggregate)",
+              [*h.lines("ecc_aggregate"), _prov(prof, "gpu.max_uncorrectable_ecc")],
+              "none since the last reset: check that the bad memory was retired (Remapped Rows, or Retired Pages on "
+              "older GPUs), watch for new errors, RMA the GPU if they recur")
+    for what in h.repairs:
+        rma = "threshold" in what or "unrepairable" in what
+        f.add(Status.FAIL, f"{where}: {what}", h.lines(what),
+              "drain the node and RMA the GPU" if rma else f"drain until a reset applies the repair: {reset}")
+
+
+def _retirement(h: GpuHealth, prof: Profile, f: Findings) -> None:
+    """Dynamic page retirement (pre-Ampere): pending pages need a reset; a full table an RMA."""
+    where, ev = h.label, h.lines("retired_sbe", "retired_dbe", "retired_pending")
+    total = (h.retired_sbe or 0) + (h.retired_dbe or 0) if h.retired_sbe is not None or h.retired_dbe is not None \
+        else None
+    table = int(prof.get("gpu.retired_pages_table", 64) or 64)
+    full_pending = int(prof.get("gpu.retired_pages_full_pending", 62) or table)
+    rma = ("the GPU's page retirement table is exhausted: drain the node and RMA the GPU "
+           f"(NVIDIA retires at most {table} pages per GPU)")
+    if total is not None and (total >= table or (h.retired_pending and total >= full_pending)):
+        f.add(Status.FAIL, f"{where}: page retirement table full ({total} pages retired"
+              + (", more pending)" if h.retired_pending else ")"),
+              [*ev, _prov(prof, "gpu.retired_pages_table" if total >= table else "gpu.retired_pages_full_pending")], rma)
+        return
+    if h.retired_pending:
+        f.add(Status.FAIL, f"{where}: page retirement pending", ev,
+              f"drain; reset GPU {h.index} (nvidia-smi -r -i {h.index}) or reboot so the pending pages are retired")
+    max_pages = int(prof.get("gpu.max_retired_pages", 0) or 0)
+    if h.retired_dbe is not None and h.retired_dbe > max_pages:
+        f.add(Status.FAIL, f"{where}: {h.retired_dbe} page(s) retired after double-bit ECC errors",
+              [*h.lines("retired_dbe"), _prov(prof, "gpu.max_retired_pages")],
+              "the GPU's memory has failed before: RMA it when past NVIDIA's page retirement limit, or raise "
+              "gpu.max_retired_pages in a site profile if the site accepts it")
+
+
+def _driver_requests(h: GpuHealth, f: Findings) -> None:
+    action = h.recovery_action
     if action and action.lower() != "none":
         remedy = next((r for k, r in _RECOVERY_REMEDY if k in action.lower()),
                       f"drain the node and carry out the driver's recovery action ({action})")
-        out.append(Finding(Status.FAIL, where, f"driver requests recovery action {action!r}",
-                           [_ev(gpu, "GPU Recovery Action")], remedy.replace("<index>", str(gpu.index))))
-    for name, what, remedy in (
-        ("Reset Required", "GPU reset required",
-         "drain the node and reset the GPU (nvidia-smi -r -i <index>) once no process uses it, or reboot"),
-        ("Drain and Reset Recommended", "drain and reset recommended",
-         "drain the node, then reset the GPU (nvidia-smi -r -i <index>)"),
-    ):
-        path = _leaf(gpu, name)
-        if path and to_bool(gpu.get(path)) is True:
-            out.append(Finding(Status.FAIL, where, what, [_ev(gpu, path)], remedy.replace("<index>", str(gpu.index))))
+        f.add(Status.FAIL, f"{h.label}: driver requests recovery action {action!r}", h.lines("recovery_action"),
+              remedy.replace("<index>", str(h.index)))
+    for flag, key, what in ((h.reset_required, "reset_required", "GPU reset required"),
+                            (h.drain_and_reset, "drain_and_reset", "drain and reset recommended")):
+        if flag:
+            f.add(Status.FAIL, f"{h.label}: {what}", h.lines(key),
+                  f"drain the node and reset the GPU (nvidia-smi -r -i {h.index}) once no process uses it, or reboot")
 
-    # row remapping (A100/H100 and later)
-    rows_unc = to_int(gpu.get("Remapped Rows/Uncorrectable Error"))
-    rows_ev = [_ev(gpu, "Remapped Rows/Uncorrectable Error")] if rows_unc else []
-    if to_bool(gpu.get("Remapped Rows/Remapping Failure Occurred")) is True:
-        out.append(Finding(Status.FAIL, where, "row remapping failed (no spare rows left for a bad row)",
-                           [_ev(gpu, "Remapped Rows/Remapping Failure Occurred"), *rows_ev],
-                           "drain the node and RMA the GPU: its memory can no longer repair itself"))
-    if to_bool(gpu.get("Remapped Rows/Pending")) is True:
-        n = f" ({rows_unc} rows remapped for uncorrectable errors)" if rows_unc else ""
-        out.append(Finding(Status.FAIL, where, f"row remap pending{n}",
-                           [_ev(gpu, "Remapped Rows/Pending"), *rows_ev],
-                           f"drain until a GPU reset activates the remap: reset GPU {gpu.index} "
-                           f"(nvidia-smi -r -i {gpu.index}) or reboot, then return the node to service"))
-    none_banks = to_int(gpu.get("Remapped Rows/Bank Remap Availability Histogram/None"))
-    if none_banks:
-        path = "Remapped Rows/Bank Remap Availability Histogram/None"
-        out.append(Finding(Status.WARN, where, f"{none_banks} memory bank(s) have no spare rows left",
-                           [_ev(gpu, path)],
-                           "the next uncorrectable error in those banks cannot be remapped: plan an RMA"))
 
-    # uncorrectable ECC
-    vol, vol_hits = _uncorrectable(gpu, "Volatile")
-    agg, agg_hits = _uncorrectable(gpu, "Aggregate")
-    if vol is not None and vol > max_ecc:
-        out.append(Finding(Status.FAIL, where, f"{vol} volatile uncorrectable ECC error(s)",
-                           [*(_ev(gpu, p) for p in vol_hits), _prov(ctx, "gpu.max_uncorrectable_ecc")],
-                           f"drain; reset GPU {gpu.index} or reboot to clear them; if they come back, check "
-                           "Remapped Rows / Retired Pages and RMA the GPU"))
-    elif agg is not None and agg > max_ecc:
-        out.append(Finding(Status.WARN, where, f"{agg} uncorrectable ECC error(s) in the GPU's lifetime (aggregate)",
-                           [*(_ev(gpu, p) for p in agg_hits), _prov(ctx, "gpu.max_uncorrectable_ecc")],
-                           "none since the last reset: check that the bad memory was retired (Remapped Rows, "
-                           "or Retired Pages on older GPUs), watch for new errors, RMA the GPU if they recur"))
-    for path, what, status, remedy in (
-        ("ECC Errors/Aggregate/SRAM Threshold Exceeded", "SRAM uncorrectable error threshold exceeded", Status.FAIL,
-         "drain the node and RMA the GPU (SRAM errors past the threshold)"),
-        ("ECC Errors/Unrepairable Memory", "unrepairable memory reported", Status.FAIL,
-         "drain the node and RMA the GPU"),
-        ("ECC Errors/Channel Repair Pending", "memory channel repair pending", Status.FAIL,
-         f"drain until a reset applies the repair: reset GPU {gpu.index} (nvidia-smi -r -i {gpu.index}) or reboot"),
-        ("ECC Errors/TPC Repair Pending", "TPC repair pending", Status.FAIL,
-         f"drain until a reset applies the repair: reset GPU {gpu.index} (nvidia-smi -r -i {gpu.index}) or reboot"),
-    ):
-        if to_bool(gpu.get(path)) is True:
-            out.append(Finding(status, where, what, [_ev(gpu, path)], remedy))
-
-    # dynamic page retirement (pre-Ampere)
-    pending = _retired_pending_path(gpu)
-    if pending and to_bool(gpu.get(pending)) is True:
-        out.append(Finding(Status.FAIL, where, "page retirement pending", [_ev(gpu, pending)],
-                           f"drain; reset GPU {gpu.index} or reboot so the pending page retirement takes effect"))
-    dbe = _retired_dbe_path(gpu)
-    dbe_n = to_int(gpu.get(dbe)) if dbe else None
-    if dbe and dbe_n is not None and dbe_n > max_pages:
-        out.append(Finding(Status.FAIL, where, f"{dbe_n} page(s) retired after double-bit ECC errors",
-                           [_ev(gpu, dbe), _prov(ctx, "gpu.max_retired_pages")],
-                           "the GPU's memory has failed before: RMA it when past NVIDIA's page retirement limit, "
-                           "or raise gpu.max_retired_pages in a site profile if the site accepts it"))
-
-    # hardware clock slowdowns: an instant reading, graded when the GPU is working
-    busy_pct = ctx.profile.get("gpu.busy_util_pct", 1)
-    warn_busy = set(ctx.profile.get("gpu.clock_events_warn") or [])
-    warn_always = set(ctx.profile.get("gpu.clock_events_warn_idle") or [])
-    util_path = "Utilization/Gpu" if "Utilization/Gpu" in gpu.fields else "Utilization/GPU"
-    util = to_int(gpu.get(util_path))
-    busy = util is None or util >= busy_pct
-    active = [p for p, v in gpu.under("Clocks Event Reasons") if to_bool(v) is True]
-    flagged = [p for p in active if p.split("/", 1)[1] in warn_always or (busy and p.split("/", 1)[1] in warn_busy)]
+def _clocks_and_sensors(h: GpuHealth, prof: Profile, f: Findings) -> None:
+    busy = h.util is None or h.util >= int(prof.get("gpu.busy_util_pct", 1) or 1)
+    warn_busy = set(prof.get("gpu.clock_events_warn") or [])
+    warn_always = set(prof.get("gpu.clock_events_warn_idle") or [])
+    flagged = [e for e in h.clock_events if e in warn_always or (busy and e in warn_busy)]
     if flagged:
-        names = ", ".join(p.split("/", 1)[1] for p in flagged)
-        ev = [_ev(gpu, p) for p in flagged]
-        if util is not None:
-            ev.append(_ev(gpu, util_path))
-        ev.append(_prov(ctx, "gpu.clock_events_warn" if busy else "gpu.clock_events_warn_idle"))
-        out.append(Finding(Status.WARN, where, f"hardware clock slowdown active ({names})", ev,
-                           "check cooling (inlet air, fans, heatsink) and power (PSU redundancy, the baseboard's "
-                           "power-brake signal); `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` shows which"))
-    return out
+        f.add(Status.WARN, f"{h.label}: hardware clock slowdown active ({', '.join(flagged)})",
+              [*h.lines(*flagged), *h.lines("util"),
+               _prov(prof, "gpu.clock_events_warn" if busy else "gpu.clock_events_warn_idle")],
+              "check cooling (inlet air, fans, heatsink) and power (PSU redundancy, the baseboard's power-brake "
+              "signal); `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` shows which")
+    sensors = [k for k in h.sensor_errors if k != "fan"]
+    if sensors:
+        f.add(Status.FAIL, f"{h.label}: GPU telemetry unreadable (ERR! in {', '.join(h.sensor_errors)})",
+              h.lines("sensor_errors"), f"the GPU's own sensors cannot be read: drain, reset GPU {h.index} or reboot; "
+                                        "check dmesg for Xid 79 / 'fallen off the bus'")
+    elif h.sensor_errors:
+        f.add(Status.WARN, f"{h.label}: fan reading is ERR! (fan or its tachometer failed)", h.lines("sensor_errors"),
+              "the temperature still reads normally: check the fan and its connector at the next maintenance window "
+              "and watch the GPU temperature until then")
 
 
-def _missing_tooling(ctx: CheckContext, probe: str, check_id: str) -> Result | None:
-    """SKIP/FAIL for a probe whose tool is missing (the engine does this in run mode)."""
-    cap = ctx.captures.get(probe)
-    if cap is None or cap.state is not CaptureState.MISSING:
-        return None
-    tool = cap.argv[0] if cap.argv else probe
-    if ctx.profile.requires_tool(tool):
-        return ctx.result(Status.FAIL, f"no GPU tooling: {tool} is missing and profile {ctx.profile.name} requires it",
-                          evidence=[cap.reason, _prov(ctx, "tools.required")],
-                          remedy=f"install the NVIDIA driver (it ships {tool}) on {ctx.node}")
-    return ctx.result(Status.SKIP, f"{tool} not found; {check_id} not checked", evidence=[cap.reason])
+def grade_gpu(h: GpuHealth, prof: Profile, f: Findings) -> None:
+    _driver_requests(h, f)
+    _memory(h, prof, f)
+    _retirement(h, prof, f)
+    _clocks_and_sensors(h, prof, f)
 
 
-def _not_run(ctx: CheckContext, probe: str) -> Result | None:
-    """ERROR for a probe that timed out or could not start (the engine does this in run mode)."""
-    cap = ctx.captures.get(probe)
-    if cap is None or cap.state not in (CaptureState.TIMEOUT, CaptureState.FAILED):
-        return None
-    return ctx.result(Status.ERROR, f"{probe} did not complete: {cap.reason}",
-                      evidence=[cap.reason, *cap.stdout.splitlines()[-3:]],
-                      remedy=f"run `{' '.join(cap.argv)}` by hand on {ctx.node}; a hung nvidia-smi usually means a "
-                             "hung driver or GPU (check dmesg for Xids; reset the GPU or reboot)")
+# ---------------------------------------------------------------------------------------
+# gpu.health
 
 
-def _grade_q(ctx: CheckContext, text: str, truncated: bool) -> tuple[list[Finding], dict[str, Any], int]:
-    report = parse_q(text)
-    findings: list[Finding] = []
-    for gpu in report.gpus:
-        findings.extend(grade_q_gpu(ctx, gpu))
-    lost = [e for e in report.errors if e.kind == "gpu_lost"]
-    for e in lost:
-        findings.append(Finding(Status.FAIL, f"GPU {e.bus_id}" if e.bus_id else "a GPU", "does not answer",
-                                [e.line], e.remedy))
-    attached = report.attached
-    if attached is not None and len(report.gpus) + len(lost) < attached:
-        findings.append(Finding(Status.ERROR, "node",
-                                f"only {len(report.gpus)} of {attached} attached GPUs in the nvidia-smi -q output"
-                                + (" (output truncated)" if truncated else ""),
-                                [report.header_lines.get("Attached GPUs", f"Attached GPUs : {attached}")],
-                                "run `nvidia-smi -q` by hand; a GPU missing from the listing is not healthy"))
-    facts = {"source": "nvidia-smi -q", "driver": report.driver or None,
-             "gpus": [gpu_facts(g) for g in report.gpus], "lost": [e.bus_id or e.line for e in lost]}
-    return findings, facts, len(report.gpus)
+def _views(ctx: CheckContext) -> tuple[str, list[GpuHealth], list[ToolError], QReport | None]:
+    """The richest source present: -q, then the CSV (when it carries health columns), then the table."""
+    q: QReport | None = ctx.facts("nvidia-smi-q")
+    csv: QueryCsv | None = ctx.facts("nvidia-smi-query")
+    table: SmiTable | None = ctx.facts("nvidia-smi-table")
+    health_cols = csv is not None and any(f.startswith(("ecc.errors", "remapped_rows", "retired_pages", "reset_status",
+                                                        "gpu_recovery", "clocks_event", "clocks_throttle"))
+                                          for f in csv.fields)
+    if q is not None and (q.gpus or q.errors or not (health_cols or table)):
+        return "nvidia-smi -q", [from_q(g) for g in q.gpus], q.errors, q
+    if csv is not None and health_cols:
+        return "the --query-gpu CSV", [from_csv(r, i) for i, r in enumerate(csv.rows)], csv.errors, None
+    if table is not None:
+        return "the nvidia-smi table", [from_table(r) for r in table.gpus], table.errors, None
+    return "", [], [], None
 
 
-def _grade_table(ctx: CheckContext, text: str) -> tuple[list[Finding], dict[str, Any], int]:
-    from preflight.checks.gpu import parse_smi_table  # written by the GPU inventory module
-
-    rows = parse_smi_table(text)
-    max_ecc = ctx.profile.get("gpu.max_uncorrectable_ecc", 0)
-    findings: list[Finding] = []
-    gpus: list[dict[str, Any]] = []
-    for row in rows:
-        label = f"GPU {row.get('index')} ({row.get('bus_id') or '?'})"
-        raw = [str(x) for x in (row.get("lines") or [])][:2] or [label]
-        ev = [f"{label} {line}" for line in raw]
-        errs = [k for k in ("fan", "temp", "perf", "power_usage", "power_cap", "memory_used", "util", "ecc_uncorr")
-                if "ERR!" in str(row.get(k) or "")]
-        sensors = [k for k in errs if k != "fan"]
-        if sensors:
-            findings.append(Finding(Status.FAIL, label, f"GPU telemetry unreadable (ERR! in {', '.join(errs)})", ev,
-                                    f"the GPU's own sensors cannot be read: drain, reset GPU {row.get('index')} or "
-                                    "reboot; check dmesg for Xid 79 / 'fallen off the bus'"))
-        elif errs:
-            findings.append(Finding(Status.WARN, label, "fan reading is ERR! (fan or its tachometer failed)", ev,
-                                    "the temperature still reads normally: check the fan and its connector at the "
-                                    "next maintenance window and watch the GPU temperature until then"))
-        ecc = to_int(str(row.get("ecc_uncorr") or ""))
-        if ecc is not None and ecc > max_ecc:
-            findings.append(Finding(Status.FAIL, label, f"{ecc} volatile uncorrectable ECC error(s)",
-                                    [*ev, _prov(ctx, "gpu.max_uncorrectable_ecc")],
-                                    f"drain; reset GPU {row.get('index')} or reboot; run `nvidia-smi -q -d ECC,"
-                                    "ROW_REMAPPER` and RMA the GPU if errors recur"))
-        gpus.append({"index": row.get("index"), "bus_id": row.get("bus_id"), "name": row.get("name"),
-                     "uncorrectable_ecc": ecc, "remapped_pending": None, "remapped_failure": None,
-                     "sensor_errors": errs})
-    for e in find_tool_errors(text):
-        if e.kind == "gpu_lost":
-            findings.append(Finding(Status.FAIL, f"GPU {e.bus_id}" if e.bus_id else "a GPU", "does not answer",
-                                    [e.line], e.remedy))
-    return findings, {"source": "nvidia-smi table", "gpus": gpus}, len(rows)
-
-
-def grade_health(ctx: CheckContext) -> Result:
-    q = ctx.capture("nvidia-smi-q")
-    table = ctx.capture("nvidia-smi-table")
-    if q is None and table is None:
-        early = _not_run(ctx, "nvidia-smi-q") or _missing_tooling(ctx, "nvidia-smi-q", ctx.check.id)
-        if early is not None:
-            return early
-        return ctx.result(Status.SKIP, "no nvidia-smi output to grade", evidence=[])
-    cap = q if q is not None else table
-    assert cap is not None
-    text = cap.text
-    errors = [e for e in find_tool_errors(text) if e.kind in DRIVER_ERRORS]
-    try:
-        if q is not None:
-            findings, facts, n = _grade_q(ctx, text, cap.truncated)
-        else:
-            findings, facts, n = _grade_table(ctx, text)
-    except ImportError as exc:
-        return ctx.result(Status.ERROR, f"the nvidia-smi table parser is unavailable: {exc}",
-                          evidence=[str(exc)], remedy="grade `nvidia-smi -q` output instead")
-    what = "nvidia-smi -q" if q is not None else "the nvidia-smi table"
-    if n == 0 and not findings:
-        if errors:
-            e = errors[0]
-            return ctx.result(Status.ERROR, f"GPU health not read: {e.line}",
-                              evidence=[x.line for x in errors], remedy=f"{e.summary}: {e.remedy} (see gpu.driver)",
-                              facts={"gpus": [], "error": e.line})
-        head = [line for line in text.splitlines() if line.strip()][:3]
-        rc = f" (exit code {cap.rc})" if cap.rc else ""
-        return ctx.result(Status.ERROR, f"no GPU found in {what} output{rc}",
-                          evidence=head or ["(empty output)"],
-                          remedy=f"run `nvidia-smi -q` by hand on {ctx.node}; empty or garbled output means the "
-                                 "tool or driver is in trouble",
-                          facts={"gpus": []})
-    if q is not None:
-        ok = (f"{n} GPU(s) healthy: no uncorrectable ECC, no pending or failed row remaps, "
-              "no reset or recovery requested")
-    else:
-        ok = (f"{n} GPU(s): no volatile uncorrectable ECC, every sensor readable (the table does not show "
-              "row remapping; `nvidia-smi -q` does)")
-    return combine(ctx, findings, ok, facts)
+def grade_health(ctx: CheckContext) -> Result | list[Result]:
+    source, views, errors, q = _views(ctx)
+    if not source:
+        return []  # only a CSV without health columns: gpu.inventory grades it
+    f = Findings()
+    for h in views:
+        grade_gpu(h, ctx.profile, f)
+    for e in errors:
+        if e.kind in ("gpu_lost", "needs_reset"):
+            f.add(Status.FAIL, f"GPU {e.bus_id or '?'}: {e.summary}" + (f" ({e.detail})" if e.detail else ""),
+                  [e.line], e.remedy)
+        elif e.kind == "reset_failed":
+            f.add(Status.FAIL, f"GPU {e.bus_id or '?'} could not be reset" + (f": {e.detail}" if e.detail else ""),
+                  [e.line], e.remedy)
+    if q is not None and q.attached is not None and q.gpus and len(q.gpus) < q.attached and len(q.gpus) > 1:
+        f.add(Status.ERROR, f"only {len(q.gpus)} of {q.attached} attached GPUs in the nvidia-smi -q output",
+              [q.header_lines.get("Attached GPUs", f"Attached GPUs : {q.attached}")],
+              "run `nvidia-smi -q` by hand; a GPU missing from the listing is not healthy")
+    facts = {"source": source, "gpus": [h.facts() for h in views],
+             "lost": [e.bus_id or e.line for e in errors if e.kind == "gpu_lost"]}
+    if not views and not f:
+        driver = [e for e in errors if e.kind in DRIVER_ERRORS]
+        if driver:
+            return ctx.result(Status.ERROR, f"GPU health not read: {driver[0].line}", evidence=[e.line for e in driver],
+                              remedy=f"{driver[0].summary}: {driver[0].remedy} (see gpu.driver)", facts=facts)
+        if ctx.options.mode == "analyze" and q is not None and not q.recognised:
+            return []  # nothing about GPU health in this paste
+        return ctx.result(Status.ERROR, f"no GPU found in {source} output",
+                          evidence=["no GPU block, row or health field in the output"],
+                          remedy=f"run `nvidia-smi -q` by hand on {ctx.node}; empty or garbled output means the tool "
+                                 "or driver is in trouble", facts=facts)
+    shown = "ECC, row remapping, page retirement, reset and recovery flags" if q is not None else (
+        "the health columns it carries" if source.startswith("the --query") else
+        "volatile uncorrectable ECC and sensors (the table does not show row remapping; `nvidia-smi -q` does)")
+    return f.result(ctx, f"{len(views)} GPU(s) healthy in {source}: {shown}", facts)
 
 
 # ---------------------------------------------------------------------------------------
 # gpu.driver
-# ---------------------------------------------------------------------------------------
-
-_NVML_KINDS = {
-    "NVMLError_LibraryNotFound": "library_missing",
-    "NVMLError_DriverNotLoaded": "no_driver",
-    "NVMLError_LibRmVersionMismatch": "version_mismatch",
-    "NVMLError_GpuIsLost": "gpu_lost",
-}
-
-
-def parse_nvml(text: str) -> dict[str, Any] | None:
-    """The NVML probe's JSON object (the last JSON line of the output), or None."""
-    for chunk in [text.strip(), *reversed(text.strip().splitlines())]:
-        chunk = chunk.strip()
-        if not chunk.startswith("{"):
-            continue
-        try:
-            data = json.loads(chunk)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            return data
-    return None
-
-
-def nvml_error(data: dict[str, Any]) -> ToolError | None:
-    """The NVML probe's failure as a ToolError, None when it succeeded with GPUs."""
-    if data.get("ok"):
-        if not data.get("gpus"):
-            return error_for("no_devices", "NVML: device count is 0")
-        return None
-    msg = str(data.get("error") or "NVML probe failed")
-    etype = str(data.get("error_type") or "")
-    line = f"NVML: {msg}" + (f" ({etype})" if etype else "")
-    kind = _NVML_KINDS.get(etype)
-    if kind is None:
-        found = find_tool_errors(f"{etype} {msg}")
-        kind = found[0].kind if found else "nvml_init"
-    return error_for(kind, line)
-
-
-def cuda_from_int(v: Any) -> str:
-    """NVML's CUDA driver version integer (12020) as nvidia-smi prints it (12.2)."""
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        return ""
-    return f"{v // 1000}.{(v % 1000) // 10}"
 
 
 def _pin_ok(actual: str, pin: str) -> bool:
@@ -468,156 +399,133 @@ def _pin_ok(actual: str, pin: str) -> bool:
     return actual == pin or actual.startswith(pin + ".")
 
 
-def grade_driver(ctx: CheckContext) -> Result:
-    q = ctx.capture("nvidia-smi-q")
-    nv = ctx.capture("nvml")
-    report: QReport | None = parse_q(q.text) if q is not None else None
-    data = parse_nvml(nv.stdout or nv.text) if nv is not None else None
+def _version_findings(dv: DriverVersions | None, userspace: str, f: Findings) -> None:
+    """The loaded kernel module against what is installed and what user space reports."""
+    if dv is None or not dv.loaded:
+        return
+    reboot = ("the driver was upgraded without a reboot: drain the node and reboot so the kernel module and the "
+              "user-space libraries are one version again")
+    other = [(v, p.line) for p in dv.packages for v in [p.version] if v != dv.loaded]
+    if other:
+        f.add(Status.FAIL, f"kernel module {dv.loaded} is loaded but packages of {other[0][0]} are installed",
+              [dv.loaded_line, *dict.fromkeys(line for _, line in other)], reboot)
+    elif dv.on_disk and dv.on_disk != dv.loaded:
+        f.add(Status.FAIL, f"kernel module {dv.loaded} is loaded but the module on disk is {dv.on_disk}",
+              [dv.loaded_line, dv.on_disk_line], reboot)
+    elif userspace and userspace != dv.loaded:
+        f.add(Status.FAIL, f"kernel module {dv.loaded} is loaded but the user-space driver reports {userspace}",
+              [dv.loaded_line, f"driver version reported by nvidia-smi/NVML: {userspace}"], reboot)
 
-    errors: list[ToolError] = []
-    if report is not None:
-        errors.extend(e for e in report.errors if e.kind in DRIVER_ERRORS)
-    nverr = nvml_error(data) if data is not None else None
 
-    driver = report.driver if report is not None else ""
-    cuda = report.cuda if report is not None else ""
-    nvml_version = str(data.get("nvml_version") or "") if data else ""
-    nvml_driver = str(data.get("driver") or "") if data else ""
-    nvml_cuda = cuda_from_int(data.get("cuda_driver_version")) if data else ""
-    facts: dict[str, Any] = {"driver": driver or nvml_driver or None, "cuda": cuda or nvml_cuda or None,
-                             "nvml": nvml_version or None, "error": None}
+def _no_tooling(ctx: CheckContext, nverr: ToolError | None, facts: dict[str, Any]) -> Result | None:
+    """nvidia-smi not installed and no NVML library: no GPU stack on this node (SKIP), or a
+    missing one (FAIL where the profile requires nvidia-smi)."""
+    smi = ctx.attempt("nvidia-smi-q")
+    if smi is None or smi.state.value != "missing" or (ctx.input("nvml") is not None and (
+            nverr is None or nverr.kind != "library_missing")):
+        return None
+    facts["error"] = nverr.line if nverr else smi.reason
+    ev = [smi.reason] + ([nverr.line] if nverr else [])
+    tool = smi.tool
+    if ctx.profile.requires_tool(tool):
+        return ctx.result(Status.FAIL, f"no GPU tooling: {tool} not found and the NVML library is missing",
+                          evidence=[*ev, _prov(ctx.profile, "tools.required")], facts=facts,
+                          remedy=f"install the NVIDIA driver on {ctx.node} (kernel module, libnvidia-ml, nvidia-smi), "
+                                 "then reboot")
+    return ctx.result(Status.SKIP, f"no GPU tooling on this node ({tool} not found, NVML library missing); gpu.driver "
+                                   "not checked", evidence=ev, facts=facts)
 
-    if q is None and nv is None:
-        early = (_not_run(ctx, "nvidia-smi-q") or _not_run(ctx, "nvml")
-                 or _missing_tooling(ctx, "nvidia-smi-q", ctx.check.id))
-        if early is not None:
-            early.facts = facts
-            return early
-        return ctx.result(Status.SKIP, "no nvidia-smi or NVML output to grade", facts=facts)
 
-    smi_missing = q is None and (c := ctx.captures.get("nvidia-smi-q")) is not None and c.state is CaptureState.MISSING
-    # no GPU stack at all: nvidia-smi missing and the NVML library absent
-    if smi_missing and (nv is None or (nverr is not None and nverr.kind == "library_missing")):
-        cap = ctx.captures["nvidia-smi-q"]
-        facts["error"] = nverr.line if nverr else cap.reason
-        ev = [cap.reason] + ([nverr.line] if nverr else [])
-        tool = cap.argv[0] if cap.argv else "nvidia-smi"
-        if ctx.profile.requires_tool(tool):
-            return ctx.result(Status.FAIL, f"no GPU tooling: {tool} not found and the NVML library is missing",
-                              evidence=[*ev, _prov(ctx, "tools.required")],
-                              remedy=f"install the NVIDIA driver on {ctx.node} (kernel module, libnvidia-ml, "
-                                     "nvidia-smi), then reboot", facts=facts)
-        return ctx.result(Status.SKIP, f"no GPU tooling on this node ({tool} not found, NVML library missing); "
-                                       f"gpu.driver not checked", evidence=ev, facts=facts)
-
-    findings: list[Finding] = []
-    smi_ok = report is not None and bool(driver) and not errors
+def grade_driver(ctx: CheckContext) -> Result | list[Result]:
+    q: QReport | None = ctx.facts("nvidia-smi-q")
+    nv: NvmlReport | None = ctx.facts("nvml")
+    klog: KernelLog | None = ctx.facts("kernel-log")
+    dv: DriverVersions | None = ctx.facts("driver-version")
+    errors = [e for e in (q.errors if q else []) if e.kind in DRIVER_ERRORS]
+    lost = [e for e in (q.errors if q else []) if e.kind == "gpu_lost"]
+    if lost:  # "No devices were found" after a device-handle error: the GPU is gone, not the driver
+        errors = [e for e in errors if e.kind != "no_devices"]
+    nverr = nv.tool_error() if nv is not None else None
+    driver = q.driver if q else ""
+    nvml_driver = nv.driver if nv is not None else ""
+    the_driver = driver or nvml_driver or (dv.loaded if dv else "") or (dv.on_disk if dv else "")
+    the_cuda = (q.cuda if q else "") or (nv.cuda if nv is not None else "")
+    facts: dict[str, Any] = {"driver": the_driver or None, "cuda": the_cuda or None,
+                             "nvml": (nv.nvml_version or None) if nv is not None else None, "error": None,
+                             "kernel_module": (dv.loaded or None) if dv else None,
+                             "installed": dv.installed if dv else []}
+    early = _no_tooling(ctx, nverr, facts)
+    if early is not None:
+        return early
+    f = Findings()
     for e in errors:
-        findings.append(Finding(Status.FAIL, "", f"{e.summary}: {e.line}", [e.line], e.remedy))
-    if nverr is not None and nverr.kind != "gpu_lost":
-        known = {e.kind for e in errors}
-        if nverr.kind not in known:
-            # nvidia-smi reads the driver fine: NVML failing only inside preflight's Python is a warning
-            status = Status.WARN if smi_ok else Status.FAIL
-            remedy = nverr.remedy if not smi_ok else (
-                "nvidia-smi works, so the driver is fine: check that preflight's Python can load libnvidia-ml "
-                "(LD_LIBRARY_PATH, container mounts) and that nvidia-ml-py is installed")
-            findings.append(Finding(status, "", f"{nverr.summary}: {nverr.line}", [nverr.line], remedy))
-    if errors or nverr is not None:
-        facts["error"] = (errors[0].line if errors else nverr.line if nverr else None)
-
-    if q is not None and report is not None and not driver and not errors:
-        head = [line for line in q.text.splitlines() if line.strip()][:3]
-        if q.rc:
-            findings.append(Finding(Status.FAIL, "", f"nvidia-smi -q failed with exit code {q.rc}",
-                                    head or ["(no output)"],
-                                    f"run `nvidia-smi -q` by hand on {ctx.node} and check dmesg for NVRM errors"))
-        elif not data or not nvml_driver:
-            findings.append(Finding(Status.ERROR, "", "no driver version in the nvidia-smi -q output",
-                                    head or ["(empty output)"],
-                                    f"run `nvidia-smi -q` by hand on {ctx.node}; garbled output is not graded"))
-
+        f.add(Status.FAIL, f"{e.summary}: {e.line}", [e.line], e.remedy)
+    for k in (klog.driver_faults if klog is not None else []):
+        f.add(Status.FAIL, f"kernel log: {k.meaning}", [k.line.raw.strip() or k.line.text],
+              "unload the module that owns the GPUs (nouveau: blacklist it and rebuild the initramfs) or fix the "
+              "driver install (DKMS build for the running kernel), then reboot; check `dmesg | grep NVRM`")
+    _version_findings(dv, driver or nvml_driver, f)
+    smi_ok = bool(driver) and not errors
+    if nverr is not None and nverr.kind != "gpu_lost" and nverr.kind not in {e.kind for e in errors}:
+        # nvidia-smi reads the driver fine: NVML failing only inside preflight's Python is a warning
+        f.add(Status.WARN if smi_ok else Status.FAIL, f"{nverr.summary}: {nverr.line}", [nverr.line],
+              "nvidia-smi works, so the driver is fine: check that preflight's Python can load libnvidia-ml "
+              "(LD_LIBRARY_PATH, container mounts) and that nvidia-ml-py is installed" if smi_ok else nverr.remedy)
     if driver and nvml_driver and driver != nvml_driver:
-        findings.append(Finding(Status.WARN, "", f"nvidia-smi reports driver {driver} but NVML reports {nvml_driver}",
-                                [report.header_lines.get("Driver Version", driver) if report else driver,
-                                 f"NVML driver: {nvml_driver}"],
-                                "two driver libraries are visible (container mounts, LD_LIBRARY_PATH): keep one"))
-
-    the_driver = driver or nvml_driver
-    the_cuda = cuda or nvml_cuda
-    pin_d = str(ctx.profile.get("gpu.driver_version") or "").strip()
-    pin_c = str(ctx.profile.get("gpu.cuda_version") or "").strip()
-    if pin_d and the_driver and not _pin_ok(the_driver, pin_d):
-        src = report.header_lines.get("Driver Version") if report and driver else f"NVML driver: {the_driver}"
-        findings.append(Finding(Status.FAIL, "", f"driver {the_driver} is not the pinned {pin_d}",
-                                [src or the_driver, _prov(ctx, "gpu.driver_version")],
-                                f"install driver {pin_d} (and the matching fabric manager), or update the profile pin"))
-    if pin_c and the_cuda and not _pin_ok(the_cuda, pin_c):
-        src = report.header_lines.get("CUDA Version") if report and cuda else f"NVML CUDA driver version: {the_cuda}"
-        findings.append(Finding(Status.FAIL, "", f"CUDA driver version {the_cuda} is not the pinned {pin_c}",
-                                [src or the_cuda, _prov(ctx, "gpu.cuda_version")],
-                                f"install the driver branch that provides CUDA {pin_c}, or update the profile pin"))
-
-    parts = [f"driver {the_driver}" if the_driver else "", f"CUDA {the_cuda}" if the_cuda else "",
-             f"NVML {nvml_version}" if nvml_version else ""]
-    ok = ", ".join(p for p in parts if p) or "driver stack answers"
-    ok_ev = [line for line in (report.header_lines.get("Driver Version"), report.header_lines.get("CUDA Version"))
-             if line] if report else []
-    if not findings and not the_driver:
-        return ctx.result(Status.ERROR, "no driver version found in the captures", evidence=ok_ev, facts=facts,
+        f.add(Status.WARN, f"nvidia-smi reports driver {driver} but NVML reports {nvml_driver}",
+              [q.header_lines.get("Driver Version", driver) if q else driver, f"NVML driver: {nvml_driver}"],
+              "two driver libraries are visible (container mounts, LD_LIBRARY_PATH): keep one")
+    for key, actual, what in (("gpu.driver_version", the_driver, "driver"), ("gpu.cuda_version", the_cuda,
+                                                                           "CUDA driver version")):
+        pin = str(ctx.profile.get(key) or "").strip()
+        if pin and actual and not _pin_ok(actual, pin):
+            shown = q.header_lines.get("Driver Version" if what == "driver" else "CUDA Version") if q else None
+            f.add(Status.FAIL, f"{what} {actual} is not the pinned {pin}",
+                  [shown or f"{what}: {actual}", _prov(ctx.profile, key)],
+                  f"install the driver branch that provides {what} {pin}, or update the profile pin")
+    facts["error"] = errors[0].line if errors else nverr.line if nverr else None
+    if f:
+        return f.result(ctx, "", facts)
+    if not the_driver:
+        if lost and not errors:
+            return ctx.result(Status.SKIP, "driver not graded: the only message is a GPU that does not answer "
+                                           "(a GPU fault: gpu.inventory FAILs it)", evidence=[e.line for e in lost],
+                              facts=facts)
+        if ctx.options.mode == "analyze":
+            return []  # this paste says nothing about the driver
+        inp = ctx.input("nvidia-smi-q")
+        if inp is not None and inp.rc:
+            return ctx.result(Status.FAIL, f"nvidia-smi -q failed with exit code {inp.rc}", facts=facts,
+                              evidence=[f"`{inp.cmdline}` exited {inp.rc} without a driver version"],
+                              remedy=f"run `nvidia-smi -q` by hand on {ctx.node} and check dmesg for NVRM errors")
+        return ctx.result(Status.ERROR, "no driver version found in the captures", facts=facts,
+                          evidence=[f"{name}: no driver version" for name in ("nvidia-smi-q", "nvml")
+                                    if ctx.input(name) is not None],
                           remedy=f"run `nvidia-smi -q` by hand on {ctx.node}")
-    return combine(ctx, findings, ok, facts, ok_evidence=ok_ev)
+    parts = [f"driver {the_driver}", f"CUDA {the_cuda}" if the_cuda else "",
+             f"NVML {nv.nvml_version}" if nv is not None and nv.nvml_version else ""]
+    ok_ev = [x for x in ((q.header_lines.get("Driver Version"), q.header_lines.get("CUDA Version")) if q else ()) if x]
+    ok_ev += [dv.loaded_line] if dv and dv.loaded else []
+    return f.result(ctx, ", ".join(p for p in parts if p), facts, ok_ev)
 
-
-# ---------------------------------------------------------------------------------------
-# Formats and registration
-# ---------------------------------------------------------------------------------------
-
-_SMI_OWN_MESSAGES = re.compile(
-    r"Failed to initialize NVML:|NVIDIA-SMI has failed because|^No devices were found|"
-    r"Unable to determine the device handle for", re.M)
-_LOG_PREFIX = re.compile(r"^\s*(\[[\d .:]+\]|\w{3} [ \d]\d \d\d:\d\d:\d\d |\d{4}-\d\d-\d\dT)", re.M)
-
-
-def looks_like_smi_error(text: str) -> bool:
-    """A short nvidia-smi output that is only its error message (no GPU listing, not a log)."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines or len(lines) > 12 or looks_like_q(text):
-        return False
-    if _LOG_PREFIX.search(text):
-        return False
-    return bool(_SMI_OWN_MESSAGES.search(text))
-
-
-def _looks_like_nvml(text: str) -> bool:
-    t = text.strip()
-    return t.startswith("{") and '"nvml_version"' in t and '"ok"' in t
-
-
-register_format(Format("nvidia-smi-q", detect=looks_like_q, description="nvidia-smi -q", priority=60))
-register_format(Format("nvidia-smi-error", detect=looks_like_smi_error, probe="nvidia-smi-q", priority=30,
-                       description="nvidia-smi error message (driver not loaded, version mismatch, no devices)"))
-if "nvml" not in REGISTRY.formats:  # normally declared by the GPU inventory module
-    register_format(Format("nvml", detect=_looks_like_nvml, description="preflight NVML probe JSON", priority=60))
 
 register(Check(
-    id="gpu.health", title="GPU health (ECC, row remapping, recovery action)", grade=grade_health,
-    probes=(PROBE_Q,), required=("nvidia-smi-q",),
-    profile_keys={"gpu.max_uncorrectable_ecc": int, "gpu.max_retired_pages": int,
-                  "gpu.clock_events_warn": list, "gpu.clock_events_warn_idle": list, "gpu.busy_util_pct": int},
-    formats=("nvidia-smi-q", "nvidia-smi-table"),
-    catches="uncorrectable ECC, pending/failed row remaps, retired pages, driver recovery action / reset "
-            "required, memory repair pending, HW clock slowdown, ERR! sensors",
+    id="gpu.health", title="GPU health (ECC, row remapping, retired pages, recovery action)", grade=grade_health,
+    probes=(PROBE_Q,), required=("nvidia-smi-q",), inputs=("nvidia-smi-q", "nvidia-smi-query", "nvidia-smi-table"),
+    profile_keys={"gpu.max_uncorrectable_ecc": int, "gpu.max_retired_pages": int, "gpu.retired_pages_table": int,
+                  "gpu.retired_pages_full_pending": int, "gpu.clock_events_warn": list,
+                  "gpu.clock_events_warn_idle": list, "gpu.busy_util_pct": int},
+    catches="uncorrectable ECC, pending/failed row remaps, retired pages pending or table full, driver recovery "
+            "action / reset required, refused resets, memory repair pending, HW clock slowdown, ERR! sensors",
     node_local=True, in_run=True))
 
 register(Check(
     id="gpu.driver", title="GPU driver, CUDA and NVML", grade=grade_driver,
-    probes=(PROBE_Q, PROBE_NVML), required=(),
+    probes=(PROBE_Q, PROBE_NVML), required=(), inputs=("nvidia-smi-q", "nvml", "kernel-log", "driver-version"),
     profile_keys={"gpu.driver_version": str, "gpu.cuda_version": str},
-    formats=("nvidia-smi-q", "nvml"),
-    catches="driver/library version mismatch, driver not loaded, no devices, NVML library missing, "
-            "driver or CUDA version off the profile pin",
+    catches="driver/library version mismatch, driver not loaded, no devices, NVML library missing, kernel-log driver "
+            "faults (probe not called, no adapter), loaded module older than the installed packages, version pins",
     node_local=True, in_run=True))
 
-__all__ = ["DRIVER_ERRORS", "Finding", "combine", "cuda_from_int", "gpu_facts", "grade_driver", "grade_health",
-           "grade_q_gpu", "looks_like_smi_error", "nvml_error", "parse_nvml"]
+__all__ = ["CLOCK_EVENTS", "DRIVER_ERRORS", "PROBE_NVML", "PROBE_Q", "GpuHealth", "from_csv", "from_q", "from_table",
+           "grade_driver", "grade_gpu", "grade_health"]

@@ -116,7 +116,17 @@ def errors_in(lines: Iterable[str]) -> list[ToolError]:
                     bus, detail = bm.group(1), (bm.group(2) or detail).strip()
             found.append(ToolError(kind, line, summary, remedy, bus, detail))
             break
-    return found
+    # one message per GPU and kind (an agent's log line often repeats the tool's own line), and a
+    # block header ("The following GPUs could not be reset:") gives way to the GPUs under it
+    named = {(e.kind, e.pci) for e in found if e.pci}
+    kinds_named = {k for k, _ in named}
+    out: list[ToolError] = []
+    for e in found:
+        if (e.pci and (e.kind, e.pci) in {(x.kind, x.pci) for x in out}) or (not e.pci and e.kind in kinds_named
+                                                                               and e.kind in ("reset_failed", "gpu_lost")):
+            continue
+        out.append(e)
+    return out
 
 
 def find(doc: Doc) -> list[ToolError]:

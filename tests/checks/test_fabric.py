@@ -6,14 +6,28 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks.fabric import (
-    looks_like_fm_log,
-    looks_like_fm_service,
-    parse_fm_log,
-    parse_fm_service,
-)
+from preflight.framing import Doc, frame
 from preflight.model import Capture, CaptureState, Result, Status
-from tests.conftest import capture, fixture_text, grade
+from preflight.parsers import fabricmanager, systemd
+from preflight.parsers.fabricmanager import FmEvent
+from preflight.parsers.systemd import UnitState
+from tests.conftest import capture, facts_of, fixture_text, grade
+
+
+def parse_fm_service(text: str) -> UnitState:
+    return facts_of("fm-service", text)  # type: ignore[return-value]
+
+
+def parse_fm_log(text: str) -> list[FmEvent]:
+    return facts_of("fm-log", text).events  # type: ignore[attr-defined]
+
+
+def looks_like_fm_service(text: str) -> bool:
+    return systemd.detect(Doc.join(frame(text).docs))
+
+
+def looks_like_fm_log(text: str) -> bool:
+    return fabricmanager.detect(Doc.join(frame(text).docs))
 
 
 def svc(name: str) -> Capture:
@@ -92,7 +106,7 @@ def test_parse_fm_log_multiline_records() -> None:
     evs = parse_fm_log(fixture_text("fabricmanager/fm_gpu_nvl_nonfatal_multiline.log"))
     kinds = [e.kind for e in evs]
     # the payload and key : value continuation lines are not records of their own
-    assert kinds == ["error", "nonfatal", "nonfatal"]
+    assert kinds == ["multicast", "nonfatal", "nonfatal"]
     nvl = evs[1]
     assert "portNum : 33" in nvl.detail and "errorCode : 0x02" in nvl.quote
     assert evs[0].detail == []  # the blank line ends the team-setup payload before it
@@ -247,11 +261,12 @@ def test_log_fatal_before_restart_warns() -> None:
     assert r.status is Status.WARN and "before the fabric manager's last restart" in r.summary
 
 
-def test_log_nonfatal_and_other_errors_warn() -> None:
+def test_log_multicast_failure_fails_and_nonfatal_errors_are_named() -> None:
     r = fabric(mode="analyze", log=log("fm_gpu_nvl_nonfatal_multiline.log"))
-    assert r.status is Status.WARN
-    assert "non-fatal" in r.summary
-    assert r.facts["log_nonfatal"] == 2 and r.facts["log_errors"] == 1
+    assert r.status is Status.FAIL
+    assert "NVLS multicast team setup failed" in r.summary and "non-fatal" in r.summary
+    assert r.facts["log_nonfatal"] == 2 and r.facts["log_multicast_failures"] == 1 and r.facts["log_errors"] == 0
+    assert "NVLS" in r.remedy
 
 
 def test_log_abort_fails() -> None:

@@ -9,19 +9,25 @@ from pathlib import Path
 import pytest
 
 from preflight import engine, registry
-from preflight.checks._smi_q import find_tool_errors, looks_like_q, parse_q, to_bool, to_int
-from preflight.checks.gpu_health import (
-    _uncorrectable,
-    cuda_from_int,
-    gpu_facts,
-    looks_like_smi_error,
-    nvml_error,
-    parse_nvml,
-)
+from preflight.checks.gpu_health import from_q
+from preflight.framing import Doc
 from preflight.model import Capture, CaptureState, Result, Status
+from preflight.parsers import nvsmi_errors, nvsmi_q
+from preflight.parsers.base import to_bool, to_int
+from preflight.parsers.nvsmi_q import QReport
 from preflight.transport.local import LocalTransport
 from tests import fakes
-from tests.conftest import FIXTURES, capture, fixture_text, grade
+from tests.conftest import FIXTURES, capture, facts_of, fixture_text, grade
+
+
+def parse_q(text: str) -> QReport:
+    rep = facts_of("nvidia-smi-q", text)
+    assert isinstance(rep, QReport)
+    return rep
+
+
+def find_tool_errors(text: str) -> list[nvsmi_errors.ToolError]:
+    return nvsmi_errors.errors_in(text.splitlines())
 
 Q = "nvidia-smi-q/"
 
@@ -91,16 +97,17 @@ def test_parse_old_layout_throttle_reasons_alias_and_double_bit() -> None:
     rep = parse_q(fixture_text(Q + "v100x2_470_retired_pages_pending.txt"))
     g = rep.gpus[0]
     assert g.get("Clocks Event Reasons/Idle") == "Active"
-    assert _uncorrectable(g, "Volatile")[0] == 0
-    assert _uncorrectable(g, "Aggregate")[0] == 3  # Double Bit/Total only, not the per-unit lines too
-    f = gpu_facts(g)
+    h = from_q(g)
+    assert h.ecc_volatile == 0
+    assert h.ecc_aggregate == 3  # Double Bit/Total only, not the per-unit lines too
+    f = h.facts()
     assert f["retired_pages_dbe"] == 3 and f["retired_pages_pending"] is True
     assert f["remapped_pending"] is None  # `Remapped Rows : N/A`
 
 
 def test_parse_mig_counts_only_the_gpu_level_ecc() -> None:
     g = parse_q(fixture_text(Q + "a100x1_550_mig_enabled.txt")).gpus[0]
-    f = gpu_facts(g)
+    f = from_q(g).facts()
     assert f["uncorrectable_ecc"] is None  # N/A under MIG
     assert f["uncorrectable_ecc_aggregate"] == 0
     assert f["utilization"] is None
@@ -138,7 +145,7 @@ def test_tool_errors(name: str, kind: str) -> None:
     text = fixture_text(Q + name)
     errs = find_tool_errors(text)
     assert errs and errs[0].kind == kind
-    assert looks_like_smi_error(text) and not looks_like_q(text)
+    assert nvsmi_errors.detect(Doc(text)) and not nvsmi_q.detect(Doc(text))
 
 
 def test_lost_gpu_error_names_the_bus_id() -> None:
@@ -147,24 +154,25 @@ def test_lost_gpu_error_names_the_bus_id() -> None:
 
 
 def test_detectors_are_specific() -> None:
-    assert looks_like_q(fixture_text(Q + "h100x1_590_healthy.txt"))
-    dmesg = "[  12.345678] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.230.02\n" \
-            "[  13.000001] nvidia-smi: Failed to initialize NVML: Driver/library version mismatch\n"
-    assert not looks_like_smi_error(dmesg)
-    assert not looks_like_q("Driver Version: 535\nsome log line\n")
+    assert nvsmi_q.detect(Doc(fixture_text(Q + "h100x1_590_healthy.txt")))
+    assert not nvsmi_q.detect(Doc("Driver Version: 535\nsome log line\n"))
 
 
 def test_nvml_json_helpers() -> None:
-    assert parse_nvml("noise\n{\"ok\": true, \"gpus\": []}\n") == {"ok": True, "gpus": []}
-    assert parse_nvml("not json") is None
-    e = nvml_error({"ok": False, "error": "NVML Shared Library Not Found", "error_type": "NVMLError_LibraryNotFound"})
-    assert e is not None and e.kind == "library_missing"
-    e = nvml_error({"ok": False, "error": "Driver Not Loaded", "error_type": "NVMLError_DriverNotLoaded"})
-    assert e is not None and e.kind == "no_driver"
-    e = nvml_error({"ok": True, "gpus": []})
-    assert e is not None and e.kind == "no_devices"
-    assert nvml_error({"ok": True, "gpus": [{"index": 0}]}) is None
-    assert cuda_from_int(12020) == "12.2" and cuda_from_int(13010) == "13.1" and cuda_from_int(0) == ""
+    rep = facts_of("nvml", 'noise\n{"ok": true, "gpus": [], "nvml_version": "12"}\n')
+    assert rep.ok and rep.gpus == [] and rep.tool_error().kind == "no_devices"
+    assert not facts_of("nvml", "not json").ok
+
+    def err(**d: object) -> str:
+        e = facts_of("nvml", json.dumps({"nvml_version": "", **d})).tool_error()
+        return e.kind if e else ""
+
+    assert err(ok=False, error="NVML Shared Library Not Found", error_type="NVMLError_LibraryNotFound") == \
+        "library_missing"
+    assert err(ok=False, error="Driver Not Loaded", error_type="NVMLError_DriverNotLoaded") == "no_driver"
+    assert err(ok=True, gpus=[{"index": 0}]) == ""
+    assert facts_of("nvml", json.dumps({"ok": True, "gpus": [], "nvml_version": "1",
+                                        "cuda_driver_version": 13010})).cuda == "13.1"
 
 
 # ---------------------------------------------------------------------------------------
@@ -343,7 +351,8 @@ def test_driver_pass_reports_versions() -> None:
     caps["nvml"] = nvml()
     r = one(grade("gpu.driver", caps, profile="h100-sxm-8x"))
     assert r.status is Status.PASS, (r.summary, r.evidence)
-    assert r.facts == {"driver": "535.230.02", "cuda": "12.2", "nvml": "12.535.230.02", "error": None}
+    assert {k: r.facts[k] for k in ("driver", "cuda", "nvml", "error")} == \
+        {"driver": "535.230.02", "cuda": "12.2", "nvml": "12.535.230.02", "error": None}
     assert "driver 535.230.02" in r.summary and "CUDA 12.2" in r.summary
 
 

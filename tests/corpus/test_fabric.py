@@ -20,6 +20,12 @@ EXPECTED: dict[str, dict[str, str]] = {
     _RESTART: {"fabric.manager": "warn"},
     # multicast team setup/release is normal; one non-fatal 12028 at the end: WARN
     _MULTICAST: {"fabric.manager": "warn"},
+    # a fatal SXid on switch 3 port 33 and an NVLS multicast team setup failure: FAIL
+    "fabricmanager/fabricmanager_log_lines_sxid_fatal_20034_port33_multicast_gpu_handle_not_found_gpud.log":
+        {"fabric.manager": "fail"},
+    # the Talos wrapper picked one of 4 NVSwitch management ports: proves no running fabric
+    "fabricmanager/talosctl_logs_node_ip_prefix_fm_wrapper_4_nvswitch_lpf_candidates_hgx_b200_siderolabs893.log":
+        {"fabric.manager": "warn"},
 }
 
 
@@ -41,7 +47,7 @@ def test_corpus_expected(rel: str) -> None:
 @pytest.mark.corpus
 def test_corpus_restart_log_conclusions() -> None:
     r = _result(_RESTART)
-    assert "18 NVSwitch non-fatal error(s) (SXid 12028)" in r.summary and "4 NVSwitches" in r.summary
+    assert "18 x NVSwitch non-fatal error(s) (SXid 12028)" in r.summary and "00000000:83:00.0" in r.summary
     assert r.facts["log_fatal"] == 0 and r.facts["log_nonfatal"] == 18 and r.facts["log_errors"] == 0
     assert r.facts["log_restarts"] == 2 and r.facts["log_configured_after_last_start"] is True
 
@@ -51,3 +57,18 @@ def test_corpus_multicast_log_is_not_a_fault_apart_from_the_sxid() -> None:
     r = _result(_MULTICAST)
     assert r.facts["log_nonfatal"] == 1 and r.facts["log_errors"] == 0 and r.facts["log_fatal"] == 0
     assert any("physical id 3 port 61" in e for e in r.evidence)
+
+
+@pytest.mark.corpus
+def test_corpus_fatal_sxid_names_switch_and_port() -> None:
+    r = _result("fabricmanager/fabricmanager_log_lines_sxid_fatal_20034_port33_multicast_gpu_handle_not_found_gpud.log")
+    assert "SXid 20034" in r.summary and "00000000:86:00.0 (physical id 3) port 33" in r.summary
+    assert "NVLS multicast team setup failed" in r.summary
+
+
+@pytest.mark.corpus
+def test_corpus_talos_wrapper_is_not_a_verified_fabric() -> None:
+    r = _result("fabricmanager/talosctl_logs_node_ip_prefix_fm_wrapper_4_nvswitch_lpf_candidates_hgx_b200_"
+                "siderolabs893.log")
+    assert "not verified" in r.summary and "4 NVSwitch management port(s)" in r.summary
+    assert "0xcc40f3030027f630" in r.summary and r.node == "10.183.30.145"

@@ -1,0 +1,177 @@
+"""systemd's view of a unit as facts: `systemctl show` (Key=Value), `systemctl status`,
+`systemctl is-active`, a failed `systemctl start` ("Job for X.service failed because ..."),
+"Unit X could not be found", and the unit's journal lines that `status` prints below.
+
+Used for the fabric manager (probe `fm-service`); the parser reads any unit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from preflight.framing import Doc
+from preflight.parsers.base import Format, ParserSpec
+
+_SYSTEMD_DOWN = re.compile(r"System has not been booted with systemd|Failed to connect to bus|"
+                           r"Failed to get D-Bus connection|systemd.*not running", re.I)
+_ACTIVE_WORDS = {"active", "inactive", "failed", "activating", "deactivating", "reloading", "maintenance"}
+_SHOW_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)=(.*)$")
+_NOT_FOUND = re.compile(r"Unit (\S+?)(?:\.service)? (?:could not be found|not found)", re.I)
+_JOB_FAILED = re.compile(r"Job for (\S+?)(?:\.service)? failed(?: because (.*?))?\.?\s*$", re.I)
+JOURNAL = re.compile(r"^(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
+                     r"(?:\[\d+\])?: (?P<msg>.*)$")
+FM_UNIT = "nvidia-fabricmanager"
+
+
+@dataclass
+class JournalLine:
+    time_text: str
+    ident: str
+    message: str
+    line: str
+
+
+@dataclass
+class UnitState:
+    unit: str = ""
+    form: str = "none"  # show | status | is-active | start | none
+    load: str = ""  # loaded | not-found | masked | bad-setting | error
+    active: str = ""  # active | inactive | failed | activating | deactivating | ...
+    sub: str = ""  # running | dead | failed | exited | auto-restart ...
+    result: str = ""  # success | exit-code | signal | timeout | core-dump ...
+    exec_status: int | None = None
+    lines: list[str] = field(default_factory=list)  # the lines that say so
+    error: str = ""  # systemd could not be asked
+    start_failed: str = ""  # the "Job for ... failed" line of a failed `systemctl start`
+    journal: list[JournalLine] = field(default_factory=list)  # the unit's log lines under `status`
+
+    @property
+    def recognised(self) -> bool:
+        return self.form != "none" or bool(self.error)
+
+    @property
+    def installed(self) -> bool | None:
+        if self.load == "not-found":
+            return False
+        return True if self.load else None
+
+    def describe(self) -> str:
+        """'failed (result exit-code, exit status 1)', 'active (running)'."""
+        bits = []
+        if self.sub and self.sub != self.active:
+            bits.append(self.sub)
+        if self.result and self.result != "success":
+            bits.append(f"result {self.result}")
+        if self.exec_status:
+            bits.append(f"exit status {self.exec_status}")
+        return (self.active or "unknown") + (f" ({', '.join(bits)})" if bits else "")
+
+
+def _show(svc: UnitState, lines: list[str]) -> bool:
+    show = {}
+    for ln in lines:
+        m = _SHOW_LINE.match(ln)
+        if m:
+            show[m.group(1)] = (m.group(2).strip(), ln)
+    if "LoadState" not in show and "ActiveState" not in show:
+        return False
+    svc.form = "show"
+    svc.unit = show.get("Id", ("", ""))[0]
+    svc.load, svc.active = show.get("LoadState", ("", ""))[0], show.get("ActiveState", ("", ""))[0]
+    svc.sub, svc.result = show.get("SubState", ("", ""))[0], show.get("Result", ("", ""))[0]
+    code = show.get("ExecMainStatus", ("", ""))[0]
+    svc.exec_status = int(code) if code.lstrip("-").isdigit() else None
+    svc.lines = [show[k][1] for k in ("LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus") if k in show]
+    return True
+
+
+def _status_line(svc: UnitState, s: str) -> None:
+    m = re.match(r"^[●*○×\s]*(\S+?)\.service\b", s)
+    if m and not svc.unit and svc.form == "none":
+        svc.unit = m.group(1)
+    m = re.match(r"^Loaded:\s*(\S+)", s)
+    if m:
+        svc.form, svc.load = "status", m.group(1)
+        svc.lines.append(s)
+        return
+    m = re.match(r"^Active:\s*(\S+)(?:\s+\(([^)]*)\))?", s)
+    if m:
+        svc.form, svc.active = "status", m.group(1)
+        paren = (m.group(2) or "").strip()
+        r = re.match(r"Result:\s*(\S+)", paren)
+        svc.result, svc.sub = (r.group(1), svc.active) if r else (svc.result, paren)
+        svc.lines.append(s)
+        return
+    m = re.search(r"\(code=(\w+), status=(\d+)", s)
+    if m and svc.form == "status" and svc.exec_status is None:
+        svc.exec_status = int(m.group(2))
+        svc.lines.append(s)
+
+
+def parse(doc: Doc) -> UnitState:
+    svc = UnitState()
+    items = [ln for ln in doc.lines if ln.text.strip()]
+    lines = [ln.text.strip() for ln in items]
+    for s in lines:
+        if _SYSTEMD_DOWN.search(s):
+            svc.error = s
+            svc.lines.append(s)
+            return svc
+    if _show(svc, lines):
+        return svc
+    for ln, s in zip(items, lines, strict=True):
+        m = _NOT_FOUND.search(s)
+        if m:
+            svc.unit, svc.form, svc.load, svc.active = m.group(1), "status", "not-found", "inactive"
+            svc.lines.append(s)
+            return svc
+        m = _JOB_FAILED.search(s)
+        if m:  # a unit that could be started exists: it is loaded, and its start failed
+            svc.unit, svc.start_failed = m.group(1), s
+            if svc.form == "none":
+                svc.form, svc.load, svc.active, svc.result = "start", "loaded", "failed", "start-failed"
+            svc.lines.append(s)
+            continue
+        if ln.ident:  # framing peeled the journal's time, host and identifier
+            svc.journal.append(JournalLine(ln.time_text, ln.ident, s, ln.raw.strip()))
+            continue
+        j = JOURNAL.match(s)
+        if j:
+            svc.journal.append(JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s))
+            continue
+        _status_line(svc, s)
+    if svc.form == "status":  # the daemon's own last lines often say why it stopped
+        svc.lines += [j.line for j in svc.journal if "fabricmanager" in j.ident][-3:]
+    if svc.form == "none" and len(lines) == 1 and lines[0] in _ACTIVE_WORDS | {"unknown"}:
+        svc.form, svc.active, svc.lines = "is-active", "" if lines[0] == "unknown" else lines[0], lines
+    return svc
+
+
+def detect(doc: Doc) -> bool:
+    """systemctl output about the fabric manager unit (show, status, is-active under its
+    prompt, a failed start, or "could not be found")."""
+    lines = [ln.text.strip() for ln in doc.head(60) if ln.text.strip()]
+    if not lines:
+        return False
+    cmd = doc.command or ""
+    if "systemctl" in cmd and FM_UNIT not in cmd and "fabricmanager" not in cmd:
+        return False
+    if all(_SHOW_LINE.match(ln) for ln in lines):
+        keys = {ln.split("=", 1)[0]: ln.split("=", 1)[1] for ln in lines}
+        unit = keys.get("Id", "") + keys.get("Names", "")
+        return "LoadState" in keys and "ActiveState" in keys and (not unit or "fabricmanager" in unit)
+    head = "\n".join(lines)
+    if re.search(r"(?:Unit|Job for) nvidia-fabricmanager\S*\s+(?:could not be found|failed)", head):
+        return True
+    if "systemctl" in cmd and len(lines) == 1 and lines[0] in _ACTIVE_WORDS:
+        return True
+    return bool(re.search(r"nvidia-fabricmanager(\.service)?\b", head) and re.search(r"^Loaded:", head, re.M)
+                and re.search(r"^Active:", head, re.M))
+
+
+FORMATS = [Format("fm-service", detect=detect, priority=55,
+                  description="systemctl show/status/is-active/start of nvidia-fabricmanager")]
+PARSERS = [ParserSpec("fm-service", parse)]
+
+__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "JournalLine", "PARSERS", "UnitState", "detect", "parse"]
