@@ -1,161 +1,34 @@
-"""hang.watchdog: collective timeouts in training logs (PyTorch NCCL watchdog, gloo).
+"""hang.watchdog: collective timeouts in training logs (PyTorch NCCL watchdog, gloo) and the
+flight recorder's verdict (`fr_trace` text).
 
-The NCCL watchdog of PyTorch prints, per rank, the collective it gave up on:
-
-    [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1234, OpType=ALLREDUCE,
-    NumelIn=..., NumelOut=..., Timeout(ms)=600000) ran for 600047 milliseconds before timing out.
-
-Over versions the prefix changed (`[E ProcessGroupNCCL.cpp:NNN]`, `[rankN]:[E... ProcessGroupNCCL.cpp:NNN]`,
-`[PG 0 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg) Rank 3]`), the fields inside WorkNCCL(...) grew
-(no SeqNum before 1.10, NumelIn/NumelOut from 2.1), and status lines were added
-(`Timeout at NCCL work: N, last enqueued NCCL work: N, last completed NCCL work: N.`,
-`failure detected by watchdog at work sequence id: N PG status: last enqueued work: N, last
-completed work: N`). gloo raises `Timed out waiting Nms for recv operation to complete` and
-`Connection closed by peer [addr]:port` from its transport sources.
-
+Graders over `preflight.parsers.torch_log` (watchdog lines of every PyTorch era, status
+lines, gloo errors, tracebacks, multiprocessing exit lines) and `preflight.parsers.flight_recorder`.
 The lowest sequence number among the ranks that timed out is where they parted: the rank(s)
 missing from that collective hung or died first.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.model import Result, Status
-from preflight.registry import Check, CheckContext, Format, register, register_format
+from preflight.parsers.flight_recorder import FrText
+from preflight.parsers.torch_log import HangEvent, HangLog, TorchLog
+from preflight.registry import Check, CheckContext, register
 
-_WORK = re.compile(r"WorkNCCL\(((?:[^()]|\([^()]*\))*)\)(?:\s+ran for (\d+) milliseconds)?")
-_KV = re.compile(r"(\w+(?:\(ms\))?)=([^,]+)")
-_RANK_TAG = re.compile(r"\[(?:PG (?:ID )?([^\s(]+)(?: PG GUID ([^\s(]+))?(?:\s*\(([^)]*)\))? )?Rank (\d+)\]")
-_PREFIX_RANK = re.compile(r"^\s*(?:\(\w+ pid=\d+\)\s*)?\[(?:rank|default)(\d+)\]:")
-_WATCHDOG_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout")
-_TIMEOUT_AT = re.compile(r"Timeout at NCCL work: (-?\d+), last enqueued NCCL work: (-?\d+), "
-                         r"last completed NCCL work: (-?\d+)")
-_DETECTED_AT = re.compile(r"(?:failure|Exception \(either an error or timeout\)) detected by watchdog at work"
-                          r"(?: sequence id)?: (-?\d+),?(?: PG status:)? last enqueued (?:NCCL )?work: (-?\d+), "
-                          r"last completed (?:NCCL )?work: (-?\d+)")
-_SOME_FAILED = re.compile(r"Some NCCL operations have failed or timed out")
-_NCCL_ERROR = re.compile(r"(?:NCCL watchdog thread terminated with exception|Process group watchdog thread terminated "
-                         r"with exception): (?!.*Watchdog caught collective operation timeout)(.*NCCL error.*)$")
-_GLOO_TIMEOUT = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*Timed out waiting (\d+)ms for (recv|send) operation to complete")
-_GLOO_CLOSED = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(Connection closed by peer|Read error|Connection reset by peer)"
-                          r"\s*\[?([0-9A-Fa-f:.]+)\]?:(\d+)")
+EARLY_SEQ = 100  # a collective this early in a job is start-up, not a slow step
+_GATHER = ("ALLGATHER", "_ALLGATHER_BASE", "ALLGATHER_COALESCED", "ALLGATHER_INTO_TENSOR_COALESCED")
+_SCATTER = ("REDUCE_SCATTER", "_REDUCE_SCATTER_BASE", "REDUCESCATTER")
 
 
-@dataclass
-class HangEvent:
-    kind: str  # nccl_timeout, nccl_status, nccl_error, gloo_timeout, gloo_peer_closed
-    rank: int | None = None
-    pg: str = ""
-    op: str = ""
-    seq: int | None = None
-    timeout_ms: int | None = None
-    ran_ms: int | None = None
-    numel_in: int | None = None
-    numel_out: int | None = None
-    last_enqueued: int | None = None
-    last_completed: int | None = None
-    peer: str = ""
-    message: str = ""
-    line: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if v not in (None, "")}
-        d["kind"] = self.kind
-        return d
-
-
-@dataclass
-class HangLog:
-    events: list[HangEvent] = field(default_factory=list)
-    some_failed: list[str] = field(default_factory=list)
-
-
-def _int(v: str | None) -> int | None:
-    if v is None:
+def group_size(ev: HangEvent) -> int | None:
+    """Ranks in the process group, from an all-gather's NumelOut/NumelIn (or a reduce-scatter's inverse)."""
+    if not ev.numel_in or not ev.numel_out:
         return None
-    v = v.strip()
-    return int(v) if re.fullmatch(r"-?\d+", v) else None
-
-
-def _rank_pg(line: str) -> tuple[int | None, str]:
-    m = _RANK_TAG.search(line)
-    if m:
-        pg = m.group(1) or ""
-        if m.group(3):
-            pg = f"{pg}({m.group(3)})" if pg else m.group(3)
-        return int(m.group(4)), pg
-    mp = _PREFIX_RANK.search(line)
-    if mp:
-        return int(mp.group(1)), ""
-    return None, ""
-
-
-def parse_hang_log(text: str) -> HangLog:
-    log = HangLog()
-    seen: set[tuple[Any, ...]] = set()
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if _WATCHDOG_TIMEOUT.search(line):
-            # "terminated with exception: [Rank 3] Watchdog caught..." repeats the event: the
-            # rank tag nearest the message is the one that counts.
-            idx = line.find("Watchdog caught")
-            rank, pg = _rank_pg(line[:idx][-120:]) if idx >= 0 else (None, "")
-            if rank is None:
-                rank, pg = _rank_pg(line)
-            ev = HangEvent(kind="nccl_timeout", rank=rank, pg=pg, line=line)
-            mw = _WORK.search(line)
-            if mw:
-                fields = dict(_KV.findall(mw.group(1)))
-                ev.seq = _int(fields.get("SeqNum"))
-                ev.op = fields.get("OpType", "").strip()
-                ev.timeout_ms = _int(fields.get("Timeout(ms)"))
-                ev.numel_in = _int(fields.get("NumelIn"))
-                ev.numel_out = _int(fields.get("NumelOut"))
-                ev.ran_ms = _int(mw.group(2))
-            key: tuple[Any, ...] = ("t", ev.rank, ev.seq, ev.op, ev.timeout_ms)
-            if key not in seen:
-                seen.add(key)
-                log.events.append(ev)
-            continue
-        mt = _TIMEOUT_AT.search(line) or _DETECTED_AT.search(line)
-        if mt:
-            rank, pg = _rank_pg(line)
-            key = ("s", rank, pg, mt.group(1))
-            if key not in seen:
-                seen.add(key)
-                log.events.append(HangEvent(kind="nccl_status", rank=rank, pg=pg, seq=_int(mt.group(1)),
-                                            last_enqueued=_int(mt.group(2)), last_completed=_int(mt.group(3)),
-                                            line=line))
-            continue
-        if _SOME_FAILED.search(line):
-            log.some_failed.append(line)
-            continue
-        me = _NCCL_ERROR.search(line)
-        if me:
-            rank, pg = _rank_pg(line)
-            key = ("e", rank, me.group(1)[:80])
-            if key not in seen:
-                seen.add(key)
-                log.events.append(HangEvent(kind="nccl_error", rank=rank, pg=pg, message=me.group(1).strip(),
-                                            line=line))
-            continue
-        mg = _GLOO_TIMEOUT.search(line)
-        if mg:
-            rank, pg = _rank_pg(line)
-            log.events.append(HangEvent(kind="gloo_timeout", rank=rank, pg=pg, op=mg.group(3),
-                                        timeout_ms=int(mg.group(2)), line=line))
-            continue
-        mc = _GLOO_CLOSED.search(line)
-        if mc:
-            rank, pg = _rank_pg(line)
-            log.events.append(HangEvent(kind="gloo_peer_closed", rank=rank, pg=pg, peer=mc.group(3),
-                                        message=mc.group(2), line=line))
-    return log
+    op = ev.op.upper()
+    big, small = (ev.numel_out, ev.numel_in) if op in _GATHER else (ev.numel_in, ev.numel_out) if op in _SCATTER \
+        else (0, 1)
+    return big // small if big and big % small == 0 and big // small > 1 else None
 
 
 def _merge_status(log: HangLog) -> list[HangEvent]:
@@ -166,10 +39,52 @@ def _merge_status(log: HangLog) -> list[HangEvent]:
         for s in status:
             if s.rank == t.rank and s.seq == t.seq:
                 t.last_enqueued, t.last_completed = s.last_enqueued, s.last_completed
-                if not t.pg:
-                    t.pg = s.pg
+                t.pg = t.pg or s.pg
                 break
     return timeouts
+
+
+def grade_fr_text(ctx: CheckContext, fr: FrText) -> Result:
+    """fr_trace's verdict: the ranks that did not join a collective, or fell behind the others."""
+    facts: dict[str, Any] = {}
+    remedy = ("the named rank(s) never entered that collective: read their logs and py-spy stacks (hung in a data "
+              "loader, a host-side deadlock, a crashed process) and check their node (Xid, NIC); `preflight triage` "
+              "collects both")
+    missing = [x for x in fr.findings if x.missing_ranks]
+    if missing:
+        x = missing[0]
+        facts.update(seq=x.seq, op=x.op or None, group=x.group or None, missing_ranks=x.missing_ranks,
+                     expected_ranks=x.expected_ranks, world_size=x.world_size)
+        ranks = ", ".join(map(str, x.missing_ranks))
+        return ctx.result(Status.FAIL, f"flight recorder: rank{'s' if len(x.missing_ranks) > 1 else ''} {ranks} did not "
+                                       f"join {x.op or 'the collective'} sequence number {x.seq}"
+                                       + (f" (expected ranks {x.expected_ranks})" if x.expected_ranks else ""),
+                          evidence=x.lines[:10], remedy=remedy, facts=facts)
+    culprits = [(r, t, x) for x in fr.findings for r, t in x.culprits]
+    if culprits:
+        r, t, x = culprits[0]
+        facts.update(seq=x.seq, culprit=r)
+        return ctx.result(Status.FAIL, f"flight recorder: rank {r} is the culprit of sequence number {x.seq} ({t})",
+                          evidence=x.lines[:10], remedy=remedy, facts=facts)
+    if fr.findings:
+        x = fr.findings[0]
+        return ctx.result(Status.FAIL, f"flight recorder: collective sequence number {x.seq} has errors ({x.kind})",
+                          evidence=x.lines[:10], remedy=remedy, facts={"seq": x.seq})
+    sbs = fr.side_by_side
+    if sbs is not None and sbs.behind:
+        counts = {r: len(sbs.entries[r]) for r in sbs.ranks}
+        most = max(counts.values())
+        lead = next(r for r in sbs.ranks if counts[r] == most)
+        nxt = sbs.entries[lead][len(sbs.entries[sbs.behind[0]])]
+        facts.update(entries=counts, behind=sbs.behind)
+        return ctx.result(Status.FAIL, f"flight recorder: rank{'s' if len(sbs.behind) > 1 else ''} "
+                                       f"{', '.join(map(str, sbs.behind))} entered {counts[sbs.behind[0]]} collective(s), "
+                                       f"rank {lead} {most}: the next one ({nxt}) was never joined",
+                          evidence=[sbs.header, *[f"rank {r}: {n} entries" for r, n in counts.items()]],
+                          remedy=remedy, facts=facts)
+    n = len(sbs.ranks) if sbs is not None else 0
+    return ctx.result(Status.PASS, f"flight recorder: all {n} rank(s) entered the same collectives",
+                      facts={"ranks": sbs.ranks if sbs else []})
 
 
 def _ranks(events: list[HangEvent]) -> str:
@@ -181,10 +96,13 @@ def _ranks(events: list[HangEvent]) -> str:
 
 
 def grade_watchdog(ctx: CheckContext) -> Result:
-    cap = ctx.capture("watchdog-log")
-    if cap is None:
-        return ctx.result(Status.SKIP, "no training log to grade")
-    log = parse_hang_log(cap.text)
+    tl: TorchLog | None = ctx.facts("watchdog-log")
+    fr: FrText | None = ctx.facts("fr-trace")
+    if tl is None and fr is None:
+        return ctx.result(Status.SKIP, "no training log or flight-recorder output to grade")
+    if tl is None:
+        return grade_fr_text(ctx, fr) if fr is not None else ctx.result(Status.SKIP, "nothing to grade")
+    log = tl.hang
     timeouts = _merge_status(log)
     status_only = [e for e in log.events if e.kind == "nccl_status"]
     errors = [e for e in log.events if e.kind == "nccl_error"]
@@ -202,6 +120,7 @@ def grade_watchdog(ctx: CheckContext) -> Result:
         first = min(with_seq, key=lambda e: (e.seq, e.rank if e.rank is not None else 1 << 30)) if with_seq else pool[0]
         facts.update({"op": first.op or None, "seq": first.seq, "timeout_ms": first.timeout_ms,
                       "ran_ms": first.ran_ms, "rank": first.rank, "pg": first.pg or None,
+                      "group_size": group_size(first),
                       "ranks": sorted({e.rank for e in pool if e.rank is not None}),
                       "seqs": sorted({e.seq for e in with_seq if e.seq is not None})})
         at_first = [e for e in pool if e.seq == first.seq]
@@ -211,7 +130,13 @@ def grade_watchdog(ctx: CheckContext) -> Result:
         if first.timeout_ms is not None:
             desc += f" (timeout {first.timeout_ms} ms"
             desc += f", ran {first.ran_ms} ms)" if first.ran_ms is not None else ")"
-        summary = f"NCCL watchdog timeout: {desc} on {_ranks(at_first)}"
+        where = f" of process group {first.pg}" if first.pg else ""
+        if first.seq is not None and first.seq <= EARLY_SEQ:
+            remedy_hang = (f"SeqNum {first.seq}: the job had barely started, so a longer timeout cannot help: a rank "
+                           "never joined (crashed, hung at start-up, or cannot reach the others); " + remedy_hang)
+        size = group_size(first)
+        summary = f"NCCL watchdog timeout: {desc} on {_ranks(at_first)}{where}" + (
+            f" ({size} ranks in the group)" if size else "")
         ev = [e.line for e in at_first[:6]]
         others = [e for e in pool if e not in at_first]
         if others:
@@ -236,8 +161,21 @@ def grade_watchdog(ctx: CheckContext) -> Result:
         if gloo_c:
             rem = (f"the process at {gloo_c[0].peer} exited or crashed first: read its log (OOM, exception, "
                    "node failure); the timeouts on other ranks follow from it")
-        return ctx.result(Status.FAIL, "; ".join(parts), evidence=[e.line for e in (gloo_c + gloo_t)][:8],
-                          remedy=rem, facts=facts)
+        ev = [e.line for e in (gloo_c + gloo_t)][:8]
+        first_exit = next((x for x in tl.exits if x.first), None)
+        if first_exit is not None:
+            parts.append(f"process {first_exit.process} exited first (exit code {first_exit.code})")
+            ev += [x.line for x in tl.exits[:3]]
+            facts["first_exit"] = {"process": first_exit.process, "code": first_exit.code}
+            rem = (f"process {first_exit.process} exited on its own with code {first_exit.code}; the others lost their "
+                   "connection to it: read its log for the error that ended it")
+        elif tl.p2p_calls and gloo_c and not gloo_t:
+            parts.append("inside a point-to-point receive: the sending process exited before the receive completed")
+            ev += tl.p2p_calls[:2]
+            rem = ("an application bug in point-to-point communication, not the network: the sender returned (or "
+                   "crashed) before its matching send completed; keep both processes alive until every send/recv "
+                   "pair has completed (wait on the requests, add a barrier before exit)")
+        return ctx.result(Status.FAIL, "; ".join(parts), evidence=ev, remedy=rem, facts=facts)
     if errors:
         facts["rank"] = errors[0].rank
         return ctx.result(Status.FAIL, f"NCCL error in the watchdog on {_ranks(errors)}: {errors[0].message[:160]}",
@@ -247,31 +185,21 @@ def grade_watchdog(ctx: CheckContext) -> Result:
     if log.some_failed:
         return ctx.result(Status.FAIL, "NCCL operations failed or timed out (no detail line in the log)",
                           evidence=log.some_failed[:4], remedy=remedy_hang, facts=facts)
+    if fr is not None and fr.recognised:
+        return grade_fr_text(ctx, fr)
     return ctx.result(Status.PASS, "no collective timeout in the log", facts=facts)
 
-
-_DETECT = re.compile(
-    r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
-    r"Timeout at NCCL work: \d+|detected by watchdog at work|"
-    r"gloo[^\]\n]*\]\s*(?:Timed out waiting \d+ms for (?:recv|send) operation|Connection closed by peer)|"
-    r"watchdog thread terminated with exception")
-
-
-def _looks_like_watchdog(text: str) -> bool:
-    return bool(_DETECT.search(text))
-
-
-register_format(Format("watchdog-log", detect=_looks_like_watchdog,
-                       description="training log with PyTorch NCCL watchdog / gloo timeouts", priority=45))
 
 register(Check(
     id="hang.watchdog",
     title="Collective timeouts",
     grade=grade_watchdog,
     probes=(),
-    formats=("watchdog-log",),
-    catches="NCCL watchdog and gloo collective timeouts: op, SeqNum, timeout and ranks; the lowest SeqNum is where "
-            "the ranks parted",
+    inputs=("watchdog-log", "fr-trace"),
+    catches="NCCL watchdog and gloo collective timeouts (op, SeqNum, timeout, ranks, group size), the process that "
+            "exited first, point-to-point receives whose sender exited, ranks the flight recorder shows missing",
     node_local=False,
     in_run=False,
 ))
+
+__all__ = ["grade_fr_text", "grade_watchdog", "group_size"]

@@ -328,11 +328,7 @@ def classify(doc: Doc, registry: Registry) -> list[Format]:
     found: list[Format] = []
     for fmt in sorted(registry.formats.values(), key=lambda f: -f.priority):
         try:
-            try:
-                hit = fmt.detect(doc)
-            except (AttributeError, TypeError):  # TRANSITION: detectors still reading text
-                hit = fmt.detect("\n".join(ln.text for ln in doc.head(2000)))  # type: ignore[arg-type]
-            if hit:
+            if fmt.detect(doc):
                 found.append(fmt)
         except Exception:  # a broken detector (site code) recognises nothing
             continue

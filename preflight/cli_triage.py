@@ -70,7 +70,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
 def resolve_job(job_id: str) -> dict[str, Any]:
     """A Slurm job's node list and start time: scontrol (running or recent), else sacct (accounting)."""
     from preflight import inventory
-    from preflight.triage import parsers
+    from preflight.parsers import slurm_job as parsers
 
     if not _JOB_ID.match(job_id):
         raise UsageError(f"job id {job_id!r}: use digits (4242 or 4242_7)")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.model import Capture, CaptureState, Result, Status
+from preflight.parsers.nccl_tests import NcclTestRow, NcclTests
 from preflight.profile import Profile
 from preflight.sweep import pairs as pairmod
 from preflight.sweep.launch import Launched
@@ -94,27 +95,28 @@ def collect(launched: Launched, spec: SweepSpec, nodes: list[str]) -> SweepOutco
 # the nccl-tests table of the sweep's rows
 
 
-def nccl_tests_text(out: SweepOutcome) -> str:
-    """The rows as all_reduce_perf prints them (out-of-place columns), rank lines included."""
+def nccl_tests_facts(out: SweepOutcome) -> NcclTests:
+    """The sweep's measurements as the facts an nccl-tests table gives (out-of-place columns)."""
     spec = out.spec
     dtype = NCCL_TESTS_DTYPE.get(spec.dtype, spec.dtype)
-    lines = [f"# nThread 1 nGpus 1 minBytes {spec.min_bytes} maxBytes {spec.max_bytes} step: {spec.factor}(factor) "
-             f"warmup iters: {spec.warmup} iters: {spec.iters} agg iters: 1 validation: 1 graph: 0", "#",
-             "# Using devices"]
+    facts = NcclTests(header=f"# preflight sweep: {spec.backend}, {spec.min_bytes}..{spec.max_bytes} B, "
+                             f"factor {spec.factor}, {spec.iters} iters")
     for r, h in sorted(out.ranks.items()):
-        lines.append(f"#  Rank {r:2d} Group  0 Pid {int(h.get('pid') or 0):6d} on {h.get('node')!s:>10} device "
-                     f"{int(h.get('local_rank') or 0):2d} [{h.get('device', '')}] {h.get('model', '')}")
-    lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw #wrong",
-              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"]
+        facts.ranks.append({"rank": r, "group": 0, "pid": int(h.get("pid") or 0), "host": str(h.get("node")),
+                            "device": int(h.get("local_rank") or 0), "bus": str(h.get("device", "")),
+                            "model": str(h.get("model", ""))})
     for row in out.rows:
-        lines.append(f"{row['bytes']:12d}  {row['count']:12d}  {dtype:>8}     sum      -1  {row['time_us']:8.2f}  "
-                     f"{row['algbw']:6.2f}  {row['busbw']:6.2f}  {int(row.get('wrong') or 0):5d}")
+        facts.rows.append(NcclTestRow(bytes=int(row["bytes"]), count=int(row["count"]), dtype=dtype,
+                                      time_us=round(row["time_us"], 2), algbw=round(row["algbw"], 2),
+                                      busbw=round(row["busbw"], 2),  # the precision all_reduce_perf prints
+                                      wrong=int(row.get("wrong") or 0),
+                                      line=f"{row['bytes']} B: {row['time_us']:.2f} us, algbw {row['algbw']:.2f}, "
+                                           f"busbw {row['busbw']:.2f} GB/s, {int(row.get('wrong') or 0)} wrong"))
     if out.rows:
         wrong = sum(int(r.get("wrong") or 0) for r in out.rows)
-        avg = sum(round(r["busbw"], 2) for r in out.rows) / len(out.rows)
-        lines.append(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
-        lines.append(f"# Avg bus bandwidth    : {avg:.4f}")
-    return "\n".join(lines) + "\n"
+        facts.oob_values = wrong
+        facts.avg_busbw = round(sum(round(r["busbw"], 2) for r in out.rows) / len(out.rows), 4)
+    return facts
 
 
 def effective_profile(profile: Profile, expect_busbw: float | None = None, expect_min_bytes: int | None = None,
@@ -198,8 +200,8 @@ def _fmt(b: int) -> str:
 def grade(out: SweepOutcome, profile: Profile, registry: Any = None) -> tuple[list[Result], pairmod.Isolation]:
     """Results of a sweep: nccl.allreduce, nccl.pingpong (group + named culprits),
     nccl.transport, and ERROR for nodes that never started."""
-    from preflight import engine
     from preflight import registry as regmod
+    from preflight.grading import FactStore, grade_node
     from preflight.registry import Options
 
     reg = registry or regmod.load()
@@ -223,13 +225,10 @@ def grade(out: SweepOutcome, profile: Profile, registry: Any = None) -> tuple[li
     # all-reduce: the nccl-tests grader over the rows
     ar: Result | None = None
     if spec.allreduce:
-        text = nccl_tests_text(out)
-        cap = Capture(probe="nccl-tests", argv=["preflight", "sweep"], state=CaptureState.OK, stdout=text, rc=0,
-                      source="sweep")
         check = reg.checks.get("nccl.allreduce")
         if check is not None and out.rows:
-            graded = engine.grade_check(check, GROUP, {"nccl-tests": cap}, profile, Options(mode="run"))
-            ar = graded[0]
+            store = FactStore(reg, facts={"nccl-tests": nccl_tests_facts(out)})
+            ar = grade_node([check], GROUP, store, profile, Options(mode="run"))[0]
         rows_facts = []
         for row in out.rows:
             exp, st = expected_row(row, profile, multi)
@@ -397,7 +396,7 @@ def _pair_line(p: dict[str, Any]) -> str:
 
 
 def _transport(out: SweepOutcome, profile: Profile, reg: Any) -> Result:
-    from preflight import engine
+    from preflight.grading import FactStore, grade_node
     from preflight.registry import Options
 
     if out.spec.backend != "nccl":
@@ -410,6 +409,6 @@ def _transport(out: SweepOutcome, profile: Profile, reg: Any) -> Result:
                   source="sweep (NCCL_DEBUG=INFO of every rank)")
     if check is None:
         return Result(check="nccl.transport", node=GROUP, status=Status.SKIP, summary="nccl.transport not loaded")
-    r = engine.grade_check(check, GROUP, {"nccl-log": cap}, profile, Options(mode="run"))[0]
+    r = grade_node([check], GROUP, FactStore(reg, captures={"nccl-log": cap}), profile, Options(mode="run"))[0]
     r.source = "sweep"
     return r

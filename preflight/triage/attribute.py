@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from preflight.framing import Doc, frame, syslog_year_fix
 from preflight.model import Capture, Result, Status
-from preflight.triage import parsers as P
+from preflight.parsers import flight_recorder, nccl_log, py_spy, ras, torch_log
+from preflight.parsers.py_spy import PySpyProcess
+from preflight.parsers.torch_log import ChildFailure, Crash
 from preflight.triage.collect import (
     LOGS_PROBE,
     PROCS_PROBE,
@@ -61,8 +64,8 @@ class RankState:
     proc_state: str = ""
     pid: int | None = None
     stack: list[str] = field(default_factory=list)
-    crashes: list[P.Crash] = field(default_factory=list)
-    exits: list[P.ChildFailure] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)
+    exits: list[ChildFailure] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)
     first_seen: float | None = None  # earliest failure time known for this rank
 
@@ -120,8 +123,8 @@ class Facts:
     node_faults: list[NodeFault] = field(default_factory=list)
     node_results: list[Result] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
-    fr_findings: list[tuple[str, P.FRTraceFinding]] = field(default_factory=list)
-    ras: list[tuple[str, P.RasStatus]] = field(default_factory=list)
+    fr_findings: list[tuple[str, flight_recorder.FRTraceFinding]] = field(default_factory=list)
+    ras: list[tuple[str, ras.RasStatus]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
 
@@ -184,7 +187,7 @@ def _op(name: str) -> str:
     return name.partition(":")[2] if ":" in name else name
 
 
-def _read_fr(facts: Facts, node: str, f: NodeFile, dump: P.FRDump) -> None:
+def _read_fr(facts: Facts, node: str, f: NodeFile, dump: flight_recorder.FRDump) -> None:
     if dump.rank is None:
         facts.problems.append(_src(node, f.name, "flight-recorder dump without a rank in its name; not used"))
         return
@@ -249,15 +252,53 @@ def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
 
 
 def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
-    from preflight.checks import hang
-
+    """A rank's log, read through the same parsers as `preflight analyze` (framed first)."""
     text = f.text
-    file_rank = P.rank_from_name(f.name)
+    file_rank = flight_recorder.rank_from_name(f.name)
     if file_rank is not None:
         facts.world.add(file_rank)
         located[file_rank].add(node)
         facts.rank(file_rank)
-    log = hang.parse_hang_log(text)
+    docs = frame(text, origin=f"{node}:{f.name}").docs
+    doc = docs[0] if len(docs) == 1 else Doc.join(docs)
+    tl = torch_log.parse(doc)
+    _read_hang_events(facts, node, f, tl.hang, file_rank, located)
+    for c in tl.rank_log.crashes:
+        r = c.rank if c.rank is not None else file_rank
+        if r is None:
+            continue
+        st = facts.rank(r)
+        st.crashes.append(c)
+        located[r].add(node)
+        if not c.secondary:
+            st.fail_at(f.mtime)
+        st.note(_src(node, f.name, f"{c.exception}: {c.message}"[:300]))
+    for x in tl.rank_log.failures:
+        if x.rank is None:
+            continue
+        st = facts.rank(x.rank)
+        st.exits.append(x)
+        if x.host:
+            st.host = st.host or x.host
+        t = torch_log.torchrun_time(x.time)
+        st.fail_at(t.timestamp() if t else None)
+        st.note(_src(node, f.name, f"rank {x.rank} exitcode {x.exitcode}" + (f" ({x.signal})" if x.signal else "")))
+    if flight_recorder.detect(doc):
+        for finding in flight_recorder.parse(doc).findings:
+            facts.fr_findings.append((_src(node, f.name), finding))
+    if ras.looks_like_ras(text):
+        status = ras.parse_ras(text)
+        if not status.empty:
+            facts.ras.append((_src(node, f.name), status))
+    if re.search(r"^Process \d+: ", text, re.M) and re.search(r"^Thread \S+ \(", text, re.M):
+        for proc in py_spy.parse_py_spy(text):
+            _attach_py_spy(facts, node, f.name, proc, file_rank)
+    if nccl_log.detect(doc):
+        _read_nccl_errors(facts, node, f, nccl_log.parse(doc), file_rank, located)
+
+
+def _read_hang_events(facts: Facts, node: str, f: NodeFile, log: torch_log.HangLog, file_rank: int | None,
+                      located: dict[int, set[str]]) -> None:
     for ev in log.events:
         r = ev.rank if ev.rank is not None else file_rank
         if r is None:
@@ -283,40 +324,22 @@ def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]
             st.reported = True
             st.fail_at(f.mtime)
             st.note(_src(node, f.name, ev.line[:300]))
-    rl = P.parse_rank_log(text)
-    for c in rl.crashes:
-        r = c.rank if c.rank is not None else file_rank
+
+
+def _read_nccl_errors(facts: Facts, node: str, f: NodeFile, log: nccl_log.NcclLog, file_rank: int | None,
+                      located: dict[int, set[str]]) -> None:
+    """NCCL WARN errors (CUDA OOM, IB completion, queue-pair setup, lost peers) as rank evidence."""
+    for e in log.errors:
+        r = e.rank if e.rank is not None else file_rank
         if r is None:
             continue
         st = facts.rank(r)
-        st.crashes.append(c)
         located[r].add(node)
-        if not c.secondary:
-            st.fail_at(f.mtime)
-        st.note(_src(node, f.name, f"{c.exception}: {c.message}"[:300]))
-    for x in rl.failures:
-        if x.rank is None:
-            continue
-        st = facts.rank(x.rank)
-        st.exits.append(x)
-        if x.host:
-            st.host = st.host or x.host
-        t = P.torchrun_time(x.time)
-        st.fail_at(t.timestamp() if t else None)
-        st.note(_src(node, f.name, f"rank {x.rank} exitcode {x.exitcode}" + (f" ({x.signal})" if x.signal else "")))
-    if "Not all ranks joining collective" in text or "has errors" in text:
-        for finding in P.parse_fr_trace_text(text):
-            facts.fr_findings.append((_src(node, f.name), finding))
-    if P.looks_like_ras(text):
-        ras = P.parse_ras(text)
-        if not ras.empty:
-            facts.ras.append((_src(node, f.name), ras))
-    if re.search(r"^Process \d+: ", text, re.M) and re.search(r"^Thread \S+ \(", text, re.M):
-        for proc in P.parse_py_spy(text):
-            _attach_py_spy(facts, node, f.name, proc, file_rank)
+        st.host = st.host or e.host
+        st.note(_src(node, f.name, f"NCCL {e.kind}: {e.line}"[:300]))
 
 
-def _attach_py_spy(facts: Facts, node: str, name: str, proc: P.PySpyProcess, rank: int | None) -> None:
+def _attach_py_spy(facts: Facts, node: str, name: str, proc: PySpyProcess, rank: int | None) -> None:
     if rank is None:
         m = re.search(r"--rank[= ](\d+)|RANK=(\d+)", proc.cmdline)
         rank = int(m.group(1) or m.group(2)) if m else None
@@ -342,7 +365,7 @@ def _read_procs(facts: Facts, node: str, procs: list[dict[str, Any]], located: d
         st.note(_src(node, PROCS_PROBE, f"rank {r} pid {p.get('pid')} still alive on {node}: state "
                                         f"{st.proc_state} = {what}"))
         if p.get("py_spy"):
-            for proc in P.parse_py_spy(str(p["py_spy"])):
+            for proc in py_spy.parse_py_spy(str(p["py_spy"])):
                 _attach_py_spy(facts, node, PROCS_PROBE, proc, r)
 
 
@@ -354,37 +377,41 @@ def _epoch(t: datetime | None) -> float | None:
 
 def _node_faults(facts: Facts, node: str, captures: dict[str, Capture], since: datetime | None,
                  registry: Any) -> None:
+    """Grade the node's captures with the one grading function; hardware FAILs are node faults,
+    timed by the earliest Xid / kernel fault the kernel log shows."""
     from preflight import engine
     from preflight import profile as profiles
-    from preflight.checks import xid
+    from preflight.grading import FactStore, grade_node
+    from preflight.parsers.kernel_log import KernelLog
     from preflight.registry import Options
 
     opts = Options(mode="run", xid_since=since)
-    prof = profiles.load(engine.detect_profile_name(captures))
+    store = FactStore(registry, captures=captures)
+    prof = profiles.load(engine.detect_profile_name(store))
     checks = [c for c in engine.select(registry, node_only=True) if not callable(c.probes)]
+    planned = {c.id: [p.name for p in c.probes_for(_plan_ctx(prof, opts)) if p.name in captures] for c in checks}
+    checks = [c for c in checks if planned[c.id]]
     times: dict[str, float | None] = {}
     xids: list[int] = []
-    kcap = captures.get("kernel-log")
-    if kcap is not None and kcap.ok and kcap.stdout.strip():
-        klog = xid.parse_kernel_log(kcap.stdout, since=since)
-        stamps = [_epoch(e.line.time) for e in klog.events] + [_epoch(k.line.time) for k in klog.faults]
-        known = [s for s in stamps if s is not None]
+    klog = store.facts("kernel-log") if store.input("kernel-log") is not None else None
+    if isinstance(klog, KernelLog):
+        ref = since or datetime.now()
+        cut = _epoch(since) if since is not None else None
+        timed = [(_epoch(syslog_year_fix(ev.line.time, ref)), x) for ev, x in
+                 [(e, e.xid) for e in klog.events] + [(k, None) for k in klog.faults]]
+        timed = [(t, x) for t, x in timed if cut is None or t is None or t >= cut]
+        known = [t for t, _ in timed if t is not None]
         times["gpu.xid"] = min(known) if known else None
-        xids = sorted({e.xid for e in klog.events})
-    for c in checks:
-        used = [captures[p.name] for p in c.probes_for(_plan_ctx(prof, opts)) if p.name in captures]
-        if not used:
-            continue
+        xids = sorted({x for _, x in timed if x is not None})
+    for r in grade_node(checks, node, store, prof, opts, planned):
+        r.source = r.source or f"bundle:{node}"
+        facts.node_results.append(r)
         # a missing tool or a probe that could not run is "not checked", never a hardware fault
-        measured = all(cap.ok for cap in used)
-        for r in engine.grade_check(c, node, captures, prof, opts, c.probes_for(_plan_ctx(prof, opts))):
-            r.source = r.source or f"bundle:{node}"
-            facts.node_results.append(r)
-            if measured and r.status is Status.FAIL and r.check.startswith(HARDWARE_FAMILIES):
-                facts.node_faults.append(NodeFault(node=node, check=r.check, summary=r.summary,
-                                                   evidence=list(r.evidence[:6]), remedy=r.remedy,
-                                                   time=times.get(r.check),
-                                                   xids=xids if r.check == "gpu.xid" else []))
+        measured = all(captures[p].ok for p in planned.get(r.check, []))
+        if measured and r.status is Status.FAIL and r.check.startswith(HARDWARE_FAMILIES):
+            facts.node_faults.append(NodeFault(node=node, check=r.check, summary=r.summary,
+                                               evidence=list(r.evidence[:6]), remedy=r.remedy,
+                                               time=times.get(r.check), xids=xids if r.check == "gpu.xid" else []))
 
 
 def _plan_ctx(prof: Any, opts: Any) -> Any:
@@ -456,8 +483,8 @@ def _read_file(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]
         _read_events(facts, node, f)
         return
     head = f.data[:1]
-    if base.startswith(("fr-", "nccl_trace")) or (head == b"\x80" and P.rank_from_name(base) is not None):
-        dump = P.parse_fr_dump(f.data, base)
+    if base.startswith(("fr-", "nccl_trace")) or (head == b"\x80" and flight_recorder.rank_from_name(base) is not None):
+        dump = flight_recorder.parse_fr_dump(f.data, base)
         _read_fr(facts, node, f, dump)
         if dump.rank is not None:
             located[dump.rank].add(node)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.checks import hang
 from preflight.model import Status
+from preflight.parsers import torch_log
 from tests.conftest import capture, fixture_text, grade
 
 
@@ -62,7 +62,7 @@ def test_gloo_peer_closed_points_at_the_dead_peer() -> None:
      "60011 milliseconds before timing out.", 1, "2(tp)"),
 ])
 def test_rank_and_pg_prefixes(line: str, rank: int, pg: str) -> None:
-    [ev] = hang.parse_hang_log(line).events
+    [ev] = torch_log.parse_hang_log(line).events
     assert (ev.rank, ev.pg, ev.op, ev.seq, ev.timeout_ms, ev.ran_ms) == (rank, pg, "ALLGATHER", 12, 60000, 60011)
     assert (ev.numel_in, ev.numel_out) == (8, 64)
 
@@ -96,8 +96,9 @@ def test_garbage_never_raises(text: str) -> None:
 
 def test_detector_is_specific(registry) -> None:  # noqa: ANN001
     from preflight.analyze import classify
+    from preflight.framing import Doc
 
-    names = {f.name for f in classify(fixture_text("watchdog/gloo_peer_closed_and_recv_timeout.log"), registry)}
+    names = {f.name for f in classify(Doc(fixture_text("watchdog/gloo_peer_closed_and_recv_timeout.log")), registry)}
     assert "watchdog-log" in names
     plain = "[rank0]:[W305 ProcessGroupNCCL.cpp:4561] using GPU 0 to perform barrier\nstep 1 loss 3.2\n"
-    assert "watchdog-log" not in {f.name for f in classify(plain, registry)}
+    assert "watchdog-log" not in {f.name for f in classify(Doc(plain), registry)}

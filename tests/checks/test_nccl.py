@@ -6,9 +6,8 @@ import pytest
 
 from preflight import engine
 from preflight import profile as profiles
-from preflight.checks import nccl
 from preflight.model import Status
-from tests.conftest import capture, fixture_text, grade
+from tests.conftest import capture, facts_of, fixture_text, grade
 
 H100 = "h100-sxm-8x"
 
@@ -26,7 +25,7 @@ def allreduce(rel: str, profile: str = H100, text: str | None = None) -> list:
 # ----------------------------------------------------------------------------- NCCL INFO logs
 
 def test_parse_log_maps_processes_to_ranks() -> None:
-    log = nccl.parse_nccl_log(fixture_text("nccl/nccl_info_2node_ib_nvls.log"))
+    log = facts_of("nccl-log", fixture_text("nccl/nccl_info_2node_ib_nvls.log"))
     assert len(log.procs) == 16
     ranks = sorted(p.rank for p in log.procs.values() if p.rank is not None)
     assert ranks == list(range(16))
@@ -127,7 +126,7 @@ def test_transport_garbage_never_raises(text: str) -> None:
 # ----------------------------------------------------------------------------- nccl-tests
 
 def test_parse_nccl_tests_rows_and_ranks() -> None:
-    res = nccl.parse_nccl_tests(fixture_text("nccl-tests/all_reduce_perf_1node_8xH100_nvls.txt"))
+    res = facts_of("nccl-tests", fixture_text("nccl-tests/all_reduce_perf_1node_8xH100_nvls.txt"))
     assert len(res.rows) == 14 and res.rows[0].bytes == 1 << 20 and res.rows[-1].bytes == 8 << 30
     assert res.hosts == ["gpu-c031"] and len(res.ranks) == 8
     assert res.ranks[0]["model"] == "NVIDIA H100 80GB HBM3"
@@ -237,14 +236,17 @@ def test_profile_schema_validates(registry) -> None:  # noqa: ANN001
 
 def test_profile_hint_from_rank_lines(registry) -> None:  # noqa: ANN001
     cap = capture("nccl-tests", fixture_text("nccl-tests/all_reduce_perf_2node_16xH100_tcp_fallback.txt"))
-    assert engine.detect_profile_name({"nccl-tests": cap}) == H100
+    from preflight.grading import FactStore
+
+    assert engine.detect_profile_name(FactStore(registry, captures={"nccl-tests": cap})) == H100
 
 
 def test_detectors_are_specific(registry) -> None:  # noqa: ANN001
     from preflight.analyze import classify
+    from preflight.framing import Doc
 
     def kinds(rel: str) -> set[str]:
-        return {f.name for f in classify(fixture_text(rel), registry)}
+        return {f.name for f in classify(Doc(fixture_text(rel)), registry)}
 
     assert "nccl-log" in kinds("nccl/nccl_info_2node_ib_nvls.log")
     assert "nccl-tests" not in kinds("nccl/nccl_info_2node_ib_nvls.log")
@@ -255,5 +257,5 @@ def test_detectors_are_specific(registry) -> None:  # noqa: ANN001
     # a training log with NCCL INFO lines and a watchdog timeout feeds both checks
     both = fixture_text("nccl/nccl_info_2node_ib_nvls.log") + fixture_text(
         "watchdog/torch25_allreduce_timeout_rank3_missing.log")
-    names = {f.name for f in classify(both, registry)}
+    names = {f.name for f in classify(Doc(both), registry)}
     assert {"nccl-log", "watchdog-log"} <= names

@@ -10,7 +10,44 @@ from tests.conftest import corpus_file
 
 EXPECTED = {
     "nccl-tests/all_reduce_perf_2node_16xH100_gcp_a3mega.txt": {"nccl.allreduce": "pass"},
+    # 2 ranks, 4 HCAs named, busbw plateaus near one 400G NIC; the table stops at 32 MiB
+    "nccl-tests/all_reduce_perf_2node_1xH100_each_4nics_tree_40GBs_vs_200_prompt_mpirun_nccltests232.txt":
+        {"nccl.allreduce": "warn"},
+    # no profile matches GB200 ("NVIDIA Graphics Device") or AMD: graded on generic, clean
+    "nccl-tests/all_reduce_perf_gb200_nvl72_72gpu_slurm_846GBs_avg745_healthy_coreweave43.txt":
+        {"nccl.allreduce": "pass"},
+    "nccl-tests/rccl_all_reduce_perf_srun_label_0_prefix_4node_32rank_mi250x_slingshot11_93GBs_rccl1490.txt":
+        {"nccl.allreduce": "pass"},
+    # one 25 MiB size: no bandwidth verdict
+    "nccl-tests/all_reduce_perf_srun_label_single_size_25M_2node_16xA100_p4de_efa_25GBs_blank_prefixed_lines.txt":
+        {"nccl.allreduce": "warn"},
+    "nccl/nccl_info_cloudwatch_iso_ts_line_before_each_line_nvls_not_available_sagemaker_awsofi715.log":
+        {"nccl.transport": "pass"},
+    "nccl/nccl_info_ib_hca_2_of_n_oob_ipoib_ibs85f0_nvswitch_but_0_nvls_channels_nccltests228.log":
+        {"nccl.transport": "warn"},
+    "nccl/nccl_info_k8s_pod_hostname_single_node_h100_p2p_cumem_channels_vllm6732.log": {"nccl.transport": "pass"},
+    "nccl/nccl_info_mpirun_tag_output_bracket_rank_prefix_net_socket_shm_2node_nccl1232.log":
+        {"nccl.transport": "warn"},
+    "nccl/nccl_info_nccltests_header_interleaved_irdma_roce_ibext_plugin_l40_2node_nccltests227.log":
+        {"nccl.transport": "warn"},
+    "nccl/nccl_info_single_node_4gpu_p2p_direct_pointer_rings_trees_no_net_healthy_tinygrad_p2p_pr22.log":
+        {"nccl.transport": "pass"},
+    "nccl/nccl_old_2.3_docker_no_libibverbs_socket_on_lo_and_eth0_2_interfaces_horovod789.log":
+        {"nccl.transport": "fail"},
+    "nccl/nccl_old_2.3_warn_closed_by_remote_peer_mixed_eth0_eno2_socket_ifname_two_hosts_horovod666.log":
+        {"nccl.transport": "fail"},
+    "nccl/nccl_warn_net_ib_got_completion_error4_vendor_err81_service_thread_closed_nccltests252.log":
+        {"nccl.transport": "fail"},
+    "nccl/nccl_warn_socketprogress_closed_by_remote_peer_proxy_cuda_oom_narval_nccl1235.log":
+        {"nccl.transport": "fail"},
+    "nccl/nccl_warn_ts_prefix_ibv_modify_qp_110_timed_out_init_rtr_gid3_cross_nic_7nodes_nccl2013.log":
+        {"nccl.transport": "fail"},
 }
+
+
+def _one(rel: str, check: str):  # noqa: ANN202
+    [r] = [x for x in analyze(registry.load(), [corpus_file(rel)], profile_name="auto") if x.check == check]
+    return r
 
 
 @pytest.mark.corpus
@@ -35,3 +72,40 @@ def test_a3mega_facts_on_h100_multi_node() -> None:
         # nothing else in the corpus file is mistaken for another of this family's formats
         others = {x.check for x in analyze(registry.load(), [path], profile_name=profile)}
         assert not others & {"nccl.transport", "hang.watchdog", "net.nic", "net.mtu"}
+
+
+@pytest.mark.corpus
+def test_oom_is_the_root_cause_not_the_socket() -> None:
+    r = _one("nccl/nccl_warn_socketprogress_closed_by_remote_peer_proxy_cuda_oom_narval_nccl1235.log", "nccl.transport")
+    assert r.summary.startswith("CUDA out of memory in NCCL on ng30903 GPU3") and "follow from it" in r.summary
+    assert "not a network fault" in r.remedy
+
+
+@pytest.mark.corpus
+def test_ib_completion_error_4_is_named() -> None:
+    r = _one("nccl/nccl_warn_net_ib_got_completion_error4_vendor_err81_service_thread_closed_nccltests252.log",
+             "nccl.transport")
+    assert "completion error 4 from peer 10.0.35.1 on kolyoz2 GPU0" in r.summary and "local protection" in r.summary
+    assert any("Service thread" in e for e in r.evidence) and "peermem" in r.remedy
+
+
+@pytest.mark.corpus
+def test_qp_setup_with_redacted_pid_and_time_stamp() -> None:
+    r = _one("nccl/nccl_warn_ts_prefix_ibv_modify_qp_110_timed_out_init_rtr_gid3_cross_nic_7nodes_nccl2013.log",
+             "nccl.transport")
+    assert "(INIT -> RTR) on dev mlx_x:1: 110 Connection timed out, GID index 3" in r.summary
+    assert "NCCL_CROSS_NIC" in r.remedy
+
+
+@pytest.mark.corpus
+def test_old_nccl_bound_loopback() -> None:
+    r = _one("nccl/nccl_old_2.3_docker_no_libibverbs_socket_on_lo_and_eth0_2_interfaces_horovod789.log",
+             "nccl.transport")
+    assert "NCCL bound lo" in r.summary and any("libibverbs" in e for e in r.evidence)
+
+
+@pytest.mark.corpus
+def test_plateau_at_one_nic() -> None:
+    r = _one("nccl-tests/all_reduce_perf_2node_1xH100_each_4nics_tree_40GBs_vs_200_prompt_mpirun_nccltests232.txt",
+             "nccl.allreduce")
+    assert "plateaus at 41.52 GB/s" in r.summary and "4 HCAs" in r.summary

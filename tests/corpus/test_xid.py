@@ -16,6 +16,17 @@ EXPECTED = {
     "xid/dmesg_ctime_xid13_109_ctx_switch_timeout_peermem_gpud_pr46.log": {"gpu.xid": "fail"},
     "xid/kmsg_lines_xid149_145_144_nvlink_gpud_pr1160_pr1174.log": {"gpu.xid": "fail"},
     "xid/journal_k_nvlink_postRxDetLinkMask_failed_gh100_gpud_pr1271.log": {"gpu.xid": "fail"},
+    "xid/dmesg_T_grep_nvrm_prompt_xid43_31_94_three_vm_gpus_535_akash244.log": {"gpu.xid": "warn"},
+    "xid/journal_short_hostname_rminitadapter_failed_0x26_0x56_kernel_oops_vmware_cudasamples104.log":
+        {"gpu.xid": "fail"},
+    "xid/journalctl_k_since_until_multiline_cmd_grep_xid48_171_63_154_drain_reset_rtxpro6000_blog.log":
+        {"gpu.xid": "fail"},
+    "xid/kernel_prefix_no_timestamp_xid79_kgsp_rc_all_channels_sanity_check_rtx4060_laptop.log": {"gpu.xid": "fail"},
+    "xid/syslog_rfc3339_usec_xid79_154_node_reboot_required_rtx4080_595.log": {"gpu.xid": "fail"},
+    "nvml-errors/nvidia_smi_unable_device_handle_A1_unknown_error_plus_dmesg_T_grep_nvrm_xid79_prompts_akash209.txt":
+        {"gpu.xid": "fail"},
+    "nvml-errors/dmesg_raw_nvidia_probe_not_called_3_devices_nouveau_conflict_lsmod_empty_bigdata133.txt":
+        {"gpu.xid": "skip"},
 }
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from preflight import registry as reg
-from preflight.checks import hang
 from preflight.model import Status
+from preflight.parsers import torch_log
 from preflight.triage import attribute, collect
 from preflight.triage.collect import LOGS_PROBE
 from tests.triage._bundles import TRIAGE, files_capture, kernel_capture, make_bundle
@@ -39,7 +39,7 @@ def _dmesg_at(epoch: float, code: int = 79) -> str:
 @pytest.mark.parametrize("rank", [0, 1, 2, 3, 5])
 def test_watchdog_formats_over_versions_parsed(rank: int) -> None:
     """op, seq, timeout, rank from each PyTorch era's watchdog line (old prefix, [rankN]:, PG ID/GUID)."""
-    log = hang.parse_hang_log((WD / f"rank{rank}.log").read_text())
+    log = torch_log.parse_hang_log((WD / f"rank{rank}.log").read_text())
     ev = next(e for e in log.events if e.kind == "nccl_timeout")
     assert ev.rank == rank and ev.timeout_ms == 1800000
     assert (ev.op, ev.seq) == (("BROADCAST", 7732) if rank == 5 else ("ALLREDUCE", 7731))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.triage import parsers as P
+from preflight.parsers import flight_recorder
 from tests.conftest import ROOT, need
 from tests.runtime._wd_ranks import kill_all, launch, logs, wait_all
 
@@ -69,8 +69,8 @@ def test_rank_skips_an_all_reduce(tmp_path: Path) -> None:
     assert any("rank 2 never entered all_reduce seq 11: its last was seq 10" in e for e in doc["evidence"])
     # the real dumps, both forms: the pickle holds the same entries as the JSON (gloo quirks included)
     for rank in range(4):
-        js = P.parse_fr_dump((run / f"fr-rank{rank}.json").read_bytes(), f"fr-rank{rank}.json")
-        pk = P.parse_fr_dump((run / f"nccl_trace_rank_{rank}").read_bytes(), f"nccl_trace_rank_{rank}")
+        js = flight_recorder.parse_fr_dump((run / f"fr-rank{rank}.json").read_bytes(), f"fr-rank{rank}.json")
+        pk = flight_recorder.parse_fr_dump((run / f"nccl_trace_rank_{rank}").read_bytes(), f"nccl_trace_rank_{rank}")
         assert not js.problem and not pk.problem and js.rank == pk.rank == rank
         assert [(e.seq, e.op, e.retired) for e in js.entries] == [(e.seq, e.op, e.retired) for e in pk.entries]
         assert js.world() == pk.world() == [0, 1, 2, 3]

@@ -1,0 +1,69 @@
+"""hang.watchdog over the corpus training logs and flight-recorder outputs: INDEX.md's conclusions."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight import registry
+from preflight.analyze import analyze
+from preflight.model import Result
+from tests.conftest import corpus_file
+
+pytestmark = pytest.mark.corpus
+
+EXPECTED = {
+    "pytorch/gloo_connection_closed_by_peer_barrier_ci_timestamp_prefix_pytorch61670.log": {"hang.watchdog": "fail"},
+    "pytorch/gloo_recv_connection_closed_by_peer_traceback_pytorch78514.log": {"hang.watchdog": "fail"},
+    "pytorch/watchdog_old_format_no_numel_allreduce_seq49_custom_timeout_18000000ms_instructglm3.log":
+        {"hang.watchdog": "fail"},
+    "pytorch/watchdog_rank_prefix_no_date_pg0_allgather_base_seq1474236_ec2_llamacookbook567.log":
+        {"hang.watchdog": "fail"},
+    "pytorch/watchdog_terminate_c10_distbackenderror_allgather_base_seq9141_pg3_rank5_frames_sglang1693.log":
+        {"hang.watchdog": "fail"},
+    "flight-recorder/fr_trace_module_cli_not_all_ranks_seq4_internal_record_id_world_size_expected_ranks_set_"
+    "docexample.txt": {"hang.watchdog": "fail"},
+    "flight-recorder/fr_trace_j_side_by_side_rank0_5_entries_rank1_4_docexample.txt": {"hang.watchdog": "fail"},
+}
+
+
+def _hang(rel: str) -> Result:
+    [r] = [x for x in analyze(registry.load(), [corpus_file(rel)], profile_name="auto") if x.check == "hang.watchdog"]
+    return r
+
+
+@pytest.mark.parametrize("rel", sorted(EXPECTED))
+def test_expected(rel: str) -> None:
+    r = _hang(rel)
+    assert r.status.value == EXPECTED[rel]["hang.watchdog"], r.summary
+    assert r.summary and r.evidence and r.remedy
+
+
+def test_process_that_exited_first_is_named() -> None:
+    r = _hang("pytorch/gloo_connection_closed_by_peer_barrier_ci_timestamp_prefix_pytorch61670.log")
+    assert "process 3 exited first (exit code 10)" in r.summary and r.facts["first_exit"]["process"] == 3
+
+
+def test_recv_whose_sender_exited_is_an_application_bug() -> None:
+    r = _hang("pytorch/gloo_recv_connection_closed_by_peer_traceback_pytorch78514.log")
+    assert "point-to-point receive" in r.summary and "not the network" in r.remedy
+
+
+def test_early_seq_says_a_longer_timeout_cannot_help() -> None:
+    r = _hang("pytorch/watchdog_old_format_no_numel_allreduce_seq49_custom_timeout_18000000ms_instructglm3.log")
+    assert "SeqNum=49" in r.summary and "timeout 18000000 ms" in r.summary
+    assert "a longer timeout cannot help" in r.remedy
+
+
+def test_rank_prefix_and_group_size() -> None:
+    r = _hang("pytorch/watchdog_terminate_c10_distbackenderror_allgather_base_seq9141_pg3_rank5_frames_sglang1693.log")
+    assert r.facts["rank"] == 5 and r.facts["pg"] == "3" and r.facts["seq"] == 9141 and r.facts["group_size"] == 8
+    p = _hang("pytorch/watchdog_rank_prefix_no_date_pg0_allgather_base_seq1474236_ec2_llamacookbook567.log")
+    assert p.facts["rank"] == 1 and p.facts["seq"] == 1474236
+
+
+def test_flight_recorder_names_the_missing_rank() -> None:
+    r = _hang("flight-recorder/fr_trace_module_cli_not_all_ranks_seq4_internal_record_id_world_size_expected_ranks_set_"
+              "docexample.txt")
+    assert "rank 1 did not join all_reduce sequence number 4" in r.summary and r.facts["expected_ranks"] == [0, 1]
+    j = _hang("flight-recorder/fr_trace_j_side_by_side_rank0_5_entries_rank1_4_docexample.txt")
+    assert "rank 1 entered 4 collective(s), rank 0 5" in j.summary and j.facts["behind"] == [1]
