@@ -49,10 +49,12 @@ def _value(ctx: ClusterContext, node: str, probe: str) -> str | None:
 def node_versions(ctx: ClusterContext, node: str) -> dict[str, str]:
     vals: dict[str, str | None] = {}
     drv = ctx.result_of("gpu.driver", node)
+    inv = ctx.result_of("gpu.inventory", node)
     facts = drv.facts if drv else {}
+    seen = inv.facts if inv else {}
     q: Any = ctx.facts(node, "nvidia-smi-q")
-    vals["driver"] = facts.get("driver") or (getattr(q, "driver", "") or None)
-    vals["cuda"] = facts.get("cuda") or (getattr(q, "cuda", "") or None)
+    vals["driver"] = facts.get("driver") or (getattr(q, "driver", "") or None) or seen.get("driver") or None
+    vals["cuda"] = facts.get("cuda") or (getattr(q, "cuda", "") or None) or seen.get("cuda_version") or None
     vals["nccl"] = _value(ctx, node, "nccl-libs")
     vals["ofed"] = _value(ctx, node, "ofed")
     ib: Any = ctx.facts(node, "ibstat")

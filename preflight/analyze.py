@@ -33,7 +33,7 @@ from pathlib import Path
 from preflight import engine
 from preflight import profile as profiles
 from preflight.framing import Doc, frame
-from preflight.grading import FactStore, grade_node
+from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import Result, Status
 from preflight.parsers.base import Format
 from preflight.profile import Profile
@@ -48,6 +48,8 @@ RATIO_FLOOR = 64 * 1024 * 1024  # the ratio check applies past this many bytes
 MAX_DEPTH = 32  # folder depth followed
 UNKNOWN_CHECK = "analyze.unrecognised"
 UNREACHABLE_CHECK = "analyze.node"
+# cross-node checks that need only facts, so a multi-node paste is compared across its nodes
+CROSS_NODE_IN_ANALYZE = ("cluster.versions", "cluster.nccl_env")
 # what pdsh, clush, ssh and srun print for a node they could not run the command on
 _NODE_FAILED = re.compile(
     r"ssh: connect to host \S+ port \d+: .*|ssh: Could not resolve hostname .*|Permission denied \(publickey.*|"
@@ -495,15 +497,35 @@ def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
                 continue
             classified.append(Classified(e, recognised, "; ".join(x for x in (note, problem) if x)))
         notes = {c.entry.display: c.note for c in classified if c.note}
+        stores: dict[str, FactStore] = {}
+        used: dict[str, Profile] = {}
+        graded: list[Result] = []
         for unit in _units(registry, group, classified):
-            store = FactStore(registry, docs=unit.docs)
-            prof = fixed or profiles.load(engine.detect_profile_name(store, extra_profile_dirs), extra_profile_dirs)
+            store = stores[unit.node] = FactStore(registry, docs=unit.docs)
+            prof = used[unit.node] = fixed or profiles.load(engine.detect_profile_name(store, extra_profile_dirs),
+                                                            extra_profile_dirs)
             for r in grade_node(checks, unit.node, store, prof, options):
                 extra = [notes[s] for s in unit.sources if s in notes]
                 if extra:
                     r.evidence.extend(f"(input: {n})" for n in extra)
-                results.append(r)
+                graded.append(r)
+        results.extend(_compare_nodes(registry, stores, graded, used, options))
     return results
+
+
+def _compare_nodes(registry: Registry, stores: dict[str, FactStore], graded: list[Result],
+                   used: dict[str, Profile], options: Options) -> list[Result]:
+    """A paste from several nodes (pdsh, srun -l, a bundle) is also compared across them: the
+    cross-node checks that need only facts (versions, NCCL environment). A comparison is shown
+    only where at least two nodes reported what it compares."""
+    if len(stores) < 2:
+        return graded
+    compare = [cc for cc in registry.cluster_checks.values() if cc.id in CROSS_NODE_IN_ANALYZE]
+    out = grade_cluster(compare, list(stores), stores, graded, used, options, peers={}, addresses={})
+    compared = {r.check: sum(1 for x in out if x.check == r.check and x.status is not Status.SKIP)
+                for r in out if r.check in CROSS_NODE_IN_ANALYZE}
+    return [r for r in out if r.check not in CROSS_NODE_IN_ANALYZE
+            or (r.status is not Status.SKIP and compared.get(r.check, 0) >= 2)]
 
 
 __all__ = ["ARCHIVE_MAX_BYTES", "ARCHIVE_MAX_FILES", "MAX_FILE_BYTES", "STDIN", "UNKNOWN_CHECK", "analyze",

@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from preflight import profile as profiles
-from preflight.grading import FactStore, grade_node
+from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import Result, Status
 from preflight.probes import DEFAULT_TIMEOUT, Probe
 from preflight.profile import Profile
 from preflight.registry import (
     Check,
     ClusterCheck,
-    ClusterContext,
     FactSource,
     Options,
     PlanContext,
@@ -200,8 +199,9 @@ def run(
                     r.evidence.append(f"node fault: {out.error}")
         results.extend(got)
     if cluster_checks:
-        results = grade_cluster(cluster_checks, nodes, outcomes, stores, results, used, options, peer_map,
-                                addresses or {})
+        results = grade_cluster(cluster_checks, nodes, stores, results, used, options, peer_map, addresses or {},
+                                node_errors={n: outcomes[n].error for n in nodes},
+                                node_detail={n: dict(outcomes[n].detail) for n in nodes})
     return results, used
 
 
@@ -220,44 +220,3 @@ def _report_failed(progress: object, outcomes: dict[str, NodeOutcome]) -> None:
                 failed(n)
 
 
-def majority_profile(used: dict[str, Profile]) -> Profile | None:
-    names = [p.name for p in used.values()]
-    if not names:
-        return None
-    top = max(set(names), key=names.count)
-    return next(p for p in used.values() if p.name == top)
-
-
-def grade_cluster(cluster_checks: list[ClusterCheck], nodes: list[str], outcomes: dict[str, NodeOutcome],
-                  stores: dict[str, FactStore], results: list[Result], used: dict[str, Profile], options: Options,
-                  peers: dict[str, list[str]], addresses: dict[str, str]) -> list[Result]:
-    """Run the cross-node checks over every node's facts; their results for (check, node)
-    replace node-level ones."""
-    prof = majority_profile(used) or profiles.load("generic")
-    ctx = ClusterContext(
-        nodes=list(nodes),
-        stores=dict(stores),
-        results=results,
-        node_errors={n: outcomes[n].error for n in nodes},
-        node_detail={n: dict(outcomes[n].detail) for n in nodes},
-        profile=prof,
-        options=options,
-        peers=peers,
-        addresses=addresses,
-    )
-    out = list(results)
-    for cc in cluster_checks:
-        try:
-            produced = list(cc.grade(ctx))
-        except Exception as exc:
-            produced = [Result(check=cc.id, node="cluster", status=Status.ERROR,
-                               summary=f"cluster check {cc.id} failed internally: {type(exc).__name__}: {exc}")]
-        for r in produced:
-            for i, old in enumerate(out):
-                if old.check == r.check and old.node == r.node:
-                    out[i] = r
-                    break
-            else:
-                out.append(r)
-        ctx.results = out
-    return out

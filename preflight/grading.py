@@ -15,7 +15,16 @@ from typing import Any
 from preflight.framing import Doc, normalise
 from preflight.model import Capture, CaptureState, Result, Status
 from preflight.profile import Profile
-from preflight.registry import Check, CheckContext, FactSource, Input, Options, Registry
+from preflight.registry import (
+    Check,
+    CheckContext,
+    ClusterCheck,
+    ClusterContext,
+    FactSource,
+    Input,
+    Options,
+    Registry,
+)
 
 GO = "GO"
 NO_GO = "NO-GO"
@@ -114,19 +123,6 @@ class FactStore(FactSource):
         self.docs[probe] = [d]
         return d
 
-    def legacy_capture(self, probe: str, any_state: bool = False) -> Capture | None:
-        """TRANSITION: a capture with text for graders not yet converted to facts."""
-        cap = self.captures.get(probe)
-        if cap is not None:
-            return cap if (cap.ok or any_state) else None
-        docs = self.docs.get(probe)
-        if not docs:
-            return None
-        d = docs[0] if len(docs) == 1 else Doc.join(docs)
-        inp = self._inputs[probe]
-        return Capture(probe=probe, argv=list(inp.argv) or [probe], state=CaptureState.OK, stdout=d.clean, rc=0,
-                       source=inp.source)
-
     def facts(self, probe: str) -> Any:
         if probe in self._facts:
             return self._facts[probe]
@@ -195,3 +191,51 @@ def grade_node(checks: Iterable[Check], node: str, store: FactStore, profile: Pr
             continue
         results.extend(grade_check(check, node, store, profile, options, (planned or {}).get(check.id)))
     return results
+
+
+def majority_profile(used: Mapping[str, Profile]) -> Profile | None:
+    """The profile most nodes were graded with (cluster checks use it)."""
+    names = [p.name for p in used.values()]
+    if not names:
+        return None
+    top = max(set(names), key=names.count)
+    return next(p for p in used.values() if p.name == top)
+
+
+def grade_cluster(cluster_checks: Iterable[ClusterCheck], nodes: Sequence[str], stores: Mapping[str, FactStore],
+                  results: list[Result], used: Mapping[str, Profile], options: Options,
+                  peers: Mapping[str, list[str]], addresses: Mapping[str, str],
+                  node_errors: Mapping[str, str] | None = None,
+                  node_detail: Mapping[str, dict[str, Any]] | None = None) -> list[Result]:
+    """The cross-node checks over every node's facts and results; their result for a (check,
+    node) replaces the node-level one. Never raises: a fault in a cluster check is ERROR."""
+    from preflight import profile as profiles
+
+    ctx = ClusterContext(
+        nodes=list(nodes),
+        stores=dict(stores),
+        results=results,
+        node_errors={n: (node_errors or {}).get(n, "") for n in nodes},
+        node_detail={n: dict((node_detail or {}).get(n, {})) for n in nodes},
+        profile=majority_profile(used) or profiles.load("generic"),
+        options=options,
+        peers=dict(peers),
+        addresses=dict(addresses),
+    )
+    out = list(results)
+    for cc in cluster_checks:
+        try:
+            produced = list(cc.grade(ctx))
+        except Exception as exc:  # a bug in one cluster check must not lose the node results
+            produced = [Result(check=cc.id, node="cluster", status=Status.ERROR,
+                               summary=f"cluster check {cc.id} failed internally: {type(exc).__name__}: {exc}",
+                               remedy="report this as a preflight bug, with the node captures")]
+        for r in produced:
+            for i, old in enumerate(out):
+                if old.check == r.check and old.node == r.node:
+                    out[i] = r
+                    break
+            else:
+                out.append(r)
+        ctx.results = out
+    return out

@@ -63,7 +63,6 @@ class Check:
     required: tuple[str, ...] = ()  # probe names without which nothing can be graded
     profile_keys: dict[str, Any] = field(default_factory=dict)  # dotted key -> type(s)
     inputs: tuple[str, ...] = ()  # probes whose facts it grades (analyze grades it when one is present)
-    formats: tuple[str, ...] = ()  # TRANSITION: old name of `inputs`, removed when every check is converted
     catches: str = ""  # one line for `preflight list` and the README
     node_local: bool = True  # part of `preflight node` / `prologue`
     in_run: bool = True  # part of `preflight run` (False: analyze-only for now)
@@ -85,7 +84,7 @@ class Check:
 
     def reads(self) -> tuple[str, ...]:
         """The probes whose facts the check grades."""
-        return self.inputs or self.formats or tuple(self.static_probe_names())
+        return self.inputs or tuple(self.static_probe_names())
 
 
 @dataclass(frozen=True)
@@ -152,22 +151,6 @@ class CheckContext:
         if self.input(name) is None:
             return None
         return self.store.facts(name)
-
-    # TRANSITION: text access for graders not yet converted to facts; removed at the end.
-    def capture(self, name: str) -> Any:
-        return self.store.legacy_capture(name)  # type: ignore[attr-defined]
-
-    def any_capture(self, *names: str) -> Any:
-        for n in names:
-            c = self.capture(n)
-            if c is not None:
-                return c
-        return None
-
-    @property
-    def captures(self) -> dict[str, Any]:
-        return {n: self.store.legacy_capture(n, any_state=True)  # type: ignore[attr-defined]
-                for n in self.store.names()}  # type: ignore[attr-defined]
 
     def sources(self) -> str:
         names = list(self.check.inputs) or [p.name for p in self.check.probes_for_safe()]

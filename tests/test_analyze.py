@@ -225,3 +225,33 @@ def test_srun_label_output_is_graded_per_task_named_by_host(tmp_path: Path):
 def test_empty_stdin_is_a_clear_result():
     res = results(cli(["-"], stdin=""))
     assert [(r["check"], r["status"]) for r in res] == [("analyze.unrecognised", "skip")]
+
+
+def test_a_pdsh_paste_compares_versions_across_its_nodes():
+    rows = {"gpu001": "535.161.08", "gpu002": "535.161.08", "gpu003": "550.54.15"}
+    text = "".join(f"{h}: driver_version, name\n{h}: {v}, NVIDIA H100 80GB HBM3\n" for h, v in rows.items())
+    res = [r for r in run_text(text) if r.check == "cluster.versions"]
+    assert {r.node: r.status for r in res} == {"gpu001": Status.PASS, "gpu002": Status.PASS, "gpu003": Status.FAIL}
+    bad = next(r for r in res if r.node == "gpu003")
+    assert "550.54.15" in bad.summary and "535.161.08" in bad.summary
+
+
+def test_one_node_or_nothing_to_compare_adds_no_cross_node_result():
+    one = "driver_version, name\n535.161.08, NVIDIA H100 80GB HBM3\n"
+    assert not [r for r in run_text(one) if r.check.startswith("cluster.")]
+    # two nodes, but a kernel log says nothing about versions: no comparison is shown
+    assert not [r for r in run_text(_pdsh(["gpu001", "gpu002"], "gpu002")) if r.check.startswith("cluster.")]
+
+
+def test_a_csv_row_with_an_extra_cell_is_not_dropped():
+    text = ("index, name, pci.bus_id\n0, NVIDIA H100 80GB HBM3, 00000000:18:00.0\n"
+            "1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, [GPU requires reset]\n")
+    inv = next(r for r in run_text(text) if r.check == "gpu.inventory")
+    assert inv.status is not Status.PASS
+    assert any("requires reset" in e or "2A:00.0" in e for e in inv.evidence + [inv.summary]), inv
+
+
+def run_text(text: str) -> list:
+    from tests.conftest import analyze_text
+
+    return analyze_text(text, name="paste.txt")
