@@ -19,13 +19,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from preflight.findings import Findings
 from preflight.model import Result, Status
 from preflight.parsers.ib import IbReport, Port
 from preflight.parsers.netlog import LinkEvents
 from preflight.probes import Probe
 from preflight.registry import Check, CheckContext, register
 
-from .network import Findings, grade_flaps, is_ib_name
+from .network import grade_flaps, is_ib_name
 
 PROBE = Probe.of("ibstat", ["ibstat"], ["ibv_devinfo", "-v"], timeout=10)
 
@@ -213,12 +214,12 @@ def grade_ib(ctx: CheckContext) -> Result:
         if not shape:
             shape = "IB link events: " + ", ".join(
                 f"{x['interface']} {x['flaps']} flap(s)" for x in facts["flaps"])
-    res = f.result(ctx, shape, [], facts)
+    res = f.result(ctx, shape, facts)
     if res.status is Status.FAIL:
-        res.summary = "; ".join(f.fails) + (f" [{shape}]" if rep is not None else "")
+        res.summary = "; ".join(f.summaries(Status.FAIL)) + (f" [{shape}]" if rep is not None else "")
         res.remedy = "drain node; " + res.remedy
     elif res.status is Status.WARN and rep is not None:
-        res.summary = f"{shape}; " + "; ".join(f.warns)
+        res.summary = f"{shape}; " + "; ".join(f.summaries(Status.WARN))
     return res
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.findings import Findings
 from preflight.model import Result, Status
 from preflight.parsers.ethtool import EthtoolFacts
 from preflight.parsers.ip import Interface, IpFacts
@@ -121,39 +122,6 @@ def data_plane(ifaces: list[Interface], profile: Profile, env: dict[str, str]) -
         if chosen:
             return chosen, "env"
     return [i for i in ifaces if classify(i, profile) in ("data", "ipoib") and not i.slave], "auto"
-
-
-# ---------------------------------------------------------------------------------------
-# Findings
-
-
-@dataclass
-class Findings:
-    fails: list[str] = field(default_factory=list)
-    warns: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)
-    remedies: list[str] = field(default_factory=list)
-
-    def add(self, status: Status, msg: str, evidence: Sequence[str] = (), remedy: str = "") -> None:
-        (self.fails if status is Status.FAIL else self.warns if status is Status.WARN else self.notes).append(msg)
-        for e in evidence if status in (Status.FAIL, Status.WARN) else ():
-            if e and e not in self.evidence:
-                self.evidence.append(e)
-        if remedy and remedy not in self.remedies:
-            self.remedies.append(remedy)
-
-    def status(self) -> Status:
-        return Status.FAIL if self.fails else Status.WARN if self.warns else Status.PASS
-
-    def result(self, ctx: CheckContext, ok: str, ok_evidence: list[str], facts: dict[str, Any]) -> Result:
-        status = self.status()
-        if status is Status.PASS:
-            return ctx.result(Status.PASS, ok, evidence=ok_evidence[:8] + self.notes[:4], facts=facts)
-        msgs = self.fails if status is Status.FAIL else self.warns
-        summary = msgs[0] if len(msgs) == 1 else f"{msgs[0]} (+{len(msgs) - 1} more)"
-        return ctx.result(status, summary, evidence=[*msgs[1:], *self.evidence],
-                          remedy="; ".join(self.remedies), facts={**facts, "problems": self.fails + self.warns})
 
 
 def _first_data(ifaces: list[Interface], profile: Profile) -> list[str]:
@@ -394,7 +362,7 @@ def grade_nic(ctx: CheckContext) -> Result:
     flaps = grade_flaps(events, eth_flap_names, prof, f, "link") if events is not None else []
     facts.update(links=links, flaps=flaps)
     ok, ok_ev = _ok_summary(graded, links, flaps)
-    return f.result(ctx, ok, ok_ev, facts)
+    return f.result(ctx, ok, facts, ok_evidence=ok_ev)
 
 
 register(Check(

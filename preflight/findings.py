@@ -30,11 +30,19 @@ class Findings:
     notes: list[str] = field(default_factory=list)
 
     def add(self, status: Status, summary: str, evidence: Iterable[str] = (), remedy: str = "") -> None:
+        """A finding; one with status PASS is not a problem and is kept as a note."""
+        if status is Status.PASS:
+            self.note(summary)
+            return
         self.items.append(Finding(status, summary, [e for e in evidence if e], remedy))
 
     def note(self, text: str) -> None:
         if text and text not in self.notes:
             self.notes.append(text)
+
+    def summaries(self, status: Status) -> list[str]:
+        """The summaries of the findings of one status, in the order they were found."""
+        return [f.summary for f in self.items if f.status is status]
 
     def __bool__(self) -> bool:
         return bool(self.items)
