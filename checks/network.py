@@ -195,9 +195,9 @@ def grade_flaps(events: LinkEvents, names: list[str], profile: Profile, f: Findi
         downs = events.downs(name)
         down_now = events.last_up(name) is False
         out.append({"interface": name, "flaps": n, "down_now": down_now, "downs": len(downs)})
-        lines = [e.line.raw for e in events.events if e.iface == name][:6]
-        times = [e.line.time_text for e in events.events if e.iface == name and e.line.time_text]
-        window = f" between {times[0]} and {times[-1]}" if len(times) > 1 else ""
+        lines = [e.line.raw for e in events.of(name)[:6]]
+        first, last = events.window(name)
+        window = f" between {first} and {last}" if first and last and len(events.of(name)) > 1 else ""
         src = f"net.link_flaps_fail = {fail_at} ({profile.source('net.link_flaps_fail')})"
         if down_now:
             f.add(Status.FAIL, f"{what} {name} lost its link and did not get it back", [*lines, src],

@@ -480,7 +480,7 @@ def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
                 results.append(_unrecognised(group, e.display, f"cannot read: {exc}", []))
                 continue
             text, problem = decode(data)
-            if problem == "binary content" or not text.strip():
+            if problem == "binary content" or not text or text.isspace():
                 results.append(_unrecognised(group, e.display, problem or "empty file", []))
                 continue
             framed = frame(text, origin=e.display)

@@ -33,6 +33,7 @@ without framing the rest.
 
 from __future__ import annotations
 
+import bisect
 import html
 import json
 import re
@@ -50,6 +51,10 @@ _ISO_T = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d(?::?\d
 
 SNIFF_LINES = 2000  # lines read to decide a document's transport framing
 SMALL_TEXT = 4 * 1024 * 1024  # below this, whole-text scans are cheap
+# a format detector that looks past the first lines reads a bigger document's first and last
+# this many characters: a format shows itself where its tool starts or where it ends (a job's
+# init lines, its last error), and a detector must not cost a scan of every byte of every input
+DETECT_ENDS = 2 * 1024 * 1024
 _DEPTH = 6  # log-framing layers peeled from one line at most
 
 
@@ -78,6 +83,19 @@ class Line:
     def stamped(self) -> bool:
         """The line carried a log time stamp or identifier of its own."""
         return bool(self.time_text or self.ident)
+
+
+@dataclass(slots=True)
+class Hit:
+    """A line found by `Doc.scan`, before peeling: its raw text, line number (0 until it is
+    peeled) and offset in the document's text (-1 when the document was already peeled and
+    `line` is set)."""
+
+    raw: str
+    n: int
+    start: int
+    line: Line | None = None
+    at: int = -1  # where in `raw` the first needle is (-1: not known)
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,8 @@ class Doc:
         self._lines: list[Line] | None = None
         self._head: list[Line] | None = None
         self._clean: str | None = None
+        self._folded: str | None = None
+        self._marks: list[tuple[int, int]] = [(0, first_line)]  # (offset, line number) of lines numbered
 
     def __repr__(self) -> str:
         return f"Doc(command={self.command!r}, host={self.host!r}, lines={self.count()})"
@@ -155,38 +175,77 @@ class Doc:
 
         Scans at C speed; a selected line without framing of its own inherits time and host
         from the nearest earlier line that has them (a continuation)."""
-        if self._lines is not None:
-            return [ln for ln in self._lines if any(nd in ln.raw for nd in needles)]
+        return [self.peel_hit(h) for h in self.scan(needles)]
+
+    def scan(self, needles: Sequence[str], fold: bool = False, ends: int = 0) -> list[Hit]:
+        """The lines whose raw text contains one of `needles`, in order, not peeled yet: a parser
+        that decides from the raw line which ones it needs peels only those (`peel_hit`).
+        `fold`: the needles match in any letter case. `ends`: only in the first and the last
+        `ends` characters of a longer text (what a tool says about itself: its own errors come
+        before or after its output, never in the middle of megabytes of it)."""
         if not needles:
             return []
+        if fold:
+            needles = list(dict.fromkeys(nd.lower() for nd in needles))
+        if ends and self._lines is None and len(self.text) > 2 * ends:
+            cut = self.text.find("\n", ends)
+            tail = self.text.rfind("\n", 0, len(self.text) - ends)
+            ranges = [(0, cut if cut >= 0 else len(self.text)), (max(tail, 0), len(self.text))]
+        else:
+            ranges = [(0, len(self.text))]
+        if self._lines is not None:
+            if fold:
+                return [Hit(ln.raw, ln.n, -1, ln) for ln in self._lines if any(nd in ln.raw.lower() for nd in needles)]
+            return [Hit(ln.raw, ln.n, -1, ln) for ln in self._lines if any(nd in ln.raw for nd in needles)]
         text = self.text
-        starts: set[int] = set()
-        for nd in needles:  # one C-speed substring scan per needle
-            i = text.find(nd)
-            while i >= 0:
-                start = text.rfind("\n", 0, i) + 1
-                starts.add(start)
-                end = text.find("\n", i)
-                if end < 0:
-                    break
-                i = text.find(nd, end)
-        out: list[Line] = []
-        stack = self.stack
-        line_no = self.first_line
-        counted = 0
-        for start in sorted(starts):
-            end = text.find("\n", start)
-            if end < 0:
-                end = len(text)
-            line_no += text.count("\n", counted, start)
-            counted = start
-            ln = peel_line(text[start:end], line_no, stack, self.year_hint)
+        haystack = text
+        if fold:
+            if text.isascii():  # lower() keeps every offset: scan a folded copy once per needle
+                if self._folded is None:
+                    self._folded = text.lower()
+                haystack = self._folded
+            else:
+                needles = list(dict.fromkeys(v for nd in needles
+                                             for v in (nd, nd.upper(), nd.capitalize(), nd.title())))
+        spans: dict[int, tuple[int, int]] = {}  # line start -> (line end, first needle's offset)
+        for lo, hi in ranges:
+            for nd in needles:  # one C-speed substring scan per needle
+                i = haystack.find(nd, lo, hi)
+                while i >= 0:
+                    end = haystack.find("\n", i)
+                    if end < 0:
+                        end = len(haystack)
+                    start = haystack.rfind("\n", 0, i) + 1
+                    seen = spans.get(start)
+                    if seen is None or i < seen[1]:
+                        spans[start] = (end, i)
+                    i = haystack.find(nd, end, hi)
+        # a hit's line number is counted when it is peeled
+        return [Hit(text[start:end], 0, start, at=at - start) for start, (end, at) in sorted(spans.items())]
+
+    def _line_no(self, offset: int) -> int:
+        """The line number of the line starting at `offset`, counted from the nearest offset
+        already numbered (hits are mostly numbered in order: each count is short)."""
+        marks = self._marks
+        i = bisect.bisect_right(marks, (offset, 1 << 62)) - 1
+        at, n = marks[i]
+        n += self.text.count("\n", at, offset)
+        bisect.insort(marks, (offset, n))
+        return n
+
+    def peel_hit(self, hit: Hit) -> Line:
+        """The peeled line of a `scan` hit (peeled once, then cached on the hit)."""
+        if hit.line is None:
+            if not hit.n:
+                hit.n = self._line_no(hit.start)
+            stack = self.stack
+            ln = peel_line(hit.raw, hit.n, stack, self.year_hint)
             if not ln.stamped and ln.text.strip():
-                prev = self._previous_stamped(start, stack)
+                prev = self._previous_stamped(hit.start, stack)
                 if prev is not None:
                     _inherit(ln, prev)
-            out.append(ln)
-        return out
+            hit.line = ln
+        return hit.line
 
     def _previous_stamped(self, start: int, stack: Stack) -> Line | None:
         """The nearest earlier line with its own framing (at most 50 lines back)."""
@@ -901,11 +960,11 @@ class Part:
 
     @property
     def body(self) -> str:
-        text = "".join(self.chunks)
+        text = self.chunks[0] if len(self.chunks) == 1 else "".join(self.chunks)
         return text[:-1] if text.endswith("\n") else text
 
     def empty(self) -> bool:
-        return not any(c.strip() for c in self.chunks)
+        return all(not c or c.isspace() for c in self.chunks)
 
 
 # Lines that may be structure (a superset, found at C speed); `_structure` decides.
@@ -1094,6 +1153,6 @@ def syslog_year_fix(t: datetime | None, reference: datetime) -> datetime | None:
     return cand
 
 
-__all__ = ["Doc", "Framed", "Line", "Part", "Prompt", "Stack", "filter_allows", "frame", "grep_patterns",
+__all__ = ["DETECT_ENDS", "Doc", "Framed", "Hit", "Line", "Part", "Prompt", "Stack", "filter_allows", "frame", "grep_patterns",
            "normalise", "parse_iso", "peel_line", "prompt_of", "sniff", "split_parts", "syslog_year_fix",
            "year_of"]

@@ -217,6 +217,39 @@ def test_doc_select_peels_only_the_needles():
     assert len(got) == 1 and got[0].n == 1001 and got[0].mono == pytest.approx(9.5)
 
 
+def test_doc_scan_folds_case_keeps_line_numbers_and_reads_only_the_ends_when_asked():
+    text = "".join(f"[{i}.0] noise line {i}\n" for i in range(1, 3001))
+    text += "[3001.0] ib0: LINK DOWN\n[3002.0] ib0: Link Up\n"
+    d = Doc(text)
+    hits = d.scan(("link down", "link up"), fold=True)
+    assert [h.raw for h in hits] == ["[3001.0] ib0: LINK DOWN", "[3002.0] ib0: Link Up"]
+    assert hits[0].raw[hits[0].at:].lower().startswith("link down")
+    # numbered when peeled, in any order
+    assert d.peel_hit(hits[1]).n == 3002 and d.peel_hit(hits[0]).n == 3001
+    assert d.peel_hit(hits[0]).text == "ib0: LINK DOWN" and d.peel_hit(hits[0]).mono == pytest.approx(3001.0)
+    assert d.scan(("link down",)) == []  # case-sensitive unless folded
+    # a text that is not ASCII is folded through case variants (offsets stay those of the text)
+    u = Doc("[1.0] café\n" + text)
+    assert [h.raw for h in u.scan(("link down", "link up"), fold=True)] == [h.raw for h in hits]
+    # `ends`: only the first and the last characters of a longer text are read
+    mid = Doc("[1.0] dmesg: x\n" + "[2.0] noise\n" * 5000 + "[3.0] dmesg: middle\n" + "[4.0] noise\n" * 5000)
+    assert [h.raw for h in mid.scan(("dmesg: ",), ends=1000)] == ["[1.0] dmesg: x"]
+    assert len(mid.scan(("dmesg: ",))) == 2
+
+
+def test_detectors_do_not_peel_a_large_kernel_log(registry):
+    """Every format detector reads a big document's head or scans it for needles: none peels all
+    of its lines (that costs seconds on a million-line log)."""
+    from preflight.analyze import classify
+
+    lines = [f"[{i // 100}.{i % 100:06d}] mlx5_core 0000:17:00.0: Port module event: module 0, Cable plugged"
+             for i in range(60_000)]
+    lines[-1] = "[999.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus."
+    d = frame("\n".join(lines) + "\n").docs[0]
+    assert "kernel-log" in [f.name for f in classify(d, registry)]
+    assert d._lines is None
+
+
 # --------------------------------------------------------------------------------------------
 # the table: every framing variant, for every log kind it applies to
 

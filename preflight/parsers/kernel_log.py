@@ -28,8 +28,10 @@ from typing import Any
 from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, ParserSpec, pci_id
 
-NEEDLES = ("NVRM", "Xid (", "fallen off the bus", "nvidia: Unknown symbol", "dmesg: ", "journalctl: ",
-           "Operation not permitted", "Permission denied", "No journal files")
+NEEDLES = ("NVRM", "Xid (", "fallen off the bus", "nvidia: Unknown symbol")
+# the reading tool's own complaints: at the start or the end of what it printed
+TOOL_NEEDLES = ("dmesg: ", "journalctl: ", "Operation not permitted", "Permission denied", "No journal files")
+TOOL_ENDS = 256 * 1024
 _TOOL_ERROR = re.compile(r"^(?:dmesg|journalctl): |Operation not permitted|Permission denied|No journal files were found")
 
 _PCI = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
@@ -189,28 +191,35 @@ def parse(doc: Doc) -> KernelLog:
     log.stamped = bool(head) and sum(1 for ln in head if ln.stamped) * 2 >= len(head)
     last_gpu_at = ""
     hosts: dict[str, None] = {}
-    for line in doc.select(NEEDLES):
+    hits = {(h.start, h.n): h for h in doc.scan(TOOL_NEEDLES, ends=TOOL_ENDS)}
+    hits.update(((h.start, h.n), h) for h in doc.scan(NEEDLES))
+    for k in sorted(hits):
+        hit = hits[k]
+        # GPU identity lines (one per GPU per boot, thousands in a long log) are read from the raw
+        # line: framing is a prefix and cannot hold `NVRM: GPU at ...`; every other line is peeled
+        raw = doc.peel_hit(hit).text if hit.raw.startswith("{") else hit.raw  # a JSON record: its message
+        if "NVRM" in raw:
+            log.nvrm += 1
+        gm = _GPU_AT.search(raw) if "GPU at" in raw else None
+        if gm:
+            last_gpu_at = pci_id(gm.group("pci"))
+            log.gpus.setdefault(last_gpu_at, {})["uuid"] = gm.group("uuid")
+            continue
+        sm = _SERIAL.search(raw) if "Serial Number" in raw else None
+        if sm:
+            if last_gpu_at:
+                log.gpus.setdefault(last_gpu_at, {})["serial"] = sm.group("serial")
+            continue
+        mm = _MODULE.search(raw) if "Kernel Module" in raw else None
+        if mm:
+            log.module_version = mm.group("v") or mm.group("v2") or log.module_version
+            continue
+        line = doc.peel_hit(hit)
         msg = line.text.strip()
         if not msg:
             continue
         if line.host:
             hosts.setdefault(line.host)
-        if "NVRM" in msg:
-            log.nvrm += 1
-        gm = _GPU_AT.search(msg) if "GPU at" in msg else None
-        if gm:
-            last_gpu_at = pci_id(gm.group("pci"))
-            log.gpus.setdefault(last_gpu_at, {})["uuid"] = gm.group("uuid")
-            continue
-        sm = _SERIAL.search(msg) if "Serial Number" in msg else None
-        if sm:
-            if last_gpu_at:
-                log.gpus.setdefault(last_gpu_at, {})["serial"] = sm.group("serial")
-            continue
-        mm = _MODULE.search(msg) if "Kernel Module" in msg else None
-        if mm:
-            log.module_version = mm.group("v") or mm.group("v2") or log.module_version
-            continue
         ev = parse_xid(msg, line) if "Xid" in msg else None
         if ev is not None:
             log.events.append(ev)

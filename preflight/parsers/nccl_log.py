@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.framing import Doc, Line
+from preflight.framing import DETECT_ENDS, Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
 LINE = re.compile(
@@ -247,7 +247,7 @@ _DETECT = re.compile(r"[A-Za-z0-9][\w.-]*:[^:\s\[\]]+(?::\d+)? \[\d+\] (?:[\w./-
 
 def detect(doc: Doc) -> bool:
     return any(_DETECT.search(ln.text) and ("NCCL" in ln.text or ".cu:" in ln.text)
-               for ln in doc.select((" INFO ", " WARN ")))
+               for ln in (doc.peel_hit(h) for h in doc.scan((" INFO ", " WARN "), ends=DETECT_ENDS)))
 
 
 FORMATS = [Format("nccl-log", detect=detect, priority=40, description="NCCL_DEBUG=INFO/WARN log (any NCCL era)")]

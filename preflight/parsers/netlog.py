@@ -12,27 +12,44 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from preflight.framing import Doc, Line
+from preflight.framing import Doc, Hit, Line
 from preflight.parsers.base import Format, ParserSpec
 
-NEEDLES = ("carrier", "Carrier", "Link down", "Link up", "link down", "link up", "Link is Down", "Link is Up",
-           "Link Down", "Link Up", "link becomes ready", "LINK DOWN", "LINK UP")
-_EVENTS: tuple[tuple[re.Pattern[str], bool], ...] = (
-    (re.compile(r"(?P<if>[\w.@-]+): lost carrier", re.I), False),
-    (re.compile(r"(?P<if>[\w.@-]+): gained carrier", re.I), True),
-    (re.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link connected", re.I), True),
-    (re.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link disconnected", re.I), False),
-    (re.compile(r"(?:\d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d )?(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?down\b", re.I), False),
-    (re.compile(r"(?:\d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d )?(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?up\b", re.I), True),
-    (re.compile(r"ADDRCONF\(NETDEV_CHANGE\): (?P<if>[\w.@-]+): link becomes ready", re.I), True),
+# found in any letter case
+NEEDLES = ("carrier", "link down", "link up", "link is down", "link is up", "link becomes ready")
+# (a word the line must hold, lower-cased: a C-speed test before the pattern; pattern; link up?)
+_EVENTS: tuple[tuple[str, re.Pattern[str], bool], ...] = (
+    ("lost carrier", re.compile(r"(?P<if>[\w.@-]+): lost carrier", re.I), False),
+    ("gained carrier", re.compile(r"(?P<if>[\w.@-]+): gained carrier", re.I), True),
+    ("carrier: link connected", re.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link connected", re.I), True),
+    ("carrier: link disconnected",
+     re.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link disconnected", re.I), False),
+    ("down", re.compile(r"(?:\d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d )?(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?down\b", re.I),
+     False),
+    ("up", re.compile(r"(?:\d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d )?(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?up\b", re.I),
+     True),
+    ("link becomes ready", re.compile(r"ADDRCONF\(NETDEV_CHANGE\): (?P<if>[\w.@-]+): link becomes ready", re.I), True),
 )
 
 
-@dataclass
 class LinkEvent:
-    iface: str
-    up: bool
-    line: Line
+    """One link up/down event. The line is peeled when first asked for: a log with 100,000 link
+    events peels the few a report quotes, not all of them."""
+
+    __slots__ = ("iface", "up", "_doc", "_hit")
+
+    def __init__(self, iface: str, up: bool, doc: Doc, hit: Hit) -> None:
+        self.iface = iface
+        self.up = up
+        self._doc = doc
+        self._hit = hit
+
+    def __repr__(self) -> str:
+        return f"LinkEvent({self.iface!r}, up={self.up}, line={self.line.n})"
+
+    @property
+    def line(self) -> Line:
+        return self._doc.peel_hit(self._hit)
 
     @property
     def time(self) -> datetime | None:
@@ -42,7 +59,20 @@ class LinkEvent:
 @dataclass
 class LinkEvents:
     events: list[LinkEvent] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(dict.fromkeys(e.line.host for e in self.events if e.line.host))
+
+    def of(self, iface: str) -> list[LinkEvent]:
+        return [e for e in self.events if e.iface == iface]
+
+    def window(self, iface: str) -> tuple[str, str]:
+        """The time stamps of the first and the last event of `iface` that carry one."""
+        mine = self.of(iface)
+        first = next((e.line.time_text for e in mine if e.line.time_text), "")
+        last = next((e.line.time_text for e in reversed(mine) if e.line.time_text), "")
+        return first, last
 
     def interfaces(self) -> list[str]:
         return list(dict.fromkeys(e.iface for e in self.events))
@@ -57,32 +87,56 @@ class LinkEvents:
         return downs - 1 if downs and self.last_up(iface) is False else downs
 
     def last_up(self, iface: str) -> bool | None:
-        mine = [e for e in self.events if e.iface == iface]
+        mine = self.of(iface)
         return mine[-1].up if mine else None
 
 
 def _match(text: str) -> tuple[str, bool] | None:
-    for pat, up in _EVENTS:
+    low = text.lower()
+    if "link" not in low and "carrier" not in low:
+        return None
+    for word, pat, up in _EVENTS:
+        if word not in low:
+            continue
         m = pat.search(text)
         if m:
             iface = m.group("if")
-            if iface.lower() in ("the", "nic", "link", "port"):
+            if len(iface) <= 4 and iface.lower() in ("the", "nic", "link", "port"):
                 return None
             return iface, up
     return None
 
 
+def _tail(raw: str, at: int) -> str:
+    """The line from three words before its first link phrase (at `at`) to its end. Every event
+    pattern puts its interface at most three single spaces before its phrase, so the tail holds
+    the whole event, and lines that differ only in their time stamp share one tail."""
+    s = at
+    for _ in range(3):
+        s = raw.rfind(" ", 0, s)
+        if s < 0:
+            return raw
+    return raw[s + 1:]
+
+
 def parse(doc: Doc) -> LinkEvents:
     out = LinkEvents()
-    hosts: dict[str, None] = {}
-    for ln in doc.select(NEEDLES):
-        got = _match(ln.text)
-        if got is None:
-            continue
-        out.events.append(LinkEvent(iface=got[0], up=got[1], line=ln))
-        if ln.host:
-            hosts.setdefault(ln.host)
-    out.hosts = list(hosts)
+    seen: dict[str, tuple[str, bool] | None] = {}
+    for hit in doc.scan(NEEDLES, fold=True):
+        if hit.raw.startswith("{"):  # a JSON record: its message is inside, peel it first
+            got = _match(doc.peel_hit(hit).text)
+        elif hit.at < 0:
+            got = _match(hit.raw)
+        else:
+            # framing is a prefix and cannot hold `ifname: Link down`: the event is read from the
+            # raw line's tail, once per distinct tail (a log repeats the same event many times)
+            key = _tail(hit.raw, hit.at)
+            if key in seen:
+                got = seen[key]
+            else:
+                got = seen[key] = _match(key)
+        if got is not None:
+            out.events.append(LinkEvent(got[0], got[1], doc, hit))
     return out
 
 

@@ -118,6 +118,12 @@ def parse(doc: Doc) -> NvmlReport:
 
 
 def detect(doc: Doc) -> bool:
+    # cheap tests on the raw text and the first peeled lines before the whole document is peeled
+    if '"nvml_version"' not in doc.text[:65536]:
+        return False
+    first = next((ln.text.strip() for ln in doc.head() if ln.text.strip()), "")
+    if not first.startswith("{"):
+        return False
     t = doc.clean.strip()
     if not t.startswith("{") or '"nvml_version"' not in t[:65536]:
         return False

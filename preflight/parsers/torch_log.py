@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from preflight.framing import Doc
+from preflight.framing import DETECT_ENDS, Doc
 from preflight.parsers.base import Format, ParserSpec
 
 # Collective timeouts (PyTorch NCCL watchdog of every era, gloo)
@@ -341,7 +341,8 @@ _DETECT = re.compile(
 
 
 def detect(doc: Doc) -> bool:
-    return any(_DETECT.search(ln.text) for ln in doc.select(("Watchdog", "watchdog", "NCCL work", "gloo", "NCCL operations")))
+    return any(_DETECT.search(doc.peel_hit(h).text)
+               for h in doc.scan(("Watchdog", "watchdog", "NCCL work", "gloo", "NCCL operations"), ends=DETECT_ENDS))
 
 
 FORMATS = [Format("watchdog-log", detect=detect, priority=45,

@@ -109,6 +109,23 @@ def test_link_flaps_in_a_journal():
     assert ev.hosts == ["gpu-c114"] and ev.events[0].line.time_text == "Mar 02 11:41:10"
 
 
+def test_repeated_link_events_are_read_per_line_whatever_their_time_stamps():
+    lines = []
+    for i in range(200):
+        lines.append(f"[{i}.0] mlx5_core 0000:17:00.0 ens6f0np0: Link down")
+        lines.append(f"[{i}.5] mlx5_core 0000:18:00.0 ens6f1np1: Link up")
+        lines.append(f"[{i}.7] IPv6: ADDRCONF(NETDEV_CHANGE): ib{i % 2}: link becomes ready")
+        lines.append(f"[{i}.8] systemd-networkd[7]: ib{i % 2}: Lost Carrier")
+    lines.append("[999.0] mlx5_core 0000:17:00.0 ens6f0np0: Link up")
+    ev = netlog.parse(doc("\n".join(lines) + "\n"))
+    assert ev.interfaces() == ["ens6f0np0", "ens6f1np1", "ib0", "ib1"]
+    assert len(ev.downs("ens6f0np0")) == 200 and ev.last_up("ens6f0np0") is True
+    assert ev.downs("ens6f1np1") == [] and ev.last_up("ens6f1np1") is True
+    assert len(ev.downs("ib1")) == 100 and ev.last_up("ib1") is False
+    assert ev.events[2].line.text == "IPv6: ADDRCONF(NETDEV_CHANGE): ib0: link becomes ready"
+    assert ev.events[2].line.mono == 0.7 and ev.window("ens6f0np0") == ("0.0", "999.0")
+
+
 def test_link_down_that_stays_down_is_not_a_flap():
     ev = netlog.parse(doc(fixture_text("netlog/dmesg_mlx5_link_down_stays_down.log")))
     assert [(e.iface, e.up) for e in ev.events] == [("ens6f0np0", True), ("ens6f0np0", False)]
