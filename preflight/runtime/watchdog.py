@@ -223,6 +223,11 @@ class _Section:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if ev is not None and getattr(ev, "__preflight_section__", None) is None:
+            try:  # the crash record names the innermost section the exception left
+                ev.__preflight_section__ = self._name  # type: ignore[union-attr]
+            except (AttributeError, TypeError):
+                pass
         self._wd._exit()
 
 
