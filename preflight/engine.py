@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from preflight import profile as profiles
 from preflight.grading import FactStore, grade_cluster, grade_node
-from preflight.model import Result, Status
+from preflight.model import Capture, CaptureState, Result, Status
 from preflight.probes import DEFAULT_TIMEOUT, Probe
 from preflight.profile import Profile
 from preflight.registry import (
@@ -187,10 +187,16 @@ def run(
     stores: dict[str, FactStore] = {}
     for n in nodes:
         out = outcomes[n]
-        stores[n] = FactStore(registry, captures=out.captures)
         if out.error and not out.captures:
+            stores[n] = FactStore(registry, captures=out.captures)
             results.extend(node_error_results(out, checks))
             continue
+        if out.error and dynamic:  # phase 2 was not sent to a node whose connection failed
+            dplan = plan_node(dynamic, n, used[n], node_opts[n])
+            for cid, probes in dplan.per_check.items():
+                plans[n].per_check.setdefault(cid, probes)
+        _mark_lost(out, plans[n])
+        stores[n] = FactStore(registry, captures=out.captures)
         ran = {c.id: [pr.name for pr in plans[n].per_check.get(c.id, [])] for c in checks}
         got = grade_node(checks, n, stores[n], used[n], node_opts[n], ran)
         if out.error:  # partial captures: say why the rest is missing
@@ -203,6 +209,18 @@ def run(
                                 node_errors={n: outcomes[n].error for n in nodes},
                                 node_detail={n: dict(outcomes[n].detail) for n in nodes})
     return results, used
+
+
+def _mark_lost(out: NodeOutcome, plan: NodePlan) -> None:
+    """Every planned probe is present afterwards: what did not come back is a LOST capture
+    whose reason is the cause (the node's fault, or the transport's silence), so the checks
+    that needed it are ERROR with that cause instead of being graded on empty output."""
+    cause = out.error or "the transport returned no capture for it"
+    for probe in plan.probes():
+        if probe.name not in out.captures:
+            out.captures[probe.name] = Capture(probe=probe.name, argv=list(probe.commands[0]) if probe.commands else [],
+                                               state=CaptureState.LOST, reason=cause, timeout=probe.timeout,
+                                               source=f"probe:{probe.name}")
 
 
 def _expect(progress: object, bundles: dict[str, list[Probe]]) -> None:

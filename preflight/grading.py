@@ -142,10 +142,25 @@ def grade_check(check: Check, node: str, store: FactStore, profile: Profile, opt
     a grade function is ERROR with the exception's message."""
     ctx = CheckContext(check=check, node=node, store=store, profile=profile, options=options)
     if options.mode == "run":
-        for name in (list(check.required) if check.required else list(planned or [])):
+        # absence of evidence is not evidence: a probe this check ran whose output did not
+        # come back (lost, timed out, not started) makes the check ERROR with the cause
+        planned = list(planned or [])
+        needed = set(check.required or planned)  # without a declaration every probe it ran is needed
+        for name in dict.fromkeys([*check.required, *planned]):
             inp = store.input(name)
             if inp is None:
+                if name in planned:
+                    return [ctx.result(Status.ERROR, f"output lost: no capture of probe {name} came back",
+                                       evidence=[f"probe {name}: planned, never received"],
+                                       remedy=f"run `preflight run --hosts {node} --only {check.id}` again; "
+                                              "if it repeats, report it with the transport in use")]
                 continue
+            if inp.state is CaptureState.LOST:
+                return [ctx.result(Status.ERROR, f"output lost: {inp.reason}",
+                                   evidence=[f"probe {name}: sent, its output never came back", inp.reason],
+                                   remedy=f"{check.id} was not graded on {node}: fix the cause and run it again")]
+            if inp.state is CaptureState.MISSING and name not in needed:
+                continue  # an optional tool: the check grades from the others
             if inp.state is CaptureState.TIMEOUT:
                 tail = []
                 cap = store.captures.get(name)

@@ -68,7 +68,8 @@ class CaptureState(str, Enum):
     OK = "ok"  # the command ran (whatever its exit code)
     MISSING = "missing"  # the tool is not installed / not on PATH
     TIMEOUT = "timeout"  # killed after its timeout
-    FAILED = "failed"  # could not be started, or the transport lost it
+    FAILED = "failed"  # could not be started on the node
+    LOST = "lost"  # sent, but its output never came back (connection lost or stalled, deadline, node fault)
 
 
 @dataclass
@@ -84,7 +85,7 @@ class Capture:
     duration: float = 0.0
     truncated: bool = False
     timeout: float = 0.0
-    reason: str = ""  # for MISSING / TIMEOUT / FAILED: a human sentence
+    reason: str = ""  # for MISSING / TIMEOUT / FAILED / LOST: a human sentence
     source: str = ""  # the file it was read from (analyze) or "probe:<name>"
 
     @property

@@ -7,7 +7,12 @@ its timeout and output cap, and prints one delimited JSON line per capture as so
 is done, so a node that hangs half-way still gives back the probes that finished:
 
     @@preflight <nonce> capture <json>
+    @@preflight <nonce> tick <node> <seconds>
     @@preflight <nonce> done <node> <seconds>
+
+While probes run the program writes a `tick` line every `tick_s` seconds: a live session is
+never silent for long, so a transport tells a stalled connection (no bytes at all, e.g. an MTU
+black hole holding everything behind one lost segment) from slow probes within seconds.
 
 `parse_output(text, nonce)` reads that back, keyed by the node name the node reported
 (srun with several nodes interleaves their lines; each line is whole).
@@ -98,22 +103,38 @@ def _main(bundle):
                 return
             _sys.stdout.write(line)
             _sys.stdout.flush()
-    run_bundle(probes, cap=cap, on_done=done)
+    finished = _threading.Event()
+    tick_s = float(bundle.get("tick_s") or 0)
+
+    def _ticker():
+        while not finished.wait(tick_s):
+            with lock:
+                if stopping:
+                    return
+                _sys.stdout.write("%s %s tick %s %.3f\n" % ("@@preflight", nonce, node, _time.monotonic() - start))
+                _sys.stdout.flush()
+    if tick_s > 0:
+        _threading.Thread(target=_ticker, daemon=True).start()
+    try:
+        run_bundle(probes, cap=cap, on_done=done)
+    finally:
+        finished.set()
     _sys.stdout.write("%s %s done %s %.3f\n" % ("@@preflight", nonce, node, _time.monotonic() - start))
     _sys.stdout.flush()
 '''
 
 
 def build_script(probes: Sequence[Probe], cap: int = DEFAULT_CAP, nonce: str | None = None,
-                 watch_stdin: bool = False) -> tuple[str, str]:
+                 watch_stdin: bool = False, tick_s: float = 0.0) -> tuple[str, str]:
     """(program text, nonce). Commands whose argv[0] is this Python run with the node's Python.
     With `watch_stdin` the program ends its probes and exits when its stdin reaches EOF (the
-    SSH session that started it went away)."""
+    SSH session that started it went away); with `tick_s` it writes a tick line that often."""
     nonce = nonce or secrets.token_hex(8)
     payload = {
         "nonce": nonce,
         "cap": cap,
         "watch_stdin": watch_stdin,
+        "tick_s": tick_s,
         "probes": [
             {
                 "name": p.name,
@@ -137,6 +158,7 @@ def build_script(probes: Sequence[Probe], cap: int = DEFAULT_CAP, nonce: str | N
 class ParsedOutput:
     captures: dict[str, dict[str, Capture]] = field(default_factory=dict)  # node -> probe -> capture
     finished: dict[str, float] = field(default_factory=dict)  # node -> seconds on the node
+    ticks: dict[str, float] = field(default_factory=dict)  # node -> seconds on the node at its last tick
     garbage: list[str] = field(default_factory=list)  # lines that were not ours (first few)
 
 
@@ -169,11 +191,11 @@ def parse_output(text: str, nonce: str, source_prefix: str = "") -> ParsedOutput
                     out.garbage.append(raw[:300])
                 continue
             out.captures.setdefault(node, {})[cap.probe] = cap
-        elif kind == "done":
+        elif kind in ("done", "tick"):
             parts = body.split()
             if len(parts) == 2:
                 try:
-                    out.finished[parts[0]] = float(parts[1])
+                    (out.finished if kind == "done" else out.ticks)[parts[0]] = float(parts[1])
                 except ValueError:
                     pass
     return out

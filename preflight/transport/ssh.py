@@ -52,7 +52,8 @@ DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_ho
 MTU_HINT = "large packets are probably dropped on the path (MTU black hole: check the MTU of every hop)"
 _POLL = 0.1  # seconds between checks of a worker's abort flag
 _BACKSTOP = 5.0
-_LIVENESS = 3.0  # seconds a stalled command's connection gets to answer a new session  # paramiko's own timeouts sit this far behind the supervisor's
+_LIVENESS = 3.0  # seconds a stalled command's connection gets to answer a new session
+_TICK = 1.0  # the bundle's tick interval on the node: a live session is never silent longer
 _MAX_HOPS = 8
 _GARBAGE_SHOWN = 3
 _STDERR_KEPT = 16384
@@ -298,6 +299,7 @@ class SSHTransport(Transport):
         remote_python: str = "python3",
         cap: int = DEFAULT_CAP,
         user: str | None = None,
+        stall_timeout: float = 5.0,
     ) -> None:
         self.config = paramiko.SSHConfig()
         path = ssh_config if ssh_config is not None else Path("~/.ssh/config").expanduser()
@@ -309,6 +311,9 @@ class SSHTransport(Transport):
         self.concurrency = max(1, int(concurrency))
         self.connect_timeout = float(connect_timeout)
         self.command_timeout = float(command_timeout)
+        # no bytes for this long while the session is open (the node ticks every _TICK s):
+        # ask the connection for a new session; no answer means the output is stuck on the way
+        self.stall_timeout = max(float(stall_timeout), 2 * _TICK)
         self.deadline = deadline
         self.accept_new_host_keys = accept_new_host_keys
         self.remote_python = remote_python
@@ -820,7 +825,7 @@ class SSHTransport(Transport):
 
     # ---- the bundle ----------------------------------------------------------------------
     def _run_bundle(self, job: _Job, conn: _Conn) -> None:
-        script, nonce = build_script(job.probes, self.cap, watch_stdin=True)
+        script, nonce = build_script(job.probes, self.cap, watch_stdin=True, tick_s=_TICK)
         command = f"{self.remote_python} -c {shlex.quote(script)}"
         t = conn.transport
         job.target = f"{job.node} ({conn.spec.address})" + (f" through jump host {conn.via}" if conn.via else "")
@@ -851,15 +856,23 @@ class SSHTransport(Transport):
         buf = b""
         stderr = b""
         limit = 8 * self.cap + 1_048_576
+        heard = time.monotonic()  # the last time any byte came back on this session
         while True:
             job.check()
             while chan.recv_stderr_ready():
                 stderr = (stderr + chan.recv_stderr(65536))[-_STDERR_KEPT:]
+                heard = time.monotonic()
             if time.monotonic() >= until:
                 raise self._command_timeout(job, t, chan, check_wait)
             try:
                 data = chan.recv(65536)
             except TimeoutError:
+                silent = time.monotonic() - heard
+                if silent >= self.stall_timeout:
+                    fault = self._stalled(job, t, chan, silent, check_wait)
+                    if fault is not None:
+                        raise fault from None
+                    heard = time.monotonic()  # the connection answers: the node is merely slow to write
                 continue
             except (OSError, EOFError) as exc:
                 job.check()
@@ -867,6 +880,7 @@ class SSHTransport(Transport):
                                 f"probes ({exc})") from exc
             if not data:
                 break
+            heard = time.monotonic()
             with job.lock:
                 job.received += len(data)
             buf += data
@@ -922,6 +936,29 @@ class SSHTransport(Transport):
                          f"{len(names)} came back ({received} bytes) within {seconds:g} s, then the connection stopped "
                          f"answering ({why}) while the small handshake packets "
                          f"got through; {MTU_HINT}", connection="stalled")
+
+    def _stalled(self, job: _Job, t: paramiko.Transport, chan: paramiko.Channel, silent: float,
+                 wait: float) -> NodeFault | None:
+        """The session has been silent past the stall timer although the node ticks every
+        second. A new session on the same connection answers at once when the connection is
+        fine (the node is too loaded to write): None, go on waiting. No answer: the output is
+        stuck on the way back, the node's output is lost."""
+        try:
+            extra = t.open_session(timeout=wait)
+            _close_quietly([extra.close])
+            return None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            why = (f"a new session got no reply within {wait:g} s" if "timeout" in str(exc).lower()
+                   else f"a new session failed: {exc}")
+        job.check()
+        _close_quietly([chan.close, t.close])
+        with job.lock:
+            names = [p.name for p in job.probes]
+            got, received = sum(1 for n in names if n in job.captures), job.received
+        return NodeFault("timeout", "command", f"SSH to {job.target} stalled while the probes ran: {got} of "
+                         f"{len(names)} came back ({received} bytes), then nothing for {silent:.0f} s although the "
+                         f"node writes every {_TICK:g} s ({why}) while the small handshake packets got through; "
+                         f"{MTU_HINT}", connection="stalled")
 
     def _take_line(self, job: _Job, line: str, nonce: str) -> None:
         parsed = parse_output(line, nonce, source_prefix="ssh:")
