@@ -54,6 +54,7 @@ _POLL = 0.1  # seconds between checks of a worker's abort flag
 _BACKSTOP = 5.0
 _LIVENESS = 3.0  # seconds a stalled command's connection gets to answer a new session
 _TICK = 1.0  # the bundle's tick interval on the node: a live session is never silent longer
+_STALL_LIVENESS = 2.0  # after the stall timer: seconds a new session gets to answer (a live one: milliseconds)
 _MAX_HOPS = 8
 _GARBAGE_SHOWN = 3
 _STDERR_KEPT = 16384
@@ -299,7 +300,7 @@ class SSHTransport(Transport):
         remote_python: str = "python3",
         cap: int = DEFAULT_CAP,
         user: str | None = None,
-        stall_timeout: float = 5.0,
+        stall_timeout: float = 4.0,
     ) -> None:
         self.config = paramiko.SSHConfig()
         path = ssh_config if ssh_config is not None else Path("~/.ssh/config").expanduser()
@@ -869,7 +870,7 @@ class SSHTransport(Transport):
             except TimeoutError:
                 silent = time.monotonic() - heard
                 if silent >= self.stall_timeout:
-                    fault = self._stalled(job, t, chan, silent, check_wait)
+                    fault = self._stalled(job, t, chan, silent, min(check_wait, _STALL_LIVENESS))
                     if fault is not None:
                         raise fault from None
                     heard = time.monotonic()  # the connection answers: the node is merely slow to write
