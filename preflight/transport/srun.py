@@ -21,7 +21,10 @@ and the reader puts each node's lines back together before `preflight.remote.par
 
 Bounded: a deadline (by default the slowest probe's timeout plus a start-up allowance)
 aborts the step; a node that gave no output gets an error quoting srun's stderr lines about
-it, and the captures that did come back count.
+it, and the captures that did come back count. Each node's bundle writes a tick every second
+while its probes run, so a node whose output stops arriving (an MTU black hole holding its
+I/O connection) is known within `stall_timeout` seconds: once every other node has finished,
+the step is ended at once instead of at the deadline.
 """
 
 from __future__ import annotations
@@ -40,13 +43,16 @@ from collections.abc import Mapping, Sequence
 from preflight.inventory import compress, valid_node_name
 from preflight.model import Capture
 from preflight.probes import DEFAULT_CAP, Probe
-from preflight.remote import build_script, parse_output
+from preflight.remote import MARK, build_script, parse_output
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
 
 FRAME = "@@pfsrun"
 FRAME_BYTES = 1000  # srun cuts task output at 1024 bytes; a frame line stays below that
 ARGV_LIMIT = 96 * 1024  # one argv string may not exceed 128 KiB; above this the program goes on stdin
 STARTUP_S = 30.0  # time allowed for the allocation and the step launch, on top of the probes
+TICK_S = 1.0  # each node's bundle writes a tick this often while its probes run
+STALL_S = 8.0  # a started node silent this long (8 ticks missed) has stalled
+MTU_HINT = "large packets are probably dropped on the path (MTU black hole: check the MTU of every hop)"
 
 _DISPATCH = r'''
 import base64 as _b64, os as _pos, zlib as _zlib
@@ -105,6 +111,8 @@ class _Reader(threading.Thread):
         self.partial: dict[str, list[str]] = {}
         self.lines: list[str] = []
         self.started: dict[str, str] = {}  # node -> srun task label
+        self.heard: dict[str, float] = {}  # node -> monotonic time of its last output
+        self.done: set[str] = set()  # nodes whose bundle said it finished
         self.nobundle: set[str] = set()
         self.other: list[str] = []
         self.lock = threading.Lock()
@@ -125,6 +133,7 @@ class _Reader(threading.Thread):
             return
         label = line[:pos].strip().rstrip(":")
         node, _, rest = line[pos + len(self.head):].partition(" ")
+        self.heard[node] = time.monotonic()
         if rest == "hello":
             self.started[node] = label
             return
@@ -138,8 +147,12 @@ class _Reader(threading.Thread):
         if kind != ".":
             return
         whole = "".join(self.partial.pop(node, [])) + piece
+        if f"{MARK} {self.nonce} tick " in whole:
+            return
         with self.lock:
             self.lines.append(whole)
+            if f"{MARK} {self.nonce} done " in whole:
+                self.done.add(node)
         if self.progress is not None and not self.past_deadline:
             for n, caps in parse_output(whole, self.nonce).captures.items():
                 for cap in caps.values():
@@ -175,7 +188,7 @@ def build_program(bundles: Mapping[str, Sequence[Probe]], cap: int = DEFAULT_CAP
     for node, probes in bundles.items():
         key = tuple(probes)
         if key not in index:
-            script, nonce = build_script(list(probes), cap=cap, nonce=nonce)
+            script, nonce = build_script(list(probes), cap=cap, nonce=nonce, tick_s=TICK_S)
             common, _, call = script.rpartition("\n")
             index[key] = len(calls)
             calls.append(call)
@@ -211,6 +224,7 @@ class SrunTransport(Transport):
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         argv_limit: int = ARGV_LIMIT,
+        stall_timeout: float = STALL_S,
     ) -> None:
         self.partition = partition
         self._addresses: dict[str, str] | None = None
@@ -221,6 +235,7 @@ class SrunTransport(Transport):
         self.extra_args = list(extra_args)
         self.env = dict(env) if env is not None else None
         self.argv_limit = argv_limit
+        self.stall_timeout = max(float(stall_timeout), 2 * TICK_S)
         self.last_argv: list[str] = []  # for reports and tests
 
     def _environ(self) -> dict[str, str]:
@@ -295,10 +310,13 @@ class SrunTransport(Transport):
                 pass
         timed_out = False
         cutoff: int | None = None
+        stalled: dict[str, float] = {}
         try:
-            proc.wait(timeout=max(0.1, limit))
+            stalled = self._wait(proc, reader, list(good), start + max(0.1, limit))
+            if stalled:
+                raise subprocess.TimeoutExpired(argv, limit)
         except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = not stalled
             with reader.lock:
                 # what arrives after the deadline comes from cancelling the step (a probe killed
                 # with it reports in on the way out): it did not finish in time
@@ -321,6 +339,11 @@ class SrunTransport(Transport):
             quoted = ("; srun: " + " | ".join(about)) if about else ""
             if node in reader.nobundle:
                 outcome.error = "the step ran on the node but found no bundle for it (node name mismatch?)"
+            elif node in stalled:
+                outcome.error = (f"the output of {node} stalled while the probes ran: {len(caps)} of {len(good[node])} "
+                                 f"came back, then nothing for {stalled[node]:.0f} s although the bundle writes "
+                                 f"every {TICK_S:g} s, while the other nodes finished; {MTU_HINT}{quoted}")
+                outcome.detail = {"kind": "timeout", "stage": "command", "connection": "stalled"}
             elif timed_out and node in reader.started:
                 missing = [p.name for p in good[node] if p.name not in caps]
                 outcome.error = (f"probe bundle did not finish within the {limit:g} s deadline "
@@ -337,6 +360,28 @@ class SrunTransport(Transport):
                 outcome.detail = {"kind": "lost", "stage": "launch" if node not in reader.started else "command"}
             out[node] = outcome
         return out
+
+    def _wait(self, proc: subprocess.Popen[bytes], reader: _Reader, nodes: list[str],
+              until: float) -> dict[str, float]:
+        """Wait for the step; raise TimeoutExpired at `until`. Returns early, with the silent
+        nodes and their silence, when every node has finished or stalled (at least one)."""
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            try:
+                proc.wait(timeout=min(0.25, left))
+                return {}
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            with reader.lock:
+                done = set(reader.done)
+            silent = {n: now - reader.heard[n] for n in nodes
+                      if n not in done and n in reader.heard and n in reader.started}
+            stalled = {n: s for n, s in silent.items() if s >= self.stall_timeout}
+            if stalled and all(n in done or n in stalled for n in nodes):
+                return stalled
 
     @staticmethod
     def _abort(proc: subprocess.Popen[bytes]) -> None:

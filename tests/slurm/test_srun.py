@@ -148,6 +148,60 @@ def test_probe_killed_by_the_cancel_after_the_deadline_is_not_a_result(tmp_path)
     assert seen == ["hostname"]
 
 
+# Two tasks run locally as nodes "alpha" and "beta"; beta's output stops reaching srun after its
+# first capture (what an MTU black hole does to the step's I/O connection): srun keeps waiting
+# for the rest. SIGINT ends it, as cancelling the step does.
+_STALL_SRUN = r'''#!/usr/bin/env python3
+import os, signal, subprocess, sys, threading
+argv = sys.argv[1:]
+cmd = argv[argv.index("--job-name=preflight") + 1:]
+tasks = {}
+def pump(label, node):
+    p = tasks[node]
+    forwarded = 0
+    for line in p.stdout:
+        text = line.decode()
+        if node == "beta" and forwarded >= 1:
+            continue
+        if node == "beta" and "capture" in text:
+            forwarded += 1
+        sys.stdout.write("%d: %s" % (label, text))
+        sys.stdout.flush()
+for label, node in enumerate(("alpha", "beta")):
+    tasks[node] = subprocess.Popen(cmd, stdout=subprocess.PIPE, env={**os.environ, "SLURMD_NODENAME": node})
+threads = [threading.Thread(target=pump, args=(i, n), daemon=True) for i, n in enumerate(tasks)]
+for t in threads:
+    t.start()
+def cancel(signum, frame):
+    for p in tasks.values():
+        p.kill()
+    os._exit(1)
+signal.signal(signal.SIGINT, cancel)
+for p in tasks.values():
+    p.wait()
+while True:  # beta's output is still held on the way: srun waits for it
+    signal.pause()
+'''
+
+
+def test_a_node_whose_output_stalls_ends_the_step_in_seconds(tmp_path) -> None:
+    srun = tmp_path / "srun"
+    srun.write_text(_STALL_SRUN)
+    srun.chmod(0o755)
+    bundle = [Probe.of("hostname", ["echo", "up"]), Probe.of("kernel-log", ["sh", "-c", "sleep 1; echo later"]),
+              Probe.of("ibstat", ["sh", "-c", "sleep 2; echo more"])]
+    t = SrunTransport(srun=str(srun), python=sys.executable, deadline=120, stall_timeout=3)
+    start = time.monotonic()
+    out = t.collect({"alpha": bundle, "beta": bundle})
+    took = time.monotonic() - start
+    assert not out["alpha"].error and set(out["alpha"].captures) == {"hostname", "kernel-log", "ibstat"}
+    beta = out["beta"]
+    assert beta.detail == {"kind": "timeout", "stage": "command", "connection": "stalled"}, beta
+    assert "stalled while the probes ran: 1 of 3 came back" in beta.error and "MTU black hole" in beta.error
+    assert set(beta.captures) == {"hostname"}
+    assert took < 60, took  # the deadline is 120 s: the stall ended it
+
+
 # ---- real Slurm -----------------------------------------------------------------------------
 
 DRIVE = r'''
