@@ -176,6 +176,9 @@ _EXC_LINE = re.compile(r"^(?:\[[^\]]*\]:?\s*)*([A-Za-z_][\w.]*(?:Error|Exception
                        r"|KeyboardInterrupt|SystemExit)(?::\s*(.*))?$")
 _TORCHRUN_KV = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
+_EXIT_SIGNAL = re.compile(r"\((SIG[A-Z]+)\)")
+_ROOT_CAUSE = re.compile(r"^\s*Root Cause \(first observed failure\):")
+_OTHER_FAILURES = re.compile(r"^\s*(?:Failures:|=====)")
 _EXIT_PID = re.compile(r"(-?\d+) \(pid: (\d+)\)")
 # exceptions that follow from another rank's failure, not a cause of their own
 SECONDARY = re.compile(r"Connection closed by peer|Connection reset by peer|Timed out waiting|timed out|"
@@ -201,6 +204,7 @@ class ChildFailure:
     signal: str
     time: str
     lines: list[str]
+    root_cause: bool = False  # listed under torchrun's "Root Cause (first observed failure)"
 
 
 @dataclass
@@ -216,18 +220,44 @@ def _tag_rank(line: str) -> int | None:
 
 def parse_rank_log(text: str) -> RankLog:
     """Python tracebacks (the exception ending each) and torchrun's per-rank failure records."""
+    return rank_log_lines((ln, _tag_rank(ln)) for ln in text.splitlines())
+
+
+def rank_log_lines(pairs: Iterable[tuple[str, int | None]]) -> RankLog:
+    """`parse_rank_log` over (line, rank the framing found for it) pairs. The ranks of a launcher
+    write into one stream, their lines interleaved: each rank's lines are read on their own, so
+    one rank's traceback never ends with another rank's exception."""
+    streams: dict[int | None, list[str]] = {}
+    for line, rank in pairs:
+        streams.setdefault(rank, []).append(line)
     out = RankLog()
-    lines = text.splitlines()
+    for rank, lines in streams.items():
+        part = _rank_stream(lines)
+        for c in part.crashes:
+            if c.rank is None:
+                c.rank = rank
+        out.crashes += part.crashes
+        out.failures += part.failures
+    return out
+
+
+def _rank_stream(lines: list[str]) -> RankLog:
+    out = RankLog()
+    in_root_cause = False  # inside torchrun's "Root Cause (first observed failure):" block
     i = 0
     while i < len(lines):
         line = lines[i]
+        if _ROOT_CAUSE.match(line):
+            in_root_cause = True
+        elif _OTHER_FAILURES.match(line):
+            in_root_cause = False
         if _TB_START in line:
             prefix_rank = _tag_rank(line)
             block = [line.strip()]
             j = i + 1
             while j < len(lines) and j - i < 400:
                 cur = lines[j]
-                body = re.sub(r"^\s*\[(?:rank|default)\d+\]:", "", cur)
+                body = re.sub(r"^\s*\[(?:rank|default)\d+\]: ?", "", cur)
                 block.append(cur.strip())
                 if body and not body.startswith((" ", "\t")) and _TB_START not in body:
                     m = _EXC_LINE.match(body.strip())
@@ -259,11 +289,13 @@ def parse_rank_log(text: str) -> RankLog:
                 rk = re.match(r"(\d+)", rec.get("rank", ""))
                 ex = _EXIT_PID.search(rec["exitcode"])
                 sig = _SIGNAL.search(rec.get("traceback", ""))
+                named = _EXIT_SIGNAL.search(rec["exitcode"])
                 out.failures.append(ChildFailure(
                     rank=int(rk.group(1)) if rk else None, host=rec.get("host", ""),
                     exitcode=int(ex.group(1)) if ex else _int(rec["exitcode"]),
-                    pid=int(ex.group(2)) if ex else None, signal=sig.group(2) if sig else "",
-                    time=rec["time"], lines=block))
+                    pid=int(ex.group(2)) if ex else None,
+                    signal=sig.group(2) if sig else (named.group(1) if named else ""),
+                    time=rec["time"], lines=block, root_cause=in_root_cause))
             i = j
             continue
         i += 1
@@ -317,8 +349,7 @@ class TorchLog:
 
 def parse(doc: Doc) -> TorchLog:
     pairs = [(ln.text, ln.rank) for ln in doc.lines]
-    text = "\n".join(t for t, _ in pairs)
-    out = TorchLog(hang=hang_events(pairs), rank_log=parse_rank_log(text))
+    out = TorchLog(hang=hang_events(pairs), rank_log=rank_log_lines(pairs))
     for t, _ in pairs:
         m = _EXITING.search(t)
         if m:
