@@ -6,7 +6,10 @@
     preflight triage --run-dir ./run                         # this node only
     preflight triage exp7.tar.gz                             # offline, from a bundle
 
-Exit codes: 0 nothing found, 1 a culprit or fault was found, 2 could not run.
+Exit codes: 0 a clean run (every rank ended cleanly), 1 a culprit or fault was found, 2 bad or
+missing input (no run directory, an empty one, a corrupt hang or crash record, unreadable files:
+each named with the reason, the verdict still drawn from the rest) or not enough evidence to
+decide (category "unknown").
 """
 
 from __future__ import annotations
@@ -117,6 +120,9 @@ def do_collect(target: Target, run_dir: str | None, logs: list[str], pattern: st
 
     if run_dir and not run_dir.startswith("/") and target.local:
         run_dir = str(Path(run_dir).resolve())
+    if run_dir and target.local and not Path(run_dir).is_dir():
+        why = "not a directory" if Path(run_dir).exists() else "no such directory"
+        raise UsageError(f"--run-dir {run_dir}: {why}")
     if pattern:
         try:
             re.compile(pattern)
@@ -264,4 +270,10 @@ def triage_cmd(
     from preflight.history import maybe_record
 
     maybe_record(rep, None)  # $PREFLIGHT_HISTORY or the default store; never raises
+    for e in verdict.input_errors:
+        sys.stderr.write(f"preflight triage: input: {e}\n")
+    if verdict.category == "unknown":
+        sys.stderr.write(f"preflight triage: {verdict.summary}\n")
+    if verdict.input_errors or verdict.category == "unknown":
+        raise typer.Exit(2)
     raise typer.Exit(0 if verdict.category == "none" else 1)

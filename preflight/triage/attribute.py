@@ -11,7 +11,21 @@ Node faults are graded with the registered node checks over the collected captur
 events are put on the same clock as the hang: a node fault in the window before the first
 failure is the cause, and the NCCL timeouts on every other node are its consequence.
 
-Categories: hardware, communication hang, software crash, slowdown, none.
+Every rank's failure time comes from its own records (its crash record or `runtime.crash`
+event, its hang record or `runtime.watchdog` event, its `runtime.exit` event), never from file
+modification times: the ranks of one job fail within the same second, and a tie must not go to
+the lowest rank. A launcher's summary (torchrun's failure table) adds each rank's exit code and
+its "Root Cause (first observed failure)", evidence that agrees with the ranks' own records or is
+outweighed by them. A rank the launcher ended (SIGTERM or SIGKILL after another rank failed, a
+`runtime.exit` with how=signal) is a victim, never the culprit; exit code 75 is the runtime
+watchdog's hang exit, never a crash; an exception that follows from another rank's failure
+(connection closed by peer, a collective timeout) is a consequence.
+
+Categories: hardware, software crash, communication hang, slowdown, none (only with positive
+evidence of a clean run: every rank ended cleanly) and unknown (not enough evidence to decide;
+never "none"). Input that could not be read (no run directory, an empty one, a corrupt hang or
+crash record, unreadable files) is listed in `Verdict.input_errors`; what else was there is
+still used.
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from preflight.triage.collect import (
     NodeFile,
     decode_files,
     decode_procs,
+    decode_skipped,
 )
 
 CHECK = "triage.verdict"
@@ -45,7 +60,12 @@ CHECK = "triage.verdict"
 FAULT_WINDOW_BEFORE_S = 3600.0
 FAULT_WINDOW_AFTER_S = 120.0
 HARDWARE_FAMILIES = ("gpu.", "fabric.", "ib.")
-CATEGORIES = ("hardware", "communication hang", "software crash", "slowdown", "none")
+CATEGORIES = ("hardware", "software crash", "communication hang", "slowdown", "none", "unknown")
+EXIT_HANG = 75  # the runtime watchdog's exit code (EX_TEMPFAIL): a hang, never a crash
+# signals a launcher (or an operator, or the node) ends a rank with from outside
+OUTSIDE_SIGNALS = {"SIGTERM": 15, "SIGKILL": 9, "SIGINT": 2, "SIGHUP": 1}
+_SIGNAL_BY_NUMBER = {v: k for k, v in OUTSIDE_SIGNALS.items()}
+_LAUNCHER_EXCEPTIONS = ("ChildFailedError",)  # the launcher's own traceback, not a rank's
 
 
 @dataclass
@@ -64,10 +84,67 @@ class RankState:
     proc_state: str = ""
     pid: int | None = None
     stack: list[str] = field(default_factory=list)
-    crashes: list[Crash] = field(default_factory=list)
-    exits: list[ChildFailure] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)  # tracebacks read from logs
+    exits: list[ChildFailure] = field(default_factory=list)  # the launcher's failure table
     evidence: list[str] = field(default_factory=list)
-    first_seen: float | None = None  # earliest failure time known for this rank
+    first_seen: float | None = None  # earliest failure time from the rank's own records
+    first_source: str = ""  # which record gave first_seen
+    record: dict[str, Any] | None = None  # its crash record (crash-rank<R>.json or runtime.crash event)
+    end: dict[str, Any] | None = None  # its runtime.exit event's facts (how, exit_code, signal), with time
+    launcher_host: str = ""  # the host the launcher's table names (torchrun standalone: "localhost")
+    suspected_by: dict[int, str] = field(default_factory=dict)  # peer rank -> "stale"/"behind" in its hang record
+
+    @property
+    def root_cause(self) -> bool:
+        return any(x.root_cause for x in self.exits)
+
+    @property
+    def launcher_time(self) -> float | None:
+        times = [t.timestamp() for t in (torch_log.torchrun_time(x.time) for x in self.exits) if t]
+        return min(times) if times else None
+
+    def exit_code(self) -> int | None:
+        """The rank's exit code: its runtime.exit event, else the launcher's table."""
+        if self.end and isinstance(self.end.get("exit_code"), int):
+            return int(self.end["exit_code"])
+        codes = [x.exitcode for x in self.exits if x.exitcode is not None]
+        return codes[0] if codes else None
+
+    def outside_signal(self) -> str:
+        """SIGTERM/SIGKILL/... when the rank was ended from outside, else ""."""
+        if self.end and self.end.get("how") == "signal":
+            return str(self.end.get("signal") or "a signal")
+        for x in self.exits:
+            if x.signal in OUTSIDE_SIGNALS:
+                return x.signal
+            if x.exitcode is not None and x.exitcode < 0 and -x.exitcode in _SIGNAL_BY_NUMBER:
+                return _SIGNAL_BY_NUMBER[-x.exitcode]
+        return ""
+
+    def hang_exit(self) -> bool:
+        return (self.end is not None and self.end.get("how") == "hang") or self.exit_code() == EXIT_HANG
+
+    def primary(self) -> dict[str, Any] | None:
+        """Its own failure (not a consequence of another rank's): the crash record, else a traceback."""
+        if self.record and not self.record.get("secondary"):
+            return self.record
+        for c in self.crashes:
+            if not c.secondary:
+                return {"type": c.exception, "message": c.message, "stack": c.lines, "source": "log"}
+        return None
+
+    def secondary(self) -> dict[str, Any] | None:
+        if self.record and self.record.get("secondary"):
+            return self.record
+        for c in self.crashes:
+            if c.secondary:
+                return {"type": c.exception, "message": c.message, "stack": c.lines, "source": "log"}
+        return None
+
+    def clean_end(self) -> bool:
+        if self.end is not None:
+            return self.end.get("how") in ("clean", "preempted")
+        return bool(self.heartbeat and self.heartbeat.get("state") == "closed") and not self.exits
 
     def note(self, line: str) -> None:
         if line not in self.evidence and len(self.evidence) < 40:
@@ -77,9 +154,9 @@ class RankState:
         if seq is not None and (self.entered is None or seq > self.entered):
             self.entered, self.entered_op = seq, op or self.entered_op
 
-    def fail_at(self, t: float | None) -> None:
+    def fail_at(self, t: float | None, source: str = "") -> None:
         if t is not None and (self.first_seen is None or t < self.first_seen):
-            self.first_seen = t
+            self.first_seen, self.first_source = t, source
 
 
 @dataclass
@@ -106,12 +183,13 @@ class Verdict:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     node_faults: list[dict[str, Any]] = field(default_factory=list)
     job: dict[str, Any] = field(default_factory=dict)
+    input_errors: list[str] = field(default_factory=list)  # input that could not be read, and why
 
     def to_dict(self) -> dict[str, Any]:
         return {"category": self.category, "summary": self.summary, "culprits": self.culprits,
                 "evidence": self.evidence, "action": self.action, "collective": self.collective,
                 "first_failure": self.first_failure, "ranks": self.ranks, "node_faults": self.node_faults,
-                "job": self.job}
+                "job": self.job, "input_errors": self.input_errors}
 
 
 @dataclass
@@ -126,7 +204,10 @@ class Facts:
     fr_findings: list[tuple[str, flight_recorder.FRTraceFinding]] = field(default_factory=list)
     ras: list[tuple[str, ras.RasStatus]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    input_errors: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
+    file_times: list[float] = field(default_factory=list)  # log mtimes: only to place node faults in time
+    run_dir_files: int = 0  # files the run-directory probes brought back, all nodes
 
     def rank(self, r: int) -> RankState:
         if r not in self.ranks:
@@ -154,33 +235,85 @@ def _src(node: str, name: str, line: str = "") -> str:
 
 
 def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -> None:
-    r = doc.get("rank")
-    if not isinstance(r, int):
-        return
+    r = doc["rank"]
     st = facts.rank(r)
     st.reported = True
     st.host = str(doc.get("host") or st.host)
     st.step = doc.get("step") if isinstance(doc.get("step"), int) else st.step
     t = doc.get("time")
-    if isinstance(t, (int, float)):
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
         st.hang_time = float(t)
-        st.fail_at(float(t))
+        st.fail_at(float(t), "hang record")
     fr = doc.get("flight_recorder") or {}
-    last = fr.get("last") or {}
-    if isinstance(last.get("seq"), int):
+    last = (fr.get("last") or {}) if isinstance(fr, dict) else {}
+    if isinstance(last, dict) and isinstance(last.get("seq"), int):
         st.saw(last["seq"], _op(str(last.get("op") or "")))
     stacks = doc.get("stacks") or {}
-    main = next((v for k, v in stacks.items() if str(k).startswith("MainThread")), None)
+    main = next((v for k, v in stacks.items() if str(k).startswith("MainThread")), None) \
+        if isinstance(stacks, dict) else None
     if isinstance(main, list) and main:
-        st.stack = [str(x).strip().splitlines()[0] for x in main[-3:]]
+        st.stack = [str(x).strip().splitlines()[0] for x in main[-3:] if str(x).strip()]
     st.note(_src(node, f.name, f"rank {r} on {st.host or node}: watchdog fired in {doc.get('section')} at step "
                                f"{doc.get('step')} after {doc.get('elapsed_s')} s (timeout {doc.get('timeout_s')} s)"))
     for peer in doc.get("peers") or []:
-        if isinstance(peer, dict) and isinstance(peer.get("rank"), int):
+        if isinstance(peer, dict) and isinstance(peer.get("rank"), int) and not isinstance(peer["rank"], bool):
             facts.world.add(peer["rank"])
             pst = facts.rank(peer["rank"])
             if peer.get("host") and not pst.host:
                 pst.host = str(peer["host"])
+            if peer["rank"] != r and (peer.get("stale") or peer.get("behind")):
+                age = peer.get("age_s")
+                pst.suspected_by[r] = ("stale" + (f" (no heartbeat for {age} s)" if age is not None else "")
+                                       if peer.get("stale") else f"behind (step {peer.get('step')})")
+
+
+def _read_crash_record(facts: Facts, node: str, name: str, doc: dict[str, Any], from_event: bool = False) -> None:
+    """A crash record (crash-rank<R>.json), or a runtime.crash event standing in for a missing one."""
+    r = doc["rank"]
+    st = facts.rank(r)
+    facts.world.add(r)
+    if st.record is not None and (from_event or st.record.get("source") != "event"):
+        return  # the record file wins over the event; the first record wins
+    exc: dict[str, Any] = doc["exception"] if isinstance(doc.get("exception"), dict) else {}
+    etype = str(exc.get("type") or doc.get("exception_type") or "Exception")
+    msg = str(exc.get("message") if exc.get("message") is not None else doc.get("message") or "")
+    t = doc.get("time")
+    when = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+    stack = [str(x) for x in doc.get("stack") or [] if isinstance(x, str)] if isinstance(doc.get("stack"), list) else []
+    st.record = {"type": etype, "message": msg, "time": when, "step": doc.get("step"), "section": doc.get("section"),
+                 "thread": doc.get("thread"), "stack": stack, "source": "event" if from_event else "record",
+                 "file": _src(node, name), "secondary": bool(torch_log.SECONDARY.search(f"{etype}: {msg}"))}
+    st.host = str(doc.get("host") or "") or st.host
+    if isinstance(doc.get("step"), int) and not isinstance(doc.get("step"), bool):
+        st.step = doc["step"]
+    st.fail_at(when, "crash record" if not from_event else "runtime.crash event")
+    where = f" at step {doc.get('step')}" if doc.get("step") is not None else ""
+    where += f" in section '{doc.get('section')}'" if doc.get("section") else ""
+    st.note(_src(node, name, f"rank {r} raised{where}: {etype}: {msg}"[:300]))
+
+
+def _valid_rank(doc: Any) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("rank"), int) and not isinstance(doc.get("rank"), bool) \
+        and doc["rank"] >= 0
+
+
+def _corrupt(data: bytes, doc: Any, kind: str) -> str:
+    """Why a record is unusable ("" when it is fine)."""
+    if not data.strip():
+        return "empty file"
+    if doc is None:
+        try:
+            json.loads(data)
+        except ValueError as exc:
+            return f"not JSON ({exc})"
+        return "not JSON"
+    if not isinstance(doc, dict):
+        return f"not a {kind} (a JSON {type(doc).__name__}, not an object)"
+    if not _valid_rank(doc):
+        return f"not a {kind} (no integer 'rank')"
+    if kind == "crash record" and not isinstance(doc.get("exception"), dict):
+        return "not a crash record (no 'exception' object)"
+    return ""
 
 
 def _op(name: str) -> str:
@@ -224,6 +357,8 @@ def _read_heartbeat(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -
     st.host = st.host or str(doc.get("host") or "")
     if isinstance(doc.get("step"), int) and st.step is None:
         st.step = doc["step"]
+    if doc.get("state") == "hang":  # its watchdog fired (even if its hang record is missing)
+        st.reported = True
 
 
 def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
@@ -236,19 +371,42 @@ def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
             continue
         r = ev.get("rank")
         check = str(ev.get("check", ""))
-        facts_ = ev.get("facts") or {}
-        if check == "runtime.watchdog" and isinstance(r, int):
+        facts_: dict[str, Any] = ev["facts"] if isinstance(ev.get("facts"), dict) else {}
+        t = ev.get("time") if isinstance(ev.get("time"), (int, float)) and not isinstance(ev.get("time"), bool) \
+            else None
+        if check == "runtime.straggler":
+            if ev.get("status") in ("warn", "fail"):
+                facts.stragglers.append({"source": _src(node, f.name), "summary": ev.get("summary", ""),
+                                         "ranks": list(facts_.get("stragglers") or []),
+                                         "hosts": list(facts_.get("hosts") or []), "time": ev.get("time")})
+            continue
+        if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+            continue
+        if check == "runtime.watchdog":
             st = facts.rank(r)
+            facts.world.add(r)
             st.reported = True
             st.host = st.host or str(ev.get("node") or "")
             if isinstance(facts_.get("seq"), int):
                 st.saw(facts_["seq"], _op(str(facts_.get("op") or "")))
-            if isinstance(ev.get("time"), (int, float)):
-                st.fail_at(float(ev["time"]))
-        elif check == "runtime.straggler" and ev.get("status") in ("warn", "fail"):
-            facts.stragglers.append({"source": _src(node, f.name), "summary": ev.get("summary", ""),
-                                     "ranks": list(facts_.get("stragglers") or []),
-                                     "hosts": list(facts_.get("hosts") or []), "time": ev.get("time")})
+            st.fail_at(t, "runtime.watchdog event")
+        elif check == "runtime.crash":
+            doc = {**facts_, "rank": r, "host": ev.get("node"), "time": facts_.get("time", t)}
+            _read_crash_record(facts, node, f.name, doc, from_event=True)
+        elif check == "runtime.exit":
+            st = facts.rank(r)
+            facts.world.add(r)
+            st.host = st.host or str(ev.get("node") or "")
+            if st.end is None:
+                st.end = {"how": str(facts_.get("how") or ""), "exit_code": facts_.get("exit_code"),
+                          "signal": facts_.get("signal"), "time": t, "step": facts_.get("step")}
+            how = st.end["how"]
+            if how == "hang":
+                st.reported = True
+            if how in ("exception", "hang"):
+                st.fail_at(t, "runtime.exit event")
+            if how != "clean":
+                st.note(_src(node, f.name, str(ev.get("summary") or f"rank {r} ended: {how}")[:300]))
 
 
 def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
@@ -263,26 +421,32 @@ def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]
     doc = docs[0] if len(docs) == 1 else Doc.join(docs)
     tl = torch_log.parse(doc)
     _read_hang_events(facts, node, f, tl.hang, file_rank, located)
+    if f.mtime is not None and (tl.rank_log.crashes or tl.hang.events):
+        facts.file_times.append(float(f.mtime))
     for c in tl.rank_log.crashes:
         r = c.rank if c.rank is not None else file_rank
-        if r is None:
+        if r is None or c.exception.endswith(_LAUNCHER_EXCEPTIONS):
             continue
         st = facts.rank(r)
+        facts.world.add(r)
         st.crashes.append(c)
         located[r].add(node)
-        if not c.secondary:
-            st.fail_at(f.mtime)
-        st.note(_src(node, f.name, f"{c.exception}: {c.message}"[:300]))
+        st.note(_src(node, f.name, f"rank {r}: {c.exception}: {c.message}"[:300]))
     for x in tl.rank_log.failures:
         if x.rank is None:
             continue
         st = facts.rank(x.rank)
+        facts.world.add(x.rank)
         st.exits.append(x)
-        if x.host:
-            st.host = st.host or x.host
-        t = torch_log.torchrun_time(x.time)
-        st.fail_at(t.timestamp() if t else None)
-        st.note(_src(node, f.name, f"rank {x.rank} exitcode {x.exitcode}" + (f" ({x.signal})" if x.signal else "")))
+        if x.host in ("", "localhost", "127.0.0.1"):  # a local launcher: its ranks ran where its log is
+            located[x.rank].add(node)
+        else:
+            st.launcher_host = st.launcher_host or x.host
+        if x.exitcode == EXIT_HANG:
+            st.reported = True  # its watchdog fired: it was waiting, not crashing
+        what = "watchdog hang exit" if x.exitcode == EXIT_HANG else (x.signal or "")
+        st.note(_src(node, f.name, f"launcher: rank {x.rank} exitcode {x.exitcode}" + (f" ({what})" if what else "")
+                     + (" [torchrun's root cause: first observed failure]" if x.root_cause else "")))
     if flight_recorder.detect(doc):
         for finding in flight_recorder.parse(doc).findings:
             facts.fr_findings.append((_src(node, f.name), finding))
@@ -312,7 +476,6 @@ def _read_hang_events(facts: Facts, node: str, f: NodeFile, log: torch_log.HangL
                 st.saw(ev.seq, ev.op)
                 if st.stuck is None or ev.seq < st.stuck:
                     st.stuck, st.stuck_op = ev.seq, ev.op
-            st.fail_at(f.mtime)
             st.note(_src(node, f.name, ev.line[:300]))
         elif ev.kind == "nccl_status":
             st.reported = True
@@ -322,7 +485,6 @@ def _read_hang_events(facts: Facts, node: str, f: NodeFile, log: torch_log.HangL
             st.note(_src(node, f.name, ev.line[:300]))
         elif ev.kind in ("gloo_timeout", "gloo_peer_closed", "nccl_error"):
             st.reported = True
-            st.fail_at(f.mtime)
             st.note(_src(node, f.name, ev.line[:300]))
 
 
@@ -425,14 +587,29 @@ def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: dateti
     facts = Facts(nodes=sorted(set(bundle.nodes) | set(bundle.errors)))
     located: dict[int, set[str]] = defaultdict(set)
     where_file: dict[str, set[str]] = defaultdict(set)
+    run_dir_missing: list[str] = []
+    run_dir_probed = 0
     for node, caps in sorted(bundle.nodes.items()):
         for probe in sorted(caps):
             if probe == RUN_DIR_PROBE or probe.startswith(LOGS_PROBE):
                 files, problem = decode_files(caps[probe])
+                if probe == RUN_DIR_PROBE:
+                    run_dir_probed += 1
+                    facts.run_dir_files += len(files)
+                    if problem:
+                        run_dir_missing.append(f"{node}: {problem}")
                 if problem:
                     facts.problems.append(f"{node}:{probe}: {problem}")
+                for path, why in decode_skipped(caps[probe]):
+                    facts.input_errors.append(f"{node}:{path}: unreadable: {why}")
                 for f in files:
                     where_file[_base(f.name)].add(node)
+    if run_dir_probed and not facts.run_dir_files:
+        where = bundle.run_dir or "the run directory"
+        if len(run_dir_missing) == run_dir_probed:
+            facts.input_errors.insert(0, f"{where}: not read on any node ({'; '.join(run_dir_missing[:4])})")
+        else:
+            facts.input_errors.insert(0, f"{where}: holds no files on any node (nothing to read)")
     seen_files: set[tuple[str, bytes]] = set()
     for node, caps in sorted(bundle.nodes.items()):
         for probe in sorted(caps):
@@ -452,32 +629,41 @@ def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: dateti
             _node_faults(facts, node, caps, since, registry)
     for node, err in bundle.errors.items():
         facts.problems.append(f"{node}: not collected: {err}")
-    # where each rank ran: its own records' host, else the only node its files were found on
+    # where each rank ran: its own records' host, else the only node its files were found on,
+    # else the launcher's host name
     for r, st in facts.ranks.items():
         if st.host and st.host in facts.nodes:
             st.node = st.host
         elif len(located.get(r, ())) == 1:
             st.node = next(iter(located[r]))
         else:
-            st.node = st.host
+            st.node = st.host or (st.launcher_host if st.launcher_host in facts.nodes else "")
     return facts
 
 
 def _read_file(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
     base = _base(f.name)
-    if base.startswith("hang-") and base.endswith(".json"):
-        doc = _json(f)
-        if isinstance(doc, dict):
-            _read_hang_record(facts, node, f, doc)
-            if isinstance(doc.get("rank"), int):
-                located[doc["rank"]].add(node)
-        return
+    for prefix, kind in (("hang-", "hang record"), ("crash-", "crash record")):
+        if base.startswith(prefix) and base.endswith(".json"):
+            doc = _json(f)
+            why = _corrupt(f.data, doc, kind) or ("truncated in collection (over the per-file limit)"
+                                                  if f.truncated else "")
+            if why:
+                facts.input_errors.append(f"{_src(node, f.name)}: corrupt {kind}: {why}; not used")
+                return
+            if kind == "hang record":
+                _read_hang_record(facts, node, f, doc)
+            else:
+                _read_crash_record(facts, node, f.name, doc)
+            located[doc["rank"]].add(node)
+            return
     if base.startswith("heartbeat-") and base.endswith(".json"):
         doc = _json(f)
-        if isinstance(doc, dict):
+        if _valid_rank(doc):
             _read_heartbeat(facts, node, f, doc)
-            if isinstance(doc.get("rank"), int):
-                located[doc["rank"]].add(node)
+            located[doc["rank"]].add(node)
+        else:
+            facts.problems.append(f"{_src(node, f.name)}: unreadable heartbeat; not used")
         return
     if base.startswith("events-") and base.endswith(".jsonl"):
         _read_events(facts, node, f)
@@ -504,37 +690,78 @@ def _hang(facts: Facts) -> tuple[list[int], dict[str, Any], list[str]]:
     if not waiting:
         return [], {}, []
     stuck = [s for s in waiting if s.stuck is not None]
+    seq: int | None = None
+    op = ""
     if stuck:
         part = min(stuck, key=lambda s: (s.stuck or 0, s.rank))
         seq, op = part.stuck, part.stuck_op or next((s.stuck_op for s in stuck if s.stuck == part.stuck
                                                       and s.stuck_op), "")
     else:
         entered = [s for s in waiting if s.entered is not None]
-        if not entered:
-            return [], {}, []
-        top = max(entered, key=lambda s: s.entered or 0)
-        seq, op = top.entered, top.entered_op
-    if not op:
+        if entered:
+            top = max(entered, key=lambda s: s.entered or 0)
+            seq, op = top.entered, top.entered_op
+    if seq is not None and not op:
         op = next((s.entered_op for s in states.values() if s.entered == seq and s.entered_op), "")
     everyone = set(states) | facts.world
-    culprits = []
+    behind: list[int] = []
+    silent: list[int] = []
     ev: list[str] = []
     for r in sorted(everyone):
         s = facts.rank(r)
         if s.entered is not None and seq is not None and s.entered < seq:
-            culprits.append(r)
+            behind.append(r)
             ev.append(f"rank {r} never entered {op or 'the collective'} seq {seq}: its last was seq {s.entered}")
-        elif not s.reported and s.entered is None:
-            culprits.append(r)
-            ev.append(f"rank {r} wrote no hang record and no timeout line while its peers waited")
+        elif not s.reported and s.entered is None and not s.clean_end():
+            silent.append(r)
+    silent = _narrow_silent(facts, silent, ev)
+    for r in silent:
+        ev.append(f"rank {r} wrote no hang record and no timeout line while its peers waited")
+    for r in sorted(set(behind) | set(silent)):
+        by = facts.rank(r).suspected_by
+        if by:
+            how = sorted(set(by.values()))
+            ev.append(f"the hang records of {_ranks(sorted(by))} name rank {r} as {' / '.join(how)[:120]}")
     waiting_at = sorted(s.rank for s in stuck if s.stuck == seq)
     if waiting_at:
-        ev.insert(0, f"ranks {_list(waiting_at)} waited in {op or 'a collective'} seq {seq}")
-    return culprits, {"op": op, "seq": seq}, ev
+        ev.insert(0, f"{_ranks(waiting_at)} waited in {op or 'a collective'} seq {seq}")
+    coll: dict[str, Any] = {"op": op, "seq": seq} if seq is not None else {}
+    return sorted(set(behind) | set(silent)), coll, ev
+
+
+def _narrow_silent(facts: Facts, silent: list[int], ev: list[str]) -> list[int]:
+    """Of the ranks that reported nothing, those their peers' hang records name (stale, behind);
+    else those that needed SIGKILL (did not end on SIGTERM: stopped or stuck) over those that ended
+    on SIGTERM at once (victims of the launcher's clean-up)."""
+    if len(silent) < 2:
+        return silent
+    named = [r for r in silent if facts.rank(r).suspected_by]
+    if named and len(named) < len(silent):
+        rest = [r for r in silent if r not in named]
+        ev.append(f"{_ranks(rest)} wrote no hang record either, but no peer's hang record names them; "
+                  f"{_ranks(named)} are")
+        return named
+    killed = [r for r in silent if facts.rank(r).outside_signal() == "SIGKILL"]
+    termed = [r for r in silent if facts.rank(r).outside_signal() == "SIGTERM"]
+    if killed and termed:
+        ev.append(f"{_ranks(termed)} ended on the launcher's SIGTERM (victims); {_ranks(killed)} did not "
+                  "and needed SIGKILL: stopped or stuck")
+        return [r for r in silent if r not in termed]
+    return silent
+
+
+def _ranks(xs: list[int]) -> str:
+    return f"rank {xs[0]}" if len(xs) == 1 else f"ranks {_list(xs)}"
 
 
 def _list(xs: list[int]) -> str:
     return ", ".join(str(x) for x in xs[:16]) + (f" (+{len(xs) - 16} more)" if len(xs) > 16 else "")
+
+
+def _iso(t: float | None) -> str:
+    if t is None:
+        return ""
+    return datetime.fromtimestamp(t).astimezone().isoformat(timespec="milliseconds")
 
 
 def _heartbeat_note(st: RankState, ref: float | None) -> str:
@@ -554,12 +781,19 @@ def _culprit_list(facts: Facts, ranks: list[int]) -> list[dict[str, Any]]:
 
 
 def _first_failure(facts: Facts) -> dict[str, Any]:
+    """The earliest failure by the ranks' own records; else the launcher's root cause (its clock
+    has one-second resolution and says when it observed the exit, not when the rank failed)."""
     timed = [s for s in facts.ranks.values() if s.first_seen is not None]
-    if not timed:
-        return {}
-    s = min(timed, key=lambda s: s.first_seen or 0.0)
-    return {"rank": s.rank, "node": s.node, "time": s.first_seen,
-            "iso": datetime.fromtimestamp(s.first_seen or 0.0).astimezone().isoformat(timespec="seconds")}
+    if timed:
+        s = min(timed, key=lambda s: (s.first_seen or 0.0, s.rank))
+        return {"rank": s.rank, "node": s.node, "time": s.first_seen, "iso": _iso(s.first_seen),
+                "source": s.first_source}
+    roots = [s for s in facts.ranks.values() if s.root_cause]
+    if roots:
+        s = roots[0]
+        return {"rank": s.rank, "node": s.node, "time": s.launcher_time, "iso": _iso(s.launcher_time),
+                "source": "launcher's root cause"}
+    return {}
 
 
 def _correlate(facts: Facts, ref: float | None) -> list[NodeFault]:
@@ -584,20 +818,73 @@ def _drain_action(nodes: list[str], reason: str, job: dict[str, Any]) -> str:
             f"--exclude={names}")
 
 
+def _order(s: RankState) -> tuple[float, int, float, int]:
+    """Who failed first: own-record time, then the launcher's root cause, then its (coarse) time."""
+    return (s.first_seen if s.first_seen is not None else float("inf"), 0 if s.root_cause else 1,
+            s.launcher_time if s.launcher_time is not None else float("inf"), s.rank)
+
+
+def _what(rec: dict[str, Any]) -> str:
+    return f"{rec.get('type')}: {rec.get('message')}".strip().rstrip(":")
+
+
+def _bystanders(facts: Facts, head: int) -> list[str]:
+    """One line per kind of consequence: the ranks that failed because another rank did."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for s in sorted(facts.ranks.values(), key=lambda s: s.rank):
+        if s.rank == head:
+            continue
+        sec = s.secondary()
+        if s.primary():
+            continue
+        if sec:
+            groups[f"failed as a consequence ({_what(sec)[:120]})"].append(s.rank)
+        elif s.hang_exit() or s.reported:
+            groups[f"exit {EXIT_HANG} / hang record: their watchdog's hang exit, waiting for the failed rank"].append(
+                s.rank)
+        elif s.outside_signal():
+            groups[f"ended by {s.outside_signal()} from outside (the launcher's clean-up): victims, not culprits"
+                   ].append(s.rank)
+    return [f"{_ranks(rs)} {what}" for what, rs in groups.items()]
+
+
+def _launcher_opinion(facts: Facts, head: RankState) -> str:
+    roots = [s for s in facts.ranks.values() if s.root_cause]
+    if not roots:
+        return ""
+    root = roots[0]
+    x = next(x for x in root.exits if x.root_cause)
+    if root.rank == head.rank:
+        return f"the launcher's Root Cause (first observed failure) names rank {root.rank} too (exit code {x.exitcode})"
+    own = f" at {_iso(head.first_seen)}" if head.first_seen is not None else ""
+    return (f"the launcher's Root Cause names rank {root.rank} (exit code {x.exitcode}): the first exit it observed; "
+            f"rank {head.rank}'s own record{own} is earlier and outweighs it")
+
+
 def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
     """The verdict: category, culprits (node, ranks), evidence lines with their sources, action."""
     job = dict(job or {})
     first = _first_failure(facts)
     ref = first.get("time")
+    if ref is None and facts.file_times:
+        ref = min(facts.file_times)  # no record of its own: the logs' file times place node faults
     culprit_ranks, coll, hang_ev = _hang(facts)
     faults = _correlate(facts, ref)
-    ranks_out = [{"rank": s.rank, "node": s.node, "host": s.host, "entered": s.entered, "entered_op": s.entered_op,
-                  "stuck": s.stuck, "reported": s.reported, "proc_state": s.proc_state, "step": s.step,
-                  "crashed": bool([c for c in s.crashes if not c.secondary])} for s in sorted(facts.ranks.values(),
-                                                                                         key=lambda s: s.rank)]
+    ranks_out = []
+    for s in sorted(facts.ranks.values(), key=lambda s: s.rank):
+        prim = s.primary()
+        ranks_out.append({
+            "rank": s.rank, "node": s.node, "host": s.host, "entered": s.entered, "entered_op": s.entered_op,
+            "stuck": s.stuck, "reported": s.reported, "proc_state": s.proc_state, "step": s.step,
+            "crashed": bool(prim), "exception": _what(prim) if prim else "", "failed_at": s.first_seen,
+            "failed_at_source": s.first_source, "exit_code": s.exit_code(), "ended_by": s.outside_signal(),
+            "hang_exit": s.hang_exit(), "clean_end": s.clean_end(), "launcher_root_cause": s.root_cause,
+            "suspected_by": sorted(s.suspected_by)})
     base: dict[str, Any] = {"first_failure": first, "ranks": ranks_out, "job": job, "collective": coll,
             "node_faults": [{"node": f.node, "check": f.check, "summary": f.summary, "time": f.time,
-                             "correlated": f.correlated, "xids": f.xids} for f in facts.node_faults]}
+                             "correlated": f.correlated, "xids": f.xids} for f in facts.node_faults],
+            "input_errors": list(facts.input_errors)}
+    inputs = [f"input: {e}" for e in facts.input_errors[:6]]
     rank_ev: list[str] = []
     for r in culprit_ranks:
         st = facts.rank(r)
@@ -625,60 +912,88 @@ def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
         if coll.get("seq") is not None:
             ev.append(f"the job then hung in {coll.get('op') or 'a collective'} seq {coll['seq']}; the timeouts on "
                       "the other nodes follow from it")
-        ev += hang_ev[:4] + rank_ev[:6]
+        ev += hang_ev[:4] + rank_ev[:6] + inputs
         reason = faults[0].summary
         return Verdict(category="hardware",
                        summary=f"hardware fault on {', '.join(nodes)}: {reason}",
                        culprits=culprits, evidence=ev, action=_drain_action(nodes, reason, job)
                        + (f". {faults[0].remedy}" if faults[0].remedy else ""), **base)
 
-    # 2. software crash: a rank raised (not a consequence of another rank) or died by a signal
-    crashed = [s for s in facts.ranks.values() if any(not c.secondary for c in s.crashes)
-               or any((x.exitcode or 0) != 0 for x in s.exits)]
-    if crashed:
-        crashed.sort(key=lambda s: (s.first_seen if s.first_seen is not None else float("inf"), s.rank))
-        head = crashed[0]
-        primary = next((c for c in head.crashes if not c.secondary), None)
-        exit_ = next((x for x in head.exits if (x.exitcode or 0) != 0), None)
-        what = f"{primary.exception}: {primary.message}" if primary else \
-            f"exit code {exit_.exitcode}" + (f" ({exit_.signal})" if exit_ and exit_.signal else "") if exit_ else "failed"
-        ev = [f"rank {head.rank} on {head.node or '?'} failed first: {what}"]
-        if primary:
-            ev += [f"rank {head.rank} traceback: {line}" for line in primary.lines[-4:]]
-        ev += head.evidence[:4]
-        others = [s.rank for s in crashed[1:]]
-        if others:
-            ev.append(f"also failed: ranks {_list(others)}")
-        cul = _culprit_list(facts, [head.rank])
-        sig = exit_.signal if exit_ else ""
+    ranks = list(facts.ranks.values())
+    # 2. software crash: a rank raised an exception of its own (not a consequence of another
+    # rank's failure), first by its own records' time
+    primaries = [s for s in ranks if s.primary()]
+    if primaries:
+        head = min(primaries, key=_order)
+        rec = head.primary() or {}
+        what = _what(rec)
+        where = f" at step {rec.get('step')}" if rec.get("step") is not None else ""
+        where += f" in section '{rec.get('section')}'" if rec.get("section") else ""
+        when = f" ({head.first_source} at {_iso(head.first_seen)})" if head.first_seen is not None else ""
+        ev = [f"rank {head.rank} on {head.node or '?'} failed first{where}: {what}{when}"]
+        tb = [ln.strip() for entry in rec.get("stack") or [] for ln in str(entry).splitlines() if ln.strip()]
+        ev += [f"rank {head.rank} traceback: {line}" for line in tb[-4:]]
+        opinion = _launcher_opinion(facts, head)
+        if opinion:
+            ev.append(opinion)
+        later = sorted((s for s in primaries if s is not head), key=_order)
+        for s in later[:4]:
+            p = s.primary() or {}
+            dt = f" {s.first_seen - head.first_seen:.2f} s later" if s.first_seen is not None and \
+                head.first_seen is not None else ""
+            ev.append(f"rank {s.rank} also raised{dt}: {_what(p)[:160]}")
+        ev += _bystanders(facts, head.rank)
+        ev += head.evidence[:4] + inputs
         action = (f"fix the failure of rank {head.rank} on {head.node or '?'} ({what[:160]}); the errors of the other "
                   "ranks follow from it; restart from the last checkpoint after the fix")
-        if sig in ("SIGKILL",) and not primary:
-            action = (f"rank {head.rank} on {head.node or '?'} was killed (SIGKILL): check that node's kernel log for "
-                      "the OOM killer (host memory) and the job's memory limits; requeue after the fix")
-        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: {what[:200]}",
-                       culprits=cul, evidence=ev, action=action, **base)
+        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed{where}: "
+                                                          f"{what[:200]}",
+                       culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **base)
 
-    # 3. communication hang: the ranks that never entered the collective the others wait in
-    if any(s.reported for s in facts.ranks.values()) or facts.fr_findings or facts.ras:
+    # 3. a rank that exited with a failing code of its own and left no traceback (exit 1, SIGSEGV,
+    # SIGABRT): not the watchdog's hang exit, not a signal from outside, not a consequence
+    failing = [s for s in ranks if not s.secondary() and not s.reported and not s.hang_exit()
+               and not s.outside_signal() and ((s.exit_code() or 0) != 0 or (s.end or {}).get("how") == "exception")]
+    if failing:
+        head = min(failing, key=_order)
+        bad = next((x for x in head.exits if (x.exitcode or 0) != 0), None)
+        code = head.exit_code()
+        what = f"exit code {code}" + (f" ({bad.signal})" if bad and bad.signal else "")
+        ev = [f"rank {head.rank} on {head.node or '?'} failed first: {what}, without a traceback or crash record"]
+        opinion = _launcher_opinion(facts, head)
+        if opinion:
+            ev.append(opinion)
+        ev += _bystanders(facts, head.rank) + head.evidence[:4] + inputs
+        action = (f"rank {head.rank} on {head.node or '?'} ended with {what} and left no record: read its own output "
+                  "(stderr, core dump); install preflight.runtime.crash in the training script so the next failure "
+                  "records its exception")
+        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: {what}",
+                       culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **base)
+
+    # 4. communication hang: the ranks that never entered the collective the others wait in
+    if any(s.reported for s in ranks) or facts.fr_findings or facts.ras:
         for src, fnd in facts.fr_findings:
             culprit_ranks = sorted(set(culprit_ranks) | set(fnd.missing_ranks) | {r for r, _ in fnd.culprits})
             hang_ev.append(f"{src}: fr_trace: {fnd.lines[0]} ({fnd.op}; missing ranks {fnd.missing_ranks})")
             if fnd.seq is not None and not coll.get("seq"):
                 coll.update({"op": fnd.op, "seq": fnd.seq})
-        for src, ras in facts.ras:
-            behind = [x["rank"] for x in ras.ranks if x.get("launched") is not None and ras.majority_launched is not None
-                      and x["launched"] < ras.majority_launched]
-            gone = [x["rank"] for x in ras.ranks if x.get("section") in ("INCOMPLETE", "DEAD")]
-            for x in ras.ranks:
+        for src, ras_status in facts.ras:
+            behind = [x["rank"] for x in ras_status.ranks if x.get("launched") is not None
+                      and ras_status.majority_launched is not None and x["launched"] < ras_status.majority_launched]
+            gone = [x["rank"] for x in ras_status.ranks if x.get("section") in ("INCOMPLETE", "DEAD")]
+            for x in ras_status.ranks:
                 if x["rank"] in behind + gone and x.get("node"):
                     st = facts.rank(x["rank"])
                     st.node = st.node or x["node"]
             culprit_ranks = sorted(set(culprit_ranks) | set(behind) | set(gone))
-            hang_ev += [f"{src}: {line}" for line in ras.lines[:6]]
+            hang_ev += [f"{src}: {line}" for line in ras_status.lines[:6]]
         cul = _culprit_list(facts, culprit_ranks)
         where = f"{coll.get('op') or 'a collective'} seq {coll.get('seq')}" if coll.get("seq") is not None else \
             "a collective"
+        exits = [s.rank for s in ranks if s.hang_exit()]
+        if exits:
+            hang_ev.append(f"{_ranks(sorted(exits))} ended with exit code {EXIT_HANG}: the watchdog's hang exit "
+                           "(waiting, not crashed)")
         if culprit_ranks:
             who = "; ".join(f"rank{'s' if len(c['ranks']) > 1 else ''} {_list(c['ranks'])} on {c['node']}" for c in cul)
             summary = f"communication hang in {where}: {who} never joined"
@@ -691,27 +1006,78 @@ def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
             action = ("compare the ranks' stacks (hang-rank*.json, py-spy) for a rank in another collective or "
                       "process group; run `preflight run` on the job's nodes before restarting")
         return Verdict(category="communication hang", summary=summary, culprits=cul,
-                       evidence=hang_ev + rank_ev, action=action, **base)
+                       evidence=hang_ev + rank_ev + inputs, action=action, **base)
 
-    # 4. slowdown: stragglers reported by the runtime layer
+    # 5. killed from outside first, and nothing else failed: the OOM killer (SIGKILL)
+    killed = [s for s in ranks if s.outside_signal() == "SIGKILL" and s.root_cause]
+    if killed:
+        head = killed[0]
+        ev = [f"rank {head.rank} on {head.node or '?'} was the first to end (the launcher's root cause): SIGKILL, "
+              "with no exception or hang record of its own"] + _bystanders(facts, head.rank) + head.evidence[:4] + inputs
+        action = (f"rank {head.rank} on {head.node or '?'} was killed (SIGKILL): check that node's kernel log for "
+                  "the OOM killer (host memory) and the job's memory limits; requeue after the fix")
+        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: exit code "
+                                                          "-9 (SIGKILL)",
+                       culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **base)
+
+    # 6. slowdown: stragglers reported by the runtime layer
     if facts.stragglers:
-        ranks = sorted({r for s in facts.stragglers for r in s["ranks"] if isinstance(r, int)})
+        ranks_ = sorted({r for s in facts.stragglers for r in s["ranks"] if isinstance(r, int)})
         hosts = sorted({h for s in facts.stragglers for h in s["hosts"]})
-        for r in ranks:
+        for r in ranks_:
             st = facts.rank(r)
             if not st.node and len(hosts) == 1:
                 st.node = hosts[0]
-        cul = _culprit_list(facts, ranks) if ranks else [{"node": h, "ranks": []} for h in hosts]
-        ev = [f"{s['source']}: {s['summary']}" for s in facts.stragglers[:6]]
-        return Verdict(category="slowdown", summary=f"slowdown: stragglers {', '.join(map(str, ranks))} on "
+        cul = _culprit_list(facts, ranks_) if ranks_ else [{"node": h, "ranks": []} for h in hosts]
+        ev = [f"{s['source']}: {s['summary']}" for s in facts.stragglers[:6]] + inputs
+        return Verdict(category="slowdown", summary=f"slowdown: stragglers {', '.join(map(str, ranks_))} on "
                                                     f"{', '.join(hosts) or '?'}",
                        culprits=cul, evidence=ev,
                        action=f"check {', '.join(hosts) or 'the slow nodes'} (GPU clocks, thermals, `preflight run`); "
                               "drain a node that stays slow and restart the job without it", **base)
 
-    return Verdict(category="none", summary="no hang, crash, node fault or slowdown found in what was collected",
-                   evidence=facts.problems[:6], action="nothing to do; if the job did fail, collect again with "
-                                                       "--run-dir and --log pointing at its files", **base)
+    # 7. none, only on positive evidence: every rank of the job ended cleanly
+    known = sorted(set(facts.ranks) | facts.world)
+    if known and all(facts.rank(r).clean_end() for r in known):
+        return Verdict(category="none", summary=f"every rank ({len(known)}) ended cleanly; no hang, crash, node fault "
+                                                "or slowdown found",
+                       evidence=[f"{_ranks(known)}: clean end (runtime.exit or a closed heartbeat)"]
+                       + inputs + facts.problems[:6],
+                       action="nothing to do", **base)
+    return _unknown(facts, known, inputs, base)
+
+
+def _unknown(facts: Facts, known: list[int], inputs: list[str], base: dict[str, Any]) -> Verdict:
+    """Not enough evidence to name a culprit or to call the run clean."""
+    ev = list(inputs)
+    secondary = [r for r in known if facts.rank(r).secondary()]
+    signalled = [r for r in known if facts.rank(r).outside_signal()]
+    no_end = [r for r in known if not facts.rank(r).clean_end() and r not in secondary and r not in signalled]
+    if secondary:
+        lost = _what(facts.rank(secondary[0]).secondary() or {})[:120]
+        ev.append(f"{_ranks(secondary)} failed on a lost peer ({lost}): a consequence; the rank that left "
+                  "first recorded nothing")
+    if signalled:
+        sigs = sorted({facts.rank(r).outside_signal() for r in signalled})
+        ev.append(f"{_ranks(signalled)} were ended from outside ({', '.join(sigs)}) with no failure of their own "
+                  "recorded: the job was cancelled, preempted or timed out, or the rank that failed left no record")
+    if no_end and known:
+        ev.append(f"{_ranks(no_end)} recorded neither a failure nor a clean end (still running, or killed "
+                  "without a record)")
+    if not known:
+        summary = "insufficient evidence: nothing from the job to attribute (no runtime records, no rank logs, no " \
+                  "launcher log)"
+        if facts.node_results:
+            summary += "; no node fault found"
+    elif secondary or signalled:
+        summary = "insufficient evidence: ranks failed, but none recorded a failure of its own"
+    else:
+        summary = "insufficient evidence: no failure recorded, and no clean end of every rank either"
+    ev += facts.problems[:6]
+    action = ("give triage the job's run directory (--run-dir, written by preflight.runtime: crash records, hang "
+              "records, heartbeats, events) and the launcher's log (--log); check the scheduler's record of the job "
+              "(sacct -j <job> -o State,ExitCode) and the nodes' kernel logs for the OOM killer")
+    return Verdict(category="unknown", summary=summary, evidence=ev, action=action, **base)
 
 
 def triage(bundle: Bundle, registry: Any | None = None, since: datetime | None = None) -> tuple[Verdict, list[Result]]:
@@ -723,8 +1089,8 @@ def triage(bundle: Bundle, registry: Any | None = None, since: datetime | None =
             since = None
     facts = read_bundle_facts(bundle, registry, since)
     verdict = decide(facts, bundle.job)
-    status = Status.PASS if verdict.category == "none" else (Status.WARN if verdict.category == "slowdown"
-                                                            else Status.FAIL)
+    status = {"none": Status.PASS, "slowdown": Status.WARN, "unknown": Status.ERROR}.get(verdict.category,
+                                                                                       Status.FAIL)
     node = ",".join(c["node"] for c in verdict.culprits) or "job"
     res = Result(check=CHECK, node=node, status=status, summary=f"[{verdict.category}] {verdict.summary}",
                  evidence=verdict.evidence[:30], remedy=verdict.action, facts=verdict.to_dict(),

@@ -67,28 +67,29 @@ else:
     out["exists"] = bool(paths)
 def prio(p):
     n = os.path.basename(p)
-    for i, pre in enumerate(("hang-", "fr-", "heartbeat-", "events-", "stacks-", "nccl_trace")):
+    for i, pre in enumerate(("crash-", "hang-", "fr-", "heartbeat-", "events-", "stacks-", "nccl_trace")):
         if n.startswith(pre):
             return (i, n)
     return (9 if not n.endswith((".log", ".txt", ".out", ".err")) else 8, n)
 used = 0
 for p in sorted(paths, key=prio):
     if len(out["files"]) >= max_files or not os.path.isfile(p):
-        out["skipped"].append(p)
+        out["skipped"].append({"path": p, "reason": "not a regular file" if len(out["files"]) < max_files
+                               else "over the file-count limit"})
         continue
     try:
         st = os.stat(p)
         size = st.st_size
         keep = min(size, per_file, max(0, total - used))
         if keep <= 0:
-            out["skipped"].append(p)
+            out["skipped"].append({"path": p, "reason": "over the total size limit"})
             continue
         with open(p, "rb") as fh:
             if keep < size:
                 fh.seek(size - keep)
             data = fh.read(keep)
     except OSError as exc:
-        out["skipped"].append(p + ": " + str(exc))
+        out["skipped"].append({"path": p, "reason": exc.strerror or str(exc), "error": True})
         continue
     used += len(data)
     rel = os.path.relpath(p, target) if mode == "dir" else p
@@ -239,6 +240,21 @@ def decode_files(capture: Capture | None) -> tuple[list[NodeFile], str]:
             continue
     problem = "" if doc.get("exists") else f"{doc.get('target', '?')}: no such folder or no file matched"
     return files, problem
+
+
+def decode_skipped(capture: Capture | None) -> list[tuple[str, str]]:
+    """(path, why) for each file a files probe could not read (an error, not a size limit)."""
+    if capture is None or capture.state is not CaptureState.OK:
+        return []
+    try:
+        doc = json.loads(capture.stdout)
+    except ValueError:
+        return []
+    out = []
+    for s in (doc.get("skipped") or []) if isinstance(doc, dict) else []:
+        if isinstance(s, dict) and s.get("error"):
+            out.append((str(s.get("path", "?")), str(s.get("reason", "unreadable"))))
+    return out
 
 
 def decode_procs(capture: Capture | None) -> list[dict[str, Any]]:

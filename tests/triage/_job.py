@@ -1,10 +1,13 @@
 """A small 4-rank gloo training job with one injected fault, for the triage tests.
 
-    launch("tests.triage._job:rank_main", 4, ["--run-dir", D, "--fault", "skip"], D)
+    launch("tests.triage._job:rank_main", 4, ["--run-dir", D, "--fault", "skip"], D)   # plain processes
+    p = torchrun(4, ["--run-dir", D, "--fault", "crash", "--fault-rank", "1"], D, log)    # under torchrun
 
 Every rank runs steps of (sleep, all_reduce) under the runtime Watchdog (fixed, short step
 timeout), so a hang ends every waiting rank within seconds with a hang record and a
-flight-recorder dump in the run directory. Faults, on `--fault-rank` at `--fault-step`:
+flight-recorder dump in the run directory, and under the crash recorder
+(`preflight.runtime.crash.install`), so an exception leaves `crash-rank<R>.json` and a
+`runtime.crash` event. Faults, on `--fault-rank` at `--fault-step`:
   skip  the rank skips that step's all_reduce and then blocks outside any collective
         (a rank that took a different code path), so its peers wait in that all_reduce;
   stop  the rank SIGSTOPs itself before that step's all_reduce (a frozen process);
@@ -18,9 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rank_main(argv: list[str]) -> None:
@@ -35,6 +43,7 @@ def rank_main(argv: list[str]) -> None:
     ap.add_argument("--block-s", type=float, default=40.0)
     a = ap.parse_args(argv)
 
+    from preflight.runtime import crash
     from preflight.runtime.watchdog import Watchdog
 
     def pickle_dump(record: dict) -> None:
@@ -45,6 +54,7 @@ def rank_main(argv: list[str]) -> None:
 
     wd = Watchdog(a.run_dir, timeouts={"step": a.step_timeout, "setup": 60.0}, poll_s=0.1,
                   heartbeat_interval_s=0.3, exit_grace_s=1.5, on_hang=pickle_dump)
+    rec = crash.install(a.run_dir, watchdog=wd)
     import torch
     import torch.distributed as dist
 
@@ -67,3 +77,43 @@ def rank_main(argv: list[str]) -> None:
     wd.close()
     dist.barrier()
     dist.destroy_process_group()
+    rec.exit("clean", exit_code=0)
+
+
+def torchrun(nproc: int, args: Sequence[str], run_dir: Path, log: Path,
+             shutdown_timeout: float = 2.0) -> subprocess.Popen[bytes]:
+    """Start `rank_main` under a real torchrun (standalone rendezvous on this machine); torchrun's
+    own output, its failure summary included, goes to `log`."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NCCL_", "TORCH_NCCL_", "TORCH_FR_", "TORCHELASTIC_", "RANK", "WORLD_SIZE",
+                                "LOCAL_RANK", "MASTER_"))}
+    env.update({"GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "--monitor-interval=0.1", f"--shutdown-timeout={shutdown_timeout:g}", "-m", "tests.triage._job",
+            *args]
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def end(p: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """torchrun's exit code; after `timeout` its whole session (torchrun and its ranks) is killed."""
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except OSError:
+            pass
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    return None
+
+
+if __name__ == "__main__":
+    rank_main(sys.argv[1:])

@@ -130,12 +130,14 @@ def test_stragglers_are_a_slowdown() -> None:
 
 def test_nothing_and_garbage_never_raise(tmp_path: Path) -> None:
     verdict, results = attribute.triage(make_bundle({}))
-    assert verdict.category == "none" and results[0].status is Status.PASS
+    assert verdict.category == "unknown" and results[0].status is Status.ERROR
     junk = {"n1": {"triage-run-dir": files_capture({"fr-rank0.json": b"\x80\x04junk", "hang-rank1.json": "{",
                                                     "events-rank0.jsonl": "not json", "heartbeat-rank0.json": "[]",
                                                     "blob.bin": b"\x00\x01", "rank9.log": "\xff garbage"}),
                    "triage-procs": files_capture({})}}
     broken = collect.Bundle(nodes=junk, errors={"n2": "connection refused"})
     verdict, _ = attribute.triage(broken)
-    assert verdict.category in ("none", "communication hang")
+    assert verdict.category == "unknown"
     assert any("n2" in p for p in attribute.read_bundle_facts(broken).problems)
+    assert verdict.input_errors == ["n1:hang-rank1.json: corrupt hang record: not JSON (Expecting property name "
+                                    "enclosed in double quotes: line 1 column 2 (char 1)); not used"]
