@@ -93,6 +93,7 @@ class RankState:
     end: dict[str, Any] | None = None  # its runtime.exit event's facts (how, exit_code, signal), with time
     launcher_host: str = ""  # the host the launcher's table names (torchrun standalone: "localhost")
     suspected_by: dict[int, str] = field(default_factory=dict)  # peer rank -> "stale"/"behind" in its hang record
+    stale_for: float | None = None  # the longest time without a heartbeat a peer's hang record saw
 
     @property
     def root_cause(self) -> bool:
@@ -104,11 +105,14 @@ class RankState:
         return min(times) if times else None
 
     def exit_code(self) -> int | None:
-        """The rank's exit code: its runtime.exit event, else the launcher's table."""
+        """The rank's exit code: as the launcher observed it, else as its runtime.exit event says
+        (what the rank meant to exit with: a watchdog that fired still turns it into 75)."""
+        codes = [x.exitcode for x in self.exits if x.exitcode is not None]
+        if codes:
+            return codes[0]
         if self.end and isinstance(self.end.get("exit_code"), int):
             return int(self.end["exit_code"])
-        codes = [x.exitcode for x in self.exits if x.exitcode is not None]
-        return codes[0] if codes else None
+        return None
 
     def outside_signal(self) -> str:
         """SIGTERM/SIGKILL/... when the rank was ended from outside, else ""."""
@@ -262,9 +266,10 @@ def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any])
             if peer.get("host") and not pst.host:
                 pst.host = str(peer["host"])
             if peer["rank"] != r and (peer.get("stale") or peer.get("behind")):
+                pst.suspected_by[r] = "stale" if peer.get("stale") else "behind"
                 age = peer.get("age_s")
-                pst.suspected_by[r] = ("stale" + (f" (no heartbeat for {age} s)" if age is not None else "")
-                                       if peer.get("stale") else f"behind (step {peer.get('step')})")
+                if peer.get("stale") and isinstance(age, (int, float)):
+                    pst.stale_for = max(pst.stale_for or 0.0, float(age))
 
 
 def _read_crash_record(facts: Facts, node: str, name: str, doc: dict[str, Any], from_event: bool = False) -> None:
@@ -718,10 +723,11 @@ def _hang(facts: Facts) -> tuple[list[int], dict[str, Any], list[str]]:
     for r in silent:
         ev.append(f"rank {r} wrote no hang record and no timeout line while its peers waited")
     for r in sorted(set(behind) | set(silent)):
-        by = facts.rank(r).suspected_by
-        if by:
-            how = sorted(set(by.values()))
-            ev.append(f"the hang records of {_ranks(sorted(by))} name rank {r} as {' / '.join(how)[:120]}")
+        st = facts.rank(r)
+        if st.suspected_by:
+            how = " and ".join(sorted(set(st.suspected_by.values())))
+            age = f" (no heartbeat for {st.stale_for:.1f} s)" if st.stale_for is not None else ""
+            ev.append(f"the hang records of {_ranks(sorted(st.suspected_by))} name rank {r} as {how}{age}")
     waiting_at = sorted(s.rank for s in stuck if s.stuck == seq)
     if waiting_at:
         ev.insert(0, f"{_ranks(waiting_at)} waited in {op or 'a collective'} seq {seq}")

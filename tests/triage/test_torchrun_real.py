@@ -1,0 +1,175 @@
+"""Real 4-rank torchrun + gloo jobs: triage names the rank that failed, from the run directory
+alone and with torchrun's own log copied into it.
+
+- crash: rank r raises at step 30 (for each r of 0..3). Its crash recorder writes
+  `crash-rank<r>.json`; the other ranks fail on the lost connection (a consequence) or are
+  SIGTERMed by torchrun (victims). torchrun's summary gives every rank the same second.
+- hang: rank 1 SIGSTOPs itself before step 10's all_reduce; the other ranks' watchdogs write hang
+  records (naming rank 1 as stale) and exit 75; rank 1 writes nothing.
+- clean: no fault; every rank records a clean end, and only then is the verdict "none".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, need
+from tests.triage import _job
+
+pytestmark = pytest.mark.real
+
+PREFLIGHT = [sys.executable, "-c", "from preflight.cli import main; main()"]
+HOST = socket.gethostname().split(".")[0]
+CRASH_STEP = 30
+STOP_STEP = 10
+
+
+def _torch() -> bool:
+    try:
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_gloo_available()
+    except ImportError:
+        return False
+
+
+def triage(run: Path) -> tuple[int, dict, str, float]:
+    start = time.monotonic()
+    p = subprocess.run([*PREFLIGHT, "triage", "--run-dir", str(run), "--json"], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    took = time.monotonic() - start
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    return p.returncode, json.loads(p.stdout), p.stderr, took
+
+
+def _log(tmp: Path) -> Path:
+    return tmp / "torchrun.log"
+
+
+def _explain(run: Path, log: Path) -> str:
+    files = sorted(p.name for p in run.iterdir()) if run.is_dir() else []
+    return f"run dir: {files}\n--- torchrun log\n{log.read_text(errors='replace')[-4000:] if log.exists() else ''}"
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3])
+def test_the_rank_that_raised_is_named(tmp_path: Path, rank: int) -> None:
+    need(_torch(), "torch with gloo")
+    run, log = tmp_path / "run", _log(tmp_path)
+    t0 = time.monotonic()
+    p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "crash", "--fault-rank", str(rank),
+                          "--fault-step", str(CRASH_STEP), "--steps", str(CRASH_STEP + 10)], run, log)
+    rc = _job.end(p, timeout=120)
+    job_s = time.monotonic() - t0
+    assert rc == 1, _explain(run, log)
+    assert (run / f"crash-rank{rank}.json").is_file(), _explain(run, log)
+    assert "Root Cause (first observed failure)" in log.read_text()
+
+    times = []
+    for variant in ("run dir alone", "with torchrun's log"):
+        if variant != "run dir alone":
+            shutil.copy(log, run / "launcher.log")
+        code, doc, err, took = triage(run)
+        times.append(took)
+        why = f"{variant}: {doc['triage']['summary']}\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log)
+        assert code == 1, why + err
+        assert doc["category"] == "software crash", why
+        assert doc["culprits"] == [{"node": HOST, "ranks": [rank]}], why
+        assert f"RuntimeError: injected failure in step {CRASH_STEP} on rank {rank}" in doc["triage"]["summary"]
+        assert f"at step {CRASH_STEP}" in doc["triage"]["summary"]
+        first = doc["triage"]["first_failure"]
+        assert first["rank"] == rank and first["source"] == "crash record", why
+        ranks = {r["rank"]: r for r in doc["triage"]["ranks"]}
+        assert [r for r in ranks if ranks[r]["crashed"]] == [rank], why  # the others are consequences or victims
+        if variant != "run dir alone":
+            assert ranks[rank]["launcher_root_cause"] and ranks[rank]["exit_code"] == 1, why
+            victims = [r for r in ranks if ranks[r]["ended_by"] == "SIGTERM"]
+            assert rank not in victims
+            assert any("launcher's Root Cause" in e for e in doc["evidence"]), why
+    print(f"\ncrash on rank {rank}: job {job_s:.1f} s, triage {times[0]:.2f} s / {times[1]:.2f} s (without / with "
+          "torchrun's log)")
+
+
+def test_a_sigstopped_rank_is_the_hang_culprit(tmp_path: Path) -> None:
+    need(_torch(), "torch with gloo")
+    stopped = 1
+    run, log = tmp_path / "run", _log(tmp_path)
+    t0 = time.monotonic()
+    p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "stop", "--fault-rank", str(stopped),
+                          "--fault-step", str(STOP_STEP)], run, log)
+    try:
+        peers = [r for r in range(4) if r != stopped]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all((run / f"hang-rank{r}.json").is_file() for r in peers):
+            assert p.poll() is None or all((run / f"hang-rank{r}.json").is_file() for r in peers), _explain(run, log)
+            time.sleep(0.2)
+        assert all((run / f"hang-rank{r}.json").is_file() for r in peers), _explain(run, log)
+        detected_s = time.monotonic() - t0
+
+        live_code, live, _, live_took = triage(run)  # rank 1 is still there, stopped
+        # torchrun would SIGKILL the stopped rank after its 30 s close timeout; end it now, by its
+        # own pid, as an operator (or a peer's watchdog on the same node) would
+        pid = json.loads((run / f"heartbeat-rank{stopped}.json").read_text())["pid"]
+        time.sleep(2.0)  # the peers' exit grace: they exit 75 first, as in the field
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        rc = _job.end(p, timeout=60)
+    finally:
+        _job.end(p, timeout=0.1)
+    job_s = time.monotonic() - t0
+    assert rc == 1, _explain(run, log)
+    assert not (run / f"hang-rank{stopped}.json").exists()
+
+    results = [("while stopped, run dir alone", live_code, live, live_took)]
+    code, doc, _, took = triage(run)
+    results.append(("after the end, run dir alone", code, doc, took))
+    shutil.copy(log, run / "launcher.log")
+    code, doc, _, took = triage(run)
+    results.append(("after the end, with torchrun's log", code, doc, took))
+    for variant, code, doc, _took in results:
+        why = f"{variant}: {doc['triage']['summary']}\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log)
+        assert code == 1, why
+        assert doc["category"] == "communication hang", why
+        assert doc["culprits"] == [{"node": HOST, "ranks": [stopped]}], why
+        assert doc["triage"]["collective"] == {"op": "all_reduce", "seq": STOP_STEP + 1}, why
+        ev = " ".join(doc["evidence"])
+        assert f"rank {stopped} wrote no hang record" in ev and f"name rank {stopped} as stale" in ev, why
+        ranks = {r["rank"]: r for r in doc["triage"]["ranks"]}
+        assert not any(r["crashed"] for r in ranks.values()), why
+    assert "state T" in " ".join(results[0][2]["evidence"])  # seen stopped by the live collection
+    last = {r["rank"]: r for r in results[2][2]["triage"]["ranks"]}
+    why = json.dumps(last) + _explain(run, log)
+    assert [r for r in last if last[r]["hang_exit"]] != [] and not last[stopped]["hang_exit"], why
+    assert "exit code 75: the watchdog's hang exit" in " ".join(results[2][2]["evidence"]), why
+    print(f"\nSIGSTOP on rank {stopped}: peers' records after {detected_s:.1f} s, job {job_s:.1f} s, triage "
+          + ", ".join(f"{v} {t:.2f} s" for v, _, _, t in results))
+
+
+def test_a_clean_run_is_none_only_with_every_rank_ended_cleanly(tmp_path: Path) -> None:
+    need(_torch(), "torch with gloo")
+    run, log = tmp_path / "run", _log(tmp_path)
+    p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "none", "--steps", "8"], run, log)
+    assert _job.end(p, timeout=120) == 0, _explain(run, log)
+    code, doc, _, _ = triage(run)
+    assert (code, doc["category"]) == (0, "none"), doc["triage"]["summary"]
+    assert doc["culprits"] == []
+    # the same records, less one rank's end: no longer positive evidence of a clean run
+    events = run / "events-rank3.jsonl"
+    events.write_text("".join(ln for ln in events.read_text().splitlines(keepends=True) if "runtime.exit" not in ln))
+    beat = json.loads((run / "heartbeat-rank3.json").read_text())
+    (run / "heartbeat-rank3.json").write_text(json.dumps({**beat, "state": "running"}))
+    code, doc, err, _ = triage(run)
+    assert (code, doc["category"]) == (2, "unknown"), doc["triage"]["summary"]
+    assert "rank 3 recorded neither a failure nor a clean end" in " ".join(doc["evidence"])
+    assert "insufficient evidence" in err
