@@ -81,7 +81,7 @@ for p in sorted(paths, key=prio):
         st = os.stat(p)
         size = st.st_size
         keep = min(size, per_file, max(0, total - used))
-        if keep <= 0:
+        if keep <= 0 and size > 0:
             out["skipped"].append({"path": p, "reason": "over the total size limit"})
             continue
         with open(p, "rb") as fh:
