@@ -594,6 +594,8 @@ def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: dateti
     where_file: dict[str, set[str]] = defaultdict(set)
     run_dir_missing: list[str] = []
     run_dir_probed = 0
+    log_files: dict[str, int] = defaultdict(int)  # --log probe -> files found on any node
+    log_missing: dict[str, str] = {}
     for node, caps in sorted(bundle.nodes.items()):
         for probe in sorted(caps):
             if probe == RUN_DIR_PROBE or probe.startswith(LOGS_PROBE):
@@ -603,6 +605,10 @@ def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: dateti
                     facts.run_dir_files += len(files)
                     if problem:
                         run_dir_missing.append(f"{node}: {problem}")
+                else:
+                    log_files[probe] += len(files)
+                    if problem:
+                        log_missing.setdefault(probe, problem)
                 if problem:
                     facts.problems.append(f"{node}:{probe}: {problem}")
                 for path, why in decode_skipped(caps[probe]):
@@ -615,6 +621,9 @@ def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: dateti
             facts.input_errors.insert(0, f"{where}: not read on any node ({'; '.join(run_dir_missing[:4])})")
         else:
             facts.input_errors.insert(0, f"{where}: holds no files on any node (nothing to read)")
+    for probe, n in sorted(log_files.items()):
+        if not n:
+            facts.input_errors.append(f"--log {log_missing.get(probe) or 'a glob: no file read on any node'}")
     seen_files: set[tuple[str, bytes]] = set()
     for node, caps in sorted(bundle.nodes.items()):
         for probe in sorted(caps):

@@ -158,6 +158,21 @@ def test_sigterm_of_every_rank_is_not_a_crash(tmp_path: Path) -> None:
     assert "insufficient evidence" in err
 
 
+def test_a_crash_that_hangs_its_peers_is_a_crash(tmp_path: Path) -> None:
+    """NCCL-like: the peers do not fail on the lost rank, their watchdogs fire (exit 75) and
+    name it as stale; its own crash record makes it a crash, not a hang."""
+    run = tmp_path / "run"
+    run.mkdir()
+    crash(run, 2, T0, "torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")
+    for r in (0, 1, 3):
+        hang(run, r, T0 + 3, stale=[2])
+    (run / "launcher.log").write_text(torchrun_summary({0: 75, 1: 75, 2: 1, 3: -15}, root=0))
+    code, doc, _ = triage(run)
+    assert (code, doc["category"]) == (1, "software crash")
+    assert names(doc) == [{"node": HOST, "ranks": [2]}] and "CUDA out of memory" in doc["triage"]["summary"]
+    assert any("Root Cause names rank 0" in e and "outweighs" in e for e in doc["evidence"])
+
+
 # ----- hangs ------------------------------------------------------------------------------------
 
 
@@ -219,6 +234,17 @@ def test_missing_run_dir_is_exit_2(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     code, _, err = triage(tmp_path / "file")
     assert code == 2 and "not a directory" in err
+
+
+def test_a_log_glob_that_matches_nothing_is_exit_2(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    crash(run, 1, T0, "ValueError", "loss is NaN")
+    p = subprocess.run([sys.executable, "-c", "from preflight.cli import main; main()", "triage", "--run-dir", str(run),
+                        "--log", str(tmp_path / "nope-*.log"), "--json", "--no-node-checks"], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 2 and f"--log {tmp_path / 'nope-*.log'}: no such folder or no file matched" in p.stderr
+    assert json.loads(p.stdout)["culprits"] == [{"node": HOST, "ranks": [1]}]  # the rest is still used
 
 
 def test_empty_run_dir_is_exit_2(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ alone and with torchrun's own log copied into it.
 - crash: rank r raises at step 30 (for each r of 0..3). Its crash recorder writes
   `crash-rank<r>.json`; the other ranks fail on the lost connection (a consequence) or are
   SIGTERMed by torchrun (victims). torchrun's summary gives every rank the same second.
-- hang: rank 1 SIGSTOPs itself before step 10's all_reduce; the other ranks' watchdogs write hang
+- hang: rank 1 (or 3) SIGSTOPs itself before step 10's all_reduce; the other ranks' watchdogs write hang
   records (naming rank 1 as stale) and exit 75; rank 1 writes nothing.
 - clean: no fault; every rank records a clean end, and only then is the verdict "none".
 """
@@ -99,9 +99,9 @@ def test_the_rank_that_raised_is_named(tmp_path: Path, rank: int) -> None:
           "torchrun's log)")
 
 
-def test_a_sigstopped_rank_is_the_hang_culprit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stopped", [1, 3])
+def test_a_sigstopped_rank_is_the_hang_culprit(tmp_path: Path, stopped: int) -> None:
     need(_torch(), "torch with gloo")
-    stopped = 1
     run, log = tmp_path / "run", _log(tmp_path)
     t0 = time.monotonic()
     p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "stop", "--fault-rank", str(stopped),
@@ -119,6 +119,7 @@ def test_a_sigstopped_rank_is_the_hang_culprit(tmp_path: Path) -> None:
         # torchrun would SIGKILL the stopped rank after its 30 s close timeout; end it now, by its
         # own pid, as an operator (or a peer's watchdog on the same node) would
         pid = json.loads((run / f"heartbeat-rank{stopped}.json").read_text())["pid"]
+        assert pid in _children(p.pid)  # never anything but the job's own rank
         time.sleep(2.0)  # the peers' exit grace: they exit 75 first, as in the field
         try:
             os.kill(pid, signal.SIGKILL)
@@ -154,6 +155,11 @@ def test_a_sigstopped_rank_is_the_hang_culprit(tmp_path: Path) -> None:
     assert "exit code 75: the watchdog's hang exit" in " ".join(results[2][2]["evidence"]), why
     print(f"\nSIGSTOP on rank {stopped}: peers' records after {detected_s:.1f} s, job {job_s:.1f} s, triage "
           + ", ".join(f"{v} {t:.2f} s" for v, _, _, t in results))
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, timeout=10).stdout
+    return [int(x) for x in out.split()]
 
 
 def test_a_clean_run_is_none_only_with_every_rank_ended_cleanly(tmp_path: Path) -> None:
