@@ -30,6 +30,19 @@ def _culprits(verdict: Verdict) -> str:
                      f"{', '.join(map(str, c['ranks'])) or '-'})" for c in verdict.culprits) or "none named"
 
 
+def _end(r: dict[str, Any]) -> str:
+    """How a rank ended, in a few words."""
+    if r.get("crashed"):
+        return f"raised {str(r.get('exception') or '').split(':', 1)[0]}".replace("|", "/")
+    if r.get("hang_exit"):
+        return "watchdog hang exit (75)"
+    if r.get("ended_by"):
+        return f"ended by {r['ended_by']} (victim)"
+    if r.get("clean_end"):
+        return "clean"
+    return f"exit {r['exit_code']}" if r.get("exit_code") is not None else "-"
+
+
 def markdown(verdict: Verdict, report: Report) -> str:
     lines = [f"# preflight triage: {verdict.category}", "", verdict.summary, "",
              f"- culprits: {_culprits(verdict)}"]
@@ -37,20 +50,23 @@ def markdown(verdict: Verdict, report: Report) -> str:
         lines.append(f"- where the ranks parted: {verdict.collective.get('op') or '?'} seq {verdict.collective['seq']}")
     if verdict.first_failure:
         ff = verdict.first_failure
-        lines.append(f"- first failure: rank {ff.get('rank')} on {ff.get('node') or '?'} at {ff.get('iso')}")
+        src = f" ({ff['source']})" if ff.get("source") else ""
+        lines.append(f"- first failure: rank {ff.get('rank')} on {ff.get('node') or '?'} at {ff.get('iso')}{src}")
     if verdict.job:
         lines.append(f"- job: {', '.join(f'{k}={v}' for k, v in verdict.job.items() if v)}")
+    if verdict.input_errors:
+        lines += ["", "## Input that could not be used", ""] + [f"- {e}" for e in verdict.input_errors[:20]]
     lines += ["", "## Action", "", verdict.action, "", "## Evidence", "", "```"]
     lines += [e.replace("```", "'''") for e in verdict.evidence[:40]]
     lines += ["```", ""]
     if verdict.ranks:
-        lines += ["## Ranks", "", "| rank | node | last entered | stuck in | reported | process |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["## Ranks", "", "| rank | node | last entered | stuck in | reported | process | end |",
+                  "|---|---|---|---|---|---|---|"]
         for r in verdict.ranks:
             entered = f"{r.get('entered_op') or ''} {r['entered']}" if r.get("entered") is not None else "-"
             lines.append(f"| {r['rank']} | {r.get('node') or '?'} | {entered.strip()} | "
                          f"{r.get('stuck') if r.get('stuck') is not None else '-'} | "
-                         f"{'yes' if r.get('reported') else 'no'} | {r.get('proc_state') or '-'} |")
+                         f"{'yes' if r.get('reported') else 'no'} | {r.get('proc_state') or '-'} | {_end(r)} |")
         lines.append("")
     from preflight.report.markdown import render
 
@@ -62,7 +78,8 @@ def console(verdict: Verdict, report: Report) -> None:
     from rich.console import Console
 
     con = Console()
-    color = {"none": "bold green", "slowdown": "bold yellow"}.get(verdict.category, "bold red")
+    color = {"none": "bold green", "slowdown": "bold yellow", "unknown": "bold yellow"}.get(verdict.category,
+                                                                                             "bold red")
     con.print(f"[{color}]TRIAGE: {verdict.category}[/]", highlight=False, soft_wrap=True)
     con.print(verdict.summary, highlight=False, markup=False, soft_wrap=True)
     con.print(f"culprits: {_culprits(verdict)}", highlight=False, markup=False, soft_wrap=True)
