@@ -98,7 +98,14 @@ class CrashRecorder:
         try:
             if not issubclass(et, KeyboardInterrupt):
                 self.record(et, ev, tb, thread="MainThread")
-                self.exit("exception", exit_code=1, summary=f"{et.__name__}: {_message(ev)}")
+                fired = getattr(self.watchdog, "fired", None)
+                if fired and fired.get("exit_code") is not None:
+                    # the watchdog fired first and ends the process with its hang code: the
+                    # exception (a peer's connection reset) is a consequence of the hang
+                    self.exit("hang", exit_code=int(fired["exit_code"]),
+                              summary=f"after the watchdog fired: {et.__name__}: {_message(ev)}")
+                else:
+                    self.exit("exception", exit_code=1, summary=f"{et.__name__}: {_message(ev)}")
         finally:
             (self._prev_sys or sys.__excepthook__)(et, ev, tb)
 

@@ -225,7 +225,7 @@ class _Section:
                  tb: TracebackType | None) -> None:
         if ev is not None and getattr(ev, "__preflight_section__", None) is None:
             try:  # the crash record names the innermost section the exception left
-                ev.__preflight_section__ = self._name  # type: ignore[union-attr]
+                ev.__preflight_section__ = self._name  # type: ignore[attr-defined]
             except (AttributeError, TypeError):
                 pass
         self._wd._exit()

@@ -110,3 +110,24 @@ def test_corrupt_and_foreign_crash_records_are_named_not_raised(tmp_path: Path) 
     recs = read_crash_records(tmp_path)
     assert set(recs) == {0, 1}
     assert "JSONDecodeError" in recs[0]["corrupt"] and "not a crash record" in recs[1]["corrupt"]
+
+
+def test_an_exception_after_the_watchdog_fired_ends_as_a_hang(tmp_path: Path) -> None:
+    """A peer's connection reset after this rank's watchdog fired: the process exits with the
+    watchdog's code, and its exit event says hang with that code."""
+    p = _run("""
+        import sys, time
+        from preflight.runtime import crash
+        from preflight.runtime.watchdog import Watchdog
+        wd = Watchdog(sys.argv[1], timeouts={"step": 0.5}, flight_recorder=False, exit_grace_s=1.0)
+        crash.install(sys.argv[1], watchdog=wd)
+        with wd.section("step", step=3):
+            deadline = time.monotonic() + 20
+            while wd.fired is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise ConnectionResetError("peer closed the connection")
+        """, tmp_path, rank=1)
+    assert p.returncode == 75, p.stderr
+    exits = [e for e in read_events(tmp_path) if e["check"] == "runtime.exit"]
+    assert [(e["facts"]["how"], e["facts"]["exit_code"]) for e in exits] == [("hang", 75)]
+    assert read_crash_records(tmp_path)[1]["exception"]["type"] == "ConnectionResetError"
