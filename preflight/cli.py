@@ -326,6 +326,9 @@ def run(
     sweep_nproc: Annotated[int, typer.Option("--sweep-nproc", help="Ranks per node for the sweep (0: one per GPU found).")] = 0,
     sweep_max_bytes: Annotated[int | None, typer.Option("--sweep-max-bytes", help="Largest all-reduce size (default 1 GB on NCCL, 64 MB on gloo).")] = None,
     sweep_deadline: Annotated[float, typer.Option("--sweep-deadline", help="Seconds for the whole sweep; a hang ends there.")] = 600.0,
+    sweep_python: Annotated[str, typer.Option("--sweep-python", help="The python that runs the sweep's ranks: the job's environment, with torch (default: this python locally, python3 on the nodes).")] = "",
+    sweep_backend: Annotated[str, typer.Option("--sweep-backend", help="nccl, gloo or auto (nccl where nvidia-smi exists).")] = "auto",
+    sweep_profile: Annotated[str | None, typer.Option("--sweep-profile", help="Profile for grading the sweep (default: --profile).")] = None,
     history: HistoryOpt = None,
 ) -> None:
     """Run every check (on this node, or on --hosts / the allocation) and give the GO / NO-GO verdict."""
@@ -350,8 +353,9 @@ def run(
                             expect_nodes=expect_nodes)
         results, profiles_used, run_nodes = list(report.results), report.profiles, report.nodes
     if not no_sweep and not only:
-        results.extend(_sweep_after_checks(results, run_nodes, transport, ssh_config, topts, profile, cfg,
-                                           sweep_nproc, sweep_max_bytes, sweep_deadline, sweep_only))
+        results.extend(_sweep_after_checks(results, run_nodes, transport, ssh_config, topts,
+                                           sweep_profile or profile, cfg, sweep_nproc, sweep_max_bytes,
+                                           sweep_deadline, sweep_only, sweep_python, sweep_backend))
     report = Report.build("run", results, warn_as_fail, profiles_used, time.monotonic() - start,
                           run_nodes or sorted({r.node for r in results}))
     _emit(report, as_json, out, not no_report, history=history)
@@ -360,8 +364,13 @@ def run(
 
 def _sweep_after_checks(results: list[Any], nodes: list[str] | None, transport: str, ssh_config: Path | None,
                         topts: dict[str, Any], profile: str, cfg: Config, nproc: int, max_bytes: int | None,
-                        deadline: float, forced: bool) -> list[Any]:
-    """The collective sweep, once the node checks pass (or with --sweep-only)."""
+                        deadline: float, forced: bool, python: str = "", backend: str = "auto") -> list[Any]:
+    """The collective sweep, once the node checks pass (or with --sweep-only).
+
+    This node alone (no --hosts, --transport local, or a node list that is only this machine's
+    name, as in a one-node allocation run on the node) is swept locally with one rank per GPU
+    found; never over SSH to itself. Several nodes: one agent per node over ssh, or srun in an
+    allocation. A python without torch makes the sweep SKIP, naming --sweep-python."""
     from preflight.grading import decide
     from preflight.model import Result, Status
 
@@ -373,23 +382,34 @@ def _sweep_after_checks(results: list[Any], nodes: list[str] | None, transport: 
     if not nproc:
         counts = [int(r.facts.get("count") or 0) for r in results if r.check == "gpu.inventory"]
         nproc = min(counts) if counts else 0
-    remote = bool(nodes) and transport != "local"
-    if not remote and nproc < 2:
-        return skipped("one rank on one node: nothing to all-reduce with (give --sweep-nproc or --hosts)")
-    from preflight.sweep.run import SweepOptions, run_sweep
+    from preflight.sweep.launch import LaunchError, check_python
+    from preflight.sweep.run import SweepOptions, is_this_node, run_sweep
 
+    if backend not in ("auto", "nccl", "gloo"):
+        raise UsageError(f"--sweep-backend {backend!r}: use auto, nccl or gloo")
+    if python:
+        try:
+            check_python(python)
+        except LaunchError as exc:
+            raise UsageError(f"--sweep-python: {exc}") from None
+    targets = list(nodes or [])
+    local = transport == "local" or not targets or is_this_node(targets)
+    if local and nproc < 2:
+        return skipped(f"{'one rank' if nproc == 1 else 'no GPU count'} on this node: nothing to all-reduce with "
+                       "(give --sweep-nproc N, or --hosts for several nodes)")
     opts = SweepOptions(nproc_per_node=max(nproc, 1), max_bytes=max_bytes, deadline_s=deadline,
                         profile=profile or cfg.profile, profile_dirs=tuple(cfg.profile_dirs),
                         connect_timeout=float(topts.get("connect_timeout") or 10.0),
-                        accept_new=bool(topts.get("accept_new")), partition=topts.get("partition"))
-    if remote and nodes:
-        kind = transport
-        if kind == "auto":
-            kind = "srun" if os.environ.get("SLURM_JOB_ID") else "ssh"
-        return run_sweep(list(nodes), kind, ssh_config, opts)
-    from preflight.transport.local import local_node_name
+                        accept_new=bool(topts.get("accept_new")), partition=topts.get("partition"),
+                        python=python, backend=backend)
+    if local:
+        from preflight.transport.local import local_node_name
 
-    return run_sweep([local_node_name()], "local", None, opts)
+        return run_sweep([local_node_name()], "local", None, opts)
+    kind = transport
+    if kind == "auto":
+        kind = "srun" if os.environ.get("SLURM_JOB_ID") else "ssh"
+    return run_sweep(targets, kind, ssh_config, opts)
 
 
 @app.command()

@@ -49,7 +49,7 @@ def sweep_cmd(
     pp_iters: Annotated[int, typer.Option("--pp-iters", help="Ping-pong round trips per size.")] = 10,
     no_isolate: Annotated[bool, typer.Option("--no-isolate", help="Do not re-pair suspects to name the bad node.")] = False,
     ifname: Annotated[str, typer.Option("--ifname", help="GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME for the ranks.")] = "",
-    python: Annotated[str, typer.Option("--python", help="Python with torch and preflight on the nodes.")] = "python3",
+    python: Annotated[str, typer.Option("--python", help="The ranks' python, with torch (the job's environment): default this python locally, python3 (with preflight) on the nodes.")] = "",
     profile: Annotated[str, typer.Option("--profile", "-p", help="Profile name or TOML file; auto picks it from the GPUs.")] = "auto",
     expect_busbw: Annotated[float | None, typer.Option("--expect-busbw", help="Override the fail floor (GB/s busbw) of the profile's table.")] = None,
     expect_warn_busbw: Annotated[float | None, typer.Option("--expect-warn-busbw", help="Override the warn floor (GB/s).")] = None,
@@ -139,6 +139,9 @@ def sweep_cmd(
     from preflight.history import maybe_record
 
     maybe_record(report, None)  # $PREFLIGHT_HISTORY or the default store; never raises
+    no_torch = next((r for r in run.results if r.facts.get("reason") == "no-torch"), None)
+    if no_torch is not None:  # asked for a sweep and none could run: not a GO
+        raise UsageError(f"{no_torch.summary}; {no_torch.remedy}")
     raise typer.Exit(report.verdict.exit_code)
 
 

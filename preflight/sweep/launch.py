@@ -79,14 +79,15 @@ def ssh_argv(node: str, remote: Sequence[str], ssh_config: Path | None = None, c
 
 def srun_argv(nodes: int, nproc_per_node: int, spec: SweepSpec, rdzv_host: str, rdzv_port: int, rdzv_id: str,
               python: str = "python3", partition: str | None = None) -> list[str]:
-    """srun starts one torchrun per node; torchrun's c10d rendezvous assigns the ranks."""
+    """srun starts one torchrun per node (through the worker's `torchrun` door, which first
+    answers like an agent: node, interpreter, torch); torchrun's c10d rendezvous assigns the ranks."""
     argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--time={max(1, int(spec.deadline_s // 60) + 1)}", "--unbuffered"]
     if partition:
         argv.append(f"--partition={check_name(partition)}")
     if spec.socket_ifname:
         argv.append(f"--export=ALL,GLOO_SOCKET_IFNAME={spec.socket_ifname},NCCL_SOCKET_IFNAME={spec.socket_ifname}")
-    argv += [check_python(python), "-m", "torch.distributed.run", f"--nnodes={nodes}",
+    argv += [check_python(python), "-m", "preflight.sweep.worker", "torchrun", "--", f"--nnodes={nodes}",
              f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
              f"--rdzv-endpoint={check_name(rdzv_host)}:{rdzv_port}", f"--rdzv-id={check_name(rdzv_id)}",
              "--max-restarts=0", "-m", "preflight.sweep.worker", "rank", "--spec", spec.encode()]
@@ -120,6 +121,42 @@ def resolve_address(node: str, ssh_config: Path | None) -> str:
 
 
 @dataclass
+class Watch:
+    """How the launcher watches the node agents it started (a timer of 0 is off).
+
+    An agent answers first thing (an `agent` line: its node, interpreter, whether torch is
+    there), then beats every few seconds. A node fails its launch when its process ends
+    before the agent answered (ssh refused, no python), ends with an error later (the session
+    dropped), says it cannot run the ranks (`unfit`: no torch), gives no answer within
+    `start_s`, or goes silent for `stall_s` (its link or session stalled). The first failure
+    ends the launch: the others get `grace_s` to answer (so the report can say who was fine),
+    then every process is stopped."""
+
+    nodes: dict[str, list[str]] = field(default_factory=dict)  # process label -> the nodes it starts
+    start_s: float = 0.0
+    stall_s: float = 0.0
+    grace_s: float = 2.0
+    exit_is_failure: bool = True  # an agent's error exit is a failure (srun: torchrun's exit is the ranks')
+
+
+@dataclass
+class Failure:
+    """A node whose agent could not start or was lost: the cause in a few words, and the
+    launcher's own message (the ssh or python line) as evidence."""
+
+    node: str
+    cause: str
+    message: str
+    lines: list[str] = field(default_factory=list)
+    rc: int | None = None
+    after_s: float = 0.0
+    started: bool = False  # its agent had answered before the failure
+
+    def summary(self) -> str:
+        return f"{self.cause}: {self.message}" if self.message and self.message != self.cause else self.cause
+
+
+@dataclass
 class Launched:
     """What came back from a launch: events in arrival order, raw lines per process."""
 
@@ -129,6 +166,8 @@ class Launched:
     timed_out: bool = False
     seconds: float = 0.0
     argv: dict[str, list[str]] = field(default_factory=dict)
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its agent's first line
+    failures: list[Failure] = field(default_factory=list)  # in the order they were seen
 
 
 @dataclass
@@ -139,14 +178,54 @@ class _Proc:
     error: str = ""
 
 
+# The launcher's own words, mapped to a cause an operator acts on (first match wins).
+_CAUSES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), c) for p, c in (
+    (r"host key verification failed|remote host identification has changed|host key for .* has changed|"
+     r"no \S+ host key is known", "host key refused"),
+    (r"connection refused", "ssh connection refused (sshd not running?)"),
+    (r"connection timed out|operation timed out|timed out during banner", "ssh connection timed out"),
+    (r"no route to host|network is unreachable", "node unreachable"),
+    (r"could not resolve hostname|name or service not known|temporary failure in name resolution",
+     "unknown host name"),
+    (r"permission denied|too many authentication failures", "ssh login refused"),
+    (r"no module named '?preflight", "preflight is not installed for this python"),
+    (r"no module named '?torch", "torch is not installed for this python"),
+    (r"command not found|no such file or directory|not found", "python not found"),
+    (r"connection closed|connection reset|broken pipe|closed by remote host|timeout, server .* not responding",
+     "connection lost"),
+)]
+
+
+def classify(lines: Sequence[str], rc: int | None) -> tuple[str, str]:
+    """(cause, message): the cause of a failed agent from its launcher's lines and exit code."""
+    text = [ln.strip() for ln in lines if ln.strip()]
+    for line in text:
+        for pat, cause in _CAUSES:
+            if pat.search(line):
+                return cause, line[:300]
+    last = text[-1][:300] if text else "no output"
+    if rc is None:
+        return "no exit status", last
+    if rc < 0:
+        return f"ended by signal {-rc}", last
+    return f"exited with code {rc}", last
+
+
 def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, str] | None = None,
-                  grace_s: float = 5.0) -> Launched:
+                  grace_s: float = 5.0, watch: Watch | None = None) -> Launched:
     """Start every command (own process group), read their lines, kill whatever is left at
-    the deadline; never blocks longer than deadline_s + a few seconds."""
+    the deadline; never blocks longer than deadline_s + a few seconds. With `watch`, the first
+    node that fails its launch ends the whole launch within seconds (see `Watch`)."""
     out = Launched(argv=dict(cmds))
+    w = watch or Watch()
     q: queue.Queue[tuple[str, str | None]] = queue.Queue()
     procs: list[_Proc] = []
     start = time.monotonic()
+    nodes_of = {label: list(w.nodes.get(label) or ([label] if watch else [])) for label in cmds}
+    label_of = {n: label for label, ns in nodes_of.items() for n in ns}
+    seen: dict[str, float] = {n: start for n in label_of}  # last sign of life per node
+    failed: dict[str, Failure] = {}
+    first_failure: float | None = None
     for label, argv in cmds.items():
         pr = _Proc(label, argv)
         try:
@@ -156,33 +235,99 @@ def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, 
             pr.error = f"cannot start {argv[0]}: {exc.strerror or exc}"
             out.raw[label] = [pr.error]
             out.rc[label] = None
+            for n in nodes_of[label]:
+                failed[n] = Failure(n, f"cannot start {argv[0]}", pr.error, [pr.error])
+                out.failures.append(failed[n])
         procs.append(pr)
         if pr.popen is not None:
             threading.Thread(target=_reader, args=(pr, q), daemon=True).start()
+    by_label = {p.label: p for p in procs}
     live = {p.label for p in procs if p.popen is not None}
     deadline = start + deadline_s
-    while live:
+
+    def fail(node: str, cause: str, message: str, rc: int | None = None, lines: list[str] | None = None) -> None:
+        nonlocal first_failure
+        if node in failed:
+            return
+        f = Failure(node, cause, message, list(lines or [])[-8:], rc, round(time.monotonic() - start, 2),
+                    node in out.agents)
+        failed[node] = f
+        out.failures.append(f)
+        if first_failure is None:
+            first_failure = time.monotonic()
+
+    def ended(label: str) -> None:
+        pr = by_label[label]
+        assert pr.popen is not None
         try:
-            label, line = q.get(timeout=max(0.05, min(0.5, deadline - time.monotonic())))
+            rc = pr.popen.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            rc = None
+        lines = out.raw.get(label, [])
+        for n in nodes_of[label]:
+            if n in failed:
+                continue
+            if n not in out.agents:
+                cause, msg = classify(lines, rc)
+                fail(n, cause, msg, rc, lines)
+            elif w.exit_is_failure and rc not in (0, None):
+                cause, msg = classify(lines, rc)
+                if cause.startswith(("exited", "ended", "no exit")):
+                    cause = f"its agent's connection ended ({cause})"
+                fail(n, cause, msg, rc, lines)
+
+    while live:
+        now = time.monotonic()
+        try:
+            label, line = q.get(timeout=max(0.05, min(0.25, deadline - now)))
         except queue.Empty:
-            if time.monotonic() > deadline:
-                out.timed_out = True
-                break
-            continue
-        if line is None:
+            label, line = "", ""
+        now = time.monotonic()
+        if label and line is None:
             live.discard(label)
-            continue
-        ev = parse_event(line)
-        if ev is not None:
-            ev.setdefault("_from", label)
-            out.events.append(ev)
-        elif line.strip():
-            out.raw.setdefault(label, []).append(line)
+            if watch:
+                ended(label)
+        elif label and line is not None:
+            for n in nodes_of.get(label, []) if len(nodes_of.get(label, [])) == 1 else []:
+                seen[n] = now
+            ev = parse_event(line)
+            if ev is not None:
+                ev.setdefault("_from", label)
+                out.events.append(ev)
+                node = str(ev.get("node", ""))
+                if node in seen:
+                    seen[node] = now
+                if ev.get("ev") == "agent" and node:
+                    out.agents.setdefault(node, ev)
+                elif ev.get("ev") == "unfit" and node and watch:
+                    fail(node, "torch is not installed for this python" if ev.get("missing") == "torch"
+                         else "cannot run the ranks", str(ev.get("error", "")))
+            elif line.strip():
+                out.raw.setdefault(label, []).append(line)
+        if watch:
+            for n, lab in label_of.items():
+                if n in failed or lab not in live:
+                    continue
+                if n not in out.agents and w.start_s and now - start > w.start_s:
+                    lines = out.raw.get(lab, [])
+                    fail(n, "no answer", f"no answer from {n}'s agent within {w.start_s:g} s"
+                         + (f" (last line: {lines[-1].strip()[:200]})" if lines else " and no output at all: "
+                            "the session stalled (MTU black hole?) or the node hangs"), None, lines)
+                elif n in out.agents and w.stall_s and now - seen[n] > w.stall_s:
+                    fail(n, "output stalled", f"no bytes from {n} for {now - seen[n]:.0f} s while its session "
+                         "was open (heartbeats stopped): the link stalls (MTU black hole?) or the node hangs")
+            if first_failure is not None:
+                waiting = [n for n, lab in label_of.items()
+                           if n not in failed and n not in out.agents and lab in live]
+                if not waiting or now - first_failure >= w.grace_s:
+                    break
+        if now > deadline:
+            out.timed_out = True
+            break
+    _stop_all([p.popen for p in procs if p.popen is not None and p.popen.poll() is None], grace_s)
     for pr in procs:
         if pr.popen is None:
             continue
-        if out.timed_out and pr.popen.poll() is None:
-            _stop(pr.popen, grace_s)
         try:
             if pr.popen.stdin:
                 pr.popen.stdin.close()
@@ -205,6 +350,8 @@ def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, 
         if ev is not None:
             ev.setdefault("_from", label)
             out.events.append(ev)
+            if ev.get("ev") == "agent" and ev.get("node"):
+                out.agents.setdefault(str(ev["node"]), ev)
         elif line.strip():
             out.raw.setdefault(label, []).append(line)
     out.seconds = time.monotonic() - start
@@ -219,6 +366,30 @@ def _reader(pr: _Proc, q: queue.Queue[tuple[str, str | None]]) -> None:
     except (OSError, ValueError):
         pass
     q.put((pr.label, None))
+
+
+def _stop_all(popens: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """Stop several launches at once: close every stdin (an agent then stops its ranks), then
+    SIGTERM, then SIGKILL the process groups still there; at most about grace_s + 2 s."""
+    for p in popens:
+        try:
+            if p.stdin:
+                p.stdin.close()
+        except OSError:
+            pass
+    for sig, wait in ((None, 0.5), (signal.SIGTERM, min(grace_s, 2.0)), (signal.SIGKILL, grace_s)):
+        left = [p for p in popens if p.poll() is None]
+        if not left:
+            return
+        if sig is not None:
+            for p in left:
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    pass
+        end = time.monotonic() + wait
+        while time.monotonic() < end and any(p.poll() is None for p in left):
+            time.sleep(0.05)
 
 
 def _stop(p: subprocess.Popen[bytes], grace_s: float) -> None:
@@ -240,19 +411,38 @@ def _stop(p: subprocess.Popen[bytes], grace_s: float) -> None:
             continue
 
 
+def _with_preflight_path(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a local agent under another interpreter (--sweep-python): the
+    folder this preflight is imported from goes last on PYTHONPATH, so the job's python runs
+    the agent without preflight being installed in its environment (its own packages first)."""
+    import preflight
+
+    env = dict(os.environ if env is None else env)
+    here = str(Path(preflight.__file__).resolve().parent.parent)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in parts:
+        parts.append(here)
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
 def launch_local(spec: SweepSpec, nproc: int, python: str, node: str = "localhost",
-                 master_port: int | None = None) -> Launched:
+                 master_port: int | None = None, start_s: float = 30.0, stall_s: float = 20.0) -> Launched:
     """All ranks on this machine: one agent with nproc ranks."""
     spec.nodes = [node]
     spec.deadline_epoch = time.time() + spec.deadline_s - 2
     argv = agent_argv(python, spec, node, 0, nproc, nproc, "127.0.0.1", master_port or free_port())
-    return run_processes({node: argv}, spec.deadline_s)
+    return run_processes({node: argv}, spec.deadline_s, env=_with_preflight_path(),
+                         watch=Watch(nodes={node: [node]}, start_s=start_s, stall_s=stall_s))
 
 
 def launch_ssh(spec: SweepSpec, nodes: list[str], nproc_per_node: int, ssh_config: Path | None,
                python: str = "python3", master_addr: str | None = None, master_port: int | None = None,
-               connect_timeout: float = 10.0, accept_new: bool = False) -> Launched:
-    """One agent per node over SSH; node 0 hosts the rendezvous store."""
+               connect_timeout: float = 10.0, accept_new: bool = False, start_s: float | None = None,
+               stall_s: float = 20.0) -> Launched:
+    """One agent per node over SSH; node 0 hosts the rendezvous store. A node whose agent
+    cannot start (ssh refused, host key, no python or torch, a stalled session) ends the
+    launch within seconds, named with ssh's own message."""
     for n in nodes:
         check_name(n)
     spec.nodes = list(nodes)
@@ -263,15 +453,19 @@ def launch_ssh(spec: SweepSpec, nodes: list[str], nproc_per_node: int, ssh_confi
     cmds = {n: ssh_argv(n, agent_argv(python, spec, n, i, nproc_per_node, world, addr, port), ssh_config,
                         connect_timeout, accept_new)
             for i, n in enumerate(nodes)}
-    return run_processes(cmds, spec.deadline_s + connect_timeout)
+    watch = Watch(nodes={n: [n] for n in nodes}, start_s=start_s if start_s is not None else connect_timeout + 10,
+                  stall_s=stall_s)
+    return run_processes(cmds, spec.deadline_s + connect_timeout, watch=watch)
 
 
 def launch_srun(spec: SweepSpec, nodes: list[str], nproc_per_node: int, python: str = "python3",
-                partition: str | None = None, rdzv_port: int | None = None) -> Launched:
-    """Inside an allocation: srun + torchrun; the first node hosts the c10d rendezvous."""
+                partition: str | None = None, rdzv_port: int | None = None, start_s: float = 60.0) -> Launched:
+    """Inside an allocation: srun + torchrun; the first node hosts the c10d rendezvous. Each
+    node answers before torchrun starts, so a node without torch ends the step at once."""
     spec.nodes = list(nodes)
     spec.deadline_epoch = time.time() + spec.deadline_s - 2
     rid = f"pfsweep{os.environ.get('SLURM_JOB_ID', '0')}{random.randint(0, 9999)}"
     argv = srun_argv(len(nodes), nproc_per_node, spec, slurm_address(nodes[0]), rdzv_port or free_port(), rid,
                      python, partition)
-    return run_processes({"srun": argv}, spec.deadline_s + 10)
+    watch = Watch(nodes={"srun": list(nodes)}, start_s=start_s, exit_is_failure=False)
+    return run_processes({"srun": argv}, spec.deadline_s + 10, watch=watch)

@@ -14,7 +14,7 @@ from preflight.model import Capture, CaptureState, Result, Status
 from preflight.parsers.nccl_tests import NcclTestRow, NcclTests
 from preflight.profile import Profile
 from preflight.sweep import pairs as pairmod
-from preflight.sweep.launch import Launched
+from preflight.sweep.launch import Failure, Launched
 from preflight.sweep.spec import NCCL_TESTS_DTYPE, SweepSpec
 
 GROUP = "cluster"  # the node label of group-level results
@@ -38,6 +38,8 @@ class SweepOutcome:
     timed_out: bool = False
     seconds: float = 0.0
     world: int = 0
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its agent's first line
+    failures: list[Failure] = field(default_factory=list)  # nodes whose agent could not start or was lost
 
     @property
     def hosts(self) -> list[str]:
@@ -51,7 +53,7 @@ class SweepOutcome:
 
 def collect(launched: Launched, spec: SweepSpec, nodes: list[str]) -> SweepOutcome:
     out = SweepOutcome(spec=spec, nodes=list(nodes), raw=launched.raw, timed_out=launched.timed_out,
-                       seconds=launched.seconds)
+                       seconds=launched.seconds, agents=dict(launched.agents), failures=list(launched.failures))
     pairs: list[dict[str, Any]] = []
     for ev in launched.events:
         kind = ev.get("ev")
@@ -207,6 +209,8 @@ def grade(out: SweepOutcome, profile: Profile, registry: Any = None) -> tuple[li
     reg = registry or regmod.load()
     results: list[Result] = []
     spec = out.spec
+    if out.failures:
+        return launch_failures(out), pairmod.Isolation()
     multi = len(out.hosts) > 1 if out.ranks else len(out.nodes) > 1
 
     # nodes that never started a rank
@@ -289,6 +293,64 @@ def grade(out: SweepOutcome, profile: Profile, registry: Any = None) -> tuple[li
     results += _pingpong_results(out, iso)
     results.append(_transport(out, profile, reg))
     return results, iso
+
+
+NO_TORCH = "torch is not installed for this python"
+
+
+def launch_failures(out: SweepOutcome) -> list[Result]:
+    """A launch that ended because nodes could not start their agents (or lost them).
+
+    When no node could import torch, the sweep is SKIP: the environment it was pointed at has
+    no torch, which says nothing about the cluster (the remedy names --sweep-python). Any
+    other failure is an ERROR of the node it happened on, with the launcher's own message; the
+    group row says the sweep was not measured and why, never a stall it did not see."""
+    fails = out.failures
+    with_torch = sorted(n for n, a in out.agents.items() if a.get("torch"))
+    names = ", ".join(f.node for f in fails)
+    if all(f.cause == NO_TORCH for f in fails) and not with_torch:
+        pythons = sorted({str(out.agents.get(f.node, {}).get("python") or "") for f in fails} - {""})
+        where = f" ({', '.join(pythons)})" if pythons else ""
+        return [Result(check="nccl.allreduce", node=GROUP, status=Status.SKIP,
+                       summary=f"collective sweep not run: torch is not importable by the python that would run the "
+                               f"ranks{where} on {names}",
+                       evidence=[f"{f.node}: {f.message}" for f in fails][:8],
+                       remedy="the ranks run under the training job's python: point the sweep at it with "
+                              "--sweep-python PATH (`preflight run`) or --python PATH (`preflight sweep`), e.g. "
+                              "the job's venv/bin/python, or install torch for that python",
+                       facts={"reason": "no-torch", "nodes": [f.node for f in fails], "pythons": pythons},
+                       source="sweep")]
+    results: list[Result] = []
+    for f in fails:
+        lines = [ln for ln in f.lines if ln.strip() and ln.strip() != f.message][-5:]
+        when = "lost during the sweep" if f.started else "could not start"
+        remedy = {
+            "host key refused": f"{f.node}'s host key does not match known_hosts: if the node was reinstalled, "
+                                f"verify and update its key (ssh-keygen -R {f.node}; ssh {f.node}), else "
+                                "investigate before trusting it",
+            NO_TORCH: f"install torch for the python the sweep uses on {f.node}, or point the sweep at the job's "
+                      "python (--sweep-python PATH / --python PATH); every node needs the same environment",
+            "output stalled": f"check {f.node}'s path MTU end to end (ping -M do -s 8972 {f.node}), its NIC and "
+                              "switch port, and whether the node hangs",
+            "no answer": f"check that {f.node} answers (ssh {f.node} true) and is not hung; check its path MTU",
+        }.get(f.cause, f"check that {f.node} is reachable (ssh {f.node} true) and runs the sweep's python with "
+                       "torch and preflight importable; then rerun the sweep")
+        results.append(Result(
+            check="nccl.allreduce", node=f.node, status=Status.ERROR,
+            summary=f"sweep agent {when} on {f.node} after {f.after_s:.1f} s: {f.summary()}",
+            evidence=[f"{f.node}: {f.message}", *lines] + ([f"exit code {f.rc}"] if f.rc is not None else []),
+            remedy=remedy, facts={"cause": f.cause, "message": f.message, "rc": f.rc, "after_s": f.after_s,
+                                  "started": f.started}, source="sweep"))
+    fine = [n for n in out.nodes if n not in {f.node for f in fails}]
+    results.append(Result(
+        check="nccl.allreduce", node=GROUP, status=Status.SKIP,
+        summary=f"not measured: the sweep stopped after {out.seconds:.1f} s because {names} "
+                f"{'was' if len(fails) == 1 else 'were'} not able to take part ({fails[0].summary()})",
+        evidence=[f"{f.node}: {f.summary()}" for f in fails][:8]
+        + ([f"answered: {', '.join(n for n in fine if n in out.agents)}"] if fine else []),
+        remedy="fix or drain the named node(s), then rerun the sweep",
+        facts={"reason": "launch-failed", "failed": [f.node for f in fails], "rows": len(out.rows)}, source="sweep"))
+    return results
 
 
 def _stuck(out: SweepOutcome) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ class SweepOptions:
     pp_iters: int = 10
     isolate: bool = True
     socket_ifname: str = ""
-    python: str = "python3"  # interpreter on the nodes (ssh / srun)
+    python: str = ""  # the ranks' interpreter: "" = this one locally, python3 on the nodes (ssh / srun)
     profile: str = "auto"
     profile_dirs: tuple[Path, ...] = ()
     expect_busbw: float | None = None
@@ -47,6 +47,8 @@ class SweepOptions:
     accept_new: bool = False
     partition: str | None = None
     allreduce: bool = True
+    start_timeout_s: float | None = None  # each node's agent answers within this (default: connect timeout + 10 s)
+    stall_s: float = 20.0  # no bytes from a started node's agent for this long ends the launch
 
 
 @dataclass
@@ -89,28 +91,53 @@ def _profile(o: SweepOptions, model: str | None = None, per_node: int | None = N
     return effective_profile(base, o.expect_busbw, o.expect_min_bytes, o.expect_warn_busbw)
 
 
-def sweep(nodes: list[str], transport_kind: str = "local", ssh_config: Path | None = None,
+def this_node_names() -> set[str]:
+    """The names this machine answers to (short and full host name, localhost)."""
+    import socket
+
+    names = {"localhost", "127.0.0.1", "::1"}
+    for n in (socket.gethostname(), socket.getfqdn()):
+        if n:
+            names |= {n, n.split(".")[0]}
+    return names
+
+
+def is_this_node(nodes: list[str]) -> bool:
+    """True when the node list is only this machine (by any of its names): a sweep there is
+    launched locally, never over SSH to itself."""
+    return bool(nodes) and all(n in this_node_names() for n in nodes)
+
+
+def sweep(nodes: list[str], transport_kind: str = "auto", ssh_config: Path | None = None,
           options: SweepOptions | None = None) -> SweepRun:
     """Launch, measure, grade. Never raises for a cluster fault: those are Results."""
     o = options or SweepOptions()
     kind = transport_kind
+    if kind not in ("auto", "local", "ssh", "srun"):
+        raise launcher.LaunchError(f"transport {transport_kind!r}: use local, ssh, srun or auto")
     if kind == "auto":
         kind = "srun" if os.environ.get("SLURM_JOB_ID") else ("ssh" if nodes else "local")
+    if kind != "local" and is_this_node(nodes):
+        kind = "local"  # this machine alone (its own name, a one-node allocation we run on): no ssh, no srun
     prof = _profile(o)
     multi = kind != "local" and len(nodes) > 1
     spec = build_spec(o, prof, multi)
     if kind == "local":
-        name = nodes[0] if nodes else "localhost"
-        launched = launcher.launch_local(spec, o.nproc_per_node, _local_python(o.python), node=name,
-                                         master_port=o.master_port)
+        from preflight.transport.local import local_node_name
+
+        name = local_node_name() if not nodes or is_this_node(nodes) else nodes[0]
+        launched = launcher.launch_local(spec, o.nproc_per_node, local_python(o.python), node=name,
+                                         master_port=o.master_port, stall_s=o.stall_s,
+                                         **({"start_s": o.start_timeout_s} if o.start_timeout_s else {}))
         nodes = [name]
     elif kind == "ssh":
-        launched = launcher.launch_ssh(spec, nodes, o.nproc_per_node, ssh_config, o.python, o.master_addr,
-                                       o.master_port, o.connect_timeout, o.accept_new)
-    elif kind == "srun":
-        launched = launcher.launch_srun(spec, nodes, o.nproc_per_node, o.python, o.partition, o.master_port)
+        launched = launcher.launch_ssh(spec, nodes, o.nproc_per_node, ssh_config, o.python or "python3",
+                                       o.master_addr, o.master_port, o.connect_timeout, o.accept_new,
+                                       start_s=o.start_timeout_s, stall_s=o.stall_s)
     else:
-        raise launcher.LaunchError(f"transport {transport_kind!r}: use local, ssh, srun or auto")
+        launched = launcher.launch_srun(spec, nodes, o.nproc_per_node, o.python or "python3", o.partition,
+                                        o.master_port,
+                                        **({"start_s": o.start_timeout_s} if o.start_timeout_s else {}))
     out = collect(launched, spec, nodes if kind != "srun" else [])
     if o.profile == "auto":
         models = {str(h.get("model")) for h in out.ranks.values() if h.get("backend") == "nccl"}
@@ -123,11 +150,11 @@ def sweep(nodes: list[str], transport_kind: str = "local", ssh_config: Path | No
     return SweepRun(outcome=out, results=results, profile=prof, isolation=iso, spec=spec, argv=launched.argv)
 
 
-def _local_python(python: str) -> str:
-    """Locally the interpreter running preflight has torch when the sweep was installed with it."""
+def local_python(python: str) -> str:
+    """The interpreter of a local launch: the one given, else the one running preflight."""
     import sys
 
-    return sys.executable if python == "python3" else python
+    return python or sys.executable
 
 
 def run_sweep(nodes: list[str], transport_kind: str, ssh_config: Path | None = None,

@@ -58,6 +58,7 @@ class SweepSpec:
     nodes: list[str] = field(default_factory=list)  # node names in order (ssh / local launches)
     socket_ifname: str = ""
     nccl_debug: bool = True
+    heartbeat_s: float = 2.0  # the agent's "still here" line; 0: none (the launcher's stall timer reads it)
     calibrate: int = 0  # also time a bare all_reduce loop per size, this many times (benchmarks)
 
     def sizes(self) -> list[int]:

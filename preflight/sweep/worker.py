@@ -27,6 +27,8 @@ from typing import Any
 from preflight.sweep import pairs as pairmod
 from preflight.sweep.spec import EVENT_MARK, SweepSpec, busbw_factor, event_line
 
+UNFIT_EXIT = 3  # the agent's exit code when its interpreter cannot run the ranks (no torch)
+
 _out_lock = threading.Lock()
 _state: dict[str, Any] = {"phase": "start", "bytes": None}
 
@@ -46,6 +48,40 @@ def _short(exc: BaseException) -> str:
 # agent
 
 
+def torch_missing() -> str:
+    """Why the ranks could not import torch with this interpreter ('' when they can). Only
+    looks for the module: importing torch takes seconds, the agent must answer at once."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError) as exc:
+        return f"torch cannot be found: {_short(exc)}"
+    if found:
+        return ""
+    return (f"No module named 'torch' for {sys.executable} "
+            f"(Python {sys.version_info.major}.{sys.version_info.minor})")
+
+
+def _announce(node: str, nproc: int) -> bool:
+    """The agent's first line: who it is and whether its interpreter has torch. Without
+    torch it says so (`unfit`) and the caller exits: the launcher reports the node at once
+    instead of its peers waiting for ranks that never come."""
+    missing = torch_missing()
+    emit("agent", node=node, nproc=nproc, pid=os.getpid(), host=socket.gethostname(), python=sys.executable,
+         torch=not missing)
+    if missing:
+        emit("unfit", node=node, python=sys.executable, missing="torch", error=missing)
+    return not missing
+
+
+def _heartbeat(node: str, every_s: float, stop: threading.Event) -> None:
+    """A small line every few seconds: the launcher tells a silent link (black hole, hung
+    session) from ranks busy importing torch or waiting in a collective."""
+    while not stop.wait(every_s):
+        emit("beat", node=node)
+
+
 def agent_main(args: argparse.Namespace) -> int:
     spec = SweepSpec.decode(args.spec)
     deadline = time.monotonic() + spec.deadline_s
@@ -53,7 +89,11 @@ def agent_main(args: argparse.Namespace) -> int:
         deadline = min(deadline, time.monotonic() + max(1.0, spec.deadline_epoch - time.time()))
     procs: list[subprocess.Popen[bytes]] = []
     threads: list[threading.Thread] = []
-    emit("agent", node=args.node, nproc=args.nproc, pid=os.getpid(), host=socket.gethostname())
+    if not _announce(args.node, args.nproc):
+        return UNFIT_EXIT
+    stop_beat = threading.Event()
+    if spec.heartbeat_s > 0:
+        threading.Thread(target=_heartbeat, args=(args.node, spec.heartbeat_s, stop_beat), daemon=True).start()
     for local in range(args.nproc):
         rank = args.node_rank * args.nproc + local
         env = dict(os.environ)
@@ -93,10 +133,23 @@ def agent_main(args: argparse.Namespace) -> int:
         emit("agent_kill", node=args.node, reason=why)
     for t in threads:
         t.join(timeout=2)
+    stop_beat.set()
     for local, p in enumerate(procs):
         rc = p.poll()
         emit("rank_exit", node=args.node, rank=args.node_rank * args.nproc + local, rc=rc)
     return 0
+
+
+def torchrun_main(argv: list[str]) -> int:
+    """Inside an allocation srun starts this on every node: it answers like an agent (node,
+    interpreter, torch) and then becomes torchrun with the given arguments."""
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    nproc = next((a.split("=", 1)[1] for a in argv if a.startswith("--nproc-per-node=")), "1")
+    if not _announce(node, int(nproc) if nproc.isdigit() else 1):
+        return UNFIT_EXIT
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *argv])
+    return 0  # not reached
 
 
 def _forward(p: subprocess.Popen[bytes], rank: int, node: str) -> None:
@@ -112,8 +165,8 @@ def _forward(p: subprocess.Popen[bytes], rank: int, node: str) -> None:
 
 
 def _watch_stdin(gone: threading.Event) -> None:
-    try:
-        while sys.stdin.buffer.read(4096):
+    try:  # the raw descriptor: a buffered reader blocked here makes interpreter shutdown abort
+        while os.read(0, 4096):
             pass
     except (OSError, ValueError):
         pass
@@ -402,9 +455,16 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--watch-stdin", action="store_true")
     rk = sub.add_parser("rank")
     rk.add_argument("--spec", required=True)
-    args = ap.parse_args(argv)
+    sub.add_parser("torchrun", help="answer like an agent, then exec torchrun with the arguments after --")
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["torchrun"]:  # everything after it belongs to torchrun
+        rest = raw[1:]
+        return torchrun_main(rest[1:] if rest[:1] == ["--"] else rest)
+    args = ap.parse_args(raw)
     if args.mode == "agent":
-        return agent_main(args)
+        rc = agent_main(args)
+        sys.stdout.flush()
+        os._exit(rc)  # its stdin watcher and forwarders are daemon threads: no interpreter shutdown with them
     return rank_main(args)
 
 
