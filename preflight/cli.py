@@ -341,6 +341,7 @@ def run(
         raise UsageError(f"--ssh-config {ssh_config}: no such file")
     if no_sweep and sweep_only:
         raise UsageError("--no-sweep and --sweep-only exclude each other")
+    _check_sweep_options(sweep_python, sweep_backend)
     from preflight.report import Report
 
     start = time.monotonic()
@@ -360,6 +361,18 @@ def run(
                           run_nodes or sorted({r.node for r in results}))
     _emit(report, as_json, out, not no_report, history=history)
     raise typer.Exit(report.verdict.exit_code)
+
+
+def _check_sweep_options(python: str, backend: str) -> None:
+    from preflight.sweep.launch import LaunchError, check_python
+
+    if backend not in ("auto", "nccl", "gloo"):
+        raise UsageError(f"--sweep-backend {backend!r}: use auto, nccl or gloo")
+    if python:
+        try:
+            check_python(python)
+        except LaunchError as exc:
+            raise UsageError(f"--sweep-python: {exc}") from None
 
 
 def _sweep_after_checks(results: list[Any], nodes: list[str] | None, transport: str, ssh_config: Path | None,
@@ -382,16 +395,9 @@ def _sweep_after_checks(results: list[Any], nodes: list[str] | None, transport: 
     if not nproc:
         counts = [int(r.facts.get("count") or 0) for r in results if r.check == "gpu.inventory"]
         nproc = min(counts) if counts else 0
-    from preflight.sweep.launch import LaunchError, check_python
     from preflight.sweep.run import SweepOptions, is_this_node, run_sweep
 
-    if backend not in ("auto", "nccl", "gloo"):
-        raise UsageError(f"--sweep-backend {backend!r}: use auto, nccl or gloo")
-    if python:
-        try:
-            check_python(python)
-        except LaunchError as exc:
-            raise UsageError(f"--sweep-python: {exc}") from None
+    _check_sweep_options(python, backend)
     targets = list(nodes or [])
     local = transport == "local" or not targets or is_this_node(targets)
     if local and nproc < 2:
