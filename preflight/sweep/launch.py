@@ -135,7 +135,7 @@ class Watch:
     nodes: dict[str, list[str]] = field(default_factory=dict)  # process label -> the nodes it starts
     start_s: float = 0.0
     stall_s: float = 0.0
-    grace_s: float = 2.0
+    grace_s: float = 5.0
     exit_is_failure: bool = True  # an agent's error exit is a failure (srun: torchrun's exit is the ranks')
 
 
@@ -183,7 +183,8 @@ _CAUSES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), c) for p, c 
     (r"host key verification failed|remote host identification has changed|host key for .* has changed|"
      r"no \S+ host key is known", "host key refused"),
     (r"connection refused", "ssh connection refused (sshd not running?)"),
-    (r"connection timed out|operation timed out|timed out during banner", "ssh connection timed out"),
+    (r"connection timed out|operation timed out|timed out during banner|connection to \S+ port \d+ timed out",
+     "ssh connection timed out"),
     (r"no route to host|network is unreachable", "node unreachable"),
     (r"could not resolve hostname|name or service not known|temporary failure in name resolution",
      "unknown host name"),
@@ -198,11 +199,13 @@ _CAUSES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), c) for p, c 
 
 def classify(lines: Sequence[str], rc: int | None) -> tuple[str, str]:
     """(cause, message): the cause of a failed agent from its launcher's lines and exit code."""
-    text = [ln.strip() for ln in lines if ln.strip()]
+    text = [ln.strip().strip("@").strip() for ln in lines if ln.strip().strip("@").strip()]
     for line in text:
         for pat, cause in _CAUSES:
             if pat.search(line):
-                return cause, line[:300]
+                # the last line of that kind is ssh's verdict ("Host key verification failed.")
+                last = [ln for ln in text if pat.search(ln)][-1]
+                return cause, last[:300]
     last = text[-1][:300] if text else "no output"
     if rc is None:
         return "no exit status", last
@@ -245,12 +248,13 @@ def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, 
     live = {p.label for p in procs if p.popen is not None}
     deadline = start + deadline_s
 
-    def fail(node: str, cause: str, message: str, rc: int | None = None, lines: list[str] | None = None) -> None:
+    def fail(node: str, cause: str, message: str, rc: int | None = None, lines: list[str] | None = None,
+             started: bool | None = None) -> None:
         nonlocal first_failure
         if node in failed:
             return
         f = Failure(node, cause, message, list(lines or [])[-8:], rc, round(time.monotonic() - start, 2),
-                    node in out.agents)
+                    node in out.agents if started is None else started)
         failed[node] = f
         out.failures.append(f)
         if first_failure is None:
@@ -301,7 +305,7 @@ def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, 
                     out.agents.setdefault(node, ev)
                 elif ev.get("ev") == "unfit" and node and watch:
                     fail(node, "torch is not installed for this python" if ev.get("missing") == "torch"
-                         else "cannot run the ranks", str(ev.get("error", "")))
+                         else "cannot run the ranks", str(ev.get("error", "")), started=False)
             elif line.strip():
                 out.raw.setdefault(label, []).append(line)
         if watch:

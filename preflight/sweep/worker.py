@@ -365,6 +365,8 @@ def _pair_round(torch: Any, dist: Any, store: Any, idx: int, rnd: list[tuple[str
 
     timeout = timedelta(seconds=spec.op_timeout_s)
     mine = next((p for p in rnd if node in p), None)
+    if mine is None or pairmod.key(*mine) in groups:
+        _spare_group(dist, rank, timeout)
     if mine is not None:
         a, b = mine
         ra, rb = leader[a], leader[b]
@@ -407,6 +409,16 @@ def _pair_round(torch: Any, dist: Any, store: Any, idx: int, rnd: list[tuple[str
         except Exception as exc:
             out.append({"a": a, "b": b, "round": idx, "status": "missing", "error": _short(exc)})
     return out
+
+
+def _spare_group(dist: Any, rank: int, timeout: Any) -> None:
+    """torch numbers the groups each process creates, and two ranks meet in a new group only
+    when their counts agree: every node leader creates exactly one group per round, a group
+    of itself when it sits the round out (odd rings) or reuses its pair's group (retests)."""
+    try:
+        dist.new_group([rank], timeout=timeout, use_local_synchronization=True)
+    except Exception as exc:  # reported with the round's results, never raised into the round
+        emit("log", rank=rank, line=f"spare group: {_short(exc)}")
 
 
 def _json(d: dict[str, Any]) -> str:
