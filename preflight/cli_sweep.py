@@ -35,6 +35,7 @@ def sweep_cmd(
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks per node (GPUs per node on NCCL).")] = 1,
     ssh_config: Annotated[Path | None, typer.Option("--ssh-config", help="OpenSSH config for the system ssh client.")] = None,
     ssh_accept_new: Annotated[bool, typer.Option("--ssh-accept-new", help="Accept unknown host keys (changed keys are refused).")] = False,
+    connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="Seconds for ssh to connect and log in; a node's agent must answer within this + 10 s.")] = 10.0,
     backend: Annotated[str, typer.Option("--backend", help="nccl, gloo or auto (nccl where nvidia-smi exists).")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16, float64, int32, int64, uint8.")] = "float32",
     min_bytes: Annotated[str, typer.Option("--min-bytes", help="Smallest message (8, 64K, 1M).")] = "8",
@@ -109,7 +110,7 @@ def sweep_cmd(
         socket_ifname=ifname, python=python, profile=profile if profile != "auto" else cfg.profile,
         profile_dirs=tuple(cfg.profile_dirs), expect_busbw=expect_busbw, expect_warn_busbw=expect_warn_busbw,
         expect_min_bytes=parse_size(expect_min_bytes) if expect_min_bytes else None, master_addr=master_addr,
-        master_port=master_port, accept_new=ssh_accept_new, partition=partition)
+        master_port=master_port, accept_new=ssh_accept_new, partition=partition, connect_timeout=connect_timeout)
     start = time.monotonic()
     try:
         run = sweep(nodes, kind, ssh_config, opts)

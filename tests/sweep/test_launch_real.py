@@ -1,0 +1,124 @@
+"""Launches that fail fast and say why, on the namespace cluster (real sshd, real ssh client).
+
+A node whose agent cannot start ends the sweep within seconds, named with the launcher's own
+message, instead of its peers waiting out the op timeout (60 s here, the default) and the
+group row reporting a stall it never saw: a refused host key, a python without torch on one
+node, an MTU black hole between the login node and one node (ssh connects, then its packets
+vanish). A healthy 3-node ring (odd: one node sits out each ping-pong round) stays GO.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import need
+from tests.netcluster import NetCluster, prerequisites, sh
+
+HERE = Path(__file__).resolve().parent
+PREFLIGHT = [sys.executable, "-c", "from preflight.cli import main; main()"]
+SMALL = ["--max-bytes", "64K", "--iters", "3", "--warmup", "1", "--pp-bytes", "64K", "--pp-iters", "3",
+         "--profile", str(HERE / "gloo-test.toml"), "--deadline", "120", "--json", "--no-report"]
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
+    need(not prerequisites(), f"namespace cluster: missing {prerequisites()}")
+    need(importlib.util.find_spec("torch") is not None, "torch is not installed")
+    c = NetCluster(3, tmp_path_factory.mktemp("swlaunch"), prefix="swl", subnet="10.93.0")
+    c.up([])
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def sweep(c: NetCluster, *extra: str, ssh_config: Path | None = None) -> tuple[int, dict, float, str]:
+    t = time.monotonic()
+    p = c.client(*PREFLIGHT, "sweep", "--hosts", ",".join(n.name for n in c.nodes), "--ssh-config",
+                 str(ssh_config or c.ssh_config), "--ifname", "eth0", *SMALL, *extra, check=False, timeout=240)
+    took = time.monotonic() - t
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}
+    return p.returncode, doc, took, p.stderr
+
+
+def errors(doc: dict) -> dict[str, dict]:
+    return {r["node"]: r for r in doc["results"] if r["status"] == "error"}
+
+
+def test_healthy_three_node_ring_is_go(cluster: NetCluster) -> None:
+    rc, doc, took, _ = sweep(cluster, "--python", sys.executable)
+    bad = [(r["node"], r["check"], r["summary"]) for r in doc["results"] if r["status"] not in ("pass", "skip")]
+    assert rc == 0 and doc["verdict"] == "GO", bad
+    pp = next(r for r in doc["results"] if r["check"] == "nccl.pingpong")
+    assert pp["status"] == "pass" and len(pp["facts"]["pairs"]) == 3  # n1-n2, n2-n3, n3-n1
+
+
+def test_refused_host_key_ends_within_seconds_naming_the_node(cluster: NetCluster, tmp_path: Path) -> None:
+    """n3's known_hosts entry holds another key (StrictHostKeyChecking yes, as the sweep's ssh)."""
+    other = tmp_path / "other_key"
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other))
+    wrong = " ".join(other.with_suffix(".pub").read_text().split()[:2])
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(f"{line.split()[0]} {wrong}\n" if line.startswith("n3,") else line + "\n"
+                             for line in cluster.known_hosts.read_text().splitlines()))
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(cluster.ssh_config.read_text().replace(str(cluster.known_hosts), str(known)))
+    times = []
+    for _ in range(3):
+        rc, doc, took, _ = sweep(cluster, "--python", sys.executable, ssh_config=cfg)
+        times.append(round(took, 1))
+        assert took < 10, took
+        assert rc == 1 and doc["verdict"] == "NO-GO"
+        err = errors(doc)
+        assert list(err) == ["n3"], err
+        assert "host key" in err["n3"]["summary"].lower()
+        assert "Host key verification failed." in err["n3"]["summary"] + " ".join(err["n3"]["evidence"])
+        assert "could not start on n3" in err["n3"]["summary"]
+        assert not any("stalled" in r["summary"] for r in doc["results"])
+        group = next(r for r in doc["results"] if r["check"] == "nccl.allreduce" and r["node"] == "cluster")
+        assert group["status"] == "skip" and "n3" in group["summary"]
+    print(f"refused host key: sweep ended in {times} s")
+
+
+def test_a_node_whose_python_lacks_torch_is_named_at_once(cluster: NetCluster, tmp_path: Path) -> None:
+    need(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3")
+    wrapper = tmp_path / "python"  # n3 runs a python without torch, the others the test's python
+    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n3 ]; then exec /usr/bin/python3 "$@"; fi\n'
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    rc, doc, took, _ = sweep(cluster, "--python", str(wrapper))
+    assert took < 15, took
+    err = errors(doc)
+    assert rc == 1 and list(err) == ["n3"], err
+    assert "torch" in err["n3"]["summary"] and "/usr/bin/python3" in err["n3"]["summary"]
+    # no node has torch: the environment, not a node, is at fault; `preflight sweep` cannot run (exit 2)
+    rc, doc, took, stderr = sweep(cluster, "--python", "/usr/bin/python3")
+    assert rc == 2 and "torch is not importable" in stderr and "--python PATH" in stderr, stderr
+    assert took < 15, took
+    print(f"python without torch on n3: named in {took:.1f} s")
+
+
+def test_black_holed_node_ends_well_before_the_op_timeout(cluster: NetCluster) -> None:
+    """The login node and n2 both run 9000-byte frames, n2's switch port 1500: ssh connects
+    (small packets pass), then its larger packets vanish."""
+    cluster.set_port_mtu("n2", 1500)
+    try:
+        rc, doc, took, _ = sweep(cluster, "--python", sys.executable, "--connect-timeout", "5")
+    finally:
+        cluster.set_port_mtu("n2", cluster.mtu)
+    err = errors(doc)
+    assert rc == 1 and list(err) == ["n2"], err
+    assert took < 40, took  # the op timeout is 60 s
+    assert err["n2"]["facts"]["cause"] in ("ssh connection timed out", "no answer", "output stalled")
+    assert not any("stalled at" in r["summary"] for r in doc["results"])
+    print(f"black-holed n2: sweep ended in {took:.1f} s ({err['n2']['summary']})")
