@@ -154,9 +154,10 @@ def test_command_lines() -> None:
     assert ssh[-2] == "n2" and ssh[-3] == "--" and ssh[-1].startswith("/opt/py/bin/python -m preflight")
     srun = launch.srun_argv(4, 8, s, "gpu001", 29400, "job77", partition="batch")
     assert srun[0] == "srun" and "--nodes=4" in srun and "--ntasks-per-node=1" in srun
-    i = srun.index("torch.distributed.run")
-    assert srun[i - 1] == "-m"
-    tr = srun[i + 1:]
+    # each node first answers through the worker's torchrun door, which then execs torchrun
+    i = srun.index("torchrun")
+    assert srun[i - 2:i] == ["-m", "preflight.sweep.worker"] and srun[i + 1] == "--"
+    tr = srun[i + 2:]
     assert "--nnodes=4" in tr and "--nproc-per-node=8" in tr and "--rdzv-backend=c10d" in tr
     assert "--rdzv-endpoint=gpu001:29400" in tr and "--rdzv-id=job77" in tr
     assert tr[tr.index("-m") + 1:tr.index("-m") + 3] == ["preflight.sweep.worker", "rank"]
