@@ -317,7 +317,8 @@ def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, 
                     fail(n, "no answer", f"no answer from {n}'s agent within {w.start_s:g} s"
                          + (f" (last line: {lines[-1].strip()[:200]})" if lines else " and no output at all: "
                             "the session stalled (MTU black hole?) or the node hangs"), None, lines)
-                elif n in out.agents and w.stall_s and now - seen[n] > w.stall_s:
+                elif (n in out.agents and w.stall_s and float(out.agents[n].get("beat_s") or 0) > 0
+                      and now - seen[n] > w.stall_s):  # only agents that beat can be silent
                     fail(n, "output stalled", f"no bytes from {n} for {now - seen[n]:.0f} s while its session "
                          "was open (heartbeats stopped): the link stalls (MTU black hole?) or the node hangs")
             if first_failure is not None:

@@ -63,13 +63,13 @@ def torch_missing() -> str:
             f"(Python {sys.version_info.major}.{sys.version_info.minor})")
 
 
-def _announce(node: str, nproc: int) -> bool:
+def _announce(node: str, nproc: int, beat_s: float = 0.0) -> bool:
     """The agent's first line: who it is and whether its interpreter has torch. Without
     torch it says so (`unfit`) and the caller exits: the launcher reports the node at once
     instead of its peers waiting for ranks that never come."""
     missing = torch_missing()
     emit("agent", node=node, nproc=nproc, pid=os.getpid(), host=socket.gethostname(), python=sys.executable,
-         torch=not missing)
+         torch=not missing, beat_s=beat_s)
     if missing:
         emit("unfit", node=node, python=sys.executable, missing="torch", error=missing)
     return not missing
@@ -89,7 +89,7 @@ def agent_main(args: argparse.Namespace) -> int:
         deadline = min(deadline, time.monotonic() + max(1.0, spec.deadline_epoch - time.time()))
     procs: list[subprocess.Popen[bytes]] = []
     threads: list[threading.Thread] = []
-    if not _announce(args.node, args.nproc):
+    if not _announce(args.node, args.nproc, spec.heartbeat_s):
         return UNFIT_EXIT
     stop_beat = threading.Event()
     if spec.heartbeat_s > 0:

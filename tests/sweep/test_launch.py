@@ -16,7 +16,7 @@ from preflight.sweep.spec import SweepSpec, event_line
 
 
 def agent_says(node: str, torch: bool = True, then: str = "sleep 60") -> list[str]:
-    lines = [event_line("agent", node=node, nproc=1, python="/opt/job/bin/python", torch=torch)]
+    lines = [event_line("agent", node=node, nproc=1, python="/opt/job/bin/python", torch=torch, beat_s=0.3)]
     if not torch:
         lines.append(event_line("unfit", node=node, python="/opt/job/bin/python", missing="torch",
                                 error="No module named 'torch' for /opt/job/bin/python (Python 3.11)"))
@@ -94,6 +94,11 @@ def test_a_node_that_goes_silent_is_a_stall() -> None:
     assert got.seconds < 8
     err = [r for r in graded(got, ["n1", "n2"]) if r.status is Status.ERROR]
     assert [r.node for r in err] == ["n2"] and "lost during the sweep" in err[0].summary
+    # an agent that does not beat (an older preflight on the node) is never taken for a stall
+    quiet = ["sh", "-c", "echo " + shlex.quote(event_line("agent", node="n2", torch=True)) + "; sleep 4"]
+    got = watched({"n1": agent_says("n1", then=beat.replace("while true", "for i in 1 2 3 4 5 6 7 8 9 10 11 12")),
+                   "n2": quiet}, start_s=10, stall_s=2)
+    assert got.failures == []
 
 
 def test_one_node_without_torch_is_its_error() -> None:

@@ -122,3 +122,26 @@ def test_black_holed_node_ends_well_before_the_op_timeout(cluster: NetCluster) -
     assert err["n2"]["facts"]["cause"] in ("ssh connection timed out", "no answer", "output stalled")
     assert not any("stalled at" in r["summary"] for r in doc["results"])
     print(f"black-holed n2: sweep ended in {took:.1f} s ({err['n2']['summary']})")
+
+
+def test_run_over_ssh_same_rule(cluster: NetCluster, tmp_path: Path) -> None:
+    """`preflight run` over SSH: no torch on any node is SKIP (exit 0); one node without it
+    is that node's ERROR, named at once."""
+    need(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3")
+    base = [*PREFLIGHT, "run", "--hosts", ",".join(n.name for n in cluster.nodes), "--ssh-config",
+            str(cluster.ssh_config), "--sweep-only", "--sweep-nproc", "1", "--sweep-backend", "gloo",
+            "--sweep-profile", str(HERE / "gloo-test.toml"), "--json", "--no-report"]
+    p = cluster.client(*base, "--sweep-python", "/usr/bin/python3", check=False, timeout=120)
+    doc = json.loads(p.stdout)
+    ar = next(r for r in doc["results"] if r["check"] == "nccl.allreduce")
+    assert p.returncode == 0 and doc["verdict"] == "GO" and ar["status"] == "skip", p.stdout[-2000:]
+    assert "--sweep-python PATH" in ar["remedy"] and "/usr/bin/python3" in ar["summary"]
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n1 ]; then exec /usr/bin/python3 "$@"; fi\n'
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    t = time.monotonic()
+    p = cluster.client(*base, "--sweep-python", str(wrapper), check=False, timeout=120)
+    took = time.monotonic() - t
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and list(errors(doc)) == ["n1"] and took < 15, (took, p.stdout[-2000:])

@@ -42,3 +42,29 @@ def test_sweep_over_srun_and_torchrun_in_an_allocation(cluster: NetCluster) -> N
     assert res["nccl.allreduce"]["facts"]["world"] == 2
     assert res["nccl.pingpong"]["status"] == "pass" and "n1<->n2" in res["nccl.pingpong"]["evidence"][0]
     assert doc["verdict"] == "GO" and p.returncode == 0
+
+
+def test_a_node_without_torch_ends_the_srun_step_at_once(cluster: NetCluster, tmp_path: Path) -> None:
+    """n2's python has no torch: it answers so before torchrun starts; the step ends in
+    seconds naming n2. With no torch anywhere, `preflight sweep` cannot run (exit 2)."""
+    import time
+
+    need(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3")
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n2 ]; then exec /usr/bin/python3 "$@"; fi\n'
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    args = ["--transport", "srun", "--backend", "gloo", "--max-bytes", "64K", "--iters", "3", "--ifname", "eth0",
+            "--deadline", "90", "--json", "--no-report", "--profile", PROFILE]
+    t = time.monotonic()
+    p = cluster.client("salloc", "-N2", "--time=5", sys.executable, "-m", "preflight.cli", "sweep", "--python",
+                       str(wrapper), *args, check=False, timeout=200, env=cluster.slurm_env())
+    took = time.monotonic() - t
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    err = [r for r in doc["results"] if r["status"] == "error"]
+    assert [r["node"] for r in err] == ["n2"] and "torch" in err[0]["summary"], doc["results"]
+    assert p.returncode == 1 and took < 30, took
+    p = cluster.client("salloc", "-N2", "--time=5", sys.executable, "-m", "preflight.cli", "sweep", "--python",
+                       "/usr/bin/python3", *args, check=False, timeout=200, env=cluster.slurm_env())
+    assert p.returncode == 2 and "torch is not importable" in p.stderr, p.stderr[-2000:]
