@@ -271,6 +271,8 @@ def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, 
         for n in nodes_of[label]:
             if n in failed:
                 continue
+            if len(nodes_of[label]) > 1 and first_failure is not None:
+                continue  # srun ended every task after one failed: the others were not checked
             if n not in out.agents:
                 cause, msg = classify(lines, rc)
                 fail(n, cause, msg, rc, lines)

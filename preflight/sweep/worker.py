@@ -28,6 +28,7 @@ from preflight.sweep import pairs as pairmod
 from preflight.sweep.spec import EVENT_MARK, SweepSpec, busbw_factor, event_line
 
 UNFIT_EXIT = 3  # the agent's exit code when its interpreter cannot run the ranks (no torch)
+UNFIT_LINGER_S = 4.0  # under srun, how long a node without torch waits before its exit ends the step
 
 _out_lock = threading.Lock()
 _state: dict[str, Any] = {"phase": "start", "bytes": None}
@@ -146,6 +147,9 @@ def torchrun_main(argv: list[str]) -> int:
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     nproc = next((a.split("=", 1)[1] for a in argv if a.startswith("--nproc-per-node=")), "1")
     if not _announce(node, int(nproc) if nproc.isdigit() else 1):
+        # srun ends every task as soon as one fails: stay a moment, so that the other nodes
+        # answer too (the launcher stops the step once everyone has, or after its grace)
+        time.sleep(UNFIT_LINGER_S)
         return UNFIT_EXIT
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *argv])
