@@ -1,8 +1,10 @@
 """History commands: `preflight history`, `preflight record`, `preflight baseline learn`.
 
 `history` reads the results store (`--history URL`, default $PREFLIGHT_HISTORY, else
-~/.local/share/preflight/history.db) and shows failure counts per node and check, flapping and
-lemon nodes and each node's bandwidth against its own past; `--json`, `--html FILE` and
+~/.local/share/preflight/history.db) and shows failure counts per node and check (graded
+failures out of the runs in which the check was graded, and apart from them the runs in which
+it was not checked: node unreachable, output lost), nodes often not checked, flapping and lemon
+nodes and each node's bandwidth against its own past; `--json`, `--html FILE` and
 `--prometheus FILE` (node_exporter textfile) export the same. `record` adds report.json files
 made elsewhere (sweeps, triage, analyze). `baseline learn` turns a fleet run into a profile of
 expected values.
@@ -81,13 +83,23 @@ def _console_tables(summary: Any, url: str) -> None:
     since = summary.to_dict()["since"] or "the beginning"
     con.print(f"[bold]preflight history[/bold]: {summary.runs} run(s), {len(summary.nodes)} node(s) since {since} "
               f"({url})")
-    bad = [s for s in summary.stats if s.bad or s.warn]
-    t = Table(title="failures per node and check")
-    for col in ("node", "check", "fail/error", "warn", "runs", "last", "runs (oldest first)"):
+    bad = [s for s in summary.stats if s.bad or s.warn]  # runs not checked alone: the table after
+    t = Table(title="failures per node and check (failed: of the runs in which it was checked; not checked: "
+                    "unreachable node or lost output)")
+    for col in ("node", "check", "failed", "warn", "checked runs", "not checked", "last", "runs (oldest first)"):
         t.add_column(col)
     for s in sorted(bad, key=lambda s: (-s.bad, -s.warn, s.node, s.check)):
-        t.add_row(s.node, s.check, str(s.bad), str(s.warn), str(s.runs), s.last_status, s.sequence[-40:])
+        t.add_row(s.node, s.check, str(s.bad), str(s.warn), str(s.graded), str(s.not_checked), s.last_status,
+                  s.sequence[-40:])
     con.print(t if bad else "no failures in this window")
+    if summary.unchecked:
+        t = Table(title="nodes not checked (unreachable, or output lost; not counted as failures)")
+        for col in ("node", "not checked", "runs", "wholly", "most common cause", "runs (oldest first)"):
+            t.add_column(col)
+        for u in summary.unchecked:
+            t.add_row(u.node, str(u.count), str(u.runs), str(u.whole), f"{u.cause} ({u.cause_count} runs)",
+                      u.sequence[-40:])
+        con.print(t)
     if summary.flapping:
         t = Table(title="flapping")
         for col in ("node", "check", "failure episodes", "runs (oldest first)"):
@@ -131,16 +143,19 @@ def history(
     trend_runs: Annotated[int, typer.Option("--trend-runs", help="A node's own baseline: its last N runs.")] = 10,
     trend_drop: Annotated[float, typer.Option("--trend-drop", help="Flag bandwidth this many percent under the "
                                               "node's own median.")] = 5.0,
+    unchecked_runs: Annotated[int, typer.Option("--unchecked-runs", help="Runs in which a node was not checked "
+                                                "(unreachable, output lost) that make a finding.")] = 3,
 ) -> None:
     """Failure counts, flapping and lemon nodes, and bandwidth trends from the results store."""
-    from preflight.history.analysis import Thresholds, latest_results, summarize
+    from preflight.history.analysis import Thresholds, latest_results, prometheus_text, summarize
     from preflight.history.store import describe
 
     window = parse_window(since)
-    if min(flap_min, lemon_runs, xid_repeat, trend_runs) < 1 or trend_drop < 0:
-        raise UsageError("--flap-min, --lemon-runs, --xid-repeat and --trend-runs must be at least 1")
+    if min(flap_min, lemon_runs, xid_repeat, trend_runs, unchecked_runs) < 1 or trend_drop < 0:
+        raise UsageError("--flap-min, --lemon-runs, --xid-repeat, --trend-runs and --unchecked-runs must be at "
+                         "least 1, --trend-drop at least 0")
     th = Thresholds(flap_episodes=flap_min, lemon_runs=lemon_runs, xid_repeat=xid_repeat, port_flaps=2,
-                    trend_runs=trend_runs, trend_drop_pct=trend_drop)
+                    trend_runs=trend_runs, trend_drop_pct=trend_drop, unchecked_runs=unchecked_runs)
     with _open(history_url) as store:
         rows = store.rows(since=window, nodes=node or (), checks=check or (), commands=command or ())
         runs = store.runs(since=window, commands=command or ())
@@ -160,7 +175,7 @@ def history(
 
             meta = [{"command": r.command, "ts": r.ts, "verdict": r.verdict} for r in runs]
             try:
-                write_textfile(render_results(latest, meta), prometheus)
+                write_textfile(render_results(latest, meta) + prometheus_text(summary), prometheus)
             except OSError as exc:
                 raise UsageError(f"cannot write {prometheus}: {exc.strerror or exc}") from None
     if as_json:

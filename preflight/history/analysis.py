@@ -3,11 +3,19 @@
 Pure functions over recorded rows (`store.Row`, oldest first): the same rows from SQLite or
 PostgreSQL give the same answers.
 
-- flapping: a check whose status alternates good (pass/warn) and bad (fail/error) across the
-  node's consecutive runs: at least `flap_episodes` separate failure episodes (fail, recover,
-  fail again, ...);
+"Not checked" is kept apart from "failed". A FAIL is a graded failure; an ERROR means the
+check was not graded on that node in that run (node unreachable, host key refused, output lost
+in transit, probe timed out): it is neither a failure nor a pass. SKIP is neither either.
+
+- flapping: a check whose status alternates good (pass/warn) and failed (fail) across the
+  node's consecutive graded runs: at least `flap_episodes` separate failure episodes (fail,
+  recover, fail again, ...); runs in which it was not checked are left out;
 - lemon: a recurring fault: the same Xid again (distinct kernel-log events, not the same event
-  seen by every run since boot), the same check failing in many runs, the same port flapping;
+  seen by every run since boot), the same check failing in many of the runs in which it was
+  graded ("failed in 7 of 35 runs": both counts are graded runs), the same port flapping;
+- not checked: a node that was often not checked (some or all of its checks ERROR) is its own
+  finding, with the most common cause ("n3 not checked in 9 of 42 runs: node not checked:
+  ssh: ... Connection refused");
 - trends: all-reduce peak busbw per node (or node group) and ping-pong bandwidth per pair, each
   latest value against the median of its own previous runs.
 """
@@ -23,8 +31,10 @@ from typing import Any
 from preflight.history.store import Row
 from preflight.model import Result, Status
 
-BAD = (Status.FAIL, Status.ERROR)
+BAD = (Status.FAIL,)  # a graded failure
 GOOD = (Status.PASS, Status.WARN)
+GRADED = (Status.PASS, Status.WARN, Status.FAIL)
+NOT_CHECKED = Status.ERROR  # not graded: unreachable node, lost output, timed-out probe
 _LETTER = {Status.PASS: "P", Status.WARN: "W", Status.FAIL: "F", Status.ERROR: "E", Status.SKIP: "S"}
 
 
@@ -38,18 +48,21 @@ class Thresholds:
     port_flaps: int = 2  # Active <-> not-Active changes of the same port
     trend_runs: int = 10  # a node's own baseline: the median of its last N runs
     trend_drop_pct: float = 5.0  # the latest value this far under that median is flagged
+    unchecked_runs: int = 3  # runs in which a node was not checked (ERROR) that make a finding
 
 
 @dataclass(frozen=True)
 class CheckStats:
     node: str
     check: str
-    runs: int
-    bad: int
+    runs: int  # runs with a result of this check on this node (any status)
+    bad: int  # graded failures (FAIL)
     warn: int
     last_status: str
     last_time: str
-    sequence: str  # one letter per run, oldest first: P W F E S
+    sequence: str  # one letter per run, oldest first: P W F E S (E: not checked)
+    graded: int = 0  # runs in which it was graded (pass, warn or fail)
+    not_checked: int = 0  # runs in which it was not checked (ERROR: unreachable, output lost)
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,20 @@ class Lemon:
     key: str  # "Xid 79", "net.mtu", "mlx5_3/1"
     count: int
     summary: str
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """A node that was often not checked: ERROR results in `count` of its `runs` runs."""
+
+    node: str
+    count: int  # runs in which some or all of its checks were not checked
+    runs: int  # runs in which the node appears
+    whole: int  # of `count`: runs in which none of its checks was graded
+    cause: str  # the most common cause (an ERROR summary)
+    cause_count: int  # runs with that cause
+    summary: str
+    sequence: str  # one letter per run, oldest first: G graded, P part not checked, N not checked
 
 
 @dataclass(frozen=True)
@@ -94,6 +121,12 @@ class Summary:
     flapping: list[Flapper] = field(default_factory=list)
     lemons: list[Lemon] = field(default_factory=list)
     trends: list[Trend] = field(default_factory=list)
+    unchecked: list[Unchecked] = field(default_factory=list)
+    node_checked: dict[str, tuple[int, int]] = field(default_factory=dict)  # node -> (runs not checked, runs)
+
+    @property
+    def unchecked_nodes(self) -> list[str]:
+        return sorted({u.node for u in self.unchecked})
 
     @property
     def flapping_nodes(self) -> list[str]:
@@ -110,6 +143,9 @@ class Summary:
             "nodes": self.nodes,
             "flapping_nodes": self.flapping_nodes,
             "lemon_nodes": self.lemon_nodes,
+            "not_checked_nodes": self.unchecked_nodes,
+            "not_checked": [asdict(u) for u in self.unchecked],
+            "node_not_checked_runs": {n: {"not_checked": c, "runs": k} for n, (c, k) in sorted(self.node_checked.items())},
             "flapping": [asdict(f) for f in self.flapping],
             "lemons": [asdict(lm) for lm in self.lemons],
             "trends": [{**asdict(t), "points": [[_iso(ts), v] for ts, v in t.points]} for t in self.trends],
@@ -122,7 +158,13 @@ def _iso(ts: float) -> str:
 
 
 def _worst(statuses: Iterable[Status]) -> Status:
-    return max(statuses, key=lambda s: s.rank)
+    """The status a run counts as: a graded one first (FAIL > WARN > PASS); only when nothing
+    was graded, ERROR (not checked) before SKIP. A FAIL beside an ERROR is still a failure."""
+    seen = set(statuses)
+    for s in (Status.FAIL, Status.WARN, Status.PASS, Status.ERROR, Status.SKIP):
+        if s in seen:
+            return s
+    return Status.SKIP
 
 
 def _per_run(rows: Sequence[Row]) -> tuple[list[int], dict[tuple[str, str], dict[int, Status]]]:
@@ -137,14 +179,16 @@ def _per_run(rows: Sequence[Row]) -> tuple[list[int], dict[tuple[str, str], dict
 
 
 def transitions(statuses: Sequence[Status]) -> int:
-    """good <-> bad changes in a sequence (skips are not evidence either way)."""
-    marks = [s in BAD for s in statuses if s is not Status.SKIP]
+    """good <-> failed changes in a sequence (skips and not-checked runs are not evidence
+    either way)."""
+    marks = [s in BAD for s in statuses if s in GRADED]
     return sum(1 for a, b in zip(marks, marks[1:], strict=False) if a != b)
 
 
 def episodes(statuses: Sequence[Status]) -> int:
-    """Separate failure episodes: runs of consecutive failures (skips ignored)."""
-    marks = [s in BAD for s in statuses if s is not Status.SKIP]
+    """Separate failure episodes: runs of consecutive failures (skips and not-checked runs
+    ignored)."""
+    marks = [s in BAD for s in statuses if s in GRADED]
     return sum(1 for i, bad in enumerate(marks) if bad and (i == 0 or not marks[i - 1]))
 
 
@@ -155,7 +199,9 @@ def _stats(runs: list[int], seqs: dict[tuple[str, str], dict[int, Status]], ts: 
         last_run = [i for i in runs if i in per][-1]
         out.append(CheckStats(node=node, check=check, runs=len(ordered), bad=sum(s in BAD for s in ordered),
                               warn=sum(s is Status.WARN for s in ordered), last_status=ordered[-1].value,
-                              last_time=_iso(ts[last_run]), sequence="".join(_LETTER[s] for s in ordered)))
+                              last_time=_iso(ts[last_run]), sequence="".join(_LETTER[s] for s in ordered),
+                              graded=sum(s in GRADED for s in ordered),
+                              not_checked=sum(s is NOT_CHECKED for s in ordered)))
     return out
 
 
@@ -214,15 +260,19 @@ def _check_lemons(runs: list[int], seqs: dict[tuple[str, str], dict[int, Status]
     for (node, check), per in sorted(seqs.items()):
         bad = sum(1 for i in runs if per.get(i) in BAD)
         if bad >= th.lemon_runs:
-            seen = sum(1 for i in runs if i in per)
+            graded = sum(1 for i in runs if per.get(i) in GRADED)
+            unchecked = sum(1 for i in runs if per.get(i) is NOT_CHECKED)
             out.append(Lemon(node=node, kind="check", key=check, count=bad,
-                             summary=f"{check} failed in {bad} of {seen} runs"))
+                             summary=f"{check} failed in {bad} of {graded} runs in which it was checked"
+                             + (f" (not checked in {unchecked} more)" if unchecked else "")))
     return out
 
 
 def _port_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
     states: dict[tuple[str, str], list[tuple[int, bool]]] = {}
     for r in rows:
+        if r.status is NOT_CHECKED:  # what a run that did not look says about ports is nothing
+            continue
         if r.check == "ib.hca":
             for p in r.facts.get("ports") or []:
                 if isinstance(p, dict) and p.get("ca"):
@@ -246,6 +296,8 @@ def _port_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
 def _series(rows: Sequence[Row]) -> dict[tuple[str, str], list[tuple[float, float]]]:
     out: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in rows:
+        if r.status is NOT_CHECKED:
+            continue
         if r.check == "nccl.allreduce" and isinstance(r.facts.get("peak_busbw"), (int, float)):
             hosts = r.facts.get("hosts")
             label = r.node
@@ -257,6 +309,54 @@ def _series(rows: Sequence[Row]) -> dict[tuple[str, str], list[tuple[float, floa
                 if isinstance(p, dict) and p.get("status") == "ok" and isinstance(p.get("bw_gbps"), (int, float)):
                     a, b = sorted((str(p.get("a")), str(p.get("b"))))
                     out.setdefault((f"{a}<->{b}", "pingpong"), []).append((r.ts, float(p["bw_gbps"])))
+    return out
+
+
+def _cause(summary: str) -> str:
+    """An ERROR summary as a cause: one line, bounded."""
+    line = (summary or "").strip().splitlines()[0] if (summary or "").strip() else "no reason recorded"
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def _unchecked(rows: Sequence[Row], runs: list[int], th: Thresholds,
+               tally: dict[str, tuple[int, int]] | None = None) -> list[Unchecked]:
+    """Nodes that were not checked (some or all checks ERROR) in at least `unchecked_runs` runs;
+    `tally` receives every node's (runs not checked, runs)."""
+    per: dict[str, dict[int, list[Row]]] = {}
+    for r in rows:
+        per.setdefault(r.node, {}).setdefault(r.run_id, []).append(r)
+    out = []
+    for node, by_run in sorted(per.items()):
+        seq = []
+        causes: dict[str, int] = {}
+        whole = 0
+        for i in runs:
+            if i not in by_run:
+                continue
+            errors = [r for r in by_run[i] if r.status is NOT_CHECKED]
+            if not errors:
+                seq.append("G")
+                continue
+            graded = any(r.status in GRADED for r in by_run[i])
+            seq.append("P" if graded else "N")
+            whole += not graded
+            counted: dict[str, int] = {}
+            for r in errors:
+                c = _cause(r.summary)
+                counted[c] = counted.get(c, 0) + 1
+            top = max(sorted(counted), key=lambda c: counted[c])  # this run's main cause
+            causes[top] = causes.get(top, 0) + 1
+        count = len(seq) - seq.count("G")
+        if tally is not None:
+            tally[node] = (count, len(seq))
+        if count < th.unchecked_runs:
+            continue
+        cause = max(sorted(causes), key=lambda c: causes[c])
+        part = f"; {count - whole} of them in part (some checks graded)" if count > whole else ""
+        share = f" ({causes[cause]} of {count} runs)" if causes[cause] != count else ""
+        out.append(Unchecked(node=node, count=count, runs=len(seq), whole=whole, cause=cause,
+                             cause_count=causes[cause], sequence="".join(seq),
+                             summary=f"{node} not checked in {count} of {len(seq)} runs: {cause}{share}{part}"))
     return out
 
 
@@ -285,9 +385,46 @@ def summarize(rows: Sequence[Row], thresholds: Thresholds | None = None, since: 
     ts = {r.run_id: r.ts for r in rows}
     lemons = _xid_lemons(rows, th) + _check_lemons(runs, seqs, th) + _port_lemons(rows, th)
     trends = [own_baseline(pts, label, kind, th) for (label, kind), pts in sorted(_series(rows).items())]
+    tally: dict[str, tuple[int, int]] = {}
+    unchecked = _unchecked(rows, runs, th, tally)
     return Summary(since=since, runs=len(runs), nodes=sorted({r.node for r in rows}), stats=_stats(runs, seqs, ts),
                    flapping=_flapping(runs, seqs, th),
-                   lemons=sorted(lemons, key=lambda lm: (lm.node, lm.kind, lm.key)), trends=trends)
+                   lemons=sorted(lemons, key=lambda lm: (lm.node, lm.kind, lm.key)), trends=trends,
+                   unchecked=unchecked, node_checked=tally)
+
+
+_PROM_HELP = {
+    "preflight_history_failed_runs": "Runs in the window in which the check FAILed on the node (graded failures).",
+    "preflight_history_graded_runs": "Runs in the window in which the check was graded on the node.",
+    "preflight_history_not_checked_runs": "Runs in the window in which the check was not checked on the node "
+                                          "(ERROR: unreachable, output lost).",
+    "preflight_history_node_not_checked_runs": "Runs in the window in which the node was not checked "
+                                               "(some or all of its checks ERROR).",
+    "preflight_history_node_runs": "Runs in the window in which the node appears.",
+}
+
+
+def prometheus_text(summary: Summary) -> str:
+    """The history's counts as Prometheus gauges (appended to the latest-state textfile)."""
+
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    fams: dict[str, list[str]] = {name: [] for name in _PROM_HELP}
+    for s in summary.stats:
+        lab = f'{{node="{esc(s.node)}",check="{esc(s.check)}"}}'
+        fams["preflight_history_failed_runs"].append(f"preflight_history_failed_runs{lab} {s.bad}")
+        fams["preflight_history_graded_runs"].append(f"preflight_history_graded_runs{lab} {s.graded}")
+        fams["preflight_history_not_checked_runs"].append(f"preflight_history_not_checked_runs{lab} {s.not_checked}")
+    for node, (count, runs) in sorted(summary.node_checked.items()):
+        lab = f'{{node="{esc(node)}"}}'
+        fams["preflight_history_node_not_checked_runs"].append(f"preflight_history_node_not_checked_runs{lab} {count}")
+        fams["preflight_history_node_runs"].append(f"preflight_history_node_runs{lab} {runs}")
+    out: list[str] = []
+    for name, lines in fams.items():
+        if lines:
+            out += [f"# HELP {name} {_PROM_HELP[name]}", f"# TYPE {name} gauge", *lines]
+    return "\n".join(out) + "\n" if out else ""
 
 
 def latest_results(rows: Sequence[Row]) -> list[Result]:

@@ -7,6 +7,13 @@ gpu.health, the fabric manager down. A node resumes only after M passing runs in
 K, M and the hard Xids come from the profile (`history.damp_fail_runs`,
 `history.damp_pass_runs`, `history.hard_xids`) or from `--damp K,M`.
 
+Only graded failures (FAIL) count. An ERROR means the check was not graded in that run (a
+probe timed out, its output was lost): a run whose only problems are ERRORs is "not checked",
+neither a failing run nor a passing one. It never makes a hard fault, does not extend a fail
+streak nor break one, and does not count towards resuming (a passing run has no ERROR). A
+node not checked in K runs in a row drains with that cause: it cannot be vouched for, but the
+reason says "not checked", not "failed".
+
 `decide` is pure: the node's current results and its earlier runs in, a Decision out.
 """
 
@@ -18,7 +25,7 @@ from typing import Any
 
 from preflight.model import Result, Status
 
-BAD = (Status.FAIL, Status.ERROR)
+BAD = (Status.FAIL,)  # graded failures; ERROR is "not checked"
 # Defaults when neither the profile nor --damp says: the values the built-in profiles carry.
 DEFAULT_FAIL_RUNS = 3
 DEFAULT_PASS_RUNS = 2
@@ -72,15 +79,22 @@ class Decision:
     hard: bool = False
     fail_streak: int = 0  # failing runs in a row, this one included
     pass_streak: int = 0
+    unchecked_streak: int = 0  # runs in a row in which the node was not checked, this one included
 
     @property
     def action(self) -> str:
-        return "drain" if self.drain else "resume" if self.resume else ("damped" if self.fail_streak else "keep")
+        if self.drain:
+            return "drain"
+        if self.resume:
+            return "resume"
+        if self.fail_streak:
+            return "damped"
+        return "unchecked" if self.unchecked_streak else "keep"
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "action": self.action, "drain": self.drain, "resume": self.resume,
                 "reason": self.reason, "check": self.check, "hard": self.hard, "fail_streak": self.fail_streak,
-                "pass_streak": self.pass_streak}
+                "pass_streak": self.pass_streak, "unchecked_streak": self.unchecked_streak}
 
 
 def hard_fault(r: Result, damping: Damping) -> str:
@@ -121,27 +135,49 @@ def _bad(results: Sequence[Result], node: str) -> list[Result]:
                   key=lambda r: (-r.status.rank, r.check))
 
 
+def _errors(results: Sequence[Result], node: str) -> list[Result]:
+    return sorted((r for r in results if r.node == node and r.status is Status.ERROR), key=lambda r: r.check)
+
+
+def run_kind(results: Sequence[Result], node: str) -> str:
+    """"fail" (a graded failure), "unchecked" (ERRORs and no failure) or "pass" for one run."""
+    if _bad(results, node):
+        return "fail"
+    return "unchecked" if _errors(results, node) else "pass"
+
+
+def _streak(kinds: Sequence[str], want: str) -> int:
+    """Runs of kind `want` in a row at the end of `kinds`; not-checked runs neither add to a
+    fail or pass streak nor break it."""
+    n = 0
+    for k in reversed(kinds):
+        if k == want:
+            n += 1
+        elif k != "unchecked":
+            break
+    return n
+
+
 def decide(node: str, current: Sequence[Result], history: Sequence[Sequence[Result]],
            damping: Damping | None = None) -> Decision:
     """Drain, resume or leave `node`, from this run's results and its earlier runs (oldest first).
 
-    Pure: no I/O. A run counts as failing when the node has a FAIL or ERROR result in it."""
+    Pure: no I/O. A run counts as failing when the node has a FAIL result in it, as passing
+    when it has neither FAIL nor ERROR; a run with ERRORs and no FAIL was not checked."""
     d = damping or Damping()
     bad_now = _bad(current, node)
-    past_bad = [bool(_bad(run, node)) for run in history]
-    if bad_now:
-        streak = 1
-        for failed in reversed(past_bad):
-            if not failed:
-                break
-            streak += 1
+    kinds = [run_kind(run, node) for run in history]
+    now = run_kind(current, node)
+    if now == "fail":
+        streak = 1 + _streak(kinds, "fail")
         worst = bad_now[0]
         hard = [(r, why) for r in bad_now if (why := hard_fault(r, d))]
         if hard:
             r, why = hard[0]
             return Decision(node, True, False, f"{r.check} hard fault ({why}): drained at once",
                             check=r.check, summary=f"hard fault: {r.summary}", hard=True, fail_streak=streak)
-        window = [*history[-(d.fail_runs - 1):], current] if d.fail_runs > 1 else [current]
+        graded = [run for run, k in zip(history, kinds, strict=True) if k != "unchecked"]
+        window = [*graded[-(d.fail_runs - 1):], current] if d.fail_runs > 1 else [current]
         same = sum(1 for run in window if any(r.check == worst.check for r in _bad(run, node)))
         tally = f"{worst.status.value} {same}/{d.fail_runs} runs"
         if streak >= d.fail_runs:
@@ -150,11 +186,23 @@ def decide(node: str, current: Sequence[Result], history: Sequence[Sequence[Resu
         return Decision(node, False, False, f"damped: {worst.check} {tally}; a soft failure drains after "
                         f"{d.fail_runs} failing runs in a row ({streak} so far)",
                         check=worst.check, summary=worst.summary, fail_streak=streak)
-    streak = 1
-    for failed in reversed(past_bad):
-        if failed:
-            break
-        streak += 1
+    if now == "unchecked":
+        unchecked = 1
+        for k in reversed(kinds):
+            if k != "unchecked":
+                break
+            unchecked += 1
+        err = _errors(current, node)
+        first = err[0]
+        what = f"{len(err)} check(s) not checked ({first.check}: {first.summary})"
+        if unchecked >= d.fail_runs:
+            tally = f"not checked {unchecked}/{d.fail_runs} runs"
+            return Decision(node, True, False, f"{tally} in a row: drained ({what})", check=first.check,
+                            summary=f"{tally}: {first.summary}", unchecked_streak=unchecked)
+        return Decision(node, False, False, f"{what}: neither a failure nor a pass; a node not checked in "
+                        f"{d.fail_runs} runs in a row drains ({unchecked} so far)", check=first.check,
+                        summary=first.summary, unchecked_streak=unchecked)
+    streak = 1 + _streak(kinds, "pass")
     if streak >= d.pass_runs:
         return Decision(node, False, True, f"passed {min(streak, d.pass_runs)}/{d.pass_runs} runs in a row: "
                         "may resume", pass_streak=streak)

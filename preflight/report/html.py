@@ -268,6 +268,14 @@ def _history_section(history: Any) -> str:
         out += [f"<tr><td>{escape(lm.node)}</td><td>{escape(lm.kind)}</td><td>{escape(lm.key)}</td>"
                 f"<td>{escape(lm.summary)}</td></tr>" for lm in history.lemons]
         out.append("</table>")
+    unchecked = getattr(history, "unchecked", [])
+    if unchecked:
+        out.append('<h3>Nodes not checked</h3><p class="meta">unreachable, or output lost: not counted as '
+                   'failures</p><table id="not-checked"><tr><th>node</th><th>not checked</th><th>runs</th>'
+                   "<th>most common cause</th></tr>")
+        out += [f"<tr><td>{escape(u.node)}</td><td>{u.count}</td><td>{u.runs}</td>"
+                f"<td>{escape(u.cause)} ({u.cause_count} runs)</td></tr>" for u in unchecked]
+        out.append("</table>")
     if not history.flapping and not history.lemons:
         out.append("<p>No flapping or lemon node in this window.</p>")
     if history.trends:

@@ -65,9 +65,12 @@ def test_the_same_xid_event_seen_by_every_run_is_one_event() -> None:
 
 def test_transitions_ignore_skips_and_latest_results() -> None:
     S = Status
-    assert transitions([S.PASS, S.SKIP, S.FAIL, S.WARN, S.ERROR]) == 3
+    assert transitions([S.PASS, S.SKIP, S.FAIL, S.WARN, S.FAIL]) == 3
+    assert transitions([S.PASS, S.SKIP, S.FAIL, S.WARN, S.ERROR]) == 2  # not checked: no evidence
     assert transitions([]) == 0 and transitions([S.FAIL]) == 0
-    assert episodes([S.FAIL, S.FAIL, S.PASS, S.SKIP, S.ERROR, S.PASS, S.FAIL]) == 3
+    assert episodes([S.FAIL, S.FAIL, S.PASS, S.SKIP, S.FAIL, S.PASS, S.FAIL]) == 3
+    assert episodes([S.FAIL, S.FAIL, S.PASS, S.SKIP, S.ERROR, S.PASS, S.FAIL]) == 2
+    assert episodes([S.FAIL, S.ERROR, S.FAIL]) == 1  # one episode, a run not checked in the middle
     rows = [Row(1, T0, "node", "gpu.xid", "n1", S.FAIL, "old"), Row(2, T0 + 5, "node", "gpu.xid", "n1", S.PASS, "new")]
     assert [r.summary for r in latest_results(rows)] == ["new"]
     first = own_baseline([(T0, 100.0)], "n1", "allreduce", Thresholds())
@@ -88,7 +91,7 @@ def test_soft_failure_drains_only_after_k_in_a_row() -> None:
     assert one.reason.startswith("damped: net.mtu fail 1/3 runs")
     two = decide("n1", _run("n1", "fail"), [_run("n1", "pass"), _run("n1", "fail")], d)
     assert not two.drain and two.fail_streak == 2
-    three = decide("n1", _run("n1", "fail"), [_run("n1", "fail"), _run("n1", "error", "ib.hca")], d)
+    three = decide("n1", _run("n1", "fail"), [_run("n1", "fail", "ib.hca"), _run("n1", "fail")], d)
     assert three.drain and not three.hard and three.fail_streak == 3
     assert three.summary.startswith("fail 2/3 runs: net.mtu fail") and three.check == "net.mtu"
     full = decide("n1", _run("n1", "fail"), [_run("n1", "fail")] * 2, d)
