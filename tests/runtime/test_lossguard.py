@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -35,19 +37,59 @@ def test_nonfinite_can_return_a_decision() -> None:
 
 
 def test_spike_warns_after_warmup_only(tmp_path: Path) -> None:
-    guard = LossGuard(spike_factor=10, window=20, warmup_steps=5, events=EventWriter(tmp_path, rank=0), rank=0)
+    guard = LossGuard(window=20, warmup_steps=5, events=EventWriter(tmp_path, rank=0), rank=0)
+    assert (guard.spike_factor, guard.spike_sigmas) == (3.0, 6.0)
     assert guard.check(0, 1.0) == "ok"
     assert guard.check(1, 50.0) == "ok"  # warm-up: early losses jump around
     for step in range(2, 30):
-        assert guard.check(step, 1.0) == "ok"
-    assert guard.check(30, 9.0) == "ok"  # under 10 x the recent max
+        assert guard.check(step, 1.0 + 0.01 * (step % 3)) == "ok"
+    assert guard.check(30, 2.5) == "ok"  # under 3 x the typical loss
     for step in range(31, 60):
-        guard.check(step, 1.0)
-    assert guard.check(60, 11.0) == "spike"
-    assert guard.spikes == [(60, 11.0)]
+        guard.check(step, 1.0 + 0.01 * (step % 3))
+    assert guard.check(60, 10.0) == "spike"  # 10 x the typical loss
+    assert guard.check(61, 15.0) == "spike"  # still spiking: one event for the run of spikes
+    assert guard.check(62, 1.0) == "ok"
+    assert guard.spikes == [(60, 10.0), (61, 15.0)]
     ev = [e for e in read_events(tmp_path) if e["check"] == "runtime.loss"]
     assert len(ev) == 1 and ev[0]["status"] == "warn" and ev[0]["step"] == 60
-    assert ev[0]["facts"]["window_max"] == 1.0  # the 9.0 has left the 20-step window
+    assert ev[0]["facts"]["typical"] == pytest.approx(1.01, abs=0.011) and ev[0]["facts"]["ratio"] > 9
+    assert "10.0 x the typical loss" in ev[0]["summary"] or "9.9 x the typical loss" in ev[0]["summary"]
+
+
+def _curve(seed: int, steps: int, noise: float) -> list[float]:
+    """Training-like loss: 11 -> ~3 in the first ~100 steps, slow decay after, multiplicative noise."""
+    rng = random.Random(seed)
+    return [(2.0 + 6.0 * math.exp(-t / 30.0) + 3.0 * math.exp(-t / 800.0)) * math.exp(rng.gauss(0.0, noise))
+            for t in range(steps)]
+
+
+@pytest.mark.parametrize("noise", [0.02, 0.10, 0.20])
+def test_noisy_decreasing_curve_raises_no_false_alarm(noise: float) -> None:
+    for seed in range(5):
+        guard = LossGuard()
+        assert [i for i, v in enumerate(_curve(seed, 1500, noise)) if guard.check(i, v) != "ok"] == []
+
+
+@pytest.mark.parametrize("factor", [10.0, 15.0])
+@pytest.mark.parametrize("at", [40, 1000])  # in the fast early drop, and later
+def test_spikes_of_10x_and_15x_are_flagged_early_and_late(factor: float, at: int) -> None:
+    curve = _curve(7, at + 1, 0.10)
+    typical = statistics.median(curve[at - 100 if at > 100 else 0:at])
+    curve[at] = typical * factor
+    guard = LossGuard()
+    got = [guard.check(i, v) for i, v in enumerate(curve)]
+    assert got[:at] == ["ok"] * at and got[at] == "spike"
+    if factor == 10.0:  # the old reference, 10 x the largest of the last 100 losses, let it pass
+        assert curve[at] <= 10 * max(curve[max(0, at - 100):at])
+
+
+def test_very_noisy_losses_raise_the_bar() -> None:
+    rng = random.Random(3)
+    guard = LossGuard()
+    for step in range(200):
+        guard.check(step, math.exp(rng.gauss(0.0, 0.4)))  # 40% noise: 3 x is not unusual here
+    assert guard.check(200, 3.5) == "ok"
+    assert guard.check(201, 40.0) == "spike"
 
 
 def test_tensor_losses_and_garbage() -> None:

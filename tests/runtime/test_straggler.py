@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,24 @@ def test_score_sees_straggler_through_synchronous_allreduce() -> None:
     scores = score_ranks(stats, threshold=0.85)
     assert [s["straggler"] for s in scores] == [False, True, False]
     assert scores[1]["step_score"] == 1.0 and scores[1]["busy_score"] < 0.8
+
+
+def test_a_rank_1_4x_slower_is_under_the_default_threshold() -> None:
+    det = StragglerDetector()
+    assert (det.threshold, det.interval_steps, det.confirm_intervals) == (0.8, 50, 2)
+    for world in (2, 4, 64):
+        stats = [(0.020, 0.020, 0.0, 50)] * world
+        stats[world // 2] = (0.028, 0.028, 0.0, 50)
+        scores = score_ranks(stats, det.threshold)
+        assert [s["rank"] for s in scores if s["straggler"]] == [world // 2]
+        assert scores[world // 2]["score"] == pytest.approx(1 / 1.4, abs=0.001)
+
+
+def test_one_fast_rank_does_not_make_the_others_stragglers() -> None:
+    # measured against the fastest rank, a lucky rank 25% faster put all 63 others under 0.8
+    stats = [(0.020, 0.020, 0.0, 50)] * 63 + [(0.015, 0.015, 0.0, 50)]
+    scores = score_ranks(stats, 0.8)
+    assert not any(s["straggler"] for s in scores) and scores[0]["score"] == 1.0
 
 
 def test_score_all_collective_steps_fall_back_to_step_time() -> None:
@@ -71,19 +90,27 @@ def rank_steps(argv: list[str]) -> None:
     ap.add_argument("--intervals", type=int, default=3)
     ap.add_argument("--threshold", type=float, default=0.85)
     ap.add_argument("--wait", choices=["waiting", "sync_point"], default="waiting")
+    ap.add_argument("--defaults", action="store_true", help="the detector with its default settings")
+    ap.add_argument("--cpu-iters", type=int, default=0, help="host-side work per step (loop iterations)")
     a = ap.parse_args(argv)
     import torch
     import torch.distributed as dist
 
     init_gloo()
     rank = dist.get_rank()
-    det = StragglerDetector(interval_steps=a.interval, threshold=a.threshold,
-                            events=EventWriter(a.run_dir, rank=rank))
+    events = EventWriter(a.run_dir, rank=rank)
+    det = StragglerDetector(events=events) if a.defaults else \
+        StragglerDetector(interval_steps=a.interval, threshold=a.threshold, events=events)
     grad = torch.ones(4096)
     compute = a.step_ms / 1000 * (a.factor if rank == a.slow_rank else 1.0)
     flagged: list[list[int]] = []
-    for _ in range(a.interval * a.intervals):
+    iters = int(a.cpu_iters * (a.factor if rank == a.slow_rank else 1.0))
+    scores: list[float] = []
+    for _ in range(det.interval_steps * a.intervals):
         det.step_start()
+        x = 0
+        for i in range(iters):
+            x += i * i
         time.sleep(compute)
         if a.wait == "waiting":
             with det.waiting():
@@ -94,14 +121,15 @@ def rank_steps(argv: list[str]) -> None:
         out = det.step_end()
         if out is not None:
             flagged.append([s["rank"] for s in out])
+            scores += [s["score"] for s in det.last if s.get("score") is not None]
     (a.run_dir / f"result-rank{rank}.json").write_text(json.dumps({"flagged": flagged, "last": det.last,
-                                                                  "faults": det.faults}))
+                                                                  "faults": det.faults, "scores": scores}))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _run(tmp_path: Path, *args: str) -> tuple[Path, list[dict[str, Any]]]:
-    run = tmp_path / "run"
+def _run(tmp_path: Path, *args: str, name: str = "run") -> tuple[Path, list[dict[str, Any]]]:
+    run = tmp_path / name
     procs = launch("tests.runtime.test_straggler:rank_steps", 4, ["--run-dir", str(run), *args], run)
     rcs = wait_all(procs, timeout=90)
     assert rcs == [0, 0, 0, 0], logs(run)
@@ -131,3 +159,48 @@ def test_clean_run_flags_no_rank(tmp_path: Path) -> None:
     for res in results:
         assert res["flagged"] == [[], [], []], res
     assert not [e for e in read_events(run) if e["check"] == "runtime.straggler"]
+
+
+@pytest.mark.real
+def test_rank_1_4x_slower_is_reported_with_the_defaults(tmp_path: Path) -> None:
+    run, results = _run(tmp_path, "--defaults", "--slow-rank", "1", "--factor", "1.4", "--step-ms", "20")
+    for res in results:
+        assert len(res["flagged"]) == 3
+        assert res["flagged"][0] == [] and res["flagged"][1:] == [[1], [1]], res["flagged"]  # 2 intervals in a row
+    last = {s["rank"]: s for s in results[0]["last"]}
+    assert last[1]["score"] < 0.78 and all(last[r]["score"] > 0.9 for r in (0, 2, 3)), last
+    events = [e for e in read_events(run) if e["check"] == "runtime.straggler"]
+    assert len(events) == 2 and events[0]["facts"]["stragglers"] == [1] and events[0]["step"] == 100
+
+
+class _CpuHogs:
+    """`yes > /dev/null` processes, for scheduling noise; ended by their own pid."""
+
+    def __init__(self, n: int) -> None:
+        self.procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(n)]
+
+    def __enter__(self) -> _CpuHogs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait(timeout=10)
+
+
+@pytest.mark.real
+def test_five_healthy_runs_under_cpu_load_report_nothing(tmp_path: Path) -> None:
+    """Two CPU hogs on this machine's cores while 4 ranks train (host work + device-like sleep +
+    all_reduce), five runs of 150 steps with the default detector: no rank is reported."""
+    scores: list[float] = []
+    with _CpuHogs(2) as hogs:
+        time.sleep(0.3)
+        for i in range(5):
+            assert all(p.poll() is None for p in hogs.procs)  # the load was there the whole time
+            run, results = _run(tmp_path, "--defaults", "--step-ms", "16", "--cpu-iters", "20000", name=f"run{i}")
+            for res in results:
+                assert res["faults"] == 0 and res["flagged"] == [[], [], []], (i, res["flagged"], res["last"])
+            assert not [e for e in read_events(run) if e["check"] == "runtime.straggler"]
+            scores += results[0]["scores"]
+    assert len(scores) == 5 * 3 * 4
+    print(f"lowest score of a healthy rank over 5 runs under load: {min(scores):.3f} (threshold 0.8)")

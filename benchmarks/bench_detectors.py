@@ -1,0 +1,439 @@
+"""Benchmark: how often the straggler detector and the loss guard are right, and wrong.
+
+Straggler detector (`preflight.runtime.straggler`):
+  (a) synthetic: interval statistics of N ranks whose step times carry scheduling noise
+      (log-normal jitter plus occasional long delays), one rank 1.25x or 1.4x slower or none;
+      detection rate of the slow rank and false-positive rate (intervals in which a healthy
+      rank is reported) for several thresholds and windows (interval_steps);
+  (b) real: 4-rank gloo runs on this machine (a step = a little CPU work + a sleep standing for
+      device time + a gradient all_reduce), healthy and with one rank 1.4x slower, idle and
+      with two CPU hogs (`yes > /dev/null`) running; each rank's step and wait times are
+      recorded and the same grid is evaluated over them, and the detector with its defaults
+      runs live inside the ranks (its reports are counted too).
+Loss guard (`preflight.runtime.lossguard`):
+  (c) synthetic noisy, decreasing loss curves (fast early drop, multiplicative noise of 2-20%,
+      benign bumps): false alarms per 1000 steps, and detection of spikes of 2x to 15x the
+      typical loss at early and late steps, for the default rule and the old one
+      (10x the largest of the last 100 losses).
+
+    .venv/bin/python benchmarks/bench_detectors.py [--quick] [--skip-real]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from preflight.runtime.lossguard import LossGuard  # noqa: E402
+from preflight.runtime.straggler import StragglerDetector, interval_stats, score_ranks  # noqa: E402
+
+THRESHOLDS = (0.7, 0.75, 0.8, 0.85)
+WINDOWS = (20, 50, 100)
+
+# ---- (a) synthetic step times ----------------------------------------------------------------
+
+
+def noisy_step(rng: random.Random, base: float, jitter: float, p_delay: float, delay: float) -> float:
+    """One step: log-normal jitter, and with probability p_delay a scheduler delay (exponential)."""
+    t = base * math.exp(rng.gauss(0.0, jitter))
+    if rng.random() < p_delay:
+        t += rng.expovariate(1.0 / delay)
+    return t
+
+
+def synthetic(world: int, window: int, slow: float, intervals: int, rng: random.Random,
+              jitter: float = 0.20, p_delay: float = 0.05, delay: float = 0.5, p_burst: float = 0.2,
+              burst: float = 0.4) -> list[list[list[float]]]:
+    """Interval statistics of `intervals` intervals; rank world-1 is `slow` times slower (1: none).
+    Noise: 20% log-normal jitter per step, 5% of steps delayed (exponential, mean half a step),
+    and in each interval a rank has a noisy neighbour with probability p_burst: a stretch of up
+    to `burst` of the interval in which its steps take twice as long.
+    Synchronous steps: every rank's step is the slowest rank's busy time; wait = step - busy."""
+    out = []
+    for _ in range(intervals):
+        steps: list[list[float]] = [[] for _ in range(world)]
+        waits: list[list[float]] = [[] for _ in range(world)]
+        bursts = {}
+        for r in range(world):
+            if rng.random() < p_burst:
+                length = int(window * rng.uniform(0.0, burst))
+                start = rng.randrange(0, window - length + 1)
+                bursts[r] = range(start, start + length)
+        for k in range(window):
+            busy = [noisy_step(rng, 1.0 * (slow if r == world - 1 else 1.0), jitter, p_delay, delay)
+                    * (2.0 if r in bursts and k in bursts[r] else 1.0) for r in range(world)]
+            step = max(busy) + 0.02
+            for r in range(world):
+                steps[r].append(step)
+                waits[r].append(step - busy[r])
+        out.append([interval_stats(steps[r], waits[r]) for r in range(world)])
+    return out
+
+
+def rates(intervals: Sequence[Sequence[Sequence[float]]], threshold: float, slow_rank: int | None,
+          confirm: int = 1) -> tuple[float, float]:
+    """(detection rate of slow_rank, false-positive rate) per interval; with `confirm` > 1 a
+    rank is reported when under the threshold in that many intervals in a row."""
+    under: dict[int, int] = {}
+    hit = fp = 0
+    for stats in intervals:
+        flagged = []
+        for s in score_ranks(stats, threshold):
+            r = s["rank"]
+            under[r] = under.get(r, 0) + 1 if s["straggler"] else 0
+            if under[r] >= confirm:
+                flagged.append(r)
+        hit += slow_rank in flagged
+        fp += any(r != slow_rank for r in flagged)
+    n = max(1, len(intervals))
+    return hit / n, fp / n
+
+
+def part_a(quick: bool) -> list[dict[str, Any]]:
+    rng = random.Random(11)
+    rows = []
+    n = 40 if quick else 150
+    for world in (4, 32):
+        for window in WINDOWS:
+            healthy = synthetic(world, window, 1.0, n, rng)
+            slow25 = synthetic(world, window, 1.25, n, rng)
+            slow40 = synthetic(world, window, 1.4, n, rng)
+            for th in THRESHOLDS:
+                for confirm in (1, 2):
+                    rows.append({"world": world, "window": window, "threshold": th, "confirm": confirm,
+                                 "fp": rates(healthy, th, None, confirm)[1],
+                                 "det125": rates(slow25, th, world - 1, confirm)[0],
+                                 "det140": rates(slow40, th, world - 1, confirm)[0],
+                                 "fp140": rates(slow40, th, world - 1, confirm)[1]})
+    return rows
+
+
+# ---- (b) real gloo runs ----------------------------------------------------------------------
+
+
+def worker(argv: list[str]) -> None:
+    """One rank: CPU work + sleep (device time) + all_reduce; records step and wait times."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--sleep-ms", type=float, default=20.0)
+    ap.add_argument("--cpu-iters", type=int, default=2000)
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--factor", type=float, default=1.4)
+    a = ap.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    f = a.factor if rank == a.slow_rank else 1.0
+    det = StragglerDetector()  # the defaults, live
+    grad = torch.ones(16384)
+    steps: list[float] = []
+    waits: list[float] = []
+    reports: list[list[int]] = []
+    iters = int(a.cpu_iters * f)
+    for _ in range(a.steps):
+        det.step_start()
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(iters):  # host-side work (kernel launches, data loading): contended under load
+            x += i * i
+        time.sleep(a.sleep_ms / 1000 * f)  # device time: not contended
+        w0 = time.perf_counter()
+        with det.waiting():
+            dist.all_reduce(grad)
+        t1 = time.perf_counter()
+        steps.append(t1 - t0)
+        waits.append(t1 - w0)
+        out = det.step_end()
+        if out is not None:
+            reports.append([s["rank"] for s in out])
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"rank{rank}.json").write_text(json.dumps({"steps": steps, "waits": waits, "reports": reports,
+                                                        "interval": det.interval_steps,
+                                                        "threshold": det.threshold}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def calibrate(cpu_ms: float) -> int:
+    """Loop iterations that take about cpu_ms on an idle core (median of 5)."""
+    per = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(200_000):
+            x += i * i
+        per.append((time.perf_counter() - t0) / 200_000)
+    return max(1, int(cpu_ms / 1000 / statistics.median(per)))
+
+
+class Hogs:
+    """`yes > /dev/null` processes: CPU load for as long as the context lasts."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Hogs:
+        self.procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def real_run(world: int, steps: int, sleep_ms: float, cpu_iters: int, slow_rank: int, factor: float,
+             timeout: float = 300.0) -> list[dict[str, Any]]:
+    """One gloo job of `world` local ranks; each rank's record."""
+    out = Path(tempfile.mkdtemp(prefix="bench-det-"))
+    port = str(_free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCH_NCCL_", "TORCHELASTIC_"))}
+    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(ROOT)})
+    args = ["--out", str(out), "--steps", str(steps), "--sleep-ms", str(sleep_ms), "--cpu-iters", str(cpu_iters),
+            "--slow-rank", str(slow_rank), "--factor", str(factor)]
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", *args], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in range(world)]
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+    bad = [p.returncode for p in procs if p.returncode != 0]
+    if bad:
+        raise RuntimeError(f"a rank failed: {bad}: {procs[0].stderr.read().decode()[-2000:] if procs[0].stderr else ''}")
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def intervals_of(records: list[dict[str, Any]], window: int, skip: int = 10) -> list[list[list[float]]]:
+    """A run's recorded steps cut into intervals of `window` steps (the first `skip` left out)."""
+    n = min(len(r["steps"]) for r in records)
+    out = []
+    for start in range(skip, n - window + 1, window):
+        out.append([interval_stats(r["steps"][start:start + window], r["waits"][start:start + window])
+                    for r in records])
+    return out
+
+
+def part_b(quick: bool) -> dict[str, Any]:
+    world = 4
+    steps = 260 if quick else 560
+    iters = calibrate(4.0)
+    runs: dict[str, list[list[dict[str, Any]]]] = {}
+    plan = [("healthy, idle", 0, -1, 2 if not quick else 1), ("healthy, 2 CPU hogs", 2, -1, 5 if not quick else 2),
+            ("rank 2 1.4x slower, idle", 0, 2, 1), ("rank 2 1.4x slower, 2 CPU hogs", 2, 2, 3 if not quick else 1)]
+    loads = {}
+    for name, hogs, slow, repeat in plan:
+        for _ in range(repeat):
+            with Hogs(hogs):
+                time.sleep(0.5)
+                runs.setdefault(name, []).append(real_run(world, steps, 16.0, iters, slow, 1.4))
+                loads[name] = os.getloadavg()[0]
+    grid = []
+    for name, recs in runs.items():
+        slow = 2 if "slower" in name else None
+        for window in WINDOWS:
+            ivs = [iv for rec in recs for iv in intervals_of(rec, window)]
+            for th in THRESHOLDS:
+                for confirm in (1, 2):
+                    det, fp = rates(ivs, th, slow, confirm)
+                    grid.append({"run": name, "window": window, "threshold": th, "confirm": confirm,
+                                 "intervals": len(ivs), "det": det, "fp": fp})
+    live = {}
+    jitter = {}
+    for name, recs in runs.items():
+        slow = 2 if "slower" in name else None
+        reports = [rep for rec in recs for rep in rec[0]["reports"]]
+        live[name] = {"runs": len(recs), "intervals": len(reports),
+                      "slow_reported": sum(slow in rep for rep in reports) if slow is not None else None,
+                      "healthy_reported": sum(any(r != slow for r in rep) for rep in reports),
+                      "interval": recs[0][0]["interval"], "threshold": recs[0][0]["threshold"]}
+        busy = [max(s - w, 0.0) for rec in recs for r in rec
+                for s, w in zip(r["steps"], r["waits"], strict=True)]
+        med = statistics.median(busy)
+        jitter[name] = {"busy_median_ms": med * 1e3,
+                        "p99_ms": sorted(busy)[int(0.99 * (len(busy) - 1))] * 1e3,
+                        "mad_pct": statistics.median(abs(b - med) for b in busy) / med * 100}
+    return {"grid": grid, "live": live, "jitter": jitter, "loads": loads, "steps": steps, "cpu_iters": iters}
+
+
+# ---- (c) loss curves ---------------------------------------------------------------------------
+
+
+def loss_curve(rng: random.Random, steps: int, noise: float) -> list[float]:
+    """Fast early drop (11 -> ~3 in the first ~100 steps), slow decay after, multiplicative noise,
+    and a few benign bumps (+30-60% for a few steps, e.g. a harder data shard)."""
+    out = []
+    bump_at = {rng.randrange(200, steps) for _ in range(3)}
+    bump = 0
+    for t in range(steps):
+        base = 2.0 + 6.0 * math.exp(-t / 30.0) + 3.0 * math.exp(-t / 800.0)
+        if t in bump_at:
+            bump = rng.randint(3, 8)
+        mult = 1.0 + (rng.uniform(0.3, 0.6) if bump > 0 else 0.0)
+        bump = max(0, bump - 1)
+        out.append(base * mult * math.exp(rng.gauss(0.0, noise)))
+    return out
+
+
+class OldRule:
+    """The rule before: a spike is above 10x the largest of the last 100 losses."""
+
+    def __init__(self) -> None:
+        self.window: list[float] = []
+        self.seen = 0
+
+    def check(self, step: int, value: float) -> str:
+        d = "ok"
+        if self.seen >= 10 and self.window and max(self.window) > 0 and value > 10 * max(self.window):
+            d = "spike"
+        self.window = (self.window + [value])[-100:]
+        self.seen += 1
+        return d
+
+
+def part_c(quick: bool) -> dict[str, Any]:
+    rng = random.Random(5)
+    curves = 40 if quick else 100
+    steps = 2000
+    fa: dict[str, dict[float, int]] = {"new": {}, "old": {}}
+    for noise in (0.02, 0.05, 0.10, 0.20):
+        for _ in range(curves):
+            c = loss_curve(rng, steps, noise)
+            for rule, guard in (("new", LossGuard()), ("old", OldRule())):
+                flagged = sum(guard.check(i, v) == "spike" for i, v in enumerate(c))
+                fa[rule][noise] = fa[rule].get(noise, 0) + flagged
+    det: dict[str, dict[tuple[float, str], int]] = {"new": {}, "old": {}}
+    trials = 0
+    for factor in (2.0, 3.0, 5.0, 10.0, 15.0):
+        for where, lo, hi in (("early", 15, 120), ("late", 300, 2000)):
+            for _ in range(curves):
+                c = loss_curve(rng, steps, 0.10)
+                at = rng.randrange(lo, hi)
+                typical = statistics.median(c[max(0, at - 100):at])
+                c[at] = typical * factor
+                for rule, guard in (("new", LossGuard()), ("old", OldRule())):
+                    got = False
+                    for i, v in enumerate(c[:at + 1]):
+                        d = guard.check(i, v)
+                        got = d == "spike" and i == at
+                    det[rule][(factor, where)] = det[rule].get((factor, where), 0) + got
+                trials += 1
+    return {"curves": curves, "steps": steps, "false_alarms": fa, "detected": det, "per_cell": curves}
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2:])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer trials and shorter real runs")
+    ap.add_argument("--skip-real", action="store_true", help="leave out the real gloo runs")
+    ap.add_argument("--parts", default="abc", help="which parts to run (a, b, c; default abc)")
+    ap.add_argument("--json", type=Path, help="also write every number as JSON here")
+    a = ap.parse_args()
+    print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    det = StragglerDetector()
+    print(f"defaults: StragglerDetector(interval_steps={det.interval_steps}, threshold={det.threshold}), "
+          f"LossGuard(spike_factor={LossGuard().spike_factor}, spike_sigmas={LossGuard().spike_sigmas}, "
+          f"window={LossGuard().window.maxlen})")
+    result: dict[str, Any] = {}
+    t0 = time.monotonic()
+    a_rows = part_a(a.quick) if "a" in a.parts else []
+    result["synthetic"] = a_rows
+    print("\n(a) synthetic: 20% jitter, 5% of steps delayed (mean half a step), 20% of intervals a rank "
+          "has up to 40% of its steps 2x slower; per interval")
+    print("| ranks | window | threshold | in a row | healthy: false positives | 1.25x detected | 1.4x detected "
+          "| 1.4x: other rank reported |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in a_rows:
+        print(f"| {r['world']} | {r['window']} | {r['threshold']} | {r['confirm']} | {r['fp']:.1%} | "
+              f"{r['det125']:.1%} | {r['det140']:.1%} | {r['fp140']:.1%} |")
+    if not a.skip_real and "b" in a.parts:
+        b = part_b(a.quick)
+        result["real"] = b
+        print(f"\n(b) real: 4 gloo ranks, {b['steps']} steps of ~4 ms CPU + 16 ms sleep + all_reduce; "
+              "intervals cut from recorded step times")
+        print("| run | busy median | busy p99 | busy MAD | load |")
+        print("|---|---|---|---|---|")
+        for name, j in b["jitter"].items():
+            print(f"| {name} | {j['busy_median_ms']:.1f} ms | {j['p99_ms']:.1f} ms | {j['mad_pct']:.1f}% | "
+                  f"{b['loads'][name]:.1f} |")
+        names = list(b["jitter"])
+        print("healthy rank reported (false positives) / slow rank detected, per interval:")
+        print("| window | threshold | in a row | " + " | ".join(names) + " |")
+        print("|---|---|---|" + "---|" * len(names))
+        cell = {(g["run"], g["window"], g["threshold"], g["confirm"]): g for g in b["grid"]}
+        for window in WINDOWS:
+            for th in THRESHOLDS:
+                for confirm in (1, 2):
+                    cols = []
+                    for name in names:
+                        g = cell[(name, window, th, confirm)]
+                        cols.append(f"FP {g['fp']:.0%}" + (f", det {g['det']:.0%}" if "slower" in name else "")
+                                    + f" (n={g['intervals']})")
+                    print(f"| {window} | {th} | {confirm} | " + " | ".join(cols) + " |")
+        print("live detector (defaults) inside the ranks:")
+        print("| run | runs | intervals | slow rank reported | healthy rank reported |")
+        print("|---|---|---|---|---|")
+        for name, lv in b["live"].items():
+            print(f"| {name} | {lv['runs']} | {lv['intervals']} | "
+                  f"{'-' if lv['slow_reported'] is None else lv['slow_reported']} | {lv['healthy_reported']} |")
+    if "c" not in a.parts:
+        print(f"\n{time.monotonic() - t0:.0f} s")
+        if a.json:
+            a.json.write_text(json.dumps(result, indent=1, default=str))
+        return
+    c = part_c(a.quick)
+    result["loss"] = {"false_alarms": {k: {str(n): v for n, v in d.items()} for k, d in c["false_alarms"].items()},
+                      "detected": {k: {f"{f}x {w}": v for (f, w), v in d.items()} for k, d in c["detected"].items()},
+                      "curves": c["curves"], "steps": c["steps"]}
+    print(f"\n(c) loss guard: {c['curves']} curves of {c['steps']} steps per noise level")
+    print("| noise | false alarms, default rule | false alarms, old rule (10x window max) |")
+    print("|---|---|---|")
+    for noise in sorted(c["false_alarms"]["new"]):
+        total = c["curves"] * c["steps"]
+        print(f"| {noise:.0%} | {c['false_alarms']['new'][noise]} ({c['false_alarms']['new'][noise] / total * 1000:.3f}"
+              f" per 1000 steps) | {c['false_alarms']['old'][noise]} |")
+    print(f"| spike (x typical loss) | where | detected, default rule | detected, old rule |  (of {c['per_cell']})")
+    print("|---|---|---|---|")
+    for (factor, where), n in sorted(c["detected"]["new"].items()):
+        print(f"| {factor:g}x | {where} | {n / c['per_cell']:.0%} | {c['detected']['old'][(factor, where)] / c['per_cell']:.0%} |")
+    print(f"\n{time.monotonic() - t0:.0f} s")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
