@@ -243,6 +243,10 @@ def _local_run(command: str, node_only: bool, profile: str, checks_dir: list[Pat
     else:
         if transport == "local" and len(nodes) > 1:
             raise UsageError("--transport local runs on this node only; use ssh or srun for several hosts")
+        from preflight.sweep.run import is_this_node
+
+        if transport == "auto" and not os.environ.get("SLURM_JOB_ID") and is_this_node(nodes):
+            transport = "local"  # --hosts naming this machine alone: never SSH to ourselves
         tr = _make_transport(transport, nodes, topts or {})
         remote = not isinstance(tr, LocalTransport)
     peer_map: Any = {}

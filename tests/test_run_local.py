@@ -124,6 +124,18 @@ def test_only_host_given_is_this_node_no_ssh(tmp_path: Path, no_torch_python: st
     assert not calls.exists(), calls.read_text()
 
 
+def test_hosts_naming_this_node_checks_it_locally(tmp_path: Path, no_torch_python: str) -> None:
+    """`run --hosts <this node's name>` outside an allocation: node checks and sweep both run
+    here (no SSH connection to ourselves, which this machine would refuse), GO."""
+    env, calls = healthy_node(tmp_path)
+    me = socket.gethostname().split(".")[0]
+    p, doc, _ = run(no_torch_python, ["--hosts", me], env, tmp_path)
+    assert p.returncode == 0 and doc["verdict"] == "GO", p.stdout[-3000:]
+    node_checks_pass(doc)
+    assert {r["node"] for r in doc["results"] if r["source"] != "sweep"} == {me}
+    assert not calls.exists(), calls.read_text()
+
+
 def test_sweep_python_without_torch_is_skip_naming_it(tmp_path: Path) -> None:
     """--sweep-python pointing at an interpreter without torch (nor preflight installed)."""
     need(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3")
