@@ -2,12 +2,12 @@
 
 Straggler detector (`preflight.runtime.straggler`):
   (a) synthetic: interval statistics of N ranks whose step times carry scheduling noise
-      (log-normal jitter plus occasional long delays), one rank 1.25x or 1.4x slower or none;
+      (log-normal jitter plus occasional long delays), one rank 1.2x to 1.5x slower or none;
       detection rate of the slow rank and false-positive rate (intervals in which a healthy
       rank is reported) for several thresholds and windows (interval_steps);
   (b) real: 4-rank gloo runs on this machine (a step = a little CPU work + a sleep standing for
-      device time + a gradient all_reduce), healthy and with one rank 1.4x slower, idle and
-      with two CPU hogs (`yes > /dev/null`) running; each rank's step and wait times are
+      device time + a gradient all_reduce), healthy and with one rank 1.2x to 1.5x slower, idle
+      and with two CPU hogs (`yes > /dev/null`) running; each rank's step and wait times are
       recorded and the same grid is evaluated over them, and the detector with its defaults
       runs live inside the ranks (its reports are counted too).
 Loss guard (`preflight.runtime.lossguard`):
@@ -44,6 +44,7 @@ from preflight.runtime.lossguard import LossGuard  # noqa: E402
 from preflight.runtime.straggler import StragglerDetector, interval_stats, score_ranks  # noqa: E402
 
 THRESHOLDS = (0.7, 0.75, 0.8, 0.85)
+FACTORS = (1.2, 1.3, 1.4, 1.5)  # slow ranks measured
 WINDOWS = (20, 50, 100)
 
 # ---- (a) synthetic step times ----------------------------------------------------------------
@@ -112,15 +113,16 @@ def part_a(quick: bool) -> list[dict[str, Any]]:
     for world in (4, 32):
         for window in WINDOWS:
             healthy = synthetic(world, window, 1.0, n, rng)
-            slow25 = synthetic(world, window, 1.25, n, rng)
-            slow40 = synthetic(world, window, 1.4, n, rng)
+            slow = {f: synthetic(world, window, f, n, rng) for f in FACTORS}
             for th in THRESHOLDS:
                 for confirm in (1, 2):
-                    rows.append({"world": world, "window": window, "threshold": th, "confirm": confirm,
-                                 "fp": rates(healthy, th, None, confirm)[1],
-                                 "det125": rates(slow25, th, world - 1, confirm)[0],
-                                 "det140": rates(slow40, th, world - 1, confirm)[0],
-                                 "fp140": rates(slow40, th, world - 1, confirm)[1]})
+                    row: dict[str, Any] = {"world": world, "window": window, "threshold": th, "confirm": confirm,
+                                           "fp": rates(healthy, th, None, confirm)[1]}
+                    for f in FACTORS:
+                        det, fp = rates(slow[f], th, world - 1, confirm)
+                        row[f"det{f}"] = det
+                        row[f"fp{f}"] = fp
+                    rows.append(row)
     return rows
 
 
@@ -248,14 +250,16 @@ def part_b(quick: bool) -> dict[str, Any]:
     steps = 260 if quick else 560
     iters = calibrate(4.0)
     runs: dict[str, list[list[dict[str, Any]]]] = {}
-    plan = [("healthy, idle", 0, -1, 2 if not quick else 1), ("healthy, 2 CPU hogs", 2, -1, 5 if not quick else 2),
-            ("rank 2 1.4x slower, idle", 0, 2, 1), ("rank 2 1.4x slower, 2 CPU hogs", 2, 2, 3 if not quick else 1)]
+    plan = [("healthy, idle", 0, -1, 1.0, 2 if not quick else 1),
+            ("healthy, 2 CPU hogs", 2, -1, 1.0, 5 if not quick else 2),
+            ("rank 2 1.4x slower, idle", 0, 2, 1.4, 1)]
+    plan += [(f"rank 2 {f}x slower, 2 CPU hogs", 2, 2, f, 2 if not quick else 1) for f in FACTORS]
     loads = {}
-    for name, hogs, slow, repeat in plan:
+    for name, hogs, slow, factor, repeat in plan:
         for _ in range(repeat):
             with Hogs(hogs):
                 time.sleep(0.5)
-                runs.setdefault(name, []).append(real_run(world, steps, 16.0, iters, slow, 1.4))
+                runs.setdefault(name, []).append(real_run(world, steps, 16.0, iters, slow, factor))
                 loads[name] = os.getloadavg()[0]
     grid = []
     for name, recs in runs.items():
@@ -374,12 +378,12 @@ def main() -> None:
     result["synthetic"] = a_rows
     print("\n(a) synthetic: 20% jitter, 5% of steps delayed (mean half a step), 20% of intervals a rank "
           "has up to 40% of its steps 2x slower; per interval")
-    print("| ranks | window | threshold | in a row | healthy: false positives | 1.25x detected | 1.4x detected "
-          "| 1.4x: other rank reported |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| ranks | window | threshold | in a row | healthy: false positives | "
+          + " | ".join(f"{f}x detected" for f in FACTORS) + " | 1.4x: other rank reported |")
+    print("|---|---|---|---|---|" + "---|" * len(FACTORS) + "---|")
     for r in a_rows:
         print(f"| {r['world']} | {r['window']} | {r['threshold']} | {r['confirm']} | {r['fp']:.1%} | "
-              f"{r['det125']:.1%} | {r['det140']:.1%} | {r['fp140']:.1%} |")
+              + " | ".join(f"{r[f'det{f}']:.1%}" for f in FACTORS) + f" | {r['fp1.4']:.1%} |")
     if not a.skip_real and "b" in a.parts:
         b = part_b(a.quick)
         result["real"] = b

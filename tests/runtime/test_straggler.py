@@ -197,7 +197,7 @@ def test_five_healthy_runs_under_cpu_load_report_nothing(tmp_path: Path) -> None
         time.sleep(0.3)
         for i in range(5):
             assert all(p.poll() is None for p in hogs.procs)  # the load was there the whole time
-            run, results = _run(tmp_path, "--defaults", "--step-ms", "16", "--cpu-iters", "20000", name=f"run{i}")
+            run, results = _run(tmp_path, "--defaults", "--step-ms", "10", "--cpu-iters", "20000", name=f"run{i}")
             for res in results:
                 assert res["faults"] == 0 and res["flagged"] == [[], [], []], (i, res["flagged"], res["last"])
             assert not [e for e in read_events(run) if e["check"] == "runtime.straggler"]
