@@ -17,8 +17,8 @@ group (host names are gathered once). A rank's score is its peers' median divide
 (by `report_rank`) with its score and host, and returned by `step_end()` on every rank.
 
 The defaults (0.8, 50 steps, 2 intervals in a row) come from measurements
-(benchmarks/bench_detectors.py, BENCHMARKS.md): a rank 1.25x slower or more is reported, a
-1.4x one with a wide margin; on healthy 4-rank gloo runs under two CPU hogs no rank was
+(benchmarks/bench_detectors.py, BENCHMARKS.md): a rank 1.4x slower is reported in every
+interval from its second, 1.3x in most, 1.2x rarely; on healthy 4-rank gloo runs under two CPU hogs no rank was
 reported, and with synthetic noise (20% jitter, delayed steps, noisy neighbours for up to
 40% of an interval) 0 of 150 intervals reported a healthy rank with 4 or 32 ranks, where a
 single interval under 0.8 does in up to 10%. The old 0.7 against the fastest rank missed a
