@@ -27,12 +27,32 @@ the run directory every `heartbeat_interval_s`, atomically. A rank that is SIGST
 dead or stuck holding the GIL stops writing; a rank that is slower stays at a lower step.
 The run directory should be on a shared filesystem for ranks of other nodes to be seen.
 
+Stopped peers, warm-up or not: a "step" that has been open longer than the step's floor
+(`auto_floor_s`, or the fixed step timeout) while a peer went silent fires at once, before
+the warm-up or auto timeout. Silent means: the peer's heartbeat, written during this run,
+still says "running" in a step, at this rank's step or below (its peers moved on), and is
+older than `peer_stale_s` (default `stale_after_s` + 1 s). A SIGSTOPped or dead rank stops
+its monitor thread with it, so its heartbeat goes stale; a slow rank, a rank compiling its
+first step or writing a checkpoint keeps beating and is never a suspect this way (a peer
+that went silent inside a checkpoint is left to the checkpoint's timeout).
+
+Ending a stuck peer: with `kill_stuck_peers` (the default) a rank whose watchdog fired
+SIGKILLs the silent peers that run on the same host, after its hang record is written, so
+that a launcher's restart does not wait out its SIGTERM-then-SIGKILL grace (a stopped
+process never handles the SIGTERM). Only a pid taken from that peer's heartbeat, on this
+host (same host name), whose /proc start time equals the one in the heartbeat and whose
+environment says RANK=<that rank>, never this process. The hang record names every
+suspect's host and pid (`suspect_processes`) for the launcher or triage to end the others.
+
 On a hang the monitor writes `hang-rank<R>.json` (host, rank, section, step, elapsed,
 timeout, the Python stacks of every thread, the ranks that are behind or stale) and, when
 torch.distributed is in use, the flight recorder's dump `fr-rank<R>.json` beside it (gloo
 writes none by itself on a timeout); it emits a `runtime.watchdog` event, waits
 `exit_grace_s` so that peers blocked in the same collective can write their own records, and
 ends the process with `os._exit(exit_code)`.
+
+Before `os._exit` the rank's `runtime.exit` event (how "hang") is written through the
+crash recorder (`preflight.runtime.crash`).
 
 Exit code: 75 by default, EX_TEMPFAIL of sysexits.h ("temporary failure, retry later"):
 a launcher with restarts (`torchrun --max-restarts N`, Slurm `--requeue`) restarts the job
@@ -190,7 +210,7 @@ def peer_progress(beats: Mapping[int, Mapping[str, Any]], now: float, stale_afte
             stale.append(rank)
         if is_behind:
             behind.append(rank)
-        peers.append({"rank": rank, "host": b.get("host"), "step": step, "section": b.get("section"),
+        peers.append({"rank": rank, "host": b.get("host"), "pid": b.get("pid"), "step": step, "section": b.get("section"),
                       "state": state, "age_s": round(age, 3), "behind": is_behind, "stale": is_stale})
     # A rank that stopped heartbeating is the prime suspect. Ranks blocked in one collective
     # may legitimately differ by a step (a rank that got its last chunk has left it), so a
@@ -242,7 +262,8 @@ class Watchdog:
                  rank: int | None = None, poll_s: float = 0.25, heartbeat_interval_s: float = 0.5,
                  stale_after_s: float | None = None, exit_on_hang: bool = True, exit_grace_s: float = 2.0,
                  flight_recorder: bool = True, gil_backstop_s: float | None = None,
-                 on_hang: Callable[[dict[str, Any]], None] | None = None, start: bool = True) -> None:
+                 on_hang: Callable[[dict[str, Any]], None] | None = None, start: bool = True,
+                 peer_stale_s: float | None = None, kill_stuck_peers: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.timeouts: dict[str, float | str | None] = dict(DEFAULT_TIMEOUTS)
         self.timeouts.update(timeouts or {})
@@ -260,6 +281,14 @@ class Watchdog:
         self.stale_after_s = float(stale_after_s) if stale_after_s is not None else 3 * self.heartbeat_interval_s
         self.exit_on_hang = exit_on_hang
         self.exit_grace_s = float(exit_grace_s)
+        # a peer silent this long (its monitor writes every heartbeat_interval_s) while this rank
+        # waits in a step is stopped or dead: fire at once, warm-up or not
+        self.peer_stale_s = (float(peer_stale_s) if peer_stale_s is not None
+                             else max(self.stale_after_s, 3 * self.heartbeat_interval_s) + 1.0)
+        self.kill_stuck_peers = kill_stuck_peers
+        self.killed_peers: list[dict[str, Any]] = []
+        self._started_wall = time.time()
+        self._next_peer_check = 0.0
         self.gil_backstop_s = gil_backstop_s
         self.on_hang = on_hang
         self.fired: dict[str, Any] | None = None
@@ -405,10 +434,50 @@ class Watchdog:
                 elapsed = now - frame.start
                 if elapsed > frame.timeout and frame is self._current:
                     self._fire(frame, elapsed)
+                elif frame.name == "step" and elapsed > self.peer_stale_s and now >= self._next_peer_check:
+                    self._next_peer_check = now + self.heartbeat_interval_s
+                    if self._stopped_peers() and frame is self._current:
+                        self._fire(_Frame(frame.name, frame.start, self.peer_stale_s, "peer-stale"), elapsed)
             except Exception:  # noqa: BLE001 - monitoring must never take training down
                 self.monitor_faults += 1
                 if self.monitor_faults <= 3:
                     log.exception("preflight: watchdog monitor fault (training continues)")
+
+    def _stopped_peers(self) -> list[int]:
+        """Peers that beat during this run and then went silent past `peer_stale_s` while
+        still "running" (a SIGSTOPped or dead process: its monitor thread stopped with it).
+        A heartbeat older than this watchdog's start is a rank not started yet (a restart)."""
+        now = time.time()
+        out = []
+        for rank, b in read_heartbeats(self.run_dir).items():
+            t = float(b.get("time") or 0.0)
+            if (rank != self.rank and str(b.get("state", "running")) == "running" and t >= self._started_wall
+                    and now - t > self.peer_stale_s):
+                out.append(rank)
+        return out
+
+    def _kill_stuck_peers(self, record: Mapping[str, Any]) -> None:
+        """SIGKILL the stale peers on this host, so the launcher's restart need not wait out its
+        SIGTERM-then-SIGKILL grace for a stopped process. Only a pid of this host whose
+        environment says it is that rank (never ourselves, never a reused pid)."""
+        import signal
+
+        for p in record.get("peers") or []:
+            pid = p.get("pid") if isinstance(p.get("pid"), int) else None
+            if not p.get("stale") or p.get("host") != self.host or not pid or pid == os.getpid():
+                continue
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={p['rank']}".encode() not in env:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+                self.killed_peers.append({"rank": p["rank"], "pid": pid, "host": self.host})
+                log.warning("preflight: watchdog ended stuck rank %s (pid %s on %s)", p["rank"], pid, self.host)
+            except OSError:
+                pass
 
     def _arm_backstop(self) -> None:
         """faulthandler dumps every stack and exits if this thread cannot run (GIL held)."""
@@ -469,6 +538,14 @@ class Watchdog:
             # thread die meanwhile (a peer went first), the process still ends with our code.
             self._exit_with_code_on_shutdown()
             time.sleep(self.exit_grace_s)
+            if self.kill_stuck_peers and "peers" in record:
+                # after the grace, when every waiting peer has written its own record: end a
+                # stopped peer on this node, so a restart need not wait for the launcher's
+                # SIGTERM-then-SIGKILL of a process that cannot handle SIGTERM
+                try:
+                    self._kill_stuck_peers(record)
+                except Exception:  # noqa: BLE001
+                    log.exception("preflight: could not end a stuck peer")
             _flush_and_exit(self.exit_code)
 
     def _exit_with_code_on_shutdown(self) -> None:
@@ -505,7 +582,7 @@ class Watchdog:
             evidence.append(f"last collective: {last.get('op')} seq {last.get('seq')} ({last.get('state')})")
         for p in progress["peers"]:
             if p["behind"] or p["stale"]:
-                evidence.append(f"rank {p['rank']} on {p['host']}: step {p['step']} in {p['section']}, "
+                evidence.append(f"rank {p['rank']} on {p['host']} (pid {p.get('pid')}): step {p['step']} in {p['section']}, "
                                 f"last heartbeat {p['age_s']:.1f} s ago")
         evidence.append(f"hang record: {self.record_path}")
         remedy = (f"the process exits with code {self.exit_code} for the launcher to restart the job "

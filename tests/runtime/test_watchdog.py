@@ -252,6 +252,45 @@ def test_sigstopped_rank_is_named_by_every_other_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.real
+def test_sigstop_before_warmup_is_detected_by_peer_staleness(tmp_path: Path) -> None:
+    """Step 5 of a 10-step warm-up (auto timeout: 20 s then) : the peers see the stopped rank's
+    heartbeat go stale while they wait in the step and fire within peer_stale_s (2.5 s) + 2 s;
+    one of them ends the stopped rank (same host, its RANK checked) so no launcher waits for it."""
+    run = tmp_path / "run"
+    procs = launch("tests.runtime.test_watchdog:rank_train", 4,
+                   ["--run-dir", str(run), "--steps", "100000", "--step-ms", "300", "--max-s", "40"], run)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            beat = read_heartbeats(run).get(3)
+            if beat and int(beat.get("step") or 0) >= 5:
+                break
+            assert all(p.poll() is None for p in procs), logs(run)
+            time.sleep(0.05)
+        else:
+            pytest.fail("ranks did not start\n" + logs(run))
+        os.kill(procs[3].pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        rcs = wait_all(procs[:3], timeout=30)
+        stopped_rc = procs[3].wait(timeout=10)
+    finally:
+        kill_all(procs)
+    assert rcs == [EXIT_HANG] * 3, logs(run)
+    assert stopped_rc == -signal.SIGKILL  # ended by a peer's watchdog, not left stopped
+    latency = []
+    for rank in range(3):
+        rec = json.loads((run / f"hang-rank{rank}.json").read_text())
+        assert rec["section"] == "step" and rec["timeout_kind"] == "peer-stale", rec
+        assert rec["step"] < 10  # still in warm-up
+        assert rec["suspects"] == [3], rec["peers"]
+        stuck = next(p for p in rec["peers"] if p["rank"] == 3)
+        assert stuck["pid"] == procs[3].pid and stuck["host"] == rec["host"]
+        latency.append(rec["time"] - stopped_at)
+        assert latency[-1] <= rec["timeout_s"] + 2.0, (latency, rec["timeout_s"])
+    print(f"SIGSTOP at step 5 of warm-up detected after {', '.join(f'{t:.2f}' for t in latency)} s")
+
+
+@pytest.mark.real
 def test_auto_timeout_clean_run_with_slow_checkpoint_has_no_false_alarm(tmp_path: Path) -> None:
     run = tmp_path / "run"
     procs = launch("tests.runtime.test_watchdog:rank_train", 4,
