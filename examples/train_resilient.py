@@ -42,9 +42,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from preflight.runtime import crash
 from preflight.runtime.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from preflight.runtime.events import EventWriter
-from preflight.runtime.preemption import EXIT_PREEMPTED, Preemption
+from preflight.runtime.preemption import EXIT_PREEMPTED, Preemption, clear_marker, read_marker, write_marker
 
 log = logging.getLogger("train_resilient")
 FEATURES = 16
@@ -66,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--async-save", action="store_true")
     p.add_argument("--no-monitors", action="store_true", help="leave out Watchdog/StragglerDetector/LossGuard")
     p.add_argument("--final", type=Path, default=None, help="rank 0 writes the final parameters here")
+    p.add_argument("--step-timeout", default="auto",
+                   help="watchdog step timeout in seconds, or auto (5x the longest step after warm-up; "
+                        "before warm-up a stopped peer is still caught by its stale heartbeat)")
     return p.parse_args(argv)
 
 
@@ -121,11 +125,12 @@ def _optional(name: str, factory: Callable[[Any], Any]) -> Any:
 class Monitors:
     """Watchdog, StragglerDetector and LossGuard when present; every call guarded."""
 
-    def __init__(self, enabled: bool, run_dir: Path, events: EventWriter, rank: int) -> None:
+    def __init__(self, enabled: bool, run_dir: Path, events: EventWriter, rank: int,
+                 step_timeout: float | str = "auto") -> None:
         self.wd = self.strag = self.guard = None
         if not enabled:
             return
-        self.wd = _optional("Watchdog", lambda c: c(run_dir, timeouts={"step": "auto", "checkpoint": 600},
+        self.wd = _optional("Watchdog", lambda c: c(run_dir, timeouts={"step": step_timeout, "checkpoint": 600},
                                                      events=events, rank=rank))
         self.strag = _optional("StragglerDetector", lambda c: c(interval_steps=50, events=events))
         self.guard = _optional("LossGuard", lambda c: c(events=events))
@@ -199,10 +204,20 @@ def main(argv: list[str] | None = None) -> int:
         init_distributed("nccl" if use_cuda else "gloo", rank, world)
 
     events = EventWriter(args.run_dir, rank=rank)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    if restart > 0 and read_marker(args.run_dir) is not None:
+        # torchrun restarting a preempted job inside its dying allocation: do not train here;
+        # the batch script requeues the job on the marker
+        events.emit("runtime.train", "warn", f"rank {rank}: preempted job not restarted in place "
+                    f"(restart {restart}); waiting for the requeue", facts={"restart": restart})
+        return 0 if under_torchrun else EXIT_PREEMPTED
     ckpt_dir = args.checkpoint_dir or args.run_dir / "checkpoints"
     pre = Preemption(events=events, every=args.check_every)
     ckpt = CheckpointManager(ckpt_dir, keep_last=args.keep_last, events=events, async_save=args.async_save)
-    mon = Monitors(not args.no_monitors, args.run_dir, events, rank)
+    step_timeout: float | str = args.step_timeout if args.step_timeout == "auto" else float(args.step_timeout)
+    mon = Monitors(not args.no_monitors, args.run_dir, events, rank, step_timeout)
+    ends = crash.install(args.run_dir, rank=rank, watchdog=mon.wd, events=events)
 
     model = build_model(args.seed, args.hidden).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -218,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         opt.load_state_dict(saved["optimizer"])
         sched.load_state_dict(saved["scheduler"])
         restore_rng_state(saved["rng"])
+    if rank == 0:
+        clear_marker(args.run_dir)  # resumed: a later end is judged afresh
     events.emit("runtime.train", "pass", f"rank {rank} {'resumed at' if start else 'started from'} step {start}",
                 step=start, facts={"pid": os.getpid(), "start_step": start, "world_size": world,
                                    "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))})
@@ -263,15 +280,34 @@ def main(argv: list[str] | None = None) -> int:
     facts = {"step": done, "exit_code": code, "seconds": round(elapsed, 3),
              "stop_checks": pre.checks, "stop_check_us": round(1e6 * pre.check_seconds / max(1, pre.checks), 1)}
     if code == EXIT_PREEMPTED:
+        if world > 1:
+            dist.barrier()  # every rank's checkpoint is complete before the marker says so
+        if rank == 0:
+            write_marker(args.run_dir, done, world_size=world, signum=pre.signum, stop_rank=pre.stop_rank)
         events.emit("runtime.train", "warn", f"rank {rank} stopped at step {done} (checkpoint saved)",
                     step=done, facts=facts, remedy="run again (requeue/restart) to resume")
+        if under_torchrun:
+            # exit 0 on every rank: a non-zero exit makes torchrun SIGTERM the others (and count a
+            # failure toward --max-restarts); the marker tells the batch script to requeue
+            code = 0
+        ends.exit("preempted", exit_code=code, signal=pre.signum and _signame(pre.signum))
     else:
         events.emit("runtime.train", "pass", f"rank {rank} finished {done} steps", step=done, facts=facts)
         if rank == 0 and args.final is not None:
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, args.final)
+        ends.exit("clean", exit_code=0)
     if world > 1:
         dist.destroy_process_group()
     return code
+
+
+def _signame(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ group again, which resumes from the checkpoint.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -65,6 +66,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -275,3 +277,48 @@ def _dist(group: Any) -> Any:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     return dist if dist.get_world_size(group) > 1 else None
+
+
+# ---- the marker the batch script keys on ------------------------------------------------------
+MARKER = "preempted"
+
+
+def write_marker(run_dir: str | os.PathLike[str], step: int, *, world_size: int = 1, signum: int | None = None,
+                 stop_rank: int | None = None) -> Path | None:
+    """After every rank saved `step`: write `<run_dir>/preempted` (JSON, atomically) for the
+    batch script: "checkpoint saved, requeue". A launcher's exit code cannot say it (torchrun
+    turns the first worker's exit into a SIGTERM of the others and its own exit 1). Never raises."""
+    path = Path(run_dir) / MARKER
+    doc = {"step": step, "time": time.time(), "world_size": world_size,
+           "signal": _signame(signum) if signum else None, "rank": stop_rank}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{MARKER}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+        return path
+    except OSError as exc:
+        log.warning("preflight: cannot write the preemption marker %s: %s", path, exc)
+        return None
+
+
+def read_marker(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The marker's content, {} when present but unreadable, None when absent."""
+    path = Path(run_dir) / MARKER
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def clear_marker(run_dir: str | os.PathLike[str]) -> None:
+    """Remove the marker once a new run of the job has resumed from the checkpoint."""
+    try:
+        (Path(run_dir) / MARKER).unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("preflight: cannot remove the preemption marker: %s", exc)

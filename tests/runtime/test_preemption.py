@@ -195,9 +195,17 @@ def test_sigusr1_to_one_rank_stops_all_and_resume_equals_uninterrupted(tmp_path:
     assert all(e["facts"]["step"] == stop and e["facts"]["exit_code"] == EXIT_PREEMPTED for e in stopped)
     exit_delay = max(e["time"] for e in stopped) - t_signal
     assert exit_delay < 10, f"ranks took {exit_delay:.1f} s to save and exit"
-    resumed = [e for e in train if e["facts"].get("restart") == 1]
+    # under torchrun the ranks exit 0 with the marker (no SIGTERM of the others, no restart in
+    # place); the job runs again, as a requeue runs it, and resumes
+    assert json.loads((run / "preempted").read_text())["step"] == stop
+    assert not [e for e in train if e["facts"].get("restart") == 1]
+    with open(tmp_path / "torchrun2.log", "wb") as log:
+        rc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=180).returncode
+    assert rc == 0, (tmp_path / "torchrun2.log").read_text(errors="replace")[-3000:]
+    assert not (run / "preempted").exists()
+    train = events_of(run, "runtime.train")
+    resumed = [e for e in train if e["facts"].get("start_step") == stop]
     assert sorted(e["rank"] for e in resumed) == [0, 1, 2, 3]
-    assert all(e["facts"]["start_step"] == stop for e in resumed)
     finished = [e for e in train if "finished" in e["summary"]]
     assert sorted(e["rank"] for e in finished) == [0, 1, 2, 3] and all(e["step"] == steps for e in finished)
     man = json.loads((run / "checkpoints" / f"step-{steps:08d}" / "manifest.json").read_text())
