@@ -3,7 +3,8 @@
 `examples/slurm/train.sbatch` runs as Slurm would run it (bash, SLURM_JOB_ID and the node list
 set) with the real torchrun starting 2 gloo ranks of `examples/train_resilient.py`. What
 Slurm itself would do stands in as two small executables: `srun` runs its command here, and
-`scontrol` answers `show hostnames` and records `requeue`. USR1 to the batch shell is Slurm's
+`scontrol` answers `show hostnames` and records `requeue`, `scancel --signal=TERM` signals the
+step. USR1 to the batch shell is Slurm's
 `--signal=B:USR1@90`. Then the script runs a second time, as Slurm runs a requeued job.
 """
 
@@ -30,7 +31,11 @@ pytestmark = pytest.mark.real
 def _env(tmp: Path) -> dict[str, str]:
     fake = tmp / "fakebin"
     fake.mkdir()
-    (fake / "srun").write_text('#!/bin/bash\nwhile [[ $# -gt 0 && "$1" == -* ]]; do shift; done\nexec "$@"\n')
+    (fake / "srun").write_text('#!/bin/bash\nwhile [[ $# -gt 0 && "$1" == -* ]]; do shift; done\n'
+                               f'echo $$ > {tmp / "step.pid"}\nexec "$@"\n')
+    # `scancel --signal=TERM JOB` signals the job's steps (here: the command srun exec'd)
+    (fake / "scancel").write_text(f'#!/bin/bash\necho "$*" >> {tmp / "scancel.log"}\n'
+                                  f'kill -TERM "$(cat {tmp / "step.pid"})"\n')
     (fake / "scontrol").write_text(f'#!/bin/bash\necho "$*" >> {tmp / "scontrol.log"}\n'
                                    'if [ "$1 $2" = "show hostnames" ]; then echo localhost; fi\n')
     for f in fake.iterdir():
