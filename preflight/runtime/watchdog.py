@@ -34,15 +34,18 @@ still says "running" in a step, at this rank's step or below (its peers moved on
 older than `peer_stale_s` (default `stale_after_s` + 1 s). A SIGSTOPped or dead rank stops
 its monitor thread with it, so its heartbeat goes stale; a slow rank, a rank compiling its
 first step or writing a checkpoint keeps beating and is never a suspect this way (a peer
-that went silent inside a checkpoint is left to the checkpoint's timeout).
+that went silent inside a checkpoint is left to the checkpoint's timeout). Waiting for the
+floor, not only for the heartbeat to go stale, keeps a heartbeat that merely looks old (a peer
+holding the GIL for a moment, a shared filesystem's attribute cache) from ending a healthy job.
 
 Ending a stuck peer: with `kill_stuck_peers` (the default) a rank whose watchdog fired
-SIGKILLs the silent peers that run on the same host, after its hang record is written, so
-that a launcher's restart does not wait out its SIGTERM-then-SIGKILL grace (a stopped
+SIGKILLs the silent peers that run on the same host, after its hang record is written and
+its `exit_grace_s` has passed (the other waiting peers have written theirs), so that a
+launcher's restart does not wait out its SIGTERM-then-SIGKILL grace (a stopped
 process never handles the SIGTERM). Only a pid taken from that peer's heartbeat, on this
 host (same host name), whose /proc start time equals the one in the heartbeat and whose
-environment says RANK=<that rank>, never this process. The hang record names every
-suspect's host and pid (`suspect_processes`) for the launcher or triage to end the others.
+environment says RANK=<that rank>, never this process. The hang record's `peers` carry each
+rank's host and pid, for the launcher or triage to end a stuck rank on another node.
 
 On a hang the monitor writes `hang-rank<R>.json` (host, rank, section, step, elapsed,
 timeout, the Python stacks of every thread, the ranks that are behind or stale) and, when
@@ -292,6 +295,7 @@ class Watchdog:
         self.gil_backstop_s = gil_backstop_s
         self.on_hang = on_hang
         self.fired: dict[str, Any] | None = None
+        self._recorded = threading.Event()
         self.monitor_faults = 0
         # state written by the training thread, read by the monitor (attribute stores are atomic)
         self._stack: list[_Frame] = []
@@ -434,37 +438,63 @@ class Watchdog:
                 elapsed = now - frame.start
                 if elapsed > frame.timeout and frame is self._current:
                     self._fire(frame, elapsed)
-                elif frame.name == "step" and elapsed > self.peer_stale_s and now >= self._next_peer_check:
+                elif (frame.name == "step" and elapsed > self.peer_timeout_s(frame)
+                      and now >= self._next_peer_check):
                     self._next_peer_check = now + self.heartbeat_interval_s
                     if self._stopped_peers() and frame is self._current:
-                        self._fire(_Frame(frame.name, frame.start, self.peer_stale_s, "peer-stale"), elapsed)
+                        self._fire(_Frame(frame.name, frame.start, self.peer_timeout_s(frame), "peer-stale"),
+                                   elapsed)
             except Exception:  # noqa: BLE001 - monitoring must never take training down
                 self.monitor_faults += 1
                 if self.monitor_faults <= 3:
                     log.exception("preflight: watchdog monitor fault (training continues)")
 
+    def peer_timeout_s(self, frame: _Frame) -> float:
+        """How long a step must have been open before a silent peer makes it a hang: the
+        step's floor (`auto_floor_s` for an auto timeout, the fixed timeout otherwise), never
+        under `peer_stale_s`. Before warm-up this is what catches a stopped rank."""
+        floor = self.auto_floor_s if frame.timeout_kind in ("auto", "warmup") else (frame.timeout or 0.0)
+        return max(self.peer_stale_s, floor)
+
     def _stopped_peers(self) -> list[int]:
         """Peers that beat during this run and then went silent past `peer_stale_s` while
-        still "running" (a SIGSTOPped or dead process: its monitor thread stopped with it).
-        A heartbeat older than this watchdog's start is a rank not started yet (a restart)."""
+        still "running" in a step, at this rank's step or below (a SIGSTOPped or dead process:
+        its monitor thread stopped with it). A heartbeat older than this watchdog's start is a
+        rank not started yet (a restart); a peer silent in another section (a checkpoint) is
+        left to that section's timeout; a peer at a later step has moved on, not stopped."""
         now = time.time()
+        mine = self.step
         out = []
         for rank, b in read_heartbeats(self.run_dir).items():
             t = float(b.get("time") or 0.0)
+            step = b.get("step")
             if (rank != self.rank and str(b.get("state", "running")) == "running" and t >= self._started_wall
-                    and now - t > self.peer_stale_s):
+                    and now - t > self.peer_stale_s and b.get("section") in ("step", None)
+                    and (not isinstance(step, int) or step <= mine)):
                 out.append(rank)
         return out
 
     def _kill_stuck_peers(self, record: Mapping[str, Any]) -> None:
         """SIGKILL the stale peers on this host, so the launcher's restart need not wait out its
         SIGTERM-then-SIGKILL grace for a stopped process. Only a pid of this host whose
-        environment says it is that rank (never ourselves, never a reused pid)."""
+        environment says it is that rank and whose start time is the one its heartbeat
+        recorded (never ourselves, never a reused pid), and only while its heartbeat is
+        still stale or the process is stopped."""
         import signal
 
+        beats = read_heartbeats(self.run_dir)
         for p in record.get("peers") or []:
             pid = p.get("pid") if isinstance(p.get("pid"), int) else None
             if not p.get("stale") or p.get("host") != self.host or not pid or pid == os.getpid():
+                continue
+            beat = beats.get(int(p["rank"])) or {}
+            if beat.get("pid") != pid or beat.get("host") != self.host:
+                continue
+            proc = _proc_stat(pid)
+            if proc is None or beat.get("start_ticks") is None or proc[1] != beat.get("start_ticks"):
+                continue  # gone, or the pid now belongs to another process
+            still_silent = time.time() - float(beat.get("time") or 0.0) > self.stale_after_s
+            if not (still_silent or proc[0] in ("T", "t")):
                 continue
             try:
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -489,7 +519,8 @@ class Watchdog:
 
     def _state(self) -> dict[str, Any]:
         frame = self._current
-        return {"rank": self.rank, "host": self.host, "pid": os.getpid(), "step": self.step,
+        return {"rank": self.rank, "host": self.host, "pid": os.getpid(), "start_ticks": _start_ticks(),
+                "step": self.step,
                 "section": frame.name if frame is not None else None,
                 "section_elapsed_s": round(time.monotonic() - frame.start, 3) if frame is not None else None,
                 "time": time.time()}
@@ -512,6 +543,10 @@ class Watchdog:
                                   "timeout_kind": frame.timeout_kind, "time": detected,
                                   "exit_code": self.exit_code if self.exit_on_hang else None}
         self.fired = record
+        if self.exit_on_hang:
+            # from now on, should the training thread die (a peer's connection reset) or
+            # return, the process still ends with our code, once the hang record is written
+            self._exit_with_code_on_shutdown()
         if self._backstop_file is not None:  # this thread runs: the GIL backstop has done its part
             faulthandler.cancel_dump_traceback_later()
         self._write_heartbeat(state="hang")
@@ -527,6 +562,7 @@ class Watchdog:
 
         threading.Thread(target=write, name="preflight-hang-record", daemon=True).start()
         done.wait(30.0)  # a hung shared filesystem must not keep a hung job alive
+        self._recorded.set()
         if self.on_hang is not None:
             try:
                 self.on_hang(record)
@@ -536,7 +572,6 @@ class Watchdog:
             # peers blocked in the same collective fire within a poll or two: let them write
             # their records before this exit breaks their connections. Should the training
             # thread die meanwhile (a peer went first), the process still ends with our code.
-            self._exit_with_code_on_shutdown()
             time.sleep(self.exit_grace_s)
             if self.kill_stuck_peers and "peers" in record:
                 # after the grace, when every waiting peer has written its own record: end a
@@ -546,7 +581,26 @@ class Watchdog:
                     self._kill_stuck_peers(record)
                 except Exception:  # noqa: BLE001
                     log.exception("preflight: could not end a stuck peer")
+            self._record_exit(record)
             _flush_and_exit(self.exit_code)
+
+    def _record_exit(self, record: Mapping[str, Any]) -> None:
+        """This rank's `runtime.exit` event (how "hang") before `os._exit`, through the crash
+        recorder of the process (or one made for the purpose): every end is accounted for."""
+        try:
+            from preflight.runtime import crash
+
+            rec = crash.installed()
+            if rec is None:
+                rec = crash.CrashRecorder(self.run_dir, rank=self.rank, node=self.host, watchdog=self,
+                                          events=self.events)
+            killed = ", ".join(f"rank {k['rank']} (pid {k['pid']})" for k in self.killed_peers)
+            rec.exit("hang", exit_code=self.exit_code,
+                     summary=f"watchdog: section '{record.get('section')}' at step {record.get('step')} ran "
+                             f"{record.get('elapsed_s')} s > {record.get('timeout_s')} s"
+                             + (f"; ended stopped {killed}" if killed else ""))
+        except Exception:  # noqa: BLE001
+            log.exception("preflight: could not record this rank's exit")
 
     def _exit_with_code_on_shutdown(self) -> None:
         code = self.exit_code
@@ -556,10 +610,16 @@ class Watchdog:
             try:
                 previous(et, ev, tb)
             finally:
-                _flush_and_exit(code)
+                self._end_once_recorded(code)
 
         sys.excepthook = hook
-        atexit.register(_flush_and_exit, code)
+        atexit.register(self._end_once_recorded, code)
+
+    def _end_once_recorded(self, code: int) -> None:
+        """End the process with `code` once the hang record is written (bounded wait)."""
+        self._recorded.wait(35.0)
+        self._record_exit(self.fired or {})
+        _flush_and_exit(code)
 
     def _write_record(self, record: dict[str, Any]) -> None:
         record["stacks"] = thread_stacks()
@@ -599,6 +659,27 @@ class Watchdog:
                          f"rank {self.rank} hung in section '{record['section']}' at step {record['step']} for "
                          f"{record['elapsed_s']:.1f} s (timeout {record['timeout_s']:.1f} s); suspects: {who}",
                          evidence=evidence, remedy=remedy, facts=facts, step=record["step"])
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks after boot) of a process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_own_start: dict[int, int | None] = {}
+
+
+def _start_ticks() -> int | None:
+    """This process's start time (clock ticks after boot), per pid (a forked child has its own)."""
+    pid = os.getpid()
+    if pid not in _own_start:
+        st = _proc_stat(pid)
+        _own_start[pid] = st[1] if st else None
+    return _own_start[pid]
 
 
 def _flush_and_exit(code: int) -> None:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -179,9 +180,16 @@ def rank_train(argv: list[str]) -> None:
     ap.add_argument("--ckpt-at", type=int, default=-1)
     ap.add_argument("--ckpt-s", type=float, default=0.0)
     ap.add_argument("--max-s", type=float, default=60.0)
+    ap.add_argument("--initial", type=float, default=20.0, help="the step timeout before warm-up")
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--slow-step", type=int, default=-1)
+    ap.add_argument("--slow-s", type=float, default=0.0)
     a = ap.parse_args(argv)
     wd = Watchdog(a.run_dir, timeouts={"step": "auto", "checkpoint": 10.0}, warmup_steps=a.warmup,
-                  auto_factor=5.0, auto_floor_s=a.floor, auto_initial_s=20.0, exit_grace_s=1.0)
+                  auto_factor=5.0, auto_floor_s=a.floor, auto_initial_s=a.initial, exit_grace_s=1.0)
+    from preflight.runtime import crash
+
+    crash.install(a.run_dir, watchdog=wd)
     import torch
     import torch.distributed as dist
 
@@ -195,6 +203,8 @@ def rank_train(argv: list[str]) -> None:
             break
         with wd.section("step", step=step):
             time.sleep(a.step_ms / 1000)
+            if rank == a.slow_rank and step == a.slow_step:  # a slow step of a live rank (compiling)
+                time.sleep(a.slow_s)
             dist.all_reduce(t)
             if step == a.ckpt_at:  # nested in the step: every rank, rank 0 writes slowly
                 with wd.section("checkpoint"):
@@ -251,43 +261,76 @@ def test_sigstopped_rank_is_named_by_every_other_rank(tmp_path: Path) -> None:
     assert all(e["facts"]["suspects"] == [3] for e in events)
 
 
-@pytest.mark.real
-def test_sigstop_before_warmup_is_detected_by_peer_staleness(tmp_path: Path) -> None:
-    """Step 5 of a 10-step warm-up (auto timeout: 20 s then) : the peers see the stopped rank's
-    heartbeat go stale while they wait in the step and fire within peer_stale_s (2.5 s) + 2 s;
-    one of them ends the stopped rank (same host, its RANK checked) so no launcher waits for it."""
-    run = tmp_path / "run"
+def sigstop_before_warmup(run: Path, step_timeout: float = 5.0, at_step: int = 5) -> dict[str, Any]:
+    """4 gloo ranks, a 20-step warm-up with a 600 s warm-up timeout and `step_timeout` as the
+    step's floor; rank 3 is SIGSTOPped at `at_step`. Returns the ranks' exit codes, the hang
+    records and the detection latency of each waiting rank (hang record time - SIGSTOP time)."""
     procs = launch("tests.runtime.test_watchdog:rank_train", 4,
-                   ["--run-dir", str(run), "--steps", "100000", "--step-ms", "300", "--max-s", "40"], run)
+                   ["--run-dir", str(run), "--steps", "100000", "--step-ms", "100", "--max-s", "60",
+                    "--floor", str(step_timeout), "--warmup", "20", "--initial", "600"], run)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             beat = read_heartbeats(run).get(3)
-            if beat and int(beat.get("step") or 0) >= 5:
+            if beat and int(beat.get("step") or 0) >= at_step:
                 break
             assert all(p.poll() is None for p in procs), logs(run)
-            time.sleep(0.05)
+            time.sleep(0.02)
         else:
             pytest.fail("ranks did not start\n" + logs(run))
         os.kill(procs[3].pid, signal.SIGSTOP)
         stopped_at = time.time()
-        rcs = wait_all(procs[:3], timeout=30)
-        stopped_rc = procs[3].wait(timeout=10)
+        rcs = wait_all(procs[:3], timeout=step_timeout + 30)
+        try:
+            stopped_rc: int | None = procs[3].wait(timeout=10)
+        except subprocess.TimeoutExpired:  # still stopped: reported as None
+            stopped_rc = None
     finally:
         kill_all(procs)
-    assert rcs == [EXIT_HANG] * 3, logs(run)
-    assert stopped_rc == -signal.SIGKILL  # ended by a peer's watchdog, not left stopped
-    latency = []
-    for rank in range(3):
-        rec = json.loads((run / f"hang-rank{rank}.json").read_text())
+    recs = {r: json.loads(p.read_text()) for r, p in ((r, run / f"hang-rank{r}.json") for r in range(4))
+            if p.exists()}
+    return {"rcs": rcs, "stopped_rc": stopped_rc, "pid": procs[3].pid, "records": recs,
+            "latency": [recs[r]["time"] - stopped_at for r in sorted(recs)]}
+
+
+@pytest.mark.real
+def test_sigstop_before_warmup_is_detected_within_the_step_timeout(tmp_path: Path) -> None:
+    """SIGSTOP at step 5 of a 20-step warm-up (warm-up timeout 600 s, step timeout 5 s): the
+    peers see the stopped rank's heartbeat go stale while they wait in the step and fire within
+    the step timeout + 2 s, naming it with its pid and host; one of them ends it (same host, its
+    start time and RANK checked) so that no launcher waits for it; every rank's end is recorded."""
+    run = tmp_path / "run"
+    got = sigstop_before_warmup(run, step_timeout=5.0)
+    assert got["rcs"] == [EXIT_HANG] * 3, logs(run)
+    assert got["stopped_rc"] == -signal.SIGKILL, logs(run)  # ended by a peer's watchdog, not left stopped
+    assert sorted(got["records"]) == [0, 1, 2]
+    for rec in got["records"].values():
         assert rec["section"] == "step" and rec["timeout_kind"] == "peer-stale", rec
-        assert rec["step"] < 10  # still in warm-up
+        assert rec["timeout_s"] == 5.0 and rec["step"] < 20  # still in warm-up
         assert rec["suspects"] == [3], rec["peers"]
         stuck = next(p for p in rec["peers"] if p["rank"] == 3)
-        assert stuck["pid"] == procs[3].pid and stuck["host"] == rec["host"]
-        latency.append(rec["time"] - stopped_at)
-        assert latency[-1] <= rec["timeout_s"] + 2.0, (latency, rec["timeout_s"])
-    print(f"SIGSTOP at step 5 of warm-up detected after {', '.join(f'{t:.2f}' for t in latency)} s")
+        assert stuck["pid"] == got["pid"] and stuck["host"] == rec["host"]
+    assert all(5.0 <= t <= 5.0 + 2.0 for t in got["latency"]), got["latency"]
+    exits = {e["rank"]: e for e in read_events(run) if e["check"] == "runtime.exit"}
+    assert sorted(exits) == [0, 1, 2]
+    assert all(e["facts"]["how"] == "hang" and e["facts"]["exit_code"] == EXIT_HANG for e in exits.values())
+    assert any("ended stopped rank 3" in e["summary"] for e in exits.values()), exits
+    print(f"\nSIGSTOP at step 5 of warm-up, step timeout 5 s: detected after "
+          f"{', '.join(f'{t:.2f}' for t in got['latency'])} s")
+
+
+@pytest.mark.real
+def test_slow_first_step_of_a_live_rank_is_no_false_alarm(tmp_path: Path) -> None:
+    """Before warm-up, rank 0 spends 8 s in step 3 (compiling, say) while the others wait for it
+    in the all_reduce with a 2 s step floor: its heartbeat stays fresh, so nobody fires."""
+    run = tmp_path / "run"
+    procs = launch("tests.runtime.test_watchdog:rank_train", 4,
+                   ["--run-dir", str(run), "--steps", "40", "--floor", "2.0", "--warmup", "20",
+                    "--initial", "600", "--slow-rank", "0", "--slow-step", "3", "--slow-s", "8"], run)
+    rcs = wait_all(procs, timeout=90)
+    assert rcs == [0, 0, 0, 0], logs(run)
+    assert not list(run.glob("hang-rank*.json"))
+    assert not [e for e in read_events(run) if e["check"] == "runtime.watchdog"]
 
 
 @pytest.mark.real
