@@ -67,10 +67,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--async-save", action="store_true")
     p.add_argument("--no-monitors", action="store_true", help="leave out Watchdog/StragglerDetector/LossGuard")
     p.add_argument("--final", type=Path, default=None, help="rank 0 writes the final parameters here")
-    p.add_argument("--step-timeout", default="auto",
-                   help="watchdog step timeout in seconds, or auto (5x the longest step after warm-up; "
-                        "before warm-up a stopped peer is still caught by its stale heartbeat)")
+    p.add_argument("--step-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="a step open this long while a peer went silent (stopped, dead) is a hang, warm-up "
+                        "or not; with every rank alive, a step is a hang after max(SECONDS, 5x the longest "
+                        "step) once warmed up (default 60)")
+    p.add_argument("--warmup-timeout", type=_seconds, default=1800.0, metavar="SECONDS",
+                   help="step timeout during the first 20 steps when every rank is alive (compilation, "
+                        "first batches; default 1800)")
+    p.add_argument("--no-kill-stuck-peers", action="store_true",
+                   help="after a hang, leave a stopped rank on this node to the launcher instead of "
+                        "SIGKILLing it (the watchdog checks its pid, start time and RANK first)")
     return p.parse_args(argv)
+
+
+def _seconds(text: str) -> float:
+    if text == "auto":  # the watchdog's own default floor
+        return 60.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return value
 
 
 def build_model(seed: int, hidden: int) -> nn.Module:
@@ -126,11 +145,14 @@ class Monitors:
     """Watchdog, StragglerDetector and LossGuard when present; every call guarded."""
 
     def __init__(self, enabled: bool, run_dir: Path, events: EventWriter, rank: int,
-                 step_timeout: float | str = "auto") -> None:
+                 args: argparse.Namespace | None = None) -> None:
         self.wd = self.strag = self.guard = None
         if not enabled:
             return
-        self.wd = _optional("Watchdog", lambda c: c(run_dir, timeouts={"step": step_timeout, "checkpoint": 600},
+        a = args or parse_args(["--run-dir", str(run_dir)])
+        self.wd = _optional("Watchdog", lambda c: c(run_dir, timeouts={"step": "auto", "checkpoint": 600},
+                                                     auto_floor_s=a.step_timeout, auto_initial_s=a.warmup_timeout,
+                                                     kill_stuck_peers=not a.no_kill_stuck_peers,
                                                      events=events, rank=rank))
         self.strag = _optional("StragglerDetector", lambda c: c(interval_steps=50, events=events))
         self.guard = _optional("LossGuard", lambda c: c(events=events))
@@ -215,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_dir = args.checkpoint_dir or args.run_dir / "checkpoints"
     pre = Preemption(events=events, every=args.check_every)
     ckpt = CheckpointManager(ckpt_dir, keep_last=args.keep_last, events=events, async_save=args.async_save)
-    step_timeout: float | str = args.step_timeout if args.step_timeout == "auto" else float(args.step_timeout)
-    mon = Monitors(not args.no_monitors, args.run_dir, events, rank, step_timeout)
+    mon = Monitors(not args.no_monitors, args.run_dir, events, rank, args)
     ends = crash.install(args.run_dir, rank=rank, watchdog=mon.wd, events=events)
 
     model = build_model(args.seed, args.hidden).to(device)
@@ -290,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             # exit 0 on every rank: a non-zero exit makes torchrun SIGTERM the others (and count a
             # failure toward --max-restarts); the marker tells the batch script to requeue
             code = 0
-        ends.exit("preempted", exit_code=code, signal=pre.signum and _signame(pre.signum))
+        ends.exit("preempted", exit_code=code, signal=_signame(pre.signum) if pre.signum else None)
     else:
         events.emit("runtime.train", "pass", f"rank {rank} finished {done} steps", step=done, facts=facts)
         if rank == 0 and args.final is not None:
