@@ -19,6 +19,13 @@ installed is passed on to it after the flag is set (default actions and SIG_IGN 
 terminating would defeat the point); `close()` (or leaving the `with` block) puts the previous
 handlers back, unless someone installed another handler after this one.
 
+Victims are not preempted. When one rank fails, torchrun SIGTERMs the others: the same signal
+as a preemption. A rank that caught a signal and then finds the group broken (the agreement
+collective fails: a peer is gone) was ended from outside after a failure, so it records its
+end as `runtime.exit` how "signal" (a victim, never the culprit; exit code -N as the launcher
+reports it), and ends the way the signal would have ended it (`end_victims=False` keeps the
+old answer: the local flag).
+
 `should_stop()` is one all_reduce (MAX) of three int64 over the default process group (or
 `group=`): whether this rank caught a signal, which rank, which signal. Every rank gets the
 same answer at the same call, so all save the same step exactly once. Its cost is the latency
@@ -96,13 +103,16 @@ class Preemption:
     """Catches `signals` on this rank; `should_stop()` tells every rank together to stop."""
 
     def __init__(self, signals: Iterable[int] = DEFAULT_SIGNALS, events: EventWriter | None = None, *,
-                 every: int = 1, group: Any = None) -> None:
+                 every: int = 1, group: Any = None, end_victims: bool = True) -> None:
         if every < 1:
             raise ValueError("every must be at least 1")
         self.signals = tuple(signal.Signals(s) for s in signals)
         self.events = events
         self.every = every
         self.group = group
+        # a signal caught while the ranks cannot agree (a peer is gone) ends this rank as the
+        # signal would have: a launcher ending the survivors after a failure, not a preemption
+        self.end_victims = end_victims
         self.signum: int | None = None  # the first signal caught
         self.caught_at: float | None = None  # time.time() of the first one
         self.stop_step: int | None = None  # the step boundary agreed on
@@ -210,6 +220,8 @@ class Preemption:
             agreed, first, signum = self._all_reduce(dist)
         except Exception as exc:  # never raised into the training loop
             log.warning("preflight: preemption check failed: %s", exc)
+            if self._requested and self.signum is not None and self.end_victims:
+                self._end_as_victim(step, exc)
             return self._requested
         finally:
             self.checks += 1
@@ -232,6 +244,43 @@ class Preemption:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         agreed, inv_rank, signum = (int(v) for v in t.tolist())
         return bool(agreed), world - inv_rank if agreed else -1, signum
+
+    def _end_as_victim(self, step: int | None, exc: BaseException) -> None:
+        """A signal arrived and the ranks cannot agree: the group is broken (a peer ended
+        first), so the signal is a launcher ending the survivors, not a preemption. Record this
+        rank's end as "signal" (a victim, not the culprit) and end the way the signal would
+        have ended it without our handler; saving is impossible without the peers anyway."""
+        signum = int(self.signum or signal.SIGTERM)
+        name = _signame(signum)
+        self._emit(Status.WARN, f"{name} caught while the ranks cannot agree ({type(exc).__name__}): "
+                   f"ended from outside after a peer failed, not preempted", step=step,
+                   evidence=[f"collective check failed: {str(exc)[:300]}"],
+                   remedy="none here: look for the rank that failed first (preflight triage)",
+                   facts={"signal": name, "victim": True, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+        try:
+            from preflight.runtime import crash
+
+            rec = crash.installed()
+            if rec is None and self.events is not None:
+                rec = crash.CrashRecorder(self.events.run_dir, rank=self.events.rank, events=self.events)
+            if rec is not None:
+                rec.exit("signal", exit_code=-signum, signal=name,
+                         summary=f"ended by {name} after a peer failed (the stop could not be agreed: "
+                                 f"{type(exc).__name__})")
+        except Exception as err:  # noqa: BLE001 - the end goes on regardless
+            log.warning("preflight: could not record this rank's end: %s", err)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+            os.kill(os.getpid(), signum)
+            time.sleep(1.0)
+        finally:
+            os._exit(128 + signum)
 
     def _agree(self, step: int | None, first: int, signum: int | None) -> None:
         self._agreed = True
