@@ -310,7 +310,8 @@ def test_sigstop_before_warmup_is_detected_within_the_step_timeout(tmp_path: Pat
         assert rec["suspects"] == [3], rec["peers"]
         stuck = next(p for p in rec["peers"] if p["rank"] == 3)
         assert stuck["pid"] == got["pid"] and stuck["host"] == rec["host"]
-    assert all(5.0 <= t <= 5.0 + 2.0 for t in got["latency"]), got["latency"]
+    # the waiting ranks entered that step a moment before the SIGSTOP: a little under 5 s is possible
+    assert all(4.0 <= t <= 5.0 + 2.0 for t in got["latency"]), got["latency"]
     exits = {e["rank"]: e for e in read_events(run) if e["check"] == "runtime.exit"}
     assert sorted(exits) == [0, 1, 2]
     assert all(e["facts"]["how"] == "hang" and e["facts"]["exit_code"] == EXIT_HANG for e in exits.values())
