@@ -121,7 +121,9 @@ def test_usr1_to_the_batch_script_saves_requeues_once_and_resumes_at_the_saved_s
     hows = sorted((e["facts"]["how"], e["rank"]) for e in exits)
     assert hows == [("clean", 0), ("clean", 1), ("preempted", 0), ("preempted", 1)], hows
     assert "requeue" in out
-    assert not (run / "preempted").exists()  # consumed by the resumed run
+    assert not (run / "preempted").exists()  # consumed by the requeued run
+    marker = json.loads((run / "preempted.previous").read_text())  # set aside by the requeued run
+    assert marker["step"] == stop and marker["world_size"] == 2, marker
     first_stop = min(e["time"] for e in stopped) - t_signal
     print(f"\nUSR1 to the batch shell: ranks stopped at step {stop} {first_stop:.2f} s later; requeued once "
           f"(Restarts={fields['Restarts']}), resumed at step {stop}, finished {STEPS} steps", file=sys.stderr)
