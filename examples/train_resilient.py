@@ -1,7 +1,7 @@
 """A small training job that survives preemption and restarts, with preflight's runtime layer.
 
-    torchrun --standalone --nproc-per-node 4 --max-restarts 3 \\
-        examples/train_resilient.py --run-dir /tmp/run1 --steps 300
+    torchrun --standalone --nproc-per-node 4 --max-restarts 2 \\
+        examples/train_resilient.py --run-dir /tmp/run1 --steps 300 --step-timeout 60
 
 A tiny MLP on synthetic data; gloo on CPU, or NCCL with one GPU per rank when CUDA is there.
 
@@ -9,17 +9,28 @@ A tiny MLP on synthetic data; gloo on CPU, or NCCL with one GPU per rank when CU
   restores the model, optimizer, LR scheduler, RNG states and the data position, and goes on
   from that step.
 - `Preemption` catches SIGUSR1/SIGTERM on any rank; `should_stop()` makes every rank agree on
-  the same step, all save that step once, and exit with EXIT_PREEMPTED (85): "checkpoint
-  complete, run again to resume". Under `torchrun --max-restarts N` a non-zero worker exit
-  starts the worker group again, which resumes; under Slurm, requeue the job (see
-  preflight/runtime/preemption.py for signal forwarding through sbatch, srun and torchrun).
+  the same step, all save that step once, and rank 0 writes `<run-dir>/preempted` (step,
+  time, world size, signal): "checkpoint complete, run again to resume". Under torchrun the
+  ranks then exit 0 (a non-zero exit would make torchrun SIGTERM the others and count toward
+  --max-restarts), elsewhere 85; a torchrun restart that finds the marker does not train, so a
+  preempted job is never restarted inside its dying allocation: the batch script requeues on
+  the marker (examples/slurm/train.sbatch), and the requeued run resumes and clears it. A rank
+  SIGTERMed by torchrun after another rank failed is a victim, not preempted: its end is
+  recorded as "signal" and it ends by that signal.
+- Every way a rank ends is recorded (`preflight.runtime.crash`): `crash-rank<R>.json` and a
+  `runtime.crash` event for an uncaught exception, and one `runtime.exit` event per rank
+  (clean, exception, hang, preempted, signal).
 - The data order is derived from (seed, step, rank) and every RNG is checkpointed, so a run
   interrupted and resumed ends with the same parameters as one never interrupted (bitwise on
   CPU).
 - Watchdog, StragglerDetector and LossGuard are used when preflight.runtime provides them
   (`--no-monitors` leaves them out); a failure to set one up is logged and training goes on.
+  `--step-timeout` is the watchdog's step floor: a step open that long while a peer went
+  silent (stopped, dead) is a hang even during warm-up; the healthy ranks write hang records
+  naming it, SIGKILL it when it runs on their node, and exit 75 for torchrun to restart.
 
-Exit codes: 0 trained to --steps; 85 stopped on a signal after saving (resume by running again);
+Exit codes: 0 trained to --steps (or, under torchrun, stopped after saving: see the marker);
+85 stopped on a signal after saving, not under torchrun (resume by running again);
 75 a hang caught by the watchdog; 1 an error (a non-finite loss included).
 Outputs in --run-dir: events-rank<R>.jsonl, checkpoints/ (unless --checkpoint-dir), and
 --final (rank 0's parameters at the end, torch.save of the state_dict).
@@ -233,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         # the batch script requeues the job on the marker
         events.emit("runtime.train", "warn", f"rank {rank}: preempted job not restarted in place "
                     f"(restart {restart}); waiting for the requeue", facts={"restart": restart})
-        return 0 if under_torchrun else EXIT_PREEMPTED
+        code = 0 if under_torchrun else EXIT_PREEMPTED
+        crash.install(args.run_dir, rank=rank, events=events).exit(
+            "preempted", exit_code=code, summary=f"torchrun restart {restart} after a preemption: not trained")
+        return code
     ckpt_dir = args.checkpoint_dir or args.run_dir / "checkpoints"
     pre = Preemption(events=events, every=args.check_every)
     ckpt = CheckpointManager(ckpt_dir, keep_last=args.keep_last, events=events, async_save=args.async_save)
