@@ -1,7 +1,8 @@
 """The runtime resilience layer training jobs import.
 
 Public interface: Preemption, Watchdog, CheckpointManager, StragglerDetector, LossGuard,
-nccl_env, check_env_consistency, EventWriter. Submodules load lazily so that importing
+nccl_env, check_env_consistency, EventWriter, CrashRecorder (`preflight.runtime.crash.install`
+records every way a rank ends), and the preemption marker (write_marker, read_marker). Submodules load lazily so that importing
 `preflight.runtime` stays cheap; torch is imported only where a component needs it.
 """
 
@@ -14,6 +15,9 @@ _EXPORTS = {
     "EventWriter": "preflight.runtime.events",
     "read_events": "preflight.runtime.events",
     "Preemption": "preflight.runtime.preemption",
+    "write_marker": "preflight.runtime.preemption",
+    "read_marker": "preflight.runtime.preemption",
+    "CrashRecorder": "preflight.runtime.crash",
     "Watchdog": "preflight.runtime.watchdog",
     "CheckpointManager": "preflight.runtime.checkpoint",
     "StragglerDetector": "preflight.runtime.straggler",
