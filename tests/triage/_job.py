@@ -41,6 +41,8 @@ def rank_main(argv: list[str]) -> None:
     ap.add_argument("--step-timeout", type=float, default=3.0)
     ap.add_argument("--pg-timeout", type=float, default=20.0)
     ap.add_argument("--block-s", type=float, default=40.0)
+    ap.add_argument("--keep-stuck-peers", action="store_true",
+                    help="the watchdog leaves a stopped peer alone (as for a rank on another node)")
     a = ap.parse_args(argv)
 
     from preflight.runtime import crash
@@ -53,7 +55,8 @@ def rank_main(argv: list[str]) -> None:
         (a.run_dir / f"nccl_trace_rank_{record['rank']}").write_bytes(c10d._dump_fr_trace())
 
     wd = Watchdog(a.run_dir, timeouts={"step": a.step_timeout, "setup": 60.0}, poll_s=0.1,
-                  heartbeat_interval_s=0.3, exit_grace_s=1.5, on_hang=pickle_dump)
+                  heartbeat_interval_s=0.3, exit_grace_s=1.5, on_hang=pickle_dump,
+                  kill_stuck_peers=not a.keep_stuck_peers)
     rec = crash.install(a.run_dir, watchdog=wd)
     import torch
     import torch.distributed as dist

@@ -83,8 +83,9 @@ def test_rank_skips_an_all_reduce(tmp_path: Path) -> None:
 def test_sigstopped_rank_is_named_while_still_stopped(tmp_path: Path) -> None:
     need(_torch(), "torch with gloo")
     run = tmp_path / "run"
+    # a stopped rank its peers cannot end (as on another node): triage reads it live
     procs = launch("tests.triage._job:rank_main", 4, ["--run-dir", str(run), "--fault", "stop",
-                                                      "--fault-step", str(FAULT_STEP)], run)
+                                                      "--fault-step", str(FAULT_STEP), "--keep-stuck-peers"], run)
     try:
         rcs = wait_all(procs[:2] + procs[3:], timeout=120)
         assert rcs == [75, 75, 75], logs(run)
