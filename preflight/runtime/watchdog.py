@@ -31,7 +31,8 @@ Stopped peers, warm-up or not: a "step" that has been open longer than the step'
 (`auto_floor_s`, or the fixed step timeout) while a peer went silent fires at once, before
 the warm-up or auto timeout. Silent means: the peer's heartbeat, written during this run,
 still says "running" in a step, at this rank's step or below (its peers moved on), and is
-older than `peer_stale_s` (default `stale_after_s` + 1 s). A SIGSTOPped or dead rank stops
+older than `peer_stale_s` (default 5 s, or `stale_after_s` + 1 s when that is longer: a
+live rank starved of CPU for a moment must not look stopped). A SIGSTOPped or dead rank stops
 its monitor thread with it, so its heartbeat goes stale; a slow rank, a rank compiling its
 first step or writing a checkpoint keeps beating and is never a suspect this way (a peer
 that went silent inside a checkpoint is left to the checkpoint's timeout). Waiting for the
@@ -285,9 +286,9 @@ class Watchdog:
         self.exit_on_hang = exit_on_hang
         self.exit_grace_s = float(exit_grace_s)
         # a peer silent this long (its monitor writes every heartbeat_interval_s) while this rank
-        # waits in a step is stopped or dead: fire at once, warm-up or not
+        # waits in a step past the step floor is stopped or dead: fire, warm-up or not
         self.peer_stale_s = (float(peer_stale_s) if peer_stale_s is not None
-                             else max(self.stale_after_s, 3 * self.heartbeat_interval_s) + 1.0)
+                             else max(self.stale_after_s + 1.0, 3 * self.heartbeat_interval_s + 1.0, 5.0))
         self.kill_stuck_peers = kill_stuck_peers
         self.killed_peers: list[dict[str, Any]] = []
         self._started_wall = time.time()
