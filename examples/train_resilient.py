@@ -309,7 +309,6 @@ def main(argv: list[str] | None = None) -> int:
             code = EXIT_PREEMPTED
             break
     ckpt.close()  # waits for an async save: the checkpoint is complete before we exit
-    pre.close()
     mon.close()
     elapsed = time.perf_counter() - t_start
     facts = {"step": done, "exit_code": code, "seconds": round(elapsed, 3),
@@ -331,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0 and args.final is not None:
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, args.final)
         ends.exit("clean", exit_code=0)
+    # the handlers stay until the end is recorded: a SIGTERM meanwhile (torchrun shutting the
+    # workers down after a preemption) only sets the flag again instead of ending an unrecorded rank
+    pre.close()
     if world > 1:
         dist.destroy_process_group()
     return code
