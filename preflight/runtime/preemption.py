@@ -40,15 +40,20 @@ torch.distributed (or with one rank) it is a local check.
 
 Slurm. `#SBATCH --signal=B:USR1@90` sends SIGUSR1 to the batch shell only (the `B:`), 90 s
 before the time limit; without `B:` it goes to the processes of the job steps instead. The
-batch script therefore traps USR1 and forwards a signal to the step, e.g.::
+batch script therefore traps USR1 and signals the step, e.g.::
 
     srun torchrun ... train.py & pid=$!
-    trap 'kill -TERM $pid; wait $pid; scontrol requeue $SLURM_JOB_ID' USR1
-    wait $pid
+    trap 'scancel --signal=TERM $SLURM_JOB_ID' USR1
+    wait $pid; while kill -0 $pid 2>/dev/null; do wait $pid; done
+    [ -f "$RUN_DIR/preempted" ] && scontrol requeue $SLURM_JOB_ID
 
-srun passes the signal on to its tasks (here torchrun); examples/slurm/train.sbatch does this
-with SIGTERM, which torchrun forwards to its workers by default. With `#SBATCH --requeue` the job goes
-back to the queue and resumes from the checkpoint (`CheckpointManager.load_latest()`).
+`scancel --signal` without `--batch`/`--full` signals every process of the job's steps (torchrun
+and its workers) and not the batch shell. Not `kill -TERM $pid`: srun takes a SIGTERM as
+"terminate the step" ("srun: forcing job termination") and the workers die before saving.
+The requeue keys on the `preempted` marker (`write_marker`, once every rank has saved), not
+on an exit code: torchrun's is 1 after a signal whatever its workers did. With `#SBATCH
+--requeue` the job goes back to the queue and resumes from the checkpoint
+(`CheckpointManager.load_latest()`); examples/slurm/train.sbatch does all of this.
 
 torchrun starts each worker in a session of its own, so a signal meant for the workers reaches
 them only through torchrun. torchrun handles and forwards `--signals-to-handle`, by default
@@ -59,8 +64,10 @@ After forwarding, torchrun waits `--shutdown-timeout` (default 30 s, or
 TORCH_ELASTIC_SHUTDOWN_TIMEOUT) and then SIGKILLs the workers: the checkpoint must fit in that
 time; torchrun does not restart workers it shut down on a signal (requeue does). A signal sent
 straight to one worker (as `kill -USR1 <pid>`) is handled here like any other: every rank
-stops at the same step, and a worker exit code other than 0 lets `--max-restarts` start the
-group again, which resumes from the checkpoint.
+stops at the same step. A preempted job must not be restarted by `--max-restarts` inside its
+dying allocation: the example exits 0 under torchrun after writing the marker (so torchrun
+neither SIGTERMs the other ranks nor restarts), and a restart that finds the marker does not
+train; running the job again (a requeue) resumes from the checkpoint.
 """
 
 from __future__ import annotations
