@@ -376,3 +376,70 @@ def test_gil_backstop_dumps_stacks_when_the_monitor_cannot_run(tmp_path: Path) -
     assert time.monotonic() - start < 30
     text = (tmp_path / "stacks-rank0.txt").read_text()
     assert "Timeout" in text and "<string>" in text, text
+
+
+def test_stopped_peers_are_silent_ranks_in_a_step_at_or_below_ours(tmp_path: Path) -> None:
+    wd = Watchdog(tmp_path, rank=0, start=False, flight_recorder=False)
+    wd._started_wall = time.time() - 100
+    wd._step = 10
+    now = time.time()
+
+    def beat(rank: int, step: int, age: float, section: str = "step", state: str = "running") -> None:
+        (tmp_path / f"heartbeat-rank{rank}.json").write_text(json.dumps(
+            {"rank": rank, "host": "n", "pid": 1, "step": step, "section": section, "time": now - age,
+             "state": state}))
+
+    beat(1, 10, 20)  # silent at our step: stopped
+    beat(2, 9, 20)  # silent a step behind: stopped
+    beat(3, 11, 20)  # silent but ahead of us: moved on, not the one we wait for
+    beat(4, 10, 20, section="checkpoint")  # silent in a checkpoint: the checkpoint timeout's business
+    beat(5, 10, 1.0)  # beating
+    beat(6, 10, 20, state="hang")  # its own watchdog fired: waiting like us
+    beat(7, 10, 200)  # from before this run started (a previous attempt)
+    assert wd._stopped_peers() == [1, 2]
+    wd.auto_floor_s = 30.0  # a silent peer fires only once the step has been open for its floor
+    with wd.section("step", step=10):
+        assert wd._current is not None and wd.peer_timeout_s(wd._current) == 30.0
+    wd.timeouts["step"] = 3.0
+    with wd.section("step", step=11):
+        assert wd._current is not None and wd.peer_timeout_s(wd._current) == wd.peer_stale_s == 5.0
+    wd.close()
+
+
+def test_stuck_peer_kill_checks_host_pid_start_time_and_rank(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from preflight.runtime.watchdog import _proc_stat
+
+    wd = Watchdog(tmp_path, rank=0, start=False, flight_recorder=False, stale_after_s=1.0)
+    procs = {r: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 env=dict(os.environ, RANK=str(r))) for r in (1, 2, 3)}
+    try:
+        for p in procs.values():
+            os.kill(p.pid, signal.SIGSTOP)
+        old = time.time() - 30
+
+        def beat(rank: int, pid: int, ticks: Any, host: str | None = None) -> dict[str, Any]:
+            rec = {"rank": rank, "host": host or wd.host, "pid": pid, "start_ticks": ticks, "step": 5,
+                   "section": "step", "time": old, "state": "running"}
+            (tmp_path / f"heartbeat-rank{rank}.json").write_text(json.dumps(rec))
+            return {"rank": rank, "host": rec["host"], "pid": pid, "stale": True}
+
+        ticks = {r: (_proc_stat(p.pid) or ("", -1))[1] for r, p in procs.items()}
+        peers = [beat(1, procs[1].pid, ticks[1]),  # the stopped rank itself: killed
+                 beat(2, procs[2].pid, ticks[2] + 1),  # the pid belongs to a newer process: spared
+                 beat(3, procs[2].pid, ticks[2]),  # that process says RANK=2, not 3: spared
+                 beat(4, os.getpid(), (_proc_stat(os.getpid()) or ("", -1))[1]),  # ourselves: never
+                 beat(5, procs[3].pid, ticks[3], host="elsewhere")]  # another node: named, not killed
+        wd._kill_stuck_peers({"peers": peers})
+        assert [k["rank"] for k in wd.killed_peers] == [1]
+        assert procs[1].wait(timeout=10) == -signal.SIGKILL
+        assert procs[2].poll() is None and procs[3].poll() is None
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait(10)
+    wd.close()
