@@ -45,8 +45,11 @@ its `exit_grace_s` has passed (the other waiting peers have written theirs), so 
 launcher's restart does not wait out its SIGTERM-then-SIGKILL grace (a stopped
 process never handles the SIGTERM). Only a pid taken from that peer's heartbeat, on this
 host (same host name), whose /proc start time equals the one in the heartbeat and whose
-environment says RANK=<that rank>, never this process. The hang record's `peers` carry each
-rank's host and pid, for the launcher or triage to end a stuck rank on another node.
+environment says RANK=<that rank>, never this process. The rank records its own end first,
+then kills and exits at once, so that a launcher polling its workers sees this rank's exit
+code with the victim's death rather than ending this rank with a SIGTERM of its own. The
+hang record's `peers` carry each rank's host and pid, for the launcher or triage to end a
+stuck rank on another node.
 
 On a hang the monitor writes `hang-rank<R>.json` (host, rank, section, step, elapsed,
 timeout, the Python stacks of every thread, the ranks that are behind or stale) and, when
@@ -475,15 +478,13 @@ class Watchdog:
                 out.append(rank)
         return out
 
-    def _kill_stuck_peers(self, record: Mapping[str, Any]) -> None:
-        """SIGKILL the stale peers on this host, so the launcher's restart need not wait out its
-        SIGTERM-then-SIGKILL grace for a stopped process. Only a pid of this host whose
-        environment says it is that rank and whose start time is the one its heartbeat
-        recorded (never ourselves, never a reused pid), and only while its heartbeat is
-        still stale or the process is stopped."""
-        import signal
-
+    def _stuck_peers(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The stale peers of the hang record that this rank may end: a pid of this host whose
+        environment says it is that rank and whose start time is the one its heartbeat recorded
+        (never ourselves, never a reused pid), and only while its heartbeat is still stale or
+        the process is stopped."""
         beats = read_heartbeats(self.run_dir)
+        out: list[dict[str, Any]] = []
         for p in record.get("peers") or []:
             pid = p.get("pid") if isinstance(p.get("pid"), int) else None
             if not p.get("stale") or p.get("host") != self.host or not pid or pid == os.getpid():
@@ -501,14 +502,25 @@ class Watchdog:
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if f"RANK={p['rank']}".encode() not in env:
-                continue
+            if f"RANK={p['rank']}".encode() in env:
+                out.append({"rank": p["rank"], "pid": pid, "host": self.host})
+        return out
+
+    def _kill_stuck_peers(self, record: Mapping[str, Any],
+                          victims: list[dict[str, Any]] | None = None) -> None:
+        """SIGKILL the stuck peers on this host (`victims`, else those `_stuck_peers` finds), so
+        the launcher's restart need not wait out its SIGTERM-then-SIGKILL grace for a stopped
+        process."""
+        import signal
+
+        for v in self._stuck_peers(record) if victims is None else victims:
             try:
-                os.kill(pid, signal.SIGKILL)
-                self.killed_peers.append({"rank": p["rank"], "pid": pid, "host": self.host})
-                log.warning("preflight: watchdog ended stuck rank %s (pid %s on %s)", p["rank"], pid, self.host)
+                os.kill(v["pid"], signal.SIGKILL)
             except OSError:
-                pass
+                continue
+            if v not in self.killed_peers:
+                self.killed_peers.append(v)
+            log.warning("preflight: watchdog ended stuck rank %s (pid %s on %s)", v["rank"], v["pid"], self.host)
 
     def _arm_backstop(self) -> None:
         """faulthandler dumps every stack and exits if this thread cannot run (GIL held)."""
@@ -574,18 +586,27 @@ class Watchdog:
             # their records before this exit breaks their connections. Should the training
             # thread die meanwhile (a peer went first), the process still ends with our code.
             time.sleep(self.exit_grace_s)
+            victims: list[dict[str, Any]] = []
             if self.kill_stuck_peers and "peers" in record:
                 # after the grace, when every waiting peer has written its own record: end a
                 # stopped peer on this node, so a restart need not wait for the launcher's
                 # SIGTERM-then-SIGKILL of a process that cannot handle SIGTERM
                 try:
-                    self._kill_stuck_peers(record)
+                    victims = self._stuck_peers(record)
+                except Exception:  # noqa: BLE001
+                    log.exception("preflight: could not look for stuck peers")
+            # this rank's end is recorded before the kill, and the process exits right after
+            # it: a launcher that polls its workers sees our exit code together with the
+            # victim's death, instead of ending us with a SIGTERM first
+            self._record_exit(record, ending=victims)
+            if victims:
+                try:
+                    self._kill_stuck_peers(record, victims)
                 except Exception:  # noqa: BLE001
                     log.exception("preflight: could not end a stuck peer")
-            self._record_exit(record)
             _flush_and_exit(self.exit_code)
 
-    def _record_exit(self, record: Mapping[str, Any]) -> None:
+    def _record_exit(self, record: Mapping[str, Any], ending: list[dict[str, Any]] | None = None) -> None:
         """This rank's `runtime.exit` event (how "hang") before `os._exit`, through the crash
         recorder of the process (or one made for the purpose): every end is accounted for."""
         try:
@@ -595,7 +616,7 @@ class Watchdog:
             if rec is None:
                 rec = crash.CrashRecorder(self.run_dir, rank=self.rank, node=self.host, watchdog=self,
                                           events=self.events)
-            killed = ", ".join(f"rank {k['rank']} (pid {k['pid']})" for k in self.killed_peers)
+            killed = ", ".join(f"rank {k['rank']} (pid {k['pid']})" for k in [*self.killed_peers, *(ending or [])])
             rec.exit("hang", exit_code=self.exit_code,
                      summary=f"watchdog: section '{record.get('section')}' at step {record.get('step')} ran "
                              f"{record.get('elapsed_s')} s > {record.get('timeout_s')} s"
