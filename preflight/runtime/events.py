@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -81,3 +82,13 @@ def read_events(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                         yield rec
         except OSError:
             continue
+
+
+def flush_std_streams() -> None:
+    """Flush stdout and stderr before the process ends without Python's own shutdown
+    (`os._exit`, a re-raised fatal signal); a broken stream is ignored."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass

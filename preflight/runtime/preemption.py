@@ -85,7 +85,7 @@ from types import FrameType
 from typing import Any
 
 from preflight.model import Status
-from preflight.runtime.events import EventWriter, env_rank
+from preflight.runtime.events import EventWriter, env_rank, flush_std_streams
 
 log = logging.getLogger("preflight.runtime")
 
@@ -276,11 +276,7 @@ class Preemption:
                                  f"{type(exc).__name__})")
         except Exception as err:  # noqa: BLE001 - the end goes on regardless
             log.warning("preflight: could not record this rank's end: %s", err)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
+        flush_std_streams()
         try:
             signal.signal(signum, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})

@@ -87,7 +87,7 @@ from types import TracebackType
 from typing import Any
 
 from preflight.model import Status
-from preflight.runtime.events import EventWriter, env_rank
+from preflight.runtime.events import EventWriter, env_rank, flush_std_streams
 
 log = logging.getLogger("preflight.runtime")
 
@@ -705,11 +705,7 @@ def _start_ticks() -> int | None:
 
 
 def _flush_and_exit(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
+    flush_std_streams()
     try:
         logging.shutdown()
     finally:

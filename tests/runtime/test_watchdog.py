@@ -224,23 +224,28 @@ def rank_train(argv: list[str]) -> None:
     dist.destroy_process_group()
 
 
+def stop_rank_3_at(run: Path, procs: list[subprocess.Popen[bytes]], step: int) -> float:
+    """SIGSTOP rank 3 as soon as its heartbeat reaches `step` (bounded: 60 s); the time of the stop."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        beat = read_heartbeats(run).get(3)
+        if beat and int(beat.get("step") or 0) >= step:
+            break
+        assert all(p.poll() is None for p in procs), logs(run)
+        time.sleep(0.02)
+    else:
+        pytest.fail("ranks did not start\n" + logs(run))
+    os.kill(procs[3].pid, signal.SIGSTOP)
+    return time.time()
+
+
 @pytest.mark.real
 def test_sigstopped_rank_is_named_by_every_other_rank(tmp_path: Path) -> None:
     run = tmp_path / "run"
     procs = launch("tests.runtime.test_watchdog:rank_train", 4,
                    ["--run-dir", str(run), "--steps", "100000", "--floor", "2.0", "--max-s", "40"], run)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until rank 3 is past warm-up
-            beat = read_heartbeats(run).get(3)
-            if beat and int(beat.get("step") or 0) >= 30:
-                break
-            assert all(p.poll() is None for p in procs), logs(run)
-            time.sleep(0.1)
-        else:
-            pytest.fail("ranks did not start\n" + logs(run))
-        os.kill(procs[3].pid, signal.SIGSTOP)
-        stopped_at = time.time()
+        stopped_at = stop_rank_3_at(run, procs, 30)  # past warm-up
         rcs = wait_all(procs[:3], timeout=30)
     finally:
         kill_all(procs)
@@ -269,17 +274,7 @@ def sigstop_before_warmup(run: Path, step_timeout: float = 5.0, at_step: int = 5
                    ["--run-dir", str(run), "--steps", "100000", "--step-ms", "100", "--max-s", "60",
                     "--floor", str(step_timeout), "--warmup", "20", "--initial", "600"], run)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            beat = read_heartbeats(run).get(3)
-            if beat and int(beat.get("step") or 0) >= at_step:
-                break
-            assert all(p.poll() is None for p in procs), logs(run)
-            time.sleep(0.02)
-        else:
-            pytest.fail("ranks did not start\n" + logs(run))
-        os.kill(procs[3].pid, signal.SIGSTOP)
-        stopped_at = time.time()
+        stopped_at = stop_rank_3_at(run, procs, at_step)
         rcs = wait_all(procs[:3], timeout=step_timeout + 30)
         try:
             stopped_rc: int | None = procs[3].wait(timeout=10)
