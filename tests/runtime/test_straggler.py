@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -92,7 +93,10 @@ def rank_steps(argv: list[str]) -> None:
     ap.add_argument("--wait", choices=["waiting", "sync_point"], default="waiting")
     ap.add_argument("--defaults", action="store_true", help="the detector with its default settings")
     ap.add_argument("--cpu-iters", type=int, default=0, help="host-side work per step (loop iterations)")
+    ap.add_argument("--cpu", type=int, default=-1, help="run on this CPU only (every rank the same one)")
     a = ap.parse_args(argv)
+    if a.cpu >= 0:  # before torch and gloo start their threads, which inherit it
+        os.sched_setaffinity(0, {a.cpu})
     import torch
     import torch.distributed as dist
 
@@ -174,10 +178,12 @@ def test_rank_1_4x_slower_is_reported_with_the_defaults(tmp_path: Path) -> None:
 
 
 class _CpuHogs:
-    """`yes > /dev/null` processes, for scheduling noise; ended by their own pid."""
+    """`yes > /dev/null` processes, for scheduling noise (on `cpu` only, when given); ended by
+    their own pid."""
 
-    def __init__(self, n: int) -> None:
-        self.procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(n)]
+    def __init__(self, n: int, cpu: int | None = None) -> None:
+        pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+        self.procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, preexec_fn=pin) for _ in range(n)]
 
     def __enter__(self) -> _CpuHogs:
         return self
@@ -190,14 +196,21 @@ class _CpuHogs:
 
 @pytest.mark.real
 def test_five_healthy_runs_under_cpu_load_report_nothing(tmp_path: Path) -> None:
-    """Two CPU hogs on this machine's cores while 4 ranks train (host work + device-like sleep +
-    all_reduce), five runs of 150 steps with the default detector: no rank is reported."""
+    """Two CPU hogs while 4 ranks train (host work + device-like sleep + all_reduce), five runs
+    of 150 steps with the default detector: no rank is reported.
+
+    Ranks and hogs share one CPU, so the scheduling noise is heavy yet the same for every rank,
+    whatever else the machine runs. Spread over the cores, other load (a busy CI machine) can
+    leave one rank on a core with two hogs and the others beside one: a rank with a third of a
+    core where its peers have half is really 1.5x slower, and the detector rightly reports it."""
     scores: list[float] = []
-    with _CpuHogs(2) as hogs:
+    cpu = min(os.sched_getaffinity(0))
+    with _CpuHogs(2, cpu=cpu) as hogs:
         time.sleep(0.3)
         for i in range(5):
             assert all(p.poll() is None for p in hogs.procs)  # the load was there the whole time
-            run, results = _run(tmp_path, "--defaults", "--step-ms", "10", "--cpu-iters", "20000", name=f"run{i}")
+            run, results = _run(tmp_path, "--defaults", "--step-ms", "10", "--cpu-iters", "20000", "--cpu", str(cpu),
+                                name=f"run{i}")
             for res in results:
                 assert res["faults"] == 0 and res["flagged"] == [[], [], []], (i, res["flagged"], res["last"])
             assert not [e for e in read_events(run) if e["check"] == "runtime.straggler"]

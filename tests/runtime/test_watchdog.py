@@ -99,7 +99,7 @@ def test_hang_fires_writes_record_and_event(tmp_path: Path) -> None:
     assert 0.3 <= took < 1.5
     rec = json.loads((tmp_path / "hang-rank0.json").read_text())
     assert rec["section"] == "step" and rec["step"] == 7 and rec["rank"] == 0
-    assert rec["elapsed_s"] > 0.3 and rec["timeout_s"] == 0.3
+    assert rec["elapsed_s"] >= 0.3 and rec["timeout_s"] == 0.3  # fired past 0.3 s, recorded to the ms
     assert rec["stale"] == [1] and rec["behind"] == [2] and rec["suspects"] == [1]
     main = next(v for k, v in rec["stacks"].items() if k.startswith("MainThread"))
     assert any("test_hang_fires_writes_record_and_event" in line for line in main)
