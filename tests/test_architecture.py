@@ -1,0 +1,259 @@
+"""The package's shape, kept true by reading its source: no import cycles, a CLI that only
+parses arguments and calls public engine functions, each outside system behind one adapter,
+functions a reader can hold, and the README's architecture section naming real modules."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY_MAX = 60  # lines of a product function's body (after its docstring)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "checks":  # installed as preflight.checks
+        parts = ["preflight", "checks", *parts[1:]]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    files = [*(ROOT / "preflight").rglob("*.py"), *(ROOT / "checks").rglob("*.py")]
+    return {_module_name(p): p for p in sorted(files)}
+
+
+MODULES = _sources()
+TREES = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in MODULES.items()}
+
+
+def _imported(module: str, node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, str]]:
+    """(the package module imported, the name taken from it or '') for one import statement."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name, ""
+        return
+    base = node.module or ""
+    if node.level:
+        pkg = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+        pkg = pkg[: len(pkg) - (node.level - 1)]
+        base = ".".join([*pkg, base] if base else pkg)
+    for alias in node.names:
+        yield base, alias.name
+
+
+def _own(name: str) -> str:
+    """The longest package module that `name` falls in ('' when outside the package)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports, function-local imports included."""
+    graph: dict[str, set[str]] = {}
+    for module, tree in TREES.items():
+        deps: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for base, name in _imported(module, node):
+                    target = _own(f"{base}.{name}" if name else base)
+                    if target and target != module:
+                        deps.add(target)
+        graph[module] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_only_the_cli_imports_the_cli() -> None:
+    bad = sorted(m for m, deps in _graph().items()
+                 if not m.startswith("preflight.cli") and any(d.startswith("preflight.cli") for d in deps))
+    assert bad == []
+
+
+def _cli_modules() -> list[str]:
+    return [m for m in MODULES if m == "preflight.cli" or m.startswith("preflight.cli.")]
+
+
+def test_the_cli_is_a_package_of_command_modules() -> None:
+    assert MODULES["preflight.cli"].name == "__init__.py"
+    assert len(_cli_modules()) > 3
+
+
+def test_the_cli_uses_only_public_names_of_the_engine() -> None:
+    """The CLI may import anything public; a private name (`_x`) of another part is the sign
+    of engine work done in the command layer."""
+    bad = []
+    for module in _cli_modules():
+        tree = TREES[module]
+        aliases: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for base, name in _imported(module, node):
+                    target = f"{base}.{name}" if name else base
+                    if not target.startswith("preflight.") or target.startswith("preflight.cli"):
+                        continue
+                    if name.startswith("_") or any(p.startswith("_") for p in base.split(".")):
+                        bad.append(f"{module}: imports {target}")
+                    if isinstance(node, ast.ImportFrom) and _own(target) == target:
+                        aliases.add(next(a.asname or a.name for a in node.names if a.name == name))
+                if isinstance(node, ast.Import):
+                    aliases.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in aliases):
+                bad.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert bad == []
+
+
+def test_no_importlib_in_the_cli() -> None:
+    assert [m for m in _cli_modules() if "importlib" in MODULES[m].read_text()] == []
+
+
+def _argv_heads(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """The program of every literal command line: the first item of a list or tuple of strings."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.List | ast.Tuple) and node.elts:
+            head = node.elts[0]
+            if isinstance(head, ast.Constant) and isinstance(head.value, str):
+                yield node.lineno, head.value
+
+
+SLURM_TOOLS = {"scontrol", "sinfo", "sacct", "squeue", "sbatch", "salloc", "sacctmgr"}
+
+
+def test_slurm_tools_are_run_only_by_the_slurm_adapter() -> None:
+    bad = [f"{m}:{line}: {prog}" for m, tree in TREES.items() if m != "preflight.slurm"
+           for line, prog in _argv_heads(tree) if prog in SLURM_TOOLS]
+    assert bad == []
+
+
+def test_no_ssh_client_is_run_as_a_process() -> None:
+    """One SSH stack: every connection goes through the paramiko transport."""
+    bad = [f"{m}:{line}" for m, tree in TREES.items() for line, prog in _argv_heads(tree)
+           if prog in ("ssh", "/usr/bin/ssh", "scp", "sftp")]
+    assert bad == []
+
+
+def test_no_transport_method_is_looked_up_by_name() -> None:
+    pattern = re.compile(r"getattr\(\s*(self\.)?_?\w*transport\w*\s*,")
+    bad = [m for m, path in MODULES.items() if pattern.search(path.read_text())]
+    assert bad == []
+
+
+def _body_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    body = fn.body
+    if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str) and len(body) > 1):
+        body = body[1:]
+    return (fn.end_lineno or fn.lineno) - body[0].lineno + 1
+
+
+def test_no_product_function_is_longer_than_a_screen() -> None:
+    long = sorted(f"{m}:{node.lineno} {node.name} ({_body_lines(node)} lines)"
+                  for m, tree in TREES.items() for node in ast.walk(tree)
+                  if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _body_lines(node) > BODY_MAX)
+    assert long == []
+
+
+def _readme_modules() -> list[str]:
+    """Module paths the README's architecture section names (`preflight/...py` or `preflight.x`)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.find("## Architecture")
+    assert start >= 0, "README has no '## Architecture' section"
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end > 0 else None]
+    names = set()
+    for path in re.findall(r"`((?:preflight|checks)/[\w/]+\.py)`", section):
+        names.add(_module_name(ROOT / path))
+    for dotted in re.findall(r"`(preflight(?:\.\w+)+)`", section):
+        names.add(_own(dotted) or dotted)
+    return sorted(names)
+
+
+def test_the_readme_architecture_names_modules_that_exist() -> None:
+    names = _readme_modules()
+    assert len(names) >= 10
+    for name in names:
+        assert name in MODULES, f"README names {name}, which is not a module of the package"
+        importlib.import_module(name)
+
+
+def test_the_readme_names_one_place_for_each_kind_of_change() -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.find("## Architecture"):]
+    for change in ("a new check", "a new transport", "a new output format", "a new parser"):
+        assert re.search(rf"\*\*{change}\*\*", section, re.IGNORECASE), change
+
+
+@pytest.mark.parametrize("command", [["--help"], ["node", "--help"]])
+def test_the_cli_does_not_import_heavy_modules_for_help(command: list[str]) -> None:
+    """Start-up stays cheap: asking for help must not load pandas, paramiko, torch or tabulate
+    (the time itself is measured in benchmarks/bench_startup.py)."""
+    import subprocess
+
+    code = ("import sys; from preflight.cli import main; sys.argv = ['preflight', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('pandas', 'paramiko', 'torch', 'tabulate', 'numpy') if m in sys.modules)\n"
+            "print('HEAVY', ','.join(heavy))")
+    p = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "HEAVY \n" in p.stdout or p.stdout.rstrip().endswith("HEAVY"), p.stdout[-500:]
