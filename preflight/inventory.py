@@ -32,6 +32,14 @@ def valid_node_name(name: str) -> bool:
     return bool(_NAME.match(name)) and not name.startswith("-")
 
 
+def check_name(name: str) -> str:
+    """`name` itself when it is a plain host name or IPv4 address (safe as one argv element);
+    else HostlistError. The one node-name validator."""
+    if not isinstance(name, str) or not valid_node_name(name):
+        raise HostlistError(f"node name {name!r} is not a plain host name")
+    return name
+
+
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside brackets."""
     parts: list[str] = []
@@ -188,29 +196,10 @@ def compress(names: Iterable[str]) -> str:
 
 
 def hostnames_for(partition: str | None = None, nodelist: str | None = None, timeout: float = 15) -> list[str]:
-    """Nodes of a Slurm partition or nodelist, through `scontrol` / `sinfo` (bounded)."""
-    import subprocess
+    """Deprecated alias of `preflight.slurm.hostnames` (Slurm calls live in the Slurm adapter)."""
+    from preflight import slurm
 
-    try:
-        if nodelist:
-            p = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                               timeout=timeout)
-        else:
-            p = subprocess.run(["sinfo", "-h", "-N", "-o", "%N", "-p", str(partition)], capture_output=True,
-                               text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise HostlistError("Slurm's scontrol/sinfo not found: give --hosts instead") from None
-    except subprocess.TimeoutExpired:
-        raise HostlistError(f"Slurm did not answer within {timeout:g} s (is slurmctld up?)") from None
-    if p.returncode != 0:
-        raise HostlistError(f"Slurm: {(p.stderr or p.stdout).strip() or 'exit ' + str(p.returncode)}")
-    names = dedupe(line.strip() for line in p.stdout.splitlines() if line.strip())
-    for n in names:
-        if not valid_node_name(n):
-            raise HostlistError(f"Slurm returned an invalid node name {n!r}")
-    if not names:
-        raise HostlistError(f"no nodes in {'nodelist ' + nodelist if nodelist else 'partition ' + str(partition)}")
-    return names
+    return slurm.hostnames(partition=partition, nodelist=nodelist, timeout=timeout)
 
 
 def ring_peers(nodes: list[str]) -> dict[str, list[str]]:

@@ -13,10 +13,13 @@ timeouts, and never raise for a Slurm fault: they return `Action`s that say what
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-from collections.abc import Sequence
+import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from preflight.inventory import HostlistError, compress, dedupe, valid_node_name
+from preflight.parsers.slurm_job import SlurmJob, parse_sacct, parse_scontrol_job
+from preflight.procs import run_bounded
 
 PREFIX = "preflight:"
 REASON_MAX = 160  # characters; Slurm keeps longer reasons, but sinfo/squeue views cut them
@@ -177,27 +180,128 @@ class SlurmError(RuntimeError):
     """scontrol is missing, timed out or failed."""
 
 
+def _say(tool: str, args: Sequence[str]) -> str:
+    return " ".join([tool, *args[:3]])
+
+
+def _call(args: Sequence[str], timeout: float, tool: str = "scontrol") -> tuple[int, str, str]:
+    """(rc, stdout, stderr) of one Slurm client command; SlurmError when it cannot run or hangs."""
+    rc, out, err = run_bounded([tool, *args], timeout)
+    if rc is None:
+        if "did not finish" in err:
+            raise SlurmError(f"{_say(tool, args)} did not answer within {timeout:g} s")
+        raise SlurmError(err.strip().splitlines()[-1] if err.strip() else f"cannot run {tool}")
+    return rc, out, err
+
+
+def _failure(tool: str, args: Sequence[str], rc: int, out: str, err: str) -> SlurmError:
+    msg = (err.strip() or out.strip()).splitlines()
+    return SlurmError(f"{_say(tool, args)} failed ({rc}): {msg[-1] if msg else ''}")
+
+
 def _scontrol(args: Sequence[str], timeout: float, scontrol: str = "scontrol") -> str:
-    if shutil.which(scontrol) is None:
-        raise SlurmError(f"{scontrol} not found on PATH")
-    try:
-        p = subprocess.run([scontrol, *args], capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"{scontrol} {' '.join(args[:3])} did not answer within {timeout:g} s") from None
-    except OSError as exc:
-        raise SlurmError(f"cannot run {scontrol}: {exc.strerror or exc}") from None
-    if p.returncode != 0:
-        msg = (p.stderr.strip() or p.stdout.strip()).splitlines()
-        raise SlurmError(f"{scontrol} {' '.join(args[:3])} failed ({p.returncode}): {msg[-1] if msg else ''}")
-    return p.stdout
+    rc, out, err = _call(args, timeout, scontrol)
+    if rc != 0:
+        raise _failure(scontrol, args, rc, out, err)
+    return out
 
 
 def show_nodes(nodes: Sequence[str], timeout: float = SCONTROL_TIMEOUT, scontrol: str = "scontrol") -> dict[str, NodeInfo]:
-    """The nodes' state and reason (`scontrol show node -o <nodes>`)."""
-    from preflight.inventory import compress
+    """The nodes' state and reason: ONE `scontrol show node -o <hostlist>` for all of them.
 
-    return parse_show_nodes(_scontrol(["show", "node", "-o", compress(nodes)], timeout, scontrol))
+    Nodes Slurm does not know are missing from the answer; SlurmError when scontrol cannot run,
+    hangs, or fails without describing any node."""
+    names = [n for n in dedupe(nodes) if valid_node_name(n)]
+    if not names:
+        return {}
+    args = ["show", "node", "-o", compress(names)]
+    rc, out, err = _call(args, timeout, scontrol)
+    infos = parse_show_nodes(out)
+    if rc != 0 and not infos:  # one unknown node among known ones fails the command, not the answer
+        raise _failure(scontrol, args, rc, out, err)
+    return infos
+
+
+def node_address(info: NodeInfo | None) -> str:
+    """The node's NodeAddr ("" when Slurm gave none)."""
+    addr = (info.fields.get("NodeAddr") or "").split() if info else []
+    return addr[0] if addr else ""
+
+
+def node_addresses(nodes: Sequence[str], timeout: float = SCONTROL_TIMEOUT,
+                   scontrol: str = "scontrol") -> dict[str, str]:
+    """node -> the address Slurm reaches it at (NodeAddr), for any number of nodes with one
+    scontrol call. A node Slurm does not know, or any Slurm fault, maps to the node's own name;
+    never raises."""
+    try:
+        infos = show_nodes(nodes, timeout, scontrol)
+    except SlurmError:
+        infos = {}
+    return {n: node_address(infos.get(n)) or n for n in nodes}
+
+
+def _lines(text: str) -> list[str]:
+    return dedupe(line.strip() for line in text.splitlines() if line.strip())
+
+
+def hostnames(partition: str | None = None, nodelist: str | None = None, timeout: float = SCONTROL_TIMEOUT) -> list[str]:
+    """The nodes of a Slurm nodelist (`scontrol show hostnames`) or partition (`sinfo -N`).
+
+    Raises HostlistError (a ValueError) with a message for the user when Slurm is missing,
+    does not answer, fails, returns an invalid node name or no node at all."""
+    what = f"nodelist {nodelist}" if nodelist else f"partition {partition}"
+    tool, args = (("scontrol", ["show", "hostnames", nodelist]) if nodelist
+                  else ("sinfo", ["-h", "-N", "-o", "%N", "-p", str(partition)]))
+    rc, out, err = run_bounded([tool, *args], timeout)
+    if rc is None and "did not finish" in err:
+        raise HostlistError(f"Slurm did not answer within {timeout:g} s (is slurmctld up?)")
+    if rc is None:
+        raise HostlistError("Slurm's scontrol/sinfo not found: give --hosts instead")
+    if rc != 0:
+        raise HostlistError(f"Slurm: {(err or out).strip() or 'exit ' + str(rc)}")
+    names = _lines(out)
+    for n in names:
+        if not valid_node_name(n):
+            raise HostlistError(f"Slurm returned an invalid node name {n!r}")
+    if not names:
+        raise HostlistError(f"no nodes in {what}")
+    return names
+
+
+JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+SACCT_FIELDS = "JobID,NodeList,Start,End,State,ExitCode"
+
+
+def _job_query(argv: Sequence[str], parse: Callable[[str], SlurmJob], timeout: float) -> SlurmJob:
+    rc, out, err = run_bounded(argv, timeout)
+    if rc is None:
+        cause = f"{argv[0]} did not answer within {timeout:g} s" if "did not finish" in err else f"{argv[0]} not found"
+        return SlurmJob(problem=cause)
+    if rc != 0:
+        return SlurmJob(problem=(err or out).strip()[:200] or f"{argv[0]} exited {rc}")
+    return parse(out)
+
+
+def job_nodes(job_id: str, timeout: float = SCONTROL_TIMEOUT) -> SlurmJob:
+    """A job's node list, times and state: `scontrol show job` (running or recently ended),
+    else `sacct` (accounting). Never raises: without a node list, `problem` says why."""
+    if not JOB_ID.match(job_id or ""):
+        return SlurmJob(problem=f"job id {job_id!r}: use digits (4242 or 4242_7)")
+    job = _job_query(["scontrol", "show", "job", "-o", job_id], parse_scontrol_job, timeout)
+    if job.nodelist:
+        return job
+    acct = _job_query(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", SACCT_FIELDS], parse_sacct, timeout)
+    if acct.nodelist:
+        return acct
+    if not job.problem:
+        job.problem = acct.problem
+    return job
+
+
+def drain_command(nodes: Sequence[str], reason: str) -> str:
+    """The `scontrol update` line that drains `nodes` with preflight's reason, for a person to
+    run (quoted for a POSIX shell)."""
+    return shlex.join(["scontrol", "update", f"NodeName={compress(nodes)}", "State=DRAIN", f"Reason={reason}"])
 
 
 def _apply(action: Action, args: list[str], dry_run: bool, timeout: float, scontrol: str) -> Action:

@@ -41,3 +41,14 @@ class Transport(ABC):
     ) -> dict[str, NodeOutcome]:
         """Run each node's probes (concurrently, within the probes' timeouts) and return
         one outcome per node. Must not raise for node-level faults: they go into `error`."""
+
+    def resolve_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
+        """node -> the address its peers should reach it at (for pings, rendezvous).
+
+        The default is the node's own name; a transport that knows better (Slurm's NodeAddr,
+        an ssh config's HostName) overrides this. Must not raise: a node it cannot resolve
+        maps to its own name."""
+        return {node: node for node in nodes}
+
+    def close(self) -> None:  # noqa: B027 - a deliberate no-op default, not an abstract method
+        """Let go of what the transport holds open (connections, control sockets). Idempotent."""

@@ -254,20 +254,21 @@ class SrunTransport(Transport):
             return argv + [self.python, "-"], True
         return argv + [self.python, "-c", program], False
 
-    def resolve_hostname(self, name: str) -> str:
-        """The node's NodeAddr from Slurm (what its peers ping), else the name itself."""
-        if self._addresses is None:
-            self._addresses = {}
-        if name not in self._addresses:
-            from preflight.slurm import SlurmError, show_nodes
+    def resolve_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
+        """node -> its NodeAddr from Slurm (what its peers ping), else its own name: one
+        batched scontrol call for the nodes not asked about before. Never raises."""
+        from preflight.slurm import node_addresses
 
-            try:
-                info = show_nodes([name]).get(name)
-            except (SlurmError, OSError):
-                info = None
-            addr = info.fields.get("NodeAddr", "").split()[0] if info and info.fields.get("NodeAddr") else ""
-            self._addresses[name] = addr or name
-        return self._addresses[name]
+        known = self._addresses if self._addresses is not None else {}
+        todo = [n for n in dict.fromkeys(nodes) if n not in known]
+        if todo:
+            known.update(node_addresses(todo))
+        self._addresses = known
+        return {n: known[n] for n in nodes}
+
+    def resolve_hostname(self, name: str) -> str:
+        """One node's address (see `resolve_addresses`)."""
+        return self.resolve_addresses([name])[name]
 
     def collect(
         self,
