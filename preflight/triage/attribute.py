@@ -33,10 +33,12 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from preflight import slurm
 from preflight.framing import Doc, frame, syslog_year_fix
 from preflight.model import Capture, Result, Status
 from preflight.parsers import flight_recorder, nccl_log, py_spy, ras, torch_log
@@ -366,7 +368,13 @@ def _read_heartbeat(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -
         st.reported = True
 
 
+def _event_time(ev: dict[str, Any]) -> float | None:
+    t = ev.get("time")
+    return t if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+
 def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
+    """A rank's events-*.jsonl: stragglers, watchdog firings, crashes and ends."""
     for line in f.text.splitlines():
         try:
             ev = json.loads(line)
@@ -376,42 +384,65 @@ def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
             continue
         r = ev.get("rank")
         check = str(ev.get("check", ""))
-        facts_: dict[str, Any] = ev["facts"] if isinstance(ev.get("facts"), dict) else {}
-        t = ev.get("time") if isinstance(ev.get("time"), (int, float)) and not isinstance(ev.get("time"), bool) \
-            else None
         if check == "runtime.straggler":
-            if ev.get("status") in ("warn", "fail"):
-                facts.stragglers.append({"source": _src(node, f.name), "summary": ev.get("summary", ""),
-                                         "ranks": list(facts_.get("stragglers") or []),
-                                         "hosts": list(facts_.get("hosts") or []), "time": ev.get("time")})
+            _event_straggler(facts, node, f, ev)
             continue
         if not isinstance(r, int) or isinstance(r, bool) or r < 0:
             continue
-        if check == "runtime.watchdog":
-            st = facts.rank(r)
-            facts.world.add(r)
-            st.reported = True
-            st.host = st.host or str(ev.get("node") or "")
-            if isinstance(facts_.get("seq"), int):
-                st.saw(facts_["seq"], _op(str(facts_.get("op") or "")))
-            st.fail_at(t, "runtime.watchdog event")
-        elif check == "runtime.crash":
-            doc = {**facts_, "rank": r, "host": ev.get("node"), "time": facts_.get("time", t)}
-            _read_crash_record(facts, node, f.name, doc, from_event=True)
-        elif check == "runtime.exit":
-            st = facts.rank(r)
-            facts.world.add(r)
-            st.host = st.host or str(ev.get("node") or "")
-            if st.end is None:
-                st.end = {"how": str(facts_.get("how") or ""), "exit_code": facts_.get("exit_code"),
-                          "signal": facts_.get("signal"), "time": t, "step": facts_.get("step")}
-            how = st.end["how"]
-            if how == "hang":
-                st.reported = True
-            if how in ("exception", "hang"):
-                st.fail_at(t, "runtime.exit event")
-            if how != "clean":
-                st.note(_src(node, f.name, str(ev.get("summary") or f"rank {r} ended: {how}")[:300]))
+        read = _RANK_EVENTS.get(check)
+        if read is not None:
+            read(facts, node, f, ev, r)
+
+
+def _event_facts(ev: dict[str, Any]) -> dict[str, Any]:
+    return ev["facts"] if isinstance(ev.get("facts"), dict) else {}
+
+
+def _event_straggler(facts: Facts, node: str, f: NodeFile, ev: dict[str, Any]) -> None:
+    if ev.get("status") in ("warn", "fail"):
+        facts_ = _event_facts(ev)
+        facts.stragglers.append({"source": _src(node, f.name), "summary": ev.get("summary", ""),
+                                 "ranks": list(facts_.get("stragglers") or []),
+                                 "hosts": list(facts_.get("hosts") or []), "time": ev.get("time")})
+
+
+def _event_watchdog(facts: Facts, node: str, f: NodeFile, ev: dict[str, Any], r: int) -> None:
+    facts_ = _event_facts(ev)
+    st = facts.rank(r)
+    facts.world.add(r)
+    st.reported = True
+    st.host = st.host or str(ev.get("node") or "")
+    if isinstance(facts_.get("seq"), int):
+        st.saw(facts_["seq"], _op(str(facts_.get("op") or "")))
+    st.fail_at(_event_time(ev), "runtime.watchdog event")
+
+
+def _event_crash(facts: Facts, node: str, f: NodeFile, ev: dict[str, Any], r: int) -> None:
+    facts_ = _event_facts(ev)
+    doc = {**facts_, "rank": r, "host": ev.get("node"), "time": facts_.get("time", _event_time(ev))}
+    _read_crash_record(facts, node, f.name, doc, from_event=True)
+
+
+def _event_exit(facts: Facts, node: str, f: NodeFile, ev: dict[str, Any], r: int) -> None:
+    facts_ = _event_facts(ev)
+    t = _event_time(ev)
+    st = facts.rank(r)
+    facts.world.add(r)
+    st.host = st.host or str(ev.get("node") or "")
+    if st.end is None:
+        st.end = {"how": str(facts_.get("how") or ""), "exit_code": facts_.get("exit_code"),
+                  "signal": facts_.get("signal"), "time": t, "step": facts_.get("step")}
+    how = st.end["how"]
+    if how == "hang":
+        st.reported = True
+    if how in ("exception", "hang"):
+        st.fail_at(t, "runtime.exit event")
+    if how != "clean":
+        st.note(_src(node, f.name, str(ev.get("summary") or f"rank {r} ended: {how}")[:300]))
+
+
+_RANK_EVENTS: dict[str, Callable[[Facts, str, NodeFile, dict[str, Any], int], None]] = {
+    "runtime.watchdog": _event_watchdog, "runtime.crash": _event_crash, "runtime.exit": _event_exit}
 
 
 def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
@@ -428,7 +459,16 @@ def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]
     _read_hang_events(facts, node, f, tl.hang, file_rank, located)
     if f.mtime is not None and (tl.rank_log.crashes or tl.hang.events):
         facts.file_times.append(float(f.mtime))
-    for c in tl.rank_log.crashes:
+    _read_log_crashes(facts, node, f, tl.rank_log.crashes, file_rank, located)
+    for x in tl.rank_log.failures:
+        _read_launcher_exit(facts, node, f, x, located)
+    _read_log_diagnostics(facts, node, f, doc, file_rank, located)
+
+
+def _read_log_crashes(facts: Facts, node: str, f: NodeFile, crashes: list[Crash], file_rank: int | None,
+                      located: dict[int, set[str]]) -> None:
+    """The tracebacks in a log, each the rank's that printed it (the launcher's own left out)."""
+    for c in crashes:
         r = c.rank if c.rank is not None else file_rank
         if r is None or c.exception.endswith(_LAUNCHER_EXCEPTIONS):
             continue
@@ -437,21 +477,31 @@ def _read_log(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]
         st.crashes.append(c)
         located[r].add(node)
         st.note(_src(node, f.name, f"rank {r}: {c.exception}: {c.message}"[:300]))
-    for x in tl.rank_log.failures:
-        if x.rank is None:
-            continue
-        st = facts.rank(x.rank)
-        facts.world.add(x.rank)
-        st.exits.append(x)
-        if x.host in ("", "localhost", "127.0.0.1"):  # a local launcher: its ranks ran where its log is
-            located[x.rank].add(node)
-        else:
-            st.launcher_host = st.launcher_host or x.host
-        if x.exitcode == EXIT_HANG:
-            st.reported = True  # its watchdog fired: it was waiting, not crashing
-        what = "watchdog hang exit" if x.exitcode == EXIT_HANG else (x.signal or "")
-        st.note(_src(node, f.name, f"launcher: rank {x.rank} exitcode {x.exitcode}" + (f" ({what})" if what else "")
-                     + (" [torchrun's root cause: first observed failure]" if x.root_cause else "")))
+
+
+def _read_launcher_exit(facts: Facts, node: str, f: NodeFile, x: ChildFailure,
+                        located: dict[int, set[str]]) -> None:
+    """One row of the launcher's failure table (torchrun's ChildFailedError summary)."""
+    if x.rank is None:
+        return
+    st = facts.rank(x.rank)
+    facts.world.add(x.rank)
+    st.exits.append(x)
+    if x.host in ("", "localhost", "127.0.0.1"):  # a local launcher: its ranks ran where its log is
+        located[x.rank].add(node)
+    else:
+        st.launcher_host = st.launcher_host or x.host
+    if x.exitcode == EXIT_HANG:
+        st.reported = True  # its watchdog fired: it was waiting, not crashing
+    what = "watchdog hang exit" if x.exitcode == EXIT_HANG else (x.signal or "")
+    st.note(_src(node, f.name, f"launcher: rank {x.rank} exitcode {x.exitcode}" + (f" ({what})" if what else "")
+                 + (" [torchrun's root cause: first observed failure]" if x.root_cause else "")))
+
+
+def _read_log_diagnostics(facts: Facts, node: str, f: NodeFile, doc: Doc, file_rank: int | None,
+                          located: dict[int, set[str]]) -> None:
+    """What else a log may hold: fr_trace findings, an NCCL RAS status, py-spy dumps, NCCL errors."""
+    text = f.text
     if flight_recorder.detect(doc):
         for finding in flight_recorder.parse(doc).findings:
             facts.fr_findings.append((_src(node, f.name), finding))
@@ -587,64 +637,79 @@ def _plan_ctx(prof: Any, opts: Any) -> Any:
     return PlanContext(node="node", profile=prof, options=opts)
 
 
-def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: datetime | None = None) -> Facts:
-    """Read every node's captures and run-directory files into per-rank facts."""
-    facts = Facts(nodes=sorted(set(bundle.nodes) | set(bundle.errors)))
-    located: dict[int, set[str]] = defaultdict(set)
-    where_file: dict[str, set[str]] = defaultdict(set)
-    run_dir_missing: list[str] = []
-    run_dir_probed = 0
-    log_files: dict[str, int] = defaultdict(int)  # --log probe -> files found on any node
-    log_missing: dict[str, str] = {}
+@dataclass
+class _Census:
+    """What the file probes brought back, counted before any file is read."""
+
+    where_file: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # base name -> nodes
+    run_dir_probed: int = 0
+    run_dir_missing: list[str] = field(default_factory=list)  # "node: why" where the run directory was not read
+    log_files: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # --log probe -> files, all nodes
+    log_missing: dict[str, str] = field(default_factory=dict)  # --log probe -> why it found nothing
+
+
+def _file_probes(caps: dict[str, Capture]) -> Iterator[tuple[str, Capture]]:
+    """The node's run-directory and --log captures, in probe order."""
+    for probe in sorted(caps):
+        if probe == RUN_DIR_PROBE or probe.startswith(LOGS_PROBE):
+            yield probe, caps[probe]
+
+
+def _count_files(facts: Facts, bundle: Bundle) -> _Census:
+    census = _Census()
     for node, caps in sorted(bundle.nodes.items()):
-        for probe in sorted(caps):
-            if probe == RUN_DIR_PROBE or probe.startswith(LOGS_PROBE):
-                files, problem = decode_files(caps[probe])
-                if probe == RUN_DIR_PROBE:
-                    run_dir_probed += 1
-                    facts.run_dir_files += len(files)
-                    if problem:
-                        run_dir_missing.append(f"{node}: {problem}")
-                else:
-                    log_files[probe] += len(files)
-                    if problem:
-                        log_missing.setdefault(probe, problem)
+        for probe, cap in _file_probes(caps):
+            files, problem = decode_files(cap)
+            if probe == RUN_DIR_PROBE:
+                census.run_dir_probed += 1
+                facts.run_dir_files += len(files)
                 if problem:
-                    facts.problems.append(f"{node}:{probe}: {problem}")
-                for path, why in decode_skipped(caps[probe]):
-                    facts.input_errors.append(f"{node}:{path}: unreadable: {why}")
-                for f in files:
-                    where_file[_base(f.name)].add(node)
-    if run_dir_probed and not facts.run_dir_files:
-        where = bundle.run_dir or "the run directory"
-        if len(run_dir_missing) == run_dir_probed:
-            facts.input_errors.insert(0, f"{where}: not read on any node ({'; '.join(run_dir_missing[:4])})")
+                    census.run_dir_missing.append(f"{node}: {problem}")
+            else:
+                census.log_files[probe] += len(files)
+                if problem:
+                    census.log_missing.setdefault(probe, problem)
+            if problem:
+                facts.problems.append(f"{node}:{probe}: {problem}")
+            for path, why in decode_skipped(cap):
+                facts.input_errors.append(f"{node}:{path}: unreadable: {why}")
+            for f in files:
+                census.where_file[_base(f.name)].add(node)
+    return census
+
+
+def _missing_input(facts: Facts, census: _Census, run_dir: str) -> None:
+    """A run directory that held nothing anywhere, a --log glob that matched nothing anywhere."""
+    if census.run_dir_probed and not facts.run_dir_files:
+        where = run_dir or "the run directory"
+        if len(census.run_dir_missing) == census.run_dir_probed:
+            facts.input_errors.insert(0, f"{where}: not read on any node ({'; '.join(census.run_dir_missing[:4])})")
         else:
             facts.input_errors.insert(0, f"{where}: holds no files on any node (nothing to read)")
-    for probe, n in sorted(log_files.items()):
+    for probe, n in sorted(census.log_files.items()):
         if not n:
-            facts.input_errors.append(f"--log {log_missing.get(probe) or 'a glob: no file read on any node'}")
-    seen_files: set[tuple[str, bytes]] = set()
-    for node, caps in sorted(bundle.nodes.items()):
-        for probe in sorted(caps):
-            if not (probe == RUN_DIR_PROBE or probe.startswith(LOGS_PROBE)):
+            facts.input_errors.append(f"--log {census.log_missing.get(probe) or 'a glob: no file read on any node'}")
+
+
+def _read_node_files(facts: Facts, node: str, caps: dict[str, Capture], census: _Census,
+                     seen_files: set[tuple[str, bytes]], located: dict[int, set[str]]) -> None:
+    """Read the node's files, each once: a shared run directory shows every node the same files,
+    and a file seen on several nodes does not place its ranks on this one."""
+    for _, cap in _file_probes(caps):
+        files, _ = decode_files(cap)
+        for f in files:
+            base = _base(f.name)
+            key = (base, f.data[:4096] + f.data[-4096:])
+            if key in seen_files:
                 continue
-            files, _ = decode_files(caps[probe])
-            for f in files:
-                base = _base(f.name)
-                key = (base, f.data[:4096] + f.data[-4096:])
-                if key in seen_files:  # a shared run directory: every node sees the same files
-                    continue
-                seen_files.add(key)
-                loc = node if len(where_file[base]) == 1 else ""
-                _read_file(facts, loc or node, f, located if loc else defaultdict(set))
-        _read_procs(facts, node, decode_procs(caps.get(PROCS_PROBE)), located)
-        if registry is not None:
-            _node_faults(facts, node, caps, since, registry)
-    for node, err in bundle.errors.items():
-        facts.problems.append(f"{node}: not collected: {err}")
-    # where each rank ran: its own records' host, else the only node its files were found on,
-    # else the launcher's host name
+            seen_files.add(key)
+            loc = node if len(census.where_file[base]) == 1 else ""
+            _read_file(facts, loc or node, f, located if loc else defaultdict(set))
+
+
+def _place_ranks(facts: Facts, located: dict[int, set[str]]) -> None:
+    """Where each rank ran: its own records' host, else the only node its files were found on,
+    else the launcher's host name."""
     for r, st in facts.ranks.items():
         if st.host and st.host in facts.nodes:
             st.node = st.host
@@ -652,6 +717,23 @@ def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: dateti
             st.node = next(iter(located[r]))
         else:
             st.node = st.host or (st.launcher_host if st.launcher_host in facts.nodes else "")
+
+
+def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: datetime | None = None) -> Facts:
+    """Read every node's captures and run-directory files into per-rank facts."""
+    facts = Facts(nodes=sorted(set(bundle.nodes) | set(bundle.errors)))
+    located: dict[int, set[str]] = defaultdict(set)
+    census = _count_files(facts, bundle)
+    _missing_input(facts, census, bundle.run_dir)
+    seen_files: set[tuple[str, bytes]] = set()
+    for node, caps in sorted(bundle.nodes.items()):
+        _read_node_files(facts, node, caps, census, seen_files, located)
+        _read_procs(facts, node, decode_procs(caps.get(PROCS_PROBE)), located)
+        if registry is not None:
+            _node_faults(facts, node, caps, since, registry)
+    for node, err in bundle.errors.items():
+        facts.problems.append(f"{node}: not collected: {err}")
+    _place_ranks(facts, located)
     return facts
 
 
@@ -825,10 +907,11 @@ def _ranks_on(facts: Facts, node: str) -> list[int]:
 
 
 def _drain_action(nodes: list[str], reason: str, job: dict[str, Any]) -> str:
+    """Drain the faulty nodes with a preflight reason (the command Slurm's adapter writes), then
+    requeue the job without them."""
     names = ",".join(nodes)
-    reason = reason.replace('"', "'")[:120]
     jid = job.get("job_id") or "<job>"
-    return (f"drain {names}: scontrol update NodeName={names} State=DRAIN Reason=\"preflight: triage {reason}\"; "
+    return (f"drain {names}: {slurm.drain_command(nodes, slurm.drain_reason('triage', reason))}; "
             f"requeue the job without it: scontrol requeue {jid} (once {names} is drained), or resubmit with "
             f"--exclude={names}")
 
@@ -876,30 +959,34 @@ def _launcher_opinion(facts: Facts, head: RankState) -> str:
             f"rank {head.rank}'s own record{own} is earlier and outweighs it")
 
 
-def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
-    """The verdict: category, culprits (node, ranks), evidence lines with their sources, action."""
-    job = dict(job or {})
-    first = _first_failure(facts)
-    ref = first.get("time")
-    if ref is None and facts.file_times:
-        ref = min(facts.file_times)  # no record of its own: the logs' file times place node faults
-    culprit_ranks, coll, hang_ev = _hang(facts)
-    faults = _correlate(facts, ref)
-    ranks_out = []
-    for s in sorted(facts.ranks.values(), key=lambda s: s.rank):
-        prim = s.primary()
-        ranks_out.append({
-            "rank": s.rank, "node": s.node, "host": s.host, "entered": s.entered, "entered_op": s.entered_op,
+@dataclass
+class _Case:
+    """What every rule of `decide` starts from: the job's clock, where the ranks parted, the node
+    faults in the window, and the parts every verdict carries."""
+
+    job: dict[str, Any]
+    ref: float | None  # the first failure's time (else the logs' file times): places node faults
+    culprit_ranks: list[int]  # the ranks that never joined the collective the others waited in
+    coll: dict[str, Any]  # {"op", "seq"} where the ranks parted (the verdict's own dict)
+    hang_ev: list[str]
+    faults: list[NodeFault]  # node faults in the window around the first failure
+    base: dict[str, Any]  # the verdict's fields every category fills the same way
+    inputs: list[str]  # "input: ..." lines for input that could not be read
+    rank_ev: list[str]  # evidence of the culprit ranks: their records, heartbeats, stacks
+    ranks: list[RankState]
+
+
+def _rank_row(s: RankState) -> dict[str, Any]:
+    prim = s.primary()
+    return {"rank": s.rank, "node": s.node, "host": s.host, "entered": s.entered, "entered_op": s.entered_op,
             "stuck": s.stuck, "reported": s.reported, "proc_state": s.proc_state, "step": s.step,
             "crashed": bool(prim), "exception": _what(prim) if prim else "", "failed_at": s.first_seen,
             "failed_at_source": s.first_source, "exit_code": s.exit_code(), "ended_by": s.outside_signal(),
             "hang_exit": s.hang_exit(), "clean_end": s.clean_end(), "launcher_root_cause": s.root_cause,
-            "suspected_by": sorted(s.suspected_by)})
-    base: dict[str, Any] = {"first_failure": first, "ranks": ranks_out, "job": job, "collective": coll,
-            "node_faults": [{"node": f.node, "check": f.check, "summary": f.summary, "time": f.time,
-                             "correlated": f.correlated, "xids": f.xids} for f in facts.node_faults],
-            "input_errors": list(facts.input_errors)}
-    inputs = [f"input: {e}" for e in facts.input_errors[:6]]
+            "suspected_by": sorted(s.suspected_by)}
+
+
+def _culprit_evidence(facts: Facts, culprit_ranks: list[int], ref: float | None) -> list[str]:
     rank_ev: list[str] = []
     for r in culprit_ranks:
         st = facts.rank(r)
@@ -909,157 +996,231 @@ def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
             rank_ev.append(hb)
         if st.stack:
             rank_ev.append(f"rank {r} stack (innermost last): " + " | ".join(st.stack[-3:]))
+    return rank_ev
 
-    # 1. hardware: a node fault in the window before the first failure is the cause
-    if faults:
-        nodes = sorted({f.node for f in faults})
-        culprits = [{"node": n, "ranks": sorted(set(_ranks_on(facts, n)) | {r for r in culprit_ranks
-                                                                             if facts.rank(r).node == n})}
-                    for n in nodes]
-        ev = []
-        for f in faults:
-            when = ""
-            if f.time is not None and ref is not None:
-                when = f" ({(ref - f.time) / 60:.1f} min before the first failure)" if ref >= f.time else \
-                    f" ({(f.time - ref):.0f} s after the first failure)"
-            ev.append(f"{f.node}:{f.check}: {f.summary}{when}")
-            ev += [f"{f.node}:{f.check}: {line}" for line in f.evidence[:3]]
-        if coll.get("seq") is not None:
-            ev.append(f"the job then hung in {coll.get('op') or 'a collective'} seq {coll['seq']}; the timeouts on "
-                      "the other nodes follow from it")
-        ev += hang_ev[:4] + rank_ev[:6] + inputs
-        reason = faults[0].summary
-        return Verdict(category="hardware",
-                       summary=f"hardware fault on {', '.join(nodes)}: {reason}",
-                       culprits=culprits, evidence=ev, action=_drain_action(nodes, reason, job)
-                       + (f". {faults[0].remedy}" if faults[0].remedy else ""), **base)
 
-    ranks = list(facts.ranks.values())
-    # 2. software crash: a rank raised an exception of its own (not a consequence of another
-    # rank's failure), first by its own records' time
-    primaries = [s for s in ranks if s.primary()]
-    if primaries:
-        head = min(primaries, key=_order)
-        rec = head.primary() or {}
-        what = _what(rec)
-        where = f" at step {rec.get('step')}" if rec.get("step") is not None else ""
-        where += f" in section '{rec.get('section')}'" if rec.get("section") else ""
-        when = f" ({head.first_source} at {_iso(head.first_seen)})" if head.first_seen is not None else ""
-        ev = [f"rank {head.rank} on {head.node or '?'} failed first{where}: {what}{when}"]
-        tb = [ln.strip() for entry in rec.get("stack") or [] for ln in str(entry).splitlines() if ln.strip()]
-        ev += [f"rank {head.rank} traceback: {line}" for line in tb[-4:]]
-        opinion = _launcher_opinion(facts, head)
-        if opinion:
-            ev.append(opinion)
-        later = sorted((s for s in primaries if s is not head), key=_order)
-        for s in later[:4]:
-            p = s.primary() or {}
-            dt = f" {s.first_seen - head.first_seen:.2f} s later" if s.first_seen is not None and \
-                head.first_seen is not None else ""
-            ev.append(f"rank {s.rank} also raised{dt}: {_what(p)[:160]}")
-        ev += _bystanders(facts, head.rank)
-        ev += head.evidence[:4] + inputs
-        action = (f"fix the failure of rank {head.rank} on {head.node or '?'} ({what[:160]}); the errors of the other "
-                  "ranks follow from it; restart from the last checkpoint after the fix")
-        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed{where}: "
-                                                          f"{what[:200]}",
-                       culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **base)
+def _case(facts: Facts, job: dict[str, Any]) -> _Case:
+    first = _first_failure(facts)
+    ref = first.get("time")
+    if ref is None and facts.file_times:
+        ref = min(facts.file_times)  # no record of its own: the logs' file times place node faults
+    culprit_ranks, coll, hang_ev = _hang(facts)
+    faults = _correlate(facts, ref)
+    ranks_out = [_rank_row(s) for s in sorted(facts.ranks.values(), key=lambda s: s.rank)]
+    base: dict[str, Any] = {"first_failure": first, "ranks": ranks_out, "job": job, "collective": coll,
+            "node_faults": [{"node": f.node, "check": f.check, "summary": f.summary, "time": f.time,
+                             "correlated": f.correlated, "xids": f.xids} for f in facts.node_faults],
+            "input_errors": list(facts.input_errors)}
+    return _Case(job=job, ref=ref, culprit_ranks=culprit_ranks, coll=coll, hang_ev=hang_ev, faults=faults,
+                 base=base, inputs=[f"input: {e}" for e in facts.input_errors[:6]],
+                 rank_ev=_culprit_evidence(facts, culprit_ranks, ref), ranks=list(facts.ranks.values()))
 
-    # 3. a rank that exited with a failing code of its own and left no traceback (exit 1, SIGSEGV,
-    # SIGABRT): not the watchdog's hang exit, not a signal from outside, not a consequence
-    failing = [s for s in ranks if not s.secondary() and not s.reported and not s.hang_exit()
+
+def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
+    """The verdict: category, culprits (node, ranks), evidence lines with their sources, action.
+    The rules are tried in order; the first that finds its evidence decides."""
+    case = _case(facts, dict(job or {}))
+    for rule in (_hardware, _crash, _silent_failure, _communication_hang, _killed, _slowdown, _clean):
+        verdict = rule(facts, case)
+        if verdict is not None:
+            return verdict
+    return _unknown(facts, sorted(set(facts.ranks) | facts.world), case.inputs, case.base)
+
+
+def _fault_lines(faults: list[NodeFault], ref: float | None) -> list[str]:
+    ev = []
+    for f in faults:
+        when = ""
+        if f.time is not None and ref is not None:
+            when = f" ({(ref - f.time) / 60:.1f} min before the first failure)" if ref >= f.time else \
+                f" ({(f.time - ref):.0f} s after the first failure)"
+        ev.append(f"{f.node}:{f.check}: {f.summary}{when}")
+        ev += [f"{f.node}:{f.check}: {line}" for line in f.evidence[:3]]
+    return ev
+
+
+def _hardware(facts: Facts, case: _Case) -> Verdict | None:
+    """1. hardware: a node fault in the window before the first failure is the cause."""
+    if not case.faults:
+        return None
+    nodes = sorted({f.node for f in case.faults})
+    culprits = [{"node": n, "ranks": sorted(set(_ranks_on(facts, n)) | {r for r in case.culprit_ranks
+                                                                         if facts.rank(r).node == n})}
+                for n in nodes]
+    ev = _fault_lines(case.faults, case.ref)
+    coll = case.coll
+    if coll.get("seq") is not None:
+        ev.append(f"the job then hung in {coll.get('op') or 'a collective'} seq {coll['seq']}; the timeouts on "
+                  "the other nodes follow from it")
+    ev += case.hang_ev[:4] + case.rank_ev[:6] + case.inputs
+    reason = case.faults[0].summary
+    return Verdict(category="hardware",
+                   summary=f"hardware fault on {', '.join(nodes)}: {reason}",
+                   culprits=culprits, evidence=ev, action=_drain_action(nodes, reason, case.job)
+                   + (f". {case.faults[0].remedy}" if case.faults[0].remedy else ""), **case.base)
+
+
+def _crash(facts: Facts, case: _Case) -> Verdict | None:
+    """2. software crash: a rank raised an exception of its own (not a consequence of another
+    rank's failure), first by its own records' time."""
+    primaries = [s for s in case.ranks if s.primary()]
+    if not primaries:
+        return None
+    head = min(primaries, key=_order)
+    rec = head.primary() or {}
+    what = _what(rec)
+    where = f" at step {rec.get('step')}" if rec.get("step") is not None else ""
+    where += f" in section '{rec.get('section')}'" if rec.get("section") else ""
+    when = f" ({head.first_source} at {_iso(head.first_seen)})" if head.first_seen is not None else ""
+    ev = [f"rank {head.rank} on {head.node or '?'} failed first{where}: {what}{when}"]
+    tb = [ln.strip() for entry in rec.get("stack") or [] for ln in str(entry).splitlines() if ln.strip()]
+    ev += [f"rank {head.rank} traceback: {line}" for line in tb[-4:]]
+    opinion = _launcher_opinion(facts, head)
+    if opinion:
+        ev.append(opinion)
+    ev += _later_crashes(head, primaries)
+    ev += _bystanders(facts, head.rank)
+    ev += head.evidence[:4] + case.inputs
+    action = (f"fix the failure of rank {head.rank} on {head.node or '?'} ({what[:160]}); the errors of the other "
+              "ranks follow from it; restart from the last checkpoint after the fix")
+    return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed{where}: "
+                                                      f"{what[:200]}",
+                   culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **case.base)
+
+
+def _later_crashes(head: RankState, primaries: list[RankState]) -> list[str]:
+    """The other ranks that raised on their own, after the first."""
+    ev = []
+    later = sorted((s for s in primaries if s is not head), key=_order)
+    for s in later[:4]:
+        p = s.primary() or {}
+        dt = f" {s.first_seen - head.first_seen:.2f} s later" if s.first_seen is not None and \
+            head.first_seen is not None else ""
+        ev.append(f"rank {s.rank} also raised{dt}: {_what(p)[:160]}")
+    return ev
+
+
+def _silent_failure(facts: Facts, case: _Case) -> Verdict | None:
+    """3. a rank that exited with a failing code of its own and left no traceback (exit 1, SIGSEGV,
+    SIGABRT): not the watchdog's hang exit, not a signal from outside, not a consequence."""
+    failing = [s for s in case.ranks if not s.secondary() and not s.reported and not s.hang_exit()
                and not s.outside_signal() and ((s.exit_code() or 0) != 0 or (s.end or {}).get("how") == "exception")]
-    if failing:
-        head = min(failing, key=_order)
-        bad = next((x for x in head.exits if (x.exitcode or 0) != 0), None)
-        code = head.exit_code()
-        what = f"exit code {code}" + (f" ({bad.signal})" if bad and bad.signal else "")
-        ev = [f"rank {head.rank} on {head.node or '?'} failed first: {what}, without a traceback or crash record"]
-        opinion = _launcher_opinion(facts, head)
-        if opinion:
-            ev.append(opinion)
-        ev += _bystanders(facts, head.rank) + head.evidence[:4] + inputs
-        action = (f"rank {head.rank} on {head.node or '?'} ended with {what} and left no record: read its own output "
-                  "(stderr, core dump); install preflight.runtime.crash in the training script so the next failure "
-                  "records its exception")
-        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: {what}",
-                       culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **base)
+    if not failing:
+        return None
+    head = min(failing, key=_order)
+    bad = next((x for x in head.exits if (x.exitcode or 0) != 0), None)
+    code = head.exit_code()
+    what = f"exit code {code}" + (f" ({bad.signal})" if bad and bad.signal else "")
+    ev = [f"rank {head.rank} on {head.node or '?'} failed first: {what}, without a traceback or crash record"]
+    opinion = _launcher_opinion(facts, head)
+    if opinion:
+        ev.append(opinion)
+    ev += _bystanders(facts, head.rank) + head.evidence[:4] + case.inputs
+    action = (f"rank {head.rank} on {head.node or '?'} ended with {what} and left no record: read its own output "
+              "(stderr, core dump); install preflight.runtime.crash in the training script so the next failure "
+              "records its exception")
+    return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: {what}",
+                   culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **case.base)
 
-    # 4. communication hang: the ranks that never entered the collective the others wait in
-    if any(s.reported for s in ranks) or facts.fr_findings or facts.ras:
-        for src, fnd in facts.fr_findings:
-            culprit_ranks = sorted(set(culprit_ranks) | set(fnd.missing_ranks) | {r for r, _ in fnd.culprits})
-            hang_ev.append(f"{src}: fr_trace: {fnd.lines[0]} ({fnd.op}; missing ranks {fnd.missing_ranks})")
-            if fnd.seq is not None and not coll.get("seq"):
-                coll.update({"op": fnd.op, "seq": fnd.seq})
-        for src, ras_status in facts.ras:
-            behind = [x["rank"] for x in ras_status.ranks if x.get("launched") is not None
-                      and ras_status.majority_launched is not None and x["launched"] < ras_status.majority_launched]
-            gone = [x["rank"] for x in ras_status.ranks if x.get("section") in ("INCOMPLETE", "DEAD")]
-            for x in ras_status.ranks:
-                if x["rank"] in behind + gone and x.get("node"):
-                    st = facts.rank(x["rank"])
-                    st.node = st.node or x["node"]
-            culprit_ranks = sorted(set(culprit_ranks) | set(behind) | set(gone))
-            hang_ev += [f"{src}: {line}" for line in ras_status.lines[:6]]
-        cul = _culprit_list(facts, culprit_ranks)
-        where = f"{coll.get('op') or 'a collective'} seq {coll.get('seq')}" if coll.get("seq") is not None else \
-            "a collective"
-        exits = [s.rank for s in ranks if s.hang_exit()]
-        if exits:
-            hang_ev.append(f"{_ranks(sorted(exits))} ended with exit code {EXIT_HANG}: the watchdog's hang exit "
-                           "(waiting, not crashed)")
-        if culprit_ranks:
-            who = "; ".join(f"rank{'s' if len(c['ranks']) > 1 else ''} {_list(c['ranks'])} on {c['node']}" for c in cul)
-            summary = f"communication hang in {where}: {who} never joined"
-            nodes = [c["node"] for c in cul if c["node"] != "unknown"]
-            action = (f"inspect {who}: its stacks (py-spy dump, hang-rank*.json, stacks-rank*.txt) show where it is; "
-                      f"restart the job from its last checkpoint without {', '.join(nodes) or 'that node'} "
-                      f"(--exclude={','.join(nodes)}), and drain it if the hang repeats there")
-        else:
-            summary = f"communication hang in {where}; every rank reported waiting, no rank singled out"
-            action = ("compare the ranks' stacks (hang-rank*.json, py-spy) for a rank in another collective or "
-                      "process group; run `preflight run` on the job's nodes before restarting")
-        return Verdict(category="communication hang", summary=summary, culprits=cul,
-                       evidence=hang_ev + rank_ev + inputs, action=action, **base)
 
-    # 5. killed from outside first, and nothing else failed: the OOM killer (SIGKILL)
-    killed = [s for s in ranks if s.outside_signal() == "SIGKILL" and s.root_cause]
-    if killed:
-        head = killed[0]
-        ev = [f"rank {head.rank} on {head.node or '?'} was the first to end (the launcher's root cause): SIGKILL, "
-              "with no exception or hang record of its own"] + _bystanders(facts, head.rank) + head.evidence[:4] + inputs
-        action = (f"rank {head.rank} on {head.node or '?'} was killed (SIGKILL): check that node's kernel log for "
-                  "the OOM killer (host memory) and the job's memory limits; requeue after the fix")
-        return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: exit code "
-                                                          "-9 (SIGKILL)",
-                       culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **base)
+def _add_fr_findings(facts: Facts, case: _Case) -> None:
+    """fr_trace's analysis of the dumps: its missing ranks and culprits join the hang's culprits."""
+    for src, fnd in facts.fr_findings:
+        case.culprit_ranks = sorted(set(case.culprit_ranks) | set(fnd.missing_ranks) | {r for r, _ in fnd.culprits})
+        case.hang_ev.append(f"{src}: fr_trace: {fnd.lines[0]} ({fnd.op}; missing ranks {fnd.missing_ranks})")
+        if fnd.seq is not None and not case.coll.get("seq"):
+            case.coll.update({"op": fnd.op, "seq": fnd.seq})
 
-    # 6. slowdown: stragglers reported by the runtime layer
-    if facts.stragglers:
-        ranks_ = sorted({r for s in facts.stragglers for r in s["ranks"] if isinstance(r, int)})
-        hosts = sorted({h for s in facts.stragglers for h in s["hosts"]})
-        for r in ranks_:
-            st = facts.rank(r)
-            if not st.node and len(hosts) == 1:
-                st.node = hosts[0]
-        cul = _culprit_list(facts, ranks_) if ranks_ else [{"node": h, "ranks": []} for h in hosts]
-        ev = [f"{s['source']}: {s['summary']}" for s in facts.stragglers[:6]] + inputs
-        return Verdict(category="slowdown", summary=f"slowdown: stragglers {', '.join(map(str, ranks_))} on "
-                                                    f"{', '.join(hosts) or '?'}",
-                       culprits=cul, evidence=ev,
-                       action=f"check {', '.join(hosts) or 'the slow nodes'} (GPU clocks, thermals, `preflight run`); "
-                              "drain a node that stays slow and restart the job without it", **base)
 
-    # 7. none, only on positive evidence: every rank of the job ended cleanly
+def _add_ras(facts: Facts, case: _Case) -> None:
+    """NCCL RAS status: ranks behind the majority's launched count, or in an incomplete/dead
+    communicator, join the hang's culprits on the node RAS names."""
+    for src, ras_status in facts.ras:
+        behind = [x["rank"] for x in ras_status.ranks if x.get("launched") is not None
+                  and ras_status.majority_launched is not None and x["launched"] < ras_status.majority_launched]
+        gone = [x["rank"] for x in ras_status.ranks if x.get("section") in ("INCOMPLETE", "DEAD")]
+        for x in ras_status.ranks:
+            if x["rank"] in behind + gone and x.get("node"):
+                st = facts.rank(x["rank"])
+                st.node = st.node or x["node"]
+        case.culprit_ranks = sorted(set(case.culprit_ranks) | set(behind) | set(gone))
+        case.hang_ev += [f"{src}: {line}" for line in ras_status.lines[:6]]
+
+
+def _communication_hang(facts: Facts, case: _Case) -> Verdict | None:
+    """4. communication hang: the ranks that never entered the collective the others wait in."""
+    if not (any(s.reported for s in case.ranks) or facts.fr_findings or facts.ras):
+        return None
+    _add_fr_findings(facts, case)
+    _add_ras(facts, case)
+    coll = case.coll
+    cul = _culprit_list(facts, case.culprit_ranks)
+    where = f"{coll.get('op') or 'a collective'} seq {coll.get('seq')}" if coll.get("seq") is not None else \
+        "a collective"
+    exits = [s.rank for s in case.ranks if s.hang_exit()]
+    if exits:
+        case.hang_ev.append(f"{_ranks(sorted(exits))} ended with exit code {EXIT_HANG}: the watchdog's hang exit "
+                            "(waiting, not crashed)")
+    if case.culprit_ranks:
+        who = "; ".join(f"rank{'s' if len(c['ranks']) > 1 else ''} {_list(c['ranks'])} on {c['node']}" for c in cul)
+        summary = f"communication hang in {where}: {who} never joined"
+        nodes = [c["node"] for c in cul if c["node"] != "unknown"]
+        action = (f"inspect {who}: its stacks (py-spy dump, hang-rank*.json, stacks-rank*.txt) show where it is; "
+                  f"restart the job from its last checkpoint without {', '.join(nodes) or 'that node'} "
+                  f"(--exclude={','.join(nodes)}), and drain it if the hang repeats there")
+    else:
+        summary = f"communication hang in {where}; every rank reported waiting, no rank singled out"
+        action = ("compare the ranks' stacks (hang-rank*.json, py-spy) for a rank in another collective or "
+                  "process group; run `preflight run` on the job's nodes before restarting")
+    return Verdict(category="communication hang", summary=summary, culprits=cul,
+                   evidence=case.hang_ev + case.rank_ev + case.inputs, action=action, **case.base)
+
+
+def _killed(facts: Facts, case: _Case) -> Verdict | None:
+    """5. killed from outside first, and nothing else failed: the OOM killer (SIGKILL)."""
+    killed = [s for s in case.ranks if s.outside_signal() == "SIGKILL" and s.root_cause]
+    if not killed:
+        return None
+    head = killed[0]
+    ev = [f"rank {head.rank} on {head.node or '?'} was the first to end (the launcher's root cause): SIGKILL, "
+          "with no exception or hang record of its own"] + _bystanders(facts, head.rank) + head.evidence[:4] \
+        + case.inputs
+    action = (f"rank {head.rank} on {head.node or '?'} was killed (SIGKILL): check that node's kernel log for "
+              "the OOM killer (host memory) and the job's memory limits; requeue after the fix")
+    return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: exit code "
+                                                      "-9 (SIGKILL)",
+                   culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **case.base)
+
+
+def _slowdown(facts: Facts, case: _Case) -> Verdict | None:
+    """6. slowdown: stragglers reported by the runtime layer."""
+    if not facts.stragglers:
+        return None
+    ranks_ = sorted({r for s in facts.stragglers for r in s["ranks"] if isinstance(r, int)})
+    hosts = sorted({h for s in facts.stragglers for h in s["hosts"]})
+    for r in ranks_:
+        st = facts.rank(r)
+        if not st.node and len(hosts) == 1:
+            st.node = hosts[0]
+    cul = _culprit_list(facts, ranks_) if ranks_ else [{"node": h, "ranks": []} for h in hosts]
+    ev = [f"{s['source']}: {s['summary']}" for s in facts.stragglers[:6]] + case.inputs
+    return Verdict(category="slowdown", summary=f"slowdown: stragglers {', '.join(map(str, ranks_))} on "
+                                                f"{', '.join(hosts) or '?'}",
+                   culprits=cul, evidence=ev,
+                   action=f"check {', '.join(hosts) or 'the slow nodes'} (GPU clocks, thermals, `preflight run`); "
+                          "drain a node that stays slow and restart the job without it", **case.base)
+
+
+def _clean(facts: Facts, case: _Case) -> Verdict | None:
+    """7. none, only on positive evidence: every rank of the job ended cleanly."""
     known = sorted(set(facts.ranks) | facts.world)
-    if known and all(facts.rank(r).clean_end() for r in known):
-        return Verdict(category="none", summary=f"every rank ({len(known)}) ended cleanly; no hang, crash, node fault "
-                                                "or slowdown found",
-                       evidence=[f"{_ranks(known)}: clean end (runtime.exit or a closed heartbeat)"]
-                       + inputs + facts.problems[:6],
-                       action="nothing to do", **base)
-    return _unknown(facts, known, inputs, base)
+    if not (known and all(facts.rank(r).clean_end() for r in known)):
+        return None
+    return Verdict(category="none", summary=f"every rank ({len(known)}) ended cleanly; no hang, crash, node fault "
+                                            "or slowdown found",
+                   evidence=[f"{_ranks(known)}: clean end (runtime.exit or a closed heartbeat)"]
+                   + case.inputs + facts.problems[:6],
+                   action="nothing to do", **case.base)
 
 
 def _unknown(facts: Facts, known: list[int], inputs: list[str], base: dict[str, Any]) -> Verdict:

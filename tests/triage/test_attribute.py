@@ -56,6 +56,24 @@ def test_hang_silent_rank_named_with_host_op_and_seq() -> None:
     assert "gpu018" in verdict.action and "rank 4" in verdict.action
 
 
+def test_drain_action_is_the_slurm_adapters_command_with_a_preflight_reason() -> None:
+    """The hardware verdict's action drains with the command and reason `preflight drain` uses
+    (quoted for a shell, brackets and quotes in the summary kept harmless), then requeues."""
+    import shlex
+
+    from preflight import slurm
+
+    action = attribute._drain_action(["gpu017", "gpu018"], 'Xid 79 "fallen off the bus" [GPU 3]', {"job_id": "77"})
+    drain, _, rest = action.partition("; requeue")
+    argv = shlex.split(drain.partition(": ")[2])
+    assert argv[:4] == ["scontrol", "update", "NodeName=gpu[017-018]", "State=DRAIN"]
+    reason = argv[4].removeprefix("Reason=")
+    assert slurm.is_preflight_reason(reason) and reason.startswith("preflight: triage Xid 79")
+    assert "[" not in reason and len(reason) <= slurm.REASON_MAX
+    assert "scontrol requeue 77" in rest and "--exclude=gpu017,gpu018" in rest
+    assert "scontrol requeue <job>" in attribute._drain_action(["n1"], "x", {})
+
+
 def test_xid79_on_the_culprit_node_minutes_before_is_the_cause() -> None:
     nodes = _wd_nodes({"gpu018": {"kernel-log": kernel_capture(_dmesg_at(T0 - 300))},
                        "gpu017": {"kernel-log": kernel_capture(_dmesg_at(T0 - 9000, 13)[:0] + "[Mon Nov 23 06:00:01 "

@@ -62,5 +62,5 @@ def test_triage_by_job_id_names_the_node_with_a_fresh_xid(cluster: NetCluster) -
     doc = triage(cluster, job)
     assert doc["category"] == "hardware"
     assert [c["node"] for c in doc["culprits"]] == ["n2"]
-    assert doc["action"].startswith("drain n2") and 'Reason="preflight: triage' in doc["action"]
+    assert doc["action"].startswith("drain n2") and "'Reason=preflight: triage" in doc["action"]
     assert f"scontrol requeue {job}" in doc["action"]
