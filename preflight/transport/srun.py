@@ -39,11 +39,13 @@ import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from preflight.inventory import compress, valid_node_name
 from preflight.model import Capture
 from preflight.probes import DEFAULT_CAP, Probe
-from preflight.remote import MARK, build_script, parse_output
+from preflight.procs import spawn, stop_group
+from preflight.remote import MARK, ParsedOutput, build_script, parse_output
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
 
 FRAME = "@@pfsrun"
@@ -136,30 +138,37 @@ class _Reader(threading.Thread):
         self.heard[node] = time.monotonic()
         if rest == "hello":
             self.started[node] = label
-            return
-        if rest == "nobundle":
+        elif rest == "nobundle":
             self.nobundle.add(node)
-            return
+        else:
+            whole = self._piece(node, rest)
+            if whole is not None and f"{MARK} {self.nonce} tick " not in whole:
+                self._line(node, whole)
+
+    def _piece(self, node: str, rest: str) -> str | None:
+        """Add one framed piece of `node`'s output; the whole line once its last piece came."""
         kind, _, piece = rest.partition(" ")
         if kind == "+":
             self.partial.setdefault(node, []).append(piece)
-            return
+            return None
         if kind != ".":
-            return
-        whole = "".join(self.partial.pop(node, [])) + piece
-        if f"{MARK} {self.nonce} tick " in whole:
-            return
+            return None
+        return "".join(self.partial.pop(node, [])) + piece
+
+    def _line(self, node: str, whole: str) -> None:
+        """One whole line of a node's bundle output: keep it, note the end, report captures."""
         with self.lock:
             self.lines.append(whole)
             if f"{MARK} {self.nonce} done " in whole:
                 self.done.add(node)
-        if self.progress is not None and not self.past_deadline:
-            for n, caps in parse_output(whole, self.nonce).captures.items():
-                for cap in caps.values():
-                    try:
-                        self.progress(n, cap)
-                    except Exception:  # a display fault never loses a capture
-                        pass
+        if self.progress is None or self.past_deadline:
+            return
+        for n, caps in parse_output(whole, self.nonce).captures.items():
+            for cap in caps.values():
+                try:
+                    self.progress(n, cap)
+                except Exception:  # a display fault never loses a capture
+                    pass
 
 
 class _Drain(threading.Thread):
@@ -209,6 +218,53 @@ def _about(node: str, label: str, lines: Sequence[str]) -> list[str]:
     if label:
         out += [ln for ln in lines if ln.startswith(f"{label}: ") and ln not in out]
     return out[:5]
+
+
+@dataclass
+class _Step:
+    """One srun step: what went in, and how it ended (the grounds for each node's outcome)."""
+
+    good: dict[str, Sequence[Probe]]
+    nonce: str
+    limit: float
+    reader: _Reader
+    parsed: ParsedOutput = field(default_factory=ParsedOutput)
+    stderr: list[str] = field(default_factory=list)
+    stalled: dict[str, float] = field(default_factory=dict)
+    timed_out: bool = False
+    rc: int | None = None
+    elapsed: float = 0.0
+
+    def outcome(self, node: str) -> NodeOutcome:
+        caps: dict[str, Capture] = self.parsed.captures.get(node, {})
+        outcome = NodeOutcome(node=node, captures=dict(caps), duration=self.parsed.finished.get(node, self.elapsed))
+        if node not in self.parsed.finished:
+            outcome.error, outcome.detail = self._fault(node, caps)
+        return outcome
+
+    def _fault(self, node: str, caps: Mapping[str, Capture]) -> tuple[str, dict[str, str]]:
+        """Why a node that did not finish gave no (complete) result, quoting srun about it."""
+        started = node in self.reader.started
+        about = _about(node, self.reader.started.get(node, ""), self.stderr)
+        quoted = ("; srun: " + " | ".join(about)) if about else ""
+        if node in self.reader.nobundle:
+            return "the step ran on the node but found no bundle for it (node name mismatch?)", {}
+        if node in self.stalled:
+            return (f"the output of {node} stalled while the probes ran: {len(caps)} of {len(self.good[node])} "
+                    f"came back, then nothing for {self.stalled[node]:.0f} s although the bundle writes "
+                    f"every {TICK_S:g} s, while the other nodes finished; {MTU_HINT}{quoted}",
+                    {"kind": "timeout", "stage": "command", "connection": "stalled"})
+        if self.timed_out and started:
+            missing = [p.name for p in self.good[node] if p.name not in caps]
+            return (f"probe bundle did not finish within the {self.limit:g} s deadline "
+                    f"(no result for: {', '.join(missing) or '-'}){quoted}", {"kind": "timeout", "stage": "command"})
+        if self.timed_out:
+            return (f"no output from the node within the {self.limit:g} s deadline{quoted}",
+                    {"kind": "timeout", "stage": "launch"})
+        generic = (f"the probe bundle stopped before finishing (srun exited {self.rc})" if started
+                   else f"no output from the node (srun exited {self.rc})")
+        tail = quoted or (f"; srun: {' | '.join(self.stderr[-3:])}" if self.stderr else "")
+        return generic + tail, {"kind": "lost", "stage": "command" if started else "launch"}
 
 
 class SrunTransport(Transport):
@@ -275,13 +331,8 @@ class SrunTransport(Transport):
         bundles: Mapping[str, Sequence[Probe]],
         progress: ProgressFn | None = None,
     ) -> dict[str, NodeOutcome]:
-        out: dict[str, NodeOutcome] = {}
-        good: dict[str, Sequence[Probe]] = {}
-        for node, probes in bundles.items():
-            if valid_node_name(node):
-                good[node] = probes
-            else:
-                out[node] = NodeOutcome(node=node, error=f"invalid node name {node!r}")
+        out = {n: NodeOutcome(node=n, error=f"invalid node name {n!r}") for n in bundles if not valid_node_name(n)}
+        good = {n: probes for n, probes in bundles.items() if n not in out}
         if not good:
             return out
         slowest = max((p.timeout for ps in good.values() for p in ps), default=0.0)
@@ -290,34 +341,36 @@ class SrunTransport(Transport):
         env = self._environ()
         argv, on_stdin = self.command(list(good), program, env)
         self.last_argv = argv
-        start = time.monotonic()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if on_stdin else subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                    start_new_session=True)
+            proc = spawn(argv, env=env, stdin=subprocess.PIPE if on_stdin else subprocess.DEVNULL)
         except OSError as exc:
             why = f"cannot run {self.srun}: {exc.strerror or exc}"
             out.update({n: NodeOutcome(node=n, error=why) for n in good})
             return out
-        reader = _Reader(proc.stdout, nonce, progress)
+        step = self._run_step(proc, program if on_stdin else None, _Step(good, nonce, limit, _Reader(
+            proc.stdout, nonce, progress)))
+        out.update({node: step.outcome(node) for node in good})
+        return out
+
+    def _run_step(self, proc: subprocess.Popen[bytes], stdin_program: str | None, step: _Step) -> _Step:
+        """Follow the step to its end, or cancel it at the deadline or once its nodes stalled."""
+        reader = step.reader
         errs = _Drain(proc.stderr)
         reader.start()
         errs.start()
-        if on_stdin and proc.stdin is not None:
+        if stdin_program is not None and proc.stdin is not None:
             try:
-                proc.stdin.write(program.encode())
+                proc.stdin.write(stdin_program.encode())
                 proc.stdin.close()
             except OSError:
                 pass
-        timed_out = False
+        start = time.monotonic()
         cutoff: int | None = None
-        stalled: dict[str, float] = {}
         try:
-            stalled = self._wait(proc, reader, list(good), start + max(0.1, limit))
-            if stalled:
-                raise subprocess.TimeoutExpired(argv, limit)
+            step.stalled = self._wait(proc, reader, list(step.good), start + max(0.1, step.limit))
         except subprocess.TimeoutExpired:
-            timed_out = not stalled
+            step.timed_out = True
+        if step.timed_out or step.stalled:
             with reader.lock:
                 # what arrives after the deadline comes from cancelling the step (a probe killed
                 # with it reports in on the way out): it did not finish in time
@@ -326,41 +379,12 @@ class SrunTransport(Transport):
             self._abort(proc)
         reader.join(timeout=5)
         errs.join(timeout=2)
-        elapsed = time.monotonic() - start
+        step.elapsed = time.monotonic() - start
+        step.rc = proc.returncode
+        step.stderr = errs.lines + [ln for ln in reader.other if ln not in errs.lines]
         with reader.lock:
-            parsed = parse_output("\n".join(reader.lines[:cutoff]), nonce, source_prefix="srun:")
-        stderr = errs.lines + [ln for ln in reader.other if ln not in errs.lines]
-        for node in good:
-            caps: dict[str, Capture] = parsed.captures.get(node, {})
-            outcome = NodeOutcome(node=node, captures=dict(caps), duration=parsed.finished.get(node, elapsed))
-            if node in parsed.finished:
-                out[node] = outcome
-                continue
-            about = _about(node, reader.started.get(node, ""), stderr)
-            quoted = ("; srun: " + " | ".join(about)) if about else ""
-            if node in reader.nobundle:
-                outcome.error = "the step ran on the node but found no bundle for it (node name mismatch?)"
-            elif node in stalled:
-                outcome.error = (f"the output of {node} stalled while the probes ran: {len(caps)} of {len(good[node])} "
-                                 f"came back, then nothing for {stalled[node]:.0f} s although the bundle writes "
-                                 f"every {TICK_S:g} s, while the other nodes finished; {MTU_HINT}{quoted}")
-                outcome.detail = {"kind": "timeout", "stage": "command", "connection": "stalled"}
-            elif timed_out and node in reader.started:
-                missing = [p.name for p in good[node] if p.name not in caps]
-                outcome.error = (f"probe bundle did not finish within the {limit:g} s deadline "
-                                 f"(no result for: {', '.join(missing) or '-'}){quoted}")
-                outcome.detail = {"kind": "timeout", "stage": "command"}
-            elif timed_out:
-                outcome.error = f"no output from the node within the {limit:g} s deadline{quoted}"
-                outcome.detail = {"kind": "timeout", "stage": "launch"}
-            else:
-                rc = proc.returncode
-                generic = (f"no output from the node (srun exited {rc})" if node not in reader.started
-                           else f"the probe bundle stopped before finishing (srun exited {rc})")
-                outcome.error = generic + (quoted or (f"; srun: {' | '.join(stderr[-3:])}" if stderr else ""))
-                outcome.detail = {"kind": "lost", "stage": "launch" if node not in reader.started else "command"}
-            out[node] = outcome
-        return out
+            step.parsed = parse_output("\n".join(reader.lines[:cutoff]), step.nonce, source_prefix="srun:")
+        return step
 
     def _wait(self, proc: subprocess.Popen[bytes], reader: _Reader, nodes: list[str],
               until: float) -> dict[str, float]:
@@ -395,14 +419,5 @@ class SrunTransport(Transport):
             time.sleep(0.3)
         try:
             proc.wait(timeout=5)
-            return
         except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+            stop_group(proc, grace_s=0.0)
