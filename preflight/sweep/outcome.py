@@ -7,6 +7,7 @@ table and graded by the very `nccl.allreduce` grader that grades nccl-tests file
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,42 +52,63 @@ class SweepOutcome:
         return str(self.ranks[rank]["node"])
 
 
+def _on_agent(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    out.started_nodes.add(str(ev.get("node")))
+
+
+def _on_hello(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    if isinstance(ev.get("rank"), int):
+        out.ranks[ev["rank"]] = ev
+        out.world = max(out.world, int(ev.get("world") or 0))
+        out.started_nodes.add(str(ev.get("node")))
+
+
+def _on_begin(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    if isinstance(ev.get("rank"), int):
+        out.in_flight[ev["rank"]] = ev
+
+
+def _on_end(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    if isinstance(ev.get("rank"), int):
+        out.in_flight.pop(ev["rank"], None)
+
+
+def _on_stall(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    out.stalls.append(ev)
+    _on_end(out, ev)
+
+
+def _on_agent_kill(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    if "deadline" in str(ev.get("reason", "")):
+        out.deadline_hits.append({**ev, "phase": "agent"})  # the node agent cut its ranks off
+
+
+def _on_done(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    if isinstance(ev.get("rank"), int):
+        out.done.add(ev["rank"])
+
+
+def _on_log(out: SweepOutcome, ev: dict[str, Any]) -> None:
+    out.logs.append(str(ev.get("line", "")))
+
+
+# what each event of the ranks and agents adds to the outcome
+_ON_EVENT: dict[str, Callable[[SweepOutcome, dict[str, Any]], None]] = {
+    "agent": _on_agent, "hello": _on_hello, "begin": _on_begin, "end": _on_end,
+    "row": lambda out, ev: out.rows.append(ev), "stall": _on_stall,
+    "error": lambda out, ev: out.errors.append(ev), "deadline": lambda out, ev: out.deadline_hits.append(ev),
+    "agent_kill": _on_agent_kill, "done": _on_done, "pair": lambda out, ev: out.pairs.append(ev), "log": _on_log,
+}
+
+
 def collect(launched: Launched, spec: SweepSpec, nodes: list[str]) -> SweepOutcome:
+    """The launch's events gathered into one outcome (rows sorted by size)."""
     out = SweepOutcome(spec=spec, nodes=list(nodes), raw=launched.raw, timed_out=launched.timed_out,
                        seconds=launched.seconds, agents=dict(launched.agents), failures=list(launched.failures))
-    pairs: list[dict[str, Any]] = []
     for ev in launched.events:
-        kind = ev.get("ev")
-        rank = ev.get("rank")
-        if kind == "agent":
-            out.started_nodes.add(str(ev.get("node")))
-        elif kind == "hello" and isinstance(rank, int):
-            out.ranks[rank] = ev
-            out.world = max(out.world, int(ev.get("world") or 0))
-            out.started_nodes.add(str(ev.get("node")))
-        elif kind == "begin" and isinstance(rank, int):
-            out.in_flight[rank] = ev
-        elif kind == "end" and isinstance(rank, int):
-            out.in_flight.pop(rank, None)
-        elif kind == "row":
-            out.rows.append(ev)
-        elif kind == "stall":
-            out.stalls.append(ev)
-            if isinstance(rank, int):
-                out.in_flight.pop(rank, None)
-        elif kind == "error":
-            out.errors.append(ev)
-        elif kind == "deadline":
-            out.deadline_hits.append(ev)
-        elif kind == "agent_kill" and "deadline" in str(ev.get("reason", "")):
-            out.deadline_hits.append({**ev, "phase": "agent"})  # the node agent cut its ranks off
-        elif kind == "done" and isinstance(rank, int):
-            out.done.add(rank)
-        elif kind == "pair":
-            pairs.append(ev)
-        elif kind == "log":
-            out.logs.append(str(ev.get("line", "")))
-    out.pairs = pairs
+        on = _ON_EVENT.get(str(ev.get("ev")))
+        if on is not None:
+            on(out, ev)
     out.rows.sort(key=lambda r: r["bytes"])
     if not out.nodes:
         out.nodes = out.hosts
@@ -203,17 +225,24 @@ def grade(out: SweepOutcome, profile: Profile, registry: Any = None) -> tuple[li
     """Results of a sweep: nccl.allreduce, nccl.pingpong (group + named culprits),
     nccl.transport, and ERROR for nodes that never started."""
     from preflight import registry as regmod
-    from preflight.grading import FactStore, grade_node
-    from preflight.registry import Options
 
     reg = registry or regmod.load()
-    results: list[Result] = []
-    spec = out.spec
     if out.failures:
         return launch_failures(out), pairmod.Isolation()
     multi = len(out.hosts) > 1 if out.ranks else len(out.nodes) > 1
+    results = _not_started(out)
+    iso = pairmod.analyse(out.nodes if out.nodes else out.hosts, out.pairs, out.spec.pair_min_gbps,
+                          out.spec.pair_slow_ratio)
+    if out.spec.allreduce:
+        results += _allreduce(out, profile, reg, iso, multi, unstarted=bool(results))
+    results += _pingpong_results(out, iso)
+    results.append(_transport(out, profile, reg))
+    return results, iso
 
-    # nodes that never started a rank
+
+def _not_started(out: SweepOutcome) -> list[Result]:
+    """ERROR for each node that never started a rank."""
+    results = []
     for n in out.nodes:
         if n not in out.started_nodes:
             lines = (out.raw.get(n) or out.raw.get("srun") or [])[-6:]
@@ -223,76 +252,95 @@ def grade(out: SweepOutcome, profile: Profile, registry: Any = None) -> tuple[li
                                   remedy=f"check that {n} is reachable (ssh {n} true), runs python3 with torch "
                                          "and preflight importable; then rerun the sweep",
                                   source="sweep"))
+    return results
 
-    iso = pairmod.analyse(out.nodes if out.nodes else out.hosts, out.pairs, spec.pair_min_gbps, spec.pair_slow_ratio)
 
-    # all-reduce: the nccl-tests grader over the rows
-    ar: Result | None = None
-    if spec.allreduce:
-        check = reg.checks.get("nccl.allreduce")
-        if check is not None and out.rows:
-            store = FactStore(reg, facts={"nccl-tests": nccl_tests_facts(out)})
-            ar = grade_node([check], GROUP, store, profile, Options(mode="run"))[0]
-        rows_facts = []
-        for row in out.rows:
-            exp, st = expected_row(row, profile, multi)
-            rows_facts.append({k: row.get(k) for k in ("bytes", "count", "dtype", "time_us", "p99_us", "mean_us",
-                                                       "min_us", "algbw", "busbw", "wrong")}
-                              | {"expected": exp, "status": st.value})
-        busbws = [r["busbw"] for r in out.rows]
-        facts: dict[str, Any] = {
-            "avg_busbw": round(sum(busbws) / len(busbws), 6) if busbws else None,
-            "peak_busbw": max(busbws) if busbws else None,
-            "rows": rows_facts, "backend": spec.backend, "dtype": spec.dtype, "world": out.world,
-            "hosts": out.hosts, "table": "multi_node" if multi else "single_node",
-        }
-        stuck = _stuck(out)
-        if stuck:
-            size = stuck["bytes"]
-            ranks_txt = _ranks_text(stuck["ranks"], out)
-            blame = f"; isolation names {', '.join(iso.culprits)}" if iso.culprits else ""
-            blame += f"; bad link {', '.join(iso.links)}" if iso.links else ""
-            ev = [f"{_fmt(size) if isinstance(size, int) else size} all-reduce: {stuck['how']} on {ranks_txt}"]
-            ev += [f"rank {s.get('rank')} ({out.node_of(s.get('rank'))}): {s.get('error', '')}"
-                   for s in (out.stalls + out.errors)[:6]]
-            facts.update(stalled_bytes=size, stuck_ranks=stuck["ranks"],
-                         stuck_nodes=sorted({out.node_of(r) for r in stuck["ranks"]}))
-            if out.rows:
-                last = out.rows[-1]
-                ev.append(f"last completed size {_fmt(last['bytes'])}: {last['time_us']:.1f} us, "
-                          f"busbw {last['busbw']:.4g} GB/s")
-            results.append(Result(
-                check="nccl.allreduce", node=GROUP, status=Status.FAIL,
-                summary=f"all-reduce stalled at {_fmt(size) if isinstance(size, int) else size} "
-                        f"({stuck['how']}){blame}",
-                evidence=ev,
-                remedy="a node or link drops large frames or hangs: drain the node isolation names; check its MTU "
-                       "end to end (ping -M do -s 8972), its NIC/cable and the switch port",
-                facts=facts, source="sweep"))
-        elif ar is not None:
-            ar.facts = {**ar.facts, **facts, "graded_from": "nccl-tests table of the sweep rows"}
-            if ar.status in (Status.FAIL, Status.WARN) and (iso.culprits or iso.links):
-                ar.summary += f"; isolation names {', '.join([*iso.culprits, *iso.links])}"
-            elif ar.status in (Status.FAIL, Status.WARN) and out.pairs and not iso.bad_pairs:
-                ar.evidence.append("every node pair passed ping-pong: no single node or link to blame "
-                                   "(suspect the switch, the collective algorithm or the NCCL environment)")
-            ar.source = "sweep"
-            results.append(ar)
-        elif not any(r.status is Status.ERROR for r in results):
-            results.append(Result(check="nccl.allreduce", node=GROUP, status=Status.ERROR,
-                                  summary="the sweep measured nothing",
-                                  evidence=[*(f"rank {e.get('rank')}: {e.get('error')}" for e in out.errors[:5]),
-                                            *[ln for ls in out.raw.values() for ln in ls][-5:]],
-                                  remedy="read the errors above; run `preflight sweep --nproc 2` on one node first",
-                                  facts=facts, source="sweep"))
-        if out.errors and not stuck and ar is not None:
-            ar.status = Status.FAIL if ar.status is not Status.FAIL else ar.status
+def _graded_table(out: SweepOutcome, profile: Profile, reg: Any) -> Result | None:
+    """The nccl-tests grader's result over the sweep's rows (None: no rows, or no grader)."""
+    from preflight.grading import FactStore, grade_node
+    from preflight.registry import Options
+
+    check = reg.checks.get("nccl.allreduce")
+    if check is None or not out.rows:
+        return None
+    store = FactStore(reg, facts={"nccl-tests": nccl_tests_facts(out)})
+    return grade_node([check], GROUP, store, profile, Options(mode="run"))[0]
+
+
+def _allreduce_facts(out: SweepOutcome, profile: Profile, multi: bool) -> dict[str, Any]:
+    """The all-reduce result's facts: each row with its expectation and status, the averages."""
+    rows_facts = []
+    for row in out.rows:
+        exp, st = expected_row(row, profile, multi)
+        rows_facts.append({k: row.get(k) for k in ("bytes", "count", "dtype", "time_us", "p99_us", "mean_us",
+                                                   "min_us", "algbw", "busbw", "wrong")}
+                          | {"expected": exp, "status": st.value})
+    busbws = [r["busbw"] for r in out.rows]
+    return {
+        "avg_busbw": round(sum(busbws) / len(busbws), 6) if busbws else None,
+        "peak_busbw": max(busbws) if busbws else None,
+        "rows": rows_facts, "backend": out.spec.backend, "dtype": out.spec.dtype, "world": out.world,
+        "hosts": out.hosts, "table": "multi_node" if multi else "single_node",
+    }
+
+
+def _allreduce(out: SweepOutcome, profile: Profile, reg: Any, iso: pairmod.Isolation, multi: bool,
+               unstarted: bool) -> list[Result]:
+    """nccl.allreduce of the group: a stall where the sweep stopped, else the graded table (with
+    the isolation's culprits and the ranks' errors), else ERROR when nothing was measured (unless
+    a node that never started already says why)."""
+    ar = _graded_table(out, profile, reg)
+    facts = _allreduce_facts(out, profile, multi)
+    stuck = _stuck(out)
+    if stuck:
+        return [_stall_result(out, stuck, iso, facts)]
+    if ar is not None:
+        ar.facts = {**ar.facts, **facts, "graded_from": "nccl-tests table of the sweep rows"}
+        if ar.status in (Status.FAIL, Status.WARN) and (iso.culprits or iso.links):
+            ar.summary += f"; isolation names {', '.join([*iso.culprits, *iso.links])}"
+        elif ar.status in (Status.FAIL, Status.WARN) and out.pairs and not iso.bad_pairs:
+            ar.evidence.append("every node pair passed ping-pong: no single node or link to blame "
+                               "(suspect the switch, the collective algorithm or the NCCL environment)")
+        ar.source = "sweep"
+        if out.errors:
+            ar.status = Status.FAIL
             ar.evidence += [f"rank {e.get('rank')} ({out.node_of(e.get('rank'))}): {e.get('error')}"
                             for e in out.errors[:5]]
+        return [ar]
+    if unstarted:
+        return []
+    return [Result(check="nccl.allreduce", node=GROUP, status=Status.ERROR,
+                   summary="the sweep measured nothing",
+                   evidence=[*(f"rank {e.get('rank')}: {e.get('error')}" for e in out.errors[:5]),
+                             *[ln for ls in out.raw.values() for ln in ls][-5:]],
+                   remedy="read the errors above; run `preflight sweep --nproc 2` on one node first",
+                   facts=facts, source="sweep")]
 
-    results += _pingpong_results(out, iso)
-    results.append(_transport(out, profile, reg))
-    return results, iso
+
+def _stall_result(out: SweepOutcome, stuck: dict[str, Any], iso: pairmod.Isolation,
+                  facts: dict[str, Any]) -> Result:
+    """FAIL: the all-reduce stopped at a size, on the ranks that never finished it."""
+    size = stuck["bytes"]
+    ranks_txt = _ranks_text(stuck["ranks"], out)
+    blame = f"; isolation names {', '.join(iso.culprits)}" if iso.culprits else ""
+    blame += f"; bad link {', '.join(iso.links)}" if iso.links else ""
+    ev = [f"{_fmt(size) if isinstance(size, int) else size} all-reduce: {stuck['how']} on {ranks_txt}"]
+    ev += [f"rank {s.get('rank')} ({out.node_of(s.get('rank'))}): {s.get('error', '')}"
+           for s in (out.stalls + out.errors)[:6]]
+    facts.update(stalled_bytes=size, stuck_ranks=stuck["ranks"],
+                 stuck_nodes=sorted({out.node_of(r) for r in stuck["ranks"]}))
+    if out.rows:
+        last = out.rows[-1]
+        ev.append(f"last completed size {_fmt(last['bytes'])}: {last['time_us']:.1f} us, "
+                  f"busbw {last['busbw']:.4g} GB/s")
+    return Result(
+        check="nccl.allreduce", node=GROUP, status=Status.FAIL,
+        summary=f"all-reduce stalled at {_fmt(size) if isinstance(size, int) else size} "
+                f"({stuck['how']}){blame}",
+        evidence=ev,
+        remedy="a node or link drops large frames or hangs: drain the node isolation names; check its MTU "
+               "end to end (ping -M do -s 8972), its NIC/cable and the switch port",
+        facts=facts, source="sweep")
 
 
 NO_TORCH = "torch is not installed for this python"
