@@ -212,6 +212,17 @@ def lookup(code: int) -> XidInfo | None:
     return CATALOG.get(code)
 
 
+# Every action a drain-level event may carry: the catalog's drain buckets, the Fatal NVLink5
+# decode (Xid 144-150) and Xid 154's recovery actions. The one list the grader (which remedy to
+# print) and flap damping (which Xid drains at once) read.
+DRAIN_ACTIONS = DRAIN_BUCKETS | frozenset({"WORKFLOW_NVLINK5_ERR", "DRAIN_P2P", "DRAIN_AND_RESET"})
+
+
+def needs_drain(action: str) -> bool:
+    """True when an event's action means the GPU must be reset or the node rebooted first."""
+    return action in DRAIN_ACTIONS
+
+
 def severity_of_bucket(bucket: str) -> str:
     """Preflight severity implied by an immediate-action bucket."""
     if bucket in DRAIN_BUCKETS:

@@ -2,7 +2,7 @@
 
 A soft failure (an MTU black hole that comes and goes, a port that flaps) drains only after
 K failing runs of the node in a row; a hard fault drains at once: a reset-class Xid (the
-catalog says reset or reboot, e.g. Xid 79), uncorrectable ECC or row-remap trouble in
+catalog says reset or reboot, e.g. Xid 48 or 79: `xid_catalog.DRAIN_ACTIONS`), uncorrectable ECC or row-remap trouble in
 gpu.health, the fabric manager down. A node resumes only after M passing runs in a row.
 K, M and the hard Xids come from the profile (`history.damp_fail_runs`,
 `history.damp_pass_runs`, `history.hard_xids`) or from `--damp K,M`.
@@ -23,13 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import facts
+from preflight.checks import xid_catalog
 from preflight.model import Result, Status
 
 BAD = (Status.FAIL,)  # graded failures; ERROR is "not checked"
 # Defaults when neither the profile nor --damp says: the values the built-in profiles carry.
 DEFAULT_FAIL_RUNS = 3
 DEFAULT_PASS_RUNS = 2
-HARD_ACTIONS = ("RESET_GPU", "RESTART_BM", "RESTART_VM", "reset", "reboot")
 
 
 @dataclass(frozen=True)
@@ -97,36 +98,45 @@ class Decision:
                 "pass_streak": self.pass_streak, "unchecked_streak": self.unchecked_streak}
 
 
+def _xid_hard_fault(r: Result, damping: Damping) -> str:
+    for ev in facts.xid_events(r):
+        if ev["severity"] != "fail":
+            continue
+        xid = ev["xid"]
+        if damping.hard_xids:
+            if xid in damping.hard_xids:
+                return f"Xid {xid} needs a GPU reset or reboot"
+        elif xid_catalog.needs_drain(ev["action"]):
+            return f"Xid {xid} needs a GPU reset or reboot"
+        elif xid == 79:
+            return "Xid 79: GPU fallen off the bus"
+    if any(f["kind"] == "fallen_off_bus" for f in facts.xid_faults(r)):
+        return "GPU fallen off the bus"
+    return ""
+
+
+def _memory_hard_fault(r: Result) -> str:
+    for g in facts.gpu_health(r):
+        ecc = g["uncorrectable_ecc"]
+        if ecc is not None and ecc > 0:
+            return f"uncorrectable ECC on GPU {g['index']}"
+        if g["remapped_failure"] is True:
+            return f"row remapping failure on GPU {g['index']}"
+        if g["remapped_pending"] is True:
+            return f"row remap pending on GPU {g['index']}"
+    return ""
+
+
 def hard_fault(r: Result, damping: Damping) -> str:
     """Why a blocking result is a hard fault ("" when it is soft)."""
     if r.status not in BAD:
         return ""
     if r.check in damping.hard_checks:
         return f"{r.check} is a hard fault"
-    if r.check == "gpu.xid" and r.status is Status.FAIL:
-        for ev in r.facts.get("events") or []:
-            if not isinstance(ev, dict) or str(ev.get("severity", "fail")) != "fail":
-                continue
-            xid = ev.get("xid")
-            action = str(ev.get("action") or "")
-            if (damping.hard_xids and xid in damping.hard_xids) or \
-                    (not damping.hard_xids and any(a.lower() in action.lower() for a in HARD_ACTIONS)):
-                return f"Xid {xid} needs a GPU reset or reboot"
-            if not damping.hard_xids and xid == 79:
-                return "Xid 79: GPU fallen off the bus"
-        if any(isinstance(f, dict) and f.get("kind") == "fallen_off_bus" for f in r.facts.get("faults") or []):
-            return "GPU fallen off the bus"
-    if r.check == "gpu.health" and r.status is Status.FAIL:
-        for g in r.facts.get("gpus") or []:
-            if not isinstance(g, dict):
-                continue
-            ecc = g.get("uncorrectable_ecc")
-            if isinstance(ecc, (int, float)) and ecc > 0:
-                return f"uncorrectable ECC on GPU {g.get('index')}"
-            if g.get("remapped_failure") is True:
-                return f"row remapping failure on GPU {g.get('index')}"
-            if g.get("remapped_pending") is True:
-                return f"row remap pending on GPU {g.get('index')}"
+    if r.check == "gpu.xid":
+        return _xid_hard_fault(r, damping)
+    if r.check == "gpu.health":
+        return _memory_hard_fault(r)
     return ""
 
 
