@@ -105,19 +105,66 @@ def _expand_one(pattern: str) -> list[str]:
     return names
 
 
+def _split_minus(text: str) -> list[str]:
+    """Split on `^` outside brackets: the first term, then the terms taken away from it."""
+    terms: list[str] = [""]
+    depth = 0
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "^" and depth == 0:
+            terms.append("")
+        else:
+            terms[-1] += ch
+    return terms
+
+
+def _expand_plain(text: str, whole: str) -> list[str]:
+    """A comma list of host patterns (no `^`)."""
+    if not text:
+        raise HostlistError(f"empty term in hostlist {whole!r} (nothing before or after a '^')")
+    out: list[str] = []
+    for part in _split_top(text):
+        if not part:
+            raise HostlistError(f"empty element in hostlist {whole!r}")
+        out.extend(_expand_one(part))
+    return out
+
+
+def _subtract(terms: list[list[str]], whole: str) -> list[str]:
+    """The first term's hosts without those of every later term; an empty result is an error."""
+    names = dedupe(terms[0])
+    for term in terms[1:]:
+        names = difference(names, term)
+    if not names:
+        raise HostlistError(f"hostlist {whole!r} leaves no host once the '^' terms are taken away")
+    return names
+
+
 def expand(hostlist: str) -> list[str]:
-    """Expand a Slurm-style hostlist into node names, duplicates removed, order kept."""
+    """Expand a Slurm-style hostlist into node names, duplicates removed, order kept.
+
+    `^` takes hosts away: `gpu[01-64]^gpu[03,07]` is gpu01..gpu64 without gpu03 and gpu07;
+    each `^` term (itself a comma list) is subtracted from what comes before it."""
     text = hostlist.strip()
     if not text:
         raise HostlistError("empty hostlist")
     if any(c.isspace() for c in text):
         raise HostlistError(f"whitespace inside hostlist {hostlist!r}")
-    out: list[str] = []
-    for part in _split_top(text):
-        if not part:
-            raise HostlistError(f"empty element in hostlist {hostlist!r}")
-        out.extend(_expand_one(part))
-    return dedupe(out)
+    _split_top(text.replace("^", ","))  # bracket errors first, for the whole text
+    terms = _split_minus(text)
+    expanded = [_expand_plain(term, hostlist) for term in terms]
+    return _subtract(expanded, hostlist) if len(terms) > 1 else dedupe(expanded[0])
+
+
+def union(*groups: Iterable[str]) -> list[str]:
+    """Every host of the groups, once each, in first-seen order."""
+    return dedupe(name for group in groups for name in group)
+
+
+def difference(names: Iterable[str], remove: Iterable[str]) -> list[str]:
+    """The hosts of `names` not in `remove`, order kept, once each."""
+    gone = set(remove)
+    return [n for n in dedupe(names) if n not in gone]
 
 
 def dedupe(names: Iterable[str]) -> list[str]:
@@ -144,12 +191,23 @@ def from_file(path: Path) -> list[str]:
     return dedupe(out)
 
 
+def _hosts_term(term: str, whole: str) -> list[str]:
+    if term.startswith("@"):
+        return from_file(Path(term[1:]))
+    return _expand_plain(term, whole)
+
+
 def parse_hosts(spec: str) -> list[str]:
-    """`--hosts` value: a hostlist, or `@file`; several comma-joined specs allowed."""
+    """`--hosts` value: a hostlist, or `@file`, with `^` terms (hostlists or `@file`s) taken
+    away: `@rack3.txt^gpu[07,12]`, `gpu[01-64]^@broken.txt`."""
     spec = spec.strip()
-    if spec.startswith("@"):
-        return from_file(Path(spec[1:]))
-    return expand(spec)
+    if "@" not in spec:
+        return expand(spec)
+    if not spec:
+        raise HostlistError("empty hostlist")
+    terms = [t.strip() for t in _split_minus(spec)]
+    expanded = [_hosts_term(term, spec) for term in terms]
+    return _subtract(expanded, spec) if len(terms) > 1 else dedupe(expanded[0])
 
 
 def from_environment(env: dict[str, str] | None = None) -> list[str] | None:
@@ -159,39 +217,56 @@ def from_environment(env: dict[str, str] | None = None) -> list[str] | None:
     return expand(value) if value else None
 
 
+_NUMBERED = re.compile(r"(.*?)(\d+)([^\d]*)")
+
+
+def _ranges(nums: list[int], width: int) -> str:
+    """Sorted distinct numbers -> `1-3,7` (each zero-padded to `width`)."""
+    out: list[str] = []
+    start = prev = nums[0]
+    for x in nums[1:] + [-1]:
+        if x == prev + 1:
+            prev = x
+            continue
+        a, b = str(start).zfill(width), str(prev).zfill(width)
+        out.append(a if start == prev else f"{a}-{b}")
+        start = prev = x
+    return ",".join(out)
+
+
+def _group_key(prefix: str, digits: str, suffix: str, padded: set[tuple[str, str, int]]) -> tuple[str, str, int]:
+    """The group a numbered name belongs to: zero-padded numbers by their width; an unpadded
+    number as wide as a padded group of the same prefix and suffix joins it (n09,n10 -> n[09-10])."""
+    if digits.startswith("0"):
+        return (prefix, suffix, len(digits))
+    if (prefix, suffix, len(digits)) in padded:
+        return (prefix, suffix, len(digits))
+    return (prefix, suffix, 0)
+
+
 def compress(names: Iterable[str]) -> str:
-    """The inverse of `expand` for display: gpu001,gpu002,gpu003 -> gpu[001-003]."""
+    """The inverse of `expand` for display and for Slurm: gpu001,gpu002,gpu003 -> gpu[001-003].
+
+    Exact: `expand(compress(x))` gives the same hosts as x. Names without a number follow
+    the bracketed groups."""
+    unique = dedupe(names)
+    numbered = [(n, _NUMBERED.fullmatch(n)) for n in unique]
+    padded = {(m.group(1), m.group(3), len(m.group(2))) for _, m in numbered if m and m.group(2).startswith("0")}
     groups: dict[tuple[str, str, int], list[int]] = {}
-    order: list[tuple[str, str, int]] = []
     singles: list[str] = []
-    for n in dedupe(names):
-        m = re.fullmatch(r"(.*?)(\d+)([^\d]*)", n)
-        if not m:
+    for n, m in numbered:
+        if m is None:
             singles.append(n)
             continue
-        key = (m.group(1), m.group(3), len(m.group(2)) if m.group(2).startswith("0") else 0)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        groups[key].append(int(m.group(2)))
+        key = _group_key(m.group(1), m.group(2), m.group(3), padded)
+        groups.setdefault(key, []).append(int(m.group(2)))
     parts: list[str] = []
-    for key in order:
-        prefix, suffix, width = key
-        nums = sorted(set(groups[key]))
+    for (prefix, suffix, width), found in groups.items():
+        nums = sorted(set(found))
         if len(nums) == 1:
             parts.append(f"{prefix}{str(nums[0]).zfill(width)}{suffix}")
-            continue
-        ranges: list[str] = []
-        start = prev = nums[0]
-        for x in nums[1:] + [None]:  # type: ignore[list-item]
-            if x is not None and x == prev + 1:
-                prev = x
-                continue
-            a, b = str(start).zfill(width), str(prev).zfill(width)
-            ranges.append(a if start == prev else f"{a}-{b}")
-            if x is not None:
-                start = prev = x
-        parts.append(f"{prefix}[{','.join(ranges)}]{suffix}")
+        else:
+            parts.append(f"{prefix}[{_ranges(nums, width)}]{suffix}")
     return ",".join(parts + singles)
 
 
