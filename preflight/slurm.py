@@ -293,8 +293,7 @@ def job_nodes(job_id: str, timeout: float = SCONTROL_TIMEOUT) -> SlurmJob:
     acct = _job_query(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", SACCT_FIELDS], parse_sacct, timeout)
     if acct.nodelist:
         return acct
-    if not job.problem:
-        job.problem = acct.problem
+    job.problem = f"scontrol: {job.problem or 'no node list'}; sacct: {acct.problem or 'no node list'}"
     return job
 
 
