@@ -22,7 +22,7 @@ from preflight.model import Result, Status
 from preflight.parsers.base import short
 from preflight.parsers.kernel_log import KernelFault, KernelLog, XidEvent
 from preflight.probes import Probe
-from preflight.registry import Check, CheckContext, register
+from preflight.registry import Check, CheckContext, Input, register
 
 from . import xid_catalog as cat
 
@@ -253,11 +253,9 @@ def _codes(profile_value: Any) -> set[int]:
 _SHOWN_BY = ("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus", "kernel: NVRM: Xid 48")
 
 
-def grade_xid(ctx: CheckContext) -> Result:
-    run = ctx.input("kernel-log")
-    log: KernelLog | None = ctx.facts("kernel-log")
-    if run is None or log is None:
-        return ctx.result(Status.SKIP, "no kernel log captured; Xids not checked")
+def _not_gradable(ctx: CheckContext, run: Input, log: KernelLog) -> Result | None:
+    """The result for a log that cannot show Xids (unreadable, empty, filtered, not a kernel
+    log, no GPU bound), None when it can be graded."""
     cmd = run.cmdline
     base = {"events": [], "source_command": cmd}
     if run.rc not in (0, None) and log.nvrm == 0 and not log.events:
@@ -285,45 +283,68 @@ def grade_xid(ctx: CheckContext) -> Result:
                                        "(see gpu.driver)",
                           evidence=[short(f.line.raw) for f in log.driver_faults[:4]], facts=base,
                           remedy="fix the driver first (gpu.driver names the cause), then re-check the kernel log")
+    return None
+
+
+@dataclass
+class _Graded:
+    """The log's Xid bursts and Xid-less faults inside the window, classified."""
+
+    log: KernelLog
+    since: datetime | None
+    dropped: int  # events before the window
+    groups: list[Group]
+    faults: list[KernelFault]
+    fail_codes: set[int]
+    ignore_codes: set[int]
+    bursts: dict[tuple[int, str], int]  # (xid, pci) -> bursts
+
+    def of(self, severity: str) -> list[Group]:
+        return [g for g in self.groups if g.severity == severity]
+
+    @property
+    def fail_pcis(self) -> set[str]:
+        return {g.first.pci for g in self.of(cat.FAIL)}
+
+    def label(self, pci: str) -> str:
+        return _label(pci, self.log.gpus)
+
+
+def _graded(ctx: CheckContext, log: KernelLog) -> _Graded:
     since = _since(ctx)
     window = float(ctx.profile.get("xid.sympathetic_window_s", 60.0))
     reference = since or datetime.now()
     events = [ev for ev in log.events if not _before(_dated(ev.line, reference).time, since)]
-    dropped = len(log.events) - len(events)
     faults_all = [f for f in log.faults if not _before(_dated(f.line, reference).time, since)]
-    caused = _link_sympathetic(events, window)
-
     fail_codes = _codes(ctx.profile.get("xid.fail"))
     ignore_codes = _codes(ctx.profile.get("xid.ignore"))
-    repeat_warn = int(ctx.profile.get("xid.repeat_warn", 0) or 0)
-    groups = _group(events, caused, window)
-    for g in groups:
-        _classify(g, fail_codes, ignore_codes)
-
-    counts: dict[str, dict[str, int]] = {}
+    groups = _group(events, _link_sympathetic(events, window), window)
     bursts: dict[tuple[int, str], int] = {}
     for g in groups:
-        per = counts.setdefault(g.first.pci, {})
-        per[str(g.first.xid)] = per.get(str(g.first.xid), 0) + g.count
+        _classify(g, fail_codes, ignore_codes)
         bursts[g.key] = bursts.get(g.key, 0) + 1
-
-    fails = [g for g in groups if g.severity == cat.FAIL]
-    warns = [g for g in groups if g.severity == cat.WARN]
-    infos = [g for g in groups if g.severity == cat.INFO]
     xid79 = {g.first.pci for g in groups if g.first.xid == 79}
     faults = _distinct_faults(f for f in faults_all if not (f.kind in ("fallen_off_bus", "gpu_lost")
                                                             and (f.pci in xid79 or (not f.pci and xid79))))
+    return _Graded(log, since, len(log.events) - len(events), groups, faults, fail_codes, ignore_codes, bursts)
 
+
+def _facts(gr: _Graded, run: Input) -> dict[str, Any]:
+    log = gr.log
+    counts: dict[str, dict[str, int]] = {}
+    for g in gr.groups:
+        per = counts.setdefault(g.first.pci, {})
+        per[str(g.first.xid)] = per.get(str(g.first.xid), 0) + g.count
     facts: dict[str, Any] = {
-        "events": [_event_fact(g, log.gpus) for g in groups],
+        "events": [_event_fact(g, log.gpus) for g in gr.groups],
         "counts": counts,
         "faults": [{"kind": f.kind, "pci": f.pci, "gpu": log.gpus.get(f.pci, {}).get("index"),
                     "time": _time_fact(f.line), "time_text": f.line.time_text, "action": f.action,
-                    "severity": cat.FAIL, "text": f.line.text} for f in faults],
+                    "severity": cat.FAIL, "text": f.line.text} for f in gr.faults],
         "gpus": log.gpus,
-        "since": since.isoformat() if since else None,
-        "dropped_before_since": dropped,
-        "source_command": cmd,
+        "since": gr.since.isoformat() if gr.since else None,
+        "dropped_before_since": gr.dropped,
+        "source_command": run.cmdline,
     }
     if log.hosts:
         facts["hosts"] = log.hosts
@@ -335,114 +356,162 @@ def grade_xid(ctx: CheckContext) -> Result:
         facts["excerpt"] = True
         if log.filter:
             facts["filter"] = log.filter
+    return facts
 
-    def agg(gs: list[Group]) -> dict[str, dict[int, int]]:
-        out: dict[str, dict[int, int]] = {}
-        for g in gs:
-            per = out.setdefault(g.first.pci, {})
-            per[g.first.xid] = per.get(g.first.xid, 0) + g.count
-        return out
 
-    def describe(per: dict[int, int], pci: str) -> str:
-        parts = []
-        for code, n in sorted(per.items()):
-            info = cat.lookup(code)
-            name = info.mnemonic if info else "not in catalog"
-            extra = ""
-            nb = bursts.get((code, pci), 1)
-            if n > 1:
-                extra = f" x{n}" + (f" in {nb} bursts" if nb > 1 else "")
-            causes = sorted(g.caused_by for g in infos
-                            if g.first.pci == pci and g.first.xid == code and g.caused_by is not None)
-            parts.append(f"Xid {code} {name}{extra}" + (f" (after Xid {causes[0]})" if causes else ""))
-        return ", ".join(parts)
+def _per_gpu(gs: list[Group]) -> dict[str, dict[int, int]]:
+    """pci -> xid -> lines, over some bursts."""
+    out: dict[str, dict[int, int]] = {}
+    for g in gs:
+        per = out.setdefault(g.first.pci, {})
+        per[g.first.xid] = per.get(g.first.xid, 0) + g.count
+    return out
 
+
+def _describe(gr: _Graded, per: dict[int, int], pci: str) -> str:
+    """One GPU's Xids: mnemonic, count, bursts and the Xid that caused a sympathetic one."""
+    infos = gr.of(cat.INFO)
+    parts = []
+    for code, n in sorted(per.items()):
+        info = cat.lookup(code)
+        name = info.mnemonic if info else "not in catalog"
+        extra = ""
+        nb = gr.bursts.get((code, pci), 1)
+        if n > 1:
+            extra = f" x{n}" + (f" in {nb} bursts" if nb > 1 else "")
+        causes = sorted(g.caused_by for g in infos
+                        if g.first.pci == pci and g.first.xid == code and g.caused_by is not None)
+        parts.append(f"Xid {code} {name}{extra}" + (f" (after Xid {causes[0]})" if causes else ""))
+    return ", ".join(parts)
+
+
+def _describe_all(gr: _Graded, per_gpu: dict[str, dict[int, int]]) -> str:
+    return "; ".join(f"{gr.label(pci)}: {_describe(gr, per, pci)}" for pci, per in sorted(per_gpu.items()))
+
+
+def _drain_evidence(ctx: CheckContext, gr: _Graded) -> list[str]:
+    """The lines behind a drain: the failing Xids, their sympathetic ones, the driver's reset
+    notes, Xid-less faults, and the profile lists that changed a grade."""
     evidence: list[str] = []
-    fail_pcis = {g.first.pci for g in fails}
+    fail_pcis = gr.fail_pcis
+    fails = gr.of(cat.FAIL)
     for g in fails:
         evidence.append(short(g.first.line.raw))
         if g.count > 1:
             evidence.append(f"(Xid {g.first.xid} on {g.first.pci}: {g.count} lines, "
                             f"up to {g.last.line.time_text or 'the end of the log'})")
-    for g in infos:
-        if g.first.pci in fail_pcis:
-            evidence.append(short(g.first.line.raw))
-    for pci in sorted(fail_pcis):
-        for note in log.reset_notes.get(pci, [])[:1]:
-            evidence.append(short(note.raw))
-    for f in faults:
-        evidence.append(short(f.line.raw))
-    if fail_codes & {g.first.xid for g in fails}:
-        evidence.append(f"xid.fail = {sorted(fail_codes)} ({ctx.profile.source('xid.fail') or 'profile'})")
-    ignored = [g for g in groups if g.severity == "ignored"]
+    evidence += [short(g.first.line.raw) for g in gr.of(cat.INFO) if g.first.pci in fail_pcis]
+    evidence += [short(note.raw) for pci in sorted(fail_pcis) for note in gr.log.reset_notes.get(pci, [])[:1]]
+    evidence += [short(f.line.raw) for f in gr.faults]
+    if gr.fail_codes & {g.first.xid for g in fails}:
+        evidence.append(f"xid.fail = {sorted(gr.fail_codes)} ({ctx.profile.source('xid.fail') or 'profile'})")
+    ignored = gr.of("ignored")
     if ignored:
-        evidence.append(f"xid.ignore = {sorted(ignore_codes)} ({ctx.profile.source('xid.ignore') or 'profile'}): "
+        evidence.append(f"xid.ignore = {sorted(gr.ignore_codes)} ({ctx.profile.source('xid.ignore') or 'profile'}): "
                         f"{sum(g.count for g in ignored)} event(s) not graded")
+    return evidence
 
+
+def _warn_evidence(gr: _Graded, shown: int = 6) -> list[str]:
+    warns = gr.of(cat.WARN)
+    evidence = [short(g.first.line.raw) for g in warns[:shown]]
+    if len(warns) > shown:
+        evidence.append(f"(... {len(warns) - shown} more bursts of warning-level Xids)")
+    return evidence
+
+
+def _drain_remedies(gr: _Graded) -> list[str]:
+    """What clears each drain-level event, once each."""
     drain: list[str] = []
-    for g in fails:
+    for g in gr.of(cat.FAIL):
         act = g.action
-        if act not in cat.DRAIN_BUCKETS and act not in ("WORKFLOW_NVLINK5_ERR", "DRAIN_P2P"):
+        if not cat.needs_drain(act):
             act = "RESET_GPU"  # a site's xid.fail code, or Xid 154 asking for a reset
-        drain.append(_remedy(act, g.first.xid, _label(g.first.pci, log.gpus), g.first.pci))
-    for f in faults:
-        label = _label(f.pci, log.gpus) if f.pci else "the GPU named in the line"
+        drain.append(_remedy(act, g.first.xid, gr.label(g.first.pci), g.first.pci))
+    for f in gr.faults:
+        label = gr.label(f.pci) if f.pci else "the GPU named in the line"
         drain.append(_remedy(f.action, None, label, f.pci, f.kind))
-    drain = list(dict.fromkeys(drain))
+    return list(dict.fromkeys(drain))
 
+
+@dataclass
+class _Soft:
+    """The warning-level Xids: what the summary says of them and what to do."""
+
+    bits: list[str]  # summary parts
+    remedies: list[str]
+
+
+def _soft(ctx: CheckContext, gr: _Graded) -> _Soft:
+    warns = gr.of(cat.WARN)
     nvl_warns = [g for g in warns if g.first.xid in cat.NVLINK5_CODES]
     app_warns = [g for g in warns if g.first.xid not in cat.NVLINK5_CODES]
+    app_codes = {g.first.xid for g in app_warns}
     app_pcis = {g.first.pci for g in app_warns}
-    app_per = agg(app_warns + [g for g in infos if g.first.pci in app_pcis and g.first.pci not in fail_pcis])
-    repeated = [f"{_label(pci, log.gpus)} Xid {code} ({bursts.get((code, pci), 1)} times)"
+    fail_pcis = gr.fail_pcis
+    app_per = _per_gpu(app_warns + [g for g in gr.of(cat.INFO) if g.first.pci in app_pcis and g.first.pci not in fail_pcis])
+    repeat_warn = int(ctx.profile.get("xid.repeat_warn", 0) or 0)
+    repeated = [f"{gr.label(pci)} Xid {code} ({gr.bursts.get((code, pci), 1)} times)"
                 for pci, per in sorted(app_per.items()) for code in sorted(per)
-                if repeat_warn and cat.lookup(code) is not None and code in {g.first.xid for g in app_warns}
-                and bursts.get((code, pci), 1) >= repeat_warn]
-    soft: list[str] = []
+                if repeat_warn and cat.lookup(code) is not None and code in app_codes
+                and gr.bursts.get((code, pci), 1) >= repeat_warn]
+    soft = _Soft([], [])
     if app_warns:
-        soft.append(_app_remedy(sorted({g.first.xid for g in app_warns}), repeated))
+        soft.remedies.append(_app_remedy(sorted(app_codes), repeated))
     if nvl_warns:
-        soft.append(_NVLINK5_NONFATAL_REMEDY)
-    shown = 0
-    for g in warns:
-        if shown >= 6:
-            evidence.append(f"(... {len(warns) - shown} more bursts of warning-level Xids)")
-            break
-        evidence.append(short(g.first.line.raw))
-        shown += 1
-
-    window_txt = f"since {since.isoformat()}" if since else "since boot"
-    soft_bits = []
+        soft.remedies.append(_NVLINK5_NONFATAL_REMEDY)
     if app_per:
-        soft_bits.append("application-level Xids: " + "; ".join(
-            f"{_label(pci, log.gpus)}: {describe(per, pci)}" for pci, per in sorted(app_per.items())))
+        soft.bits.append("application-level Xids: " + _describe_all(gr, app_per))
     if nvl_warns:
-        soft_bits.append("non-fatal NVLink5 Xids: " + "; ".join(
-            f"{_label(pci, log.gpus)}: {describe(per, pci)}" for pci, per in sorted(agg(nvl_warns).items())))
-    if fails or faults:
-        fail_per = agg(fails + [g for g in infos if g.first.pci in fail_pcis])
-        bits = [f"{_label(pci, log.gpus)}: {describe(per, pci)}" for pci, per in sorted(fail_per.items())]
-        bits += [f"{_label(f.pci, log.gpus) if f.pci else 'a GPU'}: {f.kind.replace('_', ' ')} (no Xid)"
-                 for f in faults]
-        summary = "GPU reset or reboot needed: " + "; ".join(bits)
-        if soft_bits:
-            summary += " (also " + "; ".join(soft_bits) + ")"
-        remedy = "drain node; " + "; ".join(drain + soft)
-        return ctx.result(Status.FAIL, summary, evidence=evidence, remedy=remedy, facts=facts)
-    if warns:
-        summary = "no drain needed; " + " / ".join(soft_bits)
-        return ctx.result(Status.WARN, summary, evidence=evidence, remedy="; ".join(soft), facts=facts)
+        soft.bits.append("non-fatal NVLink5 Xids: " + _describe_all(gr, _per_gpu(nvl_warns)))
+    return soft
+
+
+def _drain_summary(gr: _Graded, soft: _Soft) -> str:
+    fail_pcis = gr.fail_pcis
+    fail_per = _per_gpu(gr.of(cat.FAIL) + [g for g in gr.of(cat.INFO) if g.first.pci in fail_pcis])
+    bits = [f"{gr.label(pci)}: {_describe(gr, per, pci)}" for pci, per in sorted(fail_per.items())]
+    bits += [f"{gr.label(f.pci) if f.pci else 'a GPU'}: {f.kind.replace('_', ' ')} (no Xid)" for f in gr.faults]
+    summary = "GPU reset or reboot needed: " + "; ".join(bits)
+    if soft.bits:
+        summary += " (also " + "; ".join(soft.bits) + ")"
+    return summary
+
+
+def _quiet_summary(gr: _Graded) -> str:
+    window_txt = f"since {gr.since.isoformat()}" if gr.since else "since boot"
     quiet = ""
-    if infos or ignored:
-        quiet = f" ({sum(g.count for g in infos + ignored)} informational or ignored event(s))"
-    older = f"; {dropped} older event(s) before the window" if dropped else ""
+    muted = gr.of(cat.INFO) + gr.of("ignored")
+    if muted:
+        quiet = f" ({sum(g.count for g in muted)} informational or ignored event(s))"
+    older = f"; {gr.dropped} older event(s) before the window" if gr.dropped else ""
     scope = ""
-    if log.filter:
-        scope = f" (excerpt filtered by grep {' / '.join(log.filter)})"
-    elif log.excerpt:
+    if gr.log.filter:
+        scope = f" (excerpt filtered by grep {' / '.join(gr.log.filter)})"
+    elif gr.log.excerpt:
         scope = " (excerpt)"
-    return ctx.result(Status.PASS, f"no Xid needing action {window_txt}{quiet}{older}{scope}", evidence=evidence,
-                      facts=facts)
+    return f"no Xid needing action {window_txt}{quiet}{older}{scope}"
+
+
+def grade_xid(ctx: CheckContext) -> Result:
+    run = ctx.input("kernel-log")
+    log: KernelLog | None = ctx.facts("kernel-log")
+    if run is None or log is None:
+        return ctx.result(Status.SKIP, "no kernel log captured; Xids not checked")
+    early = _not_gradable(ctx, run, log)
+    if early is not None:
+        return early
+    gr = _graded(ctx, log)
+    facts = _facts(gr, run)
+    evidence = _drain_evidence(ctx, gr) + _warn_evidence(gr)
+    soft = _soft(ctx, gr)
+    if gr.of(cat.FAIL) or gr.faults:
+        remedy = "drain node; " + "; ".join(_drain_remedies(gr) + soft.remedies)
+        return ctx.result(Status.FAIL, _drain_summary(gr, soft), evidence=evidence, remedy=remedy, facts=facts)
+    if gr.of(cat.WARN):
+        summary = "no drain needed; " + " / ".join(soft.bits)
+        return ctx.result(Status.WARN, summary, evidence=evidence, remedy="; ".join(soft.remedies), facts=facts)
+    return ctx.result(Status.PASS, _quiet_summary(gr), evidence=evidence, facts=facts)
 
 
 def _distinct_faults(faults: Any) -> list[KernelFault]:
@@ -451,8 +520,6 @@ def _distinct_faults(faults: Any) -> list[KernelFault]:
     for f in faults:
         out.setdefault((f.kind, f.pci), f)
     return list(out.values())
-
-
 
 
 register(Check(
