@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 from typing import Any
@@ -78,6 +79,99 @@ def _band(r: Result, profile: Any) -> tuple[float | None, float | None, int]:
             float(warn) if isinstance(warn, (int, float)) else None, min_b)
 
 
+@dataclass
+class _SweepFrame:
+    """The sweep plot's plot area: log2 of the size across, busbw (GB/s, from 0) up."""
+
+    width: int
+    height: int
+    x_lo: float
+    x_hi: float
+    y_hi: float
+    ml: int = 64
+    mr: int = 20
+    mt: int = 30
+    mb: int = 48
+
+    @property
+    def pw(self) -> int:
+        return self.width - self.ml - self.mr
+
+    @property
+    def ph(self) -> int:
+        return self.height - self.mt - self.mb
+
+    def x(self, b: float) -> float:
+        return self.ml + (math.log2(b) - self.x_lo) / (self.x_hi - self.x_lo) * self.pw
+
+    def y(self, v: float) -> float:
+        return self.mt + self.ph - v / self.y_hi * self.ph
+
+
+def _sweep_band(fr: _SweepFrame, fail: float | None, warn: float | None, min_b: int) -> list[str]:
+    """The floors as dashed lines across, and from peak_min_bytes on the fail, warn and ok bands."""
+    if fail is None and warn is None:
+        return []
+    ml, pw, mt, y = fr.ml, fr.pw, fr.mt, fr.y
+    parts = []
+    # the floors hold from peak_min_bytes on; the band stays visible when that is the last size
+    bx = min(max(ml, fr.x(min_b)), ml + pw - 0.06 * pw) if min_b > 0 else ml
+    bw = ml + pw - bx
+    for floor, color in ((warn, "#9a6700"), (fail, "#cf222e")):
+        if floor is not None:
+            parts.append(f'<line class="floor" x1="{ml}" x2="{ml + pw}" y1="{y(floor):.1f}" y2="{y(floor):.1f}" '
+                         f'stroke="{color}" stroke-dasharray="5,4" stroke-width="1"/>')
+    if bw <= 0:
+        return parts
+    if fail is not None:
+        parts.append(f'<rect class="band-fail" x="{bx:.1f}" y="{y(fail):.1f}" width="{bw:.1f}" '
+                     f'height="{y(0) - y(fail):.1f}" fill="#cf222e" fill-opacity="0.10"/>')
+    if warn is not None:
+        lo = fail if fail is not None else 0.0
+        parts.append(f'<rect class="band-warn" x="{bx:.1f}" y="{y(warn):.1f}" width="{bw:.1f}" '
+                     f'height="{y(lo) - y(warn):.1f}" fill="#d4a72c" fill-opacity="0.18"/>')
+        parts.append(f'<rect class="band-ok" x="{bx:.1f}" y="{mt}" width="{bw:.1f}" '
+                     f'height="{y(warn) - mt:.1f}" fill="#1a7f37" fill-opacity="0.08"/>')
+        parts.append(f'<text x="{ml + pw - 4}" y="{y(warn) - 4:.1f}" font-size="11" text-anchor="end" '
+                     f'fill="#1a7f37">expected &gt;= {warn:g} GB/s</text>')
+    if fail is not None:
+        parts.append(f'<text x="{ml + pw - 4}" y="{y(fail) + 13:.1f}" font-size="11" text-anchor="end" '
+                     f'fill="#cf222e">fail &lt; {fail:g} GB/s</text>')
+    return parts
+
+
+def _sweep_axes(fr: _SweepFrame, rows: list[dict[str, Any]]) -> list[str]:
+    """Grid and busbw ticks, size labels (about ten), the axes and their titles."""
+    ml, pw, mt, ph, x, y = fr.ml, fr.pw, fr.mt, fr.ph, fr.x, fr.y
+    parts = []
+    for v in _ticks(0, fr.y_hi):
+        parts.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eaeef2"/>'
+                     f'<text x="{ml - 6}" y="{y(v) + 4:.1f}" font-size="11" text-anchor="end">{v:g}</text>')
+    step = max(1, math.ceil(len(rows) / 10))
+    for row in rows[::step]:
+        parts.append(f'<text x="{x(row["bytes"]):.1f}" y="{mt + ph + 16}" font-size="11" '
+                     f'text-anchor="middle">{_fmt_bytes(row["bytes"])}</text>')
+    parts.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{mt + ph}" y2="{mt + ph}" stroke="#57606a"/>'
+                 f'<line x1="{ml}" x2="{ml}" y1="{mt}" y2="{mt + ph}" stroke="#57606a"/>')
+    parts.append(f'<text x="{ml + pw / 2:.0f}" y="{fr.height - 8}" font-size="12" text-anchor="middle">'
+                 'message size (bytes)</text>'
+                 f'<text x="14" y="{mt + ph / 2:.0f}" font-size="12" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {mt + ph / 2:.0f})">busbw (GB/s)</text>')
+    return parts
+
+
+def _sweep_line(fr: _SweepFrame, rows: list[dict[str, Any]]) -> list[str]:
+    """The measured busbw line, a point per size coloured by its status."""
+    pts = " ".join(f"{fr.x(row['bytes']):.1f},{fr.y(float(row['busbw'])):.1f}" for row in rows)
+    parts = [f'<polyline class="busbw" points="{pts}" fill="none" stroke="#0969da" stroke-width="2"/>']
+    for row in rows:
+        color = _COLORS.get(str(row.get("status") or "pass"), "#0969da")
+        parts.append(f'<circle cx="{fr.x(row["bytes"]):.1f}" cy="{fr.y(float(row["busbw"])):.1f}" r="3.5" '
+                     f'fill="{color}"><title>{_fmt_bytes(row["bytes"])}: {float(row["busbw"]):.4g} GB/s'
+                     f'</title></circle>')
+    return parts
+
+
 def sweep_svg(r: Result, profile: Any = None, width: int = 820, height: int = 360) -> str:
     """busbw per message size (log scale), with the expected band from the profile."""
     rows = [row for row in r.facts.get("rows") or [] if isinstance(row, dict)
@@ -87,65 +181,16 @@ def sweep_svg(r: Result, profile: Any = None, width: int = 820, height: int = 36
         return ""
     rows.sort(key=lambda row: row["bytes"])
     fail, warn, min_b = _band(r, profile)
-    ml, mr, mt, mb = 64, 20, 30, 48
-    pw, ph = width - ml - mr, height - mt - mb
     x_lo, x_hi = math.log2(rows[0]["bytes"]), math.log2(rows[-1]["bytes"])
-    x_hi = x_hi if x_hi > x_lo else x_lo + 1
-    y_hi = max([float(row["busbw"]) for row in rows] + [warn or 0.0, fail or 0.0]) * 1.12 or 1.0
-
-    def x(b: float) -> float:
-        return ml + (math.log2(b) - x_lo) / (x_hi - x_lo) * pw
-
-    def y(v: float) -> float:
-        return mt + ph - v / y_hi * ph
-
+    fr = _SweepFrame(width=width, height=height, x_lo=x_lo, x_hi=x_hi if x_hi > x_lo else x_lo + 1,
+                     y_hi=max([float(row["busbw"]) for row in rows] + [warn or 0.0, fail or 0.0]) * 1.12 or 1.0)
     parts = [f'<svg id="sweep-plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="all-reduce busbw per message size">',
-             f'<text x="{ml}" y="18" font-size="14" font-weight="600">all-reduce busbw on {escape(r.node)} '
+             f'<text x="{fr.ml}" y="18" font-size="14" font-weight="600">all-reduce busbw on {escape(r.node)} '
              f'({escape(str(r.facts.get("table") or ""))})</text>']
-    if fail is not None or warn is not None:
-        # the floors hold from peak_min_bytes on; the band stays visible when that is the last size
-        bx = min(max(ml, x(min_b)), ml + pw - 0.06 * pw) if min_b > 0 else ml
-        bw = ml + pw - bx
-        for floor, color in ((warn, "#9a6700"), (fail, "#cf222e")):
-            if floor is not None:
-                parts.append(f'<line class="floor" x1="{ml}" x2="{ml + pw}" y1="{y(floor):.1f}" y2="{y(floor):.1f}" '
-                             f'stroke="{color}" stroke-dasharray="5,4" stroke-width="1"/>')
-        if bw > 0:
-            if fail is not None:
-                parts.append(f'<rect class="band-fail" x="{bx:.1f}" y="{y(fail):.1f}" width="{bw:.1f}" '
-                             f'height="{y(0) - y(fail):.1f}" fill="#cf222e" fill-opacity="0.10"/>')
-            if warn is not None:
-                lo = fail if fail is not None else 0.0
-                parts.append(f'<rect class="band-warn" x="{bx:.1f}" y="{y(warn):.1f}" width="{bw:.1f}" '
-                             f'height="{y(lo) - y(warn):.1f}" fill="#d4a72c" fill-opacity="0.18"/>')
-                parts.append(f'<rect class="band-ok" x="{bx:.1f}" y="{mt}" width="{bw:.1f}" '
-                             f'height="{y(warn) - mt:.1f}" fill="#1a7f37" fill-opacity="0.08"/>')
-                parts.append(f'<text x="{ml + pw - 4}" y="{y(warn) - 4:.1f}" font-size="11" text-anchor="end" '
-                             f'fill="#1a7f37">expected &gt;= {warn:g} GB/s</text>')
-            if fail is not None:
-                parts.append(f'<text x="{ml + pw - 4}" y="{y(fail) + 13:.1f}" font-size="11" text-anchor="end" '
-                             f'fill="#cf222e">fail &lt; {fail:g} GB/s</text>')
-    for v in _ticks(0, y_hi):
-        parts.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eaeef2"/>'
-                     f'<text x="{ml - 6}" y="{y(v) + 4:.1f}" font-size="11" text-anchor="end">{v:g}</text>')
-    step = max(1, math.ceil(len(rows) / 10))
-    for row in rows[::step]:
-        parts.append(f'<text x="{x(row["bytes"]):.1f}" y="{mt + ph + 16}" font-size="11" '
-                     f'text-anchor="middle">{_fmt_bytes(row["bytes"])}</text>')
-    parts.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{mt + ph}" y2="{mt + ph}" stroke="#57606a"/>'
-                 f'<line x1="{ml}" x2="{ml}" y1="{mt}" y2="{mt + ph}" stroke="#57606a"/>')
-    parts.append(f'<text x="{ml + pw / 2:.0f}" y="{height - 8}" font-size="12" text-anchor="middle">'
-                 'message size (bytes)</text>'
-                 f'<text x="14" y="{mt + ph / 2:.0f}" font-size="12" text-anchor="middle" '
-                 f'transform="rotate(-90 14 {mt + ph / 2:.0f})">busbw (GB/s)</text>')
-    pts = " ".join(f"{x(row['bytes']):.1f},{y(float(row['busbw'])):.1f}" for row in rows)
-    parts.append(f'<polyline class="busbw" points="{pts}" fill="none" stroke="#0969da" stroke-width="2"/>')
-    for row in rows:
-        color = _COLORS.get(str(row.get("status") or "pass"), "#0969da")
-        parts.append(f'<circle cx="{x(row["bytes"]):.1f}" cy="{y(float(row["busbw"])):.1f}" r="3.5" '
-                     f'fill="{color}"><title>{_fmt_bytes(row["bytes"])}: {float(row["busbw"]):.4g} GB/s'
-                     f'</title></circle>')
+    parts += _sweep_band(fr, fail, warn, min_b)
+    parts += _sweep_axes(fr, rows)
+    parts += _sweep_line(fr, rows)
     parts.append("</svg>")
     return "\n".join(parts)
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from preflight import procs as procs_mod
 from preflight.sweep import pairs as pairmod
 from preflight.sweep.spec import EVENT_MARK, SweepSpec, busbw_factor, event_line
 
@@ -83,51 +84,72 @@ def _heartbeat(node: str, every_s: float, stop: threading.Event) -> None:
         emit("beat", node=node)
 
 
-def agent_main(args: argparse.Namespace) -> int:
-    spec = SweepSpec.decode(args.spec)
-    deadline = time.monotonic() + spec.deadline_s
+def _deadline(spec: SweepSpec, start: float) -> float:
+    """The monotonic time by which the sweep must end: its own bound, or the launcher's wall
+    clock deadline when that comes first (never less than a second away)."""
+    deadline = start + spec.deadline_s
     if spec.deadline_epoch:
-        deadline = min(deadline, time.monotonic() + max(1.0, spec.deadline_epoch - time.time()))
+        deadline = min(deadline, start + max(1.0, spec.deadline_epoch - time.time()))
+    return deadline
+
+
+def _rank_env(args: argparse.Namespace, spec: SweepSpec, local: int) -> dict[str, str]:
+    """The environment of one local rank: torch.distributed's variables and the sweep's own."""
+    env = dict(os.environ)
+    env.update({"RANK": str(args.node_rank * args.nproc + local), "WORLD_SIZE": str(args.world),
+                "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(args.nproc), "GROUP_RANK": str(args.node_rank),
+                "MASTER_ADDR": args.master_addr, "MASTER_PORT": str(args.master_port),
+                "PREFLIGHT_NODE": args.node, "PYTHONUNBUFFERED": "1"})
+    if spec.socket_ifname:
+        env["GLOO_SOCKET_IFNAME"] = spec.socket_ifname
+        env["NCCL_SOCKET_IFNAME"] = spec.socket_ifname
+    if spec.backend == "nccl" and spec.nccl_debug:
+        env.setdefault("NCCL_DEBUG", "INFO")
+        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET,ENV")
+    return env
+
+
+def _start_ranks(args: argparse.Namespace, spec: SweepSpec) -> tuple[list[subprocess.Popen[bytes]],
+                                                                       list[threading.Thread]]:
+    """The node's ranks, each in a process group of its own, their output forwarded as events."""
     procs: list[subprocess.Popen[bytes]] = []
     threads: list[threading.Thread] = []
+    for local in range(args.nproc):
+        p = procs_mod.spawn([sys.executable, "-m", "preflight.sweep.worker", "rank", "--spec", args.spec],
+                            env=_rank_env(args, spec, local), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+        procs.append(p)
+        t = threading.Thread(target=_forward, args=(p, args.node_rank * args.nproc + local, args.node), daemon=True)
+        t.start()
+        threads.append(t)
+    return procs, threads
+
+
+def _wait_ranks(procs: list[subprocess.Popen[bytes]], gone: threading.Event, deadline: float,
+                spec: SweepSpec) -> str:
+    """Wait for the ranks to end; why they must be ended instead ("" when they all ended)."""
+    while any(p.poll() is None for p in procs):
+        if gone.is_set():
+            return "the launcher went away (stdin closed)"
+        if time.monotonic() > deadline:
+            return f"deadline of {spec.deadline_s:g} s reached"
+        time.sleep(0.1)
+    return ""
+
+
+def agent_main(args: argparse.Namespace) -> int:
+    spec = SweepSpec.decode(args.spec)
+    deadline = _deadline(spec, time.monotonic())
     if not _announce(args.node, args.nproc, spec.heartbeat_s):
         return UNFIT_EXIT
     stop_beat = threading.Event()
     if spec.heartbeat_s > 0:
         threading.Thread(target=_heartbeat, args=(args.node, spec.heartbeat_s, stop_beat), daemon=True).start()
-    for local in range(args.nproc):
-        rank = args.node_rank * args.nproc + local
-        env = dict(os.environ)
-        env.update({"RANK": str(rank), "WORLD_SIZE": str(args.world), "LOCAL_RANK": str(local),
-                    "LOCAL_WORLD_SIZE": str(args.nproc), "GROUP_RANK": str(args.node_rank),
-                    "MASTER_ADDR": args.master_addr, "MASTER_PORT": str(args.master_port),
-                    "PREFLIGHT_NODE": args.node, "PYTHONUNBUFFERED": "1"})
-        if spec.socket_ifname:
-            env["GLOO_SOCKET_IFNAME"] = spec.socket_ifname
-            env["NCCL_SOCKET_IFNAME"] = spec.socket_ifname
-        if spec.backend == "nccl" and spec.nccl_debug:
-            env.setdefault("NCCL_DEBUG", "INFO")
-            env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET,ENV")
-        p = subprocess.Popen([sys.executable, "-m", "preflight.sweep.worker", "rank", "--spec", args.spec],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=env, start_new_session=True)
-        procs.append(p)
-        t = threading.Thread(target=_forward, args=(p, rank, args.node), daemon=True)
-        t.start()
-        threads.append(t)
-
+    procs, threads = _start_ranks(args, spec)
     gone = threading.Event()
     if args.watch_stdin:
         threading.Thread(target=_watch_stdin, args=(gone,), daemon=True).start()
-    why = ""
-    while any(p.poll() is None for p in procs):
-        if gone.is_set():
-            why = "the launcher went away (stdin closed)"
-            break
-        if time.monotonic() > deadline:
-            why = f"deadline of {spec.deadline_s:g} s reached"
-            break
-        time.sleep(0.1)
+    why = _wait_ranks(procs, gone, deadline, spec)
     if why:
         for p in procs:
             _kill(p)
@@ -178,16 +200,11 @@ def _watch_stdin(gone: threading.Event) -> None:
 
 
 def _kill(p: subprocess.Popen[bytes]) -> None:
+    """End a rank and whatever it started at once (no grace: it is past its deadline, or its
+    launcher is gone)."""
     if p.poll() is not None:
         return
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        p.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
+    procs_mod.stop_group(p, grace_s=0.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -208,9 +225,7 @@ def rank_main(args: argparse.Namespace) -> int:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     node = os.environ.get("PREFLIGHT_NODE") or socket.gethostname()
     start = time.monotonic()
-    deadline = start + spec.deadline_s
-    if spec.deadline_epoch:
-        deadline = min(deadline, start + max(1.0, spec.deadline_epoch - time.time()))
+    deadline = _deadline(spec, start)
     threading.Thread(target=_watchdog, args=(deadline, rank), daemon=True).start()
     try:
         _rank_body(spec, rank, world, local, node)
@@ -223,7 +238,37 @@ def rank_main(args: argparse.Namespace) -> int:
     os._exit(0)  # never wait on a process group's threads that a stalled peer still holds
 
 
+@dataclass
+class _Rank:
+    """One rank of the sweep once its process group is up: what every phase measures with."""
+
+    spec: SweepSpec
+    rank: int
+    world: int
+    node: str
+    torch: Any
+    dist: Any
+    device: Any
+    dtype: Any
+    order: list[str]  # the sweep's nodes, in the spec's order
+    leader: dict[str, int]  # node -> its lowest rank, the one that runs its pairs
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+
 def _rank_body(spec: SweepSpec, rank: int, world: int, local: int, node: str) -> None:
+    me = _join(spec, rank, world, local, node)
+    group_ok, peak = _allreduce_sweep(me) if spec.allreduce else (True, 0.0)
+    below = bool(spec.group_floor_busbw and peak and peak < spec.group_floor_busbw)
+    if len(me.order) < 2 or me.leader.get(node) != rank:
+        return
+    _pair_rounds(me, group_ok, below)
+
+
+def _join(spec: SweepSpec, rank: int, world: int, local: int, node: str) -> _Rank:
+    """Say hello, join the process group, learn every rank's node."""
     from datetime import timedelta
 
     import torch
@@ -244,38 +289,42 @@ def _rank_body(spec: SweepSpec, rank: int, world: int, local: int, node: str) ->
     order = [n for n in spec.nodes if n in node_of] or list(dict.fromkeys(node_of))
     leader = {n: node_of.index(n) for n in order}
     emit("ready", rank=rank, node=node, nodes=order)
-    dtype = getattr(torch, spec.dtype)
+    return _Rank(spec=spec, rank=rank, world=world, node=node, torch=torch, dist=dist, device=device,
+                 dtype=getattr(torch, spec.dtype), order=order, leader=leader)
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
-    group_ok = True
+def _allreduce_sweep(me: _Rank) -> tuple[bool, float]:
+    """All-reduce over every size (rank 0 emits the rows); (every size completed, the peak
+    busbw from the group-floor size on)."""
+    spec, torch, dist, rank, dtype = me.spec, me.torch, me.dist, me.rank, me.dtype
     peak = 0.0
-    if spec.allreduce:
-        for size in spec.sizes():
-            _state.update(phase="allreduce", bytes=size)
-            emit("begin", rank=rank, phase="allreduce", bytes=size)
-            try:
-                row = _measure_allreduce(torch, dist, size, dtype, device, spec, rank, world, sync)
-            except Exception as exc:
-                emit("stall", rank=rank, node=node, phase="allreduce", bytes=size, error=_short(exc))
-                group_ok = False
-                break
-            emit("end", rank=rank, phase="allreduce", bytes=size)
+    for size in spec.sizes():
+        _state.update(phase="allreduce", bytes=size)
+        emit("begin", rank=rank, phase="allreduce", bytes=size)
+        try:
+            row = _measure_allreduce(torch, dist, size, dtype, me.device, spec, rank, me.world, me.sync)
+        except Exception as exc:
+            emit("stall", rank=rank, node=me.node, phase="allreduce", bytes=size, error=_short(exc))
+            return False, peak
+        emit("end", rank=rank, phase="allreduce", bytes=size)
+        if rank == 0:
+            emit("row", **row)
+        for k in range(spec.calibrate):  # alternate sweep and bare-loop blocks, same buffers
+            bare = _bare_loop(torch, dist, size, dtype, me.device, spec, me.sync)
+            again = _measure_allreduce(torch, dist, size, dtype, me.device, spec, rank, me.world, me.sync) \
+                if k else row
             if rank == 0:
-                emit("row", **row)
-            for k in range(spec.calibrate):  # alternate sweep and bare-loop blocks, same buffers
-                bare = _bare_loop(torch, dist, size, dtype, device, spec, sync)
-                again = _measure_allreduce(torch, dist, size, dtype, device, spec, rank, world, sync) if k else row
-                if rank == 0:
-                    emit("calib", bytes=size, bare_us=bare * 1e6, time_us=again["time_us"], mean_us=again["mean_us"])
-            if spec.group_floor_min_bytes and size >= spec.group_floor_min_bytes:
-                peak = max(peak, row["busbw"])
-    below = bool(spec.group_floor_busbw and peak and peak < spec.group_floor_busbw)
+                emit("calib", bytes=size, bare_us=bare * 1e6, time_us=again["time_us"], mean_us=again["mean_us"])
+        if spec.group_floor_min_bytes and size >= spec.group_floor_min_bytes:
+            peak = max(peak, row["busbw"])
+    return True, peak
 
-    if len(order) < 2 or leader.get(node) != rank:
-        return
+
+def _pair_rounds(me: _Rank, group_ok: bool, below: bool) -> None:
+    """The node leaders' ping-pong: the planned rounds (ring, all pairs, or a ring when the
+    all-reduce failed or fell below the group floor and isolation is on), then isolation rounds
+    until the bad node or link is named."""
+    spec, order = me.spec, me.order
     rounds: list[list[tuple[str, str]]] = []
     if spec.pingpong == "ring":
         rounds = pairmod.ring_rounds(order)
@@ -283,20 +332,25 @@ def _rank_body(spec: SweepSpec, rank: int, world: int, local: int, node: str) ->
         rounds = pairmod.all_pair_rounds(order)
     elif spec.isolate and (not group_ok or below):
         rounds = pairmod.ring_rounds(order)
-    store = dist.distributed_c10d._get_default_store()
+    store = me.dist.distributed_c10d._get_default_store()
     results: list[dict[str, Any]] = []
     groups: dict[str, Any] = {}
+
+    def run_round(idx: int, rnd: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        return _pair_round(me.torch, me.dist, store, idx, rnd, me.leader, me.node, me.rank, spec, me.device,
+                           me.sync, groups)
+
     idx = 0
     for rnd in rounds:
-        results += _pair_round(torch, dist, store, idx, rnd, leader, node, rank, spec, device, sync, groups)
+        results += run_round(idx, rnd)
         idx += 1
     extra = 0
     while spec.isolate and extra < spec.max_isolation_rounds:
         nxt = pairmod.next_round(order, results, spec.pair_min_gbps, spec.pair_slow_ratio)
         if not nxt:
             break
-        emit("isolation_round", rank=rank, round=idx, pairs=[list(p) for p in nxt])
-        results += _pair_round(torch, dist, store, idx, nxt, leader, node, rank, spec, device, sync, groups)
+        emit("isolation_round", rank=me.rank, round=idx, pairs=[list(p) for p in nxt])
+        results += run_round(idx, nxt)
         idx += 1
         extra += 1
 
