@@ -73,7 +73,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from preflight.model import Status
 from preflight.runtime.events import EventWriter
@@ -570,7 +570,22 @@ class CheckpointManager:
             self._error = exc
 
     def _save_now(self, step: int, state: Mapping[str, Any]) -> None:
+        """Every rank writes its shard into one staging folder; rank 0 publishes it when every
+        shard is durable. Every rank learns the outcome, and all raise on a failure."""
         t0 = time.perf_counter()
+        staging = self._agree_staging(step)
+        outcomes = self._write_and_gather(staging, state)
+        total = self._conclude(step, staging, outcomes)
+        secs = time.perf_counter() - t0
+        self.stats.update(write_s=secs, bytes=float(total))
+        if self.rank == 0:
+            self._emit(Status.PASS, f"checkpoint step {step} saved ({total / 1e6:.1f} MB in {secs:.2f} s)",
+                       step=step, facts={"step": step, "bytes": total, "seconds": round(secs, 4),
+                                         "path": str(self._step_dir(step)), "async": self.async_save,
+                                         "world_size": self.world_size})
+
+    def _agree_staging(self, step: int) -> Path:
+        """Rank 0 creates the step's staging folder and tells every rank its name (or why not)."""
         staging: Path | None = None
         err = ""
         if self.rank == 0:
@@ -589,8 +604,11 @@ class CheckpointManager:
             staging = Path(name) if name else None
         if staging is None:
             self._fail(step, err or "no staging folder")
+        return staging
 
-        assert staging is not None
+    def _write_and_gather(self, staging: Path, state: Mapping[str, Any]) -> list[Any]:
+        """This rank's shard written (or why not); rank 0 gets every rank's outcome, once every
+        shard is durable: (name, sha256, size) or an error text."""
         mine: tuple[str, str, int] | str
         try:
             name = _shard_name(self.rank)
@@ -605,7 +623,11 @@ class CheckpointManager:
         else:
             outcomes = [mine]
         _phase("gathered")
+        return outcomes
 
+    def _conclude(self, step: int, staging: Path, outcomes: list[Any]) -> int:
+        """Rank 0 publishes the step (or removes the staging folder after a rank's failure) and
+        tells every rank the result; the bytes written, raising CheckpointError on a failure."""
         result = ""
         total = 0
         if self.rank == 0:
@@ -625,13 +647,7 @@ class CheckpointManager:
             result = rbox[0]
         if result:
             self._fail(step, result)
-        secs = time.perf_counter() - t0
-        self.stats.update(write_s=secs, bytes=float(total))
-        if self.rank == 0:
-            self._emit(Status.PASS, f"checkpoint step {step} saved ({total / 1e6:.1f} MB in {secs:.2f} s)",
-                       step=step, facts={"step": step, "bytes": total, "seconds": round(secs, 4),
-                                         "path": str(self._step_dir(step)), "async": self.async_save,
-                                         "world_size": self.world_size})
+        return total
 
     def _publish(self, step: int, staging: Path, outcomes: list[Any]) -> None:
         _fsync_dir(staging)
@@ -721,7 +737,7 @@ class CheckpointManager:
                 if self._may_clean(path):
                     _remove_tree(path)
 
-    def _fail(self, step: int, why: str) -> None:
+    def _fail(self, step: int, why: str) -> NoReturn:
         self._emit(Status.ERROR, f"checkpoint step {step} not saved: {why}", step=step,
                    evidence=[why], remedy=f"check free space and health of {self.directory}; "
                                           "training continues from the previous checkpoint",

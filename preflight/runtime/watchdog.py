@@ -301,7 +301,21 @@ class Watchdog:
         self.fired: dict[str, Any] | None = None
         self._recorded = threading.Event()
         self.monitor_faults = 0
-        # state written by the training thread, read by the monitor (attribute stores are atomic)
+        self._init_progress()
+        self._closed = False
+        self._stop = threading.Event()
+        self._backstop_file: Any = None
+        self._open_run_dir(flight_recorder)
+        self._thread = threading.Thread(target=self._monitor, name="preflight-watchdog", daemon=True)
+        if start:
+            try:
+                self._thread.start()
+            except RuntimeError as exc:  # no thread to be had: train unwatched rather than not at all
+                log.warning("preflight: watchdog monitor could not start, hangs go undetected: %s", exc)
+
+    def _init_progress(self) -> None:
+        """The state written by the training thread, read by the monitor (attribute stores are
+        atomic): the open sections, the step, and the durations that set the auto timeouts."""
         self._stack: list[_Frame] = []
         self._current: _Frame | None = None
         self._step: int | None = None
@@ -310,9 +324,10 @@ class Watchdog:
         self._longest: dict[str, float] = {}
         self._last_beat: float | None = None  # monotonic time of the last heartbeat
         self._beat_clean = False  # no section ran since the last heartbeat
-        self._closed = False
-        self._stop = threading.Event()
-        self._backstop_file: Any = None
+
+    def _open_run_dir(self, flight_recorder: bool) -> None:
+        """This rank's files in the run directory (created when missing), and PyTorch's flight
+        recorder switched on so that a hang record can say which collective was in flight."""
         self.heartbeat_path = self.run_dir / f"heartbeat-rank{self.rank}.json"
         self.record_path = self.run_dir / f"hang-rank{self.rank}.json"
         self.fr_path = self.run_dir / f"fr-rank{self.rank}.json"
@@ -322,12 +337,6 @@ class Watchdog:
             log.warning("preflight: watchdog cannot create %s: %s", self.run_dir, exc)
         if flight_recorder:
             enable_flight_recorder()
-        self._thread = threading.Thread(target=self._monitor, name="preflight-watchdog", daemon=True)
-        if start:
-            try:
-                self._thread.start()
-            except RuntimeError as exc:  # no thread to be had: train unwatched rather than not at all
-                log.warning("preflight: watchdog monitor could not start, hangs go undetected: %s", exc)
 
     # ----- training-thread API -----------------------------------------------------------
     def section(self, name: str, step: int | None = None) -> _Section:
