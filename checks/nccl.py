@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from preflight.engine import register_profile_hint
@@ -244,23 +245,142 @@ def allreduce_table(profile: Profile, multi_node: bool | None) -> tuple[str, dic
     return "unknown (lower floors of single_node and multi_node)", merged
 
 
-def grade_allreduce(ctx: CheckContext) -> Result:
-    res: NcclTests | None = ctx.facts("nccl-tests")
-    if res is None:
-        return ctx.result(Status.SKIP, "no nccl-tests output to grade")
-    prof = ctx.profile
-    hosts = res.hosts
-    facts: dict[str, Any] = {
+def _allreduce_facts(res: NcclTests) -> dict[str, Any]:
+    return {
         "rows": [{"bytes": r.bytes, "time_us": r.time_us, "algbw": r.algbw, "busbw": r.busbw,
                   "ip_time_us": r.ip_time_us, "ip_algbw": r.ip_algbw, "ip_busbw": r.ip_busbw,
                   "wrong": r.wrong, "ip_wrong": r.ip_wrong} for r in res.rows],
-        "hosts": hosts,
+        "hosts": res.hosts,
         "ranks": len(res.ranks),
         "avg_busbw": res.avg_busbw,
         "peak_busbw": None,
         "wrong": 0,
         "gpu_models": sorted({r["model"] for r in res.ranks if r["model"]}),
     }
+
+
+def _integrity_findings(res: NcclTests, computed: float | None, f: Findings) -> None:
+    """Wrong results, out-of-bounds values, a reported failure, a tampered average."""
+    wrong = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
+    if wrong:
+        bad = [r.line for r in res.rows if (r.wrong or 0) or (r.ip_wrong or 0)]
+        f.add(Status.FAIL, f"all-reduce returned wrong results ({wrong} wrong elements)", bad[:5],
+              "a GPU, NVLink or NIC corrupts data: run the test per node to isolate it, check Xid/ECC, "
+              "drain the node it follows")
+    if res.oob_values:
+        f.add(Status.FAIL, f"{res.oob_values} out-of-bounds values", [res.oob_line],
+              "data corruption: isolate the node (per-node runs) and check ECC/Xid")
+    if res.errors:
+        f.add(Status.FAIL, "nccl-tests reported a failure", res.errors[:5],
+              "read the NCCL WARN line: it names the rank, host and device that failed")
+    if res.avg_busbw is not None and computed is not None and \
+            abs(res.avg_busbw - computed) > AVG_ROUNDING_SLACK + 0.001 * computed:
+        f.add(Status.WARN, f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's mean {computed:g} "
+              "(edited or truncated output?)", [res.avg_line],
+              "grade the untouched output of all_reduce_perf")
+
+
+def _tcp_fallback_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
+    """Large messages at socket speed: NCCL fell back to TCP."""
+    min_bytes = int(prof.get("nccl.allreduce.tcp_fallback_min_bytes") or 0)
+    max_bw = float(prof.get("nccl.allreduce.tcp_fallback_max_busbw") or 0)
+    max_t = float(prof.get("nccl.allreduce.tcp_fallback_max_time_us") or 0)
+    if not min_bytes or not (max_bw or max_t):
+        return
+    slow = []
+    for r in res.rows:
+        if r.bytes < min_bytes:
+            continue
+        bws = [v for v in (r.busbw, r.ip_busbw) if v is not None]
+        ts = [v for v in (r.time_us, r.ip_time_us) if v is not None]
+        low_bw = max_bw and bws and max(bws) < max_bw
+        # time scaled to the reference size: a larger message may take proportionally longer
+        slow_t = max_t and ts and min(ts) * min_bytes / r.bytes > max_t
+        if low_bw or slow_t:
+            slow.append(r.line)
+    if slow:
+        f.add(Status.FAIL, f"TCP-fallback signature: {len(slow)} message size(s) >= {_fmt_bytes(min_bytes)} "
+              f"under {max_bw:g} GB/s busbw", slow[:4] + [
+                  f"nccl.allreduce.tcp_fallback_max_busbw = {max_bw:g} "
+                  f"({prof.source('nccl.allreduce.tcp_fallback_max_busbw')})"],
+              "NCCL is using NET/Socket: rerun with NCCL_DEBUG=INFO and look for 'NET/Socket : Using'; "
+              "check ibstat, NCCL_IB_HCA / NCCL_IB_DISABLE and /dev/infiniband in the container")
+
+
+@dataclass
+class _Table:
+    """The profile table the run is graded against."""
+
+    name: str
+    floors: dict[str, Any]
+    partial: bool  # not every host ran the profile's GPU count: floors do not apply
+
+    @property
+    def key(self) -> str:
+        return f"nccl.allreduce.{self.name}" if self.name in ("single_node", "multi_node") else "nccl.allreduce"
+
+
+def _table(res: NcclTests, prof: Profile) -> _Table:
+    multi: bool | None = (len(res.hosts) > 1) if res.hosts else None
+    name, floors = allreduce_table(prof, multi)
+    gpus = int(prof.get("gpu.count") or 0)
+    per_host = {h: sum(1 for r in res.ranks if r["host"] == h) for h in res.hosts}
+    return _Table(name, floors, bool(gpus and per_host and any(n != gpus for n in per_host.values())))
+
+
+def _peak_findings(res: NcclTests, prof: Profile, t: _Table, peak: float | None, f: Findings) -> None:
+    """The peak bus bandwidth against the table's floors (noted, not graded, when the sweep
+    is too short or the hosts ran fewer GPUs than the table is for)."""
+    warn_f = t.floors.get("peak_busbw_warn")
+    fail_f = t.floors.get("peak_busbw_fail")
+    if peak is None or not (warn_f or fail_f):
+        return
+    peak_min = int(prof.get("nccl.allreduce.peak_min_bytes") or 0)
+    max_size = max(r.bytes for r in res.rows)
+    if peak_min and max_size < peak_min:
+        f.note(f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} (< {_fmt_bytes(peak_min)})")
+        return
+    if t.partial:
+        per_host = sorted({sum(1 for r in res.ranks if r["host"] == h) for h in res.hosts})
+        f.note(f"peak not graded: {per_host} GPU(s) per host, the table is for {int(prof.get('gpu.count') or 0)}")
+        return
+    peak_ev: list[str] = [next(r.line for r in res.rows if peak in (r.busbw, r.ip_busbw))]
+    key = t.key
+    if fail_f and peak < float(fail_f):
+        peak_ev.append(f"{key}.peak_busbw_fail = {fail_f} ({prof.source(key + '.peak_busbw_fail')})")
+        f.add(Status.FAIL, f"peak busbw {peak:g} GB/s is under the {t.name} floor {fail_f:g}", peak_ev,
+              "a rail, HCA or NVLink is down or slow: run per-node and per-pair tests to isolate it "
+              "(ibstat, nvidia-smi nvlink -s), then drain that node")
+    elif warn_f and peak < float(warn_f):
+        peak_ev.append(f"{key}.peak_busbw_warn = {warn_f} ({prof.source(key + '.peak_busbw_warn')})")
+        f.add(Status.WARN, f"peak busbw {peak:g} GB/s is below the expected {warn_f:g} ({t.name})", peak_ev,
+              "compare nodes one by one; check NIC/GPU affinity (nvidia-smi topo -m), PCIe "
+              "width/speed and the NCCL env (NCCL_IB_HCA, NCCL_ALGO)")
+
+
+def _ceiling_findings(res: NcclTests, prof: Profile, t: _Table, f: Findings) -> None:
+    """Per-size time ceilings of the table (`<table>.sizes`)."""
+    sizes = prof.get(f"{t.key}.sizes") if t.name in ("single_node", "multi_node") else None
+    if not isinstance(sizes, list) or t.partial:
+        return
+    for entry in sizes:
+        if not isinstance(entry, dict) or "bytes" not in entry or "max_time_us" not in entry:
+            continue
+        for r in res.rows:
+            took = min(v for v in (r.time_us, r.ip_time_us, float("inf")) if v is not None)
+            if r.bytes == int(entry["bytes"]) and took != float("inf") and took > float(entry["max_time_us"]):
+                f.add(Status.WARN, f"{_fmt_bytes(r.bytes)} all-reduce took {took:g} us (expected <= "
+                      f"{float(entry['max_time_us']):g})",
+                      [r.line, f"{t.key}.sizes: {entry.get('source', '')}"],
+                      "compare with another node pair; check NVLink/NIC health and NCCL env")
+
+
+def grade_allreduce(ctx: CheckContext) -> Result:
+    res: NcclTests | None = ctx.facts("nccl-tests")
+    if res is None:
+        return ctx.result(Status.SKIP, "no nccl-tests output to grade")
+    prof = ctx.profile
+    facts = _allreduce_facts(res)
     if not res.rows:
         why = "crashed" if res.errors else "no result rows (truncated output or the test failed to start)"
         return ctx.result(Status.FAIL if res.errors else Status.ERROR, f"nccl-tests: {why}",
@@ -274,100 +394,20 @@ def grade_allreduce(ctx: CheckContext) -> Result:
     facts["avg_busbw_computed"] = computed
     if facts["avg_busbw"] is None:
         facts["avg_busbw"] = computed
-    wrong = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
-    facts["wrong"] = wrong
-    multi: bool | None = (len(hosts) > 1) if hosts else None
-    table_name, table = allreduce_table(prof, multi)
-    facts["table"] = table_name
+    facts["wrong"] = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
+    table = _table(res, prof)
+    facts["table"] = table.name
     f = Findings()
-
-    if wrong:
-        bad = [r.line for r in res.rows if (r.wrong or 0) or (r.ip_wrong or 0)]
-        f.add(Status.FAIL, f"all-reduce returned wrong results ({wrong} wrong elements)", bad[:5],
-                      "a GPU, NVLink or NIC corrupts data: run the test per node to isolate it, check Xid/ECC, "
-                      "drain the node it follows")
-    if res.oob_values:
-        f.add(Status.FAIL, f"{res.oob_values} out-of-bounds values", [res.oob_line],
-                      "data corruption: isolate the node (per-node runs) and check ECC/Xid")
-    if res.errors:
-        f.add(Status.FAIL, "nccl-tests reported a failure", res.errors[:5],
-                      "read the NCCL WARN line: it names the rank, host and device that failed")
-    if res.avg_busbw is not None and computed is not None and abs(res.avg_busbw - computed) > AVG_ROUNDING_SLACK + 0.001 * computed:
-        f.add(Status.WARN, f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's mean {computed:g} "
-                      "(edited or truncated output?)", [res.avg_line],
-                      "grade the untouched output of all_reduce_perf")
-
-    # TCP-fallback signature on large messages
-    min_bytes = int(prof.get("nccl.allreduce.tcp_fallback_min_bytes") or 0)
-    max_bw = float(prof.get("nccl.allreduce.tcp_fallback_max_busbw") or 0)
-    max_t = float(prof.get("nccl.allreduce.tcp_fallback_max_time_us") or 0)
-    if min_bytes and (max_bw or max_t):
-        slow = []
-        for r in res.rows:
-            if r.bytes < min_bytes:
-                continue
-            bws = [v for v in (r.busbw, r.ip_busbw) if v is not None]
-            ts = [v for v in (r.time_us, r.ip_time_us) if v is not None]
-            low_bw = max_bw and bws and max(bws) < max_bw
-            # time scaled to the reference size: a larger message may take proportionally longer
-            slow_t = max_t and ts and min(ts) * min_bytes / r.bytes > max_t
-            if low_bw or slow_t:
-                slow.append(r.line)
-        if slow:
-            f.add(Status.FAIL, f"TCP-fallback signature: {len(slow)} message size(s) >= {_fmt_bytes(min_bytes)} "
-                          f"under {max_bw:g} GB/s busbw", slow[:4] + [
-                              f"nccl.allreduce.tcp_fallback_max_busbw = {max_bw:g} "
-                              f"({prof.source('nccl.allreduce.tcp_fallback_max_busbw')})"],
-                          "NCCL is using NET/Socket: rerun with NCCL_DEBUG=INFO and look for 'NET/Socket : Using'; "
-                          "check ibstat, NCCL_IB_HCA / NCCL_IB_DISABLE and /dev/infiniband in the container")
-
-    # peak bus bandwidth against the table
-    peak_min = int(prof.get("nccl.allreduce.peak_min_bytes") or 0)
-    max_size = max(r.bytes for r in res.rows)
-    gpus = int(prof.get("gpu.count") or 0)
-    per_host = {h: sum(1 for r in res.ranks if r["host"] == h) for h in hosts}
-    partial = bool(gpus and per_host and any(n != gpus for n in per_host.values()))
-    warn_f = table.get("peak_busbw_warn")
-    fail_f = table.get("peak_busbw_fail")
-    key = f"nccl.allreduce.{table_name}" if table_name in ("single_node", "multi_node") else "nccl.allreduce"
-    if peak is not None and (warn_f or fail_f):
-        if peak_min and max_size < peak_min:
-            f.note(f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} (< {_fmt_bytes(peak_min)})")
-        elif partial:
-            f.note(f"peak not graded: {sorted(set(per_host.values()))} GPU(s) per host, the table is for {gpus}")
-        else:
-            peak_row = next(r.line for r in res.rows if peak in (r.busbw, r.ip_busbw))
-            peak_ev: list[str] = [peak_row]
-            if fail_f and peak < float(fail_f):
-                peak_ev.append(f"{key}.peak_busbw_fail = {fail_f} ({prof.source(key + '.peak_busbw_fail')})")
-                f.add(Status.FAIL, f"peak busbw {peak:g} GB/s is under the {table_name} floor {fail_f:g}", peak_ev,
-                              "a rail, HCA or NVLink is down or slow: run per-node and per-pair tests to isolate it "
-                              "(ibstat, nvidia-smi nvlink -s), then drain that node")
-            elif warn_f and peak < float(warn_f):
-                peak_ev.append(f"{key}.peak_busbw_warn = {warn_f} ({prof.source(key + '.peak_busbw_warn')})")
-                f.add(Status.WARN, f"peak busbw {peak:g} GB/s is below the expected {warn_f:g} ({table_name})", peak_ev,
-                              "compare nodes one by one; check NIC/GPU affinity (nvidia-smi topo -m), PCIe "
-                              "width/speed and the NCCL env (NCCL_IB_HCA, NCCL_ALGO)")
-    # per-size ceilings
-    sizes = prof.get(f"nccl.allreduce.{table_name}.sizes") if table_name in ("single_node", "multi_node") else None
-    if isinstance(sizes, list) and not partial:
-        for entry in sizes:
-            if not isinstance(entry, dict) or "bytes" not in entry or "max_time_us" not in entry:
-                continue
-            for r in res.rows:
-                took = min(v for v in (r.time_us, r.ip_time_us, float("inf")) if v is not None)
-                if r.bytes == int(entry["bytes"]) and took != float("inf") and took > float(entry["max_time_us"]):
-                    f.add(Status.WARN, f"{_fmt_bytes(r.bytes)} all-reduce took {took:g} us (expected <= "
-                                  f"{float(entry['max_time_us']):g})",
-                                  [r.line, f"{key}.sizes: {entry.get('source', '')}"],
-                                  "compare with another node pair; check NVLink/NIC health and NCCL env")
+    _integrity_findings(res, computed, f)
+    _tcp_fallback_findings(res, prof, f)
+    _peak_findings(res, prof, table, peak, f)
+    _ceiling_findings(res, prof, table, f)
     _size_findings(res, prof, f)
-    what = f"{len(res.ranks) or '?'} ranks on {len(hosts) or '?'} host(s)"
+    what = f"{len(res.ranks) or '?'} ranks on {len(res.hosts) or '?'} host(s)"
     avg = facts["avg_busbw"]
     proof = [r.line for r in res.rows if peak in (r.busbw, r.ip_busbw)][:1] + ([res.avg_line] if res.avg_line else [])
-    return f.result(ctx, f"all-reduce peak busbw {peak:g} GB/s, avg {avg:g} GB/s ({what}, {table_name})", facts,
+    return f.result(ctx, f"all-reduce peak busbw {peak:g} GB/s, avg {avg:g} GB/s ({what}, {table.name})", facts,
                     proof, named=2)
-
 
 
 def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
