@@ -1,10 +1,12 @@
-"""Inventory: which nodes to check.
+"""Inventory: which nodes to check. THE hostlist module: expand, compress, validate, set algebra.
 
 Slurm hostlist syntax (`gpu[001-016,020],login1`, several bracket groups per name,
 zero-padded ranges), comma lists, `@file` (one host or hostlist per line, `#` comments),
+`^` to take hosts away (`gpu[01-64]^gpu[03,07]`, `@rack.txt^@broken.txt`),
 `SLURM_JOB_NODELIST` inside an allocation. Malformed input raises `HostlistError` with the
-offending part; duplicates are removed with the order kept. Node names are validated,
-since they end up in commands (ssh, srun, ping).
+offending part; duplicates are removed with the order kept. Node names are validated
+(`valid_node_name`, `check_name`: the one validator), since they end up in commands (ssh,
+srun, ping). Asking Slurm for a partition's nodes is the Slurm adapter's (`slurm.hostnames`).
 """
 
 from __future__ import annotations
@@ -268,13 +270,6 @@ def compress(names: Iterable[str]) -> str:
         else:
             parts.append(f"{prefix}[{_ranges(nums, width)}]{suffix}")
     return ",".join(parts + singles)
-
-
-def hostnames_for(partition: str | None = None, nodelist: str | None = None, timeout: float = 15) -> list[str]:
-    """Deprecated alias of `preflight.slurm.hostnames` (Slurm calls live in the Slurm adapter)."""
-    from preflight import slurm
-
-    return slurm.hostnames(partition=partition, nodelist=nodelist, timeout=timeout)
 
 
 def ring_peers(nodes: list[str]) -> dict[str, list[str]]:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from preflight import inventory
 from preflight.inventory import (
     HostlistError,
     check_name,
@@ -169,15 +168,3 @@ def test_compress_round_trips_large_irregular_sets() -> None:
     assert text.startswith("gpu[001-006,008-013,") and text.endswith("],gpu1000,cpu[95-119],head")
     assert sorted(expand(text)) == sorted(names)
 
-
-def test_hostnames_for_is_the_slurm_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
-    from preflight import slurm
-
-    calls: list[tuple[str | None, str | None]] = []
-
-    def fake(partition: str | None = None, nodelist: str | None = None, timeout: float = 15) -> list[str]:
-        calls.append((partition, nodelist))
-        return ["n1"]
-
-    monkeypatch.setattr(slurm, "hostnames", fake)
-    assert inventory.hostnames_for(nodelist="n1") == ["n1"] and calls == [(None, "n1")]

@@ -46,6 +46,7 @@ from preflight.model import Capture
 from preflight.probes import DEFAULT_CAP, Probe
 from preflight.procs import spawn, stop_group
 from preflight.remote import MARK, ParsedOutput, build_script, parse_output
+from preflight.slurm import node_addresses
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
 
 FRAME = "@@pfsrun"
@@ -313,8 +314,6 @@ class SrunTransport(Transport):
     def resolve_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
         """node -> its NodeAddr from Slurm (what its peers ping), else its own name: one
         batched scontrol call for the nodes not asked about before. Never raises."""
-        from preflight.slurm import node_addresses
-
         known = self._addresses if self._addresses is not None else {}
         todo = [n for n in dict.fromkeys(nodes) if n not in known]
         if todo:
