@@ -142,44 +142,9 @@ def grade_check(check: Check, node: str, store: FactStore, profile: Profile, opt
     a grade function is ERROR with the exception's message."""
     ctx = CheckContext(check=check, node=node, store=store, profile=profile, options=options)
     if options.mode == "run":
-        # absence of evidence is not evidence: a probe this check ran whose output did not
-        # come back (lost, timed out, not started) makes the check ERROR with the cause
-        planned = list(planned or [])
-        needed = set(check.required or planned)  # without a declaration every probe it ran is needed
-        for name in dict.fromkeys([*check.required, *planned]):
-            inp = store.input(name)
-            if inp is None:
-                if name in planned:
-                    return [ctx.result(Status.ERROR, f"output lost: no capture of probe {name} came back",
-                                       evidence=[f"probe {name}: planned, never received"],
-                                       remedy=f"run `preflight run --hosts {node} --only {check.id}` again; "
-                                              "if it repeats, report it with the transport in use")]
-                continue
-            if inp.state is CaptureState.LOST:
-                return [ctx.result(Status.ERROR, f"output lost: {inp.reason}",
-                                   evidence=[f"probe {name}: sent, its output never came back", inp.reason],
-                                   remedy=f"{check.id} was not graded on {node}: fix the cause and run it again")]
-            if inp.state is CaptureState.MISSING and name not in needed:
-                continue  # an optional tool: the check grades from the others
-            if inp.state is CaptureState.TIMEOUT:
-                tail = []
-                cap = store.captures.get(name)
-                if cap is not None:
-                    tail = cap.stdout.splitlines()[-3:]
-                return [ctx.result(Status.ERROR, f"probe {name} timed out after {inp.timeout:g} s",
-                                   evidence=[inp.reason, *tail],
-                                   remedy=f"run `{inp.cmdline}` by hand on {node}; a hung tool often "
-                                          "means a hung driver or GPU (check dmesg, reset or reboot)")]
-            if inp.state is CaptureState.FAILED:
-                return [ctx.result(Status.ERROR, f"probe {name} could not run: {inp.reason}",
-                                   evidence=[inp.reason])]
-            if inp.state is CaptureState.MISSING:
-                tool = inp.tool
-                if profile.requires_tool(tool):
-                    return [ctx.result(Status.FAIL, f"{tool} is missing and profile {profile.name} requires it",
-                                       evidence=[inp.reason],
-                                       remedy=f"install {tool} on {node} (the driver / OFED packages)")]
-                return [ctx.result(Status.SKIP, f"{tool} not found; {check.id} not checked", evidence=[inp.reason])]
+        ungraded = _inputs_unusable(ctx, store, list(planned or []))
+        if ungraded is not None:
+            return [ungraded]
     try:
         out = check.grade(ctx)
         results = [out] if isinstance(out, Result) else list(out)
@@ -191,6 +156,54 @@ def grade_check(check: Check, node: str, store: FactStore, profile: Profile, opt
         r.check = r.check or check.id
         r.node = r.node or node
     return results
+
+
+def _inputs_unusable(ctx: CheckContext, store: FactStore, planned: list[str]) -> Result | None:
+    """Absence of evidence is not evidence: the result of a check one of whose probes' output
+    did not come back (lost, timed out, not started, a tool missing), in place of its grade;
+    None when every input it needs is there."""
+    check = ctx.check
+    needed = set(check.required or planned)  # without a declaration every probe it ran is needed
+    for name in dict.fromkeys([*check.required, *planned]):
+        inp = store.input(name)
+        if inp is None:
+            if name in planned:
+                return ctx.result(Status.ERROR, f"output lost: no capture of probe {name} came back",
+                                  evidence=[f"probe {name}: planned, never received"],
+                                  remedy=f"run `preflight run --hosts {ctx.node} --only {check.id}` again; "
+                                         "if it repeats, report it with the transport in use")
+            continue
+        if inp.state is CaptureState.MISSING and name not in needed:
+            continue  # an optional tool: the check grades from the others
+        ungraded = _input_unusable(ctx, store, name, inp)
+        if ungraded is not None:
+            return ungraded
+    return None
+
+
+def _input_unusable(ctx: CheckContext, store: FactStore, name: str, inp: Input) -> Result | None:
+    """The check's result when this needed input is lost, timed out, failed or missing."""
+    check, node = ctx.check, ctx.node
+    if inp.state is CaptureState.LOST:
+        return ctx.result(Status.ERROR, f"output lost: {inp.reason}",
+                          evidence=[f"probe {name}: sent, its output never came back", inp.reason],
+                          remedy=f"{check.id} was not graded on {node}: fix the cause and run it again")
+    if inp.state is CaptureState.TIMEOUT:
+        cap = store.captures.get(name)
+        tail = cap.stdout.splitlines()[-3:] if cap is not None else []
+        return ctx.result(Status.ERROR, f"probe {name} timed out after {inp.timeout:g} s",
+                          evidence=[inp.reason, *tail],
+                          remedy=f"run `{inp.cmdline}` by hand on {node}; a hung tool often "
+                                 "means a hung driver or GPU (check dmesg, reset or reboot)")
+    if inp.state is CaptureState.FAILED:
+        return ctx.result(Status.ERROR, f"probe {name} could not run: {inp.reason}", evidence=[inp.reason])
+    if inp.state is CaptureState.MISSING:
+        tool = inp.tool
+        if ctx.profile.requires_tool(tool):
+            return ctx.result(Status.FAIL, f"{tool} is missing and profile {ctx.profile.name} requires it",
+                              evidence=[inp.reason], remedy=f"install {tool} on {node} (the driver / OFED packages)")
+        return ctx.result(Status.SKIP, f"{tool} not found; {check.id} not checked", evidence=[inp.reason])
+    return None
 
 
 def grade_node(checks: Iterable[Check], node: str, store: FactStore, profile: Profile, options: Options,
