@@ -37,7 +37,7 @@ from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import Result, Status
 from preflight.parsers.base import Format
 from preflight.profile import Profile
-from preflight.registry import Options, Registry
+from preflight.registry import Check, Options, Registry
 
 SNIFF_BYTES = 256 * 1024
 MAX_FILE_BYTES = 256 * 1024 * 1024  # read window per file; a larger file is read from its end
@@ -147,32 +147,38 @@ def _decompressed(path: Path, kind: str) -> tuple[bytes, str]:
 
 def _archive_entries(path: Path, parts: tuple[str, ...], display: str) -> list[Entry]:
     """The members of a tar or zip archive as entries, read in memory under the caps."""
-    size = path.stat().st_size
-    limit = _ratio_limit(size)
+    limit = _ratio_limit(path.stat().st_size)
+    base = parts[:-1] + (path.name,)
+    members = _zip_members(path, limit) if zipfile.is_zipfile(path) else _tar_members(path, limit)
     out: list[Entry] = []
-    total = 0
-    stem = path.name
-    base = parts[:-1] + (stem,)
-
-    def add(member: str, data: bytes, note: str = "") -> None:
+    for member, data, note in members:
         mparts = tuple(p for p in member.replace("\\", "/").split("/") if p not in ("", "."))
         if not mparts or ".." in mparts:
-            return
+            continue  # no member names a place outside the archive
         out.append(Entry(display=f"{display}!{'/'.join(mparts)}", parts=base + mparts, load=_const(data, note)))
+    return out
 
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            infos = [i for i in zf.infolist() if not i.is_dir()]
-            if len(infos) > ARCHIVE_MAX_FILES:
-                raise TooBig(f"{path.name} holds {len(infos)} files (more than {ARCHIVE_MAX_FILES}); not read")
-            for info in infos:
-                total += info.file_size
-                if total > limit:
-                    raise TooBig(f"{path.name} expands past {limit >> 20} MiB; not read")
-                with zf.open(info) as fh:
-                    data, note = _bounded_read(fh, limit, info.filename)  # type: ignore[arg-type]
-                add(info.filename, data, note)
-        return out
+
+def _zip_members(path: Path, limit: int) -> Iterator[tuple[str, bytes, str]]:
+    """(name, data, note) of each file in a zip archive; TooBig past the caps."""
+    total = 0
+    with zipfile.ZipFile(path) as zf:
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        if len(infos) > ARCHIVE_MAX_FILES:
+            raise TooBig(f"{path.name} holds {len(infos)} files (more than {ARCHIVE_MAX_FILES}); not read")
+        for info in infos:
+            total += info.file_size
+            if total > limit:
+                raise TooBig(f"{path.name} expands past {limit >> 20} MiB; not read")
+            with zf.open(info) as fh:
+                data, note = _bounded_read(fh, limit, info.filename)  # type: ignore[arg-type]
+            yield info.filename, data, note
+
+
+def _tar_members(path: Path, limit: int) -> Iterator[tuple[str, bytes, str]]:
+    """(name, data, note) of each regular file in a tar archive (any compression); TooBig past
+    the caps. Links, devices and FIFOs in an archive are never materialised."""
+    total = 0
     with tarfile.open(path, "r:*") as tar:
         count = 0
         for m in tar:
@@ -180,7 +186,7 @@ def _archive_entries(path: Path, parts: tuple[str, ...], display: str) -> list[E
             if count > ARCHIVE_MAX_FILES:
                 raise TooBig(f"{path.name} holds more than {ARCHIVE_MAX_FILES} members; not read")
             if not m.isfile():
-                continue  # links, devices, FIFOs in an archive are never materialised
+                continue
             total += m.size
             if total > limit:
                 raise TooBig(f"{path.name} expands past {limit >> 20} MiB; not read")
@@ -192,8 +198,7 @@ def _archive_entries(path: Path, parts: tuple[str, ...], display: str) -> list[E
             if m.size > MAX_FILE_BYTES:
                 data = data[:MAX_FILE_BYTES]
                 note = f"only the first {MAX_FILE_BYTES >> 20} MiB of this archive member read"
-            add(m.name, data, note)
-    return out
+            yield m.name, data, note
 
 
 def _const(data: bytes, note: str) -> Callable[[], tuple[bytes, str]]:
@@ -468,49 +473,74 @@ def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
     for group, group_entries in _groups(entries(paths, stdin)):
         classified: list[Classified] = []
         for e in group_entries:
-            if e.problem or e.load is None:
-                results.append(_unrecognised(group, e.display, e.problem or "not readable", []))
-                continue
-            try:
-                data, note = e.load()
-            except TooBig as exc:
-                results.append(_unrecognised(group, e.display, str(exc), []))
-                continue
-            except (OSError, EOFError, ValueError, lzma.LZMAError, zlib_error()) as exc:
-                results.append(_unrecognised(group, e.display, f"cannot read: {exc}", []))
-                continue
-            text, problem = decode(data)
-            if problem == "binary content" or not text or text.isspace():
-                results.append(_unrecognised(group, e.display, problem or "empty file", []))
-                continue
-            framed = frame(text, origin=e.display)
-            docs = [(d, classify(d, registry)) for d in framed.docs]
-            recognised = [(d, f) for d, f in docs if f]
-            for host, why in _unreachable(docs).items():
-                results.append(Result(check=UNREACHABLE_CHECK, node=host, status=Status.ERROR,
-                                      summary=f"node not checked: {why}", evidence=[why],
-                                      remedy=f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
-                                      source=e.display))
-            if not recognised and not _unreachable(docs):
-                first = [ln.text for d in framed.docs for ln in d.head(3)][:3]
-                results.append(_unrecognised(group, e.display, "content not recognised by any check", first))
-                continue
-            classified.append(Classified(e, recognised, "; ".join(x for x in (note, problem) if x)))
-        notes = {c.entry.display: c.note for c in classified if c.note}
-        stores: dict[str, FactStore] = {}
-        used: dict[str, Profile] = {}
-        graded: list[Result] = []
-        for unit in _units(registry, group, classified):
-            store = stores[unit.node] = FactStore(registry, docs=unit.docs)
-            prof = used[unit.node] = fixed or profiles.load(engine.detect_profile_name(store, extra_profile_dirs),
-                                                            extra_profile_dirs)
-            for r in grade_node(checks, unit.node, store, prof, options):
-                extra = [notes[s] for s in unit.sources if s in notes]
-                if extra:
-                    r.evidence.extend(f"(input: {n})" for n in extra)
-                graded.append(r)
-        results.extend(_compare_nodes(registry, stores, graded, used, options))
+            c = _classify_entry(registry, group, e, results)
+            if c is not None:
+                classified.append(c)
+        graded = _grade_group(registry, group, classified, checks, fixed, options, extra_profile_dirs)
+        results.extend(graded)
     return results
+
+
+def _load_entry(group: str, e: Entry, results: list[Result]) -> tuple[str, str, str] | None:
+    """(text, note, decoding problem) of an entry, or None with the reason it was not read in results."""
+    if e.problem or e.load is None:
+        results.append(_unrecognised(group, e.display, e.problem or "not readable", []))
+        return None
+    try:
+        data, note = e.load()
+    except TooBig as exc:
+        results.append(_unrecognised(group, e.display, str(exc), []))
+        return None
+    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib_error()) as exc:
+        results.append(_unrecognised(group, e.display, f"cannot read: {exc}", []))
+        return None
+    text, problem = decode(data)
+    if problem == "binary content" or not text or text.isspace():
+        results.append(_unrecognised(group, e.display, problem or "empty file", []))
+        return None
+    return text, note, problem
+
+
+def _classify_entry(registry: Registry, group: str, e: Entry, results: list[Result]) -> Classified | None:
+    """An input's documents with the formats that recognise them; what cannot be graded (not
+    readable, not recognised, a node that was not reached) goes to results instead."""
+    loaded = _load_entry(group, e, results)
+    if loaded is None:
+        return None
+    text, note, problem = loaded
+    framed = frame(text, origin=e.display)
+    docs = [(d, classify(d, registry)) for d in framed.docs]
+    recognised = [(d, f) for d, f in docs if f]
+    for host, why in _unreachable(docs).items():
+        results.append(Result(check=UNREACHABLE_CHECK, node=host, status=Status.ERROR,
+                              summary=f"node not checked: {why}", evidence=[why],
+                              remedy=f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
+                              source=e.display))
+    if not recognised and not _unreachable(docs):
+        first = [ln.text for d in framed.docs for ln in d.head(3)][:3]
+        results.append(_unrecognised(group, e.display, "content not recognised by any check", first))
+        return None
+    return Classified(e, recognised, "; ".join(x for x in (note, problem) if x))
+
+
+def _grade_group(registry: Registry, group: str, classified: list[Classified], checks: list[Check],
+                 fixed: Profile | None, options: Options, extra_profile_dirs: tuple) -> list[Result]:
+    """Grade each node of a group with its profile (detected unless one was given), an input's
+    reading notes added to the evidence; then compare the nodes."""
+    notes = {c.entry.display: c.note for c in classified if c.note}
+    stores: dict[str, FactStore] = {}
+    used: dict[str, Profile] = {}
+    graded: list[Result] = []
+    for unit in _units(registry, group, classified):
+        store = stores[unit.node] = FactStore(registry, docs=unit.docs)
+        prof = used[unit.node] = fixed or profiles.load(engine.detect_profile_name(store, extra_profile_dirs),
+                                                        extra_profile_dirs)
+        for r in grade_node(checks, unit.node, store, prof, options):
+            extra = [notes[s] for s in unit.sources if s in notes]
+            if extra:
+                r.evidence.extend(f"(input: {n})" for n in extra)
+            graded.append(r)
+    return _compare_nodes(registry, stores, graded, used, options)
 
 
 def _compare_nodes(registry: Registry, stores: dict[str, FactStore], graded: list[Result],
