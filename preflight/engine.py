@@ -8,8 +8,14 @@ requires it, a fault inside a parser or grader is ERROR with the exception's mes
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from preflight import profile as profiles
 from preflight.grading import FactStore, grade_cluster, grade_node
@@ -25,6 +31,15 @@ from preflight.registry import (
     Registry,
 )
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
+
+if TYPE_CHECKING:
+    from preflight.report.base import Report
+    from preflight.sweep.run import SweepOptions, SweepRun
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
 
 # Hooks set by the GPU and NCCL checks: a node's facts -> (gpu model, gpu count), for profile
 # auto-detection.
@@ -108,6 +123,106 @@ def node_error_results(outcome: NodeOutcome, checks: Iterable[Check]) -> list[Re
             for c in checks]
 
 
+@dataclass
+class _Run:
+    """What the phases of one `run` share: the nodes' options, plans, bundles and outcomes."""
+
+    registry: Registry
+    checks: list[Check]
+    nodes: list[str]
+    options: Options
+    node_opts: dict[str, Options]
+    fixed: Profile | None
+    extra_dirs: tuple
+    cluster_checks: list[ClusterCheck]
+    peer_map: dict[str, list[str]]
+    plans: dict[str, NodePlan] = field(default_factory=dict)
+    outcomes: dict[str, NodeOutcome] = field(default_factory=dict)
+    used: dict[str, Profile] = field(default_factory=dict)
+    stores: dict[str, FactStore] = field(default_factory=dict)
+
+    @property
+    def dynamic(self) -> list[Check]:
+        return [c for c in self.checks if callable(c.probes)]
+
+
+def _start(registry: Registry, checks: list[Check], nodes: list[str], profile_name: str, options: Options,
+           extra_dirs: tuple, peer_map: dict[str, list[str]], cluster_checks: list[ClusterCheck]) -> _Run:
+    fixed: Profile | None = None
+    if profile_name != "auto":
+        fixed = profiles.load(profile_name, extra_dirs)
+        profiles.validate(fixed, registry.profile_schema())
+    node_opts = {n: replace(options, peers=list(peer_map.get(n, options.peers))) for n in nodes}
+    return _Run(registry=registry, checks=checks, nodes=nodes, options=options, node_opts=node_opts, fixed=fixed,
+                extra_dirs=extra_dirs, peer_map=peer_map,
+                cluster_checks=[c for c in cluster_checks if len(nodes) >= c.min_nodes])
+
+
+def _phase1_bundles(st: _Run) -> dict[str, list[Probe]]:
+    """The probes every check declares statically, the cross-node checks' probes and (with no
+    fixed profile) the profile-detection probes, each once per node."""
+    generic = st.fixed or profiles.load("generic", st.extra_dirs)
+    static = [c for c in st.checks if not callable(c.probes)]
+    bundles: dict[str, list[Probe]] = {}
+    for n in st.nodes:
+        st.plans[n] = plan_node(static, n, generic, st.node_opts[n])
+        planned = st.plans[n].probes() + [p for cc in st.cluster_checks for p in cc.probes]
+        unique: dict[str, Probe] = {}
+        for p in planned:
+            unique.setdefault(p.name, p)
+        names = set(unique)
+        bundles[n] = list(unique.values()) + ([] if st.fixed else [p for p in DETECT_PROBES if p.name not in names])
+    return bundles
+
+
+def _profiles_and_phase2(st: _Run) -> dict[str, list[Probe]]:
+    """Each node's profile (fixed, or detected from its phase-1 facts), and the probes that
+    depend on it or on the peers, never a probe already run."""
+    schema = st.registry.profile_schema()
+    phase2: dict[str, list[Probe]] = {}
+    for n in st.nodes:
+        out = st.outcomes.setdefault(n, NodeOutcome(node=n, error="no result from transport"))
+        if st.fixed is not None:
+            st.used[n] = st.fixed
+        else:
+            hint_store = FactStore(st.registry, captures=out.captures)
+            st.used[n] = profiles.load(detect_profile_name(hint_store, st.extra_dirs), st.extra_dirs)
+            profiles.validate(st.used[n], schema)
+        if st.dynamic and not out.error:
+            dplan = plan_node(st.dynamic, n, st.used[n], st.node_opts[n])
+            st.plans[n].per_check.update(dplan.per_check)
+            phase2[n] = [p for p in dplan.probes() if p.name not in out.captures]
+    return {n: ps for n, ps in phase2.items() if ps}
+
+
+def _merge(st: _Run, more: dict[str, NodeOutcome]) -> None:
+    for n, o in more.items():
+        st.outcomes[n].captures.update(o.captures)
+        if o.error and not st.outcomes[n].error:
+            st.outcomes[n].error = o.error
+            st.outcomes[n].detail = o.detail
+
+
+def _grade_node(st: _Run, n: str) -> list[Result]:
+    out = st.outcomes[n]
+    if out.error and not out.captures:
+        st.stores[n] = FactStore(st.registry, captures=out.captures)
+        return node_error_results(out, st.checks)
+    if out.error and st.dynamic:  # phase 2 was not sent to a node whose connection failed
+        dplan = plan_node(st.dynamic, n, st.used[n], st.node_opts[n])
+        for cid, probes in dplan.per_check.items():
+            st.plans[n].per_check.setdefault(cid, probes)
+    _mark_lost(out, st.plans[n])
+    st.stores[n] = FactStore(st.registry, captures=out.captures)
+    ran = {c.id: [pr.name for pr in st.plans[n].per_check.get(c.id, [])] for c in st.checks}
+    got = grade_node(st.checks, n, st.stores[n], st.used[n], st.node_opts[n], ran)
+    if out.error:  # partial captures: say why the rest is missing
+        for r in got:
+            if r.status in (Status.SKIP, Status.ERROR):
+                r.evidence.append(f"node fault: {out.error}")
+    return got
+
+
 def run(
     registry: Registry,
     checks: list[Check],
@@ -127,88 +242,33 @@ def run(
     answered phase 1 (so an unreachable node is left out of the ring); `addresses` maps a peer
     address back to its node name. Returns the results and the profile used per node."""
     options = options or Options()
-    peer_fn = peers if callable(peers) else None
     peer_map: dict[str, list[str]] = {} if callable(peers) else dict(peers or {})
-    cluster_checks = [c for c in (cluster_checks or []) if len(nodes) >= c.min_nodes]
-    node_opts = {n: replace(options, peers=list(peer_map.get(n, options.peers))) for n in nodes}
-    schema = registry.profile_schema()
-    fixed: Profile | None = None
-    if profile_name != "auto":
-        fixed = profiles.load(profile_name, extra_profile_dirs)
-        profiles.validate(fixed, schema)
+    st = _start(registry, checks, nodes, profile_name, options, extra_profile_dirs, peer_map, cluster_checks or [])
     # Phase 1: the probes every check declares statically (plus the profile-detection probe).
-    generic = fixed or profiles.load("generic", extra_profile_dirs)
-    plans = {n: plan_node([c for c in checks if not callable(c.probes)], n, generic, node_opts[n]) for n in nodes}
-    bundles: dict[str, list[Probe]] = {}
-    for n in nodes:
-        planned = plans[n].probes() + [p for cc in cluster_checks for p in cc.probes]
-        names: set[str] = set()
-        unique = []
-        for p in planned:
-            if p.name not in names:
-                names.add(p.name)
-                unique.append(p)
-        bundles[n] = unique + ([] if fixed else [p for p in DETECT_PROBES if p.name not in names])
+    bundles = _phase1_bundles(st)
     _expect(progress, bundles)
-    outcomes = transport.collect(bundles, progress)
-    _report_failed(progress, outcomes)
-    if peer_fn is not None:
+    st.outcomes = transport.collect(bundles, progress)
+    _report_failed(progress, st.outcomes)
+    if callable(peers):
         # a node that sent anything back is in the ring (a stalled one is what the pings must find)
-        answered = [n for n in nodes if n in outcomes and outcomes[n].captures]
-        peer_map = peer_fn(answered)
+        st.peer_map = peers([n for n in nodes if n in st.outcomes and st.outcomes[n].captures])
         for n in nodes:
-            node_opts[n].peers = list(peer_map.get(n, []))
-    used: dict[str, Profile] = {}
-    results: list[Result] = []
-    dynamic = [c for c in checks if callable(c.probes)]
-    phase2: dict[str, list[Probe]] = {}
-    for n in nodes:
-        out = outcomes.setdefault(n, NodeOutcome(node=n, error="no result from transport"))
-        if fixed is not None:
-            used[n] = fixed
-        else:
-            hint_store = FactStore(registry, captures=out.captures)
-            used[n] = profiles.load(detect_profile_name(hint_store, extra_profile_dirs), extra_profile_dirs)
-            profiles.validate(used[n], schema)
-        if dynamic and not out.error:
-            dplan = plan_node(dynamic, n, used[n], node_opts[n])
-            plans[n].per_check.update(dplan.per_check)
-            phase2[n] = [p for p in dplan.probes() if p.name not in out.captures]  # never run a probe twice
+            st.node_opts[n].peers = list(st.peer_map.get(n, []))
     # Phase 2: probes that depend on the profile or the peers (e.g. MTU pings).
-    if any(phase2.values()):
-        _expect(progress, {n: ps for n, ps in phase2.items() if ps})
-        more = transport.collect({n: ps for n, ps in phase2.items() if ps}, progress)
+    phase2 = _profiles_and_phase2(st)
+    if phase2:
+        _expect(progress, phase2)
+        more = transport.collect(phase2, progress)
         _report_failed(progress, more)
-        for n, o in more.items():
-            outcomes[n].captures.update(o.captures)
-            if o.error and not outcomes[n].error:
-                outcomes[n].error = o.error
-                outcomes[n].detail = o.detail
-    stores: dict[str, FactStore] = {}
+        _merge(st, more)
+    results: list[Result] = []
     for n in nodes:
-        out = outcomes[n]
-        if out.error and not out.captures:
-            stores[n] = FactStore(registry, captures=out.captures)
-            results.extend(node_error_results(out, checks))
-            continue
-        if out.error and dynamic:  # phase 2 was not sent to a node whose connection failed
-            dplan = plan_node(dynamic, n, used[n], node_opts[n])
-            for cid, probes in dplan.per_check.items():
-                plans[n].per_check.setdefault(cid, probes)
-        _mark_lost(out, plans[n])
-        stores[n] = FactStore(registry, captures=out.captures)
-        ran = {c.id: [pr.name for pr in plans[n].per_check.get(c.id, [])] for c in checks}
-        got = grade_node(checks, n, stores[n], used[n], node_opts[n], ran)
-        if out.error:  # partial captures: say why the rest is missing
-            for r in got:
-                if r.status in (Status.SKIP, Status.ERROR):
-                    r.evidence.append(f"node fault: {out.error}")
-        results.extend(got)
-    if cluster_checks:
-        results = grade_cluster(cluster_checks, nodes, stores, results, used, options, peer_map, addresses or {},
-                                node_errors={n: outcomes[n].error for n in nodes},
-                                node_detail={n: dict(outcomes[n].detail) for n in nodes})
-    return results, used
+        results.extend(_grade_node(st, n))
+    if st.cluster_checks:
+        results = grade_cluster(st.cluster_checks, nodes, st.stores, results, st.used, options, st.peer_map,
+                                addresses or {}, node_errors={n: st.outcomes[n].error for n in nodes},
+                                node_detail={n: dict(st.outcomes[n].detail) for n in nodes})
+    return results, st.used
 
 
 def _mark_lost(out: NodeOutcome, plan: NodePlan) -> None:
@@ -238,3 +298,445 @@ def _report_failed(progress: object, outcomes: dict[str, NodeOutcome]) -> None:
                 failed(n)
 
 
+
+
+# ---- the commands' engine: configuration, planning a run, the sweep after the checks -------------
+
+
+class UsageError(Exception):
+    """Bad input from the operator: reported in one line, exit code 2."""
+
+
+@dataclass
+class Config:
+    """Site configuration: $PREFLIGHT_CONFIG, else /etc/preflight/config.toml (optional)."""
+
+    checks_dirs: list[Path] = field(default_factory=list)
+    profile_dirs: list[Path] = field(default_factory=list)
+    profile: str = "auto"
+    path: str = ""
+    prometheus: Path | None = None  # a node_exporter textfile every run, node and prologue report goes to
+
+
+def load_config() -> Config:
+    """The site configuration; a named file that is missing or malformed is a UsageError."""
+    path = Path(os.environ.get("PREFLIGHT_CONFIG", "/etc/preflight/config.toml"))
+    if not path.is_file():
+        if "PREFLIGHT_CONFIG" in os.environ:
+            raise UsageError(f"config file {path} (PREFLIGHT_CONFIG) does not exist")
+        return Config()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except Exception as exc:
+        raise UsageError(f"config file {path}: {exc}") from None
+    base = path.parent
+    prom = data.get("prometheus_textfile")
+    try:
+        return Config(
+            checks_dirs=[base / Path(p) for p in data.get("checks_dirs", [])],
+            profile_dirs=[base / Path(p) for p in data.get("profile_dirs", [])],
+            profile=str(data.get("profile", "auto")),
+            path=str(path),
+            prometheus=base / Path(prom) if prom else None,
+        )
+    except TypeError:
+        raise UsageError(f"config file {path}: checks_dirs and profile_dirs must be lists of folders, "
+                         "prometheus_textfile a file name") from None
+
+
+def load_registry(checks_dirs: Sequence[Path] | None, cfg: Config) -> Registry:
+    """The built-in checks plus the site's (config) and the command line's check folders."""
+    from preflight import registry
+
+    return registry.load([*cfg.checks_dirs, *(checks_dirs or [])])
+
+
+def select_nodes(hosts: str | None, partition: str | None = None, nodelist: str | None = None) -> list[str] | None:
+    """--hosts, or --partition/--nodelist through Slurm, or the allocation's nodes; None = this node."""
+    from preflight import inventory, slurm
+
+    try:
+        if hosts:
+            return inventory.parse_hosts(hosts)
+        if partition or nodelist:
+            return slurm.hostnames(partition=partition, nodelist=nodelist)
+        return inventory.from_environment()
+    except inventory.HostlistError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@dataclass
+class TransportOptions:
+    """How to reach nodes: the ssh and srun settings a command line gives."""
+
+    ssh_config: Path | None = None
+    accept_new: bool = False
+    concurrency: int = 64
+    connect_timeout: float = 10.0
+    command_timeout: float = 60.0
+    deadline: float | None = None
+    partition: str | None = None
+
+    def check(self) -> None:
+        if self.ssh_config is not None and not self.ssh_config.is_file():
+            raise UsageError(f"--ssh-config {self.ssh_config}: no such file")
+
+
+def transport_kind(kind: str, nodes: Sequence[str] | None, in_allocation: bool = True) -> str:
+    """The transport kind for `kind` (auto: the one rule of preflight.transport.choose_kind)."""
+    from preflight.transport import choose_kind
+
+    try:
+        return choose_kind(kind, nodes, in_allocation)
+    except ValueError:
+        raise UsageError(f"--transport {kind!r}: use auto, local, ssh or srun") from None
+
+
+def make_transport(kind: str, nodes: Sequence[str], o: TransportOptions) -> Transport:
+    """A transport of `kind` (auto resolved) for `nodes`."""
+    kind = transport_kind(kind, nodes)
+    if kind == "ssh":
+        from preflight.transport.ssh import SSHTransport
+
+        return SSHTransport(ssh_config=o.ssh_config, concurrency=o.concurrency, connect_timeout=o.connect_timeout,
+                            command_timeout=o.command_timeout, deadline=o.deadline,
+                            accept_new_host_keys=o.accept_new)
+    if kind == "srun":
+        from preflight.transport.srun import SrunTransport
+
+        return SrunTransport(deadline=o.deadline, partition=o.partition)
+    from preflight.transport.local import LocalTransport
+
+    return LocalTransport()
+
+
+@dataclass
+class CheckRequest:
+    """A run of the checks as the operator asked for it (`preflight run` / `preflight node`)."""
+
+    command: str = "run"
+    node_only: bool = False
+    profile: str = "auto"
+    checks_dirs: list[Path] = field(default_factory=list)
+    only: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+    xid_since: datetime | None = None
+    probe_timeout: float = DEFAULT_TIMEOUT
+    peers: list[str] = field(default_factory=list)
+    nodes: list[str] | None = None  # None: this node
+    transport: str = "auto"
+    transport_options: TransportOptions = field(default_factory=TransportOptions)
+    mtu_all_pairs: bool = False
+    expect_nodes: int | None = None
+    warn_as_fail: bool = False
+
+
+@dataclass
+class RunPlan:
+    """Everything `run` needs, decided before any node is touched."""
+
+    registry: Registry
+    checks: list[Check]
+    nodes: list[str]
+    transport: Transport
+    options: Options
+    profile: str
+    profile_dirs: tuple[Path, ...]
+    peers: Callable[[list[str]], dict[str, list[str]]] | None = None
+    addresses: dict[str, str] = field(default_factory=dict)  # peer address -> node
+    cluster_checks: list[ClusterCheck] = field(default_factory=list)
+
+
+def _wanted(check_id: str, only: Sequence[str]) -> bool:
+    """`--only` names a cross-node check by its id or family; `--only net.mtu` also selects
+    cluster.mtu (the path matrix is the MTU check's cross-node half)."""
+    if any(check_id == p or check_id.startswith(p.rstrip(".") + ".") for p in only):
+        return True
+    return check_id == "cluster.mtu" and any("net.mtu".startswith(p) for p in only)
+
+
+def _nodes_and_transport(req: CheckRequest) -> tuple[list[str], Transport, bool]:
+    """The nodes to run on and the transport to reach them; True when they are remote."""
+    from preflight.transport.local import LocalTransport, local_node_name
+
+    nodes, kind = req.nodes, req.transport
+    if not nodes:
+        if kind not in ("auto", "local"):
+            raise UsageError(f"--transport {kind} needs nodes (--hosts, --partition/--nodelist or an allocation)")
+        return [local_node_name()], LocalTransport(), False
+    if kind == "local" and len(nodes) > 1:
+        raise UsageError("--transport local runs on this node only; use ssh or srun for several hosts")
+    from preflight.sweep.run import is_this_node
+
+    chosen = transport_kind(kind, nodes)
+    if kind == "auto" and chosen == "ssh" and is_this_node(nodes):
+        chosen = "local"  # --hosts naming this machine alone: never SSH to ourselves
+    tr = make_transport(chosen, nodes, req.transport_options)
+    return nodes, tr, not isinstance(tr, LocalTransport)
+
+
+def _peer_ring(nodes: list[str], transport: Transport, all_pairs: bool
+               ) -> tuple[Callable[[list[str]], dict[str, list[str]]], dict[str, str]]:
+    """The MTU path pings: each node's peers (ring neighbours, or every other node), drawn over
+    the nodes that answered, by the address its peers reach it at; and address -> node."""
+    from preflight import inventory
+
+    resolved = transport.resolve_addresses(nodes)
+    addr = {n: resolved.get(n) or n for n in nodes}
+
+    def peers(answered: list[str]) -> dict[str, list[str]]:
+        pairs = inventory.all_pairs(answered) if all_pairs else inventory.ring_peers(answered)
+        return {n: [addr[p] for p in ps] for n, ps in pairs.items()}
+
+    return peers, {a: n for n, a in addr.items()}
+
+
+def plan_run(req: CheckRequest, cfg: Config) -> RunPlan:
+    """Pick the checks, the nodes and the transport, the peer ring and the cross-node checks.
+    Raises UsageError for what cannot run (no check selected, a transport without nodes)."""
+    reg = load_registry(req.checks_dirs, cfg)
+    checks = select(reg, req.only, req.skip, node_only=req.node_only)
+    if not checks:
+        raise UsageError("no check selected (see `preflight list`)")
+    opts = Options(peers=list(req.peers), xid_since=req.xid_since, probe_timeout=req.probe_timeout)
+    if req.expect_nodes:
+        opts.extra["expect_nodes"] = req.expect_nodes
+    nodes, tr, remote = _nodes_and_transport(req)
+    plan = RunPlan(registry=reg, checks=checks, nodes=nodes, transport=tr, options=opts,
+                   profile=req.profile or cfg.profile, profile_dirs=tuple(cfg.profile_dirs))
+    if remote and len(nodes) > 1:
+        plan.peers, plan.addresses = _peer_ring(nodes, tr, req.mtu_all_pairs)
+        plan.cluster_checks = list(reg.cluster_checks.values()) if not req.node_only else []
+    elif req.expect_nodes:
+        plan.cluster_checks = [c for c in reg.cluster_checks.values() if c.id == "cluster.nodes"]
+    if req.only:
+        plan.cluster_checks = [c for c in plan.cluster_checks if _wanted(c.id, req.only)]
+    return plan
+
+
+def execute(plan: RunPlan, command: str, progress: ProgressFn | None = None, warn_as_fail: bool = False) -> Report:
+    """Run a plan and build its report; the transport is closed whatever happens."""
+    from preflight.report.base import Report
+
+    start = time.monotonic()
+    try:
+        results, used = run(plan.registry, plan.checks, plan.nodes, plan.transport, profile_name=plan.profile,
+                            options=plan.options, extra_profile_dirs=plan.profile_dirs, progress=progress,
+                            peers=plan.peers, cluster_checks=plan.cluster_checks, addresses=plan.addresses)
+    finally:
+        plan.transport.close()
+    return Report.build(command, results, warn_as_fail, profiles={n: p.name for n, p in used.items()},
+                        duration_s=time.monotonic() - start, nodes=plan.nodes)
+
+
+def check_nodes(req: CheckRequest, cfg: Config, progress: ProgressFn | None = None) -> Report:
+    """`preflight node` (and the checks of `preflight run`): plan, collect, grade, report."""
+    return execute(plan_run(req, cfg), req.command, progress, req.warn_as_fail)
+
+
+@dataclass
+class SweepRequest:
+    """The collective sweep after the checks (`preflight run --sweep-*`)."""
+
+    enabled: bool = True
+    forced: bool = False  # --sweep-only: run it whatever the checks say (there are none)
+    nproc: int = 0  # ranks per node; 0: one per GPU found
+    max_bytes: int | None = None
+    deadline: float = 600.0
+    python: str = ""
+    backend: str = "auto"
+    profile: str | None = None  # default: the checks' profile
+
+    def check(self) -> None:
+        """Bad sweep options are usage errors before anything runs."""
+        from preflight.sweep.launch import LaunchError, check_python
+
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise UsageError(f"--sweep-backend {self.backend!r}: use auto, nccl or gloo")
+        if self.python:
+            try:
+                check_python(self.python)
+            except LaunchError as exc:
+                raise UsageError(f"--sweep-python: {exc}") from None
+
+
+def _sweep_skipped(why: str) -> list[Result]:
+    return [Result(check="nccl.allreduce", node="cluster", status=Status.SKIP, summary=why, source="sweep")]
+
+
+def _ranks_per_node(results: Sequence[Result], asked: int) -> int:
+    """--sweep-nproc, else the fewest GPUs any node's gpu.inventory found (0: none found)."""
+    if asked:
+        return asked
+    counts = [int(r.facts.get("count") or 0) for r in results if r.check == "gpu.inventory"]
+    return min(counts) if counts else 0
+
+
+def sweep_after_checks(results: Sequence[Result], nodes: Sequence[str] | None, req: CheckRequest,
+                       sweep: SweepRequest, cfg: Config) -> list[Result]:
+    """The collective sweep, once the node checks pass (or with --sweep-only).
+
+    This node alone (no --hosts, --transport local, or a node list that is only this machine's
+    name, as in a one-node allocation run on the node) is swept locally with one rank per GPU
+    found; never over SSH to itself. Several nodes: one agent per node over ssh, or srun in an
+    allocation. A python without torch makes the sweep SKIP, naming --sweep-python."""
+    from preflight.grading import decide
+    from preflight.sweep.run import SweepOptions, is_this_node, run_sweep
+
+    if not sweep.forced and decide(results).verdict != "GO":
+        return _sweep_skipped("node checks failed: collective sweep not run (fix or drain the named nodes first)")
+    nproc = _ranks_per_node(results, sweep.nproc)
+    sweep.check()
+    targets = list(nodes or [])
+    local = req.transport == "local" or not targets or is_this_node(targets)
+    if local and nproc < 2:
+        return _sweep_skipped(f"{'one rank' if nproc == 1 else 'no GPU count'} on this node: nothing to all-reduce "
+                              "with (give --sweep-nproc N, or --hosts for several nodes)")
+    o = req.transport_options
+    opts = SweepOptions(nproc_per_node=max(nproc, 1), max_bytes=sweep.max_bytes, deadline_s=sweep.deadline,
+                        profile=sweep.profile or req.profile or cfg.profile, profile_dirs=tuple(cfg.profile_dirs),
+                        connect_timeout=float(o.connect_timeout or 10.0), accept_new=o.accept_new,
+                        partition=o.partition, python=sweep.python, backend=sweep.backend)
+    if local:
+        from preflight.transport.local import local_node_name
+
+        return run_sweep([local_node_name()], "local", None, opts)
+    return run_sweep(targets, transport_kind(req.transport, targets), o.ssh_config, opts)
+
+
+def run_checks(req: CheckRequest, sweep: SweepRequest, cfg: Config, progress: ProgressFn | None = None) -> Report:
+    """`preflight run`: the node and cross-node checks, then (when they pass) the collective
+    sweep, in one report."""
+    from preflight.report.base import Report
+
+    req.transport_options.check()
+    if not sweep.enabled and sweep.forced:
+        raise UsageError("--no-sweep and --sweep-only exclude each other")
+    sweep.check()
+    start = time.monotonic()
+    results: list[Result] = []
+    profiles_used: dict[str, str] = {}
+    nodes = req.nodes
+    if not sweep.forced:
+        checked = check_nodes(replace(req, warn_as_fail=False), cfg, progress)
+        results, profiles_used, nodes = list(checked.results), checked.profiles, checked.nodes
+    if sweep.enabled and not req.only:
+        results.extend(sweep_after_checks(results, nodes, req, sweep, cfg))
+    return Report.build(req.command, results, req.warn_as_fail, profiles_used, time.monotonic() - start,
+                        nodes or sorted({r.node for r in results}))
+
+
+def check_table(checks_dirs: Sequence[Path], cfg: Config) -> list[dict[str, object]]:
+    """`preflight list`: one row per registered check and cross-node check."""
+    reg = load_registry(checks_dirs, cfg)
+    rows: list[dict[str, object]] = []
+    for c in sorted(reg.checks.values(), key=lambda c: c.id):
+        probes = "dynamic" if callable(c.probes) else ", ".join(c.static_probe_names()) or "-"
+        where = "node" if c.node_local else ("run" if c.in_run else "analyze")
+        rows.append({"id": c.id, "title": c.title, "probes": probes, "profile_keys": sorted(c.profile_keys),
+                     "inputs": list(c.inputs), "scope": where, "catches": c.catches, "origin": c.origin})
+    for cc in sorted(reg.cluster_checks.values(), key=lambda c: c.id):
+        rows.append({"id": cc.id, "title": cc.title, "probes": ", ".join(p.name for p in cc.probes) or "-",
+                     "profile_keys": [], "formats": [], "scope": "cluster", "catches": cc.catches,
+                     "origin": cc.origin})
+    return rows
+
+
+def show_profile(name: str, cfg: Config) -> Profile:
+    """One profile, loaded and validated against every registered check's keys."""
+    p = profiles.load(name, tuple(cfg.profile_dirs))
+    profiles.validate(p, load_registry(None, cfg).profile_schema())
+    return p
+
+
+def profile_list(cfg: Config) -> list[tuple[str, str, Path]]:
+    """(name, description, file) of every profile; a broken one says why in its description."""
+    dirs = tuple(cfg.profile_dirs)
+    out = []
+    for name, path in profiles.available(dirs).items():
+        try:
+            desc = profiles.load(name, dirs).description
+        except profiles.ProfileError as exc:
+            desc = f"(broken: {exc})"
+        out.append((name, desc, path))
+    return out
+
+
+@dataclass
+class SweepReport:
+    """`preflight sweep`: the report and the sweep's own pages (sweep.md, the busbw chart)."""
+
+    report: Report
+    run: SweepRun
+
+    def write(self, report: Report, folder: Path) -> dict[str, Path]:
+        from preflight.report.files import write_all
+        from preflight.sweep import report as pages
+
+        written = write_all(report, folder)
+        written.update(pages.write(folder, self.run.outcome, self.run.results, self.run.profile, written))
+        return written
+
+    def console(self, report: Report) -> None:
+        from preflight.report.console import render
+        from preflight.sweep import report as pages
+
+        render(report)
+        if self.run.outcome.rows:
+            sys.stdout.write(pages.markdown(self.run.outcome, self.run.results, self.run.profile, None))
+
+    def no_torch(self) -> str | None:
+        """Asked for a sweep and none could run for want of torch: the message (not a GO)."""
+        r = next((r for r in self.run.results if r.facts.get("reason") == "no-torch"), None)
+        return f"{r.summary}; {r.remedy}" if r is not None else None
+
+
+def _allocation_nodes() -> list[str]:
+    from preflight import inventory
+
+    try:
+        return inventory.from_environment() or []
+    except inventory.HostlistError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def sweep_launch(kind: str, nodes: list[str], nproc: int | None, nproc_per_node: int) -> tuple[str, list[str], int]:
+    """(transport kind, nodes, ranks per node) of a sweep: --nproc is a local launch; auto is
+    srun in an allocation without --hosts, ssh with --hosts, else local."""
+    if nproc is not None:
+        if nodes:
+            raise UsageError("--nproc runs on this machine; use --nproc-per-node with --hosts")
+        return "local", nodes, nproc
+    in_allocation = bool(os.environ.get("SLURM_JOB_ID")) and not nodes
+    kind = transport_kind(kind, nodes, in_allocation)
+    if kind == "srun" and not nodes:
+        nodes = _allocation_nodes()
+        if not nodes:
+            raise UsageError("--transport srun needs an allocation (SLURM_JOB_NODELIST) or --hosts")
+    if kind == "ssh" and not nodes:
+        raise UsageError("--transport ssh needs --hosts")
+    return kind, nodes, nproc_per_node
+
+
+def sweep_command(nodes: list[str], kind: str, nproc: int | None, ssh_config: Path | None, options: SweepOptions,
+                  cfg: Config, warn_as_fail: bool = False) -> SweepReport:
+    """`preflight sweep`: launch the collective sweep where asked, grade it, report it."""
+    from preflight.report.base import Report
+    from preflight.sweep.launch import LaunchError
+    from preflight.sweep.run import sweep
+    from preflight.sweep.spec import SpecError
+
+    kind, nodes, options.nproc_per_node = sweep_launch(kind, nodes, nproc, options.nproc_per_node)
+    if ssh_config is not None and not ssh_config.is_file():
+        raise UsageError(f"--ssh-config {ssh_config}: no such file")
+    options.profile = options.profile if options.profile != "auto" else cfg.profile
+    options.profile_dirs = tuple(cfg.profile_dirs)
+    start = time.monotonic()
+    try:
+        run = sweep(nodes, kind, ssh_config, options)
+    except (LaunchError, SpecError) as exc:
+        raise UsageError(str(exc)) from None
+    report = Report.build("sweep", run.results, warn_as_fail, profiles=dict.fromkeys(run.outcome.nodes,
+                                                                                      run.profile.name),
+                          duration_s=time.monotonic() - start, nodes=run.outcome.nodes)
+    return SweepReport(report=report, run=run)

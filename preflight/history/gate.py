@@ -4,6 +4,7 @@ runs). Any store problem leaves the prologue's plain behaviour (drain on NO-GO) 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,3 +60,34 @@ def prologue_gate(report: Any, node: str, history_url: str | None, damp: str | N
         gate.lines.append(f"  history ({describe(url)}): {exc}" + ("; not damped" if damping else ""))
         gate.decision = None
     return gate
+
+
+def drain_summary(blocking: Sequence[Any]) -> tuple[str, str]:
+    """(check, summary) for the drain reason: the worst result, with a count of the others."""
+    first = blocking[0]
+    more = len(blocking) - 1
+    return first.check, first.summary + (f" (+{more} more)" if more else "")
+
+
+@dataclass
+class Settled:
+    """What the prologue does: its exit code, the drain reason (None: no drain), and whether
+    the node is resumed (damping saw enough passing runs)."""
+
+    code: int
+    drain: tuple[str, str] | None = None
+    resume: bool = False
+
+
+def settle(report: Any, gate: Gate) -> Settled:
+    """The drain/damping decision: NO-GO drains with the worst result's reason; with damping,
+    a soft failure below K failing runs in a row neither drains nor fails the job, and a drain
+    names the failure damping counted."""
+    code = report.verdict.exit_code
+    d = gate.decision
+    if d is not None and code != 0 and not d.drain:
+        code = 0
+    drain = None
+    if code != 0:
+        drain = (d.check, d.summary) if d is not None and d.drain else drain_summary(report.verdict.blocking)
+    return Settled(code=code, drain=drain, resume=d is not None and d.resume)

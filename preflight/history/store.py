@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.model import Result, Status
+from preflight.timeparse import epoch
 
 ENV = "PREFLIGHT_HISTORY"
 OFF = frozenset({"off", "none", "no", "false", "0"})
@@ -193,20 +194,6 @@ class DecisionRow:
 # ---- the store ------------------------------------------------------------------------------
 
 
-def _epoch(value: Any) -> float:
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.astimezone()).timestamp()
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value.strip():
-        try:
-            t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            return time.time()
-        return (t if t.tzinfo else t.astimezone()).timestamp()
-    return time.time()
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
@@ -252,7 +239,7 @@ def _parts(report_or_results: Any, command: str | None, when: Any) -> _Parts:
         results = [r if isinstance(r, Result) else Result.from_dict(r) for r in report_or_results]
         cmd, started, nodes, profiles, duration = command or "unknown", None, [], {}, 0.0
     verdict = decide(results)
-    ts = _epoch(when if when is not None else started)
+    ts = epoch(when if when is not None else started)
     return _Parts(results=results, command=cmd, ts=ts, verdict=verdict.verdict,
                   nodes=nodes or sorted({r.node for r in results}),
                   profile=",".join(sorted(set(profiles.values()))), duration_s=duration, counts=verdict.counts)
@@ -377,7 +364,7 @@ class Store:
 
     def record_decision(self, run_id: int | None, node: str, action: str, reason: str,
                         detail: Mapping[str, Any] | None = None, when: Any = None) -> None:
-        ts = _epoch(when) if when is not None else time.time()
+        ts = epoch(when) if when is not None else time.time()
         with self._write() as cur:
             cur.execute(self._sql("INSERT INTO decisions (run_id, ts, node, action, reason, detail) "
                                   "VALUES (?, ?, ?, ?, ?, ?)"),

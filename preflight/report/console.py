@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from preflight.model import Status
-from preflight.report import Report
+from preflight.report.base import Report
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
 

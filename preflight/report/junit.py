@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from preflight.model import Status
-from preflight.report import Report
+from preflight.report.base import Report
 
 
 def render(report: Report) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from preflight.model import Status
-from preflight.report import Report
+from preflight.report.base import Report
 
 _MARK = {"pass": "pass", "warn": "**WARN**", "fail": "**FAIL**", "skip": "skip", "error": "**ERROR**"}
 

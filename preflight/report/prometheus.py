@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.model import Result, Status
+from preflight.timeparse import epoch
 
 _HELP = {
     "preflight_check_status": "Status of a check on a node (1 for the current status).",
@@ -57,36 +58,49 @@ class _Families:
         return "\n".join(out) + "\n"
 
 
-def _results(fam: _Families, results: Iterable[Result]) -> None:
+def _latest(results: Iterable[Result]) -> dict[tuple[str, str], Result]:
+    """The worst result per (check, node)."""
     seen: dict[tuple[str, str], Result] = {}
     for r in results:
         cur = seen.get((r.check, r.node))
         if cur is None or r.status.rank > cur.status.rank:
             seen[(r.check, r.node)] = r
-    for (check, node), r in sorted(seen.items()):
+    return seen
+
+
+def _allreduce(fam: _Families, node: str, facts: Mapping[str, Any]) -> None:
+    hosts = facts.get("hosts")
+    group = "+".join(sorted(map(str, hosts))) if node == "cluster" and isinstance(hosts, list) and hosts else node
+    for row in facts["rows"]:
+        if isinstance(row, dict) and isinstance(row.get("busbw"), (int, float)):
+            fam.add("preflight_sweep_busbw_gbps", {"nodes": group, "bytes": int(row.get("bytes") or 0)},
+                    float(row["busbw"]))
+    if isinstance(facts.get("peak_busbw"), (int, float)):
+        fam.add("preflight_sweep_peak_busbw_gbps", {"nodes": group}, float(facts["peak_busbw"]))
+
+
+def _pingpong(fam: _Families, facts: Mapping[str, Any]) -> None:
+    for p in facts.get("pairs") or []:
+        if isinstance(p, dict) and isinstance(p.get("bw_gbps"), (int, float)):
+            a, b = sorted((str(p.get("a")), str(p.get("b"))))
+            fam.add("preflight_pair_bw_gbps", {"a": a, "b": b}, float(p["bw_gbps"]))
+
+
+def _results(fam: _Families, results: Iterable[Result]) -> None:
+    seen = sorted(_latest(results).items())
+    for (check, node), r in seen:
         for s in Status:
             fam.add("preflight_check_status", {"check": check, "node": node, "status": s.value},
                     1.0 if r.status is s else 0.0)
-    for (check, node), r in sorted(seen.items()):
+    for (check, node), r in seen:
         fam.add("preflight_check_ok", {"check": check, "node": node},
                 0.0 if r.status in (Status.FAIL, Status.ERROR) else 1.0)
-    for (check, node), r in sorted(seen.items()):
+    for (check, node), r in seen:
         facts = r.facts or {}
         if check == "nccl.allreduce" and isinstance(facts.get("rows"), list):
-            hosts = facts.get("hosts")
-            group = "+".join(sorted(map(str, hosts))) if node == "cluster" and isinstance(hosts, list) and hosts \
-                else node
-            for row in facts["rows"]:
-                if isinstance(row, dict) and isinstance(row.get("busbw"), (int, float)):
-                    fam.add("preflight_sweep_busbw_gbps", {"nodes": group, "bytes": int(row.get("bytes") or 0)},
-                            float(row["busbw"]))
-            if isinstance(facts.get("peak_busbw"), (int, float)):
-                fam.add("preflight_sweep_peak_busbw_gbps", {"nodes": group}, float(facts["peak_busbw"]))
+            _allreduce(fam, node, facts)
         if check == "nccl.pingpong" and node == "cluster":
-            for p in facts.get("pairs") or []:
-                if isinstance(p, dict) and isinstance(p.get("bw_gbps"), (int, float)):
-                    a, b = sorted((str(p.get("a")), str(p.get("b"))))
-                    fam.add("preflight_pair_bw_gbps", {"a": a, "b": b}, float(p["bw_gbps"]))
+            _pingpong(fam, facts)
 
 
 def render_results(results: Sequence[Result], runs: Sequence[Mapping[str, Any]] = ()) -> str:
@@ -111,9 +125,7 @@ def render_results(results: Sequence[Result], runs: Sequence[Mapping[str, Any]] 
 
 def render(report: Any, now: float | None = None) -> str:
     """Metrics for one Report."""
-    from preflight.history.store import _epoch
-
-    ts = _epoch(report.started) if getattr(report, "started", "") else (now or time.time())
+    ts = epoch(report.started) if getattr(report, "started", "") else (now or time.time())
     run = {"command": report.command, "ts": ts, "verdict": report.verdict.verdict,
            "bad_nodes": len(report.verdict.bad_nodes)}
     return render_results(report.results, [run])

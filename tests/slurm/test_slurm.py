@@ -201,7 +201,7 @@ def test_prologue_stays_within_its_budget_when_a_tool_hangs(tmp_path: Path) -> N
 
 
 def test_budget_transport_shrinks_timeouts() -> None:
-    from preflight.cli_slurm import BudgetTransport
+    from preflight.prologue import BudgetTransport
 
     t = BudgetTransport("n1", time.monotonic() + 3)
     fitted = t.fit([Probe.of("slow", ["x"], timeout=15), Probe.of("quick", ["y"], timeout=1)])

@@ -1,0 +1,5 @@
+"""`python -m preflight.cli`."""
+
+from preflight.cli import main
+
+main()

@@ -1,0 +1,32 @@
+"""The typer application every command module registers on, and the version option."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from preflight import VERSION
+
+app = typer.Typer(
+    name="preflight",
+    help="Cluster preflight and diagnostics for GPU training clusters: is this allocation fit to train on?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"preflight {VERSION}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Cluster preflight and diagnostics for GPU training clusters."""

@@ -1,0 +1,169 @@
+"""The check commands: `run`, `node`, `list`, `profiles`, `analyze`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from preflight.cli import options as opt
+from preflight.cli.app import app
+from preflight.cli.progress import live_progress
+
+
+@app.command()
+def run(
+    profile: opt.ProfileOpt = "auto",
+    checks_dir: opt.ChecksDirOpt = None,
+    only: opt.OnlyOpt = None,
+    skip: opt.SkipOpt = None,
+    as_json: opt.JsonOpt = False,
+    out: opt.OutOpt = None,
+    no_report: opt.NoReportOpt = False,
+    warn_as_fail: opt.WarnOpt = False,
+    xid_since: opt.XidOpt = None,
+    probe_timeout: opt.TimeoutOpt = 10.0,
+    peer: opt.PeersOpt = None,
+    hosts: opt.HostsOpt = None,
+    partition: Annotated[str | None, typer.Option("--partition", help="All nodes of a Slurm partition (scontrol).")] = None,
+    nodelist: Annotated[str | None, typer.Option("--nodelist", help="A Slurm nodelist resolved by scontrol.")] = None,
+    transport: Annotated[str, typer.Option("--transport", "-t", help="auto (srun in an allocation, else ssh with hosts, else local), local, ssh, srun.")] = "auto",
+    ssh_config: opt.SshConfigOpt = None,
+    ssh_accept_new: opt.AcceptOpt = False,
+    concurrency: opt.ConcOpt = 64,
+    connect_timeout: opt.ConnOpt = 10.0,
+    command_timeout: Annotated[float, typer.Option("--command-timeout", help="Seconds for a node's probe bundle.")] = 60.0,
+    deadline: opt.DeadlineOpt = None,
+    mtu_all_pairs: Annotated[bool, typer.Option("--mtu-all-pairs", help="Ping every pair of nodes, not only ring neighbours.")] = False,
+    expect_nodes: Annotated[int | None, typer.Option("--expect-nodes", help="Nodes the job needs; fewer answering is NO-GO.")] = None,
+    no_sweep: Annotated[bool, typer.Option("--no-sweep", help="Node and cross-node checks only, no collective sweep.")] = False,
+    sweep_only: Annotated[bool, typer.Option("--sweep-only", help="The collective sweep only, no node checks.")] = False,
+    sweep_nproc: Annotated[int, typer.Option("--sweep-nproc", help="Ranks per node for the sweep (0: one per GPU found).")] = 0,
+    sweep_max_bytes: Annotated[int | None, typer.Option("--sweep-max-bytes", help="Largest all-reduce size (default 1 GB on NCCL, 64 MB on gloo).")] = None,
+    sweep_deadline: Annotated[float, typer.Option("--sweep-deadline", help="Seconds for the whole sweep; a hang ends there.")] = 600.0,
+    sweep_python: Annotated[str, typer.Option("--sweep-python", help="The python that runs the sweep's ranks: the job's environment, with torch (default: this python locally, python3 on the nodes).")] = "",
+    sweep_backend: Annotated[str, typer.Option("--sweep-backend", help="nccl, gloo or auto (nccl where nvidia-smi exists).")] = "auto",
+    sweep_profile: Annotated[str | None, typer.Option("--sweep-profile", help="Profile for grading the sweep (default: --profile).")] = None,
+    history: opt.HistoryOpt = None,
+) -> None:
+    """Run every check (on this node, or on --hosts / the allocation) and give the GO / NO-GO verdict."""
+    from preflight import engine
+    from preflight.report.emit import Output, choose_sinks, emit
+
+    cfg = engine.load_config()
+    req = engine.CheckRequest(
+        command="run", profile=profile, checks_dirs=list(checks_dir or []), only=list(only or []),
+        skip=list(skip or []), xid_since=opt.xid_since(xid_since), probe_timeout=probe_timeout,
+        peers=list(peer or []), nodes=engine.select_nodes(hosts, partition, nodelist), transport=transport,
+        transport_options=engine.TransportOptions(
+            ssh_config=ssh_config, accept_new=ssh_accept_new, concurrency=concurrency,
+            connect_timeout=connect_timeout, command_timeout=command_timeout, deadline=deadline,
+            partition=partition),
+        mtu_all_pairs=mtu_all_pairs, expect_nodes=expect_nodes, warn_as_fail=warn_as_fail)
+    sweep = engine.SweepRequest(enabled=not no_sweep, forced=sweep_only, nproc=sweep_nproc,
+                                max_bytes=sweep_max_bytes, deadline=sweep_deadline, python=sweep_python,
+                                backend=sweep_backend, profile=sweep_profile)
+    with live_progress() as tick:
+        report = engine.run_checks(req, sweep, cfg, tick)
+    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=not no_report, history=history,
+                                     prometheus=cfg.prometheus)))
+    raise typer.Exit(report.verdict.exit_code)
+
+
+@app.command()
+def node(
+    profile: opt.ProfileOpt = "auto",
+    checks_dir: opt.ChecksDirOpt = None,
+    only: opt.OnlyOpt = None,
+    skip: opt.SkipOpt = None,
+    as_json: opt.JsonOpt = False,
+    out: opt.OutOpt = None,
+    warn_as_fail: opt.WarnOpt = False,
+    xid_since: opt.XidOpt = None,
+    probe_timeout: opt.TimeoutOpt = 10.0,
+    history: opt.HistoryOpt = None,
+) -> None:
+    """Node-local checks only: light and fast, for prologues and health-check programs."""
+    from preflight import engine
+    from preflight.report.emit import Output, choose_sinks, emit
+
+    cfg = engine.load_config()
+    req = engine.CheckRequest(command="node", node_only=True, profile=profile, checks_dirs=list(checks_dir or []),
+                              only=list(only or []), skip=list(skip or []), xid_since=opt.xid_since(xid_since),
+                              probe_timeout=probe_timeout, warn_as_fail=warn_as_fail)
+    with live_progress() as tick:
+        report = engine.check_nodes(req, cfg, tick)
+    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history,
+                                     prometheus=cfg.prometheus)))
+    raise typer.Exit(report.verdict.exit_code)
+
+
+@app.command("list")
+def list_checks(
+    checks_dir: opt.ChecksDirOpt = None,
+    as_json: opt.JsonOpt = False,
+) -> None:
+    """List the registered checks: id, probes, profile keys, what each catches."""
+    from preflight import engine
+
+    rows = engine.check_table(list(checks_dir or []), engine.load_config())
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="preflight checks")
+    for col in ("id", "scope", "probes", "catches"):
+        table.add_column(col)
+    for r in rows:
+        origin = "" if r["origin"] == "builtin" else f" (site: {Path(str(r['origin'])).name})"
+        table.add_row(f"{r['id']}{origin}", str(r["scope"]), str(r["probes"]), str(r["catches"] or r["title"]))
+    Console().print(table)
+
+
+@app.command()
+def profiles(
+    show: Annotated[str | None, typer.Option("--show", help="Print one profile's values and their sources.")] = None,
+) -> None:
+    """List the profiles (expected tables), or show one with every value's provenance."""
+    from preflight import engine
+
+    cfg = engine.load_config()
+    if show:
+        p = engine.show_profile(show, cfg)
+        sys.stdout.write(f"# {p.name}: {p.description}\n# file: {p.path}\n")
+        for k in sorted(p.values):
+            src = p.source(k)
+            sys.stdout.write(f"{k} = {p.values[k]!r}" + (f"    # {src}" if src else "") + "\n")
+        return
+    for name, desc, path in engine.profile_list(cfg):
+        sys.stdout.write(f"{name:20s} {desc}  [{path}]\n")
+
+
+@app.command()
+def analyze(
+    paths: Annotated[list[Path], typer.Argument(
+        help="Files, folders of files, folders of per-node folders, archives, or - for standard input "
+             "(pdsh/clush/srun -l output is split per node).")],
+    profile: opt.ProfileOpt = "auto",
+    checks_dir: opt.ChecksDirOpt = None,
+    as_json: opt.JsonOpt = False,
+    out: opt.OutOpt = None,
+    warn_as_fail: opt.WarnOpt = False,
+    xid_since: opt.XidOpt = None,
+    history: opt.HistoryOpt = "off",
+) -> None:
+    """Grade captured tool outputs and logs (classified by content) with the same checks."""
+    from preflight import engine, offline
+    from preflight.report.emit import Output, choose_sinks, emit
+
+    cfg = engine.load_config()
+    report = offline.analyze_paths(list(paths), cfg, profile, list(checks_dir or []), opt.xid_since(xid_since),
+                                  warn_as_fail)
+    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history)))
+    raise typer.Exit(report.verdict.exit_code)

@@ -1,0 +1,176 @@
+"""What the history commands run: read the store into a summary (with its exports), add
+reports made elsewhere, learn a fleet baseline. Bad input or an unreachable store is a
+UsageError naming it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from preflight.engine import UsageError
+from preflight.history.store import HistoryError, Row, Store, describe, open_store
+from preflight.timeparse import epoch
+
+
+def open_or_fail(url: str | None) -> Store:
+    try:
+        return open_store(url)
+    except HistoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def window(since: datetime | None) -> float | None:
+    """A window start as Unix time (None: everything)."""
+    return None if since is None else epoch(since)
+
+
+def read_reports(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The JSON reports in these files and folders (report.json, searched recursively)."""
+    docs = []
+    for p in paths:
+        files = sorted(p.rglob("report.json")) if p.is_dir() else [p]
+        if not files:
+            raise UsageError(f"{p}: no report.json in this folder")
+        for f in files:
+            try:
+                doc = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"{f}: not a readable JSON report ({exc})") from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+                raise UsageError(f"{f}: not a preflight JSON report (no results list)")
+            docs.append(doc)
+    return docs
+
+
+def record_reports(paths: Sequence[Path], url: str | None, command: str | None = None) -> list[int]:
+    """`preflight record`: add JSON reports made elsewhere; returns the new run ids."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UsageError(f"no such file or folder: {', '.join(missing)}")
+    docs = read_reports(paths)
+    with open_or_fail(url) as store:
+        return [store.record(doc, command) for doc in docs]
+
+
+@dataclass
+class Filters:
+    since: datetime | None = None
+    nodes: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HistoryView:
+    """The store's summary for a window, with what its exports need."""
+
+    summary: Any
+    rows: list[Row]
+    runs: list[Any]
+    url: str
+
+
+def summarize(url: str | None, filters: Filters, thresholds: Any) -> HistoryView:
+    """`preflight history`: failure counts, flapping and lemon nodes, trends for a window."""
+    from preflight.history.analysis import summarize as analyse
+
+    since = window(filters.since)
+    with open_or_fail(url) as store:
+        rows = store.rows(since=since, nodes=filters.nodes, checks=filters.checks, commands=filters.commands)
+        runs = store.runs(since=since, commands=filters.commands)
+        where = describe(store.url)
+    return HistoryView(summary=analyse(rows, thresholds, since=since), rows=rows, runs=runs, url=where)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def export(view: HistoryView, html: Path | None, prometheus: Path | None) -> list[Path]:
+    """The latest state and the history as an HTML page and/or a node_exporter textfile."""
+    from preflight.history.analysis import latest_results, prometheus_text
+    from preflight.report.base import Report
+
+    if html is None and prometheus is None:
+        return []
+    latest = latest_results(view.rows)
+    if html is not None:
+        from preflight.report.html import render as render_html
+
+        _write(html, render_html(Report.build("history", latest, nodes=view.summary.nodes), history=view.summary))
+    if prometheus is not None:
+        from preflight.report.prometheus import render_results, write_textfile
+
+        meta = [{"command": r.command, "ts": r.ts, "verdict": r.verdict} for r in view.runs]
+        try:
+            write_textfile(render_results(latest, meta) + prometheus_text(view.summary), prometheus)
+        except OSError as exc:
+            raise UsageError(f"cannot write {prometheus}: {exc.strerror or exc}") from None
+    return [p for p in (html, prometheus) if p is not None]
+
+
+def _report_rows(docs: Sequence[dict[str, Any]]) -> tuple[list[Row], list[str]]:
+    from preflight.model import Result
+
+    rows: list[Row] = []
+    profiles: list[str] = []
+    for i, doc in enumerate(docs):
+        ts = epoch(doc.get("started"))
+        profiles += list((doc.get("profiles") or {}).values())
+        for r in doc["results"]:
+            res = Result.from_dict(r)
+            rows.append(Row(run_id=i, ts=ts, command=str(doc.get("command", "")), check=res.check, node=res.node,
+                            status=res.status, summary=res.summary, facts=res.facts))
+    return rows, profiles
+
+
+def _store_rows(url: str | None, since: datetime | None) -> tuple[list[Row], list[str]]:
+    start = window(since)
+    with open_or_fail(url) as store:
+        rows = store.rows(since=start, checks=["nccl.allreduce"])
+        used = {r.run_id for r in rows}
+        return rows, [r.profile for r in store.runs(since=start) if r.id in used]
+
+
+@dataclass
+class LearnRequest:
+    reports: list[Path] = field(default_factory=list)  # none: read the store
+    url: str | None = None
+    since: datetime | None = None
+    out: Path = Path("fleet-baseline.toml")
+    name: str | None = None
+    extends: str | None = None
+    method: str = "mad"
+    k: float = 3.0
+    warn_sigmas: float = 3.0
+    fail_fraction: float = 0.75
+
+
+def learn_baseline(req: LearnRequest) -> tuple[list[Any], str]:
+    """`preflight baseline learn`: busbw floors per topology from a fleet run, written as a
+    profile extending the fleet's own; returns (what was learned, the parent profile)."""
+    from preflight.history import baseline as bl
+
+    if req.method not in ("mad", "std"):
+        raise UsageError(f"--method {req.method!r}: use mad or std")
+    if not 0 < req.fail_fraction <= 1:
+        raise UsageError("--fail-fraction must be in (0, 1]")
+    rows, profiles = _report_rows(read_reports(req.reports)) if req.reports else _store_rows(req.url, req.since)
+    try:
+        learned = bl.learn(rows, method=req.method, k=req.k, warn_sigmas=req.warn_sigmas,
+                           fail_fraction=req.fail_fraction)
+    except ValueError as exc:
+        raise UsageError(f"nothing to learn from: {exc}") from None
+    if not learned:
+        raise UsageError("nothing to learn from: no nccl.allreduce result with a peak busbw in the input")
+    parent = req.extends or bl.fleet_profile(profiles)
+    _write(req.out, bl.profile_toml(learned, req.name or req.out.stem, parent))
+    return learned, parent

@@ -1,0 +1,150 @@
+"""The one output path: `emit(report, sinks)`.
+
+Every command builds a Report and hands it here with the sinks its flags and the site config
+chose (`choose_sinks`): the history store, report files (JSON, Markdown, JUnit, HTML, or a
+command's own set), a Prometheus textfile, and standard output (the JSON document or the
+console table). A sink that cannot write raises OutputError (one line, exit code 2); the
+history sink never raises (a store failure is a warning: the verdict matters more).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from preflight.report.base import Report, default_out_dir
+from preflight.report.files import write_all
+
+Writer = Callable[[Report, Path], "dict[str, Path]"]
+
+
+class OutputError(Exception):
+    """A report could not be written where the operator asked."""
+
+
+class Sink(Protocol):
+    def write(self, report: Report) -> list[Path]:
+        """Put the report out; returns the files written (for the `reports:` line)."""
+
+
+@dataclass
+class HistorySink:
+    """The results store: `url` (None: $PREFLIGHT_HISTORY, else the default; 'off': nothing)."""
+
+    url: str | None = None
+    command: str | None = None
+
+    def write(self, report: Report) -> list[Path]:
+        from preflight.history import maybe_record
+
+        maybe_record(report, self.url, self.command)  # never raises
+        return []
+
+
+@dataclass
+class FilesSink:
+    """Report files in a folder (default reports/<timestamp>/): report.json, report.md,
+    junit.xml and report.html, or what `writer` writes (a command's own files)."""
+
+    out_dir: Path | None = None
+    writer: Writer = write_all
+
+    def write(self, report: Report) -> list[Path]:
+        target = self.out_dir or default_out_dir()
+        try:
+            return list(self.writer(report, target).values())
+        except OSError as exc:
+            raise OutputError(f"cannot write reports to {target}: {exc.strerror or exc}") from None
+
+
+@dataclass
+class PrometheusSink:
+    """A node_exporter textfile (.prom), written atomically."""
+
+    path: Path
+
+    def write(self, report: Report) -> list[Path]:
+        from preflight.report.prometheus import render, write_textfile
+
+        try:
+            return [write_textfile(render(report), self.path)]
+        except OSError as exc:
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+
+@dataclass
+class JsonSink:
+    """The JSON document on standard output (`text` makes a command's own document)."""
+
+    text: Callable[[Report], str] | None = None
+
+    def write(self, report: Report) -> list[Path]:
+        sys.stdout.write((self.text(report) if self.text else report.to_json()) + "\n")
+        return []
+
+
+@dataclass
+class ConsoleSink:
+    """The human report on the terminal (`render` draws a command's own)."""
+
+    render: Callable[[Report], None] | None = None
+
+    def write(self, report: Report) -> list[Path]:
+        if self.render is not None:
+            self.render(report)
+        else:
+            from preflight.report.console import render
+
+            render(report)
+        return []
+
+
+class Announce:
+    """The `reports: <files>` line on stderr, naming what the sinks before it wrote."""
+
+
+def emit(report: Report, sinks: Sequence[Sink | Announce]) -> list[Path]:
+    """Hand the report to every sink in order; returns the files written."""
+    written: list[Path] = []
+    for sink in sinks:
+        if isinstance(sink, Announce):
+            if written:
+                sys.stderr.write("reports: " + ", ".join(str(p) for p in written) + "\n")
+            continue
+        written += sink.write(report)
+    return written
+
+
+@dataclass
+class Output:
+    """What the flags and the site config ask for."""
+
+    as_json: bool = False
+    out: Path | None = None  # report folder (None: reports/<timestamp>/)
+    write_files: bool = False
+    quiet: bool = False  # no console table (the command prints its own lines)
+    history: str | None = None  # store URL; 'off' records nothing
+    prometheus: Path | None = None  # a textfile for node_exporter
+    announce_with_json: bool = False  # name the files written even when stdout carries JSON
+
+
+def choose_sinks(output: Output, writer: Writer = write_all, render: Callable[[Report], None] | None = None,
+                 json_text: Callable[[Report], str] | None = None,
+                 command: str | None = None) -> list[Sink | Announce]:
+    """The sinks for `output`, in the order they run: history, files, metrics, stdout, the
+    `reports:` line. `writer`, `render` and `json_text` give a command its own files and texts."""
+    sinks: list[Sink | Announce] = [HistorySink(output.history, command)]
+    if output.write_files:
+        sinks.append(FilesSink(output.out, writer))
+    if output.prometheus is not None:
+        sinks.append(PrometheusSink(output.prometheus))
+    if output.as_json:
+        sinks.append(JsonSink(json_text))
+    elif not output.quiet:
+        sinks.append(ConsoleSink(render))
+    if output.announce_with_json or not output.as_json:
+        sinks.append(Announce())
+    return sinks

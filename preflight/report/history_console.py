@@ -1,0 +1,64 @@
+"""The history summary on the terminal: failures per node and check, nodes not checked,
+flapping and lemon nodes, bandwidth against each node's own past."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def _failures(summary: Any) -> Table | str:
+    bad = [s for s in summary.stats if s.bad or s.warn]  # runs not checked alone: the table after
+    if not bad:
+        return "no failures in this window"
+    rows = [(s.node, s.check, str(s.bad), str(s.warn), str(s.graded), str(s.not_checked), s.last_status,
+             s.sequence[-40:]) for s in sorted(bad, key=lambda s: (-s.bad, -s.warn, s.node, s.check))]
+    return _table("failures per node and check (failed: of the runs in which it was checked; not checked: "
+                  "unreachable node or lost output)",
+                  ("node", "check", "failed", "warn", "checked runs", "not checked", "last", "runs (oldest first)"),
+                  rows)
+
+
+def _others(summary: Any) -> list[Table]:
+    tables = []
+    if summary.unchecked:
+        tables.append(_table(
+            "nodes not checked (unreachable, or output lost; not counted as failures)",
+            ("node", "not checked", "runs", "wholly", "most common cause", "runs (oldest first)"),
+            [(u.node, str(u.count), str(u.runs), str(u.whole), f"{u.cause} ({u.cause_count} runs)", u.sequence[-40:])
+             for u in summary.unchecked]))
+    if summary.flapping:
+        tables.append(_table("flapping", ("node", "check", "failure episodes", "runs (oldest first)"),
+                             [(f.node, f.check, str(f.episodes), f.sequence[-40:]) for f in summary.flapping]))
+    if summary.lemons:
+        tables.append(_table("lemon nodes", ("node", "kind", "what", "finding"),
+                             [(lm.node, lm.kind, lm.key, lm.summary) for lm in summary.lemons]))
+    if summary.trends:
+        tables.append(_table("bandwidth against each node's own past",
+                             ("node / pair", "kind", "latest GB/s", "against its past"),
+                             [(tr.label, tr.kind, f"{tr.last:.4g}", ("[red]" if tr.low else "") + tr.summary)
+                              for tr in summary.trends]))
+    return tables
+
+
+def render(summary: Any, url: str) -> None:
+    """The history summary as tables on the terminal."""
+    con = Console()
+    since = summary.to_dict()["since"] or "the beginning"
+    con.print(f"[bold]preflight history[/bold]: {summary.runs} run(s), {len(summary.nodes)} node(s) since {since} "
+              f"({url})")
+    con.print(_failures(summary))
+    for t in _others(summary):
+        con.print(t)

@@ -1,0 +1,93 @@
+"""preflight.report.emit: the one output path every command hands its report to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preflight.model import Result, Status
+from preflight.report import Report
+from preflight.report.emit import (
+    Announce,
+    ConsoleSink,
+    FilesSink,
+    HistorySink,
+    JsonSink,
+    Output,
+    OutputError,
+    PrometheusSink,
+    choose_sinks,
+    emit,
+)
+
+
+def _report() -> Report:
+    return Report.build("node", [Result(check="gpu.xid", node="n1", status=Status.FAIL, summary="Xid 79"),
+                                 Result(check="gpu.driver", node="n1", status=Status.PASS, summary="ok")])
+
+
+def _kinds(sinks: list) -> list[str]:
+    return [type(s).__name__ for s in sinks]
+
+
+def test_flags_choose_the_sinks_in_their_order(tmp_path: Path) -> None:
+    assert _kinds(choose_sinks(Output())) == ["HistorySink", "ConsoleSink", "Announce"]
+    assert _kinds(choose_sinks(Output(as_json=True, write_files=True, prometheus=tmp_path / "p.prom"))) == \
+        ["HistorySink", "FilesSink", "PrometheusSink", "JsonSink"]
+    assert _kinds(choose_sinks(Output(as_json=True, write_files=True, announce_with_json=True))) == \
+        ["HistorySink", "FilesSink", "JsonSink", "Announce"]
+    assert _kinds(choose_sinks(Output(quiet=True))) == ["HistorySink", "Announce"]
+
+
+def test_files_json_and_the_reports_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = _report()
+    written = emit(rep, [HistorySink("off"), FilesSink(tmp_path / "r"), JsonSink(), Announce()])
+    assert sorted(p.name for p in written) == ["junit.xml", "report.html", "report.json", "report.md"]
+    out, err = capsys.readouterr()
+    assert json.loads(out)["verdict"] == "NO-GO"
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["results"][0]["check"] == "gpu.xid"
+    assert err.startswith("reports: ") and str(tmp_path / "r" / "report.json") in err
+
+
+def test_a_command_brings_its_own_files_and_texts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def writer(report: Report, folder: Path) -> dict[str, Path]:
+        folder.mkdir(parents=True)
+        (folder / "own.txt").write_text(report.command)
+        return {"own": folder / "own.txt"}
+
+    seen: list[str] = []
+    emit(_report(), [FilesSink(tmp_path / "o", writer), ConsoleSink(lambda r: seen.append(r.verdict.verdict)),
+                     JsonSink(lambda r: "{\"own\": true}")])
+    assert (tmp_path / "o" / "own.txt").read_text() == "node" and seen == ["NO-GO"]
+    assert capsys.readouterr().out == "{\"own\": true}\n"
+
+
+def test_a_folder_that_cannot_be_written_is_an_output_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError, match="cannot write reports to"):
+        emit(_report(), [FilesSink(blocker / "sub")])
+    with pytest.raises(OutputError, match="cannot write"):
+        emit(_report(), [PrometheusSink(blocker / "m.prom")])
+
+
+def test_prometheus_sink_writes_the_report_metrics(tmp_path: Path) -> None:
+    path = tmp_path / "m" / "preflight.prom"
+    assert emit(_report(), [PrometheusSink(path)]) == [path]
+    text = path.read_text()
+    assert 'preflight_check_ok{check="gpu.xid",node="n1"} 0.0' in text
+    assert 'preflight_verdict_go{command="node"} 0.0' in text
+
+
+def test_history_sink_records_and_never_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from preflight.history.store import open_store
+
+    db = tmp_path / "h.db"
+    emit(_report(), [HistorySink(f"sqlite:///{db}")])
+    with open_store(f"sqlite:///{db}") as store:
+        assert [r.command for r in store.runs()] == ["node"]
+    (tmp_path / "a-file").write_text("x")
+    emit(_report(), [HistorySink(f"sqlite:///{tmp_path / 'a-file' / 'x.db'}")])  # a store that cannot be opened
+    assert "not recorded" in capsys.readouterr().err
