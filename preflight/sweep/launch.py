@@ -1,6 +1,6 @@
-"""Starting the ranks: locally, over SSH (one agent per node), or inside a Slurm allocation
-(srun + torchrun with c10d rendezvous); and the outer watchdog that ends every launch by its
-deadline, whatever the ranks do.
+"""Starting the ranks: locally, over SSH (one agent per node, through the SSH transport's
+sessions), or inside a Slurm allocation (srun + torchrun with c10d rendezvous); and the outer
+watchdog that ends every launch by its deadline, whatever the ranks do.
 
 Command lines are built from validated names and quoted (no shell string is made from raw
 input). The launcher only reads event lines; what they mean is decided in `outcome`.
@@ -12,19 +12,19 @@ import os
 import queue
 import random
 import re
-import shlex
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from preflight import inventory, procs
+from preflight.slurm import node_addresses
 from preflight.sweep.spec import SweepSpec, parse_event
+from preflight.transport.base import NodeOutcome
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$")
 _SAFE_IFNAME = re.compile(r"^[A-Za-z0-9^_.:,=-]{1,200}$")
 _SAFE_PY = re.compile(r"^[A-Za-z0-9_./+-]{1,400}$")
 
@@ -34,9 +34,11 @@ class LaunchError(ValueError):
 
 
 def check_name(node: str) -> str:
-    if not _SAFE_NAME.match(node):
-        raise LaunchError(f"node name {node!r} is not a plain host name")
-    return node
+    """The node name itself when it is a plain host name or address (preflight.inventory's rule)."""
+    try:
+        return inventory.check_name(node)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
 
 
 def check_ifname(name: str) -> str:
@@ -64,19 +66,6 @@ def agent_argv(python: str, spec: SweepSpec, node: str, node_rank: int, nproc: i
             "--watch-stdin"]
 
 
-def ssh_argv(node: str, remote: Sequence[str], ssh_config: Path | None = None, connect_timeout: float = 10.0,
-             accept_new: bool = False) -> list[str]:
-    """The system ssh client, non-interactive; the remote command is one quoted string."""
-    argv = ["ssh"]
-    if ssh_config is not None:
-        argv += ["-F", str(ssh_config)]
-    argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(connect_timeout))}",
-             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
-    if accept_new:
-        argv += ["-o", "StrictHostKeyChecking=accept-new"]
-    return [*argv, "--", check_name(node), shlex.join(list(remote))]
-
-
 def srun_argv(nodes: int, nproc_per_node: int, spec: SweepSpec, rdzv_host: str, rdzv_port: int, rdzv_id: str,
               python: str = "python3", partition: str | None = None) -> list[str]:
     """srun starts one torchrun per node (through the worker's `torchrun` door, which first
@@ -92,32 +81,6 @@ def srun_argv(nodes: int, nproc_per_node: int, spec: SweepSpec, rdzv_host: str, 
              f"--rdzv-endpoint={check_name(rdzv_host)}:{rdzv_port}", f"--rdzv-id={check_name(rdzv_id)}",
              "--max-restarts=0", "-m", "preflight.sweep.worker", "rank", "--spec", spec.encode()]
     return argv
-
-
-def slurm_address(node: str) -> str:
-    """The address Slurm knows `node` by (NodeAddr), where the other nodes reach its rendezvous."""
-    from preflight.slurm import SlurmError, show_nodes
-
-    try:
-        info = show_nodes([node]).get(node)
-    except (SlurmError, OSError):
-        return node
-    addr = (info.fields.get("NodeAddr") or "").split() if info else []
-    return addr[0] if addr else node
-
-
-def resolve_address(node: str, ssh_config: Path | None) -> str:
-    """The address the other nodes reach `node` at: the ssh config's HostName (ssh -G)."""
-    argv = ["ssh"] + (["-F", str(ssh_config)] if ssh_config else []) + ["-G", "--", check_name(node)]
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return node
-    for line in p.stdout.splitlines():
-        k, _, v = line.partition(" ")
-        if k == "hostname" and v.strip():
-            return v.strip()
-    return node
 
 
 @dataclass
@@ -170,12 +133,20 @@ class Launched:
     failures: list[Failure] = field(default_factory=list)  # in the order they were seen
 
 
-@dataclass
-class _Proc:
-    label: str
-    argv: list[str]
-    popen: subprocess.Popen[bytes] | None = None
-    error: str = ""
+# What an ssh fault (its kind, see preflight.transport.ssh) means for the launch.
+_SSH_CAUSES = {
+    "hostkey-unknown": "host key refused",
+    "hostkey-changed": "host key refused",
+    "refused": "ssh connection refused (sshd not running?)",
+    "timeout": "ssh connection timed out",
+    "deadline": "ssh connection timed out",
+    "unreachable": "node unreachable",
+    "dns": "unknown host name",
+    "auth": "ssh login refused",
+    "disconnected": "connection lost",
+    "config": "ssh configuration unusable",
+    "remote-error": "its agent ended without an exit status",
+}
 
 
 # The launcher's own words, mapped to a cause an operator acts on (first match wins).
@@ -214,208 +185,271 @@ def classify(lines: Sequence[str], rc: int | None) -> tuple[str, str]:
     return f"exited with code {rc}", last
 
 
+def ssh_cause(failure: NodeOutcome) -> tuple[str, str]:
+    """(cause, message) for an agent the SSH transport could not start or lost: the
+    transport's own sentence, under the cause its fault kind means."""
+    kind = failure.detail.get("kind", "")
+    return _SSH_CAUSES.get(kind, f"ssh failed ({kind or 'unknown fault'})"), failure.error[:600]
+
+
+class Agent(Protocol):
+    """What the launcher watches: a local process group or a command on a node over SSH
+    (`preflight.transport.ssh.RemoteProcess`). Lines arrive on the launch's queue."""
+
+    argv: list[str]
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def failure(self) -> NodeOutcome | None: ...
+
+    def running(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def close_stdin(self) -> None: ...
+
+    def stop(self, grace_s: float = 2.0) -> None: ...
+
+
+_Lines = queue.Queue[tuple[str, str | None]]  # (process label, line); line None: its output ended
+
+
+class LocalAgent:
+    """A local child in its own process group, its stdout and stderr lines read by a thread."""
+
+    failure: NodeOutcome | None = None  # a local child's faults are in its lines and exit code
+
+    def __init__(self, label: str, argv: list[str], lines: _Lines, env: dict[str, str] | None = None) -> None:
+        """Start it; OSError when the program cannot be started."""
+        self.argv = argv
+        self.popen = procs.spawn(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT)
+        threading.Thread(target=self._read, args=(label, lines), daemon=True).start()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def _read(self, label: str, lines: _Lines) -> None:
+        assert self.popen.stdout is not None
+        try:
+            for raw in iter(self.popen.stdout.readline, b""):
+                lines.put((label, raw.decode("utf-8", "replace").rstrip("\n")))
+        except (OSError, ValueError):
+            pass
+        lines.put((label, None))
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def close_stdin(self) -> None:
+        """Closing stdin tells an agent to stop its ranks."""
+        try:
+            if self.popen.stdin:
+                self.popen.stdin.close()
+        except OSError:
+            pass
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        self.close_stdin()
+        procs.stop_group(self.popen, grace_s)
+
+
+@dataclass
+class _Board:
+    """One watched launch: what came back so far and each node's state, shared by the steps
+    of `watch_agents`."""
+
+    out: Launched
+    w: Watch
+    watching: bool  # a Watch was given: node failures end the launch
+    nodes_of: dict[str, list[str]]  # process label -> the nodes it starts
+    start: float = field(default_factory=time.monotonic)
+    failed: dict[str, Failure] = field(default_factory=dict)
+    first_failure: float | None = None
+    label_of: dict[str, str] = field(init=False)
+    seen: dict[str, float] = field(init=False)  # last sign of life per node
+
+    def __post_init__(self) -> None:
+        self.label_of = {n: label for label, ns in self.nodes_of.items() for n in ns}
+        self.seen = dict.fromkeys(self.label_of, self.start)
+
+    def fail(self, node: str, cause: str, message: str, rc: int | None = None, lines: list[str] | None = None,
+             started: bool | None = None) -> None:
+        if node in self.failed:
+            return
+        f = Failure(node, cause, message, list(lines or [])[-8:], rc, round(time.monotonic() - self.start, 2),
+                    node in self.out.agents if started is None else started)
+        self.failed[node] = f
+        self.out.failures.append(f)
+        if self.first_failure is None:
+            self.first_failure = time.monotonic()
+
+    def cannot_start(self, label: str, program: str, error: str) -> None:
+        self.out.raw[label] = [error]
+        self.out.rc[label] = None
+        for n in self.nodes_of[label]:
+            self.failed[n] = Failure(n, f"cannot start {program}", error, [error])
+            self.out.failures.append(self.failed[n])
+
+    def take(self, label: str, line: str, now: float, judge: bool = True) -> None:
+        """One line from a process: an event (an agent's answer, beat, unfit) or raw text."""
+        nodes = self.nodes_of.get(label, [])
+        if len(nodes) == 1:
+            self.seen[nodes[0]] = now
+        ev = parse_event(line)
+        if ev is None:
+            if line.strip():
+                self.out.raw.setdefault(label, []).append(line)
+            return
+        ev.setdefault("_from", label)
+        self.out.events.append(ev)
+        node = str(ev.get("node", ""))
+        if node in self.seen:
+            self.seen[node] = now
+        if ev.get("ev") == "agent" and node:
+            self.out.agents.setdefault(node, ev)
+        elif ev.get("ev") == "unfit" and node and judge and self.watching:
+            self.fail(node, "torch is not installed for this python" if ev.get("missing") == "torch"
+                      else "cannot run the ranks", str(ev.get("error", "")), started=False)
+
+    def ended(self, label: str, agent: Agent) -> None:
+        """A process's output ended: a node whose agent never answered, or that ended badly, fails."""
+        rc = agent.returncode if agent.wait(2) else None
+        lines = self.out.raw.get(label, [])
+        nodes = self.nodes_of[label]
+        fault = ssh_cause(agent.failure) if agent.failure is not None else None
+        for n in nodes:
+            if n in self.failed or (len(nodes) > 1 and self.first_failure is not None):
+                continue  # (srun ended every task after one failed: the others were not checked)
+            if fault is not None:
+                self.fail(n, *fault, rc, lines)
+            elif n not in self.out.agents:
+                self.fail(n, *classify(lines, rc), rc, lines)
+            elif self.w.exit_is_failure and rc not in (0, None):
+                cause, msg = classify(lines, rc)
+                if cause.startswith(("exited", "ended", "no exit")):
+                    cause = f"its agent's connection ended ({cause})"
+                self.fail(n, cause, msg, rc, lines)
+
+    def check_timers(self, now: float, live: set[str]) -> None:
+        """Fail the nodes whose agent did not answer within start_s or went silent for stall_s."""
+        w = self.w
+        for n, lab in self.label_of.items():
+            if n in self.failed or lab not in live:
+                continue
+            if n not in self.out.agents and w.start_s and now - self.start > w.start_s:
+                lines = self.out.raw.get(lab, [])
+                self.fail(n, "no answer", f"no answer from {n}'s agent within {w.start_s:g} s"
+                          + (f" (last line: {lines[-1].strip()[:200]})" if lines else " and no output at all: "
+                             "the session stalled (MTU black hole?) or the node hangs"), None, lines)
+            elif (n in self.out.agents and w.stall_s and float(self.out.agents[n].get("beat_s") or 0) > 0
+                  and now - self.seen[n] > w.stall_s):  # only agents that beat can be silent
+                self.fail(n, "output stalled", f"no bytes from {n} for {now - self.seen[n]:.0f} s while its session "
+                          "was open (heartbeats stopped): the link stalls (MTU black hole?) or the node hangs")
+
+    def settled(self, now: float, live: set[str]) -> bool:
+        """After the first failure: every other node has answered, or had grace_s to."""
+        if self.first_failure is None:
+            return False
+        waiting = [n for n, lab in self.label_of.items()
+                   if n not in self.failed and n not in self.out.agents and lab in live]
+        return not waiting or now - self.first_failure >= self.w.grace_s
+
+
 def run_processes(cmds: dict[str, list[str]], deadline_s: float, env: dict[str, str] | None = None,
                   grace_s: float = 5.0, watch: Watch | None = None) -> Launched:
     """Start every command (own process group), read their lines, kill whatever is left at
     the deadline; never blocks longer than deadline_s + a few seconds. With `watch`, the first
     node that fails its launch ends the whole launch within seconds (see `Watch`)."""
-    out = Launched(argv=dict(cmds))
-    w = watch or Watch()
-    q: queue.Queue[tuple[str, str | None]] = queue.Queue()
-    procs: list[_Proc] = []
-    start = time.monotonic()
-    nodes_of = {label: list(w.nodes.get(label) or ([label] if watch else [])) for label in cmds}
-    label_of = {n: label for label, ns in nodes_of.items() for n in ns}
-    seen: dict[str, float] = {n: start for n in label_of}  # last sign of life per node
-    failed: dict[str, Failure] = {}
-    first_failure: float | None = None
+    lines: _Lines = queue.Queue()
+    board = _board(cmds, watch)
+    agents: dict[str, Agent] = {}
     for label, argv in cmds.items():
-        pr = _Proc(label, argv)
         try:
-            pr.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.PIPE, env=env, start_new_session=True)
+            agents[label] = LocalAgent(label, argv, lines, env)
         except OSError as exc:
-            pr.error = f"cannot start {argv[0]}: {exc.strerror or exc}"
-            out.raw[label] = [pr.error]
-            out.rc[label] = None
-            for n in nodes_of[label]:
-                failed[n] = Failure(n, f"cannot start {argv[0]}", pr.error, [pr.error])
-                out.failures.append(failed[n])
-        procs.append(pr)
-        if pr.popen is not None:
-            threading.Thread(target=_reader, args=(pr, q), daemon=True).start()
-    by_label = {p.label: p for p in procs}
-    live = {p.label for p in procs if p.popen is not None}
-    deadline = start + deadline_s
+            board.cannot_start(label, argv[0], f"cannot start {argv[0]}: {exc.strerror or exc}")
+    return watch_agents(board, agents, lines, deadline_s, grace_s)
 
-    def fail(node: str, cause: str, message: str, rc: int | None = None, lines: list[str] | None = None,
-             started: bool | None = None) -> None:
-        nonlocal first_failure
-        if node in failed:
-            return
-        f = Failure(node, cause, message, list(lines or [])[-8:], rc, round(time.monotonic() - start, 2),
-                    node in out.agents if started is None else started)
-        failed[node] = f
-        out.failures.append(f)
-        if first_failure is None:
-            first_failure = time.monotonic()
 
-    def ended(label: str) -> None:
-        pr = by_label[label]
-        assert pr.popen is not None
+def _board(cmds: dict[str, list[str]], watch: Watch | None) -> _Board:
+    w = watch or Watch()
+    nodes_of = {label: list(w.nodes.get(label) or ([label] if watch else [])) for label in cmds}
+    return _Board(out=Launched(argv=dict(cmds)), w=w, watching=watch is not None, nodes_of=nodes_of)
+
+
+def watch_agents(board: _Board, agents: dict[str, Agent], lines: _Lines, deadline_s: float,
+                 grace_s: float) -> Launched:
+    """Read the agents' lines until they end, a node failure ends the launch, or the
+    deadline; then stop whatever is left and gather the late lines."""
+    _follow(board, agents, lines, board.start + deadline_s)
+    _stop_all([a for a in agents.values() if a.running()], grace_s)
+    for label, agent in agents.items():
+        if not agent.wait(grace_s):
+            agent.stop(1.0)
+        board.out.rc[label] = agent.returncode
+    while True:  # lines still queued after the processes ended
         try:
-            rc = pr.popen.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            rc = None
-        lines = out.raw.get(label, [])
-        for n in nodes_of[label]:
-            if n in failed:
-                continue
-            if len(nodes_of[label]) > 1 and first_failure is not None:
-                continue  # srun ended every task after one failed: the others were not checked
-            if n not in out.agents:
-                cause, msg = classify(lines, rc)
-                fail(n, cause, msg, rc, lines)
-            elif w.exit_is_failure and rc not in (0, None):
-                cause, msg = classify(lines, rc)
-                if cause.startswith(("exited", "ended", "no exit")):
-                    cause = f"its agent's connection ended ({cause})"
-                fail(n, cause, msg, rc, lines)
+            label, line = lines.get_nowait()
+        except queue.Empty:
+            break
+        if line is not None:
+            board.take(label, line, time.monotonic(), judge=False)
+    board.out.seconds = time.monotonic() - board.start
+    return board.out
 
+
+def _follow(board: _Board, agents: dict[str, Agent], lines: _Lines, deadline: float) -> None:
+    """Take lines as they come until every agent's output ended, the watch ends the launch,
+    or the deadline passes (then the launch is marked timed out)."""
+    live = set(agents)
     while live:
-        now = time.monotonic()
         try:
-            label, line = q.get(timeout=max(0.05, min(0.25, deadline - now)))
+            label, line = lines.get(timeout=max(0.05, min(0.25, deadline - time.monotonic())))
         except queue.Empty:
             label, line = "", ""
         now = time.monotonic()
         if label and line is None:
             live.discard(label)
-            if watch:
-                ended(label)
+            if board.watching:
+                board.ended(label, agents[label])
         elif label and line is not None:
-            for n in nodes_of.get(label, []) if len(nodes_of.get(label, [])) == 1 else []:
-                seen[n] = now
-            ev = parse_event(line)
-            if ev is not None:
-                ev.setdefault("_from", label)
-                out.events.append(ev)
-                node = str(ev.get("node", ""))
-                if node in seen:
-                    seen[node] = now
-                if ev.get("ev") == "agent" and node:
-                    out.agents.setdefault(node, ev)
-                elif ev.get("ev") == "unfit" and node and watch:
-                    fail(node, "torch is not installed for this python" if ev.get("missing") == "torch"
-                         else "cannot run the ranks", str(ev.get("error", "")), started=False)
-            elif line.strip():
-                out.raw.setdefault(label, []).append(line)
-        if watch:
-            for n, lab in label_of.items():
-                if n in failed or lab not in live:
-                    continue
-                if n not in out.agents and w.start_s and now - start > w.start_s:
-                    lines = out.raw.get(lab, [])
-                    fail(n, "no answer", f"no answer from {n}'s agent within {w.start_s:g} s"
-                         + (f" (last line: {lines[-1].strip()[:200]})" if lines else " and no output at all: "
-                            "the session stalled (MTU black hole?) or the node hangs"), None, lines)
-                elif (n in out.agents and w.stall_s and float(out.agents[n].get("beat_s") or 0) > 0
-                      and now - seen[n] > w.stall_s):  # only agents that beat can be silent
-                    fail(n, "output stalled", f"no bytes from {n} for {now - seen[n]:.0f} s while its session "
-                         "was open (heartbeats stopped): the link stalls (MTU black hole?) or the node hangs")
-            if first_failure is not None:
-                waiting = [n for n, lab in label_of.items()
-                           if n not in failed and n not in out.agents and lab in live]
-                if not waiting or now - first_failure >= w.grace_s:
-                    break
+            board.take(label, line, now)
+        if board.watching:
+            board.check_timers(now, live)
+            if board.settled(now, live):
+                return
         if now > deadline:
-            out.timed_out = True
-            break
-    _stop_all([p.popen for p in procs if p.popen is not None and p.popen.poll() is None], grace_s)
-    for pr in procs:
-        if pr.popen is None:
-            continue
-        try:
-            if pr.popen.stdin:
-                pr.popen.stdin.close()
-        except OSError:
-            pass
-        try:
-            pr.popen.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _stop(pr.popen, 1.0)
-        out.rc[pr.label] = pr.popen.poll()
-    # lines still queued after the processes ended
-    while True:
-        try:
-            label, line = q.get_nowait()
-        except queue.Empty:
-            break
-        if line is None:
-            continue
-        ev = parse_event(line)
-        if ev is not None:
-            ev.setdefault("_from", label)
-            out.events.append(ev)
-            if ev.get("ev") == "agent" and ev.get("node"):
-                out.agents.setdefault(str(ev["node"]), ev)
-        elif line.strip():
-            out.raw.setdefault(label, []).append(line)
-    out.seconds = time.monotonic() - start
-    return out
+            board.out.timed_out = True
+            return
 
 
-def _reader(pr: _Proc, q: queue.Queue[tuple[str, str | None]]) -> None:
-    assert pr.popen is not None and pr.popen.stdout is not None
-    try:
-        for raw in iter(pr.popen.stdout.readline, b""):
-            q.put((pr.label, raw.decode("utf-8", "replace").rstrip("\n")))
-    except (OSError, ValueError):
-        pass
-    q.put((pr.label, None))
-
-
-def _stop_all(popens: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+def _stop_all(agents: list[Agent], grace_s: float) -> None:
     """Stop several launches at once: close every stdin (an agent then stops its ranks), then
-    SIGTERM, then SIGKILL the process groups still there; at most about grace_s + 2 s."""
-    for p in popens:
-        try:
-            if p.stdin:
-                p.stdin.close()
-        except OSError:
-            pass
-    for sig, wait in ((None, 0.5), (signal.SIGTERM, min(grace_s, 2.0)), (signal.SIGKILL, grace_s)):
-        left = [p for p in popens if p.poll() is None]
-        if not left:
-            return
-        if sig is not None:
-            for p in left:
-                try:
-                    os.killpg(p.pid, sig)
-                except OSError:
-                    pass
-        end = time.monotonic() + wait
-        while time.monotonic() < end and any(p.poll() is None for p in left):
-            time.sleep(0.05)
-
-
-def _stop(p: subprocess.Popen[bytes], grace_s: float) -> None:
-    """Closing stdin tells an agent to stop its ranks; then SIGTERM, then SIGKILL the group."""
-    try:
-        if p.stdin:
-            p.stdin.close()
-    except OSError:
-        pass
-    for sig, wait in ((signal.SIGTERM, min(grace_s, 2.0)), (signal.SIGKILL, grace_s)):
-        try:
-            os.killpg(p.pid, sig)
-        except OSError:
-            return
-        try:
-            p.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop what is still there (a process group: SIGTERM, then SIGKILL; an SSH session: closed);
+    at most about grace_s + 2.5 s."""
+    for a in agents:
+        a.close_stdin()
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end and any(a.running() for a in agents):
+        time.sleep(0.05)
+    stoppers = [threading.Thread(target=a.stop, args=(min(grace_s, 2.0),), daemon=True)
+                for a in agents if a.running()]
+    for t in stoppers:
+        t.start()
+    end = time.monotonic() + min(grace_s, 2.0) + grace_s
+    for t in stoppers:
+        t.join(timeout=max(0.0, end - time.monotonic()))
 
 
 def _with_preflight_path(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -447,22 +481,27 @@ def launch_ssh(spec: SweepSpec, nodes: list[str], nproc_per_node: int, ssh_confi
                python: str = "python3", master_addr: str | None = None, master_port: int | None = None,
                connect_timeout: float = 10.0, accept_new: bool = False, start_s: float | None = None,
                stall_s: float = 20.0) -> Launched:
-    """One agent per node over SSH; node 0 hosts the rendezvous store. A node whose agent
-    cannot start (ssh refused, host key, no python or torch, a stalled session) ends the
-    launch within seconds, named with ssh's own message."""
+    """One agent per node over the SSH transport; node 0 hosts the rendezvous store (at the
+    address its ssh configuration gives it). A node whose agent cannot start (host key, refused,
+    unreachable, login refused, no python or torch, a stalled session) ends the launch within
+    seconds, named with the transport's own message."""
+    from preflight.transport.ssh import SSHTransport  # paramiko loads only for an SSH launch
+
     for n in nodes:
         check_name(n)
     spec.nodes = list(nodes)
-    addr = master_addr or resolve_address(nodes[0], ssh_config)
     port = master_port or free_port()
     spec.deadline_epoch = time.time() + spec.deadline_s - 2
     world = len(nodes) * nproc_per_node
-    cmds = {n: ssh_argv(n, agent_argv(python, spec, n, i, nproc_per_node, world, addr, port), ssh_config,
-                        connect_timeout, accept_new)
-            for i, n in enumerate(nodes)}
     watch = Watch(nodes={n: [n] for n in nodes}, start_s=start_s if start_s is not None else connect_timeout + 10,
                   stall_s=stall_s)
-    return run_processes(cmds, spec.deadline_s + connect_timeout, watch=watch)
+    lines: _Lines = queue.Queue()
+    with SSHTransport(ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new) as ssh:
+        addr = master_addr or ssh.resolve_addresses(nodes[:1]).get(nodes[0], nodes[0])
+        cmds = {n: agent_argv(python, spec, n, i, nproc_per_node, world, addr, port) for i, n in enumerate(nodes)}
+        board = _board(cmds, watch)
+        started = ssh.spawn(cmds, on_line=lambda node, line: lines.put((node, line)))
+        return watch_agents(board, dict(started), lines, spec.deadline_s + connect_timeout, 5.0)
 
 
 def launch_srun(spec: SweepSpec, nodes: list[str], nproc_per_node: int, python: str = "python3",
@@ -472,7 +511,7 @@ def launch_srun(spec: SweepSpec, nodes: list[str], nproc_per_node: int, python: 
     spec.nodes = list(nodes)
     spec.deadline_epoch = time.time() + spec.deadline_s - 2
     rid = f"pfsweep{os.environ.get('SLURM_JOB_ID', '0')}{random.randint(0, 9999)}"
-    argv = srun_argv(len(nodes), nproc_per_node, spec, slurm_address(nodes[0]), rdzv_port or free_port(), rid,
+    argv = srun_argv(len(nodes), nproc_per_node, spec, node_addresses(nodes[:1]).get(nodes[0], nodes[0]), rdzv_port or free_port(), rid,
                      python, partition)
     watch = Watch(nodes={"srun": list(nodes)}, start_s=start_s, exit_is_failure=False)
     return run_processes({"srun": argv}, spec.deadline_s + 10, watch=watch)

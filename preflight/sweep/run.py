@@ -5,7 +5,6 @@ collect, grade. `run_sweep` is what `preflight run` calls after the node checks 
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from preflight.sweep import launch as launcher
 from preflight.sweep.outcome import GROUP, SweepOutcome, collect, effective_profile, grade, group_floor
 from preflight.sweep.pairs import Isolation
 from preflight.sweep.spec import DEFAULT_MAX_BYTES, DEFAULT_MAX_BYTES_GLOO, SweepSpec
+from preflight.transport import choose_kind
 
 
 @dataclass
@@ -112,11 +112,10 @@ def sweep(nodes: list[str], transport_kind: str = "auto", ssh_config: Path | Non
           options: SweepOptions | None = None) -> SweepRun:
     """Launch, measure, grade. Never raises for a cluster fault: those are Results."""
     o = options or SweepOptions()
-    kind = transport_kind
-    if kind not in ("auto", "local", "ssh", "srun"):
-        raise launcher.LaunchError(f"transport {transport_kind!r}: use local, ssh, srun or auto")
-    if kind == "auto":
-        kind = "srun" if os.environ.get("SLURM_JOB_ID") else ("ssh" if nodes else "local")
+    try:
+        kind = choose_kind(transport_kind, nodes)
+    except ValueError as exc:
+        raise launcher.LaunchError(str(exc)) from None
     if kind != "local" and is_this_node(nodes):
         kind = "local"  # this machine alone (its own name, a one-node allocation we run on): no ssh, no srun
     prof = _profile(o)

@@ -16,7 +16,8 @@ sockets are closed from a daemon thread, so no worker ever keeps the caller wait
 Every node-level fault is an outcome, never an exception: `NodeOutcome.error` is one
 sentence and `NodeOutcome.detail` says `kind` (dns, refused, unreachable, timeout, deadline,
 hostkey-unknown, hostkey-changed, auth, python-missing, remote-error, garbage, disconnected,
-config, ssh) and `stage` (queued, connect, banner, kex, auth, command).
+config, ssh) and `stage` (queued, connect, banner, kex, auth, command; running for a
+long-running command started with `spawn`).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ import getpass
 import hashlib
 import logging
 import os
+import queue
 import re
 import shlex
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,7 @@ from preflight.probes import DEFAULT_CAP, Probe
 from preflight.remote import build_script, parse_output
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
 
-STAGES = ("queued", "connect", "banner", "kex", "auth", "command")
+STAGES = ("queued", "connect", "banner", "kex", "auth", "command", "running")
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
@@ -58,9 +60,12 @@ _STALL_LIVENESS = 2.0  # after the stall timer: seconds a new session gets to an
 _MAX_HOPS = 8
 _GARBAGE_SHOWN = 3
 _STDERR_KEPT = 16384
+_LINE_MAX = 1_048_576  # a longer line of a spawned command comes back cut
 _NAME_OK = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
 
 log = logging.getLogger("preflight.transport.ssh")
+
+LineFn = Callable[[str, "str | None"], None]  # (node, line); line None: the command has ended
 
 
 class NodeFault(Exception):
@@ -252,6 +257,31 @@ class _Job:
         return self.outcome is not None
 
 
+@dataclass
+class _BundleRead:
+    """The state of reading one bundle's output: the partial line, stderr's tail, the clocks."""
+
+    nonce: str
+    until: float  # the command timeout, as a monotonic time
+    check_wait: float  # how long a new session gets to answer when the output stops
+    limit: int  # the longest line kept whole
+    heard: float = field(default_factory=time.monotonic)  # the last time any byte came back
+    buf: bytes = b""
+    stderr: bytes = b""
+
+    def keep_stderr(self, chan: paramiko.Channel) -> None:
+        while chan.recv_stderr_ready():
+            self.stderr = (self.stderr + chan.recv_stderr(65536))[-_STDERR_KEPT:]
+            self.heard = time.monotonic()
+
+
+def _exit_code(chan: paramiko.Channel) -> int | None:
+    """The command's exit status; None when the session closed without one (paramiko marks
+    a closed channel's status ready too, with -1: no status is negative)."""
+    rc = int(chan.exit_status)
+    return rc if rc >= 0 else None
+
+
 def _close_quietly(fns: list[Callable[[], None]]) -> None:
     for fn in fns:
         try:
@@ -281,6 +311,11 @@ class _Conn:
 
     def alive(self) -> bool:
         return self.transport.is_active() and self.transport.is_authenticated()
+
+
+def _started_or_done(job: _Job) -> bool:
+    """A spawned command needs no supervisor once it runs: the caller watches its output."""
+    return job.done() or job.stage == "running"
 
 
 # ---- the transport -------------------------------------------------------------------------
@@ -360,32 +395,65 @@ class SSHTransport(Transport):
         rnd.pending.extend(jobs)
         for i in range(min(self.concurrency, len(jobs))):
             threading.Thread(target=self._worker, args=(rnd,), name=f"preflight-ssh-{i}", daemon=True).start()
+        self._supervise(rnd, jobs, end)
+        return {j.node: j.outcome or NodeOutcome(node=j.node, error="lost by the SSH transport") for j in jobs}
+
+    def _supervise(self, rnd: _Round, jobs: list[_Job], end: float | None,
+                   settled: Callable[[_Job], bool] = _Job.done) -> None:
+        """End every job that overruns its stage budget (or the deadline `end`) with its fault,
+        until every job is settled; runs in the calling thread (collect) or a daemon (spawn)."""
         with rnd.cond:
             while True:
                 now = time.monotonic()
-                open_jobs = [j for j in jobs if not j.done()]
+                open_jobs = [j for j in jobs if not settled(j)]
                 if not open_jobs:
-                    break
+                    return
                 if end is not None and now >= end:
                     rnd.closed = True
                     for job in open_jobs:
                         self._abort(job, self._deadline_fault(job, float(self.deadline or 0)))
-                    break
-                wake = now + 1.0 if end is None else min(end, now + 1.0)
-                aborted = False
-                for job in open_jobs:
-                    with job.lock:
-                        ends = job.stage_ends
-                    if ends is None:
-                        continue
-                    if now >= ends:
-                        self._abort(job, self._timeout_fault(job))
-                        aborted = True
-                    else:
-                        wake = min(wake, ends)
+                    return
+                aborted, wake = self._expire(open_jobs, now, now + 1.0 if end is None else min(end, now + 1.0))
                 if not aborted:
                     rnd.cond.wait(timeout=max(0.005, wake - time.monotonic()))
-        return {j.node: j.outcome or NodeOutcome(node=j.node, error="lost by the SSH transport") for j in jobs}
+
+    def _expire(self, jobs: list[_Job], now: float, wake: float) -> tuple[bool, float]:
+        """Abort the jobs past their stage budget: (whether any was, the next stage end)."""
+        aborted = False
+        for job in jobs:
+            with job.lock:
+                ends = job.stage_ends
+            if ends is None:
+                continue
+            if now >= ends:
+                self._abort(job, self._timeout_fault(job))
+                aborted = True
+            else:
+                wake = min(wake, ends)
+        return aborted, wake
+
+    # ---- long-running commands ----------------------------------------------------------
+    def spawn(self, commands: Mapping[str, Sequence[str]], on_line: LineFn | None = None) -> dict[str, RemoteProcess]:
+        """Start a long-running command (an argv, quoted here) on each node and return at once.
+
+        The commands go over the connections `collect` uses, with the same configuration,
+        host-key policy, authentication, stage budgets and fault texts; the node's answer to
+        the exec request is bounded by `connect_timeout`. Their stdout and stderr lines go to
+        `on_line(node, line)` as they arrive and `on_line(node, None)` once a command has
+        ended (without `on_line`: `RemoteProcess.lines()`). A node that cannot be reached
+        ends at once, its fault in `RemoteProcess.failure`."""
+        nodes = list(commands)
+        self._load_keys(nodes)
+        rnd = _Round(cond=threading.Condition(), pending=deque(), progress=None)
+        slots = threading.BoundedSemaphore(self.concurrency)
+        procs = {n: RemoteProcess(self, _Job(node=n, probes=[], round=rnd, target=n), commands[n], slots, on_line)
+                 for n in nodes}
+        for proc in procs.values():
+            proc.start()
+        jobs = [proc.job for proc in procs.values()]
+        threading.Thread(target=self._supervise, args=(rnd, jobs, None, _started_or_done), name="preflight-ssh-spawn",
+                         daemon=True).start()
+        return procs
 
     def _load_keys(self, names: list[str]) -> None:
         """Load every identity file before any clock starts: reading a large RSA key checks it
@@ -492,9 +560,20 @@ class SSHTransport(Transport):
     def _spec(self, name: str) -> HostSpec:
         return resolve_host(self.config, name, self.user)
 
+    def resolve_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
+        """node -> the address its peers reach it at: the HostName the SSH configuration gives
+        it (the node's own name where it gives none or cannot be read). Never raises."""
+        out: dict[str, str] = {}
+        for node in nodes:
+            try:
+                out[node] = self._spec(node).hostname or node
+            except (NodeFault, ValueError, KeyError, OSError):
+                out[node] = node
+        return out
+
     def resolve_hostname(self, name: str) -> str:
         """The address the OpenSSH config gives for `name` (HostName), for peer pings."""
-        return self._spec(name).hostname or name
+        return self.resolve_addresses([name])[name]
 
     def _hop_spec(self, hop: str) -> HostSpec:
         user, host, port = parse_jump(hop)
@@ -780,7 +859,8 @@ class SSHTransport(Transport):
         except Exception:
             return []
 
-    def _authenticate(self, job: _Job, spec: HostSpec, t: paramiko.Transport) -> None:
+    def _auth_keys(self, spec: HostSpec) -> tuple[list[tuple[str, paramiko.PKey]], list[str]]:
+        """The keys to offer, in order (agent first unless IdentitiesOnly), and why others cannot be."""
         keys: list[tuple[str, paramiko.PKey]] = []
         notes: list[str] = []
         if not spec.identities_only:
@@ -792,46 +872,56 @@ class SSHTransport(Transport):
                     notes.append(loaded)
             else:
                 keys.append((str(path), loaded))
+        return keys, notes
+
+    def _offer_key(self, job: _Job, spec: HostSpec, t: paramiko.Transport, pkey: paramiko.PKey) -> bool:
+        """True when the server accepts this key; False when it rejects it (try the next);
+        a NodeFault when no key can help (keys not accepted, more wanted, connection gone)."""
+        try:
+            remaining = t.auth_publickey(spec.user, pkey)
+        except paramiko.BadAuthenticationType as exc:
+            raise NodeFault("auth", "auth", f"{job.target} does not accept keys for {spec.user[:64]} "
+                            f"(it offers {', '.join(exc.allowed_types) or 'nothing'}); preflight uses keys and "
+                            "ssh-agent only") from exc
+        except paramiko.AuthenticationException as exc:
+            job.check()
+            if not t.is_active():
+                raise NodeFault("disconnected", "auth", f"{job.target} closed the connection during "
+                                f"authentication ({exc})") from exc
+            return False
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            job.check()
+            raise NodeFault("disconnected", "auth", f"{job.target} dropped the connection during "
+                            f"authentication ({exc})") from exc
+        if remaining:
+            raise NodeFault("auth", "auth", f"{job.target} wants more than a key for {spec.user[:64]} "
+                            f"({', '.join(remaining)}); preflight uses keys and ssh-agent only")
+        return bool(t.is_authenticated())
+
+    def _authenticate(self, job: _Job, spec: HostSpec, t: paramiko.Transport) -> None:
+        keys, notes = self._auth_keys(spec)
         if not keys:
             raise NodeFault("auth", "auth", f"no usable SSH key for {job.target}: "
                             f"{'; '.join(notes) or 'no IdentityFile, no default key, no ssh-agent'}")
         tried: list[str] = []
         for label, pkey in keys:
             job.check()
-            try:
-                remaining = t.auth_publickey(spec.user, pkey)
-            except paramiko.BadAuthenticationType as exc:
-                raise NodeFault("auth", "auth", f"{job.target} does not accept keys for {spec.user[:64]} "
-                                f"(it offers {', '.join(exc.allowed_types) or 'nothing'}); preflight uses keys and "
-                                "ssh-agent only") from exc
-            except paramiko.AuthenticationException as exc:
-                job.check()
-                if not t.is_active():
-                    raise NodeFault("disconnected", "auth", f"{job.target} closed the connection during "
-                                    f"authentication ({exc})") from exc
-                tried.append(label)
-                continue
-            except (paramiko.SSHException, OSError, EOFError) as exc:
-                job.check()
-                raise NodeFault("disconnected", "auth", f"{job.target} dropped the connection during "
-                                f"authentication ({exc})") from exc
-            if remaining:
-                raise NodeFault("auth", "auth", f"{job.target} wants more than a key for {spec.user[:64]} "
-                                f"({', '.join(remaining)}); preflight uses keys and ssh-agent only")
-            if t.is_authenticated():
+            if self._offer_key(job, spec, t, pkey):
                 return
+            tried.append(label)
         extra = f"; also: {'; '.join(notes)}" if notes else ""
         raise NodeFault("auth", "auth", f"{job.target} rejected every key for user {spec.user[:64]} (tried "
                         f"{', '.join(tried)}): add the public key to that user's authorized_keys there{extra}")
 
     # ---- the bundle ----------------------------------------------------------------------
-    def _run_bundle(self, job: _Job, conn: _Conn) -> None:
-        script, nonce = build_script(job.probes, self.cap, watch_stdin=True, tick_s=_TICK)
-        command = f"{self.remote_python} -c {shlex.quote(script)}"
+    def _start_command(self, job: _Job, conn: _Conn, command: str, budget: float | None,
+                       combine_stderr: bool = False) -> paramiko.Channel:
+        """Open a session on the node's connection and run `command` there; the stage budget
+        covers the new session and the server's answer to the exec request."""
         t = conn.transport
         job.target = f"{job.node} ({conn.spec.address})" + (f" through jump host {conn.via}" if conn.via else "")
         job.via = conn.via
-        job.enter("command", self.command_timeout)
+        job.enter("command", budget)
         try:
             chan = t.open_session(timeout=self.connect_timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -842,10 +932,16 @@ class SSHTransport(Transport):
         with job.lock:
             job.command_bytes = len(command)
         try:
+            chan.set_combine_stderr(combine_stderr)
             chan.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             job.check()
             raise NodeFault("disconnected", "command", f"{job.target} did not run the command ({exc})") from exc
+        return chan
+
+    def _run_bundle(self, job: _Job, conn: _Conn) -> None:
+        script, nonce = build_script(job.probes, self.cap, watch_stdin=True, tick_s=_TICK)
+        chan = self._start_command(job, conn, f"{self.remote_python} -c {shlex.quote(script)}", self.command_timeout)
         # From here the worker enforces the command timeout itself (it polls every _POLL s) so
         # that it can tell hung probes from a stalled connection; the supervisor keeps a backstop.
         check_wait = min(_LIVENESS, self.connect_timeout)
@@ -854,55 +950,56 @@ class SSHTransport(Transport):
             until = job.stage_ends or time.monotonic() + self.command_timeout
             job.stage_ends = until + check_wait + 1.0
         chan.settimeout(_POLL)
-        buf = b""
-        stderr = b""
-        limit = 8 * self.cap + 1_048_576
-        heard = time.monotonic()  # the last time any byte came back on this session
+        read = _BundleRead(nonce=nonce, until=until, check_wait=check_wait, limit=8 * self.cap + 1_048_576)
+        while (data := self._next_data(job, conn.transport, chan, read)) != b"":
+            self._take_data(job, read, data)
+        if read.buf:
+            self._take_line(job, read.buf.decode("utf-8", errors="replace"), nonce)
+        while not chan.status_event.wait(_POLL):
+            job.check()
+            if chan.closed:
+                break
+        read.keep_stderr(chan)
+        rc = _exit_code(chan)
+        _close_quietly([chan.close])
+        job.set_closers()
+        self._conclude(job, rc, read.stderr.decode("utf-8", errors="replace"))
+
+    def _next_data(self, job: _Job, t: paramiko.Transport, chan: paramiko.Channel, read: _BundleRead) -> bytes:
+        """The next bytes of the bundle's output (b"" at its end), watching the command timeout
+        and the stall timer while it waits; a NodeFault when either runs out."""
         while True:
             job.check()
-            while chan.recv_stderr_ready():
-                stderr = (stderr + chan.recv_stderr(65536))[-_STDERR_KEPT:]
-                heard = time.monotonic()
-            if time.monotonic() >= until:
-                raise self._command_timeout(job, t, chan, check_wait)
+            read.keep_stderr(chan)
+            if time.monotonic() >= read.until:
+                raise self._command_timeout(job, t, chan, read.check_wait)
             try:
                 data = chan.recv(65536)
             except TimeoutError:
-                silent = time.monotonic() - heard
+                silent = time.monotonic() - read.heard
                 if silent >= self.stall_timeout:
-                    fault = self._stalled(job, t, chan, silent, min(check_wait, _STALL_LIVENESS))
+                    fault = self._stalled(job, t, chan, silent, min(read.check_wait, _STALL_LIVENESS))
                     if fault is not None:
                         raise fault from None
-                    heard = time.monotonic()  # the connection answers: the node is merely slow to write
+                    read.heard = time.monotonic()  # the connection answers: the node is merely slow to write
                 continue
             except (OSError, EOFError) as exc:
                 job.check()
                 raise NodeFault("disconnected", "command", f"{job.target} dropped the connection while running the "
                                 f"probes ({exc})") from exc
-            if not data:
-                break
-            heard = time.monotonic()
-            with job.lock:
-                job.received += len(data)
-            buf += data
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                self._take_line(job, line.decode("utf-8", errors="replace"), nonce)
-            if len(buf) > limit:
-                self._take_line(job, buf[:300].decode("utf-8", errors="replace"), nonce)
-                buf = b""
-        if buf:
-            self._take_line(job, buf.decode("utf-8", errors="replace"), nonce)
-        while not chan.status_event.wait(_POLL):
-            job.check()
-            if chan.closed and not chan.exit_status_ready():
-                break
-        while chan.recv_stderr_ready():
-            stderr = (stderr + chan.recv_stderr(65536))[-_STDERR_KEPT:]
-        rc = chan.exit_status if chan.exit_status_ready() else None
-        _close_quietly([chan.close])
-        job.set_closers()
-        self._conclude(job, rc, stderr.decode("utf-8", errors="replace"))
+            read.heard = time.monotonic()
+            return bytes(data)
+
+    def _take_data(self, job: _Job, read: _BundleRead, data: bytes) -> None:
+        with job.lock:
+            job.received += len(data)
+        read.buf += data
+        *lines, read.buf = read.buf.split(b"\n")
+        for line in lines:
+            self._take_line(job, line.decode("utf-8", errors="replace"), read.nonce)
+        if len(read.buf) > read.limit:
+            self._take_line(job, read.buf[:300].decode("utf-8", errors="replace"), read.nonce)
+            read.buf = b""
 
     def _command_timeout(self, job: _Job, t: paramiko.Transport, chan: paramiko.Channel, wait: float) -> NodeFault:
         """The probes ran past the command timeout: is it the probes, or the connection?
@@ -1002,3 +1099,197 @@ class SSHTransport(Transport):
                             f"finished ({len(job.captures)} of {len(job.probes)} came back)")
         raise NodeFault("remote-error", "command", f"the probe bundle failed on {job.node} (exit {rc}"
                         f"{': ' + why if why else ''}); {len(job.captures)} of {len(job.probes)} probes came back")
+
+
+# ---- a long-running command ----------------------------------------------------------------
+
+
+class RemoteProcess:
+    """A command running on one node over SSH, used like a child process: its stdout and
+    stderr lines stream back over the session, `write` and `close_stdin` feed its stdin,
+    `running`/`wait`/`returncode` give its end, `stop` ends it (stdin closed first, so an agent
+    that watches its stdin ends its own children, then the session). Made by `SSHTransport.spawn`."""
+
+    def __init__(self, ssh: SSHTransport, job: _Job, argv: Sequence[str], slots: threading.BoundedSemaphore,
+                 on_line: LineFn | None = None) -> None:
+        self.node = job.node
+        self.argv = list(argv)
+        self.command = shlex.join(self.argv)
+        self.job = job
+        self.returncode: int | None = None  # the command's exit status; None while it runs or when it gave none
+        self._ssh = ssh
+        self._slots = slots
+        self._on_line = on_line
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._chan: paramiko.Channel | None = None
+        self._pending = b""  # stdin written before the command started
+        self._eof = False  # stdin closed (or to be closed once the command starts)
+        self._stopped = False  # `stop` ended it: no fault of its own
+        self._ended = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"preflight-ssh-{self.node}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # ---- what the caller sees ------------------------------------------------------------
+    @property
+    def failure(self) -> NodeOutcome | None:
+        """Why the command could not start or was lost (`error` and `detail` as `collect`
+        gives them); None while it runs, when it ran to its end, or when `stop` ended it."""
+        out = self.job.outcome
+        if out is None or not out.error or self._stopped:
+            return None
+        return out
+
+    def running(self) -> bool:
+        return not self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the command has ended (within `timeout` seconds)."""
+        return self._ended.wait(timeout)
+
+    def lines(self) -> Iterator[str]:
+        """Its output lines until it ends (only when `spawn` was given no `on_line`)."""
+        if self._on_line is not None:
+            return
+        while (line := self._queue.get()) is not None:
+            yield line
+
+    def write(self, data: bytes) -> bool:
+        """Send bytes to its stdin (kept until the command starts); False once stdin is closed,
+        the command has ended or the session refuses them."""
+        with self._lock:
+            if self._eof or self._ended.is_set():
+                return False
+            if self._chan is None:
+                self._pending += data
+                return True
+            chan = self._chan
+        try:
+            chan.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+        return True
+
+    def close_stdin(self) -> None:
+        """End its stdin (the remote command reads EOF); at once, or as soon as it starts."""
+        with self._lock:
+            self._eof = True
+            chan = self._chan
+        if chan is not None:
+            _close_quietly([chan.shutdown_write])
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Close its stdin, give it `grace_s` to exit, then close the session (a command still
+        connecting is abandoned). Bounded, never raises."""
+        self.close_stdin()
+        if self._ended.wait(max(0.0, grace_s)):
+            return
+        self._stopped = True
+        with self._lock:
+            chan = self._chan
+        if chan is None:
+            self._ssh._abort(self.job, NodeFault("stopped", self.job.stage, f"{self.node}: stopped before its "
+                                                 "command started"))
+        else:
+            _close_quietly([chan.close])
+        self._ended.wait(2.0)
+
+    # ---- the session ---------------------------------------------------------------------
+    def _run(self) -> None:
+        job = self.job
+        try:
+            chan = self._begin()
+            self._pump(chan)
+            self.returncode = self._exit_status(chan)
+            self._ssh._finish(job)
+        except _Aborted:
+            pass
+        except NodeFault as fault:
+            self._ssh._finish(job, fault)
+        except Exception as exc:  # never let the thread die silently
+            self._ssh._finish(job, NodeFault("ssh", job.stage, f"SSH to {job.node} failed during {job.stage}: {exc}"))
+        finally:
+            job.set_closers()
+            self._ended.set()
+            self._emit(None)
+
+    def _begin(self) -> paramiko.Channel:
+        """Connect (or reuse the connection), run the command, hand it what stdin holds."""
+        job, ssh = self.job, self._ssh
+        while not self._slots.acquire(timeout=_POLL):
+            job.check()
+        try:
+            job.started = time.monotonic()
+            conn = ssh._connect(job, job.node)
+            chan = ssh._start_command(job, conn, self.command, ssh.connect_timeout, combine_stderr=True)
+        finally:
+            self._slots.release()
+        with job.lock:
+            job.acked = True
+        job.enter("running", None)
+        job.set_closers(chan.close)
+        with job.round.cond:
+            job.round.cond.notify_all()
+        with self._lock:
+            self._chan = chan
+            pending, self._pending = self._pending, b""
+            try:
+                if pending:
+                    chan.sendall(pending)
+                if self._eof:
+                    chan.shutdown_write()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass  # the session is going: reading it says how
+        return chan
+
+    def _pump(self, chan: paramiko.Channel) -> None:
+        chan.settimeout(None)
+        buf = b""
+        while True:
+            try:
+                data = chan.recv(65536)
+            except (OSError, EOFError) as exc:
+                if self._stopped:
+                    return
+                raise NodeFault("disconnected", "running", f"{self.job.target} dropped the connection while the "
+                                f"command ran ({exc})") from exc
+            if not data:
+                break
+            buf += data
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                self._emit(line.decode("utf-8", errors="replace"))
+            if len(buf) > _LINE_MAX:
+                self._emit(buf[:_LINE_MAX].decode("utf-8", errors="replace"))
+                buf = b""
+        if buf:
+            self._emit(buf.decode("utf-8", errors="replace"))
+
+    def _exit_status(self, chan: paramiko.Channel) -> int | None:
+        """The command's exit status once its output has ended; a NodeFault when the session
+        ended without one (the connection was lost, or the command was killed by a signal)."""
+        until = time.monotonic() + self._ssh.connect_timeout
+        while not chan.status_event.wait(_POLL):
+            if chan.closed or self._stopped or time.monotonic() >= until:
+                break
+        _close_quietly([chan.close])
+        rc = _exit_code(chan)
+        if rc is not None or self._stopped:
+            return rc
+        t = chan.get_transport()
+        if t is None or not t.is_active():
+            raise NodeFault("disconnected", "running", f"the connection to {self.job.target} was lost while the "
+                            "command ran")
+        raise NodeFault("remote-error", "running", f"the command on {self.job.target} ended without an exit status "
+                        "(killed by a signal?)")
+
+    def _emit(self, line: str | None) -> None:
+        if self._on_line is None:
+            self._queue.put(line)
+            return
+        try:
+            self._on_line(self.node, line)
+        except Exception:  # a consumer's fault never stops the session
+            log.debug("preflight: the line consumer of %s failed", self.node, exc_info=True)

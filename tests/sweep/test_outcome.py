@@ -149,9 +149,6 @@ def test_command_lines() -> None:
     a = launch.agent_argv("/opt/py/bin/python", s, "n2", 1, 8, 16, "10.0.0.1", 29500)
     assert a[:4] == ["/opt/py/bin/python", "-m", "preflight.sweep.worker", "agent"]
     assert a[a.index("--node-rank") + 1] == "1" and "--watch-stdin" in a
-    ssh = launch.ssh_argv("n2", a, Path("/tmp/cfg"))
-    assert ssh[:3] == ["ssh", "-F", "/tmp/cfg"] and "BatchMode=yes" in ssh
-    assert ssh[-2] == "n2" and ssh[-3] == "--" and ssh[-1].startswith("/opt/py/bin/python -m preflight")
     srun = launch.srun_argv(4, 8, s, "gpu001", 29400, "job77", partition="batch")
     assert srun[0] == "srun" and "--nodes=4" in srun and "--ntasks-per-node=1" in srun
     # each node first answers through the worker's torchrun door, which then execs torchrun
@@ -164,7 +161,9 @@ def test_command_lines() -> None:
     assert any(x.startswith("--export=ALL,GLOO_SOCKET_IFNAME=eth0") for x in srun)
     for bad in ("-oProxyCommand=x", "a;b", "$(x)", ""):
         with pytest.raises(launch.LaunchError):
-            launch.ssh_argv(bad, ["true"])
+            launch.check_name(bad)
+        with pytest.raises(launch.LaunchError):
+            launch.agent_argv("/opt/py/bin/python", s, bad, 1, 8, 16, "10.0.0.1", 29500)
     with pytest.raises(launch.LaunchError):
         launch.check_ifname("eth0;rm")
 

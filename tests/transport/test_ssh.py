@@ -408,3 +408,110 @@ def test_mtu_mismatch_on_one_port(healthy: NetCluster, capsys: pytest.CaptureFix
     assert out["n2-longuser"]["detail"] == {"kind": "auth", "stage": "auth"}, out["n2-longuser"]
     assert res["rounds"][0]["elapsed"] < 3 * (3 + 6)
 
+
+
+# ---- long-running commands (spawn), through tests/transport/_spawn_drive.py ----------------------
+
+SPAWN = Path(__file__).with_name("_spawn_drive.py")
+
+
+def spawn(cluster: NetCluster, config: Path, commands: dict[str, list[str]], limit: float = 60,
+          **spec: Any) -> dict[str, Any]:
+    doc = {"config": str(config), "commands": commands, **spec}
+    p = cluster.client(sys.executable, str(SPAWN), json.dumps(doc), check=False, timeout=limit)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout)
+
+
+def said(run: dict[str, Any]) -> list[str]:
+    return [line for _, line in run["lines"]]
+
+
+@pytest.mark.real
+def test_spawned_commands_stream_their_lines_and_read_their_stdin(healthy: NetCluster) -> None:
+    """stdout and stderr lines come back as they are written (not at the end), stdin written
+    before the command started reaches it, closing stdin is EOF there, the exit status comes back."""
+    cluster = healthy
+    script = "echo up; sleep 1; cat; echo said-$(hostname) >&2; exit 3"
+    res = spawn(cluster, cluster.ssh_config, {n: ["sh", "-c", script] for n in ("n1", "n2")},
+                stdin={"n1": "hello\n", "n2": "hi there\n"}, close_stdin=True, opts={"connect_timeout": 5})
+    for node, text in (("n1", "hello"), ("n2", "hi there")):
+        run = res[node]
+        assert said(run) == ["up", text, f"said-{node}"], run
+        assert run["rc"] == 3 and run["failure"] is None and run["ended"], run
+        assert run["lines"][1][0] - run["lines"][0][0] > 0.8, run  # "up" arrived before the sleep ended
+        assert run["ended_at"] >= run["lines"][-1][0]
+
+
+@pytest.mark.real
+def test_stop_closes_stdin_first_then_the_session(healthy: NetCluster) -> None:
+    """The command sees EOF on its stdin (an agent then ends its ranks); one that keeps running
+    past the grace has its session closed: no exit status, no fault of its own, bounded."""
+    cluster = healthy
+    marker = cluster.workdir / "spawn-eof-n3"
+    marker.unlink(missing_ok=True)
+    script = f"echo up; cat >/dev/null; echo eof > {marker}; sleep 60"
+    res = spawn(cluster, cluster.ssh_config, {"n3": ["sh", "-c", script]}, stop_after=2, stop_grace=1, wait=5,
+                opts={"connect_timeout": 5})
+    run = res["n3"]
+    assert said(run) == ["up"] and run["ended"] and run["rc"] is None and run["failure"] is None, run
+    assert marker.read_text().strip() == "eof"
+    assert res["_elapsed"] < 2 + 1 + 4, res["_elapsed"]
+
+
+@pytest.mark.real
+def test_spawn_faults_are_the_transports_own(healthy: NetCluster) -> None:
+    """A command that cannot start says why in the words `collect` uses (host key, refused,
+    unreachable, login), on its node only, within the connect budget; the others run."""
+    cluster = healthy
+    c, w = cluster, cluster.workdir
+    n2, n3 = cluster.node("n2"), cluster.node("n3")
+    stranger = w / "stranger_key"
+    if not stranger.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    swapped = w / "known_hosts_swapped_spawn"
+    n1_key = " ".join((cluster.node("n1").home / "ssh_host_ed25519_key.pub").read_text().split()[:2])
+    swapped.write_text(f"{n3.addr} {n1_key}\n")
+    config = write_config(cluster, "spawn_faults_config", "".join([
+        entry("gone", f"{SUBNET}.99", c.key, c.known_hosts),
+        entry("refused", n2.addr, c.key, c.known_hosts, "  Port 2222\n"),
+        entry("wrongkey", n2.addr, stranger, c.known_hosts),
+        entry("changed", n3.addr, c.key, swapped),
+    ]))
+    nodes = ["n1", "gone", "refused", "wrongkey", "changed"]
+    res = spawn(cluster, config, {n: ["sh", "-c", "echo ran-$(hostname)"] for n in nodes}, wait=20,
+                opts={"connect_timeout": 3})
+    assert said(res["n1"]) == ["ran-n1"] and res["n1"]["rc"] == 0 and res["n1"]["failure"] is None
+    fails = {n: res[n]["failure"] for n in nodes[1:]}
+    assert all(f is not None for f in fails.values()), fails
+    assert fails["gone"]["detail"]["kind"] in ("unreachable", "timeout"), fails["gone"]
+    assert fails["refused"]["detail"] == {"kind": "refused", "stage": "connect"}
+    assert "refused the connection" in fails["refused"]["error"]
+    assert fails["wrongkey"]["detail"] == {"kind": "auth", "stage": "auth"}
+    assert "rejected every key for user root" in fails["wrongkey"]["error"]
+    assert fails["changed"]["detail"]["kind"] == "hostkey-changed"
+    assert fails["changed"]["error"].startswith(f"host key for changed does not match known_hosts ({swapped})")
+    assert all(res[n]["ended"] and res[n]["rc"] is None and said(res[n]) == [] for n in nodes[1:])
+    assert res["_elapsed"] < 3 * 3 + 3, res["_elapsed"]
+
+
+@pytest.mark.real
+def test_a_stall_after_key_exchange_is_named_as_collect_names_it(healthy: NetCluster) -> None:
+    """n4's switch port drops jumbo frames: the key exchange's small packets pass, the first
+    authentication packet (one 2.2 KB segment: a long user name) does not. A spawned command
+    gets the same stalled-after-key-exchange diagnosis as `collect`, within the connect budget."""
+    cluster = healthy
+    c, n4 = cluster, cluster.node("n4")
+    config = write_config(cluster, "spawn_mtu_config", entry("n4-longuser", n4.addr, c.key, c.known_hosts)
+                          .replace("User root", f"User {'u' * 2000}"))
+    cluster.set_port_mtu("n4", 1500)
+    try:
+        res = spawn(cluster, config, {n: ["sh", "-c", "echo ok-$(hostname)"] for n in ("n1", "n4-longuser")},
+                    wait=30, opts={"connect_timeout": 3})
+    finally:
+        cluster.set_port_mtu("n4", cluster.mtu)
+    assert said(res["n1"]) == ["ok-n1"] and res["n1"]["rc"] == 0
+    fail = res["n4-longuser"]["failure"]
+    assert fail is not None and fail["detail"] == {"kind": "timeout", "stage": "auth"}, res["n4-longuser"]
+    assert fail["error"].startswith("SSH stalled after key exchange with n4-longuser") and "MTU black hole" in fail["error"]
+    assert res["_elapsed"] < 3 * 3 + 3, res["_elapsed"]
