@@ -9,6 +9,7 @@ missing from that collective hung or died first.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from preflight.model import Result, Status
@@ -95,6 +96,99 @@ def _ranks(events: list[HangEvent]) -> str:
     return f"rank{'s' if len(rs) > 1 else ''} {shown}"
 
 
+_REMEDY_HANG = ("the ranks listed waited for a peer that never joined that collective: find the rank NOT in "
+                "this list (it hung or died first: its log, py-spy dump, Xid/dmesg on its node) and drain its "
+                "node if it is a hardware fault; set TORCH_NCCL_TRACE_BUFFER_SIZE to get flight-recorder dumps; "
+                "`preflight triage` collects both")
+
+
+@dataclass
+class _Events:
+    """The log's hang events by kind."""
+
+    timeouts: list[HangEvent]  # NCCL watchdog timeouts, merged with their status lines
+    status_only: list[HangEvent]
+    errors: list[HangEvent]
+    gloo_t: list[HangEvent]
+    gloo_c: list[HangEvent]  # gloo: a peer closed the connection
+
+    @classmethod
+    def of(cls, log: HangLog) -> _Events:
+        def kind(k: str) -> list[HangEvent]:
+            return [e for e in log.events if e.kind == k]
+
+        return cls(_merge_status(log), kind("nccl_status"), kind("nccl_error"), kind("gloo_timeout"),
+                   kind("gloo_peer_closed"))
+
+
+def _nccl_timeout(ctx: CheckContext, log: HangLog, ev_: _Events, facts: dict[str, Any]) -> Result:
+    """The first NCCL collective that timed out: op, SeqNum, the ranks stuck in it."""
+    pool = ev_.timeouts or ev_.status_only
+    with_seq = [e for e in pool if e.seq is not None]
+    first = min(with_seq, key=lambda e: (e.seq, e.rank if e.rank is not None else 1 << 30)) if with_seq else pool[0]
+    facts.update({"op": first.op or None, "seq": first.seq, "timeout_ms": first.timeout_ms,
+                  "ran_ms": first.ran_ms, "rank": first.rank, "pg": first.pg or None,
+                  "group_size": group_size(first),
+                  "ranks": sorted({e.rank for e in pool if e.rank is not None}),
+                  "seqs": sorted({e.seq for e in with_seq if e.seq is not None})})
+    at_first = [e for e in pool if e.seq == first.seq]
+    desc = f"{first.op or 'collective'}"
+    if first.seq is not None:
+        desc += f" SeqNum={first.seq}"
+    if first.timeout_ms is not None:
+        desc += f" (timeout {first.timeout_ms} ms"
+        desc += f", ran {first.ran_ms} ms)" if first.ran_ms is not None else ")"
+    where = f" of process group {first.pg}" if first.pg else ""
+    remedy = _REMEDY_HANG
+    if first.seq is not None and first.seq <= EARLY_SEQ:
+        remedy = (f"SeqNum {first.seq}: the job had barely started, so a longer timeout cannot help: a rank "
+                  "never joined (crashed, hung at start-up, or cannot reach the others); " + remedy)
+    size = group_size(first)
+    summary = f"NCCL watchdog timeout: {desc} on {_ranks(at_first)}{where}" + (
+        f" ({size} ranks in the group)" if size else "")
+    ev = [e.line for e in at_first[:6]]
+    others = [e for e in pool if e not in at_first]
+    if others:
+        seqs = sorted({e.seq for e in others if e.seq is not None})
+        summary += f"; {len(others)} more timeout line(s) at later/other SeqNum {', '.join(map(str, seqs[:5]))}"
+        ev += [e.line for e in others[:3]]
+    ev += [e.line for e in ev_.status_only if e.seq == first.seq][:2] + log.some_failed[:1]
+    ev += [e.line for e in ev_.errors[:2]] + [e.line for e in ev_.gloo_c[:2]]
+    return ctx.result(Status.FAIL, summary, evidence=list(dict.fromkeys(ev)), remedy=remedy, facts=facts)
+
+
+def _gloo_failure(ctx: CheckContext, tl: TorchLog, ev_: _Events, facts: dict[str, Any]) -> Result:
+    """A gloo timeout or a peer that closed its connection, and the process that exited first."""
+    gloo_t, gloo_c = ev_.gloo_t, ev_.gloo_c
+    first_t = gloo_t[0] if gloo_t else None
+    facts.update({"op": first_t.op if first_t else None, "timeout_ms": first_t.timeout_ms if first_t else None,
+                  "rank": (first_t or gloo_c[0]).rank,
+                  "peers_closed": sorted({e.peer for e in gloo_c})})
+    parts = []
+    if first_t is not None:
+        parts.append(f"gloo {first_t.op} timed out after {first_t.timeout_ms} ms on {_ranks(gloo_t)}")
+    rem = _REMEDY_HANG
+    if gloo_c:
+        parts.append(f"peer(s) {', '.join(sorted({e.peer for e in gloo_c}))} closed the connection")
+        rem = (f"the process at {gloo_c[0].peer} exited or crashed first: read its log (OOM, exception, "
+               "node failure); the timeouts on other ranks follow from it")
+    ev = [e.line for e in (gloo_c + gloo_t)][:8]
+    first_exit = next((x for x in tl.exits if x.first), None)
+    if first_exit is not None:
+        parts.append(f"process {first_exit.process} exited first (exit code {first_exit.code})")
+        ev += [x.line for x in tl.exits[:3]]
+        facts["first_exit"] = {"process": first_exit.process, "code": first_exit.code}
+        rem = (f"process {first_exit.process} exited on its own with code {first_exit.code}; the others lost their "
+               "connection to it: read its log for the error that ended it")
+    elif tl.p2p_calls and gloo_c and not gloo_t:
+        parts.append("inside a point-to-point receive: the sending process exited before the receive completed")
+        ev += tl.p2p_calls[:2]
+        rem = ("an application bug in point-to-point communication, not the network: the sender returned (or "
+               "crashed) before its matching send completed; keep both processes alive until every send/recv "
+               "pair has completed (wait on the requests, add a barrier before exit)")
+    return ctx.result(Status.FAIL, "; ".join(parts), evidence=ev, remedy=rem, facts=facts)
+
+
 def grade_watchdog(ctx: CheckContext) -> Result:
     tl: TorchLog | None = ctx.facts("watchdog-log")
     fr: FrText | None = ctx.facts("fr-trace")
@@ -103,80 +197,15 @@ def grade_watchdog(ctx: CheckContext) -> Result:
     if tl is None:
         return grade_fr_text(ctx, fr) if fr is not None else ctx.result(Status.SKIP, "nothing to grade")
     log = tl.hang
-    timeouts = _merge_status(log)
-    status_only = [e for e in log.events if e.kind == "nccl_status"]
-    errors = [e for e in log.events if e.kind == "nccl_error"]
-    gloo_t = [e for e in log.events if e.kind == "gloo_timeout"]
-    gloo_c = [e for e in log.events if e.kind == "gloo_peer_closed"]
+    ev_ = _Events.of(log)
     facts: dict[str, Any] = {"op": None, "seq": None, "timeout_ms": None, "ran_ms": None, "rank": None,
                              "events": [e.to_dict() for e in log.events]}
-    remedy_hang = ("the ranks listed waited for a peer that never joined that collective: find the rank NOT in "
-                   "this list (it hung or died first: its log, py-spy dump, Xid/dmesg on its node) and drain its "
-                   "node if it is a hardware fault; set TORCH_NCCL_TRACE_BUFFER_SIZE to get flight-recorder dumps; "
-                   "`preflight triage` collects both")
-    if timeouts or status_only:
-        pool = timeouts or status_only
-        with_seq = [e for e in pool if e.seq is not None]
-        first = min(with_seq, key=lambda e: (e.seq, e.rank if e.rank is not None else 1 << 30)) if with_seq else pool[0]
-        facts.update({"op": first.op or None, "seq": first.seq, "timeout_ms": first.timeout_ms,
-                      "ran_ms": first.ran_ms, "rank": first.rank, "pg": first.pg or None,
-                      "group_size": group_size(first),
-                      "ranks": sorted({e.rank for e in pool if e.rank is not None}),
-                      "seqs": sorted({e.seq for e in with_seq if e.seq is not None})})
-        at_first = [e for e in pool if e.seq == first.seq]
-        desc = f"{first.op or 'collective'}"
-        if first.seq is not None:
-            desc += f" SeqNum={first.seq}"
-        if first.timeout_ms is not None:
-            desc += f" (timeout {first.timeout_ms} ms"
-            desc += f", ran {first.ran_ms} ms)" if first.ran_ms is not None else ")"
-        where = f" of process group {first.pg}" if first.pg else ""
-        if first.seq is not None and first.seq <= EARLY_SEQ:
-            remedy_hang = (f"SeqNum {first.seq}: the job had barely started, so a longer timeout cannot help: a rank "
-                           "never joined (crashed, hung at start-up, or cannot reach the others); " + remedy_hang)
-        size = group_size(first)
-        summary = f"NCCL watchdog timeout: {desc} on {_ranks(at_first)}{where}" + (
-            f" ({size} ranks in the group)" if size else "")
-        ev = [e.line for e in at_first[:6]]
-        others = [e for e in pool if e not in at_first]
-        if others:
-            seqs = sorted({e.seq for e in others if e.seq is not None})
-            summary += f"; {len(others)} more timeout line(s) at later/other SeqNum {', '.join(map(str, seqs[:5]))}"
-            ev += [e.line for e in others[:3]]
-        ev += [e.line for e in status_only if e.seq == first.seq][:2] + log.some_failed[:1]
-        ev += [e.line for e in errors[:2]] + [e.line for e in gloo_c[:2]]
-        return ctx.result(Status.FAIL, summary, evidence=list(dict.fromkeys(ev)), remedy=remedy_hang, facts=facts)
-    if gloo_t or gloo_c:
-        first_t = gloo_t[0] if gloo_t else None
-        facts.update({"op": first_t.op if first_t else None, "timeout_ms": first_t.timeout_ms if first_t else None,
-                      "rank": (first_t or gloo_c[0]).rank,
-                      "peers_closed": sorted({e.peer for e in gloo_c})})
-        parts = []
-        if gloo_t:
-            parts.append(f"gloo {first_t.op if first_t else ''} timed out after {first_t.timeout_ms if first_t else '?'} ms "
-                         f"on {_ranks(gloo_t)}")
-        if gloo_c:
-            parts.append(f"peer(s) {', '.join(sorted({e.peer for e in gloo_c}))} closed the connection")
-        rem = remedy_hang
-        if gloo_c:
-            rem = (f"the process at {gloo_c[0].peer} exited or crashed first: read its log (OOM, exception, "
-                   "node failure); the timeouts on other ranks follow from it")
-        ev = [e.line for e in (gloo_c + gloo_t)][:8]
-        first_exit = next((x for x in tl.exits if x.first), None)
-        if first_exit is not None:
-            parts.append(f"process {first_exit.process} exited first (exit code {first_exit.code})")
-            ev += [x.line for x in tl.exits[:3]]
-            facts["first_exit"] = {"process": first_exit.process, "code": first_exit.code}
-            rem = (f"process {first_exit.process} exited on its own with code {first_exit.code}; the others lost their "
-                   "connection to it: read its log for the error that ended it")
-        elif tl.p2p_calls and gloo_c and not gloo_t:
-            parts.append("inside a point-to-point receive: the sending process exited before the receive completed")
-            ev += tl.p2p_calls[:2]
-            rem = ("an application bug in point-to-point communication, not the network: the sender returned (or "
-                   "crashed) before its matching send completed; keep both processes alive until every send/recv "
-                   "pair has completed (wait on the requests, add a barrier before exit)")
-        return ctx.result(Status.FAIL, "; ".join(parts), evidence=ev, remedy=rem, facts=facts)
-    if errors:
+    if ev_.timeouts or ev_.status_only:
+        return _nccl_timeout(ctx, log, ev_, facts)
+    if ev_.gloo_t or ev_.gloo_c:
+        return _gloo_failure(ctx, tl, ev_, facts)
+    if ev_.errors:
+        errors = ev_.errors
         facts["rank"] = errors[0].rank
         return ctx.result(Status.FAIL, f"NCCL error in the watchdog on {_ranks(errors)}: {errors[0].message[:160]}",
                           evidence=[e.line for e in errors[:6]],
@@ -184,7 +213,7 @@ def grade_watchdog(ctx: CheckContext) -> Result:
                                  "failure, and the IB ports (ibstat) and Xids of their nodes", facts=facts)
     if log.some_failed:
         return ctx.result(Status.FAIL, "NCCL operations failed or timed out (no detail line in the log)",
-                          evidence=log.some_failed[:4], remedy=remedy_hang, facts=facts)
+                          evidence=log.some_failed[:4], remedy=_REMEDY_HANG, facts=facts)
     if fr is not None and fr.recognised:
         return grade_fr_text(ctx, fr)
     return ctx.result(Status.PASS, "no collective timeout in the log", facts=facts)
