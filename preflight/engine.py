@@ -4,6 +4,12 @@ plan (which probes each node needs) -> transport (captures) -> grade (results). 
 `grading.grade_node`, the same function analyze, triage and the sweep use: it never raises (a
 probe that timed out is ERROR naming the probe, a missing tool is SKIP or FAIL where the profile
 requires it, a fault inside a parser or grader is ERROR with the exception's message).
+
+What the commands call: `load_config` (the site config), `plan_run` (checks, nodes, transport,
+the MTU peer ring and the cross-node checks, decided before any node is touched), `check_nodes`
+(`preflight node`), `run_checks` (`preflight run`: the checks, then the collective sweep when
+they pass, with as many ranks per node as GPUs found), `sweep_command` (`preflight sweep`),
+`check_table` and `profile_list`/`show_profile`. Bad operator input raises UsageError.
 """
 
 from __future__ import annotations

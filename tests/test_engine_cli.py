@@ -231,6 +231,20 @@ def test_config_file_adds_site_checks(site: dict) -> None:
     assert "site.demo" in {r["id"] for r in json.loads(p.stdout)}
 
 
+def test_config_file_chooses_a_prometheus_sink(site: dict) -> None:
+    cfg = site["tmp"] / "config.toml"
+    cfg.write_text(f'checks_dirs = ["{site["checks"]}"]\nprometheus_textfile = "metrics/preflight.prom"\n')
+    env = dict(scenario_env(site, [{"match": "--status", "text": "OK\n"}]), PREFLIGHT_CONFIG=str(cfg),
+               PREFLIGHT_HISTORY="off")
+    p = cli(["node", "--profile", "generic", "--only", "site.demo", "--json"], env=env)
+    assert p.returncode == 0, p.stderr
+    text = (site["tmp"] / "metrics" / "preflight.prom").read_text()
+    assert 'preflight_check_ok{check="site.demo",node=' in text and 'preflight_verdict_go{command="node"} 1.0' in text
+    cfg.write_text('prometheus_textfile = ["not", "a", "file"]\n')
+    bad = cli(["node", "--only", "site.demo"], env=env)
+    assert bad.returncode == 2 and "prometheus_textfile" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_analyze_unrecognised_content_is_reported_not_guessed(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("lunch at noon\nnothing to see\n")
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02" * 100)
