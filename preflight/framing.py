@@ -38,7 +38,7 @@ import html
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -187,41 +187,40 @@ class Doc:
             return []
         if fold:
             needles = list(dict.fromkeys(nd.lower() for nd in needles))
-        if ends and self._lines is None and len(self.text) > 2 * ends:
-            cut = self.text.find("\n", ends)
-            tail = self.text.rfind("\n", 0, len(self.text) - ends)
-            ranges = [(0, cut if cut >= 0 else len(self.text)), (max(tail, 0), len(self.text))]
-        else:
-            ranges = [(0, len(self.text))]
         if self._lines is not None:
-            if fold:
-                return [Hit(ln.raw, ln.n, -1, ln) for ln in self._lines if any(nd in ln.raw.lower() for nd in needles)]
-            return [Hit(ln.raw, ln.n, -1, ln) for ln in self._lines if any(nd in ln.raw for nd in needles)]
+            return self._scan_peeled(needles, fold)
+        haystack, needles = self._haystack(needles, fold)
+        spans = _find_spans(haystack, needles, self._scan_ranges(ends))
         text = self.text
-        haystack = text
-        if fold:
-            if text.isascii():  # lower() keeps every offset: scan a folded copy once per needle
-                if self._folded is None:
-                    self._folded = text.lower()
-                haystack = self._folded
-            else:
-                needles = list(dict.fromkeys(v for nd in needles
-                                             for v in (nd, nd.upper(), nd.capitalize(), nd.title())))
-        spans: dict[int, tuple[int, int]] = {}  # line start -> (line end, first needle's offset)
-        for lo, hi in ranges:
-            for nd in needles:  # one C-speed substring scan per needle
-                i = haystack.find(nd, lo, hi)
-                while i >= 0:
-                    end = haystack.find("\n", i)
-                    if end < 0:
-                        end = len(haystack)
-                    start = haystack.rfind("\n", 0, i) + 1
-                    seen = spans.get(start)
-                    if seen is None or i < seen[1]:
-                        spans[start] = (end, i)
-                    i = haystack.find(nd, end, hi)
         # a hit's line number is counted when it is peeled
         return [Hit(text[start:end], 0, start, at=at - start) for start, (end, at) in sorted(spans.items())]
+
+    def _scan_peeled(self, needles: Sequence[str], fold: bool) -> list[Hit]:
+        """`scan` over lines already peeled (folded needles are lower case)."""
+        lines = self._lines or []
+        if fold:
+            return [Hit(ln.raw, ln.n, -1, ln) for ln in lines if any(nd in ln.raw.lower() for nd in needles)]
+        return [Hit(ln.raw, ln.n, -1, ln) for ln in lines if any(nd in ln.raw for nd in needles)]
+
+    def _scan_ranges(self, ends: int) -> list[tuple[int, int]]:
+        """The (start, end) offsets `scan` searches: the whole text, or its two ends."""
+        size = len(self.text)
+        if ends and size > 2 * ends:
+            cut = self.text.find("\n", ends)
+            tail = self.text.rfind("\n", 0, size - ends)
+            return [(0, cut if cut >= 0 else size), (max(tail, 0), size)]
+        return [(0, size)]
+
+    def _haystack(self, needles: Sequence[str], fold: bool) -> tuple[str, Sequence[str]]:
+        """The text to search and the needles to search it for; with `fold`, a lower-case copy
+        of an ASCII text (offsets kept), or the needles in their usual letter cases."""
+        if not fold:
+            return self.text, needles
+        if self.text.isascii():  # lower() keeps every offset: scan a folded copy once per needle
+            if self._folded is None:
+                self._folded = self.text.lower()
+            return self._folded, needles
+        return self.text, list(dict.fromkeys(v for nd in needles for v in (nd, nd.upper(), nd.capitalize(), nd.title())))
 
     def _line_no(self, offset: int) -> int:
         """The line number of the line starting at `offset`, counted from the nearest offset
@@ -302,6 +301,25 @@ class Doc:
         d._stack = self._stack
         d._lines = list(lines)
         return d
+
+
+def _find_spans(haystack: str, needles: Sequence[str], ranges: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Line start -> (line end, offset of the first needle in it), for every line of `haystack`
+    within `ranges` that holds a needle: one C-speed substring scan per needle."""
+    spans: dict[int, tuple[int, int]] = {}
+    for lo, hi in ranges:
+        for nd in needles:
+            i = haystack.find(nd, lo, hi)
+            while i >= 0:
+                end = haystack.find("\n", i)
+                if end < 0:
+                    end = len(haystack)
+                start = haystack.rfind("\n", 0, i) + 1
+                seen = spans.get(start)
+                if seen is None or i < seen[1]:
+                    spans[start] = (end, i)
+                i = haystack.find(nd, end, hi)
+    return spans
 
 
 def _inherit(ln: Line, prev: Line) -> None:
@@ -459,117 +477,154 @@ _BRACKET_MDY = re.compile(rf"\[({_MON}) +(\d{{1,2}}) (\d{{4}}) (\d\d:\d\d:\d\d)\
 _KERNEL_IDENT = re.compile(r"kernel: ?")
 
 
+# One handler per log-framing kind: it reads the match of its pattern at the start of `rest`,
+# notes what the framing says on the line, and returns (rest after the framing, layer name).
+
+
+def _on_mono(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    if ln.mono is None:
+        ln.mono = float(m.group(1))
+        ln.time_text = ln.time_text or m.group(1)
+    return _host_ident(rest[m.end():], ln, stack), "dmesg"
+
+
+def _bracket_text(m: re.Match[str], rest: str) -> str:
+    """What a `[...]` time stamp says, without its brackets."""
+    return rest[1:m.end()].strip().rstrip("]")
+
+
+def _on_ctime(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time = _mk_time(int(m.group(4)), m.group(1), m.group(2), m.group(3))
+    ln.time_text = _bracket_text(m, rest)
+    return rest[m.end():], "dmesg-ctime"
+
+
+def _on_delta(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time_text = ln.time_text or _bracket_text(m, rest)
+    return rest[m.end():], "dmesg"
+
+
+def _on_reltime(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time = _mk_time(year, m.group(1), m.group(2), m.group(3) + ":00")
+    ln.time_text = _bracket_text(m, rest)
+    return rest[m.end():], "dmesg"
+
+
+def _on_bracket_iso(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time = parse_iso(m.group(1))
+    ln.time_text = m.group(1)
+    return rest[m.end():], "bracket-time"
+
+
+def _on_bracket_mdy(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time = _mk_time(int(m.group(3)), m.group(1), m.group(2), m.group(4))
+    ln.time_text = _bracket_text(m, rest)
+    return rest[m.end():], "bracket-time"
+
+
+def _on_cri(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time, ln.time_text = parse_iso(m.group(1)), m.group(1)
+    return rest[m.end():], "container"
+
+
+def _on_iso(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time, ln.time_text = parse_iso(m.group(1)), m.group(1)
+    after = rest[m.end():]
+    if not after.strip():
+        return "", "time-only"
+    return _host_ident(after, ln, stack), "iso-time"
+
+
+def _on_kmsg(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.mono = int(m.group(3)) / 1e6
+    ln.time_text = f"{ln.mono:.6f}"
+    return rest[m.end():], "kmsg"
+
+
+def _on_go(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time = parse_iso(f"{m.group(1)}-{m.group(2)}-{m.group(3)}T{m.group(4)}{m.group(5) or ''}")
+    ln.time_text = m.group(0).strip()
+    return rest[m.end():], "go-time"
+
+
+def _on_unix(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    try:
+        ln.time = datetime.fromtimestamp(float(m.group(1)), tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        ln.time = None
+    ln.time_text = m.group(1)
+    return _host_ident(rest[m.end():], ln, stack), "unix-time"
+
+
+def _on_rfc5424(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time, ln.time_text = parse_iso(m.group(2)), m.group(2)
+    if m.group(3) != "-":
+        ln.host = ln.host or m.group(3)
+    if m.group(4) != "-":
+        ln.ident = m.group(4)
+    return rest[m.end():], "rfc5424"
+
+
+def _on_prio(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    return rest[m.end():], "printk-level"
+
+
+def _on_short_full(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time, ln.time_text = parse_iso(m.group(1)), rest[:m.end()].strip()
+    return _host_ident(rest[m.end():], ln, stack), "journal-full"
+
+
+def _on_syslog_year(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time = _mk_time(int(m.group(3)), m.group(1), m.group(2), m.group(4))
+    ln.time_text = m.group(0).strip()
+    return _host_ident(rest[m.end():], ln, stack), "syslog"
+
+
+def _on_syslog(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time = _mk_time(year, m.group(1), m.group(2), m.group(3), m.group(4) or "")
+    ln.time_text = m.group(0).strip()
+    return _host_ident(rest[m.end():], ln, stack), "syslog"
+
+
+def _on_facility(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    return rest[m.end():], "facility"
+
+
+def _on_kernel(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.ident = "kernel"
+    return rest[m.end():], "kernel"
+
+
+_LogRule = tuple[re.Pattern[str], Callable[[re.Match[str], str, Line, Stack, int | None], tuple[str, str | None]]]
+# The log framings that may start a line, tried in order, by the line's first character.
+_BRACKETED: tuple[_LogRule, ...] = ((_MONO, _on_mono), (_CTIME, _on_ctime), (_DELTA, _on_delta),
+                                    (_RELTIME, _on_reltime), (_BRACKET_ISO, _on_bracket_iso),
+                                    (_BRACKET_MDY, _on_bracket_mdy))
+_NUMERIC: tuple[_LogRule, ...] = ((_CRI, _on_cri), (_ISO, _on_iso), (_KMSG, _on_kmsg), (_GO, _on_go),
+                                  (_UNIX, _on_unix))
+_PRIORITY: tuple[_LogRule, ...] = ((_RFC5424, _on_rfc5424), (_PRIO, _on_prio))
+_FACILITY: tuple[_LogRule, ...] = ((_DECODE, _on_facility),)
+_WEEKDAY: tuple[_LogRule, ...] = ((_SHORT_FULL, _on_short_full),)
+_MONTH: tuple[_LogRule, ...] = ((_SYSLOG_YEAR, _on_syslog_year), (_SYSLOG, _on_syslog))
+_LOG_RULES: dict[str, tuple[_LogRule, ...]] = {
+    "[": _BRACKETED, "<": _PRIORITY, "k": (*_FACILITY, (_KERNEL_IDENT, _on_kernel)), "": (),
+    **{d: _NUMERIC for d in "0123456789"},
+    **{c: _WEEKDAY for c in "TW"},  # Tue Wed Thu: a weekday only
+    **{c: _MONTH for c in "JAOND"},  # Jan Apr Aug Oct Nov Dec: a month only
+    **{c: _WEEKDAY + _MONTH for c in "MFS"},  # Mon Fri Sat Sun, or Mar May Feb Sep
+}
+
+
 def _peel_log(rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
     """Peel one log-framing layer off `rest`; (rest, layer name) or (rest, None)."""
     c = rest[:1]
-    if c == "[":
-        m = _MONO.match(rest)
+    rules = _LOG_RULES.get(c)
+    if rules is None:
+        rules = _NUMERIC if c.isdigit() else _FACILITY if c.islower() else ()
+    for pattern, on_match in rules:
+        m = pattern.match(rest)
         if m:
-            if ln.mono is None:
-                ln.mono = float(m.group(1))
-                ln.time_text = ln.time_text or m.group(1)
-            return _host_ident(rest[m.end():], ln, stack), "dmesg"
-        m = _CTIME.match(rest)
-        if m:
-            ln.time = _mk_time(int(m.group(4)), m.group(1), m.group(2), m.group(3))
-            ln.time_text = rest[1:m.end()].strip().rstrip("]")
-            return rest[m.end():], "dmesg-ctime"
-        m = _DELTA.match(rest)
-        if m:
-            ln.time_text = ln.time_text or rest[1:m.end()].strip().rstrip("]")
-            return rest[m.end():], "dmesg"
-        m = _RELTIME.match(rest)
-        if m:
-            ln.time = _mk_time(year, m.group(1), m.group(2), m.group(3) + ":00")
-            ln.time_text = rest[1:m.end()].strip().rstrip("]")
-            return rest[m.end():], "dmesg"
-        m = _BRACKET_ISO.match(rest)
-        if m:
-            ln.time = parse_iso(m.group(1))
-            ln.time_text = m.group(1)
-            return rest[m.end():], "bracket-time"
-        m = _BRACKET_MDY.match(rest)
-        if m:
-            ln.time = _mk_time(int(m.group(3)), m.group(1), m.group(2), m.group(4))
-            ln.time_text = rest[1:m.end()].strip().rstrip("]")
-            return rest[m.end():], "bracket-time"
-        return rest, None
-    if c.isdigit():
-        m = _CRI.match(rest)
-        if m:
-            ln.time, ln.time_text = parse_iso(m.group(1)), m.group(1)
-            return rest[m.end():], "container"
-        m = _ISO.match(rest)
-        if m:
-            ln.time, ln.time_text = parse_iso(m.group(1)), m.group(1)
-            after = rest[m.end():]
-            if not after.strip():
-                return "", "time-only"
-            return _host_ident(after, ln, stack), "iso-time"
-        m = _KMSG.match(rest)
-        if m:
-            ln.mono = int(m.group(3)) / 1e6
-            ln.time_text = f"{ln.mono:.6f}"
-            return rest[m.end():], "kmsg"
-        m = _GO.match(rest)
-        if m:
-            ln.time = parse_iso(f"{m.group(1)}-{m.group(2)}-{m.group(3)}T{m.group(4)}{m.group(5) or ''}")
-            ln.time_text = m.group(0).strip()
-            return rest[m.end():], "go-time"
-        m = _UNIX.match(rest)
-        if m:
-            try:
-                ln.time = datetime.fromtimestamp(float(m.group(1)), tz=timezone.utc)
-            except (OverflowError, OSError, ValueError):
-                ln.time = None
-            ln.time_text = m.group(1)
-            return _host_ident(rest[m.end():], ln, stack), "unix-time"
-        return rest, None
-    if c == "<":
-        m = _RFC5424.match(rest)
-        if m:
-            ln.time, ln.time_text = parse_iso(m.group(2)), m.group(2)
-            if m.group(3) != "-":
-                ln.host = ln.host or m.group(3)
-            if m.group(4) != "-":
-                ln.ident = m.group(4)
-            return rest[m.end():], "rfc5424"
-        m = _PRIO.match(rest)
-        if m:
-            return rest[m.end():], "printk-level"
-        return rest, None
-    if c in "MTWFS":
-        m = _SHORT_FULL.match(rest)
-        if m:
-            ln.time, ln.time_text = parse_iso(m.group(1)), rest[:m.end()].strip()
-            return _host_ident(rest[m.end():], ln, stack), "journal-full"
-    if c in "JFMASOND":
-        m = _SYSLOG_YEAR.match(rest)
-        if m:
-            ln.time = _mk_time(int(m.group(3)), m.group(1), m.group(2), m.group(4))
-            ln.time_text = m.group(0).strip()
-            return _host_ident(rest[m.end():], ln, stack), "syslog"
-        m = _SYSLOG.match(rest)
-        if m:
-            ln.time = _mk_time(year, m.group(1), m.group(2), m.group(3), m.group(4) or "")
-            ln.time_text = m.group(0).strip()
-            after = rest[m.end():]
-            peeled = _host_ident(after, ln, stack)
-            return peeled, "syslog"
-        return rest, None
-    if c == "k":
-        m = _DECODE.match(rest)
-        if m:
-            return rest[m.end():], "facility"
-        m = _KERNEL_IDENT.match(rest)
-        if m:
-            ln.ident = "kernel"
-            return rest[m.end():], "kernel"
-        return rest, None
-    if c.islower():
-        m = _DECODE.match(rest)
-        if m:
-            return rest[m.end():], "facility"
+            return on_match(m, rest, ln, stack, year)
     return rest, None
 
 
@@ -702,22 +757,11 @@ def peel_line(raw: str, n: int, stack: Stack, year: int | None = None) -> Line:
     layers: list[str] = []
     if rest.startswith("{") and ('"log":' in rest[:12] or '"MESSAGE"' in rest or '"__REALTIME' in rest):
         rest = _json_record(rest, ln, layers)
-    for name in stack.outer:
-        m = _TRANSPORTS[name].pattern.match(rest)
-        if m:
-            _fill(name, m, ln)
-            rest = rest[m.end():]
-            layers.append(name)
+    rest = _peel_transports(rest, stack.outer, ln, layers)
     for _ in range(_DEPTH):
         before = rest
         if rest[:1] == "[":
-            for name in _ALWAYS:
-                m = _TRANSPORTS[name].pattern.match(rest)
-                if m:
-                    _fill(name, m, ln)
-                    rest = rest[m.end():]
-                    layers.append(name)
-                    break
+            rest = _peel_tag(rest, ln, layers)
         rest, layer = _peel_log(rest, ln, stack, year)
         if layer:
             layers.append(layer)
@@ -725,14 +769,31 @@ def peel_line(raw: str, n: int, stack: Stack, year: int | None = None) -> Line:
                 break
         if rest == before:
             break
-    for name in stack.inner:
-        m = _TRANSPORTS[name].pattern.match(rest)
-        if m:
-            rest = rest[m.end():]
-            layers.append(name)
-    ln.text = rest
+    ln.text = _peel_transports(rest, stack.inner, ln, layers)
     ln.layers = tuple(layers)
     return ln
+
+
+def _peel_transports(rest: str, names: Sequence[str], ln: Line, layers: list[str]) -> str:
+    """Peel each of the transport layers `names` that `rest` carries, in order."""
+    for name in names:
+        m = _TRANSPORTS[name].pattern.match(rest)
+        if m:
+            _fill(name, m, ln)
+            rest = rest[m.end():]
+            layers.append(name)
+    return rest
+
+
+def _peel_tag(rest: str, ln: Line, layers: list[str]) -> str:
+    """Peel the first torchrun, mpirun or kubectl tag that starts `rest` (found at any depth)."""
+    for name in _ALWAYS:
+        m = _TRANSPORTS[name].pattern.match(rest)
+        if m:
+            _fill(name, m, ln)
+            layers.append(name)
+            return rest[m.end():]
+    return rest
 
 
 def _fill(name: str, m: re.Match[str], ln: Line) -> None:
@@ -995,76 +1056,111 @@ def _line_at(text: str, off: int) -> tuple[str, int]:
     return text[off:end], end
 
 
+@dataclass(frozen=True)
+class _Marker:
+    """A structure line (or lines) of the input: what it is and where it ends."""
+
+    kind: str  # "separator" (grep --), "drop" (a fence, a journal marker), "host" (a header), "prompt"
+    end: int  # offset of the newline that ends its last line
+    host: str = ""  # the host a header names
+    command: str = ""  # the command typed at a prompt, continuation lines joined
+    prompt_host: str = ""  # the host the prompt names
+
+
+def _marker(text: str, line: str, end: int) -> _Marker | None:
+    """What structure the line `line` (ending at offset `end` of `text`) is, None for output."""
+    s = line.strip()
+    if s == "--":
+        return _Marker("separator", end)
+    if s and s[0] in "-`~" and (_FENCE.match(line) or _JOURNAL_MARK.match(s)):
+        return _Marker("drop", end)
+    if s.startswith("-----") and _DASHES.match(s):
+        header = _dshbak_header(text, end)
+        if header is not None:
+            return header
+    if not s:
+        return None
+    m = _ANSIBLE.match(s) or _PSSH.match(s)
+    if m:
+        return _Marker("host", end, host=m.group("host"))
+    p = prompt_of(line)
+    if p is None:
+        return None
+    cmd, consumed_to = p.command, end
+    while cmd.endswith("\\") and consumed_to < len(text):  # a `\`-continued command
+        nxt, consumed_to = _line_at(text, consumed_to + 1)
+        cmd = cmd[:-1].rstrip() + " " + nxt.strip()
+    return _Marker("prompt", consumed_to, command=cmd, prompt_host=p.host)
+
+
+def _dshbak_header(text: str, end: int) -> _Marker | None:
+    """A `dshbak`/`clubak` host header: dashes, host list, dashes (the first dashes end at `end`)."""
+    l1, e1 = _line_at(text, end + 1) if end < len(text) else ("", end)
+    l2, e2 = _line_at(text, e1 + 1) if e1 < len(text) else ("", e1)
+    hm = _HOSTLIST.match(l1.strip())
+    if hm and _DASHES.match(l2.strip()):
+        return _Marker("host", e2, host=hm.group("hosts"))
+    return None
+
+
+class _PartCutter:
+    """Cuts a text into parts at its structure lines (in order of offset)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.parts: list[Part] = []
+        self.cur = Part(host="", command="", first=1)
+        self.host = ""  # the host named by the last host header
+        self.done = 0  # text before this offset is accounted for
+        self.lineno = 1  # the line number at offset `counted`
+        self.counted = 0
+
+    def cut(self, off: int, mark: _Marker) -> None:
+        """Account for the text up to the structure at `off`, then for the structure itself."""
+        text = self.text
+        self.lineno += text.count("\n", self.counted, off)
+        self.counted = off
+        self.cur.chunks.append(text[self.done:off])
+        self.done = min(len(text), mark.end + 1)
+        if mark.kind == "separator":
+            self.cur.excerpt = True
+            return
+        if mark.kind == "drop":
+            return
+        self._close()
+        first = self.lineno + text.count("\n", off, self.done)
+        if mark.kind == "host":
+            self.host = mark.host
+            self.cur = Part(host=self.host, command="", first=first)
+        else:
+            self.cur = Part(host=self.host, command=mark.command, first=first, prompt_host=mark.prompt_host)
+
+    def _close(self) -> None:
+        if not self.cur.empty() or self.cur.command:
+            self.parts.append(self.cur)
+
+    def finish(self) -> list[Part]:
+        self.cur.chunks.append(self.text[self.done:])
+        self._close()
+        return self.parts
+
+
 def split_parts(text: str) -> list[Part]:
     """Cut normalised text into parts at prompts and host headers; drop pure structure lines."""
     if all(ln.startswith(">") for ln in _head_lines(text, 200) if ln.strip()) and text.strip():
         text = re.sub(r"(?m)^> ?", "", text)  # a quoted paste
-    parts: list[Part] = []
-    cur = Part(host="", command="", first=1)
-    host = ""
+    cutter = _PartCutter(text)
     starts = ([0] if text else []) + [m.start() + 1 for m in _HINT.finditer(text)]
-    done = 0  # text before this offset is accounted for
-    lineno = 1
-    counted = 0
-    skip_until = -1
     for off in starts:
-        if off < skip_until or off >= len(text):
+        if off < cutter.done or off >= len(text):
             continue
         line, end = _line_at(text, off)
-        s = line.strip()
-        kind = ""
-        header_host = ""
-        consumed_to = end
-        cmd = ""
-        phost = ""
-        if s in ("--",):
-            kind = "separator"
-        elif s and s[0] in "-`~" and (_FENCE.match(line) or _JOURNAL_MARK.match(s)):
-            kind = "drop"
-        elif s.startswith("-----") and _DASHES.match(s):
-            l1, e1 = _line_at(text, end + 1) if end < len(text) else ("", end)
-            l2, e2 = _line_at(text, e1 + 1) if e1 < len(text) else ("", e1)
-            hm = _HOSTLIST.match(l1.strip())
-            if hm and _DASHES.match(l2.strip()):
-                kind, header_host, consumed_to = "host", hm.group("hosts"), e2
+        mark = _marker(text, line, end)
+        if mark is not None:
+            cutter.cut(off, mark)
         elif _ELISION.match(line):
-            cur.excerpt = True
-        if not kind and s:
-            m = _ANSIBLE.match(s) or _PSSH.match(s)
-            if m:
-                kind, header_host = "host", m.group("host")
-            else:
-                p = prompt_of(line)
-                if p is not None:
-                    kind, cmd, phost = "prompt", p.command, p.host
-                    while cmd.endswith("\\") and consumed_to < len(text):
-                        nxt, nend = _line_at(text, consumed_to + 1)
-                        cmd = cmd[:-1].rstrip() + " " + nxt.strip()
-                        consumed_to = nend
-        if not kind:
-            continue
-        lineno += text.count("\n", counted, off)
-        counted = off
-        cur.chunks.append(text[done:off])
-        done = min(len(text), consumed_to + 1)
-        skip_until = done
-        if kind == "separator":
-            cur.excerpt = True
-            continue
-        if kind == "drop":
-            continue
-        if not cur.empty() or cur.command:
-            parts.append(cur)
-        first = lineno + text.count("\n", off, done)
-        if kind == "host":
-            host = header_host
-            cur = Part(host=host, command="", first=first)
-        else:
-            cur = Part(host=host, command=cmd, first=first, prompt_host=phost)
-    cur.chunks.append(text[done:])
-    if not cur.empty() or cur.command:
-        parts.append(cur)
-    return parts
+            cutter.cur.excerpt = True
+    return cutter.finish()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,29 +58,34 @@ def parse(doc: Doc) -> EthtoolFacts:
         m = _FIELD.match(t)
         if not m or m.group("key").lower() not in _KEYS:
             continue
-        if cur is None:
+        if cur is None:  # a grep'd excerpt without the `Settings for DEV:` header
             cur = EthLink(name=_device_from_command(doc.command) or "?")
             facts.links.append(cur)
-        key, val = m.group("key").lower(), m.group("val")
-        if key == "speed":
-            sm = _SPEED.match(val)
-            if sm:
-                n = float(sm.group("n"))
-                cur.speed_mbps = int(n * (1000 if sm.group("unit").upper() == "G" else 1))
-        elif key == "duplex":
-            cur.duplex = val
-        elif key == "lanes":
-            cur.lanes = int(val) if val.isdigit() else None
-        elif key == "link detected":
-            cur.link_detected = {"yes": True, "no": False}.get(val.lower())
-        elif key == "port":
-            cur.port = val
-        elif key == "auto-negotiation":
-            cur.autoneg = val
-        else:
-            continue
-        cur.lines.append(t)
+        if _set_field(cur, m.group("key").lower(), m.group("val")):
+            cur.lines.append(t)
     return facts
+
+
+def _set_field(link: EthLink, key: str, val: str) -> bool:
+    """Note one `Key: value` of a link; False for a key that the facts do not keep."""
+    if key == "speed":
+        sm = _SPEED.match(val)
+        if sm:
+            n = float(sm.group("n"))
+            link.speed_mbps = int(n * (1000 if sm.group("unit").upper() == "G" else 1))
+    elif key == "duplex":
+        link.duplex = val
+    elif key == "lanes":
+        link.lanes = int(val) if val.isdigit() else None
+    elif key == "link detected":
+        link.link_detected = {"yes": True, "no": False}.get(val.lower())
+    elif key == "port":
+        link.port = val
+    elif key == "auto-negotiation":
+        link.autoneg = val
+    else:
+        return False
+    return True
 
 
 def detect(doc: Doc) -> bool:

@@ -152,41 +152,20 @@ def parse_fr_dump(data: bytes | str, name: str = "") -> FRDump:
         dump.problem = problem or "dump is not a mapping"
         return dump
     dump.version = str(doc.get("version", ""))
-    pg_names: dict[str, str] = {}
+    pg_names: dict[str, str] = {}  # process group id -> its description, as the entries name them
     entries = doc.get("entries") or []
     if not isinstance(entries, list):
         entries = []
     for e in entries:
         if not isinstance(e, dict):
             continue
-        pg = e.get("process_group") or ("", "")
-        pg_id = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id", ""))
-        pg_desc = str(pg[1]) if isinstance(pg, (list, tuple)) and len(pg) > 1 else ""
-        if not pg_id and e.get("pg_id") is not None:
-            pg_id = str(e.get("pg_id"))
-        pg_names.setdefault(pg_id, pg_desc)
-        prof = str(e.get("profiling_name", ""))
-        backend, _, op = prof.partition(":") if ":" in prof else ("", "", prof)
+        entry, backend = _entry(e)
+        pg_names.setdefault(entry.pg, entry.pg_desc)
         dump.backend = dump.backend or backend
-        created = _int(e.get("time_created_ns"))
-        dump.entries.append(FREntry(
-            seq=_int(e.get("collective_seq_id")), op=op, profiling_name=prof, state=str(e.get("state", "")),
-            retired=e.get("retired") if isinstance(e.get("retired"), bool) else None, pg=pg_id, pg_desc=pg_desc,
-            is_p2p=bool(e.get("is_p2p", False)), p2p_seq=_int(e.get("p2p_seq_id")),
-            time_created_ns=created or None, timeout_ms=_int(e.get("timeout_ms")),
-            input_sizes=list(e.get("input_sizes") or []), frames=_frames(e.get("frames"))))
+        dump.entries.append(entry)
     cfg = doc.get("pg_config") or {}
     if isinstance(cfg, dict):
-        for key, val in cfg.items():
-            if not isinstance(val, dict):
-                continue
-            ranks = _ranks_list(val.get("ranks"))
-            pg_id = str(key)
-            if pg_id == "" or pg_id not in pg_names:
-                # gloo keys its only group by "" (no name); the entries know it as "0"
-                by_desc = [p for p, d in pg_names.items() if d and d == val.get("desc")]
-                pg_id = by_desc[0] if by_desc else ("0" if pg_id == "" else pg_id)
-            dump.pg_ranks[pg_id] = ranks
+        dump.pg_ranks.update(_pg_ranks(cfg, pg_names))
     status = doc.get("pg_status") or {}
     if isinstance(status, dict):
         for key, val in status.items():
@@ -195,6 +174,40 @@ def parse_fr_dump(data: bytes | str, name: str = "") -> FRDump:
     if not dump.entries and not entries:
         dump.problem = "the dump holds no entries (flight recorder off: set TORCH_FR_BUFFER_SIZE)"
     return dump
+
+
+def _entry(e: dict[str, Any]) -> tuple[FREntry, str]:
+    """One entry of a dump, and the backend its profiling name starts with (`nccl:all_reduce`)."""
+    pg = e.get("process_group") or ("", "")
+    pg_id = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id", ""))
+    pg_desc = str(pg[1]) if isinstance(pg, (list, tuple)) and len(pg) > 1 else ""
+    if not pg_id and e.get("pg_id") is not None:
+        pg_id = str(e.get("pg_id"))
+    prof = str(e.get("profiling_name", ""))
+    backend, _, op = prof.partition(":") if ":" in prof else ("", "", prof)
+    created = _int(e.get("time_created_ns"))
+    return FREntry(
+        seq=_int(e.get("collective_seq_id")), op=op, profiling_name=prof, state=str(e.get("state", "")),
+        retired=e.get("retired") if isinstance(e.get("retired"), bool) else None, pg=pg_id, pg_desc=pg_desc,
+        is_p2p=bool(e.get("is_p2p", False)), p2p_seq=_int(e.get("p2p_seq_id")),
+        time_created_ns=created or None, timeout_ms=_int(e.get("timeout_ms")),
+        input_sizes=list(e.get("input_sizes") or []), frames=_frames(e.get("frames"))), backend
+
+
+def _pg_ranks(cfg: dict[Any, Any], pg_names: dict[str, str]) -> dict[str, list[int]]:
+    """Process group id -> its ranks, from the dump's `pg_config` (keyed as the entries name the groups)."""
+    out: dict[str, list[int]] = {}
+    for key, val in cfg.items():
+        if not isinstance(val, dict):
+            continue
+        ranks = _ranks_list(val.get("ranks"))
+        pg_id = str(key)
+        if pg_id == "" or pg_id not in pg_names:
+            # gloo keys its only group by "" (no name); the entries know it as "0"
+            by_desc = [p for p, d in pg_names.items() if d and d == val.get("desc")]
+            pg_id = by_desc[0] if by_desc else ("0" if pg_id == "" else pg_id)
+        out[pg_id] = ranks
+    return out
 
 
 # fr_trace text output

@@ -141,6 +141,102 @@ def _table(lines: list[str], rep: IbReport) -> bool:
     return header is not None
 
 
+# the lines that start a CA's block, and the tool each one says printed it
+_CA_HEADERS = ((_CA, "ibstat"), (_IBSTATUS, "ibstatus"), (_HCA_ID, "ibv_devinfo"))
+
+
+@dataclass
+class _Reader:
+    """Reads the per-CA, per-port blocks of ibstat, ibstatus and ibv_devinfo line by line."""
+
+    rep: IbReport
+    ca: str = ""  # the CA whose block this is
+    ca_type: str = ""
+    firmware: str = ""
+    cur: Port | None = None  # the port whose block this is (None: the CA's own lines)
+    width: int | None = None  # the current port's lanes (ibv_devinfo -v `active_width`)
+
+    def read(self, line: str) -> None:
+        if _ERROR.search(line):
+            self._error(line)
+            return
+        m = _IBDEV2NETDEV.match(line.strip())
+        if m:
+            self._netdev_port(m, line)
+            return
+        for pattern, kind in _CA_HEADERS:
+            m = pattern.match(line)
+            if m:
+                self._start_ca(m, kind, line)
+                return
+        pm = _PORT.match(line) or _DEVINFO_PORT.match(line)
+        if pm and self.ca:
+            self.cur = Port(ca=self.ca, port=int(pm.group("port")), ca_type=self.ca_type, firmware=self.firmware)
+            self.width = None
+            self.rep.ports.append(self.cur)
+            return
+        m = _KV.match(line)
+        if not m or not self.ca:
+            return
+        key, val = m.group("key").strip().lower(), m.group("val")
+        if self.cur is None:
+            self._ca_value(key, val)
+        elif self._port_value(self.cur, key, val):
+            self.cur.lines.append(line.strip())
+
+    def _error(self, line: str) -> None:
+        rep = self.rep
+        rep.errors.append(line.strip())
+        if re.search(r"No IB devices|Failed to get IB devices list", line, re.IGNORECASE):
+            rep.no_devices = True
+        rep.missing_devices.extend(md.group("ca") for md in _MISSING_DEV.finditer(line))
+
+    def _netdev_port(self, m: re.Match[str], line: str) -> None:
+        """An ibdev2netdev line: a whole port on one line, without rate or link layer."""
+        rep = self.rep
+        rep.kind = rep.kind or "ibdev2netdev"
+        rep.shows_rate = False
+        rep.ports.append(Port(ca=m.group("ca"), port=int(m.group("port")), netdev=m.group("net"),
+                              state=_norm_state(m.group("state"), _STATE), lines=[line.strip()]))
+
+    def _start_ca(self, m: re.Match[str], kind: str, line: str) -> None:
+        """A CA's first line; ibstatus names the port on it too."""
+        self.rep.kind = self.rep.kind or kind
+        self.ca, self.ca_type, self.firmware, self.cur = m.group("ca"), "", "", None
+        if kind == "ibstatus":
+            self.cur = Port(ca=self.ca, port=int(m.group("port")), lines=[line.strip()])
+            self.rep.ports.append(self.cur)
+
+    def _ca_value(self, key: str, val: str) -> None:
+        if key == "ca type":
+            self.ca_type = val
+        elif key in ("firmware version", "fw_ver"):
+            self.firmware = val
+        elif key == "vendor_part_id" and val.isdigit():
+            self.ca_type = f"MT{val}"
+
+    def _port_value(self, port: Port, key: str, val: str) -> bool:
+        """Note a port's `key: val` line; False for a key that says nothing about the port."""
+        if key == "state":
+            port.state = _norm_state(val, _STATE)
+        elif key in ("physical state", "phys state", "phys_state"):
+            port.physical_state = _norm_state(val, _PHYS)
+        elif key == "rate":
+            port.rate = _rate(val)
+        elif key in ("link layer", "link_layer"):
+            port.link_layer = val.strip()
+        elif key == "active_width":
+            w = _WIDTH.match(val.strip())
+            self.width = int(w.group("n")) if w else None
+        elif key == "active_speed":
+            s = _SPEED.match(val.strip())
+            if s and self.width:
+                port.rate = round(float(s.group("g")) * self.width, 1)
+        else:
+            return False
+        return True
+
+
 def parse(doc: Doc) -> IbReport:
     """ibstat / ibstatus / ibv_devinfo(-v) / ibdev2netdev / status-table text -> ports, tool errors."""
     rep = IbReport()
@@ -148,78 +244,10 @@ def parse(doc: Doc) -> IbReport:
     rep.nonblank = sum(1 for t in texts if t.strip())
     if _table(texts, rep):
         return rep
-    ca = ca_type = firmware = ""
-    cur: Port | None = None
-    width: int | None = None
+    reader = _Reader(rep)
     for line in texts:
-        if not line.strip():
-            continue
-        if _ERROR.search(line):
-            rep.errors.append(line.strip())
-            if re.search(r"No IB devices|Failed to get IB devices list", line, re.IGNORECASE):
-                rep.no_devices = True
-            rep.missing_devices.extend(md.group("ca") for md in _MISSING_DEV.finditer(line))
-            continue
-        m = _IBDEV2NETDEV.match(line.strip())
-        if m:
-            rep.kind = rep.kind or "ibdev2netdev"
-            rep.shows_rate = False
-            rep.ports.append(Port(ca=m.group("ca"), port=int(m.group("port")), netdev=m.group("net"),
-                                  state=_norm_state(m.group("state"), _STATE), lines=[line.strip()]))
-            continue
-        m = _CA.match(line)
-        if m:
-            rep.kind = rep.kind or "ibstat"
-            ca, ca_type, firmware, cur = m.group("ca"), "", "", None
-            continue
-        m = _IBSTATUS.match(line)
-        if m:
-            rep.kind = rep.kind or "ibstatus"
-            ca, ca_type, firmware = m.group("ca"), "", ""
-            cur = Port(ca=ca, port=int(m.group("port")), lines=[line.strip()])
-            rep.ports.append(cur)
-            continue
-        m = _HCA_ID.match(line)
-        if m:
-            rep.kind = rep.kind or "ibv_devinfo"
-            ca, ca_type, firmware, cur = m.group("ca"), "", "", None
-            continue
-        pm = _PORT.match(line) or _DEVINFO_PORT.match(line)
-        if pm and ca:
-            cur = Port(ca=ca, port=int(pm.group("port")), ca_type=ca_type, firmware=firmware)
-            width = None
-            rep.ports.append(cur)
-            continue
-        m = _KV.match(line)
-        if not m or not ca:
-            continue
-        key, val = m.group("key").strip().lower(), m.group("val")
-        if cur is None:
-            if key == "ca type":
-                ca_type = val
-            elif key in ("firmware version", "fw_ver"):
-                firmware = val
-            elif key == "vendor_part_id" and val.isdigit():
-                ca_type = f"MT{val}"
-            continue
-        if key == "state":
-            cur.state = _norm_state(val, _STATE)
-        elif key in ("physical state", "phys state", "phys_state"):
-            cur.physical_state = _norm_state(val, _PHYS)
-        elif key == "rate":
-            cur.rate = _rate(val)
-        elif key in ("link layer", "link_layer"):
-            cur.link_layer = val.strip()
-        elif key == "active_width":
-            w = _WIDTH.match(val.strip())
-            width = int(w.group("n")) if w else None
-        elif key == "active_speed":
-            s = _SPEED.match(val.strip())
-            if s and width:
-                cur.rate = round(float(s.group("g")) * width, 1)
-        else:
-            continue
-        cur.lines.append(line.strip())
+        if line.strip():
+            reader.read(line)
     return rep
 
 

@@ -144,83 +144,117 @@ def _text_lines(doc: Doc) -> list[str]:
     return out
 
 
-def _from_text(lines: list[str], facts: IpFacts) -> list[Interface]:
-    out: list[Interface] = []
+@dataclass
+class _TextReader:
+    """Reads `ip addr|link` (multi-line or `-o`) and `ifconfig` text: interface header lines,
+    then the lines under the current interface."""
+
+    facts: IpFacts
+    out: list[Interface] = field(default_factory=list)
+    by_name: dict[str, Interface] = field(default_factory=dict)
     cur: Interface | None = None
-    by_name: dict[str, Interface] = {}
-    for raw in lines:
+
+    def read(self, raw: str) -> None:
         s = raw.strip()
         if not s:
-            continue
+            return
         m = _HEAD.match(s) if raw[:1].isdigit() else None
         if m:
-            name = m.group("name")
-            cur = by_name.get(name)
-            if cur is None:
-                cur = Interface(name=name, flags=[f for f in m.group("flags").split(",") if f], line=s.split("\\")[0].strip())
-                cur.parent = m.group("parent") or ""
-                by_name[name] = cur
-                out.append(cur)
-            rest = m.group("rest")
-            mm = re.search(r"\bmtu (\d+)", rest)
-            cur.mtu = int(mm.group(1)) if mm else cur.mtu
-            ms = re.search(r"\bstate (\S+)", rest)
-            cur.state = ms.group(1) if ms else cur.state
-            mb = re.search(r"\bmaster (\S+)", rest)
-            cur.master = mb.group(1) if mb else cur.master
-            continue
+            self._header(m, s)
+            return
         ma = _ONE_ADDR.match(s) if raw[:1].isdigit() else None
         if ma:  # ip -o addr: one address per line
-            facts.shows_addresses = True
-            cur = by_name.get(ma.group("name"))
-            if cur is None:
-                cur = Interface(name=ma.group("name"), line=s)
-                by_name[cur.name] = cur
-                out.append(cur)
-            cur.addresses.append(ma.group("addr"))
-            continue
+            self.facts.shows_addresses = True
+            self.cur = self._interface(ma.group("name"), s)
+            self.cur.addresses.append(ma.group("addr"))
+            return
         mi = _IFCONFIG.match(s) if not raw[:1].isspace() else None
         if mi:
-            facts.form = facts.form or "ifconfig"
-            facts.shows_addresses = True
-            cur = Interface(name=mi.group("name"), flags=[f for f in mi.group("flags").split(",") if f],
-                            mtu=int(mi.group("mtu")), line=s)
-            by_name[cur.name] = cur
-            out.append(cur)
-            continue
+            self.facts.form = self.facts.form or "ifconfig"
+            self.facts.shows_addresses = True
+            self.cur = Interface(name=mi.group("name"), flags=[f for f in mi.group("flags").split(",") if f],
+                                 mtu=int(mi.group("mtu")), line=s)
+            self.by_name[self.cur.name] = self.cur
+            self.out.append(self.cur)
+            return
+        if self.cur is not None:
+            self._detail(self.cur, s)
+
+    def _interface(self, name: str, line: str) -> Interface:
+        """The interface `name`, new (first named on `line`) or already listed."""
+        cur = self.by_name.get(name)
         if cur is None:
-            continue
+            cur = Interface(name=name, line=line)
+            self.by_name[name] = cur
+            self.out.append(cur)
+        return cur
+
+    def _header(self, m: re.Match[str], s: str) -> None:
+        """`N: name[@parent]: <FLAGS> mtu M ... state S ... master B`."""
+        name = m.group("name")
+        cur = self.by_name.get(name)
+        if cur is None:
+            cur = self._interface(name, s.split("\\")[0].strip())
+            cur.flags = [f for f in m.group("flags").split(",") if f]
+            cur.parent = m.group("parent") or ""
+        self.cur = cur
+        rest = m.group("rest")
+        mm = re.search(r"\bmtu (\d+)", rest)
+        cur.mtu = int(mm.group(1)) if mm else cur.mtu
+        ms = re.search(r"\bstate (\S+)", rest)
+        cur.state = ms.group(1) if ms else cur.state
+        mb = re.search(r"\bmaster (\S+)", rest)
+        cur.master = mb.group(1) if mb else cur.master
+
+    def _detail(self, cur: Interface, s: str) -> None:
+        """A line under an interface's header: link type, an address, an altname, a linkinfo kind."""
         if s.startswith("link/"):
             cur.link_type = s.split()[0][len("link/"):]
-            mp = re.search(r"\bparentbus (\S+)", s)
-            if mp:
-                cur.parentbus = mp.group(1)
+            _parentbus(cur, s)
         elif s.startswith(("inet ", "inet6 ")):
-            facts.shows_addresses = True
-            parts = s.split()
-            if len(parts) > 1:
-                addr = parts[1]
-                if facts.form == "ifconfig" and "/" not in addr:
-                    mask = re.search(r"(?:netmask|prefixlen)\s+(\S+)", s)
-                    if mask and mask.group(1).isdigit():
-                        addr = f"{addr}/{mask.group(1)}"
-                cur.addresses.append(addr)
+            self.facts.shows_addresses = True
+            self._address(cur, s)
         elif s.startswith("altname "):
             cur.altnames.append(s.split()[1] if len(s.split()) > 1 else "")
-        elif s.startswith("ether ") and facts.form == "ifconfig":
+        elif s.startswith("ether ") and self.facts.form == "ifconfig":
             cur.link_type = "ether"
         else:
             first = s.split()[0] if s else ""
             if first in _KINDS and not cur.kind:
                 cur.kind = first
-            mp = re.search(r"\bparentbus (\S+)", s)
-            if mp:
-                cur.parentbus = mp.group(1)
-    for i in out:
-        if not i.kind and i.parent and "." in i.name:
-            i.kind = "vlan"
-        i.line = i.line or _render(i)
-    return out
+            _parentbus(cur, s)
+
+    def _address(self, cur: Interface, s: str) -> None:
+        """`inet ADDR/LEN ...` (ifconfig: `inet ADDR netmask M` / `inet6 ADDR prefixlen N`)."""
+        parts = s.split()
+        if len(parts) <= 1:
+            return
+        addr = parts[1]
+        if self.facts.form == "ifconfig" and "/" not in addr:
+            mask = re.search(r"(?:netmask|prefixlen)\s+(\S+)", s)
+            if mask and mask.group(1).isdigit():
+                addr = f"{addr}/{mask.group(1)}"
+        cur.addresses.append(addr)
+
+    def finish(self) -> list[Interface]:
+        for i in self.out:
+            if not i.kind and i.parent and "." in i.name:
+                i.kind = "vlan"
+            i.line = i.line or _render(i)
+        return self.out
+
+
+def _parentbus(cur: Interface, s: str) -> None:
+    mp = re.search(r"\bparentbus (\S+)", s)
+    if mp:
+        cur.parentbus = mp.group(1)
+
+
+def _from_text(lines: list[str], facts: IpFacts) -> list[Interface]:
+    reader = _TextReader(facts)
+    for raw in lines:
+        reader.read(raw)
+    return reader.finish()
 
 
 def _requested(command: str) -> list[str]:

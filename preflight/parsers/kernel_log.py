@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight.framing import Doc, Line
+from preflight.framing import Doc, Hit, Line
 from preflight.parsers.base import Format, ParserSpec, pci_id
 
 NEEDLES = ("NVRM", "Xid (", "fallen off the bus", "nvidia: Unknown symbol")
@@ -163,25 +163,110 @@ def parse_xid(msg: str, line: Line) -> XidEvent | None:
     if g:
         ev.gpu = int(g.group("n"))
     if 144 <= ev.xid <= 150 or ev.xid == 74:
-        nm = _NVLINK5.match(ev.text)
-        if nm:
-            ev.unit = nm.group("unit")
-            ev.fatal = nm.group("sev").lower() == "fatal"
-        elif "fatal" in ev.text.lower():
-            ev.fatal = "nonfatal" not in ev.text.lower().replace("-", "").replace(" ", "")
-        lk = _LINK.search(ev.text)
-        if lk:
-            ev.link = int(lk.group("link"))
-        ev.registers = _HEX.findall(ev.text)
+        _nvlink_details(ev)
     if ev.xid == 154:
-        rm = _RECOVERY.search(ev.text)
-        if rm:
-            ev.recovery = rm.group("what").strip()
-            try:
-                ev.recovery_code = int(rm.group("code"), 16)
-            except ValueError:
-                ev.recovery_code = None
+        _recovery_action(ev)
     return ev
+
+
+def _nvlink_details(ev: XidEvent) -> None:
+    """An NVLink Xid's unit, Fatal/Nonfatal word, link number and registers."""
+    nm = _NVLINK5.match(ev.text)
+    if nm:
+        ev.unit = nm.group("unit")
+        ev.fatal = nm.group("sev").lower() == "fatal"
+    elif "fatal" in ev.text.lower():
+        ev.fatal = "nonfatal" not in ev.text.lower().replace("-", "").replace(" ", "")
+    lk = _LINK.search(ev.text)
+    if lk:
+        ev.link = int(lk.group("link"))
+    ev.registers = _HEX.findall(ev.text)
+
+
+def _recovery_action(ev: XidEvent) -> None:
+    """Xid 154: the recovery action the driver asks for (`... to 0x2 (Node Reboot Required)`)."""
+    rm = _RECOVERY.search(ev.text)
+    if rm:
+        ev.recovery = rm.group("what").strip()
+        try:
+            ev.recovery_code = int(rm.group("code"), 16)
+        except ValueError:
+            ev.recovery_code = None
+
+
+@dataclass
+class _Reader:
+    """Reads the driver's lines of one kernel log, in order, into `log`."""
+
+    doc: Doc
+    log: KernelLog
+    last_gpu_at: str = ""  # the PCI address of the last `NVRM: GPU at ...` line (its serial follows)
+    hosts: dict[str, None] = field(default_factory=dict)
+
+    def read(self, hit: Hit) -> None:
+        doc, log = self.doc, self.log
+        # GPU identity lines (one per GPU per boot, thousands in a long log) are read from the raw
+        # line: framing is a prefix and cannot hold `NVRM: GPU at ...`; every other line is peeled
+        raw = doc.peel_hit(hit).text if hit.raw.startswith("{") else hit.raw  # a JSON record: its message
+        if "NVRM" in raw:
+            log.nvrm += 1
+        if self._identity(raw):
+            return
+        line = doc.peel_hit(hit)
+        msg = line.text.strip()
+        if not msg:
+            return
+        if line.host:
+            self.hosts.setdefault(line.host)
+        ev = parse_xid(msg, line) if "Xid" in msg else None
+        if ev is not None:
+            log.events.append(ev)
+            if ev.gpu is not None:
+                log.gpus.setdefault(ev.pci, {}).setdefault("index", ev.gpu)
+            return
+        if "NVRM" not in msg and "fallen off the bus" not in msg.lower() and "Unknown symbol" not in msg:
+            if _TOOL_ERROR.search(msg) and len(log.tool_errors) < 5:
+                log.tool_errors.append(msg)
+            return
+        _fault(log, msg, line)
+
+    def _identity(self, raw: str) -> bool:
+        """A GPU's UUID, its board serial or the module version; False for any other line."""
+        log = self.log
+        gm = _GPU_AT.search(raw) if "GPU at" in raw else None
+        if gm:
+            self.last_gpu_at = pci_id(gm.group("pci"))
+            log.gpus.setdefault(self.last_gpu_at, {})["uuid"] = gm.group("uuid")
+            return True
+        sm = _SERIAL.search(raw) if "Serial Number" in raw else None
+        if sm:
+            if self.last_gpu_at:
+                log.gpus.setdefault(self.last_gpu_at, {})["serial"] = sm.group("serial")
+            return True
+        mm = _MODULE.search(raw) if "Kernel Module" in raw else None
+        if mm:
+            log.module_version = mm.group("v") or mm.group("v2") or log.module_version
+            return True
+        return False
+
+
+def _fault(log: KernelLog, msg: str, line: Line) -> None:
+    """A driver message that is no Xid: a driver fault, a GPU fault, or a note that a GPU needs a reset."""
+    for kind, pat, meaning in DRIVER_FAULTS:
+        dm = pat.search(msg)
+        if dm:
+            detail = {k: v for k, v in dm.groupdict().items() if v}
+            log.driver_faults.append(DriverFault(kind, line, meaning, detail))
+            return
+    for kind, pat, action in GPU_FAULTS:
+        if pat.search(msg):
+            pm = _PCI_ANY.search(msg)
+            log.faults.append(KernelFault(kind, pci_id(pm.group("pci")) if pm else "", line, action))
+            return
+    if _NEEDS_RESET.search(msg):
+        pm = _PCI_ANY.search(msg)
+        if pm:
+            log.reset_notes.setdefault(pci_id(pm.group("pci")), []).append(line)
 
 
 def parse(doc: Doc) -> KernelLog:
@@ -189,68 +274,15 @@ def parse(doc: Doc) -> KernelLog:
     log = KernelLog(lines=doc.count(), excerpt=doc.excerpt, filter=list(doc.filter))
     head = [ln for ln in doc.head(400) if ln.text.strip()]
     log.stamped = bool(head) and sum(1 for ln in head if ln.stamped) * 2 >= len(head)
-    last_gpu_at = ""
-    hosts: dict[str, None] = {}
     hits = {(h.start, h.n): h for h in doc.scan(TOOL_NEEDLES, ends=TOOL_ENDS)}
     hits.update(((h.start, h.n), h) for h in doc.scan(NEEDLES))
+    reader = _Reader(doc, log)
     for k in sorted(hits):
-        hit = hits[k]
-        # GPU identity lines (one per GPU per boot, thousands in a long log) are read from the raw
-        # line: framing is a prefix and cannot hold `NVRM: GPU at ...`; every other line is peeled
-        raw = doc.peel_hit(hit).text if hit.raw.startswith("{") else hit.raw  # a JSON record: its message
-        if "NVRM" in raw:
-            log.nvrm += 1
-        gm = _GPU_AT.search(raw) if "GPU at" in raw else None
-        if gm:
-            last_gpu_at = pci_id(gm.group("pci"))
-            log.gpus.setdefault(last_gpu_at, {})["uuid"] = gm.group("uuid")
-            continue
-        sm = _SERIAL.search(raw) if "Serial Number" in raw else None
-        if sm:
-            if last_gpu_at:
-                log.gpus.setdefault(last_gpu_at, {})["serial"] = sm.group("serial")
-            continue
-        mm = _MODULE.search(raw) if "Kernel Module" in raw else None
-        if mm:
-            log.module_version = mm.group("v") or mm.group("v2") or log.module_version
-            continue
-        line = doc.peel_hit(hit)
-        msg = line.text.strip()
-        if not msg:
-            continue
-        if line.host:
-            hosts.setdefault(line.host)
-        ev = parse_xid(msg, line) if "Xid" in msg else None
-        if ev is not None:
-            log.events.append(ev)
-            if ev.gpu is not None:
-                log.gpus.setdefault(ev.pci, {}).setdefault("index", ev.gpu)
-            continue
-        if "NVRM" not in msg and "fallen off the bus" not in msg.lower() and "Unknown symbol" not in msg:
-            if _TOOL_ERROR.search(msg) and len(log.tool_errors) < 5:
-                log.tool_errors.append(msg)
-            continue
-        for kind, pat, meaning in DRIVER_FAULTS:
-            dm = pat.search(msg)
-            if dm:
-                detail = {k: v for k, v in dm.groupdict().items() if v}
-                log.driver_faults.append(DriverFault(kind, line, meaning, detail))
-                break
-        else:
-            for kind, pat, action in GPU_FAULTS:
-                if pat.search(msg):
-                    pm = _PCI_ANY.search(msg)
-                    log.faults.append(KernelFault(kind, pci_id(pm.group("pci")) if pm else "", line, action))
-                    break
-            else:
-                if _NEEDS_RESET.search(msg):
-                    pm = _PCI_ANY.search(msg)
-                    if pm:
-                        log.reset_notes.setdefault(pci_id(pm.group("pci")), []).append(line)
+        reader.read(hits[k])
     for ev in log.events:
         if ev.gpu is None:
             ev.gpu = log.gpus.get(ev.pci, {}).get("index")
-    log.hosts = list(hosts)
+    log.hosts = list(reader.hosts)
     return log
 
 

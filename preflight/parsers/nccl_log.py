@@ -12,6 +12,7 @@ are peeled by framing (an mpirun tag is `line.rank`: the MPI rank, not the devic
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from preflight.framing import DETECT_ENDS, Doc, Line
@@ -172,6 +173,18 @@ def _line(log: NcclLog, ln: Line) -> None:
 
 
 def _info(p: NcclProc, msg: str, line: str) -> None:
+    """An INFO message: what it says about the process (identity, network, NVLS)."""
+    _identity(p, msg, line)
+    for pattern, on_match in _NETWORK_LINES:  # the first that matches says what the line is
+        m = pattern.search(msg)
+        if m is not None:
+            on_match(p, m, line)
+            break
+    _nvls(p, msg, line)
+
+
+def _identity(p: NcclProc, msg: str, line: str) -> None:
+    """The NCCL version, the rank in the largest communicator, the NCCL_IB_HCA setting."""
     mv = _VERSION.search(msg)
     if mv and not p.version:
         p.version = mv.group(1) + (f"+cuda{mv.group(2)}" if mv.group(2) else "")
@@ -181,45 +194,73 @@ def _info(p: NcclProc, msg: str, line: str) -> None:
         p.rank, p.nranks = int(mc.group(1)), int(mc.group(2))
     if (mh := _IB_HCA_ENV.search(msg)) is not None:
         p.ib_hca_env = mh.group(1)
-    if (mi := _NET_USING_IB.search(msg)) is not None:
-        p.net = "IB" if not p.net or p.net == "Socket" else p.net
-        p.hcas = [f"{h}/{t}" if t else h for h, t in _HCA_ENTRY.findall(mi.group(1))]
-        p.oob, p.oob_addr = (mi.group(2) or p.oob), (mi.group(3) or p.oob_addr)
+
+
+def _on_net_ib(p: NcclProc, mi: re.Match[str], line: str) -> None:
+    p.net = "IB" if not p.net or p.net == "Socket" else p.net
+    p.hcas = [f"{h}/{t}" if t else h for h, t in _HCA_ENTRY.findall(mi.group(1))]
+    p.oob, p.oob_addr = (mi.group(2) or p.oob), (mi.group(3) or p.oob_addr)
+    p.evidence["net"] = line
+
+
+def _on_net_socket(p: NcclProc, ms: re.Match[str], line: str) -> None:
+    if p.net != "IB":
+        p.net = "Socket"
         p.evidence["net"] = line
-    elif (ms := _NET_USING_SOCKET.search(msg)) is not None:
-        if p.net != "IB":
-            p.net = "Socket"
-            p.evidence["net"] = line
-        entries = _IF_ENTRY.findall(ms.group(1))
-        p.interfaces, p.addresses = [n for n, _ in entries], [a for _, a in entries]
-        p.evidence["socket"] = line
-    elif (mo := _OLD_IFACE.search(msg)) is not None:  # NCCL 2.3: one line per interface
-        p.interfaces.append(mo.group(1))
-        p.addresses.append(mo.group(2))
-        p.evidence.setdefault("socket", line)
-    elif _INTERNAL_SOCKET.search(msg):
-        if p.net != "IB":
-            p.net = "Socket"
-            p.evidence.setdefault("net", line)
-    elif (mu := _USING_NETWORK.search(msg)) is not None:
-        p.net = _transport(mu.group(1).strip()) if p.net in ("", "Socket") or mu.group(1).strip() != "Socket" else p.net
-        p.evidence["using_network"] = line
+    entries = _IF_ENTRY.findall(ms.group(1))
+    p.interfaces, p.addresses = [n for n, _ in entries], [a for _, a in entries]
+    p.evidence["socket"] = line
+
+
+def _on_old_iface(p: NcclProc, mo: re.Match[str], line: str) -> None:
+    """NCCL 2.3: one line per interface."""
+    p.interfaces.append(mo.group(1))
+    p.addresses.append(mo.group(2))
+    p.evidence.setdefault("socket", line)
+
+
+def _on_internal_socket(p: NcclProc, m: re.Match[str], line: str) -> None:
+    if p.net != "IB":
+        p.net = "Socket"
         p.evidence.setdefault("net", line)
-    elif (mb := _BOOTSTRAP.search(msg)) is not None:
-        p.bootstrap, p.bootstrap_addr = mb.group(1), mb.group(2)
-        p.evidence.setdefault("bootstrap", line)
-    elif (mch := _CHANNEL.search(msg)) is not None:
-        via = mch.group(3)
-        if via.startswith("NET/"):
-            transport = _transport(via[4:])
-            p.net = p.net or transport
-            p.evidence.setdefault("net", line)
-            p.evidence.setdefault("channel_net", line)
-            if transport == "IB":
-                p.gdr = "GDRDMA" in via or bool(p.gdr)
-        else:
-            p.intra.add(via)
-            p.evidence.setdefault("intra", line)
+
+
+def _on_using_network(p: NcclProc, mu: re.Match[str], line: str) -> None:
+    p.net = _transport(mu.group(1).strip()) if p.net in ("", "Socket") or mu.group(1).strip() != "Socket" else p.net
+    p.evidence["using_network"] = line
+    p.evidence.setdefault("net", line)
+
+
+def _on_bootstrap(p: NcclProc, mb: re.Match[str], line: str) -> None:
+    p.bootstrap, p.bootstrap_addr = mb.group(1), mb.group(2)
+    p.evidence.setdefault("bootstrap", line)
+
+
+def _on_channel(p: NcclProc, mch: re.Match[str], line: str) -> None:
+    """A ring/tree channel: over the network (NET/IB, NET/Socket ...) or within the node."""
+    via = mch.group(3)
+    if via.startswith("NET/"):
+        transport = _transport(via[4:])
+        p.net = p.net or transport
+        p.evidence.setdefault("net", line)
+        p.evidence.setdefault("channel_net", line)
+        if transport == "IB":
+            p.gdr = "GDRDMA" in via or bool(p.gdr)
+    else:
+        p.intra.add(via)
+        p.evidence.setdefault("intra", line)
+
+
+# INFO lines that say which network a process uses, and how: tried in order, the first match wins
+_NETWORK_LINES: tuple[tuple[re.Pattern[str], Callable[[NcclProc, re.Match[str], str], None]], ...] = (
+    (_NET_USING_IB, _on_net_ib), (_NET_USING_SOCKET, _on_net_socket), (_OLD_IFACE, _on_old_iface),
+    (_INTERNAL_SOCKET, _on_internal_socket), (_USING_NETWORK, _on_using_network), (_BOOTSTRAP, _on_bootstrap),
+    (_CHANNEL, _on_channel),
+)
+
+
+def _nvls(p: NcclProc, msg: str, line: str) -> None:
+    """NVLink SHARP: off as soon as a line says so, on when a line shows it in use."""
     if _NVLS_OFF.search(msg):
         if p.nvls is None:
             p.nvls = False

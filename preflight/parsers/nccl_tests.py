@@ -95,45 +95,53 @@ def parse_nccl_tests(text: str) -> NcclTests:
         if not s:
             continue
         if s.startswith("#"):
-            if s.startswith("# nThread") and not out.header:
-                out.header = s
-            mr = _RANK_LINE.match(s)
-            if mr:
-                out.ranks.append({"rank": int(mr.group(1)), "group": int(mr.group(2)), "pid": int(mr.group(3)),
-                                  "host": mr.group(4), "device": int(mr.group(5)), "bus": mr.group(6),
-                                  "model": mr.group(7)})
-            ma = _AVG.search(s)
-            if ma:
-                out.avg_busbw = float(ma.group(1))
-                out.avg_line = s
-            mo = _OOB.search(s)
-            if mo:
-                out.oob_values = int(mo.group(1))
-                out.oob_line = s
-            continue
-        if _TEST_FAIL.search(s):
+            _comment(out, s)
+        elif _TEST_FAIL.search(s):
             out.errors.append(s)
-            continue
-        m = _ROW_HEAD.match(line)
-        if not m:
-            continue
-        toks = s.split()
-        # size count type [redop root] + (time algbw busbw #wrong) x 2
-        if len(toks) < 3 + 8:
-            if len(toks) >= 3 + 4 and all(_f(t) is not None or t == "N/A" for t in toks[-4:]):
-                tail = toks[-4:]
-                out.rows.append(NcclTestRow(bytes=int(toks[0]), count=int(toks[1]), dtype=toks[2],
-                                            time_us=_f(tail[0]), algbw=_f(tail[1]), busbw=_f(tail[2]),
-                                            wrong=_i(tail[3]), line=s))
-            continue
-        tail = toks[-8:]
-        if not all(re.fullmatch(_NUM, t) for t in tail):
-            continue
-        out.rows.append(NcclTestRow(
-            bytes=int(toks[0]), count=int(toks[1]), dtype=toks[2],
-            time_us=_f(tail[0]), algbw=_f(tail[1]), busbw=_f(tail[2]), wrong=_i(tail[3]),
-            ip_time_us=_f(tail[4]), ip_algbw=_f(tail[5]), ip_busbw=_f(tail[6]), ip_wrong=_i(tail[7]), line=s))
+        elif _ROW_HEAD.match(line):
+            row = _row(s)
+            if row is not None:
+                out.rows.append(row)
     return out
+
+
+def _comment(out: NcclTests, s: str) -> None:
+    """A `#` line: the run's header, a rank's device line, the average bus bandwidth, the
+    out-of-bounds count."""
+    if s.startswith("# nThread") and not out.header:
+        out.header = s
+    mr = _RANK_LINE.match(s)
+    if mr:
+        out.ranks.append({"rank": int(mr.group(1)), "group": int(mr.group(2)), "pid": int(mr.group(3)),
+                          "host": mr.group(4), "device": int(mr.group(5)), "bus": mr.group(6),
+                          "model": mr.group(7)})
+    ma = _AVG.search(s)
+    if ma:
+        out.avg_busbw = float(ma.group(1))
+        out.avg_line = s
+    mo = _OOB.search(s)
+    if mo:
+        out.oob_values = int(mo.group(1))
+        out.oob_line = s
+
+
+def _row(s: str) -> NcclTestRow | None:
+    """A result row: size count type [redop root] + (time algbw busbw #wrong) out of place, then
+    in place; a row with only one set of the four (a single-mode run) has no in-place numbers."""
+    toks = s.split()
+    if len(toks) < 3 + 8:
+        if len(toks) >= 3 + 4 and all(_f(t) is not None or t == "N/A" for t in toks[-4:]):
+            tail = toks[-4:]
+            return NcclTestRow(bytes=int(toks[0]), count=int(toks[1]), dtype=toks[2], time_us=_f(tail[0]),
+                               algbw=_f(tail[1]), busbw=_f(tail[2]), wrong=_i(tail[3]), line=s)
+        return None
+    tail = toks[-8:]
+    if not all(re.fullmatch(_NUM, t) for t in tail):
+        return None
+    return NcclTestRow(
+        bytes=int(toks[0]), count=int(toks[1]), dtype=toks[2],
+        time_us=_f(tail[0]), algbw=_f(tail[1]), busbw=_f(tail[2]), wrong=_i(tail[3]),
+        ip_time_us=_f(tail[4]), ip_algbw=_f(tail[5]), ip_busbw=_f(tail[6]), ip_wrong=_i(tail[7]), line=s)
 
 
 _HCA_ARG = re.compile(r"NCCL_IB_HCA[= ]['\"]?\^?=?([\w.:,-]+)")

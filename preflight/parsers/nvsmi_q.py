@@ -121,56 +121,73 @@ def parse(doc: Doc) -> QReport:
 
 
 def parse_lines(lines: list[str]) -> QReport:
-    report = QReport(errors=errors_in(lines))
-    current: QGpu | None = None
-    stack: list[tuple[int, str]] = []
+    reader = _Reader(QReport(errors=errors_in(lines)))
     for raw in lines:
+        reader.read(raw)
+    return reader.report
+
+
+@dataclass
+class _Reader:
+    """Reads `-q` lines: the header's fields, then each GPU's fields by their section path."""
+
+    report: QReport
+    current: QGpu | None = None  # the GPU whose block this is
+    stack: list[tuple[int, str]] = field(default_factory=list)  # (indent, name) of the open sections
+
+    def read(self, raw: str) -> None:
         line = raw.replace("\t", "    ").rstrip()
         if not line.strip() or set(line.strip()) <= {"="}:
-            continue
+            return
         if "NVSMI LOG" in line:
-            report.recognised = True
-            continue
+            self.report.recognised = True
+            return
         ind = _indent(line)
         body = line.strip()
         if ind == 0:
-            m = _GPU_HEADER.match(body)
-            if m:
-                current = QGpu(index=len(report.gpus), bus_id=m.group(1))
-                report.gpus.append(current)
-                stack = []
+            self._top_level(body)
+        elif self.current is not None:
+            self._nested(self.current, ind, body)
+
+    def _top_level(self, body: str) -> None:
+        """A GPU's header line, or (before the first GPU) a header field."""
+        report = self.report
+        m = _GPU_HEADER.match(body)
+        if m:
+            self.current = QGpu(index=len(report.gpus), bus_id=m.group(1))
+            report.gpus.append(self.current)
+            self.stack = []
+            report.recognised = True
+            return
+        fm = _FIELD.match(body)
+        if fm and self.current is None:
+            key = fm.group("key").strip()
+            report.header[key] = (fm.group("value") or "").strip()
+            report.header_lines[key] = re.sub(r"\s{2,}", " ", body)
+            if key == "Driver Version":
                 report.recognised = True
-                continue
-            fm = _FIELD.match(body)
-            if fm and current is None:
-                key = fm.group("key").strip()
-                report.header[key] = (fm.group("value") or "").strip()
-                report.header_lines[key] = re.sub(r"\s{2,}", " ", body)
-                if key == "Driver Version":
-                    report.recognised = True
-            continue
-        if current is None:
-            continue
+
+    def _nested(self, gpu: QGpu, ind: int, body: str) -> None:
+        """An indented line of a GPU's block: a section name or a field within the open sections."""
+        stack = self.stack
         while stack and stack[-1][0] >= ind:
             stack.pop()
         fm = _FIELD.match(body)
         if fm is None:
-            name = _SECTION_ALIASES.get(body, body)
-            stack.append((ind, name))
-            continue
+            stack.append((ind, _SECTION_ALIASES.get(body, body)))
+            return
         key = fm.group("key").strip()
         value = (fm.group("value") or "").strip()
         path = "/".join([s for _, s in stack] + [key])
-        if path in current.fields:  # repeated entries (several processes, MIG devices)
+        if path in gpu.fields:  # repeated entries (several processes, MIG devices)
             n = 2
-            while f"{path}#{n}" in current.fields:
+            while f"{path}#{n}" in gpu.fields:
                 n += 1
             path = f"{path}#{n}"
-        current.fields[path] = value
-        current.lines[path] = re.sub(r"\s{2,}", " ", body)
+        gpu.fields[path] = value
+        gpu.lines[path] = re.sub(r"\s{2,}", " ", body)
         if not value:  # `Processes :` style: a section written with a colon
             stack.append((ind, key))
-    return report
 
 
 def detect(doc: Doc) -> bool:

@@ -10,6 +10,7 @@ net unreachable, unresolved name) and the statistics when printed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from preflight.framing import Doc
@@ -67,6 +68,8 @@ class PingFacts:
 
 
 def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
+    """The runs of a ping transcript, in order; `command` (the ping command line) says whether
+    the runs forbade fragmenting (`-M do`)."""
     runs: list[PingRun] = []
     cur: PingRun | None = None
     df = None
@@ -79,11 +82,7 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
             continue
         m = _HEAD.match(line)
         if m:
-            size = m.group("size") or m.group("size2")
-            cur = PingRun(target=m.group("target"), address=m.group("addr").strip(),
-                          size=int(size) if size else None,
-                          frame=int(m.group("frame")) if m.group("frame") else None, df=df)
-            cur.lines.append(line)
+            cur = _new_run(m, line, df)
             runs.append(cur)
             continue
         if cur is None:
@@ -97,46 +96,72 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
                 if pm:
                     df = bool(re.search(r"-M\s*do\b", pm.group("args")))
                 continue
-        mr = _REPLY.match(line)
-        if mr:
-            cur.replies.append(int(mr.group("seq")))
-            continue
-        ml = _LOCAL_TOO_LONG.search(line)
-        if ml:
-            cur.local_too_long = True
-            if ml.group(1):
-                cur.local_too_long_mtu = int(ml.group(1))
-            cur.lines.append(line)
-            continue
-        mf = _FRAG.search(line) or _PKT_TOO_BIG.search(line)
-        if mf:
-            cur.frag_from = mf.group("src")
-            if mf.group("mtu"):
-                cur.frag_needed_mtu = int(mf.group("mtu"))
-            if mf.group("seq"):
-                cur.error_seqs.append(int(mf.group("seq")))
-            cur.lines.append(line)
-            continue
-        if _UNRESOLVED.search(line):
-            cur.unresolved = True
-            cur.lines.append(line)
-            continue
-        if _UNREACH.search(line):
-            cur.unreachable = True
-            sm = re.search(r"icmp_seq=(\d+)", line)
-            if sm:
-                cur.error_seqs.append(int(sm.group(1)))
-            cur.lines.append(line)
-            continue
-        ms = _STATS.search(line)
-        if ms:
-            cur.transmitted = int(ms.group(1))
-            cur.received = int(ms.group(2))
-            cur.errors = int(ms.group(3) or 0)
-            cur.loss = float(ms.group(4))
-            cur.stats = True
-            cur.lines.append(line)
+        for find, on_match in _RUN_LINES:  # the first kind that matches says what the line is
+            mm = find(line)
+            if mm:
+                on_match(cur, mm, line)
+                break
     return runs
+
+
+def _new_run(m: re.Match[str], line: str, df: bool | None) -> PingRun:
+    """A run from its `PING target (address) size(frame) bytes of data` header."""
+    size = m.group("size") or m.group("size2")
+    run = PingRun(target=m.group("target"), address=m.group("addr").strip(), size=int(size) if size else None,
+                  frame=int(m.group("frame")) if m.group("frame") else None, df=df)
+    run.lines.append(line)
+    return run
+
+
+def _on_reply(run: PingRun, m: re.Match[str], line: str) -> None:
+    run.replies.append(int(m.group("seq")))
+
+
+def _on_local_too_long(run: PingRun, m: re.Match[str], line: str) -> None:
+    run.local_too_long = True
+    if m.group(1):
+        run.local_too_long_mtu = int(m.group(1))
+    run.lines.append(line)
+
+
+def _on_frag_needed(run: PingRun, m: re.Match[str], line: str) -> None:
+    """A hop's `Frag needed` / `Packet too big`, with the MTU it allows."""
+    run.frag_from = m.group("src")
+    if m.group("mtu"):
+        run.frag_needed_mtu = int(m.group("mtu"))
+    if m.group("seq"):
+        run.error_seqs.append(int(m.group("seq")))
+    run.lines.append(line)
+
+
+def _on_unresolved(run: PingRun, m: re.Match[str], line: str) -> None:
+    run.unresolved = True
+    run.lines.append(line)
+
+
+def _on_unreachable(run: PingRun, m: re.Match[str], line: str) -> None:
+    run.unreachable = True
+    sm = re.search(r"icmp_seq=(\d+)", line)
+    if sm:
+        run.error_seqs.append(int(sm.group(1)))
+    run.lines.append(line)
+
+
+def _on_stats(run: PingRun, m: re.Match[str], line: str) -> None:
+    run.transmitted = int(m.group(1))
+    run.received = int(m.group(2))
+    run.errors = int(m.group(3) or 0)
+    run.loss = float(m.group(4))
+    run.stats = True
+    run.lines.append(line)
+
+
+# The lines of a run by kind, tried in order: (finder, handler)
+_RUN_LINES: tuple[tuple[Callable[[str], re.Match[str] | None], Callable[[PingRun, re.Match[str], str], None]], ...] = (
+    (_REPLY.match, _on_reply), (_LOCAL_TOO_LONG.search, _on_local_too_long), (_FRAG.search, _on_frag_needed),
+    (_PKT_TOO_BIG.search, _on_frag_needed), (_UNRESOLVED.search, _on_unresolved), (_UNREACH.search, _on_unreachable),
+    (_STATS.search, _on_stats),
+)
 
 
 def parse(doc: Doc) -> PingFacts:

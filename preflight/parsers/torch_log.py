@@ -86,73 +86,84 @@ def parse_hang_log(text: str) -> HangLog:
 
 def hang_events(lines: Iterable[tuple[str, int | None]]) -> HangLog:
     """Collective timeouts from (line, rank the framing found for it) pairs."""
-    log = HangLog()
-    seen: set[tuple[Any, ...]] = set()
+    reader = _HangReader()
     for raw, hint in lines:
         line = raw.strip()
-        if not line:
-            continue
+        if line:
+            reader.read(line, hint)
+    return reader.log
+
+
+def _rank_pg_or(line: str, hint: int | None) -> tuple[int | None, str]:
+    """The rank and process group a line names; the framing's rank `hint` when it names none."""
+    rank, pg = _rank_pg(line)
+    return (hint if rank is None else rank), pg
+
+
+@dataclass
+class _HangReader:
+    """Reads watchdog, status and gloo lines; a line repeated (by a rank's several loggers,
+    or quoted in an exception) counts once."""
+
+    log: HangLog = field(default_factory=HangLog)
+    seen: set[tuple[Any, ...]] = field(default_factory=set)
+
+    def read(self, line: str, hint: int | None) -> None:
         if _WATCHDOG_TIMEOUT.search(line):
-            # "terminated with exception: [Rank 3] Watchdog caught..." repeats the event: the
-            # rank tag nearest the message is the one that counts.
-            idx = line.find("Watchdog caught")
-            rank, pg = _rank_pg(line[:idx][-120:]) if idx >= 0 else (None, "")
-            if rank is None:
-                rank, pg = _rank_pg(line)
-            rank = hint if rank is None else rank
-            ev = HangEvent(kind="nccl_timeout", rank=hint if rank is None else rank, pg=pg, line=line)
-            mw = _WORK.search(line)
-            if mw:
-                fields = dict(_KV.findall(mw.group(1)))
-                ev.seq = _int(fields.get("SeqNum"))
-                ev.op = fields.get("OpType", "").strip()
-                ev.timeout_ms = _int(fields.get("Timeout(ms)"))
-                ev.numel_in = _int(fields.get("NumelIn"))
-                ev.numel_out = _int(fields.get("NumelOut"))
-                ev.ran_ms = _int(mw.group(2))
-            key: tuple[Any, ...] = ("t", ev.rank, ev.seq, ev.op, ev.timeout_ms)
-            if key not in seen:
-                seen.add(key)
-                log.events.append(ev)
-            continue
+            self._timeout(line, hint)
+            return
         mt = _TIMEOUT_AT.search(line) or _DETECTED_AT.search(line)
         if mt:
-            rank, pg = _rank_pg(line)
-            rank = hint if rank is None else rank
-            key = ("s", rank, pg, mt.group(1))
-            if key not in seen:
-                seen.add(key)
-                log.events.append(HangEvent(kind="nccl_status", rank=rank, pg=pg, seq=_int(mt.group(1)),
-                                            last_enqueued=_int(mt.group(2)), last_completed=_int(mt.group(3)),
-                                            line=line))
-            continue
+            rank, pg = _rank_pg_or(line, hint)
+            self._add(("s", rank, pg, mt.group(1)), HangEvent(
+                kind="nccl_status", rank=rank, pg=pg, seq=_int(mt.group(1)), last_enqueued=_int(mt.group(2)),
+                last_completed=_int(mt.group(3)), line=line))
+            return
         if _SOME_FAILED.search(line):
-            log.some_failed.append(line)
-            continue
+            self.log.some_failed.append(line)
+            return
         me = _NCCL_ERROR.search(line)
         if me:
-            rank, pg = _rank_pg(line)
-            rank = hint if rank is None else rank
-            key = ("e", rank, me.group(1)[:80])
-            if key not in seen:
-                seen.add(key)
-                log.events.append(HangEvent(kind="nccl_error", rank=rank, pg=pg, message=me.group(1).strip(),
-                                            line=line))
-            continue
+            rank, pg = _rank_pg_or(line, hint)
+            self._add(("e", rank, me.group(1)[:80]),
+                      HangEvent(kind="nccl_error", rank=rank, pg=pg, message=me.group(1).strip(), line=line))
+            return
         mg = _GLOO_TIMEOUT.search(line)
         if mg:
-            rank, pg = _rank_pg(line)
-            rank = hint if rank is None else rank
-            log.events.append(HangEvent(kind="gloo_timeout", rank=rank, pg=pg, op=mg.group(3),
-                                        timeout_ms=int(mg.group(2)), line=line))
-            continue
+            rank, pg = _rank_pg_or(line, hint)
+            self.log.events.append(HangEvent(kind="gloo_timeout", rank=rank, pg=pg, op=mg.group(3),
+                                             timeout_ms=int(mg.group(2)), line=line))
+            return
         mc = _GLOO_CLOSED.search(line)
         if mc:
-            rank, pg = _rank_pg(line)
-            rank = hint if rank is None else rank
-            log.events.append(HangEvent(kind="gloo_peer_closed", rank=rank, pg=pg, peer=mc.group(3),
-                                        message=mc.group(2), line=line))
-    return log
+            rank, pg = _rank_pg_or(line, hint)
+            self.log.events.append(HangEvent(kind="gloo_peer_closed", rank=rank, pg=pg, peer=mc.group(3),
+                                             message=mc.group(2), line=line))
+
+    def _add(self, key: tuple[Any, ...], ev: HangEvent) -> None:
+        if key not in self.seen:
+            self.seen.add(key)
+            self.log.events.append(ev)
+
+    def _timeout(self, line: str, hint: int | None) -> None:
+        """A watchdog timeout, with the WorkNCCL(...) fields when printed."""
+        # "terminated with exception: [Rank 3] Watchdog caught..." repeats the event: the
+        # rank tag nearest the message is the one that counts.
+        idx = line.find("Watchdog caught")
+        rank, pg = _rank_pg(line[:idx][-120:]) if idx >= 0 else (None, "")
+        if rank is None:
+            rank, pg = _rank_pg_or(line, hint)
+        ev = HangEvent(kind="nccl_timeout", rank=rank, pg=pg, line=line)
+        mw = _WORK.search(line)
+        if mw:
+            fields = dict(_KV.findall(mw.group(1)))
+            ev.seq = _int(fields.get("SeqNum"))
+            ev.op = fields.get("OpType", "").strip()
+            ev.timeout_ms = _int(fields.get("Timeout(ms)"))
+            ev.numel_in = _int(fields.get("NumelIn"))
+            ev.numel_out = _int(fields.get("NumelOut"))
+            ev.ran_ms = _int(mw.group(2))
+        self._add(("t", ev.rank, ev.seq, ev.op, ev.timeout_ms), ev)
 
 
 def _merge_status(log: HangLog) -> list[HangEvent]:
@@ -252,54 +263,77 @@ def _rank_stream(lines: list[str]) -> RankLog:
         elif _OTHER_FAILURES.match(line):
             in_root_cause = False
         if _TB_START in line:
-            prefix_rank = _tag_rank(line)
-            block = [line.strip()]
-            j = i + 1
-            while j < len(lines) and j - i < 400:
-                cur = lines[j]
-                body = re.sub(r"^\s*\[(?:rank|default)\d+\]: ?", "", cur)
-                block.append(cur.strip())
-                if body and not body.startswith((" ", "\t")) and _TB_START not in body:
-                    m = _EXC_LINE.match(body.strip())
-                    if m or (":" in body and not body.startswith("During handling")):
-                        exc = m.group(1) if m else body.split(":", 1)[0].strip()
-                        msg = (m.group(2) or "") if m else body.split(":", 1)[1].strip()
-                        if body.startswith(("During handling", "The above exception")):
-                            j += 1
-                            continue
-                        out.crashes.append(Crash(exception=exc, message=msg.strip(), lines=block[-12:],
-                                                 secondary=bool(SECONDARY.search(body)), rank=prefix_rank))
-                        break
-                j += 1
-            i = j + 1
+            crash, i = _traceback(lines, i)
+            if crash is not None:
+                out.crashes.append(crash)
             continue
         kv = _TORCHRUN_KV.match(line)
         if kv and kv.group(1) == "time":
-            rec: dict[str, str] = {"time": kv.group(2).strip()}
-            block = [line.strip()]
-            j = i + 1
-            while j < len(lines) and j - i < 12:
-                m2 = _TORCHRUN_KV.match(lines[j])
-                if not m2:
-                    break
-                rec[m2.group(1)] = m2.group(2).strip()
-                block.append(lines[j].strip())
-                j += 1
-            if "exitcode" in rec:
-                rk = re.match(r"(\d+)", rec.get("rank", ""))
-                ex = _EXIT_PID.search(rec["exitcode"])
-                sig = _SIGNAL.search(rec.get("traceback", ""))
-                named = _EXIT_SIGNAL.search(rec["exitcode"])
-                out.failures.append(ChildFailure(
-                    rank=int(rk.group(1)) if rk else None, host=rec.get("host", ""),
-                    exitcode=int(ex.group(1)) if ex else _int(rec["exitcode"]),
-                    pid=int(ex.group(2)) if ex else None,
-                    signal=sig.group(2) if sig else (named.group(1) if named else ""),
-                    time=rec["time"], lines=block, root_cause=in_root_cause))
-            i = j
+            failure, i = _failure_record(lines, i, kv.group(2).strip(), in_root_cause)
+            if failure is not None:
+                out.failures.append(failure)
             continue
         i += 1
     return out
+
+
+def _traceback(lines: list[str], i: int) -> tuple[Crash | None, int]:
+    """The traceback that starts at `lines[i]`: the crash its exception line says (None when
+    none follows within 400 lines) and the index of the line after it."""
+    prefix_rank = _tag_rank(lines[i])
+    block = [lines[i].strip()]
+    j = i + 1
+    while j < len(lines) and j - i < 400:
+        cur = lines[j]
+        body = re.sub(r"^\s*\[(?:rank|default)\d+\]: ?", "", cur)
+        block.append(cur.strip())
+        found = _exception_of(body)
+        if found is not None:
+            exc, msg = found
+            return Crash(exception=exc, message=msg, lines=block[-12:], secondary=bool(SECONDARY.search(body)),
+                         rank=prefix_rank), j + 1
+        j += 1
+    return None, j + 1
+
+
+def _exception_of(body: str) -> tuple[str, str] | None:
+    """(exception, message) when a traceback line (rank tag removed) is the exception that ends it."""
+    if not body or body.startswith((" ", "\t")) or _TB_START in body:
+        return None
+    m = _EXC_LINE.match(body.strip())
+    if not m and (":" not in body or body.startswith("During handling")):
+        return None
+    if body.startswith(("During handling", "The above exception")):  # a chained traceback follows
+        return None
+    exc = m.group(1) if m else body.split(":", 1)[0].strip()
+    msg = (m.group(2) or "") if m else body.split(":", 1)[1].strip()
+    return exc, msg.strip()
+
+
+def _failure_record(lines: list[str], i: int, time: str, root_cause: bool) -> tuple[ChildFailure | None, int]:
+    """torchrun's record of a failed child (`time :` at `lines[i]`, then `host :`, `rank :`,
+    `exitcode :` ...): the failure (None without an exit code) and the index after the record."""
+    rec: dict[str, str] = {"time": time}
+    block = [lines[i].strip()]
+    j = i + 1
+    while j < len(lines) and j - i < 12:
+        m2 = _TORCHRUN_KV.match(lines[j])
+        if not m2:
+            break
+        rec[m2.group(1)] = m2.group(2).strip()
+        block.append(lines[j].strip())
+        j += 1
+    if "exitcode" not in rec:
+        return None, j
+    rk = re.match(r"(\d+)", rec.get("rank", ""))
+    ex = _EXIT_PID.search(rec["exitcode"])
+    sig = _SIGNAL.search(rec.get("traceback", ""))
+    named = _EXIT_SIGNAL.search(rec["exitcode"])
+    return ChildFailure(
+        rank=int(rk.group(1)) if rk else None, host=rec.get("host", ""),
+        exitcode=int(ex.group(1)) if ex else _int(rec["exitcode"]), pid=int(ex.group(2)) if ex else None,
+        signal=sig.group(2) if sig else (named.group(1) if named else ""),
+        time=rec["time"], lines=block, root_cause=root_cause), j
 
 
 def torchrun_time(text: str) -> datetime | None:
