@@ -15,10 +15,10 @@ from preflight.cli.app import app
 
 # isort: off
 # the command modules, in the order `preflight --help` lists their commands
-from preflight.cli import checks, slurm, sweep, history, triage
+from preflight.cli import checks, sweep, history, triage, slurm
 # isort: on
 
-COMMAND_MODULES = (checks, slurm, sweep, history, triage)  # each registers its commands on `app`
+COMMAND_MODULES = (checks, sweep, history, triage, slurm)  # each registers its commands on `app`
 
 
 def _known_failure(exc: Exception) -> bool:
