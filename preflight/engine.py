@@ -713,8 +713,7 @@ def sweep_launch(kind: str, nodes: list[str], nproc: int | None, nproc_per_node:
         if nodes:
             raise UsageError("--nproc runs on this machine; use --nproc-per-node with --hosts")
         return "local", nodes, nproc
-    in_allocation = bool(os.environ.get("SLURM_JOB_ID")) and not nodes
-    kind = transport_kind(kind, nodes, in_allocation)
+    kind = transport_kind(kind, nodes, in_allocation=not nodes)  # --hosts inside an allocation: ssh
     if kind == "srun" and not nodes:
         nodes = _allocation_nodes()
         if not nodes:

@@ -107,3 +107,22 @@ def test_settle_with_damping() -> None:
     passing = Gate(decision=Decision(node="n1", drain=False, resume=True, reason="3 passing runs"))
     s = settle(_prologue_report(Status.PASS), passing)
     assert s.code == 0 and s.drain is None and s.resume
+
+
+def test_sweep_launch_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert engine.sweep_launch("auto", [], None, 1) == ("local", [], 1)
+    assert engine.sweep_launch("auto", ["a", "b"], None, 2) == ("ssh", ["a", "b"], 2)
+    assert engine.sweep_launch("ssh", [], 4, 1) == ("local", [], 4)  # --nproc: this machine
+    with pytest.raises(engine.UsageError, match="--transport ssh needs --hosts"):
+        engine.sweep_launch("ssh", [], None, 1)
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
+    assert engine.sweep_launch("auto", [], None, 1) == ("srun", ["n1", "n2"], 1)
+    assert engine.sweep_launch("auto", ["a"], None, 1) == ("ssh", ["a"], 1)  # --hosts inside an allocation
+    with pytest.raises(engine.UsageError, match="--nproc runs on this machine"):
+        engine.sweep_launch("auto", ["a"], 4, 1)
+    monkeypatch.delenv("SLURM_JOB_NODELIST")
+    monkeypatch.delenv("SLURM_NODELIST", raising=False)
+    with pytest.raises(engine.UsageError, match="--transport srun needs an allocation"):
+        engine.sweep_launch("srun", [], None, 1)
