@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 _File = int | IO[Any] | None
+TIMED_OUT = "did not finish within"  # in run_bounded's stderr when the deadline ended the command
 POLL_S = 0.05
 REAP_S = 5.0  # at most this long for the kernel to deliver a SIGKILL and the child to be reaped
 
@@ -107,7 +108,7 @@ def run_bounded(argv: Sequence[str], timeout: float,
     """Run `argv` to completion within `timeout` seconds: (rc, stdout, stderr).
 
     rc is None when the program could not be started or did not finish in time; stderr then
-    says why. A timed-out command's whole process group is stopped."""
+    says why (its last line holds TIMED_OUT for a timeout). A timed-out command's whole process group is stopped."""
     name = str(argv[0]) if argv else "(empty command)"
     if not argv:
         return None, "", "no command given"
@@ -127,6 +128,6 @@ def run_bounded(argv: Sequence[str], timeout: float,
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
-        note = f"{name} did not finish within {timeout:g} s"
+        note = f"{name} {TIMED_OUT} {timeout:g} s"
         return None, _text(out), (_text(err).rstrip("\n") + "\n" + note).lstrip("\n")
     return proc.returncode, _text(out), _text(err)

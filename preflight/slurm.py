@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from preflight.inventory import HostlistError, compress, dedupe, valid_node_name
 from preflight.parsers.slurm_job import SlurmJob, parse_sacct, parse_scontrol_job
-from preflight.procs import run_bounded
+from preflight.procs import TIMED_OUT, run_bounded
 
 PREFIX = "preflight:"
 REASON_MAX = 160  # characters; Slurm keeps longer reasons, but sinfo/squeue views cut them
@@ -188,7 +188,7 @@ def _call(args: Sequence[str], timeout: float, tool: str = "scontrol") -> tuple[
     """(rc, stdout, stderr) of one Slurm client command; SlurmError when it cannot run or hangs."""
     rc, out, err = run_bounded([tool, *args], timeout)
     if rc is None:
-        if "did not finish" in err:
+        if TIMED_OUT in err:
             raise SlurmError(f"{_say(tool, args)} did not answer within {timeout:g} s")
         raise SlurmError(err.strip().splitlines()[-1] if err.strip() else f"cannot run {tool}")
     return rc, out, err
@@ -253,7 +253,7 @@ def hostnames(partition: str | None = None, nodelist: str | None = None, timeout
     tool, args = (("scontrol", ["show", "hostnames", nodelist]) if nodelist
                   else ("sinfo", ["-h", "-N", "-o", "%N", "-p", str(partition)]))
     rc, out, err = run_bounded([tool, *args], timeout)
-    if rc is None and "did not finish" in err:
+    if rc is None and TIMED_OUT in err:
         raise HostlistError(f"Slurm did not answer within {timeout:g} s (is slurmctld up?)")
     if rc is None:
         raise HostlistError("Slurm's scontrol/sinfo not found: give --hosts instead")
@@ -268,14 +268,14 @@ def hostnames(partition: str | None = None, nodelist: str | None = None, timeout
     return names
 
 
-JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+JOB_ID = re.compile(r"\d+(?:_\d+)?")
 SACCT_FIELDS = "JobID,NodeList,Start,End,State,ExitCode"
 
 
 def _job_query(argv: Sequence[str], parse: Callable[[str], SlurmJob], timeout: float) -> SlurmJob:
     rc, out, err = run_bounded(argv, timeout)
     if rc is None:
-        cause = f"{argv[0]} did not answer within {timeout:g} s" if "did not finish" in err else f"{argv[0]} not found"
+        cause = f"{argv[0]} did not answer within {timeout:g} s" if TIMED_OUT in err else f"{argv[0]} not found"
         return SlurmJob(problem=cause)
     if rc != 0:
         return SlurmJob(problem=(err or out).strip()[:200] or f"{argv[0]} exited {rc}")
@@ -285,7 +285,7 @@ def _job_query(argv: Sequence[str], parse: Callable[[str], SlurmJob], timeout: f
 def job_nodes(job_id: str, timeout: float = SCONTROL_TIMEOUT) -> SlurmJob:
     """A job's node list, times and state: `scontrol show job` (running or recently ended),
     else `sacct` (accounting). Never raises: without a node list, `problem` says why."""
-    if not JOB_ID.match(job_id or ""):
+    if not JOB_ID.fullmatch(job_id or ""):
         return SlurmJob(problem=f"job id {job_id!r}: use digits (4242 or 4242_7)")
     job = _job_query(["scontrol", "show", "job", "-o", job_id], parse_scontrol_job, timeout)
     if job.nodelist:

@@ -203,7 +203,7 @@ def test_job_nodes_says_why_when_nobody_knows_the_job(tmp_path: Path, monkeypatc
     _job_tools(tmp_path, monkeypatch, "exit 0", 'echo "sacct: error: accounting storage is disabled" >&2; exit 1')
     job = slurm.job_nodes("99")
     assert not job.nodelist and job.problem == "scontrol: no output; sacct: sacct: error: accounting storage is disabled"
-    for bad in ("", "42; reboot", "-1", "4242_x"):
+    for bad in ("", "42; reboot", "-1", "4242_x", "4242\n"):
         assert "use digits" in slurm.job_nodes(bad).problem
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert "not found" in slurm.job_nodes("7").problem
