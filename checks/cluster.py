@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from preflight.model import Result, Status
@@ -156,82 +157,115 @@ def _stalled(ctx: ClusterContext, node: str) -> bool:
     return d.get("kind") == "timeout" and d.get("stage") in STALL_STAGES
 
 
-def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:
-    links: list[tuple[str, str, str, dict]] = []  # (src, dst, outcome, peer facts)
-    size = None
+@dataclass
+class _MtuPaths:
+    """Every node's jumbo pings to its peers, as links between node names."""
+
+    links: list[tuple[str, str, str, dict]]  # (src, dst, outcome, peer facts)
+    size: Any  # the DF ping size
+
+    @property
+    def matrix(self) -> dict[str, dict[str, str]]:
+        matrix: dict[str, dict[str, str]] = {}
+        for src, dst, outcome, _ in self.links:
+            matrix.setdefault(src, {})[dst] = outcome
+        return matrix
+
+    @property
+    def bad(self) -> list[tuple[str, str, str]]:
+        return [(s, d, o) for s, d, o, _ in self.links if o in MTU_FAULTS]
+
+
+def _mtu_paths(ctx: ClusterContext) -> _MtuPaths:
+    paths = _MtuPaths([], None)
     for n in ctx.nodes:
         r = ctx.result_of("net.mtu", n)
         if r is None:
             continue
-        size = size or r.facts.get("size")
+        paths.size = paths.size or r.facts.get("size")
         for p in r.facts.get("peers", []) or []:
             dst = ctx.addresses.get(str(p.get("peer")), str(p.get("peer")))
-            links.append((n, dst, str(p.get("outcome")), p))
-    if not links:
-        return []
-    matrix: dict[str, dict[str, str]] = {}
-    for src, dst, outcome, _ in links:
-        matrix.setdefault(src, {})[dst] = outcome
-    bad = [(s, d, o) for s, d, o, _ in links if o in MTU_FAULTS]
+            paths.links.append((n, dst, str(p.get("outcome")), p))
+    return paths
+
+
+def _culprits(ctx: ClusterContext, bad: list[tuple[str, str, str]]) -> list[str]:
+    """The nodes on the most failing links; for one failing link, the end whose SSH stalled."""
     incidence: Counter[str] = Counter()
     for s, d, _ in bad:
         incidence[s] += 1
         incidence[d] += 1
-    culprits: list[str] = []
-    if incidence:
-        top = max(incidence.values())
-        culprits = [n for n, c in incidence.items() if c == top]
-        if len(culprits) > 1:
-            # one failing link: the end whose SSH stalled (or that could not be reached) is the one
-            marked = [n for n in culprits if _stalled(ctx, n) or ctx.node_errors.get(n)]
-            if marked:
-                culprits = marked
-    out: list[Result] = []
-    for c in culprits:
-        mine = [(s, d, o) for s, d, o in bad if c in (s, d)]
-        outcome = Counter(o for _, _, o in mine).most_common(1)[0][0]
-        stalled = _stalled(ctx, c)
-        evidence = [f"{s} -> {d}: {o} ({size}-byte DF ping)" for s, d, o in mine]
-        for s, d, _o, p in links:
-            if c in (s, d) and (s, d, _o) in mine and p.get("reason"):
-                evidence.append(f"{s} -> {d}: {p['reason']}")
-        if stalled:
-            evidence.append(f"{c}: {ctx.node_errors.get(c) or 'SSH stalled after key exchange'}")
-        stage = ctx.node_detail.get(c, {}).get("stage", "")
-        how = ("SSH to it stalled after key exchange" if stage in ("kex", "auth")
-               else "its probe output stalled in transit")
-        summary = (f"jumbo frames to and from {c} are dropped ({outcome}): "
-                   + ", ".join(f"{s}->{d}" for s, d, _ in mine)
-                   + "; small pings pass" + (f"; {how} (same MTU black hole)" if stalled else ""))
-        out.append(Result(check="net.mtu", node=c, status=Status.FAIL, summary=summary, evidence=evidence,
-                          remedy=f"fix the MTU on {c}'s link (switch port or NIC) to match the fabric, or drain {c}",
-                          facts={"outcome": outcome, "size": size, "links": [list(x) for x in mine],
-                                 "ssh_stalled": stalled, "culprit": True},
-                          source="cross-node"))
-    # peers whose only jumbo losses lead to a culprit are not at fault themselves
+    if not incidence:
+        return []
+    top = max(incidence.values())
+    culprits = [n for n, c in incidence.items() if c == top]
+    if len(culprits) > 1:
+        # one failing link: the end whose SSH stalled (or that could not be reached) is the one
+        marked = [n for n in culprits if _stalled(ctx, n) or ctx.node_errors.get(n)]
+        if marked:
+            culprits = marked
+    return culprits
+
+
+def _culprit_result(ctx: ClusterContext, c: str, paths: _MtuPaths) -> Result:
+    mine = [(s, d, o) for s, d, o in paths.bad if c in (s, d)]
+    outcome = Counter(o for _, _, o in mine).most_common(1)[0][0]
+    stalled = _stalled(ctx, c)
+    evidence = [f"{s} -> {d}: {o} ({paths.size}-byte DF ping)" for s, d, o in mine]
+    for s, d, _o, p in paths.links:
+        if c in (s, d) and (s, d, _o) in mine and p.get("reason"):
+            evidence.append(f"{s} -> {d}: {p['reason']}")
+    if stalled:
+        evidence.append(f"{c}: {ctx.node_errors.get(c) or 'SSH stalled after key exchange'}")
+    stage = ctx.node_detail.get(c, {}).get("stage", "")
+    how = ("SSH to it stalled after key exchange" if stage in ("kex", "auth")
+           else "its probe output stalled in transit")
+    summary = (f"jumbo frames to and from {c} are dropped ({outcome}): "
+               + ", ".join(f"{s}->{d}" for s, d, _ in mine)
+               + "; small pings pass" + (f"; {how} (same MTU black hole)" if stalled else ""))
+    return Result(check="net.mtu", node=c, status=Status.FAIL, summary=summary, evidence=evidence,
+                  remedy=f"fix the MTU on {c}'s link (switch port or NIC) to match the fabric, or drain {c}",
+                  facts={"outcome": outcome, "size": paths.size, "links": [list(x) for x in mine],
+                         "ssh_stalled": stalled, "culprit": True},
+                  source="cross-node")
+
+
+def _explained(ctx: ClusterContext, n: str, culprits: list[str], matrix: dict[str, dict[str, str]]) -> Result | None:
+    """A PASS for a peer whose only jumbo losses lead to a culprit (it is not at fault itself)."""
+    r = ctx.result_of("net.mtu", n)
+    if r is None or r.status is Status.PASS:
+        return None
+    peers = r.facts.get("peers", []) or []
+    other = [p for p in peers if p.get("outcome") != "ok"
+             and ctx.addresses.get(str(p.get("peer")), str(p.get("peer"))) not in culprits]
+    if not peers or other:
+        return None
+    towards = sorted({ctx.addresses.get(str(p.get("peer")), str(p.get("peer"))) for p in peers
+                      if p.get("outcome") != "ok"})
+    return Result(check="net.mtu", node=n, status=Status.PASS,
+                  summary=f"jumbo path fine; losses only towards {', '.join(towards)}, whose link is at fault",
+                  evidence=[f"{n} -> {t}: {matrix.get(n, {}).get(t)}" for t in towards],
+                  facts={**r.facts, "outcome": "ok", "explained_by": towards}, source="cross-node")
+
+
+def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:
+    paths = _mtu_paths(ctx)
+    if not paths.links:
+        return []
+    matrix, bad = paths.matrix, paths.bad
+    culprits = _culprits(ctx, bad)
+    out = [_culprit_result(ctx, c, paths) for c in culprits]
     for n in ctx.nodes:
-        if n in culprits:
-            continue
-        r = ctx.result_of("net.mtu", n)
-        if r is None or r.status is Status.PASS:
-            continue
-        peers = r.facts.get("peers", []) or []
-        other = [p for p in peers if p.get("outcome") != "ok"
-                 and ctx.addresses.get(str(p.get("peer")), str(p.get("peer"))) not in culprits]
-        if peers and not other:
-            towards = sorted({ctx.addresses.get(str(p.get("peer")), str(p.get("peer"))) for p in peers
-                              if p.get("outcome") != "ok"})
-            out.append(Result(check="net.mtu", node=n, status=Status.PASS,
-                              summary=f"jumbo path fine; losses only towards {', '.join(towards)}, whose link is at fault",
-                              evidence=[f"{n} -> {t}: {matrix.get(n, {}).get(t)}" for t in towards],
-                              facts={**r.facts, "outcome": "ok", "explained_by": towards}, source="cross-node"))
+        explained = _explained(ctx, n, culprits, matrix) if n not in culprits else None
+        if explained is not None:
+            out.append(explained)
     status = Status.FAIL if culprits else Status.PASS
     summary = (f"MTU black hole at {', '.join(culprits)}" if culprits
-               else f"{len(links)} node-to-peer jumbo path(s) tested")
+               else f"{len(paths.links)} node-to-peer jumbo path(s) tested")
     out.append(Result(check="cluster.mtu", node="cluster", status=status, summary=summary,
                       evidence=[f"{s} -> {d}: {o}" for s, d, o in bad][:30],
                       remedy="see net.mtu on the named node(s)" if culprits else "",
-                      facts={"matrix": matrix, "culprits": culprits, "size": size}, source="cross-node"))
+                      facts={"matrix": matrix, "culprits": culprits, "size": paths.size}, source="cross-node"))
     return out
 
 
