@@ -303,6 +303,11 @@ def drain_command(nodes: Sequence[str], reason: str) -> str:
     return shlex.join(["scontrol", "update", f"NodeName={compress(nodes)}", "State=DRAIN", f"Reason={reason}"])
 
 
+def requeue_command(job_id: str) -> str:
+    """The `scontrol requeue` line for a person to run (`<job>` when the id is not known)."""
+    return shlex.join(["scontrol", "requeue", job_id]) if JOB_ID.fullmatch(job_id or "") else "scontrol requeue <job>"
+
+
 def _apply(action: Action, args: list[str], dry_run: bool, timeout: float, scontrol: str) -> Action:
     if dry_run:
         action.message = (action.message + "; " if action.message else "") + "dry run: scontrol " + " ".join(args)

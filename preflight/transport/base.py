@@ -1,4 +1,4 @@
-"""The one small interface every transport implements (local now; ssh and srun next)."""
+"""The one small interface every transport (local, ssh, srun) implements."""
 
 from __future__ import annotations
 

@@ -284,7 +284,7 @@ class SrunTransport(Transport):
         stall_timeout: float = STALL_S,
     ) -> None:
         self.partition = partition
-        self._addresses: dict[str, str] | None = None
+        self._addresses: dict[str, str] = {}  # node -> NodeAddr, from earlier resolve_addresses calls
         self.deadline = deadline
         self.cap = cap
         self.python = python
@@ -314,12 +314,10 @@ class SrunTransport(Transport):
     def resolve_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
         """node -> its NodeAddr from Slurm (what its peers ping), else its own name: one
         batched scontrol call for the nodes not asked about before. Never raises."""
-        known = self._addresses if self._addresses is not None else {}
-        todo = [n for n in dict.fromkeys(nodes) if n not in known]
+        todo = [n for n in dict.fromkeys(nodes) if n not in self._addresses]
         if todo:
-            known.update(node_addresses(todo))
-        self._addresses = known
-        return {n: known[n] for n in nodes}
+            self._addresses.update(node_addresses(todo))
+        return {n: self._addresses[n] for n in nodes}
 
     def resolve_hostname(self, name: str) -> str:
         """One node's address (see `resolve_addresses`)."""

@@ -215,3 +215,8 @@ def test_drain_command_is_one_quoted_line() -> None:
     assert line == ("scontrol update 'NodeName=gpu[01-03]' State=DRAIN "
                     "'Reason=preflight: triage Xid 79 \"GPU fell off\" (bus)'")
     assert shlex.split(line)[-1] == f"Reason={reason}"
+
+
+def test_requeue_command() -> None:
+    assert slurm.requeue_command("4242_7") == "scontrol requeue 4242_7"
+    assert slurm.requeue_command("") == slurm.requeue_command("1; reboot") == "scontrol requeue <job>"
