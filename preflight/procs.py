@@ -65,11 +65,17 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def _signal(proc: subprocess.Popen[Any], sig: int) -> None:
+    """`sig` to the group `proc` leads, and to `proc` itself (should it not lead a group)."""
     try:
-        os.killpg(pgid, sig)
+        os.killpg(proc.pid, sig)
     except OSError:
         pass
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+        except OSError:
+            pass
 
 
 def _wait_gone(proc: subprocess.Popen[Any], until: float) -> bool:
@@ -90,10 +96,10 @@ def stop_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
     try:
         if proc.poll() is not None and not _group_alive(proc.pid):
             return
-        _signal_group(proc.pid, signal.SIGTERM)
+        _signal(proc, signal.SIGTERM)
         if _wait_gone(proc, time.monotonic() + max(0.0, grace_s)):
             return
-        _signal_group(proc.pid, signal.SIGKILL)
+        _signal(proc, signal.SIGKILL)
         _wait_gone(proc, time.monotonic() + REAP_S)
     except Exception:  # noqa: BLE001 - ending a process is best effort and must not raise
         pass
