@@ -1,4 +1,11 @@
-"""Slurm node state: drain a node preflight found unfit, resume the nodes preflight drained.
+"""The Slurm adapter: every scontrol/sinfo/sacct call of preflight is made here.
+
+- node state, batched: `show_nodes` and `node_addresses` ask ONE `scontrol show node` for any
+  number of nodes (a node Slurm does not know keeps its own name as its address);
+- `hostnames` (a partition's or nodelist's nodes), `job_nodes` (a job's nodes and times from
+  scontrol, else sacct);
+- drain a node preflight found unfit, resume the nodes preflight drained, and the command
+  lines (`drain_command`, `requeue_command`) preflight prints for a person to run.
 
 Rules (the reason is the only record of who drained a node):
 - preflight's reasons start with `preflight:` (`preflight: gpu.xid Xid 79 on GPU 0000:18:00 ...`);
