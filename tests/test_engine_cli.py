@@ -259,8 +259,8 @@ def test_analyze_unrecognised_content_is_reported_not_guessed(tmp_path: Path) ->
 
 
 def test_node_progress_counts_done_failed_pending() -> None:
-    from preflight.cli.progress import NodeProgress
     from preflight.model import Capture, CaptureState
+    from preflight.report.progress import NodeProgress
 
     lines: list[str] = []
     prog = NodeProgress(lines.append)

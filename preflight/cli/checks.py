@@ -10,7 +10,7 @@ import typer
 
 from preflight.cli import options as opt
 from preflight.cli.app import app
-from preflight.cli.progress import live_progress
+from preflight.report.progress import live_progress
 
 
 @app.command()
@@ -114,16 +114,9 @@ def list_checks(
 
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
-    from rich.console import Console
-    from rich.table import Table
+    from preflight.report.console import render_checks
 
-    table = Table(title="preflight checks")
-    for col in ("id", "scope", "probes", "catches"):
-        table.add_column(col)
-    for r in rows:
-        origin = "" if r["origin"] == "builtin" else f" (site: {Path(str(r['origin'])).name})"
-        table.add_row(f"{r['id']}{origin}", str(r["scope"]), str(r["probes"]), str(r["catches"] or r["title"]))
-    Console().print(table)
+    render_checks(rows)
 
 
 @app.command()

@@ -3,7 +3,7 @@
 - `base`: the Report itself and the default report folder;
 - `files`: report.json, report.md (`markdown`), junit.xml (`junit`), report.html (`html`);
 - `console`: the rich table on a terminal; `prometheus`: node_exporter textfile metrics;
-- `history_console`: the history summary's tables;
+- `history_console`: the history summary's tables; `progress`: the live nodes-done line on stderr;
 - `emit`: the one output path, `emit(report, sinks)`, every command hands its report to.
 """
 

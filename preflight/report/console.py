@@ -37,3 +37,16 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     color = "bold green" if v.verdict == "GO" else "bold red"
     tail = f" (blocking: {escape(', '.join(v.bad_nodes))})" if v.bad_nodes else ""
     console.print(f"[{color}]{v.verdict}[/] {counts}{tail}", highlight=False)
+
+
+def render_checks(rows: list[dict[str, object]], console: Console | None = None) -> None:
+    """`preflight list`: the registered checks as a table (site checks name their file)."""
+    from pathlib import Path
+
+    table = Table(title="preflight checks")
+    for col in ("id", "scope", "probes", "catches"):
+        table.add_column(col)
+    for r in rows:
+        origin = "" if r["origin"] == "builtin" else f" (site: {Path(str(r['origin'])).name})"
+        table.add_row(f"{r['id']}{origin}", str(r["scope"]), str(r["probes"]), str(r["catches"] or r["title"]))
+    (console or Console()).print(table)

@@ -1,4 +1,5 @@
-"""A live `nodes: done, failed, pending` line on stderr while probes run (terminals only)."""
+"""A live `nodes: done, failed, pending` line on stderr while probes run (terminals only):
+the progress sink the commands hand to the engine."""
 
 from __future__ import annotations
 
