@@ -17,6 +17,7 @@ rail); an adapter trained at a narrower PCIe width than it can FAILs; other port
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from preflight.findings import Findings
@@ -24,6 +25,7 @@ from preflight.model import Result, Status
 from preflight.parsers.ib import IbReport, Port
 from preflight.parsers.netlog import LinkEvents
 from preflight.probes import Probe
+from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
 from .network import grade_flaps, is_ib_name
@@ -100,76 +102,111 @@ def _why_down(p: Port) -> str:
     return f"{p.ca} port {p.port} is {p.state or 'not Active'}/{ph or '?'}: check the cable and the switch port"
 
 
-def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str, Any]) -> str:
-    prof = ctx.profile
-    expect_count = int(prof.get("ib.hca_count", 0) or 0)
-    expect_rate = float(prof.get("ib.rate", 0) or 0)
-    link_layer = str(prof.get("ib.link_layer", "any") or "any")
-    require_all = bool(prof.get("ib.require_all_ports", False))
-    nominal = prof.get("ib.ca_type_rates") or {}
+@dataclass(frozen=True)
+class _Expect:
+    """What the profile expects of the node's IB ports."""
+
+    count: int
+    rate: float
+    link_layer: str
+    require_all: bool
+    nominal: Any  # ca type -> nominal rate
+
+    @classmethod
+    def of(cls, prof: Profile) -> _Expect:
+        return cls(int(prof.get("ib.hca_count", 0) or 0), float(prof.get("ib.rate", 0) or 0),
+                   str(prof.get("ib.link_layer", "any") or "any"), bool(prof.get("ib.require_all_ports", False)),
+                   prof.get("ib.ca_type_rates") or {})
+
+
+def _tool_failure(ctx: CheckContext, rep: IbReport, f: Findings) -> None:
+    """ibstat that failed part-way (a device listed but unreadable)."""
     run = ctx.input("ibstat")
     cmd = run.cmdline if run is not None else "ibstat"
-    tool_failed = bool(rep.errors) or (run is not None and run.rc not in (0, None))
-    compute = sorted(compute_ports(rep.ports, link_layer, expect_rate, nominal), key=lambda p: (_natural(p.ca), p.port))
-    others = sorted((p for p in rep.ports if p not in compute), key=lambda p: (_natural(p.ca), p.port))
+    if not rep.errors and (run is None or run.rc in (0, None)):
+        return
+    missing = f" (device {', '.join(rep.missing_devices)} listed but unreadable)" if rep.missing_devices else ""
+    err = rep.errors[:3] or [f"{cmd} exited {run.rc if run else '?'}"]
+    dev = rep.missing_devices[0] if rep.missing_devices else "the device"
+    f.add(Status.FAIL, f"{cmd} failed after {len({p.ca for p in rep.ports})} CA(s){missing}: {err[0]}", err,
+          f"{dev} is in the device list but cannot be read: check `ls /sys/class/infiniband` and "
+          "`dmesg | grep mlx5`, reload mlx5_ib or reboot; on a VM the virtual function may be gone "
+          "(ask the provider to repair the host)")
+
+
+def _compute_findings(prof: Profile, exp: _Expect, compute: list[Port], f: Findings) -> None:
+    """No compute fabric, compute ports down, fewer compute NICs up than expected."""
     up = [p for p in compute if p.up]
     down = [p for p in compute if not p.up]
-    slow = [p for p in up if expect_rate and p.rate is not None and p.rate < expect_rate]
-    facts.update(compute_ports=[f"{p.ca}/{p.port}" for p in compute], compute_total=len(compute),
-                 compute_active=len(up))
-    if tool_failed:
-        missing = f" (device {', '.join(rep.missing_devices)} listed but unreadable)" if rep.missing_devices else ""
-        err = rep.errors[:3] or [f"{cmd} exited {run.rc if run else '?'}"]
-        dev = rep.missing_devices[0] if rep.missing_devices else "the device"
-        f.add(Status.FAIL, f"{cmd} failed after {len({p.ca for p in rep.ports})} CA(s){missing}: {err[0]}", err,
-              f"{dev} is in the device list but cannot be read: check `ls /sys/class/infiniband` and "
-              "`dmesg | grep mlx5`, reload mlx5_ib or reboot; on a VM the virtual function may be gone "
-              "(ask the provider to repair the host)")
-    if link_layer.lower() == "infiniband" and not compute:
+    if exp.link_layer.lower() == "infiniband" and not compute:
         f.add(Status.FAIL, "no InfiniBand port found; profile expects an InfiniBand compute fabric",
-              [f"ib.link_layer = {link_layer} ({prof.source('ib.link_layer')})"],
+              [f"ib.link_layer = {exp.link_layer} ({prof.source('ib.link_layer')})"],
               "check the HCA link type (`mlxconfig -d <dev> q LINK_TYPE_P1`) and the cabling")
     if down:
         f.add(Status.FAIL, "compute port(s) down: " + ", ".join(
             f"{p.ca} {p.state or '?'}" + (f"/{p.physical_state}" if p.physical_state else "") for p in down),
             [_port_line(p) for p in down], "; ".join(_why_down(p) for p in down))
-    if expect_count and len(up) < expect_count:
-        f.add(Status.FAIL, f"only {len(up)} of {expect_count} compute NICs up",
-              [f"ib.hca_count = {expect_count} ({prof.source('ib.hca_count')})"],
+    if exp.count and len(up) < exp.count:
+        f.add(Status.FAIL, f"only {len(up)} of {exp.count} compute NICs up",
+              [f"ib.hca_count = {exp.count} ({prof.source('ib.hca_count')})"],
               f"only {len(compute)} compute ports are listed: check that every HCA is seen (`lspci | grep -i "
-              "mellanox`) and its driver loaded" if len(compute) < expect_count else "")
+              "mellanox`) and its driver loaded" if len(compute) < exp.count else "")
+
+
+def _rate_findings(prof: Profile, exp: _Expect, rep: IbReport, up: list[Port], f: Findings) -> None:
+    """Ports under the profile's rate, or (no rate in the profile) slower than their siblings."""
+    slow = [p for p in up if exp.rate and p.rate is not None and p.rate < exp.rate]
     if slow:
-        f.add(Status.FAIL, f"{len(slow)} compute port(s) below the expected rate {expect_rate:g}: " + "; ".join(
+        f.add(Status.FAIL, f"{len(slow)} compute port(s) below the expected rate {exp.rate:g}: " + "; ".join(
             f"{p.ca} at {p.fact()['rate']}" for p in slow),
-            [_port_line(p) for p in slow] + [f"ib.rate = {expect_rate:g} ({prof.source('ib.rate')})"],
+            [_port_line(p) for p in slow] + [f"ib.rate = {exp.rate:g} ({prof.source('ib.rate')})"],
             "; ".join(f"{p.ca} trained at {p.fact()['rate']} Gb/s: reseat/replace the cable or transceiver, check "
                       f"`mlxlink -d {p.ca}` for the negotiated speed/width" for p in slow))
-    if not expect_rate and rep.shows_rate:
-        top: dict[str, float] = {}
-        for p in up:
-            top[p.ca_type] = max(top.get(p.ca_type, 0.0), p.rate or 0.0)
-        lagging = [p for p in up if p.rate is not None and p.rate < top.get(p.ca_type, 0.0)]
-        if lagging:
-            f.add(Status.WARN, "compute port(s) slower than their siblings: " + ", ".join(
-                f"{p.ca} at {p.fact()['rate']} (others {top[p.ca_type]:g})" for p in lagging),
-                [_port_line(p) for p in lagging],
-                "; ".join(f"{p.ca} trained below its siblings: reseat/replace the cable or transceiver, check "
-                          f"`mlxlink -d {p.ca}`; set ib.rate in the site profile to make this a FAIL" for p in lagging))
+    if exp.rate or not rep.shows_rate:
+        return
+    top: dict[str, float] = {}
+    for p in up:
+        top[p.ca_type] = max(top.get(p.ca_type, 0.0), p.rate or 0.0)
+    lagging = [p for p in up if p.rate is not None and p.rate < top.get(p.ca_type, 0.0)]
+    if lagging:
+        f.add(Status.WARN, "compute port(s) slower than their siblings: " + ", ".join(
+            f"{p.ca} at {p.fact()['rate']} (others {top[p.ca_type]:g})" for p in lagging),
+            [_port_line(p) for p in lagging],
+            "; ".join(f"{p.ca} trained below its siblings: reseat/replace the cable or transceiver, check "
+                      f"`mlxlink -d {p.ca}`; set ib.rate in the site profile to make this a FAIL" for p in lagging))
+
+
+def _adapter_findings(exp: _Expect, rep: IbReport, others_down: list[Port], f: Findings) -> None:
+    """Narrow PCIe links, non-compute ports down, adapters of unknown type."""
     narrow = [p for p in rep.ports if p.pcie_width and p.pcie_width_cap and p.pcie_width < p.pcie_width_cap]
     if narrow:
         f.add(Status.FAIL, "HCA PCIe link trained narrower than it can: " + ", ".join(
             f"{p.ca} x{p.pcie_width} of x{p.pcie_width_cap}" for p in narrow), [_port_line(p) for p in narrow],
             "reseat the HCA (or its riser), check the slot in the BIOS; `lspci -vv` LnkSta shows the trained width")
-    others_down = [p for p in others if not p.up]
     if others_down:
-        f.add(Status.FAIL if require_all else Status.WARN, "non-compute port(s) down: " + ", ".join(
+        f.add(Status.FAIL if exp.require_all else Status.WARN, "non-compute port(s) down: " + ", ".join(
             f"{p.ca} ({p.link_layer or '?'} {p.state}/{p.physical_state})" for p in others_down),
             [_port_line(p) for p in others_down],
             "front-end/storage port(s) down: " + "; ".join(_why_down(p) for p in others_down)
-            + ("" if require_all else " (the compute fabric is not affected)"))
+            + ("" if exp.require_all else " (the compute fabric is not affected)"))
     unknown = sorted({p.ca for p in rep.ports if not p.ca_type and rep.kind in ("ibstat", "ibv_devinfo")})
     if unknown:
         f.add(Status.PASS, f"adapter type not reported for {', '.join(unknown)} (unknown type, not a port fault)")
+
+
+def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str, Any]) -> str:
+    exp = _Expect.of(ctx.profile)
+    compute = sorted(compute_ports(rep.ports, exp.link_layer, exp.rate, exp.nominal),
+                     key=lambda p: (_natural(p.ca), p.port))
+    others = sorted((p for p in rep.ports if p not in compute), key=lambda p: (_natural(p.ca), p.port))
+    up = [p for p in compute if p.up]
+    others_down = [p for p in others if not p.up]
+    facts.update(compute_ports=[f"{p.ca}/{p.port}" for p in compute], compute_total=len(compute),
+                 compute_active=len(up))
+    _tool_failure(ctx, rep, f)
+    _compute_findings(ctx.profile, exp, compute, f)
+    _rate_findings(ctx.profile, exp, rep, up, f)
+    _adapter_findings(exp, rep, others_down, f)
     layers = sorted({p.link_layer for p in compute if p.link_layer})
     rates = sorted({p.fact()["rate"] for p in up if p.rate is not None})
     shape = f"{len(up)}/{len(compute)} compute ports Active ({'/'.join(layers) or '?'}, " \
