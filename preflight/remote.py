@@ -1,157 +1,70 @@
 """The probe bundle that travels to a remote node: one program, one round trip.
 
-`build_script(probes)` returns a self-contained Python program (the standard-library probe
-runner of `preflight.probes` plus the node's probes as JSON) that a transport runs as
-`python3 -c SCRIPT` over SSH or srun. On the node it runs every probe concurrently with
-its timeout and output cap, and prints one delimited JSON line per capture as soon as it
-is done, so a node that hangs half-way still gives back the probes that finished:
-
-    @@preflight <nonce> capture <json>
-    @@preflight <nonce> tick <node> <seconds>
-    @@preflight <nonce> done <node> <seconds>
+`build_script(probes)` returns a self-contained Python program that a transport runs as
+`python3 -c SCRIPT` over SSH or srun: the text of `preflight.probe_runner` exactly as it is in
+the package, then one fixed line, `sys.exit(serve(PAYLOAD))`, whose payload names the probes.
+On the node it runs every probe concurrently with its timeout and output cap, and prints one
+delimited line per capture as soon as it is done, so a node that hangs half-way still gives
+back the probes that finished (the line formats are in `preflight.probe_runner`).
 
 While probes run the program writes a `tick` line every `tick_s` seconds: a live session is
 never silent for long, so a transport tells a stalled connection (no bytes at all, e.g. an MTU
 black hole holding everything behind one lost segment) from slow probes within seconds.
 
 `parse_output(text, nonce)` reads that back, keyed by the node name the node reported
-(srun with several nodes interleaves their lines; each line is whole).
+(srun with several nodes interleaves their lines; each line is whole). The node states its
+protocol version in its first line, in every capture and in its last line; output of another
+version is never read as captures: the node gets an entry in `errors` (and in `garbage`).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import secrets
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 
-from preflight import probes as _probes
-from preflight.model import Capture, CaptureState
-from preflight.probes import DEFAULT_CAP, Probe
+from preflight import probe_runner
+from preflight.model import Capture
+from preflight.probe_runner import DEFAULT_CAP, MARK, PROTOCOL, PYTHON_TOKEN, Probe, Result, encode_payload
+from preflight.probes import capture_of
 
-MARK = "@@preflight"
-PYTHON_TOKEN = "{python}"  # replaced on the node by the Python running the bundle
+__all__ = ["MARK", "PROTOCOL", "PYTHON_TOKEN", "ParsedOutput", "build_script", "module_text", "parse_output"]
 
-
-def _runner_source() -> str:
-    """The probe runner's source: `preflight.probes` minus its package imports."""
-    src = inspect.getsource(_probes)
-    keep = [line for line in src.splitlines() if not line.startswith("from preflight")]
-    return "\n".join(keep)
+# Names the program defines for a transport that wraps it (srun's dispatcher uses them).
+_WRAPPER_NAMES = "import json as _json, socket as _socket, sys as _sys"
+_GARBAGE_KEPT = 20
 
 
-_MAIN = r'''
-import json as _json, socket as _socket, sys as _sys, time as _time, threading as _threading
-from enum import Enum as _Enum
+def module_text(module: ModuleType) -> str:
+    """A module's own source file, verbatim: what travels to a node for a node-side module."""
+    return _file_text(str(module.__file__))
 
-class CaptureState(str, _Enum):
-    OK = "ok"; MISSING = "missing"; TIMEOUT = "timeout"; FAILED = "failed"
 
-class Capture:
-    def __init__(self, probe, argv, state, stdout="", stderr="", rc=None, duration=0.0, truncated=False,
-                 timeout=0.0, reason="", source=""):
-        self.probe, self.argv, self.state, self.stdout, self.stderr = probe, argv, state, stdout, stderr
-        self.rc, self.duration, self.truncated, self.timeout = rc, duration, truncated, timeout
-        self.reason, self.source = reason, source
-
-def _main(bundle):
-    nonce, cap = bundle["nonce"], bundle["cap"]
-    import os as _os
-    node = _os.environ.get("SLURMD_NODENAME") or _socket.gethostname().split(".")[0]
-    lock = _threading.Lock()
-    start = _time.monotonic()
-    probes = []
-    for p in bundle["probes"]:
-        cmds = tuple(tuple(_sys.executable if a == "{python}" else a for a in c) for c in p["commands"])
-        probes.append(Probe(name=p["name"], commands=cmds, timeout=p["timeout"], env=tuple(map(tuple, p["env"]))))
-    stopping = []
-
-    def _stop(signum, frame):
-        # srun cancelling the step, or the session going away: end the probes (they run in their
-        # own sessions, so the signal does not reach them) and leave without a traceback
-        stopping.append(signum)
-        kill_live()
-        _os._exit(128 + signum)
-    import signal as _signal
-    for _sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
-        try:
-            _signal.signal(_sig, _stop)
-        except (ValueError, OSError):
-            pass
-    if bundle.get("watch_stdin"):
-        # the caller keeps our stdin open; EOF means its session is gone (SSH dropped, preflight
-        # killed): end the probes and leave nothing running on the node
-        def _watch():
-            try:
-                while _sys.stdin.buffer.read(4096):
-                    pass
-            except Exception:
-                pass
-            stopping.append(0)
-            kill_live()
-            _os._exit(3)
-        _threading.Thread(target=_watch, daemon=True).start()
-    def done(c):
-        rec = {"node": node, "probe": c.probe, "argv": list(c.argv), "state": c.state.value, "stdout": c.stdout,
-               "stderr": c.stderr, "rc": c.rc, "duration": c.duration, "truncated": c.truncated,
-               "timeout": c.timeout, "reason": c.reason}
-        line = "%s %s capture %s\n" % ("@@preflight", nonce, _json.dumps(rec))
-        with lock:
-            if stopping:  # a probe we killed on the way out is not a result
-                return
-            _sys.stdout.write(line)
-            _sys.stdout.flush()
-    finished = _threading.Event()
-    tick_s = float(bundle.get("tick_s") or 0)
-
-    def _ticker():
-        while not finished.wait(tick_s):
-            with lock:
-                if stopping:
-                    return
-                _sys.stdout.write("%s %s tick %s %.3f\n" % ("@@preflight", nonce, node, _time.monotonic() - start))
-                _sys.stdout.flush()
-    if tick_s > 0:
-        _threading.Thread(target=_ticker, daemon=True).start()
-    try:
-        run_bundle(probes, cap=cap, on_done=done)
-    finally:
-        finished.set()
-    _sys.stdout.write("%s %s done %s %.3f\n" % ("@@preflight", nonce, node, _time.monotonic() - start))
-    _sys.stdout.flush()
-'''
+@cache
+def _file_text(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
 
 
 def build_script(probes: Sequence[Probe], cap: int = DEFAULT_CAP, nonce: str | None = None,
                  watch_stdin: bool = False, tick_s: float = 0.0) -> tuple[str, str]:
     """(program text, nonce). Commands whose argv[0] is this Python run with the node's Python.
     With `watch_stdin` the program ends its probes and exits when its stdin reaches EOF (the
-    SSH session that started it went away); with `tick_s` it writes a tick line that often."""
+    SSH session that started it went away); with `tick_s` it writes a tick line that often.
+    The last line of the program is the only one that depends on the probes."""
     nonce = nonce or secrets.token_hex(8)
-    payload = {
-        "nonce": nonce,
-        "cap": cap,
-        "watch_stdin": watch_stdin,
-        "tick_s": tick_s,
-        "probes": [
-            {
-                "name": p.name,
-                "commands": [[PYTHON_TOKEN if (i == 0 and a == sys.executable) else a for i, a in enumerate(c)]
-                             for c in p.commands],
-                "timeout": p.timeout,
-                "env": [list(kv) for kv in p.env],
-            }
-            for p in probes
-        ],
-    }
-    script = "\n".join([
-        _runner_source(),
-        _MAIN,
-        f"_main(_json.loads({json.dumps(json.dumps(payload))}))",
-    ])
+    payload = encode_payload(probes, nonce, cap=cap, watch_stdin=watch_stdin, tick_s=tick_s)
+    script = "\n".join([module_text(probe_runner).rstrip("\n"), _WRAPPER_NAMES, f"sys.exit(serve({payload!r}))"])
     return script, nonce
+
+
+def mismatch(node: str, protocol: int) -> str:
+    """The sentence for a node whose probe runner speaks another protocol."""
+    return (f"{node} runs a probe bundle of protocol {protocol}, this preflight speaks protocol {PROTOCOL}: "
+            f"its output was not read; run the same preflight version on the node and the controller")
 
 
 @dataclass
@@ -160,6 +73,54 @@ class ParsedOutput:
     finished: dict[str, float] = field(default_factory=dict)  # node -> seconds on the node
     ticks: dict[str, float] = field(default_factory=dict)  # node -> seconds on the node at its last tick
     garbage: list[str] = field(default_factory=list)  # lines that were not ours (first few)
+    protocols: dict[str, int] = field(default_factory=dict)  # node -> the protocol its hello stated
+    errors: dict[str, str] = field(default_factory=dict)  # node -> why its output was not read
+
+    def keep_garbage(self, line: str) -> None:
+        if line.strip() and len(self.garbage) < _GARBAGE_KEPT:
+            self.garbage.append(line[:300])
+
+    def speaks(self, node: str, protocol: int) -> bool:
+        """True when `protocol` is ours; else the node's output is refused with an error."""
+        if protocol == PROTOCOL:
+            return True
+        if node not in self.errors:
+            self.errors[node] = mismatch(node, protocol)
+            self.keep_garbage(self.errors[node])
+        return False
+
+    def take(self, kind: str, body: str, source_prefix: str) -> bool:
+        """Read one of our lines; False when it is damaged (it is then evidence, not data)."""
+        if kind == "capture":
+            return self._capture(body, source_prefix)
+        parts = body.split()
+        try:
+            if kind == "hello" and len(parts) == 2:
+                self.protocols[parts[0]] = int(parts[1])
+                self.speaks(parts[0], int(parts[1]))
+            elif kind == "tick" and len(parts) == 2:
+                self.ticks[parts[0]] = float(parts[1])
+            elif kind == "done" and len(parts) in (2, 3):
+                # a done line without a protocol is the format of protocol 1
+                if self.speaks(parts[0], int(parts[2]) if len(parts) == 3 else 1):
+                    self.finished[parts[0]] = float(parts[1])
+        except ValueError:
+            pass
+        return True
+
+    def _capture(self, body: str, source_prefix: str) -> bool:
+        try:
+            rec = json.loads(body)
+            node = str(rec.pop("node"))
+            protocol = int(rec.pop("protocol", 1))
+            if not self.speaks(node, protocol):
+                return True
+            result = Result.from_record(rec)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return False
+        source = f"{source_prefix}{node}:probe:{result.probe}"
+        self.captures.setdefault(node, {})[result.probe] = capture_of(result, source)
+        return True
 
 
 def parse_output(text: str, nonce: str, source_prefix: str = "") -> ParsedOutput:
@@ -170,32 +131,9 @@ def parse_output(text: str, nonce: str, source_prefix: str = "") -> ParsedOutput
         # srun --label puts "<task>: " in front; the marker may not start the line
         pos = raw.find(head)
         if pos < 0:
-            if raw.strip() and len(out.garbage) < 20:
-                out.garbage.append(raw[:300])
+            out.keep_garbage(raw)
             continue
-        rest = raw[pos + len(head):]
-        kind, _, body = rest.partition(" ")
-        if kind == "capture":
-            try:
-                rec = json.loads(body)
-                node = str(rec.pop("node"))
-                cap = Capture(
-                    probe=str(rec["probe"]), argv=[str(a) for a in rec["argv"]], state=CaptureState(rec["state"]),
-                    stdout=str(rec["stdout"]), stderr=str(rec["stderr"]), rc=rec["rc"],
-                    duration=float(rec["duration"]), truncated=bool(rec["truncated"]),
-                    timeout=float(rec["timeout"]), reason=str(rec["reason"]),
-                    source=f"{source_prefix}{node}:probe:{rec['probe']}",
-                )
-            except (ValueError, KeyError, TypeError):
-                if len(out.garbage) < 20:
-                    out.garbage.append(raw[:300])
-                continue
-            out.captures.setdefault(node, {})[cap.probe] = cap
-        elif kind in ("done", "tick"):
-            parts = body.split()
-            if len(parts) == 2:
-                try:
-                    (out.finished if kind == "done" else out.ticks)[parts[0]] = float(parts[1])
-                except ValueError:
-                    pass
+        kind, _, body = raw[pos + len(head):].partition(" ")
+        if not out.take(kind, body, source_prefix):
+            out.keep_garbage(raw)
     return out

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
 import pytest
 
+from preflight import probe_runner
 from preflight.model import CaptureState
-from preflight.probes import Probe, run_bundle, run_command, run_probe
+from preflight.probes import Probe, capture_of, run_bundle, run_command, run_probe
 
 PY = sys.executable
 
@@ -75,3 +77,55 @@ def test_bundle_runs_concurrently() -> None:
 def test_undecodable_bytes_do_not_raise() -> None:
     c = run_command([PY, "-c", "import sys; sys.stdout.buffer.write(b'\\xff\\xfe ok\\n')"])
     assert c.ok and "ok" in c.stdout
+
+
+def test_empty_command_is_failed_with_a_reason() -> None:
+    c = run_command([])
+    assert c.state is CaptureState.FAILED and c.reason == "empty command"
+
+
+def test_runner_results_are_the_wire_records_captures_are_built_from() -> None:
+    r = probe_runner.run_probe(Probe.of("k", ["sh", "-c", "echo out; echo err >&2; exit 4"]))
+    assert (r.state, r.rc, r.stdout, r.stderr) == (probe_runner.OK, 4, "out\n", "err\n")
+    rec = json.loads(json.dumps(r.record()))
+    assert probe_runner.Result.from_record(rec) == r
+    cap = capture_of(r, "ssh:n1:probe:k")
+    assert cap.state is CaptureState.OK and cap.rc == 4 and cap.source == "ssh:n1:probe:k"
+    assert capture_of(r).source == "probe:k"
+    # every state the runner writes is a CaptureState the controller knows
+    assert {CaptureState(s) for s in probe_runner.STATES} <= set(CaptureState)
+
+
+@pytest.mark.parametrize("change", [{"state": "exploded"}, {"argv": "echo"}, {"rc": "x"}, {"duration": None}])
+def test_a_record_that_is_not_a_result_is_refused(change: dict) -> None:
+    rec = probe_runner.Result("k", ["echo"], probe_runner.OK).record()
+    with pytest.raises((ValueError, TypeError)):
+        probe_runner.Result.from_record({**rec, **change})
+    with pytest.raises(KeyError):
+        probe_runner.Result.from_record({k: v for k, v in rec.items() if k != "stdout"})
+
+
+def test_bundle_hands_the_same_capture_to_on_done_and_to_the_result() -> None:
+    seen = []
+    caps = run_bundle([Probe.of("a", ["echo", "a"]), Probe.of("b", ["no-such-tool-q"])], on_done=seen.append)
+    assert sorted(c.probe for c in seen) == ["a", "b"]
+    assert all(caps[c.probe] is c for c in seen)
+    assert caps["b"].state is CaptureState.MISSING and caps["a"].source == "probe:a"
+
+
+def test_a_failing_progress_display_loses_no_capture() -> None:
+    def boom(c) -> None:
+        raise RuntimeError("display broke")
+
+    caps = run_bundle([Probe.of("a", ["echo", "a"])], on_done=boom)
+    assert caps["a"].stdout == "a\n"
+
+
+def test_the_runner_module_needs_nothing_but_the_standard_library() -> None:
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(probe_runner.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names

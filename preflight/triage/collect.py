@@ -33,6 +33,8 @@ from typing import Any
 
 from preflight.model import Capture, CaptureState
 from preflight.probes import Probe
+from preflight.remote import module_text
+from preflight.triage import gather
 
 BUNDLE_VERSION = 1
 RUN_DIR_PROBE = "triage-run-dir"
@@ -43,136 +45,28 @@ TOTAL_BYTES = 4 * 1024 * 1024
 MAX_FILES = 400
 FILES_TIMEOUT = 30.0
 PROCS_TIMEOUT = 45.0
-
-# Runs on the node with its own Python (standard library only). argv: mode (dir|glob) target
-# per_file total max_files. Prints one JSON document; structured small files first.
-FILES_SCRIPT = r'''
-import base64, glob, json, os, sys
-mode, target, per_file, total, max_files = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-out = {"mode": mode, "target": target, "exists": False, "files": [], "skipped": []}
-paths = []
-if mode == "dir":
-    out["exists"] = os.path.isdir(target)
-    if out["exists"]:
-        for root, dirs, names in os.walk(target):
-            depth = root[len(target):].count(os.sep)
-            if depth >= 2:
-                dirs[:] = []
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            for n in names:
-                if not n.startswith("."):
-                    paths.append(os.path.join(root, n))
-else:
-    paths = sorted(glob.glob(target, recursive=True))
-    out["exists"] = bool(paths)
-def prio(p):
-    n = os.path.basename(p)
-    for i, pre in enumerate(("crash-", "hang-", "fr-", "heartbeat-", "events-", "stacks-", "nccl_trace")):
-        if n.startswith(pre):
-            return (i, n)
-    return (9 if not n.endswith((".log", ".txt", ".out", ".err")) else 8, n)
-used = 0
-for p in sorted(paths, key=prio):
-    if len(out["files"]) >= max_files or not os.path.isfile(p):
-        out["skipped"].append({"path": p, "reason": "not a regular file" if len(out["files"]) < max_files
-                               else "over the file-count limit"})
-        continue
-    try:
-        st = os.stat(p)
-        size = st.st_size
-        keep = min(size, per_file, max(0, total - used))
-        if keep <= 0 and size > 0:
-            out["skipped"].append({"path": p, "reason": "over the total size limit"})
-            continue
-        with open(p, "rb") as fh:
-            if keep < size:
-                fh.seek(size - keep)
-            data = fh.read(keep)
-    except OSError as exc:
-        out["skipped"].append({"path": p, "reason": exc.strerror or str(exc), "error": True})
-        continue
-    used += len(data)
-    rel = os.path.relpath(p, target) if mode == "dir" else p
-    out["files"].append({"name": rel, "size": size, "mtime": st.st_mtime, "truncated": keep < size,
-                         "b64": base64.b64encode(data).decode()})
-sys.stdout.write(json.dumps(out))
-'''
-
-# argv: pattern (regex on the command line) spy_timeout total_deadline max_procs
-PROCS_SCRIPT = r'''
-import json, os, re, shutil, subprocess, sys, time
-pattern, spy_t, deadline, max_procs = re.compile(sys.argv[1]), float(sys.argv[2]), time.monotonic() + float(sys.argv[3]), int(sys.argv[4])
-me = os.getpid()
-skip = set()
-pid = me
-for _ in range(64):
-    skip.add(pid)
-    try:
-        pid = int(open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[1])
-    except Exception:
-        break
-    if pid <= 1:
-        break
-procs = []
-for entry in os.listdir("/proc"):
-    if not entry.isdigit() or int(entry) in skip:
-        continue
-    try:
-        argv = open("/proc/%s/cmdline" % entry, "rb").read().split(b"\0")
-        argv = [a.decode("utf-8", "replace") for a in argv if a]
-        if not argv or "python" not in os.path.basename(argv[0]):
-            continue
-        cmd = " ".join(argv)
-        if not pattern.search(cmd):
-            continue
-        stat = open("/proc/%s/stat" % entry).read()
-        state = stat.rsplit(")", 1)[1].split()[0]
-        rank = None
-        try:
-            env = open("/proc/%s/environ" % entry, "rb").read().split(b"\0")
-            for kv in env:
-                if kv.startswith(b"RANK="):
-                    rank = int(kv[5:])
-        except Exception:
-            pass
-        procs.append({"pid": int(entry), "state": state, "rank": rank, "cmdline": cmd[:500]})
-    except Exception:
-        continue
-procs.sort(key=lambda p: (p["rank"] if p["rank"] is not None else 1 << 30, p["pid"]))
-spy = shutil.which("py-spy")
-out = {"py_spy": spy or "", "processes": procs[:max_procs]}
-for p in out["processes"]:
-    if not spy:
-        break
-    left = deadline - time.monotonic()
-    if left <= 1:
-        p["py_spy_error"] = "collection deadline reached"
-        continue
-    try:
-        r = subprocess.run([spy, "dump", "--pid", str(p["pid"])], capture_output=True, text=True, timeout=min(spy_t, left))
-        p["py_spy"] = r.stdout[-200000:]
-        if r.returncode != 0:
-            p["py_spy_error"] = (r.stderr or "").strip()[-500:]
-    except subprocess.TimeoutExpired:
-        p["py_spy_error"] = "py-spy dump timed out"
-    except OSError as exc:
-        p["py_spy_error"] = str(exc)
-sys.stdout.write(json.dumps(out))
-'''
+MAX_PROCS = 64
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def gather_command(*args: str) -> list[str]:
+    """The command that runs `preflight.triage.gather` with `args` on a node with only a stock
+    Python: the module's own text, verbatim, as `python -c` (see the module for its arguments)."""
+    return [sys.executable, "-c", module_text(gather), *args]
 
 
 def files_probe(name: str, mode: str, target: str, per_file: int = PER_FILE_BYTES,
                 total: int = TOTAL_BYTES) -> Probe:
     """A probe that returns the (bounded) content of a folder's files or a glob's files."""
-    return Probe.of(name, [sys.executable, "-c", FILES_SCRIPT, mode, target, str(per_file), str(total),
-                           str(MAX_FILES)], timeout=FILES_TIMEOUT)
+    return Probe.of(name, gather_command("files", mode, target, str(per_file), str(total), str(MAX_FILES)),
+                    timeout=FILES_TIMEOUT)
 
 
 def procs_probe(pattern: str, spy_timeout: float = 10.0) -> Probe:
-    return Probe.of(PROCS_PROBE, [sys.executable, "-c", PROCS_SCRIPT, pattern, str(spy_timeout),
-                                  str(PROCS_TIMEOUT - 5), "64"], timeout=PROCS_TIMEOUT)
+    """A probe that lists the python processes matching `pattern`, with their stacks."""
+    return Probe.of(PROCS_PROBE, gather_command("procs", pattern, str(spy_timeout), str(PROCS_TIMEOUT - 5),
+                                                str(MAX_PROCS)), timeout=PROCS_TIMEOUT)
 
 
 def triage_probes(run_dir: str | None, logs: Sequence[str] = (), pattern: str | None = None) -> list[Probe]:
@@ -218,25 +112,42 @@ class NodeFile:
         return self.data.decode("utf-8", errors="replace")
 
 
-def decode_files(capture: Capture | None) -> tuple[list[NodeFile], str]:
-    """The files a files probe brought back, and a problem sentence ("" when fine)."""
+def _document(capture: Capture | None) -> tuple[dict[str, Any] | None, str]:
+    """The JSON document a gatherer probe wrote, or None and a problem sentence."""
     if capture is None:
-        return [], "not collected"
+        return None, "not collected"
     if capture.state is not CaptureState.OK:
-        return [], capture.reason or capture.state.value
+        return None, capture.reason or capture.state.value
     try:
         doc = json.loads(capture.stdout)
     except ValueError:
-        return [], f"unreadable probe output ({len(capture.stdout)} chars; {capture.stderr.strip()[-200:]})"
+        return None, f"unreadable probe output ({len(capture.stdout)} chars; {capture.stderr.strip()[-200:]})"
     if not isinstance(doc, dict):
-        return [], "unreadable probe output"
+        return None, "unreadable probe output"
+    protocol = doc.get("protocol", 1)  # documents of protocol 1 did not say so
+    if protocol != gather.PROTOCOL:
+        return None, (f"the node's gatherer wrote protocol {str(protocol)[:20]}, this preflight reads protocol "
+                      f"{gather.PROTOCOL}: run the same preflight version on the node and the controller")
+    return doc, ""
+
+
+def gather_problem(capture: Capture | None) -> str:
+    """Why a gatherer probe's document cannot be read ("" when it can)."""
+    return _document(capture)[1]
+
+
+def decode_files(capture: Capture | None) -> tuple[list[NodeFile], str]:
+    """The files a files probe brought back, and a problem sentence ("" when fine)."""
+    doc, problem = _document(capture)
+    if doc is None:
+        return [], problem
     files: list[NodeFile] = []
     for f in doc.get("files") or []:
         try:
             files.append(NodeFile(name=str(f["name"]), data=base64.b64decode(f.get("b64", "")),
                                   size=int(f.get("size", 0)), mtime=f.get("mtime"),
                                   truncated=bool(f.get("truncated"))))
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, AttributeError):
             continue
     problem = "" if doc.get("exists") else f"{doc.get('target', '?')}: no such folder or no file matched"
     return files, problem
@@ -244,27 +155,16 @@ def decode_files(capture: Capture | None) -> tuple[list[NodeFile], str]:
 
 def decode_skipped(capture: Capture | None) -> list[tuple[str, str]]:
     """(path, why) for each file a files probe could not read (an error, not a size limit)."""
-    if capture is None or capture.state is not CaptureState.OK:
-        return []
-    try:
-        doc = json.loads(capture.stdout)
-    except ValueError:
-        return []
-    out = []
-    for s in (doc.get("skipped") or []) if isinstance(doc, dict) else []:
-        if isinstance(s, dict) and s.get("error"):
-            out.append((str(s.get("path", "?")), str(s.get("reason", "unreadable"))))
-    return out
+    doc, _ = _document(capture)
+    skipped = (doc.get("skipped") or []) if doc is not None else []
+    return [(str(s.get("path", "?")), str(s.get("reason", "unreadable")))
+            for s in skipped if isinstance(s, dict) and s.get("error")]
 
 
 def decode_procs(capture: Capture | None) -> list[dict[str, Any]]:
-    if capture is None or capture.state is not CaptureState.OK:
-        return []
-    try:
-        doc = json.loads(capture.stdout)
-    except ValueError:
-        return []
-    procs = doc.get("processes") if isinstance(doc, dict) else None
+    """The process records of a procs probe ([] when there are none or they cannot be read)."""
+    doc, _ = _document(capture)
+    procs = doc.get("processes") if doc is not None else None
     return [p for p in procs or [] if isinstance(p, dict)]
 
 
@@ -330,50 +230,68 @@ class BundleError(Exception):
     """A file that is not a readable preflight bundle."""
 
 
+def _folder_members(path: Path) -> dict[str, bytes]:
+    """manifest.json and <node>/<probe>.out of a bundle unpacked into a folder."""
+    root = path / "bundle" if (path / "bundle" / "manifest.json").is_file() else path
+    if not (root / "manifest.json").is_file():
+        raise BundleError(f"{path}: no manifest.json (not a preflight bundle)")
+    members = {"manifest.json": (root / "manifest.json").read_bytes()}
+    for p in root.glob("*/*.out"):
+        members[f"{p.parent.name}/{p.name}"] = p.read_bytes()
+    return members
+
+
+def _tar_members(path: Path) -> dict[str, bytes]:
+    """manifest.json and <node>/<probe>.out of a bundle's tar.gz."""
+    members: dict[str, bytes] = {}
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for m in tar.getmembers():
+                if not m.isfile() or m.name.count("/") != 2 and not m.name.endswith("manifest.json"):
+                    continue
+                fh = tar.extractfile(m)
+                if fh is not None:
+                    members[m.name.split("/", 1)[1] if m.name.startswith("bundle/") else m.name] = fh.read()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BundleError(f"{path}: not a readable bundle ({exc})") from None
+    return members
+
+
+def _node_captures(path: Path, node: str, rec: dict[str, Any], members: dict[str, bytes]) -> dict[str, Capture]:
+    """One node's captures: the manifest's metadata with each probe's output file."""
+    caps: dict[str, Capture] = {}
+    for probe, meta in (rec.get("captures") or {}).items():
+        try:
+            cap = Capture.from_dict({**meta, "stdout": ""})
+        except (KeyError, TypeError, ValueError):
+            continue
+        data = members.get(f"{safe_name(node)}/{safe_name(probe)}.out", b"")
+        cap.stdout = data.decode("utf-8", errors="replace")
+        cap.source = f"{path}:{node}/{safe_name(probe)}.out"
+        caps[probe] = cap
+    return caps
+
+
 def read_bundle(path: Path) -> Bundle:
     """Read a bundle written by `write_bundle` (a tar.gz, or the folder it was unpacked into)."""
-    members: dict[str, bytes] = {}
-    if path.is_dir():
-        root = path / "bundle" if (path / "bundle" / "manifest.json").is_file() else path
-        if not (root / "manifest.json").is_file():
-            raise BundleError(f"{path}: no manifest.json (not a preflight bundle)")
-        members["manifest.json"] = (root / "manifest.json").read_bytes()
-        for p in root.glob("*/*.out"):
-            members[f"{p.parent.name}/{p.name}"] = p.read_bytes()
-    else:
-        try:
-            with tarfile.open(path, "r:*") as tar:
-                for m in tar.getmembers():
-                    if not m.isfile() or m.name.count("/") != 2 and not m.name.endswith("manifest.json"):
-                        continue
-                    fh = tar.extractfile(m)
-                    if fh is None:
-                        continue
-                    rel = m.name.split("/", 1)[1] if m.name.startswith("bundle/") else m.name
-                    members[rel] = fh.read()
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"{path}: not a readable bundle ({exc})") from None
+    members = _folder_members(path) if path.is_dir() else _tar_members(path)
     if "manifest.json" not in members:
         raise BundleError(f"{path}: no manifest.json (not a preflight bundle)")
     try:
         man = json.loads(members["manifest.json"])
     except ValueError as exc:
         raise BundleError(f"{path}: manifest.json is not JSON ({exc})") from None
-    b = Bundle(job=dict(man.get("job") or {}), run_dir=str(man.get("run_dir", "")),
+    if not isinstance(man, dict) or not isinstance(man.get("nodes") or {}, dict):
+        raise BundleError(f"{path}: manifest.json is not a preflight bundle's manifest")
+    job = man.get("job")
+    b = Bundle(job=dict(job) if isinstance(job, dict) else {}, run_dir=str(man.get("run_dir", "")),
                created=str(man.get("created", "")), source=str(path))
     for node, rec in (man.get("nodes") or {}).items():
+        if not isinstance(rec, dict):
+            continue
         if rec.get("error"):
             b.errors[node] = str(rec["error"])
-        caps: dict[str, Capture] = {}
-        for probe, meta in (rec.get("captures") or {}).items():
-            try:
-                cap = Capture.from_dict({**meta, "stdout": ""})
-            except (KeyError, TypeError, ValueError):
-                continue
-            data = members.get(f"{safe_name(node)}/{safe_name(probe)}.out", b"")
-            cap.stdout = data.decode("utf-8", errors="replace")
-            cap.source = f"{path}:{node}/{safe_name(probe)}.out"
-            caps[probe] = cap
+        caps = _node_captures(path, node, rec, members)
         if caps:
             b.nodes[node] = caps
     return b
