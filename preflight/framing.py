@@ -757,7 +757,8 @@ def peel_line(raw: str, n: int, stack: Stack, year: int | None = None) -> Line:
     layers: list[str] = []
     if rest.startswith("{") and ('"log":' in rest[:12] or '"MESSAGE"' in rest or '"__REALTIME' in rest):
         rest = _json_record(rest, ln, layers)
-    rest = _peel_transports(rest, stack.outer, ln, layers)
+    if stack.outer:
+        rest = _peel_transports(rest, stack.outer, ln, layers)
     for _ in range(_DEPTH):
         before = rest
         if rest[:1] == "[":
@@ -769,7 +770,7 @@ def peel_line(raw: str, n: int, stack: Stack, year: int | None = None) -> Line:
                 break
         if rest == before:
             break
-    ln.text = _peel_transports(rest, stack.inner, ln, layers)
+    ln.text = _peel_transports(rest, stack.inner, ln, layers) if stack.inner else rest
     ln.layers = tuple(layers)
     return ln
 
