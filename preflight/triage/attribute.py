@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from preflight import slurm
+from preflight import slurm, timeparse
 from preflight.framing import Doc, frame, syslog_year_fix
 from preflight.model import Capture, Result, Status
 from preflight.parsers import flight_recorder, nccl_log, py_spy, ras, torch_log
@@ -587,9 +587,8 @@ def _read_procs(facts: Facts, node: str, procs: list[dict[str, Any]], located: d
 
 
 def _epoch(t: datetime | None) -> float | None:
-    if t is None:
-        return None
-    return t.timestamp() if t.tzinfo else t.astimezone().timestamp()
+    """Unix time of a kernel log line's time (naive: local time); None when the line has none."""
+    return None if t is None else timeparse.epoch(t)
 
 
 def _node_faults(facts: Facts, node: str, captures: dict[str, Capture], since: datetime | None,
