@@ -436,73 +436,127 @@ def _no_tooling(ctx: CheckContext, nverr: ToolError | None, facts: dict[str, Any
                                    "not checked", evidence=ev, facts=facts)
 
 
-def grade_driver(ctx: CheckContext) -> Result | list[Result]:
-    q: QReport | None = ctx.facts("nvidia-smi-q")
-    nv: NvmlReport | None = ctx.facts("nvml")
-    klog: KernelLog | None = ctx.facts("kernel-log")
-    dv: DriverVersions | None = ctx.facts("driver-version")
-    errors = [e for e in (q.errors if q else []) if e.kind in DRIVER_ERRORS]
-    lost = [e for e in (q.errors if q else []) if e.kind == "gpu_lost"]
-    if lost:  # "No devices were found" after a device-handle error: the GPU is gone, not the driver
-        errors = [e for e in errors if e.kind != "no_devices"]
-    nverr = nv.tool_error() if nv is not None else None
-    driver = q.driver if q else ""
-    nvml_driver = nv.driver if nv is not None else ""
-    the_driver = driver or nvml_driver or (dv.loaded if dv else "") or (dv.on_disk if dv else "")
-    the_cuda = (q.cuda if q else "") or (nv.cuda if nv is not None else "")
-    facts: dict[str, Any] = {"driver": the_driver or None, "cuda": the_cuda or None,
-                             "nvml": (nv.nvml_version or None) if nv is not None else None, "error": None,
-                             "kernel_module": (dv.loaded or None) if dv else None,
-                             "installed": dv.installed if dv else []}
-    early = _no_tooling(ctx, nverr, facts)
-    if early is not None:
-        return early
-    f = Findings()
-    for e in errors:
+@dataclass
+class _DriverView:
+    """What the captures say of the driver: nvidia-smi -q, NVML, the kernel log, the versions."""
+
+    q: QReport | None
+    nv: NvmlReport | None
+    klog: KernelLog | None
+    dv: DriverVersions | None
+    errors: list[ToolError]  # nvidia-smi's driver errors
+    lost: list[ToolError]  # GPUs that do not answer
+    nverr: ToolError | None  # NVML's tool error, None when NVML answered
+
+    @classmethod
+    def of(cls, ctx: CheckContext) -> _DriverView:
+        q: QReport | None = ctx.facts("nvidia-smi-q")
+        nv: NvmlReport | None = ctx.facts("nvml")
+        errors = [e for e in (q.errors if q else []) if e.kind in DRIVER_ERRORS]
+        lost = [e for e in (q.errors if q else []) if e.kind == "gpu_lost"]
+        if lost:  # "No devices were found" after a device-handle error: the GPU is gone, not the driver
+            errors = [e for e in errors if e.kind != "no_devices"]
+        return cls(q, nv, ctx.facts("kernel-log"), ctx.facts("driver-version"), errors, lost,
+                   nv.tool_error() if nv is not None else None)
+
+    @property
+    def smi_driver(self) -> str:
+        return self.q.driver if self.q else ""
+
+    @property
+    def nvml_driver(self) -> str:
+        return self.nv.driver if self.nv is not None else ""
+
+    @property
+    def driver(self) -> str:
+        dv = self.dv
+        return self.smi_driver or self.nvml_driver or (dv.loaded if dv else "") or (dv.on_disk if dv else "")
+
+    @property
+    def cuda(self) -> str:
+        return (self.q.cuda if self.q else "") or (self.nv.cuda if self.nv is not None else "")
+
+    def facts(self) -> dict[str, Any]:
+        nv, dv = self.nv, self.dv
+        return {"driver": self.driver or None, "cuda": self.cuda or None,
+                "nvml": (nv.nvml_version or None) if nv is not None else None, "error": None,
+                "kernel_module": (dv.loaded or None) if dv else None, "installed": dv.installed if dv else []}
+
+
+def _fault_findings(v: _DriverView, f: Findings) -> None:
+    """Driver errors nvidia-smi printed, and driver faults in the kernel log."""
+    for e in v.errors:
         f.add(Status.FAIL, f"{e.summary}: {e.line}", [e.line], e.remedy)
-    for k in (klog.driver_faults if klog is not None else []):
+    for k in (v.klog.driver_faults if v.klog is not None else []):
         f.add(Status.FAIL, f"kernel log: {k.meaning}", [k.line.raw.strip() or k.line.text],
               "unload the module that owns the GPUs (nouveau: blacklist it and rebuild the initramfs) or fix the "
               "driver install (DKMS build for the running kernel), then reboot; check `dmesg | grep NVRM`")
-    _version_findings(dv, driver or nvml_driver, f)
-    smi_ok = bool(driver) and not errors
-    if nverr is not None and nverr.kind != "gpu_lost" and nverr.kind not in {e.kind for e in errors}:
+
+
+def _nvml_findings(v: _DriverView, f: Findings) -> None:
+    """NVML failing where nvidia-smi works, and the two disagreeing on the driver."""
+    nverr, driver, nvml_driver = v.nverr, v.smi_driver, v.nvml_driver
+    smi_ok = bool(driver) and not v.errors
+    if nverr is not None and nverr.kind != "gpu_lost" and nverr.kind not in {e.kind for e in v.errors}:
         # nvidia-smi reads the driver fine: NVML failing only inside preflight's Python is a warning
         f.add(Status.WARN if smi_ok else Status.FAIL, f"{nverr.summary}: {nverr.line}", [nverr.line],
               "nvidia-smi works, so the driver is fine: check that preflight's Python can load libnvidia-ml "
               "(LD_LIBRARY_PATH, container mounts) and that nvidia-ml-py is installed" if smi_ok else nverr.remedy)
     if driver and nvml_driver and driver != nvml_driver:
         f.add(Status.WARN, f"nvidia-smi reports driver {driver} but NVML reports {nvml_driver}",
-              [q.header_lines.get("Driver Version", driver) if q else driver, f"NVML driver: {nvml_driver}"],
+              [v.q.header_lines.get("Driver Version", driver) if v.q else driver, f"NVML driver: {nvml_driver}"],
               "two driver libraries are visible (container mounts, LD_LIBRARY_PATH): keep one")
-    for key, actual, what in (("gpu.driver_version", the_driver, "driver"), ("gpu.cuda_version", the_cuda,
-                                                                           "CUDA driver version")):
+
+
+def _pin_findings(ctx: CheckContext, v: _DriverView, f: Findings) -> None:
+    """The driver and CUDA versions against the profile's pins."""
+    for key, actual, what in (("gpu.driver_version", v.driver, "driver"),
+                              ("gpu.cuda_version", v.cuda, "CUDA driver version")):
         pin = str(ctx.profile.get(key) or "").strip()
         if pin and actual and not _pin_ok(actual, pin):
-            shown = q.header_lines.get("Driver Version" if what == "driver" else "CUDA Version") if q else None
+            shown = v.q.header_lines.get("Driver Version" if what == "driver" else "CUDA Version") if v.q else None
             f.add(Status.FAIL, f"{what} {actual} is not the pinned {pin}",
                   [shown or f"{what}: {actual}", _prov(ctx.profile, key)],
                   f"install the driver branch that provides {what} {pin}, or update the profile pin")
-    facts["error"] = errors[0].line if errors else nverr.line if nverr else None
+
+
+def _no_version(ctx: CheckContext, v: _DriverView, facts: dict[str, Any]) -> Result | list[Result]:
+    """No driver version anywhere and nothing wrong found: why not."""
+    if v.lost and not v.errors:
+        return ctx.result(Status.SKIP, "driver not graded: the only message is a GPU that does not answer "
+                                       "(a GPU fault: gpu.inventory FAILs it)", evidence=[e.line for e in v.lost],
+                          facts=facts)
+    if ctx.options.mode == "analyze":
+        return []  # this paste says nothing about the driver
+    inp = ctx.input("nvidia-smi-q")
+    if inp is not None and inp.rc:
+        return ctx.result(Status.FAIL, f"nvidia-smi -q failed with exit code {inp.rc}", facts=facts,
+                          evidence=[f"`{inp.cmdline}` exited {inp.rc} without a driver version"],
+                          remedy=f"run `nvidia-smi -q` by hand on {ctx.node} and check dmesg for NVRM errors")
+    return ctx.result(Status.ERROR, "no driver version found in the captures", facts=facts,
+                      evidence=[f"{name}: no driver version" for name in ("nvidia-smi-q", "nvml")
+                                if ctx.input(name) is not None],
+                      remedy=f"run `nvidia-smi -q` by hand on {ctx.node}")
+
+
+def grade_driver(ctx: CheckContext) -> Result | list[Result]:
+    v = _DriverView.of(ctx)
+    facts = v.facts()
+    early = _no_tooling(ctx, v.nverr, facts)
+    if early is not None:
+        return early
+    f = Findings()
+    _fault_findings(v, f)
+    _version_findings(v.dv, v.smi_driver or v.nvml_driver, f)
+    _nvml_findings(v, f)
+    _pin_findings(ctx, v, f)
+    facts["error"] = v.errors[0].line if v.errors else v.nverr.line if v.nverr else None
     if f:
         return f.result(ctx, "", facts)
-    if not the_driver:
-        if lost and not errors:
-            return ctx.result(Status.SKIP, "driver not graded: the only message is a GPU that does not answer "
-                                           "(a GPU fault: gpu.inventory FAILs it)", evidence=[e.line for e in lost],
-                              facts=facts)
-        if ctx.options.mode == "analyze":
-            return []  # this paste says nothing about the driver
-        inp = ctx.input("nvidia-smi-q")
-        if inp is not None and inp.rc:
-            return ctx.result(Status.FAIL, f"nvidia-smi -q failed with exit code {inp.rc}", facts=facts,
-                              evidence=[f"`{inp.cmdline}` exited {inp.rc} without a driver version"],
-                              remedy=f"run `nvidia-smi -q` by hand on {ctx.node} and check dmesg for NVRM errors")
-        return ctx.result(Status.ERROR, "no driver version found in the captures", facts=facts,
-                          evidence=[f"{name}: no driver version" for name in ("nvidia-smi-q", "nvml")
-                                    if ctx.input(name) is not None],
-                          remedy=f"run `nvidia-smi -q` by hand on {ctx.node}")
-    parts = [f"driver {the_driver}", f"CUDA {the_cuda}" if the_cuda else "",
+    if not v.driver:
+        return _no_version(ctx, v, facts)
+    q, nv, dv = v.q, v.nv, v.dv
+    parts = [f"driver {v.driver}", f"CUDA {v.cuda}" if v.cuda else "",
              f"NVML {nv.nvml_version}" if nv is not None and nv.nvml_version else ""]
     ok_ev = [x for x in ((q.header_lines.get("Driver Version"), q.header_lines.get("CUDA Version")) if q else ()) if x]
     ok_ev += [dv.loaded_line] if dv and dv.loaded else []
