@@ -1,19 +1,26 @@
-"""Benchmark: SSH fan-out to 16 nodes against 1 node, on a real namespace cluster.
+"""Benchmark: SSH fan-out to 16 (or --nodes N) nodes against 1 node, on a real namespace cluster.
 
 Builds a NetCluster of 16 nodes (network namespaces, one real sshd each, fake GPU/IB tools
 with a healthy 8xH100 scenario), then runs the SSH transport inside the client namespace.
 The bundle is the probes of a typical `preflight node` run whose tools are faked, plus
 `hostname`. Cold = a new transport (TCP + SSH handshake + key auth + the round trip);
 warm = a second collect on the same transport (connections reused, as phase 2 of a run).
-Prints a short table (median of --repeat runs each, ratio 16/1). Needs root.
+Prints a short table (median of --repeat runs each, ratio N/1). Needs root.
 
-    .venv/bin/python benchmarks/bench_fanout.py [--repeat 5] [--nodes 16]
+The SSH rows also give the controller's own CPU time per node (process CPU time of the
+process running the transport: its worker and paramiko threads; the nodes' sshd and probes
+are other processes) and a projection for 1,000 nodes from one login node: the controller
+holds the GIL, so its CPU time adds up on one core whatever the concurrency; the wall time
+is at least that and at least one 1-node round per wave of `concurrency` (64) nodes.
+
+    .venv/bin/python benchmarks/bench_fanout.py [--repeat 5] [--nodes 16]   # also --nodes 64
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -27,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from preflight.probes import Probe  # noqa: E402
+
+CONCURRENCY = 64  # SSHTransport's default: connections made at once
 
 
 def typical_bundle() -> list[Probe]:
@@ -81,18 +90,18 @@ def inner(spec: dict[str, Any]) -> None:
     for label, probes in bundles.items():
         for count in spec["counts"]:
             nodes = spec["nodes"][:count]
-            cold: list[float] = []
-            warm: list[float] = []
+            got: dict[str, list[float]] = {"cold": [], "warm": [], "cold_cpu": [], "warm_cpu": []}
             errors = 0
             for _ in range(spec["repeat"]):
                 with SSHTransport(ssh_config=Path(spec["config"]), connect_timeout=10, command_timeout=60,
                                   remote_python=spec.get("python", "python3")) as t:
-                    for series in (cold, warm):
-                        start = time.perf_counter()
+                    for series in ("cold", "warm"):
+                        start, cpu = time.perf_counter(), time.process_time()
                         res = t.collect({n: probes for n in nodes})
-                        series.append(time.perf_counter() - start)
+                        got[f"{series}_cpu"].append(time.process_time() - cpu)
+                        got[series].append(time.perf_counter() - start)
                         errors += sum(1 for o in res.values() if o.error or len(o.captures) != len(probes))
-            out[f"{label}/{count}"] = {"cold": cold, "warm": warm, "errors": errors}
+            out[f"{label}/{count}"] = {**got, "errors": errors}
     print(json.dumps(out))
 
 
@@ -122,7 +131,7 @@ def main() -> None:
             for node in cluster.nodes:
                 healthy_h100(node.home / "scenario")
             spec = {"config": str(cluster.ssh_config), "nodes": [n.name for n in cluster.nodes],
-                    "counts": [1, args.nodes], "repeat": args.repeat, "transport": args.transport,
+                    "counts": counts(args.nodes), "repeat": args.repeat, "transport": args.transport,
                     "python": args.remote_python}
             env = None
             if args.transport == "srun":
@@ -133,11 +142,29 @@ def main() -> None:
             data = json.loads(p.stdout)
         finally:
             cluster.down()
+    report(args, data, load_before)
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def cpu_rows(one: dict[str, Any], many: dict[str, Any], n: int, kind: str) -> list[tuple[str, str]]:
+    """The controller's CPU time per node, and what it projects for 1,000 nodes."""
+    cpu_1, cpu_n, wall_1 = med(one[f"{kind}_cpu"]), med(many[f"{kind}_cpu"]), med(one[kind])
+    marginal = max(0.0, (cpu_n - cpu_1) / (n - 1))
+    cpu_1000 = cpu_1 + 999 * marginal
+    wall_1000 = max(cpu_1000, math.ceil(1000 / CONCURRENCY) * wall_1)
+    return [(f"  controller CPU, {kind}",
+             f"1 node {cpu_1 * 1000:.1f} ms | {n} nodes {cpu_n * 1000:.1f} ms = {cpu_n / n * 1000:.1f} ms/node | "
+             f"marginal {marginal * 1000:.1f} ms/node (goal <= 20)"),
+            (f"  projection for 1,000 nodes, {kind}",
+             f"controller CPU {cpu_1000:.1f} s on one core (GIL); wall >= {wall_1000:.1f} s "
+             f"(goal <= 60 s; {math.ceil(1000 / CONCURRENCY)} waves of {CONCURRENCY} at the 1-node time)")]
+
+
+def report(args: argparse.Namespace, data: dict[str, Any], load_before: float) -> None:
     n = args.nodes
-
-    def med(xs: list[float]) -> float:
-        return statistics.median(xs)
-
     rows = [
         ("machine", f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"),
         ("transport", f"{args.transport} (remote python: {args.remote_python})"),
@@ -148,19 +175,29 @@ def main() -> None:
     for label, title in (("typical", f"typical bundle ({data['probes']} probes: hostname + faked node-run tools)"),
                          ("hostname", "hostname only (fan-out cost of the transport)"),
                          ("wait", "hostname + a 1 s wait (a tool waiting on hardware, little CPU)")):
-        one, many = data[f"{label}/1"], data[f"{label}/{n}"]
-        errors += one["errors"] + many["errors"]
+        one = data[f"{label}/1"]
+        errors += one["errors"]
         kinds = ((("cold", "new transport: connect + auth + round trip"),
                   ("warm", "second collect, connections reused")) if args.transport == "ssh"
                  else (("cold", "one srun step: allocation + launch + round trip"),))
-        for kind, what in kinds:
-            a, b = med(one[kind]), med(many[kind])
-            rows.append((f"{title}, {kind} ({what})",
-                         f"1 node {a:.3f} s | {n} nodes {b:.3f} s | ratio {n}/1 {b / a:.2f}x"))
+        for count in counts(n)[1:]:
+            many = data[f"{label}/{count}"]
+            errors += many["errors"]
+            for kind, what in kinds:
+                a, b = med(one[kind]), med(many[kind])
+                rows.append((f"{title}, {kind} ({what})",
+                             f"1 node {a:.3f} s | {count} nodes {b:.3f} s | ratio {count}/1 {b / a:.2f}x"))
+                if f"{kind}_cpu" in many:
+                    rows.extend(cpu_rows(one, many, count, kind))
     rows.append((f"median of {args.repeat} runs each; node outcomes with an error or a missing capture", str(errors)))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+
+
+def counts(nodes: int) -> list[int]:
+    """The fan-outs measured: 1 node, 16 when there are more, and all of them."""
+    return sorted({1, min(16, nodes), nodes})
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Benchmark: how long a sweep takes to end when one node's agent cannot start, and a healthy
-sweep for reference, over SSH on the namespace test cluster (3 nodes, real sshd).
+sweep for reference, over SSH (the paramiko transport's sessions) on the namespace test
+cluster (3 nodes, real sshd).
 
-Cases: n3's known_hosts entry holds another key (StrictHostKeyChecking yes); n3's python has
-no torch; the login node and n2 at MTU 9000 with n2's switch port at 1500 (ssh connects, then
-its larger packets vanish), with the default --connect-timeout 10 and with 5. Each sweep is
+Cases: n3's known_hosts entry holds another key (the transport refuses it); n3's python has
+no torch; the login node and n2 at MTU 9000 with n2's switch port at 1500 (the handshake
+connects, then the agent's jumbo-sized first line vanishes), with the default
+--connect-timeout 10 and with 5. Each sweep is
 `preflight sweep --hosts n1,n2,n3` with small sizes and the default 60 s op timeout, which is
 what the ranks would otherwise wait out. Needs root and torch. Prints a table; results go to
 BENCHMARKS.md.

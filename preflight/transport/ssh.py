@@ -8,6 +8,10 @@ StrictHostKeyChecking, HostKeyAlias), authenticate with keys and the ssh-agent o
 verify host keys against known_hosts. They stay open for the transport's lifetime, so the
 second phase of a run reuses them; `close()` (or leaving a `with` block) closes them.
 
+`spawn` runs long-lived commands (the sweep's node agents) over the same connections, with
+the same host-key policy, budgets and fault texts, streaming their lines back as they come
+(`RemoteProcess`: stdin, exit status, stop). This is the only SSH client preflight uses.
+
 Bounds: a per-stage budget (connect, banner, kex, auth: `connect_timeout` each; command:
 `command_timeout`), and an optional `deadline` for the whole collection. A supervisor in the
 calling thread enforces them: a node over its budget is ended with an error at once and its
@@ -570,10 +574,6 @@ class SSHTransport(Transport):
             except (NodeFault, ValueError, KeyError, OSError):
                 out[node] = node
         return out
-
-    def resolve_hostname(self, name: str) -> str:
-        """The address the OpenSSH config gives for `name` (HostName), for peer pings."""
-        return self.resolve_addresses([name])[name]
 
     def _hop_spec(self, hop: str) -> HostSpec:
         user, host, port = parse_jump(hop)

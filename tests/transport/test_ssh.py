@@ -98,6 +98,17 @@ def test_missing_config_file_is_a_usage_error(tmp_path: Path) -> None:
         SSHTransport(ssh_config=tmp_path / "nope")
 
 
+def test_resolve_addresses_from_the_config_never_raises(tmp_path: Path) -> None:
+    """node -> its HostName (the address peers reach it at); a name the config does not know,
+    or one that cannot be a host name, maps to itself."""
+    cfg = tmp_path / "config"
+    cfg.write_text("Host n1\n  HostName 10.0.0.1\nHost gpu*\n  HostName %h.ib.example\n")
+    t = SSHTransport(ssh_config=cfg)
+    assert t.resolve_addresses(["n1", "gpu7", "ghost", "a;b"]) == {
+        "n1": "10.0.0.1", "gpu7": "gpu7.ib.example", "ghost": "ghost", "a;b": "a;b"}
+    assert t.resolve_addresses([]) == {}
+
+
 def _job() -> _Job:
     import threading
     from collections import deque
