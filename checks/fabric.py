@@ -190,27 +190,25 @@ def _prov(prof: Profile) -> str:
     return f"profile {prof.name}: fabric.nvswitch = {str(nvswitch).lower()}" + (f" ({src})" if src else "")
 
 
-def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
-    svc: UnitState | None = ctx.facts("fm-service")
-    report: QReport | None = ctx.facts("nvidia-smi-q")
-    log: FmLog | None = ctx.facts("fm-log")
-    fabric_log = log is not None and log.recognised  # a fabric manager log exists: an NVSwitch node
-    if svc is not None and svc.journal:  # the daemon's lines under `systemctl status`
-        jlog = from_journal((j.time_text, j.message, j.line) for j in svc.journal
-                            if "fabricmanager" in j.ident or "fabricmanager" in j.message)
-        fabric_log = fabric_log or any(e.kind in ("fatal", "nonfatal", "multicast", "configured")
-                                       for e in jlog.events) or bool(jlog.lpf_found)
-        if jlog.records or jlog.wrapper_lines:
-            log = jlog if log is None else FmLog(log.events + jlog.events, log.records + jlog.records,
-                                                 log.lpf_found + jlog.lpf_found, log.lpf_used or jlog.lpf_used,
-                                                 log.wrapper_lines + jlog.wrapper_lines)
-    if svc is None and report is None and log is None:
-        return ctx.result(Status.SKIP, "no fabric manager or nvidia-smi output to grade")
-    nvswitch = bool(ctx.profile.get("fabric.nvswitch"))
-    prov = _prov(ctx.profile)
-    f = Findings()
-    gpus, on_fabric, fabric_ok = fabric_findings(report, f) if report is not None else ([], False, False)
-    log_facts = log_findings(log, f) if log is not None and log.records else {}
+def _with_journal(svc: UnitState | None, log: FmLog | None) -> tuple[FmLog | None, bool]:
+    """The fabric manager log with the daemon's lines under `systemctl status` folded in, and
+    whether a fabric manager log exists at all (then the node is an NVSwitch node)."""
+    fabric_log = log is not None and log.recognised
+    if svc is None or not svc.journal:
+        return log, fabric_log
+    jlog = from_journal((j.time_text, j.message, j.line) for j in svc.journal
+                        if "fabricmanager" in j.ident or "fabricmanager" in j.message)
+    fabric_log = fabric_log or any(e.kind in ("fatal", "nonfatal", "multicast", "configured")
+                                   for e in jlog.events) or bool(jlog.lpf_found)
+    if jlog.records or jlog.wrapper_lines:
+        log = jlog if log is None else FmLog(log.events + jlog.events, log.records + jlog.records,
+                                             log.lpf_found + jlog.lpf_found, log.lpf_used or jlog.lpf_used,
+                                             log.wrapper_lines + jlog.wrapper_lines)
+    return log, fabric_log
+
+
+def _fabric_facts(svc: UnitState | None, log: FmLog | None, gpus: list[dict[str, Any]], on_fabric: bool,
+                  nvswitch: bool, log_facts: dict[str, Any]) -> dict[str, Any]:
     bad = [g for g in gpus if g["state"] != "N/A" and not (g["state"] == "Completed" and g["status"] in ("Success", "N/A"))]
     facts: dict[str, Any] = {
         "service": None if svc is None or not (svc.active or svc.load) else
@@ -223,6 +221,40 @@ def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
     }
     if log is not None and log.lpf_found:
         facts.update(lpf_candidates=[f"{d} {g}" for d, g in log.lpf_found], lpf_used=log.lpf_used or None)
+    return facts
+
+
+def _unverified(ctx: CheckContext, svc: UnitState | None, report: QReport | None, log: FmLog | None,
+                gpus: list[dict[str, Any]], on_fabric: bool, f: Findings, facts: dict[str, Any]) -> Result:
+    """An NVSwitch node on which nothing proves the fabric up (nor shows it down)."""
+    why = []
+    if log is not None and log.lpf_found:
+        why.append(f"the fabric manager wrapper found {len(log.lpf_found)} NVSwitch management port(s) ("
+                   + ", ".join(f"{d} {g}" for d, g in log.lpf_found) + ")"
+                   + (f" and picked GUID {log.lpf_used}" if log.lpf_used else "")
+                   + ", which proves neither a running NVLink subnet manager nor a Completed fabric")
+    if report is not None and gpus and not on_fabric:
+        why.append("the GPUs report no fabric state (Fabric State N/A)")
+    if svc is None or svc.error:
+        why.append("the service state is unknown")
+    return ctx.result(Status.WARN, "NVSwitch fabric not verified: " + ("; ".join(why) or "no fabric data"),
+                      evidence=[*(log.wrapper_lines[:8] if log else []), *f.notes, _prov(ctx.profile)], facts=facts,
+                      remedy=f"check `systemctl status {UNIT}` (and nvlsm on NVLink-5 systems) and "
+                             f"`nvidia-smi -q | grep -A2 Fabric` on {ctx.node}")
+
+
+def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
+    svc: UnitState | None = ctx.facts("fm-service")
+    report: QReport | None = ctx.facts("nvidia-smi-q")
+    log, fabric_log = _with_journal(svc, ctx.facts("fm-log"))
+    if svc is None and report is None and log is None:
+        return ctx.result(Status.SKIP, "no fabric manager or nvidia-smi output to grade")
+    nvswitch = bool(ctx.profile.get("fabric.nvswitch"))
+    prov = _prov(ctx.profile)
+    f = Findings()
+    gpus, on_fabric, fabric_ok = fabric_findings(report, f) if report is not None else ([], False, False)
+    log_facts = log_findings(log, f) if log is not None and log.records else {}
+    facts = _fabric_facts(svc, log, gpus, on_fabric, nvswitch, log_facts)
     smi_err = next((e for e in (report.errors if report else []) if e.kind in DRIVER_ERRORS), None)
     need = nvswitch or on_fabric or fabric_log
     if not need and svc is None and not gpus and ctx.options.mode == "analyze":
@@ -242,20 +274,7 @@ def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
     running = svc is not None and svc.active == "active"
     configured = bool(log_facts.get("log_configured_after_last_start"))
     if not f and not ((on_fabric and fabric_ok) or running or configured):
-        why = []
-        if log is not None and log.lpf_found:
-            why.append(f"the fabric manager wrapper found {len(log.lpf_found)} NVSwitch management port(s) ("
-                       + ", ".join(f"{d} {g}" for d, g in log.lpf_found) + ")"
-                       + (f" and picked GUID {log.lpf_used}" if log.lpf_used else "")
-                       + ", which proves neither a running NVLink subnet manager nor a Completed fabric")
-        if report is not None and gpus and not on_fabric:
-            why.append("the GPUs report no fabric state (Fabric State N/A)")
-        if svc is None or svc.error:
-            why.append("the service state is unknown")
-        return ctx.result(Status.WARN, "NVSwitch fabric not verified: " + ("; ".join(why) or "no fabric data"),
-                          evidence=[*(log.wrapper_lines[:8] if log else []), *f.notes, prov], facts=facts,
-                          remedy=f"check `systemctl status {UNIT}` (and nvlsm on NVLink-5 systems) and "
-                                 f"`nvidia-smi -q | grep -A2 Fabric` on {ctx.node}")
+        return _unverified(ctx, svc, report, log, gpus, on_fabric, f, facts)
     parts = [f"fabric Completed/Success on {sum(1 for g in gpus if g['state'] != 'N/A')} GPU(s)"] if on_fabric else []
     parts += [f"{UNIT} {svc.describe()}"] if running and svc is not None else []
     parts += ["the fabric manager configured every NVSwitch at its last start"] if configured else []
