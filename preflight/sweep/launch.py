@@ -12,6 +12,7 @@ import os
 import queue
 import random
 import re
+import shlex
 import subprocess
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 
 from preflight import inventory, procs
 from preflight.slurm import node_addresses
-from preflight.sweep.spec import SweepSpec, parse_event
+from preflight.sweep.spec import SweepSpec, event_line, parse_event
 from preflight.transport.base import NodeOutcome
 
 _SAFE_IFNAME = re.compile(r"^[A-Za-z0-9^_.:,=-]{1,200}$")
@@ -311,6 +312,8 @@ class _Board:
             if line.strip():
                 self.out.raw.setdefault(label, []).append(line)
             return
+        if ev.get("ev") == "path":
+            return  # the launch's path check (see path_checked): it arrived, nothing to keep
         ev.setdefault("_from", label)
         self.out.events.append(ev)
         node = str(ev.get("node", ""))
@@ -477,6 +480,19 @@ def launch_local(spec: SweepSpec, nproc: int, python: str, node: str = "localhos
                          watch=Watch(nodes={node: [node]}, start_s=start_s, stall_s=stall_s))
 
 
+PATH_CHECK_BYTES = 4000  # more than a 1500-byte frame holds, less than one jumbo segment
+
+
+def path_checked(agent: list[str]) -> list[str]:
+    """The agent's command behind one jumbo-sized line: the node's first bytes back are a
+    single full-size segment, so a path that drops jumbo frames between this machine and the
+    node (an MTU black hole: the handshake's small packets pass) holds the agent's answer
+    behind it and the node is named at its start deadline, not after the ranks' op timeout.
+    The line is an event the launcher drops."""
+    line = event_line("path", pad="0" * PATH_CHECK_BYTES)
+    return ["sh", "-c", f"printf '%s\\n' {shlex.quote(line)}; exec {shlex.join(agent)}"]
+
+
 def launch_ssh(spec: SweepSpec, nodes: list[str], nproc_per_node: int, ssh_config: Path | None,
                python: str = "python3", master_addr: str | None = None, master_port: int | None = None,
                connect_timeout: float = 10.0, accept_new: bool = False, start_s: float | None = None,
@@ -498,7 +514,8 @@ def launch_ssh(spec: SweepSpec, nodes: list[str], nproc_per_node: int, ssh_confi
     lines: _Lines = queue.Queue()
     with SSHTransport(ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new) as ssh:
         addr = master_addr or ssh.resolve_addresses(nodes[:1]).get(nodes[0], nodes[0])
-        cmds = {n: agent_argv(python, spec, n, i, nproc_per_node, world, addr, port) for i, n in enumerate(nodes)}
+        cmds = {n: path_checked(agent_argv(python, spec, n, i, nproc_per_node, world, addr, port))
+                for i, n in enumerate(nodes)}
         board = _board(cmds, watch)
         started = ssh.spawn(cmds, on_line=lambda node, line: lines.put((node, line)))
         return watch_agents(board, dict(started), lines, spec.deadline_s + connect_timeout, 5.0)

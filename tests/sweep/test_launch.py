@@ -125,3 +125,14 @@ def test_a_healthy_launch_is_left_alone() -> None:
 
     got = watched({"n1": cmd("n1"), "n2": cmd("n2")}, start_s=5, stall_s=5)
     assert got.failures == [] and got.rc == {"n1": 0, "n2": 0}
+
+
+def test_the_path_check_line_comes_first_and_is_dropped() -> None:
+    """An SSH agent's command first prints one jumbo-sized line (a black-holed path holds
+    everything behind it); the launcher drops that line, the agent's answer counts as usual."""
+    answer = event_line("agent", node="n1", nproc=1, torch=True)
+    argv = launch.path_checked(["sh", "-c", f"echo {shlex.quote(answer)}"])
+    assert argv[:2] == ["sh", "-c"] and argv[2].endswith(f"exec sh -c {shlex.quote('echo ' + shlex.quote(answer))}")
+    got = watched({"n1": argv}, start_s=5, stall_s=0)
+    assert got.failures == [] and list(got.agents) == ["n1"] and got.rc == {"n1": 0}
+    assert [e["ev"] for e in got.events] == ["agent"] and got.raw == {}
