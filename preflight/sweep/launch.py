@@ -484,11 +484,12 @@ PATH_CHECK_BYTES = 4000  # more than a 1500-byte frame holds, less than one jumb
 
 
 def path_checked(agent: list[str]) -> list[str]:
-    """The agent's command behind one jumbo-sized line: the node's first bytes back are a
-    single full-size segment, so a path that drops jumbo frames between this machine and the
-    node (an MTU black hole: the handshake's small packets pass) holds the agent's answer
-    behind it and the node is named at its start deadline, not after the ranks' op timeout.
-    The line is an event the launcher drops."""
+    """The agent's command behind one jumbo-sized line it prints first: the command on its
+    way to the node and the node's first bytes back are each one full-size segment, so a path
+    that drops jumbo frames between this machine and the node (an MTU black hole: the
+    handshake's small packets pass) stalls the start (the SSH transport's "command never
+    acknowledged" within the connect timeout, or no answer by the start deadline), not the
+    ranks' op timeout later. The line is an event the launcher drops."""
     line = event_line("path", pad="0" * PATH_CHECK_BYTES)
     return ["sh", "-c", f"printf '%s\\n' {shlex.quote(line)}; exec {shlex.join(agent)}"]
 
