@@ -116,6 +116,11 @@ def jumbo_outcome(jumbo: PingRun | None, small: PingRun | None) -> tuple[str, st
         return "unresolved", "the peer name does not resolve"
     if jumbo.unreachable and (small is None or small_loss is None):
         return "unreachable", "destination unreachable"
+    return _loss_outcome(jumbo, small, jumbo_loss)
+
+
+def _loss_outcome(jumbo: PingRun, small: PingRun | None, jumbo_loss: float | None) -> tuple[str, str]:
+    """(outcome, reason) of a jumbo ping that reached the peer's path: by the loss it measured."""
     if jumbo_loss is None:
         if jumbo.replies:
             return "ok", (f"{len(set(jumbo.replies))} jumbo repl{'y' if len(set(jumbo.replies)) == 1 else 'ies'} seen "

@@ -216,63 +216,77 @@ def grade_flaps(events: LinkEvents, names: list[str], profile: Profile, f: Findi
 # net.nic
 
 
-def _grade_interfaces(ip: IpFacts, prof: Profile, env: dict[str, str], speeds: dict[str, int], f: Findings
-                      ) -> tuple[list[Interface], list[Interface], str]:
+def _presence_findings(ip: IpFacts, prof: Profile, dp: list[Interface], f: Findings) -> None:
+    """The profile's data-plane interfaces that are missing; no data-plane NIC at all."""
     ifaces = ip.interfaces
+    for p in prof.get("net.interfaces") or []:
+        if not any(_match_any(i.name, [p]) for i in ifaces):
+            f.add(Status.FAIL, f"data-plane interface {p} is missing",
+                  [f"interfaces present: {', '.join(i.name for i in ifaces)}",
+                   f"net.interfaces = {prof.get('net.interfaces')} ({prof.source('net.interfaces')})"],
+                  f"check the NIC/driver for {p} (lspci, dmesg | grep -i mlx5/ice/bnxt); reseat or replace it")
+    if not dp:
+        f.add(Status.WARN, "no data-plane NIC found (only loopback/virtual interfaces)", [i.line for i in ifaces][:6],
+              "check that the NIC drivers are loaded; inside a container, run preflight on the host network")
+
+
+def _link_findings(i: Interface, prof: Profile, sev: Status, speeds: dict[str, int], f: Findings) -> None:
+    """An up interface's MTU and negotiated speed against the profile."""
     want_mtu = int(prof.get("net.mtu") or 0)
     min_speed = int(prof.get("net.min_speed_mbps") or 0)
-    dp, how = data_plane(ifaces, prof, env)
+    if want_mtu and i.mtu is not None and classify(i, prof) == "data":
+        src = f"net.mtu = {want_mtu} ({prof.source('net.mtu')})"
+        if i.mtu < want_mtu:
+            f.add(sev, f"{i.name} MTU {i.mtu}, expected {want_mtu}", [i.line, src],
+                  f"`ip link set dev {i.name} mtu {want_mtu}` and persist it (netplan/NetworkManager/ifcfg); "
+                  "the switch ports must allow it too")
+        elif i.mtu > want_mtu:
+            f.add(Status.WARN, f"{i.name} MTU {i.mtu}, above the expected {want_mtu}", [i.line, src],
+                  f"set {i.name} to MTU {want_mtu} like its peers; larger frames are dropped by peers at {want_mtu}")
+    sp = speeds.get(i.name)
+    if min_speed and sp is not None and 0 < sp < min_speed:
+        f.add(sev, f"{i.name} links at {sp} Mb/s, expected at least {min_speed}",
+              [f"/sys/class/net/{i.name}/speed:{sp}",
+               f"net.min_speed_mbps = {min_speed} ({prof.source('net.min_speed_mbps')})"],
+              f"the link of {i.name} negotiated a lower speed: check the cable/transceiver and the switch port")
+
+
+def _address_findings(ip: IpFacts, graded: list[Interface], prof: Profile, f: Findings) -> None:
+    """An UP data NIC without an IPv4 address next to ones that have one cannot carry IP
+    sockets or RoCEv2 with IPv4 GIDs."""
+    if not ip.shows_addresses:
+        return
+    eth = [i for i in graded if classify(i, prof) == "data"]
+    with_v4 = [i for i in eth if i.ipv4]
+    for i in eth:
+        if with_v4 and not i.ipv4 and i not in with_v4:
+            only = "only an IPv6 link-local address" if i.addresses else "no address"
+            f.add(Status.WARN, f"{i.name} is up with {only}, unlike {with_v4[0].name} ({with_v4[0].ipv4[0]})",
+                  [i.line, with_v4[0].line],
+                  f"give {i.name} its IPv4 address (RoCEv2 with IPv4 GIDs and NCCL/gloo sockets need one), or "
+                  "leave it out of NCCL_IB_HCA / NCCL_SOCKET_IFNAME")
+
+
+def _grade_interfaces(ip: IpFacts, prof: Profile, env: dict[str, str], speeds: dict[str, int], f: Findings
+                      ) -> tuple[list[Interface], list[Interface], str]:
+    dp, how = data_plane(ip.interfaces, prof, env)
     strict = how in ("profile", "env")
     sev = Status.FAIL if strict else Status.WARN
     shown_on_purpose = bool(ip.requested)
     if not shown_on_purpose:
-        for p in prof.get("net.interfaces") or []:
-            if not any(_match_any(i.name, [p]) for i in ifaces):
-                f.add(Status.FAIL, f"data-plane interface {p} is missing",
-                      [f"interfaces present: {', '.join(i.name for i in ifaces)}",
-                       f"net.interfaces = {prof.get('net.interfaces')} ({prof.source('net.interfaces')})"],
-                      f"check the NIC/driver for {p} (lspci, dmesg | grep -i mlx5/ice/bnxt); reseat or replace it")
-        if not dp:
-            f.add(Status.WARN, "no data-plane NIC found (only loopback/virtual interfaces)", [i.line for i in ifaces][:6],
-                  "check that the NIC drivers are loaded; inside a container, run preflight on the host network")
+        _presence_findings(ip, prof, dp, f)
     graded: list[Interface] = []
     for i in dp:
-        if not i.up:
-            if strict or i.global_addresses or shown_on_purpose:
-                f.add(Status.FAIL, f"{i.name} is {i.state or 'down'}", [i.line],
-                      f"check the cable/switch port of {i.name} (`ip link set {i.name} up`, ethtool {i.name}); "
-                      "drain the node until the link is up")
-            else:
-                f.add(Status.PASS, f"{i.name} down with no address (unused port?)")
-            continue
-        graded.append(i)
-        if want_mtu and i.mtu is not None and classify(i, prof) == "data":
-            src = f"net.mtu = {want_mtu} ({prof.source('net.mtu')})"
-            if i.mtu < want_mtu:
-                f.add(sev, f"{i.name} MTU {i.mtu}, expected {want_mtu}", [i.line, src],
-                      f"`ip link set dev {i.name} mtu {want_mtu}` and persist it (netplan/NetworkManager/ifcfg); "
-                      "the switch ports must allow it too")
-            elif i.mtu > want_mtu:
-                f.add(Status.WARN, f"{i.name} MTU {i.mtu}, above the expected {want_mtu}", [i.line, src],
-                      f"set {i.name} to MTU {want_mtu} like its peers; larger frames are dropped by peers at {want_mtu}")
-        sp = speeds.get(i.name)
-        if min_speed and sp is not None and 0 < sp < min_speed:
-            f.add(sev, f"{i.name} links at {sp} Mb/s, expected at least {min_speed}",
-                  [f"/sys/class/net/{i.name}/speed:{sp}",
-                   f"net.min_speed_mbps = {min_speed} ({prof.source('net.min_speed_mbps')})"],
-                  f"the link of {i.name} negotiated a lower speed: check the cable/transceiver and the switch port")
-    # addresses: an UP data NIC without an IPv4 address next to ones that have one cannot carry
-    # IP sockets or RoCEv2 with IPv4 GIDs
-    if ip.shows_addresses:
-        eth = [i for i in graded if classify(i, prof) == "data"]
-        with_v4 = [i for i in eth if i.ipv4]
-        for i in eth:
-            if with_v4 and not i.ipv4 and i not in with_v4:
-                only = "only an IPv6 link-local address" if i.addresses else "no address"
-                f.add(Status.WARN, f"{i.name} is up with {only}, unlike {with_v4[0].name} ({with_v4[0].ipv4[0]})",
-                      [i.line, with_v4[0].line],
-                      f"give {i.name} its IPv4 address (RoCEv2 with IPv4 GIDs and NCCL/gloo sockets need one), or "
-                      "leave it out of NCCL_IB_HCA / NCCL_SOCKET_IFNAME")
+        if i.up:
+            graded.append(i)
+            _link_findings(i, prof, sev, speeds, f)
+        elif strict or i.global_addresses or shown_on_purpose:
+            f.add(Status.FAIL, f"{i.name} is {i.state or 'down'}", [i.line],
+                  f"check the cable/switch port of {i.name} (`ip link set {i.name} up`, ethtool {i.name}); "
+                  "drain the node until the link is up")
+        else:
+            f.add(Status.PASS, f"{i.name} down with no address (unused port?)")
+    _address_findings(ip, graded, prof, f)
     return dp, graded, how
 
 
