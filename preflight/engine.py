@@ -645,6 +645,7 @@ def check_table(checks_dirs: Sequence[Path], cfg: Config) -> list[dict[str, obje
         rows.append({"id": cc.id, "title": cc.title, "probes": ", ".join(p.name for p in cc.probes) or "-",
                      "profile_keys": [], "formats": [], "scope": "cluster", "catches": cc.catches,
                      "origin": cc.origin})
+    rows.extend(reg.emitted_rows())  # sweep, triage, runtime and analyze results: listed, not node probes
     return rows
 
 

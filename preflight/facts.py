@@ -37,7 +37,7 @@ class _XidEventBase(TypedDict):
 
 
 class XidEventFact(_XidEventBase, total=False):
-    gpu: str | None
+    gpu: int | None  # GPU index
     uuid: str
     mnemonic: str
     text: str

@@ -232,10 +232,53 @@ class ClusterCheck:
     origin: str = "builtin"
 
 
+@dataclass(frozen=True)
+class Emitted:
+    """A result id that no node or cross-node check grades: the collective sweep's, triage's,
+    the runtime layer's and analyze's own results. Listed by `preflight list` with its kind,
+    accepted by `--only`/`--skip`; never planned as a node probe."""
+
+    id: str
+    title: str
+    kind: str  # "sweep", "triage", "runtime" or "analyze": the command that emits it
+    catches: str = ""
+    origin: str = "builtin"
+
+
+# Every result id emitted outside a registered check (tests/test_registry_ids.py holds the
+# emitters to this list).
+EMITTED: tuple[Emitted, ...] = (
+    Emitted("nccl.pingpong", "Pairwise NCCL bandwidth", "sweep",
+            "node pairs whose point-to-point bandwidth is under the floor, and the node they share"),
+    Emitted("triage.verdict", "Hang triage verdict", "triage",
+            "the rank, node and cause of a hung or crashed job, from its logs, flight recorder and node checks"),
+    Emitted("triage.collect", "Triage bundle collection", "triage",
+            "nodes whose logs and captures could not be collected into the triage bundle"),
+    Emitted("runtime.watchdog", "Hang watchdog", "runtime",
+            "a rank whose section (step, checkpoint, ...) ran past its timeout, or whose peers stopped progressing"),
+    Emitted("runtime.loss", "Loss guard", "runtime", "the first non-finite loss, loss spikes"),
+    Emitted("runtime.preemption", "Preemption handler", "runtime",
+            "a stop signal on any rank, and the step boundary at which every rank stopped"),
+    Emitted("runtime.crash", "Crash record", "runtime", "an uncaught exception that ended a rank"),
+    Emitted("runtime.exit", "Rank exit", "runtime", "how a rank ended (exit code or signal)"),
+    Emitted("runtime.nccl_env", "NCCL environment across ranks", "runtime",
+            "NCCL / torch.distributed variables that differ between the ranks of one job"),
+    Emitted("runtime.checkpoint", "Checkpoint integrity", "runtime",
+            "checkpoint saves and loads that fail verification (a shard missing or corrupt)"),
+    Emitted("runtime.straggler", "Straggler detection", "runtime",
+            "ranks whose step times stay slower than their peers' over several intervals"),
+    Emitted("analyze.node", "Analyze: node not gradable", "analyze",
+            "a node whose pasted captures could not be read"),
+    Emitted("analyze.unrecognised", "Analyze: unrecognised input", "analyze",
+            "pasted text that matches no known tool's output"),
+)
+
+
 class Registry:
     def __init__(self) -> None:
         self.checks: dict[str, Check] = {}
         self.cluster_checks: dict[str, ClusterCheck] = {}
+        self.emitted: dict[str, Emitted] = {e.id: e for e in EMITTED}
         self.formats: dict[str, Format] = {}
         self.parsers: dict[str, ParserSpec] = {}
         self._loaded_builtin = False
@@ -255,6 +298,40 @@ class Registry:
             raise RegistryError(f"cluster check id {check.id!r} is declared twice ({self._origin})")
         self.cluster_checks[check.id] = check
         return check
+
+    def register_emitted(self, entry: Emitted) -> Emitted:
+        """A result id a site plugin emits without a check (shown by `preflight list`)."""
+        if entry.id in self.checks or entry.id in self.cluster_checks:
+            raise RegistryError(f"result id {entry.id!r} is already a check ({self._origin})")
+        if self._origin != "builtin":
+            entry = Emitted(**{**entry.__dict__, "origin": self._origin})
+        self.emitted[entry.id] = entry
+        return entry
+
+    def known_ids(self) -> list[str]:
+        """Every result id that can appear in a report: checks, cross-node checks and the ids
+        the sweep, triage, the runtime layer and analyze emit."""
+        return sorted({*self.checks, *self.cluster_checks, *self.emitted})
+
+    def kind_of(self, result_id: str) -> str:
+        """"node", "run", "analyze", "cluster", or an emitted id's kind; "" for an unknown id."""
+        c = self.checks.get(result_id)
+        if c is not None:
+            return "node" if c.node_local else ("run" if c.in_run else "analyze")
+        if result_id in self.cluster_checks:
+            return "cluster"
+        e = self.emitted.get(result_id)
+        return e.kind if e is not None else ""
+
+    def matches(self, patterns: Sequence[str]) -> list[str]:
+        """The known ids an `--only`/`--skip` list names (by id or family prefix, like `select`)."""
+        return [i for i in self.known_ids()
+                if any(i == p or i.startswith(p.rstrip(".") + ".") for p in patterns)]
+
+    def emitted_rows(self) -> list[dict[str, object]]:
+        """`preflight list` rows for the emitted ids (the shape of `engine.check_table`'s rows)."""
+        return [{"id": e.id, "title": e.title, "probes": "-", "profile_keys": [], "inputs": [], "scope": e.kind,
+                 "catches": e.catches, "origin": e.origin} for e in sorted(self.emitted.values(), key=lambda e: e.id)]
 
     def register_format(self, fmt: Format) -> Format:
         self.formats[fmt.name] = fmt
@@ -338,6 +415,10 @@ def register_parser(probe: str, parse: Parser, prefix: bool = False) -> None:
 
 def register_cluster(check: ClusterCheck) -> ClusterCheck:
     return REGISTRY.register_cluster(check)
+
+
+def register_emitted(entry: Emitted) -> Emitted:
+    return REGISTRY.register_emitted(entry)
 
 
 def load(checks_dirs: Sequence[Path] = ()) -> Registry:
