@@ -9,11 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from preflight.model import Result, Status, worst
 
+if TYPE_CHECKING:
+    from preflight.registry import CheckContext
+
 EVIDENCE_MAX = 24  # evidence lines kept per result (a display limit, not a grading threshold)
+
+
+def cap_evidence(lines: Iterable[str], limit: int = EVIDENCE_MAX) -> list[str]:
+    """Evidence lines once each, at most `limit` of them; the last kept line says how many
+    more there were. The one evidence cap of a Result built from findings."""
+    kept = [line for line in dict.fromkeys(lines) if line]
+    if len(kept) <= limit:
+        return kept
+    cut = len(kept) - limit + 1
+    return kept[:limit - 1] + [f"... {cut} more evidence lines"]
 
 
 @dataclass
@@ -51,7 +64,7 @@ class Findings:
     def status(self) -> Status:
         return worst([f.status for f in self.items]) if self.items else Status.PASS
 
-    def result(self, ctx: Any, ok_summary: str, facts: dict[str, Any] | None = None,
+    def result(self, ctx: CheckContext, ok_summary: str, facts: dict[str, Any] | None = None,
                ok_evidence: Sequence[str] = (), named: int = 3) -> Result:
         """One Result: PASS with `ok_summary` when nothing was found, else the worst status with
         up to `named` findings in the summary (worst first)."""
@@ -63,17 +76,11 @@ class Findings:
         summary = "; ".join(f.summary for f in ordered[:named])
         if len(ordered) > named:
             summary += f" (+{len(ordered) - named} more)"
-        evidence: list[str] = []
-        for f in ordered:
-            evidence.extend(e for e in f.evidence if e not in evidence)
-        evidence.extend(n for n in self.notes if n not in evidence)
-        if len(evidence) > EVIDENCE_MAX:
-            cut = len(evidence) - EVIDENCE_MAX + 1
-            evidence = evidence[:EVIDENCE_MAX - 1] + [f"... {cut} more evidence lines"]
+        evidence = cap_evidence([*(e for f in ordered for e in f.evidence), *self.notes])
         remedies = list(dict.fromkeys(f.remedy for f in ordered if f.remedy))
         remedy = remedies[0] if len(remedies) == 1 else " ".join(f"({i}) {r}" for i, r in enumerate(remedies, 1))
         facts.setdefault("problems", [f.summary for f in ordered])
         return ctx.result(ordered[0].status, summary, evidence=evidence, remedy=remedy, facts=facts)
 
 
-__all__ = ["EVIDENCE_MAX", "Finding", "Findings"]
+__all__ = ["EVIDENCE_MAX", "Finding", "Findings", "cap_evidence"]
