@@ -59,7 +59,7 @@ def register_profile_hint(fn: ProfileHint, probes: Sequence[Probe] = ()) -> None
     DETECT_PROBES.extend(probes)
 
 
-def detect_profile_name(store: FactSource, extra_dirs: tuple = ()) -> str:
+def detect_profile_name(store: FactSource, extra_dirs: tuple[Path, ...] = ()) -> str:
     for hint in _profile_hints:
         try:
             model, count = hint(store)
@@ -139,7 +139,7 @@ class _Run:
     options: Options
     node_opts: dict[str, Options]
     fixed: Profile | None
-    extra_dirs: tuple
+    extra_dirs: tuple[Path, ...]
     cluster_checks: list[ClusterCheck]
     peer_map: dict[str, list[str]]
     plans: dict[str, NodePlan] = field(default_factory=dict)
@@ -153,7 +153,7 @@ class _Run:
 
 
 def _start(registry: Registry, checks: list[Check], nodes: list[str], profile_name: str, options: Options,
-           extra_dirs: tuple, peer_map: dict[str, list[str]], cluster_checks: list[ClusterCheck]) -> _Run:
+           extra_dirs: tuple[Path, ...], peer_map: dict[str, list[str]], cluster_checks: list[ClusterCheck]) -> _Run:
     fixed: Profile | None = None
     if profile_name != "auto":
         fixed = profiles.load(profile_name, extra_dirs)
@@ -236,7 +236,7 @@ def run(
     transport: Transport,
     profile_name: str = "auto",
     options: Options | None = None,
-    extra_profile_dirs: tuple = (),
+    extra_profile_dirs: tuple[Path, ...] = (),
     progress: ProgressFn | None = None,
     peers: dict[str, list[str]] | Callable[[list[str]], dict[str, list[str]]] | None = None,
     cluster_checks: list[ClusterCheck] | None = None,
