@@ -1,0 +1,50 @@
+"""Flap damping reads the gpu.xid and gpu.health facts through `preflight.facts`, and takes the
+Xid drain actions from the catalog: the grader and damping agree on which Xid drains at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.checks import xid_catalog as cat
+from preflight.history.damping import Damping, decide, hard_fault
+from tests.history import res
+
+
+def _xid(code: int, action: str, severity: str = "fail") -> dict[str, object]:
+    return {"xid": code, "pci": "0000:5d:00", "severity": severity, "action": action, "count": 1, "time": None,
+            "time_text": "", "last_time": None, "caused_by": None}
+
+
+@pytest.mark.parametrize("action", sorted(cat.DRAIN_ACTIONS))
+def test_every_catalog_drain_action_is_a_hard_fault(action: str) -> None:
+    r = res("gpu.xid", "n1", "fail", events=[_xid(48, action)])
+    assert hard_fault(r, Damping()) == "Xid 48 needs a GPU reset or reboot"
+    assert decide("n1", [r], [], Damping()).drain
+
+
+def test_the_catalog_rows_and_damping_agree() -> None:
+    drains = [row for row in cat.CATALOG.values() if cat.needs_drain(row.immediate)]
+    assert {48, 79} <= {row.code for row in drains}
+    for row in drains:
+        assert hard_fault(res("gpu.xid", "n1", "fail", events=[_xid(row.code, row.immediate)]), Damping())
+    app = [row for row in cat.CATALOG.values() if row.immediate == "RESTART_APP"]
+    assert app and not any(hard_fault(res("gpu.xid", "n1", "fail", events=[_xid(row.code, row.immediate)]),
+                                      Damping()) for row in app)
+
+
+def test_a_warning_level_event_or_a_renamed_key_is_not_hard() -> None:
+    assert not hard_fault(res("gpu.xid", "n1", "fail", events=[_xid(79, "RESTART_BM", severity="warn")]), Damping())
+    renamed = {k: v for k, v in _xid(79, "RESTART_BM").items() if k != "xid"} | {"code": 79}
+    assert not hard_fault(res("gpu.xid", "n1", "fail", events=[renamed]), Damping())
+    fault = res("gpu.xid", "n1", "fail", events=[], faults=[{"kind": "fallen_off_bus", "pci": "0000:5d:00"}])
+    assert hard_fault(fault, Damping()) == "GPU fallen off the bus"
+
+
+def test_memory_faults_from_gpu_health() -> None:
+    gpu = {"index": 2, "gpu": "GPU 2", "uncorrectable_ecc": 0, "remapped_failure": None, "remapped_pending": None}
+    assert hard_fault(res("gpu.health", "n1", "fail", gpus=[gpu]), Damping()) == ""
+    assert hard_fault(res("gpu.health", "n1", "fail", gpus=[gpu | {"remapped_pending": True}]), Damping()) \
+        == "row remap pending on GPU 2"
+    assert hard_fault(res("gpu.health", "n1", "fail", gpus=[gpu | {"uncorrectable_ecc": 3}]), Damping()) \
+        == "uncorrectable ECC on GPU 2"
+    assert hard_fault(res("gpu.health", "n1", "warn", gpus=[gpu | {"uncorrectable_ecc": 3}]), Damping()) == ""
