@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from preflight import facts as result_facts
 from preflight import profile as profiles
 from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import Capture, CaptureState, Result, Status
@@ -574,7 +575,7 @@ def _ranks_per_node(results: Sequence[Result], asked: int) -> int:
     """--sweep-nproc, else the fewest GPUs any node's gpu.inventory found (0: none found)."""
     if asked:
         return asked
-    counts = [int(r.facts.get("count") or 0) for r in results if r.check == "gpu.inventory"]
+    counts = [result_facts.gpu_count(r) or 0 for r in results if r.check == "gpu.inventory"]
     return min(counts) if counts else 0
 
 

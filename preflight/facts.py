@@ -16,9 +16,17 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypedDict, Union
+from typing import Any, Protocol, TypedDict, Union
 
-from preflight.model import Result
+
+class Graded(Protocol):
+    """What the readers need of a result: a `Result`, or a history row read back."""
+
+    @property
+    def check(self) -> str: ...
+
+    @property
+    def facts(self) -> Mapping[str, Any]: ...
 
 # ---------------------------------------------------------------------------------------------
 # gpu.xid
@@ -232,7 +240,7 @@ def _normalized(item: Any, schema: type) -> dict[str, Any] | None:
     return full if not _dict_problems(full, schema, "") else None
 
 
-def _items(r: Result, key: str, schema: type) -> list[Any]:
+def _items(r: Graded, key: str, schema: type) -> list[Any]:
     raw = r.facts.get(key)
     if not isinstance(raw, list):
         return []
@@ -245,51 +253,51 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def xid_events(r: Result) -> list[XidEventFact]:
+def xid_events(r: Graded) -> list[XidEventFact]:
     """The Xid event bursts of a gpu.xid result."""
     return _items(r, "events", XidEventFact) if r.check == "gpu.xid" else []
 
 
-def xid_faults(r: Result) -> list[XidFaultFact]:
+def xid_faults(r: Graded) -> list[XidFaultFact]:
     """The GPU faults without an Xid (fallen off the bus, GSP timeout, ...) of a gpu.xid result."""
     return _items(r, "faults", XidFaultFact) if r.check == "gpu.xid" else []
 
 
-def gpu_health(r: Result) -> list[GpuHealthFact]:
+def gpu_health(r: Graded) -> list[GpuHealthFact]:
     """The per-GPU memory health of a gpu.health result."""
     return _items(r, "gpus", GpuHealthFact) if r.check == "gpu.health" else []
 
 
-def gpu_count(r: Result) -> int | None:
+def gpu_count(r: Graded) -> int | None:
     """The GPUs a gpu.inventory result counted (None: not an inventory, or not counted)."""
     n = r.facts.get("count") if r.check == "gpu.inventory" else None
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def ib_ports(r: Result) -> list[IbPortFact]:
+def ib_ports(r: Graded) -> list[IbPortFact]:
     return _items(r, "ports", IbPortFact) if r.check == "ib.hca" else []
 
 
-def nic_interfaces(r: Result) -> list[NicFact]:
+def nic_interfaces(r: Graded) -> list[NicFact]:
     return _items(r, "interfaces", NicFact) if r.check == "net.nic" else []
 
 
-def peak_busbw(r: Result) -> float | None:
+def peak_busbw(r: Graded) -> float | None:
     """The peak bus bandwidth (GB/s) of an nccl.allreduce result."""
     return _number(r.facts.get("peak_busbw")) if r.check == "nccl.allreduce" else None
 
 
-def sweep_hosts(r: Result) -> list[str]:
+def sweep_hosts(r: Graded) -> list[str]:
     """The nodes of an nccl.allreduce result's sweep (empty when it names none)."""
     hosts = r.facts.get("hosts") if r.check == "nccl.allreduce" else None
     return [str(h) for h in hosts] if isinstance(hosts, list) else []
 
 
-def sweep_rows(r: Result) -> list[SweepRowFact]:
+def sweep_rows(r: Graded) -> list[SweepRowFact]:
     return _items(r, "rows", SweepRowFact) if r.check == "nccl.allreduce" else []
 
 
-def pingpong_pairs(r: Result) -> list[PairFact]:
+def pingpong_pairs(r: Graded) -> list[PairFact]:
     return _items(r, "pairs", PairFact) if r.check == "nccl.pingpong" else []
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from preflight import facts as result_facts
 from preflight.history.store import Row
 from preflight.model import Result, Status
 
@@ -237,13 +238,11 @@ def _xid_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
     for r in rows:
         if r.check != "gpu.xid":
             continue
-        for ev in r.facts.get("events") or []:
-            if not isinstance(ev, dict) or not isinstance(ev.get("xid"), int):
-                continue
-            when = ev.get("time") or ev.get("time_text") or f"run {r.run_id}"
-            ident = (ev.get("pci"), str(when))
-            per = events.setdefault((r.node, int(ev["xid"])), {})
-            per[ident] = max(per.get(ident, 0), int(ev.get("count") or 1))
+        for ev in result_facts.xid_events(r):
+            when = ev["time"] or ev["time_text"] or f"run {r.run_id}"
+            ident = (ev["pci"], str(when))
+            per = events.setdefault((r.node, ev["xid"]), {})
+            per[ident] = max(per.get(ident, 0), ev["count"] or 1)
     out = []
     for (node, xid), per in sorted(events.items()):
         total = sum(per.values())
@@ -298,17 +297,17 @@ def _series(rows: Sequence[Row]) -> dict[tuple[str, str], list[tuple[float, floa
     for r in rows:
         if r.status is NOT_CHECKED:
             continue
-        if r.check == "nccl.allreduce" and isinstance(r.facts.get("peak_busbw"), (int, float)):
-            hosts = r.facts.get("hosts")
-            label = r.node
-            if r.node == "cluster" and isinstance(hosts, list) and hosts:
-                label = "+".join(sorted(str(h) for h in hosts))
-            out.setdefault((label, "allreduce"), []).append((r.ts, float(r.facts["peak_busbw"])))
+        peak = result_facts.peak_busbw(r)
+        if peak is not None:
+            hosts = result_facts.sweep_hosts(r)
+            label = "+".join(sorted(hosts)) if r.node == "cluster" and hosts else r.node
+            out.setdefault((label, "allreduce"), []).append((r.ts, peak))
         elif r.check == "nccl.pingpong" and r.node == "cluster":
-            for p in r.facts.get("pairs") or []:
-                if isinstance(p, dict) and p.get("status") == "ok" and isinstance(p.get("bw_gbps"), (int, float)):
+            for p in result_facts.pingpong_pairs(r):
+                bw = p.get("bw_gbps")
+                if p.get("status") == "ok" and bw is not None:
                     a, b = sorted((str(p.get("a")), str(p.get("b"))))
-                    out.setdefault((f"{a}<->{b}", "pingpong"), []).append((r.ts, float(p["bw_gbps"])))
+                    out.setdefault((f"{a}<->{b}", "pingpong"), []).append((r.ts, float(bw)))
     return out
 
 
