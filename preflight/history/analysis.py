@@ -272,16 +272,14 @@ def _port_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
     for r in rows:
         if r.status is NOT_CHECKED:  # what a run that did not look says about ports is nothing
             continue
-        if r.check == "ib.hca":
-            for p in r.facts.get("ports") or []:
-                if isinstance(p, dict) and p.get("ca"):
-                    key = f"{p.get('ca')}/{p.get('port', 1)}"
-                    states.setdefault((r.node, key), []).append((r.run_id, str(p.get("state", "")).lower() == "active"))
-        elif r.check == "net.nic":
-            for itf in r.facts.get("interfaces") or []:
-                if isinstance(itf, dict) and itf.get("name"):
-                    up = str(itf.get("state", "")).upper() in ("UP", "UNKNOWN")
-                    states.setdefault((r.node, str(itf["name"])), []).append((r.run_id, up))
+        for p in result_facts.ib_ports(r):
+            if p["ca"]:
+                states.setdefault((r.node, f"{p['ca']}/{p['port']}"), []).append(
+                    (r.run_id, p["state"].lower() == "active"))
+        for itf in result_facts.nic_interfaces(r):
+            if itf["name"]:
+                up = itf["state"].upper() in ("UP", "UNKNOWN")
+                states.setdefault((r.node, itf["name"]), []).append((r.run_id, up))
     out = []
     for (node, port), seq in sorted(states.items()):
         marks = [up for _, up in seq]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from preflight import facts as result_facts
 from preflight.history.store import Row
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution times this is its standard deviation
@@ -83,17 +84,15 @@ def fleet_values(rows: Iterable[Row]) -> dict[str, dict[str, float]]:
     """table -> node (or node group) -> all-reduce peak busbw (the median of its runs)."""
     series: dict[str, dict[str, list[float]]] = {}
     for r in rows:
-        if r.check != "nccl.allreduce" or not isinstance(r.facts.get("peak_busbw"), (int, float)):
+        peak = result_facts.peak_busbw(r)
+        if peak is None:
             continue
+        hosts = result_facts.sweep_hosts(r)
         table = str(r.facts.get("table") or "")
         if table not in ("single_node", "multi_node"):
-            hosts = r.facts.get("hosts")
-            table = "multi_node" if isinstance(hosts, list) and len(hosts) > 1 else "single_node"
-        hosts = r.facts.get("hosts")
-        label = r.node
-        if r.node == "cluster" and isinstance(hosts, list) and hosts:
-            label = "+".join(sorted(str(h) for h in hosts))
-        series.setdefault(table, {}).setdefault(label, []).append(float(r.facts["peak_busbw"]))
+            table = "multi_node" if len(hosts) > 1 else "single_node"
+        label = "+".join(sorted(hosts)) if r.node == "cluster" and hosts else r.node
+        series.setdefault(table, {}).setdefault(label, []).append(peak)
     return {t: {n: statistics.median(v) for n, v in per.items()} for t, per in series.items()}
 
 
