@@ -22,6 +22,7 @@ and exit status 2, and no probe runs.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -38,6 +40,7 @@ from typing import IO, Any
 
 PROTOCOL = 2  # the payload and output format above; both sides must speak the same one
 MARK = "@@preflight"
+SRUN_FRAME = "@@pfsrun"  # the head of each framed line a node sends back through srun
 PYTHON_TOKEN = "{python}"  # an argv[0] the node replaces by the Python running the bundle
 _TEXT_TOKEN = "\0text:"  # + an index into the payload's texts
 _SHARED_MIN = 512  # characters from which a command argument is sent once, in texts
@@ -502,6 +505,59 @@ def serve(text: str) -> int:
         session.finished.set()
     session.emit("done", f"{session.node} {session.elapsed()} {PROTOCOL}")
     return 0
+
+
+# ----- one program for every node of an srun step --------------------------------------------
+
+
+class FramedWriter:
+    """Standard output for a node under srun: each whole line goes out as pieces no wider than
+    srun forwards intact (`<tag> + piece` for a line that goes on, `<tag> . piece` for its end)."""
+
+    def __init__(self, out: IO[str], tag: str, width: int) -> None:
+        self.out, self.tag, self.width, self.buf = out, tag, width, ""
+
+    def write(self, text: str) -> int:
+        self.buf += text
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            self._pieces(line)
+        self.out.flush()
+        return len(text)
+
+    def _pieces(self, line: str) -> None:
+        pos = 0
+        while True:
+            piece = line[pos:pos + self.width]
+            pos += self.width
+            more = pos < len(line)
+            self.out.write(f"{self.tag} {'+' if more else '.'} {piece}\n")
+            if not more:
+                return
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def dispatch(table: str, nonce: str, limit: int) -> None:
+    """Run this node's call out of an srun step's packed table (base64 of zlib of JSON
+    `{"nodes": {node: index}, "calls": [program line, ...]}`): one program serves every node,
+    each picks its own bundle by its Slurm node name. Output lines are framed (`FramedWriter`)
+    and tagged with the nonce and the node; a node the table does not name says `nobundle`."""
+    node = node_name()
+    tag = f"{SRUN_FRAME} {nonce} {node}"
+    real = sys.stdout
+    real.write(f"{tag} hello\n")
+    real.flush()
+    sys.stdout = FramedWriter(real, tag, max(64, limit - len(tag) - 8))  # type: ignore[assignment]
+    data = json.loads(zlib.decompress(base64.b64decode(table)).decode())
+    index = data["nodes"].get(node)
+    if index is None:
+        real.write(f"{tag} nobundle\n")
+        real.flush()
+        return
+    exec(data["calls"][index], globals())  # one line this module's build_script made: serve(...)
+    sys.stdout.flush()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -33,9 +33,6 @@ from preflight.probe_runner import DEFAULT_CAP, MARK, PROTOCOL, PYTHON_TOKEN, Pr
 from preflight.probes import capture_of
 
 __all__ = ["MARK", "PROTOCOL", "PYTHON_TOKEN", "ParsedOutput", "build_script", "module_text", "parse_output"]
-
-# Names the program defines for a transport that wraps it (srun's dispatcher uses them).
-_WRAPPER_NAMES = "import json as _json, socket as _socket, sys as _sys"
 _GARBAGE_KEPT = 20
 
 
@@ -57,7 +54,7 @@ def build_script(probes: Sequence[Probe], cap: int = DEFAULT_CAP, nonce: str | N
     The last line of the program is the only one that depends on the probes."""
     nonce = nonce or secrets.token_hex(8)
     payload = encode_payload(probes, nonce, cap=cap, watch_stdin=watch_stdin, tick_s=tick_s)
-    script = "\n".join([module_text(probe_runner).rstrip("\n"), _WRAPPER_NAMES, f"sys.exit(serve({payload!r}))"])
+    script = "\n".join([module_text(probe_runner).rstrip("\n"), f"sys.exit(serve({payload!r}))"])
     return script, nonce
 
 

@@ -102,7 +102,7 @@ def test_script_is_the_runner_module_verbatim_plus_one_call() -> None:
     text = Path(probe_runner.__file__).read_text()
     assert script.startswith(text.rstrip("\n") + "\n")
     tail = script[len(text.rstrip("\n")) + 1:].splitlines()
-    assert len(tail) == 2 and tail[1].startswith("sys.exit(serve(") and nonce in tail[1]
+    assert len(tail) == 1 and tail[0].startswith("sys.exit(serve(") and nonce in tail[0]
     assert "from preflight" not in text.replace("`", "").split('"""', 2)[2]  # the code, not the docstring
 
 

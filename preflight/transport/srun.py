@@ -43,64 +43,20 @@ from dataclasses import dataclass, field
 
 from preflight.inventory import compress, valid_node_name
 from preflight.model import Capture
+from preflight.probe_runner import SRUN_FRAME
 from preflight.probes import DEFAULT_CAP, Probe
 from preflight.procs import spawn, stop_group
 from preflight.remote import MARK, ParsedOutput, build_script, parse_output
 from preflight.slurm import node_addresses
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
 
-FRAME = "@@pfsrun"
+FRAME = SRUN_FRAME
 FRAME_BYTES = 1000  # srun cuts task output at 1024 bytes; a frame line stays below that
 ARGV_LIMIT = 96 * 1024  # one argv string may not exceed 128 KiB; above this the program goes on stdin
 STARTUP_S = 30.0  # time allowed for the allocation and the step launch, on top of the probes
 TICK_S = 1.0  # each node's bundle writes a tick this often while its probes run
 STALL_S = 8.0  # a started node silent this long (8 ticks missed) has stalled
 MTU_HINT = "large packets are probably dropped on the path (MTU black hole: check the MTU of every hop)"
-
-_DISPATCH = r'''
-import base64 as _b64, os as _pos, zlib as _zlib
-
-class _Framed:
-    """Send each whole line as pieces that srun forwards intact."""
-
-    def __init__(self, out, tag, width):
-        self.out, self.tag, self.width, self.buf = out, tag, width, ""
-
-    def write(self, text):
-        self.buf += text
-        while "\n" in self.buf:
-            line, self.buf = self.buf.split("\n", 1)
-            pos = 0
-            while True:
-                piece = line[pos:pos + self.width]
-                pos += self.width
-                more = pos < len(line)
-                self.out.write("%s %s %s\n" % (self.tag, "+" if more else ".", piece))
-                if not more:
-                    break
-        self.out.flush()
-        return len(text)
-
-    def flush(self):
-        self.out.flush()
-
-def _dispatch(table, nonce, limit):
-    node = _pos.environ.get("SLURMD_NODENAME") or _socket.gethostname().split(".")[0]
-    tag = "%s %s %s" % ("@@pfsrun", nonce, node)
-    real = _sys.stdout
-    real.write("%s hello\n" % tag)
-    real.flush()
-    _sys.stdout = _Framed(real, tag, max(64, limit - len(tag) - 8))
-    data = _json.loads(_zlib.decompress(_b64.b64decode(table)).decode())
-    index = data["nodes"].get(node)
-    if index is None:
-        real.write("%s nobundle\n" % tag)
-        real.flush()
-        return
-    exec(data["calls"][index], globals())
-    _sys.stdout.flush()
-'''
-
 
 class _Reader(threading.Thread):
     """Reads srun's stdout, puts each node's framed lines back together as they arrive."""
@@ -208,7 +164,7 @@ def build_program(bundles: Mapping[str, Sequence[Probe]], cap: int = DEFAULT_CAP
         common = script.rpartition("\n")[0]
     assert nonce is not None
     packed = base64.b64encode(zlib.compress(json.dumps({"nodes": table, "calls": calls}).encode(), 9)).decode()
-    program = "\n".join([common, _DISPATCH, f"_dispatch({packed!r}, {nonce!r}, {int(frame_bytes)})", ""])
+    program = "\n".join([common, f"dispatch({packed!r}, {nonce!r}, {int(frame_bytes)})", ""])
     return program, nonce
 
 
