@@ -504,7 +504,8 @@ def plan_run(req: CheckRequest, cfg: Config) -> RunPlan:
     reg = load_registry(req.checks_dirs, cfg)
     checks = select(reg, req.only, req.skip, node_only=req.node_only)
     if not checks:
-        raise UsageError("no check selected (see `preflight list`)")
+        why = reg.not_probed(req.only)
+        raise UsageError("no check selected" + (f": {why}" if why else "") + " (see `preflight list`)")
     opts = Options(peers=list(req.peers), xid_since=req.xid_since, probe_timeout=req.probe_timeout)
     if req.expect_nodes:
         opts.extra["expect_nodes"] = req.expect_nodes

@@ -328,6 +328,17 @@ class Registry:
         return [i for i in self.known_ids()
                 if any(i == p or i.startswith(p.rstrip(".") + ".") for p in patterns)]
 
+    def not_probed(self, patterns: Sequence[str]) -> str:
+        """For an `--only` list that selects no check: the ids it names that another command
+        emits, and which command ("" when it names none)."""
+        named = [i for i in self.matches(patterns) if i in self.emitted]
+        if not named:
+            return ""
+        by = {"runtime": "the runtime layer inside a training job"}
+        sources = [by.get(k, f"`preflight {k}`") for k in sorted({self.emitted[i].kind for i in named})]
+        return f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} reported by {' and '.join(sources)}, " \
+               "not probed on nodes"
+
     def emitted_rows(self) -> list[dict[str, object]]:
         """`preflight list` rows for the emitted ids (the shape of `engine.check_table`'s rows)."""
         return [{"id": e.id, "title": e.title, "probes": "-", "profile_keys": [], "inputs": [], "scope": e.kind,

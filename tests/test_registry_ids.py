@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from preflight import engine, registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,3 +67,13 @@ def test_an_emitted_id_cannot_shadow_a_check() -> None:
     else:
         raise AssertionError("an emitted id shadowing a check was accepted")
     assert reg.register_emitted(registry.Emitted("site.event", "t", "runtime")).id in reg.known_ids()
+
+
+def test_only_naming_an_emitted_id_says_which_command_reports_it() -> None:
+    reg = registry.load()
+    assert reg.not_probed(["nccl.pingpong"]) == "nccl.pingpong is reported by `preflight sweep`, not probed on nodes"
+    assert reg.not_probed(["runtime.loss"]) == \
+        "runtime.loss is reported by the runtime layer inside a training job, not probed on nodes"
+    assert reg.not_probed(["gpu.xid"]) == "" and reg.not_probed(["no.such.check"]) == ""
+    with pytest.raises(engine.UsageError, match="nccl.pingpong is reported by `preflight sweep`"):
+        engine.plan_run(engine.CheckRequest(only=["nccl.pingpong"]), engine.load_config())
