@@ -66,8 +66,12 @@ def test_the_rank_that_raised_is_named(tmp_path: Path, rank: int) -> None:
     need(_torch(), "torch with gloo")
     run, log = tmp_path / "run", _log(tmp_path)
     t0 = time.monotonic()
+    # The peers' step timeout is longer than a loaded machine takes to tear the raising rank
+    # down: its exit (which closes its sockets) must reach torchrun before a peer's watchdog
+    # exit 75 does, or torchrun's Root Cause names that peer (triage still names the raiser).
     p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "crash", "--fault-rank", str(rank),
-                          "--fault-step", str(CRASH_STEP), "--steps", str(CRASH_STEP + 10)], run, log)
+                          "--fault-step", str(CRASH_STEP), "--steps", str(CRASH_STEP + 10),
+                          "--step-timeout", "10"], run, log)
     rc = _job.end(p, timeout=120)
     job_s = time.monotonic() - t0
     assert rc == 1, _explain(run, log)
