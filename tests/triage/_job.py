@@ -52,7 +52,7 @@ def rank_main(argv: list[str]) -> None:
         # the pickle form of the flight recorder too (the file TORCH_NCCL_DEBUG_INFO_TEMP_FILE would name)
         import torch._C._distributed_c10d as c10d
 
-        (a.run_dir / f"nccl_trace_rank_{record['rank']}").write_bytes(c10d._dump_fr_trace())
+        (a.run_dir / f"nccl_trace_rank_{record['rank']}").write_bytes(c10d._dump_fr_trace())  # type: ignore[attr-defined]
 
     wd = Watchdog(a.run_dir, timeouts={"step": a.step_timeout, "setup": 60.0}, poll_s=0.1,
                   heartbeat_interval_s=0.3, exit_grace_s=1.5, on_hang=pickle_dump,
