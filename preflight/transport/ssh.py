@@ -57,6 +57,7 @@ DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 MTU_HINT = "large packets are probably dropped on the path (MTU black hole: check the MTU of every hop)"
 _POLL = 0.1  # seconds between checks of a worker's abort flag
+_RECV_WAIT = 0.5  # a bundle's read wakes this often without data (an aborted node's closed channel wakes it at once)
 _BACKSTOP = 5.0
 _LIVENESS = 3.0  # seconds a stalled command's connection gets to answer a new session
 _TICK = 1.0  # the bundle's tick interval on the node: a live session is never silent longer
@@ -942,14 +943,14 @@ class SSHTransport(Transport):
     def _run_bundle(self, job: _Job, conn: _Conn) -> None:
         script, nonce = build_script(job.probes, self.cap, watch_stdin=True, tick_s=_TICK)
         chan = self._start_command(job, conn, f"{self.remote_python} -c {shlex.quote(script)}", self.command_timeout)
-        # From here the worker enforces the command timeout itself (it polls every _POLL s) so
+        # From here the worker enforces the command timeout itself (it polls every _RECV_WAIT s) so
         # that it can tell hung probes from a stalled connection; the supervisor keeps a backstop.
         check_wait = min(_LIVENESS, self.connect_timeout)
         with job.lock:
             job.acked = True
             until = job.stage_ends or time.monotonic() + self.command_timeout
             job.stage_ends = until + check_wait + 1.0
-        chan.settimeout(_POLL)
+        chan.settimeout(_RECV_WAIT)
         read = _BundleRead(nonce=nonce, until=until, check_wait=check_wait, limit=8 * self.cap + 1_048_576)
         while (data := self._next_data(job, conn.transport, chan, read)) != b"":
             self._take_data(job, read, data)
