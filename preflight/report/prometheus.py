@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from preflight import facts
 from preflight.model import Result, Status
 from preflight.timeparse import epoch
 
@@ -68,20 +69,19 @@ def _latest(results: Iterable[Result]) -> dict[tuple[str, str], Result]:
     return seen
 
 
-def _allreduce(fam: _Families, node: str, facts: Mapping[str, Any]) -> None:
-    hosts = facts.get("hosts")
-    group = "+".join(sorted(map(str, hosts))) if node == "cluster" and isinstance(hosts, list) and hosts else node
-    for row in facts["rows"]:
-        if isinstance(row, dict) and isinstance(row.get("busbw"), (int, float)):
-            fam.add("preflight_sweep_busbw_gbps", {"nodes": group, "bytes": int(row.get("bytes") or 0)},
-                    float(row["busbw"]))
-    if isinstance(facts.get("peak_busbw"), (int, float)):
-        fam.add("preflight_sweep_peak_busbw_gbps", {"nodes": group}, float(facts["peak_busbw"]))
+def _allreduce(fam: _Families, node: str, r: Result) -> None:
+    hosts = facts.sweep_hosts(r)
+    group = "+".join(sorted(hosts)) if node == "cluster" and hosts else node
+    for row in facts.sweep_rows(r):
+        fam.add("preflight_sweep_busbw_gbps", {"nodes": group, "bytes": int(row["bytes"] or 0)}, float(row["busbw"]))
+    peak = facts.peak_busbw(r)
+    if peak is not None:
+        fam.add("preflight_sweep_peak_busbw_gbps", {"nodes": group}, peak)
 
 
-def _pingpong(fam: _Families, facts: Mapping[str, Any]) -> None:
-    for p in facts.get("pairs") or []:
-        if isinstance(p, dict) and isinstance(p.get("bw_gbps"), (int, float)):
+def _pingpong(fam: _Families, r: Result) -> None:
+    for p in facts.pingpong_pairs(r):
+        if isinstance(p.get("bw_gbps"), (int, float)):
             a, b = sorted((str(p.get("a")), str(p.get("b"))))
             fam.add("preflight_pair_bw_gbps", {"a": a, "b": b}, float(p["bw_gbps"]))
 
@@ -96,11 +96,10 @@ def _results(fam: _Families, results: Iterable[Result]) -> None:
         fam.add("preflight_check_ok", {"check": check, "node": node},
                 0.0 if r.status in (Status.FAIL, Status.ERROR) else 1.0)
     for (check, node), r in seen:
-        facts = r.facts or {}
-        if check == "nccl.allreduce" and isinstance(facts.get("rows"), list):
-            _allreduce(fam, node, facts)
+        if check == "nccl.allreduce":
+            _allreduce(fam, node, r)
         if check == "nccl.pingpong" and node == "cluster":
-            _pingpong(fam, facts)
+            _pingpong(fam, r)
 
 
 def render_results(results: Sequence[Result], runs: Sequence[Mapping[str, Any]] = ()) -> str:
