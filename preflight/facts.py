@@ -128,7 +128,8 @@ class AllreduceFacts(TypedDict, total=False):
     peak_busbw: float | None  # GB/s; None when no row measured it
     table: str  # which table it was read from ("single_node", "multi_node", ...)
     hosts: list[str]  # the nodes of a cluster-wide sweep
-    rows: list[SweepRowFact] | int  # int: only the number of rows measured before a launch failed
+    rows: list[SweepRowFact]
+    rows_measured: int  # a launch that failed: how many rows were measured before it did
 
 
 class PairFact(TypedDict, total=False):

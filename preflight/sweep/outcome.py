@@ -397,7 +397,7 @@ def launch_failures(out: SweepOutcome) -> list[Result]:
         evidence=[f"{f.node}: {f.summary()}" for f in fails][:8]
         + ([f"answered: {', '.join(n for n in fine if n in out.agents)}"] if fine else []),
         remedy="fix or drain the named node(s), then rerun the sweep",
-        facts={"reason": "launch-failed", "failed": [f.node for f in fails], "rows": len(out.rows)}, source="sweep"))
+        facts={"reason": "launch-failed", "failed": [f.node for f in fails], "rows_measured": len(out.rows)}, source="sweep"))
     return results
 
 

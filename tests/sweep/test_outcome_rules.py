@@ -71,3 +71,20 @@ def test_nothing_measured_is_an_error_unless_a_node_never_started() -> None:
     out.done = set(range(4))
     results, _ = outcome.grade(out, load(TEST_PROFILE))
     assert [(r.node, r.status) for r in results if r.check == "nccl.allreduce"] == [("n4", Status.ERROR)]
+
+
+def test_a_launch_that_failed_after_some_rows_renders_in_every_report() -> None:
+    """The count of rows measured before a launch failed is its own fact, never `rows` (which
+    every reader takes for the measured table): the HTML report and the metrics still render."""
+    from preflight import facts
+    from preflight.model import Result
+    from preflight.report import html, prometheus
+    from preflight.report.base import Report
+
+    r = Result("nccl.allreduce", "cluster", Status.ERROR, "launch failed on n2",
+               facts={"reason": "launch-failed", "failed": ["n2"], "rows_measured": 3}, source="sweep")
+    assert facts.problems("nccl.allreduce", r.facts) == []
+    assert facts.sweep_rows(r) == []
+    report = Report.build("sweep", [r])
+    assert "launch failed on n2" in html.render(report)
+    assert 'preflight_check_ok{check="nccl.allreduce",node="cluster"} 0' in prometheus.render_results([r])
