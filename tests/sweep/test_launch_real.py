@@ -61,7 +61,11 @@ def test_healthy_three_node_ring_is_go(cluster: NetCluster) -> None:
     bad = [(r["node"], r["check"], r["summary"]) for r in doc["results"] if r["status"] not in ("pass", "skip")]
     assert rc == 0 and doc["verdict"] == "GO", bad
     pp = next(r for r in doc["results"] if r["check"] == "nccl.pingpong")
-    assert pp["status"] == "pass" and len(pp["facts"]["pairs"]) == 3  # n1-n2, n2-n3, n3-n1
+    # the ring's three pairs, n1-n2, n2-n3, n3-n1 (a pair that measured slow on a loaded machine
+    # is measured once more before it is judged, so a pair may appear twice)
+    assert pp["status"] == "pass"
+    assert {frozenset((p["a"], p["b"])) for p in pp["facts"]["pairs"]} == {
+        frozenset(("n1", "n2")), frozenset(("n2", "n3")), frozenset(("n3", "n1"))}
 
 
 def test_refused_host_key_ends_within_seconds_naming_the_node(cluster: NetCluster, tmp_path: Path) -> None:
