@@ -1242,7 +1242,9 @@ class RemoteProcess:
                 if self._eof:
                     chan.shutdown_write()
             except (OSError, EOFError, paramiko.SSHException):
-                pass  # the session is going: reading it says how
+                # The session refused the stdin kept for it: stdin counts as closed (later
+                # writes say False, as `write` does), and the read that follows names the fault.
+                self._eof = True
         return chan
 
     def _pump(self, chan: paramiko.Channel) -> None:
