@@ -37,7 +37,7 @@ def main() -> int:
     got = launch_local(spec, a.nproc, sys.executable)
     for ev in got.events:
         if ev.get("ev") == "calib":
-            sweep.setdefault(ev["bytes"], []).append((ev["time_us"], ev["mean_us"]))
+            sweep.setdefault(ev["bytes"], []).append((ev["median_us"], ev["mean_us"]))
             bare.setdefault(ev["bytes"], []).append(ev["bare_us"])
     print(f"local gloo, {a.nproc} ranks, {a.iters} iterations per block, median of {a.reps} alternating blocks")
     print(f"{'size':>10} {'sweep med us':>13} {'sweep mean us':>14} {'bare loop us':>13} {'med vs bare':>12} "

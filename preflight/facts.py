@@ -119,9 +119,19 @@ class NicFacts(TypedDict, total=False):
 # nccl.allreduce (sweep or nccl-tests table), nccl.pingpong
 
 
-class SweepRowFact(TypedDict):
+class _SweepRowBase(TypedDict):
     bytes: int
     busbw: float
+
+
+class SweepRowFact(_SweepRowBase, total=False):
+    count: int | None  # elements
+    dtype: str | None
+    time_us: float | None  # the mean per op (nccl-tests' time): algbw = bytes / time_us
+    median_us: float | None  # the sweep's extras (the slowest rank's median and p99)
+    p99_us: float | None
+    algbw: float | None
+    wrong: int | None
 
 
 class AllreduceFacts(TypedDict, total=False):

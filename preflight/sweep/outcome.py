@@ -11,14 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight.model import Capture, CaptureState, Result, Status
+from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.parsers.nccl_tests import NcclTestRow, NcclTests
 from preflight.profile import Profile
 from preflight.sweep import pairs as pairmod
 from preflight.sweep.launch import Failure, Launched
 from preflight.sweep.spec import NCCL_TESTS_DTYPE, SweepSpec
 
-GROUP = "cluster"  # the node label of group-level results
+GROUP = CLUSTER  # the node label of group-level results
 
 
 @dataclass
@@ -272,7 +272,7 @@ def _allreduce_facts(out: SweepOutcome, profile: Profile, multi: bool) -> dict[s
     rows_facts = []
     for row in out.rows:
         exp, st = expected_row(row, profile, multi)
-        rows_facts.append({k: row.get(k) for k in ("bytes", "count", "dtype", "time_us", "p99_us", "mean_us",
+        rows_facts.append({k: row.get(k) for k in ("bytes", "count", "dtype", "time_us", "median_us", "p99_us",
                                                    "min_us", "algbw", "busbw", "wrong")}
                           | {"expected": exp, "status": st.value})
     busbws = [r["busbw"] for r in out.rows]

@@ -12,11 +12,12 @@ from typing import Any
 
 from tabulate import tabulate
 
-from preflight.model import Result
+from preflight.model import CLUSTER, Result
 from preflight.profile import Profile
 from preflight.sweep import pairs as pairmod
 from preflight.sweep.outcome import SweepOutcome, expected_row
 from preflight.sweep.plot import busbw_svg
+from preflight.sweep.spec import NCCL_TESTS_DTYPE
 
 PLOT_NAME = "sweep-busbw.svg"
 
@@ -28,25 +29,53 @@ def _size(b: int) -> str:
     return f"{b} B"
 
 
+# The all-reduce table in all_reduce_perf's column order (out-of-place group), then our extras.
+TABLE_HEADERS = ["size (B)", "count (elements)", "type", "redop", "root", "time (us)", "algbw (GB/s)",
+                 "busbw (GB/s)", "#wrong", "p99 (us)", "expected", "status"]
+TABLE_ALIGN = ("right", "right", "left", "left", "right", "right", "right", "right", "right", "right", "left", "left")
+
+
+def _time(us: float) -> str:
+    """A time the way all_reduce_perf prints it: fewer decimals as it grows."""
+    return f"{us:.0f}" if us >= 10000 else f"{us:.1f}" if us >= 100 else f"{us:.2f}"
+
+
+def _bw(gbps: float) -> str:
+    """GB/s to two decimals as nccl-tests prints it; a CPU run's tiny figures keep two digits."""
+    return f"{gbps:.2f}" if gbps >= 0.01 or gbps == 0 else f"{gbps:.2g}"
+
+
+def table_rows(out: SweepOutcome, profile: Profile) -> list[list[Any]]:
+    """The rows as all_reduce_perf prints them (out-of-place; the sweep measures no in-place
+    group): time is the mean per op, the figure algbw (bytes / time) and busbw follow from."""
+    multi = len(out.hosts) > 1
+    rows = []
+    for row in out.rows:
+        exp, st = expected_row(row, profile, multi)
+        dtype = str(row.get("dtype") or out.spec.dtype)
+        p99 = row.get("p99_us")
+        rows.append([int(row["bytes"]), int(row.get("count") or 0), NCCL_TESTS_DTYPE.get(dtype, dtype), "sum", -1,
+                     _time(row["time_us"]), _bw(row["algbw"]), _bw(row["busbw"]), int(row.get("wrong") or 0),
+                     _time(p99) if isinstance(p99, (int, float)) else "", exp, st.value])
+    return rows
+
+
 def markdown(out: SweepOutcome, results: list[Result], profile: Profile, plot_name: str | None = PLOT_NAME) -> str:
     spec = out.spec
     multi = len(out.hosts) > 1
     lines = ["## Collective sweep", "",
              f"- backend {spec.backend}, dtype {spec.dtype}, {out.world} rank(s) on {len(out.hosts)} node(s) "
              f"({', '.join(out.hosts)}), table {'multi_node' if multi else 'single_node'} of profile {profile.name}",
-             f"- {spec.warmup} warm-up + {spec.iters} timed iterations per size; time = slowest rank per "
-             "iteration (median, p99); busbw = algbw x 2(n-1)/n",
+             f"- {spec.warmup} warm-up + {spec.iters} timed iterations per size; time = the slowest rank's mean "
+             "per op (as nccl-tests), algbw = size / time, busbw = algbw x 2(n-1)/n; p99 = the slowest rank's "
+             "99th percentile",
              f"- took {out.seconds:.1f} s (deadline {spec.deadline_s:g} s, collective timeout {spec.op_timeout_s:g} s)",
              ""]
     if out.rows:
-        rows = []
-        for row in out.rows:
-            exp, st = expected_row(row, profile, multi)
-            rows.append([_size(row["bytes"]), f"{row['time_us']:.1f}", f"{row['p99_us']:.1f}", f"{row['algbw']:.4g}",
-                         f"{row['busbw']:.4g}", exp, int(row.get("wrong") or 0), st.value])
-        lines += ["### All-reduce", "", tabulate(rows, headers=["size", "time us (median)", "p99 us", "algbw GB/s",
-                                                                "busbw GB/s", "expected", "wrong", "status"],
-                                                 tablefmt="github"), ""]
+        lines += ["### All-reduce (out-of-place; in-place not measured)", "",
+                  tabulate(table_rows(out, profile), headers=TABLE_HEADERS, tablefmt="github", disable_numparse=True,
+                           colalign=TABLE_ALIGN),
+                  ""]
         if plot_name:
             lines += [f"![busbw vs size]({plot_name})", ""]
     stalled = [r for r in results if r.check == "nccl.allreduce" and "stalled" in r.summary]
@@ -59,7 +88,7 @@ def markdown(out: SweepOutcome, results: list[Result], profile: Profile, plot_na
                   tabulate(pairmod.matrix(nodes, out.pairs, "bw_gbps"), headers=["", *nodes], tablefmt="github"), "",
                   f"Latency us at {spec.pp_small_bytes} B:", "",
                   tabulate(pairmod.matrix(nodes, out.pairs, "lat_us"), headers=["", *nodes], tablefmt="github"), ""]
-    named = [r for r in results if r.check == "nccl.pingpong" and r.node != "cluster"]
+    named = [r for r in results if r.check == "nccl.pingpong" and r.node != CLUSTER]
     if named:
         lines += ["### Isolation", ""]
         for r in named:

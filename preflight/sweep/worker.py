@@ -314,7 +314,7 @@ def _allreduce_sweep(me: _Rank) -> tuple[bool, float]:
             again = _measure_allreduce(torch, dist, size, dtype, me.device, spec, rank, me.world, me.sync) \
                 if k else row
             if rank == 0:
-                emit("calib", bytes=size, bare_us=bare * 1e6, time_us=again["time_us"], mean_us=again["mean_us"])
+                emit("calib", bytes=size, bare_us=bare * 1e6, median_us=again["median_us"], mean_us=again["time_us"])
         if spec.group_floor_min_bytes and size >= spec.group_floor_min_bytes:
             peak = max(peak, row["busbw"])
     return True, peak
@@ -392,10 +392,12 @@ def _measure_allreduce(torch: Any, dist: Any, size: int, dtype: Any, device: Any
         bad = int((chk != want).sum().item())
     wrong = torch.tensor([bad], dtype=torch.int64, device=device)
     dist.all_reduce(wrong)
-    # bandwidth from the mean time, as nccl-tests computes it (bytes / average time per op)
-    algbw = size / mean / 1e9 if mean > 0 else 0.0
-    return {"bytes": count * elem, "count": count, "dtype": str(dtype).replace("torch.", ""),
-            "iters": spec.iters, "time_us": med * 1e6, "p99_us": p99 * 1e6, "mean_us": mean * 1e6,
+    # time and bandwidth from the mean, as nccl-tests reports them (average time per op, bytes
+    # / that time): time_us is the figure algbw and busbw follow from; the median and p99 are extra
+    nbytes = count * elem  # the bytes reduced (a size that is no multiple of the element is rounded down)
+    algbw = nbytes / mean / 1e9 if mean > 0 else 0.0
+    return {"bytes": nbytes, "count": count, "dtype": str(dtype).replace("torch.", ""),
+            "iters": spec.iters, "time_us": mean * 1e6, "median_us": med * 1e6, "p99_us": p99 * 1e6,
             "min_us": fastest * 1e6, "algbw": algbw, "busbw": algbw * busbw_factor(world),
             "wrong": int(wrong.item()), "world": world}
 
