@@ -15,7 +15,7 @@ from preflight.report.progress import live_progress
 
 @app.command()
 def run(
-    profile: opt.ProfileOpt = "auto",
+    profile: opt.ProfileOpt = None,
     checks_dir: opt.ChecksDirOpt = None,
     only: opt.OnlyOpt = None,
     skip: opt.SkipOpt = None,
@@ -29,6 +29,8 @@ def run(
     hosts: opt.HostsOpt = None,
     partition: Annotated[str | None, typer.Option("--partition", help="All nodes of a Slurm partition (scontrol).")] = None,
     nodelist: Annotated[str | None, typer.Option("--nodelist", help="A Slurm nodelist resolved by scontrol.")] = None,
+    exclude: opt.ExcludeOpt = None,
+    bad_nodes: opt.BadNodesOpt = None,
     transport: Annotated[str, typer.Option("--transport", "-t", help="auto (srun in an allocation, else ssh with hosts, else local), local, ssh, srun.")] = "auto",
     ssh_config: opt.SshConfigOpt = None,
     ssh_accept_new: opt.AcceptOpt = False,
@@ -47,6 +49,8 @@ def run(
     sweep_backend: Annotated[str, typer.Option("--sweep-backend", help="nccl, gloo or auto (nccl where nvidia-smi exists).")] = "auto",
     sweep_profile: Annotated[str | None, typer.Option("--sweep-profile", help="Profile for grading the sweep (default: --profile).")] = None,
     history: opt.HistoryOpt = None,
+    prometheus: opt.PrometheusOpt = None,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """Run every check (on this node, or on --hosts / the allocation) and give the GO / NO-GO verdict."""
     from preflight import engine
@@ -56,7 +60,7 @@ def run(
     req = engine.CheckRequest(
         command="run", profile=profile, checks_dirs=list(checks_dir or []), only=list(only or []),
         skip=list(skip or []), xid_since=opt.xid_since(xid_since), probe_timeout=probe_timeout,
-        peers=list(peer or []), nodes=engine.select_nodes(hosts, partition, nodelist), transport=transport,
+        peers=list(peer or []), nodes=engine.select_nodes(hosts, partition, nodelist, exclude), transport=transport,
         transport_options=engine.TransportOptions(
             ssh_config=ssh_config, accept_new=ssh_accept_new, concurrency=concurrency,
             connect_timeout=connect_timeout, command_timeout=command_timeout, deadline=deadline,
@@ -67,14 +71,16 @@ def run(
                                 backend=sweep_backend, profile=sweep_profile)
     with live_progress() as tick:
         report = engine.run_checks(req, sweep, cfg, tick)
-    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=not no_report, history=history,
-                                     prometheus=cfg.prometheus)))
+    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=not no_report,
+                                     history=cfg.resolve_history(history),
+                                     bad_nodes=bad_nodes, failures_only=quiet,
+                                     prometheus=prometheus or cfg.prometheus)))
     raise typer.Exit(report.verdict.exit_code)
 
 
 @app.command()
 def node(
-    profile: opt.ProfileOpt = "auto",
+    profile: opt.ProfileOpt = None,
     checks_dir: opt.ChecksDirOpt = None,
     only: opt.OnlyOpt = None,
     skip: opt.SkipOpt = None,
@@ -84,6 +90,9 @@ def node(
     xid_since: opt.XidOpt = None,
     probe_timeout: opt.TimeoutOpt = 10.0,
     history: opt.HistoryOpt = None,
+    bad_nodes: opt.BadNodesOpt = None,
+    prometheus: opt.PrometheusOpt = None,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """Node-local checks only: light and fast, for prologues and health-check programs."""
     from preflight import engine
@@ -95,8 +104,10 @@ def node(
                               probe_timeout=probe_timeout, warn_as_fail=warn_as_fail)
     with live_progress() as tick:
         report = engine.check_nodes(req, cfg, tick)
-    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history,
-                                     prometheus=cfg.prometheus)))
+    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None,
+                                     history=cfg.resolve_history(history),
+                                     bad_nodes=bad_nodes, failures_only=quiet,
+                                     prometheus=prometheus or cfg.prometheus)))
     raise typer.Exit(report.verdict.exit_code)
 
 
@@ -143,20 +154,24 @@ def analyze(
     paths: Annotated[list[Path], typer.Argument(
         help="Files, folders of files, folders of per-node folders, archives, or - for standard input "
              "(pdsh/clush/srun -l output is split per node).")],
-    profile: opt.ProfileOpt = "auto",
+    profile: opt.ProfileOpt = None,
     checks_dir: opt.ChecksDirOpt = None,
     as_json: opt.JsonOpt = False,
     out: opt.OutOpt = None,
     warn_as_fail: opt.WarnOpt = False,
     xid_since: opt.XidOpt = None,
     history: opt.HistoryOpt = "off",
+    bad_nodes: opt.BadNodesOpt = None,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """Grade captured tool outputs and logs (classified by content) with the same checks."""
     from preflight import engine, offline
     from preflight.report.emit import Output, choose_sinks, emit
 
     cfg = engine.load_config()
-    report = offline.analyze_paths(list(paths), cfg, profile, list(checks_dir or []), opt.xid_since(xid_since),
+    report = offline.analyze_paths(list(paths), cfg, cfg.resolve_profile(profile), list(checks_dir or []),
+                                  opt.xid_since(xid_since),
                                   warn_as_fail)
-    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history)))
+    emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history,
+                                     bad_nodes=bad_nodes, failures_only=quiet)))
     raise typer.Exit(report.verdict.exit_code)

@@ -25,6 +25,13 @@ from preflight.cli import options as opt
 from preflight.cli.app import app
 
 
+def _store(flag: str | None) -> str | None:
+    """The results store: --history, else $PREFLIGHT_HISTORY, else the site config's."""
+    from preflight.engine import load_config
+
+    return load_config().resolve_history(flag)
+
+
 @app.command()
 def history(
     history_url: opt.StoreOpt = None,
@@ -50,7 +57,7 @@ def history(
 ) -> None:
     """Failure counts, flapping and lemon nodes, and bandwidth trends from the results store."""
     from preflight.history.analysis import Thresholds
-    from preflight.history.query import Filters, export, summarize
+    from preflight.history.query import Filters, export, summarize, summary_document
 
     start = opt.since_time(since)
     if min(flap_min, lemon_runs, xid_repeat, trend_runs, unchecked_runs) < 1 or trend_drop < 0:
@@ -58,11 +65,11 @@ def history(
                   "least 1, --trend-drop at least 0")
     th = Thresholds(flap_episodes=flap_min, lemon_runs=lemon_runs, xid_repeat=xid_repeat, port_flaps=2,
                     trend_runs=trend_runs, trend_drop_pct=trend_drop, unchecked_runs=unchecked_runs)
-    view = summarize(history_url, Filters(since=start, nodes=list(node or []), checks=list(check or []),
+    view = summarize(_store(history_url), Filters(since=start, nodes=list(node or []), checks=list(check or []),
                                           commands=list(command or [])), th)
     written = export(view, html, prometheus)
     if as_json:
-        sys.stdout.write(json.dumps(view.summary.to_dict(), indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(summary_document(view), indent=2) + "\n")
         return
     from preflight.report.history_console import render
 
@@ -81,7 +88,7 @@ def record(
     """Add JSON reports made elsewhere (sweep, triage, analyze, other hosts) to the results store."""
     from preflight.history.query import record_reports
 
-    ids = record_reports(list(reports), history_url, command)
+    ids = record_reports(list(reports), _store(history_url), command)
     sys.stdout.write(f"recorded {len(ids)} run(s)" + (f" (ids {ids[0]}-{ids[-1]})" if ids else "") + "\n")
 
 
@@ -108,21 +115,35 @@ def baseline_learn(
                                                "spreads.")] = 3.0,
     fail_fraction: Annotated[float, typer.Option("--fail-fraction", help="Fail floor: this fraction of the "
                                                  "center.")] = 0.75,
+    min_samples: Annotated[int, typer.Option("--min-samples", help="Nodes (node groups) with a passing all-reduce "
+                                             "a table needs to be learned.")] = 8,
+    parent_fraction: Annotated[float, typer.Option("--parent-fraction", help="Refuse floors under this fraction of "
+                                                   "the parent profile's (0: no check).")] = 0.5,
+    force: Annotated[bool, typer.Option("--force", help="Write floors under the parent fraction, or from another "
+                                        "backend or GPU model than the parent's (said in the profile).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was learned as JSON.")] = False,
 ) -> None:
-    """Learn all-reduce busbw floors per topology from a fleet run (iterative outlier removal)
-    and write them as a profile that extends the fleet's own."""
+    """Learn all-reduce busbw floors per topology from a fleet run's passing results (iterative
+    outlier removal) and write them as a profile that extends the fleet's own. Refuses (exit 2,
+    nothing written) tables with too few nodes, floors at or below zero, and, unless --force,
+    floors far under the parent's or results of another backend or GPU model."""
     from preflight.history.query import LearnRequest, learn_baseline
 
-    learned, parent = learn_baseline(LearnRequest(
-        reports=list(reports or []), url=history_url, since=None if reports else opt.since_time(since), out=out,
-        name=name, extends=extends, method=method, k=k, warn_sigmas=warn_sigmas, fail_fraction=fail_fraction))
+    got = learn_baseline(LearnRequest(
+        reports=list(reports or []), url=_store(history_url), since=None if reports else opt.since_time(since),
+        out=out,
+        name=name, extends=extends, method=method, k=k, warn_sigmas=warn_sigmas, fail_fraction=fail_fraction,
+        min_samples=min_samples, parent_fraction=parent_fraction, force=force))
+    notes = [n for n in (got.left_out, *(f"{t}; not learned" for t in got.vetted.too_few)) if n]
     if as_json:
-        sys.stdout.write(json.dumps([{"table": lr.table, "warn": lr.warn, "fail": lr.fail,
+        sys.stderr.writelines(f"{n}\n" for n in notes)
+        sys.stdout.write(json.dumps([{"table": lr.table, "warn": lr.warn, "fail": lr.fail, "samples": lr.samples,
                                       "center": lr.fit.center, "spread": lr.fit.spread, "kept": sorted(lr.fit.kept),
-                                      "dropped": sorted(lr.fit.dropped), "source": lr.source} for lr in learned],
-                                    indent=2) + "\n")
+                                      "dropped": sorted(lr.fit.dropped), "source": lr.source, "forced": lr.forced}
+                                     for lr in got.vetted.learned], indent=2) + "\n")
         return
-    for lr in learned:
+    for lr in got.vetted.learned:
         sys.stdout.write(f"{lr.table}: warn < {lr.warn:g} GB/s, fail < {lr.fail:g} GB/s ({lr.source})\n")
-    sys.stdout.write(f"wrote {out} (extends {parent})\n")
+        sys.stdout.writelines(f"  FORCED despite: {o}\n" for o in lr.forced)
+    sys.stdout.writelines(f"{n}\n" for n in notes)
+    sys.stdout.write(f"wrote {out} (extends {got.parent})\n")

@@ -10,20 +10,20 @@ from typing import Annotated, NoReturn
 
 import typer
 
-ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Profile name or TOML file; 'auto' detects it from the GPUs.")]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Profile name or TOML file; 'auto' detects it from the GPUs (default $PREFLIGHT_PROFILE, else the config's profile, else auto).")]
 ChecksDirOpt = Annotated[list[Path] | None, typer.Option("--checks-dir", help="Folder of site checks (*.py); repeatable.")]
-OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="Run only these checks or families (gpu, net.mtu); repeatable.")]
-SkipOpt = Annotated[list[str] | None, typer.Option("--skip", help="Skip these checks or families; repeatable.")]
+OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="Run only these checks or families (gpu, net.mtu); repeatable; replaces $PREFLIGHT_ONLY and the config's list.")]
+SkipOpt = Annotated[list[str] | None, typer.Option("--skip", help="Skip these checks or families; repeatable; replaces $PREFLIGHT_SKIP and the config's list.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout.")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Report folder (default reports/<timestamp>/).")]
 NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Do not write report files.")]
 WarnOpt = Annotated[bool, typer.Option("--warn-as-fail", help="A WARN makes the verdict NO-GO.")]
 XidOpt = Annotated[str | None, typer.Option("--xid-since", help="Kernel-log window: boot (default), ISO time, or 30m/6h/2d.")]
 TimeoutOpt = Annotated[float, typer.Option("--probe-timeout", help="Seconds before a hung probe is killed.")]
-HistoryOpt = Annotated[str | None, typer.Option("--history", help="History store: sqlite:///path, postgresql://..., or off (default $PREFLIGHT_HISTORY, else ~/.local/share/preflight/history.db).")]
+HistoryOpt = Annotated[str | None, typer.Option("--history", help="History store: sqlite:///path, postgresql://..., or off (default $PREFLIGHT_HISTORY, else the config's history, else ~/.local/share/preflight/history.db).")]
 StoreOpt = Annotated[str | None, typer.Option("--history", help="Results store: sqlite:///path, a file path, or "
-                                              "postgresql://user@host/db (default $PREFLIGHT_HISTORY, else "
-                                              "~/.local/share/preflight/history.db).")]
+                                              "postgresql://user@host/db (default $PREFLIGHT_HISTORY, else the "
+                                              "config's history, else ~/.local/share/preflight/history.db).")]
 PeersOpt = Annotated[list[str] | None, typer.Option("--peer", help="Peer node for MTU path pings; repeatable.")]
 HostsOpt = Annotated[str | None, typer.Option("--hosts", "-H", help="Nodes: Slurm hostlist (gpu[001-016]), comma list or @file.")]
 TransportOpt = Annotated[str, typer.Option("--transport", "-t", help="auto, local, ssh or srun.")]
@@ -32,7 +32,13 @@ AcceptOpt = Annotated[bool, typer.Option("--ssh-accept-new", help="Accept host k
 ConcOpt = Annotated[int, typer.Option("--concurrency", help="Nodes worked on at once.")]
 ConnOpt = Annotated[float, typer.Option("--connect-timeout", help="Seconds to connect and log in to a node.")]
 DeadlineOpt = Annotated[float | None, typer.Option("--deadline", help="Seconds for the whole collection; late nodes are ERROR.")]
+BadNodesOpt = Annotated[Path | None, typer.Option("--bad-nodes", help="Write the NO-GO nodes here as one Slurm hostlist line (empty file when none), e.g. for sbatch --exclude.")]
+ExcludeOpt = Annotated[str | None, typer.Option("--exclude", "-x", help="Leave these nodes out (hostlist or @file), after --hosts / --partition / the allocation.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the failures (FAIL, ERROR, WARN) and the verdict.")]
 SinceOpt = Annotated[str, typer.Option("--since", help="Window: an age (30m, 6h, 7d, 4w), an ISO time, or 'all'.")]
+PrometheusOpt = Annotated[Path | None, typer.Option("--prometheus", help="Write the metrics as a node_exporter "
+                                                  "textfile (.prom), atomically (default: the config's "
+                                                  "prometheus_textfile).")]
 
 
 def usage(message: str) -> NoReturn:

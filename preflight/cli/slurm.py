@@ -21,7 +21,7 @@ from preflight.cli.app import app
 @app.command()
 def prologue(
     budget: Annotated[float, typer.Option("--budget", help="Seconds the whole command may take.")] = 20.0,
-    profile: opt.ProfileOpt = "auto",
+    profile: opt.ProfileOpt = None,
     checks_dir: opt.ChecksDirOpt = None,
     only: opt.OnlyOpt = None,
     skip: opt.SkipOpt = None,
@@ -38,6 +38,8 @@ def prologue(
     damp: Annotated[str | None, typer.Option("--damp", help="K,M: drain a soft failure only after K failing runs "
                                              "in a row (hard faults at once), resume after M passing runs; 'on' "
                                              "takes K,M from the profile.")] = None,
+    bad_nodes: opt.BadNodesOpt = None,
+    prometheus: opt.PrometheusOpt = None,
 ) -> None:
     """Slurm Prolog / HealthCheckProgram gate: node-local checks within a time budget; on NO-GO
     drain the node with `preflight: <check> <summary>` and exit 1 so the job is requeued."""
@@ -52,7 +54,8 @@ def prologue(
     outcome = run_prologue(req, cfg)
     # the history gate has recorded the run already
     emit(outcome.report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, quiet=True,
-                                             history="off", prometheus=cfg.prometheus)))
+                                             bad_nodes=bad_nodes,
+                                             history="off", prometheus=prometheus or cfg.prometheus)))
     (sys.stderr if as_json else sys.stdout).write("\n".join(outcome.lines) + "\n")
     raise typer.Exit(outcome.code)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from preflight import facts as result_facts
 from preflight.history.store import Row
-from preflight.model import Result, Status
+from preflight.model import CLUSTER, LINK_SEP, Result, Status, is_node, real_nodes
 
 BAD = (Status.FAIL,)  # a graded failure
 GOOD = (Status.PASS, Status.WARN)
@@ -298,9 +298,9 @@ def _series(rows: Sequence[Row]) -> dict[tuple[str, str], list[tuple[float, floa
         peak = result_facts.peak_busbw(r)
         if peak is not None:
             hosts = result_facts.sweep_hosts(r)
-            label = "+".join(sorted(hosts)) if r.node == "cluster" and hosts else r.node
+            label = "+".join(sorted(hosts)) if r.node == CLUSTER and hosts else r.node
             out.setdefault((label, "allreduce"), []).append((r.ts, peak))
-        elif r.check == "nccl.pingpong" and r.node == "cluster":
+        elif r.check == "nccl.pingpong" and r.node == CLUSTER:
             for p in result_facts.pingpong_pairs(r):
                 bw = p.get("bw_gbps")
                 if p.get("status") == "ok" and bw is not None:
@@ -321,7 +321,8 @@ def _unchecked(rows: Sequence[Row], runs: list[int], th: Thresholds,
     `tally` receives every node's (runs not checked, runs)."""
     per: dict[str, dict[int, list[Row]]] = {}
     for r in rows:
-        per.setdefault(r.node, {}).setdefault(r.run_id, []).append(r)
+        if is_node(r.node):  # a cross-node check's ERROR is not a node left unchecked
+            per.setdefault(r.node, {}).setdefault(r.run_id, []).append(r)
     out = []
     for node, by_run in sorted(per.items()):
         seq = []
@@ -380,12 +381,15 @@ def summarize(rows: Sequence[Row], thresholds: Thresholds | None = None, since: 
     th = thresholds or Thresholds()
     runs, seqs = _per_run(rows)
     ts = {r.run_id: r.ts for r in rows}
-    lemons = _xid_lemons(rows, th) + _check_lemons(runs, seqs, th) + _port_lemons(rows, th)
+    # lemons, flappers and node listings are real nodes only (never the pseudo-node of cross-node
+    # checks and the sweep, nor a link): they are what an operator drains
+    lemons = [lm for lm in _xid_lemons(rows, th) + _check_lemons(runs, seqs, th) + _port_lemons(rows, th)
+              if is_node(lm.node)]
     trends = [own_baseline(pts, label, kind, th) for (label, kind), pts in sorted(_series(rows).items())]
     tally: dict[str, tuple[int, int]] = {}
     unchecked = _unchecked(rows, runs, th, tally)
-    return Summary(since=since, runs=len(runs), nodes=sorted({r.node for r in rows}), stats=_stats(runs, seqs, ts),
-                   flapping=_flapping(runs, seqs, th),
+    return Summary(since=since, runs=len(runs), nodes=real_nodes(r.node for r in rows), stats=_stats(runs, seqs, ts),
+                   flapping=[f for f in _flapping(runs, seqs, th) if is_node(f.node)],
                    lemons=sorted(lemons, key=lambda lm: (lm.node, lm.kind, lm.key)), trends=trends,
                    unchecked=unchecked, node_checked=tally)
 
@@ -409,7 +413,9 @@ def prometheus_text(summary: Summary) -> str:
 
     fams: dict[str, list[str]] = {name: [] for name in _PROM_HELP}
     for s in summary.stats:
-        lab = f'{{node="{esc(s.node)}",check="{esc(s.check)}"}}'
+        # a cross-node check (the pseudo-node cluster, a link a<->b) has no node label
+        who = f'node="{esc(s.node)}"' if is_node(s.node) else f'nodes="{esc("+".join(s.node.split(LINK_SEP)))}"'
+        lab = f'{{{who},check="{esc(s.check)}"}}' if s.node != CLUSTER else f'{{check="{esc(s.check)}"}}'
         fams["preflight_history_failed_runs"].append(f"preflight_history_failed_runs{lab} {s.bad}")
         fams["preflight_history_graded_runs"].append(f"preflight_history_graded_runs{lab} {s.graded}")
         fams["preflight_history_not_checked_runs"].append(f"preflight_history_not_checked_runs{lab} {s.not_checked}")
@@ -425,11 +431,18 @@ def prometheus_text(summary: Summary) -> str:
 
 
 def latest_results(rows: Sequence[Row]) -> list[Result]:
-    """The newest result per (node, check): the fleet's state as last seen."""
+    """The fleet's state as last seen: each node's results from that node's last run only (a
+    check that run did not include is not current, whatever an older run said). The pseudo-nodes
+    (`cluster`, a link) are the same: their results from the last run that had them."""
+    last: dict[str, tuple[float, int]] = {}
+    for r in rows:
+        if r.node not in last or (r.ts, r.run_id) > last[r.node]:
+            last[r.node] = (r.ts, r.run_id)
     latest: dict[tuple[str, str], Row] = {}
     for r in rows:
+        if (r.ts, r.run_id) != last[r.node]:
+            continue
         cur = latest.get((r.node, r.check))
-        if cur is None or (r.ts, r.run_id) > (cur.ts, cur.run_id) or \
-                ((r.ts, r.run_id) == (cur.ts, cur.run_id) and r.status.rank > cur.status.rank):
+        if cur is None or r.status.rank > cur.status.rank:
             latest[(r.node, r.check)] = r
     return [r.result() for _, r in sorted(latest.items())]

@@ -42,8 +42,22 @@ def read_reports(paths: Sequence[Path]) -> list[dict[str, Any]]:
                 raise UsageError(f"{f}: not a readable JSON report ({exc})") from None
             if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
                 raise UsageError(f"{f}: not a preflight JSON report (no results list)")
+            _known_schema(f, doc)
             docs.append(doc)
     return docs
+
+
+def _known_schema(path: Path, doc: dict[str, Any]) -> None:
+    """A report written by a newer preflight (a schema_version above ours) is refused by name;
+    one with none comes from a preflight before schema versions (the same keys as version 1)."""
+    from preflight.report.base import SCHEMA_VERSION
+
+    version = doc.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UsageError(f"{path}: schema_version {version!r} is not a positive integer")
+    if version > SCHEMA_VERSION:
+        raise UsageError(f"{path}: report schema_version {version} is newer than this preflight reads "
+                         f"({SCHEMA_VERSION}); upgrade preflight")
 
 
 def record_reports(paths: Sequence[Path], url: str | None, command: str | None = None) -> list[int]:
@@ -86,6 +100,14 @@ def summarize(url: str | None, filters: Filters, thresholds: Any) -> HistoryView
     return HistoryView(summary=analyse(rows, thresholds, since=since), rows=rows, runs=runs, url=where)
 
 
+def summary_document(view: HistoryView) -> dict[str, Any]:
+    """`preflight history --json`: the summary, with the schema version every JSON document
+    preflight writes carries."""
+    from preflight.report.base import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, **view.summary.to_dict()}
+
+
 def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,7 +131,8 @@ def export(view: HistoryView, html: Path | None, prometheus: Path | None) -> lis
     if prometheus is not None:
         from preflight.report.prometheus import render_results, write_textfile
 
-        meta = [{"command": r.command, "ts": r.ts, "verdict": r.verdict} for r in view.runs]
+        meta = [{"command": r.command, "ts": r.ts, "verdict": r.verdict, "duration_s": r.duration_s}
+                for r in view.runs]
         try:
             write_textfile(render_results(latest, meta) + prometheus_text(view.summary), prometheus)
         except OSError as exc:
@@ -135,7 +158,7 @@ def _report_rows(docs: Sequence[dict[str, Any]]) -> tuple[list[Row], list[str]]:
 def _store_rows(url: str | None, since: datetime | None) -> tuple[list[Row], list[str]]:
     start = window(since)
     with open_or_fail(url) as store:
-        rows = store.rows(since=start, checks=["nccl.allreduce"])
+        rows = store.rows(since=start, checks=["nccl.allreduce", "gpu.inventory"])
         used = {r.run_id for r in rows}
         return rows, [r.profile for r in store.runs(since=start) if r.id in used]
 
@@ -152,25 +175,55 @@ class LearnRequest:
     k: float = 3.0
     warn_sigmas: float = 3.0
     fail_fraction: float = 0.75
+    min_samples: int = 8
+    parent_fraction: float = 0.5
+    force: bool = False
 
 
-def learn_baseline(req: LearnRequest) -> tuple[list[Any], str]:
-    """`preflight baseline learn`: busbw floors per topology from a fleet run, written as a
-    profile extending the fleet's own; returns (what was learned, the parent profile)."""
+@dataclass
+class Learnt:
+    """What `baseline learn` wrote: the tables, the parent, and what it left out."""
+
+    vetted: Any  # baseline.Vetted
+    parent: str
+    left_out: str  # the results not learned from, and why ("" when none)
+
+
+def _parent_profile(name: str, out: Path) -> Any:
+    from preflight.engine import load_config
+    from preflight.profile import ProfileError, load
+
+    try:
+        return load(name, (*load_config().profile_dirs, out.parent))
+    except ProfileError as exc:
+        raise UsageError(f"parent profile: {exc}; name one with --extends") from None
+
+
+def learn_baseline(req: LearnRequest) -> Learnt:
+    """`preflight baseline learn`: busbw floors per topology from a fleet run's passing results,
+    vetted against the parent profile (samples, floors above zero and near the parent's, the
+    same backend and GPU model), written as a profile extending it. A refusal is a UsageError
+    and writes nothing."""
     from preflight.history import baseline as bl
 
     if req.method not in ("mad", "std"):
         raise UsageError(f"--method {req.method!r}: use mad or std")
     if not 0 < req.fail_fraction <= 1:
         raise UsageError("--fail-fraction must be in (0, 1]")
+    if req.min_samples < 1 or not 0 <= req.parent_fraction <= 1:
+        raise UsageError("--min-samples must be at least 1, --parent-fraction in [0, 1]")
     rows, profiles = _report_rows(read_reports(req.reports)) if req.reports else _store_rows(req.url, req.since)
-    try:
-        learned = bl.learn(rows, method=req.method, k=req.k, warn_sigmas=req.warn_sigmas,
-                           fail_fraction=req.fail_fraction)
-    except ValueError as exc:
-        raise UsageError(f"nothing to learn from: {exc}") from None
-    if not learned:
-        raise UsageError("nothing to learn from: no nccl.allreduce result with a peak busbw in the input")
+    picked = bl.pick(rows)
+    if not picked.rows:
+        raise UsageError("nothing to learn from: no passing nccl.allreduce result with a peak busbw in the input"
+                         + (f" ({picked.left_out_text()})" if picked.left_out else ""))
+    learned = bl.learn(picked.rows, method=req.method, k=req.k, warn_sigmas=req.warn_sigmas,
+                       fail_fraction=req.fail_fraction)
     parent = req.extends or bl.fleet_profile(profiles)
-    _write(req.out, bl.profile_toml(learned, req.name or req.out.stem, parent))
-    return learned, parent
+    vetted = bl.vet(learned, _parent_profile(parent, req.out), bl.hardware(picked.rows, rows),
+                    bl.Safety(min_samples=req.min_samples, parent_fraction=req.parent_fraction, force=req.force))
+    if vetted.blocked:
+        hint = "; --force writes it anyway" if not vetted.refused and vetted.learned else ""
+        raise UsageError(f"refused, {req.out} not written: {'; '.join(vetted.blocked)}{hint}")
+    _write(req.out, bl.profile_toml(vetted.learned, req.name or req.out.stem, parent))
+    return Learnt(vetted=vetted, parent=parent, left_out=picked.left_out_text())

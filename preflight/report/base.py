@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from preflight import __version__
 from preflight.grading import Verdict, decide, ordered
-from preflight.model import Result
+from preflight.model import Result, is_node, real_nodes
+
+# The version of every JSON document preflight writes (report.json, `--json` on stdout, the
+# history summary). It goes up when a key is removed or changes meaning; new keys keep it.
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -25,21 +29,26 @@ class Report:
     started: str = ""
     duration_s: float = 0.0
     nodes: list[str] = field(default_factory=list)
+    warn_as_fail: bool = False  # a WARN made the verdict NO-GO (JUnit reports it as a failure)
 
     @classmethod
     def build(cls, command: str, results: Sequence[Result], warn_as_fail: bool = False,
               profiles: dict[str, str] | None = None, duration_s: float = 0.0,
               nodes: Sequence[str] = ()) -> Report:
         res = ordered(results)
+        start = datetime.now(timezone.utc) - timedelta(seconds=max(duration_s, 0.0))  # built when the run ends
         return cls(command=command, results=res, verdict=decide(res, warn_as_fail),
-                   profiles=profiles or {}, started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                   duration_s=round(duration_s, 3), nodes=list(nodes) or sorted({r.node for r in res}))
+                   profiles=profiles or {}, started=start.isoformat(timespec="seconds"),
+                   duration_s=round(duration_s, 3), nodes=[n for n in nodes if is_node(n)] or real_nodes(r.node for r in res),
+                   warn_as_fail=warn_as_fail)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict.verdict,
             "counts": self.verdict.counts,
             "bad_nodes": self.verdict.bad_nodes,
+            "warn_as_fail": self.warn_as_fail,
             "command": self.command,
             "preflight_version": __version__,
             "started": self.started,
@@ -48,6 +57,13 @@ class Report:
             "profiles": self.profiles,
             "results": [r.to_dict() for r in self.results],
         }
+
+    def bad_hostlist(self) -> str:
+        """The NO-GO nodes as one Slurm hostlist (`gpu[001-003,007],login2`); '' when none. Only
+        names a scheduler knows: real nodes with plain host names (not an analysed folder)."""
+        from preflight.inventory import compress, valid_node_name
+
+        return compress(n for n in self.verdict.bad_nodes if valid_node_name(n))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)

@@ -1,10 +1,24 @@
 """Prometheus text format, for node_exporter's textfile collector.
 
-Per check and node the status as a state set (`preflight_check_status{check,node,status}` is 1
-for the current status, 0 for the others) plus `preflight_check_ok`, the verdict and time of
-the last run per command, the sweep's busbw per message size and its peak, and ping-pong
-bandwidth per node pair. `write_textfile` writes atomically (temp file + rename in the same
-folder), as the collector requires.
+Names follow the Prometheus conventions: a `preflight_` prefix, base units in the name's
+suffix (`_seconds`, `_bytes`, `_bytes_per_second`; bandwidths are measured in GB/s and written
+times 1e9), a HELP and a TYPE line per family. Everything here is a gauge.
+
+- per check and node, the status as a state set (`preflight_check_status{check,node,status}`
+  is 1 for the current status, 0 for the others) and `preflight_check_ok{check,node}`;
+- results about several nodes (the pseudo-node `cluster`: the sweep, cross-node checks; a
+  link `a<->b`) never carry a `node` label: `preflight_cluster_check_status{check,nodes,status}`
+  and `preflight_cluster_check_ok{check,nodes}`, where `nodes` names the nodes measured
+  (`gpu001+gpu002`; empty, that is absent, for the whole cluster); the sweep's bandwidth is
+  labelled the same way: `preflight_sweep_busbw_bytes_per_second{nodes,bytes}` per message
+  size, `preflight_sweep_peak_busbw_bytes_per_second{nodes}`, and the ping-pong
+  `preflight_pair_bandwidth_bytes_per_second{a,b}` per node pair;
+- per command, the last run's start (`preflight_last_run_timestamp_seconds`), length
+  (`preflight_last_run_duration_seconds`), verdict (`preflight_verdict_go`) and blocking nodes
+  (`preflight_bad_nodes`).
+
+`write_textfile` writes atomically (temp file + rename in the same folder), as the collector
+requires.
 """
 
 from __future__ import annotations
@@ -17,18 +31,23 @@ from pathlib import Path
 from typing import Any
 
 from preflight import facts
-from preflight.model import Result, Status
+from preflight.model import CLUSTER, LINK_SEP, Result, Status, is_node
 from preflight.timeparse import epoch
 
-_HELP = {
-    "preflight_check_status": "Status of a check on a node (1 for the current status).",
+GB = 1e9  # the sweep measures GB/s (10^9 bytes per second)
+
+HELP = {
+    "preflight_check_status": "Status of a check on a node (1 for the current status, 0 for the others).",
     "preflight_check_ok": "1 when the check passed (pass, warn or skip) on the node, 0 on fail or error.",
-    "preflight_last_run_timestamp_seconds": "Unix time of the last preflight run, per command.",
+    "preflight_cluster_check_status": "Status of a check of the nodes together (1 for the current status).",
+    "preflight_cluster_check_ok": "1 when the check of the nodes together passed (pass, warn or skip).",
+    "preflight_last_run_timestamp_seconds": "Unix time the last preflight run of the command started.",
+    "preflight_last_run_duration_seconds": "How long the last preflight run of the command took.",
     "preflight_verdict_go": "1 when the last run of the command was GO.",
     "preflight_bad_nodes": "Nodes blocking the last run of the command.",
-    "preflight_sweep_busbw_gbps": "All-reduce bus bandwidth per message size (GB/s).",
-    "preflight_sweep_peak_busbw_gbps": "All-reduce peak bus bandwidth of the last sweep (GB/s).",
-    "preflight_pair_bw_gbps": "Ping-pong send/recv bandwidth per node pair (GB/s).",
+    "preflight_sweep_busbw_bytes_per_second": "All-reduce bus bandwidth per message size (bytes label).",
+    "preflight_sweep_peak_busbw_bytes_per_second": "All-reduce peak bus bandwidth of the last sweep.",
+    "preflight_pair_bandwidth_bytes_per_second": "Ping-pong send/recv bandwidth per node pair.",
 }
 
 
@@ -54,7 +73,7 @@ class _Families:
     def text(self) -> str:
         out: list[str] = []
         for name, lines in self.samples.items():
-            out += [f"# HELP {name} {_HELP.get(name, name)}", f"# TYPE {name} gauge"]
+            out += [f"# HELP {name} {HELP.get(name, name)}", f"# TYPE {name} gauge"]
             out += list(dict.fromkeys(lines))
         return "\n".join(out) + "\n"
 
@@ -70,54 +89,82 @@ def _latest(results: Iterable[Result]) -> dict[tuple[str, str], Result]:
 
 
 def _allreduce(fam: _Families, node: str, r: Result) -> None:
-    hosts = facts.sweep_hosts(r)
-    group = "+".join(sorted(hosts)) if node == "cluster" and hosts else node
+    group = node if is_node(node) else _group(node, r)
     for row in facts.sweep_rows(r):
-        fam.add("preflight_sweep_busbw_gbps", {"nodes": group, "bytes": int(row["bytes"] or 0)}, float(row["busbw"]))
+        fam.add("preflight_sweep_busbw_bytes_per_second", {"nodes": group, "bytes": int(row["bytes"] or 0)},
+                float(row["busbw"]) * GB)
     peak = facts.peak_busbw(r)
     if peak is not None:
-        fam.add("preflight_sweep_peak_busbw_gbps", {"nodes": group}, peak)
+        fam.add("preflight_sweep_peak_busbw_bytes_per_second", {"nodes": group}, peak * GB)
 
 
 def _pingpong(fam: _Families, r: Result) -> None:
     for p in facts.pingpong_pairs(r):
         if isinstance(p.get("bw_gbps"), (int, float)):
             a, b = sorted((str(p.get("a")), str(p.get("b"))))
-            fam.add("preflight_pair_bw_gbps", {"a": a, "b": b}, float(p["bw_gbps"]))
+            fam.add("preflight_pair_bandwidth_bytes_per_second", {"a": a, "b": b}, float(p["bw_gbps"]) * GB)
+
+
+def _ok(r: Result) -> float:
+    return 0.0 if r.status in (Status.FAIL, Status.ERROR) else 1.0
+
+
+def _group(node: str, r: Result) -> str:
+    """The nodes a result about several nodes measured: the sweep's hosts, a link's two ends,
+    or '' (the whole cluster: no label)."""
+    if LINK_SEP in node:
+        return "+".join(sorted(node.split(LINK_SEP)))
+    return "+".join(sorted(facts.sweep_hosts(r)))
 
 
 def _results(fam: _Families, results: Iterable[Result]) -> None:
     seen = sorted(_latest(results).items())
-    for (check, node), r in seen:
+    per_node = [(check, node, r) for (check, node), r in seen if is_node(node)]
+    together = [(check, _group(node, r), r) for (check, node), r in seen if not is_node(node)]
+    for check, node, r in per_node:
         for s in Status:
             fam.add("preflight_check_status", {"check": check, "node": node, "status": s.value},
                     1.0 if r.status is s else 0.0)
-    for (check, node), r in seen:
-        fam.add("preflight_check_ok", {"check": check, "node": node},
-                0.0 if r.status in (Status.FAIL, Status.ERROR) else 1.0)
+    for check, node, r in per_node:
+        fam.add("preflight_check_ok", {"check": check, "node": node}, _ok(r))
+    for check, group, r in together:
+        for s in Status:
+            fam.add("preflight_cluster_check_status", {"check": check, "nodes": group, "status": s.value},
+                    1.0 if r.status is s else 0.0)
+    for check, group, r in together:
+        fam.add("preflight_cluster_check_ok", {"check": check, "nodes": group}, _ok(r))
     for (check, node), r in seen:
         if check == "nccl.allreduce":
             _allreduce(fam, node, r)
-        if check == "nccl.pingpong" and node == "cluster":
+        if check == "nccl.pingpong" and node == CLUSTER:
             _pingpong(fam, r)
 
 
-def render_results(results: Sequence[Result], runs: Sequence[Mapping[str, Any]] = ()) -> str:
-    """Metrics for results (the latest per check and node) and the last run per command
-    (`runs`: dicts with command, ts (Unix time), verdict, bad_nodes)."""
-    fam = _Families()
+def _last_runs(fam: _Families, runs: Sequence[Mapping[str, Any]]) -> None:
     last: dict[str, Mapping[str, Any]] = {}
     for run in runs:
         cmd = str(run.get("command", ""))
         if cmd not in last or float(run.get("ts", 0)) >= float(last[cmd].get("ts", 0)):
             last[cmd] = run
-    for cmd, run in sorted(last.items()):
+    ordered = sorted(last.items())
+    for cmd, run in ordered:
         fam.add("preflight_last_run_timestamp_seconds", {"command": cmd}, float(run.get("ts", 0)))
-    for cmd, run in sorted(last.items()):
+    for cmd, run in ordered:
+        if run.get("duration_s") is not None:
+            fam.add("preflight_last_run_duration_seconds", {"command": cmd}, float(run["duration_s"]))
+    for cmd, run in ordered:
         fam.add("preflight_verdict_go", {"command": cmd}, 1.0 if run.get("verdict") == "GO" else 0.0)
-    for cmd, run in sorted(last.items()):
+    for cmd, run in ordered:
         if "bad_nodes" in run:
             fam.add("preflight_bad_nodes", {"command": cmd}, float(run.get("bad_nodes") or 0))
+
+
+def render_results(results: Sequence[Result], runs: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Metrics for results (the worst per check and node) and the last run per command
+    (`runs`: dicts with command, ts (Unix time of the start), verdict, and optionally
+    duration_s and bad_nodes)."""
+    fam = _Families()
+    _last_runs(fam, runs)
     _results(fam, results)
     return fam.text()
 
@@ -126,6 +173,7 @@ def render(report: Any, now: float | None = None) -> str:
     """Metrics for one Report."""
     ts = epoch(report.started) if getattr(report, "started", "") else (now or time.time())
     run = {"command": report.command, "ts": ts, "verdict": report.verdict.verdict,
+           "duration_s": float(getattr(report, "duration_s", 0.0) or 0.0),
            "bad_nodes": len(report.verdict.bad_nodes)}
     return render_results(report.results, [run])
 

@@ -46,10 +46,12 @@ def test_prometheus_text_parses_and_says_status_busbw_and_time(tmp_path: Path) -
               for s in fams["preflight_check_status"].samples}
     assert status[("gpu.xid", "gpu002", "fail")] == 1.0 and status[("gpu.xid", "gpu002", "pass")] == 0.0
     ok = {(s.labels["check"], s.labels["node"]): s.value for s in fams["preflight_check_ok"].samples}
-    assert ok == {("gpu.xid", "gpu002"): 0.0, ("ib.hca", "gpu001"): 1.0, ("nccl.allreduce", "cluster"): 1.0}
-    busbw = {int(s.labels["bytes"]): s.value for s in fams["preflight_sweep_busbw_gbps"].samples}
-    assert len(busbw) == 6 and busbw[1 << 30] == pytest.approx(300.0)
-    assert fams["preflight_sweep_busbw_gbps"].samples[0].labels["nodes"] == "gpu001"
+    assert ok == {("gpu.xid", "gpu002"): 0.0, ("ib.hca", "gpu001"): 1.0}
+    cluster_ok = {(s.labels["check"], s.labels["nodes"]): s.value for s in fams["preflight_cluster_check_ok"].samples}
+    assert cluster_ok == {("nccl.allreduce", "gpu001"): 1.0}
+    busbw = {int(s.labels["bytes"]): s.value for s in fams["preflight_sweep_busbw_bytes_per_second"].samples}
+    assert len(busbw) == 6 and busbw[1 << 30] == pytest.approx(300e9)
+    assert fams["preflight_sweep_busbw_bytes_per_second"].samples[0].labels["nodes"] == "gpu001"
     assert fams["preflight_last_run_timestamp_seconds"].samples[0].value > 1.7e9
     assert fams["preflight_verdict_go"].samples[0].value == 0.0
     assert all(f.type == "gauge" for f in fams.values())
