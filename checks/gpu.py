@@ -19,7 +19,7 @@ from typing import Any
 from preflight import engine
 from preflight.findings import Findings
 from preflight.model import Result, Status
-from preflight.parsers.base import GpuRecord, to_bool
+from preflight.parsers.base import GpuRecord, pci_id, to_bool
 from preflight.parsers.nvlink import NvlinkReport
 from preflight.parsers.nvsmi_csv import BadRow, QueryCsv
 from preflight.parsers.nvsmi_errors import ToolError
@@ -325,7 +325,11 @@ def profile_hint(store: Any) -> tuple[str | None, int | None]:
     inv = build_inventory(facts)
     names = Counter(g.name for g in inv.gpus if g.name)
     if names:
-        return names.most_common(1)[0][0], inv.seen
+        # a GPU that fell off the bus is still one of the node's GPUs: an 8-GPU board with one
+        # lost keeps its 8-GPU profile, so the loss is graded against the count it should have
+        listed = {pci_id(g.bus_id) for g in inv.gpus if g.bus_id}
+        lost = {e.pci for e in inv.lost if e.pci and e.pci not in listed}
+        return names.most_common(1)[0][0], inv.seen + len(lost)
     q = facts("nvidia-smi-q")
     if q is not None and q.gpus:
         qnames = Counter(g.name for g in q.gpus if g.name)

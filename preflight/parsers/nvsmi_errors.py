@@ -145,7 +145,10 @@ _OWN = re.compile(r"Failed to initialize NVML:|NVIDIA-SMI has failed because|No 
                   r"Unable to determine the device handle for|could not be reset|GPU requires reset", re.I)
 
 
-_LISTING = re.compile(r"^GPU \d+: .*\(UUID:|^\|=+|^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|NVSMI LOG")
+# a listing's own parser reads its lost-GPU lines: -L, the table, --query-gpu CSV, -q, topo -m (a GPU row
+# meeting itself, "GPU0  X")
+_LISTING = re.compile(r"^GPU \d+: .*\(UUID:|^\|=+|^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|NVSMI LOG|"
+                      r"^\s*GPU\d+\s+X\b")
 
 
 def detect(doc: Doc) -> bool:
