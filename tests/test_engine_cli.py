@@ -96,7 +96,7 @@ def by_check(doc: dict) -> dict:
 
 def test_site_check_listed(site: dict) -> None:
     p = cli(["list", "--checks-dir", str(site["checks"]), "--json"])
-    rows = {r["id"]: r for r in json.loads(p.stdout)}
+    rows = {r["id"]: r for r in json.loads(p.stdout)["checks"]}
     assert rows["site.demo"]["probes"] == "site-tool"
     assert rows["site.demo"]["origin"].endswith("demo.py")
 
@@ -228,7 +228,8 @@ def test_config_file_adds_site_checks(site: dict) -> None:
     cfg.write_text(f'checks_dirs = ["{site["checks"]}"]\n')
     env = dict(os.environ, PREFLIGHT_CONFIG=str(cfg))
     p = cli(["list", "--json"], env=env)
-    assert "site.demo" in {r["id"] for r in json.loads(p.stdout)}
+    doc = json.loads(p.stdout)
+    assert doc["schema_version"] == 1 and "site.demo" in {r["id"] for r in doc["checks"]}
 
 
 def test_config_file_chooses_a_prometheus_sink(site: dict) -> None:

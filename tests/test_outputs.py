@@ -277,7 +277,7 @@ def test_history_json_and_textfile_show_each_nodes_last_run(tmp_path: Path) -> N
 
 
 @pytest.mark.real
-def test_analyze_and_triage_json_carry_the_schema_version(tmp_path: Path) -> None:
+def test_analyze_triage_and_list_json_carry_the_schema_version(tmp_path: Path) -> None:
     p = _cli(["analyze", str(FIXTURES / "nvidia-smi" / "query_8xh100_ok.csv"), "--profile", "h100-sxm-8x", "--json"])
     assert p.returncode in (0, 1) and json.loads(p.stdout)["schema_version"] == SCHEMA_VERSION, p.stderr[-2000:]
     run = tmp_path / "run"
@@ -285,6 +285,9 @@ def test_analyze_and_triage_json_carry_the_schema_version(tmp_path: Path) -> Non
     p = _cli(["triage", "--run-dir", str(run), "--json", "--no-node-checks"])
     doc = json.loads(p.stdout)
     assert p.returncode == 2 and list(doc)[0] == "schema_version" and doc["category"] == "unknown"
+    p = _cli(["list", "--json"])
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["schema_version"] == SCHEMA_VERSION and "gpu.xid" in {c["id"] for c in doc["checks"]}
 
 
 @pytest.mark.real

@@ -123,7 +123,9 @@ def list_checks(
     if as_json:
         import json
 
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        from preflight.report.base import SCHEMA_VERSION
+
+        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "checks": rows}, indent=2) + "\n")
         return
     from preflight.report.console import render_checks
 
