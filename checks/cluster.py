@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.model import Result, Status
+from preflight.model import CLUSTER, Result, Status
 from preflight.probes import Probe
 from preflight.registry import ClusterCheck, ClusterContext, register_cluster
 
@@ -262,7 +262,7 @@ def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:
     status = Status.FAIL if culprits else Status.PASS
     summary = (f"MTU black hole at {', '.join(culprits)}" if culprits
                else f"{len(paths.links)} node-to-peer jumbo path(s) tested")
-    out.append(Result(check="cluster.mtu", node="cluster", status=status, summary=summary,
+    out.append(Result(check="cluster.mtu", node=CLUSTER, status=status, summary=summary,
                       evidence=[f"{s} -> {d}: {o}" for s, d, o in bad][:30],
                       remedy="see net.mtu on the named node(s)" if culprits else "",
                       facts={"matrix": matrix, "culprits": culprits, "size": paths.size}, source="cross-node"))
@@ -276,9 +276,9 @@ def grade_nodes(ctx: ClusterContext) -> Iterable[Result]:
     ok = [n for n in ctx.nodes if not ctx.node_errors.get(n)]
     missing = [n for n in ctx.nodes if ctx.node_errors.get(n)]
     if len(ok) >= int(want):
-        return [Result(check="cluster.nodes", node="cluster", status=Status.PASS,
+        return [Result(check="cluster.nodes", node=CLUSTER, status=Status.PASS,
                        summary=f"{len(ok)} of {want} expected nodes answered", facts={"expected": want, "ok": ok})]
-    return [Result(check="cluster.nodes", node="cluster", status=Status.FAIL,
+    return [Result(check="cluster.nodes", node=CLUSTER, status=Status.FAIL,
                    summary=f"only {len(ok)} of {want} expected nodes answered",
                    evidence=[f"{n}: {ctx.node_errors[n]}" for n in missing],
                    remedy="fix or replace the missing nodes before launching; the job would start short",

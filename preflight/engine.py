@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from preflight import facts as result_facts
 from preflight import profile as profiles
 from preflight.grading import FactStore, grade_cluster, grade_node
-from preflight.model import Capture, CaptureState, Result, Status
+from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.probes import DEFAULT_TIMEOUT, Probe
 from preflight.profile import Profile
 from preflight.registry import (
@@ -358,18 +358,42 @@ def load_registry(checks_dirs: Sequence[Path] | None, cfg: Config) -> Registry:
     return registry.load([*cfg.checks_dirs, *(checks_dirs or [])])
 
 
-def select_nodes(hosts: str | None, partition: str | None = None, nodelist: str | None = None) -> list[str] | None:
-    """--hosts, or --partition/--nodelist through Slurm, or the allocation's nodes; None = this node."""
+def select_nodes(hosts: str | None, partition: str | None = None, nodelist: str | None = None,
+                 exclude: str | None = None) -> list[str] | None:
+    """--hosts, or --partition/--nodelist through Slurm, or the allocation's nodes; None = this
+    node. `exclude` (--exclude, a hostlist or @file) takes nodes out of that list afterwards."""
     from preflight import inventory, slurm
 
+    nodes: list[str] | None
     try:
         if hosts:
-            return inventory.parse_hosts(hosts)
-        if partition or nodelist:
-            return slurm.hostnames(partition=partition, nodelist=nodelist)
-        return inventory.from_environment()
+            nodes = inventory.parse_hosts(hosts)
+        elif partition or nodelist:
+            nodes = slurm.hostnames(partition=partition, nodelist=nodelist)
+        else:
+            nodes = inventory.from_environment()
     except inventory.HostlistError as exc:
         raise UsageError(str(exc)) from None
+    return nodes if exclude is None else exclude_nodes(nodes, exclude)
+
+
+def exclude_nodes(nodes: list[str] | None, exclude: str) -> list[str]:
+    """`nodes` without those of the `--exclude` hostlist; a usage error when the hostlist is
+    malformed, when there is no node list to take them from, or when no node is left."""
+    from preflight import inventory
+
+    try:
+        gone = inventory.parse_hosts(exclude)
+    except inventory.HostlistError as exc:
+        raise UsageError(f"--exclude {exclude!r}: {exc}") from None
+    if nodes is None:
+        raise UsageError("--exclude needs a node list: give --hosts, --partition or --nodelist, or run inside "
+                         "an allocation")
+    left = inventory.difference(nodes, gone)
+    if not left:
+        raise UsageError(f"--exclude {exclude!r} leaves no node of the {len(nodes)} selected "
+                         f"({inventory.compress(nodes)})")
+    return left
 
 
 @dataclass
@@ -569,7 +593,7 @@ class SweepRequest:
 
 
 def _sweep_skipped(why: str) -> list[Result]:
-    return [Result(check="nccl.allreduce", node="cluster", status=Status.SKIP, summary=why, source="sweep")]
+    return [Result(check="nccl.allreduce", node=CLUSTER, status=Status.SKIP, summary=why, source="sweep")]
 
 
 def _ranks_per_node(results: Sequence[Result], asked: int) -> int:

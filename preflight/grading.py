@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.framing import Doc, normalise
-from preflight.model import Capture, CaptureState, Result, Status
+from preflight.model import CLUSTER, Capture, CaptureState, Result, Status, real_nodes
 from preflight.profile import Profile
 from preflight.registry import (
     Check,
@@ -58,7 +58,7 @@ def decide(results: Iterable[Result], warn_as_fail: bool = False) -> Verdict:
         verdict=NO_GO if blocking else GO,
         counts={s.value: counts.get(s.value, 0) for s in Status},
         blocking=sorted(blocking, key=lambda r: (-r.status.rank, r.node, r.check)),
-        bad_nodes=sorted({r.node for r in blocking}),
+        bad_nodes=real_nodes(r.node for r in blocking),
     )
 
 
@@ -255,7 +255,7 @@ def grade_cluster(cluster_checks: Iterable[ClusterCheck], nodes: Sequence[str], 
         try:
             produced = list(cc.grade(ctx))
         except Exception as exc:  # a bug in one cluster check must not lose the node results
-            produced = [Result(check=cc.id, node="cluster", status=Status.ERROR,
+            produced = [Result(check=cc.id, node=CLUSTER, status=Status.ERROR,
                                summary=f"cluster check {cc.id} failed internally: {type(exc).__name__}: {exc}",
                                remedy="report this as a preflight bug, with the node captures")]
         for r in produced:

@@ -219,7 +219,9 @@ def from_environment(env: dict[str, str] | None = None) -> list[str] | None:
     return expand(value) if value else None
 
 
-_NUMBERED = re.compile(r"(.*?)(\d+)([^\d]*)")
+# a name's trailing number: the part a Slurm hostlist brackets (gpu[001-003], rack1-node[01-04]);
+# Slurm (22.05) accepts no suffix after a bracket, so a name not ending in digits is never bracketed
+_NUMBERED = re.compile(r"(.*?)(\d+)")
 
 
 def _ranges(nums: list[int], width: int) -> str:
@@ -236,39 +238,44 @@ def _ranges(nums: list[int], width: int) -> str:
     return ",".join(out)
 
 
-def _group_key(prefix: str, digits: str, suffix: str, padded: set[tuple[str, str, int]]) -> tuple[str, str, int]:
+def _padded(digits: str) -> bool:
+    return len(digits) > 1 and digits.startswith("0")
+
+
+def _group_key(prefix: str, digits: str, padded: set[tuple[str, int]]) -> tuple[str, int]:
     """The group a numbered name belongs to: zero-padded numbers by their width; an unpadded
-    number as wide as a padded group of the same prefix and suffix joins it (n09,n10 -> n[09-10])."""
-    if digits.startswith("0"):
-        return (prefix, suffix, len(digits))
-    if (prefix, suffix, len(digits)) in padded:
-        return (prefix, suffix, len(digits))
-    return (prefix, suffix, 0)
+    number as wide as a padded group of the same prefix joins it (n09,n10 -> n[09-10])."""
+    if _padded(digits) or (prefix, len(digits)) in padded:
+        return (prefix, len(digits))
+    return (prefix, 0)
 
 
 def compress(names: Iterable[str]) -> str:
-    """The inverse of `expand` for display and for Slurm: gpu001,gpu002,gpu003 -> gpu[001-003].
+    """The inverse of `expand`, in the form Slurm accepts (`scontrol show hostnames`, `srun -w`,
+    `sbatch --exclude`): gpu001,gpu002,gpu003,gpu007 -> gpu[001-003,007].
 
-    Exact: `expand(compress(x))` gives the same hosts as x. Names without a number follow
-    the bracketed groups."""
+    Exact: `expand(compress(x))` gives the same hosts as x. Zero padding is kept (a padded
+    group and unpadded names are separate groups: n[01-02],n[1-2]); only a name's trailing
+    number is bracketed (rack1-node[01-04]); a name without a trailing number, or the only
+    name of its group, is written as it is. Groups keep the order they are first seen in, and
+    names without a trailing number follow them."""
     unique = dedupe(names)
     numbered = [(n, _NUMBERED.fullmatch(n)) for n in unique]
-    padded = {(m.group(1), m.group(3), len(m.group(2))) for _, m in numbered if m and m.group(2).startswith("0")}
-    groups: dict[tuple[str, str, int], list[int]] = {}
+    padded = {(m.group(1), len(m.group(2))) for _, m in numbered if m and _padded(m.group(2))}
+    groups: dict[tuple[str, int], list[int]] = {}
     singles: list[str] = []
     for n, m in numbered:
         if m is None:
             singles.append(n)
             continue
-        key = _group_key(m.group(1), m.group(2), m.group(3), padded)
-        groups.setdefault(key, []).append(int(m.group(2)))
+        groups.setdefault(_group_key(m.group(1), m.group(2), padded), []).append(int(m.group(2)))
     parts: list[str] = []
-    for (prefix, suffix, width), found in groups.items():
+    for (prefix, width), found in groups.items():
         nums = sorted(set(found))
         if len(nums) == 1:
-            parts.append(f"{prefix}{str(nums[0]).zfill(width)}{suffix}")
+            parts.append(f"{prefix}{str(nums[0]).zfill(width)}")
         else:
-            parts.append(f"{prefix}[{_ranges(nums, width)}]{suffix}")
+            parts.append(f"{prefix}[{_ranges(nums, width)}]")
     return ",".join(parts + singles)
 
 

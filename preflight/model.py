@@ -6,6 +6,7 @@ history) speaks `Result`. A `Capture` is what a transport brings back from one p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -25,6 +26,25 @@ class Status(str, Enum):
 
 
 _RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+
+
+CLUSTER = "cluster"  # the pseudo-node of results about the nodes together (cross-node checks, the sweep)
+JOB = "job"  # the pseudo-node of a triage verdict that names no node
+LINK_SEP = "<->"  # a result on a link between two nodes is on the pseudo-node "a<->b"
+
+
+def is_node(name: str) -> bool:
+    """True for a real node's name; False for the pseudo-nodes (CLUSTER, JOB, a link "a<->b")
+    that results about several nodes carry. Bad-node lists, node counts and node listings hold
+    real nodes only: a scheduler cannot drain "cluster"."""
+    return bool(name) and name not in (CLUSTER, JOB) and LINK_SEP not in name
+
+
+def real_nodes(names: Iterable[str]) -> list[str]:
+    """The real nodes of `names` (pseudo-nodes left out), sorted, once each. A result naming
+    several nodes carries them comma-separated (triage's verdict: its culprits); a node name
+    never holds a comma, so each is counted on its own."""
+    return sorted({part for n in names for part in n.split(",") if is_node(part)})
 
 
 def worst(statuses: list[Status]) -> Status:

@@ -19,6 +19,7 @@ from preflight.cli.app import app
 def sweep_cmd(
     nproc: Annotated[int | None, typer.Option("--nproc", help="Run N ranks on this machine (local launch).")] = None,
     hosts: Annotated[str | None, typer.Option("--hosts", "-H", help="Nodes (hostlist, comma list or @file): one agent per node over SSH.")] = None,
+    exclude: Annotated[str | None, typer.Option("--exclude", "-x", help="Leave these nodes of --hosts out (hostlist or @file).")] = None,
     transport: Annotated[str, typer.Option("--transport", "-t", help="auto, local, ssh or srun (srun + torchrun, c10d rendezvous).")] = "auto",
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks per node (GPUs per node on NCCL).")] = 1,
     ssh_config: Annotated[Path | None, typer.Option("--ssh-config", help="OpenSSH config for the system ssh client.")] = None,
@@ -39,7 +40,7 @@ def sweep_cmd(
     no_isolate: Annotated[bool, typer.Option("--no-isolate", help="Do not re-pair suspects to name the bad node.")] = False,
     ifname: Annotated[str, typer.Option("--ifname", help="GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME for the ranks.")] = "",
     python: Annotated[str, typer.Option("--python", help="The ranks' python, with torch (the job's environment): default this python locally, python3 (with preflight) on the nodes.")] = "",
-    profile: Annotated[str, typer.Option("--profile", "-p", help="Profile name or TOML file; auto picks it from the GPUs.")] = "auto",
+    profile: opt.ProfileOpt = None,
     expect_busbw: Annotated[float | None, typer.Option("--expect-busbw", help="Override the fail floor (GB/s busbw) of the profile's table.")] = None,
     expect_warn_busbw: Annotated[float | None, typer.Option("--expect-warn-busbw", help="Override the warn floor (GB/s).")] = None,
     expect_min_bytes: Annotated[str | None, typer.Option("--expect-min-bytes", help="Grade the floor from this size up (default: the profile's peak_min_bytes).")] = None,
@@ -50,6 +51,7 @@ def sweep_cmd(
     out: opt.OutOpt = None,
     no_report: opt.NoReportOpt = False,
     warn_as_fail: opt.WarnOpt = False,
+    bad_nodes: opt.BadNodesOpt = None,
 ) -> None:
     """All-reduce sweep over message sizes, node-pair ping-pong and bad-node isolation (GO / NO-GO)."""
     from preflight import engine
@@ -57,18 +59,22 @@ def sweep_cmd(
     from preflight.sweep.run import SweepOptions
 
     cfg = engine.load_config()
-    nodes = engine.select_nodes(hosts) if hosts else []
+    if exclude is not None and not hosts:
+        opt.usage("--exclude needs --hosts (the nodes to take them from)")
+    nodes = engine.select_nodes(hosts, exclude=exclude) if hosts else []
     options = SweepOptions(
         backend=backend, dtype=dtype, min_bytes=opt.size(min_bytes),
         max_bytes=opt.size(max_bytes) if max_bytes else None, factor=factor, warmup=warmup, iters=iters,
         op_timeout_s=op_timeout, deadline_s=deadline, nproc_per_node=nproc_per_node, pingpong=pingpong,
         pp_bytes=opt.size(pp_bytes) if pp_bytes else None, pp_iters=pp_iters, isolate=not no_isolate,
-        socket_ifname=ifname, python=python, profile=profile, expect_busbw=expect_busbw,
+        socket_ifname=ifname, python=python, profile=cfg.resolve_profile(profile), expect_busbw=expect_busbw,
         expect_warn_busbw=expect_warn_busbw, expect_min_bytes=opt.size(expect_min_bytes) if expect_min_bytes else None,
         master_addr=master_addr, master_port=master_port, accept_new=ssh_accept_new, partition=partition,
         connect_timeout=connect_timeout)
     swept = engine.sweep_command(nodes or [], transport, nproc, ssh_config, options, cfg, warn_as_fail)
-    emit(swept.report, choose_sinks(Output(as_json=as_json, out=out, write_files=not no_report),
+    emit(swept.report, choose_sinks(Output(as_json=as_json, out=out, write_files=not no_report,
+                                           history=cfg.resolve_history(None),
+                                           bad_nodes=bad_nodes),
                                     writer=swept.write, render=swept.console))
     no_torch = swept.no_torch()
     if no_torch is not None:  # asked for a sweep and none could run: not a GO

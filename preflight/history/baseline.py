@@ -22,6 +22,7 @@ from typing import Any
 
 from preflight import facts as result_facts
 from preflight.history.store import Row
+from preflight.model import CLUSTER
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution times this is its standard deviation
 
@@ -91,7 +92,7 @@ def fleet_values(rows: Iterable[Row]) -> dict[str, dict[str, float]]:
         table = str(r.facts.get("table") or "")
         if table not in ("single_node", "multi_node"):
             table = "multi_node" if len(hosts) > 1 else "single_node"
-        label = "+".join(sorted(hosts)) if r.node == "cluster" and hosts else r.node
+        label = "+".join(sorted(hosts)) if r.node == CLUSTER and hosts else r.node
         series.setdefault(table, {}).setdefault(label, []).append(peak)
     return {t: {n: statistics.median(v) for n, v in per.items()} for t, per in series.items()}
 

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from preflight.model import Result, Status
+from preflight.model import Result, Status, is_node, real_nodes
 from preflight.timeparse import epoch
 
 ENV = "PREFLIGHT_HISTORY"
@@ -241,7 +241,7 @@ def _parts(report_or_results: Any, command: str | None, when: Any) -> _Parts:
     verdict = decide(results)
     ts = epoch(when if when is not None else started)
     return _Parts(results=results, command=cmd, ts=ts, verdict=verdict.verdict,
-                  nodes=nodes or sorted({r.node for r in results}),
+                  nodes=[n for n in nodes if is_node(n)] or real_nodes(r.node for r in results),
                   profile=",".join(sorted(set(profiles.values()))), duration_s=duration, counts=verdict.counts)
 
 

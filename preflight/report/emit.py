@@ -2,9 +2,10 @@
 
 Every command builds a Report and hands it here with the sinks its flags and the site config
 chose (`choose_sinks`): the history store, report files (JSON, Markdown, JUnit, HTML, or a
-command's own set), a Prometheus textfile, and standard output (the JSON document or the
-console table). A sink that cannot write raises OutputError (one line, exit code 2); the
-history sink never raises (a store failure is a warning: the verdict matters more).
+command's own set), a Prometheus textfile, the bad-node hostlist (`--bad-nodes`), and standard
+output (the JSON document or the console table). A sink that cannot write raises OutputError
+(one line, exit code 2); the history sink never raises (a store failure is a warning: the
+verdict matters more).
 """
 
 from __future__ import annotations
@@ -76,6 +77,25 @@ class PrometheusSink:
 
 
 @dataclass
+class BadNodesSink:
+    """The NO-GO nodes for the scheduler: one Slurm hostlist line (`gpu[003,017-018],login2`),
+    newline-terminated, written atomically (temp file, then rename); an empty file when no node
+    is bad, so a pipeline can always read it. Real nodes only: a result about the nodes together
+    (a cross-node check, the sweep) makes the verdict NO-GO but names no node here."""
+
+    path: Path
+
+    def write(self, report: Report) -> list[Path]:
+        from preflight.report.prometheus import write_textfile
+
+        line = report.bad_hostlist()
+        try:
+            return [write_textfile(line + "\n" if line else "", self.path)]
+        except OSError as exc:
+            raise OutputError(f"cannot write the bad-node list {self.path}: {exc.strerror or exc}") from None
+
+
+@dataclass
 class JsonSink:
     """The JSON document on standard output (`text` makes a command's own document)."""
 
@@ -128,6 +148,7 @@ class Output:
     quiet: bool = False  # no console table (the command prints its own lines)
     history: str | None = None  # store URL; 'off' records nothing
     prometheus: Path | None = None  # a textfile for node_exporter
+    bad_nodes: Path | None = None  # the NO-GO nodes as one hostlist line (--bad-nodes)
     announce_with_json: bool = False  # name the files written even when stdout carries JSON
 
 
@@ -141,6 +162,8 @@ def choose_sinks(output: Output, writer: Writer = write_all, render: Callable[[R
         sinks.append(FilesSink(output.out, writer))
     if output.prometheus is not None:
         sinks.append(PrometheusSink(output.prometheus))
+    if output.bad_nodes is not None:
+        sinks.append(BadNodesSink(output.bad_nodes))
     if output.as_json:
         sinks.append(JsonSink(json_text))
     elif not output.quiet:

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from html import escape
 from typing import Any
 
-from preflight.model import Result, Status
+from preflight.model import Result, Status, is_node
 
 _COLORS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "error": "#8250df", "skip": "#6e7781"}
 _PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#bf3989", "#57606a")
@@ -262,9 +262,10 @@ def _profile_for(report: Any, profile: Any) -> Any:
 
 
 def _node_table(results: Sequence[Result], nodes: Sequence[str]) -> str:
-    by: dict[str, list[Result]] = {n: [] for n in nodes}
+    by: dict[str, list[Result]] = {n: [] for n in nodes if is_node(n)}
     for r in results:
-        by.setdefault(r.node, []).append(r)
+        if is_node(r.node):  # results about the nodes together are in the findings, not a node's row
+            by.setdefault(r.node, []).append(r)
 
     def worst(rs: list[Result]) -> Status:
         return max((r.status for r in rs), key=lambda s: s.rank, default=Status.SKIP)
@@ -350,7 +351,7 @@ def render(report: Any, history: Any = None, profile: Any = None) -> str:
             + (f"; profile {escape(', '.join(sorted(set(report.profiles.values()))))}" if report.profiles else "")
             + "</p>"]
     if v.bad_nodes:
-        body.append(f"<p><b>Nodes blocking the job:</b> {escape(', '.join(v.bad_nodes))}</p>")
+        body.append(f"<p><b>Nodes blocking the job:</b> {escape(report.bad_hostlist() or ', '.join(v.bad_nodes))}</p>")
     body += ["<h2>Nodes</h2>", _node_table(report.results, report.nodes)]
     findings = _findings(report.results)
     if findings:

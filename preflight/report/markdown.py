@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from preflight.model import Status
+from preflight.model import Status, is_node, real_nodes
 from preflight.report.base import Report
 
 _MARK = {"pass": "pass", "warn": "**WARN**", "fail": "**FAIL**", "skip": "skip", "error": "**ERROR**"}
@@ -24,15 +24,16 @@ def render(report: Report) -> str:
         lines.append(f"- profile: {', '.join(profs)}")
     lines.append("- results: " + ", ".join(f"{k} {n}" for k, n in v.counts.items() if n))
     if v.bad_nodes:
-        lines.append(f"- nodes blocking the job: {', '.join(v.bad_nodes)}")
+        lines.append(f"- nodes blocking the job: {report.bad_hostlist() or ', '.join(v.bad_nodes)}")
     lines.append("")
-    checks = sorted({r.check for r in report.results})
-    nodes = sorted({r.node for r in report.results})
+    # the matrix is per real node; results about the nodes together are under Findings / Passed
+    checks = sorted({r.check for r in report.results if is_node(r.node)})
+    nodes = real_nodes(r.node for r in report.results)
     if checks and nodes:
         import pandas as pd  # the report path may be heavy; the prologue path never comes here
 
         frame = pd.DataFrame([{"node": r.node, "check": r.check, "status": r.status.rank, "s": r.status.value}
-                              for r in report.results])
+                              for r in report.results if is_node(r.node)])
         worst = frame.sort_values("status").groupby(["node", "check"])["s"].last().unstack("check")
         worst = worst.reindex(index=nodes, columns=checks).fillna("")
         rows = [[node, *[_MARK.get(str(x), str(x)) for x in worst.loc[node]]] for node in nodes]

@@ -17,6 +17,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.model import LINK_SEP
+
 Pair = tuple[str, str]
 
 
@@ -54,7 +56,7 @@ def all_pair_rounds(nodes: list[str]) -> list[list[Pair]]:
 
 
 def key(a: str, b: str) -> str:
-    return f"{a}<->{b}" if a <= b else f"{b}<->{a}"
+    return f"{a}{LINK_SEP}{b}" if a <= b else f"{b}{LINK_SEP}{a}"
 
 
 @dataclass

@@ -40,7 +40,7 @@ from typing import Any
 
 from preflight import slurm, timeparse
 from preflight.framing import Doc, frame, syslog_year_fix
-from preflight.model import Capture, Result, Status
+from preflight.model import JOB, Capture, Result, Status
 from preflight.parsers import flight_recorder, nccl_log, py_spy, ras, torch_log
 from preflight.parsers.py_spy import PySpyProcess
 from preflight.parsers.torch_log import ChildFailure, Crash
@@ -1266,7 +1266,7 @@ def triage(bundle: Bundle, registry: Any | None = None, since: datetime | None =
     verdict = decide(facts, bundle.job)
     status = {"none": Status.PASS, "slowdown": Status.WARN, "unknown": Status.ERROR}.get(verdict.category,
                                                                                        Status.FAIL)
-    node = ",".join(c["node"] for c in verdict.culprits) or "job"
+    node = ",".join(c["node"] for c in verdict.culprits) or JOB
     res = Result(check=CHECK, node=node, status=status, summary=f"[{verdict.category}] {verdict.summary}",
                  evidence=verdict.evidence[:30], remedy=verdict.action, facts=verdict.to_dict(),
                  source=bundle.source or "collect")
