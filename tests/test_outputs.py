@@ -251,6 +251,13 @@ def test_prologue_writes_a_per_node_textfile_flag_over_config(tmp_path: Path) ->
     fams = assert_clean_metrics(prom.read_text())
     nodes = {s.labels["node"] for s in fams["preflight_check_ok"].samples}  # type: ignore[attr-defined]
     assert nodes == {"gpu007"} and not (tmp_path / "from-config.prom").exists()
+    # a textfile that cannot be written does not fail the gate of a node that passed
+    (tmp_path / "a-file").write_text("x")
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "prologue", "--no-drain", "--history", "off",
+                        "--node", "gpu007", "--prometheus", str(tmp_path / "a-file" / "p.prom")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"warning: cannot write {tmp_path / 'a-file' / 'p.prom'}" in p.stderr and "GO" in p.stdout
 
 
 @pytest.mark.real

@@ -49,14 +49,15 @@ def prologue(
 
     req = PrologueRequest(budget=budget, profile=profile, checks_dirs=list(checks_dir or []), only=list(only or []),
                           skip=list(skip or []), xid_since=opt.xid_since(xid_since), dry_run=dry_run,
-                          no_drain=no_drain, node=node, history=history, damp=damp)
+                          no_drain=no_drain, node=node, history=history, damp=damp, lines_to_stderr=as_json)
     cfg = load_config()
     outcome = run_prologue(req, cfg)
     # the history gate has recorded the run already
     emit(outcome.report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, quiet=True,
                                              bad_nodes=bad_nodes,
-                                             history="off", prometheus=prometheus or cfg.prometheus)))
-    (sys.stderr if as_json else sys.stdout).write("\n".join(outcome.lines) + "\n")
+                                             history="off", prometheus=prometheus or cfg.prometheus,
+                                             metrics_warn_only=True)))
+    outcome.say()  # stdout, or stderr beside --json
     raise typer.Exit(outcome.code)
 
 

@@ -63,9 +63,12 @@ class FilesSink:
 
 @dataclass
 class PrometheusSink:
-    """A node_exporter textfile (.prom), written atomically."""
+    """A node_exporter textfile (.prom), written atomically. `warn_only`: a textfile that cannot
+    be written is a warning on stderr, not a failure (the Slurm gate: metrics must not drain a
+    node that passed)."""
 
     path: Path
+    warn_only: bool = False
 
     def write(self, report: Report) -> list[Path]:
         from preflight.report.prometheus import render, write_textfile
@@ -73,7 +76,11 @@ class PrometheusSink:
         try:
             return [write_textfile(render(report), self.path)]
         except OSError as exc:
-            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+            line = f"cannot write {self.path}: {exc.strerror or exc}"
+            if not self.warn_only:
+                raise OutputError(line) from None
+            sys.stderr.write(f"preflight: warning: {line} (metrics not written)\n")
+            return []
 
 
 @dataclass
@@ -111,6 +118,7 @@ class ConsoleSink:
     """The human report on the terminal (`render` draws a command's own)."""
 
     render: Callable[[Report], None] | None = None
+    failures_only: bool = False  # -q: only the failures and the verdict
 
     def write(self, report: Report) -> list[Path]:
         if self.render is not None:
@@ -118,7 +126,7 @@ class ConsoleSink:
         else:
             from preflight.report.console import render
 
-            render(report)
+            render(report, failures_only=self.failures_only)
         return []
 
 
@@ -148,8 +156,10 @@ class Output:
     quiet: bool = False  # no console table (the command prints its own lines)
     history: str | None = None  # store URL; 'off' records nothing
     prometheus: Path | None = None  # a textfile for node_exporter
+    metrics_warn_only: bool = False  # a textfile that cannot be written is a warning (the prologue)
     bad_nodes: Path | None = None  # the NO-GO nodes as one hostlist line (--bad-nodes)
     announce_with_json: bool = False  # name the files written even when stdout carries JSON
+    failures_only: bool = False  # -q: the console shows only the failures and the verdict
 
 
 def choose_sinks(output: Output, writer: Writer = write_all, render: Callable[[Report], None] | None = None,
@@ -161,13 +171,13 @@ def choose_sinks(output: Output, writer: Writer = write_all, render: Callable[[R
     if output.write_files:
         sinks.append(FilesSink(output.out, writer))
     if output.prometheus is not None:
-        sinks.append(PrometheusSink(output.prometheus))
+        sinks.append(PrometheusSink(output.prometheus, output.metrics_warn_only))
     if output.bad_nodes is not None:
         sinks.append(BadNodesSink(output.bad_nodes))
     if output.as_json:
         sinks.append(JsonSink(json_text))
     elif not output.quiet:
-        sinks.append(ConsoleSink(render))
+        sinks.append(ConsoleSink(render, output.failures_only))
     if output.announce_with_json or not output.as_json:
         sinks.append(Announce())
     return sinks
