@@ -90,6 +90,7 @@ class GpuHealthFacts(TypedDict, total=False):
 
 class InventoryFacts(TypedDict, total=False):
     count: int  # GPUs on the node: the sweep's default ranks per node
+    models: list[str]  # the GPU names the listing gives
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +141,8 @@ class AllreduceFacts(TypedDict, total=False):
     hosts: list[str]  # the nodes of a cluster-wide sweep
     rows: list[SweepRowFact]
     rows_measured: int  # a launch that failed: how many rows were measured before it did
+    backend: str  # the sweep's torch.distributed backend (gloo, nccl); none: an all_reduce_perf table (NCCL)
+    gpu_models: list[str]  # the ranks' devices ("cpu" for a gloo run on CPUs)
 
 
 class PairFact(TypedDict, total=False):
@@ -304,6 +307,20 @@ def sweep_hosts(r: Graded) -> list[str]:
     return [str(h) for h in hosts] if isinstance(hosts, list) else []
 
 
+def allreduce_backend(r: Graded) -> str:
+    """The backend an nccl.allreduce result measured: the sweep's `backend`; a result without
+    one was graded from an nccl-tests (all_reduce_perf) table, which is NCCL."""
+    backend = r.facts.get("backend") if r.check == "nccl.allreduce" else None
+    return backend if isinstance(backend, str) and backend else "nccl"
+
+
+def gpu_models(r: Graded) -> list[str]:
+    """The GPU models a gpu.inventory listed, or the ranks of an nccl.allreduce ran on."""
+    key = {"gpu.inventory": "models", "nccl.allreduce": "gpu_models"}.get(r.check)
+    raw = r.facts.get(key) if key else None
+    return [m for m in raw if isinstance(m, str) and m] if isinstance(raw, list) else []
+
+
 def sweep_rows(r: Graded) -> list[SweepRowFact]:
     return _items(r, "rows", SweepRowFact) if r.check == "nccl.allreduce" else []
 
@@ -315,6 +332,6 @@ def pingpong_pairs(r: Graded) -> list[PairFact]:
 __all__ = [
     "SCHEMAS", "AllreduceFacts", "GpuHealthFact", "GpuHealthFacts", "IbFacts", "IbPortFact", "InventoryFacts",
     "NicFact", "NicFacts", "PairFact", "PingpongFacts", "SweepRowFact", "XidEventFact", "XidFacts",
-    "XidFaultFact", "gpu_count", "gpu_health", "ib_ports", "nic_interfaces", "peak_busbw", "pingpong_pairs",
-    "problems", "sweep_hosts", "sweep_rows", "xid_events", "xid_faults",
+    "XidFaultFact", "allreduce_backend", "gpu_count", "gpu_health", "gpu_models", "ib_ports", "nic_interfaces",
+    "peak_busbw", "pingpong_pairs", "problems", "sweep_hosts", "sweep_rows", "xid_events", "xid_faults",
 ]

@@ -159,7 +159,7 @@ def _store_rows(url: str | None, since: datetime | None) -> tuple[list[Row], lis
     start = window(since)
     with open_or_fail(url) as store:
         rows = store.rows(since=start, checks=["nccl.allreduce", "gpu.inventory"])
-        used = {r.run_id for r in rows}
+        used = {r.run_id for r in rows if r.check == "nccl.allreduce"}
         return rows, [r.profile for r in store.runs(since=start) if r.id in used]
 
 

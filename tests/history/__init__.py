@@ -66,7 +66,8 @@ def ten_runs() -> list[dict[str, Any]]:
                 results.append(res("gpu.xid", node, "pass", "no Xid", events=[]))
             peak = 360.0 - (60.0 if node == "n4" and i == 9 else 0.0) + i * 0.5
             results.append(res("nccl.allreduce", node, "pass", f"peak {peak}", avg_busbw=peak * 0.6,
-                               peak_busbw=peak, rows=sweep_rows(peak), table="single_node", hosts=[node]))
+                               peak_busbw=peak, rows=sweep_rows(peak), table="single_node", hosts=[node],
+                               gpu_models=["NVIDIA H100 80GB HBM3"]))
         results.append(res("nccl.pingpong", "cluster", "pass", "pairs ok",
                            pairs=[{"a": "n1", "b": "n2", "status": "ok", "bw_gbps": 40.0 + i * 0.1, "lat_us": 3.0},
                                   {"a": "n3", "b": "n4", "status": "ok", "bw_gbps": 41.0, "lat_us": 3.1}]))

@@ -192,10 +192,10 @@ def test_history_record_and_baseline_commands(tmp_path: Path) -> None:
     assert table.returncode == 0 and "flapping" in table.stdout and "lemon nodes" in table.stdout
     assert "16% under n4's median" in table.stdout
     out = tmp_path / "fleet.toml"
-    p = _cli("baseline", "learn", "--history", url, "--since", "all", "--out", str(out))
+    p = _cli("baseline", "learn", "--history", url, "--since", "all", "--out", str(out), "--min-samples", "4")
     assert p.returncode == 0 and "single_node: warn <" in p.stdout and "extends h100-sxm-8x" in p.stdout, p.stderr
     assert load_profile(str(out)).get("nccl.allreduce.single_node.peak_busbw_fail") > 0
-    p = _cli("baseline", "learn", str(reports), "--out", str(tmp_path / "b.toml"), "--json")
+    p = _cli("baseline", "learn", str(reports), "--out", str(tmp_path / "b.toml"), "--json", "--min-samples", "4")
     assert p.returncode == 0 and json.loads(p.stdout)[0]["table"] == "single_node", p.stderr
     bad = _cli("history", "--history", url, "--since", "yesterday")
     assert bad.returncode == 2 and "--since" in bad.stderr
