@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from preflight import facts as result_facts
 from preflight import profile as profiles
+from preflight import rootcause
 from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.probes import DEFAULT_TIMEOUT, Probe
@@ -53,6 +54,7 @@ else:  # pragma: no cover - python 3.10
 ProfileHint = Callable[[FactSource], "tuple[str | None, int | None]"]
 _profile_hints: list[ProfileHint] = []
 DETECT_PROBES: list[Probe] = []
+CHECK_TIMEOUTS = "check_timeouts"  # Options.extra key: check id -> seconds for that check's probes
 
 
 def register_profile_hint(fn: ProfileHint, probes: Sequence[Probe] = ()) -> None:
@@ -96,30 +98,52 @@ def select(registry: Registry, only: Sequence[str] = (), skip: Sequence[str] = (
 class NodePlan:
     node: str
     per_check: dict[str, list[Probe]] = field(default_factory=dict)
+    # check id -> "<exception type>: <message>" for a check whose probe planning raised: that
+    # check is ERROR on this node (never graded on no probes, never SKIP)
+    failed: dict[str, str] = field(default_factory=dict)
 
     def probes(self) -> list[Probe]:
         seen: dict[str, Probe] = {}
         for ps in self.per_check.values():
             for p in ps:
-                seen.setdefault(p.name, p)
+                have = seen.get(p.name)
+                if have is None or p.timeout > have.timeout:  # shared: the longest of its checks' timeouts
+                    seen[p.name] = p
         return list(seen.values())
 
 
 def plan_node(checks: Iterable[Check], node: str, profile: Profile, options: Options) -> NodePlan:
     """The probes each check needs on `node`. Probes that keep the default timeout take the
-    run's `--probe-timeout` instead."""
+    run's `--probe-timeout` instead; a check with a configured timeout (the site config's
+    `check_timeouts`, in `options.extra`) gives it to all of its probes."""
     ctx = PlanContext(node=node, profile=profile, options=options)
     plan = NodePlan(node=node)
     for c in checks:
         try:
             probes = c.probes_for(ctx)
-        except Exception:
-            probes = []
+        except Exception as exc:  # a bug in one check's planning: that check is ERROR, the others run
+            plan.failed[c.id] = f"{type(exc).__name__}: {exc}"
+            plan.per_check[c.id] = []
+            continue
         if options.probe_timeout != DEFAULT_TIMEOUT:
             probes = [replace(p, timeout=options.probe_timeout) if p.timeout == DEFAULT_TIMEOUT else p
                       for p in probes]
+        configured = options.extra.get(CHECK_TIMEOUTS, {}).get(c.id)
+        if configured:
+            probes = [replace(p, timeout=configured) for p in probes]
         plan.per_check[c.id] = probes
     return plan
+
+
+def planning_error(check: Check, node: str, why: str) -> Result:
+    """The result of a check whose probe planning raised `why` on `node`: ERROR naming the
+    exception (a check that cannot say which probes it needs has no evidence to pass on)."""
+    where = "" if check.origin == "builtin" else f" (site check {check.origin})"
+    return Result(check=check.id, node=node, status=Status.ERROR,
+                  summary=f"check {check.id} failed internally while planning its probes: {why}",
+                  evidence=[f"{check.id}{where}: planning its probes raised {why}"],
+                  remedy="report this as a preflight bug (a site check: to its author) with this message and "
+                         "the profile in use: planning reads only the profile, the node and the run's options")
 
 
 def node_error_results(outcome: NodeOutcome, checks: Iterable[Check]) -> list[Result]:
@@ -173,7 +197,9 @@ def _phase1_bundles(st: _Run) -> dict[str, list[Probe]]:
     bundles: dict[str, list[Probe]] = {}
     for n in st.nodes:
         st.plans[n] = plan_node(static, n, generic, st.node_opts[n])
-        planned = st.plans[n].probes() + [p for cc in st.cluster_checks for p in cc.probes]
+        timeouts = st.options.extra.get(CHECK_TIMEOUTS, {})
+        planned = st.plans[n].probes() + [replace(p, timeout=timeouts[cc.id]) if cc.id in timeouts else p
+                                          for cc in st.cluster_checks for p in cc.probes]
         unique: dict[str, Probe] = {}
         for p in planned:
             unique.setdefault(p.name, p)
@@ -198,6 +224,7 @@ def _profiles_and_phase2(st: _Run) -> dict[str, list[Probe]]:
         if st.dynamic and not out.error:
             dplan = plan_node(st.dynamic, n, st.used[n], st.node_opts[n])
             st.plans[n].per_check.update(dplan.per_check)
+            st.plans[n].failed.update(dplan.failed)
             phase2[n] = [p for p in dplan.probes() if p.name not in out.captures]
     return {n: ps for n, ps in phase2.items() if ps}
 
@@ -219,10 +246,15 @@ def _grade_node(st: _Run, n: str) -> list[Result]:
         dplan = plan_node(st.dynamic, n, st.used[n], st.node_opts[n])
         for cid, probes in dplan.per_check.items():
             st.plans[n].per_check.setdefault(cid, probes)
+        for cid, why in dplan.failed.items():
+            st.plans[n].failed.setdefault(cid, why)
     _mark_lost(out, st.plans[n])
     st.stores[n] = FactStore(st.registry, captures=out.captures)
+    failed = st.plans[n].failed
     ran = {c.id: [pr.name for pr in st.plans[n].per_check.get(c.id, [])] for c in st.checks}
-    got = grade_node(st.checks, n, st.stores[n], st.used[n], st.node_opts[n], ran)
+    got = [planning_error(c, n, failed[c.id]) for c in st.checks if c.id in failed]
+    got += grade_node([c for c in st.checks if c.id not in failed], n, st.stores[n], st.used[n], st.node_opts[n],
+                      ran)
     if out.error:  # partial captures: say why the rest is missing
         for r in got:
             if r.status in (Status.SKIP, Status.ERROR):
@@ -242,18 +274,23 @@ def run(
     peers: dict[str, list[str]] | Callable[[list[str]], dict[str, list[str]]] | None = None,
     cluster_checks: list[ClusterCheck] | None = None,
     addresses: dict[str, str] | None = None,
+    until: float | None = None,
 ) -> tuple[list[Result], dict[str, Profile]]:
     """Collect and grade `checks` on `nodes`, then the cross-node checks.
 
     `peers` gives each node the peers it pings (MTU path), or is a function of the nodes that
     answered phase 1 (so an unreachable node is left out of the ring); `addresses` maps a peer
-    address back to its node name. Returns the results and the profile used per node."""
+    address back to its node name. Both collection phases end by one time: `until` (a
+    time.monotonic() value), else the transport's deadline counted from now; a probe cut off
+    by it is ERROR naming the probe and the deadline. Returns the results and the profile used
+    per node."""
     options = options or Options()
+    transport.start_clock(until)
     peer_map: dict[str, list[str]] = {} if callable(peers) else dict(peers or {})
     st = _start(registry, checks, nodes, profile_name, options, extra_profile_dirs, peer_map, cluster_checks or [])
     # Phase 1: the probes every check declares statically (plus the profile-detection probe).
     bundles = _phase1_bundles(st)
-    _expect(progress, bundles)
+    _expect(progress, bundles, st)
     st.outcomes = transport.collect(bundles, progress)
     _report_failed(progress, st.outcomes)
     if callable(peers):
@@ -264,7 +301,7 @@ def run(
     # Phase 2: probes that depend on the profile or the peers (e.g. MTU pings).
     phase2 = _profiles_and_phase2(st)
     if phase2:
-        _expect(progress, phase2)
+        _expect(progress, phase2, st)
         more = transport.collect(phase2, progress)
         _report_failed(progress, more)
         _merge(st, more)
@@ -275,6 +312,8 @@ def run(
         results = grade_cluster(st.cluster_checks, nodes, st.stores, results, st.used, options, st.peer_map,
                                 addresses or {}, node_errors={n: st.outcomes[n].error for n in nodes},
                                 node_detail={n: dict(st.outcomes[n].detail) for n in nodes})
+    # one result per shared cause and node (a missing tool, a dead driver, an unreachable node)
+    results = rootcause.fold(results, {n: st.outcomes[n].captures for n in nodes})
     return results, st.used
 
 
@@ -290,11 +329,15 @@ def _mark_lost(out: NodeOutcome, plan: NodePlan) -> None:
                                                source=f"probe:{probe.name}")
 
 
-def _expect(progress: object, bundles: dict[str, list[Probe]]) -> None:
-    """Tell a progress display (if it wants to know) how many probes each node will send."""
+def _expect(progress: object, bundles: dict[str, list[Probe]], st: _Run) -> None:
+    """Tell a progress display (if it wants to know) how many probes each node will send, and
+    which probes each check needs (`planned`: node -> check id -> probe names)."""
     expect = getattr(progress, "expect", None)
     if callable(expect):
         expect({n: len(ps) for n, ps in bundles.items()})
+    planned = getattr(progress, "planned", None)
+    if callable(planned):
+        planned({n: {cid: [p.name for p in ps] for cid, ps in plan.per_check.items()} for n, plan in st.plans.items()})
 
 
 def _report_failed(progress: object, outcomes: dict[str, NodeOutcome]) -> None:
@@ -314,19 +357,107 @@ class UsageError(Exception):
     """Bad input from the operator: reported in one line, exit code 2."""
 
 
+CONFIG_KEYS: dict[str, str] = {
+    "profile": "a profile name or TOML file",
+    "checks_dirs": "a list of folders",
+    "profile_dirs": "a list of folders",
+    "prometheus_textfile": "a file name",
+    "disabled_checks": "a list of check ids or families",
+    "check_timeouts": "a table of check id = seconds",
+    "history": "a store URL, a file path or \"off\"",
+    "only": "a list of check ids or families",
+    "skip": "a list of check ids or families",
+}
+ENV_PROFILE, ENV_HISTORY, ENV_ONLY, ENV_SKIP = "PREFLIGHT_PROFILE", "PREFLIGHT_HISTORY", "PREFLIGHT_ONLY", "PREFLIGHT_SKIP"
+
+
+def _env(name: str) -> str | None:
+    """An environment setting; unset or empty is not given."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _env_list(name: str) -> list[str] | None:
+    value = _env(name)
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _hit(check_id: str, patterns: Sequence[str]) -> bool:
+    return any(check_id == p or check_id.startswith(p.rstrip(".") + ".") for p in patterns)
+
+
 @dataclass
 class Config:
-    """Site configuration: $PREFLIGHT_CONFIG, else /etc/preflight/config.toml (optional)."""
+    """Site configuration: $PREFLIGHT_CONFIG, else /etc/preflight/config.toml (optional).
+
+    Every setting a command takes from it is resolved by one method here, with one order of
+    precedence: the command-line flag, else the environment (PREFLIGHT_PROFILE,
+    PREFLIGHT_HISTORY, PREFLIGHT_ONLY, PREFLIGHT_SKIP), else this file, else the built-in
+    default. `disabled_checks` (a fleet kill switch) and `check_timeouts` have no flag."""
 
     checks_dirs: list[Path] = field(default_factory=list)
     profile_dirs: list[Path] = field(default_factory=list)
     profile: str = "auto"
     path: str = ""
     prometheus: Path | None = None  # a node_exporter textfile every run, node and prologue report goes to
+    disabled_checks: list[str] = field(default_factory=list)  # ids or families never run
+    check_timeouts: dict[str, float] = field(default_factory=dict)  # check id -> its probes' timeout (s)
+    history: str | None = None  # results store URL, file or "off"
+    only: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+
+    def resolve_profile(self, flag: str | None) -> str:
+        """The profile: --profile, else $PREFLIGHT_PROFILE, else the file's, else auto."""
+        return flag or _env(ENV_PROFILE) or self.profile or "auto"
+
+    def resolve_history(self, flag: str | None) -> str | None:
+        """The results store: --history, else $PREFLIGHT_HISTORY, else the file's; None is the
+        built-in default (~/.local/share/preflight/history.db)."""
+        return flag or _env(ENV_HISTORY) or self.history
+
+    def resolve_selection(self, only: Sequence[str] | None, skip: Sequence[str] | None
+                          ) -> tuple[list[str], list[str]]:
+        """(only, skip): the selection comes whole from one place. --only or --skip on the
+        command line replace both lists below them; else $PREFLIGHT_ONLY / $PREFLIGHT_SKIP
+        (comma lists; either one set replaces both of the file's); else the file's."""
+        if only or skip:
+            return list(only or []), list(skip or [])
+        env_only, env_skip = _env_list(ENV_ONLY), _env_list(ENV_SKIP)
+        if env_only is not None or env_skip is not None:
+            return env_only or [], env_skip or []
+        return list(self.only), list(self.skip)
+
+    def disabled(self, check_id: str) -> bool:
+        """Whether the fleet's kill switch (`disabled_checks`) covers this check."""
+        return _hit(check_id, self.disabled_checks)
+
+    def disabled_reason(self) -> str:
+        return f"disabled by config ({self.path})"
+
+    def validate_ids(self, registry: Registry) -> None:
+        """`disabled_checks` and `check_timeouts` name checks the registry knows; else a
+        UsageError naming the id and the file."""
+        known = set(registry.checks) | set(registry.cluster_checks)
+        for cid in self.check_timeouts:
+            if cid not in known:
+                raise UsageError(f"config file {self.path}: check_timeouts names unknown check {cid!r}"
+                                 f"{_did_you_mean(cid, known)} (see `preflight list`)")
+        for pat in self.disabled_checks:
+            if not registry.matches([pat]):
+                raise UsageError(f"config file {self.path}: disabled_checks names unknown check {pat!r}"
+                                 f"{_did_you_mean(pat, registry.known_ids())} (see `preflight list`)")
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def load_config() -> Config:
-    """The site configuration; a named file that is missing or malformed is a UsageError."""
+    """The site configuration; a named file that is missing or malformed, an unknown key or a
+    value of the wrong type is a UsageError naming the key and the file."""
     path = Path(os.environ.get("PREFLIGHT_CONFIG", "/etc/preflight/config.toml"))
     if not path.is_file():
         if "PREFLIGHT_CONFIG" in os.environ:
@@ -336,19 +467,61 @@ def load_config() -> Config:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except Exception as exc:
         raise UsageError(f"config file {path}: {exc}") from None
+    return _config_from(data, path)
+
+
+def _config_from(data: dict[str, object], path: Path) -> Config:
+    for key in data:
+        if key not in CONFIG_KEYS:
+            raise UsageError(f"config file {path}: unknown key {key!r}{_did_you_mean(key, CONFIG_KEYS)} "
+                             f"(known: {', '.join(CONFIG_KEYS)})")
     base = path.parent
-    prom = data.get("prometheus_textfile")
-    try:
-        return Config(
-            checks_dirs=[base / Path(p) for p in data.get("checks_dirs", [])],
-            profile_dirs=[base / Path(p) for p in data.get("profile_dirs", [])],
-            profile=str(data.get("profile", "auto")),
-            path=str(path),
-            prometheus=base / Path(prom) if prom else None,
-        )
-    except TypeError:
-        raise UsageError(f"config file {path}: checks_dirs and profile_dirs must be lists of folders, "
-                         "prometheus_textfile a file name") from None
+
+    def text(key: str) -> str | None:
+        value = data.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise UsageError(f"config file {path}: {key} must be {CONFIG_KEYS[key]}")
+        return value if isinstance(value, str) else None
+
+    def strings(key: str) -> list[str]:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise UsageError(f"config file {path}: {key} must be {CONFIG_KEYS[key]}")
+        return [v.strip() for v in value]
+
+    prom, history = text("prometheus_textfile"), text("history")
+    return Config(
+        checks_dirs=[base / Path(p) for p in strings("checks_dirs")],
+        profile_dirs=[base / Path(p) for p in strings("profile_dirs")],
+        profile=text("profile") or "auto", path=str(path),
+        prometheus=base / Path(prom) if prom else None,
+        disabled_checks=strings("disabled_checks"),
+        check_timeouts=_timeouts(data.get("check_timeouts", {}), path),
+        history=_history_target(history, base) if history else None,
+        only=strings("only"), skip=strings("skip"),
+    )
+
+
+def _timeouts(value: object, path: Path) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise UsageError(f"config file {path}: check_timeouts must be {CONFIG_KEYS['check_timeouts']}")
+    out: dict[str, float] = {}
+    for cid, secs in value.items():
+        if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not 0 < secs <= 86400:
+            raise UsageError(f"config file {path}: check_timeouts.{cid} = {secs!r}: give seconds, "
+                             "a number over 0")
+        out[cid] = float(secs)
+    return out
+
+
+def _history_target(value: str, base: Path) -> str:
+    """A store URL or "off" as written; a file path relative to the config file's folder."""
+    from preflight.history.store import OFF
+
+    value = value.strip()
+    if "://" in value or value.lower() in OFF:
+        return value
+    return str(base / Path(value).expanduser())
 
 
 def load_registry(checks_dirs: Sequence[Path] | None, cfg: Config) -> Registry:
@@ -438,7 +611,7 @@ def make_transport(kind: str, nodes: Sequence[str], o: TransportOptions) -> Tran
         return SrunTransport(deadline=o.deadline, partition=o.partition)
     from preflight.transport.local import LocalTransport
 
-    return LocalTransport()
+    return LocalTransport(deadline=o.deadline)
 
 
 @dataclass
@@ -447,9 +620,9 @@ class CheckRequest:
 
     command: str = "run"
     node_only: bool = False
-    profile: str = "auto"
+    profile: str | None = None  # None: not given (Config.resolve_profile decides)
     checks_dirs: list[Path] = field(default_factory=list)
-    only: list[str] = field(default_factory=list)
+    only: list[str] = field(default_factory=list)  # empty: not given (the environment or config may set it)
     skip: list[str] = field(default_factory=list)
     xid_since: datetime | None = None
     probe_timeout: float = DEFAULT_TIMEOUT
@@ -476,6 +649,38 @@ class RunPlan:
     peers: Callable[[list[str]], dict[str, list[str]]] | None = None
     addresses: dict[str, str] = field(default_factory=dict)  # peer address -> node
     cluster_checks: list[ClusterCheck] = field(default_factory=list)
+    until: float | None = None  # time.monotonic() by which the collection ends (--deadline), None: unbounded
+    disabled: list[str] = field(default_factory=list)  # selected, but switched off by the site config
+    disabled_reason: str = ""
+
+
+def effective(req: CheckRequest, cfg: Config) -> CheckRequest:
+    """The request with its profile and --only/--skip lists resolved: the flag, else the
+    environment, else the site config, else the built-in default."""
+    only, skip = cfg.resolve_selection(req.only, req.skip)
+    return replace(req, profile=cfg.resolve_profile(req.profile), only=only, skip=skip)
+
+
+def split_disabled(checks: Sequence[Check], cfg: Config) -> tuple[list[Check], list[str]]:
+    """(the checks to run, the ids of those the site config's `disabled_checks` switches off).
+    The kill switch wins over --only: a fleet-wide decision is not undone by one command line."""
+    return [c for c in checks if not cfg.disabled(c.id)], [c.id for c in checks if cfg.disabled(c.id)]
+
+
+def disabled_results(check_ids: Sequence[str], nodes: Sequence[str], reason: str) -> list[Result]:
+    """One SKIP per node and disabled check: switched off checks show in every report."""
+    return [Result(check=cid, node=n, status=Status.SKIP, summary=reason,
+                   evidence=["disabled_checks in the site config: not run on any node"],
+                   facts={"reason": "disabled"}, source="config")
+            for cid in check_ids for n in nodes]
+
+
+def run_end(o: TransportOptions, start: float | None = None) -> float | None:
+    """The time.monotonic() at which a run with these options must be done (--deadline
+    seconds from `start`, default now); None without --deadline."""
+    if o.deadline is None:
+        return None
+    return (time.monotonic() if start is None else start) + float(o.deadline)
 
 
 def _wanted(check_id: str, only: Sequence[str]) -> bool:
@@ -494,7 +699,7 @@ def _nodes_and_transport(req: CheckRequest) -> tuple[list[str], Transport, bool]
     if not nodes:
         if kind not in ("auto", "local"):
             raise UsageError(f"--transport {kind} needs nodes (--hosts, --partition/--nodelist or an allocation)")
-        return [local_node_name()], LocalTransport(), False
+        return [local_node_name()], LocalTransport(deadline=req.transport_options.deadline), False
     if kind == "local" and len(nodes) > 1:
         raise UsageError("--transport local runs on this node only; use ssh or srun for several hosts")
     from preflight.sweep.run import is_this_node
@@ -525,17 +730,25 @@ def _peer_ring(nodes: list[str], transport: Transport, all_pairs: bool
 def plan_run(req: CheckRequest, cfg: Config) -> RunPlan:
     """Pick the checks, the nodes and the transport, the peer ring and the cross-node checks.
     Raises UsageError for what cannot run (no check selected, a transport without nodes)."""
+    until = run_end(req.transport_options)  # the deadline counts from here: address look-ups included
+    req = effective(req, cfg)
     reg = load_registry(req.checks_dirs, cfg)
-    checks = select(reg, req.only, req.skip, node_only=req.node_only)
+    cfg.validate_ids(reg)
+    checks, disabled = split_disabled(select(reg, req.only, req.skip, node_only=req.node_only), cfg)
+    if not checks and disabled:
+        raise UsageError(f"every check selected is {cfg.disabled_reason()}: {', '.join(disabled)}")
     if not checks:
         why = reg.not_probed(req.only)
         raise UsageError("no check selected" + (f": {why}" if why else "") + " (see `preflight list`)")
     opts = Options(peers=list(req.peers), xid_since=req.xid_since, probe_timeout=req.probe_timeout)
     if req.expect_nodes:
         opts.extra["expect_nodes"] = req.expect_nodes
+    if cfg.check_timeouts:
+        opts.extra[CHECK_TIMEOUTS] = dict(cfg.check_timeouts)
     nodes, tr, remote = _nodes_and_transport(req)
     plan = RunPlan(registry=reg, checks=checks, nodes=nodes, transport=tr, options=opts,
-                   profile=req.profile or cfg.profile, profile_dirs=tuple(cfg.profile_dirs))
+                   profile=cfg.resolve_profile(req.profile), profile_dirs=tuple(cfg.profile_dirs),
+                   disabled=disabled, disabled_reason=cfg.disabled_reason(), until=until)
     if remote and len(nodes) > 1:
         plan.peers, plan.addresses = _peer_ring(nodes, tr, req.mtu_all_pairs)
         plan.cluster_checks = list(reg.cluster_checks.values()) if not req.node_only else []
@@ -543,6 +756,8 @@ def plan_run(req: CheckRequest, cfg: Config) -> RunPlan:
         plan.cluster_checks = [c for c in reg.cluster_checks.values() if c.id == "cluster.nodes"]
     if req.only:
         plan.cluster_checks = [c for c in plan.cluster_checks if _wanted(c.id, req.only)]
+    plan.disabled += [c.id for c in plan.cluster_checks if cfg.disabled(c.id)]
+    plan.cluster_checks = [c for c in plan.cluster_checks if not cfg.disabled(c.id)]
     return plan
 
 
@@ -554,9 +769,11 @@ def execute(plan: RunPlan, command: str, progress: ProgressFn | None = None, war
     try:
         results, used = run(plan.registry, plan.checks, plan.nodes, plan.transport, profile_name=plan.profile,
                             options=plan.options, extra_profile_dirs=plan.profile_dirs, progress=progress,
-                            peers=plan.peers, cluster_checks=plan.cluster_checks, addresses=plan.addresses)
+                            peers=plan.peers, cluster_checks=plan.cluster_checks, addresses=plan.addresses,
+                            until=plan.until)
     finally:
         plan.transport.close()
+    results += disabled_results(plan.disabled, plan.nodes, plan.disabled_reason)
     return Report.build(command, results, warn_as_fail, profiles={n: p.name for n, p in used.items()},
                         duration_s=time.monotonic() - start, nodes=plan.nodes)
 
@@ -605,18 +822,26 @@ def _ranks_per_node(results: Sequence[Result], asked: int) -> int:
 
 
 def sweep_after_checks(results: Sequence[Result], nodes: Sequence[str] | None, req: CheckRequest,
-                       sweep: SweepRequest, cfg: Config) -> list[Result]:
+                       sweep: SweepRequest, cfg: Config, until: float | None = None) -> list[Result]:
     """The collective sweep, once the node checks pass (or with --sweep-only).
 
     This node alone (no --hosts, --transport local, or a node list that is only this machine's
     name, as in a one-node allocation run on the node) is swept locally with one rank per GPU
     found; never over SSH to itself. Several nodes: one agent per node over ssh, or srun in an
-    allocation. A python without torch makes the sweep SKIP, naming --sweep-python."""
+    allocation. A python without torch makes the sweep SKIP, naming --sweep-python. The sweep
+    is not started once the run's --deadline (`until`) has passed: it is ERROR saying so."""
     from preflight.grading import decide
     from preflight.sweep.run import SweepOptions, is_this_node, run_sweep
 
     if not sweep.forced and decide(results).verdict != "GO":
         return _sweep_skipped("node checks failed: collective sweep not run (fix or drain the named nodes first)")
+    if until is not None and time.monotonic() >= until:
+        deadline = req.transport_options.deadline
+        return [Result(check="nccl.allreduce", node=CLUSTER, status=Status.ERROR, source="sweep",
+                       summary=f"collective sweep not run: the {deadline:g} s --deadline of the run had passed",
+                       evidence=[f"--deadline {deadline:g}: passed before the sweep could start"],
+                       remedy="give --deadline room for the checks and the sweep (the sweep itself is bounded "
+                              "by --sweep-deadline)")]
     nproc = _ranks_per_node(results, sweep.nproc)
     sweep.check()
     targets = list(nodes or [])
@@ -626,7 +851,7 @@ def sweep_after_checks(results: Sequence[Result], nodes: Sequence[str] | None, r
                               "with (give --sweep-nproc N, or --hosts for several nodes)")
     o = req.transport_options
     opts = SweepOptions(nproc_per_node=max(nproc, 1), max_bytes=sweep.max_bytes, deadline_s=sweep.deadline,
-                        profile=sweep.profile or req.profile or cfg.profile, profile_dirs=tuple(cfg.profile_dirs),
+                        profile=sweep.profile or cfg.resolve_profile(req.profile), profile_dirs=tuple(cfg.profile_dirs),
                         connect_timeout=float(o.connect_timeout or 10.0), accept_new=o.accept_new,
                         partition=o.partition, python=sweep.python, backend=sweep.backend)
     if local:
@@ -641,19 +866,25 @@ def run_checks(req: CheckRequest, sweep: SweepRequest, cfg: Config, progress: Pr
     sweep, in one report."""
     from preflight.report.base import Report
 
+    req = effective(req, cfg)
     req.transport_options.check()
     if not sweep.enabled and sweep.forced:
         raise UsageError("--no-sweep and --sweep-only exclude each other")
     sweep.check()
+    if sweep.enabled and sweep.profile:
+        show_profile(sweep.profile, cfg)  # a broken --sweep-profile stops the run before any node is touched
     start = time.monotonic()
+    until = run_end(req.transport_options, start)
     results: list[Result] = []
     profiles_used: dict[str, str] = {}
     nodes = req.nodes
     if not sweep.forced:
         checked = check_nodes(replace(req, warn_as_fail=False), cfg, progress)
         results, profiles_used, nodes = list(checked.results), checked.profiles, checked.nodes
-    if sweep.enabled and not req.only:
-        results.extend(sweep_after_checks(results, nodes, req, sweep, cfg))
+    if sweep.enabled and not req.only and cfg.disabled("nccl.allreduce"):
+        results.extend(_sweep_skipped(f"collective sweep (nccl.allreduce) {cfg.disabled_reason()}"))
+    elif sweep.enabled and not req.only:
+        results.extend(sweep_after_checks(results, nodes, req, sweep, cfg, until))
     return Report.build(req.command, results, req.warn_as_fail, profiles_used, time.monotonic() - start,
                         nodes or sorted({r.node for r in results}))
 
@@ -761,7 +992,11 @@ def sweep_command(nodes: list[str], kind: str, nproc: int | None, ssh_config: Pa
     kind, nodes, options.nproc_per_node = sweep_launch(kind, nodes, nproc, options.nproc_per_node)
     if ssh_config is not None and not ssh_config.is_file():
         raise UsageError(f"--ssh-config {ssh_config}: no such file")
-    options.profile = options.profile if options.profile != "auto" else cfg.profile
+    if cfg.disabled("nccl.allreduce"):
+        raise UsageError(f"the collective sweep (nccl.allreduce) is {cfg.disabled_reason()}")
+    options.profile = cfg.resolve_profile(options.profile)
+    if options.profile != "auto":
+        show_profile(options.profile, cfg)  # loaded and validated before anything is launched
     options.profile_dirs = tuple(cfg.profile_dirs)
     start = time.monotonic()
     try:

@@ -181,13 +181,36 @@ def _inputs_unusable(ctx: CheckContext, store: FactStore, planned: list[str]) ->
     return None
 
 
+# Where a probe's tool comes from: the remedy for a missing tool names the package.
+TOOL_PACKAGES = {
+    "nvidia-smi": "it comes with the NVIDIA driver (nvidia-driver-<version> or cuda-drivers; nvidia-utils-<version> "
+                  "on Debian/Ubuntu, nvidia-driver-cuda on RHEL)",
+    "ibstat": "package infiniband-diags (rdma-core's diagnostics; part of MLNX_OFED / DOCA-OFED)",
+    "ibv_devinfo": "package ibverbs-utils (libibverbs-utils on RHEL; part of MLNX_OFED / DOCA-OFED)",
+    "ofed_info": "it comes with MLNX_OFED / DOCA-OFED (the distribution's rdma-core has none)",
+    "ip": "package iproute2 (iproute on RHEL)",
+    "ping": "package iputils-ping (iputils on RHEL)",
+    "ethtool": "package ethtool",
+    "dmesg": "package util-linux",
+    "journalctl": "systemd",
+    "systemctl": "systemd",
+    "dcgmi": "package datacenter-gpu-manager",
+}
+
+
+def tool_package(tool: str) -> str:
+    """Where `tool` comes from, for a remedy ("install nvidia-smi on gpu016: ...")."""
+    return TOOL_PACKAGES.get(tool.rsplit("/", 1)[-1], "the package that provides it (see the check's documentation)")
+
+
 def _input_unusable(ctx: CheckContext, store: FactStore, name: str, inp: Input) -> Result | None:
     """The check's result when this needed input is lost, timed out, failed or missing."""
     check, node = ctx.check, ctx.node
     if inp.state is CaptureState.LOST:
         return ctx.result(Status.ERROR, f"output lost: {inp.reason}",
                           evidence=[f"probe {name}: sent, its output never came back", inp.reason],
-                          remedy=f"{check.id} was not graded on {node}: fix the cause and run it again")
+                          remedy=f"{check.id} was not graded on {node}: fix the cause and run it again",
+                          source=inp.source)
     if inp.state is CaptureState.TIMEOUT:
         cap = store.captures.get(name)
         tail = cap.stdout.splitlines()[-3:] if cap is not None else []
@@ -201,8 +224,10 @@ def _input_unusable(ctx: CheckContext, store: FactStore, name: str, inp: Input) 
         tool = inp.tool
         if ctx.profile.requires_tool(tool):
             return ctx.result(Status.FAIL, f"{tool} is missing and profile {ctx.profile.name} requires it",
-                              evidence=[inp.reason], remedy=f"install {tool} on {node} (the driver / OFED packages)")
-        return ctx.result(Status.SKIP, f"{tool} not found; {check.id} not checked", evidence=[inp.reason])
+                              evidence=[inp.reason], remedy=f"install {tool} on {node}: {tool_package(tool)}",
+                              source=inp.source)
+        return ctx.result(Status.SKIP, f"{tool} not found; {check.id} not checked", evidence=[inp.reason],
+                          source=inp.source)
     return None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from preflight.engine import Config, UsageError, load_registry
 from preflight.registry import Options
 from preflight.report.base import Report
+from preflight.rootcause import fold
 
 
 def analyze_paths(paths: Sequence[Path], cfg: Config, profile: str = "auto", checks_dirs: Sequence[Path] = (),
@@ -25,4 +26,5 @@ def analyze_paths(paths: Sequence[Path], cfg: Config, profile: str = "auto", che
     start = time.monotonic()
     results = analyze(reg, list(paths), profile_name=profile, options=Options(xid_since=xid_since),
                       extra_profile_dirs=tuple(cfg.profile_dirs))
+    results = fold(results)  # a dead driver pasted once is one finding, not one per check
     return Report.build("analyze", results, warn_as_fail, duration_s=time.monotonic() - start)

@@ -271,6 +271,9 @@ EMITTED: tuple[Emitted, ...] = (
             "a node whose pasted captures could not be read"),
     Emitted("analyze.unrecognised", "Analyze: unrecognised input", "analyze",
             "pasted text that matches no known tool's output"),
+    Emitted("node.reachable", "Node reachable", "run",
+            "a node that could not be reached or logged in to: one ERROR with the cause, its checks SKIP "
+            "\"depends on node.reachable\""),
 )
 
 

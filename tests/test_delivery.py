@@ -105,6 +105,16 @@ def _grade(transport: Transport, profile: str = PROFILE) -> dict[str, Result]:
     return {x.check: x for x in results}
 
 
+def _root(got: dict[str, Result], r: Result) -> Result:
+    """The result that says why: `r` itself, or the root whose cause `r` shares (a SKIP
+    "depends on <check>" names it; see preflight.rootcause)."""
+    if r.status is Status.SKIP and r.facts.get("depends_on"):
+        root = got[r.facts["depends_on"]]
+        assert r.summary.startswith(f"depends on {root.check}: "), (r, root)
+        return root
+    return r
+
+
 def _planned() -> dict[str, list[str]]:
     r = reg.load()
     plan = engine.plan_node(engine.select(r), NODE, _profile(), _options())
@@ -127,7 +137,7 @@ def test_the_recorded_node_is_healthy(healthy: dict[str, Capture]) -> None:
 def test_output_that_did_not_arrive_is_an_error_with_its_cause(healthy: dict[str, Capture], probe: str, check: str,
                                                                mode: str) -> None:
     got = _grade(Replay(healthy, probe, mode))
-    r = got[check]
+    r = _root(got, got[check])  # one cause shared by several checks is said once, by the root
     assert r.status is Status.ERROR, (probe, mode, r.status, r.summary)
     said = r.summary + " " + " ".join(r.evidence)
     cause = {"lost": "test cause", "vanished": "output lost", "timeout": "timed out",
@@ -137,7 +147,7 @@ def test_output_that_did_not_arrive_is_an_error_with_its_cause(healthy: dict[str
         assert r.summary.startswith("output lost: ")
     # the other checks still grade what did arrive; after a node fault the second round of
     # probes (peer pings) is not sent, and the checks that needed it say so
-    untouched = [x for c, x in got.items() if probe not in _planned().get(c, [])]
+    untouched = [_root(got, x) for c, x in got.items() if probe not in _planned().get(c, [])]
     wrong = [(x.check, x.summary) for x in untouched if x.status is not Status.PASS
              and not (mode == "lost" and x.status is Status.ERROR and CAUSE in x.summary)]
     assert not wrong
@@ -146,7 +156,8 @@ def test_output_that_did_not_arrive_is_an_error_with_its_cause(healthy: dict[str
 @pytest.mark.parametrize(("probe", "check"), _cases())
 def test_a_tool_not_installed_is_skip_or_the_profiles_requirement(healthy: dict[str, Capture], probe: str,
                                                                   check: str) -> None:
-    r = _grade(Replay(healthy, probe, "missing"))[check]
+    got = _grade(Replay(healthy, probe, "missing"))
+    r = _root(got, got[check])
     needed = probe in (reg.load().checks[check].required or _planned()[check])
     if not needed:  # an optional tool: the check grades from its other inputs
         assert r.status in (Status.PASS, Status.SKIP, Status.ERROR), r.summary
@@ -157,7 +168,10 @@ def test_a_tool_not_installed_is_skip_or_the_profiles_requirement(healthy: dict[
 
 def test_an_unreachable_node_is_error_in_every_check_naming_the_cause(healthy: dict[str, Capture]) -> None:
     got = _grade(Replay(healthy, unreachable=True))
-    assert got and all(x.status is Status.ERROR and "Connection refused" in x.summary for x in got.values())
+    root = got.pop("node.reachable")  # one ERROR for the node, every check depends on it
+    assert root.status is Status.ERROR and "Connection refused" in root.summary
+    assert got and all(x.status is Status.SKIP and x.summary == "depends on node.reachable: node not checked"
+                       for x in got.values())
 
 
 def test_captures_are_real_output_of_the_fake_tools(healthy: dict[str, Capture]) -> None:

@@ -44,7 +44,7 @@ def run(
     sweep_only: Annotated[bool, typer.Option("--sweep-only", help="The collective sweep only, no node checks.")] = False,
     sweep_nproc: Annotated[int, typer.Option("--sweep-nproc", help="Ranks per node for the sweep (0: one per GPU found).")] = 0,
     sweep_max_bytes: Annotated[int | None, typer.Option("--sweep-max-bytes", help="Largest all-reduce size (default 1 GB on NCCL, 64 MB on gloo).")] = None,
-    sweep_deadline: Annotated[float, typer.Option("--sweep-deadline", help="Seconds for the whole sweep; a hang ends there.")] = 600.0,
+    sweep_deadline: Annotated[float, typer.Option("--sweep-deadline", help="Seconds for the whole sweep; a hang ends there. Not cut by --deadline, but the sweep does not start once --deadline has passed.")] = 600.0,
     sweep_python: Annotated[str, typer.Option("--sweep-python", help="The python that runs the sweep's ranks: the job's environment, with torch (default: this python locally, python3 on the nodes).")] = "",
     sweep_backend: Annotated[str, typer.Option("--sweep-backend", help="nccl, gloo or auto (nccl where nvidia-smi exists).")] = "auto",
     sweep_profile: Annotated[str | None, typer.Option("--sweep-profile", help="Profile for grading the sweep (default: --profile).")] = None,

@@ -1,0 +1,209 @@
+"""One cause is one result: a missing tool, a dead driver, an unreachable node or output lost for
+one reason is one FAIL/ERROR per node, the checks that only repeat it SKIP "depends on"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight import engine, registry, rootcause
+from preflight import profile as profiles
+from preflight.grading import FactStore, decide, grade_node
+from preflight.model import Capture, CaptureState, Result, Status
+from preflight.registry import Options
+from tests import fakes, scenarios
+
+DRIVER_DEAD = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+               "latest NVIDIA driver is installed and running.\n")
+GPU_CHECKS = {"fabric.manager", "gpu.health", "gpu.inventory", "gpu.nvlink", "gpu.topology"}
+
+
+def _graded(node: str, capture_for) -> tuple[list[Result], dict[str, Capture]]:
+    """Every node-local check graded by the real grader over captures made by `capture_for(probe)`."""
+    reg = registry.load()
+    checks = engine.select(reg, node_only=True)
+    prof = profiles.load("h100-sxm-8x")
+    plan = engine.plan_node(checks, node, prof, Options())
+    caps = {p.name: capture_for(p) for p in plan.probes()}
+    ran = {c: [p.name for p in ps] for c, ps in plan.per_check.items()}
+    return grade_node(checks, node, FactStore(reg, captures=caps), prof, Options(), ran), caps
+
+
+def _no_nvidia_smi(probe) -> Capture:
+    argv = list(probe.commands[0])
+    if argv[0] == "nvidia-smi":
+        return Capture(probe=probe.name, argv=argv, state=CaptureState.MISSING, reason="nvidia-smi not found on PATH",
+                       source=f"probe:{probe.name}")
+    return Capture(probe=probe.name, argv=argv, state=CaptureState.OK, stdout="", rc=0, source=f"probe:{probe.name}")
+
+
+def _dead_driver(probe) -> Capture:
+    argv = list(probe.commands[0])
+    if argv[0] == "nvidia-smi":
+        return Capture(probe=probe.name, argv=argv, state=CaptureState.OK, stdout=DRIVER_DEAD, rc=9,
+                       source=f"probe:{probe.name}")
+    return Capture(probe=probe.name, argv=argv, state=CaptureState.OK, stdout="", rc=0, source=f"probe:{probe.name}")
+
+
+def test_missing_nvidia_smi_is_one_fail_per_node_the_rest_depend_on_it() -> None:
+    results, caps = [], {}
+    for node in ("gpu001", "gpu002"):
+        got, caps[node] = _graded(node, _no_nvidia_smi)
+        results += got
+    before = decide(results)
+    assert sum(r.status is Status.FAIL and "nvidia-smi" in r.summary for r in results) >= 10  # 5+ per node
+    folded = rootcause.fold(results, caps)
+    for node in ("gpu001", "gpu002"):
+        mine = {r.check: r for r in folded if r.node == node}
+        fails = [r for r in mine.values() if r.status is Status.FAIL and "nvidia-smi" in r.summary]
+        assert [r.check for r in fails] == ["gpu.driver"], fails  # (ib.hca fails on its empty capture)
+        root = fails[0]
+        assert "nvidia-smi is missing" in root.summary and "nvidia-driver" in root.remedy
+        assert "OFED" not in root.remedy  # OFED ships no nvidia-smi
+        assert set(root.facts["dependents"]) >= GPU_CHECKS
+        for check in root.facts["dependents"]:
+            dep = mine[check]
+            assert dep.status is Status.SKIP and dep.summary == "depends on gpu.driver: nvidia-smi is missing"
+            assert dep.facts["depends_on"] == "gpu.driver" and dep.evidence[0].startswith(f"gpu.driver on {node}: FAIL")
+    after = decide(folded)
+    assert (after.verdict, after.bad_nodes) == (before.verdict, before.bad_nodes) == ("NO-GO", ["gpu001", "gpu002"])
+    assert len(folded) == len(results)
+
+
+def test_a_dead_driver_is_one_fail_on_gpu_driver() -> None:
+    results, caps = _graded("gpu007", _dead_driver)
+    gpu = GPU_CHECKS | {"gpu.driver"}  # (the other checks fail on their empty captures, each its own way)
+    bad = [r for r in results if r.status in (Status.FAIL, Status.ERROR) and r.check in gpu]
+    assert len(bad) >= 4, bad  # every GPU check repeats the driver's message
+    folded = rootcause.fold(results, {"gpu007": caps})
+    bad = [r for r in folded if r.status in (Status.FAIL, Status.ERROR) and r.check in gpu]
+    assert [r.check for r in bad] == ["gpu.driver"] and "not loaded" in bad[0].summary
+    others = [(r.check, r.status) for r in results if r.check not in gpu]
+    assert [(r.check, r.status) for r in folded if r.check not in gpu] == others
+    deps = [r for r in folded if rootcause.is_dependent(r)]
+    assert {r.check for r in deps} >= {"gpu.health", "gpu.inventory", "gpu.nvlink", "gpu.topology"}
+    assert all(r.summary == "depends on gpu.driver: the NVIDIA kernel driver is not loaded" for r in deps)
+    assert all(any(ln.startswith("was: ") for ln in r.evidence) for r in deps)  # what it said is kept
+    inv = next(r for r in folded if r.check == "gpu.inventory")
+    assert "count" in inv.facts  # the readers' facts stay
+    assert decide(folded).verdict == "NO-GO"
+
+
+def test_unreachable_node_is_one_error_under_node_reachable() -> None:
+    checks = engine.select(registry.load(), node_only=True)
+    out = engine.NodeOutcome(node="gpu003", error="gpu003 (10.0.0.3:22) refused the connection")
+    results = engine.node_error_results(out, checks) + [
+        Result(check="gpu.xid", node="gpu004", status=Status.PASS, summary="no Xid")]
+    folded = rootcause.fold(results, {"gpu003": {}})
+    errors = [r for r in folded if r.status is Status.ERROR]
+    assert [(r.check, r.node) for r in errors] == [("node.reachable", "gpu003")]
+    assert errors[0].summary == "node not checked: gpu003 (10.0.0.3:22) refused the connection"
+    assert sorted(errors[0].facts["dependents"]) == sorted(c.id for c in checks)
+    skipped = [r for r in folded if r.node == "gpu003" and r.status is Status.SKIP]
+    assert len(skipped) == len(checks) and all(r.summary == "depends on node.reachable: node not checked"
+                                               for r in skipped)
+    assert decide(folded).bad_nodes == ["gpu003"]
+    assert "node.reachable" in registry.load().known_ids()
+
+
+def test_lost_output_folds_only_where_the_cause_is_the_same() -> None:
+    """A node that answered in part: ERRORs with one cause are one, a different cause stays."""
+    def lost(probe) -> Capture:
+        argv = list(probe.commands[0])
+        if probe.name == "nvidia-smi-topo":
+            return Capture(probe=probe.name, argv=argv, state=CaptureState.LOST, reason="deadline passed",
+                           source=f"probe:{probe.name}")
+        if argv[0] == "nvidia-smi":
+            return Capture(probe=probe.name, argv=argv, state=CaptureState.LOST, reason="SSH to gpu009 stalled",
+                           source=f"probe:{probe.name}")
+        return Capture(probe=probe.name, argv=argv, state=CaptureState.OK, stdout="", rc=0,
+                       source=f"probe:{probe.name}")
+
+    results, caps = _graded("gpu009", lost)
+    folded = rootcause.fold(results, {"gpu009": caps})
+    errors = {r.check: r.summary for r in folded if r.status is Status.ERROR}
+    assert errors.get("gpu.topology") == "output lost: deadline passed", errors
+    stalled = [c for c, s in errors.items() if s == "output lost: SSH to gpu009 stalled"]
+    assert len(stalled) == 1, errors
+    deps = [r for r in folded if rootcause.is_dependent(r)]
+    assert deps and all(r.summary == f"depends on {stalled[0]}: output lost" for r in deps)
+
+
+def test_results_without_a_shared_cause_are_untouched() -> None:
+    results = [Result(check="gpu.xid", node="n1", status=Status.FAIL, summary="Xid 79"),
+               Result(check="gpu.health", node="n1", status=Status.FAIL, summary="pending row remap"),
+               Result(check="nccl.allreduce", node="cluster", status=Status.SKIP, summary="not run")]
+    assert rootcause.fold(results, {}) == results
+
+
+# ---- through the command line ---------------------------------------------------------------
+
+
+def _path_without_nvidia_smi(tmp: Path, bin_dir: Path) -> str:
+    """The fake tools first, then the system's folders; where the system has nvidia-smi, a
+    folder of links to everything else in them instead."""
+    system = "/usr/bin:/bin"
+    if shutil.which("nvidia-smi", path=system) is None:
+        return f"{bin_dir}:{system}"
+    farm = tmp / "sysbin"
+    farm.mkdir()
+    for d in system.split(":"):
+        for f in Path(d).iterdir():
+            if f.name != "nvidia-smi" and not (farm / f.name).exists():
+                (farm / f.name).symlink_to(f)
+    return f"{bin_dir}:{farm}"
+
+
+@pytest.mark.real
+def test_cli_node_without_nvidia_smi_prints_one_fail(tmp_path: Path) -> None:
+    tools = [t for t in scenarios.TOOLS if t != "nvidia-smi"]
+    bin_dir = fakes.install(tmp_path / "bin", tools)
+    env = fakes.env_for(bin_dir, scenarios.healthy_h100(tmp_path / "sc"))
+    env["PATH"] = _path_without_nvidia_smi(tmp_path, bin_dir)
+    env.pop("PREFLIGHT_CONFIG", None)
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "node", "--profile", "h100-sxm-8x", "--history", "off",
+                        "--out", str(tmp_path / "r")], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.splitlines()
+    fails = [ln for ln in lines if ln.startswith("FAIL ")]
+    assert len(fails) == 1 and " gpu.driver: nvidia-smi is missing" in fails[0], p.stdout
+    assert "dependent checks skipped" in fails[0] and "nvidia-driver" in fails[0]
+    assert not [ln for ln in lines if "depends on" in ln]  # folded into the count
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    deps = [r for r in doc["results"] if r["summary"] == "depends on gpu.driver: nvidia-smi is missing"]
+    assert {r["check"] for r in deps} >= GPU_CHECKS and all(r["status"] == "skip" for r in deps)
+    assert doc["verdict"] == "NO-GO" and sum(r["status"] == "fail" for r in doc["results"]) == 1
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_three_unreachable_hosts_are_three_error_lines(tmp_path: Path) -> None:
+    port = _closed_port()
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("".join(f"Host dead{i}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n" for i in (1, 2, 3)))
+    env = dict(os.environ)
+    env.pop("PREFLIGHT_CONFIG", None)
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "run", "--hosts", "dead[1-3]", "--transport", "ssh",
+                        "--ssh-config", str(cfg), "--no-report", "--history", "off", "--connect-timeout", "20"],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.splitlines()
+    errors = [ln for ln in lines if ln.startswith("ERROR ")]
+    assert [ln.split()[1:3] for ln in errors] == [["dead1", "node.reachable:"], ["dead2", "node.reachable:"],
+                                                   ["dead3", "node.reachable:"]], p.stdout
+    assert all("refused" in ln and "dependent checks skipped" in ln for ln in errors)
+    assert not [ln for ln in lines if "depends on" in ln]
+    assert lines[-2].startswith("NO-GO ") and "(blocking: dead[1-3])" in lines[-2]
+    assert lines[-1] == "--exclude=dead[1-3]"
+    assert len(lines) <= 6, p.stdout
