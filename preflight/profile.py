@@ -93,23 +93,57 @@ def base_schema() -> dict[str, Any]:
     return schema
 
 
+METADATA_KEYS = frozenset({"source", "note", "description"})  # provenance written beside values
+LEARNED_PREFIX = "learned_"  # values `preflight baseline learn` records for people, never graded
+
+
+def _accepted(key: str, schema: Mapping[str, Any]) -> bool:
+    """A key no check declares that is still part of a profile: provenance metadata
+    (`[nccl.allreduce] source = ...`), a learned informational value, or an entry of a table
+    value written as a sub-table (`[nvlink.model_links] "H100 SXM" = 18`)."""
+    parts = key.split(".")
+    if parts[-1] in METADATA_KEYS or parts[-1].startswith(LEARNED_PREFIX):
+        return True
+    for i in range(len(parts) - 1, 0, -1):
+        expected = schema.get(".".join(parts[:i]))
+        if expected is not None:
+            return expected is dict or (isinstance(expected, tuple) and dict in expected)
+    return False
+
+
+def _unknown(key: str, schema: Mapping[str, Any]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(schema), n=1, cutoff=0.75)
+    return f"unknown key {key}" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def _type_problem(key: str, val: Any, expected: Any) -> str | None:
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if float in types and isinstance(val, int) and not isinstance(val, bool):
+        return None
+    if (isinstance(val, bool) and bool not in types) or not isinstance(val, types):
+        return f"{key} = {val!r}: expected {_type_name(expected)}"
+    return None
+
+
 def validate(profile: Profile, schema: Mapping[str, Any]) -> None:
-    """Check every known key's type (the checks' declared keys, then the generic profile's
-    value types); raise ProfileError listing every problem."""
+    """Check every key against the checks' declared keys and the generic profile's value
+    types: a wrong type, or a key that nothing declares (a misspelling such as gpu.cuont),
+    is a ProfileError listing every problem. Provenance metadata (`source`, `note`,
+    `description`), learned informational values (`learned_*`) and entries of table values
+    are accepted."""
     schema = {**base_schema(), **schema}
     problems = []
     for key, val in profile.values.items():
         expected = schema.get(key)
         if expected is None:
+            if not _accepted(key, schema):
+                problems.append(_unknown(key, schema))
             continue
-        types = expected if isinstance(expected, tuple) else (expected,)
-        if float in types and isinstance(val, int) and not isinstance(val, bool):
-            continue
-        if isinstance(val, bool) and bool not in types:
-            problems.append(f"{key} = {val!r}: expected {_type_name(expected)}")
-            continue
-        if not isinstance(val, types):
-            problems.append(f"{key} = {val!r}: expected {_type_name(expected)}")
+        problem = _type_problem(key, val, expected)
+        if problem:
+            problems.append(problem)
     if problems:
         raise ProfileError(f"profile {profile.name} ({profile.path}): " + "; ".join(problems))
 

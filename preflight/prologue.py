@@ -1,10 +1,18 @@
 """The Slurm prologue gate (`preflight prologue`, as Prolog= or HealthCheckProgram=).
 
 Node-local checks within a time budget: every probe's timeout shrinks to fit, and a watchdog
-ends the process at the budget whatever happens. The history gate records the run and (with
-damping) decides; on NO-GO the node is drained with `preflight: <check> <summary>` (unless it
-carries a reason preflight did not set) and the exit code is non-zero, so Slurm requeues the
+ends the process within the budget whatever happens. The history gate records the run and
+(with damping) decides; on NO-GO the node is drained with `preflight: <check> <summary>` (unless
+it carries a reason preflight did not set) and the exit code is non-zero, so Slurm requeues the
 job elsewhere. Imports neither torch nor pandas.
+
+The watchdog fires a moment before the budget ends (`EXIT_RESERVE_S`, plus `DRAIN_RESERVE_S`
+when it may drain): it prints the verdict, NO-GO, with every probe still running named as
+ERROR (`ERROR <check>: probe <name> still running at the <B> s budget`), drains the node with
+the first of them as the reason when there is time left for scontrol (else it says so: a
+Prolog that exits non-zero makes Slurm drain the node itself), and exits 1. It is told what
+the prologue is doing as it goes (the stage, which check needs which probe, the probes
+running), so firing only formats a few lines. Once the verdict is known it prints that.
 """
 
 from __future__ import annotations
@@ -19,7 +27,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from preflight.engine import Config, UsageError, load_registry, run, select
+from preflight.engine import (
+    CHECK_TIMEOUTS,
+    Config,
+    UsageError,
+    disabled_results,
+    load_registry,
+    run,
+    select,
+    split_disabled,
+)
 from preflight.grading import EXIT_NO_GO
 from preflight.probes import DEFAULT_CAP, DEFAULT_TIMEOUT, Probe
 from preflight.report.base import Report
@@ -39,6 +56,13 @@ def _process_age() -> float:
 
 STARTED = time.monotonic() - _process_age()  # when the command started: the budget counts from here
 MIN_PROBE_S = 1.0  # below this a probe cannot say anything useful
+# what the watchdog keeps back from the budget: printing the verdict and leaving (measured well
+# under 0.1 s with two CPU hogs on two cores; the rest is margin for a thread woken late), and the
+# two scontrol calls of a drain
+EXIT_RESERVE_S = 0.4
+DRAIN_RESERVE_S = 1.0
+MIN_DRAIN_S = 0.2  # per scontrol call: with less left the watchdog does not try to drain
+PROBE_GRACE_S = 0.3  # after the probes' end: a probe still not back is given up
 
 
 class BudgetTransport(LocalTransport):
@@ -46,14 +70,18 @@ class BudgetTransport(LocalTransport):
 
     name = "local-budget"
 
-    def __init__(self, node: str, deadline: float, cap: int = DEFAULT_CAP) -> None:
+    def __init__(self, node: str, probes_end: float, cap: int = DEFAULT_CAP, budget: float = 0.0) -> None:
         super().__init__(cap)
         self.node = node
-        self.deadline = deadline  # time.monotonic() by which every probe must be done
+        self.probes_end = probes_end  # time.monotonic() by which every probe must be done
+        self.budget = budget
         self.shrunk: list[str] = []  # probes whose timeout was cut, for the report
 
+    def limit_words(self) -> str:
+        return f"the prologue's {self.budget:g} s budget"
+
     def fit(self, probes: Sequence[Probe]) -> list[Probe]:
-        left = max(MIN_PROBE_S, self.deadline - time.monotonic())
+        left = max(MIN_PROBE_S, self.probes_end - time.monotonic())
         out: list[Probe] = []
         for p in probes:
             if p.timeout > left:
@@ -76,18 +104,119 @@ def left(budget: float, reserve: float) -> float:
     return STARTED + budget - time.monotonic() - reserve
 
 
-def start_watchdog(budget: float) -> threading.Timer:
-    """Ends the process at the budget, whatever is still running (Slurm drains on non-zero)."""
+HUNG_REMEDY = "a hung tool often means a hung driver or GPU: check dmesg, reset the GPU or reboot the node"
 
-    def fire() -> None:
-        sys.stderr.write(f"preflight prologue: time budget of {budget:g} s exhausted; exiting NO-GO\n")
-        sys.stderr.flush()
-        os._exit(EXIT_NO_GO)
 
-    timer = threading.Timer(max(0.1, left(budget, 0.0)), fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+@dataclass
+class Decided:
+    """What the prologue has decided so far: its lines, exit code and drain reason (check, summary)."""
+
+    lines: list[str]
+    code: int
+    drain: tuple[str, str] | None = None
+
+
+class Watchdog:
+    """Ends the process within the budget, with the verdict (see the module's docstring)."""
+
+    def __init__(self, budget: float, node: str, no_drain: bool = False, dry_run: bool = False,
+                 to_stderr: bool = False) -> None:
+        from preflight import slurm  # loaded now: the firing path imports nothing
+
+        self.slurm = slurm
+        self.budget, self.node, self.no_drain, self.dry_run = budget, node, no_drain, dry_run
+        self.stream = sys.stderr if to_stderr else sys.stdout
+        self.stage = "starting"
+        self.transport: LocalTransport | None = None
+        self.uses: dict[str, list[str]] = {}  # probe -> the checks that need it
+        self.decided: Decided | None = None
+        self.ended = 0  # probes that came back
+        self.printed = False
+        self._out = threading.Lock()
+        self.reserve = EXIT_RESERVE_S + (0.0 if no_drain or dry_run else min(DRAIN_RESERVE_S, 0.1 * budget))
+        self.timer = threading.Timer(max(0.05, left(budget, self.reserve)), self.fire)
+        self.timer.daemon = True
+
+    def start(self) -> Watchdog:
+        self.timer.start()
+        return self
+
+    # the engine's progress hooks: which probes each check needs on this node, which ended
+    def __call__(self, node: str, capture: Any) -> None:
+        self.ended += 1
+
+    def planned(self, plans: dict[str, dict[str, list[str]]]) -> None:
+        uses: dict[str, list[str]] = {}
+        for per_check in plans.values():
+            for cid, probes in sorted(per_check.items()):
+                for probe in probes:
+                    uses.setdefault(probe, []).append(cid)
+        self.uses = uses
+
+    def say(self, lines: list[str], code: int) -> None:
+        """Print the prologue's own lines (once: the watchdog prints nothing after them)."""
+        with self._out:
+            self.decided = Decided(lines, code)
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+            self.printed = True
+
+    def at_budget(self) -> Decided:
+        """The verdict at the budget: what was decided, else NO-GO naming each running probe."""
+        if self.decided is not None:
+            d = self.decided
+            return Decided(d.lines + [f"  the {self.budget:g} s budget ran out while {self.stage}"], d.code, d.drain)
+        running = sorted(self.transport.running(self.node)) if self.transport is not None else []
+        lines = [f"preflight prologue {self.node}: NO-GO (the {self.budget:g} s budget ran out while {self.stage}; "
+                 f"{self.ended} probe(s) back, {len(running)} still running)"]
+        first: tuple[str, str] | None = None
+        for probe in running:
+            summary = f"probe {probe} still running at the {self.budget:g} s budget"
+            for cid in self.uses.get(probe) or ["prologue"]:
+                lines += [f"  ERROR {cid}: {summary}",
+                          f"    remedy: run `preflight node --only {cid}` on {self.node}; {HUNG_REMEDY}"]
+                first = first or (cid, summary)
+        if first is None:
+            first = ("prologue", f"the {self.budget:g} s budget ran out while {self.stage}")
+            lines.append(f"  ERROR {first[0]}: {first[1]}")
+        if isinstance(self.transport, BudgetTransport) and self.transport.shrunk:
+            lines.append("  probe timeouts cut to fit the budget: " + ", ".join(self.transport.shrunk))
+        return Decided(lines, EXIT_NO_GO, first)
+
+    def drain_line(self, check: str, summary: str) -> str:
+        """Drain within what is left of the budget, or say why not."""
+        reason = self.slurm.drain_reason(check, summary)
+        if self.no_drain:
+            return f"  not draining (--no-drain): {reason}"
+        per_call = left(self.budget, EXIT_RESERVE_S) / 2  # scontrol show, then update
+        if per_call < MIN_DRAIN_S:
+            return (f"  not draining: no time left in the budget for scontrol; exiting {EXIT_NO_GO} "
+                    f"(Slurm drains a node whose Prolog fails): {reason}")
+        return "  " + self.slurm.drain(self.node, check, summary, dry_run=self.dry_run, timeout=per_call).line(
+            self.dry_run)
+
+    def fire(self) -> None:
+        """At the budget: print the verdict, drain if there is time, exit."""
+        code = EXIT_NO_GO
+        if self._out.acquire(timeout=0.1):
+            if self.printed and self.decided is not None:
+                os._exit(self.decided.code)
+            d = self.at_budget()
+            code = d.code
+            self.stream.write("\n".join(d.lines) + "\n")
+            self.stream.flush()
+            if d.drain is not None:
+                self.stream.write(self.drain_line(*d.drain) + "\n")
+            if self.dry_run and code != 0:
+                self.stream.write(f"  dry run: would exit {code}; exiting 0\n")
+                code = 0
+            self.stream.flush()
+        os._exit(code)
+
+
+def start_watchdog(budget: float, node: str = "", **kw: Any) -> Watchdog:
+    """A started `Watchdog` for this process (see the module's docstring)."""
+    return Watchdog(budget, node or slurm_node_name(), **kw).start()
 
 
 def check_damp(damp: str | None) -> None:
@@ -103,7 +232,7 @@ def check_damp(damp: str | None) -> None:
 @dataclass
 class PrologueRequest:
     budget: float = 20.0
-    profile: str = "auto"
+    profile: str | None = None  # None: $PREFLIGHT_PROFILE, else the site config's, else auto
     checks_dirs: list[Path] = field(default_factory=list)
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
@@ -113,6 +242,7 @@ class PrologueRequest:
     node: str | None = None  # default: $SLURMD_NODENAME, else the host name
     history: str | None = None
     damp: str | None = None
+    lines_to_stderr: bool = False  # --json: the report is stdout, the prologue's lines go to stderr
 
 
 @dataclass
@@ -120,6 +250,15 @@ class PrologueOutcome:
     report: Report
     lines: list[str]  # what the prologue says (stdout, or stderr beside --json)
     code: int
+    watchdog: Watchdog | None = None
+
+    def say(self) -> None:
+        """Print the lines (through the watchdog, so that it never prints a second verdict)."""
+        if self.watchdog is not None:
+            self.watchdog.stage = "exiting"
+            self.watchdog.say(self.lines, self.code)
+        else:
+            sys.stdout.write("\n".join(self.lines) + "\n")
 
 
 def _summary_lines(report: Report, node: str) -> list[str]:
@@ -131,23 +270,32 @@ def _summary_lines(report: Report, node: str) -> list[str]:
     return lines
 
 
-def _check(req: PrologueRequest, name: str, cfg: Config) -> tuple[Report, Any, BudgetTransport]:
+def _check(req: PrologueRequest, name: str, cfg: Config, watch: Watchdog) -> tuple[Report, Any, BudgetTransport]:
     """The node-local checks with probe timeouts fitted to the budget; (report, profile used,
     the transport that knows which timeouts it cut)."""
     from preflight.registry import Options
 
     reg = load_registry(req.checks_dirs, cfg)
-    checks = select(reg, req.only, req.skip, node_only=True)
+    cfg.validate_ids(reg)
+    checks, disabled = split_disabled(select(reg, *cfg.resolve_selection(req.only, req.skip), node_only=True), cfg)
     if not checks:
-        raise UsageError("no check selected (see `preflight list`)")
+        raise UsageError(f"every check selected is {cfg.disabled_reason()}: {', '.join(disabled)}" if disabled
+                         else "no check selected (see `preflight list`)")
     # Probes must be done with a reserve left for grading and the drain itself.
     deadline = STARTED + req.budget - min(5.0, req.budget * 0.25)
-    transport = BudgetTransport(name, deadline)
+    transport = BudgetTransport(name, deadline, budget=req.budget)
+    watch.transport = transport
     opts = Options(xid_since=req.xid_since,
                    probe_timeout=max(MIN_PROBE_S, min(DEFAULT_TIMEOUT, deadline - time.monotonic())))
+    if cfg.check_timeouts:
+        opts.extra[CHECK_TIMEOUTS] = dict(cfg.check_timeouts)
     start = time.monotonic()
-    results, used = run(reg, checks, [name], transport, profile_name=req.profile or cfg.profile, options=opts,
-                        extra_profile_dirs=tuple(cfg.profile_dirs))
+    watch.stage = "running the checks"
+    # a probe a kill does not end (a tool stuck in the driver) is given up PROBE_GRACE_S later
+    results, used = run(reg, checks, [name], transport, profile_name=cfg.resolve_profile(req.profile),
+                        options=opts, extra_profile_dirs=tuple(cfg.profile_dirs), progress=watch,
+                        until=deadline + PROBE_GRACE_S)
+    results += disabled_results(disabled, [name], cfg.disabled_reason())
     report = Report.build("prologue", results, profiles={n: p.name for n, p in used.items()},
                           duration_s=time.monotonic() - start, nodes=[name])
     return report, used.get(name), transport
@@ -162,10 +310,10 @@ def _slurm_actions(req: PrologueRequest, name: str, drain: tuple[str, str] | Non
         if req.no_drain:
             lines.append(f"  not draining (--no-drain): {slurm.drain_reason(*drain)}")
         else:
-            timeout = min(slurm.SCONTROL_TIMEOUT, max(1.0, left(req.budget, 0.5)))
+            timeout = min(slurm.SCONTROL_TIMEOUT, max(MIN_DRAIN_S, left(req.budget, EXIT_RESERVE_S) / 2))
             lines.append("  " + slurm.drain(name, *drain, dry_run=req.dry_run, timeout=timeout).line(req.dry_run))
     if resume and not req.no_drain:
-        timeout = min(slurm.SCONTROL_TIMEOUT, max(1.0, left(req.budget, 0.5)))
+        timeout = min(slurm.SCONTROL_TIMEOUT, max(MIN_DRAIN_S, left(req.budget, EXIT_RESERVE_S) / 2))
         lines += ["  " + a.line(req.dry_run) for a in slurm.resume([name], dry_run=req.dry_run, timeout=timeout)
                   if a.action != "keep"]
     return lines
@@ -174,27 +322,35 @@ def _slurm_actions(req: PrologueRequest, name: str, drain: tuple[str, str] | Non
 def run_prologue(req: PrologueRequest, cfg: Config) -> PrologueOutcome:
     """Check this node within the budget, record the run, decide (history gate), drain or
     resume; the watchdog is started first and ends the process at the budget."""
-    from preflight.history.gate import prologue_gate, settle
+    from preflight.history.gate import drain_summary, prologue_gate, settle
     from preflight.inventory import valid_node_name
 
     if req.budget <= 0:
         raise UsageError("--budget must be positive")
     check_damp(req.damp)
-    start_watchdog(req.budget)
     name = req.node or slurm_node_name()
+    watch = start_watchdog(req.budget, name, no_drain=req.no_drain, dry_run=req.dry_run,
+                           to_stderr=req.lines_to_stderr)
     if not valid_node_name(name):
         raise UsageError(f"invalid node name {name!r}")
-    report, profile, transport = _check(req, name, cfg)
+    report, profile, transport = _check(req, name, cfg, watch)
     lines = _summary_lines(report, name)
     if transport.shrunk:
         lines.append("  probe timeouts cut to fit the budget: " + ", ".join(transport.shrunk))
-    gate = prologue_gate(report, name, req.history, req.damp, profile,
+    blocking = report.verdict.blocking
+    watch.decided = Decided(list(lines), report.verdict.exit_code, drain_summary(blocking) if blocking else None)
+    watch.stage = "recording the run in the history store"
+    gate = prologue_gate(report, name, cfg.resolve_history(req.history), req.damp, profile,
                          timeout=max(0.5, min(5.0, left(req.budget, 1.0))))
     lines += gate.lines
     settled = settle(report, gate)
+    watch.decided = Decided(list(lines), settled.code)  # a drain is tried now: not again at the budget
+    watch.stage = "draining the node" if settled.drain is not None else "asking Slurm about the node"
     lines += _slurm_actions(req, name, settled.drain, settled.resume)
     code = settled.code
     if req.dry_run and code != 0:
         lines.append(f"  dry run: would exit {code}; exiting 0")
         code = 0
-    return PrologueOutcome(report=report, lines=lines, code=code)
+    watch.decided = Decided(list(lines), code)
+    watch.stage = "writing the reports"
+    return PrologueOutcome(report=report, lines=lines, code=code, watchdog=watch)

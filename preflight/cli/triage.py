@@ -98,6 +98,7 @@ def triage_cmd(
     no_node_checks: NoChecksOpt = False,
 ) -> None:
     """Name the culprit of a hang or crash: rank, node, collective and sequence number, category and action."""
+    from preflight.engine import load_config
     from preflight.report.emit import Output, choose_sinks, emit
     from preflight.triage.run import triage
 
@@ -106,7 +107,7 @@ def triage_cmd(
     result = triage(target, hosts, req, opt.since_time(since, "--since", "an ISO time or an age (30m, 6h)"),
                     save_bundle)
     emit(result.report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None,
-                                            announce_with_json=True),
+                                            history=load_config().resolve_history(None), announce_with_json=True),
                                      writer=result.write, render=result.console, json_text=result.to_json))
     for line in result.problems():
         sys.stderr.write(line + "\n")
