@@ -60,10 +60,17 @@ class Report:
 
     def bad_hostlist(self) -> str:
         """The NO-GO nodes as one Slurm hostlist (`gpu[001-003,007],login2`); '' when none. Only
-        names a scheduler knows: real nodes with plain host names (not an analysed folder)."""
-        from preflight.inventory import compress, valid_node_name
+        names a scheduler knows: real nodes with plain host names; a node named by a hostlist
+        (analyze of clush output: `gpu[001-002]`) is its hosts; an analysed folder path is none."""
+        from preflight.inventory import HostlistError, compress, expand
 
-        return compress(n for n in self.verdict.bad_nodes if valid_node_name(n))
+        names: list[str] = []
+        for node in self.verdict.bad_nodes:
+            try:
+                names += expand(node)
+            except HostlistError:  # not a host name (an analysed file's path): nothing to exclude
+                continue
+        return compress(names)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
