@@ -87,4 +87,4 @@ def test_a_launch_that_failed_after_some_rows_renders_in_every_report() -> None:
     assert facts.sweep_rows(r) == []
     report = Report.build("sweep", [r])
     assert "launch failed on n2" in html.render(report)
-    assert 'preflight_check_ok{check="nccl.allreduce",node="cluster"} 0' in prometheus.render_results([r])
+    assert 'preflight_cluster_check_ok{check="nccl.allreduce",nodes=""} 0' in prometheus.render_results([r])
