@@ -10,6 +10,7 @@ config switched off is proven never to have run its probe.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -58,6 +59,16 @@ register(Check(id="site.beta", title="Beta", grade=grade_beta,
 CONFIG_ENV = ("PREFLIGHT_CONFIG", "PREFLIGHT_PROFILE", "PREFLIGHT_HISTORY", "PREFLIGHT_ONLY", "PREFLIGHT_SKIP")
 
 
+def record_calls(tool: Path, log: Path) -> None:
+    """Put a line into `log` before every run of the fake tool."""
+    shebang, rest = tool.read_text().split("\n", 1)
+    tool.write_text(f'{shebang}\necho "$*" >> {log}\n{rest}')
+
+
+def calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
 class Site:
     """A temporary site: check folder, profile folder, fake tools (recorded), a config file."""
 
@@ -80,14 +91,10 @@ class Site:
         self.config.parent.mkdir()
 
     def record_calls(self, tool: Path) -> None:
-        """Put a line into calls-<tool>.log before every run of the fake tool."""
-        shebang, rest = tool.read_text().split("\n", 1)
-        log = self.tmp / f"calls-{tool.name}.log"
-        tool.write_text(f'{shebang}\necho "$*" >> {log}\n{rest}')
+        record_calls(tool, self.tmp / f"calls-{tool.name}.log")
 
     def calls(self, tool: str) -> list[str]:
-        log = self.tmp / f"calls-{tool}.log"
-        return log.read_text().splitlines() if log.exists() else []
+        return calls(self.tmp / f"calls-{tool}.log")
 
     def profile(self, name: str, body: str) -> Path:
         path = self.profiles / f"{name}.toml"
@@ -272,6 +279,40 @@ def test_disabled_check_is_skip_and_its_probe_never_runs(site: Site) -> None:
     assert {r["check"]: (r["status"], r["node"]) for r in doc["results"] if r["check"].startswith("site.")} == \
         {"site.alpha": ("skip", "gpu017"), "site.beta": ("skip", "gpu017")}
     assert site.calls("alpha-tool") == [] and site.calls("beta-tool") == ["--status"] * 2  # the two runs above
+
+
+@pytest.mark.real
+def test_disabled_checks_are_skip_on_every_node_of_a_cluster(tmp_path: Path) -> None:
+    """Over SSH to a two-node namespace cluster: a disabled node check and a disabled
+    cross-node check are SKIP for each node, and the disabled check's tool never runs."""
+    from tests.conftest import need
+    from tests.netcluster import NetCluster, prerequisites
+
+    need(not prerequisites(), f"namespace cluster prerequisites: {prerequisites()}")
+    c = NetCluster(2, tmp_path / "cluster", prefix="cf", subnet="10.72.0")
+    c.up(scenarios.TOOLS)
+    try:
+        for node in c.nodes:
+            scenarios.healthy_h100(node.home / "scenario")
+            record_calls(node.home / "bin" / "ibstat", node.home / "ibstat-calls.log")
+        config = tmp_path / "config.toml"
+        config.write_text('disabled_checks = ["ib.hca", "cluster.versions"]\nhistory = "off"\n')
+        env = {k: v for k, v in os.environ.items() if k not in CONFIG_ENV}
+        env["PREFLIGHT_CONFIG"] = str(config)
+        p = c.client(sys.executable, "-m", "preflight.cli", "run", "--hosts", "n[1-2]", "--ssh-config",
+                     str(c.ssh_config), "--transport", "ssh", "--connect-timeout", "5", "--command-timeout", "30",
+                     "--json", "--no-report", "--no-sweep", "--profile", "h100-sxm-8x", check=False, timeout=180,
+                     env=env)
+    finally:
+        c.down()
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    for check in ("ib.hca", "cluster.versions"):
+        got = {r["node"]: (r["status"], r["summary"]) for r in doc["results"] if r["check"] == check}
+        assert got == {n: ("skip", f"disabled by config ({config})") for n in ("n1", "n2")}, check
+    assert all(calls(node.home / "ibstat-calls.log") == [] for node in c.nodes)
+    assert {r["node"] for r in doc["results"] if r["check"] == "gpu.xid" and r["status"] == "pass"} == {"n1", "n2"}
+    assert p.returncode == 0 and doc["verdict"] == "GO", [r for r in doc["results"] if r["status"] != "pass"]
 
 
 def test_disabled_names_an_unknown_check(site: Site) -> None:
