@@ -1266,7 +1266,8 @@ def triage(bundle: Bundle, registry: Any | None = None, since: datetime | None =
     verdict = decide(facts, bundle.job)
     status = {"none": Status.PASS, "slowdown": Status.WARN, "unknown": Status.ERROR}.get(verdict.category,
                                                                                        Status.FAIL)
-    node = ",".join(c["node"] for c in verdict.culprits) or JOB
+    # the culprits' nodes (a rank whose node is not known names none), else the job
+    node = ",".join(c["node"] for c in verdict.culprits if c["node"] != "unknown") or JOB
     res = Result(check=CHECK, node=node, status=status, summary=f"[{verdict.category}] {verdict.summary}",
                  evidence=verdict.evidence[:30], remedy=verdict.action, facts=verdict.to_dict(),
                  source=bundle.source or "collect")
