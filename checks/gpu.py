@@ -365,6 +365,15 @@ NVLINK_DOWN_REMEDY = ("drain the node; check `nvidia-smi nvlink -e` error counte
                       "a reboot re-trains the links; links that stay down need the GPU or NVSwitch baseboard serviced")
 
 
+def unread_gpus(errors: list[ToolError], tool: str, expected: bool, f: Findings) -> None:
+    """GPUs a listing names by an error line instead of a row (a GPU fallen off the bus) are not
+    graded as fine with the rest: FAIL where the profile expects what the listing shows on every
+    GPU (NVLinks, a local NIC), else ERROR (not graded)."""
+    for err in errors:
+        f.add(Status.FAIL if expected else Status.ERROR,
+              f"{err.bus_id or 'a GPU'} not listed by {tool}: {err.summary}", [err.line], err.remedy)
+
+
 def grade_nvlink(ctx: CheckContext) -> Result:
     rep: NvlinkReport | None = ctx.facts("nvidia-smi-nvlink")
     prof = ctx.profile
@@ -387,6 +396,7 @@ def grade_nvlink(ctx: CheckContext) -> Result:
                                      "(`nvidia-smi -q | grep -A3 Fabric`); reboot; service the baseboard if it persists")
         return ctx.result(Status.PASS, "no NVLink on this node (nothing to grade)", facts={"links_total": 0})
     f = Findings()
+    unread_gpus(rep.errors, "nvidia-smi nvlink", bool(prof.get("nvlink.links_per_gpu", 0)), f)
     uses_nvlink = any(g.up for g in rep.gpus)
     facts_gpus = []
     bad, ev, srcs = [], [], []
@@ -487,6 +497,7 @@ def grade_topology(ctx: CheckContext) -> Result:
                 f.add(status, f"{len(found)} GPU pair(s) {what}: " + ", ".join(f"{p} {c}" for p, c in list(found.items())[:8]),
                       [topo.header, *[topo.lines[r] for r in rows], src], remedy)
     _nic_findings(topo, local, prof, f)
+    unread_gpus(topo.errors, "nvidia-smi topo", bool(per_gpu or prof.get("topology.require_local_nic", False)), f)
     facts = {"gpus": [{"gpu": g, "local_nics": local[g],
                        **{k.lower().replace(" ", "_"): v for k, v in topo.affinity.get(g, {}).items()}} for g in gpus],
              "gpu_count": len(gpus), "nics": [topo.nic_name(n) for n in topo.nics], "pairs": pairs,

@@ -20,7 +20,7 @@ from preflight.grading import FactStore
 from preflight.model import Result, Status
 from preflight.offline import analyze_paths
 from preflight.parsers import nvsmi_errors
-from tests.conftest import FIXTURES, ROOT, analyze_text
+from tests.conftest import FIXTURES, ROOT, analyze_text, facts_of, grade_text
 
 CAPTURES = ROOT / "examples" / "captures"
 HEALTHY = CAPTURES / "healthy-node"
@@ -91,12 +91,15 @@ def test_faulty_node_is_no_go_naming_each_planted_fault() -> None:
             assert w in r.summary, (check, w, r.summary)
         assert any(evidence in e for e in r.evidence), (check, evidence, r.evidence)
         assert remedy in r.remedy, (check, remedy, r.remedy)
-    # the lost GPU keeps the topology from being graded as healthy
-    assert by["gpu.topology"].status in (Status.FAIL, Status.ERROR) and LOST_BUS in by["gpu.topology"].summary
+    # the listings that could not show the lost GPU do not pass it as fine
+    for check, tool in (("gpu.topology", "nvidia-smi topo"), ("gpu.nvlink", "nvidia-smi nvlink")):
+        r = by[check]
+        assert r.status is Status.FAIL and f"0000:{LOST_BUS} not listed by {tool}" in r.summary, (check, r.summary)
+        assert r.evidence == [LOST_LINE] and "Xid 79" in r.remedy
+    assert by["gpu.nvlink"].facts["links_total"] == 7 * 18 and by["gpu.topology"].facts["gpu_count"] == 7
     # what is not faulty is still graded PASS
-    for check in ("gpu.driver", "gpu.nvlink", "net.nic", "net.mtu"):
+    for check in ("gpu.driver", "net.nic", "net.mtu"):
         assert by[check].status is Status.PASS, (check, by[check].summary)
-    assert "126 NVLinks up on 7 GPU(s)" in by["gpu.nvlink"].summary
 
 
 def _gpu_bus_ids(text: str) -> list[str]:
@@ -187,3 +190,29 @@ def test_a_lost_gpu_counts_toward_the_profile_match() -> None:
 
 def _store_of_text(text: str, probe: str) -> FactStore:
     return FactStore(reg.load(), docs={probe: frame(text).docs})
+
+
+def test_topo_header_is_found_below_a_lost_gpu_line() -> None:
+    """"GPU0000:9D:00.0" in the error line is not the matrix header (which names GPU0)."""
+    text = (FAULTY / "nvidia-smi-topo-m.txt").read_text()
+    topo = facts_of("nvidia-smi-topo", text)
+    assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3", "GPU5", "GPU6", "GPU7"]  # type: ignore[attr-defined]
+    assert topo.matrix["GPU5"]["GPU7"] == "NV18" and topo.nic_legend["NIC5"] == "mlx5_6"  # type: ignore[attr-defined]
+    assert [e.pci for e in topo.errors] == ["0000:9d:00"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("check", "probe", "name"), [
+    ("gpu.topology", "nvidia-smi-topo", "nvidia-smi-topo-m.txt"),
+    ("gpu.nvlink", "nvidia-smi-nvlink", "nvidia-smi-nvlink-s.txt"),
+])
+def test_a_gpu_a_listing_could_not_read_is_not_graded_as_fine(check: str, probe: str, name: str) -> None:
+    text = (FAULTY / name).read_text()
+    [r] = grade_text(check, {probe: text}, profile="h100-sxm-8x")
+    assert r.status is Status.FAIL and "0000:9D:00.0 not listed" in r.summary and r.evidence == [LOST_LINE]
+    # where the profile expects nothing of every GPU, the GPU is not graded: ERROR, not PASS
+    [r] = grade_text(check, {probe: text}, profile="generic")
+    assert r.status is Status.ERROR and "0000:9D:00.0 not listed" in r.summary
+    # the same listing without the lost GPU's line grades the seven GPUs it shows
+    clean = "\n".join(ln for ln in text.splitlines() if ln != LOST_LINE) + "\n"
+    [r] = grade_text(check, {probe: clean}, profile="h100-sxm-8x")
+    assert r.status is Status.PASS, r.summary

@@ -52,7 +52,9 @@ class TopoMatrix:
 def parse(doc: Doc) -> TopoMatrix:
     lines = [ln.text for ln in doc.lines]
     out = TopoMatrix(errors=errors_in(lines))
-    header_i = next((i for i, ln in enumerate(lines) if "GPU0" in ln and not re.match(r"^\s*GPU0\s+X\b", ln)), None)
+    # the header names GPU0 as a word (a lost-GPU line above it says "GPU0000:9D:00.0")
+    header_i = next((i for i, ln in enumerate(lines)
+                     if re.search(r"\bGPU0\b", ln) and not re.match(r"^\s*GPU0\s+X\b", ln)), None)
     if header_i is None:
         return out
     header = lines[header_i]
