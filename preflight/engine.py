@@ -870,6 +870,8 @@ def run_checks(req: CheckRequest, sweep: SweepRequest, cfg: Config, progress: Pr
     req.transport_options.check()
     if not sweep.enabled and sweep.forced:
         raise UsageError("--no-sweep and --sweep-only exclude each other")
+    if sweep.forced and cfg.disabled("nccl.allreduce"):
+        raise UsageError(f"--sweep-only: the collective sweep (nccl.allreduce) is {cfg.disabled_reason()}")
     sweep.check()
     if sweep.enabled and sweep.profile:
         show_profile(sweep.profile, cfg)  # a broken --sweep-profile stops the run before any node is touched

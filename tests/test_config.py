@@ -315,6 +315,21 @@ def test_disabled_checks_are_skip_on_every_node_of_a_cluster(tmp_path: Path) -> 
     assert p.returncode == 0 and doc["verdict"] == "GO", [r for r in doc["results"] if r["status"] != "pass"]
 
 
+def test_disabled_sweep(site: Site) -> None:
+    """`nccl.allreduce` in the kill switch: `run` reports the sweep as SKIP; asked for the sweep
+    alone, nothing would be checked (exit 2)."""
+    site.write_config('disabled_checks = ["nccl.allreduce"]\n')
+    p = cli(["run", "--json", "--no-report", "--skip", "gpu", "--skip", "net", "--skip", "ib", "--skip", "fabric",
+             "--sweep-nproc", "2"], site.env(), cwd=site.tmp)
+    doc = json.loads(p.stdout)
+    sweep = by_check(doc)["nccl.allreduce"]
+    assert sweep["status"] == "skip" and f"disabled by config ({site.config})" in sweep["summary"]
+    assert p.returncode == 0 and doc["verdict"] == "GO"
+    for args in (["run", "--sweep-only"], ["sweep", "--nproc", "2", "--no-report"]):
+        p = cli(args, site.env(), cwd=site.tmp)
+        assert p.returncode == 2 and "nccl.allreduce) is disabled by config" in p.stderr, (args, p.stderr)
+
+
 def test_disabled_names_an_unknown_check(site: Site) -> None:
     site.write_config('disabled_checks = ["site.alhpa"]\n')
     p = cli(["node", "--only", "site"], site.env(), cwd=site.tmp)
