@@ -164,6 +164,7 @@ def _two_runs() -> list[dict]:
             res("gpu.xid", "nodeB", "fail", "Xid 79"), res("gpu.health", "nodeB", "pass"),
             res("nccl.allreduce", "cluster", "error", "rank 3 did not answer", hosts=["nodeA", "nodeB"])]
     run2 = [res("gpu.health", "nodeA", "pass"), res("ib.hca", "nodeA", "pass"), res("gpu.health", "nodeB", "pass"),
+            res("net.mtu", "nodeA<->nodeB", "pass", "9000-byte pings pass"),
             res("nccl.allreduce", "cluster", "pass", "peak 350", peak_busbw=350.0, rows=sweep_rows(350.0),
                 hosts=["nodeA", "nodeB"])]
     return [_run_doc(1, run1), _run_doc(2, run2)]
@@ -180,7 +181,8 @@ def test_latest_state_is_each_nodes_last_run_only(tmp_path: Path) -> None:
     latest = latest_results(rows)
     state = {(r.node, r.check): r.status.value for r in latest}
     assert state == {("nodeA", "gpu.health"): "pass", ("nodeA", "ib.hca"): "warn", ("nodeB", "gpu.health"): "pass",
-                     ("cluster", "nccl.allreduce"): "pass"}  # nodeB's old gpu.xid FAIL is not current
+                     ("cluster", "nccl.allreduce"): "pass", ("nodeA<->nodeB", "net.mtu"): "pass"}
+    # nodeB's old gpu.xid FAIL is not current
     assert Report.build("history", latest).verdict.verdict == "GO"
 
 
@@ -229,6 +231,9 @@ def test_node_warn_as_fail_is_a_junit_failure_and_writes_a_clean_textfile(tmp_pa
     assert [p.name for p in prom.parent.iterdir()] == [prom.name]  # the temp file was renamed
     go = {s.labels["command"]: s.value for s in fams["preflight_verdict_go"].samples}  # type: ignore[attr-defined]
     assert go == {"node": 0.0}
+    p = _cli(["run", "--no-sweep", "--warn-as-fail", "--no-report", "--json"], env)
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["schema_version"] == SCHEMA_VERSION and doc["command"] == "run"
     # the same node without --warn-as-fail: GO, and JUnit says so
     p = _cli(["node", "-o", str(tmp_path / "r2")], env)
     assert p.returncode == 0, p.stdout[-2000:]
@@ -277,8 +282,12 @@ def test_history_json_and_textfile_show_each_nodes_last_run(tmp_path: Path) -> N
     ok = {(s.labels["node"], s.labels["check"]): s.value
           for s in fams["preflight_check_ok"].samples}  # type: ignore[attr-defined]
     assert ok == {("nodeA", "gpu.health"): 1.0, ("nodeA", "ib.hca"): 1.0, ("nodeB", "gpu.health"): 1.0}
-    cluster = {s.labels["check"]: s.value for s in fams["preflight_cluster_check_ok"].samples}  # type: ignore[attr-defined]
-    assert cluster == {"nccl.allreduce": 1.0}
+    cluster = {(s.labels["check"], s.labels["nodes"]): s.value
+               for s in fams["preflight_cluster_check_ok"].samples}  # type: ignore[attr-defined]
+    assert cluster == {("nccl.allreduce", "nodeA+nodeB"): 1.0, ("net.mtu", "nodeA+nodeB"): 1.0}
+    graded = {(s.labels.get("node"), s.labels.get("nodes"), s.labels["check"]): s.value
+              for s in fams["preflight_history_graded_runs"].samples}  # type: ignore[attr-defined]
+    assert graded[(None, "nodeA+nodeB", "net.mtu")] == 1 and graded[("nodeA", None, "gpu.health")] >= 1
     failed = fams["preflight_history_failed_runs"].samples  # type: ignore[attr-defined]
     assert any(s.labels.get("node") == "nodeB" and s.labels["check"] == "gpu.xid" and s.value == 1 for s in failed)
 

@@ -414,7 +414,7 @@ def prometheus_text(summary: Summary) -> str:
     fams: dict[str, list[str]] = {name: [] for name in _PROM_HELP}
     for s in summary.stats:
         # a cross-node check (the pseudo-node cluster, a link a<->b) has no node label
-        who = f'node="{esc(s.node)}"' if is_node(s.node) else f'nodes="{esc("+".join(s.node.split(LINK_SEP)))}"'
+        who = f'node="{esc(s.node)}"' if is_node(s.node) else f'nodes="{esc("+".join(sorted(s.node.split(LINK_SEP))))}"'
         lab = f'{{{who},check="{esc(s.check)}"}}' if s.node != CLUSTER else f'{{check="{esc(s.check)}"}}'
         fams["preflight_history_failed_runs"].append(f"preflight_history_failed_runs{lab} {s.bad}")
         fams["preflight_history_graded_runs"].append(f"preflight_history_graded_runs{lab} {s.graded}")
