@@ -14,7 +14,8 @@ causes folded:
   the checks whose output is the same nvidia-smi / NVML error message depend on it.
 
 Nothing is hidden: the root keeps the worst status of what it folds, so the verdict and the
-blocking nodes do not change, and every dependent keeps its facts. Pure: results and captures
+blocking nodes do not change, and every dependent keeps its facts, plus `depends_on` (the root's
+check) and `own_status` (what it said before the fold; its summary is in the evidence). Pure: results and captures
 in, results out.
 """
 
@@ -173,4 +174,5 @@ def _root(cause: Cause, node: str, members: list[Result]) -> tuple[Result, list[
     return root, [root if r is picked else replace(
         r, status=Status.SKIP, summary=f"{DEPENDS}{root.check}: {cause.short}",
         evidence=[head] + ([] if r.summary == root.summary else [f"was: {r.status.value.upper()} {r.summary}"]),
-        remedy=f"see {root.check} on {node}", facts={**r.facts, "depends_on": root.check}) for r in members]
+        remedy=f"see {root.check} on {node}", facts={**r.facts, "depends_on": root.check,
+                                                     "own_status": r.status.value}) for r in members]

@@ -71,7 +71,8 @@ def test_missing_nvidia_smi_is_one_fail_per_node_the_rest_depend_on_it() -> None
         for check in root.facts["dependents"]:
             dep = mine[check]
             assert dep.status is Status.SKIP and dep.summary == "depends on gpu.driver: nvidia-smi is missing"
-            assert dep.facts["depends_on"] == "gpu.driver" and dep.evidence[0].startswith(f"gpu.driver on {node}: FAIL")
+            assert dep.facts["depends_on"] == "gpu.driver" and dep.facts["own_status"] == "fail"
+            assert dep.evidence[0].startswith(f"gpu.driver on {node}: FAIL")
     after = decide(folded)
     assert (after.verdict, after.bad_nodes) == (before.verdict, before.bad_nodes) == ("NO-GO", ["gpu001", "gpu002"])
     assert len(folded) == len(results)

@@ -166,16 +166,17 @@ def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -
             continue
         st = g.status.value
         line = Text.assemble((f"{st.upper():5s} ", STYLE[st]), (f"{g.hosts:{width}s}  ", "bold"), (g.check, "cyan"),
-                             f"  {g.text(g.summary)}", (g.tail(), "dim"))
+                             f"  {_clean(g.text(g.summary))}", (g.tail(), "dim"))
         console.print(line, highlight=False)
         if g.status not in FAILURES:
             continue
         shown = [] if failures_only else g.first.evidence[: (20 if verbose else 4)]
         for i, e in enumerate(shown):
             where = f" ({g.first.node})" if i == 0 and len(g.nodes) > 1 and g.first.node not in e else ""
+            e = _ANSI.sub("", e).expandtabs(4).rstrip()
             console.print(Text(f"      {e}{where}", style="dim" if where else ""), highlight=False)
         if g.remedy:
-            console.print(Text(f"      remedy: {g.text(g.remedy)}", style="italic"), highlight=False)
+            console.print(Text(f"      remedy: {_clean(g.text(g.remedy))}", style="italic"), highlight=False)
     if not failures_only:
         for hosts, n in passing(report.results):
             console.print(Text.assemble(("PASS  ", STYLE["pass"]), (f"{hosts:{width}s}  ", "bold"), _pass_text(n)),
