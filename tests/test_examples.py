@@ -216,3 +216,18 @@ def test_a_gpu_a_listing_could_not_read_is_not_graded_as_fine(check: str, probe:
     clean = "\n".join(ln for ln in text.splitlines() if ln != LOST_LINE) + "\n"
     [r] = grade_text(check, {probe: clean}, profile="h100-sxm-8x")
     assert r.status is Status.PASS, r.summary
+
+
+def test_failed_unit_evidence_says_how_its_process_ended() -> None:
+    """`systemctl status` of a failed fabric manager: the evidence has systemd's lines on how
+    the process ended, next to the daemon's own last lines."""
+    svc = facts_of("fm-service", (FAULTY / "systemctl-status-nvidia-fabricmanager.txt").read_text())
+    lines = svc.lines  # type: ignore[attr-defined]
+    assert any("Main process exited, code=exited, status=1/FAILURE" in ln for ln in lines)
+    assert any("Failed with result 'exit-code'" in ln for ln in lines)
+    assert any("nv-fabricmanager[2013]: Successfully configured" in ln for ln in lines)
+    svc = facts_of("fm-service", (FIXTURES / "systemctl" / "status_fm_failed.txt").read_text())
+    assert any("don't match with driver version" in ln for ln in svc.lines)  # type: ignore[attr-defined]
+    assert any("Control process exited" in ln for ln in svc.lines)  # type: ignore[attr-defined]
+    svc = facts_of("fm-service", (HEALTHY / "systemctl-status-nvidia-fabricmanager.txt").read_text())
+    assert not any("exited" in ln for ln in svc.lines)  # type: ignore[attr-defined]

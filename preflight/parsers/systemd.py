@@ -22,6 +22,8 @@ _JOB_FAILED = re.compile(r"Job for (\S+?)(?:\.service)? failed(?: because (.*?))
 JOURNAL = re.compile(r"^(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
                      r"(?:\[\d+\])?: (?P<msg>.*)$")
 FM_UNIT = "nvidia-fabricmanager"
+# systemd's journal lines on how the unit's process ended
+_UNIT_END = re.compile(rf"^{FM_UNIT}\.service: (?:Main|Control) process exited|^{FM_UNIT}\.service: Failed with result")
 
 
 @dataclass
@@ -141,8 +143,10 @@ def parse(doc: Doc) -> UnitState:
             svc.journal.append(JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s))
             continue
         _status_line(svc, s)
-    if svc.form == "status":  # the daemon's own last lines often say why it stopped
-        svc.lines += [j.line for j in svc.journal if "fabricmanager" in j.ident][-3:]
+    if svc.form == "status":  # the daemon's own last lines often say why it stopped, systemd's how
+        own = [j for j in svc.journal if "fabricmanager" in j.ident][-3:]
+        ended = [j for j in svc.journal if "fabricmanager" not in j.ident and _UNIT_END.search(j.message)][-2:]
+        svc.lines += [j.line for j in svc.journal if j in own or j in ended]
     if svc.form == "none" and len(lines) == 1 and lines[0] in _ACTIVE_WORDS | {"unknown"}:
         svc.form, svc.active, svc.lines = "is-active", "" if lines[0] == "unknown" else lines[0], lines
     return svc
