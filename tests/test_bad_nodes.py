@@ -264,3 +264,19 @@ def test_compress_writes_what_slurm_reads(names: list[str], text: str) -> None:
     assert compress(names) == text
     assert sorted(expand(text)) == sorted(names)
     assert not re.search(r"\][^,]", text)  # nothing follows a closing bracket but the next name
+
+
+def test_triage_writes_the_culprit_node(tmp_path: Path) -> None:
+    """A hang whose silent rank is on gpu018: `triage --bad-nodes` names that node only."""
+    from preflight.triage.collect import write_bundle
+    from tests.triage._bundles import files_capture, make_bundle
+
+    wd = ROOT / "tests" / "fixtures" / "triage" / "wd_versions"
+    nodes = {"gpu017": {"triage-run-dir": files_capture({f"rank{r}.log": wd / f"rank{r}.log" for r in (0, 1, 2)})},
+             "gpu018": {"triage-run-dir": files_capture({f"rank{r}.log": wd / f"rank{r}.log" for r in (3, 4, 5)})}}
+    bundle = write_bundle(make_bundle(nodes), tmp_path / "job.tar.gz")
+    target = tmp_path / "bad.txt"
+    p = cli("triage", str(bundle), "--json", "--bad-nodes", str(target))
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert json.loads(p.stdout)["category"] == "communication hang" and p.returncode == 1
+    assert target.read_text() == "gpu018\n"

@@ -96,6 +96,7 @@ def triage_cmd(
     command_timeout: CmdOpt = 90.0,
     deadline: opt.DeadlineOpt = None,
     no_node_checks: NoChecksOpt = False,
+    bad_nodes: opt.BadNodesOpt = None,
 ) -> None:
     """Name the culprit of a hang or crash: rank, node, collective and sequence number, category and action."""
     from preflight.engine import load_config
@@ -107,6 +108,7 @@ def triage_cmd(
     result = triage(target, hosts, req, opt.since_time(since, "--since", "an ISO time or an age (30m, 6h)"),
                     save_bundle)
     emit(result.report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None,
+                                            bad_nodes=bad_nodes,
                                             history=load_config().resolve_history(None), announce_with_json=True),
                                      writer=result.write, render=result.console, json_text=result.to_json))
     for line in result.problems():
