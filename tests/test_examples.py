@@ -54,12 +54,13 @@ def test_healthy_node_is_go_with_every_node_check_graded() -> None:
     verdict, by = _by_check(HEALTHY)
     assert verdict == "GO"
     assert {r.node for r in by.values()} == {"healthy-node"}
-    assert sorted(by) == sorted(NODE_CHECKS), "a check the files should feed was not graded (or a file was not read)"
+    assert sorted(by) == sorted([*NODE_CHECKS, "nccl.allreduce"]), "a check the files feed was not graded"
     bad = {c: (r.status.value, r.summary) for c, r in by.items() if r.status is not Status.PASS}
     assert not bad
     assert "profile h100-sxm-8x expects 8" in by["gpu.inventory"].summary
     assert "144 NVLinks up on 8 GPU(s)" in by["gpu.nvlink"].summary
     assert "8/8 compute ports Active" in by["ib.hca"].summary
+    assert by["nccl.allreduce"].facts  # the all_reduce_perf table was read and graded against the profile
 
 
 @pytest.mark.parametrize("folder", [HEALTHY, FAULTY], ids=["healthy", "faulty"])
@@ -137,7 +138,7 @@ def test_captures_agree_across_files(folder: Path) -> None:
     assert bus_csv == re.findall(r"(?m)^GPU 00000000:(\S+)$", (folder / "nvidia-smi-q.txt").read_text())
     drivers = set(re.findall(r"\b5\d\d\.\d+\.\d+\b", "".join(
         (folder / n).read_text() for n in ("nvidia-smi.txt", "nvidia-smi-query-gpu.csv", "nvidia-smi-q.txt",
-                                           "dmesg.txt"))))
+                                           "dmesg.txt", "proc-driver-nvidia-version.txt"))))
     assert drivers == {"535.154.05"}
     nics = re.findall(r"(?m)^\s+NIC\d+: (mlx5_\d+)$", (folder / "nvidia-smi-topo-m.txt").read_text())
     cas = re.findall(r"(?m)^CA '(mlx5_\d+)'", (folder / "ibstat.txt").read_text())
