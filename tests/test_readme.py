@@ -48,7 +48,7 @@ CLUSTER_PROGRAMS = ("srun", "sbatch", "salloc", "scontrol", "sinfo", "squeue", "
 REMOTE_OPTIONS = ("--hosts", "--partition", "--nodelist", "--transport", "--ssh-config", "--ssh-accept-new")
 SLURM_STATE_SUBCOMMANDS = ("prologue", "resume")  # drain/resume nodes through scontrol
 JOB_ID_SUBCOMMANDS = ("triage", "collect")  # a bare number is a Slurm job id
-OUTPUT_OPTIONS = ("-o", "--out", "--output", "--html", "--prometheus", "--bad-nodes")
+OUTPUT_OPTIONS = ("-o", "--out", "--output", "--html", "--prometheus", "--bad-nodes", "--save-bundle")
 ALLOCATION_COMMENT = re.compile(r"\b(allocation|srun|sbatch|salloc|slurm|ssh)\b", re.I)
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]{2,}(\.\.\.)?$|\.\.\.|^<.*>$|^\[.*\]$|^\[-")
 EXPECT_COMMENT = re.compile(r"\bexit (\d)\b")
@@ -167,15 +167,8 @@ def _looks_like_path(word: str) -> bool:
 
 
 def _output_values(words: list[str]) -> set[int]:
-    """Indexes of the words that are files the command writes: the values of output options,
-    and an option's value that names a file that does not exist (`--bad-nodes bad.txt`)."""
-    out = set()
-    for i, w in enumerate(words[:-1]):
-        value = words[i + 1]
-        if w in OUTPUT_OPTIONS or (w.startswith("-") and "=" not in w and not value.startswith("-")
-                                   and _looks_like_path(value) and not (ROOT / value).exists()):
-            out.add(i + 1)
-    return out
+    """Indexes of the words that are files the command writes: the values of output options."""
+    return {i + 1 for i, w in enumerate(words[:-1]) if w in OUTPUT_OPTIONS}
 
 
 def needs_cluster(cmd: Command) -> str:
@@ -377,6 +370,8 @@ def test_output_options_go_to_the_scratch_folder(tmp_path: Path) -> None:
     assert f"--prometheus {tmp_path}/out/preflight.prom" in mapped
     mapped = _mapped("preflight analyze examples/captures --bad-nodes bad.txt --profile h100-sxm-8x", tmp_path)
     assert mapped.endswith(f"examples/captures --bad-nodes {tmp_path}/out/bad.txt --profile h100-sxm-8x")
+    # an input option's value is left as written
+    assert _mapped("preflight analyze --checks-dir site/checks x", tmp_path).endswith("--checks-dir site/checks x")
 
 
 def test_blocks_that_are_not_commands_are_not_read(tmp_path: Path) -> None:
