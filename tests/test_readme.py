@@ -135,9 +135,11 @@ def readme_commands(path: Path) -> list[Command]:
 
 
 def _unique(commands: list[Command]) -> list[Command]:
+    """One test per command text; where it is written twice, the copy that states its exit code."""
     seen: dict[str, Command] = {}
     for c in commands:
-        seen.setdefault(c.text, c)
+        if c.text not in seen or (EXPECT_COMMENT.search(c.comment) and not EXPECT_COMMENT.search(seen[c.text].comment)):
+            seen[c.text] = c
     return list(seen.values())
 
 
@@ -315,9 +317,9 @@ def test_readme_command(cmd: Command, scratch: Path) -> None:
 def test_every_readme_command_is_classified() -> None:
     """The list the commands above come from: something to run, and the reasons for the rest."""
     assert len(COMMANDS) >= 10
-    texts = [c.text for c in COMMANDS]
-    assert ".venv/bin/preflight analyze examples/captures/faulty-node" in texts
-    assert ".venv/bin/preflight analyze examples/captures/healthy-node" in texts
+    by_text = {c.text: c for c in COMMANDS}
+    assert expected_exit(by_text[".venv/bin/preflight analyze examples/captures/faulty-node"]) == 1
+    assert expected_exit(by_text[".venv/bin/preflight analyze examples/captures/healthy-node"]) == 0
     runnable = [c for c in COMMANDS if not not_run_reason(c)]
     assert len(runnable) >= 5
     for c in COMMANDS:
@@ -383,3 +385,12 @@ def test_blocks_that_are_not_commands_are_not_read(tmp_path: Path) -> None:
     assert got == [("preflight analyze examples/captures/healthy-node", ""), ("preflight node --json", "one node"),
                    ("ls  -l", "")]
 
+
+
+@pytest.mark.parametrize(("text", "comment"), [
+    ("preflight analyze --no-such-option examples/captures/faulty-node", ""),  # exit 2: usage error
+    ("preflight analyze examples/captures/faulty-node", "GO, exit 0"),  # NO-GO where the README says GO
+])
+def test_a_readme_command_that_does_not_do_what_it_says_fails(text: str, comment: str, scratch: Path) -> None:
+    with pytest.raises(AssertionError):
+        _check_ran(Command(text, comment, "x"), text, scratch)
