@@ -233,3 +233,15 @@ def test_failed_unit_evidence_says_how_its_process_ended() -> None:
     assert any("Control process exited" in ln for ln in svc.lines)  # type: ignore[attr-defined]
     svc = facts_of("fm-service", (HEALTHY / "systemctl-status-nvidia-fabricmanager.txt").read_text())
     assert not any("exited" in ln for ln in svc.lines)  # type: ignore[attr-defined]
+
+
+def test_forking_daemon_exit_status_is_its_main_pid() -> None:
+    """`Process:` is the start command (exit 0 once the daemon forked); `Main PID:` says how the
+    daemon itself ended. The state line comes first in the evidence."""
+    svc = facts_of("fm-service", (FAULTY / "systemctl-status-nvidia-fabricmanager.txt").read_text())
+    assert svc.exec_status == 1 and "exit status 1" in svc.describe()  # type: ignore[attr-defined]
+    assert svc.lines[0].startswith("Active: failed")  # type: ignore[attr-defined]
+    svc = facts_of("fm-service", (FIXTURES / "systemctl" / "status_fm_failed.txt").read_text())
+    assert svc.exec_status == 1 and svc.lines[0].startswith("Active: failed")  # type: ignore[attr-defined]
+    svc = facts_of("fm-service", (HEALTHY / "systemctl-status-nvidia-fabricmanager.txt").read_text())
+    assert svc.exec_status is None and svc.lines[0].startswith("Active: active")  # type: ignore[attr-defined]

@@ -106,7 +106,9 @@ def _status_line(svc: UnitState, s: str) -> None:
         svc.lines.append(s)
         return
     m = re.search(r"\(code=(\w+), status=(\d+)", s)
-    if m and svc.form == "status" and svc.exec_status is None:
+    # a forking daemon (the fabric manager) has two: its start command's `Process:` (0) and the
+    # daemon's `Main PID:`, whose status is how the service ended
+    if m and svc.form == "status" and (svc.exec_status is None or s.startswith("Main PID:")):
         svc.exec_status = int(m.group(2))
         svc.lines.append(s)
 
@@ -143,7 +145,8 @@ def parse(doc: Doc) -> UnitState:
             svc.journal.append(JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s))
             continue
         _status_line(svc, s)
-    if svc.form == "status":  # the daemon's own last lines often say why it stopped, systemd's how
+    if svc.form == "status":  # the state first; the daemon's own last lines often say why it stopped, systemd's how
+        svc.lines.sort(key=lambda ln: not ln.startswith("Active:"))
         own = [j for j in svc.journal if "fabricmanager" in j.ident][-3:]
         ended = [j for j in svc.journal if "fabricmanager" not in j.ident and _UNIT_END.search(j.message)][-2:]
         svc.lines += [j.line for j in svc.journal if j in own or j in ended]
