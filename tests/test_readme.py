@@ -4,7 +4,7 @@ Commands are read from README.md and examples/**/README.md:
 - fenced code blocks with no language or a shell one (sh, bash, shell, console) whose first
   line is a command (its program is preflight, a `.venv/bin/` program, or one on PATH or of
   the cluster tools below); each line of such a block is one command (`\\` continues it, `#`
-  starts a comment);
+  starts a comment); in a transcript only the `$ ` lines are commands;
 - inline code spans in the text that are a `preflight` command with at least one argument (a
   bare `preflight run` in a sentence names the subcommand).
 
@@ -127,6 +127,8 @@ def readme_commands(path: Path) -> list[Command]:
             continue
         end = next((j for j in range(i + 1, len(lines)) if re.match(r"^\s*```\s*$", lines[j])), len(lines))
         body = lines[i + 1:end]
+        if any(ln.startswith("$ ") for ln in body):  # a transcript: the prompted lines are the commands
+            body = [ln[2:] if ln.startswith("$ ") else "" for ln in body]
         first = next((ln for ln in body if ln.strip() and not ln.strip().startswith("#")), "")
         if fence.group(1).lower() in SHELL_LANGS and first and _is_command(first):
             found.extend(_block_commands(body, i + 2, rel))
@@ -380,10 +382,11 @@ def test_blocks_that_are_not_commands_are_not_read(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text(
         "text `preflight list` and `preflight analyze examples/captures/healthy-node`\n\n"
         "```\n{\"verdict\": \"GO\"}\n```\n\n```\npreflight/   engine, model\ntests/  pytest\n```\n\n"
-        "```python\nimport os\n```\n\n```\npreflight node --json   # one node\nls \\\n  -l\n```\n")
+        "```python\nimport os\n```\n\n```\npreflight node --json   # one node\nls \\\n  -l\n```\n\n"
+        "```console\n$ preflight list\nid  scope\n$ preflight profiles\n```\n")
     got = [(c.text, c.comment) for c in readme_commands(tmp_path / "README.md")]
     assert got == [("preflight analyze examples/captures/healthy-node", ""), ("preflight node --json", "one node"),
-                   ("ls  -l", "")]
+                   ("ls  -l", ""), ("preflight list", ""), ("preflight profiles", "")]
 
 
 
