@@ -245,3 +245,14 @@ def test_forking_daemon_exit_status_is_its_main_pid() -> None:
     assert svc.exec_status == 1 and svc.lines[0].startswith("Active: failed")  # type: ignore[attr-defined]
     svc = facts_of("fm-service", (HEALTHY / "systemctl-status-nvidia-fabricmanager.txt").read_text())
     assert svc.exec_status is None and svc.lines[0].startswith("Active: active")  # type: ignore[attr-defined]
+
+
+def test_both_folders_at_once_are_two_nodes_and_only_the_faulty_one_is_bad() -> None:
+    report = analyze_paths([CAPTURES], engine.Config())
+    graded = {r.node for r in report.results if r.check != "analyze.unrecognised"}
+    assert graded == {"healthy-node", "faulty-node"}
+    assert report.verdict.verdict == "NO-GO" and report.verdict.bad_nodes == ["faulty-node"]
+    assert not [r for r in report.results if r.node == "healthy-node" and r.status is not Status.PASS]
+    # the folder's README.md is reported as text no check reads, never graded
+    [readme] = [r for r in report.results if r.check == "analyze.unrecognised"]
+    assert readme.status is Status.SKIP and readme.source.endswith("README.md")
