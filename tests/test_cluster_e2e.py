@@ -66,8 +66,11 @@ def test_ssh_healthy_cluster_is_go_and_a_ghost_node_is_error_only(cluster: NetCl
     rc, doc, took = run_json(cluster, ["run", "--hosts", "n[1-4],ghost", "--ssh-config", str(cfg), *SSH_ARGS])
     assert rc == 1 and doc["verdict"] == "NO-GO"
     assert set(doc["bad_nodes"]) == {"ghost"}
-    ghost = by(doc, "gpu.xid")["ghost"]
+    ghost = by(doc, "node.reachable")["ghost"]  # one ERROR for the node, its checks depend on it
     assert ghost["status"] == "error" and "ghost" in ghost["summary"] + " ".join(ghost["evidence"])
+    xid = by(doc, "gpu.xid")["ghost"]
+    assert xid["status"] == "skip" and xid["summary"] == "depends on node.reachable: node not checked", xid
+    assert [r for r in doc["results"] if r["status"] == "error"] == [ghost]
     assert took < 90
 
 
