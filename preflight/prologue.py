@@ -78,7 +78,12 @@ class BudgetTransport(LocalTransport):
         self.shrunk: list[str] = []  # probes whose timeout was cut, for the report
 
     def limit_words(self) -> str:
-        return f"the prologue's {self.budget:g} s budget"
+        return f"the probes' share of the prologue's {self.budget:g} s budget"
+
+    def collect_end(self) -> float:
+        """A probe that its fitted timeout and a kill did not end (a tool stuck in the driver) is
+        given up `PROBE_GRACE_S` after that timeout, so the checks are graded without it."""
+        return max(self.probes_end, time.monotonic() + MIN_PROBE_S) + PROBE_GRACE_S
 
     def fit(self, probes: Sequence[Probe]) -> list[Probe]:
         left = max(MIN_PROBE_S, self.probes_end - time.monotonic())
@@ -126,7 +131,7 @@ class Watchdog:
         self.slurm = slurm
         self.budget, self.node, self.no_drain, self.dry_run = budget, node, no_drain, dry_run
         self.stream = sys.stderr if to_stderr else sys.stdout
-        self.stage = "starting"
+        self.stage = "loading the checks"
         self.transport: LocalTransport | None = None
         self.uses: dict[str, list[str]] = {}  # probe -> the checks that need it
         self.decided: Decided | None = None
@@ -291,10 +296,8 @@ def _check(req: PrologueRequest, name: str, cfg: Config, watch: Watchdog) -> tup
         opts.extra[CHECK_TIMEOUTS] = dict(cfg.check_timeouts)
     start = time.monotonic()
     watch.stage = "running the checks"
-    # a probe a kill does not end (a tool stuck in the driver) is given up PROBE_GRACE_S later
     results, used = run(reg, checks, [name], transport, profile_name=cfg.resolve_profile(req.profile),
-                        options=opts, extra_profile_dirs=tuple(cfg.profile_dirs), progress=watch,
-                        until=deadline + PROBE_GRACE_S)
+                        options=opts, extra_profile_dirs=tuple(cfg.profile_dirs), progress=watch)
     results += disabled_results(disabled, [name], cfg.disabled_reason())
     report = Report.build("prologue", results, profiles={n: p.name for n, p in used.items()},
                           duration_s=time.monotonic() - start, nodes=[name])

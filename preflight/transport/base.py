@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,22 @@ ProgressFn = Callable[[str, Capture], None]
 
 class Transport(ABC):
     name = "abstract"
+    deadline: float | None = None  # seconds for a whole run's collection (--deadline), None: unbounded
+    until: float | None = None  # time.monotonic() at which the current run's collection ends
+
+    def start_clock(self, until: float | None = None) -> None:
+        """Start one run: every `collect` until the next call ends by `until` (default: the
+        transport's `deadline` seconds from now), so a run's phases share one deadline."""
+        if until is None and self.deadline is not None:
+            until = time.monotonic() + float(self.deadline)
+        self.until = until
+
+    def collect_end(self) -> float | None:
+        """When the collect starting now must end: the run's end once `start_clock` was called,
+        else `deadline` seconds from now (None: no bound beyond the probes' own timeouts)."""
+        if self.until is not None:
+            return self.until
+        return None if self.deadline is None else time.monotonic() + float(self.deadline)
 
     @abstractmethod
     def collect(

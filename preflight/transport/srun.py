@@ -185,12 +185,17 @@ class _Step:
     nonce: str
     limit: float
     reader: _Reader
+    deadline: float | None = None  # the run's --deadline in seconds, as the faults name it
     parsed: ParsedOutput = field(default_factory=ParsedOutput)
     stderr: list[str] = field(default_factory=list)
     stalled: dict[str, float] = field(default_factory=dict)
     timed_out: bool = False
     rc: int | None = None
     elapsed: float = 0.0
+
+    @property
+    def said(self) -> float:
+        return self.deadline if self.deadline is not None else self.limit
 
     def outcome(self, node: str) -> NodeOutcome:
         caps: dict[str, Capture] = self.parsed.captures.get(node, {})
@@ -213,10 +218,10 @@ class _Step:
                     {"kind": "timeout", "stage": "command", "connection": "stalled"})
         if self.timed_out and started:
             missing = [p.name for p in self.good[node] if p.name not in caps]
-            return (f"probe bundle did not finish within the {self.limit:g} s deadline "
+            return (f"probe bundle did not finish within the {self.said:g} s deadline "
                     f"(no result for: {', '.join(missing) or '-'}){quoted}", {"kind": "timeout", "stage": "command"})
         if self.timed_out:
-            return (f"no output from the node within the {self.limit:g} s deadline{quoted}",
+            return (f"no output from the node within the {self.said:g} s deadline{quoted}",
                     {"kind": "timeout", "stage": "launch"})
         generic = (f"the probe bundle stopped before finishing (srun exited {self.rc})" if started
                    else f"no output from the node (srun exited {self.rc})")
@@ -289,7 +294,12 @@ class SrunTransport(Transport):
         if not good:
             return out
         slowest = max((p.timeout for ps in good.values() for p in ps), default=0.0)
-        limit = self.deadline if self.deadline is not None else slowest + STARTUP_S
+        end = self.collect_end()  # the run's one deadline, shared by its collects
+        limit = slowest + STARTUP_S if end is None else end - time.monotonic()
+        if limit <= 0:
+            why = f"the {self.deadline:g} s deadline of the run passed before the srun step could start"
+            out.update({n: NodeOutcome(node=n, error=why, detail={"kind": "deadline", "stage": "launch"}) for n in good})
+            return out
         program, nonce = build_program(good, cap=self.cap)
         env = self._environ()
         argv, on_stdin = self.command(list(good), program, env)
@@ -301,7 +311,7 @@ class SrunTransport(Transport):
             out.update({n: NodeOutcome(node=n, error=why) for n in good})
             return out
         step = self._run_step(proc, program if on_stdin else None, _Step(good, nonce, limit, _Reader(
-            proc.stdout, nonce, progress)))
+            proc.stdout, nonce, progress), deadline=self.deadline))
         out.update({node: step.outcome(node) for node in good})
         return out
 

@@ -393,8 +393,7 @@ class SSHTransport(Transport):
         progress: ProgressFn | None = None,
     ) -> dict[str, NodeOutcome]:
         self._load_keys(list(bundles))
-        start = time.monotonic()
-        end = None if self.deadline is None else start + float(self.deadline)
+        end = self.collect_end()  # the run's one deadline, shared by its collects
         rnd = _Round(cond=threading.Condition(), pending=deque(), progress=progress)
         jobs = [_Job(node=n, probes=list(ps), round=rnd, target=n) for n, ps in bundles.items()]
         rnd.pending.extend(jobs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -196,7 +197,12 @@ def test_prologue_dry_run_and_no_drain(tmp_path: Path) -> None:
 def test_prologue_stays_within_its_budget_when_a_tool_hangs(tmp_path: Path) -> None:
     p, took = _prologue(tmp_path, None, "--budget", "4", "--no-drain", hang=True)
     assert took < 4 + 0.5, (took, p.stdout, p.stderr)  # the budget counts from the process start
-    assert p.returncode == 1 and "ERROR gpu.xid: probe kernel-log timed out" in p.stdout
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert p.stdout.startswith("preflight prologue gpu017: NO-GO"), p.stdout
+    # the probe's shrunk timeout ends it first; on a loaded machine the watchdog may be first
+    # (it fires a moment before the budget): either way the hung probe is named as ERROR
+    assert re.search(r"^  ERROR gpu\.xid: probe kernel-log (timed out|still running at the 4 s budget)", p.stdout,
+                     re.M), p.stdout
     assert "kernel-log 15s->" in p.stdout
 
 

@@ -1,0 +1,258 @@
+"""No silent paths: a fault anywhere in a check is ERROR naming it; one deadline bounds a run.
+
+Site checks are real modules in a temporary --checks-dir, run by the real command line; the
+tools they call are fake executables (tests/fakes) that print, fail or hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from preflight.grading import grade_cluster
+from preflight.model import CaptureState, Status
+from preflight.probes import Probe
+from preflight.registry import ClusterCheck, Options
+from preflight.transport.local import LocalTransport
+from tests import fakes
+
+HEAD = '''
+from preflight.model import Status
+from preflight.probes import Probe
+from preflight.registry import Check, register, register_parser
+
+TOOL = Probe.of("site-tool", ["site-tool", "--status"])
+
+
+def ok(ctx):
+    ctx.facts("site-tool")
+    return ctx.result(Status.PASS, "site tool answered")
+'''
+
+PLAN_RAISES = HEAD + '''
+
+def plan(ctx):
+    raise KeyError("gpu.count missing from the profile")
+
+
+register(Check(id="site.plan", title="Plans badly", grade=ok, probes=plan))
+register(Check(id="site.fine", title="Fine", grade=ok, probes=(TOOL,)))
+'''
+
+PARSER_RAISES = HEAD + '''
+
+def parse(doc):
+    raise ValueError("cannot read line 1 of the site tool")
+
+
+register_parser("site-tool", parse)
+register(Check(id="site.parse", title="Parses badly", grade=ok, probes=(TOOL,)))
+'''
+
+GRADER_RAISES = HEAD + '''
+
+def grade(ctx):
+    lines = ctx.facts("site-tool").lines
+    errors = [ln for ln in lines if ln.text.startswith("ERR")]
+    share = len(lines) / len(errors)  # a clean output has no error line: a division by zero
+    return ctx.result(Status.PASS, f"one error line in {share:.0f}")
+
+
+register(Check(id="site.grade", title="Grades badly", grade=grade, probes=(TOOL,)))
+'''
+
+TWO_PHASES = HEAD + '''
+
+SLOW = Probe.of("site-slow", ["site-tool", "--slow"])
+
+
+def late(ctx):  # planned from the profile: a phase-2 probe
+    return [Probe.of("site-late", ["site-tool", "--late"])]
+
+
+register(Check(id="site.slow", title="Phase 1", grade=ok, probes=(SLOW,)))
+register(Check(id="site.late", title="Phase 2", grade=ok, probes=late))
+'''
+
+
+def cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "preflight.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def site_run(tmp_path: Path, module: str, rules: list[dict], *extra: str) -> tuple[subprocess.CompletedProcess[str],
+                                                                                   dict, float]:
+    checks = tmp_path / "checks"
+    checks.mkdir(exist_ok=True)
+    (checks / "site.py").write_text(module)
+    bin_dir = fakes.install(tmp_path / "bin", ["site-tool"])
+    env = fakes.env_for(bin_dir, fakes.scenario(tmp_path / "sc", {"site-tool": rules}))
+    env["PREFLIGHT_CONFIG"] = str(tmp_path / "config.toml")
+    (tmp_path / "config.toml").write_text("")
+    start = time.monotonic()
+    p = cli(["run", "--profile", "generic", "--checks-dir", str(checks), "--only", "site", "--json", "--no-report",
+             *extra], env=env)
+    took = time.monotonic() - start
+    assert "Traceback" not in p.stderr, p.stderr
+    return p, json.loads(p.stdout), took
+
+
+def by_check(doc: dict) -> dict[str, dict]:
+    return {r["check"]: r for r in doc["results"]}
+
+
+OK_RULES = [{"match": "--status", "text": "OK\n"}]
+
+
+# ---- a fault inside a check ------------------------------------------------------------------
+
+
+def test_planning_that_raises_is_error_naming_the_exception(tmp_path: Path) -> None:
+    p, doc, _ = site_run(tmp_path, PLAN_RAISES, OK_RULES)
+    r = by_check(doc)["site.plan"]
+    assert r["status"] == "error", r
+    assert "KeyError" in r["summary"] and "gpu.count missing from the profile" in r["summary"]
+    assert "site.plan" in r["summary"] and "planning" in r["summary"]
+    assert any("site.py" in e for e in r["evidence"]), r["evidence"]  # which site check it was
+    assert "report" in r["remedy"]
+    assert by_check(doc)["site.fine"]["status"] == "pass"  # the other checks still ran
+    assert doc["verdict"] == "NO-GO" and p.returncode == 1
+
+
+def test_parser_that_raises_is_error_naming_the_exception(tmp_path: Path) -> None:
+    p, doc, _ = site_run(tmp_path, PARSER_RAISES, OK_RULES)
+    r = by_check(doc)["site.parse"]
+    assert r["status"] == "error" and "ValueError" in r["summary"], r
+    assert "cannot read line 1 of the site tool" in r["summary"] and "site.parse" in r["summary"]
+    assert doc["verdict"] == "NO-GO" and p.returncode == 1
+
+
+def test_grader_that_raises_is_error_naming_the_exception(tmp_path: Path) -> None:
+    p, doc, _ = site_run(tmp_path, GRADER_RAISES, OK_RULES)
+    r = by_check(doc)["site.grade"]
+    assert r["status"] == "error" and "ZeroDivisionError" in r["summary"] and "site.grade" in r["summary"], r
+    assert "report this as a preflight bug" in r["remedy"]
+    assert doc["verdict"] == "NO-GO" and p.returncode == 1
+
+
+def test_cross_node_grading_that_raises_is_error_and_keeps_the_node_results() -> None:
+    from preflight.model import Result
+
+    def grade(ctx: object) -> list[Result]:
+        raise RuntimeError("no matrix for 0 nodes")
+
+    node_results = [Result(check="gpu.xid", node=n, status=Status.PASS, summary="clean") for n in ("a", "b")]
+    out = grade_cluster([ClusterCheck(id="cluster.mtu", title="MTU", grade=grade)], ["a", "b"], {}, node_results,
+                        {}, Options(), {}, {})
+    bad = [r for r in out if r.check == "cluster.mtu"]
+    assert len(bad) == 1 and bad[0].status is Status.ERROR
+    assert "RuntimeError: no matrix for 0 nodes" in bad[0].summary and "report" in bad[0].remedy
+    assert [r.status for r in out if r.check == "gpu.xid"] == [Status.PASS, Status.PASS]
+
+
+def test_site_check_that_cannot_import_is_a_usage_error(tmp_path: Path) -> None:
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    (checks / "broken.py").write_text("from preflight.registry import no_such_name\n")
+    p = cli(["run", "--profile", "generic", "--checks-dir", str(checks), "--no-report"])
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "broken.py failed to load" in p.stderr and "ImportError" in p.stderr and "Traceback" not in p.stderr
+
+
+# ---- one deadline for the whole run ---------------------------------------------------------
+
+
+def test_one_deadline_bounds_both_phases_and_names_the_probes(tmp_path: Path) -> None:
+    hang = [{"match": "--slow", "hang": True}, {"match": "--late", "hang": True}]
+    p, doc, took = site_run(tmp_path, TWO_PHASES, hang, "--deadline", "3")
+    assert took < 3 + 3, took  # per phase it would be twice the deadline; each probe's own timeout is 10 s
+    res = by_check(doc)
+    slow, late = res["site.slow"], res["site.late"]
+    assert slow["status"] == "error" and late["status"] == "error", (slow, late)
+    assert "site-slow" in slow["summary"] and "3 s deadline" in slow["summary"], slow
+    assert "still running" in slow["summary"]
+    assert "site-late" in late["summary"] and "3 s deadline" in late["summary"], late
+    assert doc["verdict"] == "NO-GO" and p.returncode == 1
+
+
+def test_a_run_that_ends_in_time_is_not_touched_by_its_deadline(tmp_path: Path) -> None:
+    ok = [{"match": "--slow", "text": "OK\n"}, {"match": "--late", "text": "OK\n"}]
+    p, doc, _ = site_run(tmp_path, TWO_PHASES, ok, "--deadline", "30")
+    assert {r["status"] for r in doc["results"]} == {"pass"}, doc["results"]
+    assert p.returncode == 0 and doc["verdict"] == "GO"
+
+
+def test_local_transport_collects_share_the_run_deadline(tmp_path: Path) -> None:
+    bin_dir = fakes.install(tmp_path / "bin", ["site-tool"])
+    sc = fakes.scenario(tmp_path / "sc", {"site-tool": [{"match": "--hang", "hang": True},
+                                                        {"match": "--ok", "text": "OK\n"}]})
+    os.environ.update(fakes.env_for(bin_dir, sc))  # restored by the autouse fixture below
+    t = LocalTransport(deadline=2)
+    t.start_clock()
+    start = time.monotonic()
+    first = t.collect({"n": [Probe.of("hung", ["site-tool", "--hang"]), Probe.of("quick", ["site-tool", "--ok"])]})
+    second = t.collect({"n": [Probe.of("after", ["site-tool", "--ok"])]})
+    took = time.monotonic() - start
+    assert took < 2 + 2, took
+    caps = first["n"].captures
+    assert caps["quick"].state is CaptureState.OK
+    assert caps["hung"].state is CaptureState.LOST and "2 s deadline" in caps["hung"].reason
+    assert "hung" in caps["hung"].reason and "still running" in caps["hung"].reason
+    after = second["n"].captures["after"]
+    assert after.state is CaptureState.LOST and "before probe after could start" in after.reason
+    assert t.running() == {}
+
+
+@pytest.fixture(autouse=True)
+def _keep_environ() -> Iterator[None]:
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+# ---- the prologue's watchdog -------------------------------------------------------------------
+
+STUCK_DMESG = '''#!/bin/sh
+# dmesg stuck in the kernel: a kill does not end it at once (its helper keeps the output open)
+setsid sleep 120 &
+echo $! > "{pids}"
+exec sleep 120
+'''
+
+
+def test_prologue_watchdog_names_the_probe_still_running(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pids = tmp_path / "pids"
+    (bin_dir / "dmesg").write_text(STUCK_DMESG.format(pids=pids))
+    (bin_dir / "dmesg").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURMD_NODENAME="gpu017",
+               PREFLIGHT_CONFIG=str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text("")
+    start = time.monotonic()
+    try:
+        p = subprocess.run([sys.executable, "-m", "preflight.cli", "prologue", "--only", "gpu.xid", "--budget", "4",
+                            "--no-drain"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        took = time.monotonic() - start
+    finally:
+        if pids.exists():
+            for pid in pids.read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    continue
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert took < 4 + 1.0, took
+    first = p.stdout.splitlines()[0]
+    assert first.startswith("preflight prologue gpu017: NO-GO") and "4 s budget ran out" in first, p.stdout
+    assert "ERROR gpu.xid: probe kernel-log still running at the 4 s budget" in p.stdout, p.stdout
+    assert "not draining (--no-drain): preflight: gpu.xid probe kernel-log still running" in p.stdout
