@@ -174,3 +174,25 @@ def test_cli_quiet_on_an_xid79_node(tmp_path: Path) -> None:
     out = p.stdout.splitlines()
     assert len(out) == 3 and out[0].split()[0] == "FAIL" and out[0].split()[2] == "gpu.xid:", p.stdout
     assert out[1].startswith("NO-GO") and out[2].startswith("--exclude=")
+
+
+def test_unreachable_nodes_group_on_a_terminal_and_keep_their_own_words_in_a_pipe() -> None:
+    from preflight import rootcause
+
+    checks = engine.select(reg.load(), node_only=True)
+    results: list[Result] = []
+    for i in (1, 2, 3):
+        node = f"gpu{i:03d}"
+        why = f"{node} (10.1.0.{i}:22) did not answer within 10 s (connect)"
+        results += engine.node_error_results(NodeOutcome(node=node, error=why), checks)
+    rep = Report.build("run", rootcause.fold(results, {}))
+    tty = [ANSI.sub("", ln) for ln in _tty(rep)]
+    heads = [ln for ln in tty if ln.startswith("ERROR")]
+    assert len(heads) == 1 and "gpu[001-003]" in heads[0] and "(<address>)" in heads[0], tty
+    assert f"({len(checks)} dependent checks skipped on each)" in " ".join(" ".join(tty).split())  # (wrapped)
+    assert any("remedy: make gpu[001-003] reachable" in ln for ln in tty)
+    piped = _piped(rep)
+    errors = [ln for ln in piped if ln.startswith("ERROR ")]
+    assert [ln.split(":", 1)[0] for ln in errors] == [f"ERROR gpu{i:03d} node.reachable" for i in (1, 2, 3)]
+    assert all(f"(10.1.0.{i}:22)" in ln and f"make gpu{i:03d} reachable" in ln for i, ln in zip((1, 2, 3), errors))
+    assert len(piped) == 5 and piped[-1] == "--exclude=gpu[001-003]"

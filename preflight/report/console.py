@@ -36,6 +36,8 @@ PSEUDO = ("cluster", "job")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _HERE = "\x00"  # where a group's node names go in its texts
+_ADDR = "\x01"  # where each node wrote its own address
+_IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?![\w.])")
 
 
 @dataclass
@@ -55,8 +57,12 @@ class Group:
     def hosts(self) -> str:
         return hostlist(self.nodes)
 
-    def text(self, value: str, node: str | None = None) -> str:
-        return value.replace(_HERE, node if node is not None else self.hosts)
+    def text(self, name: str) -> str:
+        """The group's summary or remedy for display: the node's own words when it is alone,
+        else with the group's hostlist for the node names and <address> for addresses."""
+        if len(self.nodes) == 1:
+            return str(getattr(self.first, name))
+        return str(getattr(self, name)).replace(_HERE, self.hosts).replace(_ADDR, "<address>")
 
     def tail(self, one_node: bool = False) -> str:
         if not self.dependents:
@@ -73,10 +79,12 @@ def hostlist(nodes: Iterable[str]) -> str:
 
 
 def _own_name(text: str, node: str) -> str:
-    """`text` with the node's own name marked, so that the same words on two nodes group."""
+    """`text` with the node's own name and IPv4 addresses marked, so that the same words on two
+    nodes group (`gpu007 (10.1.0.7:22) refused the connection` on every node of a rack)."""
     if not node or node in PSEUDO:
         return text
-    return re.sub(rf"(?<![\w.-]){re.escape(node)}(?![\w-])", _HERE, text)
+    return _IPV4.sub(_ADDR, re.sub(rf"(?<![\w.-]){re.escape(node)}(?![\w-])", _HERE, text))
+
 
 
 def _dependents(r: Result) -> int:
@@ -148,7 +156,7 @@ def lines(report: Report, failures_only: bool = False) -> list[str]:
                 text += f" | remedy: {r.remedy}" if r.remedy else ""
                 out.append(_clean(text))
         elif not failures_only:
-            out.append(_clean(f"SKIP {g.hosts} {g.check}: {g.text(g.summary)}{g.tail()}"))
+            out.append(_clean(f"SKIP {g.hosts} {g.check}: {g.text('summary')}{g.tail()}"))
     if not failures_only:
         out += [f"PASS {hosts}: {_pass_text(n)}" for hosts, n in passing(report.results)]
     out.append(_clean(verdict_line(report)))
@@ -166,7 +174,7 @@ def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -
             continue
         st = g.status.value
         line = Text.assemble((f"{st.upper():5s} ", STYLE[st]), (f"{g.hosts:{width}s}  ", "bold"), (g.check, "cyan"),
-                             f"  {_clean(g.text(g.summary))}", (g.tail(), "dim"))
+                             f"  {_clean(g.text('summary'))}", (g.tail(), "dim"))
         console.print(line, highlight=False)
         if g.status not in FAILURES:
             continue
@@ -176,7 +184,7 @@ def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -
             e = _ANSI.sub("", e).expandtabs(4).rstrip()
             console.print(Text(f"      {e}{where}", style="dim" if where else ""), highlight=False)
         if g.remedy:
-            console.print(Text(f"      remedy: {_clean(g.text(g.remedy))}", style="italic"), highlight=False)
+            console.print(Text(f"      remedy: {_clean(g.text('remedy'))}", style="italic"), highlight=False)
     if not failures_only:
         for hosts, n in passing(report.results):
             console.print(Text.assemble(("PASS  ", STYLE["pass"]), (f"{hosts:{width}s}  ", "bold"), _pass_text(n)),
