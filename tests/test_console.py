@@ -194,5 +194,5 @@ def test_unreachable_nodes_group_on_a_terminal_and_keep_their_own_words_in_a_pip
     piped = _piped(rep)
     errors = [ln for ln in piped if ln.startswith("ERROR ")]
     assert [ln.split(":", 1)[0] for ln in errors] == [f"ERROR gpu{i:03d} node.reachable" for i in (1, 2, 3)]
-    assert all(f"(10.1.0.{i}:22)" in ln and f"make gpu{i:03d} reachable" in ln for i, ln in zip((1, 2, 3), errors))
+    assert all(f"(10.1.0.{i}:22)" in ln and f"make gpu{i:03d} reachable" in ln for i, ln in zip((1, 2, 3), errors, strict=True))
     assert len(piped) == 5 and piped[-1] == "--exclude=gpu[001-003]"
