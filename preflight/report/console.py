@@ -17,6 +17,7 @@ exclude line. `failures_only` (`-q`) keeps the failures and the verdict.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -199,7 +200,8 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
            failures_only: bool = False) -> None:
     """The report on `console` (default: standard output): grouped with colour on a terminal,
     one plain line per finding anywhere else."""
-    console = console or Console()
+    if console is None:  # standard output: a terminal by isatty, whatever FORCE_COLOR says
+        console = Console(force_terminal=sys.stdout.isatty())
     if console.is_terminal:
         _tty(report, console, verbose, failures_only)
         return
