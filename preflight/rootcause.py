@@ -82,14 +82,15 @@ def fold(results: Sequence[Result], captures: Mapping[str, Mapping[str, Capture]
 
 
 def _groups(results: list[Result], captures: Mapping[str, Capture]) -> list[tuple[Cause, list[int]]]:
-    """The causes shared by two or more of a node's results, each with those results' indexes
+    """The causes shared by two or more of a node's results (any number for an unreachable
+    node, whose ERROR is always under node.reachable), each with those results' indexes
     (a result belongs to one cause at most: unreachable, then missing tools, lost output, the
     driver)."""
     taken: set[int] = set()
     found: list[tuple[Cause, list[int]]] = []
     for finder in (_unreachable, _inputs, _driver):
         for cause, members in finder(results, captures, taken):
-            if len(members) >= 2:
+            if len(members) >= 2 or cause.kind == "unreachable":  # an unreachable node: node.reachable always
                 found.append((cause, members))
                 taken.update(members)
     return found

@@ -208,3 +208,10 @@ def test_three_unreachable_hosts_are_three_error_lines(tmp_path: Path) -> None:
     assert lines[-2].startswith("NO-GO ") and "(blocking: dead[1-3])" in lines[-2]
     assert lines[-1] == "--exclude=dead[1-3]"
     assert len(lines) <= 6, p.stdout
+
+
+def test_an_unreachable_node_is_under_node_reachable_even_with_one_check() -> None:
+    only = [c for c in engine.select(registry.load(), node_only=True) if c.id == "gpu.xid"]
+    results = engine.node_error_results(engine.NodeOutcome(node="n5", error="n5: Connection refused"), only)
+    folded = rootcause.fold(results, {})
+    assert [(r.check, r.status) for r in folded] == [("node.reachable", Status.ERROR), ("gpu.xid", Status.SKIP)]
