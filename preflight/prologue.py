@@ -60,8 +60,8 @@ MIN_PROBE_S = 1.0  # below this a probe cannot say anything useful
 # under 0.1 s with two CPU hogs on two cores; the rest is margin for a thread woken late), and the
 # two scontrol calls of a drain
 EXIT_RESERVE_S = 0.4
-DRAIN_RESERVE_S = 1.0
-MIN_DRAIN_S = 0.2  # per scontrol call: with less left the watchdog does not try to drain
+DRAIN_RESERVE_S = 1.0  # at most; an eighth of the budget below 8 s
+MIN_DRAIN_S = 0.1  # per scontrol call: with less left the watchdog does not try to drain
 PROBE_GRACE_S = 0.3  # after the probes' end: a probe still not back is given up
 
 
@@ -138,7 +138,7 @@ class Watchdog:
         self.ended = 0  # probes that came back
         self.printed = False
         self._out = threading.Lock()
-        self.reserve = EXIT_RESERVE_S + (0.0 if no_drain or dry_run else min(DRAIN_RESERVE_S, 0.1 * budget))
+        self.reserve = EXIT_RESERVE_S + (0.0 if no_drain or dry_run else min(DRAIN_RESERVE_S, budget / 8))
         self.timer = threading.Timer(max(0.05, left(budget, self.reserve)), self.fire)
         self.timer.daemon = True
 

@@ -23,6 +23,7 @@ from preflight.probes import Probe
 from preflight.registry import ClusterCheck, Options
 from preflight.transport.local import LocalTransport
 from tests import fakes
+from tests.conftest import fixture_text
 
 HEAD = '''
 from preflight.model import Status
@@ -229,20 +230,31 @@ exec sleep 120
 '''
 
 
-def test_prologue_watchdog_names_the_probe_still_running(tmp_path: Path) -> None:
+FAKE_SCONTROL = '''#!/bin/sh
+echo "$@" >> "{log}"
+[ "$1" = show ] && cat "{show}"
+exit 0
+'''
+
+
+def stuck_prologue(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`preflight prologue --only gpu.xid --budget 4` on a node whose dmesg never comes back."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     pids = tmp_path / "pids"
     (bin_dir / "dmesg").write_text(STUCK_DMESG.format(pids=pids))
-    (bin_dir / "dmesg").chmod(0o755)
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL.format(log=tmp_path / "scontrol.log", show=tmp_path / "show.txt"))
+    (tmp_path / "show.txt").write_text(fixture_text("scontrol/show_node_o_mixed.txt"))
+    for tool in ("dmesg", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURMD_NODENAME="gpu017",
                PREFLIGHT_CONFIG=str(tmp_path / "config.toml"))
     (tmp_path / "config.toml").write_text("")
     start = time.monotonic()
     try:
         p = subprocess.run([sys.executable, "-m", "preflight.cli", "prologue", "--only", "gpu.xid", "--budget", "4",
-                            "--no-drain"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
-        took = time.monotonic() - start
+                            *args], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        return p, time.monotonic() - start
     finally:
         if pids.exists():
             for pid in pids.read_text().split():
@@ -250,9 +262,25 @@ def test_prologue_watchdog_names_the_probe_still_running(tmp_path: Path) -> None
                     os.kill(int(pid), signal.SIGKILL)
                 except (OSError, ValueError):
                     continue
+
+
+def test_prologue_watchdog_names_the_probe_still_running(tmp_path: Path) -> None:
+    p, took = stuck_prologue(tmp_path, "--no-drain")
     assert p.returncode == 1, (p.stdout, p.stderr)
-    assert took < 4 + 1.0, took
+    assert took < 4 + 1.0, took  # from before the process started
     first = p.stdout.splitlines()[0]
     assert first.startswith("preflight prologue gpu017: NO-GO") and "4 s budget ran out" in first, p.stdout
     assert "ERROR gpu.xid: probe kernel-log still running at the 4 s budget" in p.stdout, p.stdout
     assert "not draining (--no-drain): preflight: gpu.xid probe kernel-log still running" in p.stdout
+    assert not (tmp_path / "scontrol.log").exists()
+
+
+def test_prologue_watchdog_drains_with_the_probe_as_reason(tmp_path: Path) -> None:
+    p, took = stuck_prologue(tmp_path)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert took < 4 + 1.0, took
+    assert "ERROR gpu.xid: probe kernel-log still running at the 4 s budget" in p.stdout, p.stdout
+    assert "gpu017: drain reason='preflight: gpu.xid probe kernel-log still running at the 4 s budget'" in p.stdout
+    calls = (tmp_path / "scontrol.log").read_text().splitlines()
+    assert calls == ["show node -o gpu017", "update NodeName=gpu017 State=DRAIN "
+                     "Reason=preflight: gpu.xid probe kernel-log still running at the 4 s budget"]
