@@ -28,6 +28,7 @@ from preflight.model import Capture, CaptureState, Result, Status
 from preflight.parsers.nvsmi_errors import errors_in
 
 NODE_CHECK = "node.reachable"  # the root of a node that could not be reached
+NODE_LEVEL = (NODE_CHECK, "analyze.node")  # results about the node itself, never folded into one
 DRIVER_CHECK = "gpu.driver"
 NOT_CHECKED = "node not checked: "
 DEPENDS = "depends on "
@@ -102,7 +103,8 @@ Grouping = list[tuple[Cause, list[int]]]
 def _unreachable(results: list[Result], captures: Mapping[str, Capture], taken: set[int]) -> Grouping:
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(results):
-        if i not in taken and r.status is Status.ERROR and r.summary.startswith(NOT_CHECKED):
+        if i not in taken and r.status is Status.ERROR and r.summary.startswith(NOT_CHECKED) \
+                and r.check not in NODE_LEVEL:
             groups.setdefault(r.summary, []).append(i)
     return [(Cause("unreachable", s, "node not checked"), m) for s, m in groups.items()]
 
