@@ -169,7 +169,7 @@ def lines(report: Report, failures_only: bool = False) -> list[str]:
 def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -> None:
     """The grouped view with colour, for a terminal."""
     width = max([len(g.hosts) for g in group(report.results)] + [len(h) for h, _ in passing(report.results)] + [4])
-    width = min(width, 40)
+    width = min(width, 24)  # a longer hostlist runs past the column
     for g in group(report.results):
         if failures_only and g.status not in FAILURES:
             continue
