@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -284,3 +285,79 @@ def test_prologue_watchdog_drains_with_the_probe_as_reason(tmp_path: Path) -> No
     calls = (tmp_path / "scontrol.log").read_text().splitlines()
     assert calls == ["show node -o gpu017", "update NodeName=gpu017 State=DRAIN "
                      "Reason=preflight: gpu.xid probe kernel-log still running at the 4 s budget"]
+
+
+# ---- over SSH: the namespace test cluster --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hung_n2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Two faked 8xH100 nodes (real sshd, real Slurm); n2's kernel log readers hang."""
+    from tests import scenarios
+    from tests.conftest import need
+    from tests.netcluster import NetCluster, prerequisites
+
+    need(not prerequisites(), f"namespace cluster prerequisites: {prerequisites()}")
+    c = NetCluster(2, tmp_path_factory.mktemp("silent"), prefix="psil", subnet="10.76.5")
+    try:
+        c.up(scenarios.TOOLS)
+        for node in c.nodes:
+            scenarios.healthy_h100(node.home / "scenario")
+        fakes.scenario(c.node("n2").home / "scenario", {"dmesg": [{"match": ".*", "hang": True}],
+                                                        "journalctl": [{"match": ".*", "hang": True}]})
+        yield c
+    finally:
+        c.down()
+
+
+RUN = ["--deadline", "8", "--probe-timeout", "60", "--json", "--no-report", "--no-sweep", "--profile", "h100-sxm-8x"]
+
+
+def deadline_errors(p: subprocess.CompletedProcess[str], took: float) -> dict[str, list[str]]:
+    """The run ended within the 8 s deadline (not twice it), NO-GO; node -> its ERROR texts."""
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    assert took < 8 + 4, took
+    assert doc["duration_s"] < 8 + 2, doc["duration_s"]  # the run itself, as it measured
+    assert p.returncode == 1 and doc["verdict"] == "NO-GO"
+    out: dict[str, list[str]] = {}
+    for r in doc["results"]:
+        if r["status"] == "error":
+            out.setdefault(r["node"], []).append(r["summary"] + " | " + " ".join(r["evidence"]))
+    return out
+
+
+@pytest.mark.real
+def test_ssh_run_deadline_bounds_both_phases(hung_n2: Any) -> None:
+    """n2's dmesg hangs in phase 1; phase 2 (n1's MTU pings) would start after the deadline: both
+    are ERROR naming the deadline, and the run ends within it."""
+    c = hung_n2
+    start = time.monotonic()
+    p = c.client(sys.executable, "-m", "preflight.cli", "run", "--hosts", "n[1-2]", "--ssh-config", str(c.ssh_config),
+                 "--transport", "ssh", "--connect-timeout", "5", "--command-timeout", "60", *RUN, check=False,
+                 timeout=120)
+    errors = deadline_errors(p, time.monotonic() - start)
+    assert any("8 s deadline" in t and "kernel-log" in t for t in errors.get("n2", [])), errors
+    # its phase-2 probes were never sent: the deadline had passed
+    assert any("8 s deadline" in t and "passed before n1 was contacted" in t for t in errors.get("n1", [])), errors
+
+
+@pytest.mark.real
+def test_srun_run_deadline_bounds_both_phases(hung_n2: Any) -> None:
+    from tests.conftest import need
+    from tests.netcluster import slurm_prerequisites
+
+    need(not slurm_prerequisites(), f"Slurm prerequisites: {slurm_prerequisites()}")
+    c = hung_n2
+    c.start_slurm()
+    try:
+        start = time.monotonic()
+        p = c.client("salloc", "-N2", "--time=5", sys.executable, "-m", "preflight.cli", "run", "--transport", "srun",
+                     *RUN, check=False, timeout=180, env=c.slurm_env())
+        took = time.monotonic() - start
+    finally:
+        c.stop_slurm()
+    errors = deadline_errors(p, took - 3)  # salloc's allocation and release are not the run's
+    assert any("8 s deadline" in t and "kernel-log" in t for t in errors.get("n2", [])), errors
+    assert any("8 s deadline of the run passed before the srun step could start" in t
+               for t in errors.get("n1", [])), errors

@@ -394,6 +394,11 @@ class SSHTransport(Transport):
     ) -> dict[str, NodeOutcome]:
         self._load_keys(list(bundles))
         end = self.collect_end()  # the run's one deadline, shared by its collects
+        if end is not None and time.monotonic() >= end:  # a later phase of a run out of time: no node is contacted
+            said = f"the {float(self.deadline or 0):g} s deadline of the whole collection passed before"
+            return {n: NodeOutcome(node=n, error=f"{said} {n} was contacted", detail={"kind": "deadline",
+                                                                                    "stage": "queued"})
+                    for n in bundles}
         rnd = _Round(cond=threading.Condition(), pending=deque(), progress=progress)
         jobs = [_Job(node=n, probes=list(ps), round=rnd, target=n) for n, ps in bundles.items()]
         rnd.pending.extend(jobs)
