@@ -62,15 +62,33 @@ def register_profile_hint(fn: ProfileHint, probes: Sequence[Probe] = ()) -> None
     DETECT_PROBES.extend(probes)
 
 
-def detect_profile_name(store: FactSource, extra_dirs: tuple[Path, ...] = ()) -> str:
+PROFILE_DETECT_CHECK = "profile.detect"  # the result of a node whose profile detection failed
+
+
+def detect_profile_name(store: FactSource, extra_dirs: tuple[Path, ...] = (),
+                        faults: list[str] | None = None) -> str:
+    """The profile a node's facts point at ("generic" when none does). A hint that raises is
+    passed over; `faults` (when given) receives "<hint>: <exception type>: <message>" for each."""
     for hint in _profile_hints:
         try:
             model, count = hint(store)
-        except Exception:
+        except Exception as exc:
+            if faults is not None:
+                faults.append(f"{getattr(hint, '__module__', '?')}.{getattr(hint, '__name__', 'hint')}: "
+                              f"{type(exc).__name__}: {exc}")
             continue
         if model:
             return profiles.autodetect(model, count, extra_dirs)
     return "generic"
+
+
+def profile_fault_result(node: str, profile: str, faults: Sequence[str]) -> Result:
+    """ERROR for a node whose profile detection raised: it was graded with `profile`, which may
+    not be the one its hardware needs."""
+    return Result(check=PROFILE_DETECT_CHECK, node=node, status=Status.ERROR,
+                  summary=f"profile detection failed internally ({faults[0]}); graded with profile {profile}",
+                  evidence=list(faults),
+                  remedy="give --profile for these nodes, and report this as a preflight bug with the captures")
 
 
 def select(registry: Registry, only: Sequence[str] = (), skip: Sequence[str] = (), node_only: bool = False,
@@ -171,6 +189,7 @@ class _Run:
     outcomes: dict[str, NodeOutcome] = field(default_factory=dict)
     used: dict[str, Profile] = field(default_factory=dict)
     stores: dict[str, FactStore] = field(default_factory=dict)
+    profile_faults: dict[str, list[str]] = field(default_factory=dict)  # node -> profile hints that raised
 
     @property
     def dynamic(self) -> list[Check]:
@@ -219,7 +238,10 @@ def _profiles_and_phase2(st: _Run) -> dict[str, list[Probe]]:
             st.used[n] = st.fixed
         else:
             hint_store = FactStore(st.registry, captures=out.captures)
-            st.used[n] = profiles.load(detect_profile_name(hint_store, st.extra_dirs), st.extra_dirs)
+            faults: list[str] = []
+            st.used[n] = profiles.load(detect_profile_name(hint_store, st.extra_dirs, faults), st.extra_dirs)
+            if faults:
+                st.profile_faults[n] = faults
             profiles.validate(st.used[n], schema)
         if st.dynamic and not out.error:
             dplan = plan_node(st.dynamic, n, st.used[n], st.node_opts[n])
@@ -255,6 +277,8 @@ def _grade_node(st: _Run, n: str) -> list[Result]:
     got = [planning_error(c, n, failed[c.id]) for c in st.checks if c.id in failed]
     got += grade_node([c for c in st.checks if c.id not in failed], n, st.stores[n], st.used[n], st.node_opts[n],
                       ran)
+    if n in st.profile_faults:
+        got.append(profile_fault_result(n, st.used[n].name, st.profile_faults[n]))
     if out.error:  # partial captures: say why the rest is missing
         for r in got:
             if r.status in (Status.SKIP, Status.ERROR):
@@ -677,9 +701,12 @@ def disabled_results(check_ids: Sequence[str], nodes: Sequence[str], reason: str
 
 def run_end(o: TransportOptions, start: float | None = None) -> float | None:
     """The time.monotonic() at which a run with these options must be done (--deadline
-    seconds from `start`, default now); None without --deadline."""
+    seconds from `start`, default now); None without --deadline. A deadline that is not a
+    positive number of seconds is a UsageError."""
     if o.deadline is None:
         return None
+    if not o.deadline > 0 or o.deadline == float("inf"):
+        raise UsageError(f"--deadline {o.deadline:g}: give a positive number of seconds")
     return (time.monotonic() if start is None else start) + float(o.deadline)
 
 

@@ -282,6 +282,7 @@ def grade_cluster(cluster_checks: Iterable[ClusterCheck], nodes: Sequence[str], 
         except Exception as exc:  # a bug in one cluster check must not lose the node results
             produced = [Result(check=cc.id, node=CLUSTER, status=Status.ERROR,
                                summary=f"cluster check {cc.id} failed internally: {type(exc).__name__}: {exc}",
+                               evidence=[f"{cc.id} ({cc.origin}): {type(exc).__name__}: {exc}"],
                                remedy="report this as a preflight bug, with the node captures")]
         for r in produced:
             for i, old in enumerate(out):

@@ -274,6 +274,9 @@ EMITTED: tuple[Emitted, ...] = (
     Emitted("node.reachable", "Node reachable", "run",
             "a node that could not be reached or logged in to: one ERROR with the cause, its checks SKIP "
             "\"depends on node.reachable\""),
+    Emitted("profile.detect", "Profile detection", "run",
+            "a node whose profile detection failed inside a check's hint: ERROR naming the exception, "
+            "not a silent fall-back to the generic profile"),
 )
 
 

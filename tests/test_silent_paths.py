@@ -145,6 +145,31 @@ def test_grader_that_raises_is_error_naming_the_exception(tmp_path: Path) -> Non
     assert doc["verdict"] == "NO-GO" and p.returncode == 1
 
 
+HINT_RAISES = HEAD + '''
+from preflight.engine import register_profile_hint
+
+
+def hint(store):
+    model = store.facts("site-tool").lines[0].text.split(":")[1]  # "OK" has no model field
+    return model, None
+
+
+register_profile_hint(hint)
+register(Check(id="site.fine", title="Fine", grade=ok, probes=(TOOL,)))
+'''
+
+
+def test_profile_detection_that_raises_is_error_not_a_silent_generic(tmp_path: Path) -> None:
+    p, doc, _ = site_run(tmp_path, HINT_RAISES, OK_RULES, "--profile", "auto")
+    r = by_check(doc)["profile.detect"]
+    assert r["status"] == "error", r
+    assert ".hint: IndexError: list index out of range" in r["summary"], r["summary"]
+    assert "graded with profile generic" in r["summary"]
+    assert "--profile" in r["remedy"]
+    assert by_check(doc)["site.fine"]["status"] == "pass"
+    assert doc["verdict"] == "NO-GO" and p.returncode == 1
+
+
 def test_cross_node_grading_that_raises_is_error_and_keeps_the_node_results() -> None:
     from preflight.model import Result
 
@@ -190,6 +215,46 @@ def test_a_run_that_ends_in_time_is_not_touched_by_its_deadline(tmp_path: Path) 
     p, doc, _ = site_run(tmp_path, TWO_PHASES, ok, "--deadline", "30")
     assert {r["status"] for r in doc["results"]} == {"pass"}, doc["results"]
     assert p.returncode == 0 and doc["verdict"] == "GO"
+
+
+def test_node_command_takes_the_deadline_too(tmp_path: Path) -> None:
+    checks = tmp_path / "checks"
+    checks.mkdir()
+    (checks / "site.py").write_text(TWO_PHASES)
+    bin_dir = fakes.install(tmp_path / "bin", ["site-tool"])
+    env = fakes.env_for(bin_dir, fakes.scenario(tmp_path / "sc", {"site-tool": [{"match": ".", "hang": True}]}))
+    env["PREFLIGHT_CONFIG"] = str(tmp_path / "config.toml")
+    (tmp_path / "config.toml").write_text("")
+    start = time.monotonic()
+    p = cli(["node", "--profile", "generic", "--checks-dir", str(checks), "--only", "site", "--deadline", "2",
+             "--json"], env=env)
+    assert time.monotonic() - start < 2 + 3
+    res = by_check(json.loads(p.stdout))
+    assert res["site.slow"]["status"] == "error" and "2 s deadline" in res["site.slow"]["summary"], res
+    assert res["site.late"]["status"] == "error" and "2 s deadline" in res["site.late"]["summary"], res
+    assert p.returncode == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_a_deadline_that_is_not_positive_is_a_usage_error(value: str) -> None:
+    for command in ("run", "node"):
+        p = cli([command, "--deadline", value, "--no-report"] if command == "run" else [command, "--deadline", value])
+        assert p.returncode == 2, (command, value, p.stdout, p.stderr)
+        assert "--deadline" in p.stderr and "positive number of seconds" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_sweep_does_not_start_once_the_run_deadline_passed() -> None:
+    from preflight import engine
+    from preflight.model import Result
+
+    checked = [Result(check="gpu.xid", node=n, status=Status.PASS, summary="clean") for n in ("n1", "n2")]
+    req = engine.CheckRequest(nodes=["n1", "n2"], transport="ssh",
+                              transport_options=engine.TransportOptions(deadline=3))
+    out = engine.sweep_after_checks(checked, ["n1", "n2"], req, engine.SweepRequest(nproc=8), engine.Config(),
+                                    until=time.monotonic() - 0.5)
+    assert len(out) == 1 and out[0].check == "nccl.allreduce" and out[0].status is Status.ERROR, out
+    assert "collective sweep not run: the 3 s --deadline of the run had passed" in out[0].summary
+    assert "--sweep-deadline" in out[0].remedy
 
 
 def test_local_transport_collects_share_the_run_deadline(tmp_path: Path) -> None:

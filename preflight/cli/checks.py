@@ -89,6 +89,7 @@ def node(
     warn_as_fail: opt.WarnOpt = False,
     xid_since: opt.XidOpt = None,
     probe_timeout: opt.TimeoutOpt = 10.0,
+    deadline: opt.DeadlineOpt = None,
     history: opt.HistoryOpt = None,
     bad_nodes: opt.BadNodesOpt = None,
     prometheus: opt.PrometheusOpt = None,
@@ -101,7 +102,8 @@ def node(
     cfg = engine.load_config()
     req = engine.CheckRequest(command="node", node_only=True, profile=profile, checks_dirs=list(checks_dir or []),
                               only=list(only or []), skip=list(skip or []), xid_since=opt.xid_since(xid_since),
-                              probe_timeout=probe_timeout, warn_as_fail=warn_as_fail)
+                              probe_timeout=probe_timeout, warn_as_fail=warn_as_fail,
+                              transport_options=engine.TransportOptions(deadline=deadline))
     with live_progress() as tick:
         report = engine.check_nodes(req, cfg, tick)
     emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None,
