@@ -38,7 +38,7 @@ from preflight.engine import (
     split_disabled,
 )
 from preflight.grading import EXIT_NO_GO
-from preflight.probes import DEFAULT_CAP, DEFAULT_TIMEOUT, Probe
+from preflight.probes import DEFAULT_CAP, DEFAULT_TIMEOUT, Probe, kill_live
 from preflight.report.base import Report
 from preflight.transport.local import LocalTransport
 
@@ -201,7 +201,8 @@ class Watchdog:
             self.dry_run)
 
     def fire(self) -> None:
-        """At the budget: print the verdict, drain if there is time, exit."""
+        """At the budget: print the verdict, end the probes still running (with their process
+        groups: no hung tool outlives the prologue), drain if there is time, exit."""
         code = EXIT_NO_GO
         if self._out.acquire(timeout=0.1):
             if self.printed and self.decided is not None:
@@ -210,6 +211,7 @@ class Watchdog:
             code = d.code
             self.stream.write("\n".join(d.lines) + "\n")
             self.stream.flush()
+            kill_live()
             if d.drain is not None:
                 self.stream.write(self.drain_line(*d.drain) + "\n")
             if self.dry_run and code != 0:

@@ -426,3 +426,39 @@ def test_srun_run_deadline_bounds_both_phases(hung_n2: Any) -> None:
     assert any("8 s deadline" in t and "kernel-log" in t for t in errors.get("n2", [])), errors
     assert any("8 s deadline of the run passed before the srun step could start" in t
                for t in errors.get("n1", [])), errors
+
+
+FIRE = '''
+import sys, threading, time
+from pathlib import Path
+from preflight.probes import Probe
+from preflight.prologue import BudgetTransport, Watchdog
+
+pidfile = Path(sys.argv[1])
+watch = Watchdog(100.0, "n1", no_drain=True)  # not started: fired by hand below
+watch.transport = BudgetTransport("n1", time.monotonic() + 60, budget=100.0)
+watch.planned({"n1": {"gpu.xid": ["kernel-log"]}})
+probe = Probe.of("kernel-log", ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 120"], timeout=60)
+threading.Thread(target=watch.transport.collect, args=({"n1": [probe]},), daemon=True).start()
+while not pidfile.exists() or not pidfile.read_text().strip():
+    time.sleep(0.05)
+watch.stage = "running the checks"
+watch.fire()
+'''
+
+
+def test_watchdog_ends_the_probes_still_running(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    p = subprocess.run([sys.executable, "-c", FIRE, str(pidfile)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "ERROR gpu.xid: probe kernel-log still running at the 100 s budget" in p.stdout, p.stdout
+    pid = int(pidfile.read_text())
+    for _ in range(100):  # killed with its process group; reaped by init once orphaned
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"the probe's process {pid} outlived the prologue's watchdog")
