@@ -3,7 +3,9 @@
 plan (which probes each node needs) -> transport (captures) -> grade (results). Grading is
 `grading.grade_node`, the same function analyze, triage and the sweep use: it never raises (a
 probe that timed out is ERROR naming the probe, a missing tool is SKIP or FAIL where the profile
-requires it, a fault inside a parser or grader is ERROR with the exception's message).
+requires it, a fault inside a parser or grader is ERROR with the exception's message). A check
+whose probe planning raises is ERROR too (`planning_error`), and `--deadline` is one time for
+both collection phases (`Transport.start_clock`).
 
 What the commands call: `load_config` (the site config), `plan_run` (checks, nodes, transport,
 the MTU peer ring and the cross-node checks, decided before any node is touched), `check_nodes`
