@@ -54,16 +54,18 @@ class _Bundle:
                     return
             started = self.transport.started(self.node, probe.name)
             try:
-                cap = run_probe(probe, self.transport.cap, timeout=limit)
-            except Exception as exc:  # the runner never raises; a thread that dies loses no capture
-                cap = Capture(probe=probe.name, argv=list(probe.commands[0]) if probe.commands else [],
-                              state=CaptureState.FAILED, reason=f"{type(exc).__name__}: {exc}",
-                              timeout=probe.timeout, source=f"probe:{probe.name}")
-            finally:
+                try:
+                    cap = run_probe(probe, self.transport.cap, timeout=limit)
+                except Exception as exc:  # the runner never raises; a thread that dies loses no capture
+                    cap = Capture(probe=probe.name, argv=list(probe.commands[0]) if probe.commands else [],
+                                  state=CaptureState.FAILED, reason=f"{type(exc).__name__}: {exc}",
+                                  timeout=probe.timeout, source=f"probe:{probe.name}")
+                if cap.state is CaptureState.TIMEOUT and limit < probe.timeout:
+                    cap = self.transport.deadline_capture(probe, started=started, stdout=cap.stdout,
+                                                          stderr=cap.stderr)
+                self._done(cap)
+            finally:  # running until its capture is in: never both absent at once
                 self.transport.stopped(self.node, probe.name)
-        if cap.state is CaptureState.TIMEOUT and limit < probe.timeout:
-            cap = self.transport.deadline_capture(probe, started=started, stdout=cap.stdout, stderr=cap.stderr)
-        self._done(cap)
 
     def _done(self, cap: Capture) -> None:
         with self.cond:
