@@ -133,6 +133,10 @@ def hard_fault(r: Result, damping: Damping) -> str:
         return ""
     if r.check in damping.hard_checks:
         return f"{r.check} is a hard fault"
+    # a root cause stands for the checks folded into it: one of them hard makes the root hard
+    folded = [c for c in r.facts.get("dependents") or [] if c in damping.hard_checks]
+    if folded:
+        return f"{r.check} is a hard fault ({folded[0]} depends on it)"
     if r.check == "gpu.xid":
         return _xid_hard_fault(r, damping)
     if r.check == "gpu.health":

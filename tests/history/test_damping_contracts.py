@@ -48,3 +48,18 @@ def test_memory_faults_from_gpu_health() -> None:
     assert hard_fault(res("gpu.health", "n1", "fail", gpus=[gpu | {"uncorrectable_ecc": 3}]), Damping()) \
         == "uncorrectable ECC on GPU 2"
     assert hard_fault(res("gpu.health", "n1", "warn", gpus=[gpu | {"uncorrectable_ecc": 3}]), Damping()) == ""
+
+
+def test_a_root_cause_that_a_hard_check_folded_into_is_hard() -> None:
+    """Without nvidia-smi the fabric manager's FAIL folds into gpu.driver's: the node is still
+    drained at once, as when fabric.manager said it itself."""
+    from preflight.rootcause import fold
+    from tests.test_rootcause import _graded, _no_nvidia_smi
+
+    results, caps = _graded("n1", _no_nvidia_smi)
+    folded = fold(results, {"n1": caps})
+    root = next(r for r in folded if r.check == "gpu.driver")
+    assert "fabric.manager" in root.facts["dependents"]
+    assert hard_fault(root, Damping()) == "gpu.driver is a hard fault (fabric.manager depends on it)"
+    assert decide("n1", folded, [], Damping()).drain
+    assert not hard_fault(root, Damping(hard_checks=("ib.hca",)))
