@@ -11,7 +11,9 @@ causes folded:
   (gpu.driver for nvidia-smi) keeps the FAIL (or SKIP), with the package that brings the tool;
 - output that never arrived for the same reason (captures LOST with one cause);
 - a driver that is not loaded, or whose library and kernel module differ: gpu.driver keeps it,
-  the checks whose output is the same nvidia-smi / NVML error message depend on it.
+  the checks whose output is the same nvidia-smi / NVML error message depend on it;
+- a GPU that does not answer the driver (fallen off the bus): gpu.inventory keeps it, the checks
+  whose only finding is that same GPU missing from their listing (nvlink, topo) depend on it.
 
 Nothing is hidden: the root keeps the worst status of what it folds, so the verdict and the
 blocking nodes do not change, and every dependent keeps its facts, plus `depends_on` (the root's
@@ -30,6 +32,7 @@ from preflight.parsers.nvsmi_errors import errors_in
 NODE_CHECK = "node.reachable"  # the root of a node that could not be reached
 NODE_LEVEL = (NODE_CHECK, "analyze.node")  # results about the node itself, never folded into one
 DRIVER_CHECK = "gpu.driver"
+INVENTORY_CHECK = "gpu.inventory"  # the root of a GPU that does not answer the driver
 NOT_CHECKED = "node not checked: "
 DEPENDS = "depends on "
 # nvidia-smi / NVML messages that mean no GPU tool can read anything on the node
@@ -89,7 +92,7 @@ def _groups(results: list[Result], captures: Mapping[str, Capture]) -> list[tupl
     driver)."""
     taken: set[int] = set()
     found: list[tuple[Cause, list[int]]] = []
-    for finder in (_unreachable, _inputs, _driver):
+    for finder in (_unreachable, _inputs, _driver, _gpu_lost):
         for cause, members in finder(results, captures, taken):
             if len(members) >= 2 or cause.kind == "unreachable":  # an unreachable node: node.reachable always
                 found.append((cause, members))
@@ -151,12 +154,42 @@ def _driver(results: list[Result], captures: Mapping[str, Capture], taken: set[i
     return [(Cause("driver", ",".join(sorted(kinds)), first.summary), members)]
 
 
+def _lost_gpus(r: Result) -> set[str]:
+    return {e.pci for e in errors_in([r.summary, *r.evidence]) if e.kind == "gpu_lost" and e.pci}
+
+
+def _only_about(r: Result, pcis: set[str]) -> bool:
+    """Every finding in the result's summary names one of these GPUs (nothing else to say)."""
+    parts = [p.strip() for p in r.summary.split("; ") if p.strip()]
+    text = [p.lower() for p in parts]
+    ids = {p.lower() for p in pcis} | {p.lower().rsplit(".", 1)[0] for p in pcis}
+    return bool(parts) and all(any(i in t for i in ids) for t in text)
+
+
+def _gpu_lost(results: list[Result], captures: Mapping[str, Capture], taken: set[int]) -> Grouping:
+    """gpu.inventory found GPUs that do not answer the driver, and other checks' only finding
+    is that those GPUs are missing from their own listing."""
+    root = next((i for i, r in enumerate(results) if i not in taken and r.check == INVENTORY_CHECK
+                 and r.status in (Status.FAIL, Status.ERROR)), None)
+    if root is None:
+        return []
+    lost = _lost_gpus(results[root])
+    if not lost:
+        return []
+    members = [root] + [i for i, r in enumerate(results) if i != root and i not in taken
+                        and r.status in (Status.FAIL, Status.ERROR) and r.check != "gpu.xid"
+                        and _lost_gpus(r) and _lost_gpus(r) <= lost and _only_about(r, lost)]
+    short = f"GPU {', '.join(sorted(lost))} does not answer the driver"
+    return [(Cause("gpu_lost", ",".join(sorted(lost)), short), members)]
+
+
 def _pick_root(cause: Cause, members: list[Result]) -> Result:
     """The most fundamental result of a group: the worst status, then the tool's owner (or
     gpu.driver), then the first check by id."""
     worst = max(r.status.rank for r in members)
     candidates = sorted((r for r in members if r.status.rank == worst), key=lambda r: r.check)
-    prefer = TOOL_OWNER.get(cause.key, DRIVER_CHECK) if cause.kind == "missing" else DRIVER_CHECK
+    prefer = {"missing": TOOL_OWNER.get(cause.key, DRIVER_CHECK), "gpu_lost": INVENTORY_CHECK}.get(
+        cause.kind, DRIVER_CHECK)
     return next((r for r in candidates if r.check == prefer), candidates[0])
 
 

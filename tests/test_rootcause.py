@@ -215,3 +215,31 @@ def test_an_unreachable_node_is_under_node_reachable_even_with_one_check() -> No
     results = engine.node_error_results(engine.NodeOutcome(node="n5", error="n5: Connection refused"), only)
     folded = rootcause.fold(results, {})
     assert [(r.check, r.status) for r in folded] == [("node.reachable", Status.ERROR), ("gpu.xid", Status.SKIP)]
+
+
+def test_a_gpu_off_the_bus_is_one_fail_on_inventory_and_listings_that_only_miss_it_depend_on_it() -> None:
+    lost = "Unable to determine the device handle for GPU0000:9D:00.0: Unknown Error"
+    results = [
+        Result("gpu.inventory", "gpu016", Status.FAIL, "1 GPU(s) do not answer: 0000:9D:00.0 (Unknown Error); "
+               "7 of 8 GPUs visible (index 4 missing)", evidence=[lost]),
+        Result("gpu.nvlink", "gpu016", Status.FAIL, "0000:9D:00.0 not listed by nvidia-smi nvlink: a GPU does not "
+               "answer the driver", evidence=[lost]),
+        Result("gpu.topology", "gpu016", Status.FAIL, "0000:9D:00.0 not listed by nvidia-smi topo: a GPU does not "
+               "answer the driver; GPU1-GPU2 over SYS (no NVLink)", evidence=[lost]),
+        Result("gpu.health", "gpu016", Status.FAIL, "GPU 2 (00000000:52:00.0): row remap pending; GPU 0000:9D:00.0: "
+               "a GPU does not answer the driver (Unknown Error)", evidence=[lost]),
+        Result("gpu.nvlink", "gpu017", Status.FAIL, "0000:9D:00.0 not listed by nvidia-smi nvlink: a GPU does not "
+               "answer the driver", evidence=[lost]),
+    ]
+    folded = {(r.node, r.check): r for r in rootcause.fold(results)}
+    root = folded[("gpu016", "gpu.inventory")]
+    assert root.status is Status.FAIL and root.facts["dependents"] == ["gpu.nvlink"]
+    dep = folded[("gpu016", "gpu.nvlink")]
+    assert dep.status is Status.SKIP and dep.facts["own_status"] == "fail"
+    assert dep.summary == "depends on gpu.inventory: GPU 0000:9d:00 does not answer the driver"
+    # a listing with another finding, and gpu.health's other faults, keep their own FAIL
+    assert folded[("gpu016", "gpu.topology")].status is Status.FAIL
+    assert folded[("gpu016", "gpu.health")].status is Status.FAIL
+    # another node: no inventory root there, nothing folds
+    assert folded[("gpu017", "gpu.nvlink")].status is Status.FAIL
+    assert decide(rootcause.fold(results)).bad_nodes == decide(results).bad_nodes
