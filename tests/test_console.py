@@ -19,6 +19,7 @@ from rich.console import Console
 
 from preflight import engine
 from preflight import registry as reg
+from preflight.inventory import compress
 from preflight.model import Capture, Result, Status
 from preflight.probes import Probe
 from preflight.registry import Options
@@ -190,9 +191,17 @@ def test_unreachable_nodes_group_on_a_terminal_and_keep_their_own_words_in_a_pip
     heads = [ln for ln in tty if ln.startswith("ERROR")]
     assert len(heads) == 1 and "gpu[001-003]" in heads[0] and "(<address>)" in heads[0], tty
     assert f"({len(checks)} dependent checks skipped on each)" in " ".join(" ".join(tty).split())  # (wrapped)
-    assert any("remedy: make gpu[001-003] reachable" in ln for ln in tty)
+    assert any("remedy: make <node> reachable" in ln for ln in tty)  # the hostlist is on the line above
     piped = _piped(rep)
     errors = [ln for ln in piped if ln.startswith("ERROR ")]
     assert [ln.split(":", 1)[0] for ln in errors] == [f"ERROR gpu{i:03d} node.reachable" for i in (1, 2, 3)]
     assert all(f"(10.1.0.{i}:22)" in ln and f"make gpu{i:03d} reachable" in ln for i, ln in zip((1, 2, 3), errors, strict=True))
     assert len(piped) == 5 and piped[-1] == "--exclude=gpu[001-003]"
+
+
+def test_a_long_list_of_blocking_nodes_is_a_count_on_the_verdict_line_and_whole_on_the_exclude_line() -> None:
+    results = [Result("gpu.xid", f"gpu{i:04d}", Status.FAIL, "Xid 79") for i in range(1, 400, 7)]
+    rep = Report.build("run", results)
+    out = lines(rep)
+    assert out[-2].endswith(f"(blocking: {len(results)} nodes)"), out[-2]
+    assert out[-1] == "--exclude=" + compress([r.node for r in results])

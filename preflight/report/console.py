@@ -33,6 +33,7 @@ from preflight.rootcause import is_dependent
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
 ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, Status.SKIP: 3}
 FAILURES = (Status.FAIL, Status.ERROR, Status.WARN)
+BLOCKING_WIDTH = 60  # a longer hostlist of blocking nodes is a count on the verdict line
 PSEUDO = ("cluster", "job")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -60,10 +61,11 @@ class Group:
 
     def text(self, name: str) -> str:
         """The group's summary or remedy for display: the node's own words when it is alone,
-        else with the group's hostlist for the node names and <address> for addresses."""
+        else <node> for each node's name (the hostlist is in the line already) and <address>
+        for its addresses."""
         if len(self.nodes) == 1:
             return str(getattr(self.first, name))
-        return str(getattr(self, name)).replace(_HERE, self.hosts).replace(_ADDR, "<address>")
+        return str(getattr(self, name)).replace(_HERE, "<node>").replace(_ADDR, "<address>")
 
     def tail(self, one_node: bool = False) -> str:
         if not self.dependents:
@@ -126,7 +128,10 @@ def _pass_text(n: int) -> str:
 def verdict_line(report: Report) -> str:
     v = report.verdict
     counts = ", ".join(f"{k} {n}" for k, n in v.counts.items() if n)
-    tail = f" (blocking: {hostlist(v.bad_nodes)})" if v.bad_nodes else ""
+    hosts = hostlist(v.bad_nodes)
+    if len(hosts) > BLOCKING_WIDTH:  # the exclude line below names them all
+        hosts = f"{len(v.bad_nodes)} nodes"
+    tail = f" (blocking: {hosts})" if v.bad_nodes else ""
     return f"{v.verdict} {counts}{tail}"
 
 
