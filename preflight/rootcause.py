@@ -138,11 +138,16 @@ def _driver_kinds(r: Result) -> set[str]:
     return {e.kind for e in errors_in([r.summary, *r.evidence]) if e.kind in DRIVER_KINDS}
 
 
+def _failed(results: list[Result], taken: set[int], check: str) -> int | None:
+    """The index of `check`'s FAIL or ERROR not yet folded, or None."""
+    return next((i for i, r in enumerate(results) if i not in taken and r.check == check
+                 and r.status in (Status.FAIL, Status.ERROR)), None)
+
+
 def _driver(results: list[Result], captures: Mapping[str, Capture], taken: set[int]) -> Grouping:
     """gpu.driver failed because the driver is not usable, and other checks' results carry the
     same nvidia-smi / NVML message."""
-    root = next((i for i, r in enumerate(results) if i not in taken and r.check == DRIVER_CHECK
-                 and r.status in (Status.FAIL, Status.ERROR)), None)
+    root = _failed(results, taken, DRIVER_CHECK)
     if root is None:
         return []
     kinds = _driver_kinds(results[root])
@@ -169,8 +174,7 @@ def _only_about(r: Result, pcis: set[str]) -> bool:
 def _gpu_lost(results: list[Result], captures: Mapping[str, Capture], taken: set[int]) -> Grouping:
     """gpu.inventory found GPUs that do not answer the driver, and other checks' only finding
     is that those GPUs are missing from their own listing."""
-    root = next((i for i, r in enumerate(results) if i not in taken and r.check == INVENTORY_CHECK
-                 and r.status in (Status.FAIL, Status.ERROR)), None)
+    root = _failed(results, taken, INVENTORY_CHECK)
     if root is None:
         return []
     lost = _lost_gpus(results[root])

@@ -121,18 +121,13 @@ def _results(fam: _Families, results: Iterable[Result]) -> None:
     seen = sorted(_latest(results).items())
     per_node = [(check, node, r) for (check, node), r in seen if is_node(node)]
     together = [(check, _group(node, r), r) for (check, node), r in seen if not is_node(node)]
-    for check, node, r in per_node:
-        for s in Status:
-            fam.add("preflight_check_status", {"check": check, "node": node, "status": s.value},
-                    1.0 if r.status is s else 0.0)
-    for check, node, r in per_node:
-        fam.add("preflight_check_ok", {"check": check, "node": node}, _ok(r))
-    for check, group, r in together:
-        for s in Status:
-            fam.add("preflight_cluster_check_status", {"check": check, "nodes": group, "status": s.value},
-                    1.0 if r.status is s else 0.0)
-    for check, group, r in together:
-        fam.add("preflight_cluster_check_ok", {"check": check, "nodes": group}, _ok(r))
+    for prefix, label, rows in (("preflight_check", "node", per_node), ("preflight_cluster_check", "nodes", together)):
+        for check, who, r in rows:
+            for s in Status:
+                fam.add(f"{prefix}_status", {"check": check, label: who, "status": s.value},
+                        1.0 if r.status is s else 0.0)
+        for check, who, r in rows:
+            fam.add(f"{prefix}_ok", {"check": check, label: who}, _ok(r))
     for (check, node), r in seen:
         if check == "nccl.allreduce":
             _allreduce(fam, node, r)
