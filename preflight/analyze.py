@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from preflight import engine
+from preflight import engine, policy
 from preflight import profile as profiles
 from preflight.framing import Doc, frame
 from preflight.grading import FactStore, grade_cluster, grade_node
@@ -453,9 +453,19 @@ def _unreachable(docs: list[tuple[Doc, list[Format]]]) -> dict[str, str]:
     return {h: w for h, w in out.items() if h not in recognised_hosts}
 
 
-def _unrecognised(node: str, display: str, why: str, evidence: list[str]) -> Result:
-    return Result(check=UNKNOWN_CHECK, node=node, status=Status.SKIP, summary=f"{Path(display).name}: {why}; not graded",
-                  evidence=evidence[:3], source=display)
+def coded(code: str, check: str, node: str, summary: str, evidence: list[str], remedy: str = "",
+          source: str = "") -> Result:
+    """A result outside any check's grader (analyze's own), its status from policy code `code`."""
+    facts: dict[str, object] = {}
+    ev = list(evidence)
+    policy.code_facts([code], facts, ev)
+    return Result(check=check, node=node, status=policy.status(code), summary=summary, evidence=ev, remedy=remedy,
+                  facts=facts, source=source)
+
+
+def _unrecognised(node: str, display: str, why: str, evidence: list[str], readable: bool = True) -> Result:
+    code = "analyze.unrecognised/not-recognised" if readable else "analyze.unrecognised/unreadable"
+    return coded(code, UNKNOWN_CHECK, node, f"{Path(display).name}: {why}; not graded", evidence[:3], source=display)
 
 
 def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
@@ -484,19 +494,19 @@ def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
 def _load_entry(group: str, e: Entry, results: list[Result]) -> tuple[str, str, str] | None:
     """(text, note, decoding problem) of an entry, or None with the reason it was not read in results."""
     if e.problem or e.load is None:
-        results.append(_unrecognised(group, e.display, e.problem or "not readable", []))
+        results.append(_unrecognised(group, e.display, e.problem or "not readable", [], readable=False))
         return None
     try:
         data, note = e.load()
     except TooBig as exc:
-        results.append(_unrecognised(group, e.display, str(exc), []))
+        results.append(_unrecognised(group, e.display, str(exc), [], readable=False))
         return None
     except (OSError, EOFError, ValueError, lzma.LZMAError, zlib_error()) as exc:
-        results.append(_unrecognised(group, e.display, f"cannot read: {exc}", []))
+        results.append(_unrecognised(group, e.display, f"cannot read: {exc}", [], readable=False))
         return None
     text, problem = decode(data)
     if problem == "binary content" or not text or text.isspace():
-        results.append(_unrecognised(group, e.display, problem or "empty file", []))
+        results.append(_unrecognised(group, e.display, problem or "empty file", [], readable=False))
         return None
     return text, note, problem
 
@@ -512,10 +522,9 @@ def _classify_entry(registry: Registry, group: str, e: Entry, results: list[Resu
     docs = [(d, classify(d, registry)) for d in framed.docs]
     recognised = [(d, f) for d, f in docs if f]
     for host, why in _unreachable(docs).items():
-        results.append(Result(check=UNREACHABLE_CHECK, node=host, status=Status.ERROR,
-                              summary=f"node not checked: {why}", evidence=[why],
-                              remedy=f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
-                              source=e.display))
+        results.append(coded("analyze.node/not-reached", UNREACHABLE_CHECK, host, f"node not checked: {why}", [why],
+                             f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
+                             e.display))
     if not recognised and not _unreachable(docs):
         first = [ln.text for d in framed.docs for ln in d.head(3)][:3]
         results.append(_unrecognised(group, e.display, "content not recognised by any check", first))

@@ -393,6 +393,7 @@ CONFIG_KEYS: dict[str, str] = {
     "history": "a store URL, a file path or \"off\"",
     "only": "a list of check ids or families",
     "skip": "a list of check ids or families",
+    "finding_status": "a table of finding code = status (pass, warn, fail, skip or error)",
 }
 ENV_PROFILE, ENV_HISTORY, ENV_ONLY, ENV_SKIP = "PREFLIGHT_PROFILE", "PREFLIGHT_HISTORY", "PREFLIGHT_ONLY", "PREFLIGHT_SKIP"
 
@@ -431,6 +432,7 @@ class Config:
     history: str | None = None  # results store URL, file or "off"
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
+    finding_status: dict[str, str] = field(default_factory=dict)  # finding code -> status (the site's policy)
 
     def resolve_profile(self, flag: str | None) -> str:
         """The profile: --profile, else $PREFLIGHT_PROFILE, else the file's, else auto."""
@@ -525,7 +527,14 @@ def _config_from(data: dict[str, object], path: Path) -> Config:
         check_timeouts=_timeouts(data.get("check_timeouts", {}), path),
         history=_history_target(history, base) if history else None,
         only=strings("only"), skip=strings("skip"),
+        finding_status=_finding_status(data.get("finding_status", {}), path),
     )
+
+
+def _finding_status(value: object, path: Path) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise UsageError(f"config file {path}: finding_status must be {CONFIG_KEYS['finding_status']}")
+    return {str(k): v for k, v in value.items()}
 
 
 def _timeouts(value: object, path: Path) -> dict[str, float]:
@@ -552,9 +561,18 @@ def _history_target(value: str, base: Path) -> str:
 
 def load_registry(checks_dirs: Sequence[Path] | None, cfg: Config) -> Registry:
     """The built-in checks plus the site's (config) and the command line's check folders."""
-    from preflight import registry
+    from preflight import policy, registry
 
-    return registry.load([*cfg.checks_dirs, *(checks_dirs or [])])
+    dirs = [*cfg.checks_dirs, *(checks_dirs or [])]
+    reg = registry.load(dirs)
+    try:
+        pol = policy.load(d / "policy.toml" for d in dirs)
+        if cfg.finding_status:
+            pol = pol.with_overrides(cfg.finding_status, f"config file {cfg.path}")
+    except policy.PolicyError as exc:
+        raise UsageError(str(exc)) from None
+    policy.use(pol)
+    return reg
 
 
 def select_nodes(hosts: str | None, partition: str | None = None, nodelist: str | None = None,
@@ -859,10 +877,10 @@ def sweep_after_checks(results: Sequence[Result], nodes: Sequence[str] | None, r
     found; never over SSH to itself. Several nodes: one agent per node over ssh, or srun in an
     allocation. A python without torch makes the sweep SKIP, naming --sweep-python. The sweep
     is not started once the run's --deadline (`until`) has passed: it is ERROR saying so."""
-    from preflight.grading import decide
+    from preflight.grading import NO_GO, decide
     from preflight.sweep.run import SweepOptions, is_this_node, run_sweep
 
-    if not sweep.forced and decide(results).verdict != "GO":
+    if not sweep.forced and decide(results).verdict == NO_GO:
         return _sweep_skipped("node checks failed: collective sweep not run (fix or drain the named nodes first)")
     if until is not None and time.monotonic() >= until:
         deadline = req.transport_options.deadline

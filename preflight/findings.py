@@ -1,8 +1,11 @@
 """Findings: what a grader found, folded into one Result per check.
 
-A grader adds findings (a status, a one-line summary, the lines that prove it, a remedy) and
-notes (facts worth showing that are not problems). The Result takes the worst status, names
-the worst findings in its summary, and keeps every finding's evidence and remedy.
+A grader adds findings (a code from the policy table, a one-line summary, the lines that prove
+it, a remedy) and notes (facts worth showing that are not problems). A finding's status is its
+code's in the active policy (`preflight.policy`): the table's, or the site's override. The
+Result takes the worst status, names the worst findings in its summary, keeps every finding's
+evidence and remedy, and carries the codes (`facts["codes"]`, worst first) and any override
+(`facts["overrides"]`, and an evidence line saying so).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from preflight import policy
 from preflight.model import Result, Status, worst
 
 if TYPE_CHECKING:
@@ -35,23 +39,37 @@ class Finding:
     summary: str
     evidence: list[str] = field(default_factory=list)
     remedy: str = ""
+    code: str = ""
 
 
 @dataclass
 class Findings:
     items: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)  # codes a site's policy turned into PASS
 
-    def add(self, status: Status, summary: str, evidence: Iterable[str] = (), remedy: str = "") -> None:
-        """A finding; one with status PASS is not a problem and is kept as a note."""
+    def add(self, code: str | Status, summary: str, evidence: Iterable[str] = (), remedy: str = "") -> None:
+        """A finding of policy code `code` (its status is the policy's); one whose status is
+        PASS (a note by design, or by a site's override) is not a problem and is kept as a note.
+        (A bare Status instead of a code is the form from before codes: a finding without one.)"""
+        if isinstance(code, Status):
+            status, code = code, ""
+        else:
+            status = policy.status(code)
         if status is Status.PASS:
             self.note(summary)
+            if code and policy.active().override(code) is not None:
+                self.passed.append(code)
             return
-        self.items.append(Finding(status, summary, [e for e in evidence if e], remedy))
+        self.items.append(Finding(status, summary, [e for e in evidence if e], remedy, code))
 
     def note(self, text: str) -> None:
         if text and text not in self.notes:
             self.notes.append(text)
+
+    def codes(self) -> list[str]:
+        """The codes found, worst first."""
+        return list(dict.fromkeys(f.code for f in sorted(self.items, key=lambda f: -f.status.rank) if f.code))
 
     def summaries(self, status: Status) -> list[str]:
         """The summaries of the findings of one status, in the order they were found."""
@@ -70,8 +88,9 @@ class Findings:
         up to `named` findings in the summary (worst first)."""
         facts = dict(facts or {})
         if not self.items:
-            ev = list(dict.fromkeys([*ok_evidence, *self.notes]))
-            return ctx.result(Status.PASS, ok_summary, evidence=ev[:EVIDENCE_MAX], facts=facts)
+            ev = list(dict.fromkeys([*ok_evidence, *self.notes]))[:EVIDENCE_MAX]
+            policy.code_facts((), facts, ev, passed=self.passed)
+            return ctx.result(Status.PASS, ok_summary, evidence=ev, facts=facts)
         ordered = sorted(self.items, key=lambda f: -f.status.rank)
         summary = "; ".join(f.summary for f in ordered[:named])
         if len(ordered) > named:
@@ -80,6 +99,7 @@ class Findings:
         remedies = list(dict.fromkeys(f.remedy for f in ordered if f.remedy))
         remedy = remedies[0] if len(remedies) == 1 else " ".join(f"({i}) {r}" for i, r in enumerate(remedies, 1))
         facts.setdefault("problems", [f.summary for f in ordered])
+        policy.code_facts(self.codes(), facts, evidence, passed=self.passed)
         return ctx.result(ordered[0].status, summary, evidence=evidence, remedy=remedy, facts=facts)
 
 

@@ -28,10 +28,12 @@ from preflight.registry import (
 
 GO = "GO"
 NO_GO = "NO-GO"
+NO_EVIDENCE = "NO-EVIDENCE"  # nothing was graded: every result is SKIP (or there is none)
 
 EXIT_GO = 0
 EXIT_NO_GO = 1
 EXIT_USAGE = 2  # could not run: bad arguments, bad profile, broken site check
+EXIT_NO_EVIDENCE = 3  # nothing graded: not GO, not NO-GO (a file nothing recognises, every check skipped)
 
 BLOCKING = (Status.FAIL, Status.ERROR)
 
@@ -45,17 +47,19 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_GO if self.verdict == GO else EXIT_NO_GO
+        return {GO: EXIT_GO, NO_EVIDENCE: EXIT_NO_EVIDENCE}.get(self.verdict, EXIT_NO_GO)
 
 
 def decide(results: Iterable[Result], warn_as_fail: bool = False) -> Verdict:
-    """GO when no node has a FAIL or ERROR (or a WARN, with warn_as_fail), else NO-GO."""
+    """NO-GO when a node has a FAIL or ERROR (or a WARN, with warn_as_fail); else GO when
+    something was graded (a PASS or a WARN), else NO-EVIDENCE: absence of evidence is not GO."""
     results = list(results)
     blocking_statuses = BLOCKING + ((Status.WARN,) if warn_as_fail else ())
     blocking = [r for r in results if r.status in blocking_statuses]
     counts = Counter(r.status.value for r in results)
+    graded = any(r.status in (Status.PASS, Status.WARN) for r in results)
     return Verdict(
-        verdict=NO_GO if blocking else GO,
+        verdict=NO_GO if blocking else GO if graded else NO_EVIDENCE,
         counts={s.value: counts.get(s.value, 0) for s in Status},
         blocking=sorted(blocking, key=lambda r: (-r.status.rank, r.node, r.check)),
         bad_nodes=real_nodes(r.node for r in blocking),
@@ -149,7 +153,7 @@ def grade_check(check: Check, node: str, store: FactStore, profile: Profile, opt
         out = check.grade(ctx)
         results = [out] if isinstance(out, Result) else list(out)
     except Exception as exc:  # a bug in one check must not lose the others' results
-        return [ctx.result(Status.ERROR, f"check {check.id} failed internally: {type(exc).__name__}: {exc}",
+        return [ctx.finding("run.check/internal-fault", f"check {check.id} failed internally: {type(exc).__name__}: {exc}",
                            evidence=[f"{type(exc).__name__}: {exc}"],
                            remedy="report this as a preflight bug, with the captures (preflight analyze reproduces it)")]
     for r in results:
@@ -168,7 +172,7 @@ def _inputs_unusable(ctx: CheckContext, store: FactStore, planned: list[str]) ->
         inp = store.input(name)
         if inp is None:
             if name in planned:
-                return ctx.result(Status.ERROR, f"output lost: no capture of probe {name} came back",
+                return ctx.finding("run.probe/output-lost", f"output lost: no capture of probe {name} came back",
                                   evidence=[f"probe {name}: planned, never received"],
                                   remedy=f"run `preflight run --hosts {ctx.node} --only {check.id}` again; "
                                          "if it repeats, report it with the transport in use")
@@ -207,26 +211,26 @@ def _input_unusable(ctx: CheckContext, store: FactStore, name: str, inp: Input) 
     """The check's result when this needed input is lost, timed out, failed or missing."""
     check, node = ctx.check, ctx.node
     if inp.state is CaptureState.LOST:
-        return ctx.result(Status.ERROR, f"output lost: {inp.reason}",
+        return ctx.finding("run.probe/output-lost", f"output lost: {inp.reason}",
                           evidence=[f"probe {name}: sent, its output never came back", inp.reason],
                           remedy=f"{check.id} was not graded on {node}: fix the cause and run it again",
                           source=inp.source)
     if inp.state is CaptureState.TIMEOUT:
         cap = store.captures.get(name)
         tail = cap.stdout.splitlines()[-3:] if cap is not None else []
-        return ctx.result(Status.ERROR, f"probe {name} timed out after {inp.timeout:g} s",
+        return ctx.finding("run.probe/timed-out", f"probe {name} timed out after {inp.timeout:g} s",
                           evidence=[inp.reason, *tail],
                           remedy=f"run `{inp.cmdline}` by hand on {node}; a hung tool often "
                                  "means a hung driver or GPU (check dmesg, reset or reboot)")
     if inp.state is CaptureState.FAILED:
-        return ctx.result(Status.ERROR, f"probe {name} could not run: {inp.reason}", evidence=[inp.reason])
+        return ctx.finding("run.probe/not-started", f"probe {name} could not run: {inp.reason}", evidence=[inp.reason])
     if inp.state is CaptureState.MISSING:
         tool = inp.tool
         if ctx.profile.requires_tool(tool):
-            return ctx.result(Status.FAIL, f"{tool} is missing and profile {ctx.profile.name} requires it",
+            return ctx.finding("run.tool/missing-required", f"{tool} is missing and profile {ctx.profile.name} requires it",
                               evidence=[inp.reason], remedy=f"install {tool} on {node}: {tool_package(tool)}",
                               source=inp.source)
-        return ctx.result(Status.SKIP, f"{tool} not found; {check.id} not checked", evidence=[inp.reason],
+        return ctx.finding("run.tool/missing", f"{tool} not found; {check.id} not checked", evidence=[inp.reason],
                           source=inp.source)
     return None
 

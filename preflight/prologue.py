@@ -343,7 +343,8 @@ def run_prologue(req: PrologueRequest, cfg: Config) -> PrologueOutcome:
     if transport.shrunk:
         lines.append("  probe timeouts cut to fit the budget: " + ", ".join(transport.shrunk))
     blocking = report.verdict.blocking
-    watch.decided = Decided(list(lines), report.verdict.exit_code, drain_summary(blocking) if blocking else None)
+    watch.decided = Decided(list(lines), report.verdict.exit_code if blocking else 0,
+                            drain_summary(blocking) if blocking else None)
     watch.stage = "recording the run in the history store"
     gate = prologue_gate(report, name, cfg.resolve_history(req.history), req.damp, profile,
                          timeout=max(0.5, min(5.0, left(req.budget, 1.0))))

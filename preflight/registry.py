@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from preflight import policy
 from preflight.model import CaptureState, Result, Status
 from preflight.parsers.base import Format, Parser, ParserSpec
 from preflight.probes import Probe
@@ -180,6 +181,24 @@ class CheckContext:
             facts=facts or {},
             source=self.sources() if source is None else source,
         )
+
+    def finding(
+        self,
+        code: str,
+        summary: str,
+        evidence: Iterable[str] = (),
+        remedy: str = "",
+        facts: dict[str, Any] | None = None,
+        source: str | None = None,
+    ) -> Result:
+        """A result that is one finding of policy code `code`: its status is the policy's
+        (the table's, or the site's override), and the result carries the code."""
+        ev = [str(e) for e in evidence]
+        facts = dict(facts or {})
+        status = policy.status(code)
+        policy.code_facts([code] if status is not Status.PASS else [], facts, ev,
+                   passed=[code] if status is Status.PASS else [])
+        return self.result(status, summary, ev, remedy, facts, source)
 
 
 @dataclass

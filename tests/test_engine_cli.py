@@ -130,7 +130,7 @@ def test_missing_tool_is_skip_or_fail_when_required(site: dict) -> None:
              "--json", "--no-report"], env=env)
     r = by_check(json.loads(p.stdout))["site.demo"]
     assert r["status"] == "skip" and "site-tool not found" in r["summary"]
-    assert p.returncode == 0
+    assert p.returncode == 3  # the only check skipped: nothing graded is NO-EVIDENCE, not GO
     prof = site["tmp"] / "strict.toml"
     prof.write_text('[profile]\nname = "strict"\nextends = "generic"\n[tools]\nrequired = ["site-tool"]\n')
     p = cli(["run", "--profile", str(prof), "--checks-dir", str(site["checks"]), "--only", "site.demo",
@@ -255,7 +255,9 @@ def test_analyze_unrecognised_content_is_reported_not_guessed(tmp_path: Path) ->
     unknown = [r for r in doc["results"] if r["check"] == "analyze.unrecognised"]
     assert len(unknown) == 3 and all(r["status"] == "skip" for r in unknown)
     assert {Path(r["source"]).name for r in unknown} == {"notes.txt", "blob.bin", "empty.log"}
-    assert p.returncode == 0
+    assert {r["facts"]["codes"][0] for r in unknown} == {"analyze.unrecognised/not-recognised",
+                                                         "analyze.unrecognised/unreadable"}
+    assert p.returncode == 3 and doc["verdict"] == "NO-EVIDENCE"  # nothing graded is not GO
     assert cli(["analyze", str(tmp_path / "missing")]).returncode == 2
 
 
@@ -301,4 +303,5 @@ def test_analyze_reads_a_bundle_archive(tmp_path: Path) -> None:
     assert not (tmp_path.parent / "escape.txt").exists()
     (tmp_path / "broken.tar.gz").write_bytes(b"\x1f\x8b" + b"\x00" * 50)
     p = cli(["analyze", str(tmp_path / "broken.tar.gz"), "--json"])
-    assert "Traceback" not in p.stderr and p.returncode in (0, 1)
+    assert "Traceback" not in p.stderr and p.returncode == 3  # NO-EVIDENCE: nothing in it could be graded
+    assert json.loads(p.stdout)["verdict"] == "NO-EVIDENCE"

@@ -179,3 +179,39 @@ def analyze(
     emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history,
                                      bad_nodes=bad_nodes, failures_only=quiet)))
     raise typer.Exit(report.verdict.exit_code)
+
+
+@app.command()
+def explain(
+    name: Annotated[str | None, typer.Argument(help="A finding code (gpu.inventory/mig-enabled), a check (gpu.xid) "
+                                                     "or a family (gpu); none: every code.")] = None,
+    checks_dir: opt.ChecksDirOpt = None,
+    as_json: opt.JsonOpt = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="The whole reference page (checks/policy.md).")] = False,
+    readme: Annotated[bool, typer.Option("--readme", help="The README's check table.")] = False,
+) -> None:
+    """What a finding code means, its status (and this site's, when the config changes it), why, and its source."""
+    from preflight import engine, policy, reference
+
+    cfg = engine.load_config()
+    rows = engine.check_table(list(checks_dir or []), cfg)  # installs the site's policy
+    pol = policy.active()
+    if markdown or readme:
+        if readme:
+            sys.stdout.write(reference.readme_table(pol, rows))
+        else:
+            sys.stdout.write(reference.markdown_page(pol, {str(r["id"]): str(r["catches"]) for r in rows}))
+        return
+    codes = reference.lookup(pol, name) if name else sorted(pol.codes.values(), key=lambda c: c.code)
+    if not codes:
+        raise engine.UsageError(f"no finding code or check {name!r}{reference.suggestion(pol, name or '')} "
+                                "(`preflight explain` lists every code)")
+    if as_json:
+        import json
+
+        from preflight.report.base import SCHEMA_VERSION
+
+        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION,
+                                     "codes": [reference.entry_json(pol, c) for c in codes]}, indent=2) + "\n")
+        return
+    sys.stdout.write("\n".join(reference.entry_text(pol, c) for c in codes))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.grading import NO_EVIDENCE
 from preflight.history.damping import Damping, Decision, decide
 from preflight.history.store import describe, open_store, resolve_url
 
@@ -84,6 +85,8 @@ def settle(report: Any, gate: Gate) -> Settled:
     a soft failure below K failing runs in a row neither drains nor fails the job, and a drain
     names the failure damping counted."""
     code = report.verdict.exit_code
+    if report.verdict.verdict == NO_EVIDENCE:
+        code = 0  # nothing graded proved the node bad: no drain, the job runs (the verdict line says so)
     d = gate.decision
     if d is not None and code != 0 and not d.drain:
         code = 0
