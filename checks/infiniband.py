@@ -28,7 +28,7 @@ from preflight.probes import Probe
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
-from .network import grade_flaps, is_ib_name
+from .flaps import grade_flaps, is_ib_name
 
 PROBE = Probe.of("ibstat", ["ibstat"], ["ibv_devinfo", "-v"], timeout=10)
 

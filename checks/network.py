@@ -26,6 +26,8 @@ from preflight.probes import Probe
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
+from .flaps import grade_flaps, is_ib_name
+
 PROBE_IP_ADDR = Probe.of("ip-addr", ["ip", "-j", "-d", "addr"], ["ip", "-d", "addr"], timeout=10)
 PROBE_IP_SPEED = Probe.of("ip-speed", ["sh", "-c", "grep -H . /sys/class/net/*/speed"], timeout=10)
 PROBE_IB_DEVICES = Probe.of("ib-devices", ["ls", "-1", "/sys/class/infiniband"], timeout=10)
@@ -61,11 +63,6 @@ def classify(iface: Interface, profile: Profile) -> str:
     if iface.link_type in ("none", "void", "ipip", "gre", "sit") and not iface.parentbus:
         return "virtual"
     return "data"
-
-
-def is_ib_name(name: str) -> bool:
-    """An IPoIB / RDMA interface name (ib0, ibp26s0, ibs85f0, ib6): graded by ib.hca."""
-    return name.startswith("ib") and len(name) > 2 and (name[2].isdigit() or name[2] in "ps")
 
 
 # NCCL-style interface lists: "eth", "=eth0,eth1", "^docker,lo", "mlx5_0:1,mlx5_1:1"
@@ -184,32 +181,6 @@ def _grade_ib_hca(value: str, hcas: list[str] | None, f: Findings) -> None:
         elif not lst.exact and len(hits) > 1 and e in hits:
             f.add(Status.WARN, f"NCCL_IB_HCA prefix '{e}' also matches {', '.join(h for h in hits if h != e)}",
                   [line], f"use '={','.join(lst.entries)}' (exact match) so only the intended HCAs are used")
-
-
-def grade_flaps(events: LinkEvents, names: list[str], profile: Profile, f: Findings, what: str) -> list[dict[str, Any]]:
-    """Link flaps of `names` from system-log events: WARN for a flap, FAIL past the profile's count."""
-    fail_at = int(profile.get("net.link_flaps_fail") or 0)
-    out = []
-    for name in names:
-        n = events.flaps(name)
-        downs = events.downs(name)
-        down_now = events.last_up(name) is False
-        out.append({"interface": name, "flaps": n, "down_now": down_now, "downs": len(downs)})
-        lines = [e.line.raw for e in events.of(name)[:6]]
-        first, last = events.window(name)
-        window = f" between {first} and {last}" if first and last and len(events.of(name)) > 1 else ""
-        src = f"net.link_flaps_fail = {fail_at} ({profile.source('net.link_flaps_fail')})"
-        if down_now:
-            f.add(Status.FAIL, f"{what} {name} lost its link and did not get it back", [*lines, src],
-                  f"check the cable/transceiver and the switch port of {name}; drain the node until the link is up")
-        elif n and fail_at and n >= fail_at:
-            f.add(Status.FAIL, f"{what} {name} flapped {n} times{window}", [*lines, src],
-                  f"a flapping link makes NCCL jobs fail: drain the node, reseat or replace the cable/transceiver of "
-                  f"{name}, check the switch port's error counters")
-        elif n:
-            f.add(Status.WARN, f"{what} {name} flapped {n} time(s){window}", [*lines, src],
-                  f"watch {name}: replace the cable/transceiver if it flaps again")
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -392,4 +363,4 @@ register(Check(
             "flaps, NCCL_SOCKET_IFNAME/NCCL_IB_HCA/GLOO_SOCKET_IFNAME naming no interface or allowing lo/docker0",
 ))
 
-__all__ = ["IfList", "classify", "data_plane", "grade_flaps", "grade_nic", "is_ib_name", "parse_iflist"]
+__all__ = ["IfList", "classify", "data_plane", "grade_nic", "parse_iflist"]
