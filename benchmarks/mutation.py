@@ -15,8 +15,10 @@ How it runs (the same scheme as mutmut 3, written here for this project's layout
 collects the tests once; each mutant runs in a forked child that patches the mutated functions'
 code into the loaded module (`__code__`, defaults, module constants), runs the tests and stops at
 the first failure. Lines no test executes are counted as survivors without running.
-Docstrings, type annotations, `__all__` and `register(...)` metadata (titles, `catches`) are not
-mutated: a wrong word in them is not a wrong line of code.
+Docstrings, type annotations, `__all__`, `register(...)` metadata (titles, `catches`) and the
+literal text of f-strings (messages) are not mutated: a wrong word in them is not a wrong line
+of code. A line marked `# pragma: no mutate` is not mutated either: for an equivalent mutant
+only (a cache size, a display limit), with the reason on the line.
 """
 
 from __future__ import annotations
@@ -173,13 +175,19 @@ def _function_nodes(tree: ast.AST) -> set[int]:
     return out
 
 
+def _no_mutate(source: str) -> set[int]:
+    """Lines marked `# pragma: no mutate` (an equivalent mutant, the reason on the line)."""
+    return {i for i, ln in enumerate(source.splitlines(), 1) if "pragma: no mutate" in ln}
+
+
 def mutants(source: str) -> list[Mutant]:
     tree = ast.parse(source)
     fstr = _in_fstring(tree)
     inside = _function_nodes(tree)
+    quiet = _no_mutate(source)
     out = []
     for node, what, _how in _points(tree):
-        if id(node) in fstr:
+        if id(node) in fstr or getattr(node, "lineno", 0) in quiet:
             continue  # literal parts of an f-string (messages), and format specs
         out.append(Mutant(len(out), getattr(node, "lineno", 0), getattr(node, "col_offset", 0), what,
                           id(node) in inside))
@@ -189,9 +197,10 @@ def mutants(source: str) -> list[Mutant]:
 def mutated_tree(source: str, index: int) -> ast.Module:
     tree = ast.parse(source)
     fstr = _in_fstring(tree)
+    quiet = _no_mutate(source)
     k = 0
     for node, _what, how in _points(tree):
-        if id(node) in fstr:
+        if id(node) in fstr or getattr(node, "lineno", 0) in quiet:
             continue
         if k == index:
             _apply(tree, node, how)
