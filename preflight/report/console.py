@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from preflight.grading import NO_EVIDENCE
 from preflight.inventory import compress, valid_node_name
 from preflight.model import Result, Status
 from preflight.report.base import Report
@@ -132,6 +133,8 @@ def verdict_line(report: Report) -> str:
     if len(hosts) > BLOCKING_WIDTH:  # the exclude line below names them all
         hosts = f"{len(v.bad_nodes)} nodes"
     tail = f" (blocking: {hosts})" if v.bad_nodes else ""
+    if v.verdict == NO_EVIDENCE:
+        tail = " (nothing was graded: no input was recognised or every check skipped; not GO)"
     return f"{v.verdict} {counts}{tail}"
 
 

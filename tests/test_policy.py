@@ -1,0 +1,230 @@
+"""The severity policy: one table of finding codes, the graders' codes all in it, a site's
+override through the real CLI, `preflight explain`, the generated reference page and README
+table, and the NO-EVIDENCE verdict when nothing was graded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight import policy, reference
+from preflight.findings import Findings
+from preflight.model import Status
+from tests.conftest import ROOT
+
+CODE_LITERAL = re.compile(r"""["']([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+/[a-z0-9]+(?:-[a-z0-9]+)*)["']""")
+GRADER_SOURCES = sorted([*(ROOT / "checks").glob("*.py"), ROOT / "preflight" / "grading.py",
+                         ROOT / "preflight" / "analyze.py"])
+ENGINE_CHECKS = ("run.", "analyze.")
+
+
+def cli(args: list[str], env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ)
+    e.pop("PREFLIGHT_CONFIG", None)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "preflight.cli", *args], capture_output=True, text=True, env=e,
+                          input=stdin, timeout=120)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+def test_the_packaged_table_loads_and_every_code_belongs_to_a_check(registry) -> None:  # noqa: ANN001
+    pol = policy.load()
+    assert pol.codes, "the policy table is empty"
+    known = set(registry.checks) | set(registry.cluster_checks) | set(registry.emitted)
+    for code, c in pol.codes.items():
+        assert policy.CODE_RE.match(code)
+        assert c.check in known or c.check.startswith(ENGINE_CHECKS), f"{code}: no check {c.check}"
+        assert len(c.means) > 20 and len(c.reason) > 20 and len(c.source) > 10, f"{code}: say more"
+
+
+def _literals(path: Path) -> set[str]:
+    return set(CODE_LITERAL.findall(path.read_text(encoding="utf-8")))
+
+
+def test_every_code_a_grader_names_is_in_the_table() -> None:
+    table = set(policy.load().codes)
+    missing = {f"{p.relative_to(ROOT)}: {c}" for p in GRADER_SOURCES for c in _literals(p)
+               if c.split("/")[0].count(".") >= 1 and c not in table and not c.startswith(("preflight.", "checks."))}
+    assert not missing, f"codes named by graders but missing from the policy table: {sorted(missing)}"
+
+
+def test_every_code_in_the_table_is_named_by_a_grader() -> None:
+    named = set().union(*(_literals(p) for p in GRADER_SOURCES))
+    named |= set().union(*(_literals(p) for p in (ROOT / "preflight").rglob("*.py")))
+    stale = sorted(set(policy.load().codes) - named)
+    assert not stale, f"codes in the table that no grader emits (stale): {stale}"
+
+
+def test_built_in_graders_name_a_code_for_every_finding() -> None:
+    legacy = []
+    for p in GRADER_SOURCES:
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\.add\(\s*Status\.", line) or re.search(
+                    r"ctx\.result\(\s*Status\.(FAIL|WARN|ERROR|SKIP)\b", line):
+                legacy.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not legacy, "findings without a code (use Findings.add(code, ...) / ctx.finding(code, ...)):\n" + \
+        "\n".join(legacy)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ('["gpu.xid/Bad_Code"]\nstatus="fail"\nmeans="x"\nreason="y"\nsource="z"', "is not a code"),
+    ('["gpu.xid/ok"]\nstatus="fail"\nmeans="x"\nreason="y"', "source must be"),
+    ('["gpu.xid/ok"]\nstatus="fatal"\nmeans="x"\nreason="y"\nsource="z"', "is not pass, warn"),
+    ('["gpu.xid/ok"]\nstatus="fail"\nmeans="x"\nreason="y"\nsource="z"\nseverity="high"', "unknown field"),
+    ('"gpu.xid/ok" = 3', "must be a table"),
+    ('[broken', "t.toml"),
+])
+def test_a_malformed_table_names_the_code_and_the_field(text: str, why: str) -> None:
+    with pytest.raises(policy.PolicyError, match=re.escape(why)):
+        policy.parse_table(text, "t.toml")
+
+
+def test_a_code_defined_twice_is_refused(tmp_path: Path) -> None:
+    some = next(iter(policy.load().codes))
+    extra = tmp_path / "policy.toml"
+    extra.write_text(f'["{some}"]\nstatus="warn"\nmeans="m"\nreason="r"\nsource="s"\n')
+    with pytest.raises(policy.PolicyError, match="already defined"):
+        policy.load([extra])
+
+
+def test_findings_take_their_status_from_the_active_policy() -> None:
+    codes = {"t.x/soft": policy.Code("t.x/soft", Status.WARN, "m", "r", "s"),
+             "t.x/hard": policy.Code("t.x/hard", Status.FAIL, "m", "r", "s")}
+    base = policy.Policy(codes)
+    token = policy.use(base)
+    try:
+        f = Findings()
+        f.add("t.x/soft", "a soft one")
+        f.add("t.x/hard", "a hard one")
+        assert [x.status for x in f.items] == [Status.WARN, Status.FAIL] and f.codes() == ["t.x/hard", "t.x/soft"]
+        with pytest.raises(policy.UnknownCode):
+            f.add("t.x/nope", "no such code")
+    finally:
+        policy.reset(token)
+    site = base.with_overrides({"t.x/hard": "pass"}, "config file /etc/site.toml")
+    token = policy.use(site)
+    try:
+        f = Findings()
+        f.add("t.x/hard", "a hard one, tolerated here")
+        assert not f.items and f.notes == ["a hard one, tolerated here"] and f.passed == ["t.x/hard"]
+    finally:
+        policy.reset(token)
+    with pytest.raises(policy.PolicyError, match="did you mean t.x/hard"):
+        base.with_overrides({"t.x/hardd": "pass"}, "cfg")
+    with pytest.raises(policy.PolicyError, match="give pass, warn"):
+        base.with_overrides({"t.x/hard": "ignore"}, "cfg")
+
+
+# ---------------------------------------------------------------------------------------------
+# A site's override, through the real CLI
+
+
+def _config(tmp_path: Path, body: str) -> dict[str, str]:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(body)
+    return {"PREFLIGHT_CONFIG": str(cfg)}
+
+
+def test_a_site_override_changes_the_status_and_the_result_says_so(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("lunch at noon\n")
+    plain = cli(["analyze", str(notes), "--json"])
+    assert plain.returncode == 3 and json.loads(plain.stdout)["results"][0]["status"] == "skip"
+    env = _config(tmp_path, '[finding_status]\n"analyze.unrecognised/not-recognised" = "fail"\n')
+    p = cli(["analyze", str(notes), "--json"], env)
+    doc = json.loads(p.stdout)
+    [r] = doc["results"]
+    assert p.returncode == 1 and doc["verdict"] == "NO-GO" and r["status"] == "fail"
+    assert r["facts"]["overrides"] == {"analyze.unrecognised/not-recognised":
+                                       f"skip -> fail (config file {tmp_path / 'config.toml'})"}
+    assert any(e.startswith("site policy: analyze.unrecognised/not-recognised is FAIL here (table: SKIP")
+               for e in r["evidence"])
+
+
+def test_a_site_can_tolerate_a_missing_required_tool(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path)}  # no nvidia-smi, no tool at all
+    base = cli(["node", "--profile", "generic", "--only", "gpu.driver", "--json"], env)
+    [r] = [x for x in json.loads(base.stdout)["results"] if x["check"] == "gpu.driver"]
+    assert r["status"] == "fail" and r["facts"]["codes"] == ["run.tool/missing-required"]
+    env |= _config(tmp_path, '[finding_status]\n"run.tool/missing-required" = "warn"\n')
+    p = cli(["node", "--profile", "generic", "--only", "gpu.driver", "--json"], env)
+    [r] = [x for x in json.loads(p.stdout)["results"] if x["check"] == "gpu.driver"]
+    assert r["status"] == "warn" and "run.tool/missing-required" in r["facts"]["overrides"]
+    assert p.returncode == 0 and json.loads(p.stdout)["verdict"] == "GO"
+
+
+def test_an_override_naming_an_unknown_code_is_exit_2(tmp_path: Path) -> None:
+    env = _config(tmp_path, '[finding_status]\n"run.tool/missing-requird" = "warn"\n')
+    p = cli(["analyze", "-"], env, stdin="x\n")
+    assert p.returncode == 2 and "unknown code 'run.tool/missing-requird'" in p.stderr
+    assert "did you mean run.tool/missing-required" in p.stderr and "Traceback" not in p.stderr
+    env = _config(tmp_path, 'finding_status = "pass"\n')
+    p = cli(["analyze", "-"], env, stdin="x\n")
+    assert p.returncode == 2 and "finding_status must be" in p.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# explain, the reference page, the README table
+
+
+def test_explain_prints_an_entry_and_the_sites_status(tmp_path: Path) -> None:
+    p = cli(["explain", "run.probe/timed-out"])
+    c = policy.load().codes["run.probe/timed-out"]
+    assert p.returncode == 0
+    assert p.stdout == (f"run.probe/timed-out\n  status: ERROR\n  means:  {c.means}\n  why:    {c.reason}\n"
+                        f"  source: {c.source}\n")
+    env = _config(tmp_path, '[finding_status]\n"run.probe/timed-out" = "warn"\n')
+    p = cli(["explain", "run.probe/timed-out"], env)
+    assert "status: WARN at this site (table: ERROR; config file" in p.stdout
+    doc = json.loads(cli(["explain", "run", "--json"]).stdout)
+    assert {c["code"] for c in doc["codes"]} == {k for k in policy.load().codes if k.startswith("run.")}
+    assert all(c["check"].startswith("run.") for c in doc["codes"])
+
+
+def test_explain_of_an_unknown_code_is_exit_2_with_a_suggestion() -> None:
+    p = cli(["explain", "run.probe/timed-ot"])
+    assert p.returncode == 2 and "did you mean run.probe/timed-out?" in p.stderr
+
+
+def test_the_reference_page_is_generated_from_the_table() -> None:
+    page = ROOT / "checks" / "policy.md"
+    p = cli(["explain", "--markdown"])
+    assert p.returncode == 0 and p.stdout.startswith(reference.PAGE_TITLE)
+    assert page.read_text(encoding="utf-8") == p.stdout, \
+        "checks/policy.md is stale: .venv/bin/preflight explain --markdown > checks/policy.md"
+    for code in policy.load().codes:
+        assert f"`{code}`" in p.stdout
+
+
+def test_the_readme_check_table_is_generated_from_the_table() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    p = cli(["explain", "--readme"])
+    assert p.returncode == 0 and p.stdout.startswith(reference.README_BEGIN)
+    assert p.stdout in readme, "README's check table is stale: replace it with `preflight explain --readme`"
+
+
+# ---------------------------------------------------------------------------------------------
+# Nothing graded is not GO
+
+
+@pytest.mark.parametrize("what", ["/dev/zero", "unrecognised", "empty"])
+def test_analyze_of_nothing_gradable_is_no_evidence_exit_3(tmp_path: Path, what: str) -> None:
+    target = what
+    if what != "/dev/zero":
+        f = tmp_path / "capture.txt"
+        f.write_text("" if what == "empty" else "the quick brown fox\njumps over the lazy dog\n")
+        target = str(f)
+    p = cli(["analyze", target])
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "NO-EVIDENCE" in p.stdout and "nothing was graded" in p.stdout
+    doc = json.loads(cli(["analyze", target, "--json"]).stdout)
+    assert doc["verdict"] == "NO-EVIDENCE" and doc["counts"]["skip"] == 1
