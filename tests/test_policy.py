@@ -228,3 +228,53 @@ def test_analyze_of_nothing_gradable_is_no_evidence_exit_3(tmp_path: Path, what:
     assert "NO-EVIDENCE" in p.stdout and "nothing was graded" in p.stdout
     doc = json.loads(cli(["analyze", target, "--json"]).stdout)
     assert doc["verdict"] == "NO-EVIDENCE" and doc["counts"]["skip"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Every non-PASS result a built-in grader gives carries its codes
+
+
+def _graded_everything() -> list:
+    from preflight import registry
+    from preflight.analyze import analyze
+
+    roots = [ROOT / "tests" / "fixtures", ROOT / "examples" / "captures"]
+    from tests.conftest import CORPUS
+
+    if CORPUS.is_dir():
+        roots.append(CORPUS)
+    out = []
+    for root in roots:
+        for folder in sorted({p.parent for p in root.rglob("*") if p.is_file()}):
+            out.extend(analyze(registry.load(), [folder], profile_name="auto"))
+    return out
+
+
+def test_every_non_pass_result_carries_a_code_from_the_table() -> None:
+    table = policy.load().codes
+    uncoded, unknown = [], []
+    for r in _graded_everything():
+        status = r.facts.get("own_status", r.status.value)
+        if status == "pass" or r.facts.get("depends_on"):
+            continue
+        codes = r.facts.get("codes", [])
+        if not codes:
+            uncoded.append(f"{r.check} {status}: {r.summary[:100]} ({r.source[-60:]})")
+        unknown += [c for c in codes if c not in table]
+    assert not unknown, f"codes not in the table: {sorted(set(unknown))}"
+    assert not uncoded, f"{len(uncoded)} results without a code:\n" + "\n".join(sorted(set(uncoded))[:40])
+
+
+def test_a_prologue_that_graded_nothing_neither_drains_nor_fails_the_job(tmp_path: Path) -> None:
+    """Every check skipped (no ibstat, not required by the generic profile): NO-EVIDENCE, exit 0,
+    and scontrol is never asked to drain (nothing proved the node bad)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit 0\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "gpu017", "PREFLIGHT_HISTORY": "off"}
+    p = cli(["prologue", "--profile", "generic", "--only", "ib.hca", "--budget", "30"], env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "gpu017: NO-EVIDENCE" in p.stdout, p.stdout
+    assert "drain" not in (log.read_text() if log.exists() else "")
