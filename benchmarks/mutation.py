@@ -442,7 +442,7 @@ class Outcome:
 
 
 def run(path: Path, tests: list[str], sample: int = 0, seed: int = 0, limit: float = 0.0,
-        covered_only: bool = True) -> Outcome:
+        covered_only: bool = True, select: str = "") -> Outcome:
     import pytest
 
     path = path.resolve()
@@ -457,7 +457,7 @@ def run(path: Path, tests: list[str], sample: int = 0, seed: int = 0, limit: flo
     os.chdir(ROOT)
     try:
         pytest.main([*tests, "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header", "-x",
-                     "-o", "addopts="], plugins=[runner])
+                     "-o", "addopts=", *(["-k", select] if select else [])], plugins=[runner])
     finally:
         os.chdir(cwd)
     by = {m.index: m for m in ms}
@@ -474,6 +474,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("module", nargs="?", help="the module to mutate (a path: preflight/parsers/ping.py)")
     ap.add_argument("--tests", nargs="+", default=[], help="its unit tests (files or node ids)")
+    ap.add_argument("-k", dest="select", default="", help="pytest -k expression selecting tests")
     ap.add_argument("--all", action="store_true", help="every module of MODULES, one table")
     ap.add_argument("--sample", type=int, default=0, help="a random sample of this many mutants")
     ap.add_argument("--seed", type=int, default=0)
@@ -492,7 +493,7 @@ def main() -> None:
         ap.error("give a module or --all")
     outcomes = []
     for mod, tests in targets:
-        o = run(ROOT / mod, tests, a.sample, a.seed, a.timeout)
+        o = run(ROOT / mod, tests, a.sample, a.seed, a.timeout, select=a.select)
         outcomes.append(o)
         sys.stdout.write(f"{o.module:40s} mutants {o.total:5d}  killed {o.killed:5d}  survived {o.survived:4d}  "
                          f"errors {o.errors:3d}  score {o.score:5.1f}%  ({o.seconds:.0f} s)"

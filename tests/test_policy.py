@@ -278,3 +278,85 @@ def test_a_prologue_that_graded_nothing_neither_drains_nor_fails_the_job(tmp_pat
     assert p.returncode == 0, p.stdout + p.stderr
     assert "gpu017: NO-EVIDENCE" in p.stdout, p.stdout
     assert "drain" not in (log.read_text() if log.exists() else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# In-process: the pieces a result is built from
+
+
+def _pol() -> policy.Policy:
+    return policy.Policy({"t.x/soft": policy.Code("t.x/soft", Status.WARN, "m", "r", "s", "t.toml"),
+                          "t.x/hard": policy.Code("t.x/hard", Status.FAIL, "m", "r", "s", "t.toml"),
+                          "t.y/note": policy.Code("t.y/note", Status.PASS, "m", "r", "s", "t.toml")})
+
+
+def test_a_code_names_its_check() -> None:
+    c = _pol().codes["t.x/soft"]
+    assert c.check == "t.x" and policy.Code("a.b.c/d-e", Status.FAIL, "", "", "").check == "a.b.c"
+    assert [x.code for x in _pol().for_check("t.x")] == ["t.x/hard", "t.x/soft"]
+    assert _pol().for_check("t") == []
+
+
+def test_an_override_to_the_tables_own_status_is_not_an_override() -> None:
+    pol = _pol().with_overrides({"t.x/soft": "warn", "t.x/hard": "error"}, "cfg")
+    assert pol.override("t.x/soft") is None and pol.status("t.x/soft") is Status.WARN
+    o = pol.override("t.x/hard")
+    assert o is not None and o.status is Status.ERROR and o.origin == "cfg" and pol.status("t.x/hard") is Status.ERROR
+    assert pol.with_overrides({"t.y/note": " FAIL "}, "cfg2").status("t.y/note") is Status.FAIL
+    with pytest.raises(policy.PolicyError, match=r"^cfg: finding_status names unknown code 't.z/x' \(see `preflight explain`\)$"):
+        pol.with_overrides({"t.z/x": "pass"}, "cfg")
+    with pytest.raises(policy.UnknownCode, match="'t.z/x' is not in the policy table"):
+        pol.status("t.z/x")
+
+
+def test_code_facts_records_codes_once_and_each_override() -> None:
+    token = policy.use(_pol().with_overrides({"t.x/hard": "warn", "t.y/note": "fail"}, "config file c.toml"))
+    try:
+        facts: dict = {"codes": ["t.x/soft"]}
+        ev = ["an evidence line"]
+        policy.code_facts(["t.x/hard", "", "t.x/hard", "t.x/soft"], facts, ev, passed=["t.y/note"])
+        assert facts["codes"] == ["t.x/soft", "t.x/hard"]
+        assert facts["overrides"] == {"t.x/hard": "fail -> warn (config file c.toml)",
+                                      "t.y/note": "pass -> fail (config file c.toml)"}
+        assert ev == ["an evidence line",
+                      "site policy: t.x/hard is WARN here (table: FAIL; config file c.toml)",
+                      "site policy: t.y/note is FAIL here (table: PASS; config file c.toml)"]
+        policy.code_facts(["t.x/hard"], facts, ev)
+        assert len(ev) == 3, "an override line is said once"
+        empty: dict = {}
+        policy.code_facts([], empty, [])
+        assert empty == {}
+    finally:
+        policy.reset(token)
+
+
+def test_the_active_policy_is_the_table_unless_a_command_installs_one() -> None:
+    assert isinstance(policy.builtin(), policy.Policy) and policy.builtin().codes
+    assert policy.active() is policy.builtin() and policy.builtin() is policy.builtin()
+    token = policy.use(_pol())
+    try:
+        assert policy.status("t.x/hard") is Status.FAIL and policy.active() is not policy.builtin()
+    finally:
+        policy.reset(token)
+    assert policy.active() is policy.builtin()
+    assert all(p.name.endswith(".toml") for p in policy.packaged_tables())
+    assert policy.packaged_tables()[0].name == "policy.toml"
+
+
+def test_malformed_table_messages_in_full() -> None:
+    with pytest.raises(policy.PolicyError, match=r"^t.toml: a.b/c: means must be what the finding is, one sentence$"):
+        policy.parse_table('["a.b/c"]\nstatus="fail"\nmeans=" "\nreason="r"\nsource="s"', "t.toml")
+    with pytest.raises(policy.PolicyError, match=r"^t.toml: a.b/c: reason must be why it has this status$"):
+        policy.parse_table('["a.b/c"]\nstatus="fail"\nmeans="m"\nsource="s"', "t.toml")
+    with pytest.raises(policy.PolicyError, match=r"the vendor document or source it follows$"):
+        policy.parse_table('["a.b/c"]\nstatus="fail"\nmeans="m"\nreason="r"\nsource=1', "t.toml")
+    with pytest.raises(policy.PolicyError, match=r"unknown field 'x' \(fields: status, means, reason, source\)$"):
+        policy.parse_table('["a.b/c"]\nstatus="fail"\nmeans="m"\nreason="r"\nsource="s"\nx="y"', "t.toml")
+    with pytest.raises(policy.PolicyError, match=r"must be a table with status, means, reason, source$"):
+        policy.parse_table('"a.b/c" = 1', "t.toml")
+    ok = policy.parse_table('["a.b/c"]\nstatus=" Warn "\nmeans=" m "\nreason="r "\nsource=" s"', "t.toml")
+    assert ok == {"a.b/c": policy.Code("a.b/c", Status.WARN, "m", "r", "s", "t.toml")}
+    for bad in ("a/b", "A.b/c", "a.b/c_d", "a.b/-c", "a.b/c-", "a.b/c/d", " a.b/c"):
+        assert not policy.CODE_RE.match(bad), bad
+    for good in ("a.b/c", "gpu.xid/reset-required", "run.probe/timed-out", "a_b.c_d/e1-f2"):
+        assert policy.CODE_RE.match(good), good
