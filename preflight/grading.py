@@ -204,7 +204,8 @@ TOOL_PACKAGES = {
 
 def tool_package(tool: str) -> str:
     """Where `tool` comes from, for a remedy ("install nvidia-smi on gpu016: ...")."""
-    return TOOL_PACKAGES.get(tool.rsplit("/", 1)[-1], "the package that provides it (see the check's documentation)")
+    name = tool.rsplit("/", 1)[-1]  # pragma: no mutate (the last part: maxsplit 1 or 2 agree)
+    return TOOL_PACKAGES.get(name, "the package that provides it (see the check's documentation)")
 
 
 def _input_unusable(ctx: CheckContext, store: FactStore, name: str, inp: Input) -> Result | None:
