@@ -34,12 +34,13 @@ def lookup(pol: Policy, name: str) -> list[Code]:
     """The codes `name` selects: one code, a check's codes, or a family's (`gpu`, `nccl.`)."""
     if name in pol.codes:
         return [pol.codes[name]]
-    prefix = name.rstrip("./")
+    prefix = name.rstrip("./")  # pragma: no mutate (codes are lower case: the altered set strips the same)
     return _sorted(c for c in pol.codes.values() if c.check == prefix or c.check.startswith(prefix + "."))
 
 
 def suggestion(pol: Policy, name: str) -> str:
-    close = difflib.get_close_matches(name, [*pol.codes, *{c.check for c in pol.codes.values()}], n=1)
+    close = difflib.get_close_matches(name, [*pol.codes, *{c.check for c in pol.codes.values()}],
+                                      n=1)  # pragma: no mutate (the best match is first either way)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
