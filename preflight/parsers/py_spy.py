@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 _PS_PROC = re.compile(r"^Process (\d+): (.*)$")
 _PS_THREAD = re.compile(r"^Thread (0x[0-9A-Fa-f]+|\d+) \(([^)]*)\)(?:: \"(.*)\")?")
+FRAME_INDENT = 4  # py-spy indents a thread's frames by 4 spaces
 _PS_FRAME = re.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
 
 
@@ -33,7 +34,6 @@ def parse_py_spy(text: str) -> list[PySpyProcess]:
     """`py-spy dump --pid P` output (one or several) -> processes and thread stacks."""
     procs: list[PySpyProcess] = []
     thread: PySpyThread | None = None
-    in_locals = False
     for raw in text.splitlines():
         line = raw.rstrip()
         mp = _PS_PROC.match(line)
@@ -44,25 +44,16 @@ def parse_py_spy(text: str) -> list[PySpyProcess]:
         if not procs:
             continue
         if line.startswith("Python v"):
-            procs[-1].python = line.split()[1] if len(line.split()) > 1 else ""
+            procs[-1].python = line.split()[1]
             continue
         mt = _PS_THREAD.match(line)
         if mt:
             thread = PySpyThread(tid=mt.group(1), state=mt.group(2), name=mt.group(3) or "")
             procs[-1].threads.append(thread)
-            in_locals = False
             continue
-        if thread is None:
-            continue
-        stripped = line.strip()
-        if stripped in ("Arguments:", "Locals:"):
-            in_locals = True
-            continue
+        # a frame is indented 4; its Arguments:/Locals: blocks (`--locals`) deeper, and skipped
         mf = _PS_FRAME.match(line)
-        if mf and len(line) - len(line.lstrip()) <= 4:
-            in_locals = False
+        if thread is not None and mf and len(line) - len(line.lstrip()) <= FRAME_INDENT:
             where = mf.group(2) + (f":{mf.group(3)}" if mf.group(3) else "")
             thread.frames.append(f"{mf.group(1)} ({where})")
-        elif in_locals:
-            continue
     return procs
