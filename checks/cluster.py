@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from preflight.findings import coded_result
 from preflight.model import CLUSTER, Result, Status
 from preflight.probes import Probe
 from preflight.registry import ClusterCheck, ClusterContext, register_cluster
@@ -98,18 +99,19 @@ def grade_versions(ctx: ClusterContext) -> Iterable[Result]:
     for n in nodes:
         facts = {"versions": per_node[n], "reference": reference}
         if problems[n]:
-            out.append(Result(
-                check="cluster.versions", node=n, status=Status.FAIL,
-                summary="; ".join(problems[n]),
-                evidence=[f"{n}: {k}={v}" for k, v in sorted(per_node[n].items())]
+            out.append(coded_result(
+                "cluster.versions/version-differs", "cluster.versions", n, "; ".join(problems[n]),
+                [f"{n}: {k}={v}" for k, v in sorted(per_node[n].items())]
                 + [f"majority: {k}={v}" for k, v in sorted(reference.items())],
-                remedy=f"bring {n} to the fleet's versions (reinstall the driver/OFED/NCCL packages, "
-                       "update firmware with mlxfwmanager) or drain it",
-                facts=facts, source="cross-node"))
-        else:
-            what = ", ".join(f"{k} {v}" for k, v in sorted(per_node[n].items())) or "no versions reported"
-            out.append(Result(check="cluster.versions", node=n, status=Status.PASS if per_node[n] else Status.SKIP,
+                f"bring {n} to the fleet's versions (reinstall the driver/OFED/NCCL packages, "
+                "update firmware with mlxfwmanager) or drain it", facts, "cross-node"))
+        elif per_node[n]:
+            what = ", ".join(f"{k} {v}" for k, v in sorted(per_node[n].items()))
+            out.append(Result(check="cluster.versions", node=n, status=Status.PASS,
                               summary=f"same as the other nodes: {what}", facts=facts, source="cross-node"))
+        else:
+            out.append(coded_result("cluster.versions/not-reported", "cluster.versions", n,
+                                    "no versions reported: nothing to compare", facts=facts, source="cross-node"))
     return out
 
 
@@ -138,13 +140,13 @@ def grade_nccl_env(ctx: ClusterContext) -> Iterable[Result]:
                 diffs.append(f"{k}={mine if mine is not None else '(unset)'} where the others have "
                              f"{ref if ref is not None else '(unset)'}")
         if diffs:
-            out.append(Result(check="cluster.nccl_env", node=n, status=Status.FAIL,
-                              summary=f"NCCL environment differs from the other nodes: {diffs[0]}"
-                                      + (f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""),
-                              evidence=diffs[:20],
-                              remedy="set the same NCCL_* / TORCH_NCCL_* variables on every node "
-                                     "(job script or /etc/nccl.conf); a single differing rank can hang init",
-                              facts={"env": envs[n], "differences": diffs}, source="cross-node"))
+            out.append(coded_result("cluster.nccl_env/env-differs", "cluster.nccl_env", n,
+                                    f"NCCL environment differs from the other nodes: {diffs[0]}"
+                                    + (f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""),
+                                    diffs[:20],
+                                    "set the same NCCL_* / TORCH_NCCL_* variables on every node "
+                                    "(job script or /etc/nccl.conf); a single differing rank can hang init",
+                                    {"env": envs[n], "differences": diffs}, "cross-node"))
         else:
             out.append(Result(check="cluster.nccl_env", node=n, status=Status.PASS,
                               summary=f"same {len(envs[n])} NCCL variable(s) as every other node",
@@ -278,11 +280,11 @@ def grade_nodes(ctx: ClusterContext) -> Iterable[Result]:
     if len(ok) >= int(want):
         return [Result(check="cluster.nodes", node=CLUSTER, status=Status.PASS,
                        summary=f"{len(ok)} of {want} expected nodes answered", facts={"expected": want, "ok": ok})]
-    return [Result(check="cluster.nodes", node=CLUSTER, status=Status.FAIL,
-                   summary=f"only {len(ok)} of {want} expected nodes answered",
-                   evidence=[f"{n}: {ctx.node_errors[n]}" for n in missing],
-                   remedy="fix or replace the missing nodes before launching; the job would start short",
-                   facts={"expected": want, "ok": ok, "missing": missing})]
+    return [coded_result("cluster.nodes/short", "cluster.nodes", CLUSTER,
+                         f"only {len(ok)} of {want} expected nodes answered",
+                         [f"{n}: {ctx.node_errors[n]}" for n in missing],
+                         "fix or replace the missing nodes before launching; the job would start short",
+                         {"expected": want, "ok": ok, "missing": missing})]
 
 
 register_cluster(ClusterCheck(id="cluster.versions", title="Same versions on every node", grade=grade_versions,

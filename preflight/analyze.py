@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from preflight import engine, policy
+from preflight import engine
 from preflight import profile as profiles
+from preflight.findings import coded_result
 from preflight.framing import Doc, frame
 from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import Result, Status
@@ -453,19 +454,9 @@ def _unreachable(docs: list[tuple[Doc, list[Format]]]) -> dict[str, str]:
     return {h: w for h, w in out.items() if h not in recognised_hosts}
 
 
-def coded(code: str, check: str, node: str, summary: str, evidence: list[str], remedy: str = "",
-          source: str = "") -> Result:
-    """A result outside any check's grader (analyze's own), its status from policy code `code`."""
-    facts: dict[str, object] = {}
-    ev = list(evidence)
-    policy.code_facts([code], facts, ev)
-    return Result(check=check, node=node, status=policy.status(code), summary=summary, evidence=ev, remedy=remedy,
-                  facts=facts, source=source)
-
-
 def _unrecognised(node: str, display: str, why: str, evidence: list[str], readable: bool = True) -> Result:
     code = "analyze.unrecognised/not-recognised" if readable else "analyze.unrecognised/unreadable"
-    return coded(code, UNKNOWN_CHECK, node, f"{Path(display).name}: {why}; not graded", evidence[:3], source=display)
+    return coded_result(code, UNKNOWN_CHECK, node, f"{Path(display).name}: {why}; not graded", evidence[:3], source=display)
 
 
 def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
@@ -522,7 +513,7 @@ def _classify_entry(registry: Registry, group: str, e: Entry, results: list[Resu
     docs = [(d, classify(d, registry)) for d in framed.docs]
     recognised = [(d, f) for d, f in docs if f]
     for host, why in _unreachable(docs).items():
-        results.append(coded("analyze.node/not-reached", UNREACHABLE_CHECK, host, f"node not checked: {why}", [why],
+        results.append(coded_result("analyze.node/not-reached", UNREACHABLE_CHECK, host, f"node not checked: {why}", [why],
                              f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
                              e.display))
     if not recognised and not _unreachable(docs):

@@ -103,4 +103,17 @@ class Findings:
         return ctx.result(ordered[0].status, summary, evidence=evidence, remedy=remedy, facts=facts)
 
 
-__all__ = ["EVIDENCE_MAX", "Finding", "Findings", "cap_evidence"]
+def coded_result(code: str, check: str, node: str, summary: str, evidence: Iterable[str] = (), remedy: str = "",
+                 facts: dict[str, Any] | None = None, source: str = "") -> Result:
+    """A result outside a CheckContext (a cross-node check, analyze's own): its status from policy
+    code `code`, which it carries (a PASS by the site's override carries it as an override)."""
+    ev = [str(e) for e in evidence]
+    facts = dict(facts or {})
+    status = policy.status(code)
+    passing = status is Status.PASS
+    policy.code_facts([] if passing else [code], facts, ev, passed=[code] if passing else [])
+    return Result(check=check, node=node, status=status, summary=summary, evidence=ev, remedy=remedy, facts=facts,
+                  source=source)
+
+
+__all__ = ["EVIDENCE_MAX", "Finding", "Findings", "cap_evidence", "coded_result"]
