@@ -1,12 +1,14 @@
 """GPU inventory, NVLink and PCIe/NVLink topology checks: graders over parsed facts.
 
 gpu.inventory  how many GPUs, which model, driver, persistence, PCIe link, MIG mode (from the
-               `--query-gpu` CSV, NVML, the default table, `-L` or `-q`, richest first)
+               `--query-gpu` CSV, NVML, the default table, `-L` or `-q`, richest first), and
+               the GPUs nvidia-smi names by an error line instead of listing them
 gpu.nvlink     every NVLink of every GPU up, at the expected speed (`nvidia-smi nvlink --status`)
 gpu.topology   GPU pairs on NVLink and a NIC near each GPU (`nvidia-smi topo -m`)
 
 Parsers live in `preflight.parsers` (nvsmi_csv, nvml, nvsmi_table, nvsmi_list, nvsmi_q,
-nvlink, topo). Expected values come from the profile sections [gpu], [nvlink], [topology].
+nvlink, topo). Expected values come from the profile sections [gpu], [nvlink], [topology];
+every finding's status comes from the policy table (`checks/policy/gpu.toml`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from preflight import engine
 from preflight.findings import Findings
 from preflight.model import Result, Status
 from preflight.parsers.base import GpuRecord, pci_id, to_bool
-from preflight.parsers.nvlink import NvlinkReport
+from preflight.parsers.nvlink import NvlinkGpu, NvlinkReport
 from preflight.parsers.nvsmi_csv import BadRow, QueryCsv
 from preflight.parsers.nvsmi_errors import ToolError
 from preflight.parsers.topo import TopoMatrix
@@ -53,12 +55,30 @@ PROBE_TOPO = Probe.of("nvidia-smi-topo", ["nvidia-smi", "topo", "-m"], timeout=1
 LISTINGS = ("nvidia-smi-query", "nvml", "nvidia-smi-table", "nvidia-smi-L", "nvidia-smi-q")  # richest first
 PCIE_KEYS = ("pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
              "pstate")
-MIG_KEYS = ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending")
+MIG_KEYS = ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending", "mig")
 LOST_REMEDY = ("a GPU may have fallen off the bus: check Xid 79 (`dmesg -T | grep -i xid`) and `lspci -d 10de:` "
                "for the missing device; drain the node; a reboot may bring it back, otherwise reseat or replace "
                "the GPU/baseboard")
 DRIVER_REMEDY = ("check that the NVIDIA driver is loaded (`lsmod | grep nvidia`, `dmesg -T | grep NVRM`); "
                  "a driver/library mismatch needs a reboot after a driver update")
+MIG_REMEDY = ("disable MIG (`nvidia-smi -i <index> -mig 0`), then reset the GPU (`nvidia-smi -i <index> -r`) or "
+              "reboot; a site that runs MIG on purpose sets gpu.inventory/mig-enabled to pass")
+
+# nvidia-smi's messages about one GPU: the finding code of each kind (nvsmi_errors.ToolError.kind)
+GPU_ERROR_CODES = {"gpu_lost": "gpu-lost", "needs_reset": "gpu-requires-reset",
+                   "insufficient_power": "gpu-insufficient-power", "no_permission": "gpu-access-denied",
+                   "inforom_corrupted": "inforom-corrupted"}
+UNUSABLE = ("gpu_lost", "needs_reset", "insufficient_power")  # kinds that make the GPU unusable
+_ERROR_WORDS = {"gpu_lost": "does not answer", "needs_reset": "requires a reset",
+                "insufficient_power": "is insufficiently powered", "no_permission": "could not be opened",
+                "inforom_corrupted": "has a corrupted infoROM"}
+
+
+def unread_code(ctx: CheckContext) -> str:
+    """The code for output that is not understood: SKIP "not recognised" for a capture handed to
+    analyze; ERROR for the output of the check's own probe (the tool misbehaved: no verdict)."""
+    suffix = "not-recognised" if ctx.options.mode == "analyze" else "unreadable-output"
+    return f"{ctx.check.id}/{suffix}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -76,15 +96,49 @@ class Inventory:
     bad_rows: list[BadRow] = field(default_factory=list)  # CSV rows that did not fit the header
     counts: dict[str, int] = field(default_factory=dict)  # GPU count per listing that had one
     notes: list[str] = field(default_factory=list)
+    partial: bool = False  # the listing is a fragment (table rows without banner and header)
+    nvml_error: ToolError | None = None  # the NVML probe could not load its library
 
     @property
     def lost(self) -> list[ToolError]:
-        return list({e.pci or e.line: e for e in self.errors if e.kind in ("gpu_lost", "needs_reset")}.values())
+        return self.about_gpus(("gpu_lost", "needs_reset"))
+
+    def about_gpus(self, kinds: tuple[str, ...]) -> list[ToolError]:
+        """The tool's messages of these kinds, one per GPU."""
+        return list({e.pci or e.line: e for e in self.errors if e.kind in kinds}.values())
 
     @property
     def seen(self) -> int:
         """GPUs the listing shows, readable or not."""
         return len(self.gpus) + len(self.bad_rows)
+
+
+def _listing_gpus(name: str, f: Any, inv: Inventory) -> list[GpuRecord]:
+    """The GPUs of one listing's facts; driver, CUDA and MIG devices go to the inventory."""
+    if isinstance(f, QueryCsv):
+        inv.bad_rows = f.bad_rows
+        inv.driver = inv.driver or f.driver
+        if not f.fields and not f.errors:
+            inv.notes.append("--query-gpu output without a header and of unknown fields: not read")
+        inv.notes.extend(f.other[:3])
+        return list(f.gpus)
+    if name == "nvml":
+        inv.driver, inv.cuda = inv.driver or f.driver, inv.cuda or f.cuda
+        err = f.tool_error()
+        if err is not None and not f.ok:
+            inv.notes.append(err.line)
+            if err.kind == "library_missing":
+                inv.nvml_error = err  # gpu.driver grades a missing library; here it only means: no listing
+            else:
+                inv.errors.append(err)
+        return list(f.records)
+    if name == "nvidia-smi-q":
+        inv.driver, inv.cuda = inv.driver or f.driver, inv.cuda or f.cuda
+        return list(f.records) if f.listing else []
+    inv.driver = inv.driver or getattr(f, "driver", "")
+    inv.cuda = inv.cuda or getattr(f, "cuda", "")
+    inv.mig_devices = max(inv.mig_devices, getattr(f, "mig_devices", 0))
+    return list(f.records if name == "nvidia-smi-table" else f.gpus)
 
 
 def build_inventory(facts: Callable[[str], Any]) -> Inventory:
@@ -94,33 +148,14 @@ def build_inventory(facts: Callable[[str], Any]) -> Inventory:
         f = facts(name)
         if f is None:
             continue
-        gpus: list[GpuRecord] = []
-        if isinstance(f, QueryCsv):
-            gpus, inv.bad_rows = f.gpus, f.bad_rows
-            inv.driver = inv.driver or f.driver
-            if not f.fields and not f.errors:
-                inv.notes.append("--query-gpu output without a header and of unknown fields: not read")
-        elif name == "nvml":
-            gpus = f.records
-            inv.driver, inv.cuda = inv.driver or f.driver, inv.cuda or f.cuda
-            err = f.tool_error()
-            if err is not None and not f.ok:
-                inv.notes.append(err.line)
-                if err.kind != "library_missing":
-                    inv.errors.append(err)
-        elif name == "nvidia-smi-q":
-            gpus = f.records if f.listing else []
-            inv.driver, inv.cuda = inv.driver or f.driver, inv.cuda or f.cuda
-        else:
-            gpus = f.records if name == "nvidia-smi-table" else f.gpus
-            inv.driver = inv.driver or getattr(f, "driver", "")
-            inv.cuda = inv.cuda or getattr(f, "cuda", "")
-            inv.mig_devices = max(inv.mig_devices, getattr(f, "mig_devices", 0))
+        gpus = _listing_gpus(name, f, inv)
         inv.errors.extend(getattr(f, "errors", []))
-        if gpus or (isinstance(f, QueryCsv) and f.bad_rows):
-            inv.counts[name] = len(gpus) + (len(f.bad_rows) if isinstance(f, QueryCsv) else 0)
+        rows = len(f.bad_rows) if isinstance(f, QueryCsv) else 0
+        if gpus or rows:
+            inv.counts[name] = len(gpus) + rows
             if not inv.source:
-                inv.source, inv.gpus = name, list(gpus)
+                inv.source, inv.gpus = name, gpus
+                inv.partial = bool(getattr(f, "partial", False))
     inv.errors = list({e.line: e for e in inv.errors}.values())
     return inv
 
@@ -152,89 +187,118 @@ def _socket_split(gpus: list[GpuRecord]) -> tuple[int, int] | None:
             return None
         if dom != 0:
             return None
-        low, high = (low + 1, high) if bus < 0x80 else (low, high + 1)
+        if bus < 0x80:
+            low += 1
+        else:
+            high += 1
     return low, high
 
 
 def _count_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
     expected = int(prof.get("gpu.count", 0) or 0)
     present = f"present: {_labels(inv.gpus)}"
-    if expected and inv.seen < expected:
+    src = f"gpu.count = {expected} ({prof.source('gpu.count')})"
+    if inv.partial:
+        f.note(f"the listing is a fragment of the nvidia-smi table: {inv.seen} GPU(s) shown, the count is not graded")
+    elif expected and inv.seen < expected:
         idx = sorted(g.index for g in inv.gpus)
         gaps = sorted(set(range(max(idx, default=-1) + 1)) - set(idx))
-        f.add(Status.FAIL, f"{inv.seen} of {expected} GPUs visible"
+        f.add("gpu.inventory/gpus-missing", f"{inv.seen} of {expected} GPUs visible"
               + (f" (index {', '.join(map(str, gaps))} missing)" if gaps else ""),
-              [present, f"gpu.count = {expected} ({prof.source('gpu.count')})", *[g.line for g in inv.gpus][:12]],
-              LOST_REMEDY)
+              [present, src, *[g.line for g in inv.gpus][:12]], LOST_REMEDY)
     elif expected and inv.seen > expected:
-        f.add(Status.WARN, f"{inv.seen} GPUs visible, profile expects {expected}",
-              [present, f"gpu.count = {expected} ({prof.source('gpu.count')})"],
+        f.add("gpu.inventory/extra-gpus", f"{inv.seen} GPUs visible, profile expects {expected}", [present, src],
               "grade this node with the profile that matches its hardware (--profile)")
     elif not expected and prof.get("gpu.expect_symmetric_sockets", False) and inv.seen > 1 and not inv.bad_rows:
-        split = _socket_split(inv.gpus)
-        if split and min(split) > 0 and split[0] != split[1] and inv.seen % 2:
-            f.add(Status.FAIL, f"{inv.seen} GPUs, a GPU is probably missing ({split[0]} on one CPU socket, "
-                               f"{split[1]} on the other)",
-                  [g.line for g in inv.gpus]
-                  + [f"gpu.expect_symmetric_sockets = true ({prof.source('gpu.expect_symmetric_sockets')})"],
-                  LOST_REMEDY + "; if the node really has an odd GPU count, set gpu.count in a site profile")
+        _socket_finding(inv, prof, f)
     if len(set(inv.counts.values())) > 1:
-        f.add(Status.WARN, "GPU count differs between sources: " + ", ".join(f"{k} {v}" for k, v in inv.counts.items()),
+        f.add("gpu.inventory/listings-disagree",
+              "GPU count differs between sources: " + ", ".join(f"{k} {v}" for k, v in inv.counts.items()),
               [f"{k}: {v} GPUs" for k, v in inv.counts.items()],
               "a GPU appearing and disappearing points at a failing GPU or PCIe link: check dmesg for Xid 79")
 
 
+def _socket_finding(inv: Inventory, prof: Profile, f: Findings) -> None:
+    split = _socket_split(inv.gpus)
+    if split and min(split) > 0 and split[0] != split[1] and inv.seen % 2:
+        f.add("gpu.inventory/gpu-missing-by-socket-layout",
+              f"{inv.seen} GPUs, a GPU is probably missing ({split[0]} on one CPU socket, {split[1]} on the other)",
+              [g.line for g in inv.gpus]
+              + [f"gpu.expect_symmetric_sockets = true ({prof.source('gpu.expect_symmetric_sockets')})"],
+              LOST_REMEDY + "; if the node really has an odd GPU count, set gpu.count in a site profile")
+
+
+def _error_findings(inv: Inventory, f: Findings, listed: bool) -> None:
+    """The GPUs nvidia-smi names by an error line instead of listing them, one finding per kind."""
+    for kind, code in GPU_ERROR_CODES.items():
+        errs = inv.about_gpus((kind,))
+        if not errs:
+            continue
+        names = ", ".join(f"{e.bus_id or '?'}" + (f" ({e.detail})" if e.detail else "") for e in errs)
+        if kind == "gpu_lost" and listed:
+            summary = f"{len(errs)} GPU(s) do not answer: {names}"
+        elif kind == "gpu_lost":
+            summary = "no usable GPU: " + ", ".join(
+                f"GPU {e.bus_id or '?'} does not answer" + (f" ({e.detail})" if e.detail else "") for e in errs)
+        else:
+            summary = f"GPU {names} {_ERROR_WORDS[kind]}"
+        remedy = LOST_REMEDY if kind == "gpu_lost" else errs[0].remedy
+        f.add(f"gpu.inventory/{code}", summary, [line for e in errs for line in e.lines], remedy)
+
+
 def _health_findings(inv: Inventory, f: Findings) -> None:
     """GPUs that are listed but do not answer, and listing rows that could not be read."""
-    if inv.lost:
-        f.add(Status.FAIL, f"{len(inv.lost)} GPU(s) do not answer: "
-              + ", ".join(f"{e.bus_id or '?'}" + (f" ({e.detail})" if e.detail else "") for e in inv.lost),
-              [e.line for e in inv.lost], LOST_REMEDY)
+    _error_findings(inv, f, listed=True)
     broken = [g for g in inv.gpus if g.broken]
-    if broken:
-        f.add(Status.FAIL, "GPU not answering: " + ", ".join(f"{g.label} {g.broken[0]}" for g in broken),
-              [g.line for g in broken], LOST_REMEDY)
+    reset = [g for g in broken if any("reset" in b.lower() for b in g.broken)]
+    for code, gpus in (("gpu.inventory/gpu-requires-reset", reset),
+                       ("gpu.inventory/gpu-lost", [g for g in broken if g not in reset])):
+        if gpus:
+            f.add(code, "GPU not answering: " + ", ".join(f"{g.label} {g.broken[0]}" for g in gpus),
+                  [g.line for g in gpus], LOST_REMEDY)
     if inv.bad_rows:
-        f.add(Status.ERROR, f"{len(inv.bad_rows)} --query-gpu row(s) could not be read: "
+        f.add("gpu.inventory/unreadable-row", f"{len(inv.bad_rows)} --query-gpu row(s) could not be read: "
               + "; ".join(f"line {b.n}: {b.why}" for b in inv.bad_rows[:3]),
               [f"line {b.n}: {b.line}" for b in inv.bad_rows],
               "a row that does not fit the CSV header is a GPU that was listed but not read: rerun "
               "`nvidia-smi --query-gpu=... --format=csv` on the node and check that GPU's row")
 
 
-def _config_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
+def _model_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
     model = str(prof.get("gpu.model", "") or "")
-    if model:
-        wrong = [g for g in inv.gpus if not _model_matches(g.name, model)]
-        if wrong:
-            f.add(Status.FAIL, f"{len(wrong)} GPU(s) are not {model}: " + ", ".join(sorted({str(g.name) for g in wrong})),
-                  [f"{g.label}: {g.name}" for g in wrong] + [f"gpu.model = {model} ({prof.source('gpu.model')})"],
-                  "grade this node with the profile that matches its hardware (--profile), or move it to the "
-                  "partition for that GPU model")
+    wrong = [g for g in inv.gpus if model and not _model_matches(g.name, model)]
+    if wrong:
+        f.add("gpu.inventory/wrong-model",
+              f"{len(wrong)} GPU(s) are not {model}: " + ", ".join(sorted({str(g.name) for g in wrong})),
+              [f"{g.label}: {g.name}" for g in wrong] + [f"gpu.model = {model} ({prof.source('gpu.model')})"],
+              "grade this node with the profile that matches its hardware (--profile), or move it to the "
+              "partition for that GPU model")
     models = list(dict.fromkeys(g.name for g in inv.gpus if g.name))
     if len(models) > 1:
-        f.add(Status.WARN, f"mixed GPU models on one node: {', '.join(models)}", [f"{g.label}: {g.name}" for g in inv.gpus],
+        f.add("gpu.inventory/mixed-models", f"mixed GPU models on one node: {', '.join(models)}",
+              [f"{g.label}: {g.name}" for g in inv.gpus],
               "mixed models make collectives run at the slowest GPU's pace; check the node's build")
     off = [g for g in inv.gpus if g.persistence is False]
     if prof.get("gpu.persistence_mode", False) and off:
-        f.add(Status.WARN, f"persistence mode off on {_labels(off)}",
+        f.add("gpu.inventory/persistence-off", f"persistence mode off on {_labels(off)}",
               [g.evidence(("index", "pci.bus_id", "persistence_mode")) for g in off]
               + [f"gpu.persistence_mode = true ({prof.source('gpu.persistence_mode')})"],
               "enable the persistence daemon (`systemctl enable --now nvidia-persistenced`) or run `nvidia-smi -pm 1`")
-    on = [g for g in inv.gpus if to_bool(g.mig_mode) is True]
-    pending = [g for g in inv.gpus if to_bool(g.mig_mode) is not True and to_bool(g.mig_pending)]
-    if prof.get("gpu.mig_allowed", True):
-        if on:
-            f.note(f"MIG enabled on {_labels(on)} (allowed by profile {prof.name})")
-        return
-    src = f"gpu.mig_allowed = false ({prof.source('gpu.mig_allowed')})"
+
+
+def _mig_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
+    on = [g for g in inv.gpus if to_bool(g.mig_mode) is True or g.mig_devices]
+    pending = [g for g in inv.gpus if g not in on and to_bool(g.mig_pending)]
+    allowed = bool(prof.get("gpu.mig_allowed", True))
+    src = f"gpu.mig_allowed = {str(allowed).lower()} ({prof.source('gpu.mig_allowed')})"
+    devices = [f"{inv.mig_devices} MIG device(s) listed, counted as part of their physical GPU"] \
+        if inv.mig_devices else []
     if on:
-        f.add(Status.FAIL, f"MIG enabled on {_labels(on)}",
-              [g.evidence(MIG_KEYS) for g in on] + ([f"{inv.mig_devices} MIG device(s) listed"] if inv.mig_devices else [])
-              + [src], "drain the node; disable MIG (`nvidia-smi -i <index> -mig 0`), then reset the GPU "
-                       "(`nvidia-smi -i <index> -r`) or reboot")
+        f.add("gpu.inventory/mig-enabled" if allowed else "gpu.inventory/mig-not-allowed",
+              f"MIG enabled on {_labels(on)}", [g.evidence(MIG_KEYS) for g in on] + devices + [src],
+              MIG_REMEDY if allowed else "drain the node; " + MIG_REMEDY)
     if pending:
-        f.add(Status.WARN, f"MIG will turn on at the next reset of {_labels(pending)}",
+        f.add("gpu.inventory/mig-pending", f"MIG will turn on at the next reset of {_labels(pending)}",
               [g.evidence(MIG_KEYS) for g in pending] + [src],
               "clear the pending MIG mode (`nvidia-smi -i <index> -mig 0`) before the next GPU reset")
 
@@ -256,39 +320,42 @@ def _pcie_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
     src_w = f"gpu.min_pcie_width = {min_width} ({prof.source('gpu.min_pcie_width')})"
     src_g = f"gpu.min_pcie_gen = {min_gen} ({prof.source('gpu.min_pcie_gen')})"
     if narrow:
-        f.add(Status.FAIL, f"PCIe link trained below x{min_width} on {_labels(narrow)}",
+        f.add("gpu.inventory/pcie-width-degraded", f"PCIe link trained below x{min_width} on {_labels(narrow)}",
               [g.evidence(PCIE_KEYS) for g in narrow] + [src_w],
               "drain the node; reseat the GPU/riser or replace the PCIe cable/slot of the named GPU (a narrower "
               "link cuts host<->GPU and GPUDirect RDMA bandwidth); check `lspci -vv` LnkSta for the device")
     if capped:
-        f.add(Status.FAIL, f"PCIe link cannot reach Gen{min_gen} on {_labels(capped)}",
+        f.add("gpu.inventory/pcie-gen-capped", f"PCIe link cannot reach Gen{min_gen} on {_labels(capped)}",
               [g.evidence(PCIE_KEYS) for g in capped] + [src_g],
               "check the BIOS PCIe speed setting for the slot and the riser/retimer; reseat the GPU; drain until fixed")
     if slow:
-        f.add(Status.WARN, f"PCIe link below Gen{min_gen} while in P0 on {_labels(slow)}",
+        f.add("gpu.inventory/pcie-gen-low-in-p0", f"PCIe link below Gen{min_gen} while in P0 on {_labels(slow)}",
               [g.evidence(PCIE_KEYS) for g in slow] + [src_g],
               "re-check under load (`nvidia-smi -q -d PCIE`); a link that stays slow under load needs the "
               "GPU reseated or the riser replaced")
 
 
 def _no_gpu_result(ctx: CheckContext, inv: Inventory, facts: dict[str, Any]) -> Result:
-    lost = inv.lost
-    if lost:
-        return ctx.result(Status.FAIL, "no usable GPU: " + ", ".join(
-            f"GPU {e.bus_id or '?'} does not answer" + (f" ({e.detail})" if e.detail else "") for e in lost),
-            evidence=[e.line for e in inv.errors] + inv.notes, remedy=LOST_REMEDY, facts=facts)
-    if inv.errors:
-        e = inv.errors[0]
-        return ctx.result(Status.FAIL, f"no GPU listed: {e.line}", evidence=[x.line for x in inv.errors] + inv.notes,
-                          remedy=f"{e.remedy}; {DRIVER_REMEDY}", facts=facts)
+    f = Findings(notes=list(inv.notes))
+    _error_findings(inv, f, listed=False)
+    per_gpu = {e.line for e in inv.errors if e.kind in GPU_ERROR_CODES}
+    other = [e for e in inv.errors if e.line not in per_gpu and e.kind not in ("reset_failed",)]
+    if other and not inv.about_gpus((*UNUSABLE, "no_permission")):
+        e = other[0]
+        f.add("gpu.inventory/no-gpu-listed", f"no GPU listed: {e.line}", [line for x in other for line in x.lines],
+              f"{e.remedy}; {DRIVER_REMEDY}")
     if inv.bad_rows:
-        return ctx.result(Status.ERROR, f"none of the {len(inv.bad_rows)} --query-gpu row(s) could be read",
-                          evidence=[f"line {b.n}: {b.why}: {b.line}" for b in inv.bad_rows],
-                          remedy="rerun `nvidia-smi --query-gpu=... --format=csv` on the node", facts=facts)
-    return ctx.result(Status.ERROR, "no GPU listing could be read from the output",
-                      evidence=inv.notes or ["no GPU line, CSV row or table row found"],
-                      remedy="run `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv` by hand and check "
-                             "its output", facts=facts)
+        f.add("gpu.inventory/unreadable-row", f"none of the {len(inv.bad_rows)} --query-gpu row(s) could be read",
+              [f"line {b.n}: {b.why}: {b.line}" for b in inv.bad_rows],
+              "rerun `nvidia-smi --query-gpu=... --format=csv` on the node")
+    if not f and inv.nvml_error is not None:
+        f.add("gpu.inventory/nvml-unavailable", f"no GPU listed: NVML could not be loaded ({inv.nvml_error.line})",
+              [inv.nvml_error.line, *inv.notes], f"{inv.nvml_error.remedy} (see gpu.driver)")
+    if not f:
+        f.add(unread_code(ctx), "not recognised: no GPU line, CSV row or table row could be read "
+              "from the nvidia-smi output", inv.notes or ["no GPU line, CSV row or table row found"],
+              "run `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv` by hand and check its output")
+    return f.result(ctx, "no GPU listed", facts)
 
 
 def grade_inventory(ctx: CheckContext) -> Result:
@@ -299,17 +366,16 @@ def grade_inventory(ctx: CheckContext) -> Result:
         "count": len(inv.gpus), "models": models, "driver": inv.driver, "cuda_version": inv.cuda,
         "source": inv.source, "counts_by_source": inv.counts, "mig_devices": inv.mig_devices,
         "lost": [e.bus_id for e in inv.lost], "unreadable_rows": [b.n for b in inv.bad_rows],
-        "gpus": [g.as_facts() for g in inv.gpus],
+        "gpus": [g.as_facts() for g in inv.gpus], "partial": inv.partial,
     }
     if not inv.gpus:
         return _no_gpu_result(ctx, inv, facts)
     f = Findings(notes=list(inv.notes))
     _health_findings(inv, f)
     _count_findings(inv, prof, f)
-    _config_findings(inv, prof, f)
+    _model_findings(inv, prof, f)
+    _mig_findings(inv, prof, f)
     _pcie_findings(inv, prof, f)
-    if inv.mig_devices:
-        f.note(f"{inv.mig_devices} MIG device(s) listed; counted as part of their physical GPU")
     expected = int(prof.get("gpu.count", 0) or 0)
     ok = (f"{len(inv.gpus)} x {', '.join(models) or 'GPU'}" + (f", driver {inv.driver}" if inv.driver else "")
           + (f" (profile {prof.name} expects {expected})" if expected else ""))
@@ -328,7 +394,7 @@ def profile_hint(store: Any) -> tuple[str | None, int | None]:
         # a GPU that fell off the bus is still one of the node's GPUs: an 8-GPU board with one
         # lost keeps its 8-GPU profile, so the loss is graded against the count it should have
         listed = {pci_id(g.bus_id) for g in inv.gpus if g.bus_id}
-        lost = {e.pci for e in inv.lost if e.pci and e.pci not in listed}
+        lost = {e.pci for e in inv.about_gpus(UNUSABLE) if e.pci and e.pci not in listed}
         return names.most_common(1)[0][0], inv.seen + len(lost)
     q = facts("nvidia-smi-q")
     if q is not None and q.gpus:
@@ -339,6 +405,25 @@ def profile_hint(store: Any) -> tuple[str | None, int | None]:
     if isinstance(nv, NvlinkReport) and nv.gpus:
         return Counter(g.name for g in nv.gpus).most_common(1)[0][0], len(nv.gpus)
     return None, None
+
+
+# ---------------------------------------------------------------------------------------
+# Tool errors in the nvlink and topo listings
+
+
+def tool_errors(check: str, errors: list[ToolError], tool: str, expected: bool, f: Findings) -> None:
+    """What a listing printed instead of rows: a GPU that does not answer, or a driver failure.
+    Where the profile expects what the listing shows on every GPU (NVLinks, a local NIC), the
+    missing GPU or listing FAILs the check; elsewhere it is not graded here (ERROR: gpu.inventory
+    and gpu.driver grade the GPU and the driver), never passed as fine with the rest."""
+    for err in errors:
+        if err.kind == "inforom_corrupted":
+            continue  # a warning about a GPU that is listed: gpu.inventory reports it
+        gpu = err.kind in GPU_ERROR_CODES
+        code = ("gpu-not-listed" if gpu else "tool-failed") if expected and err.kind != "no_permission" \
+            else "not-graded"
+        what = f"{err.bus_id or 'a GPU'} not listed by {tool}: {err.summary}" if gpu else f"{tool} failed: {err.line}"
+        f.add(f"{check}/{code}", what, list(err.lines), err.remedy)
 
 
 # ---------------------------------------------------------------------------------------
@@ -365,73 +450,85 @@ NVLINK_DOWN_REMEDY = ("drain the node; check `nvidia-smi nvlink -e` error counte
                       "a reboot re-trains the links; links that stay down need the GPU or NVSwitch baseboard serviced")
 
 
-def unread_gpus(errors: list[ToolError], tool: str, expected: bool, f: Findings) -> None:
-    """GPUs a listing names by an error line instead of a row (a GPU fallen off the bus) are not
-    graded as fine with the rest: FAIL where the profile expects what the listing shows on every
-    GPU (NVLinks, a local NIC), else ERROR (not graded)."""
-    for err in errors:
-        f.add(Status.FAIL if expected else Status.ERROR,
-              f"{err.bus_id or 'a GPU'} not listed by {tool}: {err.summary}", [err.line], err.remedy)
+def _no_nvlink_result(ctx: CheckContext, rep: NvlinkReport | None) -> Result:
+    prof = ctx.profile
+    per_gpu = int(prof.get("nvlink.links_per_gpu", 0) or 0)
+    f = Findings()
+    tool_errors("gpu.nvlink", rep.errors if rep is not None else [], "nvidia-smi nvlink", bool(per_gpu), f)
+    if f:
+        return f.result(ctx, "", {"links_total": 0})
+    if rep is not None and rep.unparsed:
+        return ctx.finding(unread_code(ctx), "not recognised: nvidia-smi nvlink output without a GPU "
+                           "line (expected `GPU <n>: <name> (UUID: ...)` and its `Link <n>:` lines)",
+                           evidence=rep.unparsed[:5], remedy="run `nvidia-smi nvlink --status` by hand and check "
+                           "its output", facts={"links_total": 0})
+    inp = ctx.input("nvidia-smi-nvlink")
+    if inp is not None and per_gpu:
+        return ctx.finding("gpu.nvlink/no-nvlink", f"no NVLink reported; profile {prof.name} expects {per_gpu} per GPU",
+                           evidence=[f"`{inp.cmdline}` listed no GPU",
+                                     f"nvlink.links_per_gpu = {per_gpu} ({prof.source('nvlink.links_per_gpu')})"],
+                           remedy="check that the fabric manager runs and the NVSwitch baseboard is seen "
+                                  "(`nvidia-smi -q | grep -A3 Fabric`); reboot; service the baseboard if it persists",
+                           facts={"links_total": 0})
+    return ctx.result(Status.PASS, "no NVLink on this node (nothing to grade)", facts={"links_total": 0})
+
+
+def _gpu_link_facts(g: NvlinkGpu, per_gpu: int) -> dict[str, Any]:
+    return {"index": g.index, "name": g.name, "links_up": len(g.up), "links_down": len(g.down),
+            "expected": per_gpu, "speeds_gbps": sorted({ln.gbps for ln in g.up if ln.gbps})}
+
+
+def _down_findings(rep: NvlinkReport, prof: Profile, f: Findings) -> list[dict[str, Any]]:
+    """Links inactive or missing, per GPU; the per-GPU facts."""
+    facts_gpus, bad, ev, srcs = [], [], [], []
+    for g in rep.gpus:
+        per_gpu, src = expected_links(prof, g.name)
+        missing = max(0, per_gpu - len(g.links))
+        facts_gpus.append(_gpu_link_facts(g, per_gpu))
+        if not (g.down or missing or (g.all_inactive and not g.links)):
+            continue
+        what = [f"{len(g.down)} inactive"] if g.down else []
+        what += [f"{missing} missing"] if missing else []
+        what += ["all inactive"] if g.all_inactive and not g.links and not missing else []
+        bad.append((per_gpu, f"GPU {g.index} ({', '.join(what)})"))
+        ev += [g.line, *[ln.line for ln in g.down], *g.notes]
+        srcs += [src] if src and src not in srcs else []
+    if bad:
+        names = "; ".join(b[1] for b in bad)
+        if any(per for per, _ in bad):
+            f.add("gpu.nvlink/link-down", f"NVLink down: {names}", ev + srcs, NVLINK_DOWN_REMEDY)
+        elif any(g.up for g in rep.gpus):
+            f.add("gpu.nvlink/link-down-unknown-model", f"NVLink down on a node that uses NVLink: {names}", ev,
+                  NVLINK_DOWN_REMEDY)
+        else:
+            f.note("no active NVLink on any GPU: NVLink not in use on this node")
+    return facts_gpus
 
 
 def grade_nvlink(ctx: CheckContext) -> Result:
     rep: NvlinkReport | None = ctx.facts("nvidia-smi-nvlink")
     prof = ctx.profile
-    min_gbps = float(prof.get("nvlink.min_link_gbps", 0) or 0)
     if rep is None or not rep.gpus:
-        errs = rep.errors if rep is not None else []
-        per_gpu = int(prof.get("nvlink.links_per_gpu", 0) or 0)
-        if errs:
-            return ctx.result(Status.FAIL if per_gpu else Status.ERROR, f"nvidia-smi nvlink failed: {errs[0].line}",
-                              evidence=[e.line for e in errs], remedy=errs[0].remedy)
-        if rep is not None and rep.unparsed:
-            return ctx.result(Status.ERROR, "nvidia-smi nvlink output not understood", evidence=rep.unparsed[:5],
-                              remedy="run `nvidia-smi nvlink --status` by hand and check its output")
-        inp = ctx.input("nvidia-smi-nvlink")
-        if inp is not None and per_gpu:
-            return ctx.result(Status.FAIL, f"no NVLink reported; profile {prof.name} expects {per_gpu} per GPU",
-                              evidence=[f"`{inp.cmdline}` listed no GPU",
-                                        f"nvlink.links_per_gpu = {per_gpu} ({prof.source('nvlink.links_per_gpu')})"],
-                              remedy="check that the fabric manager runs and the NVSwitch baseboard is seen "
-                                     "(`nvidia-smi -q | grep -A3 Fabric`); reboot; service the baseboard if it persists")
-        return ctx.result(Status.PASS, "no NVLink on this node (nothing to grade)", facts={"links_total": 0})
+        return _no_nvlink_result(ctx, rep)
+    if rep.other and not any(g.links or g.all_inactive for g in rep.gpus):
+        return ctx.finding(unread_code(ctx), "not recognised: nvidia-smi nvlink output without link "
+                           "states (expected `Link <n>: <speed> GB/s` or `<inactive>`; these are another "
+                           "sub-command's lines)", evidence=rep.other[:5],
+                           remedy="run `nvidia-smi nvlink --status` for the link states", facts={"links_total": 0})
+    min_gbps = float(prof.get("nvlink.min_link_gbps", 0) or 0)
     f = Findings()
-    unread_gpus(rep.errors, "nvidia-smi nvlink", bool(prof.get("nvlink.links_per_gpu", 0)), f)
-    uses_nvlink = any(g.up for g in rep.gpus)
-    facts_gpus = []
-    bad, ev, srcs = [], [], []
-    for g in rep.gpus:
-        per_gpu, src = expected_links(prof, g.name)
-        missing = max(0, per_gpu - len(g.links))
-        facts_gpus.append({"index": g.index, "name": g.name, "links_up": len(g.up), "links_down": len(g.down),
-                           "expected": per_gpu, "speeds_gbps": sorted({ln.gbps for ln in g.up if ln.gbps})})
-        if g.down or missing or (g.all_inactive and not g.links):
-            what = [f"{len(g.down)} inactive"] if g.down else []
-            what += [f"{missing} missing"] if missing else []
-            what += ["all inactive"] if g.all_inactive and not g.links and not missing else []
-            bad.append((g, per_gpu, f"GPU {g.index} ({', '.join(what)})"))
-            ev += [g.line, *[ln.line for ln in g.down], *g.notes]
-            if src and src not in srcs:
-                srcs.append(src)
-    if bad:
-        names = "; ".join(b[2] for b in bad)
-        if any(per for _, per, _ in bad):
-            f.add(Status.FAIL, f"NVLink down: {names}", ev + srcs, NVLINK_DOWN_REMEDY)
-        elif uses_nvlink:
-            f.add(Status.WARN, f"NVLink down on a node that uses NVLink: {names}", ev, NVLINK_DOWN_REMEDY)
-        else:
-            f.note("no active NVLink on any GPU: NVLink not in use on this node")
+    tool_errors("gpu.nvlink", rep.errors, "nvidia-smi nvlink", bool(prof.get("nvlink.links_per_gpu", 0)), f)
+    facts_gpus = _down_findings(rep, prof, f)
     slow = [(g, ln) for g in rep.gpus for ln in g.up if min_gbps and ln.gbps is not None and ln.gbps < min_gbps]
     if slow:
-        f.add(Status.WARN, f"{len(slow)} NVLink(s) below {min_gbps:g} GB/s",
+        f.add("gpu.nvlink/link-slow", f"{len(slow)} NVLink(s) below {min_gbps:g} GB/s",
               [f"{g.line} / {ln.line}" for g, ln in slow]
               + [f"nvlink.min_link_gbps = {min_gbps:g} ({prof.source('nvlink.min_link_gbps')})"],
               "a link trained at reduced speed slows every collective: reboot to re-train; service the "
               "GPU/baseboard if it persists")
-    total = sum(len(g.links) for g in rep.gpus)
     speeds = sorted({ln.gbps for g in rep.gpus for ln in g.up if ln.gbps})
-    facts = {"links_total": total, "links_down": sum(len(g.down) for g in rep.gpus), "links_slow": len(slow),
-             "gpus": facts_gpus}
+    facts = {"links_total": sum(len(g.links) for g in rep.gpus), "links_down": sum(len(g.down) for g in rep.gpus),
+             "links_slow": len(slow), "gpus": facts_gpus}
     ok = f"{sum(len(g.up) for g in rep.gpus)} NVLinks up on {len(rep.gpus)} GPU(s)"
     ok += f", {'/'.join(f'{s:g}' for s in speeds)} GB/s" if speeds else ""
     return f.result(ctx, ok, facts)
@@ -441,74 +538,102 @@ def grade_nvlink(ctx: CheckContext) -> Result:
 # gpu.topology
 
 
+NIC_REMEDY = ("GPUDirect RDMA needs a NIC under the same PCIe switch: check that every HCA is seen (`ibstat`, "
+              "`lspci | grep -i mellanox`) and its driver (mlx5_core) is loaded; reseat a missing HCA")
+
+
 def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, f: Findings) -> None:
     """GPUDirect RDMA wants a NIC under each GPU's PCIe switch (PIX/PXB)."""
     levels = "/".join(str(x).upper() for x in (prof.get("topology.local_nic_levels") or ["PIX", "PXB"]))
     without = [g for g in topo.gpus if not local[g]]
-    require = bool(prof.get("topology.require_local_nic", False))
-    remedy = ("GPUDirect RDMA needs a NIC under the same PCIe switch: check that every HCA is seen (`ibstat`, "
-              "`lspci | grep -i mellanox`) and its driver (mlx5_core) is loaded; reseat a missing HCA")
+    if not without:
+        return
     evidence = [topo.header, *[topo.lines[g] for g in without]]
-    if require and without:
-        f.add(Status.FAIL, f"{len(without)} GPU(s) without a NIC at {levels}: {', '.join(without)}"
-              + ("" if topo.nics else " (no NIC in the matrix)"),
-              evidence + [f"topology.require_local_nic = true ({prof.source('topology.require_local_nic')})"], remedy)
+    if prof.get("topology.require_local_nic", False):
+        f.add("gpu.topology/gpu-without-local-nic-required", f"{len(without)} GPU(s) without a NIC at {levels}: "
+              f"{', '.join(without)}" + ("" if topo.nics else " (no NIC in the matrix)"),
+              evidence + [f"topology.require_local_nic = true ({prof.source('topology.require_local_nic')})"],
+              NIC_REMEDY)
     elif topo.nics and len(without) == len(topo.gpus):
-        f.add(Status.WARN, f"0 GPU(s) with a local NIC: all {len(topo.nics)} NIC(s) are across a host bridge or the "
-                           "CPU interconnect, so GPUDirect RDMA crosses the CPU", evidence, remedy)
-    elif topo.nics and without:
-        f.note(f"GPU(s) without a NIC at {levels}: {', '.join(without)}")
+        f.add("gpu.topology/no-gpu-near-a-nic", f"0 GPU(s) with a local NIC: all {len(topo.nics)} NIC(s) are across "
+              "a host bridge or the CPU interconnect, so GPUDirect RDMA crosses the CPU", evidence, NIC_REMEDY)
+    elif topo.nics:
+        f.add("gpu.topology/gpu-without-local-nic", f"{len(without)} GPU(s) without a NIC at {levels}: "
+              f"{', '.join(without)}: their inter-node traffic crosses the host bridge or the CPU interconnect",
+              evidence, "balance the NICs over the GPUs' PCIe switches (one per GPU or per GPU pair), or pin the "
+              "job's ranks so that those GPUs' traffic uses the nearest NIC; " + NIC_REMEDY)
+
+
+def _pair_findings(topo: TopoMatrix, pairs: dict[str, str], prof: Profile, f: Findings) -> None:
+    per_gpu = int(prof.get("nvlink.links_per_gpu", 0) or 0)
+    if not per_gpu or len(topo.gpus) < 2:
+        return
+    src = f"nvlink.links_per_gpu = {per_gpu} ({prof.source('nvlink.links_per_gpu')})"
+    not_nv = {p: c for p, c in pairs.items() if c and not c.upper().startswith("NV")}
+    few = {p: c for p, c in pairs.items() if c.upper().startswith("NV") and int(c[2:] or 0) < per_gpu}
+    for found, code, what, remedy in (
+            (not_nv, "gpu.topology/pair-not-nvlink", "not on NVLink",
+             "drain the node; check the fabric manager (`systemctl status nvidia-fabricmanager`) and "
+             "`nvidia-smi nvlink --status`; a reboot re-trains NVLink; persistent gaps need the NVSwitch "
+             "baseboard serviced"),
+            (few, "gpu.topology/pair-fewer-nvlinks", f"with fewer than {per_gpu} NVLinks",
+             "see gpu.nvlink for the links that are down; a reboot re-trains them")):
+        if found:
+            rows = sorted({r for p in found for r in p.split("-")})
+            f.add(code, f"{len(found)} GPU pair(s) {what}: " + ", ".join(f"{p} {c}" for p, c in list(found.items())[:8]),
+                  [topo.header, *[topo.lines[r] for r in rows], src], remedy)
+
+
+def _topo_expects(prof: Profile) -> bool:
+    """The profile expects something of every GPU's matrix row (NVLinks to each GPU, a local NIC)."""
+    return bool(prof.get("nvlink.links_per_gpu", 0) or prof.get("topology.require_local_nic", False))
+
+
+def _no_matrix_result(ctx: CheckContext, topo: TopoMatrix | None) -> Result:
+    f = Findings()
+    tool_errors("gpu.topology", topo.errors if topo is not None else [], "nvidia-smi topo", _topo_expects(ctx.profile),
+                f)
+    if f:
+        return f.result(ctx, "", {"gpu_count": 0})
+    return ctx.finding(unread_code(ctx), "not recognised: no topology matrix in the nvidia-smi topo -m "
+                       "output (expected a header naming GPU0.. and a `GPU0  X ...` row)",
+                       evidence=[topo.header] if topo is not None and topo.header else ["(no GPU0 row)"],
+                       remedy="run `nvidia-smi topo -m` by hand and check its output", facts={"gpu_count": 0})
+
+
+def _topology_facts(topo: TopoMatrix, local: dict[str, list[str]], pairs: dict[str, str]) -> dict[str, Any]:
+    gpus = topo.gpus
+    return {"gpus": [{"gpu": g, "local_nics": local[g],
+                      **{k.lower().replace(" ", "_"): v for k, v in topo.affinity.get(g, {}).items()}} for g in gpus],
+            "gpu_count": len(gpus), "nics": [topo.nic_name(n) for n in topo.nics], "pairs": pairs,
+            "gpus_without_local_nic": [g for g in gpus if not local[g]] if topo.nics else [],
+            "nic_legend": topo.nic_legend}
 
 
 def grade_topology(ctx: CheckContext) -> Result:
     topo: TopoMatrix | None = ctx.facts("nvidia-smi-topo")
     prof = ctx.profile
-    per_gpu = int(prof.get("nvlink.links_per_gpu", 0) or 0)
     if topo is None or not topo.gpus:
-        errs = topo.errors if topo is not None else []
-        if errs:
-            return ctx.result(Status.FAIL if per_gpu or prof.get("topology.require_local_nic", False) else Status.ERROR,
-                              f"nvidia-smi topo failed: {errs[0].line}", evidence=[e.line for e in errs],
-                              remedy=errs[0].remedy)
-        return ctx.result(Status.ERROR, "no topology matrix found in the nvidia-smi topo -m output",
-                          evidence=[topo.header] if topo is not None and topo.header else ["(no GPU0 row)"],
-                          remedy="run `nvidia-smi topo -m` by hand and check its output")
+        return _no_matrix_result(ctx, topo)
     levels = [str(x).upper() for x in (prof.get("topology.local_nic_levels") or ["PIX", "PXB"])]
     gpus = topo.gpus
     local = {g: [topo.nic_name(n) for n in topo.nics if topo.matrix[g].get(n, "").upper() in levels] for g in gpus}
     pairs = {f"{a}-{b}": topo.matrix[a].get(b, "") for i, a in enumerate(gpus) for b in gpus[i + 1:]}
     f = Findings()
-    short = [g for g in gpus if len(topo.matrix[g]) < len(topo.devices)]
-    if short:
-        f.note(f"matrix rows not fully parsed: {', '.join(short)}")
-    if per_gpu and len(gpus) > 1:
-        src = f"nvlink.links_per_gpu = {per_gpu} ({prof.source('nvlink.links_per_gpu')})"
-        not_nv = {p: c for p, c in pairs.items() if c and not c.upper().startswith("NV")}
-        few = {p: c for p, c in pairs.items() if c.upper().startswith("NV") and int(c[2:] or 0) < per_gpu}
-        for found, status, what, remedy in (
-                (not_nv, Status.FAIL, "not on NVLink",
-                 "drain the node; check the fabric manager (`systemctl status nvidia-fabricmanager`) and "
-                 "`nvidia-smi nvlink --status`; a reboot re-trains NVLink; persistent gaps need the NVSwitch "
-                 "baseboard serviced"),
-                (few, Status.WARN, f"with fewer than {per_gpu} NVLinks",
-                 "see gpu.nvlink for the links that are down; a reboot re-trains them")):
-            if found:
-                rows = sorted({r for p in found for r in p.split("-")})
-                f.add(status, f"{len(found)} GPU pair(s) {what}: " + ", ".join(f"{p} {c}" for p, c in list(found.items())[:8]),
-                      [topo.header, *[topo.lines[r] for r in rows], src], remedy)
+    if topo.short:
+        f.add(unread_code(ctx), "not recognised: matrix row(s) with cells that are not a known link "
+              f"level: {', '.join(topo.short)} (graded on the cells read)", [topo.header, *[topo.lines[g] for g in
+                                                                                topo.short]],
+              "run `nvidia-smi topo -m` by hand and check the row(s)")
+    _pair_findings(topo, pairs, prof, f)
     _nic_findings(topo, local, prof, f)
-    unread_gpus(topo.errors, "nvidia-smi topo", bool(per_gpu or prof.get("topology.require_local_nic", False)), f)
-    facts = {"gpus": [{"gpu": g, "local_nics": local[g],
-                       **{k.lower().replace(" ", "_"): v for k, v in topo.affinity.get(g, {}).items()}} for g in gpus],
-             "gpu_count": len(gpus), "nics": [topo.nic_name(n) for n in topo.nics], "pairs": pairs,
-             "gpus_without_local_nic": [g for g in gpus if not local[g]] if topo.nics else [],
-             "nic_legend": topo.nic_legend}
+    tool_errors("gpu.topology", topo.errors, "nvidia-smi topo", _topo_expects(prof), f)
     ok = f"{len(gpus)} GPU(s)"
     if len(gpus) > 1:
         ok += ", pairs: " + ", ".join(f"{c} x{n}" for c, n in Counter(pairs.values()).most_common())
     with_nic = sum(1 for g in gpus if local[g])
     ok += f"; {len(topo.nics)} NIC(s), {with_nic} GPU(s) with a local NIC" if topo.nics else "; no NIC in the matrix"
-    return f.result(ctx, ok, facts)
+    return f.result(ctx, ok, _topology_facts(topo, local, pairs))
 
 
 # ---------------------------------------------------------------------------------------
@@ -537,5 +662,5 @@ register(Check(
 ))
 engine.register_profile_hint(profile_hint, probes=(PROBE_QUERY,))
 
-__all__ = ["LISTINGS", "PROBE_L", "PROBE_NVLINK", "PROBE_NVML", "PROBE_QUERY", "PROBE_TOPO", "QUERY_FIELDS",
-           "Inventory", "build_inventory", "expected_links", "profile_hint"]
+__all__ = ["GPU_ERROR_CODES", "LISTINGS", "PROBE_L", "PROBE_NVLINK", "PROBE_NVML", "PROBE_QUERY", "PROBE_TOPO",
+           "QUERY_FIELDS", "Inventory", "build_inventory", "expected_links", "profile_hint", "tool_errors"]

@@ -1,9 +1,15 @@
 """`nvidia-smi nvlink --status` / `nvlink -s` as facts.
 
-One `GPU N: <name> (UUID: ...)` header per GPU, then `Link L: 26.562 GB/s` per link, or
-`Link L: <inactive>`; a GPU whose links are all down prints `NVML: Unable to retrieve NVLink
-information as all links are inactive` (older drivers: `all links are inActive`) instead of
-links. A listing may hold one GPU (`-i 6`): it says nothing about the others.
+One `GPU N: <name> (UUID: ...)` header per GPU, then one line per link: `Link L: 26.562 GB/s`
+(the speed the link trained at: 20 GB/s NVLink1 .. 25.781 V100, 25 A100, 26.562 H100, 50
+Blackwell), or `Link L: <inactive>`. A GPU whose links are all down prints `NVML: Unable to
+retrieve NVLink information as all links are inactive` (older drivers: `inActive`) instead of
+links; a GPU without NVLink prints nothing under its header. A listing may hold one GPU (`-i
+6`): it says nothing about the others.
+
+Other `nvlink` sub-commands print Link lines too (`-e`: `Link 0: Replay Errors: 0`, `-gt d`:
+`Link 0: Data Tx: 1 KiB`, `-c`: `Link 0, P2P is supported: true`): those are not link states
+and are kept apart (`GpuLinks.other`), never read as links that are down.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from preflight.parsers.nvsmi_errors import ToolError, errors_in
 from preflight.parsers.nvsmi_list import GPU_LINE
 
 _LINK = re.compile(r"^\s*Link\s+(\d+)\s*:\s*(.*?)\s*$")
-_GBPS = re.compile(r"([\d.]+)\s*GB/s", re.I)
+_STATE = re.compile(r"^(?:<\s*inactive\s*>|inactive|(\d+(?:\.\d+)?)\s*GB/s)$", re.I)
 _ALL_INACTIVE = re.compile(r"all links are inactive", re.I)
 
 
@@ -38,6 +44,7 @@ class NvlinkGpu:
     links: list[Link] = field(default_factory=list)
     all_inactive: bool = False  # NVML said every link is inactive (no per-link lines)
     notes: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # Link lines that are not a link state
 
     @property
     def up(self) -> list[Link]:
@@ -58,28 +65,41 @@ class NvlinkReport:
     def recognised(self) -> bool:
         return bool(self.gpus)
 
+    @property
+    def other(self) -> list[str]:
+        """Link lines of another nvlink sub-command (counters, capabilities)."""
+        return [t for g in self.gpus for t in g.other]
+
+
+def _link_line(g: NvlinkGpu, line: str, m: re.Match[str]) -> None:
+    st = _STATE.match(m.group(2))
+    if st is None:
+        g.other.append(line.strip())
+        return
+    gbps = float(st.group(1)) if st.group(1) else None
+    g.links.append(Link(int(m.group(1)), gbps is not None and gbps > 0, gbps, line.strip()))
+
 
 def parse(doc: Doc) -> NvlinkReport:
     texts = [ln.text for ln in doc.lines]
     out = NvlinkReport(errors=errors_in(texts))
+    error_lines = {t for e in out.errors for t in e.lines}
     for raw in texts:
         line = raw.rstrip()
         if not line.strip():
             continue
-        m = GPU_LINE.match(line.strip())
-        if m and not line[:1].isspace():
+        m = GPU_LINE.match(line)
+        if m:
             out.gpus.append(NvlinkGpu(int(m.group(1)), m.group(2).strip(), (m.group(3) or "").strip(), line.strip()))
             continue
         if not out.gpus:
-            if line.strip() not in {e.line for e in out.errors}:
+            if line.strip() not in error_lines:
                 out.unparsed.append(line.strip())
             continue
         g = out.gpus[-1]
         lm = _LINK.match(line)
         if lm:
-            sp = _GBPS.search(lm.group(2))
-            gbps = float(sp.group(1)) if sp else None
-            g.links.append(Link(int(lm.group(1)), gbps is not None and gbps > 0, gbps, line.strip()))
+            _link_line(g, line, lm)
             continue
         g.notes.append(line.strip())
         if _ALL_INACTIVE.search(line):
@@ -88,6 +108,7 @@ def parse(doc: Doc) -> NvlinkReport:
 
 
 def detect(doc: Doc) -> bool:
+    """A GPU header line with link lines (a state or a counter) or the all-inactive message."""
     lines = [ln.text for ln in doc.head(400)]
     return any(GPU_LINE.match(t) for t in lines) and any(_LINK.match(t) or _ALL_INACTIVE.search(t) for t in lines)
 

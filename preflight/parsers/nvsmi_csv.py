@@ -47,6 +47,7 @@ class QueryCsv:
     header_found: bool = False
     noheader: bool = False  # fields taken from the command line
     errors: list[ToolError] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # lines that are neither header, row nor tool error
 
     @property
     def recognised(self) -> bool:
@@ -110,17 +111,30 @@ def _record(row: dict[str, str], position: int, line: str) -> GpuRecord:
     )
 
 
+def _row(out: QueryCsv, fields: list[str], n: int, line: str) -> dict[str, str] | None:
+    """The row's cells by field; a bad row (kept, naming its line) when they do not fit."""
+    try:
+        cells = next(csv.reader([line], skipinitialspace=True))
+    except (csv.Error, StopIteration) as exc:
+        out.bad_rows.append(BadRow(n, line, f"not a CSV row ({exc})"))
+        return None
+    if len(cells) != len(fields):
+        more = "more" if len(cells) > len(fields) else "fewer"
+        out.bad_rows.append(BadRow(n, line, f"{len(cells)} cells, {more} than the header's {len(fields)} fields"))
+        return None
+    return {f: c.strip() for f, c in zip(fields, cells, strict=True)}
+
+
 def parse(doc: Doc) -> QueryCsv:
-    texts = [ln.text for ln in doc.lines]
+    texts = [ln.text.strip() for ln in doc.lines]
     out = QueryCsv()
     fields: list[str] = []
     cmd_fields = command_fields(doc.command)
     if cmd_fields and "noheader" in (doc.command or ""):
         fields, out.noheader = cmd_fields, True
     samples: dict[str, GpuRecord] = {}
-    other: list[str] = []  # lines that are neither header nor row: tool errors, banners
-    for n, raw in enumerate(texts, 1):
-        line = raw.strip()
+    loose: list[str] = []  # lines that are not rows, in order: where tool errors are looked for
+    for n, line in enumerate(texts, 1):
         if not line:
             continue
         head = _is_header(line)
@@ -128,25 +142,22 @@ def parse(doc: Doc) -> QueryCsv:
             fields, out.header_found = head, True
             continue
         if not fields or ("," not in line and len(fields) > 1):
-            other.append(line)  # text before the header, or a message between rows
+            out.other.append(line)  # text before the header, or a message between rows
+            loose.append(line)
             continue
-        try:
-            cells = next(csv.reader([line], skipinitialspace=True))
-        except (csv.Error, StopIteration) as exc:
-            out.bad_rows.append(BadRow(n, line, f"not a CSV row ({exc})"))
+        row = _row(out, fields, n, line)
+        if row is None:
+            loose.append(line)
             continue
-        if len(cells) != len(fields):
-            if errors_in([line]) and len(cells) < 3:
-                other.append(line)  # `Unable to determine the device handle for GPU...: Unknown Error`
-                continue
-            more = "more" if len(cells) > len(fields) else "fewer"
-            out.bad_rows.append(BadRow(n, line, f"{len(cells)} cells, {more} than the header's {len(fields)} fields"))
-            continue
-        row = {f: c.strip() for f, c in zip(fields, cells, strict=True)}
         out.rows.append(row)
         rec = _record(row, len(samples), line)
         samples[rec.uuid or rec.bus_id or str(rec.index)] = rec
-    out.errors = errors_in(other)
+    # `Unable to determine the device handle for GPU0: ...` (and its explanation lines, which may hold
+    # commas) between the rows is the tool's message about a GPU, not a row
+    out.errors = errors_in(loose)
+    claimed = {t for e in out.errors for t in e.lines}
+    out.bad_rows = [b for b in out.bad_rows if b.line not in claimed]
+    out.other = [t for t in out.other if t not in claimed]
     out.fields = fields
     out.gpus = sorted(samples.values(), key=lambda g: g.index)
     drivers = [clean(r.get("driver_version")) for r in out.rows if clean(r.get("driver_version"))]

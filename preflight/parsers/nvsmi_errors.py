@@ -3,7 +3,18 @@
 A message may stand alone (`Failed to initialize NVML: Driver/library version mismatch`), sit
 under the tool's own prefix (`NVIDIA GPU Details | Failed: ...`), inside a monitoring agent's
 log line or a Python bytes literal (`b"NVIDIA-SMI has failed because it couldn't communicate
-with the NVIDIA driver ... \\n\\n"`): they are searched for anywhere in a line. Pure.
+with the NVIDIA driver ... \\n\\n"`): they are searched for anywhere in a line.
+
+nvidia-smi names a GPU it cannot open as `Unable to determine the device handle for GPU
+<bus>: <NVML error string>`, in every spelling its releases used: `for GPU 0000:0B:00.0:`
+(the default table, `-q`), `for GPU0000:0B:00.0:` (old releases), `for GPU0: 0000:0B:00.0:`
+(`--query-gpu`), `for gpu 0000:0B:00.0:` (`-L`). What follows the bus id is NVML's error
+string (nvmlErrorString): `Unknown Error` and `GPU is lost` (fallen off the bus), `GPU
+requires reset`, `Insufficient External Power` or the longer `Unable to communicate with GPU
+because it is insufficiently powered.` (with two explanation lines below it), `Insufficient
+Permissions`, `Not Found`. Where the error string is on the next line (`... for gpu
+0000:01:00.0:` then `GPU is lost. Reboot the system to recover this GPU`), that line is read as
+the detail. Pure.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from dataclasses import dataclass
 from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, pci_id
 
-_BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_BUS = r"[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 _BUS_DETAIL = re.compile(rf"({_BUS})(?:\s*:\s*(.*))?")
 
 
@@ -24,17 +35,28 @@ class ToolError:
     """A message nvidia-smi or NVML prints instead of data."""
 
     kind: str  # version_mismatch | no_driver | no_devices | library_missing | gpu_lost | nvml_init
-    #            | reset_failed | needs_reset
+    #            | reset_failed | needs_reset | no_permission | insufficient_power | inforom_corrupted
     line: str  # the message as printed (the line it is in)
     summary: str
     remedy: str
     bus_id: str = ""  # "0000:01:00.0" as printed, when the message names a GPU
     detail: str = ""  # what the tool said after the bus id ("Unknown Error", "In use by another client")
+    more: tuple[str, ...] = ()  # the message's further lines (an explanation nvidia-smi prints below it)
 
     @property
     def pci(self) -> str:
         return pci_id(self.bus_id) if self.bus_id else ""
 
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """Every line the message spans."""
+        return (self.line, *self.more)
+
+
+LOST_REMEDY = ("the GPU fell off the bus or hung (Xid 79 class): drain the node and reboot it; reseat or RMA the GPU "
+               "if it happens again")
+_HANDLE = re.compile(rf"Unable to (?:determine|detect) the device handle for\s*(?:GPU\s*(?:\d+\s*:\s*)?)?"
+                     rf"(?P<bus>{_BUS})?(?:\s*:\s*(?P<detail>.*))?", re.I)
 
 # (kind, pattern, summary, remedy). Order matters: the first pattern that matches a line wins.
 PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
@@ -45,38 +67,41 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "(or, with no GPU process running, unload and reload the nvidia modules); if it persists after the reboot, "
      "reinstall the driver packages so kernel module and libraries are one version"),
     ("no_driver",
-     re.compile(r"couldn'?t communicate with the NVIDIA driver|NVMLError_DriverNotLoaded|\bDriver Not Loaded\b|"
-                r"Unable to load the NVIDIA kernel module|NVIDIA kernel module missing", re.I),
+     re.compile(r"couldn'?t communicate with (?:the )?NVIDIA driver|NVMLError_DriverNotLoaded|\bDriver Not Loaded\b|"
+                r"Unable to load the NVIDIA kernel module|NVIDIA kernel module missing|"
+                r"could not open the device file /dev/nvidiactl", re.I),
      "the NVIDIA kernel driver is not loaded",
      "load the driver (modprobe nvidia; check that its DKMS module is built for the running kernel), "
      "then check dmesg for NVRM errors"),
-    ("gpu_lost",
-     re.compile(rf"Unable to determine the device handle for\s*(?:GPU\s*(?:\d+\s*:\s*)?)?(?P<bus>{_BUS})?"
-                r"(?:\s*:\s*(?P<detail>.*))?|\bGPU is lost\b|NVMLError_GpuIsLost|\[GPU is lost\]", re.I),
-     "a GPU does not answer the driver",
-     "the GPU fell off the bus or hung (Xid 79 class): drain the node and reboot it; reseat or RMA the GPU "
-     "if it happens again"),
+    ("gpu_lost", _HANDLE, "a GPU does not answer the driver", LOST_REMEDY),
+    ("gpu_lost", re.compile(r"\bGPU is lost\b|NVMLError_GpuIsLost|\[GPU is lost\]", re.I),
+     "a GPU does not answer the driver", LOST_REMEDY),
     ("needs_reset",
      re.compile(r"\[GPU requires reset\]|GPU requires reset|NVMLError_ResetRequired", re.I),
      "a GPU needs a reset before it can be used",
      "drain the node and reset the GPU (nvidia-smi -r -i <index>) once no process uses it, or reboot"),
     ("reset_failed",
      re.compile(rf"could not be reset|GPU (?P<bus>{_BUS}): (?P<detail>In use by another client|.*reset.*failed.*)|"
-                r"Unable to reset GPU", re.I),
+                r"Unable to reset (?:this )?GPU", re.I),
      "a GPU reset did not happen",
      "stop every process holding the GPU (nvidia-persistenced, DCGM, the device plugin, monitoring agents: "
      "`nvidia-smi --query-compute-apps=pid --format=csv`, `lsof /dev/nvidia*`), then reset again; reboot if it "
      "still refuses. Keep the node drained until the reset has applied"),
     ("no_devices",
-     re.compile(r"No devices were found|No NVIDIA GPU found|NVML: device count is 0", re.I),
+     re.compile(r"No devices were found|^No devices found\.?$|No NVIDIA GPU found|NVML: device count is 0", re.I),
      "the driver is loaded but finds no GPU",
      "check the PCIe link (lspci -d 10de:), and dmesg for Xid 79 (GPU fell off the bus); "
      "drain, power-cycle the node, reseat or RMA the GPU if it stays missing"),
     ("library_missing",
      re.compile(r"NVML Shared Library Not Found|NVMLError_LibraryNotFound|libnvidia-ml\.so\S*: cannot open|"
-                r"nvidia-smi: (?:command )?not found", re.I),
+                r"couldn'?t find libnvidia-ml\.so|nvidia-smi: (?:command )?not found", re.I),
      "the NVML library (libnvidia-ml.so) or nvidia-smi is not installed or not visible",
      "install the NVIDIA driver's user-space libraries (or expose them to the container)"),
+    ("inforom_corrupted",
+     re.compile(rf"infoROM is corrupted at gpu\s*(?P<bus>{_BUS})?", re.I),
+     "a GPU's infoROM is corrupted",
+     "the GPU still works but its ECC and error records are not kept reliably: plan an RMA of the board; "
+     "`nvidia-smi -q -d ECC` and the InfoROM version show the state"),
     ("nvml_init",
      re.compile(r"Failed to initialize NVML: .*|NVMLError_\w+|pynvml cannot be imported.*|"
                 r"NVIDIA-SMI has failed\b.*", re.I),
@@ -84,47 +109,107 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "run nvidia-smi by hand on the node; check dmesg for NVRM errors and that the user can open /dev/nvidia*"),
 ]
 
+# What NVML's error string after a GPU's bus id makes of the device-handle message. The default is
+# a GPU that does not answer (Unknown Error, GPU is lost, Not Found, Timeout).
+_DETAIL_KINDS: list[tuple[str, re.Pattern[str], str, str]] = [
+    ("needs_reset", re.compile(r"requires reset", re.I), "a GPU needs a reset before it can be used",
+     "drain the node and reset the GPU (nvidia-smi -r -i <index>) once no process uses it, or reboot"),
+    ("insufficient_power", re.compile(r"Insufficient External Power|insufficiently powered", re.I),
+     "a GPU does not get enough power to start",
+     "check the GPU's auxiliary power cables and the PSUs (nvidia-smi names the cables as not attached or not "
+     "seated); drain the node until it is fixed"),
+    ("no_permission", re.compile(r"Insufficient Permissions|No Permission", re.I),
+     "the user that ran nvidia-smi may not open this GPU",
+     "check the permissions of /dev/nvidia* (nvidia-modprobe / udev rules) and the cgroup device rules of the "
+     "job or container that ran nvidia-smi; run it as root to see the GPU itself"),
+]
+
+# Lines nvidia-smi prints under a message to explain it: part of that message.
+_MORE = re.compile(r"^(?:This may be because not all required external power|attached, or the attached cables|"
+                   r"Reboot the system to recover)", re.I)
+
 # Lines that look alarming and are not: nvidia-smi's own informational replies.
 _BENIGN = re.compile(r"^(?:Disabled|Enabled) persistence mode for GPU|^All done\.?$|^GPU \S+ was successfully reset",
                      re.I)
 
 
-def errors_in(lines: Iterable[str]) -> list[ToolError]:
-    """Every tool error message in these lines (each distinct line once)."""
+def _classify(line: str, reset_block: bool) -> tuple[str, re.Match[str], str, str] | None:
+    for kind, pattern, summary, remedy in PATTERNS:
+        m = pattern.search(line)
+        if m is None:
+            continue
+        if kind == "reset_failed" and m.groupdict().get("bus") and not reset_block:
+            continue  # `GPU 00000000:55:00.0: ...` is only a reset failure under its header
+        return kind, m, summary, remedy
+    return None
+
+
+def _handle_error(line: str, m: re.Match[str], detail_next: str) -> ToolError:
+    """The device-handle message: its bus id, NVML's error string, the kind that string says."""
+    bus, detail = m.group("bus") or "", (m.group("detail") or "").strip()
+    if not bus:  # `GPU0000:A1:00.0: ...` and other spellings with the bus id further on
+        bm = _BUS_DETAIL.search(line, m.start())
+        if bm:
+            bus, detail = bm.group(1), (bm.group(2) or detail).strip()
+    more: tuple[str, ...] = ()
+    if not detail and detail_next:
+        detail, more = detail_next, (detail_next,)
+    for kind, pattern, summary, remedy in _DETAIL_KINDS:
+        if pattern.search(detail):
+            return ToolError(kind, line, summary, remedy, bus, detail, more)
+    return ToolError("gpu_lost", line, "a GPU does not answer the driver", LOST_REMEDY, bus, detail, more)
+
+
+def _scan(lines: list[str]) -> list[ToolError]:
     found: list[ToolError] = []
     seen: set[str] = set()
     reset_block = False
-    for raw in lines:
-        line = raw.strip()
-        if not line or line in seen or _BENIGN.search(line):
+    skip = -1
+    for i, line in enumerate(lines):
+        if i <= skip or not line or line in seen or _BENIGN.search(line):
             continue
-        if re.search(r"could not be reset", line, re.I):
-            reset_block = True
-        for kind, pattern, summary, remedy in PATTERNS:
-            m = pattern.search(line)
-            if not m:
-                continue
-            if kind == "reset_failed" and m.groupdict().get("bus") and not reset_block:
-                continue  # `GPU 00000000:55:00.0: ...` is only a reset failure under its header
-            seen.add(line)
-            gd = m.groupdict()
-            bus = gd.get("bus") or ""
-            detail = (gd.get("detail") or "").strip()
-            if kind == "gpu_lost" and not bus:  # `GPU0000:A1:00.0: ...`: the index-less old wording
-                bm = _BUS_DETAIL.search(line, m.start())
-                if bm:
-                    bus, detail = bm.group(1), (bm.group(2) or detail).strip()
-            found.append(ToolError(kind, line, summary, remedy, bus, detail))
-            break
+        if found and _MORE.search(line):
+            last = found[-1]
+            found[-1] = ToolError(last.kind, last.line, last.summary, last.remedy, last.bus_id, last.detail,
+                                  (*last.more, line))
+            continue
+        reset_block = reset_block or "could not be reset" in line.lower()
+        hit = _classify(line, reset_block)
+        if hit is None:
+            continue
+        kind, m, summary, remedy = hit
+        seen.add(line)
+        if m.re is _HANDLE:
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            err = _handle_error(line, m, nxt if _bare_detail(nxt) else "")
+            skip = i + 1 if err.more and err.more[0] == nxt else skip
+            found.append(err)
+            continue
+        gd = m.groupdict()
+        found.append(ToolError(kind, line, summary, remedy, gd.get("bus") or "", (gd.get("detail") or "").strip()))
+    return found
+
+
+def _bare_detail(line: str) -> bool:
+    """A line that is NVML's error string alone (the device-handle message broken after the bus id)."""
+    return bool(line) and not _HANDLE.search(line) and bool(
+        re.match(r"^(?:GPU is lost|Unknown Error|GPU requires reset|Insufficient|Not Found|Timeout)", line, re.I))
+
+
+def errors_in(lines: Iterable[str]) -> list[ToolError]:
+    """Every tool error message in these lines (each distinct line once)."""
+    found = _scan([raw.strip() for raw in lines])
     # one message per GPU and kind (an agent's log line often repeats the tool's own line), and a
     # block header ("The following GPUs could not be reset:") gives way to the GPUs under it
-    named = {(e.kind, e.pci) for e in found if e.pci}
-    kinds_named = {k for k, _ in named}
+    kinds_named = {e.kind for e in found if e.pci}
     out: list[ToolError] = []
+    taken: set[tuple[str, str]] = set()
     for e in found:
-        if (e.pci and (e.kind, e.pci) in {(x.kind, x.pci) for x in out}) or (not e.pci and e.kind in kinds_named
-                                                                               and e.kind in ("reset_failed", "gpu_lost")):
+        if e.pci and (e.kind, e.pci) in taken:
             continue
+        if not e.pci and e.kind in kinds_named and e.kind in ("reset_failed", "gpu_lost"):
+            continue
+        taken.add((e.kind, e.pci))
         out.append(e)
     return out
 
@@ -142,19 +227,20 @@ def error_for(kind: str, line: str) -> ToolError:
 
 
 _OWN = re.compile(r"Failed to initialize NVML:|NVIDIA-SMI has failed because|No devices were found|"
-                  r"Unable to determine the device handle for|could not be reset|GPU requires reset", re.I)
+                  r"^No devices found\.?$|couldn'?t find libnvidia-ml\.so|"
+                  r"Unable to (?:determine|detect) the device handle for|could not be reset|GPU requires reset", re.I)
 
 
 # a listing's own parser reads its lost-GPU lines: -L, the table, --query-gpu CSV, -q, topo -m (a GPU row
-# meeting itself, "GPU0  X")
-_LISTING = re.compile(r"^GPU \d+: .*\(UUID:|^\|=+|^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|NVSMI LOG|"
-                      r"^\s*GPU\d+\s+X\b")
+# meeting itself, "GPU0  X"), nvlink (a Link line)
+_LISTING = re.compile(r"^GPU \d+: .*\((?:UUID|S/N):|^\|=+|^\|\s+\d+\s+.*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|"
+                      r"^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|NVSMI LOG|^\s*GPU\d+\s+X\b|^\s*Link \d+: ")
 
 
 def detect(doc: Doc) -> bool:
     """Output that is an nvidia-smi / NVML failure message (alone, or inside another program's
     log), not a GPU listing that mentions one bad GPU (the listing's own parser reads that)."""
-    head = [ln.text for ln in doc.head(400)]
+    head = [ln.text.strip() for ln in doc.head(400)]
     return any(_OWN.search(t) for t in head) and not any(_LISTING.search(t) for t in head)
 
 
@@ -167,4 +253,4 @@ def first_line(doc: Doc) -> Line | None:
     return next((ln for ln in doc.lines if ln.text.strip()), None)
 
 
-__all__ = ["FORMATS", "PATTERNS", "ToolError", "detect", "error_for", "errors_in", "find"]
+__all__ = ["FORMATS", "LOST_REMEDY", "PATTERNS", "ToolError", "detect", "error_for", "errors_in", "find"]

@@ -1,9 +1,14 @@
 """`nvidia-smi topo -m` as facts: the device matrix, CPU/NUMA affinity, the NIC legend.
 
-The header names the devices (GPU0.., NIC0.. or mlx5_0.. on older drivers) and then the
-affinity columns. Rows give one cell per device: X (self), NV# (# bonded NVLinks), PIX, PXB,
-PHB, NODE, SYS, SOC (old name of NODE), PSB. Columns may be tab- or space-separated, or run
-together where a cell fills its column; the legend below maps NICn to its device name.
+The header names the devices (GPU0.., then NIC0.. on R470 and later, or the RDMA devices'
+own names, `mlx5_0` .. `mlx5_bond_0`, on older drivers) and then the affinity columns: `CPU
+Affinity`, `NUMA Affinity` (R450 and later), `GPU NUMA ID` (R535 and later). Rows give one
+cell per device: X (self), NV# (# bonded NVLinks), PIX, PXB, PHB, NODE, SYS, and SOC (the name
+R3xx drivers gave the path across CPU sockets); PSB is read too. Columns are tab- or
+space-separated, or run together where a copy lost the tabs; a row may end in empty tab
+columns, and the affinity cells of a row may be merged (`0-45,92-1370`). The `NIC Legend:`
+below maps NICn to its device name. A GPU row whose cells cannot all be read is kept as short
+(`short`), never filled in.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
-_DEVICE = re.compile(r"GPU\d+|NIC\d+|mlx\d+_\d+|[a-z]+\d*_\d+")
 _LEVELS = r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|PSB"
 _CELL = re.compile(rf"\s*({_LEVELS})(?=\s|$|{_LEVELS})")
 _AFFINITY_COLS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-_ROW = re.compile(r"^\s*(GPU\d+|NIC\d+|mlx\d+_\d+|[a-z]+\d*_\d+)(?=\s)(.*)$")
+# device names run together in a header that lost its tabs
+_RUN_TOGETHER = re.compile(r"GPU\d+|NIC\d+|[a-z][a-z0-9]*(?:_[a-z]+)*_\d+")
+_SELF_ROW = re.compile(rf"^\s*GPU0\s*X(?=\s|$|{_LEVELS})")
 
 
 @dataclass
@@ -45,33 +51,58 @@ class TopoMatrix:
     def nics(self) -> list[str]:
         return [d for d in self.devices if not d.startswith("GPU")]
 
+    @property
+    def short(self) -> list[str]:
+        """GPU rows with fewer cells than the header has devices (a cell not read)."""
+        return [g for g in self.gpus if len(self.matrix[g]) < len(self.devices)]
+
     def nic_name(self, col: str) -> str:
         return self.nic_legend.get(col, col)
+
+
+def header_devices(header: str) -> list[str]:
+    """The device columns of a header line (the names before the affinity columns)."""
+    cut = min([header.find(c) for c in _AFFINITY_COLS if c in header] or [len(header)])
+    part = header[:cut].strip()
+    names = part.split()
+    if len(names) == 1 and len(_RUN_TOGETHER.findall(part)) > 1:
+        names = _RUN_TOGETHER.findall(part)
+    return names
+
+
+def _header_index(lines: list[str]) -> int | None:
+    # the header names GPU0 as a word (a lost-GPU line above it says "GPU0000:9D:00.0"); the GPU0 row
+    # (GPU0 then its own X cell) is not the header
+    return next((i for i, ln in enumerate(lines)
+                 if re.search(r"(?:^|\s)GPU0(?=\s|GPU1|NIC|CPU|mlx|$)", ln) and not _SELF_ROW.match(ln)), None)
+
+
+def _row_regex(devices: list[str]) -> re.Pattern[str]:
+    names = "|".join(re.escape(d) for d in sorted(devices, key=len, reverse=True))
+    return re.compile(rf"^\s*({names})(?=\s|{_LEVELS})(.*)$")
 
 
 def parse(doc: Doc) -> TopoMatrix:
     lines = [ln.text for ln in doc.lines]
     out = TopoMatrix(errors=errors_in(lines))
-    # the header names GPU0 as a word (a lost-GPU line above it says "GPU0000:9D:00.0")
-    header_i = next((i for i, ln in enumerate(lines)
-                     if re.search(r"\bGPU0\b", ln) and not re.match(r"^\s*GPU0\s+X\b", ln)), None)
+    header_i = _header_index(lines)
     if header_i is None:
         return out
     header = lines[header_i]
     out.header = header.strip()
-    cut = min([header.find(c) for c in _AFFINITY_COLS if c in header] or [len(header)])
-    out.devices = _DEVICE.findall(header[:cut])
+    out.devices = header_devices(header)
+    if not out.devices:
+        return out
     aff_cols = [c for c in _AFFINITY_COLS if c in header]
+    row_rx = _row_regex(out.devices)
     for ln in lines[header_i + 1:]:
-        m = _ROW.match(ln)
+        m = row_rx.match(ln)
         if not m:
             lm = _LEGEND.match(ln)
             if lm:
                 out.nic_legend[lm.group(1)] = lm.group(2)
             continue
         row, rest = m.group(1), m.group(2)
-        if row not in out.devices:
-            continue
         cells: dict[str, str] = {}
         pos = 0
         for col in out.devices:
@@ -82,18 +113,19 @@ def parse(doc: Doc) -> TopoMatrix:
             pos = cm.end()
         out.matrix[row] = cells
         out.lines[row] = ln.strip()
-        tail = [t.strip() for t in re.split(r"\t+|\s{2,}|\s", rest[pos:].strip()) if t.strip()]
+        tail = [t for t in re.split(r"\s+", rest[pos:].strip()) if t]
         out.affinity[row] = dict(zip(aff_cols, tail, strict=False))
     return out
 
 
 def detect(doc: Doc) -> bool:
+    """The GPU0 row meeting itself (`GPU0  X`) below a header that names GPU0."""
     lines = [ln.text for ln in doc.head(200)]
-    row = next((i for i, t in enumerate(lines) if re.match(r"^\s*GPU0\s+X\b", t)), None)
+    row = next((i for i, t in enumerate(lines) if _SELF_ROW.match(t)), None)
     return row is not None and any("GPU0" in t for t in lines[:row])
 
 
 FORMATS = [Format("nvidia-smi-topo", detect=detect, priority=60, description="nvidia-smi topo -m")]
 PARSERS = [ParserSpec("nvidia-smi-topo", parse)]
 
-__all__ = ["FORMATS", "PARSERS", "TopoMatrix", "detect", "parse"]
+__all__ = ["FORMATS", "PARSERS", "TopoMatrix", "detect", "header_devices", "parse"]

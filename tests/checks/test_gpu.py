@@ -138,10 +138,11 @@ def test_inventory_mig_and_persistence() -> None:
     assert "mig.mode.pending=Enabled" in ev  # GPU 3 pending
     assert "persistence_mode=Disabled" in ev  # GPU 7
     assert "nvidia-smi -i <index> -mig 0" in r.remedy and "nvidia-persistenced" in r.remedy
-    # generic allows MIG and does not require persistence: a note only
+    assert "gpu.inventory/mig-not-allowed" in r.facts["codes"] and "gpu.inventory/mig-pending" in r.facts["codes"]
+    # generic allows MIG: a WARN a site may turn into a pass; persistence is not required there
     g = one(grade("gpu.inventory", {"nvidia-smi-query": cap}, profile="generic"))
-    assert g.status is Status.PASS
-    assert any("MIG enabled" in e for e in g.evidence)
+    assert g.status is Status.WARN and g.summary.startswith("MIG enabled on GPU 1")
+    assert "gpu.inventory/mig-enabled" in g.facts["codes"] and "gpu.inventory/persistence-off" not in g.facts["codes"]
 
 
 def test_inventory_pcie_width_and_capped_gen_fail_idle_downshift_is_noted() -> None:
@@ -189,7 +190,8 @@ def test_smi_L_counts_physical_gpus_not_mig_devices() -> None:
     r = one(grade("gpu.inventory", {"nvidia-smi-L": capture("nvidia-smi-L",
                                                              fixture_text("nvidia-smi/smi_L_2xa100_mig.txt"))},
                   profile="generic", mode="analyze"))
-    assert r.status is Status.PASS and r.facts["count"] == 2 and r.facts["mig_devices"] == 5
+    assert r.status is Status.WARN and r.facts["count"] == 2 and r.facts["mig_devices"] == 5
+    assert r.facts["codes"] == ["gpu.inventory/mig-enabled"] and "GPU 0, GPU 1" in r.summary
 
 
 def test_smi_L_detector() -> None:
@@ -264,13 +266,13 @@ def test_nvml_json_field_errors_tolerated() -> None:
     assert parsed.ok and parsed.gpus[0].pcie_gen is None
     r = one(grade("gpu.inventory", {"nvml": capture("nvml", fixture_text("nvidia-smi/nvml_1xh100_mig_notsupported.json"))},
                   profile="generic", mode="analyze"))
-    assert r.status is Status.PASS
+    assert r.status is Status.WARN and r.facts["codes"] == ["gpu.inventory/mig-enabled"]  # MIG on, nothing else
 
 
 def test_nvml_json_library_missing_is_error_alone_and_noted_beside_smi() -> None:
     bad = capture("nvml", fixture_text("nvidia-smi/nvml_libnotfound.json"))
     r = one(grade("gpu.inventory", {"nvml": bad}, profile="generic", mode="analyze"))
-    assert r.status is Status.ERROR
+    assert r.status is Status.ERROR and r.facts["codes"] == ["gpu.inventory/nvml-unavailable"]
     assert any("NVMLError_LibraryNotFound" in e for e in r.evidence)
     ok = capture("nvidia-smi-query", fixture_text("nvidia-smi/query_8xh100_ok.csv"))
     r2 = one(grade("gpu.inventory", {"nvidia-smi-query": ok, "nvml": bad}, profile="h100-sxm-8x"))
@@ -421,8 +423,10 @@ def test_topo_fewer_nvlinks_warns() -> None:
 def test_topo_gpu_without_local_nic() -> None:
     r = topo("topo/topo_8xh100_gpu6_no_local_nic.txt")  # the profile requires a local NIC per GPU
     assert r.status is Status.FAIL and r.facts["gpus_without_local_nic"] == ["GPU6"]
-    g = topo("topo/topo_8xh100_gpu6_no_local_nic.txt", "generic")
-    assert g.status is Status.PASS and g.facts["gpus_without_local_nic"] == ["GPU6"]
+    assert r.facts["codes"] == ["gpu.topology/gpu-without-local-nic-required"]
+    g = topo("topo/topo_8xh100_gpu6_no_local_nic.txt", "generic")  # NICs shown, GPU6 has none near it
+    assert g.status is Status.WARN and g.facts["gpus_without_local_nic"] == ["GPU6"]
+    assert g.facts["codes"] == ["gpu.topology/gpu-without-local-nic"] and "GPU6" in g.summary
 
 
 def test_topo_spaces_and_merged_header() -> None:

@@ -13,14 +13,23 @@ from tests.corpus import assert_expected, graded
 EXPECTED: dict[str, dict[str, str]] = {
     "nvidia-smi/query_gpu_csv_allfields_1xH100_590.48.01_idle_nvgpuexp.csv": {"gpu.inventory": "pass"},
     "nvidia-smi/query_gpu_csv_allfields_1xH100_590.48.01_load_nvgpuexp.csv": {"gpu.inventory": "pass"},
-    "nvidia-smi/query_gpu_csv_allfields_1xH200_mig_enabled_590.48.01_idle_nvgpuexp.csv": {"gpu.inventory": "pass"},
-    "nvidia-smi/nvidia_smi_L_1xH200_mig_5_instances_nvgpuexp.txt": {"gpu.inventory": "pass"},
+    # MIG on (mig.mode.current Enabled / 5 MIG devices under the GPU): the GPU is healthy, but a job asking
+    # for whole GPUs does not get one; WARN by policy (gpu.inventory/mig-enabled), a MIG site sets it to pass
+    "nvidia-smi/query_gpu_csv_allfields_1xH200_mig_enabled_590.48.01_idle_nvgpuexp.csv": {"gpu.inventory": "warn"},
+    "nvidia-smi/nvidia_smi_L_1xH200_mig_5_instances_nvgpuexp.txt": {"gpu.inventory": "warn"},
     "nvidia-smi/smi_table_8xH100_550.90.07_healthy_gpud.txt": {"gpu.inventory": "pass"},
     "nvidia-smi/smi_table_1xH100_590.48.01_load_nvgpuexp.txt": {"gpu.inventory": "pass"},
     "nvidia-smi/smi_table_1gpu_525.125.06_fan_ERR_gpud.txt": {"gpu.inventory": "pass"},
     "nvidia-smi/nvlink_status_8xA100_sxm4_80gb_gpud.txt": {"gpu.nvlink": "pass"},
     "nvidia-smi/nvlink_s_1xH100_vm_18links_26.562GBs_nvgpuexp.txt": {"gpu.nvlink": "pass"},
     "topo/topo_m_1xH100_vm_ansi_underline_header_nvgpuexp.txt": {"gpu.topology": "pass"},
+    # Batch 3: every GPU has a PIX/PXB NIC (the NICs with no GPU are storage/management) -> pass
+    "topo/topo_m_8xH100_580.126.20_12nics_pix_pxb_pairs_tabs.txt": {"gpu.topology": "pass"},
+    "topo/topo_m_8xH20_535.161.08_8nics_pix_tabs_sglang24966.txt": {"gpu.topology": "pass"},
+    "topo/topo_m_8xH800_580.105.08_mlx5_gdr_nics_merged_affinity_col_sglang21210.txt": {"gpu.topology": "pass"},
+    "topo/topo_m_dgxA100_mlx5_columns_no_nic_legend.txt": {"gpu.topology": "pass"},
+    # GPU4-7 see every NIC as SYS: their inter-node traffic crosses the CPU interconnect -> warn
+    "topo/topo_m_8xA100_4nics_gpus4to7_no_local_nic.txt": {"gpu.topology": "warn"},
     "nvidia-smi/nvlink_status_gpu6_a100_nvml_unable_all_links_inactive_aznhc.txt": {"gpu.nvlink": "fail"},
     "nvidia-smi/smi_table_prompt_above_510.47.03_geforce_4gb_kvm_fm_start_failed_gpuop356.txt":
         {"gpu.inventory": "pass"},
@@ -41,6 +50,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         {"gpu.inventory": "fail"},
     "nvml-errors/nvidia_smi_mismatch_prompt_proc_version_520.56.06_vs_dpkg_nvidia_smi_525.85.12_illinois70.txt":
         {"gpu.inventory": "fail"},
+    # Batch 3: `Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error` alone -> that GPU is lost
+    "nvml-errors/nvidia_smi_unable_to_determine_device_handle_unknown_error.txt": {"gpu.inventory": "fail"},
 }
 
 MINE = ("gpu.inventory", "gpu.nvlink", "gpu.topology")
