@@ -1,39 +1,131 @@
 """nccl.transport: which transport NCCL chose and what went wrong, from NCCL_DEBUG=INFO/WARN
 logs (the facts of `preflight.parsers.nccl_log`). The all-reduce measurements are graded by
 `nccl_tests.py` (`nccl.allreduce`).
+
+Errors: the WARN that ended the job is its root cause (a CUDA allocation failure explains the
+socket errors of the other ranks; an IB completion, queue-pair or verbs failure names the HCA;
+a failed connect names the peer and the interface); lost peers and proxy failures that only
+follow from it are kept as its evidence. Transport: the socket transport across nodes, bad
+interfaces (loopback, container and VM bridges, Docker's default network), HCAs per GPU,
+plugins, RoCE across subnets, NVLS and GPUDirect RDMA. Whether the job spans several nodes is
+read from the log itself (hosts, nNodes/localRanks, network channels, ranks beyond a node's
+GPUs); a log that proves one node never fails for an interface only its bootstrap uses.
+Every finding has a code; its status is in `checks/policy/nccl.toml`.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.findings import Findings
-from preflight.model import Result, Status
+from preflight.model import Result
 from preflight.parsers.nccl_log import WC_STATUS, NcclError, NcclLog, NcclProc
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
+CHECK = "nccl.transport"
+_MLX5 = re.compile(r"^mlx5_(\d+)$")
+NAMED = 4  # hosts/processes named in a summary before "(+N)" (a display limit)
+
+
+def code(name: str) -> str:
+    return f"{CHECK}/{name}"
+
+
 # ---------------------------------------------------------------------------------------
-# nccl.transport
+# who and where
 
 
-def _bad_iface(name: str, profile: Profile) -> bool:
-    """lo, docker0, virbr...: interfaces that do not reach other nodes."""
-    prefixes = [p for p in (profile.get("nccl.bad_interfaces") or []) if isinstance(p, str)]
-    return bool(name) and (name == "lo" or any(name.startswith(p) for p in prefixes))
+def _who(errs: Sequence[NcclError]) -> str:
+    names = list(dict.fromkeys((f"{e.host} GPU{e.dev}" + (f" (rank {e.rank})" if e.rank is not None else ""))
+                               if e.host else "the framework's last NCCL error" for e in errs))
+    return ", ".join(names[:NAMED]) + (f" (+{len(names) - NAMED})" if len(names) > NAMED else "")
 
 
-def _who(errs: list[NcclError]) -> str:
-    names = list(dict.fromkeys(f"{e.host} GPU{e.dev}" + (f" (rank {e.rank})" if e.rank is not None else "")
-                               for e in errs))
-    return ", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else "")
+def _labels(procs: Sequence[NcclProc]) -> str:
+    names = list(dict.fromkeys(p.label for p in procs))
+    return ", ".join(names[:NAMED]) + (f" (+{len(names) - NAMED})" if len(names) > NAMED else "")
 
 
-def _consequences(log: NcclLog) -> list[str]:
-    out = []
+def _proc_of(log: NcclLog, e: NcclError) -> NcclProc | None:
+    return log.procs.get((e.host, e.pid))
+
+
+def _hcas_of(log: NcclLog, e: NcclError) -> str:
+    """The HCA a line names, else the NET/IB devices of its process ("" when unknown)."""
+    if e.detail.get("hca"):
+        return e.detail["hca"]
+    p = _proc_of(log, e)
+    return ", ".join(h.split("/")[0] for h in p.hcas) if p is not None else ""
+
+
+def _ifaces_of(log: NcclLog, e: NcclError) -> str:
+    p = _proc_of(log, e)
+    if p is None:
+        return ""
+    names = list(dict.fromkeys([*p.interfaces, p.bootstrap, p.oob]))
+    return ", ".join(n for n in names if n)
+
+
+def _warn_text(e: NcclError) -> str:
+    return e.line.split("WARN", 1)[-1].strip()
+
+
+# ---------------------------------------------------------------------------------------
+# how far the job reaches: one node or several
+
+
+@dataclass
+class Scope:
+    multi: list[str] = field(default_factory=list)  # lines proving several nodes
+    single: list[str] = field(default_factory=list)  # lines proving one node
+
+    @property
+    def one_node(self) -> bool:
+        return bool(self.single) and not self.multi
+
+
+def _multi_node(procs: Sequence[NcclProc], gpus_per_node: int) -> list[str]:
+    hosts = sorted({p.host for p in procs})
+    out = [f"{len(hosts)} hosts in the log: {', '.join(hosts[:NAMED])}"] if len(hosts) > 1 else []
+    for p in procs:
+        if p.nnodes is not None and p.nnodes > 1 or (p.local_ranks and p.nranks and p.nranks > p.local_ranks):
+            out.append(p.evidence.get("size", ""))
+        if p.net_channels:
+            out.append(p.evidence.get("channel_net", ""))
+        if gpus_per_node and p.nranks and p.nranks > gpus_per_node:
+            out.append(f"{p.label}: nranks {p.nranks} > {gpus_per_node} GPUs per node (gpu.count)")
+    return list(dict.fromkeys(x for x in out if x))
+
+
+def _one_node(procs: Sequence[NcclProc]) -> list[str]:
+    sized = [p for p in procs if p.nnodes == 1 or (p.local_ranks and p.nranks == p.local_ranks)]
+    if sized:
+        return [sized[0].evidence.get("size", "")]
+    intra = [p for p in procs if p.intra]
+    if len({p.host for p in procs}) == 1 and intra and not any(p.net_channels for p in procs):
+        return [f"every channel in the log is within the node: {intra[0].evidence.get('intra', '')}"]
+    return []
+
+
+def job_scope(procs: Sequence[NcclProc], prof: Profile) -> Scope:
+    return Scope(_multi_node(procs, int(prof.get("gpu.count") or 0)), _one_node(procs))
+
+
+# ---------------------------------------------------------------------------------------
+# errors: the root cause among NCCL's WARN lines
+
+
+def _consequences(log: NcclLog, extra: Sequence[NcclError] = ()) -> list[str]:
+    out = [e.line for e in extra[:2]]
+    if extra:
+        out.append(f"{len(extra)} lost-peer / proxy error line(s) follow from it")
     if log.cascade:
         out.append(f"{log.cascade} '-> N' return-code line(s) are the error unwinding, not new errors")
     if log.service_closed:
@@ -42,61 +134,322 @@ def _consequences(log: NcclLog) -> list[str]:
     return out
 
 
+def _cuda(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    why = re.search(r"Cuda failure (?:\d+ )?'([^']+)'", errs[0].line)
+    f.add(code("cuda-error"), f"CUDA error in NCCL on {_who(errs)}" + (f": {why.group(1)}" if why else ""),
+          [e.line for e in errs[:3]] + after, "read the CUDA error; check the GPU (Xid in dmesg, nvidia-smi) of that rank")
+
+
+def _ib_async(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    d = errs[0].detail
+    where = f"{d['hca']}:{d.get('port', '1')}" if d.get("hca") else _hcas_of(log, errs[0]) or "its HCA"
+    f.add(code("ib-async-fatal"), f"IB fatal async event on {where} ({d.get('event') or 'fatal error'}) on "
+                                  f"{_who(errs)}", [e.line for e in errs[:3]] + after,
+          "the HCA, its port or a queue on it failed: check ibstat (port state), dmesg (mlx5_core errors), the "
+          "link and the switch port; drain the node if the HCA reports a catastrophic error")
+
+
+def _ib_completion(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    e = errs[0]
+    num = int(e.detail.get("code", "-1"))
+    meaning = WC_STATUS.get(num, "the RDMA operation failed")
+    vendor = f", vendor err {e.detail['vendor']}" if e.detail.get("vendor") else ""
+    hca = _hcas_of(log, e)
+    f.add(code("ib-completion-error"), f"NET/IB completion error {num} from peer {e.detail.get('peer', '?')} on "
+                                       f"{_who(errs)}" + (f" via {hca}" if hca else "") + f"{vendor}: {meaning}",
+          [*[x.line for x in errs[:3]], *after],
+          "error 4: check nvidia-peermem (lsmod | grep peermem), ACS disabled on the PCIe switches and the IOMMU "
+          "setting, and memory registration limits (ulimit -l)" if num in (4, 10) else
+          "check the HCA and link of both ends (ibstat, ibv_devinfo, the switch port counters) and the peer's logs")
+
+
+def _qp_setup(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    d = errs[0].detail
+    hcas = _hcas_of(log, errs[0])
+    where = d["dev"] + (f":{d['port']}" if d.get("port") else "") if d.get("dev") else \
+        f"{hcas} (the NET/IB devices of that process)" if hcas else "(not named in the log)"
+    states = f" ({d['cur']} -> {d['next']})" if d.get("cur") and d.get("next") else ""
+    gid = f", GID index {d['gid']}" if d.get("gid") else ""
+    why = f"{d.get('errno', '')} {d.get('why', '')}".strip() or "error"
+    f.add(code("ib-qp-setup-failed"), f"queue pair setup failed{states} on dev {where}: {why}{gid} on {_who(errs)}",
+          [x.line for x in errs[:3]] + after,
+          "the two NICs cannot reach each other: on RoCE check NCCL_IB_GID_INDEX (the RoCEv2 IPv4 GID), routing "
+          "between the rails and PFC/ECN; on rail-only fabrics set NCCL_CROSS_NIC=0; 'No such device': the GID or "
+          "netdev of the RDMA port is gone (ibv_devinfo -v, show_gids); on IB check the subnet manager and the ports "
+          "(ibstat)")
+
+
+def _ib_verbs(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    d = errs[0].detail
+    call = d.get("call") or d.get("post") or "an ibverbs call"
+    why = d.get("why") or d.get("pwhy") or "failed"
+    hca = _hcas_of(log, errs[0])
+    f.add(code("ib-verbs-call-failed"), f"{call} failed ({why}) on {_who(errs)}" + (f", HCA {hca}" if hca else ""),
+          [e.line for e in errs[:3]] + after,
+          "'Cannot allocate memory' on ibv_create_qp/create_cq/reg_mr: raise the locked-memory limit (ulimit -l "
+          "unlimited in the job and the container) and check the HCA's resource limits; otherwise check the HCA "
+          "(ibstat, ibv_devinfo) and that /dev/infiniband is visible to the job")
+
+
+def _simple(name: str, what: str, remedy: str) -> Callable[[NcclLog, list[NcclError], Findings, list[str]], None]:
+    def add(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+        f.add(code(name), f"{what} on {_who(errs)}: {_warn_text(errs[0])[:160]}", [e.line for e in errs[:3]] + after,
+              remedy)
+    return add
+
+
+def _connect(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    d = errs[0].detail
+    why = d.get("why") or d.get("awhy") or _warn_text(errs[0])[:120]
+    ifaces = _ifaces_of(log, errs[0])
+    f.add(code("connect-failed"), f"NCCL could not connect to {d.get('peer', 'a peer')} from {_who(errs)} ({why})"
+          + (f" over {ifaces}" if ifaces else ""), [e.line for e in errs[:3]] + after,
+          "the peer's address is not reachable on the interface NCCL uses: set NCCL_SOCKET_IFNAME to an interface "
+          "every host reaches (the same subnet), check firewalls and routes, and that the peer process is alive")
+
+
+def _peer_lost(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    peer = next((e.detail.get("peer") or e.detail.get("rpeer") for e in errs
+                 if e.detail.get("peer") or e.detail.get("rpeer")), "")
+    ifaces = _ifaces_of(log, errs[0])
+    f.add(code("peer-connection-lost"), f"connection to a peer lost on {_who(errs)}" + (f" (peer {peer})" if peer else "")
+          + (f" over {ifaces}" if ifaces else "") + ": a peer process exited or its network path dropped",
+          [x.line for x in errs[:3]] + after,
+          "find the peer that exited first (its log: exception, OOM, Xid) or the interface that dropped; check "
+          "that every host uses a reachable NCCL_SOCKET_IFNAME")
+
+
+_NCCL_ERROR_REMEDY = ("read the NCCL WARN line and the lines before it (run with NCCL_DEBUG=INFO); the host, device "
+                      "and call it names are where to look")
+# root-cause kinds, most explanatory first, and how each is reported
+ROOTS: tuple[tuple[str, Callable[[NcclLog, list[NcclError], Findings, list[str]], None]], ...] = (
+    ("cuda", _cuda),
+    ("ib_async", _ib_async),
+    ("ib_completion", _ib_completion),
+    ("qp_setup", _qp_setup),
+    ("ib_verbs", _ib_verbs),
+    ("ib_config", _simple("ib-incompatible-nics", "NCCL was asked to join NICs of different link layers",
+                          "select NICs of one link type (IB or RoCE) with NCCL_IB_HCA")),
+    ("plugin_error", _simple("net-plugin-error", "the network plugin failed",
+                             "read the plugin's WARN (aws-ofi-nccl, SHARP/IBext): provider, libfabric version and "
+                             "the NIC it names")),
+    ("no_interface", _simple("no-usable-interface", "NCCL found no usable socket interface",
+                             "NCCL_SOCKET_IFNAME (or NCCL_OOB_NET_IFNAME) names no interface that is up with an "
+                             "address on this host, or none in the subnet of NCCL_COMM_ID: fix the setting")),
+    ("socket_connect", _connect),
+    ("duplicate_gpu", _simple("duplicate-gpu", "two ranks were given the same GPU",
+                              "give each rank its own GPU (CUDA_VISIBLE_DEVICES / LOCAL_RANK -> cuda device)")),
+    ("version_mismatch", _simple("version-mismatch", "ranks run different NCCL versions",
+                                 "run the same container/NCCL build on every node")),
+)
+CONSEQUENCES = ("peer_lost", "proxy")
+
+
 def error_findings(log: NcclLog, f: Findings) -> None:
-    """The root cause among NCCL's WARN lines: a CUDA allocation failure explains the socket and
-    proxy errors of the other ranks; an IB completion or queue-pair error names the HCA and peer."""
-    after = _consequences(log)
-    oom, cuda = log.of("cuda_oom"), log.of("cuda")
+    """The root cause among NCCL's WARN lines, the lines that only follow from it as evidence."""
+    later = log.of(*CONSEQUENCES)
+    oom = log.of("cuda_oom")
     if oom:
-        net = log.of("socket_closed", "socket", "ib_completion")
-        f.add(Status.FAIL, f"CUDA out of memory in NCCL on {_who(oom)}"
+        net = log.of("socket_connect", "ib_completion", *CONSEQUENCES)
+        f.add(code("cuda-oom"), f"CUDA out of memory in NCCL on {_who(oom)}"
               + ("; the socket errors on other ranks follow from it" if net else ""),
-              [*[e.line for e in oom[:3]], *[e.line for e in net[:2]], *after],
+              [*[e.line for e in oom[:3]], *[e.line for e in net[:2]], *_consequences(log)],
               "the process ran out of GPU memory while NCCL set up its buffers: lower the job's memory use "
               "(batch size, NCCL_BUFFSIZE, NCCL_NCHANNELS) or free the GPU (another process?); not a network fault")
         return
-    if cuda:
-        f.add(Status.FAIL, f"CUDA error in NCCL on {_who(cuda)}", [e.line for e in cuda[:3]] + after,
-              "read the CUDA error; check the GPU (Xid in dmesg, nvidia-smi) of that rank")
-    comp = log.of("ib_completion")
-    if comp:
-        e = comp[0]
-        code = int(e.detail.get("code", "-1"))
-        meaning = WC_STATUS.get(code, "the RDMA operation failed")
-        peer = e.detail.get("peer", "?")
-        vendor = f", vendor err {e.detail['vendor']}" if e.detail.get("vendor") else ""
-        f.add(Status.FAIL, f"NET/IB completion error {code} from peer {peer} on {_who(comp)}{vendor}: {meaning}",
-              [*[x.line for x in comp[:3]], *after],
-              "error 4: check nvidia-peermem (lsmod | grep peermem), ACS disabled on the PCIe switches and the IOMMU "
-              "setting, and memory registration limits (ulimit -l); error 12/13: check the link and the peer's node "
-              "(ibstat, its logs)" if code in (4, 10) else
-              "check the HCA and link of both ends (ibstat, ibv_devinfo, the switch port counters) and the peer's logs")
-    qp = log.of("qp_setup")
-    if qp:
-        d = qp[0].detail
-        where = d.get("dev", "?") + (f":{d['port']}" if d.get("port") else "")
-        states = f" ({d['cur']} -> {d['next']})" if d.get("cur") and d.get("next") else ""
-        gid = f", GID index {d['gid']}" if d.get("gid") else ""
-        why = f"{d.get('errno', '')} {d.get('why', '')}".strip() or "error"
-        f.add(Status.FAIL, f"queue pair setup failed{states} on dev {where}: {why}{gid} on {_who(qp)}",
-              [x.line for x in qp[:3]] + after,
-              "the two NICs cannot reach each other: on RoCE check NCCL_IB_GID_INDEX (the RoCEv2 IPv4 GID), routing "
-              "between the rails and PFC/ECN; on rail-only fabrics set NCCL_CROSS_NIC=0; on IB check the subnet "
-              "manager and the ports (ibstat)")
-    closed = log.of("socket_closed", "socket")
-    if closed and not comp and not qp:
-        f.add(Status.FAIL, f"connection to a peer lost on {_who(closed)}: a peer process exited or its network path "
-              "dropped", [x.line for x in closed[:3]] + after,
-              "find the peer that exited first (its log: exception, OOM, Xid) or the interface that dropped; check "
-              "that every host uses a reachable NCCL_SOCKET_IFNAME")
+    found = False
+    for kind, report in ROOTS:
+        errs = log.of(kind)
+        if errs:
+            report(log, errs, f, _consequences(log, later if not found else ()))
+            found = True
+    if not found:
+        _unexplained(log, later, f)
+    _lesser(log, f)
+
+
+def _unexplained(log: NcclLog, later: list[NcclError], f: Findings) -> None:
+    """No root-cause WARN: a lost peer, a failed NCCL call whose WARN is not one we know, or a
+    framework's report that NCCL failed."""
+    lost = log.of("peer_lost")
+    if lost:
+        _peer_lost(log, lost, f, _consequences(log))
+        return
+    failed = [e for e in log.of("other", "proxy") if e.fatal]
+    if failed or log.job_errors or log.failed and not log.of("other"):
+        lines = [e.line for e in failed[:3]] + log.job_errors[:2] + list(log.failed.values())[:2]
+        what = _warn_text(failed[0])[:160] if failed else (log.job_errors or ["an NCCL call returned an error"])[0][:160]
+        f.add(code("nccl-error"), f"NCCL call failed on {_who(failed) if failed else 'a rank'}: {what}",
+              lines + _consequences(log), _NCCL_ERROR_REMEDY)
+        return
     other = log.of("other")
-    if other and not f:
-        f.add(Status.WARN, f"{len(other)} NCCL warning(s): {other[0].line.split('WARN', 1)[-1].strip()[:120]}",
+    if other:
+        f.add(code("unclassified-warn"), f"{len(other)} NCCL warning(s) not recognised: {_warn_text(other[0])[:120]}",
               [x.line for x in other[:4]], "read the NCCL WARN lines: they name the host, device and call that failed")
 
 
-def _subnets(procs: list[NcclProc]) -> dict[str, set[str]]:
-    """Host -> the /24 networks of its bootstrap/OOB addresses (IPv4 only; the usual data-plane prefix)."""
+def _lesser(log: NcclLog, f: Findings) -> None:
+    """WARNs that do not end the job by themselves: an HCA NCCL skipped, a non-fatal IB event."""
+    skipped = log.of("ib_device_skipped")
+    if skipped:
+        names = sorted({e.detail.get("hca", "?") for e in skipped})
+        f.add(code("ib-device-unusable"), f"NCCL could not open {', '.join(names)} on {_who(skipped)} and runs "
+                                          "without it", [e.line for e in skipped[:3]],
+              "check the HCA (ibv_devinfo, ibstat, dmesg mlx5_core) and the job's access to /dev/infiniband")
+    events = log.of("ib_event")
+    if events:
+        f.add(code("ib-async-event"), f"IB async event on {_who(events)}: {events[0].detail.get('event', '?')}",
+              [e.line for e in events[:3]], "check the port (ibstat) and the subnet manager's log for that port")
+    for e in log.of("benign")[:2]:
+        f.note(f"NCCL WARN that does not stop the job: {_warn_text(e)[:140]}")
+
+
+# ---------------------------------------------------------------------------------------
+# transport: sockets and interfaces
+
+
+def _bad_networks(prof: Profile) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    out = []
+    for net in prof.get("nccl.bad_networks") or []:
+        try:
+            out.append(ipaddress.ip_network(str(net), strict=False))
+        except ValueError:
+            continue
+    return out
+
+
+def bad_interface(name: str, addr: str, prof: Profile) -> str:
+    """Why NCCL cannot reach other nodes over this interface ("" when it can, or it is unknown):
+    loopback, container and VM bridges (nccl.bad_interfaces), an address on a network that only
+    reaches the host itself (nccl.bad_networks, Docker's default bridge)."""
+    prefixes = [p for p in (prof.get("nccl.bad_interfaces") or []) if isinstance(p, str)]
+    if name and (name == "lo" or any(name.startswith(p) for p in prefixes)):
+        return name
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return ""
+    if ip.is_loopback:
+        return f"{name} ({addr})"
+    hit = next((n for n in _bad_networks(prof) if ip.version == n.version and ip in n), None)
+    return f"{name} ({addr} in {hit})" if hit is not None else ""
+
+
+def _paths(p: NcclProc) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(interfaces that carry NCCL traffic, interfaces only listed): the socket transport's
+    interfaces when it is the network, the bootstrap and the IB out-of-band interface."""
+    listed = list(zip(p.interfaces, p.addresses + [""] * len(p.interfaces), strict=False))
+    used = [(p.bootstrap, p.bootstrap_addr), (p.oob, p.oob_addr)]
+    if p.net == "Socket":
+        return used + listed, []
+    if p.socket_bootstrap_only and listed:  # NCCL 2.4 bootstraps over the first socket interface
+        return used + listed[:1], listed[1:]
+    return used, listed
+
+
+def interface_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f: Findings) -> None:
+    carried: dict[str, list[NcclProc]] = {}
+    listed: dict[str, list[NcclProc]] = {}
+    for p in procs:
+        used, only = _paths(p)
+        for name, addr in used:
+            if (why := bad_interface(name, addr, prof)):
+                carried.setdefault(why, []).append(p)
+        for name, addr in only:
+            if (why := bad_interface(name, addr, prof)) and why not in carried:
+                listed.setdefault(why, []).append(p)
+    remedy = ("set NCCL_SOCKET_IFNAME to the data-plane interface (e.g. '=eth0' or '^lo,docker,virbr'); loopback, "
+              "container and VM bridges do not reach other nodes")
+    for why, ps in {**carried, **listed}.items():
+        ev = [x.evidence.get(k, "") for x in ps[:2] for k in ("socket", "net", "bootstrap") if x.evidence.get(k)]
+        if scope.one_node:
+            f.add(code("bad-interface-single-node"), f"NCCL lists {why} on {_labels(ps)}; the log shows one node, "
+                                                     "where it carries no traffic between nodes", ev, remedy)
+        elif why in carried:
+            f.add(code("bad-interface"), f"NCCL bound {why} on {_labels(ps)}", ev, remedy)
+        else:
+            f.add(code("bad-interface-listed"), f"NCCL's socket interface list includes {why} on {_labels(ps)} "
+                                                "(not its data path now)", ev, remedy)
+
+
+def socket_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f: Findings) -> None:
+    """The TCP socket transport: FAIL across nodes, WARN when nothing shows several nodes, a note
+    on a log that proves one node (NCCL's network then carries nothing)."""
+    socket = [p for p in procs if p.net == "Socket"]
+    expect = str(prof.get("nccl.expect_net") or "any").upper()
+    if not socket:
+        return
+    if scope.one_node or expect == "SOCKET":
+        f.note(f"NCCL's network is TCP sockets on {_labels(socket)}"
+               + ("; the log shows one node, so no traffic crosses it" if scope.one_node else
+                  f" (nccl.expect_net = {expect})"))
+        return
+    why = list(dict.fromkeys(line for p in procs for line in p.fallback))
+    virtual = sorted({n for p in socket for n in p.virtual_nics})
+    ev = [*[p.evidence.get("channel_net") or p.evidence.get("net", "") for p in socket[:3]], *why[:2],
+          *[p.evidence["virtual_nic"] for p in socket[:1] if "virtual_nic" in p.evidence]]
+    note = f" (virtual NIC {', '.join(virtual)}: no PCI device)" if virtual else ""
+    remedy = ("NCCL found no usable IB/RoCE device: check ibstat (ports Active), that the container sees "
+              "/dev/infiniband and libibverbs (rdma-core), NCCL_IB_DISABLE / NCCL_IB_HCA / NCCL_NET in the job env")
+    if scope.multi:
+        name = "socket-fallback" if why else "socket-transport"
+        f.add(code(name), f"NCCL runs across nodes over TCP sockets on {_labels(socket)}{note}"
+              + ("; IB could not be used" if why else ""), [*ev, *scope.multi[:2]], remedy)
+    else:
+        f.add(code("socket-single-host"), f"NCCL uses TCP sockets, not IB/RoCE, on {_labels(socket)}{note}; nothing "
+                                          "in the log shows whether the job spans nodes", ev, remedy)
+
+
+# ---------------------------------------------------------------------------------------
+# transport: HCAs, plugins, subnets, versions, NVLS, GDR
+
+
+def _host_hcas(procs: Sequence[NcclProc], host: str) -> tuple[list[str], int, list[NcclProc]]:
+    """A host's HCAs NCCL uses, its GPU count (devices seen, or localRanks), its IB processes."""
+    local = [p for p in procs if p.host == host and p.net and p.net != "Socket"]
+    gpus = len({d for p in procs if p.host == host for d in p.devs})
+    ranks = max((p.local_ranks or 0 for p in procs if p.host == host), default=0)
+    return sorted({h.split("/")[0].split(":")[0] for p in local for h in p.hcas}), max(gpus, ranks), local
+
+
+def _expected_hcas(hcas: list[str], prof: Profile) -> tuple[int, str]:
+    """How many HCAs NCCL should use on a node: ib.hca_count, else a share of the RDMA devices
+    the mlx5_N names prove the node has."""
+    count = int(prof.get("ib.hca_count") or 0)
+    if count:
+        return count, f"ib.hca_count = {count} ({prof.source('ib.hca_count')})"
+    idx = [int(m.group(1)) for h in hcas if (m := _MLX5.match(h))]
+    if not idx or len(idx) != len(hcas):
+        return 0, ""
+    share = float(prof.get("nccl.min_hca_share") or 0)
+    bound = max(idx) + 1
+    return math.ceil(bound * share), (f"the device names reach mlx5_{max(idx)}: the node has at least {bound} RDMA "
+                                      f"devices (nccl.min_hca_share = {share:g}, {prof.source('nccl.min_hca_share')})")
+
+
+def hca_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
+    for host in sorted({p.host for p in procs}):
+        hcas, gpus, local = _host_hcas(procs, host)
+        if not hcas:
+            continue
+        env = [f"NCCL_IB_HCA={local[0].ib_hca_env}"] if local[0].ib_hca_env else []
+        if gpus > len(hcas) and gpus > 1:
+            f.add(code("fewer-hcas-than-gpus"), f"{len(hcas)} HCA(s) ({', '.join(hcas)}) for {gpus} GPUs on "
+                                                f"{host}: fewer NICs than GPUs, inter-node bandwidth is capped by the NICs",
+                  [local[0].evidence.get("net", ""), *env],
+                  "if the node has more rails, list them all in NCCL_IB_HCA (or unset it); check that every HCA is "
+                  "Active (ibstat)")
+            continue
+        want, why = _expected_hcas(hcas, prof)
+        if len(hcas) < want:
+            f.add(code("hcas-subset"), f"NCCL uses {len(hcas)} HCA(s) ({', '.join(hcas)}) on {host}, fewer than "
+                                       f"the {want} expected", [local[0].evidence.get("net", ""), why, *env],
+                  "the other HCAs are excluded by NCCL_IB_HCA or their ports are not Active: check ibstat and the "
+                  "job's NCCL_IB_HCA")
+
+
+def _subnets(procs: Sequence[NcclProc]) -> dict[str, set[str]]:
+    """Host -> the networks of its bootstrap/OOB addresses (IPv4; the usual data-plane prefix)."""
     out: dict[str, set[str]] = {}
     for p in procs:
         for addr in (p.oob_addr, p.bootstrap_addr):
@@ -109,53 +462,69 @@ def _subnets(procs: list[NcclProc]) -> dict[str, set[str]]:
     return out
 
 
-def topology_findings(procs: list[NcclProc], prof: Profile, f: Findings, why: Sequence[str] = ()) -> None:
-    """Transport choices: socket fallback (`why`: NCCL's own lines saying it found no IB device),
-    bad interfaces, plugins, HCAs per GPU, RoCE across subnets."""
+def fabric_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
+    """A network plugin where IB verbs are expected; RoCE hosts on different subnets."""
     expect = str(prof.get("nccl.expect_net") or "any").upper()
-    src = f"nccl.expect_net = {expect} ({prof.source('nccl.expect_net')})"
-    hosts = {p.host for p in procs}
-    socket = [p for p in procs if p.net == "Socket"]
-    if socket and expect != "SOCKET" and (len(hosts) > 1 or any("channel_net" in p.evidence for p in socket)):
-        who = ", ".join(p.label for p in socket[:6]) + (f" (+{len(socket) - 6})" if len(socket) > 6 else "")
-        f.add(Status.FAIL if expect == "IB" else Status.WARN, f"NCCL fell back to TCP sockets on {who}",
-              [*[p.evidence.get("channel_net") or p.evidence.get("socket") or p.evidence.get("net", "")
-                 for p in socket[:4]], *why[:2], src],
-              "NCCL found no usable IB/RoCE device: check ibstat (ports Active), that the container sees "
-              "/dev/infiniband and libibverbs, NCCL_IB_DISABLE / NCCL_IB_HCA / NCCL_NET in the job env")
-    for p in procs:
-        bad = sorted({i for i in (*p.interfaces, p.oob, p.bootstrap) if _bad_iface(i, prof)})
-        if bad:
-            f.add(Status.FAIL, f"NCCL bound {', '.join(bad)} on {p.label}",
-                  [p.evidence.get(k, "") for k in ("socket", "net", "bootstrap") if p.evidence.get(k)],
-                  "set NCCL_SOCKET_IFNAME to the data-plane interface (e.g. '=eth0' or '^lo,docker'); "
-                  "lo/docker0/virbr do not reach other nodes")
     plugin = [p for p in procs if p.net and p.net not in ("IB", "Socket") and not p.net.upper().startswith("IB")]
     if plugin and expect == "IB":
-        f.add(Status.WARN, f"NCCL uses network plugin '{plugin[0].net}', not IB verbs",
-              [plugin[0].evidence.get("net", ""), src],
+        f.add(code("plugin-not-ib"), f"NCCL uses network plugin '{plugin[0].net}', not IB verbs",
+              [plugin[0].evidence.get("net", ""), f"nccl.expect_net = {expect} ({prof.source('nccl.expect_net')})"],
               "if this plugin is intended (cloud fabric), set nccl.expect_net in a site profile")
-    for host in sorted(hosts):
-        local = [p for p in procs if p.host == host and p.net and p.net != "Socket"]
-        gpus = {d for p in procs if p.host == host for d in p.devs}
-        hcas = sorted({h.split("/")[0] for p in local for h in p.hcas})
-        if hcas and len(gpus) > len(hcas) and len(gpus) > 1:
-            f.add(Status.WARN, f"{len(hcas)} HCA(s) ({', '.join(hcas)}) for {len(gpus)} GPUs on {host}: fewer NICs "
-                               "than GPUs, inter-node bandwidth is capped by the NICs",
-                  [local[0].evidence.get("net", "")] + ([f"NCCL_IB_HCA={local[0].ib_hca_env}"] if local[0].ib_hca_env
-                                                        else []),
-                  "if the node has more rails, list them all in NCCL_IB_HCA (or unset it); check that every HCA is "
-                  "Active (ibstat)")
     nets = _subnets([p for p in procs if any(h.endswith("/RoCE") for h in p.hcas)])
     if len(nets) > 1 and not set.intersection(*nets.values()):
-        f.add(Status.WARN, "RoCE hosts bootstrap from different subnets (" + ", ".join(
+        f.add(code("roce-cross-subnet"), "RoCE hosts bootstrap from different subnets (" + ", ".join(
             f"{h} {'/'.join(sorted(s))}" for h, s in sorted(nets.items())) + "): RDMA between them must be routed",
               [p.evidence.get("bootstrap") or p.evidence.get("net", "") for p in procs[:4]],
               "check that the hosts reach each other on the interface NCCL uses (NCCL_SOCKET_IFNAME); on RoCE the "
               "GID index and routing must allow routed (RoCEv2) traffic between those subnets")
 
 
-def _transport_facts(log: NcclLog, procs: list[NcclProc]) -> dict[str, Any]:
+def version_findings(procs: Sequence[NcclProc], f: Findings) -> None:
+    by_v = Counter(p.version for p in procs if p.version)
+    if len(by_v) > 1:
+        f.add(code("mixed-versions"), f"mixed NCCL versions: {', '.join(sorted(by_v))}",
+              [f"{v}: {n} process(es)" for v, n in sorted(by_v.items())], "run the same container/NCCL build on every node")
+
+
+def nvls_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
+    """NVLink SHARP: requested (NCCL_ALGO names NVLS) but 0 channels or no multicast; not available
+    where the profile's GPUs have it; otherwise a note."""
+    if any(p.nvls for p in procs):
+        return
+    off = [p for p in procs if p.nvls is False]
+    requested = [p for p in procs if "NVLS" in p.env.get("NCCL_ALGO", "").upper() or p.env.get("NCCL_NVLS_ENABLE") == "1"]
+    disabled = [p for p in procs if p.env.get("NCCL_NVLS_ENABLE") == "0"]
+    devs = ", ".join(sorted({d for p in off for d in p.devs}, key=int))
+    if off and requested:
+        f.add(code("nvls-requested-not-used"), f"NVLS was requested but NCCL built no NVLS channels on {_labels(off)}",
+              [requested[0].evidence.get("env:NCCL_ALGO") or requested[0].evidence.get("env:NCCL_NVLS_ENABLE", ""),
+               off[0].evidence.get("nvls", "")],
+              "NVLS needs NVSwitch multicast: the fabric manager running, driver >= R530 with CUDA 12.1+, and in "
+              "containers the IMEX channel device; check nvidia-smi -q (Fabric) and the fabric manager log")
+    elif off and not disabled and prof.get("nccl.expect_nvls"):
+        f.add(code("nvls-unavailable"), f"NVLS (NVLink SHARP) not available on device(s) {devs}",
+              [off[0].evidence.get("nvls", ""), f"nccl.expect_nvls ({prof.source('nccl.expect_nvls')})"],
+              "check the fabric manager (systemctl status nvidia-fabricmanager), the driver/CUDA versions (R530+, "
+              "CUDA 12.1+) and, in containers, the IMEX channel device")
+    elif off:
+        f.note(f"NVLS (NVLink SHARP) not available on device(s) {devs}: NCCL uses ring/tree on NVLink "
+               "(normal on GPUs without NVSwitch multicast, such as A100)")
+
+
+def gdr_findings(procs: Sequence[NcclProc], f: Findings) -> None:
+    off = [p for p in procs if p.gdr_off and p.net == "IB"]
+    if off:
+        f.add(code("gdr-disabled"), f"GPUDirect RDMA is off on {_labels(off)} ({off[0].gdr_off}): NCCL stages "
+                                    "network traffic through host memory", [off[0].evidence.get("gdr_off", "")],
+              "load nvidia-peermem (modprobe nvidia-peermem) or use DMA-BUF (NCCL 2.19+, kernel 5.12+, "
+              "NCCL_DMABUF_ENABLE=1)")
+
+
+# ---------------------------------------------------------------------------------------
+# the check
+
+
+def _transport_facts(log: NcclLog, procs: list[NcclProc], scope: Scope) -> dict[str, Any]:
     nets = sorted({p.net for p in procs if p.net})
     versions = sorted({p.version for p in procs if p.version})
     nvls = {p.nvls for p in procs if p.nvls is not None}
@@ -167,7 +536,10 @@ def _transport_facts(log: NcclLog, procs: list[NcclProc]) -> dict[str, Any]:
         "nvls": (True in nvls) if nvls else None,
         "version": versions[0] if len(versions) == 1 else versions,
         "hosts": sorted({p.host for p in procs}),
-        "errors": [{"kind": e.kind, "host": e.host, "dev": e.dev, "rank": e.rank, "line": e.line} for e in log.errors],
+        "multi_node": True if scope.multi else False if scope.single else None,
+        "scope_evidence": scope.multi or scope.single,
+        "errors": [{"kind": e.kind, "host": e.host, "dev": e.dev, "rank": e.rank, "fatal": e.fatal, "line": e.line}
+                   for e in log.errors],
         "ranks": [{"host": p.host, "pid": p.pid, "rank": p.rank, "nranks": p.nranks, "mpi_rank": p.mpi_rank,
                    "devices": sorted(p.devs, key=int), "net": p.net or None, "intra": sorted(p.intra),
                    "interfaces": p.interfaces, "hcas": p.hcas, "oob": p.oob or None, "bootstrap": p.bootstrap or None,
@@ -175,27 +547,8 @@ def _transport_facts(log: NcclLog, procs: list[NcclProc]) -> dict[str, Any]:
     }
 
 
-def grade_transport(ctx: CheckContext) -> Result:
-    log: NcclLog | None = ctx.facts("nccl-log")
-    if log is None or not log.procs:
-        return ctx.result(Status.ERROR, "no NCCL INFO lines found (was NCCL_DEBUG=INFO set?)",
-                          evidence=["no `host:pid:tid [dev] NCCL INFO` line in the log"],
-                          remedy="rerun the job with NCCL_DEBUG=INFO")
-    procs = sorted(log.procs.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.host, p.pid))
-    facts = _transport_facts(log, procs)
-    f = Findings()
-    error_findings(log, f)
-    topology_findings(procs, ctx.profile, f, [e.line for e in log.of("ib_no_device", "libibverbs")])
-    versions = facts["version"] if isinstance(facts["version"], list) else []
-    if len(versions) > 1:
-        by_v = Counter(p.version for p in procs if p.version)
-        f.add(Status.WARN, f"mixed NCCL versions: {', '.join(versions)}", [f"{v}: {n} process(es)" for v, n in
-                                                                          by_v.items()],
-              "run the same container/NCCL build on every node")
+def _ok_summary(procs: list[NcclProc], facts: dict[str, Any]) -> str:
     nets = sorted({p.net for p in procs if p.net})
-    off = sorted({d for p in procs if p.nvls is False for d in p.devs}, key=int)
-    if off and not any(p.nvls for p in procs):
-        f.note(f"NVLS (NVLink SHARP) not available on device(s) {', '.join(off)}: NCCL uses ring/tree on NVLink")
     hcas = facts["hcas"]
     if nets:
         ok = f"NET/{'/'.join(nets)} on {len(procs)} process(es)" + (
@@ -206,21 +559,47 @@ def grade_transport(ctx: CheckContext) -> Result:
         ok = f"{len(procs)} NCCL process(es), no network transport in the log (single node, or the log starts late)"
     if facts["nvls"] is not None:
         ok += f"; NVLS {'on' if facts['nvls'] else 'off'}"
+    return ok
+
+
+def grade_transport(ctx: CheckContext) -> Result:
+    log: NcclLog | None = ctx.facts("nccl-log")
+    if log is None:
+        return ctx.finding(code("no-log"), "no NCCL log was captured", evidence=["the nccl-log input is missing"],
+                           remedy="rerun the job with NCCL_DEBUG=INFO and capture its output")
+    if not log.procs:
+        return ctx.finding(code("not-recognised"), "not recognised: NCCL_DEBUG lines `host:pid:tid [dev] NCCL "
+                                                   "INFO|WARN message`", evidence=log.warns[:2] or log.versions[:1],
+                           remedy="rerun the job with NCCL_DEBUG=INFO and capture the lines as NCCL prints them")
+    procs = sorted(log.procs.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.host, p.pid))
+    scope = job_scope(procs, ctx.profile)
+    facts = _transport_facts(log, procs, scope)
+    f = Findings()
+    error_findings(log, f)
+    socket_findings(procs, ctx.profile, scope, f)
+    interface_findings(procs, ctx.profile, scope, f)
+    hca_findings(procs, ctx.profile, f)
+    fabric_findings(procs, ctx.profile, f)
+    version_findings(procs, f)
+    nvls_findings(procs, ctx.profile, f)
+    gdr_findings(procs, f)
     proof = [procs[0].evidence.get(k, "") for k in ("net", "intra", "nvls") if procs[0].evidence.get(k)]
-    return f.result(ctx, ok, facts, proof)
+    return f.result(ctx, _ok_summary(procs, facts), facts, proof)
 
 
 register(Check(
-    id="nccl.transport",
+    id=CHECK,
     title="NCCL transport",
     grade=grade_transport,
     probes=(),
     inputs=("nccl-log",),
-    profile_keys={"nccl.expect_net": str, "nccl.bad_interfaces": list},
-    catches="NCCL errors with their root cause (CUDA OOM, IB completion errors, queue-pair setup, lost peers), TCP "
-            "socket fallback, lo/docker0 bound, fewer HCAs than GPUs, hosts on different subnets, mixed versions",
+    profile_keys={"nccl.expect_net": str, "nccl.bad_interfaces": list, "nccl.bad_networks": list,
+                  "nccl.min_hca_share": (int, float), "nccl.expect_nvls": bool},
+    catches="NCCL errors with their root cause (CUDA OOM, IB completion errors, queue-pair setup, verbs calls, failed "
+            "connects, lost peers), TCP sockets across nodes, lo/docker/virbr bound, fewer HCAs than GPUs, hosts on "
+            "different subnets, mixed versions, NVLS requested but unused, GPUDirect RDMA off",
     node_local=False,
     in_run=False,
 ))
 
-__all__ = ["error_findings", "grade_transport", "topology_findings"]
+__all__ = ["bad_interface", "error_findings", "grade_transport", "interface_findings", "job_scope", "socket_findings"]

@@ -1,12 +1,21 @@
-"""NCCL_DEBUG=INFO/WARN logs of every NCCL era as facts: per process, the transport NCCL chose
-and what it used; the errors it reported and the lines that merely follow from them.
+"""NCCL_DEBUG=INFO/WARN logs of every NCCL era (2.3 - 2.28) as facts: per process, the transport
+NCCL chose and what it used (HCAs, socket interfaces, bootstrap, NVLS, GDR), what the log says
+about the job's size (hosts, nNodes, localRanks, network channels); the errors NCCL reported,
+each classified, and the lines that only follow from them.
 
 A line is `host:pid:tid [dev] [source:line ]NCCL INFO|WARN message`; NCCL 2.3 writes `INFO` /
 `WARN` without the word NCCL and puts a `file.cu:line` source before or after the level; a
 redacted or older line may lack the tid (`host:XXXXXX [5]`). `[dev]` is the local CUDA device;
-the global rank of a process comes from `comm 0x... rank R nranks N` (2.3: `rank R nranks N`).
-Launchers' prefixes (`[1,3]<stdout>:`, mpirun `[N] `, `srun -l`, `[rankN]:`) and time stamps
-are peeled by framing (an mpirun tag is `line.rank`: the MPI rank, not the device).
+the global rank of a process comes from `comm 0x... rank R nranks N` (2.3: `rank R nranks N`,
+2.21+: `rank R nRanks N nNodes M localRanks L`). Launchers' prefixes and time stamps are peeled
+by framing (an mpirun tag is `line.rank`: the MPI rank, not the device).
+
+Which network a process uses: `Using network X` (2.5+), `Using internal|external Network X`
+(2.3), `NET/IB : Using [0]mlx5_0:1/IB ...`, the network channels (`via NET/IB/0/GDRDMA`). A
+`NET/Socket : Using ...` line means the socket transport, except in NCCL 2.4, which lists the
+socket interfaces before it loads a plugin or IB (the bootstrap uses them): a `NET/Plugin` line
+after it on the same process marks that layout. The messages and their sources are listed in
+`nccl.inventory.toml`.
 """
 
 from __future__ import annotations
@@ -21,42 +30,92 @@ from preflight.parsers.base import Format, ParserSpec
 LINE = re.compile(
     r"(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>\d+))? \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) )?(?:NCCL )?(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
-_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?")
-_COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (\d+) nranks (\d+)")
-_NET_USING_IB = re.compile(r"NET/IB\s*:\s*Using (.*?)(?:;\s*OOB\s+(\S+?):([^<\s]*)(?:<\d+>)?)?\s*$")
-_NET_USING_SOCKET = re.compile(r"NET/Socket\s*:\s*Using (.*)$")
-_OLD_IFACE = re.compile(r"^NET\s*:\s*Using interface ([\w.@-]+):([^<\s]+)")
-_INTERNAL_SOCKET = re.compile(r"Using internal Network Socket|NET/Socket : \d+ interfaces? found")
-_HCA_ENTRY = re.compile(r"\[\d+\]([\w.-]+:\d+)(?:/(\w+))?")
-_IF_ENTRY = re.compile(r"\[\d+\]([\w.@-]+):([^<\s]+)(?:<\d+>)?")
-_USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
-_BOOTSTRAP = re.compile(r"Bootstrap\s*:\s*Using (\S+?):([^<\s]+)")
-_CHANNEL = re.compile(r"Channel \d+(?:/\d+)? : (\d+)\[[0-9a-fx]+\] -> (\d+)\[[0-9a-fx]+\](?: \[\w+\])? via (\S+(?: pointer)?)")
-_NVLS_ON = re.compile(r"NVLS multicast support is available|NVLS comm 0x|\b([1-9]\d*) nvls channels")
-_NVLS_OFF = re.compile(r"NVLS multicast support is not available|NCCL_NVLS_ENABLE set by environment to 0|"
-                       r"\b0 nvls channels")
-_IB_HCA_ENV = re.compile(r"NCCL_IB_HCA set (?:by environment )?to (\S+)")
-_CASCADE = re.compile(r"^(?:[\w./-]+\.(?:cc|cu|c|h|cpp):\d+ )?-> \d+\b")
-_NO_DEVICE = re.compile(r"NET/IB\s*:\s*No device found", re.I)
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
+_COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (\d+) nranks (\d+)(?: nNodes (\d+) localRanks (\d+))?", re.I)
+_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S(?:.*\S)?)")
+_NET_USING_IB = re.compile(r"NET/IB\s*:\s*Using (?!interface)(.*?)(?:;\s*OOB\s+(\S+?):([^<\s]*)(?:<\d+>)?)?\s*$")
+_OLD_IB_DEV = re.compile(r"NET/IB\s*:\s*\[\d+\]\s*([\w.-]+:\d+)/(\w+)")
+_OLD_IB_OOB = re.compile(r"NET/IB\s*:\s*Using interface ([\w.@-]+) for sideband")
+_NET_USING_SOCKET = re.compile(r"NET/Socket\s*:\s*Using(?! \d+ threads)\s*(.*)$")
+_OLD_IFACE = re.compile(r"^NET\s*:\s*Using interface ([\w.@-]+):([^<\s]*)")
+_INTERNAL_SOCKET = re.compile(r"NET/Socket\s*:\s*\d+ interfaces? found")
+_HCA_ENTRY = re.compile(r"\[\d+\]([\w.+-]+:\d+)(?:/(\w+))?")
+_IF_ENTRY = re.compile(r"\[\d+\]([\w.@-]+):([^<\s]*)(?:<\d+>)?")
+_USING_NETWORK = re.compile(r"Using (?:(?:internal|external) )?[Nn]etwork (.+?)\s*$")
+_BOOTSTRAP = re.compile(r"Bootstrap\s*:\s*Using\s*(?:\[\d+\])?([\w.@-]+):([^<\s]*)")
+_CHANNEL = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? : (\d+)(?:\[[0-9a-fx]+\])? -> (\d+)(?:\[[0-9a-fx]+\])?"
+                      r"(?: \[\w+\])? via (.+?)\s*$")
+_COLLNET = re.compile(r"\bCollNet \d+(?:/\d+)? : \d+ \[\w+\] via COLLNET/")
+_NVLS_ON = re.compile(r"NVLS multicast support is available|NVLS comm 0x|\bNVLS Head\b|\b([1-9]\d*) nvls channels")
+_NVLS_OFF = re.compile(r"NVLS multicast support is not available|NCCL_NVLS_ENABLE set by environment to 0")
+_NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels")
+_CASCADE = re.compile(r"^(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp)):\d+ )?-> (?P<code>\d+)\b(?P<tag>.*)$")
+_FAILURE_SOURCES = {"init", "group", "enqueue", "proxy", "bootstrap", "transport", "collectives"}
+_PLUGIN = re.compile(r"NET/Plugin\s*:|Plugin Path|P2P plugin|Loaded net plugin")
+_FALLBACK = re.compile(r"NET/IB\s*:\s*No device found|Failed to open libibverbs|NET/IB\s*:\s*No IP interface found|"
+                       r"NET/OFI No eligible providers", re.I)
+_VIRTUAL_NIC = re.compile(r"Could not (?:find real path of|get speed from) /sys/class/net/([\w.@-]+)/")
+_GDR_OFF = re.compile(r"NET/IB\s*:\s*GPU Direct RDMA Disabled for .*?HCA \d+ '([\w.-]+)' \((no module[^)]*)\)")
 _SERVICE_CLOSED = re.compile(r"\[Service thread\] Connection closed by localRank (\d+)")
+# A framework's message after NCCL returned an error (PyTorch: "NCCL error in: file:line, <string>,
+# NCCL version X" and "Last error:" followed by NCCL's last WARN text): proof that the job failed
+_TORCH_NCCL_ERROR = re.compile(r"NCCL error in: \S+, (.+?)(?:, NCCL version [\d.]+\S*)?\s*$")
+_NCCL_RESULT = re.compile(r"\b(ncclSystemError|ncclRemoteError|ncclInternalError|ncclUnhandledCudaError|"
+                          r"ncclInvalidUsage|ncclInvalidArgument)\b|remote process exited or there was a network error|"
+                          r"unhandled (?:system|cuda) error")
 
-# WARN messages by kind: (kind, pattern). The first that matches wins.
+# WARN messages by kind: (kind, pattern). The first that matches wins; "other" is none of them.
 ERRORS: list[tuple[str, re.Pattern[str]]] = [
-    ("cuda_oom", re.compile(r"Cuda failure 'out of memory'|Failed to CUDA (?:calloc|malloc)|cudaMalloc.*failed|"
-                            r"Cuda failure 2\b", re.I)),
-    ("cuda", re.compile(r"Cuda failure|CUDA error", re.I)),
-    ("ib_completion", re.compile(r"Got completion from peer (?P<peer>[^\s<,]+)(?:<\d+>)?\s+with (?:error|status)[ =]?"
-                                 r"(?P<code>\d+)(?:.*?vendor err (?P<vendor>\d+))?(?:\s*\((?P<dir>\w+)\))?", re.I)),
-    ("qp_setup", re.compile(r"Call to ibv_modify_qp failed with (?:error )?(?P<errno>\d+)?\s*(?P<why>[^,]*)"
-                            r"(?:, on dev (?P<dev>[\w.-]+)(?::(?P<port>\d+))?)?(?:, curr state (?P<cur>\w+))?"
-                            r"(?:, next state (?P<next>\w+))?(?:, local GID index (?P<gid>\d+))?", re.I)),
-    ("ib_no_device", re.compile(r"NET/IB\s*:\s*No device found", re.I)),
-    ("libibverbs", re.compile(r"Failed to open libibverbs", re.I)),
-    ("socket_closed", re.compile(r"Connection closed by remote peer(?:\s+(?P<peer>\S+))?", re.I)),
-    ("socket", re.compile(r"Socket recv failed|socketPoll|Connection refused|Connection reset|Call to (?:recv|connect)"
-                          r"|socket(?:Progress|Wait)", re.I)),
+    ("benign", re.compile(
+        r"Could not find real path|greater than the maximum allowed|Cannot initialize CollNet|CollNet currently only|"
+        r"(?:min|max)CTAs|NCCL_CGA_CLUSTER_SIZE|NCCL_WORK_FIFO|old driver, disabling|Profiler init failed|"
+        r"non-fatal async event|GID table changed|Failed to set CPU affinity|remote FLID configured|CC On,|"
+        r"Failed to open mlx5dv|splitShare \d+ is not a valid", re.I)),
+    ("fallback", _FALLBACK),
+    ("cuda_oom", re.compile(r"Cuda failure (?:2 )?'?out of memory|Cuda failure 2\b|Failed to CUDA (?:calloc|malloc|host)|"
+                            r"cudaMalloc.*failed|CUDA_ERROR_OUT_OF_MEMORY|cuMem\w+.* out of memory", re.I)),
+    ("cuda", re.compile(r"Cuda failure|CUDA error|CUDA_ERROR_|Cuda API|Failed to (?:set|create) CUDA|"
+                        r"Failed to set CUDA device|CUDA driver version is insufficient", re.I)),
+    ("ib_async", re.compile(
+        r"NET/IB\s*:\s*(?:(?P<hca>[\w.-]+):(?P<port>\d+) )?(?:async fatal event|Got async (?:error )?event)"
+        r"(?: on (?:CQ|QP|SRQ)[^:]*)?\s*:\s*(?P<event>.*?)\s*$|communicator encountered a fatal error", re.I)),
+    ("ib_completion", re.compile(
+        r"Got completion (?:from peer (?P<peer>[^\s<,]+)(?:<\d+>)? )?with (?:error |status=?)(?:(?P<status>\w+)\()?"
+        r"(?P<code>\d+)\)?(?:.*?vendor[ _]err[ =](?P<vendor>\d+))?(?:.*?\bhca (?P<hca>[\w.-]+))?", re.I)),
+    ("qp_setup", re.compile(r"Call to ibv_modify_qp failed with (?:error )?(?P<errno>\d+)?\s*(?P<why>[^,]*?)"
+                            r"(?: errno \d+)?(?:, on dev (?P<dev>[\w.-]+)(?::(?P<port>\d+))?)?"
+                            r"(?:, curr state (?P<cur>\w+))?(?:, next state (?P<next>\w+))?"
+                            r"(?:, local GID index (?P<gid>\d+))?(?:,.*)?$", re.I)),
+    ("ib_device_skipped", re.compile(r"NET/IB\s*:\s*Unable to (?:open|query) (?:device|port(?:_num)?) (?P<hca>[\w.-]+)",
+                                     re.I)),
+    ("ib_verbs", re.compile(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<why>.*?))?(?: errno \d+)?\s*$|"
+                            r"(?P<post>ibv_post_(?:send|recv))\(\) failed(?: with error (?P<pwhy>[^,]*))?", re.I)),
+    ("ib_config", re.compile(r"incompatible devices|Remote \S+ device is incompatible", re.I)),
+    ("plugin_error", re.compile(r"NET/OFI .*(?:completed with error|Couldn't open a fabric|error (?:entry|reading))|"
+                                r"NET/OFI .*fi_\w+ failed|Failed to initialize any NET plugin|Error: network .* not found|"
+                                r"Network returned 0 device", re.I)),
+    ("no_interface", re.compile(r"no socket interface found|no interface found|No usable listening interface|"
+                                r"no device found (?:matching|after excluding)|Invalid NCCL_COMM_ID", re.I)),
+    ("socket_connect", re.compile(
+        r"[Cc]onnect(?: to (?P<peer>[^\s<]+)(?:<\d+>)?)?(?: poll\(\))? (?:failed|returned)(?: with error)?\s*:?\s*"
+        r"(?P<why>[^,]*)|"
+        r"exceeded (?:retries|timeouts|error retry count)|Accept failed:?\s*(?P<awhy>.*)$", re.I)),
+    ("duplicate_gpu", re.compile(r"Duplicate GPU detected", re.I)),
+    ("version_mismatch", re.compile(r"Mismatched NCCL version", re.I)),
+    ("peer_lost", re.compile(r"Connection closed by remote peer(?:\s+(?P<peer>[^\s<]+))?|Call to recv (?:from (?P<rpeer>"
+                             r"[^\s<]+)(?:<\d+>)? )?failed\s*:?\s*(?P<why>.*)$|Socket recv failed|socket progress error|"
+                             r"[Mm]essage truncated|Could not receive type from localRank|Software caused connection abort",
+                             re.I)),
+    ("proxy", re.compile(r"Proxy Call to rank|\[Proxy Service \d*\] Failed to execute|Failed to execute operation|"
+                         r"Proxy Service.*Poll failed|Error encountered progressing operation", re.I)),
 ]
-# IB work-completion status codes (ibv_wc_status) NCCL prints as "error N"
+# WARN kinds that always end the job (NCCL returns an error right after printing them)
+FATAL = frozenset({"cuda_oom", "cuda", "ib_completion", "qp_setup", "ib_verbs", "ib_config", "plugin_error",
+                   "no_interface", "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy"})
+# ibv_event_type_str() strings of events that end the QP, CQ or port
+_FATAL_EVENT = re.compile(r"fatal|catastrophic|CQ error|work queue.*error|port error|migration request error|"
+                          r"communicator encountered", re.I)
+# IB work-completion status codes (ibv_wc_status) NCCL prints as "error N" / "status=N"
 WC_STATUS = {
     4: "local protection error: the NIC rejected a memory access (memory registration / GPUDirect RDMA: "
        "nvidia-peermem, ACS or IOMMU settings), not a link down",
@@ -77,6 +136,7 @@ class NcclError:
     line: str
     rank: int | None = None  # the process's global rank when known
     detail: dict[str, str] = field(default_factory=dict)
+    fatal: bool = False  # the job ended on it: a kind that always does, or a failure cascade followed
 
 
 @dataclass
@@ -86,21 +146,34 @@ class NcclProc:
     devs: set[str] = field(default_factory=set)
     rank: int | None = None
     nranks: int | None = None
+    nnodes: int | None = None
+    local_ranks: int | None = None
     mpi_rank: int | None = None  # the launcher's rank tag on its lines
     version: str = ""
-    net: str = ""  # IB, Socket or a plugin network name
+    net: str = ""  # IB, Socket or a plugin network name ("" = the log does not say)
+    socket_listed: bool = False  # a NET/Socket interface list (NCCL 2.4: also printed when IB is used)
+    socket_bootstrap_only: bool = False  # that list came before the plugin/IB lines (the 2.4 layout)
     hcas: list[str] = field(default_factory=list)  # mlx5_0:1/IB
-    interfaces: list[str] = field(default_factory=list)  # socket interfaces NCCL uses
+    interfaces: list[str] = field(default_factory=list)  # socket interfaces NCCL lists
     addresses: list[str] = field(default_factory=list)  # their addresses
     oob: str = ""  # IB out-of-band interface
     oob_addr: str = ""
     bootstrap: str = ""
     bootstrap_addr: str = ""
     gdr: bool | None = None
+    gdr_off: str = ""  # "mlx5_0: no module" when NCCL says GPUDirect RDMA is off for want of the module
     nvls: bool | None = None
+    nvls_channels: int | None = None
     intra: set[str] = field(default_factory=set)  # P2P/CUMEM, SHM/direct/direct ... (within the node)
-    ib_hca_env: str = ""
+    net_channels: int = 0  # channels over a network transport (NET/..., COLLNET)
+    env: dict[str, str] = field(default_factory=dict)  # NCCL_* set by environment
+    fallback: list[str] = field(default_factory=list)  # lines saying IB could not be used
+    virtual_nics: set[str] = field(default_factory=set)  # socket interfaces without a device (veth, bridge, lo)
     evidence: dict[str, str] = field(default_factory=dict)  # kind -> first line proving it
+
+    @property
+    def ib_hca_env(self) -> str:
+        return self.env.get("NCCL_IB_HCA", "")
 
     @property
     def label(self) -> str:
@@ -115,8 +188,10 @@ class NcclLog:
     errors: list[NcclError] = field(default_factory=list)
     warns: list[str] = field(default_factory=list)  # every WARN line
     cascade: int = 0  # "-> N" return-code lines that follow an error
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)  # process -> first failure-cascade line
     service_closed: list[str] = field(default_factory=list)  # "[Service thread] Connection closed by localRank N"
     versions: list[str] = field(default_factory=list)  # "NCCL version X" lines without a process prefix
+    job_errors: list[str] = field(default_factory=list)  # a framework's "NCCL error in: ..." lines
     lines: int = 0
 
     @property
@@ -128,19 +203,23 @@ class NcclLog:
 
 
 def _transport(name: str) -> str:
-    base = name.split("/")[0]
+    base = name.strip().split("/")[0].strip()
     return "IB" if base == "IB" else "Socket" if base == "Socket" else base
 
 
-def _line(log: NcclLog, ln: Line) -> None:
-    text = ln.text.strip()
-    m = LINE.search(text)
-    if not m:
-        mv = _VERSION.search(text)
-        if mv and text.startswith("NCCL version"):
-            log.versions.append(mv.group(1) + (f"+cuda{mv.group(2)}" if mv.group(2) else ""))
-        return
-    log.lines += 1
+def classify(msg: str) -> tuple[str, dict[str, str]]:
+    """The kind of a WARN message and the fields its pattern names ("other": none matched)."""
+    for kind, pattern in ERRORS:
+        m = pattern.search(msg)
+        if m:
+            detail = {k: v.strip() for k, v in m.groupdict().items() if v and v.strip()}
+            if kind == "ib_async" and not _FATAL_EVENT.search(msg):
+                kind = "ib_event"
+            return kind, detail
+    return "other", {}
+
+
+def _proc(log: NcclLog, m: re.Match[str], ln: Line) -> NcclProc:
     key = (m.group("host"), m.group("pid"))
     p = log.procs.get(key)
     if p is None:
@@ -148,28 +227,66 @@ def _line(log: NcclLog, ln: Line) -> None:
     p.devs.add(m.group("dev"))
     if ln.rank is not None and p.mpi_rank is None:
         p.mpi_rank = ln.rank
+    return p
+
+
+def _bare(log: NcclLog, lines: list[Line], i: int, text: str) -> None:
+    """A line without NCCL's prefix: a bare version line, or a framework's NCCL error report."""
+    mv = _VERSION.search(text)
+    if mv and text.startswith("NCCL version"):
+        log.versions.append(mv.group(1) + (f"+cuda{mv.group(2)}" if mv.group(2) else ""))
+    elif _TORCH_NCCL_ERROR.search(text) or _NCCL_RESULT.search(text):
+        log.job_errors.append(text)
+    elif text.rstrip(":") == "Last error" and i + 1 < len(lines):
+        nxt = lines[i + 1].text.strip()
+        kind, detail = classify(nxt)
+        if nxt and kind not in ("benign", "other"):
+            log.errors.append(NcclError(kind, "", "", "", nxt, detail=detail, fatal=True))
+
+
+def _warn(log: NcclLog, p: NcclProc, dev: str, msg: str, text: str) -> None:
+    log.warns.append(text)
+    kind, detail = classify(msg)
+    if kind == "fallback":
+        p.fallback.append(text)
+    elif (mv := _VIRTUAL_NIC.search(msg)) is not None:
+        _on_virtual_nic(p, mv, text)
+    log.errors.append(NcclError(kind, p.host, p.pid, dev, text, detail=detail, fatal=kind in FATAL))
+
+
+def _line(log: NcclLog, lines: list[Line], i: int) -> None:
+    ln = lines[i]
+    text = ln.text.strip()
+    m = LINE.search(text)
+    if not m:
+        _bare(log, lines, i, text)
+        return
+    log.lines += 1
+    p = _proc(log, m, ln)
     msg = m.group("msg").strip()
     if m.group("level") == "WARN":
-        log.warns.append(text)
-        for kind, pattern in ERRORS:
-            e = pattern.search(msg)
-            if e:
-                log.errors.append(NcclError(kind, p.host, p.pid, m.group("dev"), text,
-                                            detail={k: v for k, v in e.groupdict().items() if v}))
-                break
-        else:
-            log.errors.append(NcclError("other", p.host, p.pid, m.group("dev"), text))
+        _warn(log, p, m.group("dev"), msg, text)
         return
-    if _NO_DEVICE.search(msg):  # INFO on most versions: the reason for a socket fallback
-        log.errors.append(NcclError("ib_no_device", p.host, p.pid, m.group("dev"), text))
+    if m.group("level") != "INFO":
         return
-    if _CASCADE.search(msg) or _CASCADE.search(f"{m.group('src') or ''} {msg}".strip()):
-        log.cascade += 1
+    mc = _CASCADE.search(msg) or _CASCADE.search(f"{m.group('src') or ''} {msg}".strip())
+    if mc:
+        _on_cascade(log, p, mc, text)
         return
     if _SERVICE_CLOSED.search(msg):
         log.service_closed.append(text)
         return
     _info(p, msg, text)
+
+
+def _on_cascade(log: NcclLog, p: NcclProc, mc: re.Match[str], text: str) -> None:
+    """`file:line -> N`: an error code handed up the stack. Through init, group, proxy, transport
+    or bootstrap code, or on an NCCL thread, it proves the call failed (a helper's own `-> N`,
+    such as a PCI path lookup, does not)."""
+    log.cascade += 1
+    base = (mc.group("src") or "").rsplit("/", 1)[-1].split(".")[0]
+    if base in _FAILURE_SOURCES or "thread]" in mc.group("tag").lower():
+        log.failed.setdefault((p.host, p.pid), text)
 
 
 def _info(p: NcclProc, msg: str, line: str) -> None:
@@ -184,7 +301,7 @@ def _info(p: NcclProc, msg: str, line: str) -> None:
 
 
 def _identity(p: NcclProc, msg: str, line: str) -> None:
-    """The NCCL version, the rank in the largest communicator, the NCCL_IB_HCA setting."""
+    """The NCCL version, the rank in the largest communicator, the NCCL_* environment."""
     mv = _VERSION.search(msg)
     if mv and not p.version:
         p.version = mv.group(1) + (f"+cuda{mv.group(2)}" if mv.group(2) else "")
@@ -192,8 +309,12 @@ def _identity(p: NcclProc, msg: str, line: str) -> None:
     mc = _COMM.search(msg)
     if mc and (p.nranks is None or int(mc.group(2)) > p.nranks):  # the largest communicator is the world
         p.rank, p.nranks = int(mc.group(1)), int(mc.group(2))
-    if (mh := _IB_HCA_ENV.search(msg)) is not None:
-        p.ib_hca_env = mh.group(1)
+    if mc and mc.group(3):
+        p.nnodes, p.local_ranks = int(mc.group(3)), int(mc.group(4))
+        p.evidence.setdefault("size", line)
+    if (me := _ENV.search(msg)) is not None:
+        p.env[me.group(1)] = me.group(2).rstrip(".")
+        p.evidence.setdefault(f"env:{me.group(1)}", line)
 
 
 def _on_net_ib(p: NcclProc, mi: re.Match[str], line: str) -> None:
@@ -203,32 +324,45 @@ def _on_net_ib(p: NcclProc, mi: re.Match[str], line: str) -> None:
     p.evidence["net"] = line
 
 
+def _on_old_ib_dev(p: NcclProc, mo: re.Match[str], line: str) -> None:
+    """NCCL 2.3: one `NET/IB: [N] mlx5_0:1/IB` line per device."""
+    p.net = "IB" if not p.net or p.net == "Socket" else p.net
+    entry = f"{mo.group(1)}/{mo.group(2)}"
+    if entry not in p.hcas:
+        p.hcas.append(entry)
+    p.evidence.setdefault("net", line)
+
+
+def _on_old_ib_oob(p: NcclProc, mo: re.Match[str], line: str) -> None:
+    p.oob = mo.group(1)
+
+
 def _on_net_socket(p: NcclProc, ms: re.Match[str], line: str) -> None:
-    if p.net != "IB":
-        p.net = "Socket"
-        p.evidence["net"] = line
     entries = _IF_ENTRY.findall(ms.group(1))
-    p.interfaces, p.addresses = [n for n, _ in entries], [a for _, a in entries]
+    if entries:
+        p.interfaces, p.addresses = [n for n, _ in entries], [a for _, a in entries]
+    p.socket_listed = True
     p.evidence["socket"] = line
 
 
 def _on_old_iface(p: NcclProc, mo: re.Match[str], line: str) -> None:
     """NCCL 2.3: one line per interface."""
-    p.interfaces.append(mo.group(1))
-    p.addresses.append(mo.group(2))
+    if mo.group(1) not in p.interfaces:
+        p.interfaces.append(mo.group(1))
+        p.addresses.append(mo.group(2))
+    p.socket_listed = True
     p.evidence.setdefault("socket", line)
 
 
 def _on_internal_socket(p: NcclProc, m: re.Match[str], line: str) -> None:
-    if p.net != "IB":
-        p.net = "Socket"
-        p.evidence.setdefault("net", line)
+    p.socket_listed = True
+    p.evidence.setdefault("socket", line)
 
 
 def _on_using_network(p: NcclProc, mu: re.Match[str], line: str) -> None:
-    p.net = _transport(mu.group(1).strip()) if p.net in ("", "Socket") or mu.group(1).strip() != "Socket" else p.net
+    p.net = _transport(mu.group(1))
     p.evidence["using_network"] = line
-    p.evidence.setdefault("net", line)
+    p.evidence["net"] = line
 
 
 def _on_bootstrap(p: NcclProc, mb: re.Match[str], line: str) -> None:
@@ -242,6 +376,7 @@ def _on_channel(p: NcclProc, mch: re.Match[str], line: str) -> None:
     if via.startswith("NET/"):
         transport = _transport(via[4:])
         p.net = p.net or transport
+        p.net_channels += 1
         p.evidence.setdefault("net", line)
         p.evidence.setdefault("channel_net", line)
         if transport == "IB":
@@ -251,17 +386,50 @@ def _on_channel(p: NcclProc, mch: re.Match[str], line: str) -> None:
         p.evidence.setdefault("intra", line)
 
 
+def _on_collnet(p: NcclProc, m: re.Match[str], line: str) -> None:
+    p.net_channels += 1
+    p.evidence.setdefault("channel_net", line)
+
+
+def _on_plugin(p: NcclProc, m: re.Match[str], line: str) -> None:
+    """A NET/Plugin line after a socket list on a process with no network yet: NCCL 2.4's layout,
+    where the socket list is printed for the bootstrap before the plugin and IB are tried."""
+    if p.socket_listed and not p.net:
+        p.socket_bootstrap_only = True
+
+
+def _on_fallback(p: NcclProc, m: re.Match[str], line: str) -> None:
+    """INFO on most versions: IB could not be used (the reason for a socket fallback)."""
+    p.fallback.append(line)
+
+
+def _on_virtual_nic(p: NcclProc, m: re.Match[str], line: str) -> None:
+    p.virtual_nics.add(m.group(1))
+    p.evidence.setdefault("virtual_nic", line)
+
+
+def _on_gdr_off(p: NcclProc, m: re.Match[str], line: str) -> None:
+    p.gdr = False
+    p.gdr_off = f"{m.group(1)}: {m.group(2)}"
+    p.evidence.setdefault("gdr_off", line)
+
+
 # INFO lines that say which network a process uses, and how: tried in order, the first match wins
 _NETWORK_LINES: tuple[tuple[re.Pattern[str], Callable[[NcclProc, re.Match[str], str], None]], ...] = (
-    (_NET_USING_IB, _on_net_ib), (_NET_USING_SOCKET, _on_net_socket), (_OLD_IFACE, _on_old_iface),
-    (_INTERNAL_SOCKET, _on_internal_socket), (_USING_NETWORK, _on_using_network), (_BOOTSTRAP, _on_bootstrap),
-    (_CHANNEL, _on_channel),
+    (_NET_USING_IB, _on_net_ib), (_OLD_IB_DEV, _on_old_ib_dev), (_OLD_IB_OOB, _on_old_ib_oob),
+    (_NET_USING_SOCKET, _on_net_socket), (_OLD_IFACE, _on_old_iface), (_INTERNAL_SOCKET, _on_internal_socket),
+    (_USING_NETWORK, _on_using_network), (_BOOTSTRAP, _on_bootstrap), (_CHANNEL, _on_channel),
+    (_COLLNET, _on_collnet), (_FALLBACK, _on_fallback), (_PLUGIN, _on_plugin), (_VIRTUAL_NIC, _on_virtual_nic),
+    (_GDR_OFF, _on_gdr_off),
 )
 
 
 def _nvls(p: NcclProc, msg: str, line: str) -> None:
     """NVLink SHARP: off as soon as a line says so, on when a line shows it in use."""
-    if _NVLS_OFF.search(msg):
+    if (mn := _NVLS_CHANNELS.search(msg)) is not None:
+        p.nvls_channels = int(mn.group(1))
+        p.evidence.setdefault("nvls_channels", line)
+    if _NVLS_OFF.search(msg) or p.nvls_channels == 0 and mn is not None:
         if p.nvls is None:
             p.nvls = False
             p.evidence.setdefault("nvls", line)
@@ -270,16 +438,28 @@ def _nvls(p: NcclProc, msg: str, line: str) -> None:
         p.evidence["nvls"] = line
 
 
-def parse(doc: Doc) -> NcclLog:
-    log = NcclLog()
-    for ln in doc.lines:
-        _line(log, ln)
-    for p in log.procs.values():  # a bare "NCCL version" line belongs to the processes that printed none
-        if not p.version and len(set(log.versions)) == 1:
+def _finish(log: NcclLog) -> None:
+    """What only the whole log says: the socket transport of processes that named no network,
+    the version of processes that printed none, ranks on errors, which errors ended the job."""
+    for p in log.procs.values():
+        if not p.net and ((p.socket_listed and not p.socket_bootstrap_only) or p.fallback):
+            p.net = "Socket"
+            p.evidence.setdefault("net", p.evidence.get("socket") or p.fallback[0])
+        if not p.version and len(set(log.versions)) == 1:  # a bare "NCCL version" line belongs to them
             p.version = log.versions[0]
     ranks = {(p.host, p.pid): p.rank for p in log.procs.values()}
     for e in log.errors:
         e.rank = ranks.get((e.host, e.pid))
+        if (e.host, e.pid) in log.failed and e.kind not in ("benign", "fallback", "ib_event"):
+            e.fatal = True
+
+
+def parse(doc: Doc) -> NcclLog:
+    log = NcclLog()
+    lines = doc.lines
+    for i in range(len(lines)):
+        _line(log, lines, i)
+    _finish(log)
     return log
 
 
@@ -294,4 +474,5 @@ def detect(doc: Doc) -> bool:
 FORMATS = [Format("nccl-log", detect=detect, priority=40, description="NCCL_DEBUG=INFO/WARN log (any NCCL era)")]
 PARSERS = [ParserSpec("nccl-log", parse)]
 
-__all__ = ["ERRORS", "FORMATS", "LINE", "PARSERS", "WC_STATUS", "NcclError", "NcclLog", "NcclProc", "detect", "parse"]
+__all__ = ["ERRORS", "FATAL", "FORMATS", "LINE", "PARSERS", "WC_STATUS", "NcclError", "NcclLog", "NcclProc", "classify",
+           "detect", "parse"]
