@@ -3,14 +3,20 @@
 On NVSwitch systems (HGX/DGX) CUDA can use the GPUs only once nvidia-fabricmanager has
 programmed the switches and every GPU reports `Fabric State : Completed` with `Status :
 Success` in `nvidia-smi -q`. The grader reads the facts of:
-  - the service (`systemctl show`, or a pasted `systemctl status` / `is-active` / failed
-    `systemctl start`, with the daemon's journal lines under it);
-  - the Fabric block of every GPU in `nvidia-smi -q` (and the 590 layout's Health block);
+  - the service (`systemctl show`, a pasted `systemctl status` / `is-active` / failed
+    `systemctl start`, or the unit's journal, with the daemon's lines in it): the last state counts;
+  - the Fabric block of every GPU, from a whole `nvidia-smi -q` or from the block pasted or grep'd
+    on its own (State, Status, and the Health sub-block of 570+ drivers);
   - the fabric manager's log or journal: NVSwitch fatal / non-fatal SXids, NVLS multicast
-    team failures, aborts, restarts; the Talos wrapper's NVSwitch management-port choice.
-A dead service next to a stale `Completed` state is still a failure: new jobs cannot set up
-NVLink multicast and the next GPU reset will not re-register. Where the profile expects no
-NVSwitch (`fabric.nvswitch = false`) and the GPUs report no fabric, nothing is required.
+    team failures, aborts, restarts, a version that differs from the driver's, "nothing to do"
+    (the driver sees no NVSwitch); the Talos wrapper's NVSwitch management-port choice.
+Without a running fabric manager an NVSwitch node cannot train: a failed or dead unit FAILs
+wherever the node shows that it has NVSwitches (the profile says so, the GPUs report a fabric, the
+unit was installed and started). "Nothing to do" on a board without NVSwitch (PCIe cards, NVLink
+bridges) means the fabric manager is not applicable; on an NVSwitch profile it FAILs. A Completed
+fabric state alone proves the fabric was set up once, not that the fabric manager is alive (a
+stale state survives its death): the PASS says so. Every finding has a code
+(`checks/policy/fabric.toml`).
 """
 
 from __future__ import annotations
@@ -18,9 +24,16 @@ from __future__ import annotations
 from typing import Any
 
 from preflight.findings import Findings
-from preflight.model import Result, Status
+from preflight.model import Result
 from preflight.parsers.base import clean
-from preflight.parsers.fabricmanager import FmEvent, FmLog, from_journal
+from preflight.parsers.fabricmanager import (
+    FabricBlock,
+    FabricReport,
+    FmEvent,
+    FmLog,
+    blocks_from_q,
+    from_journal,
+)
 from preflight.parsers.nvsmi_q import QReport
 from preflight.parsers.systemd import UnitState
 from preflight.probes import Probe
@@ -36,9 +49,22 @@ PROBE_FM_SERVICE = Probe.of(
     timeout=10,
 )
 LOG_EVIDENCE_MAX = 8  # log lines quoted per kind of event (display limit)
-_HEALTHY_VALUES = {"", "healthy", "full", "false", "no", "none", "not supported"}
 RESTART = (f"systemctl restart {UNIT}; if it fails again read journalctl -u {UNIT} and /var/log/fabricmanager.log "
            "(its version must equal the driver's); new CUDA jobs cannot set up NVLink until it runs")
+LIVENESS = (f"fabric manager liveness not shown (a Completed state outlives a dead fabric manager: check "
+            f"`systemctl is-active {UNIT}`)")
+_NA = {"", "n/a", "not supported"}
+# The Health sub-block (570+): field -> {value: code, or "" when healthy}; a value not listed is
+# said to be not recognised. "Incorrect Configuration" names what is wrong: any value but None.
+_HEALTH: dict[str, dict[str, str]] = {
+    "summary": {"healthy": "", "unhealthy": "health-unhealthy", "limited capacity": "health-limited-capacity"},
+    "bandwidth": {"full": "", "degraded": "bandwidth-degraded"},
+    "route recovery in progress": {"false": "", "true": "route-recovery"},
+    "route unhealthy": {"false": "", "true": "route-unhealthy"},
+    "access timeout recovery": {"false": "", "true": "access-timeout-recovery"},
+    "incorrect configuration": {"none": ""},
+}
+_STATES = {"completed": "", "in progress": "fabric-in-progress", "not started": "fabric-not-started"}
 
 
 def _quote(evs: list[FmEvent]) -> list[str]:
@@ -55,80 +81,116 @@ def _sxids(evs: list[FmEvent]) -> str:
     return out + (f" on NVSwitch {', '.join(switches[:4])}" if switches else "")
 
 
+_LOG_KINDS = (
+    ("multicast", "fabric.manager/multicast-failed", "NVLS multicast team setup failed",
+     "jobs using NVLink SHARP (NCCL NVLS) fail on this node: drain, restart nvidia-fabricmanager and reset "
+     "the GPUs (or reboot); check that the fabric manager and driver versions match"),
+    ("abort", "fabric.manager/aborted", "the fabric manager aborted",
+     "read /var/log/fabricmanager.log around these lines; fix the cause (topology, driver/fabric manager "
+     "version mismatch), then restart nvidia-fabricmanager"),
+    ("nonfatal", "fabric.manager/nvswitch-nonfatal", "NVSwitch non-fatal error(s)",
+     "non-fatal SXids are corrected by the switch: no drain needed; if they repeat on the same port, "
+     "schedule a reset/reboot and check the NVLink error counters"),
+    ("error", "fabric.manager/log-error", "other fabric manager error line(s)",
+     "read /var/log/fabricmanager.log around these lines"),
+)
+
+
+def _version_findings(mismatch: list[FmEvent], f: Findings) -> None:
+    v = mismatch[-1].values
+    f.add("fabric.manager/version-mismatch",
+          f"the fabric manager ({v.get('fabric_manager', '?')}) refuses to run with driver {v.get('driver', '?')}: "
+          "their versions differ", _quote(mismatch),
+          f"install the nvidia-fabricmanager package of exactly the driver's version ({v.get('driver', '?')}), hold "
+          f"both packages, then `systemctl restart {UNIT}`; until then CUDA cannot use the NVSwitch fabric")
+
+
 def log_findings(log: FmLog, f: Findings) -> dict[str, Any]:
-    """SXids, multicast failures and aborts; a fatal error before the last restart is history."""
+    """SXids, multicast failures, aborts, a version mismatch; what came before the last restart is history."""
     starts = [i for i, e in enumerate(log.events) if e.kind == "start"]
     last = starts[-1] if starts else -1
-    after = [e for e in log.events[last + 1:]]
-    fatal_now, fatal_before = [e for e in after if e.kind == "fatal"], [e for e in log.events[:last + 1]
-                                                                          if e.kind == "fatal"]
+    after = log.events[last + 1:]
+    fatal_now = [e for e in after if e.kind == "fatal"]
+    fatal_before = [e for e in log.events[:last + 1] if e.kind == "fatal"]
     if fatal_now:
-        f.add(Status.FAIL, f"{len(fatal_now)} NVSwitch fatal error(s){_sxids(fatal_now)}"
+        f.add("fabric.manager/nvswitch-fatal", f"{len(fatal_now)} NVSwitch fatal error(s){_sxids(fatal_now)}"
               + (" since the fabric manager last started" if starts else ""), _quote(fatal_now),
               "drain the node; a fatal SXid needs the NVSwitches and GPUs reset: reboot the node (or stop the GPU "
               "clients, reset, restart nvidia-fabricmanager); RMA the baseboard if the same switch port fails again")
     if fatal_before:
-        f.add(Status.WARN, f"{len(fatal_before)} NVSwitch fatal error(s){_sxids(fatal_before)} before the fabric "
-              "manager's last restart", _quote(fatal_before),
+        f.add("fabric.manager/nvswitch-fatal-before-restart", f"{len(fatal_before)} NVSwitch fatal error(s)"
+              f"{_sxids(fatal_before)} before the fabric manager's last restart", _quote(fatal_before),
               "the fabric was restarted since; watch for the same switch/port failing again")
-    for kind, status, what, remedy in (
-            ("multicast", Status.FAIL, "NVLS multicast team setup failed",
-             "jobs using NVLink SHARP (NCCL NVLS) fail on this node: drain, restart nvidia-fabricmanager and reset "
-             "the GPUs (or reboot); check that the fabric manager and driver versions match"),
-            ("abort", Status.FAIL, "the fabric manager aborted",
-             "read /var/log/fabricmanager.log around these lines; fix the cause (topology, driver/fabric manager "
-             "version mismatch), then restart nvidia-fabricmanager"),
-            ("nonfatal", Status.WARN, "NVSwitch non-fatal error(s)",
-             "non-fatal SXids are corrected by the switch: no drain needed; if they repeat on the same port, "
-             "schedule a reset/reboot and check the NVLink error counters"),
-            ("error", Status.WARN, "other fabric manager error line(s)",
-             "read /var/log/fabricmanager.log around these lines")):
+    mismatch = [e for e in after if e.kind == "version-mismatch"]
+    if mismatch:
+        _version_findings(mismatch, f)
+    for kind, code, what, remedy in _LOG_KINDS:
         evs = log.of(kind)
         if evs:
-            f.add(status, f"{len(evs)} x {what}{_sxids(evs) if kind == 'nonfatal' else ''}", _quote(evs), remedy)
+            f.add(code, f"{len(evs)} x {what}{_sxids(evs) if kind == 'nonfatal' else ''}", _quote(evs), remedy)
     return {"log_fatal": len(fatal_now) + len(fatal_before), "log_nonfatal": len(log.of("nonfatal")),
             "log_multicast_failures": len(log.of("multicast")), "log_errors": len(log.of("error") + log.of("abort")),
             "log_restarts": len(starts), "log_configured_after_last_start":
                 any(e.kind == "configured" for e in after) if log.records else None,
-            "log_sxids": sorted({e.code for e in log.events if e.code is not None})}
+            "log_sxids": sorted({e.code for e in log.events if e.code is not None}),
+            "log_version_mismatch": mismatch[-1].values if mismatch else None}
 
 
-def fabric_findings(report: QReport, f: Findings) -> tuple[list[dict[str, Any]], bool, bool]:
+def _state_finding(b: FabricBlock, state: str, status: str, f: Findings) -> bool:
+    """The registration state of one GPU; False when it is not Completed/Success."""
+    ev = [f"{b.label} [Fabric] {b.line('Fabric/State')}", f"{b.label} [Fabric] {b.line('Fabric/Status')}"]
+    sl = state.lower()
+    if sl == "completed" and status.lower() in ("", "success"):
+        return True
+    if sl == "completed":
+        f.add("fabric.manager/fabric-status-error", f"{b.label}: fabric registration finished with status {status!r}",
+              ev, "restart nvidia-fabricmanager, then reset the GPU (or reboot); read /var/log/fabricmanager.log for "
+                  "the cause (on a multi-node NVLink system: the IMEX/NVLink domain's resources and partition)")
+    elif sl == "in progress":
+        f.add("fabric.manager/fabric-in-progress", f"{b.label}: fabric registration still in progress", ev,
+              "CUDA cannot use the GPU yet: wait a minute and re-run; if it stays In Progress, restart "
+              "nvidia-fabricmanager and read /var/log/fabricmanager.log")
+    elif sl == "not started":
+        f.add("fabric.manager/fabric-not-started", f"{b.label}: fabric registration not started", ev,
+              "start the fabric manager (systemctl enable --now nvidia-fabricmanager); its version must equal the "
+              "driver's")
+    else:
+        f.add("fabric.manager/fabric-state-unknown", f"not recognised: {b.label} fabric state {state!r} (expected "
+              "Completed, In Progress or Not Started)", ev, "read `nvidia-smi -q` by hand")
+    return False
+
+
+def _health_findings(b: FabricBlock, f: Findings) -> None:
+    for path, value in b.under("Fabric/Health"):
+        v, leaf = clean(value), path.rsplit("/", 1)[-1]
+        if v.lower() in _NA:
+            continue
+        table = _HEALTH.get(leaf.lower())
+        code = (table or {}).get(v.lower(), "incorrect-configuration" if leaf.lower() == "incorrect configuration"
+                                 else "health-value-unknown")
+        if not code:
+            continue
+        what = f"not recognised: fabric health {leaf} = {v}" if code == "health-value-unknown" else \
+            f"fabric health: {leaf} = {v}"
+        f.add(f"fabric.manager/{code}", f"{b.label}: {what}", [f"{b.label} [Fabric/Health] {b.line(path)}"],
+              "the NVLink fabric is degraded for this GPU: check `nvidia-smi nvlink -s`, the fabric manager "
+              "log, and reset the GPU / reboot if it persists")
+
+
+def fabric_findings(blocks: list[FabricBlock], f: Findings) -> tuple[list[dict[str, Any]], bool, bool]:
     """(per-GPU facts, any GPU on a fabric, every such GPU Completed/Success)."""
     gpus: list[dict[str, Any]] = []
     on_fabric, all_ok = False, True
-    for gpu in report.gpus:
-        if "Fabric/State" not in gpu.fields:
-            continue
-        state, status = clean(gpu.get("Fabric/State")), clean(gpu.get("Fabric/Status"))
-        gpus.append({"index": gpu.index, "bus_id": gpu.bus_id, "state": state or "N/A", "status": status or "N/A"})
+    for b in blocks:
+        state, status = clean(b.get("Fabric/State")), clean(b.get("Fabric/Status"))
+        gpus.append({"index": b.index, "bus_id": b.bus_id or None, "state": state or "N/A", "status": status or "N/A",
+                     "clique_id": clean(b.get("Fabric/CliqueId")) or None,
+                     "cluster_uuid": clean(b.get("Fabric/ClusterUUID")) or None})
         if not state:
             continue
         on_fabric = True
-        ev = [f"{gpu.label} [Fabric] {gpu.line('Fabric/State')}", f"{gpu.label} [Fabric] {gpu.line('Fabric/Status')}"]
-        sl = state.lower()
-        if not (sl == "completed" and status.lower() in ("", "success")):
-            all_ok = False
-            what, remedy = {
-                "completed": (f"fabric registration finished with status {status!r}",
-                              "restart nvidia-fabricmanager, then reset the GPU (or reboot); read "
-                              "/var/log/fabricmanager.log for the cause"),
-                "in progress": ("fabric registration still in progress",
-                                "CUDA cannot use the GPU yet: wait a minute and re-run; if it stays In Progress, "
-                                "restart nvidia-fabricmanager and read /var/log/fabricmanager.log"),
-                "not started": ("fabric registration not started",
-                                "start the fabric manager (systemctl enable --now nvidia-fabricmanager); its version "
-                                "must equal the driver's"),
-            }.get(sl, (f"fabric state {state!r} (status {status or 'N/A'})",
-                       "restart nvidia-fabricmanager and read /var/log/fabricmanager.log"))
-            f.add(Status.FAIL, f"{gpu.label}: {what}", ev, remedy)
-        for path, value in gpu.under("Fabric/Health"):
-            v, leaf = clean(value), path.rsplit("/", 1)[-1]
-            if v.lower() not in _HEALTHY_VALUES:
-                f.add(Status.FAIL if leaf == "Summary" and v.lower() == "unhealthy" else Status.WARN,
-                      f"{gpu.label}: fabric health: {leaf} = {v}", [f"{gpu.label} [Fabric/Health] {gpu.line(path)}"],
-                      "the NVLink fabric is degraded for this GPU: check `nvidia-smi nvlink -s`, the fabric manager "
-                      "log, and reset the GPU / reboot if it persists")
+        all_ok = _state_finding(b, state, status, f) and all_ok
+        _health_findings(b, f)
     return gpus, on_fabric, all_ok
 
 
@@ -139,49 +201,20 @@ def service_findings(svc: UnitState, on_fabric_ok: bool, prov: str, f: Findings)
             f.note(f"no local {UNIT} unit; every GPU reports fabric Completed (fabric managed outside this OS, "
                    "e.g. by the host of a VM)")
         else:
-            f.add(Status.FAIL, f"{UNIT} is not installed", [*svc.lines, prov],
+            f.add("fabric.manager/not-installed", f"{UNIT} is not installed", [*svc.lines, prov],
                   f"install the nvidia-fabricmanager package of the driver's branch (same version as the driver) "
                   f"and `systemctl enable --now {UNIT}`")
     elif svc.load == "masked":
-        f.add(Status.FAIL, f"{UNIT} is masked", [*svc.lines, prov],
+        f.add("fabric.manager/masked", f"{UNIT} is masked", [*svc.lines, prov],
               f"systemctl unmask {UNIT} && systemctl enable --now {UNIT}")
     elif svc.active in ("activating", "reloading"):
-        f.add(Status.FAIL, f"{UNIT} is still starting ({svc.describe()})", svc.lines,
+        f.add("fabric.manager/service-starting", f"{UNIT} is still starting ({svc.describe()})", svc.lines,
               f"wait a minute and re-run; if it keeps restarting read journalctl -u {UNIT} and "
               "/var/log/fabricmanager.log")
     elif svc.active and svc.active != "active" or svc.sub in ("failed", "dead"):
         stale = " while the GPUs still show a stale Completed fabric state" if on_fabric_ok else ""
         what = f"starting {UNIT} failed" if svc.start_failed else f"{UNIT} is {svc.describe()}"
-        f.add(Status.FAIL, what + stale, [*svc.lines, prov], RESTART)
-
-
-def _not_needed(ctx: CheckContext, svc: UnitState | None, report: QReport | None, gpus: list[dict[str, Any]],
-                f: Findings, prov: str, facts: dict[str, Any]) -> Result:
-    """No NVSwitch expected and none reported: the fabric manager is not required here."""
-    names = sorted({str(g.name) for g in (ctx.facts("nvidia-smi-table") or _NoTable()).records if g.name})
-    where = f" ({', '.join(names)}: no NVSwitch)" if names else ""
-    if svc is not None and svc.installed and svc.active == "active":
-        return f.result(ctx, f"{UNIT} running" + (" (no NVSwitch fabric: Fabric State N/A)" if report else ""), facts,
-                        svc.lines)
-    if report is not None and gpus:  # nvidia-smi -q shows the GPUs on no fabric: the unit's state does not matter
-        ev = [f"{g['bus_id']}: Fabric State {g['state']}" for g in gpus[:2]]
-        if svc is not None and svc.active:
-            f.note(f"{UNIT} is {svc.describe()} (harmless without NVSwitch)")
-        return ctx.result(Status.SKIP, f"no NVSwitch fabric on this node; fabric manager not required by profile "
-                                       f"{ctx.profile.name}", evidence=[*ev, *f.notes, prov], facts=facts)
-    if svc is not None and svc.installed and svc.active:
-        what = f"starting {UNIT} failed" if svc.start_failed else f"{UNIT} is {svc.describe()}"
-        return ctx.result(Status.WARN, f"{what}; not applicable where there is no NVSwitch{where} (profile "
-                                       f"{ctx.profile.name} expects none)", evidence=[*svc.lines, prov], facts=facts,
-                          remedy=f"on a node without NVSwitch: disable the unit (systemctl disable {UNIT}); on an "
-                                 f"NVSwitch node: {RESTART}")
-    ev = [f"{g['bus_id']}: Fabric State {g['state']}" for g in gpus[:2]] + (svc.lines if svc else [])
-    return ctx.result(Status.SKIP, f"no NVSwitch fabric on this node; fabric manager not required by profile "
-                                   f"{ctx.profile.name}", evidence=[*ev, *f.notes, prov], facts=facts)
-
-
-class _NoTable:
-    records: list[Any] = []
+        f.add("fabric.manager/service-not-running", what + stale, [*svc.lines, prov], RESTART)
 
 
 def _prov(prof: Profile) -> str:
@@ -192,8 +225,8 @@ def _prov(prof: Profile) -> str:
 
 def _with_journal(svc: UnitState | None, log: FmLog | None) -> tuple[FmLog | None, bool]:
     """The fabric manager log with the daemon's lines under `systemctl status` folded in, and
-    whether a fabric manager log exists at all (then the node is an NVSwitch node)."""
-    fabric_log = log is not None and log.recognised
+    whether a fabric manager log shows an NVSwitch node (switches configured, SXids, LPF ports)."""
+    fabric_log = log is not None and log.recognised and not log.of("nothing-to-do")
     if svc is None or not svc.journal:
         return log, fabric_log
     jlog = from_journal((j.time_text, j.message, j.line) for j in svc.journal
@@ -224,8 +257,8 @@ def _fabric_facts(svc: UnitState | None, log: FmLog | None, gpus: list[dict[str,
     return facts
 
 
-def _unverified(ctx: CheckContext, svc: UnitState | None, report: QReport | None, log: FmLog | None,
-                gpus: list[dict[str, Any]], on_fabric: bool, f: Findings, facts: dict[str, Any]) -> Result:
+def _unverified(ctx: CheckContext, svc: UnitState | None, log: FmLog | None, na_fabric: bool, f: Findings,
+                facts: dict[str, Any]) -> Result:
     """An NVSwitch node on which nothing proves the fabric up (nor shows it down)."""
     why = []
     if log is not None and log.lpf_found:
@@ -233,30 +266,90 @@ def _unverified(ctx: CheckContext, svc: UnitState | None, report: QReport | None
                    + ", ".join(f"{d} {g}" for d, g in log.lpf_found) + ")"
                    + (f" and picked GUID {log.lpf_used}" if log.lpf_used else "")
                    + ", which proves neither a running NVLink subnet manager nor a Completed fabric")
-    if report is not None and gpus and not on_fabric:
+    if na_fabric:
         why.append("the GPUs report no fabric state (Fabric State N/A)")
     if svc is None or svc.error:
         why.append("the service state is unknown")
-    return ctx.result(Status.WARN, "NVSwitch fabric not verified: " + ("; ".join(why) or "no fabric data"),
-                      evidence=[*(log.wrapper_lines[:8] if log else []), *f.notes, _prov(ctx.profile)], facts=facts,
-                      remedy=f"check `systemctl status {UNIT}` (and nvlsm on NVLink-5 systems) and "
-                             f"`nvidia-smi -q | grep -A2 Fabric` on {ctx.node}")
+    return ctx.finding("fabric.manager/unverified", "NVSwitch fabric not verified: " + ("; ".join(why) or
+                                                                                       "no fabric data"),
+                       evidence=[*(log.wrapper_lines[:8] if log else []), *f.notes, _prov(ctx.profile)], facts=facts,
+                       remedy=f"check `systemctl status {UNIT}` (and nvlsm on NVLink-5 systems) and "
+                              f"`nvidia-smi -q | grep -A2 Fabric` on {ctx.node}")
+
+
+def _no_switch(ctx: CheckContext, nothing: list[FmEvent], svc: UnitState | None, f: Findings,
+               facts: dict[str, Any]) -> Result:
+    """"Nothing to do" where the profile expects no NVSwitch: the fabric manager is not applicable."""
+    f.add("fabric.manager/no-nvswitch", f"the fabric manager found no NVSwitch to manage (NV_WARN_NOTHING_TO_DO); "
+          f"not needed on a board without NVSwitch (profile {ctx.profile.name} expects none)")
+    if svc is not None and svc.active and svc.active != "active":
+        f.note(f"{UNIT} is {svc.describe()} because of it: harmless here (`systemctl disable {UNIT}` silences it)")
+    facts["nvswitch_found"] = False
+    return f.result(ctx, "fabric manager not applicable: no NVSwitch on this node (NV_WARN_NOTHING_TO_DO)", facts,
+                    ok_evidence=_quote(nothing))
+
+
+def _not_needed(ctx: CheckContext, svc: UnitState | None, report: bool, gpus: list[dict[str, Any]],
+                f: Findings, prov: str, facts: dict[str, Any]) -> Result:
+    """No NVSwitch expected and none shown: the fabric manager is not required here."""
+    ev = [f"{g['bus_id'] or 'GPU ' + str(g['index'])}: Fabric State {g['state']}" for g in gpus[:2]]
+    if svc is not None and svc.active:
+        f.note(f"{UNIT} is {svc.describe()} (harmless without NVSwitch)")
+    ev += svc.lines if svc is not None and not gpus else []
+    return ctx.finding("fabric.manager/not-required", f"no NVSwitch fabric on this node; fabric manager not required "
+                       f"by profile {ctx.profile.name}" + ("" if report else " (nothing shows one)"),
+                       evidence=[*ev, *f.notes, prov], facts=facts)
+
+
+def _unit_started(svc: UnitState | None) -> bool:
+    """The unit exists and was started (running, failed, restarting): the node meant to run it."""
+    return svc is not None and svc.installed is not False and not svc.error and (
+        svc.active in ("active", "failed", "activating", "reloading", "deactivating") or bool(svc.start_failed))
+
+
+def _ok_summary(svc: UnitState | None, log: FmLog | None, gpus: list[dict[str, Any]], on_fabric: bool,
+                configured: bool) -> str:
+    running = svc is not None and svc.active == "active"
+    parts = [f"fabric Completed/Success on {sum(1 for g in gpus if g['state'] != 'N/A')} GPU(s)"] if on_fabric else []
+    parts += [f"{UNIT} {svc.describe()}"] if running and svc is not None else []
+    parts += ["the fabric manager configured every NVSwitch at its last start"] if configured else []
+    parts += ["no NVSwitch errors in the fabric manager log"] if log is not None and log.records else []
+    if on_fabric and not running and not configured:
+        parts.append(LIVENESS)
+    return "; ".join(parts) or "fabric manager healthy"
+
+
+def _inputs(ctx: CheckContext) -> tuple[UnitState | None, QReport | None, list[FabricBlock], FmLog | None, bool]:
+    svc: UnitState | None = ctx.facts("fm-service")
+    report: QReport | None = ctx.facts("nvidia-smi-q")
+    fab: FabricReport | None = ctx.facts("nvidia-smi-fabric")
+    blocks = (blocks_from_q(report) if report is not None else []) + (fab.blocks if fab is not None else [])
+    log, fabric_log = _with_journal(svc, ctx.facts("fm-log"))
+    return svc, report, blocks, log, fabric_log
 
 
 def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
-    svc: UnitState | None = ctx.facts("fm-service")
-    report: QReport | None = ctx.facts("nvidia-smi-q")
-    log, fabric_log = _with_journal(svc, ctx.facts("fm-log"))
-    if svc is None and report is None and log is None:
-        return ctx.result(Status.SKIP, "no fabric manager or nvidia-smi output to grade")
+    svc, report, blocks, log, fabric_log = _inputs(ctx)
+    if svc is None and report is None and not blocks and log is None:
+        return ctx.finding("fabric.manager/no-input", "no fabric manager or nvidia-smi output to grade")
     nvswitch = bool(ctx.profile.get("fabric.nvswitch"))
     prov = _prov(ctx.profile)
     f = Findings()
-    gpus, on_fabric, fabric_ok = fabric_findings(report, f) if report is not None else ([], False, False)
+    gpus, on_fabric, fabric_ok = fabric_findings(blocks, f)
     log_facts = log_findings(log, f) if log is not None and log.records else {}
     facts = _fabric_facts(svc, log, gpus, on_fabric, nvswitch, log_facts)
+    nothing = log.of("nothing-to-do") if log is not None else []
+    if nothing and not nvswitch and not on_fabric:
+        return _no_switch(ctx, nothing, svc, f, facts)
+    if nothing:
+        f.add("fabric.manager/nvswitch-not-found", "the fabric manager found no NVSwitch (NV_WARN_NOTHING_TO_DO) on a "
+              "node that has them: the NVSwitch driver sees no switch", [*_quote(nothing), prov],
+              "on a VM the NVSwitches are not passed through to the guest (the GPUs stay In Progress, CUDA error "
+              "802): fix the VM's device assignment; on bare metal check `ls /dev/nvidia-nvswitch*` and the "
+              "nvidia-nvswitch driver in dmesg, then reboot")
+    na_fabric = report is not None and bool(gpus) and not on_fabric
     smi_err = next((e for e in (report.errors if report else []) if e.kind in DRIVER_ERRORS), None)
-    need = nvswitch or on_fabric or fabric_log
+    need = nvswitch or on_fabric or fabric_log or (_unit_started(svc) and not na_fabric)
     if not need and svc is None and not gpus and ctx.options.mode == "analyze":
         return []  # a paste without fabric data (an -q fragment, an error message): nothing to say
     if svc is not None and svc.error:
@@ -265,30 +358,30 @@ def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
         service_findings(svc, on_fabric and fabric_ok, prov, f)
     if smi_err is not None and report is not None and not report.gpus:
         if not need:
-            return ctx.result(Status.SKIP, f"fabric not checked: nvidia-smi failed ({smi_err.line})",
-                              evidence=[smi_err.line], facts=facts)
-        f.add(Status.ERROR, f"fabric state unknown: {smi_err.line}", [smi_err.line],
+            return ctx.finding("fabric.manager/no-fabric-data", f"fabric not checked: nvidia-smi failed "
+                               f"({smi_err.line})", evidence=[smi_err.line], facts=facts)
+        f.add("fabric.manager/nvidia-smi-failed", f"fabric state unknown: {smi_err.line}", [smi_err.line],
               f"{smi_err.summary}: {smi_err.remedy} (see gpu.driver)")
     if not need:
-        return _not_needed(ctx, svc, report, gpus, f, prov, facts)
+        return _not_needed(ctx, svc, report is not None, gpus, f, prov, facts)
     running = svc is not None and svc.active == "active"
     configured = bool(log_facts.get("log_configured_after_last_start"))
     if not f and not ((on_fabric and fabric_ok) or running or configured):
-        return _unverified(ctx, svc, report, log, gpus, on_fabric, f, facts)
-    parts = [f"fabric Completed/Success on {sum(1 for g in gpus if g['state'] != 'N/A')} GPU(s)"] if on_fabric else []
-    parts += [f"{UNIT} {svc.describe()}"] if running and svc is not None else []
-    parts += ["the fabric manager configured every NVSwitch at its last start"] if configured else []
-    parts += ["no NVSwitch errors in the fabric manager log"] if log is not None and log.records else []
-    return f.result(ctx, "; ".join(parts) or "fabric manager healthy", facts)
+        return _unverified(ctx, svc, log, na_fabric, f, facts)
+    ok_ev = [*(svc.lines if svc is not None else []),
+             *(f"{g['bus_id'] or 'GPU block ' + str(g['index'] + 1)}: Fabric State {g['state']}, Status {g['status']}"
+               for g in gpus[:4])]
+    return f.result(ctx, _ok_summary(svc, log, gpus, on_fabric, configured), facts, ok_evidence=ok_ev)
 
 
 register(Check(
     id="fabric.manager", title="NVSwitch fabric manager", grade=grade_fabric,
     probes=(PROBE_FM_SERVICE, PROBE_Q), required=("nvidia-smi-q",),
-    inputs=("fm-service", "nvidia-smi-q", "fm-log"),
+    inputs=("fm-service", "nvidia-smi-q", "nvidia-smi-fabric", "fm-log"),
     profile_keys={"fabric.nvswitch": bool},
-    catches="fabric manager dead/failed/not installed, GPU fabric registration not Completed, NVSwitch fatal/"
-            "non-fatal SXids and NVLS multicast failures in its log or journal, an unverified fabric",
+    catches="fabric manager dead/failed/not installed or refusing a driver of another version, GPU fabric "
+            "registration not Completed, fabric health degraded, NVSwitch fatal/non-fatal SXids and NVLS multicast "
+            "failures in its log or journal, no NVSwitch where one is expected, an unverified fabric",
     node_local=True, in_run=True))
 
 __all__ = ["PROBE_FM_SERVICE", "UNIT", "fabric_findings", "grade_fabric", "log_findings", "service_findings"]

@@ -1,7 +1,8 @@
-"""ib.hca: RDMA (InfiniBand / RoCE) HCA ports: state, physical state, rate, link layer, flaps.
+"""ib.hca: RDMA (InfiniBand / RoCE) HCA ports: state, physical state, rate, MTU, link layer, flaps.
 
 Facts: ports from ibstat / ibstatus / ibv_devinfo / ibdev2netdev / HCA status tables
-(`preflight.parsers.ib`) and IB link up/down events from system logs (`parsers.netlog`).
+(`preflight.parsers.ib`) and IB link up/down events and transceiver faults from system logs
+(`parsers.netlog`). Every finding has a code (`checks/policy/ib.toml`).
 
 Which ports are the compute fabric: the ports of the profile's link layer (with "any", the
 InfiniBand ports when the node has any, else every port), grouped by adapter model (CA type);
@@ -11,7 +12,10 @@ reports a meaningless rate), the model's nominal rate from the profile's `ib.ca_
 Active 100G front-end ports are never taken for the compute fabric while the 400G compute ports
 are Down. A compute port that is not Active/LinkUp FAILs; fewer Active compute ports than
 `ib.hca_count` FAILs; an Active compute port below `ib.rate` FAILs (a ring runs at the slowest
-rail); an adapter trained at a narrower PCIe width than it can FAILs; other ports down WARN.
+rail); without an `ib.rate`, one below its adapter model's nominal rate or below its siblings
+WARNs (it may be a slower fabric by design); an adapter trained at a narrower PCIe width than it
+can FAILs; an active MTU below the port's maximum WARNs; other ports down WARN. A port state the
+parser does not know is said ("not recognised"), never taken for down or up.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from preflight.findings import Findings
 from preflight.model import Result, Status
-from preflight.parsers.ib import IbReport, Port
+from preflight.parsers.ib import LID_UNASSIGNED, IbReport, Port
 from preflight.parsers.netlog import LinkEvents
 from preflight.probes import Probe
 from preflight.profile import Profile
@@ -88,6 +92,7 @@ def _port_line(p: Port) -> str:
 
 def _why_down(p: Port) -> str:
     ph = p.physical_state
+    nolid = " (no LID from a subnet manager: 65535)" if p.lid == LID_UNASSIGNED else ""
     if ph == "Polling":
         return (f"{p.ca} port {p.port} is Polling: the port is trying to train but sees no peer (cable, transceiver "
                 "or switch side): reseat/replace the cable or transceiver, check the switch port")
@@ -95,11 +100,12 @@ def _why_down(p: Port) -> str:
         return (f"{p.ca} port {p.port} is Disabled: administratively down or faulted: check `mlxlink -d {p.ca}` and "
                 "the switch port; re-enable (ibportstate / ip link set up) or replace the HCA/cable")
     if p.state in ("Initializing", "Armed") and ph in ("LinkUp", ""):
-        return (f"{p.ca} port {p.port} has link but is {p.state}: no subnet manager has configured it: "
+        return (f"{p.ca} port {p.port} has link but is {p.state}{nolid}: no subnet manager has configured it: "
                 "check the subnet manager (sminfo) and the switch partition")
-    if ph in ("PortConfigurationTraining", "LinkErrorRecovery"):
-        return f"{p.ca} port {p.port} is {ph}: an unstable link: reseat/replace the cable, check `mlxlink -d {p.ca}`"
-    return f"{p.ca} port {p.port} is {p.state or 'not Active'}/{ph or '?'}: check the cable and the switch port"
+    if ph in ("PortConfigurationTraining", "LinkErrorRecovery", "PhyTest", "Sleep"):
+        return f"{p.ca} port {p.port} is {ph}: the link is not up: reseat/replace the cable, check `mlxlink -d {p.ca}`"
+    return (f"{p.ca} port {p.port} is {p.state or 'not Active'}/{ph or '?'}{nolid}: check the cable and the switch "
+            "port")
 
 
 @dataclass(frozen=True)
@@ -128,70 +134,118 @@ def _tool_failure(ctx: CheckContext, rep: IbReport, f: Findings) -> None:
     missing = f" (device {', '.join(rep.missing_devices)} listed but unreadable)" if rep.missing_devices else ""
     err = rep.errors[:3] or [f"{cmd} exited {run.rc if run else '?'}"]
     dev = rep.missing_devices[0] if rep.missing_devices else "the device"
-    f.add(Status.FAIL, f"{cmd} failed after {len({p.ca for p in rep.ports})} CA(s){missing}: {err[0]}", err,
+    f.add("ib.hca/tool-failed", f"{cmd} failed after {len({p.ca for p in rep.ports})} CA(s){missing}: {err[0]}", err,
           f"{dev} is in the device list but cannot be read: check `ls /sys/class/infiniband` and "
           "`dmesg | grep mlx5`, reload mlx5_ib or reboot; on a VM the virtual function may be gone "
           "(ask the provider to repair the host)")
 
 
+def _unknown_states(ports: list[Port], f: Findings) -> None:
+    for p in ports:
+        if not p.known:
+            f.add("ib.hca/port-state-unknown",
+                  f"not recognised: {p.ca} port {p.port} state {p.state or '?'}/{p.physical_state or '?'} (expected "
+                  "Down, Initializing, Armed or Active, and a physical state such as LinkUp, Polling or Disabled)",
+                  [_port_line(p)], f"read `ibstat {p.ca}` by hand; this port was not graded")
+
+
 def _compute_findings(prof: Profile, exp: _Expect, compute: list[Port], f: Findings) -> None:
     """No compute fabric, compute ports down, fewer compute NICs up than expected."""
     up = [p for p in compute if p.up]
-    down = [p for p in compute if not p.up]
+    down = [p for p in compute if not p.up and p.known]
+    unknown = [p for p in compute if not p.known]
     if exp.link_layer.lower() == "infiniband" and not compute:
-        f.add(Status.FAIL, "no InfiniBand port found; profile expects an InfiniBand compute fabric",
+        f.add("ib.hca/no-infiniband-port", "no InfiniBand port found; profile expects an InfiniBand compute fabric",
               [f"ib.link_layer = {exp.link_layer} ({prof.source('ib.link_layer')})"],
               "check the HCA link type (`mlxconfig -d <dev> q LINK_TYPE_P1`) and the cabling")
     if down:
-        f.add(Status.FAIL, "compute port(s) down: " + ", ".join(
+        f.add("ib.hca/compute-port-down", "compute port(s) down: " + ", ".join(
             f"{p.ca} {p.state or '?'}" + (f"/{p.physical_state}" if p.physical_state else "") for p in down),
             [_port_line(p) for p in down], "; ".join(_why_down(p) for p in down))
-    if exp.count and len(up) < exp.count:
-        f.add(Status.FAIL, f"only {len(up)} of {exp.count} compute NICs up",
+    if exp.count and len(up) + len(unknown) < exp.count:
+        f.add("ib.hca/compute-ports-missing", f"only {len(up)} of {exp.count} compute NICs up",
               [f"ib.hca_count = {exp.count} ({prof.source('ib.hca_count')})"],
               f"only {len(compute)} compute ports are listed: check that every HCA is seen (`lspci | grep -i "
               "mellanox`) and its driver loaded" if len(compute) < exp.count else "")
 
 
+def _nominal(exp: _Expect, p: Port) -> float | None:
+    rate = exp.nominal.get(p.ca_type) if p.ca_type else None
+    return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
+
+
+def _below_adapter(prof: Profile, exp: _Expect, up: list[Port], f: Findings) -> list[Port]:
+    """Active ports below their adapter model's nominal rate (no ib.rate in the profile)."""
+    slow = [p for p in up if p.rate is not None and (_nominal(exp, p) or 0) > p.rate]
+    if slow:
+        f.add("ib.hca/rate-below-adapter", "compute port(s) below their adapter's rate: " + ", ".join(
+            f"{p.ca} ({p.ca_type}) at {p.fact()['rate']} of {_nominal(exp, p):g}" for p in slow),
+            [_port_line(p) for p in slow] + [f"ib.ca_type_rates ({prof.source('ib.ca_type_rates')})"],
+            "; ".join(f"{p.ca} runs below what a {p.ca_type} can: if the fabric is {p.fact()['rate']}G by design set "
+                      f"ib.rate in the site profile; else check the cable/transceiver and `mlxlink -d {p.ca}`"
+                      for p in slow))
+    return slow
+
+
 def _rate_findings(prof: Profile, exp: _Expect, rep: IbReport, up: list[Port], f: Findings) -> None:
-    """Ports under the profile's rate, or (no rate in the profile) slower than their siblings."""
+    """Ports under the profile's rate, or (no rate in the profile) under their adapter's or their siblings'."""
     slow = [p for p in up if exp.rate and p.rate is not None and p.rate < exp.rate]
     if slow:
-        f.add(Status.FAIL, f"{len(slow)} compute port(s) below the expected rate {exp.rate:g}: " + "; ".join(
-            f"{p.ca} at {p.fact()['rate']}" for p in slow),
-            [_port_line(p) for p in slow] + [f"ib.rate = {exp.rate:g} ({prof.source('ib.rate')})"],
-            "; ".join(f"{p.ca} trained at {p.fact()['rate']} Gb/s: reseat/replace the cable or transceiver, check "
-                      f"`mlxlink -d {p.ca}` for the negotiated speed/width" for p in slow))
+        f.add("ib.hca/rate-below-profile", f"{len(slow)} compute port(s) below the expected rate {exp.rate:g}: "
+              + "; ".join(f"{p.ca} at {p.fact()['rate']}" for p in slow),
+              [_port_line(p) for p in slow] + [f"ib.rate = {exp.rate:g} ({prof.source('ib.rate')})"],
+              "; ".join(f"{p.ca} trained at {p.fact()['rate']} Gb/s: reseat/replace the cable or transceiver, check "
+                        f"`mlxlink -d {p.ca}` for the negotiated speed/width" for p in slow))
     if exp.rate or not rep.shows_rate:
         return
+    flagged = _below_adapter(prof, exp, up, f)
     top: dict[str, float] = {}
     for p in up:
         top[p.ca_type] = max(top.get(p.ca_type, 0.0), p.rate or 0.0)
-    lagging = [p for p in up if p.rate is not None and p.rate < top.get(p.ca_type, 0.0)]
+    lagging = [p for p in up if p.rate is not None and p.rate < top.get(p.ca_type, 0.0) and p not in flagged]
     if lagging:
-        f.add(Status.WARN, "compute port(s) slower than their siblings: " + ", ".join(
+        f.add("ib.hca/rate-below-siblings", "compute port(s) slower than their siblings: " + ", ".join(
             f"{p.ca} at {p.fact()['rate']} (others {top[p.ca_type]:g})" for p in lagging),
             [_port_line(p) for p in lagging],
             "; ".join(f"{p.ca} trained below its siblings: reseat/replace the cable or transceiver, check "
                       f"`mlxlink -d {p.ca}`; set ib.rate in the site profile to make this a FAIL" for p in lagging))
 
 
+def _mtu_findings(rep: IbReport, f: Findings) -> None:
+    """Ports whose active MTU is below the largest they support (ibv_devinfo)."""
+    low = [p for p in rep.ports if p.max_mtu and p.active_mtu and p.active_mtu < p.max_mtu]
+    if not low:
+        return
+    why = []
+    for p in low:
+        if p.link_layer.lower() == "ethernet":
+            why.append(f"{p.ca}: RoCE uses the largest IB MTU that fits the netdev's MTU: set the interface MTU to "
+                       f"4200 (or 9000) to get {p.max_mtu}")
+        else:
+            why.append(f"{p.ca}: the subnet manager's partition (or the switch port) limits the MTU: check the "
+                       f"partition's mtu in the SM configuration")
+    f.add("ib.hca/mtu-reduced", "active MTU below the port's maximum: " + ", ".join(
+        f"{p.ca} {p.active_mtu} of {p.max_mtu}" for p in low), [_port_line(p) for p in low], "; ".join(why))
+
+
 def _adapter_findings(exp: _Expect, rep: IbReport, others_down: list[Port], f: Findings) -> None:
     """Narrow PCIe links, non-compute ports down, adapters of unknown type."""
     narrow = [p for p in rep.ports if p.pcie_width and p.pcie_width_cap and p.pcie_width < p.pcie_width_cap]
     if narrow:
-        f.add(Status.FAIL, "HCA PCIe link trained narrower than it can: " + ", ".join(
+        f.add("ib.hca/pcie-narrow", "HCA PCIe link trained narrower than it can: " + ", ".join(
             f"{p.ca} x{p.pcie_width} of x{p.pcie_width_cap}" for p in narrow), [_port_line(p) for p in narrow],
             "reseat the HCA (or its riser), check the slot in the BIOS; `lspci -vv` LnkSta shows the trained width")
     if others_down:
-        f.add(Status.FAIL if exp.require_all else Status.WARN, "non-compute port(s) down: " + ", ".join(
-            f"{p.ca} ({p.link_layer or '?'} {p.state}/{p.physical_state})" for p in others_down),
-            [_port_line(p) for p in others_down],
-            "front-end/storage port(s) down: " + "; ".join(_why_down(p) for p in others_down)
-            + ("" if exp.require_all else " (the compute fabric is not affected)"))
+        f.add("ib.hca/other-port-down-required" if exp.require_all else "ib.hca/other-port-down",
+              "non-compute port(s) down: " + ", ".join(
+                  f"{p.ca} ({p.link_layer or '?'} {p.state}/{p.physical_state})" for p in others_down),
+              [_port_line(p) for p in others_down],
+              "front-end/storage port(s) down: " + "; ".join(_why_down(p) for p in others_down)
+              + ("" if exp.require_all else " (the compute fabric is not affected)"))
     unknown = sorted({p.ca for p in rep.ports if not p.ca_type and rep.kind in ("ibstat", "ibv_devinfo")})
     if unknown:
-        f.add(Status.PASS, f"adapter type not reported for {', '.join(unknown)} (unknown type, not a port fault)")
+        f.add("ib.hca/adapter-type-unknown",
+              f"adapter type not reported for {', '.join(unknown)} (unknown type, not a port fault)")
 
 
 def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str, Any]) -> str:
@@ -200,12 +254,14 @@ def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str,
                      key=lambda p: (_natural(p.ca), p.port))
     others = sorted((p for p in rep.ports if p not in compute), key=lambda p: (_natural(p.ca), p.port))
     up = [p for p in compute if p.up]
-    others_down = [p for p in others if not p.up]
+    others_down = [p for p in others if not p.up and p.known]
     facts.update(compute_ports=[f"{p.ca}/{p.port}" for p in compute], compute_total=len(compute),
                  compute_active=len(up))
     _tool_failure(ctx, rep, f)
+    _unknown_states(rep.ports, f)
     _compute_findings(ctx.profile, exp, compute, f)
     _rate_findings(ctx.profile, exp, rep, up, f)
+    _mtu_findings(rep, f)
     _adapter_findings(exp, rep, others_down, f)
     layers = sorted({p.link_layer for p in compute if p.link_layer})
     rates = sorted({p.fact()["rate"] for p in up if p.rate is not None})
@@ -214,43 +270,58 @@ def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str,
     return shape + (f"; {len(others)} other port(s) Active" if others and not others_down else "")
 
 
+_DRIVER_REMEDY = ("check the HCAs are visible (`lspci | grep -i mellanox`, `ls /sys/class/infiniband`), load "
+                  "mlx5_core/mlx5_ib (or reinstall the OFED/DOCA driver), reboot")
+
+
+def _no_ports(ctx: CheckContext, rep: IbReport, cmd: str, facts: dict[str, Any]) -> Result:
+    """The tool listed no port: no devices, a tool that could not read them, or output not understood."""
+    run = ctx.input("ibstat")
+    expect_count = int(ctx.profile.get("ib.hca_count", 0) or 0)
+    errs = rep.errors[:3] or [f"{cmd}: no CA listed"]
+    want = [f"ib.hca_count = {expect_count} ({ctx.profile.source('ib.hca_count')})"] if expect_count else []
+    if rep.no_umad:
+        return ctx.finding("ib.hca/umad-unavailable", f"{cmd} could not read the ports: the umad interface is not "
+                           "available (ib_umad not loaded)", evidence=errs, facts=facts,
+                           remedy="`modprobe ib_umad` and re-run ibstat, or run `ibv_devinfo -v` (it needs no umad)")
+    if expect_count == 0 and (rep.no_devices or rep.nonblank == 0):
+        return ctx.finding("ib.hca/no-devices-none-expected", "no RDMA devices on this node; profile expects none",
+                           evidence=errs, facts=facts)
+    failed = bool(rep.errors) or rep.no_devices or (run is not None and run.rc not in (0, None))
+    if failed or rep.nonblank == 0:
+        return ctx.finding("ib.hca/no-devices", f"no RDMA ports found ({cmd} failed or listed none)"
+                           + (f"; profile expects {expect_count}" if expect_count else ""),
+                           evidence=errs + want, remedy=_DRIVER_REMEDY, facts=facts)
+    return ctx.finding("ib.hca/not-recognised", f"not recognised: {cmd} output without a port (expected ibstat "
+                       "`CA '<name>'` / `Port N:` blocks, ibstatus, ibv_devinfo or ibdev2netdev lines)",
+                       evidence=errs, remedy=f"run `{cmd}` by hand and check its output", facts=facts)
+
+
 def grade_ib(ctx: CheckContext) -> Result:
     rep: IbReport | None = ctx.facts("ibstat")
     events: LinkEvents | None = ctx.facts("link-events")
     ib_names = [n for n in events.interfaces() if is_ib_name(n)] if events else []
-    if rep is None and not ib_names:
-        return ctx.result(Status.SKIP, "no ibstat output or IB link events; RDMA ports not checked")
+    # transceiver faults on a function no Ethernet link line names belong to the HCA check
+    eth = {n for n in events.interfaces() if not is_ib_name(n)} if events else set()
+    mod_names = [n for n in events.module_devices() if n not in eth and n not in ib_names] if events else []
+    if rep is None and not ib_names and not mod_names:
+        return ctx.finding("ib.hca/no-input", "no ibstat output or IB link events; RDMA ports not checked")
     f = Findings()
     facts: dict[str, Any] = {}
     shape = ""
     if rep is not None:
         run = ctx.input("ibstat")
         cmd = run.cmdline if run is not None else "ibstat"
-        expect_count = int(ctx.profile.get("ib.hca_count", 0) or 0)
         facts.update(ports=[p.fact() for p in rep.ports], format=rep.kind, source_command=cmd, tool_errors=rep.errors,
                      missing_devices=rep.missing_devices)
         if not rep.ports:
-            errs = rep.errors[:3] or [f"{cmd}: no CA listed"]
-            failed = bool(rep.errors) or rep.no_devices or (run is not None and run.rc not in (0, None))
-            if expect_count == 0 and (rep.no_devices or rep.nonblank == 0):
-                return ctx.result(Status.SKIP, "no RDMA devices on this node; profile expects none",
-                                  evidence=errs, facts=facts)
-            if failed or rep.nonblank == 0:
-                return ctx.result(Status.FAIL, f"no RDMA ports found ({cmd} failed or listed none)"
-                                  + (f"; profile expects {expect_count}" if expect_count else ""),
-                                  evidence=errs + ([f"ib.hca_count = {expect_count} "
-                                                    f"({ctx.profile.source('ib.hca_count')})"] if expect_count else []),
-                                  remedy="check the HCAs are visible (`lspci | grep -i mellanox`, `ls "
-                                         "/sys/class/infiniband`), load mlx5_core/mlx5_ib (or reinstall the OFED/DOCA "
-                                         "driver), reboot", facts=facts)
-            return ctx.result(Status.ERROR, f"output of {cmd} not recognised (no CA or port found)",
-                              evidence=errs, remedy=f"run `{cmd}` by hand and check its output", facts=facts)
+            return _no_ports(ctx, rep, cmd, facts)
         shape = _grade_ports(ctx, rep, f, facts)
-    if events is not None and ib_names:
-        facts["flaps"] = grade_flaps(events, ib_names, ctx.profile, f, "IB port")
+    if events is not None and (ib_names or mod_names):
+        facts["flaps"] = grade_flaps(events, ib_names + mod_names, ctx.profile, f, "IB port", check="ib.hca")
         if not shape:
-            shape = "IB link events: " + ", ".join(
-                f"{x['interface']} {x['flaps']} flap(s)" for x in facts["flaps"])
+            shape = "IB link events: " + (", ".join(
+                f"{x['interface']} {x['flaps']} flap(s)" for x in facts["flaps"]) or "none")
     res = f.result(ctx, shape, facts)
     if res.status is Status.FAIL:
         res.summary = "; ".join(f.summaries(Status.FAIL)) + (f" [{shape}]" if rep is not None else "")
@@ -270,7 +341,8 @@ register(Check(
     profile_keys={"ib.hca_count": int, "ib.rate": (int, float), "ib.link_layer": str, "ib.require_all_ports": bool,
                   "ib.ca_type_rates": dict, "net.link_flaps_fail": int},
     catches="compute HCA ports Down/Polling/Disabled/Init, fewer compute NICs than expected, links below the "
-            "expected rate, HCAs at a narrow PCIe width, IB link flaps, a crashing ibstat; front-end ports as warnings",
+            "expected or the adapter's rate, a reduced active MTU, HCAs at a narrow PCIe width, IB link flaps and "
+            "transceiver faults, a crashing ibstat; front-end ports as warnings",
     node_local=True,
     in_run=True,
 ))

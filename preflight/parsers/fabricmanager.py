@@ -1,12 +1,22 @@
 """The fabric manager's log as facts: NVSwitch errors (SXids), multicast (NVLS) team failures,
-aborts, restarts, and the end of a successful configuration.
+aborts, restarts, a version that differs from the driver's, "nothing to do" where the driver
+sees no NVSwitch, and the end of a successful configuration; and the `nvidia-smi -q` Fabric
+block pasted on its own (format `nvidia-smi-fabric`).
 
 Sources: `/var/log/fabricmanager.log` (records `[Mon DD YYYY HH:MM:SS] [LEVEL] [tid N] message`;
 framing peels the time and the level; lines without a record header continue the previous
 record, such as `Message payload details: ...`), the daemon's journal (`journalctl -u
 nvidia-fabricmanager`, ident nv-fabricmanager), and the `nvidia-fabricmanager-wrapper:` lines of
 the Talos/container extension, which name the NVSwitch management ports (LPF) it found and
-the one it picked.
+the one it picked; the start script (`nvidia-fabricmanager-start.sh`, 550+) and its
+"Detected Pre-NVL5 system" line.
+
+The Fabric block (`nvidia-smi -q`, 535+: `State`, `Status`; 550+: `CliqueId`, `ClusterUUID`;
+570+: a `Health` sub-block with `Bandwidth`, `Route Recovery in progress`, `Route Unhealthy`,
+`Access Timeout Recovery`; 575+: `Summary`, `Incorrect Configuration`; 580+: `Partition
+Assigned`) is read here when it comes alone or grep'd (`nvidia-smi -q | grep -A 12 Fabric`);
+inside a whole `nvidia-smi -q` it is read by `parsers.nvsmi_q`, and `blocks_from_q` turns those
+GPUs' fields into the same blocks.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from preflight.framing import Doc
+from preflight.parsers import nvsmi_q, systemd
 from preflight.parsers.base import Format, ParserSpec, short
 
 _INIT = re.compile(r"^Fabric Manager Log initializing at:\s*(?P<time>.*)$")
@@ -30,14 +41,20 @@ _MULTICAST_FAIL = re.compile(r"(?:fail\w*|error)\b.*\bmulticast team|multicast t
 _SWITCH = re.compile(r"pci bus id (\S+)(?: physical id (\d+))?(?: port (\d+))?", re.I)
 _LPF = re.compile(r"found NVSwitch LPF:\s*device=(\S+)\s+guid=(\S+)", re.I)
 _LPF_USED = re.compile(r"using NVSwitch management port GUID:\s*(\S+)", re.I)
-_IDENTS = ("nv-fabricmanager", "nvidia-fabricmanager", "fabricmanager")
+# the driver interface check at start-up; "don't" (470-535), "doesn't" (545+), a typographic quote in some
+_VERSION_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\S+) "
+                               r"(?:don't|doesn't|don’t|doesn’t|do not|does not) match with driver version "
+                               r"(?P<driver>\d[\w.-]*\d)", re.I)
+# the NVSwitch driver has no switch for the fabric manager to manage (no NVSwitch, or not passed through)
+_NOTHING_TO_DO = re.compile(r"NV_WARN_NOTHING_TO_DO|WARNING Nothing to do", re.I)
+_IDENTS = ("nv-fabricmanager", "nvidia-fabricmanager", "fabricmanager", "nvidia-fabricmanager-start.sh")
 _WRAPPER = "nvidia-fabricmanager-wrapper:"
 DETAIL_MAX = 6  # continuation lines kept per event (display limit)
 
 
 @dataclass
 class FmEvent:
-    kind: str  # fatal | nonfatal | multicast | abort | error | start | configured
+    kind: str  # fatal | nonfatal | multicast | abort | error | start | configured | version-mismatch | nothing-to-do
     line: str  # the record as printed
     time: datetime | None = None
     time_text: str = ""
@@ -45,6 +62,7 @@ class FmEvent:
     switch: str = ""  # "00000000:86:00.0 (physical id 3)"
     port: int | None = None
     detail: list[str] = field(default_factory=list)  # continuation lines of a multi-line record
+    values: dict[str, str] = field(default_factory=dict)  # what the message names (versions)
 
     @property
     def quote(self) -> str:
@@ -73,8 +91,15 @@ def classify(msg: str, level: str, line: str, time: datetime | None = None, time
     m = _INIT.match(msg)
     if m or re.search(r"Fabric Manager version \S+ is running", msg):
         return FmEvent("start", line, time, time_text or (m.group("time").strip() if m else ""))
-    if "Successfully configured all the available NVSwitches" in msg:
+    if "Successfully configured all the available NVSwitches" in msg or "Successfully configured all the available GPUs" \
+            in msg:
         return FmEvent("configured", line, time, time_text)
+    vm = _VERSION_MISMATCH.search(msg)
+    if vm:
+        return FmEvent("version-mismatch", line, time, time_text,
+                       values={"fabric_manager": vm.group("fm"), "driver": vm.group("driver")})
+    if _NOTHING_TO_DO.search(msg):
+        return FmEvent("nothing-to-do", line, time, time_text)
     for kind, pattern in (("fatal", _FATAL), ("nonfatal", _NONFATAL)):
         fm = pattern.search(msg)
         if fm:
@@ -117,6 +142,13 @@ def from_journal(items: Iterable[tuple[str, str, str]]) -> FmLog:
     return log
 
 
+def _unpeeled_journal(text: str) -> str | None:
+    """The message of a fabric manager journal line framing did not peel (a month in another
+    locale, "11月 15 14:15:47 host nv-fabricmanager[4177]: ..."), else None."""
+    j = systemd.JOURNAL.match(text)
+    return j.group("msg") if j and j.group("ident") in _IDENTS else None
+
+
 def parse(doc: Doc) -> FmLog:
     log = FmLog()
     open_event: FmEvent | None = None  # the graded record whose continuation lines follow
@@ -129,7 +161,9 @@ def parse(doc: Doc) -> FmLog:
             _add_wrapper(log, text, ln.raw.strip())
             open_event = None
             continue
-        is_record = (not ln.cont and ln.time is not None) or _INIT.match(text) or ln.ident in _IDENTS
+        msg = None if ln.ident else _unpeeled_journal(text)
+        text = msg or text
+        is_record = (not ln.cont and ln.time is not None) or _INIT.match(text) or ln.ident in _IDENTS or msg
         if not is_record:
             if open_event is not None:
                 open_event.detail.append(re.sub(r"\s+", " ", text))
@@ -147,21 +181,113 @@ def parse(doc: Doc) -> FmLog:
 def detect(doc: Doc) -> bool:
     """Fabric manager log records, its journal, or the wrapper's lines."""
     head = doc.head(400)
-    if any(ln.text.lstrip().startswith("Loaded:") for ln in head) and any(
-            ln.text.lstrip().startswith("Active:") for ln in head):
-        return False  # `systemctl status`: the fm-service parser reads its journal lines
+    if systemd.detect(doc):
+        return False  # `systemctl status`, a failed start, the unit's journal: the fm-service parser reads its lines
     if any(_WRAPPER in ln.text for ln in head):
         return True
-    records = [ln for ln in head if (ln.time is not None and _TID.match(ln.text)) or _INIT.match(ln.text.strip())
-               or ln.ident in _IDENTS]
-    if not records:
-        return False
-    return any(re.search(r"Fabric Manager|NVSwitch|multicast|inband message|NVLink|fabric", ln.text, re.I)
-               for ln in records)
+    records = [ln.text for ln in head if (ln.time is not None and _TID.match(ln.text))
+               or _INIT.match(ln.text.strip()) or ln.ident in _IDENTS]
+    records += [m for m in (_unpeeled_journal(ln.text.strip()) for ln in head if not ln.ident) if m]
+    return any(re.search(r"Fabric Manager|NVSwitch|multicast|inband message|NVLink|fabric|NV_WARN_NOTHING_TO_DO",
+                         t, re.I) for t in records)
+
+
+# ---------------------------------------------------------------------------------------------
+# The nvidia-smi -q Fabric block, alone or grep'd
+
+_FIELD = re.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s+(?P<value>.*?))?\s*$")
+
+
+@dataclass
+class FabricBlock:
+    """One GPU's Fabric block: its fields by path ("Fabric/State", "Fabric/Health/Summary")."""
+
+    index: int
+    label: str
+    bus_id: str = ""
+    fields: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, str] = field(default_factory=dict)  # path -> the line as printed (padding collapsed)
+
+    def get(self, path: str) -> str | None:
+        return self.fields.get(path)
+
+    def line(self, path: str) -> str:
+        return self.lines.get(path, path)
+
+    def under(self, prefix: str) -> list[tuple[str, str]]:
+        p = prefix.rstrip("/") + "/"
+        return [(k, v) for k, v in self.fields.items() if k.startswith(p)]
+
+
+@dataclass
+class FabricReport:
+    blocks: list[FabricBlock] = field(default_factory=list)
+
+
+def blocks_from_q(report: nvsmi_q.QReport) -> list[FabricBlock]:
+    """The Fabric blocks of a whole `nvidia-smi -q` (GPUs that print one)."""
+    out = []
+    for gpu in report.gpus:
+        if "Fabric/State" not in gpu.fields:
+            continue
+        mine = {k: v for k, v in gpu.fields.items() if k.startswith("Fabric/")}
+        out.append(FabricBlock(gpu.index, gpu.label, gpu.bus_id, mine,
+                               {k: gpu.line(k) for k in mine}))
+    return out
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" "))
+
+
+def parse_fabric(doc: Doc) -> FabricReport:
+    """Every `Fabric` section of the text: its fields, by their path under it."""
+    rep = FabricReport()
+    cur: FabricBlock | None = None
+    stack: list[tuple[int, str]] = []  # (indent, name) of the open sections
+    for ln in doc.lines:
+        text = ln.text.replace("\t", "    ").rstrip()
+        body = text.strip()
+        if not body:
+            continue
+        ind = _indent(text)
+        if body == "Fabric":
+            cur = FabricBlock(len(rep.blocks), f"Fabric block {len(rep.blocks) + 1}")
+            rep.blocks.append(cur)
+            stack = [(ind, "Fabric")]
+            continue
+        if cur is None or ind <= stack[0][0]:
+            cur = None
+            continue
+        while len(stack) > 1 and stack[-1][0] >= ind:
+            stack.pop()
+        fm = _FIELD.match(body)
+        if fm is None or not (fm.group("value") or "").strip():
+            stack.append((ind, fm.group("key").strip() if fm else body))
+            continue
+        path = "/".join([name for _, name in stack] + [fm.group("key").strip()])
+        cur.fields.setdefault(path, (fm.group("value") or "").strip())
+        cur.lines.setdefault(path, re.sub(r"\s{2,}", " ", body))
+    return rep
+
+
+def detect_fabric(doc: Doc) -> bool:
+    """A Fabric section of `nvidia-smi -q` without the rest (a whole -q is `nvidia-smi-q`'s)."""
+    head = [ln.text.replace("\t", "    ").rstrip() for ln in doc.head(400)]
+    for i, t in enumerate(head):
+        if t.strip() != "Fabric":
+            continue
+        after = [x for x in head[i + 1:i + 4] if x.strip()]
+        if after and _indent(after[0]) > _indent(t) and re.match(r"^\s*State\s*:", after[0]):
+            return not nvsmi_q.detect(doc)
+    return False
 
 
 FORMATS = [Format("fm-log", detect=detect, priority=55,
-                  description="fabric manager log (/var/log/fabricmanager.log, its journal, the Talos wrapper)")]
-PARSERS = [ParserSpec("fm-log", parse)]
+                  description="fabric manager log (/var/log/fabricmanager.log, its journal, the Talos wrapper)"),
+           Format("nvidia-smi-fabric", detect=detect_fabric, priority=55,
+                  description="the Fabric block of nvidia-smi -q, alone or grep'd (State, Status, CliqueId, Health)")]
+PARSERS = [ParserSpec("fm-log", parse), ParserSpec("nvidia-smi-fabric", parse_fabric)]
 
-__all__ = ["FORMATS", "PARSERS", "FmEvent", "FmLog", "classify", "detect", "from_journal", "parse"]
+__all__ = ["FORMATS", "PARSERS", "FabricBlock", "FabricReport", "FmEvent", "FmLog", "blocks_from_q", "classify",
+           "detect", "detect_fabric", "from_journal", "parse", "parse_fabric"]

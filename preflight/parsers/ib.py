@@ -16,39 +16,62 @@ from typing import Any
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
-_CA = re.compile(r"^\s*CA '(?P<ca>[^']+)'\s*$")
+# ibstat prints "<node type> '<name>'" (CA, Switch, Router, iWARP RNIC, ??? for an unknown type);
+# `ibstat <ca> <port>` prints "CA: '<name>'" and the port's lines without indentation
+_CA = re.compile(r"^\s*(?:CA|Switch|Router|iWARP RNIC|\?\?\?):? '(?P<ca>[^']+)'\s*$")
 _PORT = re.compile(r"^\s*Port (?P<port>\d+):\s*$")
 _KV = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z _]*?)\s*:\s*(?P<val>.*?)\s*$")
 _IBSTATUS = re.compile(r"^\s*Infiniband device '(?P<ca>[^']+)' port (?P<port>\d+) status:\s*$", re.IGNORECASE)
 _HCA_ID = re.compile(r"^\s*hca_id:\s*(?P<ca>\S+)\s*$")
 _DEVINFO_PORT = re.compile(r"^\s*port:\s*(?P<port>\d+)\s*$")
 _IBDEV2NETDEV = re.compile(r"^(?P<ca>[\w.-]+) port (?P<port>\d+) ==> (?P<net>\S+) \((?P<state>\w+)\)")
+# the tools' own error lines: libibmad's ibpanic/ibwarn (ibstat), ibstatus's `fatal`, devinfo.c's
+# fprintf(stderr, ...) and perror(...), and a tool name followed by a failure
 _ERROR = re.compile(
-    r"^\s*(?:ibpanic|ibwarn|ibstat|ibstatus|ibv_devinfo|ibdev2netdev)\b.*"
+    r"^\s*(?:ibpanic|ibwarn):"
+    r"|^\s*(?:ibstat|ibstatus|ibv_devinfo|ibdev2netdev)\b.*"
     r"(?:fail|error|No such|cannot|can't|couldn't|not found|No IB devices)"
-    r"|^\s*No IB devices found|^\s*Failed to get IB devices list", re.IGNORECASE)
-_MISSING_DEV = re.compile(r"IB device '(?P<ca>[^']+)' failed")
+    r"|^\s*Fatal error:\s"
+    r"|^\s*No IB devices found"
+    r"|^\s*Failed to (?:get IB devices list|open device|query device props|query port \d+ props|query gid)"
+    r"|^\s*IB device '[^']+' wasn't found"
+    r"|^\s*Invalid port requested for device"
+    r"|^\s*0 HCAs found", re.IGNORECASE)
+_MISSING_DEV = re.compile(r"IB device '(?P<a>[^']+)' (?:failed|wasn't found)|'(?P<b>[^']+)' IB device can't be found"
+                          r"|device '(?P<c>[^']+)': sys files not found")
+_NO_DEVICES = re.compile(r"No IB devices|Failed to get IB devices list|Fatal error:\s+No devices|^\s*0 HCAs found"
+                         r"|can't list IB device names", re.IGNORECASE)
+_NO_UMAD = re.compile(r"can't init UMAD library", re.IGNORECASE)
 
+# Port states as ibstat (port_state_str), ibstatus (sysfs "4: ACTIVE") and ibv_devinfo
+# (port_state_str "PORT_ACTIVE") print them; ACTIVE_DEFER (sysfs 5) is an Active port.
 _STATE = {
-    "active": "Active", "port_active": "Active", "port_active_defer": "Active", "up": "Active",
+    "active": "Active", "port_active": "Active", "port_active_defer": "Active", "active_defer": "Active",
+    "up": "Active",
     "down": "Down", "port_down": "Down",
     "init": "Initializing", "initializing": "Initializing", "initialize": "Initializing", "port_init": "Initializing",
     "armed": "Armed", "port_armed": "Armed",
     "nop": "Nop", "port_nop": "Nop",
 }
+# Physical states: ibstat port_phy_state_str, sysfs phys_state ("5: LinkUp"), devinfo's
+# port_phy_state_str ("LINK_UP", "PORT_CONFIGURATION TRAINNING" as spelled there)
 _PHYS = {
     "linkup": "LinkUp", "link_up": "LinkUp",
     "disabled": "Disabled",
     "polling": "Polling",
     "sleep": "Sleep",
     "portconfigurationtraining": "PortConfigurationTraining", "port_configuration_training": "PortConfigurationTraining",
+    "port_configuration trainning": "PortConfigurationTraining", "port_configurationtrainning": "PortConfigurationTraining",
     "linkerrorrecovery": "LinkErrorRecovery", "link_error_recovery": "LinkErrorRecovery",
     "phytest": "PhyTest", "phy_test": "PhyTest", "phy test": "PhyTest",
-    "nop": "Nop",
+    "nop": "Nop", "no state change": "Nop", "nostatechange": "Nop",
 }
+STATES = frozenset({"Active", "Down", "Initializing", "Armed", "Nop"})
+PHYS_STATES = frozenset(_PHYS.values())
 # ibv_devinfo -v: active_width "4X (2)", active_speed "100.0 Gbps (128)"; rate = lanes x lane speed.
 _WIDTH = re.compile(r"^(?P<n>\d+)X")
 _SPEED = re.compile(r"^(?P<g>\d+(?:\.\d+)?)\s*Gbps")
+LID_UNASSIGNED = 65535  # 0xFFFF: the permissive LID a port reports before a subnet manager assigns one
 
 
 @dataclass
@@ -64,11 +87,20 @@ class Port:
     netdev: str = ""
     pcie_width: int | None = None  # trained PCIe width of the adapter (the status table)
     pcie_width_cap: int | None = None
+    lid: int | None = None  # base LID (0 on RoCE; 65535 before a subnet manager assigned one)
+    sm_lid: int | None = None
+    max_mtu: int | None = None  # ibv_devinfo: the port's largest and its active IB MTU
+    active_mtu: int | None = None
     lines: list[str] = field(default_factory=list)  # the tool's own lines for this port
 
     @property
     def up(self) -> bool:
         return self.state == "Active" and self.physical_state in ("LinkUp", "")
+
+    @property
+    def known(self) -> bool:
+        """The tool printed a port state (and physical state) this parser knows."""
+        return self.state in STATES and self.physical_state in PHYS_STATES | {""}
 
     def fact(self) -> dict[str, Any]:
         rate: float | int | None = self.rate
@@ -80,6 +112,9 @@ class Port:
             out["netdev"] = self.netdev
         if self.pcie_width is not None:
             out.update(pcie_width=self.pcie_width, pcie_width_cap=self.pcie_width_cap)
+        for key in ("lid", "sm_lid", "max_mtu", "active_mtu"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
 
 
@@ -90,6 +125,7 @@ class IbReport:
     errors: list[str] = field(default_factory=list)
     missing_devices: list[str] = field(default_factory=list)
     no_devices: bool = False
+    no_umad: bool = False  # ibstat could not open the umad interface (ib_umad not loaded): ports not read
     shows_rate: bool = True  # ibdev2netdev prints no rate or link layer
     nonblank: int = 0  # lines of output (0: the tool printed nothing)
 
@@ -104,6 +140,15 @@ def _norm_state(val: str, table: dict[str, str]) -> str:
 def _rate(val: str) -> float | None:
     m = re.match(r"^\s*(\d+(?:\.\d+)?)", val)
     return float(m.group(1)) if m else None
+
+
+def _int(val: str) -> int | None:
+    """A decimal or 0x-hex integer (sysfs prints LIDs in hex), the first word of the value."""
+    word = val.strip().split(" ")[0] if val.strip() else ""
+    try:
+        return int(word, 0)
+    except ValueError:
+        return None
 
 
 def _table(lines: list[str], rep: IbReport) -> bool:
@@ -187,9 +232,10 @@ class _Reader:
     def _error(self, line: str) -> None:
         rep = self.rep
         rep.errors.append(line.strip())
-        if re.search(r"No IB devices|Failed to get IB devices list", line, re.IGNORECASE):
-            rep.no_devices = True
-        rep.missing_devices.extend(md.group("ca") for md in _MISSING_DEV.finditer(line))
+        rep.no_devices = rep.no_devices or bool(_NO_DEVICES.search(line))
+        rep.no_umad = rep.no_umad or bool(_NO_UMAD.search(line))
+        rep.missing_devices.extend(md.group("a") or md.group("b") or md.group("c")
+                                   for md in _MISSING_DEV.finditer(line))
 
     def _netdev_port(self, m: re.Match[str], line: str) -> None:
         """An ibdev2netdev line: a whole port on one line, without rate or link layer."""
@@ -208,7 +254,7 @@ class _Reader:
             self.rep.ports.append(self.cur)
 
     def _ca_value(self, key: str, val: str) -> None:
-        if key == "ca type":
+        if key in ("ca type", "switch type", "router type"):
             self.ca_type = val
         elif key in ("firmware version", "fw_ver"):
             self.firmware = val
@@ -224,7 +270,13 @@ class _Reader:
         elif key == "rate":
             port.rate = _rate(val)
         elif key in ("link layer", "link_layer"):
-            port.link_layer = val.strip()
+            port.link_layer = "InfiniBand" if val.strip() == "IB" else val.strip()  # ibstatus's default
+        elif key in ("base lid", "port_lid"):
+            port.lid = _int(val)
+        elif key in ("sm lid", "sm_lid"):
+            port.sm_lid = _int(val)
+        elif key in ("max_mtu", "active_mtu"):
+            setattr(port, key, _int(val))
         elif key == "active_width":
             w = _WIDTH.match(val.strip())
             self.width = int(w.group("n")) if w else None
@@ -251,10 +303,26 @@ def parse(doc: Doc) -> IbReport:
     return rep
 
 
+_LIBIBMAD = re.compile(r"^\s*(?:ibpanic|ibwarn): \[\d+\] \w+: ")
+_TOOLS = re.compile(r"\b(?:ibstat|ibstatus|ibv_devinfo)\b")
+_DEVINFO_OWN = re.compile(r"^\s*(?:No IB devices found|Failed to get IB devices list)")
+
+
+def _tool_error_only(doc: Doc, head: list[str]) -> bool:
+    """The tool's own error and nothing else: libibmad's ibpanic/ibwarn (distinctive anywhere),
+    or devinfo/ibstatus errors under a prompt that ran one of the tools."""
+    lines = [t for t in head if t.strip()]
+    if any(_LIBIBMAD.match(t) for t in lines):
+        return True
+    if not lines or len(lines) > 3 or not all(_ERROR.search(t) for t in lines):
+        return False
+    return bool(_TOOLS.search(doc.command or "")) or any(_DEVINFO_OWN.match(t) for t in lines)
+
+
 def detect(doc: Doc) -> bool:
     head = [ln.text for ln in doc.head(600)]
     text = "\n".join(head)
-    if re.search(r"^\s*CA '[^']+'\s*$", text, re.M) and re.search(r"^\s*Port \d+:\s*$", text, re.M) \
+    if any(_CA.match(t) for t in head) and re.search(r"^\s*Port \d+:\s*$", text, re.M) \
             and "Physical state:" in text:
         return True
     if re.search(r"^\s*Infiniband device '[^']+' port \d+ status:", text, re.M | re.I) and "phys state:" in text:
@@ -263,7 +331,9 @@ def detect(doc: Doc) -> bool:
         return True
     if sum(1 for t in head if _IBDEV2NETDEV.match(t.strip())) >= 1:
         return True
-    return any("|" in t and "RDMA" in t and "LnkStat" in t for t in head)
+    if any("|" in t and "RDMA" in t and "LnkStat" in t for t in head):
+        return True
+    return _tool_error_only(doc, head)
 
 
 FORMATS = [Format("ibstat", detect=detect, priority=60,

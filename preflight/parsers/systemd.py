@@ -1,8 +1,13 @@
 """systemd's view of a unit as facts: `systemctl show` (Key=Value), `systemctl status`,
 `systemctl is-active`, a failed `systemctl start` ("Job for X.service failed because ..."),
-"Unit X could not be found", and the unit's journal lines that `status` prints below.
+"Unit X could not be found", the unit's journal lines that `status` prints below, and the
+unit's journal on its own (`journalctl -u`, `journalctl -xeu`): systemd's own lines about the
+unit ("Starting ...", "Started ...", "Stopped ...", "Failed with result ...", "Scheduled restart
+job ...") give its state, the last one counting.
 
-Used for the fabric manager (probe `fm-service`); the parser reads any unit.
+Used for the fabric manager (probe `fm-service`); the parser reads any unit. The messages are
+systemd's (src/core/job.c job_emit_start_message / job_emit_done_message, src/core/service.c
+service_sigchld_event and service_enter_dead, src/core/unit.c unit_log_failure / unit_log_success).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.framing import Doc
+from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
 _SYSTEMD_DOWN = re.compile(r"System has not been booted with systemd|Failed to connect to bus|"
@@ -19,9 +24,27 @@ _ACTIVE_WORDS = {"active", "inactive", "failed", "activating", "deactivating", "
 _SHOW_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)=(.*)$")
 _NOT_FOUND = re.compile(r"Unit (\S+?)(?:\.service)? (?:could not be found|not found)", re.I)
 _JOB_FAILED = re.compile(r"Job for (\S+?)(?:\.service)? failed(?: because (.*?))?\.?\s*$", re.I)
-JOURNAL = re.compile(r"^(?P<time>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
+# journalctl's short format, any locale's month ("Nov", "11月", "nov."): framing peels the English one
+JOURNAL = re.compile(r"^(?P<time>\S{1,8} +\d{1,2} \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
                      r"(?:\[\d+\])?: (?P<msg>.*)$")
 FM_UNIT = "nvidia-fabricmanager"
+_FM_DESC = "NVIDIA fabric manager service"
+# systemd's lines about a unit, the state each leaves it in: (pattern, active, sub, result)
+_TRANSITIONS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
+    (re.compile(r"^Starting (?P<u>.+?)\.\.\.$"), "activating", "start", ""),
+    (re.compile(r"^Started (?P<u>.+?)\.?$"), "active", "running", "success"),
+    (re.compile(r"^Stopping (?P<u>.+?)\.\.\.$"), "deactivating", "stop", ""),
+    (re.compile(r"^Stopped (?P<u>.+?)\.?$"), "inactive", "dead", "success"),
+    (re.compile(r"^Failed to start (?P<u>.+?)\.?$"), "failed", "failed", ""),
+    (re.compile(r"^Dependency failed for (?P<u>.+?)\.?$"), "failed", "failed", "dependency"),
+    (re.compile(r"^(?P<u>\S+?): (?:Succeeded|Deactivated successfully)\.?$"), "inactive", "dead", "success"),
+    (re.compile(r"^(?P<u>\S+?): Failed with result '(?P<r>[\w-]+)'\.?$"), "failed", "failed", ""),
+    (re.compile(r"^(?P<u>\S+?): Unit entered failed state\.?$"), "failed", "failed", ""),
+    (re.compile(r"^(?P<u>\S+?): Start request repeated too quickly\.?$"), "failed", "failed", "start-limit-hit"),
+    (re.compile(r"^(?P<u>\S+?): Scheduled restart job, restart counter is at \d+\.?$"), "activating", "auto-restart",
+     ""),
+    (re.compile(r"^(?P<u>\S+?): (?:[Mm]ain|Control) process exited, code=(?P<c>\w+), status=(?P<s>\d+)"), "", "", ""),
+)
 # systemd's journal lines on how the unit's process ended
 _UNIT_END = re.compile(rf"^{FM_UNIT}\.service: (?:Main|Control) process exited|^{FM_UNIT}\.service: Failed with result")
 
@@ -113,6 +136,65 @@ def _status_line(svc: UnitState, s: str) -> None:
         svc.lines.append(s)
 
 
+def journal_items(lines: list[Line]) -> list[tuple[str, str]]:
+    """(identifier, message) of the journal lines among `lines` (peeled by framing, or in a
+    locale framing does not know)."""
+    out = []
+    for ln in lines:
+        text = ln.text.strip()
+        if ln.ident:
+            out.append((ln.ident, text))
+            continue
+        j = JOURNAL.match(text)
+        if j:
+            out.append((j.group("ident"), j.group("msg")))
+    return out
+
+
+def _about_unit(u: str) -> bool:
+    return u.startswith(FM_UNIT) or _FM_DESC.lower() in u.lower()
+
+
+def transition(message: str) -> tuple[str, str, str] | None:
+    """(active, sub, result) a systemd journal message leaves the fabric manager unit in; ("", "",
+    "") for a process exit that does not decide the state by itself; None when the message is not
+    about the unit's state."""
+    for pattern, active, sub, result in _TRANSITIONS:
+        m = pattern.match(message.strip())
+        if m is None or not _about_unit(m.group("u")):
+            continue
+        if "r" in pattern.groupindex:
+            result = m.group("r")
+        if "c" in pattern.groupindex:
+            code, status = m.group("c"), m.group("s")
+            return ("", "", "") if code == "exited" and status == "0" else ("failed", "failed", "signal" if code in (
+                "killed", "dumped") else "exit-code")
+        return active, sub, result
+    return None
+
+
+def _journal_state(svc: UnitState) -> None:
+    """The unit's state from systemd's journal lines about it: the last one that decides counts
+    (a failure keeps the result an earlier line of the same failure named)."""
+    last: tuple[str, str, str] | None = None
+    lines: list[str] = []
+    for j in svc.journal:
+        t = transition(j.message) if "fabricmanager" not in j.ident else None
+        if t is None:
+            continue
+        lines.append(j.line)
+        if not t[0]:
+            continue
+        if last is not None and last[0] == t[0] == "failed" and not t[2]:
+            t = (t[0], t[1], last[2])
+        last = t
+    if last is None:
+        return
+    svc.form, svc.load = "journal", svc.load or "loaded"
+    svc.active, svc.sub, svc.result = last
+    svc.lines = lines[-3:]
+
+
 def parse(doc: Doc) -> UnitState:
     svc = UnitState()
     items = [ln for ln in doc.lines if ln.text.strip()]
@@ -145,19 +227,26 @@ def parse(doc: Doc) -> UnitState:
             svc.journal.append(JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s))
             continue
         _status_line(svc, s)
-    if svc.form == "status":  # the state first; the daemon's own last lines often say why it stopped, systemd's how
+    _finish(svc, lines)
+    return svc
+
+
+def _finish(svc: UnitState, lines: list[str]) -> None:
+    """The evidence lines of a status or a failed start; the state of a bare journal or `is-active`."""
+    if svc.form in ("status", "start"):  # the state first; the daemon's own last lines say why it stopped, systemd's how
         svc.lines.sort(key=lambda ln: not ln.startswith("Active:"))
         own = [j for j in svc.journal if "fabricmanager" in j.ident][-3:]
         ended = [j for j in svc.journal if "fabricmanager" not in j.ident and _UNIT_END.search(j.message)][-2:]
         svc.lines += [j.line for j in svc.journal if j in own or j in ended]
+    if svc.form == "none" and svc.journal:
+        _journal_state(svc)
     if svc.form == "none" and len(lines) == 1 and lines[0] in _ACTIVE_WORDS | {"unknown"}:
         svc.form, svc.active, svc.lines = "is-active", "" if lines[0] == "unknown" else lines[0], lines
-    return svc
 
 
 def detect(doc: Doc) -> bool:
     """systemctl output about the fabric manager unit (show, status, is-active under its
-    prompt, a failed start, or "could not be found")."""
+    prompt, a failed start, "could not be found"), or its journal with systemd's lines about it."""
     lines = [ln.text.strip() for ln in doc.head(60) if ln.text.strip()]
     if not lines:
         return False
@@ -173,6 +262,8 @@ def detect(doc: Doc) -> bool:
         return True
     if "systemctl" in cmd and len(lines) == 1 and lines[0] in _ACTIVE_WORDS:
         return True
+    if any(transition(msg) is not None for ident, msg in journal_items(doc.head(60)) if ident == "systemd"):
+        return True
     return bool(re.search(r"nvidia-fabricmanager(\.service)?\b", head) and re.search(r"^Loaded:", head, re.M)
                 and re.search(r"^Active:", head, re.M))
 
@@ -181,4 +272,5 @@ FORMATS = [Format("fm-service", detect=detect, priority=55,
                   description="systemctl show/status/is-active/start of nvidia-fabricmanager")]
 PARSERS = [ParserSpec("fm-service", parse)]
 
-__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "JournalLine", "PARSERS", "UnitState", "detect", "parse"]
+__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "JournalLine", "PARSERS", "UnitState", "detect", "journal_items", "parse",
+           "transition"]

@@ -216,7 +216,10 @@ def test_generic_profile_but_gpus_on_a_fabric_is_graded() -> None:
 def test_service_only_analyze() -> None:
     assert fabric(mode="analyze", svc=svc("show_fm_active.txt")).status is Status.PASS
     assert fabric(mode="analyze", svc=svc("status_fm_failed.txt")).status is Status.FAIL
-    assert fabric(mode="analyze", profile="generic", svc=svc("status_fm_failed.txt")).status is Status.WARN
+    # a unit that failed is evidence of an NVSwitch node, whatever the profile: without it the node cannot train
+    r = fabric(mode="analyze", profile="generic", svc=svc("status_fm_failed.txt"))
+    assert r.status is Status.FAIL
+    assert r.facts["codes"] == ["fabric.manager/version-mismatch", "fabric.manager/service-not-running"]
     assert fabric(mode="analyze", profile="generic", svc=svc("show_fm_not_found.txt")).status is Status.SKIP
 
 

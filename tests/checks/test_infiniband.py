@@ -36,7 +36,8 @@ def test_parse_ibstat_tabs():
     assert rep.kind == "ibstat" and len(rep.ports) == 10 and not rep.errors
     p = rep.ports[0]
     assert p.fact() == {"ca": "mlx5_0", "port": 1, "state": "Active", "physical_state": "LinkUp", "rate": 400,
-                        "link_layer": "InfiniBand", "ca_type": "MT4129", "firmware": "28.41.1000"}
+                        "link_layer": "InfiniBand", "ca_type": "MT4129", "firmware": "28.41.1000", "lid": 101,
+                        "sm_lid": 7}
     assert rep.ports[4].link_layer == "Ethernet" and rep.ports[4].rate == 100
 
 
@@ -156,8 +157,12 @@ def test_rate_below_profile_fails_and_sibling_rate_warns_on_generic():
     r = one(text, profile="h100-sxm-8x")
     assert r.status is Status.FAIL and "mlx5_2 at 200" in r.summary
     assert any(e.startswith("ib.rate = 400") for e in r.evidence)
-    r = one(text)
+    r = one(text)  # a ConnectX-7 (MT4129) at 200: below what the adapter can, may be by design
+    assert r.status is Status.WARN and "mlx5_2 (MT4129) at 200 of 400" in r.summary
+    assert r.facts["codes"] == ["ib.hca/rate-below-adapter"]
+    r = one(text.replace("MT4129", "MT9999"))  # a model without a nominal rate: compared with its siblings
     assert r.status is Status.WARN and "slower than their siblings" in r.summary
+    assert r.facts["codes"] == ["ib.hca/rate-below-siblings"]
 
 
 def test_ibstatus_polling_fails():
@@ -202,7 +207,8 @@ def test_infiniband_profile_without_ib_ports(tmp_path: Path):
     ("No IB devices found\n", 255, "generic", Status.SKIP),
     ("No IB devices found\n", 255, "h100-sxm-8x", Status.FAIL),
     ("", 0, "h100-sxm-8x", Status.FAIL),
-    ("Segmentation fault (core dumped)\nsomething else\n", 0, "generic", Status.ERROR),
+    ("Segmentation fault (core dumped)\nsomething else\n", 0, "generic", Status.SKIP),  # not recognised
+    ("Segmentation fault (core dumped)\n", 139, "generic", Status.FAIL),  # the tool crashed
 ])
 def test_no_ports(text, rc, profile, status):
     r = one(text, rc=rc, profile=profile)

@@ -22,10 +22,23 @@ EXPECTED = {
     "ib/ibstat_prompt_bluefield3_mlx5_bond_roce_200_active_healthy_pplxgarden2.txt": {"ib.hca": "pass"},
     "ib/ibstat_prompt_intel_opa_hfi1_0_empty_ca_type_fw_rate100_active_4space_opaff4.txt": {"ib.hca": "pass"},
     "ib/syslog_systemd_networkd_ib6_lost_gained_carrier_flaps_azure_vm_aznhc.log": {"ib.hca": "fail"},
+    # batch 3
+    # mlx5_1 Down/Disabled, base lid 65535, next to an Active HDR port of the same model: a compute port is down
+    "ib/ibstat_cx6_hdr_mlx5_1_down_disabled_rate10_nccltests128.txt": {"ib.hca": "fail"},
+    # both RoCE ports Active at 200 on ConnectX-7 (MT4129, a 400G adapter): below what the adapter can, and a
+    # 200GbE fabric may be the design: a WARN (the generic profile names no rate; with ib.rate = 400 it FAILs)
+    "ib/ibstat_cx7_roce_rate200_mooncake1999.txt": {"ib.hca": "warn"},
+    # the only port is PORT_DOWN (RoCE); its active_mtu 1024 of 4096 is the netdev's 1500 MTU
+    "ib/ibv_devinfo_cx6dx_eth_port_down_active_mtu1024_deepep60.txt": {"ib.hca": "fail"},
+    # the only port is PORT_DOWN with port_lid 65535 (no subnet manager assigned a LID)
+    "ib/ibv_devinfo_h100_cx7_ib_port_down_lid65535_deepep38.txt": {"ib.hca": "fail"},
+    # PORT_ACTIVE, active_mtu 4096 = max_mtu, RoCE (LID 0 is normal on Ethernet)
+    "ib/ibv_devinfo_h100_cx7_roce_port_active_mtu4096_deepep38.txt": {"ib.hca": "pass"},
 }
 
-# the H100 files, graded against the 8 x 400G profile as well
-H100 = {rel: exp for rel, exp in EXPECTED.items() if "_h100_" in rel}
+# the H100 files, graded against the 8 x 400G profile as well (not the one-HCA ibv_devinfo excerpts: one block
+# cannot show the 8 compute NICs the profile counts)
+H100 = {rel: exp for rel, exp in EXPECTED.items() if "_h100_" in rel and not rel.startswith("ib/ibv_devinfo")}
 
 
 def _ib(rel: str, profile: str = "auto") -> Result:
@@ -108,6 +121,34 @@ def test_hca_table_names_down_init_and_narrow_pcie() -> None:
 def test_opa_hca_with_empty_ca_type_is_a_compute_port() -> None:
     r = _ib("ib/ibstat_prompt_intel_opa_hfi1_0_empty_ca_type_fw_rate100_active_4space_opaff4.txt")
     assert [p["ca"] for p in r.facts["ports"]] == ["hfi1_0"] and r.facts["compute_active"] == 1
+
+
+def test_cx6_down_port_with_unassigned_lid() -> None:
+    r = _ib("ib/ibstat_cx6_hdr_mlx5_1_down_disabled_rate10_nccltests128.txt")
+    assert r.facts["codes"] == ["ib.hca/compute-port-down"] and "mlx5_1 Down/Disabled" in r.summary
+    down = [p for p in r.facts["ports"] if p["ca"] == "mlx5_1"][0]
+    assert down["lid"] == 65535 and down["rate"] == 10
+
+
+def test_cx7_roce_at_200_is_below_the_adapter() -> None:
+    r = _ib("ib/ibstat_cx7_roce_rate200_mooncake1999.txt")
+    assert r.facts["codes"] == ["ib.hca/rate-below-adapter"]
+    assert "mlx5_0 (MT4129) at 200 of 400" in r.summary and "by design" in r.remedy
+
+
+def test_ibv_devinfo_down_ports() -> None:
+    r = _ib("ib/ibv_devinfo_cx6dx_eth_port_down_active_mtu1024_deepep60.txt")
+    assert r.facts["codes"] == ["ib.hca/compute-port-down", "ib.hca/mtu-reduced"]
+    assert "mlx5_12 1024 of 4096" in " ".join(r.facts["problems"]) and "4200" in r.remedy
+    r = _ib("ib/ibv_devinfo_h100_cx7_ib_port_down_lid65535_deepep38.txt")
+    assert r.facts["codes"] == ["ib.hca/compute-port-down"] and "no LID from a subnet manager" in r.remedy
+    assert r.facts["ports"][0]["lid"] == 65535 and r.facts["ports"][0]["ca_type"] == "MT4129"
+
+
+def test_ibv_devinfo_roce_active() -> None:
+    r = _ib("ib/ibv_devinfo_h100_cx7_roce_port_active_mtu4096_deepep38.txt")
+    assert r.status.value == "pass" and r.facts["ports"][0]["active_mtu"] == 4096
+    assert "1/1 compute ports Active (Ethernet" in r.summary
 
 
 def test_carrier_flaps_in_networkd_journal() -> None:
