@@ -1,20 +1,30 @@
 """`nvidia-smi -q` as data: the header, one block per GPU, every field by its section path.
 
-`nvidia-smi -q` prints a header (driver and CUDA versions, attached GPU count) and one
-indented block per GPU. Sections are lines without a value; fields are `label : value`
-with the label padded to a column whose width changes between driver branches (the 590
-layout is wider). A section may itself carry a value (`HW Slowdown : Active` has deeper
-indented children). The parser keeps every field by its section path
-(`Remapped Rows/Pending`) together with the line as printed, so graders can quote it.
+`nvidia-smi -q` prints a header (driver and CUDA versions, attached GPU count) and one indented
+block per GPU under `GPU <bus id>`. Sections are lines without a value; fields are `label : value`
+with the label padded to a column whose width changes between driver branches (R450-R550: 38,
+R570 and later: 47 and more). A field may carry deeper-indented children (`HW Slowdown : Active`
+over `HW Thermal Slowdown`); they belong to the enclosing section. Older drivers name some
+sections differently (`Clocks Throttle Reasons`, renamed `Clocks Event Reasons` in R535;
+`Power Readings`, later `GPU Power Readings`); section names are matched without regard to case
+and kept under one spelling. The parser keeps every field by its section path
+(`Remapped Rows/Pending`) with the line as printed, so graders can quote it.
 
-Fragments parse too: `-d ROW_REMAPPER` / `-d PAGE_RETIREMENT` (one section per GPU, maybe no
-header), `-i N` (one GPU), and `grep -A N` excerpts (a section without its GPU header); what a
-fragment does not show is absent from the facts, never filled in.
+Any part of the output parses, at any indentation (a notebook or a mail quote indents the whole
+block): `-d ECC,ROW_REMAPPER,...` subsets, `-i <index or bus>` for one GPU (the command line, when
+the capture shows it, gives the GPU's index), and `grep` excerpts. A section shown without its GPU
+header (`nvidia-smi -q | grep -A 12 "Remapped Rows"`) opens a block for a GPU whose bus id is not
+shown; the same section again opens the next GPU's block. A line whose label belongs to one
+section only (`Remapping Failure Occurred`, `Pending Page Blacklist`, `Reset Required`) is read
+under that section even when the excerpt dropped the section's own line. The same GPU shown by
+two runs in one paste (`-d ECC` then `-d ROW_REMAPPER`) is one GPU; the later reading wins. What
+a fragment does not show is absent from the facts, never filled in.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -22,20 +32,64 @@ from preflight.framing import Doc
 from preflight.parsers.base import Format, GpuRecord, ParserSpec, clean, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
-_GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
-_FIELD = re.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s+(?P<value>.*?))?\s*$")
-# older drivers call the clock event reasons "throttle reasons"
-_SECTION_ALIASES = {"Clocks Throttle Reasons": "Clocks Event Reasons"}
+BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_GPU_HEADER = re.compile(rf"^GPU\s+({BUS})$")
+_FIELD = re.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s*(?P<value>.*?))?\s*$")
+# `nvidia-smi -r` refusing a reset: read with the GPU's other messages (gpu.health grades it)
+_RESET_REFUSED = re.compile(r"following GPUs could not be reset|Unable to reset GPU", re.IGNORECASE)
+_NVML_LIB = re.compile(r"NVML library version:?\s*(?P<v>\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+
+# the header above the GPU blocks (lower case -> as nvidia-smi prints it)
+HEADER_KEYS = {k.lower(): k for k in ("Timestamp", "Driver Version", "CUDA Version", "Attached GPUs")}
+
+# Sections and fields at the top level of a GPU block, in every release R450-R590 (lower case -> the
+# spelling kept). Older spellings map to the newer one.
+GPU_LEVEL: dict[str, str] = {k.lower(): k for k in (
+    "Product Name", "Product Brand", "Product Architecture", "Display Mode", "Display Attached", "Display Active",
+    "Persistence Mode", "Addressing Mode", "MIG Mode", "MIG Devices", "Accounting Mode",
+    "Accounting Mode Buffer Size", "Driver Model", "Serial Number", "GPU UUID", "GPU PDI", "Minor Number",
+    "VBIOS Version", "MultiGPU Board", "Board ID", "Board Part Number", "GPU Part Number", "FRU Part Number",
+    "Module ID", "Platform Info", "Inforom Version", "Inforom BBX Object Flush", "GPU Operation Mode",
+    "GPU C2C Mode", "GSP Firmware Version", "GPU Virtualization Mode", "GPU Reset Status", "GPU Recovery Action",
+    "IBMNPU", "PCI", "Fan Speed", "Performance State", "Clocks Event Reasons", "Clocks Event Reasons Counters",
+    "Sparse Operation Mode", "FB Memory Usage", "BAR1 Memory Usage", "Conf Compute Protected Memory Usage",
+    "Compute Mode", "Utilization", "Encoder Stats", "FBC Stats", "DRAM Encryption Mode", "ECC Mode", "ECC Errors",
+    "Retired Pages", "Remapped Rows", "Temperature", "GPU Power Readings", "Power Readings",
+    "GPU Memory Power Readings", "Module Power Readings", "Power Smoothing", "Workload Power Profiles",
+    "EDPp Multiplier", "Clocks", "Applications Clocks", "Default Applications Clocks", "Deferred Clocks",
+    "Max Clocks", "Max Customer Boost Clocks", "Clock Policy", "Voltage", "Fabric", "Processes", "Capabilities",
+    "Supported Clocks", "Accounted Processes", "Supported GPU Target Temp")}
+GPU_LEVEL["clocks throttle reasons"] = "Clocks Event Reasons"  # R525 and older
+GPU_LEVEL["retired pages"] = "Retired Pages"
+
+# Labels that belong to one section only: a grep excerpt that dropped the section's line still
+# places them (lower case label -> section path).
+IMPLIED: dict[str, str] = {
+    "reset required": "GPU Reset Status", "drain and reset recommended": "GPU Reset Status",
+    "pending page blacklist": "Retired Pages", "pending page retirement": "Retired Pages",
+    "remapping failure occurred": "Remapped Rows", "bank remap availability histogram": "Remapped Rows",
+    "correctable error": "Remapped Rows", "uncorrectable error": "Remapped Rows",
+    "sram threshold exceeded": "ECC Errors/Aggregate", "channel repair pending": "ECC Errors",
+    "tpc repair pending": "ECC Errors", "unrepairable memory": "ECC Errors",
+}
+
+# Sections whose names make a fragment recognisably `nvidia-smi -q` (no other tool prints them).
+DISTINCTIVE = frozenset({
+    "remapped rows", "retired pages", "ecc errors", "clocks event reasons", "clocks throttle reasons",
+    "gpu reset status", "gpu recovery action", "bank remap availability histogram", "pending page blacklist",
+    "remapping failure occurred", "drain and reset recommended", "fb memory usage", "bar1 memory usage",
+    "inforom version", "gpu power readings", "clocks event reasons counters", "max customer boost clocks"})
 
 
 @dataclass
 class QGpu:
-    """One GPU block of `nvidia-smi -q`."""
+    """One GPU block of `nvidia-smi -q` (or of a fragment of it)."""
 
-    index: int  # position in the output (nvidia-smi lists GPUs in index order)
-    bus_id: str
+    index: int  # the GPU's index when known (index_known), else its position in the output
+    bus_id: str  # as printed ("00000000:1B:00.0"); "" when the fragment does not show it
     fields: dict[str, str] = field(default_factory=dict)  # "Remapped Rows/Pending" -> "Yes"
     lines: dict[str, str] = field(default_factory=dict)  # path -> the line as printed (padding collapsed)
+    index_known: bool = True
 
     def get(self, path: str) -> str | None:
         return self.fields.get(path)
@@ -52,7 +106,9 @@ class QGpu:
 
     @property
     def label(self) -> str:
-        return f"GPU {self.index} ({self.bus_id})"
+        if self.bus_id:
+            return f"GPU {self.index} ({self.bus_id})" if self.index_known else f"GPU {self.bus_id}"
+        return f"GPU {self.index}" if self.index_known else f"GPU #{self.index + 1} of the excerpt (bus id not shown)"
 
     @property
     def name(self) -> str:
@@ -69,13 +125,13 @@ class QGpu:
     def record(self) -> GpuRecord:
         f = self.find
         return GpuRecord(
-            index=self.index, name=f("Product Name") or None, uuid=f("GPU UUID") or None, bus_id=self.bus_id,
+            index=self.index, name=f("Product Name") or None, uuid=f("GPU UUID") or None, bus_id=self.bus_id or None,
             vbios=f("VBIOS Version") or None, persistence=to_bool(f("Persistence Mode")),
             pstate=f("Performance State") or None,
             pcie_gen=to_int(f("PCIe Generation/Current")), pcie_gen_max=to_int(f("PCIe Generation/Max")),
             pcie_width=to_int(f("Link Width/Current")), pcie_width_max=to_int(f("Link Width/Max")),
             mig_mode=f("MIG Mode/Current") or None, mig_pending=f("MIG Mode/Pending") or None,
-            memory_total_mib=to_int(f("FB Memory Usage/Total")), util=to_int(f("Utilization/Gpu")),
+            memory_total_mib=to_int(f("FB Memory Usage/Total")), util=to_int(f("Utilization/Gpu", "Utilization/GPU")),
             line=f"GPU {self.bus_id}" + (f" {self.name}" if self.name else ""),
             cells={k.split("/")[-1]: v for k, v in self.fields.items()})
 
@@ -87,6 +143,10 @@ class QReport:
     gpus: list[QGpu] = field(default_factory=list)
     errors: list[ToolError] = field(default_factory=list)
     recognised: bool = False  # the text looked like nvidia-smi -q output
+    nvml_library: str = ""  # "NVML library version: X" (printed under a version mismatch by newer drivers)
+    nvml_library_line: str = ""
+    command: str = ""  # the command line above the output, when the capture shows it
+    excerpt: bool = False  # a grep'd or elided excerpt: lines may be missing
 
     @property
     def driver(self) -> str:
@@ -103,7 +163,7 @@ class QReport:
     @property
     def listing(self) -> bool:
         """The GPU blocks are a listing of the node's GPUs (not a grep'd section or one `-i N`)."""
-        return bool(self.gpus) and self.attached == len(self.gpus)
+        return bool(self.gpus) and self.attached == len(self.gpus) and all(g.bus_id for g in self.gpus)
 
     @property
     def records(self) -> list[GpuRecord]:
@@ -114,10 +174,33 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
+def selected_gpu(command: str) -> str:
+    """The GPU a command line selects with `-i`/`--id` ("" when none, or several)."""
+    try:
+        toks = shlex.split(command)
+    except ValueError:
+        toks = command.split()
+    for i, tok in enumerate(toks):
+        value = ""
+        if tok in ("-i", "--id") and i + 1 < len(toks):
+            value = toks[i + 1]
+        elif tok.startswith("--id="):
+            value = tok.split("=", 1)[1]
+        elif tok.startswith("-i") and len(tok) > 2 and not tok.startswith("--"):
+            value = tok[2:]
+        if value and "," not in value:
+            return value
+    return ""
+
+
 def parse(doc: Doc) -> QReport:
     """`nvidia-smi -q` (whole, `-d SECTION`, `-i N`, or a grep'd section) -> QReport. Never raises;
     unknown lines are ignored."""
-    return parse_lines([ln.text for ln in doc.lines])
+    rep = parse_lines([ln.text for ln in doc.lines])
+    rep.command = doc.command or ""
+    rep.excerpt = bool(doc.excerpt or doc.filter)
+    _apply_selection(rep)
+    return rep
 
 
 def parse_lines(lines: list[str]) -> QReport:
@@ -127,86 +210,154 @@ def parse_lines(lines: list[str]) -> QReport:
     return reader.report
 
 
+def _apply_selection(rep: QReport) -> None:
+    """`-i N` with one GPU shown: that GPU is index N. A GPU shown alone out of several attached,
+    without `-i N` in view, has no known index."""
+    sel = selected_gpu(rep.command) if "nvidia-smi" in rep.command else ""
+    if len(rep.gpus) != 1:
+        return
+    g = rep.gpus[0]
+    if sel.isdigit():
+        g.index, g.index_known = int(sel), True
+    elif g.bus_id and (sel or (rep.attached or 0) > 1):
+        g.index_known = False
+
+
+# sections whose entries repeat within one GPU block (one per MIG device, process, clock pair)
+REPEATING = ("MIG Devices", "Processes", "Accounted Processes", "Supported Clocks")
+
+
 @dataclass
 class _Reader:
     """Reads `-q` lines: the header's fields, then each GPU's fields by their section path."""
 
     report: QReport
     current: QGpu | None = None  # the GPU whose block this is
-    stack: list[tuple[int, str]] = field(default_factory=list)  # (indent, name) of the open sections
+    base: int = 0  # the indentation of the current block's GPU header (its fields are deeper)
+    stack: list[tuple[int, str]] = field(default_factory=list)  # (indent, path) of the open sections
+    top: int | None = None  # the indentation of the current block's top-level lines
+    seen: dict[str, int] = field(default_factory=dict)  # path -> times shown in this block
+    anon: int = 0  # blocks opened without a GPU header
 
     def read(self, raw: str) -> None:
         line = raw.replace("\t", "    ").rstrip()
-        if not line.strip() or set(line.strip()) <= {"="}:
+        body = line.strip()
+        if not body or set(body) <= {"="}:
             return
-        if "NVSMI LOG" in line:
+        if "NVSMI LOG" in body:
             self.report.recognised = True
+            self.current = None
+            return
+        lib = _NVML_LIB.search(body) if "library version" in body.lower() else None
+        if lib:
+            self.report.nvml_library, self.report.nvml_library_line = lib.group("v"), body
             return
         ind = _indent(line)
-        body = line.strip()
-        if ind == 0:
-            self._top_level(body)
-        elif self.current is not None:
-            self._nested(self.current, ind, body)
-
-    def _top_level(self, body: str) -> None:
-        """A GPU's header line, or (before the first GPU) a header field."""
-        report = self.report
         m = _GPU_HEADER.match(body)
         if m:
-            self.current = QGpu(index=len(report.gpus), bus_id=m.group(1))
-            report.gpus.append(self.current)
-            self.stack = []
-            report.recognised = True
-            return
+            self._open(m.group(1), ind)
+        elif self.current is not None and ind > self.base:
+            self._nested(self.current, ind, body)
+        else:
+            self._outside(ind, body)
+
+    def _reset(self, gpu: QGpu, base: int, top: int | None) -> None:
+        self.current, self.base, self.top, self.stack, self.seen = gpu, base, top, [], {}
+        self.report.recognised = True
+
+    def _open(self, bus: str, ind: int) -> None:
+        """A GPU header: a new block, or the same GPU shown again by a second run."""
+        report = self.report
+        gpu = next((g for g in report.gpus if g.bus_id.lower() == bus.lower()), None)
+        if gpu is None:
+            gpu = QGpu(index=len(report.gpus), bus_id=bus)
+            report.gpus.append(gpu)
+        self._reset(gpu, ind, None)
+
+    def _open_anonymous(self, ind: int) -> QGpu:
+        """A block whose GPU header the excerpt does not show, its top level at `ind` or above."""
+        gpu = QGpu(index=self.anon, bus_id="", index_known=False)
+        self.anon += 1
+        self.report.gpus.append(gpu)
+        self._reset(gpu, -1, ind)
+        return gpu
+
+    def _outside(self, ind: int, body: str) -> None:
+        """A line outside any GPU block: a header field, a section shown without its GPU header,
+        or text that ends the block."""
         fm = _FIELD.match(body)
-        if fm and self.current is None:
-            key = fm.group("key").strip()
-            report.header[key] = (fm.group("value") or "").strip()
-            report.header_lines[key] = re.sub(r"\s{2,}", " ", body)
-            if key == "Driver Version":
-                report.recognised = True
+        key = (fm.group("key").strip() if fm else body).lower()
+        if fm and key in HEADER_KEYS:
+            name = HEADER_KEYS[key]
+            self.report.header[name] = (fm.group("value") or "").strip()
+            self.report.header_lines[name] = re.sub(r"\s{2,}", " ", body)
+            self.report.recognised = self.report.recognised or name == "Driver Version"
+            self.current = None
+        elif key in GPU_LEVEL or key in IMPLIED:
+            self._nested(self._open_anonymous(ind), ind, body)
+        else:
+            self.current = None
 
     def _nested(self, gpu: QGpu, ind: int, body: str) -> None:
         """An indented line of a GPU's block: a section name or a field within the open sections."""
-        stack = self.stack
-        while stack and stack[-1][0] >= ind:
-            stack.pop()
+        while self.stack and self.stack[-1][0] >= ind:
+            self.stack.pop()
         fm = _FIELD.match(body)
-        if fm is None:
-            stack.append((ind, _SECTION_ALIASES.get(body, body)))
-            return
-        key = fm.group("key").strip()
-        value = (fm.group("value") or "").strip()
-        path = "/".join([s for _, s in stack] + [key])
-        if path in gpu.fields:  # repeated entries (several processes, MIG devices)
-            n = 2
-            while f"{path}#{n}" in gpu.fields:
-                n += 1
-            path = f"{path}#{n}"
-        gpu.fields[path] = value
-        gpu.lines[path] = re.sub(r"\s{2,}", " ", body)
-        if not value:  # `Processes :` style: a section written with a colon
-            stack.append((ind, key))
+        key = fm.group("key").strip() if fm else body
+        low = key.lower()
+        if self.top is None or ind <= self.top:
+            self.top = ind
+            key = GPU_LEVEL.get(low, key)
+        parent = self.stack[-1][1] if self.stack else ""
+        implied = IMPLIED.get(low)
+        if implied and not parent.startswith(implied):  # the excerpt dropped the section's own line
+            parent = implied
+            self.stack.clear()
+        path = f"{parent}/{key}" if parent else key
+        if self.seen.get(path) and not gpu.bus_id and not path.startswith(REPEATING):
+            gpu = self._open_anonymous(ind)  # the same section again: the next GPU of the excerpt
+            parent = implied or ""
+            path = f"{parent}/{key}" if parent else key
+        value = (fm.group("value") or "").strip() if fm else None
+        n = self.seen.get(path, 0) + 1
+        self.seen[path] = n
+        if value is None or not value:  # a section (`Processes :` is one written with a colon)
+            self.stack.append((ind, path))
+            if value is None:
+                return
+        stored = path if n == 1 else f"{path}#{n}"
+        gpu.fields[stored] = value
+        gpu.lines[stored] = re.sub(r"\s{2,}", " ", body)
+
+
+def _distinctive(text: str) -> bool:
+    fm = _FIELD.match(text.strip())
+    key = (fm.group("key").strip() if fm else text.strip()).lower()
+    return key in DISTINCTIVE
 
 
 def detect(doc: Doc) -> bool:
-    """`nvidia-smi -q` output, whole or a section of it (a GPU header with indented fields)."""
+    """`nvidia-smi -q` output, whole or any part of it (a GPU header with indented fields, or
+    sections only `-q` prints)."""
     lines = [ln.text for ln in doc.head(600)]
+    if any("HL-SMI" in t for t in lines):  # Habana's hl-smi mimics the layout
+        return False
     if any("NVSMI LOG" in t for t in lines):
         return True
     for i, t in enumerate(lines):
-        if _GPU_HEADER.match(t.strip()) and not t[:1].isspace():
+        if _GPU_HEADER.match(t.strip()):
             after = [x for x in lines[i + 1:i + 8] if x.strip()]
-            if after and after[0][:1].isspace() and any(_FIELD.match(x.strip()) for x in after):
+            if after and _indent(after[0]) > _indent(t) and any(_FIELD.match(x.strip()) for x in after):
                 return True
-    return bool(any(re.match(r"^Driver Version\s+:", t) for t in lines)
-                and any(re.match(r"^Attached GPUs\s+:", t) for t in lines))
+    if any(_distinctive(t) or _RESET_REFUSED.search(t) for t in lines):
+        return True
+    return bool(any(re.match(r"^\s*Driver Version\s+:", t) for t in lines)
+                and any(re.match(r"^\s*Attached GPUs\s+:", t) for t in lines))
 
 
 FORMATS = [Format("nvidia-smi-q", detect=detect, priority=60,
                   description="nvidia-smi -q (whole, -d SECTION, -i N, or a section)")]
 PARSERS = [ParserSpec("nvidia-smi-q", parse)]
 
-__all__ = ["FORMATS", "PARSERS", "QGpu", "QReport", "ToolError", "clean", "detect", "parse", "parse_lines",
-           "to_bool", "to_int"]
+__all__ = ["BUS", "DISTINCTIVE", "FORMATS", "GPU_LEVEL", "HEADER_KEYS", "IMPLIED", "PARSERS", "QGpu", "QReport",
+           "ToolError", "clean", "detect", "parse", "parse_lines", "selected_gpu", "to_bool", "to_int"]
