@@ -1,11 +1,16 @@
-"""gpu.xid: NVIDIA Xid events (and Xid-less GPU faults) in the kernel log, graded.
+"""gpu.xid: NVIDIA Xid events, GPU faults without an Xid and the kernel's hardware reports in the
+kernel log, graded by finding codes.
 
-Facts come from `preflight.parsers.kernel_log` (every kernel-log framing, Xids, faults without
-an Xid, the GPU identity map). Xids are graded with the catalog in `xid_catalog`: a code whose
-immediate action needs a GPU reset or a reboot FAILs (drain the node), application-level codes
-WARN (report to the job owner, no drain). Sympathetic Xids are tied to their cause: by the
-driver's own `caused by previous Xid N`, or (45 after another Xid, 43 after 13, 94/95/63 after
-48) by time on the same GPU. Floods of the same Xid on one GPU are grouped into bursts.
+Facts come from `preflight.parsers.kernel_log` (every kernel-log framing, Xids, Xid-less GPU
+faults, PCIe / machine-check / SXid reports, the GPU identity map). Each Xid burst gets the code
+of its catalog bucket (`xid_catalog.BUCKET_CODES`, Xid 144-150 by their Fatal / Non-fatal word,
+Xid 154 by the recovery action it prints); each fault the code of its kind (`FAULT_CODES`); a
+code's status is the policy's (`checks/policy/xid.toml`). Sympathetic Xids are tied to their
+cause: by the driver's own `caused by previous Xid N` (a cause the log does not show is taken
+from that annotation), or (45 after another Xid, 43 after 13, 94/95/63 after 48) by time on the
+same GPU; they are graded with it. An Xid 154 that sets the recovery action back to None
+clears the faults before it on that GPU. Floods of the same Xid on one GPU are grouped into
+bursts.
 
 What the log cannot show is not graded: a log grep-filtered for something else, or one in which
 the driver never bound a GPU, says so (SKIP) instead of a PASS.
@@ -13,10 +18,13 @@ the driver never bound a GPU, says so (SKIP) instead of a PASS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from preflight import policy
+from preflight.findings import Findings
 from preflight.framing import Line, filter_allows, parse_iso, syslog_year_fix
 from preflight.model import Result, Status
 from preflight.parsers.base import short
@@ -33,6 +41,57 @@ PROBE = Probe.of(
     timeout=15,
 )
 
+FAIL = Status.FAIL.value
+INFO = cat.INFO
+IGNORED = "ignored"
+
+# Fault kind (kernel_log / kernel_hw) -> its policy code
+FAULT_CODES: dict[str, str] = {
+    "fallen_off_bus": "gpu.xid/fallen-off-bus",
+    "gpu_lost": "gpu.xid/gpu-lost",
+    "adapter_init_failed": "gpu.xid/adapter-init-failed",
+    "wpr2_up": "gpu.xid/wpr2-up",
+    "reset_required": "gpu.xid/reset-required",
+    "gsp_timeout": "gpu.xid/gsp-timeout",
+    "gsp_crash": "gpu.xid/gsp-crash",
+    "memsys_error": "gpu.xid/memory-subsystem-error",
+    "pmu_halted": "gpu.xid/pmu-halted",
+    "nvlink_discovery_failed": "gpu.xid/nvlink-training-failed",
+    "driver_assert": "gpu.xid/driver-assert",
+    "rm_error": "gpu.xid/driver-error-status",
+    "pcie_fatal": "gpu.xid/pcie-fatal",
+    "pcie_nonfatal": "gpu.xid/pcie-nonfatal",
+    "pcie_corrected": "gpu.xid/pcie-corrected",
+    "pcie_recovery_failed": "gpu.xid/pcie-recovery-failed",
+    "pcie_link_down": "gpu.xid/pcie-link-down",
+    "mce_uncorrected": "gpu.xid/machine-check-uncorrected",
+    "mce_corrected": "gpu.xid/machine-check-corrected",
+    "sxid_fatal": "gpu.xid/sxid-fatal",
+    "sxid_nonfatal": "gpu.xid/sxid-nonfatal",
+    "sxid_correctable": "gpu.xid/sxid-correctable",
+    "sxid_other": "gpu.xid/sxid-unclassified",
+}
+# the fault a resolved report becomes (the kernel recovered the device, the link came back)
+RESOLVED_CODES = {"pcie_fatal": "gpu.xid/pcie-recovered", "pcie_nonfatal": "gpu.xid/pcie-recovered",
+                  "pcie_link_down": "gpu.xid/pcie-link-bounced"}
+CORRECTED_OTHER = "gpu.xid/pcie-corrected-other"
+# Faults the NVIDIA driver reports about one GPU: an Xid needing a reset or reboot on that GPU
+# already covers them (they are its symptoms: the fallen-off line of an Xid 79, the GSP banner
+# of an Xid 119); one without an address is covered by any such finding.
+GPU_KINDS = frozenset({"fallen_off_bus", "gpu_lost", "adapter_init_failed", "wpr2_up", "reset_required",
+                       "gsp_timeout", "gsp_crash", "memsys_error", "pmu_halted", "nvlink_discovery_failed",
+                       "driver_assert", "rm_error"})
+# what a GPU that fell off the bus also makes the driver print about it
+GONE_SYMPTOMS = frozenset({"gpu_lost", "adapter_init_failed", "reset_required", "gsp_timeout", "driver_assert",
+                           "rm_error"})
+# PCIe devices on the training data path: NVIDIA (GPUs, NVSwitches) and Mellanox (RDMA NICs),
+# by PCI-SIG vendor id and by the Linux driver that printed the line
+DATA_PATH_VENDORS = ("10de", "15b3")
+DATA_PATH_DRIVERS = frozenset({"nvidia", "nvidia-nvswitch", "mlx5_core", "mlx4_core"})
+UNPARSED_CODE = "gpu.xid/xid-layout-unknown"
+DRIVER_NOT_BOUND = "gpu.xid/driver-not-bound"
+LOG_FILTERED = "gpu.xid/log-filtered"
+
 
 def _seconds_between(a: Line, b: Line) -> float | None:
     if a.time is not None and b.time is not None and (a.time.tzinfo is None) == (b.time.tzinfo is None):
@@ -45,6 +104,22 @@ def _seconds_between(a: Line, b: Line) -> float | None:
 def _within(a: Line, b: Line, window_s: float) -> bool:
     gap = _seconds_between(a, b)
     return gap is None or gap <= window_s
+
+
+def _with_implied_causes(events: list[XidEvent]) -> list[XidEvent]:
+    """The events, with the cause an Xid names (`caused by previous Xid N`) added just before it
+    where the log does not show that Xid earlier on the same GPU (an excerpt, a rotated log)."""
+    out: list[XidEvent] = []
+    seen: set[tuple[str, int]] = set()
+    for ev in events:
+        n = ev.caused_by
+        if n is not None and (ev.pci, n) not in seen:
+            out.append(XidEvent(xid=n, pci=ev.pci, line=ev.line, gpu=ev.gpu, implied=True,
+                                text=f"named by a later Xid {ev.xid}: caused by previous Xid {n}"))
+            seen.add((ev.pci, n))
+        out.append(ev)
+        seen.add((ev.pci, ev.xid))
+    return out
 
 
 def _link_sympathetic(events: list[XidEvent], window_s: float) -> dict[int, int]:
@@ -87,7 +162,7 @@ def _dated(line: Line, reference: datetime) -> Line:
 
 
 # ---------------------------------------------------------------------------------------------
-# Grading
+# Classification
 
 
 @dataclass
@@ -97,9 +172,12 @@ class Group:
     first: XidEvent
     last: XidEvent
     count: int = 1
-    severity: str = cat.WARN
+    severity: str = ""  # the code's status, INFO (sympathetic, cleared) or IGNORED
     action: str = ""
     caused_by: int | None = None
+    code: str = ""
+    end: int = 0  # position of the last event in the event list
+    cleared: bool = False  # an Xid 154 later set the GPU's recovery action back to None
 
     @property
     def key(self) -> tuple[int, str]:
@@ -108,129 +186,98 @@ class Group:
 
 def _group(events: list[XidEvent], caused: dict[int, int], window_s: float) -> list[Group]:
     groups: list[Group] = []
-    open_: dict[tuple[int, str, int | None, str, bool | None], Group] = {}
+    open_: dict[tuple[int, str, int | None, str, bool | None, int | None], Group] = {}
     for i, ev in enumerate(events):
-        k = (ev.xid, ev.pci, caused.get(i), ev.unit, ev.fatal)
+        k = (ev.xid, ev.pci, caused.get(i), ev.unit, ev.fatal, ev.recovery_code)
         g = open_.get(k)
         if g is not None and _within(g.last.line, ev.line, window_s):
-            g.last = ev
+            g.last, g.end = ev, i
             g.count += 1
             continue
-        g = Group(first=ev, last=ev, caused_by=caused.get(i))
+        g = Group(first=ev, last=ev, caused_by=caused.get(i), end=i)
         groups.append(g)
         open_[k] = g
     return groups
 
 
-def _classify(g: Group, fail_codes: set[int], ignore_codes: set[int]) -> None:
-    ev = g.first
-    info = cat.lookup(ev.xid)
-    g.action = info.immediate if info else "UNKNOWN"
-    if ev.xid in ignore_codes:
-        g.severity = "ignored"
-        return
+def code_of(ev: XidEvent, fail_codes: set[int]) -> tuple[str, str]:
+    """(action, policy code) of one Xid event: a site's xid.fail list, the NVLink5 word, the
+    Xid 154 recovery action, else the catalog bucket; an Xid no catalog lists is not recognised."""
     if ev.xid in fail_codes:
-        g.severity = cat.FAIL
-        return
+        return "RESET_GPU", cat.SITE_FAIL
     if ev.xid in cat.NVLINK5_CODES:
-        g.severity = cat.WARN if ev.fatal is False else cat.FAIL
-        return
-    if ev.xid == 154 and ev.recovery_code is not None:
-        g.action, g.severity = cat.RECOVERY_ACTIONS.get(ev.recovery_code, ("XID_154", cat.WARN))
-        return
-    sev = info.severity if info else cat.WARN
-    if g.caused_by is not None and sev != cat.FAIL:
-        sev = cat.INFO
-    g.severity = sev
-
-
-def _label(pci: str, gpus: dict[str, dict[str, Any]]) -> str:
-    idx = gpus.get(pci, {}).get("index")
-    return f"GPU {pci}" + (f" (GPU{idx})" if idx is not None else "")
-
-
-def _reset_cmd(pci: str) -> str:
-    return f"`nvidia-smi -r -i {pci}.0`" if pci else "`nvidia-smi -r -i <gpu>`"
-
-
-def _remedy(action: str, xid: int | None, label: str, pci: str, kind: str = "") -> str:
-    """What clears one drain-level event (the caller prefixes "drain node")."""
-    what = f"Xid {xid}" if xid is not None else kind.replace("_", " ") or "this fault"
-    if kind == "nvlink_discovery_failed":
-        return ("NVLink discovery failed, so the NVLink fabric is not fully trained: check `nvidia-smi nvlink -s` "
-                "and the fabric manager log, then reboot; if it recurs, open a hardware case")
-    if kind == "adapter_init_failed":
-        return f"the driver could not initialise {label}: reboot; if it persists, reseat or RMA the GPU"
-    if kind == "wpr2_up":
-        return (f"a crash left {label}'s protected memory region (WPR2) up: only a power cycle or a PCIe bus reset "
-                "clears it; cold-reboot the node")
-    if kind == "gsp_timeout":
-        return (f"the GPU's GSP firmware stopped answering on {label}: reset the GPU with {_reset_cmd(pci)} or "
-                "reboot; if it recurs, update the driver and open a case")
-    if action == "RESTART_BM":
-        return f"reboot clears {what} on {label}; if it returns after the reboot, reseat or RMA the GPU"
-    if action == "WORKFLOW_XID_48":
-        return (f"reset {label} with {_reset_cmd(pci)} (or reboot) to apply the row remap, then check "
-                "`nvidia-smi -q -d ROW_REMAPPER` (Remapping Failure: Yes means RMA)")
-    if action == "WORKFLOW_NVLINK_ERR":
-        return (f"{what} is an NVLink fault on {label}: check `nvidia-smi nvlink -s` and the fabric manager, "
-                f"reset the GPU with {_reset_cmd(pci)} or reboot; if links stay down, open a hardware case")
-    if action == "WORKFLOW_NVLINK5_ERR":
-        return (f"fatal NVLink5 error ({what}) on {label}: reset the GPU with {_reset_cmd(pci)} or reboot, "
-                "per NVIDIA's Xid 144-150 decode; then check `nvidia-smi nvlink -s`")
-    if action == "DRAIN_P2P":
-        return f"{label} reports peer-to-peer unusable (Xid 154): reset the GPU with {_reset_cmd(pci)} or reboot"
-    return (f"reset {label} with {_reset_cmd(pci)} (no process may hold it) or reboot, drained until then; "
-            f"if {what} recurs after the reset, run `dcgmi diag -r 3` and open a case")
-
-
-def _app_remedy(codes: list[int], repeated: list[str]) -> str:
-    text = f"report to the job owner (application-level Xid {', '.join(map(str, codes))}); no drain"
-    if repeated:
-        text += f"; repeated on {', '.join(repeated)}: run `dcgmi diag -r 2` on that GPU if it recurs across jobs"
-    return text
-
-
-_NVLINK5_NONFATAL_REMEDY = ("non-fatal NVLink5 errors: watch `nvidia-smi nvlink -e` counters; drain if they repeat "
-                            "or turn Fatal")
-
-
-def _time_fact(line: Line) -> str | None:
-    return line.time.isoformat() if line.time is not None else None
-
-
-def _event_fact(g: Group, gpus: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    ev = g.first
+        return "WORKFLOW_NVLINK5_ERR", cat.NVLINK5_CODES_BY_WORD[ev.fatal]
+    if ev.xid == 154:
+        return cat.recovery(ev.recovery_code)
     info = cat.lookup(ev.xid)
-    fact: dict[str, Any] = {
-        "xid": ev.xid,
-        "pci": ev.pci,
-        "gpu": ev.gpu,
-        "time": _time_fact(ev.line),
-        "uptime_s": ev.line.mono,
-        "time_text": ev.line.time_text,
-        "last_time": _time_fact(g.last.line),
-        "count": g.count,
-        "action": g.action,
-        "severity": g.severity,
-        "mnemonic": info.mnemonic if info else "",
-        "text": ev.text,
-        "caused_by": g.caused_by,
-    }
-    if ev.pid:
-        fact["pid"], fact["name"] = ev.pid, ev.name
-    if ev.mig:
-        fact["mig"] = ev.mig
-    if ev.line.host:
-        fact["host"] = ev.line.host
-    if ev.unit or ev.fatal is not None:
-        fact.update(unit=ev.unit, fatal=ev.fatal, link=ev.link, registers=ev.registers)
-    if ev.recovery:
-        fact["recovery"] = ev.recovery
-    uuid = gpus.get(ev.pci, {}).get("uuid")
-    if uuid:
-        fact["uuid"] = uuid
-    return fact
+    if info is None:
+        return "UNKNOWN", cat.NOT_IN_CATALOG
+    return info.bucket, cat.BUCKET_CODES.get(info.bucket, cat.NOT_IN_CATALOG)
+
+
+def _classify(g: Group, fail_codes: set[int], ignore_codes: set[int]) -> None:
+    g.action, g.code = code_of(g.first, fail_codes)
+    if g.first.xid in ignore_codes:
+        g.severity = IGNORED
+        return
+    g.severity = policy.status(g.code).value
+    if g.caused_by is not None and g.severity != FAIL and g.first.xid != 154:
+        g.severity = INFO  # graded with the Xid that caused it
+
+
+def _clear_recovered(groups: list[Group]) -> None:
+    """An Xid 154 that sets a GPU's recovery action back to None says the GPU needs nothing any
+    more: the failing bursts before it on that GPU are cleared (kept as context)."""
+    for back in groups:
+        if back.first.xid != 154 or back.first.recovery_code != cat.RECOVERY_NONE:
+            continue
+        for g in groups:
+            if g.first.pci == back.first.pci and g.end < back.end and g.severity == FAIL:
+                g.severity, g.cleared = INFO, True
+
+
+# ---------------------------------------------------------------------------------------------
+# The graded log
+
+
+@dataclass
+class FaultGroup:
+    """The reports of one fault kind about one device (or GPU index)."""
+
+    kind: str
+    code: str
+    first: KernelFault
+    count: int = 1
+    severity: str = ""
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Graded:
+    """The log's Xid bursts and faults inside the window, classified."""
+
+    log: KernelLog
+    since: datetime | None
+    dropped: int  # events before the window
+    groups: list[Group]
+    faults: list[FaultGroup]
+    covered: list[KernelFault]  # GPU faults an Xid on their GPU already stands for
+    fail_codes: set[int]
+    ignore_codes: set[int]
+    bursts: dict[tuple[int, str], int]  # (xid, pci) -> bursts
+
+    def of(self, severity: str) -> list[Group]:
+        return [g for g in self.groups if g.severity == severity]
+
+    @property
+    def fail_pcis(self) -> set[str]:
+        return {g.first.pci for g in self.of(FAIL)}
+
+    def label(self, pci: str, gpu: int | None = None) -> str:
+        idx = self.log.gpus.get(pci, {}).get("index", gpu)
+        if not pci:
+            return f"GPU{gpu}" if gpu is not None else "a GPU"
+        return f"GPU {pci}" + (f" (GPU{idx})" if idx is not None else "")
 
 
 def _since(ctx: CheckContext) -> datetime | None:
@@ -250,72 +297,52 @@ def _codes(profile_value: Any) -> set[int]:
     return out
 
 
-_SHOWN_BY = ("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus", "kernel: NVRM: Xid 48")
+def _data_path(f: KernelFault, gpus: dict[str, dict[str, Any]]) -> bool:
+    """The device a PCIe report names is a GPU, NVSwitch or RDMA NIC."""
+    return f.device in DATA_PATH_DRIVERS or f.device.startswith(DATA_PATH_VENDORS) or f.pci in gpus
 
 
-def _not_gradable(ctx: CheckContext, run: Input, log: KernelLog) -> Result | None:
-    """The result for a log that cannot show Xids (unreadable, empty, filtered, not a kernel
-    log, no GPU bound), None when it can be graded."""
-    cmd = run.cmdline
-    base = {"events": [], "source_command": cmd}
-    if run.rc not in (0, None) and log.nvrm == 0 and not log.events:
-        return ctx.result(Status.ERROR, f"cannot read the kernel log ({cmd} exited {run.rc})",
-                          evidence=log.tool_errors[-3:] or [f"{cmd}: exit {run.rc}"],
-                          remedy="run preflight as root (or with CAP_SYSLOG), or set kernel.dmesg_restrict=0 / "
-                                 "add the user to the systemd-journal group", facts=base)
-    if log.lines == 0:
-        return ctx.result(Status.ERROR, f"the kernel log is empty ({cmd}); Xids not checked",
-                          evidence=["(no output)"],
-                          remedy="check that the kernel ring buffer / journald keeps kernel messages on this node",
-                          facts=base)
-    if log.filter and not filter_allows(log.filter, _SHOWN_BY):
-        return ctx.result(Status.SKIP, f"kernel log excerpt filtered by grep {' / '.join(log.filter)}: "
-                                       "NVIDIA driver lines not shown; Xids not checked",
-                          evidence=[f"command: {cmd}"], facts={**base, "filter": log.filter},
-                          remedy="capture the whole kernel log (`dmesg -T` or `journalctl -k`) to grade Xids")
-    if not log.stamped and log.nvrm == 0 and not log.events:
-        return ctx.result(Status.ERROR, f"output of {cmd} is not a kernel log (no kernel time stamps, no NVRM lines)",
-                          evidence=log.tool_errors[:3] or [f"{log.lines} line(s), none from the kernel"],
-                          remedy=f"run `{cmd}` by hand and check its output", facts=base)
-    if log.driver_faults and not log.events and not log.faults:
-        d = log.driver_faults[0]
-        return ctx.result(Status.SKIP, f"the NVIDIA driver drives no GPU ({d.meaning}); no Xid can be reported "
-                                       "(see gpu.driver)",
-                          evidence=[short(f.line.raw) for f in log.driver_faults[:4]], facts=base,
-                          remedy="fix the driver first (gpu.driver names the cause), then re-check the kernel log")
-    return None
+def fault_code(f: KernelFault, gpus: dict[str, dict[str, Any]]) -> str:
+    """The policy code of one fault report."""
+    if f.resolved and f.kind in RESOLVED_CODES:
+        return RESOLVED_CODES[f.kind]
+    if f.kind == "pcie_corrected" and not _data_path(f, gpus):
+        return CORRECTED_OTHER
+    return FAULT_CODES.get(f.kind, "gpu.xid/driver-error-status")
 
 
-@dataclass
-class _Graded:
-    """The log's Xid bursts and Xid-less faults inside the window, classified."""
+def _covered(f: KernelFault, fail_pcis: set[str], gpu_faults: bool, gone: set[str]) -> bool:
+    """A GPU fault an Xid (or, without an address, another finding) already stands for, or a
+    symptom of its GPU having left the bus (`gone`: the GPUs that fell off it)."""
+    if f.kind not in GPU_KINDS:
+        return False
+    if f.pci:
+        return f.pci in fail_pcis or (f.pci in gone and f.kind in GONE_SYMPTOMS)
+    return bool(fail_pcis) or gpu_faults
 
-    log: KernelLog
-    since: datetime | None
-    dropped: int  # events before the window
-    groups: list[Group]
-    faults: list[KernelFault]
-    fail_codes: set[int]
-    ignore_codes: set[int]
-    bursts: dict[tuple[int, str], int]  # (xid, pci) -> bursts
 
-    def of(self, severity: str) -> list[Group]:
-        return [g for g in self.groups if g.severity == severity]
-
-    @property
-    def fail_pcis(self) -> set[str]:
-        return {g.first.pci for g in self.of(cat.FAIL)}
-
-    def label(self, pci: str) -> str:
-        return _label(pci, self.log.gpus)
+def _fault_groups(faults: Iterable[KernelFault], gpus: dict[str, dict[str, Any]]) -> list[FaultGroup]:
+    """Reports grouped by (code, device), in the order first seen."""
+    out: dict[tuple[str, str, int | None], FaultGroup] = {}
+    for f in faults:
+        code = fault_code(f, gpus)
+        key = (code, f.pci, None if f.pci else f.gpu)
+        g = out.get(key)
+        if g is None:
+            g = out[key] = FaultGroup(f.kind, code, f, 0, policy.status(code).value)
+        g.count += 1
+        detail = f"SXid {f.number}" + (f" ({f.detail})" if f.detail else "") if f.number is not None else f.detail
+        if detail and detail not in g.details:
+            g.details.append(detail)
+    return list(out.values())
 
 
 def _graded(ctx: CheckContext, log: KernelLog) -> _Graded:
     since = _since(ctx)
     window = float(ctx.profile.get("xid.sympathetic_window_s", 60.0))
     reference = since or datetime.now()
-    events = [ev for ev in log.events if not _before(_dated(ev.line, reference).time, since)]
-    faults_all = [f for f in log.faults if not _before(_dated(f.line, reference).time, since)]
+    events = _with_implied_causes([ev for ev in log.events if not _before(_dated(ev.line, reference).time, since)])
+    faults_in = [f for f in log.faults if not _before(_dated(f.line, reference).time, since)]
     fail_codes = _codes(ctx.profile.get("xid.fail"))
     ignore_codes = _codes(ctx.profile.get("xid.ignore"))
     groups = _group(events, _link_sympathetic(events, window), window)
@@ -323,167 +350,365 @@ def _graded(ctx: CheckContext, log: KernelLog) -> _Graded:
     for g in groups:
         _classify(g, fail_codes, ignore_codes)
         bursts[g.key] = bursts.get(g.key, 0) + 1
-    xid79 = {g.first.pci for g in groups if g.first.xid == 79}
-    faults = _distinct_faults(f for f in faults_all if not (f.kind in ("fallen_off_bus", "gpu_lost")
-                                                            and (f.pci in xid79 or (not f.pci and xid79))))
-    return _Graded(log, since, len(log.events) - len(events), groups, faults, fail_codes, ignore_codes, bursts)
+    _clear_recovered(groups)
+    fail_pcis = {g.first.pci for g in groups if g.severity == FAIL}
+    gpu_faults = any(f.kind in GPU_KINDS and f.pci for f in faults_in)
+    gone = {f.pci for f in faults_in if f.kind == "fallen_off_bus"}
+    covered = [f for f in faults_in if _covered(f, fail_pcis, gpu_faults, gone)]
+    kept = [f for f in faults_in if not _covered(f, fail_pcis, gpu_faults, gone)]
+    dropped = len(log.events) - sum(1 for ev in events if not ev.implied)
+    return _Graded(log, since, dropped, groups, _fault_groups(kept, log.gpus), covered, fail_codes,
+                   ignore_codes, bursts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts
+
+
+def _time_fact(line: Line) -> str | None:
+    return line.time.isoformat() if line.time is not None else None
+
+
+def _mnemonic(code: int) -> str:
+    info = cat.lookup(code)
+    return info.mnemonic.split("/")[0].strip() if info else ""
+
+
+def _event_fact(g: Group, gpus: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ev = g.first
+    fact: dict[str, Any] = {
+        "xid": ev.xid, "pci": ev.pci, "gpu": ev.gpu, "time": _time_fact(ev.line), "uptime_s": ev.line.mono,
+        "time_text": ev.line.time_text, "last_time": _time_fact(g.last.line), "count": g.count,
+        "action": g.action, "severity": g.severity, "code": g.code, "mnemonic": _mnemonic(ev.xid),
+        "text": ev.text, "caused_by": g.caused_by,
+    }
+    optional = {"pid": ev.pid, "name": ev.name, "mig": ev.mig, "host": ev.line.host, "recovery": ev.recovery,
+                "uuid": gpus.get(ev.pci, {}).get("uuid"), "implied": ev.implied, "cleared": g.cleared}
+    fact.update({k: v for k, v in optional.items() if v})
+    if ev.unit or ev.fatal is not None:
+        fact.update(unit=ev.unit, fatal=ev.fatal, link=ev.link, registers=ev.registers)
+    return fact
+
+
+def _fault_fact(g: FaultGroup, gpus: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    f = g.first
+    return {"kind": g.kind, "pci": f.pci, "gpu": gpus.get(f.pci, {}).get("index", f.gpu), "time": _time_fact(f.line),
+            "time_text": f.line.time_text, "action": f.action, "severity": g.severity, "code": g.code,
+            "count": g.count, "device": f.device, "detail": "; ".join(g.details), "text": f.line.text}
 
 
 def _facts(gr: _Graded, run: Input) -> dict[str, Any]:
     log = gr.log
     counts: dict[str, dict[str, int]] = {}
     for g in gr.groups:
-        per = counts.setdefault(g.first.pci, {})
-        per[str(g.first.xid)] = per.get(str(g.first.xid), 0) + g.count
+        if not g.first.implied:
+            per = counts.setdefault(g.first.pci, {})
+            per[str(g.first.xid)] = per.get(str(g.first.xid), 0) + g.count
+    optional: dict[str, Any] = {
+        "hosts": log.hosts, "driver_module": log.module_version, "truncated": run.truncated,
+        "excerpt": log.excerpt or bool(log.filter), "filter": log.filter,
+        "unparsed": [ln.text for ln in log.unparsed[:5]],
+    }
     facts: dict[str, Any] = {
         "events": [_event_fact(g, log.gpus) for g in gr.groups],
         "counts": counts,
-        "faults": [{"kind": f.kind, "pci": f.pci, "gpu": log.gpus.get(f.pci, {}).get("index"),
-                    "time": _time_fact(f.line), "time_text": f.line.time_text, "action": f.action,
-                    "severity": cat.FAIL, "text": f.line.text} for f in gr.faults],
+        "faults": [_fault_fact(g, log.gpus) for g in gr.faults],
         "gpus": log.gpus,
         "since": gr.since.isoformat() if gr.since else None,
         "dropped_before_since": gr.dropped,
         "source_command": run.cmdline,
     }
-    if log.hosts:
-        facts["hosts"] = log.hosts
-    if log.module_version:
-        facts["driver_module"] = log.module_version
-    if run.truncated:
-        facts["truncated"] = True
-    if log.excerpt or log.filter:
-        facts["excerpt"] = True
-        if log.filter:
-            facts["filter"] = log.filter
+    facts.update({k: v for k, v in optional.items() if v})
     return facts
 
 
-def _per_gpu(gs: list[Group]) -> dict[str, dict[int, int]]:
-    """pci -> xid -> lines, over some bursts."""
-    out: dict[str, dict[int, int]] = {}
+# ---------------------------------------------------------------------------------------------
+# What the log cannot show
+
+_SHOWN_BY = ("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus", "kernel: NVRM: Xid 48")
+
+
+def _not_gradable(ctx: CheckContext, run: Input, log: KernelLog) -> Result | None:
+    """The result for a log that cannot show Xids (unreadable, empty, filtered with nothing
+    else in it, not a kernel log), None when it can be graded."""
+    cmd = run.cmdline
+    base = {"events": [], "source_command": cmd}
+    if run.rc not in (0, None) and log.nvrm == 0 and not log.events and not log.faults:
+        return ctx.finding("gpu.xid/log-unreadable", f"cannot read the kernel log ({cmd} exited {run.rc})",
+                           evidence=log.tool_errors[-3:] or [f"{cmd}: exit {run.rc}"],
+                           remedy="run preflight as root (or with CAP_SYSLOG), or set kernel.dmesg_restrict=0 / "
+                                  "add the user to the systemd-journal group", facts=base)
+    if log.lines == 0:
+        return ctx.finding("gpu.xid/log-empty", f"the kernel log is empty ({cmd}); Xids not checked",
+                           evidence=["(no output)"],
+                           remedy="check that the kernel ring buffer / journald keeps kernel messages on this node",
+                           facts=base)
+    if _filtered(log) and not log.events and not log.faults:
+        return ctx.finding(LOG_FILTERED, _filtered_text(log), evidence=[f"command: {cmd}"],
+                           facts={**base, "filter": log.filter},
+                           remedy="capture the whole kernel log (`dmesg -T` or `journalctl -k`) to grade Xids")
+    if not log.stamped and log.nvrm == 0 and not log.events and not log.faults:
+        return ctx.finding("gpu.xid/not-a-kernel-log",
+                           f"output of {cmd} is not a kernel log (no kernel time stamps, no NVRM lines)",
+                           evidence=log.tool_errors[:3] or [f"{log.lines} line(s), none from the kernel"],
+                           remedy=f"run `{cmd}` by hand and check its output", facts=base)
+    return None
+
+
+def _filtered(log: KernelLog) -> bool:
+    return bool(log.filter) and not filter_allows(log.filter, _SHOWN_BY)
+
+
+def _filtered_text(log: KernelLog) -> str:
+    return f"kernel log excerpt filtered by grep {' / '.join(log.filter)}: NVIDIA driver lines not shown; " \
+           "Xids not checked"
+
+
+# ---------------------------------------------------------------------------------------------
+# Remedies
+
+
+def _reset_cmd(pci: str) -> str:
+    return f"`nvidia-smi -r -i {pci}.0`" if pci else "`nvidia-smi -r -i <gpu>`"
+
+
+_ACTION_REMEDIES: dict[str, str] = {
+    "RESTART_BM": "reboot clears {what} on {label}; if it returns after the reboot, reseat or RMA the GPU",
+    "WORKFLOW_XID_48": "reset {label} with {reset} (or reboot) to apply the row remap, then check "
+                       "`nvidia-smi -q -d ROW_REMAPPER` (Remapping Failure: Yes means RMA)",
+    "WORKFLOW_NVLINK_ERR": "{what} is an NVLink fault on {label}: check `nvidia-smi nvlink -s` and the fabric "
+                           "manager, reset the GPU with {reset} or reboot; if links stay down, open a hardware case",
+    "WORKFLOW_NVLINK5_ERR": "NVLink5 error ({what}) on {label}: reset the GPU with {reset} or reboot, per NVIDIA's "
+                            "Xid 144-150 decode; then check `nvidia-smi nvlink -s`",
+    "DRAIN_P2P": "{label} reports peer-to-peer unusable (Xid 154): reset the GPU with {reset} or reboot",
+    "DRAIN_AND_RESET": "{label} asks to be drained and reset (Xid 154): reset it with {reset} once idle, then check "
+                       "`nvidia-smi -q -d ROW_REMAPPER`",
+    "RECOVER_IMEX_DOMAIN": "{label} cannot allocate fabric memory (Xid 154, Recover IMEX Domain): restart the IMEX "
+                           "daemons of the NVLink domain, or reboot",
+    "CHECK_MECHANICALS": "{label} runs without its auxiliary power (Xid 54): power off and connect the board's power "
+                         "cables",
+    "RESTART_VM": "restart the VM (or the node) to restore {label}'s secure session ({what})",
+}
+_DEFAULT_REMEDY = ("reset {label} with {reset} (no process may hold it) or reboot, drained until then; "
+                   "if {what} recurs after the reset, run `dcgmi diag -r 3` and open a case")
+
+_FAULT_REMEDIES: dict[str, str] = {
+    "nvlink_discovery_failed": "NVLink discovery failed, so the NVLink fabric is not fully trained: check "
+                               "`nvidia-smi nvlink -s` and the fabric manager log, then reboot; if it recurs, open a "
+                               "hardware case",
+    "adapter_init_failed": "the driver could not initialise {label}: reboot; if it persists, reseat or RMA the GPU",
+    "wpr2_up": "a crash left {label}'s protected memory region (WPR2) up: only a power cycle or a PCIe bus reset "
+               "clears it; cold-reboot the node",
+    "gsp_timeout": "the GPU's GSP firmware stopped answering on {label}: reset the GPU with {reset} or reboot; if it "
+                   "recurs, update the driver and open a case",
+    "gsp_crash": "the GSP firmware of {label} crashed: reset the GPU with {reset} or reboot; collect "
+                 "nvidia-bug-report.sh and open a case",
+    "memsys_error": "{label}'s memory subsystem failed: reset the GPU with {reset} or reboot, then run "
+                    "`dcgmi diag -r 3`",
+    "pmu_halted": "{label}'s PMU halted: reset the GPU with {reset} or reboot",
+    "reset_required": "the driver asks for a reset of {label}: reset it with {reset} or reboot",
+    "fallen_off_bus": "reboot clears the fallen-off-the-bus GPU {label}; if it returns after the reboot, reseat or "
+                      "RMA the GPU",
+    "gpu_lost": "{label} is lost to the driver: reboot; if it returns, reseat or RMA the GPU",
+    "driver_assert": "an NVIDIA driver assertion failed: collect nvidia-bug-report.sh; if GPU errors follow, update "
+                     "the driver",
+    "pcie_fatal": "a fatal PCIe error took {device}'s link down: reboot the node; if it recurs, reseat the device "
+                  "and check its slot, riser and retimer",
+    "pcie_nonfatal": "uncorrectable PCIe errors on {device}: the job using it may have failed; check the slot and "
+                     "riser, drain if they repeat",
+    "pcie_recovery_failed": "the kernel could not recover {device} after a PCIe error: reboot the node; if it "
+                            "recurs, reseat the device",
+    "pcie_corrected": "corrected PCIe errors on {device}: reseat it and check the riser/retimer and the link "
+                      "(`lspci -vv` LnkSta); drain if they turn uncorrectable",
+    "pcie_link_down": "the PCIe link of {device} went down: reseat the device or reboot the node",
+    "mce_uncorrected": "an uncorrected machine check: drain the node and find the DIMM or CPU with "
+                       "`mcelog --client` / `ras-mc-ctl --errors`; replace it",
+    "mce_corrected": "corrected machine checks: watch the trend with `ras-mc-ctl --summary`; replace the DIMM if "
+                     "they keep coming",
+    "sxid_fatal": "a fatal NVSwitch error on {device}: drain the node, reset the NVSwitches and GPUs (reboot); check "
+                  "the fabric manager log and the link named",
+    "sxid_nonfatal": "non-fatal NVSwitch errors on {device}: no drain; check the port named if they repeat",
+    "sxid_other": "an NVSwitch error on {device}: read the fabric manager log for its severity",
+}
+_RESOLVED_REMEDIES = {
+    "gpu.xid/pcie-recovered": "the kernel recovered {device} after an uncorrectable PCIe error: the job using it may "
+                              "have failed; watch for repeats, reseat if they come back",
+    "gpu.xid/pcie-link-bounced": "the PCIe link of {device} went down and came back: reseat the device if it "
+                                 "happens again",
+}
+
+
+def _remedy(action: str, xid: int, label: str, pci: str) -> str:
+    """What clears one drain-level Xid burst."""
+    template = _ACTION_REMEDIES.get(action, _DEFAULT_REMEDY)
+    return "drain node; " + template.format(what=f"Xid {xid}", label=label, reset=_reset_cmd(pci))
+
+
+def _device(g: FaultGroup, gr: _Graded) -> str:
+    f = g.first
+    if f.kind.startswith("sxid"):
+        return f"NVSwitch {f.device} ({f.pci})" if f.device else f"NVSwitch {f.pci}"
+    if f.kind in GPU_KINDS or f.pci in gr.log.gpus or f.device == "nvidia" or f.device.startswith("10de"):
+        return gr.label(f.pci, f.gpu)
+    name = f.device or "device"
+    return f"{name} {f.pci}" if f.pci else name
+
+
+def _fault_remedy(g: FaultGroup, gr: _Graded) -> str:
+    template = _RESOLVED_REMEDIES.get(g.code) or _FAULT_REMEDIES.get(g.kind, "look at the line quoted")
+    text = template.format(label=gr.label(g.first.pci, g.first.gpu), reset=_reset_cmd(g.first.pci),
+                           device=_device(g, gr))
+    return ("drain node; " + text) if g.severity == FAIL else text
+
+
+def _app_remedy(codes: list[int], repeated: list[str]) -> str:
+    text = f"report to the job owner (application-level Xid {', '.join(map(str, codes))}); no drain"
+    if repeated:
+        text += f"; repeated on {', '.join(repeated)}: run `dcgmi diag -r 2` on that GPU if it recurs across jobs"
+    return text
+
+
+_SOFT_REMEDIES = {
+    "gpu.xid/workflow-nvlink5-err-nonfatal": "non-fatal NVLink5 errors: watch `nvidia-smi nvlink -e` counters; drain "
+                                             "if they repeat or turn Fatal",
+    "gpu.xid/ignore": "no action by NVIDIA's catalog: watch the GPU for repeats (a pending row remap is applied at the "
+                      "next GPU reset)",
+    "gpu.xid/contact-support": "collect nvidia-bug-report.sh and report the Xid to NVIDIA; watch the GPU",
+    "gpu.xid/update-swfw": "update the vGPU guest or host driver so they match",
+    "gpu.xid/check-uvm": "check the UVM / coherent-memory setup of the job; look for the Xid it accompanies",
+    "gpu.xid/workflow-xid-45": "the driver cleaned up a job's channels with no other Xid shown: check the job "
+                               "(killed, out of memory); no drain",
+    cat.NOT_IN_CATALOG: "look the Xid up in NVIDIA's current Xid catalog (docs.nvidia.com/deploy/xid-errors)",
+    "gpu.xid/recovery-unknown": "read the recovery action in the Xid 154 line and act on it; update preflight",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Findings
+
+
+def _describe(gr: _Graded, gs: list[Group]) -> str:
+    """Xids of one GPU: mnemonic, count, bursts and the Xid that caused a sympathetic one."""
+    per: dict[int, list[Group]] = {}
     for g in gs:
-        per = out.setdefault(g.first.pci, {})
-        per[g.first.xid] = per.get(g.first.xid, 0) + g.count
-    return out
-
-
-def _describe(gr: _Graded, per: dict[int, int], pci: str) -> str:
-    """One GPU's Xids: mnemonic, count, bursts and the Xid that caused a sympathetic one."""
-    infos = gr.of(cat.INFO)
+        per.setdefault(g.first.xid, []).append(g)
     parts = []
-    for code, n in sorted(per.items()):
-        info = cat.lookup(code)
-        name = info.mnemonic if info else "not in catalog"
-        extra = ""
-        nb = gr.bursts.get((code, pci), 1)
-        if n > 1:
-            extra = f" x{n}" + (f" in {nb} bursts" if nb > 1 else "")
-        causes = sorted(g.caused_by for g in infos
-                        if g.first.pci == pci and g.first.xid == code and g.caused_by is not None)
-        parts.append(f"Xid {code} {name}{extra}" + (f" (after Xid {causes[0]})" if causes else ""))
+    for code, groups in sorted(per.items()):
+        n = sum(g.count for g in groups)
+        name = _mnemonic(code) or "not in catalog"
+        nb = gr.bursts.get((code, groups[0].first.pci), 1)
+        extra = (f" x{n}" + (f" in {nb} bursts" if nb > 1 else "")) if n > 1 else ""
+        causes = sorted(g.caused_by for g in groups if g.caused_by is not None and g.severity == INFO)
+        implied = " (named by a later Xid 45)" if any(g.first.implied for g in groups) else ""
+        parts.append(f"Xid {code} {name}{extra}{implied}" + (f" (after Xid {causes[0]})" if causes else ""))
     return ", ".join(parts)
 
 
-def _describe_all(gr: _Graded, per_gpu: dict[str, dict[int, int]]) -> str:
-    return "; ".join(f"{gr.label(pci)}: {_describe(gr, per, pci)}" for pci, per in sorted(per_gpu.items()))
-
-
-def _drain_evidence(ctx: CheckContext, gr: _Graded) -> list[str]:
-    """The lines behind a drain: the failing Xids, their sympathetic ones, the driver's reset
-    notes, Xid-less faults, and the profile lists that changed a grade."""
-    evidence: list[str] = []
-    fail_pcis = gr.fail_pcis
-    fails = gr.of(cat.FAIL)
-    for g in fails:
-        evidence.append(short(g.first.line.raw))
+def _evidence(gr: _Graded, gs: list[Group], pci: str) -> list[str]:
+    """The lines behind one finding: its bursts, their sympathetic Xids and the driver's notes."""
+    ev: list[str] = []
+    for g in gs:
+        ev.append(short(g.first.line.raw))
         if g.count > 1:
-            evidence.append(f"(Xid {g.first.xid} on {g.first.pci}: {g.count} lines, "
-                            f"up to {g.last.line.time_text or 'the end of the log'})")
-    evidence += [short(g.first.line.raw) for g in gr.of(cat.INFO) if g.first.pci in fail_pcis]
-    evidence += [short(note.raw) for pci in sorted(fail_pcis) for note in gr.log.reset_notes.get(pci, [])[:1]]
-    evidence += [short(f.line.raw) for f in gr.faults]
-    if gr.fail_codes & {g.first.xid for g in fails}:
-        evidence.append(f"xid.fail = {sorted(gr.fail_codes)} ({ctx.profile.source('xid.fail') or 'profile'})")
-    ignored = gr.of("ignored")
+            ev.append(f"(Xid {g.first.xid} on {g.first.pci}: {g.count} lines, "
+                      f"up to {g.last.line.time_text or 'the end of the log'})")
+    xids = {g.first.xid for g in gs}
+    ev += [short(g.first.line.raw) for g in gr.of(INFO)
+           if g.first.pci == pci and g.caused_by in xids and not g.cleared]
+    ev += [short(note.raw) for note in gr.log.reset_notes.get(pci, [])[:1]]
+    ev += [short(f.line.raw) for f in gr.covered if f.pci == pci][:3]
+    return ev
+
+
+def _by_code_and_gpu(groups: list[Group]) -> dict[tuple[str, str], list[Group]]:
+    out: dict[tuple[str, str], list[Group]] = {}
+    for g in groups:
+        out.setdefault((g.code, g.first.pci), []).append(g)
+    return out
+
+
+def _repeated(ctx: CheckContext, gr: _Graded, gs: list[Group]) -> list[str]:
+    repeat = int(ctx.profile.get("xid.repeat_warn", 0) or 0)
+    seen = sorted({g.key for g in gs})
+    return [f"{gr.label(pci)} Xid {x} ({gr.bursts[(x, pci)]} times)" for x, pci in seen
+            if repeat and gr.bursts.get((x, pci), 1) >= repeat]
+
+
+def _sympathetic_of(gr: _Graded, gs: list[Group]) -> str:
+    """The sympathetic Xids a finding's Xids caused on its GPU, for its summary."""
+    xids, pci = {g.first.xid for g in gs}, gs[0].first.pci
+    sym = [g for g in gr.of(INFO) if g.first.pci == pci and g.caused_by in xids and not g.cleared]
+    return f" (with {_describe(gr, sym)})" if sym else ""
+
+
+def _xid_findings(ctx: CheckContext, gr: _Graded, f: Findings) -> None:
+    graded = [g for g in gr.groups if g.severity not in (INFO, IGNORED)]
+    for (code, pci), gs in _by_code_and_gpu(graded).items():
+        label = gr.label(pci, gs[0].first.gpu)
+        summary = f"{label}: {_describe(gr, gs)}{_sympathetic_of(gr, gs)}"
+        if policy.status(code) is Status.FAIL:
+            g = gs[0]
+            remedy = _remedy(g.action if cat.needs_drain(g.action) else "RESET_GPU", g.first.xid, label, pci)
+        elif code == "gpu.xid/restart-app":
+            remedy = _app_remedy(sorted({g.first.xid for g in gs}), _repeated(ctx, gr, gs))
+        else:
+            remedy = _SOFT_REMEDIES.get(code, "look at the lines quoted")
+        f.add(code, summary, _evidence(gr, gs, pci), remedy)
+
+
+def _fault_summary(g: FaultGroup, gr: _Graded) -> str:
+    what = g.kind.replace("_", " ")
+    if g.code in RESOLVED_CODES.values():
+        what += " (recovered)" if g.kind != "pcie_link_down" else " (link came back)"
+    detail = f": {'; '.join(g.details[:3])}" if g.details else ""
+    times = f" x{g.count}" if g.count > 1 else ""
+    no_xid = " (no Xid)" if g.kind in GPU_KINDS else ""
+    return f"{_device(g, gr)}: {what}{times}{no_xid}{detail}"
+
+
+def _fault_findings(gr: _Graded, f: Findings) -> None:
+    for g in gr.faults:
+        f.add(g.code, _fault_summary(g, gr), [short(g.first.line.raw)], _fault_remedy(g, gr))
+
+
+def _notes(ctx: CheckContext, gr: _Graded, f: Findings) -> None:
+    """What is worth showing and is no problem: cleared faults, ignored Xids, the window."""
+    for g in gr.groups:
+        if g.cleared:
+            f.note(f"cleared: Xid {g.first.xid} on {gr.label(g.first.pci)} (a later Xid 154 set the recovery "
+                   "action back to None)")
+    ignored = gr.of(IGNORED)
     if ignored:
-        evidence.append(f"xid.ignore = {sorted(gr.ignore_codes)} ({ctx.profile.source('xid.ignore') or 'profile'}): "
-                        f"{sum(g.count for g in ignored)} event(s) not graded")
-    return evidence
+        f.note(f"xid.ignore = {sorted(gr.ignore_codes)} ({ctx.profile.source('xid.ignore') or 'profile'}): "
+               f"{sum(g.count for g in ignored)} event(s) not graded")
+    if gr.fail_codes & {g.first.xid for g in gr.of(FAIL)}:
+        f.note(f"xid.fail = {sorted(gr.fail_codes)} ({ctx.profile.source('xid.fail') or 'profile'})")
+    if gr.dropped:
+        f.note(f"{gr.dropped} older event(s) before the window")
 
 
-def _warn_evidence(gr: _Graded, shown: int = 6) -> list[str]:
-    warns = gr.of(cat.WARN)
-    evidence = [short(g.first.line.raw) for g in warns[:shown]]
-    if len(warns) > shown:
-        evidence.append(f"(... {len(warns) - shown} more bursts of warning-level Xids)")
-    return evidence
-
-
-def _drain_remedies(gr: _Graded) -> list[str]:
-    """What clears each drain-level event, once each."""
-    drain: list[str] = []
-    for g in gr.of(cat.FAIL):
-        act = g.action
-        if not cat.needs_drain(act):
-            act = "RESET_GPU"  # a site's xid.fail code, or Xid 154 asking for a reset
-        drain.append(_remedy(act, g.first.xid, gr.label(g.first.pci), g.first.pci))
-    for f in gr.faults:
-        label = gr.label(f.pci) if f.pci else "the GPU named in the line"
-        drain.append(_remedy(f.action, None, label, f.pci, f.kind))
-    return list(dict.fromkeys(drain))
-
-
-@dataclass
-class _Soft:
-    """The warning-level Xids: what the summary says of them and what to do."""
-
-    bits: list[str]  # summary parts
-    remedies: list[str]
-
-
-def _soft(ctx: CheckContext, gr: _Graded) -> _Soft:
-    warns = gr.of(cat.WARN)
-    nvl_warns = [g for g in warns if g.first.xid in cat.NVLINK5_CODES]
-    app_warns = [g for g in warns if g.first.xid not in cat.NVLINK5_CODES]
-    app_codes = {g.first.xid for g in app_warns}
-    app_pcis = {g.first.pci for g in app_warns}
-    fail_pcis = gr.fail_pcis
-    app_per = _per_gpu(app_warns + [g for g in gr.of(cat.INFO) if g.first.pci in app_pcis and g.first.pci not in fail_pcis])
-    repeat_warn = int(ctx.profile.get("xid.repeat_warn", 0) or 0)
-    repeated = [f"{gr.label(pci)} Xid {code} ({gr.bursts.get((code, pci), 1)} times)"
-                for pci, per in sorted(app_per.items()) for code in sorted(per)
-                if repeat_warn and cat.lookup(code) is not None and code in app_codes
-                and gr.bursts.get((code, pci), 1) >= repeat_warn]
-    soft = _Soft([], [])
-    if app_warns:
-        soft.remedies.append(_app_remedy(sorted(app_codes), repeated))
-    if nvl_warns:
-        soft.remedies.append(_NVLINK5_NONFATAL_REMEDY)
-    if app_per:
-        soft.bits.append("application-level Xids: " + _describe_all(gr, app_per))
-    if nvl_warns:
-        soft.bits.append("non-fatal NVLink5 Xids: " + _describe_all(gr, _per_gpu(nvl_warns)))
-    return soft
-
-
-def _drain_summary(gr: _Graded, soft: _Soft) -> str:
-    fail_pcis = gr.fail_pcis
-    fail_per = _per_gpu(gr.of(cat.FAIL) + [g for g in gr.of(cat.INFO) if g.first.pci in fail_pcis])
-    bits = [f"{gr.label(pci)}: {_describe(gr, per, pci)}" for pci, per in sorted(fail_per.items())]
-    bits += [f"{gr.label(f.pci) if f.pci else 'a GPU'}: {f.kind.replace('_', ' ')} (no Xid)" for f in gr.faults]
-    summary = "GPU reset or reboot needed: " + "; ".join(bits)
-    if soft.bits:
-        summary += " (also " + "; ".join(soft.bits) + ")"
-    return summary
+def _special_findings(gr: _Graded, f: Findings) -> None:
+    """Lines that could not be read, a driver that binds no GPU, a filter that hides Xids."""
+    log = gr.log
+    if log.unparsed:
+        f.add(UNPARSED_CODE, f"not recognised: {len(log.unparsed)} NVRM line(s) name an Xid in a layout not known "
+                             "(expected `NVRM: Xid (PCI:dddd:bb:dd): N, ...`)",
+              [short(ln.raw) for ln in log.unparsed[:3]], _SOFT_REMEDIES[cat.NOT_IN_CATALOG])
+    gpu_found = any(g.kind in GPU_KINDS for g in gr.faults) or bool(gr.groups)
+    if log.driver_faults and not gpu_found:
+        d = log.driver_faults[0]
+        f.add(DRIVER_NOT_BOUND, f"the NVIDIA driver drives no GPU ({d.meaning}); no Xid can be reported "
+                                "(see gpu.driver)", [short(x.line.raw) for x in log.driver_faults[:4]],
+              "fix the driver first (gpu.driver names the cause), then re-check the kernel log")
+    if _filtered(log):
+        f.add(LOG_FILTERED, _filtered_text(log), [f"command: {log.filter}"],
+              "capture the whole kernel log (`dmesg -T` or `journalctl -k`) to grade Xids")
 
 
 def _quiet_summary(gr: _Graded) -> str:
     window_txt = f"since {gr.since.isoformat()}" if gr.since else "since boot"
-    quiet = ""
-    muted = gr.of(cat.INFO) + gr.of("ignored")
-    if muted:
-        quiet = f" ({sum(g.count for g in muted)} informational or ignored event(s))"
+    muted = gr.of(INFO) + gr.of(IGNORED) + [g for g in gr.groups if g.severity == Status.PASS.value]
+    quiet = f" ({sum(g.count for g in muted)} informational or ignored event(s))" if muted else ""
     older = f"; {gr.dropped} older event(s) before the window" if gr.dropped else ""
     scope = ""
     if gr.log.filter:
@@ -497,29 +722,17 @@ def grade_xid(ctx: CheckContext) -> Result:
     run = ctx.input("kernel-log")
     log: KernelLog | None = ctx.facts("kernel-log")
     if run is None or log is None:
-        return ctx.result(Status.SKIP, "no kernel log captured; Xids not checked")
+        return ctx.finding("gpu.xid/no-kernel-log", "no kernel log captured; Xids not checked")
     early = _not_gradable(ctx, run, log)
     if early is not None:
         return early
     gr = _graded(ctx, log)
-    facts = _facts(gr, run)
-    evidence = _drain_evidence(ctx, gr) + _warn_evidence(gr)
-    soft = _soft(ctx, gr)
-    if gr.of(cat.FAIL) or gr.faults:
-        remedy = "drain node; " + "; ".join(_drain_remedies(gr) + soft.remedies)
-        return ctx.result(Status.FAIL, _drain_summary(gr, soft), evidence=evidence, remedy=remedy, facts=facts)
-    if gr.of(cat.WARN):
-        summary = "no drain needed; " + " / ".join(soft.bits)
-        return ctx.result(Status.WARN, summary, evidence=evidence, remedy="; ".join(soft.remedies), facts=facts)
-    return ctx.result(Status.PASS, _quiet_summary(gr), evidence=evidence, facts=facts)
-
-
-def _distinct_faults(faults: Any) -> list[KernelFault]:
-    """One fault per (kind, GPU): the same init failure is often logged twice."""
-    out: dict[tuple[str, str], KernelFault] = {}
-    for f in faults:
-        out.setdefault((f.kind, f.pci), f)
-    return list(out.values())
+    f = Findings()
+    _xid_findings(ctx, gr, f)
+    _fault_findings(gr, f)
+    _special_findings(gr, f)
+    _notes(ctx, gr, f)
+    return f.result(ctx, _quiet_summary(gr), _facts(gr, run))
 
 
 register(Check(
@@ -531,9 +744,10 @@ register(Check(
     inputs=("kernel-log",),
     profile_keys={"xid.fail": list, "xid.ignore": list, "xid.repeat_warn": int,
                   "xid.sympathetic_window_s": (int, float)},
-    catches="Xids needing a GPU reset or reboot (48, 62, 64, 74, 79, 95, 109, 119, 120, fatal NVLink5 ...), "
-            "GPU fallen off the bus, lost, reset required, GSP timeouts, adapter init failures and NVLink "
-            "discovery failures without an Xid; app-level Xids (13, 31, 43, 94) as warnings",
+    catches="Xids needing a GPU reset or reboot (48, 62, 64, 74, 79, 95, 109, 119, 120, fatal NVLink5 ...), the "
+            "action an Xid 154 names, GPU fallen off the bus, lost, reset required, GSP timeouts and crashes, "
+            "adapter init failures and NVLink discovery failures without an Xid; PCIe AER / DPC / hot-plug link "
+            "loss, machine checks and NVSwitch SXids in the kernel log; app-level Xids (13, 31, 43, 94) as warnings",
     node_local=True,
     in_run=True,
 ))

@@ -1,22 +1,32 @@
-"""Kernel log (`dmesg`, `journalctl -k`, syslog, /dev/kmsg): NVIDIA driver events as facts.
+"""Kernel log (`dmesg`, `journalctl -k`, syslog, /dev/kmsg): NVIDIA driver events and the
+kernel's reports about GPUs and NICs, as facts.
 
 The framing layer has already peeled every time stamp style (dmesg raw, -T, --ctime, iso,
 --decode, kmsg records, journald short/iso/precise/monotonic, RFC 3164/5424 syslog, container
 prefixes) and kept the time, host and identifier of each line; this module reads messages:
 
-- NVRM Xid reports, with the PCI address (and MIG GPU-I/GPU-CI attribution), the code, the
-  process, the NVLink5 unit / Fatal-Nonfatal word / link / registers, the Xid 154 recovery
-  action, and the driver's own `caused by previous Xid N` annotation;
+- NVRM Xid reports in every layout the driver has printed (`Xid (PCI:dddd:bb:dd): N, pid=...,
+  name=..., msg`, without pid/name, with a MIG GPU-I/GPU-CI attribution, the pre-r3xx `Xid
+  (dddd:bb:dd): N, ...`, a masked address such as `PCI:0000:xx:00`), with the NVLink5 unit /
+  Fatal-Nonfatal word / link / registers, the Xid 154 recovery action, and the driver's own
+  `caused by previous Xid N` annotation; an NVRM line that names an Xid in a layout not known
+  is kept as not understood (`unparsed`), never guessed;
 - GPU faults the driver reports without an Xid number: fallen off the bus, adapter
-  initialisation failed, GPU lost (NV_ERR_GPU_IS_LOST), reset required
-  (NV_ERR_RESET_REQUIRED), GSP heartbeat / RPC timeouts, WPR2 left up, NVLink discovery
-  failures;
+  initialisation failed, GPU lost (NV_ERR_GPU_IS_LOST), reset required, GSP heartbeat / RPC
+  timeouts, GSP crash reports, memory subsystem errors, PMU halt, WPR2 left up, NVLink
+  discovery failures, driver assertions and NV_ERR_* statuses;
 - driver faults that leave no GPU usable: no adapter probed, probe routine not called,
   kernel module / client API mismatch, unsupported GPU, module symbols missing;
-- the PCI address -> GPU UUID / board serial map, the loaded kernel module version.
+- the kernel's own hardware reports (PCIe AER, DPC, hot-plug link down, machine checks,
+  NVSwitch SXids), read by `kernel_hw`;
+- the PCI address -> GPU UUID / board serial / index map, the loaded kernel module version.
 
-Only lines that mention the driver are framed (`Doc.select`), so a million-line log is read at
-the speed of a substring scan.
+Only lines that hold one of the needles are framed (`Doc.scan`), so a million-line log is read
+at the speed of a substring scan. Message formats: NVIDIA/open-gpu-kernel-modules
+src/nvidia/src/kernel/gpu/rc/kernel_rc.c (`krcReportXid`, `_krcLogUuidOnce`),
+src/nvidia/arch/nvalloc/unix/src/osinit.c and osapi.c, kernel-open/nvidia/nv.c,
+src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c, src/nvidia/src/kernel/gpu/gpu.c
+(`gpuRefreshRecoveryAction`, `_gpuRecoveryActionName`).
 """
 
 from __future__ import annotations
@@ -26,18 +36,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.framing import Doc, Hit, Line
+from preflight.parsers import kernel_hw
 from preflight.parsers.base import Format, ParserSpec, pci_id
+from preflight.parsers.kernel_hw import KernelFault
 
-NEEDLES = ("NVRM", "Xid (", "fallen off the bus", "nvidia: Unknown symbol")
+NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", *kernel_hw.NEEDLES)
 # the reading tool's own complaints: at the start or the end of what it printed
 TOOL_NEEDLES = ("dmesg: ", "journalctl: ", "Operation not permitted", "Permission denied", "No journal files")
 TOOL_ENDS = 256 * 1024
 _TOOL_ERROR = re.compile(r"^(?:dmesg|journalctl): |Operation not permitted|Permission denied|No journal files were found")
 
 _PCI = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
-_XID = re.compile(
-    rf"\bXid \((?:PCI:)?(?P<pci>{_PCI})(?:\s+GPU-I:(?P<gi>\d+))?(?:\s+GPU-CI:(?P<ci>\d+))?\):\s*"
-    r"(?P<code>\d+)(?:,\s*(?P<rest>.*))?$")
+# an address as printed or as masked by whoever pasted it (`0000:xx:00`, `0000:**:00.0`)
+_PCI_MASKED = r"[0-9A-Za-z*?#_]{1,8}:[0-9A-Za-z*?#_]{2}:[0-9A-Za-z*?#_]{2}(?:\.[0-7xX*])?"
+_XID = re.compile(r"(?<![\w])Xid\s*\((?P<attr>[^()]*)\)\s*:\s*(?P<code>\d+)\b\s*(?:[,:]\s*(?P<rest>.*))?$")
+_XID_BARE = re.compile(r"NVRM: Xid:?\s+(?P<code>\d+)\b\s*(?:[,:]\s*(?P<rest>.*))?$")
+_XID_WORD = re.compile(r"(?<![\w])Xid(?![\w])")
+_ATTR_PCI = re.compile(rf"(?:PCI:)?\s*(?P<pci>{_PCI_MASKED})")
+_ATTR_GI = re.compile(r"GPU-I:\s*(?P<gi>\d+)")
+_ATTR_CI = re.compile(r"GPU-CI:\s*(?P<ci>\d+)")
 _PID_NAME = re.compile(r"^pid=(?P<pid>[^,]*),\s*(?:name=(?P<name>[^,]*),\s*)?(?P<msg>.*)$")
 _CAUSED = re.compile(r"\s*caused by previous Xid (?P<xid>\d+)\s*\.?\s*$")
 _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal|NonFatal)\b(?P<after>.*)$",
@@ -45,33 +62,50 @@ _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal|No
 _LINK = re.compile(r"\blink\s+(?P<link>-?\d+)", re.IGNORECASE)
 _HEX = re.compile(r"0x[0-9A-Fa-f]+")
 _GPU_N = re.compile(r"\bGPU(?P<n>\d{1,2})\b")
-_RECOVERY = re.compile(r"\bto (?P<code>0x[0-9A-Fa-f]+)\s*\((?P<what>[^)]*)\)")
+_RECOVERY = re.compile(r"\bto\s+(?P<code>0x[0-9A-Fa-f]+|\d+)?\s*\((?P<what>[^)]*)\)")
+# the names the driver prints for each recovery action (gpu.c `_gpuRecoveryActionName`)
+RECOVERY_NAMES = {"none": 0, "gpu reset required": 1, "node reboot required": 2, "drain p2p": 3,
+                  "drain and reset": 4, "recover imex domain": 5}
 _PCI_ANY = re.compile(r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
-_GPU_AT = re.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{_PCI}): (?P<uuid>GPU-[0-9a-fA-F.-]+)")
+_GPU_AT = re.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{_PCI_MASKED}): (?P<uuid>GPU-[0-9a-zA-Z.*-]+)")
+_NAMED_GPU = re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI})")
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
 _MODULE = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open Kernel Module for )?\S+ Kernel Module\s+(?P<v>\d+\.\d+(?:\.\d+)?)"
                      r"|NVRM: loading NVIDIA UNIX Open Kernel Module for \S+\s+(?P<v2>\d+\.\d+(?:\.\d+)?)")
 _NEEDS_RESET = re.compile(r"needs to be reset|reset (?:the )?gpu|reboot", re.IGNORECASE)
+NAMED_GPU_REACH = 3  # lines after `The NVIDIA GPU <pci>` that continue its message
 
-# GPU faults without an Xid number: (kind, pattern, what clears it)
+# GPU faults without an Xid number: (kind, pattern, what clears it). First match wins: a line
+# that names a lost GPU or a reset inside an assertion is that fault, not an assertion.
 GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("fallen_off_bus", re.compile(r"fallen off the bus", re.IGNORECASE), "RESTART_BM"),
-    ("gpu_lost", re.compile(r"NV_ERR_GPU_IS_LOST|GPU lost from the bus|\bGPU is lost\b", re.IGNORECASE), "RESTART_BM"),
+    ("gpu_lost", re.compile(r"NV_ERR_GPU_IS_LOST|GPU lost from the bus|\bGPU is lost\b|"
+                            r"API_GPU_ATTACHED_SANITY_CHECK failed", re.IGNORECASE), "RESTART_BM"),
     ("adapter_init_failed", re.compile(r"RmInitAdapter failed|rm_init_adapter failed|"
-                                       r"Cannot initialize GSP firmware RM|GPU Initialization Error", re.IGNORECASE),
-     "RESTART_BM"),
-    ("wpr2_up", re.compile(r"WPR2 already up", re.IGNORECASE), "RESTART_BM"),
-    ("reset_required", re.compile(r"NV_ERR_RESET_REQUIRED|\bReset required\b", re.IGNORECASE), "RESET_GPU"),
+                                       r"Cannot initialize GSP firmware RM|GPU Initialization Error|"
+                                       r"probe routine failed for \d+ device", re.IGNORECASE), "RESTART_BM"),
+    ("wpr2_up", re.compile(r"WPR2 already up|WPR2 is still up", re.IGNORECASE), "RESTART_BM"),
+    ("reset_required", re.compile(r"NV_ERR_RESET_REQUIRED|\bReset required\b|GPU marked for reset",
+                                  re.IGNORECASE), "RESET_GPU"),
     ("gsp_timeout", re.compile(r"Heartbeat timed out|GSP task watchdog timeout|"
-                               r"waiting for RPC (?:response )?from (?:GPU\d+ )?GSP", re.IGNORECASE), "RESET_GPU"),
+                               r"waiting for RPC (?:response )?from (?:GPU\d+ )?GSP|GSP core unresponsive|"
+                               r"GSP-RM unresponsive|_kgspLogRpcTimeout|_kgspLogXid119", re.IGNORECASE), "RESET_GPU"),
+    ("gsp_crash", re.compile(r"GSP-CrashCat Report|kgspHealthCheck|GSP crashed|IRQSTAT_FATAL_ERROR", re.IGNORECASE),
+     "RESET_GPU"),
+    ("memsys_error", re.compile(r"Memory Subsystem Error detected|memory subsystem timeout", re.IGNORECASE),
+     "RESET_GPU"),
+    ("pmu_halted", re.compile(r"PMU has halted", re.IGNORECASE), "RESET_GPU"),
     ("nvlink_discovery_failed",
      re.compile(r"NVRM: knvlink\w*.*\bfail(?:ed)?\b|NVRM: .*NVLink.*(?:training|discovery).*fail", re.IGNORECASE),
      "WORKFLOW_NVLINK_ERR"),
+    ("driver_assert", re.compile(r"Assertion failed|nvAssert\w*Failed", re.IGNORECASE), ""),
+    ("rm_error", re.compile(r"\bNV_ERR_[A-Z_]+"), ""),
 )
 
 # Driver faults: the driver stack itself is broken (graded by gpu.driver)
 DRIVER_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("no_adapter", re.compile(r"No NVIDIA (?:graphics adapter|GPU) (?:probed|found)", re.IGNORECASE),
+    ("no_adapter", re.compile(r"No NVIDIA (?:graphics adapter|GPU|devices?|PCI devices) (?:probed|found)",
+                              re.IGNORECASE),
      "the nvidia kernel module found no GPU to drive"),
     ("probe_not_called", re.compile(r"probe routine was not called for (?P<n>\d+) device", re.IGNORECASE),
      "another driver (nouveau, vfio) owns the GPUs, so the nvidia module did not bind them"),
@@ -106,14 +140,7 @@ class XidEvent:
     recovery: str = ""  # Xid 154: the recovery action printed
     recovery_code: int | None = None
     caused_by: int | None = None  # the driver's "caused by previous Xid N" (graders add window links)
-
-
-@dataclass
-class KernelFault:
-    kind: str
-    pci: str
-    line: Line
-    action: str
+    implied: bool = False  # not printed: the cause a later Xid names (`caused by previous Xid N`)
 
 
 @dataclass
@@ -130,8 +157,9 @@ class KernelLog:
     nvrm: int = 0  # lines from the NVIDIA driver
     stamped: bool = False  # the log lines carry kernel-log time stamps (not a bare message list)
     events: list[XidEvent] = field(default_factory=list)
-    faults: list[KernelFault] = field(default_factory=list)
+    faults: list[KernelFault] = field(default_factory=list)  # GPU faults without an Xid, kernel hardware reports
     driver_faults: list[DriverFault] = field(default_factory=list)
+    unparsed: list[Line] = field(default_factory=list)  # NVRM lines naming an Xid in a layout not known
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)  # pci -> {uuid, serial, index}
     reset_notes: dict[str, list[Line]] = field(default_factory=dict)  # pci -> "needs to be reset" lines
     module_version: str = ""
@@ -141,15 +169,27 @@ class KernelLog:
     filter: list[str] = field(default_factory=list)
 
 
+def _attribution(attr: str) -> tuple[str, str]:
+    """The PCI address and MIG attribution inside `Xid (...)`: a masked address is kept as
+    printed (lower case), an attribution with no address at all as its text."""
+    am = _ATTR_PCI.search(attr)
+    pci = pci_id(am.group("pci")) if am else attr.strip().lower()
+    gi, ci = _ATTR_GI.search(attr), _ATTR_CI.search(attr)
+    mig = (f"GPU-I:{gi.group('gi')}" + (f" GPU-CI:{ci.group('ci')}" if ci else "")) if gi else ""
+    return pci, mig
+
+
 def parse_xid(msg: str, line: Line) -> XidEvent | None:
     """One NVRM Xid message -> XidEvent (None when the message is not an Xid report)."""
     m = _XID.search(msg)
-    if not m:
-        return None
-    rest = (m.group("rest") or "").strip()
-    ev = XidEvent(xid=int(m.group("code")), pci=pci_id(m.group("pci")), line=line, text=rest)
-    if m.group("gi"):
-        ev.mig = f"GPU-I:{m.group('gi')}" + (f" GPU-CI:{m.group('ci')}" if m.group("ci") else "")
+    if m is not None:
+        pci, mig = _attribution(m.group("attr"))
+    else:
+        m = _XID_BARE.search(msg)
+        if m is None:
+            return None
+        pci, mig = "", ""
+    ev = XidEvent(xid=int(m.group("code")), pci=pci, line=line, text=(m.group("rest") or "").strip(), mig=mig)
     cm = _CAUSED.search(ev.text)
     if cm:
         ev.caused_by = int(cm.group("xid"))
@@ -184,24 +224,25 @@ def _nvlink_details(ev: XidEvent) -> None:
 
 
 def _recovery_action(ev: XidEvent) -> None:
-    """Xid 154: the recovery action the driver asks for (`... to 0x2 (Node Reboot Required)`)."""
+    """Xid 154: the recovery action the driver asks for (`... to 0x2 (Node Reboot Required)`);
+    the code is read from the number, else from the action's name."""
     rm = _RECOVERY.search(ev.text)
     if rm:
         ev.recovery = rm.group("what").strip()
-        try:
-            ev.recovery_code = int(rm.group("code"), 16)
-        except ValueError:
-            ev.recovery_code = None
+        code = rm.group("code")
+        ev.recovery_code = int(code, 0) if code else RECOVERY_NAMES.get(ev.recovery.lower())
 
 
 @dataclass
 class _Reader:
-    """Reads the driver's lines of one kernel log, in order, into `log`."""
+    """Reads the driver's and the kernel's lines of one kernel log, in order, into `log`."""
 
     doc: Doc
     log: KernelLog
     last_gpu_at: str = ""  # the PCI address of the last `NVRM: GPU at ...` line (its serial follows)
+    named: tuple[str, int] = ("", 0)  # the GPU a multi-line NVRM message names, and its line number
     hosts: dict[str, None] = field(default_factory=dict)
+    hw: kernel_hw.HwReader = field(default_factory=kernel_hw.HwReader)
 
     def read(self, hit: Hit) -> None:
         doc, log = self.doc, self.log
@@ -218,17 +259,35 @@ class _Reader:
             return
         if line.host:
             self.hosts.setdefault(line.host)
-        ev = parse_xid(msg, line) if "Xid" in msg else None
-        if ev is not None:
-            log.events.append(ev)
-            if ev.gpu is not None:
-                log.gpus.setdefault(ev.pci, {}).setdefault("index", ev.gpu)
+        if "Xid" in msg and self._xid(msg, line):
             return
         if "NVRM" not in msg and "fallen off the bus" not in msg.lower() and "Unknown symbol" not in msg:
-            if _TOOL_ERROR.search(msg) and len(log.tool_errors) < 5:
+            if not self.hw.read(msg, line) and _TOOL_ERROR.search(msg) and len(log.tool_errors) < 5:
                 log.tool_errors.append(msg)
             return
-        _fault(log, msg, line)
+        nm = _NAMED_GPU.search(msg)
+        if nm:
+            self.named = (pci_id(nm.group("pci")), line.n)
+        _fault(log, msg, line, self._named(line))
+
+    def _xid(self, msg: str, line: Line) -> bool:
+        """An Xid report (True), an NVRM line naming an Xid in a layout not known (kept, True),
+        or another line (False)."""
+        ev = parse_xid(msg, line)
+        if ev is not None:
+            self.log.events.append(ev)
+            if ev.gpu is not None and ev.pci:
+                self.log.gpus.setdefault(ev.pci, {}).setdefault("index", ev.gpu)
+            return True
+        if "NVRM" in msg and _XID_WORD.search(msg):
+            self.log.unparsed.append(line)
+            return True
+        return False
+
+    def _named(self, line: Line) -> str:
+        """The GPU a continuation of a multi-line driver message is about ("" when none)."""
+        pci, n = self.named
+        return pci if pci and 0 <= line.n - n <= NAMED_GPU_REACH else ""
 
     def _identity(self, raw: str) -> bool:
         """A GPU's UUID, its board serial or the module version; False for any other line."""
@@ -250,27 +309,41 @@ class _Reader:
         return False
 
 
-def _fault(log: KernelLog, msg: str, line: Line) -> None:
-    """A driver message that is no Xid: a driver fault, a GPU fault, or a note that a GPU needs a reset."""
+def _fault(log: KernelLog, msg: str, line: Line, named: str = "") -> None:
+    """A driver message that is no Xid: a driver fault, a GPU fault, or a note that a GPU needs
+    a reset. `named`: the GPU an earlier line of the same multi-line message named."""
     for kind, pat, meaning in DRIVER_FAULTS:
         dm = pat.search(msg)
         if dm:
             detail = {k: v for k, v in dm.groupdict().items() if v}
             log.driver_faults.append(DriverFault(kind, line, meaning, detail))
             return
+    pm = _PCI_ANY.search(msg)
+    pci = pci_id(pm.group("pci")) if pm else named
     for kind, pat, action in GPU_FAULTS:
         if pat.search(msg):
-            pm = _PCI_ANY.search(msg)
-            log.faults.append(KernelFault(kind, pci_id(pm.group("pci")) if pm else "", line, action))
+            gm = _GPU_N.search(msg)
+            log.faults.append(KernelFault(kind, pci, line, action, gpu=int(gm.group("n")) if gm else None))
             return
-    if _NEEDS_RESET.search(msg):
-        pm = _PCI_ANY.search(msg)
-        if pm:
-            log.reset_notes.setdefault(pci_id(pm.group("pci")), []).append(line)
+    if _NEEDS_RESET.search(msg) and pci:
+        log.reset_notes.setdefault(pci, []).append(line)
+
+
+def _resolve_indexes(log: KernelLog) -> None:
+    """GPU indexes learned from the log ("GPU5" in an Xid 119) name the PCI address of events
+    and faults that only gave an index, and the index of events that only gave an address."""
+    by_index = {g["index"]: pci for pci, g in log.gpus.items() if "index" in g}
+    for ev in log.events:
+        if ev.gpu is None:
+            ev.gpu = log.gpus.get(ev.pci, {}).get("index")
+    for f in log.faults:
+        if not f.pci and f.gpu is not None:
+            f.pci = by_index.get(f.gpu, "")
 
 
 def parse(doc: Doc) -> KernelLog:
-    """Kernel log document -> Xid events, Xid-less GPU faults, driver faults, GPU identities."""
+    """Kernel log document -> Xid events, Xid-less GPU faults, kernel hardware reports, driver
+    faults, GPU identities."""
     log = KernelLog(lines=doc.count(), excerpt=doc.excerpt, filter=list(doc.filter))
     head = [ln for ln in doc.head(400) if ln.text.strip()]
     log.stamped = bool(head) and sum(1 for ln in head if ln.stamped) * 2 >= len(head)
@@ -279,9 +352,9 @@ def parse(doc: Doc) -> KernelLog:
     reader = _Reader(doc, log)
     for k in sorted(hits):
         reader.read(hits[k])
-    for ev in log.events:
-        if ev.gpu is None:
-            ev.gpu = log.gpus.get(ev.pci, {}).get("index")
+    log.faults.extend(reader.hw.faults)
+    log.faults.sort(key=lambda f: f.line.n)
+    _resolve_indexes(log)
     log.hosts = list(reader.hosts)
     return log
 
@@ -290,8 +363,13 @@ def parse(doc: Doc) -> KernelLog:
 # Recognising a kernel log
 
 _KERNEL_LAYERS = frozenset({"dmesg", "dmesg-ctime", "kmsg", "facility", "kernel", "printk-level"})
-_KERNEL_MSG = re.compile(r"^(?:NVRM: |nvidia(?:-\w+)?: |pcieport |mlx5_core |ACPI|PCI: |pci \d|"
-                         r"\w+ \d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d: )")
+_KERNEL_MSG = re.compile(r"^(?:NVRM: |nvidia(?:-\w+)?: |pcieport |mlx5_core |ACPI|PCI: |pci \d|mce: |EDAC |"
+                         r"(?:\{\d+\})?\[Hardware Error\]|Memory failure: |"
+                         r"[\w-]+ \d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d(?::pcie\d+)?: )")
+# one line of these is a kernel log by itself: a report no other tool prints
+_KERNEL_REPORT = re.compile(r"nvidia-nvswitch\d+: SXid \(|PCIe Bus Error: severity=|error (?:message )?received(?: from|:) |"
+                            r"mce: \[Hardware Error\]|\[Hardware Error\]:\s+event severity: |pciehp: Slot\(|"
+                            r"DPC: containment event|EDAC \w*\s*MC\d+: \d+ [UC]E ")
 
 
 def detect(doc: Doc) -> bool:
@@ -301,7 +379,7 @@ def detect(doc: Doc) -> bool:
         msg = ln.text.strip()
         if not msg:
             continue
-        if msg.startswith("NVRM: ") or _XID.search(msg):
+        if msg.startswith("NVRM: ") or _XID.search(msg) or _KERNEL_REPORT.search(msg):
             return True
         total += 1
         if ln.ident == "kernel" or set(ln.layers) & _KERNEL_LAYERS:
@@ -321,4 +399,4 @@ FORMATS = [
 PARSERS = [ParserSpec("kernel-log", parse)]
 
 __all__ = ["DRIVER_FAULTS", "DriverFault", "FORMATS", "GPU_FAULTS", "KernelFault", "KernelLog", "NEEDLES",
-           "PARSERS", "XidEvent", "detect", "parse", "parse_xid"]
+           "PARSERS", "RECOVERY_NAMES", "XidEvent", "detect", "parse", "parse_xid"]

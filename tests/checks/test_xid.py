@@ -8,14 +8,21 @@ from typing import Any
 
 import pytest
 
+from preflight import policy
 from preflight.checks import xid as xm
 from preflight.checks import xid_catalog as cat
+from preflight.framing import Line
 from preflight.model import Status
+from preflight.parsers.kernel_log import XidEvent
 from preflight.probes import run_probe
 from tests.conftest import FIXTURES, capture, fixture_text, grade, grade_text
 from tests.fakes import install, scenario
 
 KL = "kernel-log"
+
+
+def _ev(code: int, **kw: Any) -> XidEvent:
+    return XidEvent(xid=code, pci="0000:01:00", line=Line("", 1, ""), text="", **kw)
 
 
 def one(text: str, profile: str = "generic", rc: int = 0, stderr: str = "", argv: list[str] | None = None,
@@ -113,7 +120,8 @@ def test_xid79_fail_reboot_remedy_and_fallen_line_not_double_counted():
     r = one(fixture_text("kernel-log/dmesg_T_xid79_fallen_off_bus.log"))
     assert r.status is Status.FAIL
     assert "Xid 79" in r.summary and "0000:bd:00" in r.summary
-    assert "reboot clears Xid 79" in r.remedy and r.remedy.startswith("drain node")
+    assert "reboot clears Xid 79" in r.remedy and r.remedy.startswith("(1) drain node")
+    assert r.facts["codes"] == ["gpu.xid/restart-bm", "gpu.xid/restart-app"]
     assert "report to the job owner" in r.remedy  # the Xid 31 on the other GPU
     assert not r.facts["faults"]  # the "fallen off the bus" line belongs to the Xid 79
     assert any("79" in e for e in r.evidence)
@@ -221,9 +229,10 @@ def test_since_from_options_extra():
     assert r.status is Status.FAIL
 
 
-def test_unknown_code_warns():
+def test_unknown_code_is_not_recognised():
     r = one("[  1.0] NVRM: Xid (PCI:0000:01:00): 999, pid=1, name=x, something new\n")
-    assert r.status is Status.WARN and "not in catalog" in r.summary
+    assert r.status is Status.SKIP and "not in catalog" in r.summary
+    assert r.facts["codes"] == ["gpu.xid/not-in-catalog"]
 
 
 @pytest.mark.parametrize("text, rc, stderr, status", [
@@ -254,13 +263,11 @@ def test_missing_probe_skips():
 def test_catalog_consistency():
     for code, info in cat.CATALOG.items():
         assert info.code == code
-        assert info.severity in (cat.FAIL, cat.WARN, cat.INFO)
-        if info.immediate in cat.DRAIN_BUCKETS:
-            assert info.severity == cat.FAIL, code
-    for code in (48, 62, 64, 74, 79, 95, 109, 119, 120, 140, 143):
-        assert cat.lookup(code).severity == cat.FAIL  # type: ignore[union-attr]
+        assert info.bucket in cat.BUCKET_CODES or info.bucket in ("WORKFLOW_NVLINK5_ERR", "XID_154"), code
+    for code in (48, 62, 64, 74, 79, 95, 109, 119, 120, 140, 143, 171, 175):
+        assert policy.status(xm.code_of(_ev(code), set())[1]) is Status.FAIL, code
     for code in (13, 31, 43, 94):
-        assert cat.lookup(code).severity == cat.WARN  # type: ignore[union-attr]
+        assert policy.status(xm.code_of(_ev(code), set())[1]) is Status.WARN, code
     assert cat.lookup(12345) is None
 
 

@@ -27,6 +27,21 @@ EXPECTED = {
         {"gpu.xid": "fail"},
     "nvml-errors/dmesg_raw_nvidia_probe_not_called_3_devices_nouveau_conflict_lsmod_empty_bigdata133.txt":
         {"gpu.xid": "skip"},
+    # Batch 3
+    "xid/dmesg_T_xid119_gsp_timeout_45s_8xA100_vllm40652.log": {"gpu.xid": "fail"},
+    "xid/dmesg_T_xid119_timeout_waiting_rpc_gsp_old_format_ogkm446.log": {"gpu.xid": "fail"},
+    "xid/dmesg_fallen_off_bus_no_xid_570.158.01_nvsentinel155.log": {"gpu.xid": "fail"},
+    "xid/dmesg_gsp_heartbeat_timeout_gh100_memsys_error_595_ogkm1230.log": {"gpu.xid": "fail"},
+    # 62 (PMU halt) needs a reset; the 45s after it are its sympathetic cleanup
+    "xid/dmesg_xid31_62_45_mmu_fault_pmu_halt_chia301.log": {"gpu.xid": "fail"},
+    # only application-level 31s (FAULT_PDE from one process): the job's fault, the GPU stays usable
+    "xid/dmesg_xid31_fault_pde_rtx4090_535_tinygrad6947.log": {"gpu.xid": "warn"},
+    "xid/journal_k_xid120_154_gsp_exception_rtxpro6000_595_forum364958.log": {"gpu.xid": "fail"},
+    # every line is an Xid 45 naming its cause: the NVLink5 Xid 149/145 that tore the channels down
+    "xid/journal_k_xid45_caused_by_previous_xid149_145_nvlink_ogkm1150.log": {"gpu.xid": "fail"},
+    "xid/journal_k_xid62_pmu_halted_154_45_rtxpro6000_595_forum364958.log": {"gpu.xid": "fail"},
+    "xid/journal_k_xid79_fallen_off_bus_rtx5080_ogkm1151.log": {"gpu.xid": "fail"},
+    "xid/kmsg_xid62_154_gsp_watchdog_rtx5080_595_forum371272.log": {"gpu.xid": "fail"},
 }
 
 
@@ -97,3 +112,37 @@ def test_nvlink_discovery_failure_is_a_fabric_fault() -> None:
     assert r.facts["events"] == []
     assert r.facts["faults"][0]["kind"] == "nvlink_discovery_failed"
     assert "NVLink" in r.remedy and "fabric" in r.remedy
+
+
+def test_xid45_is_attributed_to_the_nvlink_xid_it_names() -> None:
+    r = _xid("xid/journal_k_xid45_caused_by_previous_xid149_145_nvlink_ogkm1150.log")
+    assert r.facts["codes"] == ["gpu.xid/workflow-nvlink5-err-unstated"]
+    causes = {(e["pci"], e["xid"]) for e in r.facts["events"] if e.get("implied")}
+    assert causes == {("0000:dc:00", 149), ("0000:ed:00", 145), ("0000:ba:00", 145), ("0000:97:00", 145)}
+    assert all(e["severity"] == "info" for e in r.facts["events"] if e["xid"] == 45)
+    assert "Xid 149 NVLINK_NETIR_ERROR" in r.summary and "NVLink5" in r.remedy
+    assert r.facts["counts"]["0000:dc:00"] == {"45": 2}  # implied causes are not counted as lines
+
+
+def test_xid154_names_the_action_with_its_cause() -> None:
+    r = _xid("xid/journal_k_xid120_154_gsp_exception_rtxpro6000_595_forum364958.log")
+    assert set(r.facts["codes"]) == {"gpu.xid/reset-gpu", "gpu.xid/recovery-gpu-reset"}
+    r = _xid("xid/journal_k_xid62_pmu_halted_154_45_rtxpro6000_595_forum364958.log")
+    ev = {e["xid"]: e for e in r.facts["events"]}
+    assert ev[45]["caused_by"] == 62 and ev[45]["severity"] == "info" and ev[45]["text"] == "channel 0x00000002"
+    assert ev[154]["action"] == "RESET_GPU" and ev[154]["recovery"] == "GPU Reset Required"
+    assert not r.facts["faults"]  # the PMU-halted line is the Xid 62's own message
+
+
+def test_gpu_faults_without_an_xid_name_their_gpu() -> None:
+    r = _xid("xid/dmesg_fallen_off_bus_no_xid_570.158.01_nvsentinel155.log")
+    assert r.facts["codes"] == ["gpu.xid/fallen-off-bus"] and "GPU 0000:b3:00" in r.summary
+    r = _xid("xid/dmesg_gsp_heartbeat_timeout_gh100_memsys_error_595_ogkm1230.log")
+    assert set(r.facts["codes"]) == {"gpu.xid/gsp-timeout", "gpu.xid/memory-subsystem-error"}
+    assert "GPU6" in r.summary and "nvidia-smi -r" in r.remedy
+
+
+def test_gsp_banners_are_part_of_their_xid119() -> None:
+    r = _xid("xid/dmesg_T_xid119_gsp_timeout_45s_8xA100_vllm40652.log")
+    assert r.facts["codes"] == ["gpu.xid/reset-gpu"] and not r.facts["faults"]
+    assert "0001:6c:00 (GPU5)" in r.summary and "0001:96:00 (GPU6)" in r.summary
