@@ -1,10 +1,12 @@
-"""hang.watchdog: collective timeouts in training logs (PyTorch NCCL watchdog, gloo) and the
-flight recorder's verdict (`fr_trace` text).
+"""hang.watchdog: collective hangs and job failures in training logs (PyTorch's NCCL watchdog,
+heartbeat monitor, desync report, gloo, c10d store, torchrun) and the flight recorder's verdict.
 
-Graders over `preflight.parsers.torch_log` (watchdog lines of every PyTorch era, status
-lines, gloo errors, tracebacks, multiprocessing exit lines) and `preflight.parsers.flight_recorder`.
-The lowest sequence number among the ranks that timed out is where they parted: the rank(s)
-missing from that collective hung or died first.
+Graders over `preflight.parsers.torch_log` / `torch_hang` events and `preflight.parsers.flight_recorder`
+(`checks.hang_fr`). Every finding has a code in `checks/policy/hang.toml`. A process group's
+sequence numbers count its own collectives: the lowest one the ranks of a group timed out at is
+where they parted, and the rank(s) missing from it hung or died first. Groups are told apart by
+their GUID (or id): ranks of different groups stuck on different collectives are a finding of
+their own.
 """
 
 from __future__ import annotations
@@ -12,14 +14,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.model import Result, Status
+from preflight.findings import Findings
+from preflight.model import Result
 from preflight.parsers.flight_recorder import FrText
-from preflight.parsers.torch_log import HangEvent, HangLog, TorchLog
+from preflight.parsers.torch_hang import HangEvent, HangLog, merge_status
+from preflight.parsers.torch_log import TorchLog
 from preflight.registry import Check, CheckContext, register
 
-EARLY_SEQ = 100  # a collective this early in a job is start-up, not a slow step
+from .hang_fr import fr_ok_summary, grade_fr
+
+C = "hang.watchdog/"
 _GATHER = ("ALLGATHER", "_ALLGATHER_BASE", "ALLGATHER_COALESCED", "ALLGATHER_INTO_TENSOR_COALESCED")
-_SCATTER = ("REDUCE_SCATTER", "_REDUCE_SCATTER_BASE", "REDUCESCATTER")
+_SCATTER = ("REDUCE_SCATTER", "_REDUCE_SCATTER_BASE", "REDUCESCATTER", "REDUCE_SCATTER_TENSOR_COALESCED")
+_SHOWN = 12  # ranks named in a summary before "+N more" (a display limit)
+
+REMEDY_HANG = ("the ranks listed waited for a peer that never joined that collective: find the rank NOT in "
+               "this list (it hung or died first: its log, py-spy dump, Xid/dmesg on its node) and drain its "
+               "node if it is a hardware fault; set TORCH_NCCL_TRACE_BUFFER_SIZE to get flight-recorder dumps; "
+               "`preflight triage` collects both")
+_REMEDY_GROUPS = ("each process group waits for its own missing peer: find the rank(s) missing from each group; a "
+                  "rank stuck in one group blocks every other group it belongs to (pipeline, expert or tensor "
+                  "parallel), and ranks that issue the groups' collectives in a different order deadlock the same "
+                  "way; " + REMEDY_HANG)
+_REMEDY_HEARTBEAT = ("the watchdog thread itself was blocked (a CUDA or NCCL call that never returned: a hung GPU, "
+                     "a driver fault, or another thread holding the GIL inside a CUDA call): check the node's kernel "
+                     "log for Xids and whether nvidia-smi answers, py-spy dump the process for a GIL deadlock; raise "
+                     "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC only if the watchdog is merely slow")
 
 
 def group_size(ev: HangEvent) -> int | None:
@@ -27,208 +47,419 @@ def group_size(ev: HangEvent) -> int | None:
     if not ev.numel_in or not ev.numel_out:
         return None
     op = ev.op.upper()
-    big, small = (ev.numel_out, ev.numel_in) if op in _GATHER else (ev.numel_in, ev.numel_out) if op in _SCATTER \
-        else (0, 1)
-    return big // small if big and big % small == 0 and big // small > 1 else None
-
-
-def _merge_status(log: HangLog) -> list[HangEvent]:
-    """Timeouts, with the last enqueued/completed numbers of the matching status line folded in."""
-    timeouts = [e for e in log.events if e.kind == "nccl_timeout"]
-    status = [e for e in log.events if e.kind == "nccl_status"]
-    for t in timeouts:
-        for s in status:
-            if s.rank == t.rank and s.seq == t.seq:
-                t.last_enqueued, t.last_completed = s.last_enqueued, s.last_completed
-                t.pg = t.pg or s.pg
-                break
-    return timeouts
-
-
-def grade_fr_text(ctx: CheckContext, fr: FrText) -> Result:
-    """fr_trace's verdict: the ranks that did not join a collective, or fell behind the others."""
-    facts: dict[str, Any] = {}
-    remedy = ("the named rank(s) never entered that collective: read their logs and py-spy stacks (hung in a data "
-              "loader, a host-side deadlock, a crashed process) and check their node (Xid, NIC); `preflight triage` "
-              "collects both")
-    missing = [x for x in fr.findings if x.missing_ranks]
-    if missing:
-        x = missing[0]
-        facts.update(seq=x.seq, op=x.op or None, group=x.group or None, missing_ranks=x.missing_ranks,
-                     expected_ranks=x.expected_ranks, world_size=x.world_size)
-        ranks = ", ".join(map(str, x.missing_ranks))
-        return ctx.result(Status.FAIL, f"flight recorder: rank{'s' if len(x.missing_ranks) > 1 else ''} {ranks} did not "
-                                       f"join {x.op or 'the collective'} sequence number {x.seq}"
-                                       + (f" (expected ranks {x.expected_ranks})" if x.expected_ranks else ""),
-                          evidence=x.lines[:10], remedy=remedy, facts=facts)
-    culprits = [(r, t, x) for x in fr.findings for r, t in x.culprits]
-    if culprits:
-        r, t, x = culprits[0]
-        facts.update(seq=x.seq, culprit=r)
-        return ctx.result(Status.FAIL, f"flight recorder: rank {r} is the culprit of sequence number {x.seq} ({t})",
-                          evidence=x.lines[:10], remedy=remedy, facts=facts)
-    if fr.findings:
-        x = fr.findings[0]
-        return ctx.result(Status.FAIL, f"flight recorder: collective sequence number {x.seq} has errors ({x.kind})",
-                          evidence=x.lines[:10], remedy=remedy, facts={"seq": x.seq})
-    sbs = fr.side_by_side
-    if sbs is not None and sbs.behind:
-        counts = {r: len(sbs.entries[r]) for r in sbs.ranks}
-        most = max(counts.values())
-        lead = next(r for r in sbs.ranks if counts[r] == most)
-        nxt = sbs.entries[lead][len(sbs.entries[sbs.behind[0]])]
-        facts.update(entries=counts, behind=sbs.behind)
-        return ctx.result(Status.FAIL, f"flight recorder: rank{'s' if len(sbs.behind) > 1 else ''} "
-                                       f"{', '.join(map(str, sbs.behind))} entered {counts[sbs.behind[0]]} collective(s), "
-                                       f"rank {lead} {most}: the next one ({nxt}) was never joined",
-                          evidence=[sbs.header, *[f"rank {r}: {n} entries" for r, n in counts.items()]],
-                          remedy=remedy, facts=facts)
-    n = len(sbs.ranks) if sbs is not None else 0
-    return ctx.result(Status.PASS, f"flight recorder: all {n} rank(s) entered the same collectives",
-                      facts={"ranks": sbs.ranks if sbs else []})
+    if op in _GATHER:
+        big, small = ev.numel_out, ev.numel_in
+    elif op in _SCATTER:
+        big, small = ev.numel_in, ev.numel_out
+    else:
+        return None
+    return big // small if big % small == 0 and big // small > 1 else None
 
 
 def _ranks(events: list[HangEvent]) -> str:
     rs = sorted({e.rank for e in events if e.rank is not None})
     if not rs:
         return "unknown rank"
-    shown = ", ".join(str(r) for r in rs[:12]) + (f" (+{len(rs) - 12} more)" if len(rs) > 12 else "")
+    shown = ", ".join(str(r) for r in rs[:_SHOWN]) + (f" (+{len(rs) - _SHOWN} more)" if len(rs) > _SHOWN else "")
     return f"rank{'s' if len(rs) > 1 else ''} {shown}"
 
 
-_REMEDY_HANG = ("the ranks listed waited for a peer that never joined that collective: find the rank NOT in "
-                "this list (it hung or died first: its log, py-spy dump, Xid/dmesg on its node) and drain its "
-                "node if it is a hardware fault; set TORCH_NCCL_TRACE_BUFFER_SIZE to get flight-recorder dumps; "
-                "`preflight triage` collects both")
+def _pg_text(ev: HangEvent) -> str:
+    """ "process group 2 (dp_shard, GUID 5)" """
+    pg_id, _, desc = ev.pg.partition("(")
+    extra = [x for x in (desc.rstrip(")"), f"GUID {ev.pg_guid}" if ev.pg_guid else "") if x]
+    if not pg_id and not extra:
+        return ""
+    return "process group" + (f" {pg_id}" if pg_id else "") + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _desc(ev: HangEvent) -> str:
+    desc = ev.op or "collective"
+    if ev.seq is not None:
+        desc += f" SeqNum={ev.seq}"
+    if ev.timeout_ms is not None:
+        desc += f" (timeout {ev.timeout_ms} ms" + (f", ran {ev.ran_ms} ms)" if ev.ran_ms is not None else ")")
+    return desc
+
+
+def _first(pool: list[HangEvent]) -> HangEvent:
+    """The lowest sequence number (then the lowest rank): where the ranks parted."""
+    with_seq = [e for e in pool if e.seq is not None]
+    if not with_seq:
+        return pool[0]
+    return min(with_seq, key=lambda e: (e.seq or 0, e.rank if e.rank is not None else 1 << 30))
 
 
 @dataclass
-class _Events:
-    """The log's hang events by kind."""
+class _Log:
+    """The log's events by kind, and the facts the findings fill in."""
 
-    timeouts: list[HangEvent]  # NCCL watchdog timeouts, merged with their status lines
-    status_only: list[HangEvent]
-    errors: list[HangEvent]
-    gloo_t: list[HangEvent]
-    gloo_c: list[HangEvent]  # gloo: a peer closed the connection
+    tl: TorchLog
+    timeouts: list[HangEvent]  # watchdog timeouts, their status lines folded in
+    facts: dict[str, Any]
 
-    @classmethod
-    def of(cls, log: HangLog) -> _Events:
-        def kind(k: str) -> list[HangEvent]:
-            return [e for e in log.events if e.kind == k]
+    def kind(self, k: str) -> list[HangEvent]:
+        return [e for e in self.tl.hang.events if e.kind == k]
 
-        return cls(_merge_status(log), kind("nccl_status"), kind("nccl_error"), kind("gloo_timeout"),
-                   kind("gloo_peer_closed"))
+    @property
+    def log(self) -> HangLog:
+        return self.tl.hang
 
 
-def _nccl_timeout(ctx: CheckContext, log: HangLog, ev_: _Events, facts: dict[str, Any]) -> Result:
-    """The first NCCL collective that timed out: op, SeqNum, the ranks stuck in it."""
-    pool = ev_.timeouts or ev_.status_only
-    with_seq = [e for e in pool if e.seq is not None]
-    first = min(with_seq, key=lambda e: (e.seq, e.rank if e.rank is not None else 1 << 30)) if with_seq else pool[0]
-    facts.update({"op": first.op or None, "seq": first.seq, "timeout_ms": first.timeout_ms,
-                  "ran_ms": first.ran_ms, "rank": first.rank, "pg": first.pg or None,
-                  "group_size": group_size(first),
-                  "ranks": sorted({e.rank for e in pool if e.rank is not None}),
-                  "seqs": sorted({e.seq for e in with_seq if e.seq is not None})})
+def _rank_fact(lg: _Log, events: list[HangEvent]) -> None:
+    """The rank of a finding's first event, unless a collective timeout named one already."""
+    if lg.facts.get("rank") is None:
+        lg.facts["rank"] = events[0].rank
+
+
+def _never_entered(lg: _Log, first: HangEvent) -> list[HangEvent]:
+    """Ranks whose dump signal shows every collective they enqueued completed, below the stuck one:
+    they never entered it (the dump signal reports the default group, so only that group compares)."""
+    if first.seq is None or first.group_key not in ("", "0"):
+        return []
+    stuck = {e.rank for e in lg.timeouts}
+    return [d for d in lg.kind("dump_signal") if d.last_enqueued is not None and d.rank not in stuck
+            and d.last_enqueued == d.last_completed and d.last_enqueued < first.seq]
+
+
+def _early_remedy(ctx: CheckContext, first: HangEvent) -> str:
+    early = ctx.profile.get("hang.early_seq", 0) or 0
+    if first.seq is not None and first.seq <= early:
+        return (f"SeqNum {first.seq}: the job had barely started, so a longer timeout cannot help: a rank never "
+                "joined (crashed, hung at start-up, or cannot reach the others); " + REMEDY_HANG)
+    return REMEDY_HANG
+
+
+def _timeout_facts(lg: _Log, pool: list[HangEvent], first: HangEvent) -> None:
+    with_seq = sorted({e.seq for e in pool if e.seq is not None})
+    lg.facts.update({"op": first.op or None, "seq": first.seq, "timeout_ms": first.timeout_ms,
+                     "ran_ms": first.ran_ms, "rank": first.rank, "pg": first.pg or None,
+                     "pg_guid": first.pg_guid or None, "group_size": group_size(first),
+                     "ranks": sorted({e.rank for e in pool if e.rank is not None}), "seqs": with_seq})
+
+
+def _one_group(ctx: CheckContext, lg: _Log, pool: list[HangEvent], f: Findings) -> None:
+    first = _first(pool)
+    _timeout_facts(lg, pool, first)
     at_first = [e for e in pool if e.seq == first.seq]
-    desc = f"{first.op or 'collective'}"
-    if first.seq is not None:
-        desc += f" SeqNum={first.seq}"
-    if first.timeout_ms is not None:
-        desc += f" (timeout {first.timeout_ms} ms"
-        desc += f", ran {first.ran_ms} ms)" if first.ran_ms is not None else ")"
-    where = f" of process group {first.pg}" if first.pg else ""
-    remedy = _REMEDY_HANG
-    if first.seq is not None and first.seq <= EARLY_SEQ:
-        remedy = (f"SeqNum {first.seq}: the job had barely started, so a longer timeout cannot help: a rank "
-                  "never joined (crashed, hung at start-up, or cannot reach the others); " + remedy)
+    named = next((e for e in at_first if e.group_key), first)
+    lg.facts.update(pg=named.pg or None, pg_guid=named.pg_guid or None)
+    where = f" of {_pg_text(named)}" if _pg_text(named) else ""
     size = group_size(first)
-    summary = f"NCCL watchdog timeout: {desc} on {_ranks(at_first)}{where}" + (
-        f" ({size} ranks in the group)" if size else "")
+    label = "NCCL watchdog timeout" if lg.timeouts else "NCCL watchdog failure (error or timeout)"
+    summary = f"{label}: {_desc(first)} on {_ranks(at_first)}{where}" + (f" ({size} ranks in the group)" if size else "")
     ev = [e.line for e in at_first[:6]]
-    others = [e for e in pool if e not in at_first]
+    others = [e for e in pool if e.seq != first.seq]
     if others:
         seqs = sorted({e.seq for e in others if e.seq is not None})
         summary += f"; {len(others)} more timeout line(s) at later/other SeqNum {', '.join(map(str, seqs[:5]))}"
         ev += [e.line for e in others[:3]]
-    ev += [e.line for e in ev_.status_only if e.seq == first.seq][:2] + log.some_failed[:1]
-    ev += [e.line for e in ev_.errors[:2]] + [e.line for e in ev_.gloo_c[:2]]
-    return ctx.result(Status.FAIL, summary, evidence=list(dict.fromkeys(ev)), remedy=remedy, facts=facts)
+    absent = _never_entered(lg, first)
+    if absent:
+        summary += (f"; {_ranks(absent)} completed every collective it enqueued (last "
+                    f"{absent[0].last_enqueued}) and never entered it")
+        lg.facts["never_entered"] = sorted({e.rank for e in absent if e.rank is not None})
+        ev += [e.line for e in absent[:3]]
+    ev += [e.line for e in lg.kind("nccl_status") if e.seq == first.seq][:2] + lg.log.some_failed[:1]
+    f.add(C + ("collective-timeout" if lg.timeouts else "watchdog-failure"), summary, ev, _early_remedy(ctx, first))
 
 
-def _gloo_failure(ctx: CheckContext, tl: TorchLog, ev_: _Events, facts: dict[str, Any]) -> Result:
-    """A gloo timeout or a peer that closed its connection, and the process that exited first."""
-    gloo_t, gloo_c = ev_.gloo_t, ev_.gloo_c
+def _groups(pool: list[HangEvent]) -> dict[str, list[HangEvent]]:
+    """The events by process group. A line that names no group (its rank printed no status line)
+    joins the one named group stuck on the same collective (SeqNum and op)."""
+    out: dict[str, list[HangEvent]] = {}
+    for e in pool:
+        out.setdefault(e.group_key, []).append(e)
+    for e in out.pop("", []):
+        same = [k for k, evs in out.items() if any(x.seq == e.seq and x.op == e.op for x in evs)]
+        out.setdefault(same[0] if len(same) == 1 else "", []).append(e)
+    return out
+
+
+def _several_groups(lg: _Log, groups: dict[str, list[HangEvent]], f: Findings) -> None:
+    parts, ev, listing = [], [], []
+    for key in sorted(groups, key=lambda k: (not k, len(k), k)):
+        first = _first(groups[key])
+        parts.append(f"{_desc(first)} on {_ranks([e for e in groups[key] if e.seq == first.seq])} "
+                     f"({_pg_text(first) or 'unnamed group'})")
+        ev += [e.line for e in groups[key][:3]]
+        listing.append({"group": key, "pg": first.pg or None, "pg_guid": first.pg_guid or None, "op": first.op or None,
+                        "seq": first.seq, "ranks": sorted({e.rank for e in groups[key] if e.rank is not None})})
+    lg.facts["groups"] = listing
+    f.add(C + "several-groups-stuck",
+          f"NCCL watchdog timeouts in {len([k for k in groups if k])} process groups: " + "; ".join(parts), ev,
+          _REMEDY_GROUPS)
+
+
+def _timeouts(ctx: CheckContext, lg: _Log, f: Findings) -> None:
+    pool = lg.timeouts or lg.kind("nccl_status")
+    if not pool:
+        return
+    groups = _groups(pool)
+    named = {k: v for k, v in groups.items() if k}
+    if len(named) > 1:
+        _timeout_facts(lg, pool, _first(pool))
+        _several_groups(lg, groups, f)
+    else:
+        _one_group(ctx, lg, pool, f)
+
+
+def _dump_signals(lg: _Log, f: Findings) -> None:
+    """Dump signals, when no timeout line says more: a collective timed out here or on another rank."""
+    dumps = lg.kind("dump_signal")
+    if not dumps or lg.timeouts or lg.kind("nccl_status"):
+        return
+    local = [d for d in dumps if d.peer == "local"]
+    d = (local or dumps)[0]
+    state = (f" (last enqueued work {d.last_enqueued}, last completed {d.last_completed})"
+             if d.last_enqueued is not None else "")
+    lg.facts.update(rank=d.rank, last_enqueued=d.last_enqueued, last_completed=d.last_completed)
+    if local:
+        f.add(C + "collective-timeout", f"NCCL watchdog: a collective timed out on {_ranks(local)}{state}",
+              [x.line for x in local[:4]], REMEDY_HANG)
+        return
+    source = d.peer if d.peer.isdigit() else ""
+    lg.facts["timed_out_rank"] = int(source) if source else None
+    f.add(C + "remote-timeout",
+          f"NCCL watchdog: {_ranks(dumps)} stopped on a collective timeout reported by "
+          f"{'rank ' + source if source else 'another rank'}{state}",
+          [x.line for x in dumps[:4]],
+          "this rank was taken down because another rank's collective timed out: read the log of the rank named "
+          "(and of any rank whose last completed work is behind the others'); " + REMEDY_HANG)
+
+
+def _heartbeat(lg: _Log, f: Findings) -> None:
+    beats = lg.kind("heartbeat")
+    if not beats:
+        return
+    _rank_fact(lg, beats)
+    stuck = next((e.timeout_ms for e in beats if e.timeout_ms is not None), None)
+    lg.facts["heartbeat_timeout_ms"] = stuck
+    f.add(C + "heartbeat-timeout",
+          f"the NCCL watchdog thread of {_ranks(beats)} was stuck"
+          + (f" for {stuck // 1000} s" if stuck is not None else "")
+          + " (heartbeat monitor): a CUDA/NCCL call blocked it and the process was terminated",
+          [e.line for e in beats[:4]], _REMEDY_HEARTBEAT)
+
+
+def _desync(lg: _Log, f: Findings) -> None:
+    events = lg.kind("desync")
+    lagging = [e for e in events if e.ranks]
+    if not lagging:
+        return
+    parts = []
+    for e in lagging:
+        ranks = ", ".join(map(str, e.ranks))
+        if e.message == "never joined":
+            parts.append(f"rank(s) {ranks} never joined any collective")
+        elif e.message == "did not join":
+            parts.append(f"rank(s) {ranks} did not join collective #{e.seq}")
+        else:
+            parts.append(f"rank(s) {ranks} joined but did not finish collective #{e.seq}")
+    lg.facts["lagging_ranks"] = sorted({r for e in lagging for r in e.ranks})
+    f.add(C + "desync-report", "desync report: " + "; ".join(parts), [e.line for e in events[:6]],
+          "the desync report names the lagging ranks: read their logs and py-spy stacks first (a rank that never "
+          "joined crashed or hung before the collective; one that joined but did not finish is stuck in NCCL: "
+          "check its GPU and NIC)")
+
+
+def _mismatch(lg: _Log, f: Findings) -> None:
+    events = lg.kind("mismatch")
+    if not events:
+        return
+    e = events[0]
+    lg.facts["mismatch_ranks"] = e.ranks
+    f.add(C + "collective-mismatch",
+          f"ranks run different collectives: rank {e.rank} runs {e.op or 'a collective'}"
+          + (f" SequenceNumber={e.seq}" if e.seq is not None else "") + (f", {e.message}" if e.message else ""),
+          [x.line[:400] for x in events[:3]],
+          "an application bug, not the hardware: the ranks issued different collectives (or sizes) at the same "
+          "point (a rank-dependent code path, uneven data, a collective inside a condition); the job hangs or "
+          "fails there on any cluster")
+
+
+def _barrier(lg: _Log, f: Findings) -> None:
+    events = lg.kind("monitored_barrier")
+    if not events:
+        return
+    failed = sorted({r for e in events for r in e.ranks})
+    lg.facts["barrier_failed_ranks"] = failed
+    what = (f"rank(s) {', '.join(map(str, failed))} failed to pass monitoredBarrier in {events[0].timeout_ms} ms"
+            if failed else f"rank {events[0].rank} timed out in monitoredBarrier after {events[0].timeout_ms} ms")
+    f.add(C + "monitored-barrier", what, [e.line for e in events[:4]],
+          "the named ranks never reached the barrier: they crashed or hang elsewhere; read their logs and stacks")
+
+
+def _nccl_errors(lg: _Log, f: Findings) -> None:
+    errors = lg.kind("nccl_error")
+    if not errors:
+        return
+    _rank_fact(lg, errors)
+    lg.facts["nccl_errors"] = sorted({e.message for e in errors})[:6]
+    f.add(C + "nccl-error", f"NCCL error on {_ranks(errors)}: {errors[0].message[:160]}",
+          [e.line[:400] for e in errors[:6]],
+          "a peer exited or the network failed: check the other ranks' logs for the first failure, and the IB "
+          "ports (ibstat) and Xids of their nodes; run with NCCL_DEBUG=INFO for the failing call")
+
+
+def _secondary(lg: _Log, f: Findings) -> None:
+    """An aborted communicator or a remote error only: the failure happened elsewhere."""
+    aborted, remote = lg.kind("comm_aborted"), lg.kind("remote_error")
+    if f or not (aborted or remote):
+        return
+    if aborted:
+        reason = next((e.message for e in aborted if e.message), "")
+        _rank_fact(lg, aborted)
+        f.add(C + "communicator-aborted", f"NCCL communicator aborted on {_ranks(aborted)}"
+              + (f": {reason[:160]}" if reason else ""), [e.line[:400] for e in aborted[:4]],
+              "a consequence of a failure elsewhere (another rank's timeout or error): find the first failure in "
+              "the other ranks' logs")
+        return
+    f.add(C + "remote-error", f"{_ranks(remote)} saw an error reported by rank {remote[0].peer}",
+          [e.line for e in remote[:4]], f"read rank {remote[0].peer}'s log for the error it reported")
+
+
+def _watchdog_exception(lg: _Log, f: Findings) -> None:
+    events = lg.kind("watchdog_exception")
+    if not events:
+        return
+    _rank_fact(lg, events)
+    f.add(C + "watchdog-exception",
+          f"the NCCL watchdog of {_ranks(events)} ended on an exception: {events[0].message[:160]}",
+          [e.line[:400] for e in events[:4]],
+          "the watchdog stopped the process on this error: a CUDA error here is this GPU's fault (check the "
+          "node's kernel log for Xids) or a kernel bug; read the first exception in the rank's log")
+
+
+def _gloo(lg: _Log, f: Findings) -> None:
+    gloo_t = [e for e in lg.kind("gloo_timeout") if e.op]
+    gloo_c = lg.kind("gloo_peer_closed")
+    if not (gloo_t or gloo_c):
+        return
     first_t = gloo_t[0] if gloo_t else None
-    facts.update({"op": first_t.op if first_t else None, "timeout_ms": first_t.timeout_ms if first_t else None,
-                  "rank": (first_t or gloo_c[0]).rank,
-                  "peers_closed": sorted({e.peer for e in gloo_c})})
+    lg.facts.update({"op": first_t.op if first_t else lg.facts.get("op"),
+                     "timeout_ms": first_t.timeout_ms if first_t else lg.facts.get("timeout_ms"),
+                     "rank": (first_t or gloo_c[0]).rank, "peers_closed": sorted({e.peer for e in gloo_c})})
     parts = []
     if first_t is not None:
         parts.append(f"gloo {first_t.op} timed out after {first_t.timeout_ms} ms on {_ranks(gloo_t)}")
-    rem = _REMEDY_HANG
+    code, rem = C + "gloo-timeout", REMEDY_HANG
     if gloo_c:
         parts.append(f"peer(s) {', '.join(sorted({e.peer for e in gloo_c}))} closed the connection")
+        code = C + "gloo-peer-closed"
         rem = (f"the process at {gloo_c[0].peer} exited or crashed first: read its log (OOM, exception, "
                "node failure); the timeouts on other ranks follow from it")
     ev = [e.line for e in (gloo_c + gloo_t)][:8]
-    first_exit = next((x for x in tl.exits if x.first), None)
+    first_exit = next((x for x in lg.tl.exits if x.first), None)
     if first_exit is not None:
         parts.append(f"process {first_exit.process} exited first (exit code {first_exit.code})")
-        ev += [x.line for x in tl.exits[:3]]
-        facts["first_exit"] = {"process": first_exit.process, "code": first_exit.code}
+        ev += [x.line for x in lg.tl.exits[:3]]
+        lg.facts["first_exit"] = {"process": first_exit.process, "code": first_exit.code}
         rem = (f"process {first_exit.process} exited on its own with code {first_exit.code}; the others lost their "
                "connection to it: read its log for the error that ended it")
-    elif tl.p2p_calls and gloo_c and not gloo_t:
+    elif lg.tl.p2p_calls and gloo_c and not gloo_t:
         parts.append("inside a point-to-point receive: the sending process exited before the receive completed")
-        ev += tl.p2p_calls[:2]
+        ev += lg.tl.p2p_calls[:2]
+        code = C + "p2p-sender-exited"
         rem = ("an application bug in point-to-point communication, not the network: the sender returned (or "
                "crashed) before its matching send completed; keep both processes alive until every send/recv "
                "pair has completed (wait on the requests, add a barrier before exit)")
-    return ctx.result(Status.FAIL, "; ".join(parts), evidence=ev, remedy=rem, facts=facts)
+    f.add(code, "; ".join(parts), ev, rem)
+
+
+def _store(lg: _Log, f: Findings) -> None:
+    events = lg.kind("store_timeout")
+    if not events:
+        return
+    e = events[0]
+    lg.facts["store"] = e.message
+    f.add(C + "store-timeout", f"c10d store / rendezvous timeout on {_ranks(events)}: {e.message[:200]}",
+          [x.line[:400] for x in events[:4]],
+          "the ranks never all met at start-up: a rank crashed or hung before init_process_group (read every "
+          "rank's log; a GPU that hangs in torch.cuda.set_device blocks its rank), or cannot reach the store "
+          "(MASTER_ADDR/MASTER_PORT, a firewall, the interface the address resolves to)")
+
+
+def _some_failed(lg: _Log, f: Findings) -> None:
+    if lg.log.some_failed and not f:
+        f.add(C + "some-failed", "NCCL operations failed or timed out (no detail line in the log)",
+              lg.log.some_failed[:4], REMEDY_HANG)
+
+
+def _worker_failed(lg: _Log, f: Findings) -> None:
+    """torchrun's failure table, multiprocessing's exits, a traceback: the job failed."""
+    fails = lg.tl.rank_log.failures
+    root = next((x for x in fails if x.root_cause), fails[0] if fails else None)
+    if root is not None:
+        lg.facts["torchrun"] = {"rank": root.rank, "host": root.host or None, "exitcode": root.exitcode,
+                                "signal": root.signal or None}
+    if f:
+        return
+    crash = next((c for c in lg.tl.rank_log.crashes if not c.secondary), None)
+    cause = f": {crash.exception}: {crash.message[:120]}" if crash is not None else ""
+    if root is not None:
+        sig = f" ({root.signal})" if root.signal else ""
+        f.add(C + "worker-failed", f"torchrun: rank {root.rank} on {root.host or 'its host'} failed with exitcode "
+              f"{root.exitcode}{sig}{cause}", root.lines[:8] + (crash.lines[-3:] if crash else []),
+              "the job failed on this rank first: read its log for the first error (traceback, NCCL/CUDA error, "
+              "OOM); a negative exit code is the signal that killed it (-6 SIGABRT: the watchdog or an abort, "
+              "-9 SIGKILL: the OOM killer or the scheduler)")
+        return
+    ended = [x for x in lg.tl.exits if x.signal or (x.code or 0) != 0]
+    if ended:
+        x = ended[0]
+        f.add(C + "worker-failed", f"process {x.process} terminated with "
+              + (f"signal {x.signal}" if x.signal else f"exit code {x.code}") + cause,
+              [y.line for y in ended[:4]], "read that process's log for the error that ended it")
+
+
+_LOG_GRADERS = (_heartbeat, _desync, _mismatch, _barrier, _nccl_errors, _watchdog_exception, _gloo, _store,
+                _dump_signals, _secondary, _some_failed, _worker_failed)
+
+
+def grade_log(ctx: CheckContext, tl: TorchLog, f: Findings, facts: dict[str, Any]) -> None:
+    """The findings of a training log added to `f`, its facts to `facts`."""
+    lg = _Log(tl, merge_status(tl.hang), facts)
+    _timeouts(ctx, lg, f)
+    for grader in _LOG_GRADERS:
+        grader(lg, f)
+    facts["events"] = [e.to_dict() for e in tl.hang.events]
 
 
 def grade_watchdog(ctx: CheckContext) -> Result:
     tl: TorchLog | None = ctx.facts("watchdog-log")
     fr: FrText | None = ctx.facts("fr-trace")
     if tl is None and fr is None:
-        return ctx.result(Status.SKIP, "no training log or flight-recorder output to grade")
-    if tl is None:
-        return grade_fr_text(ctx, fr) if fr is not None else ctx.result(Status.SKIP, "nothing to grade")
-    log = tl.hang
-    ev_ = _Events.of(log)
-    facts: dict[str, Any] = {"op": None, "seq": None, "timeout_ms": None, "ran_ms": None, "rank": None,
-                             "events": [e.to_dict() for e in log.events]}
-    if ev_.timeouts or ev_.status_only:
-        return _nccl_timeout(ctx, log, ev_, facts)
-    if ev_.gloo_t or ev_.gloo_c:
-        return _gloo_failure(ctx, tl, ev_, facts)
-    if ev_.errors:
-        errors = ev_.errors
-        facts["rank"] = errors[0].rank
-        return ctx.result(Status.FAIL, f"NCCL error in the watchdog on {_ranks(errors)}: {errors[0].message[:160]}",
-                          evidence=[e.line for e in errors[:6]],
-                          remedy="a peer exited or the network failed: check the other ranks' logs for the first "
-                                 "failure, and the IB ports (ibstat) and Xids of their nodes", facts=facts)
-    if log.some_failed:
-        return ctx.result(Status.FAIL, "NCCL operations failed or timed out (no detail line in the log)",
-                          evidence=log.some_failed[:4], remedy=_REMEDY_HANG, facts=facts)
-    if fr is not None and fr.recognised:
-        return grade_fr_text(ctx, fr)
-    return ctx.result(Status.PASS, "no collective timeout in the log", facts=facts)
+        return ctx.finding(C + "no-input", "no training log or flight-recorder output to grade")
+    f = Findings()
+    facts: dict[str, Any] = {"op": None, "seq": None, "timeout_ms": None, "ran_ms": None, "rank": None}
+    if tl is not None:
+        grade_log(ctx, tl, f, facts)
+    if fr is not None:
+        grade_fr(fr, f, facts)
+    recognised = (tl is not None and tl.recognised) or (fr is not None and fr.recognised)
+    if not f and not recognised:
+        return ctx.finding(C + "not-recognised",
+                           "not recognised: expected PyTorch watchdog, gloo, store or torchrun failure lines, or "
+                           "fr_trace findings", facts=facts)
+    ok = fr_ok_summary(fr) if fr is not None and fr.recognised and (tl is None or not tl.recognised) else \
+        "no collective timeout or job failure in the log"
+    return f.result(ctx, ok, facts)
 
 
 register(Check(
     id="hang.watchdog",
-    title="Collective timeouts",
+    title="Collective timeouts and job failures",
     grade=grade_watchdog,
     probes=(),
     inputs=("watchdog-log", "fr-trace"),
-    catches="NCCL watchdog and gloo collective timeouts (op, SeqNum, timeout, ranks, group size), the process that "
-            "exited first, point-to-point receives whose sender exited, ranks the flight recorder shows missing",
+    catches="NCCL watchdog and gloo collective timeouts (op, SeqNum, timeout, ranks, process group, group size), "
+            "process groups stuck on different collectives, the watchdog's heartbeat monitor, desync reports, "
+            "collective mismatches, monitored barriers, NCCL errors, c10d store timeouts, torchrun failures, the "
+            "process that exited first, point-to-point receives whose sender exited, ranks the flight recorder "
+            "shows missing or mismatched",
     node_local=False,
     in_run=False,
 ))
 
-__all__ = ["grade_fr_text", "grade_watchdog", "group_size"]
+__all__ = ["grade_log", "grade_watchdog", "group_size"]

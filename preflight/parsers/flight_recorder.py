@@ -210,27 +210,99 @@ def _pg_ranks(cfg: dict[Any, Any], pg_names: dict[str, str]) -> dict[str, list[i
     return out
 
 
-# fr_trace text output
+# fr_trace text output (torch/distributed/flight_recorder/components/utils.py error_analysis and
+# types.py EntryState.log; tools/flight_recorder/components/builder.py in 2.4 - 2.5)
 
-_FRT_HEAD = re.compile(r"^(Not all ranks joining collective|Collective sequence number: (\d+) has errors|"
-                       r"Input/output mismatch in the collective sequence number)(?:, sequence number)?:?\s*(\d+)?")
+# (kind, header): every wording a finding's first line has had
+_FRT_HEADS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("missing", re.compile(r"^Not all ranks joining collective[,:]? sequence number:\s*(\d+)")),
+    ("missing", re.compile(r"^Not all ranks joining collective (\d+) at entry (\d+)")),
+    ("missing", re.compile(r"^Not all ranks joining collective for group (\S+) collective (\S+)")),
+    ("size", re.compile(r"^Input/output mismatch in the collective(?: sequence number:)?\s*(\d+)(?: at entry (\d+))?")),
+    ("errors", re.compile(r"^Collective(?: sequence number:)?\s*(\d+)(?: at entry (\d+))? (?:has )?errors")),
+    ("undecided", re.compile(r"^We cannot decide what's wrong with this collective entry because we missed FR dumps "
+                             r"from ranks \(([^)]*)\)")),
+    ("no_errors", re.compile(r"^No errors found for this collective entry")),
+    ("dumps_missing", re.compile(r"Missing dump files from ranks (\{[^}]*\}|\S+)")),
+)
+_FRT_LOGGER = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG):Flight Recorder:")
 _FRT_FIELD = re.compile(r"^(internal record id|group info|collective|missing ranks|input sizes|output sizes|"
-                        r"world size|expected ranks|collective state|error msg): ?(.*)$")
-_CULPRIT = re.compile(r"Culprit rank (\d+); Error type: (\w+)(?:, (.*))?")
+                        r"world size|expected ranks|collective state|error msg|error message|total input numel|"
+                        r"total output numel): ?(.*)$")
+_OLD_MISSING = re.compile(r"Missing ranks are (\{[^}]*\}|set\(\))")
+_CULPRIT = re.compile(r"Culprit rank (\d+); (?:Error type: )?(?:MatchState\.)?(\w+)(?:, )?(.*)")
 
 
 @dataclass
 class FRTraceFinding:
-    kind: str  # missing | errors | size
+    kind: str  # missing | errors | size | undecided | no_errors | dumps_missing
     seq: int | None = None
+    record_id: int | None = None
     op: str = ""
     group: str = ""
-    missing_ranks: list[int] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)  # ranks that never joined (or wrote no dump)
     expected_ranks: list[int] = field(default_factory=list)
     world_size: int | None = None
     state: str = ""
-    culprits: list[tuple[int, str]] = field(default_factory=list)
+    culprits: list[tuple[int, str]] = field(default_factory=list)  # (rank, "ERROR_TYPE (detail)")
     lines: list[str] = field(default_factory=list)
+
+
+def _ranks_in(text: str) -> list[int]:
+    return sorted({int(x) for x in re.findall(r"\d+", text)})
+
+
+def _culprits(text: str) -> list[tuple[int, str]]:
+    """`Culprit rank 1; Error type: COLLECTIVE_STATE_MISMATCH, Expected state: ...` entries, joined by ", "."""
+    out = []
+    for part in re.split(r",\s*(?=Culprit rank \d+;)", text):
+        m = _CULPRIT.match(part.strip())
+        if m:
+            detail = m.group(3).strip()
+            out.append((int(m.group(1)), m.group(2) + (f" ({detail})" if detail else "")))
+    return out
+
+
+def _head(line: str) -> FRTraceFinding | None:
+    for kind, rx in _FRT_HEADS:
+        m = rx.search(line)
+        if not m:
+            continue
+        f = FRTraceFinding(kind=kind, lines=[line])
+        if kind in ("undecided", "dumps_missing"):
+            f.missing_ranks = _ranks_in(m.group(1))
+        elif m.re.pattern.startswith("^Not all ranks joining collective for group"):
+            f.group, f.op = m.group(1), m.group(2).partition(":")[2] or m.group(2)
+            old = _OLD_MISSING.search(line)
+            f.missing_ranks = _ranks_in(old.group(1)) if old else []
+        elif kind != "no_errors":
+            f.seq = int(m.group(1))
+            f.record_id = _int(m.group(2)) if m.lastindex and m.lastindex >= 2 else None
+        return f
+    return None
+
+
+def _field(cur: FRTraceFinding, key: str, val: str) -> None:
+    if key == "collective":
+        cur.op = val.partition(":")[2] or val
+    elif key == "group info":
+        cur.group = val
+    elif key == "missing ranks":
+        cur.missing_ranks = _ranks_in(val)
+    elif key == "expected ranks":  # a set of ranks (2.6+), a count before
+        count = _int(val)
+        if count is not None:
+            cur.world_size = count
+        else:
+            cur.expected_ranks = _ranks_in(val)
+    elif key == "world size":
+        cur.world_size = _int(val)
+    elif key == "collective state":
+        cur.state = val
+    elif key == "internal record id":
+        cur.record_id = _int(val)
+    elif key in ("error msg", "error message"):
+        cur.culprits = _culprits(val)
 
 
 def parse_fr_trace_text(text: str) -> list[FRTraceFinding]:
@@ -238,35 +310,17 @@ def parse_fr_trace_text(text: str) -> list[FRTraceFinding]:
     found: list[FRTraceFinding] = []
     cur: FRTraceFinding | None = None
     for raw in text.splitlines():
-        line = raw.strip()
-        m = _FRT_HEAD.match(line)
-        if m:
-            kind = "missing" if m.group(1).startswith("Not all") else ("errors" if "has errors" in m.group(1) else "size")
-            seq = m.group(2) or m.group(3)
-            cur = FRTraceFinding(kind=kind, seq=int(seq) if seq else None, lines=[line])
+        line = _FRT_LOGGER.sub("", raw.strip())
+        head = _head(line)
+        if head is not None:
+            cur = head
             found.append(cur)
             continue
-        if cur is None:
-            continue
-        f = _FRT_FIELD.match(line)
-        if not f:
+        f = _FRT_FIELD.match(line) if cur is not None else None
+        if cur is None or f is None:
             continue
         cur.lines.append(line)
-        key, val = f.group(1), f.group(2).strip()
-        if key == "collective":
-            cur.op = val.partition(":")[2] or val
-        elif key == "group info":
-            cur.group = val
-        elif key == "missing ranks":
-            cur.missing_ranks = sorted(int(x) for x in re.findall(r"\d+", val))
-        elif key == "expected ranks":
-            cur.expected_ranks = sorted(int(x) for x in re.findall(r"\d+", val))
-        elif key == "world size":
-            cur.world_size = _int(val)
-        elif key == "collective state":
-            cur.state = val
-        elif key == "error msg":
-            cur.culprits = [(int(r), t + (f" ({d})" if d else "")) for r, t, d in _CULPRIT.findall(val)]
+        _field(cur, f.group(1), f.group(2).strip())
     return found
 
 
@@ -325,7 +379,7 @@ def parse(doc: Doc) -> FrText:
 
 def detect(doc: Doc) -> bool:
     head = [ln.text for ln in doc.head(200)]
-    return any(_FRT_HEAD.match(t.strip()) for t in head) or any(_J_HEAD.match(t) for t in head)
+    return any(_head(_FRT_LOGGER.sub("", t.strip())) is not None for t in head) or any(_J_HEAD.match(t) for t in head)
 
 
 FORMATS = [Format("fr-trace", detect=detect, priority=60,

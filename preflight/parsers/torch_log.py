@@ -1,9 +1,10 @@
-"""Training logs as facts: PyTorch collective timeouts, Python tracebacks, launcher exit records.
+"""Training logs as facts: PyTorch collective failures, Python tracebacks, launcher exit records.
 
-See `hang_events` for the watchdog and gloo lines of every PyTorch era; `parse_rank_log` for
-tracebacks (the exception that ends each) and torchrun's failure table; `exits` for the
-"exiting process N with exit code: X" / "Process N terminated with exit code X" lines of
-multiprocessing spawn. Nothing here does I/O; garbage gives empty facts, never raises.
+`preflight.parsers.torch_hang` reads the watchdog, heartbeat, desync, gloo and store messages of
+every PyTorch era (`hang_events`); `parse_rank_log` reads tracebacks (the exception that ends
+each) and torchrun's failure table (`ChildFailedError`, "Root Cause (first observed failure)");
+`exits` are the "exiting process N with exit code: X" / "process N terminated with exit code X"
+lines of multiprocessing spawn. Nothing here does I/O; garbage gives empty facts, never raises.
 """
 
 from __future__ import annotations
@@ -16,169 +17,7 @@ from typing import Any
 
 from preflight.framing import DETECT_ENDS, Doc
 from preflight.parsers.base import Format, ParserSpec
-
-# Collective timeouts (PyTorch NCCL watchdog of every era, gloo)
-
-_WORK = re.compile(r"WorkNCCL\(((?:[^()]|\([^()]*\))*)\)(?:\s+ran for (\d+) milliseconds)?")
-_KV = re.compile(r"(\w+(?:\(ms\))?)=([^,]+)")
-_RANK_TAG = re.compile(r"\[(?:PG (?:ID )?([^\s(]+)(?: PG GUID ([^\s(]+))?(?:\s*\(([^)]*)\))? )?Rank (\d+)\]")
-_PREFIX_RANK = re.compile(r"^\s*(?:\(\w+ pid=\d+\)\s*)?\[(?:rank|default)(\d+)\]:")
-_WATCHDOG_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout")
-_TIMEOUT_AT = re.compile(r"Timeout at NCCL work: (-?\d+), last enqueued NCCL work: (-?\d+), "
-                         r"last completed NCCL work: (-?\d+)")
-_DETECTED_AT = re.compile(r"(?:failure|Exception \(either an error or timeout\)) detected by watchdog at work"
-                          r"(?: sequence id)?: (-?\d+),?(?: PG status:)? last enqueued (?:NCCL )?work: (-?\d+), "
-                          r"last completed (?:NCCL )?work: (-?\d+)")
-_SOME_FAILED = re.compile(r"Some NCCL operations have failed or timed out")
-_NCCL_ERROR = re.compile(r"(?:NCCL watchdog thread terminated with exception|Process group watchdog thread terminated "
-                         r"with exception): (?!.*Watchdog caught collective operation timeout)(.*NCCL error.*)$")
-_GLOO_TIMEOUT = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*Timed out waiting (\d+)ms for (recv|send) operation to complete")
-_GLOO_CLOSED = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(Connection closed by peer|Read error|Connection reset by peer)"
-                          r"\s*\[?([0-9A-Fa-f:.]+)\]?:(\d+)")
-
-
-@dataclass
-class HangEvent:
-    kind: str  # nccl_timeout, nccl_status, nccl_error, gloo_timeout, gloo_peer_closed
-    rank: int | None = None
-    pg: str = ""
-    op: str = ""
-    seq: int | None = None
-    timeout_ms: int | None = None
-    ran_ms: int | None = None
-    numel_in: int | None = None
-    numel_out: int | None = None
-    last_enqueued: int | None = None
-    last_completed: int | None = None
-    peer: str = ""
-    message: str = ""
-    line: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if v not in (None, "")}
-        d["kind"] = self.kind
-        return d
-
-
-@dataclass
-class HangLog:
-    events: list[HangEvent] = field(default_factory=list)
-    some_failed: list[str] = field(default_factory=list)
-
-
-def _rank_pg(line: str) -> tuple[int | None, str]:
-    m = _RANK_TAG.search(line)
-    if m:
-        pg = m.group(1) or ""
-        if m.group(3):
-            pg = f"{pg}({m.group(3)})" if pg else m.group(3)
-        return int(m.group(4)), pg
-    mp = _PREFIX_RANK.search(line)
-    if mp:
-        return int(mp.group(1)), ""
-    return None, ""
-
-
-def parse_hang_log(text: str) -> HangLog:
-    """Collective timeouts and their status lines in raw text (launcher prefixes kept)."""
-    return hang_events((ln, None) for ln in text.splitlines())
-
-
-def hang_events(lines: Iterable[tuple[str, int | None]]) -> HangLog:
-    """Collective timeouts from (line, rank the framing found for it) pairs."""
-    reader = _HangReader()
-    for raw, hint in lines:
-        line = raw.strip()
-        if line:
-            reader.read(line, hint)
-    return reader.log
-
-
-def _rank_pg_or(line: str, hint: int | None) -> tuple[int | None, str]:
-    """The rank and process group a line names; the framing's rank `hint` when it names none."""
-    rank, pg = _rank_pg(line)
-    return (hint if rank is None else rank), pg
-
-
-@dataclass
-class _HangReader:
-    """Reads watchdog, status and gloo lines; a line repeated (by a rank's several loggers,
-    or quoted in an exception) counts once."""
-
-    log: HangLog = field(default_factory=HangLog)
-    seen: set[tuple[Any, ...]] = field(default_factory=set)
-
-    def read(self, line: str, hint: int | None) -> None:
-        if _WATCHDOG_TIMEOUT.search(line):
-            self._timeout(line, hint)
-            return
-        mt = _TIMEOUT_AT.search(line) or _DETECTED_AT.search(line)
-        if mt:
-            rank, pg = _rank_pg_or(line, hint)
-            self._add(("s", rank, pg, mt.group(1)), HangEvent(
-                kind="nccl_status", rank=rank, pg=pg, seq=_int(mt.group(1)), last_enqueued=_int(mt.group(2)),
-                last_completed=_int(mt.group(3)), line=line))
-            return
-        if _SOME_FAILED.search(line):
-            self.log.some_failed.append(line)
-            return
-        me = _NCCL_ERROR.search(line)
-        if me:
-            rank, pg = _rank_pg_or(line, hint)
-            self._add(("e", rank, me.group(1)[:80]),
-                      HangEvent(kind="nccl_error", rank=rank, pg=pg, message=me.group(1).strip(), line=line))
-            return
-        mg = _GLOO_TIMEOUT.search(line)
-        if mg:
-            rank, pg = _rank_pg_or(line, hint)
-            self.log.events.append(HangEvent(kind="gloo_timeout", rank=rank, pg=pg, op=mg.group(3),
-                                             timeout_ms=int(mg.group(2)), line=line))
-            return
-        mc = _GLOO_CLOSED.search(line)
-        if mc:
-            rank, pg = _rank_pg_or(line, hint)
-            self.log.events.append(HangEvent(kind="gloo_peer_closed", rank=rank, pg=pg, peer=mc.group(3),
-                                             message=mc.group(2), line=line))
-
-    def _add(self, key: tuple[Any, ...], ev: HangEvent) -> None:
-        if key not in self.seen:
-            self.seen.add(key)
-            self.log.events.append(ev)
-
-    def _timeout(self, line: str, hint: int | None) -> None:
-        """A watchdog timeout, with the WorkNCCL(...) fields when printed."""
-        # "terminated with exception: [Rank 3] Watchdog caught..." repeats the event: the
-        # rank tag nearest the message is the one that counts.
-        idx = line.find("Watchdog caught")
-        rank, pg = _rank_pg(line[:idx][-120:]) if idx >= 0 else (None, "")
-        if rank is None:
-            rank, pg = _rank_pg_or(line, hint)
-        ev = HangEvent(kind="nccl_timeout", rank=rank, pg=pg, line=line)
-        mw = _WORK.search(line)
-        if mw:
-            fields = dict(_KV.findall(mw.group(1)))
-            ev.seq = _int(fields.get("SeqNum"))
-            ev.op = fields.get("OpType", "").strip()
-            ev.timeout_ms = _int(fields.get("Timeout(ms)"))
-            ev.numel_in = _int(fields.get("NumelIn"))
-            ev.numel_out = _int(fields.get("NumelOut"))
-            ev.ran_ms = _int(mw.group(2))
-        self._add(("t", ev.rank, ev.seq, ev.op, ev.timeout_ms), ev)
-
-
-def _merge_status(log: HangLog) -> list[HangEvent]:
-    """Timeouts, with the last enqueued/completed numbers of the matching status line folded in."""
-    timeouts = [e for e in log.events if e.kind == "nccl_timeout"]
-    status = [e for e in log.events if e.kind == "nccl_status"]
-    for t in timeouts:
-        for s in status:
-            if s.rank == t.rank and s.seq == t.seq:
-                t.last_enqueued, t.last_completed = s.last_enqueued, s.last_completed
-                if not t.pg:
-                    t.pg = s.pg
-                break
-    return timeouts
-
+from preflight.parsers.torch_hang import HangEvent, HangLog, hang_events, merge_status, parse_hang_log
 
 # Tracebacks and launcher exit records
 
@@ -355,7 +194,7 @@ def _int(v: Any) -> int | None:
 
 # multiprocessing spawn / torch.multiprocessing: which process exited first, with what code
 _EXITING = re.compile(r"exiting process (\d+) with exit code:?\s*(-?\d+)")
-_TERMINATED = re.compile(r"Process (\d+) terminated with (?:exit code (-?\d+)|signal (\w+))")
+_TERMINATED = re.compile(r"[Pp]rocess (\d+) terminated with (?:exit code (-?\d+)|signal (\w+))")
 _P2P_CALL = re.compile(r"\bdist\.(recv|send|irecv|isend)\(|\bpg\.(recv|send)\(")
 
 
@@ -382,8 +221,9 @@ class TorchLog:
 
 
 def parse(doc: Doc) -> TorchLog:
-    pairs = [(ln.text, ln.rank) for ln in doc.lines]
-    out = TorchLog(hang=hang_events(pairs), rank_log=rank_log_lines(pairs))
+    lines = doc.lines
+    pairs = [(ln.text, ln.rank) for ln in lines]
+    out = TorchLog(hang=hang_events((ln.text, ln.rank, ln.raw) for ln in lines), rank_log=rank_log_lines(pairs))
     for t, _ in pairs:
         m = _EXITING.search(t)
         if m:
@@ -399,17 +239,30 @@ def parse(doc: Doc) -> TorchLog:
 
 
 _DETECT = re.compile(
-    r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
-    r"Timeout at NCCL work: \d+|detected by watchdog at work|"
-    r"gloo[^\]\n]*\]\s*(?:Timed out waiting \d+ms for (?:recv|send) operation|Connection closed by peer)|"
-    r"watchdog thread terminated with exception")
+    r"Watchdog caught\b|Some NCCL operations have failed or timed out|Timeout at NCCL work: \d+|"
+    r"detected by watchdog at work|watchdog thread terminated with exception|Heartbeat monitor timed out|"
+    r"watchdog got stuck for|NCCL monitor thread timeout|Received a dump signal|Received a global timeout|"
+    r"timed out in blocking wait|[Cc]aught collective operation timeout|"
+    r"gloo[^\]\n]*\]\s*(?:Timed out waiting \d+ms for (?:recv|send) operation|Connection closed by peer|Read error)|"
+    r"NCCL error(?: in: |: )|\bnccl(?:Remote|System|Internal|UnhandledCuda)Error\b|NCCL communicator was aborted|"
+    r"are the lagging ranks|Detected mismatch between collectives|failed to pass monitoredBarrier|"
+    r"timed out in monitoredBarrier|clients joined|socket has timed out after|store based barrier|"
+    r"RendezvousTimeoutError|ChildFailedError|Root Cause \(first observed failure\)|ProcessExitedException")
+_NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "monitor thread", "Received a ",
+            "blocking wait", "collective operation timeout", "NCCL error", "Error:", "communicator was aborted",
+            "lagging ranks", "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed",
+            "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException")
 
 
 def detect(doc: Doc) -> bool:
-    return any(_DETECT.search(doc.peel_hit(h).text)
-               for h in doc.scan(("Watchdog", "watchdog", "NCCL work", "gloo", "NCCL operations"), ends=DETECT_ENDS))
+    return any(_DETECT.search(doc.peel_hit(h).text) for h in doc.scan(_NEEDLES, ends=DETECT_ENDS))
 
 
 FORMATS = [Format("watchdog-log", detect=detect, priority=45,
-                  description="training log with PyTorch NCCL watchdog / gloo timeouts")]
+                  description="training log: PyTorch watchdog, heartbeat, desync, gloo and store timeouts, "
+                              "NCCL errors, torchrun failure summaries")]
 PARSERS = [ParserSpec("watchdog-log", parse)]
+
+__all__ = ["SECONDARY", "ChildFailure", "Crash", "HangEvent", "HangLog", "ProcessExit", "RankLog", "TorchLog",
+           "detect", "hang_events", "merge_status", "parse", "parse_hang_log", "parse_rank_log", "rank_log_lines",
+           "torchrun_time"]

@@ -59,7 +59,7 @@ def test_gloo_peer_closed_points_at_the_dead_peer() -> None:
      5, "0(default_pg)"),
     ("[rank9]:[E1105 10:00:00.1 ProcessGroupNCCL.cpp:632] [PG ID 2 PG GUID 7(tp) Rank 1] Watchdog caught collective "
      "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLGATHER, NumelIn=8, NumelOut=64, Timeout(ms)=60000) ran for "
-     "60011 milliseconds before timing out.", 1, "2(tp)"),
+     "60011 milliseconds before timing out.", 9, "2(tp)"),
 ])
 def test_rank_and_pg_prefixes(line: str, rank: int, pg: str) -> None:
     [ev] = torch_log.parse_hang_log(line).events

@@ -1,0 +1,111 @@
+"""hang.watchdog, the flight recorder's part: what `fr_trace` / `torchfrtrace` concluded from the
+ranks' dumps (the facts of `preflight.parsers.flight_recorder`).
+
+Its findings name the ranks to suspect: those missing from a collective the others entered,
+those whose collective differs from their peers' (type, sizes, dtypes, state), and in the `-j`
+view the ranks whose column of entries ends early.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from preflight.findings import Findings
+from preflight.parsers.flight_recorder import FrText, FRTraceFinding, SideBySide
+
+REMEDY = ("the named rank(s) never entered that collective: read their logs and py-spy stacks (hung in a data "
+          "loader, a host-side deadlock, a crashed process) and check their node (Xid, NIC); `preflight triage` "
+          "collects both")
+_REMEDY_MISMATCH = ("the ranks called different collectives (type, sizes or dtypes) at the same sequence number: an "
+                    "application bug, a code path some ranks took and others did not (a rank-dependent branch, "
+                    "uneven data, a conditional barrier); the stack traces of the entries show where")
+_REMEDY_DUMPS = ("ranks without a dump died or hung before writing it (TORCH_NCCL_DUMP_ON_TIMEOUT, "
+                 "TORCH_NCCL_DEBUG_INFO_TEMP_FILE): read their logs and their node's kernel log first")
+_STATE = "COLLECTIVE_STATE_MISMATCH"
+
+
+def _plural(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _where(x: FRTraceFinding) -> str:
+    seq = f"sequence number {x.seq}" if x.seq is not None else "a collective"
+    return f"{x.op or 'the collective'} {seq}" + (f" of group {x.group}" if x.group else "")
+
+
+def _missing(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
+    expected = f" (expected ranks {x.expected_ranks})" if x.expected_ranks else (
+        f" (world size {x.world_size})" if x.world_size else "")
+    f.add("hang.watchdog/fr-missing-ranks",
+          f"flight recorder: {_plural(x.missing_ranks)} did not join {_where(x)}{expected}", x.lines[:10], REMEDY)
+    facts.setdefault("missing_ranks", x.missing_ranks)
+    for key, val in (("seq", x.seq), ("op", x.op or None), ("group", x.group or None),
+                     ("expected_ranks", x.expected_ranks), ("world_size", x.world_size)):
+        facts.setdefault(key, val)
+
+
+def _errors(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
+    culprits = [r for r, _ in x.culprits]
+    kinds = sorted({t.split(" ", 1)[0] for _, t in x.culprits})
+    if x.kind == "size":
+        what = "input/output sizes do not add up across ranks"
+    elif culprits:
+        what = "; ".join(f"rank {r}: {t}" for r, t in x.culprits[:3])
+    else:
+        what = "errors"
+    state_only = bool(kinds) and kinds == [_STATE]
+    code = "hang.watchdog/fr-state-mismatch" if state_only else "hang.watchdog/fr-collective-mismatch"
+    remedy = REMEDY if state_only else _REMEDY_MISMATCH
+    f.add(code, f"flight recorder: {_where(x)} has errors ({what})", x.lines[:10], remedy)
+    facts.setdefault("seq", x.seq)
+    facts.setdefault("culprit", culprits[0] if culprits else None)
+    facts.setdefault("culprits", culprits)
+
+
+def _undecided(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
+    f.add("hang.watchdog/fr-dumps-missing",
+          f"flight recorder: no dump from {_plural(x.missing_ranks)}, fr_trace could not decide" if x.missing_ranks
+          else "flight recorder: dumps are missing, fr_trace could not decide", x.lines[:4], _REMEDY_DUMPS)
+    facts.setdefault("no_dump_ranks", x.missing_ranks)
+
+
+def _behind(sbs: SideBySide, f: Findings, facts: dict[str, Any]) -> None:
+    counts = {r: len(sbs.entries[r]) for r in sbs.ranks}
+    most = max(counts.values())
+    lead = next(r for r in sbs.ranks if counts[r] == most)
+    first = sbs.behind[0]
+    nxt = sbs.entries[lead][counts[first]]
+    f.add("hang.watchdog/fr-rank-behind",
+          f"flight recorder: {_plural(sbs.behind)} entered {counts[first]} collective(s), rank {lead} {most}: "
+          f"the next one ({nxt}) was never joined",
+          [sbs.header, *[f"rank {r}: {n} entries" for r, n in counts.items()]], REMEDY)
+    facts.update(entries=counts, behind=sbs.behind)
+
+
+def grade_fr(fr: FrText, f: Findings, facts: dict[str, Any]) -> None:
+    """The findings of `fr_trace` text (and its `-j` view) added to `f`."""
+    for x in fr.findings:
+        if x.kind == "missing":
+            _missing(x, f, facts)
+        elif x.kind in ("errors", "size"):
+            _errors(x, f, facts)
+        elif x.kind in ("undecided", "dumps_missing"):
+            _undecided(x, f, facts)
+        else:
+            f.add("hang.watchdog/fr-no-mismatch", "flight recorder: fr_trace found no mismatch in a collective",
+                  x.lines[:2])
+    sbs = fr.side_by_side
+    if sbs is not None and sbs.behind:
+        _behind(sbs, f, facts)
+    elif sbs is not None:
+        facts.setdefault("ranks", sbs.ranks)
+
+
+def fr_ok_summary(fr: FrText) -> str:
+    n = len(fr.side_by_side.ranks) if fr.side_by_side is not None else 0
+    if n:
+        return f"flight recorder: all {n} rank(s) entered the same collectives"
+    return "flight recorder: fr_trace found no mismatch"
+
+
+__all__ = ["REMEDY", "fr_ok_summary", "grade_fr"]
