@@ -1,22 +1,31 @@
 """nccl.allreduce: what an all-reduce measured, from nccl-tests / rccl-tests output or the
-collective sweep's rows (the facts of `preflight.parsers.nccl_tests`). The expectations live in
-the profile's [nccl.allreduce*] tables, which the collective sweep reuses.
+collective sweep's rows (the facts of `preflight.parsers.nccl_tests`).
+
+Correctness first (wrong results, out-of-bounds values, a failed or aborted run), then the
+bandwidth against the table that applies to what the capture shows: the profile's
+[nccl.allreduce.single_node] / [nccl.allreduce.multi_node] tables (the sweep reads the same), or
+the [[nccl.allreduce.boards]] entry for the GPUs the rank lines name. GPUs no table is for
+are graded for correctness only. A table of another collective is not graded as an all-reduce.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.engine import register_profile_hint
 from preflight.findings import Findings
-from preflight.model import Result, Status
-from preflight.parsers.nccl_tests import AVG_ROUNDING_SLACK, NcclTests
+from preflight.model import Result
+from preflight.parsers.nccl_tests import AVG_ROUNDING_SLACK, NcclTestRow, NcclTests
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
-# ---------------------------------------------------------------------------------------
-# nccl.allreduce
+CHECK = "nccl.allreduce"
+
+
+def _code(name: str) -> str:
+    return f"{CHECK}/{name}"
 
 
 def _fmt_bytes(n: int) -> str:
@@ -24,6 +33,17 @@ def _fmt_bytes(n: int) -> str:
         if n >= div and n % div == 0:
             return f"{n // div} {unit}"
     return f"{n} B"
+
+
+def _took(r: NcclTestRow) -> float | None:
+    """The faster of the row's two measurements (out-of-place, in-place)."""
+    ts = [v for v in (r.time_us, r.ip_time_us) if v is not None]
+    return min(ts) if ts else None
+
+
+def _best_bw(r: NcclTestRow) -> float | None:
+    bws = [v for v in (r.busbw, r.ip_busbw) if v is not None]
+    return max(bws) if bws else None
 
 
 def allreduce_table(profile: Profile, multi_node: bool | None) -> tuple[str, dict[str, Any]]:
@@ -43,45 +63,210 @@ def allreduce_table(profile: Profile, multi_node: bool | None) -> tuple[str, dic
     return "unknown (lower floors of single_node and multi_node)", merged
 
 
-def _allreduce_facts(res: NcclTests) -> dict[str, Any]:
-    return {
-        "rows": [{"bytes": r.bytes, "time_us": r.time_us, "algbw": r.algbw, "busbw": r.busbw,
-                  "ip_time_us": r.ip_time_us, "ip_algbw": r.ip_algbw, "ip_busbw": r.ip_busbw,
-                  "wrong": r.wrong, "ip_wrong": r.ip_wrong} for r in res.rows],
-        "hosts": res.hosts,
-        "ranks": len(res.ranks),
-        "avg_busbw": res.avg_busbw,
-        "peak_busbw": None,
-        "wrong": 0,
-        "gpu_models": sorted({r["model"] for r in res.ranks if r["model"]}),
-    }
+# ---------------------------------------------------------------------------------------
+# what the capture shows: the topology and the table that applies
+
+
+@dataclass
+class Topology:
+    """Hosts, GPUs per host and whether the run spans nodes, as far as the capture shows."""
+
+    multi: bool | None  # None: not shown
+    per_host: int | None  # GPUs on each host (None: not shown or uneven)
+    models: list[str]
+    ranks: int | None
+
+
+def topology(res: NcclTests) -> Topology:
+    models = sorted({r["model"] for r in res.ranks if r["model"]})
+    n = res.rank_count()
+    if res.complete_listing:
+        counts = set(res.per_host.values())
+        return Topology(len(res.hosts) > 1, counts.pop() if len(counts) == 1 else None, models, n)
+    per_proc = res.params.get("ngpus", 0) * res.params.get("nthread", 1)
+    if n and per_proc and n == per_proc:  # one process drives every GPU: one node
+        return Topology(False, n, models, n)
+    return Topology(None, None, models, n)
+
+
+@dataclass
+class Expectation:
+    """The busbw figures a run is graded against, with where they come from."""
+
+    name: str  # single_node, multi_node, or why none applies
+    warn: float = 0.0
+    fail: float = 0.0
+    warn_src: str = ""
+    fail_src: str = ""
+    per_node: int = 0  # GPUs per node the table is for (0: any)
+    latency_max_us: float = 0.0
+    latency_src: str = ""
+    tcp_max_busbw: float = 0.0
+    sizes: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (code, note) why bandwidth is not graded
+
+    @property
+    def graded(self) -> bool:
+        return bool(self.warn or self.fail) and not self.notes
+
+
+def _fits(name: str, needle: str) -> bool:
+    """A board's `match` in a GPU name: a case-insensitive substring not preceded by a letter
+    or digit; PCIe and NVL boards never fit."""
+    low = name.lower()
+    if "pcie" in low or " nvl" in low:
+        return False
+    return bool(re.search(r"(?<![a-z0-9])" + re.escape(needle.lower()), low))
+
+
+def board_for(prof: Profile, models: list[str]) -> dict[str, Any] | None:
+    """The first [[nccl.allreduce.boards]] entry that every GPU model fits."""
+    if not models:
+        return None
+    for board in prof.get("nccl.allreduce.boards") or []:
+        needles = (board.get("match") or []) if isinstance(board, dict) else []
+        if needles and all(any(_fits(m, n) for n in needles) for m in models):
+            return board  # type: ignore[no-any-return]
+    return None
+
+
+def _profile_fits(prof: Profile, models: list[str]) -> bool:
+    """The profile is for these GPUs (or says nothing about the model, or none is shown)."""
+    want = str(prof.match.get("gpu_model_contains") or prof.get("gpu.model") or "")
+    return not want or not models or all(want.lower() in m.lower() for m in models)
+
+
+def _profile_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation:
+    """The profile's own table for the topology (the lower floors of both when not shown; the
+    NVLS floors on one node when the capture shows NVLS in use)."""
+    tables = ["single_node", "multi_node"] if topo.multi is None else ["multi_node" if topo.multi else "single_node"]
+    pre = "nvls_" if nvls and topo.multi is False and prof.get("nccl.allreduce.single_node.nvls_peak_busbw_warn") \
+        else ""
+
+    def pick(kind: str) -> tuple[float, str]:
+        found = [(float(v), k) for t in tables for k in [f"nccl.allreduce.{t}.{pre}peak_busbw_{kind}"]
+                 for v in [prof.get(k)] if isinstance(v, (int, float)) and v]
+        if not found:
+            return 0.0, ""
+        v, k = min(found)
+        return v, f"{k} = {v:g} ({prof.source(k)})"
+
+    (warn, warn_src), (fail, fail_src) = pick("warn"), pick("fail")
+    name = tables[0] if len(tables) == 1 else "unknown (lower floors of single_node and multi_node)"
+    lat_k = "nccl.allreduce.multi_node.base_latency_max_us"
+    sizes = prof.get(f"nccl.allreduce.{tables[0]}.sizes") if len(tables) == 1 else None
+    return Expectation(name + (" (NVLS)" if pre else ""), warn, fail, warn_src, fail_src,
+                       per_node=int(prof.get("gpu.count") or 0),
+                       latency_max_us=float(prof.get(lat_k) or 0) if topo.multi else 0.0,
+                       latency_src=f"{lat_k} ({prof.source(lat_k)})",
+                       tcp_max_busbw=float(prof.get("nccl.allreduce.tcp_fallback_max_busbw") or 0),
+                       sizes=[e for e in sizes if isinstance(e, dict)] if isinstance(sizes, list) else [])
+
+
+def _board_expectation(board: dict[str, Any], topo: Topology, nvls: bool) -> Expectation:
+    where = f"board {board.get('name', '?')}"
+    if topo.multi is None:
+        return Expectation("unknown topology", notes=[(_code("gpus-per-node-differ"), f"peak not graded: the "
+                           f"capture does not show how the ranks sit on hosts ({where})")])
+    table = "multi_node" if topo.multi else "single_node"
+    pre = f"{table}_nvls_" if nvls and not topo.multi and board.get(f"{table}_nvls_peak_busbw_warn") else f"{table}_"
+    warn, fail = board.get(pre + "peak_busbw_warn"), board.get(pre + "peak_busbw_fail")
+    src = f"{where}: {board.get('source', '')}"
+    exp = Expectation(table + (" (NVLS)" if "nvls" in pre else ""), float(warn or 0), float(fail or 0),
+                      f"{pre}peak_busbw_warn = {warn} ({src})", f"{pre}peak_busbw_fail = {fail} ({src})",
+                      per_node=int(board.get("gpus_per_node") or 0),
+                      latency_max_us=float(board.get(f"{table}_base_latency_max_us") or 0), latency_src=src,
+                      tcp_max_busbw=float(board.get("tcp_fallback_max_busbw") or 0))
+    if not (warn or fail):
+        exp.notes.append((_code("no-table"), f"peak not graded: {where} has no {table} figure"))
+    return exp
+
+
+def _nvls_in_use(res: NcclTests) -> bool:
+    """NVLS in use as the capture shows it: NCCL_ALGO naming it (or excluding it with ^), else
+    the INFO lines."""
+    algo = res.algo.lower()
+    if algo and not algo.startswith("^"):
+        return "nvls" in algo
+    if "nvls" in algo:
+        return False
+    return res.nvls is True
+
+
+def expectation(res: NcclTests, prof: Profile, topo: Topology) -> Expectation:
+    """The table for the GPUs and topology the capture shows, or why there is none."""
+    nvls = _nvls_in_use(res)
+    has_own = any(prof.get(f"nccl.allreduce.{t}.peak_busbw_{k}") for t in ("single_node", "multi_node")
+                  for k in ("warn", "fail"))
+    if has_own and _profile_fits(prof, topo.models):
+        exp = _profile_expectation(prof, topo, nvls)
+    else:
+        board = board_for(prof, topo.models)
+        if board is None:
+            what = ", ".join(topo.models) or "GPUs the capture does not name"
+            return Expectation("none", notes=[(_code("no-table"), f"bandwidth not graded: no busbw table for {what} "
+                                              f"in profile {prof.name} (correctness only)")])
+        exp = _board_expectation(board, topo, nvls)
+    if exp.per_node and topo.per_host is not None and topo.per_host != exp.per_node:
+        exp.notes.append((_code("gpus-per-node-differ"), f"peak not graded: {topo.per_host} GPU(s) per host, "
+                          f"the table is for {exp.per_node}"))
+    return exp
+
+
+# ---------------------------------------------------------------------------------------
+# findings
 
 
 def _integrity_findings(res: NcclTests, computed: float | None, f: Findings) -> None:
-    """Wrong results, out-of-bounds values, a reported failure, a tampered average."""
+    """Wrong results, out-of-bounds values, a failed run, the run's own bandwidth check, a
+    tampered average."""
     wrong = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
     if wrong:
         bad = [r.line for r in res.rows if (r.wrong or 0) or (r.ip_wrong or 0)]
-        f.add(Status.FAIL, f"all-reduce returned wrong results ({wrong} wrong elements)", bad[:5],
+        f.add(_code("wrong-results"), f"all-reduce returned wrong results ({wrong} wrong elements)", bad[:5],
               "a GPU, NVLink or NIC corrupts data: run the test per node to isolate it, check Xid/ECC, "
               "drain the node it follows")
     if res.oob_values:
-        f.add(Status.FAIL, f"{res.oob_values} out-of-bounds values", [res.oob_line],
+        f.add(_code("out-of-bounds"), f"{res.oob_values} out-of-bounds values", [res.oob_line],
               "data corruption: isolate the node (per-node runs) and check ECC/Xid")
     if res.errors:
-        f.add(Status.FAIL, "nccl-tests reported a failure", res.errors[:5],
-              "read the NCCL WARN line: it names the rank, host and device that failed")
+        f.add(_code("test-failure"), "nccl-tests reported a failure", res.errors[:5],
+              "read the failure line: it names the host; an NCCL WARN above it names the rank and device")
+    if res.avg_check == "FAILED":
+        f.add(_code("min-bw-check-failed"), "the run's own bandwidth check failed (NCCL_TESTS_MIN_BW)",
+              [res.avg_line], "the average bus bandwidth is under the site's NCCL_TESTS_MIN_BW: see the "
+              "bandwidth findings, compare nodes one by one")
     if res.avg_busbw is not None and computed is not None and \
             abs(res.avg_busbw - computed) > AVG_ROUNDING_SLACK + 0.001 * computed:
-        f.add(Status.WARN, f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's mean {computed:g} "
-              "(edited or truncated output?)", [res.avg_line],
+        f.add(_code("avg-mismatch"), f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's "
+              f"mean {computed:g} (edited or truncated output?)", [res.avg_line],
               "grade the untouched output of all_reduce_perf")
 
 
-def _tcp_fallback_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
+def _ending_findings(res: NcclTests, f: Findings) -> None:
+    """How the run ended: an abort after an NCCL WARN, a row that never finished, a table cut
+    before its summary, results not validated."""
+    finished = res.avg_busbw is not None or res.oob_values is not None or res.concluded
+    warns = [w for w in res.after_rows if "NCCL WARN" in w]
+    if not finished and warns and not res.errors:
+        f.add(_code("aborted"), "the run stopped after an NCCL WARN" + (
+            f" during the {_fmt_bytes(res.stopped_at)} all-reduce" if res.stopped_at else ""), warns[:5],
+            "read the NCCL WARN line: it names the failing rank, host and device; rerun with NCCL_DEBUG=INFO")
+    elif not finished and res.stopped_at is not None and not res.errors:
+        f.add(_code("stopped-mid-row"), f"the output ends inside the {_fmt_bytes(res.stopped_at)} row: the "
+              "run hung there or the capture was cut", [f"last row started: {_fmt_bytes(res.stopped_at)}"],
+              "check whether the job still runs (a hang at one size: py-spy / cuda-gdb the ranks); capture the "
+              "whole output")
+    elif not finished:
+        f.add(_code("truncated"), "the table stops before its summary")
+    if not res.validated:
+        f.add(_code("not-validated"), "results not validated (-c 0: #wrong is N/A): wrong results would go unseen")
+
+
+def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> None:
     """Large messages at socket speed: NCCL fell back to TCP."""
     min_bytes = int(prof.get("nccl.allreduce.tcp_fallback_min_bytes") or 0)
-    max_bw = float(prof.get("nccl.allreduce.tcp_fallback_max_busbw") or 0)
+    max_bw = exp.tcp_max_busbw
     max_t = float(prof.get("nccl.allreduce.tcp_fallback_max_time_us") or 0)
     if not min_bytes or not (max_bw or max_t):
         return
@@ -89,123 +274,125 @@ def _tcp_fallback_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     for r in res.rows:
         if r.bytes < min_bytes:
             continue
-        bws = [v for v in (r.busbw, r.ip_busbw) if v is not None]
-        ts = [v for v in (r.time_us, r.ip_time_us) if v is not None]
-        low_bw = max_bw and bws and max(bws) < max_bw
+        best = _best_bw(r)
+        took = _took(r)
+        low_bw = bool(max_bw) and best is not None and best < max_bw
         # time scaled to the reference size: a larger message may take proportionally longer
-        slow_t = max_t and ts and min(ts) * min_bytes / r.bytes > max_t
+        slow_t = bool(max_t) and took is not None and took * min_bytes / r.bytes > max_t
         if low_bw or slow_t:
             slow.append(r.line)
     if slow:
-        f.add(Status.FAIL, f"TCP-fallback signature: {len(slow)} message size(s) >= {_fmt_bytes(min_bytes)} "
-              f"under {max_bw:g} GB/s busbw", slow[:4] + [
-                  f"nccl.allreduce.tcp_fallback_max_busbw = {max_bw:g} "
-                  f"({prof.source('nccl.allreduce.tcp_fallback_max_busbw')})"],
+        f.add(_code("tcp-fallback"), f"TCP-fallback signature: {len(slow)} message size(s) >= "
+              f"{_fmt_bytes(min_bytes)} under {max_bw:g} GB/s busbw",
+              slow[:4] + [f"nccl.allreduce.tcp_fallback_max_busbw = {max_bw:g} "
+                          f"({prof.source('nccl.allreduce.tcp_fallback_max_busbw') or 'the board table'})"],
               "NCCL is using NET/Socket: rerun with NCCL_DEBUG=INFO and look for 'NET/Socket : Using'; "
               "check ibstat, NCCL_IB_HCA / NCCL_IB_DISABLE and /dev/infiniband in the container")
 
 
-@dataclass
-class _Table:
-    """The profile table the run is graded against."""
-
-    name: str
-    floors: dict[str, Any]
-    partial: bool  # not every host ran the profile's GPU count: floors do not apply
-
-    @property
-    def key(self) -> str:
-        return f"nccl.allreduce.{self.name}" if self.name in ("single_node", "multi_node") else "nccl.allreduce"
+def _base_latency(res: NcclTests) -> float | None:
+    """The smallest all-reduce's time (the fastest of the table's rows up to 4 KB)."""
+    small = [t for r in res.rows if r.bytes <= 4096 for t in [_took(r)] if t is not None]
+    return min(small) if small else None
 
 
-def _table(res: NcclTests, prof: Profile) -> _Table:
-    multi: bool | None = (len(res.hosts) > 1) if res.hosts else None
-    name, floors = allreduce_table(prof, multi)
-    gpus = int(prof.get("gpu.count") or 0)
-    per_host = {h: sum(1 for r in res.ranks if r["host"] == h) for h in res.hosts}
-    return _Table(name, floors, bool(gpus and per_host and any(n != gpus for n in per_host.values())))
+def _shared_bus(res: NcclTests) -> str:
+    """Hosts whose GPUs share one PCIe bus (a virtual machine's flattened topology: on HGX
+    boards each GPU sits on its own bus)."""
+    seen: dict[tuple[str, str], int] = {}
+    for r in res.ranks:
+        m = re.fullmatch(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):[0-9a-fA-F]{2}(?:\.\d)?", str(r.get("bus", "")))
+        if m:
+            key = (r["host"], f"{m.group(1)}:{m.group(2)}")
+            seen[key] = seen.get(key, 0) + 1
+    shared = sorted({h for (h, _), n in seen.items() if n > 1})
+    if not shared:
+        return ""
+    return (f"GPUs share one PCIe bus on {', '.join(shared[:4])}: a virtual machine's topology; NCCL cannot pair "
+            "GPUs with NICs there without NCCL_TOPO_FILE")
 
 
-def _peak_findings(res: NcclTests, prof: Profile, t: _Table, peak: float | None, f: Findings) -> None:
-    """The peak bus bandwidth against the table's floors (noted, not graded, when the sweep
-    is too short or the hosts ran fewer GPUs than the table is for)."""
-    warn_f = t.floors.get("peak_busbw_warn")
-    fail_f = t.floors.get("peak_busbw_fail")
-    if peak is None or not (warn_f or fail_f):
-        return
+def _peak_gate(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> bool:
+    """Whether the peak can be graded against the table (else a note says why not)."""
+    for code, note in exp.notes:
+        f.add(code, note)
+    if not exp.graded:
+        return False
     peak_min = int(prof.get("nccl.allreduce.peak_min_bytes") or 0)
     max_size = max(r.bytes for r in res.rows)
     if peak_min and max_size < peak_min:
-        f.note(f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} (< {_fmt_bytes(peak_min)})")
+        f.add(_code("short-sweep"), f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} "
+              f"(< {_fmt_bytes(peak_min)})")
+        return False
+    lat = _base_latency(res)
+    if exp.latency_max_us and lat is not None and lat > exp.latency_max_us:
+        f.add(_code("non-rdma-latency"), f"peak not graded against the {exp.name} table: the smallest all-reduce "
+              f"takes {lat:g} us (> {exp.latency_max_us:g}), a TCP-based fabric the table is not for")
+        return False
+    return True
+
+
+def _peak_findings(res: NcclTests, prof: Profile, exp: Expectation, peak: float | None, f: Findings) -> None:
+    """The peak bus bandwidth against the table's floors."""
+    if peak is None or not _peak_gate(res, prof, exp, f):
         return
-    if t.partial:
-        per_host = sorted({sum(1 for r in res.ranks if r["host"] == h) for h in res.hosts})
-        f.note(f"peak not graded: {per_host} GPU(s) per host, the table is for {int(prof.get('gpu.count') or 0)}")
-        return
-    peak_ev: list[str] = [next(r.line for r in res.rows if peak in (r.busbw, r.ip_busbw))]
-    key = t.key
-    if fail_f and peak < float(fail_f):
-        peak_ev.append(f"{key}.peak_busbw_fail = {fail_f} ({prof.source(key + '.peak_busbw_fail')})")
-        f.add(Status.FAIL, f"peak busbw {peak:g} GB/s is under the {t.name} floor {fail_f:g}", peak_ev,
+    peak_ev = [next(r.line for r in res.rows if peak in (r.busbw, r.ip_busbw))]
+    vm = _shared_bus(res)
+    if exp.fail and peak < exp.fail:
+        f.add(_code("peak-below-floor"), f"peak busbw {peak:g} GB/s is under the {exp.name} floor {exp.fail:g}",
+              [*peak_ev, exp.fail_src, vm],
               "a rail, HCA or NVLink is down or slow: run per-node and per-pair tests to isolate it "
               "(ibstat, nvidia-smi nvlink -s), then drain that node")
-    elif warn_f and peak < float(warn_f):
-        peak_ev.append(f"{key}.peak_busbw_warn = {warn_f} ({prof.source(key + '.peak_busbw_warn')})")
-        f.add(Status.WARN, f"peak busbw {peak:g} GB/s is below the expected {warn_f:g} ({t.name})", peak_ev,
+    elif exp.warn and peak < exp.warn:
+        f.add(_code("peak-below-expected"), f"peak busbw {peak:g} GB/s is below the expected {exp.warn:g} "
+              f"({exp.name})", [*peak_ev, exp.warn_src, vm],
               "compare nodes one by one; check NIC/GPU affinity (nvidia-smi topo -m), PCIe "
               "width/speed and the NCCL env (NCCL_IB_HCA, NCCL_ALGO)")
 
 
-def _ceiling_findings(res: NcclTests, prof: Profile, t: _Table, f: Findings) -> None:
+def _ceiling_findings(res: NcclTests, exp: Expectation, f: Findings) -> None:
     """Per-size time ceilings of the table (`<table>.sizes`)."""
-    sizes = prof.get(f"{t.key}.sizes") if t.name in ("single_node", "multi_node") else None
-    if not isinstance(sizes, list) or t.partial:
+    if not exp.graded:
         return
-    for entry in sizes:
-        if not isinstance(entry, dict) or "bytes" not in entry or "max_time_us" not in entry:
+    for entry in exp.sizes:
+        if "bytes" not in entry or "max_time_us" not in entry:
             continue
         for r in res.rows:
-            took = min(v for v in (r.time_us, r.ip_time_us, float("inf")) if v is not None)
-            if r.bytes == int(entry["bytes"]) and took != float("inf") and took > float(entry["max_time_us"]):
-                f.add(Status.WARN, f"{_fmt_bytes(r.bytes)} all-reduce took {took:g} us (expected <= "
-                      f"{float(entry['max_time_us']):g})",
-                      [r.line, f"{t.key}.sizes: {entry.get('source', '')}"],
+            took = _took(r)
+            if r.bytes == int(entry["bytes"]) and took is not None and took > float(entry["max_time_us"]):
+                f.add(_code("size-slow"), f"{_fmt_bytes(r.bytes)} all-reduce took {took:g} us (expected <= "
+                      f"{float(entry['max_time_us']):g})", [r.line, f"{exp.name}.sizes: {entry.get('source', '')}"],
                       "compare with another node pair; check NVLink/NIC health and NCCL env")
 
 
-def grade_allreduce(ctx: CheckContext) -> Result:
-    res: NcclTests | None = ctx.facts("nccl-tests")
-    if res is None:
-        return ctx.result(Status.SKIP, "no nccl-tests output to grade")
-    prof = ctx.profile
-    facts = _allreduce_facts(res)
-    if not res.rows:
-        why = "crashed" if res.errors else "no result rows (truncated output or the test failed to start)"
-        return ctx.result(Status.FAIL if res.errors else Status.ERROR, f"nccl-tests: {why}",
-                          evidence=res.errors[:5] or [res.header or "no `size count type ... busbw` row found"],
-                          remedy="rerun all_reduce_perf and read its error; an NCCL WARN names the failing rank/NIC",
-                          facts=facts)
-    cells = res.busbw_cells()
-    peak = max(cells) if cells else None
-    computed = round(sum(cells) / len(cells), 3) if cells else None
-    facts["peak_busbw"] = peak
-    facts["avg_busbw_computed"] = computed
-    if facts["avg_busbw"] is None:
-        facts["avg_busbw"] = computed
-    facts["wrong"] = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
-    table = _table(res, prof)
-    facts["table"] = table.name
-    f = Findings()
-    _integrity_findings(res, computed, f)
-    _tcp_fallback_findings(res, prof, f)
-    _peak_findings(res, prof, table, peak, f)
-    _ceiling_findings(res, prof, table, f)
-    _size_findings(res, prof, f)
-    what = f"{len(res.ranks) or '?'} ranks on {len(res.hosts) or '?'} host(s)"
-    avg = facts["avg_busbw"]
-    proof = [r.line for r in res.rows if peak in (r.busbw, r.ip_busbw)][:1] + ([res.avg_line] if res.avg_line else [])
-    return f.result(ctx, f"all-reduce peak busbw {peak:g} GB/s, avg {avg:g} GB/s ({what}, {table.name})", facts,
-                    proof, named=2)
+def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
+    """Rows far slower than their neighbours: a message slower than `spike_ratio` x a larger
+    one, or whose time grew more than `spike_ratio` x as fast as its size."""
+    ratio = float(prof.get("nccl.allreduce.spike_ratio") or 0)
+    excess = float(prof.get("nccl.allreduce.spike_min_excess_us") or 0)
+    rows = sorted((r for r in res.rows if _took(r) is not None), key=lambda r: r.bytes)
+    if not ratio or len(rows) < 3:
+        return
+    times = [_took(r) or 0.0 for r in rows]
+    spikes: dict[int, str] = {}
+    later = float("inf")
+    for i in range(len(rows) - 1, -1, -1):  # against the fastest larger message
+        if times[i] > ratio * later and times[i] - later >= excess:
+            spikes[i] = f"{times[i]:g} us, a larger message took {later:g} us"
+        later = min(later, times[i])
+    for i in range(1, len(rows)):  # against the next smaller message, scaled by the size
+        grown = times[i - 1] * rows[i].bytes / max(rows[i - 1].bytes, 1)
+        if times[i] > ratio * grown and times[i] - grown >= excess:
+            spikes.setdefault(i, f"{times[i]:g} us after {times[i - 1]:g} us at {_fmt_bytes(rows[i - 1].bytes)}")
+    if spikes:
+        idx = sorted(spikes)
+        sizes = ", ".join(_fmt_bytes(rows[i].bytes) for i in idx[:6]) + (" ..." if len(idx) > 6 else "")
+        f.add(_code("latency-spike"), f"latency spikes at {len(idx)} message size(s) ({sizes})",
+              [f"{_fmt_bytes(rows[i].bytes)}: {spikes[i]}" for i in idx[:6]] + [rows[i].line for i in idx[:2]] +
+              [f"nccl.allreduce.spike_ratio = {ratio:g} ({prof.source('nccl.allreduce.spike_ratio')})"],
+              "an intermittent fabric problem at mid-size messages (adaptive routing, congestion, a flapping link, "
+              "PCIe relaxed ordering, ACS): rerun to see whether it moves, test node pairs, check the switch "
+              "counters and ibstat error counters")
 
 
 def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
@@ -213,15 +400,14 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     sizes = sorted({r.bytes for r in res.rows})
     peak_min = int(prof.get("nccl.allreduce.peak_min_bytes") or 0)
     if len(sizes) == 1 and peak_min and sizes[0] < peak_min:
-        f.add(Status.WARN, f"a single message size ({_fmt_bytes(sizes[0])}): too small for a bandwidth verdict",
-              [res.rows[0].line, f"nccl.allreduce.peak_min_bytes = {peak_min} "
-                                 f"({prof.source('nccl.allreduce.peak_min_bytes')})"],
+        f.add(_code("single-size"), f"a single message size ({_fmt_bytes(sizes[0])}): too small for a bandwidth "
+              "verdict", [res.rows[0].line, f"nccl.allreduce.peak_min_bytes = {peak_min} "
+                                            f"({prof.source('nccl.allreduce.peak_min_bytes')})"],
               "rerun all_reduce_perf up to 8G (-b 8 -e 8G -f 2) to see the bandwidth plateau")
     if len(res.ib_hcas) < 2 or len(res.hosts) == 1:
         return
-    big = [r for r in res.rows if r.bytes >= 8 << 20]
-    bws = [max(v for v in (r.busbw, r.ip_busbw) if v is not None) for r in big
-           if r.busbw is not None or r.ip_busbw is not None]
+    big = [r for r in res.rows if r.bytes >= 8 << 20 and _best_bw(r) is not None]
+    bws = [_best_bw(r) or 0.0 for r in big]
     if len(bws) < 2:
         return
     plateau = max(bws)
@@ -229,14 +415,129 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     rate = float(prof.get("ib.rate") or 0) or 400.0
     nic = rate / 8
     if flat and plateau <= 1.2 * nic:
-        f.add(Status.WARN, f"busbw plateaus at {plateau:g} GB/s, about one {rate:g} Gb/s NIC's worth, while "
-                           f"NCCL_IB_HCA names {len(res.ib_hcas)} HCAs ({', '.join(res.ib_hcas)})"
+        f.add(_code("one-nic-plateau"), f"busbw plateaus at {plateau:g} GB/s, about one {rate:g} Gb/s NIC's "
+              f"worth, while NCCL_IB_HCA names {len(res.ib_hcas)} HCAs ({', '.join(res.ib_hcas)})"
               + ("; the table stops before its summary" if not res.avg_line else ""),
               [*[r.line for r in big[-3:]], f"command: {res.command}"[:300],
                f"ib.rate = {rate:g} Gb/s ({prof.source('ib.rate') or 'default when the profile does not say'})"],
               "only one rail carries the traffic: check NCCL_DEBUG=INFO 'NET/IB : Using' (all HCAs listed?), one "
               "process per GPU, NCCL_ALGO (Tree on 1 GPU per node uses one channel), NCCL_MIN_NCHANNELS and that "
               "every HCA is Active")
+
+
+# ---------------------------------------------------------------------------------------
+# the grader
+
+
+def _allreduce_facts(res: NcclTests, topo: Topology) -> dict[str, Any]:
+    return {
+        "rows": [{"bytes": r.bytes, "time_us": r.time_us, "algbw": r.algbw, "busbw": r.busbw,
+                  "ip_time_us": r.ip_time_us, "ip_algbw": r.ip_algbw, "ip_busbw": r.ip_busbw,
+                  "wrong": r.wrong, "ip_wrong": r.ip_wrong} for r in res.rows],
+        "hosts": res.hosts,
+        "ranks": topo.ranks or len(res.ranks),
+        "avg_busbw": res.avg_busbw,
+        "peak_busbw": None,
+        "wrong": sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows),
+        "gpu_models": topo.models,
+        "collective": res.collective(),
+        "program": res.program,
+        "nvls": res.nvls,
+        "algo": res.algo,
+        "nccl_version": res.nccl_version,
+    }
+
+
+def _no_rows(ctx: CheckContext, res: NcclTests) -> Result:
+    """No result row: a run that failed before its table, a layout this parser does not read,
+    or output that stops before the table."""
+    facts = _allreduce_facts(res, topology(res))
+    if res.errors or res.warns:
+        return ctx.finding(_code("test-failure"), "nccl-tests failed before its first result row",
+                           evidence=(res.errors + res.warns)[:5],
+                           remedy="read the failure line and the NCCL WARN above it: they name the host, rank and "
+                                  "device", facts=facts)
+    if res.bad_rows:
+        return ctx.finding(_code("not-recognised"), "not recognised: rows `size count type [redop root] time algbw "
+                           "busbw #wrong` (out-of-place, in-place) were expected; "
+                           f"{len(res.bad_rows)} row(s) have another layout", evidence=res.bad_rows[:3],
+                           remedy="grade the untouched output of the *_perf binary; report the layout if it is a "
+                                  "newer nccl-tests", facts=facts)
+    return ctx.finding(_code("no-rows"), "nccl-tests: no result rows (truncated output or the test failed to start)",
+                       evidence=[res.header or "no `size count type ... busbw` row found", *res.notes[:3]],
+                       remedy="rerun all_reduce_perf and read its error; an NCCL WARN names the failing rank/NIC",
+                       facts=facts)
+
+
+def _other_collective(ctx: CheckContext, tables: list[NcclTests]) -> Result:
+    """Tables of other collectives only: their correctness is graded, not their bandwidth."""
+    first = tables[0]
+    what = ", ".join(dict.fromkeys(t.collective() or "an unidentified collective" for t in tables))
+    f = Findings()
+    for t in tables:
+        _integrity_findings(t, None, f)
+    f.add(_code("not-all-reduce"), f"not an all-reduce table: {what} (bandwidth not graded as an all-reduce)",
+          [t.header or t.rows[0].line for t in tables][:3])
+    return f.result(ctx, "", _allreduce_facts(first, topology(first)))
+
+
+def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
+    prof = ctx.profile
+    topo = topology(res)
+    facts = _allreduce_facts(res, topo)
+    cells = res.busbw_cells()
+    peak = max(cells) if cells else None
+    computed = round(sum(cells) / len(cells), 3) if cells else None
+    facts.update(peak_busbw=peak, avg_busbw_computed=computed)
+    if facts["avg_busbw"] is None:
+        facts["avg_busbw"] = computed
+    exp = expectation(res, prof, topo)
+    facts["table"] = exp.name
+    f = Findings()
+    _integrity_findings(res, computed, f)
+    _ending_findings(res, f)
+    _tcp_fallback_findings(res, prof, exp, f)
+    _peak_findings(res, prof, exp, peak, f)
+    _ceiling_findings(res, exp, f)
+    _spike_findings(res, prof, f)
+    _size_findings(res, prof, f)
+    hosts = len(res.hosts) if res.complete_listing else 0
+    what = f"{topo.ranks or '?'} ranks on {hosts or '?'} host(s)"
+    avg = facts["avg_busbw"]
+    proof = [r.line for r in res.rows if peak in (r.busbw, r.ip_busbw)][:1] + ([res.avg_line] if res.avg_line else [])
+    summary = f"all-reduce peak busbw {peak:g} GB/s, avg {avg:g} GB/s ({what}, {exp.name})" if peak is not None \
+        else f"all-reduce table of {len(res.rows)} row(s) without bandwidth cells ({what})"
+    return f.result(ctx, summary, facts, proof, named=2)
+
+
+def grade_allreduce(ctx: CheckContext) -> Result:
+    res: NcclTests | None = ctx.facts("nccl-tests")
+    if res is None:
+        return ctx.finding(_code("no-output"), "no nccl-tests output to grade")
+    tables = res.tables or [res]
+    with_rows = [t for t in tables if t.rows]
+    if not with_rows:
+        return _no_rows(ctx, res)
+    ours = [t for t in with_rows if t.collective() == "all_reduce"]
+    if not ours:
+        unnamed = [t for t in with_rows if not t.program]
+        if unnamed:
+            return _unrecognised_columns(ctx, unnamed[0])
+        return _other_collective(ctx, with_rows)
+    return _grade_table(ctx, ours[-1])
+
+
+def _unrecognised_columns(ctx: CheckContext, res: NcclTests) -> Result:
+    """A table that names no binary and whose columns fit no all-reduce."""
+    row = res.rows[-1]
+    n = res.rank_count()
+    ratio = next((b / a for a, b in ((row.algbw, row.busbw), (row.ip_algbw, row.ip_busbw)) if a and b), None)
+    return ctx.finding(_code("not-recognised"), "not recognised: an all_reduce_perf table was expected (size = count x "
+                       "word size, root -1, busbw/algbw = 2(n-1)/n); the columns fit another collective",
+                       evidence=[row.line, f"busbw/algbw = {ratio:.3f}" if ratio else "no bandwidth cells",
+                                 f"ranks listed: {n}" if n else "no rank list"],
+                       remedy="grade all_reduce_perf output; name the binary (the command line) when pasting",
+                       facts=_allreduce_facts(res, topology(res)))
 
 
 def _profile_hint(store: Any) -> tuple[str | None, int | None]:
@@ -248,15 +549,14 @@ def _profile_hint(store: Any) -> tuple[str | None, int | None]:
     models = {r["model"] for r in res.ranks if r["model"]}
     if len(models) != 1:
         return None, None
-    per_host = {h: sum(1 for r in res.ranks if r["host"] == h) for h in res.hosts}
-    counts = set(per_host.values())
-    return models.pop(), (counts.pop() if len(counts) == 1 else None)
+    counts = set(res.per_host.values())
+    return models.pop(), (counts.pop() if len(counts) == 1 and res.complete_listing else None)
 
 
 register_profile_hint(_profile_hint)
 
 register(Check(
-    id="nccl.allreduce",
+    id=CHECK,
     title="NCCL all-reduce bandwidth",
     grade=grade_allreduce,
     probes=(),
@@ -266,18 +566,24 @@ register(Check(
         "nccl.allreduce.tcp_fallback_max_time_us": float,
         "nccl.allreduce.tcp_fallback_min_bytes": int,
         "nccl.allreduce.peak_min_bytes": int,
+        "nccl.allreduce.spike_ratio": float,
+        "nccl.allreduce.spike_min_excess_us": float,
+        "nccl.allreduce.boards": list,
         "nccl.allreduce.single_node.peak_busbw_warn": float,
         "nccl.allreduce.single_node.peak_busbw_fail": float,
-        "nccl.allreduce.single_node.nvls_peak_busbw": float,
+        "nccl.allreduce.single_node.nvls_peak_busbw_warn": float,
+        "nccl.allreduce.single_node.nvls_peak_busbw_fail": float,
         "nccl.allreduce.single_node.sizes": list,
         "nccl.allreduce.multi_node.peak_busbw_warn": float,
         "nccl.allreduce.multi_node.peak_busbw_fail": float,
+        "nccl.allreduce.multi_node.base_latency_max_us": float,
         "nccl.allreduce.multi_node.sizes": list,
     },
-    catches="wrong results, TCP-fallback bandwidth, peak busbw under the profile floor (single vs multi node), "
-            "a table too short for a verdict, a bandwidth plateau at one NIC while several are named",
+    catches="wrong results, a failed or aborted run, TCP-fallback bandwidth, peak busbw under the table for the "
+            "GPUs and topology shown (single or multi node, NVLS, board), mid-size latency spikes, a table too "
+            "short for a verdict, a plateau at one NIC while several are named, another collective's table",
     node_local=False,
     in_run=False,
 ))
 
-__all__ = ["allreduce_table", "grade_allreduce"]
+__all__ = ["Expectation", "Topology", "allreduce_table", "board_for", "expectation", "grade_allreduce", "topology"]

@@ -91,8 +91,9 @@ def test_allreduce_no_rank_lines_uses_lower_floors() -> None:
                      if not line.startswith("#  Rank"))
     [r] = allreduce("", text=text)
     assert r.facts["table"].startswith("unknown")
-    # the lower floors of single_node (330/250) and multi_node (300/200): 229 GB/s is a WARN, not a FAIL
-    assert r.status is Status.WARN and "expected 300" in r.summary
+    # the lower floors of single_node (330/250) and multi_node (368/245): 229 GB/s is under 245
+    assert r.status is Status.FAIL and "floor 245" in r.summary
+    assert "nccl.allreduce/peak-below-floor" in r.facts["codes"]
 
 
 def test_allreduce_per_size_ceiling_warns() -> None:
@@ -108,8 +109,10 @@ def test_allreduce_per_size_ceiling_warns() -> None:
 
 
 def test_allreduce_generic_profile_grades_only_correctness() -> None:
-    [r] = allreduce("all_reduce_perf_2node_16xH100_tcp_fallback.txt", profile="generic")
+    text = fixture_text("nccl-tests/all_reduce_perf_2node_16xH100_tcp_fallback.txt")
+    [r] = allreduce("", text=text.replace("NVIDIA H100 80GB HBM3", "NVIDIA B200"), profile="generic")
     assert r.status is Status.PASS
+    assert any("no busbw table for NVIDIA B200" in e for e in r.evidence)
     [r] = allreduce("all_reduce_perf_1node_wrong_results.txt", profile="generic")
     assert r.status is Status.FAIL
 

@@ -21,6 +21,23 @@ EXPECTED = {
     # one 25 MiB size: no bandwidth verdict
     "nccl-tests/all_reduce_perf_srun_label_single_size_25M_2node_16xA100_p4de_efa_25GBs_blank_prefixed_lines.txt":
         {"nccl.allreduce": "warn"},
+    # Batch 3. One node of 8 H100 at 476.53 GB/s: the NVLS figure (nccl-tests #290, #212)
+    "nccl-tests/all_reduce_perf_1node_8xH100_nvls_476GBs_pass_nccltests290.txt": {"nccl.allreduce": "pass"},
+    # 2 x 8 H100 at 469 GB/s (NVLSTree), Open MPI help lines inside the rank list
+    "nccl-tests/all_reduce_perf_2node_16xH100_hgx_nvls_469GBs_mpi_warnings_interleaved_nccltests309.txt":
+        {"nccl.allreduce": "pass"},
+    # NCCL_ALGO=RING on 2 x 8 H100: ~90-102 GB/s, about two NICs' worth of the 8 x 46 GB/s: under the floor
+    "nccl-tests/all_reduce_perf_2node_16xH100_ring_forced_90GBs_srun_nccltests290.txt": {"nccl.allreduce": "fail"},
+    # 2 x 8 H100 over NDR, peak 167.87 GB/s (155.57 at 8 GB): under the 245 floor, a third of NVLSTree's ~470
+    "nccl-tests/all_reduce_perf_2node_16xH100_srun_prefixed_155GBs_underperf_nccltests290.txt":
+        {"nccl.allreduce": "fail"},
+    # peak 472 GB/s is fine; 32 KB-128 KB take 0.8-2 ms while 256 KB takes 0.33 ms: mid-size latency spikes
+    "nccl-tests/all_reduce_perf_2proc_x8gpu_16xH100_dgx_midsize_latency_spikes_472GBs.txt":
+        {"nccl.allreduce": "warn"},
+    # 2 x 8 H100, peak 220.61 GB/s: 60% of the 368 GB/s ring figure (8 NICs x 46), under the 2/3 floor (245)
+    "nccl-tests/all_reduce_perf_2proc_x8gpu_16xH100_underperforming_220GBs.txt": {"nccl.allreduce": "fail"},
+    # 4 x 8 H100 VMs (GPUs on one virtual PCIe bus), 365.84 GB/s: just under the ring figure 368
+    "nccl-tests/all_reduce_perf_4node_32xH100_vmware_vms_366GBs_nccltests309.txt": {"nccl.allreduce": "warn"},
 }
 
 
