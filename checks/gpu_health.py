@@ -320,7 +320,7 @@ def _tool_findings(errors: list[ToolError], q: QReport | None, f: Findings) -> N
 
 def _missing_gpus(q: QReport | None, f: Findings) -> None:
     """A whole listing that stops before the attached count: a GPU missing is not healthy."""
-    if q is None or q.attached is None or q.excerpt:
+    if q is None or q.attached is None or q.excerpt or q.selection:
         return
     named = [g for g in q.gpus if g.bus_id]
     if 1 < len(named) < q.attached:

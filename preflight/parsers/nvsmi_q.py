@@ -146,6 +146,7 @@ class QReport:
     nvml_library: str = ""  # "NVML library version: X" (printed under a version mismatch by newer drivers)
     nvml_library_line: str = ""
     command: str = ""  # the command line above the output, when the capture shows it
+    selection: str = ""  # the GPUs the command selected with -i (index, bus id, UUID, or a list)
     excerpt: bool = False  # a grep'd or elided excerpt: lines may be missing
 
     @property
@@ -175,21 +176,19 @@ def _indent(line: str) -> int:
 
 
 def selected_gpu(command: str) -> str:
-    """The GPU a command line selects with `-i`/`--id` ("" when none, or several)."""
+    """What a command line selects with `-i`/`--id` ("" when nothing): an index, a bus id or a
+    UUID, or several of them comma-separated."""
     try:
         toks = shlex.split(command)
     except ValueError:
         toks = command.split()
     for i, tok in enumerate(toks):
-        value = ""
         if tok in ("-i", "--id") and i + 1 < len(toks):
-            value = toks[i + 1]
-        elif tok.startswith("--id="):
-            value = tok.split("=", 1)[1]
-        elif tok.startswith("-i") and len(tok) > 2 and not tok.startswith("--"):
-            value = tok[2:]
-        if value and "," not in value:
-            return value
+            return toks[i + 1]
+        if tok.startswith("--id="):
+            return tok.split("=", 1)[1]
+        if tok.startswith("-i") and len(tok) > 2 and not tok.startswith("--"):
+            return tok[2:]
     return ""
 
 
@@ -213,13 +212,13 @@ def parse_lines(lines: list[str]) -> QReport:
 def _apply_selection(rep: QReport) -> None:
     """`-i N` with one GPU shown: that GPU is index N. A GPU shown alone out of several attached,
     without `-i N` in view, has no known index."""
-    sel = selected_gpu(rep.command) if "nvidia-smi" in rep.command else ""
+    rep.selection = selected_gpu(rep.command) if "nvidia-smi" in rep.command else ""
     if len(rep.gpus) != 1:
         return
     g = rep.gpus[0]
-    if sel.isdigit():
-        g.index, g.index_known = int(sel), True
-    elif g.bus_id and (sel or (rep.attached or 0) > 1):
+    if rep.selection.isdigit():
+        g.index, g.index_known = int(rep.selection), True
+    elif g.bus_id and (rep.selection or (rep.attached or 0) > 1):
         g.index_known = False
 
 

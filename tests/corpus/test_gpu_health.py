@@ -15,6 +15,9 @@ _Q_8X_183 = "nvidia-smi/q_8xH100_535.183.01_fabric_completed_gpud.txt"
 _Q_A10 = "nvidia-smi/q_1xA10_535.129.03_remap_pending_gpud.txt"
 _Q_590 = "nvidia-smi/q_1xH100_590.48.01_idle_recovery_action_fabric_health_nvgpuexp.txt"
 _T_ERR = "nvidia-smi/smi_table_1gpu_525.125.06_fan_ERR_gpud.txt"
+_MISMATCH_580 = "nvml-errors/nvidia_smi_driver_library_mismatch_580.178_vs_kmod_580.173.02_truenas19.txt"
+_MISMATCH_OLD = "nvml-errors/nvidia_smi_driver_library_mismatch_old_format_no_version_shine30.txt"
+_NO_DEVICES_RMINIT = "nvml-errors/nvidia_smi_no_devices_found_rminitadapter_failed_rtx5090_ogkm862.txt"
 
 EXPECTED: dict[str, dict[str, str]] = {
     # healthy HGX H100: ECC 0, remaps 0/0, fabric Completed/Success (power brake at idle is not a fault)
@@ -53,6 +56,17 @@ EXPECTED: dict[str, dict[str, str]] = {
         {"gpu.driver": "skip", "gpu.health": "fail"},
     "nvml-errors/nvidia_smi_unable_device_handle_GPU0_colon_space_then_no_devices_found_rtx4080_595.txt":
         {"gpu.driver": "skip", "gpu.health": "fail"},
+    # Batch 3 section 10: the driver stack is unusable, so no GPU health can be read (gpu.health ERROR,
+    # folded into gpu.driver where the message is the same one)
+    _MISMATCH_580: {"gpu.driver": "fail", "gpu.health": "error"},
+    "nvml-errors/nvidia_smi_driver_library_mismatch_nvml_570.124_tinygrad_ogkm47.txt":
+        {"gpu.driver": "fail", "gpu.health": "error"},
+    "nvml-errors/nvidia_smi_driver_library_mismatch_nvml_550.144_ci_intel_llvm17614.txt":
+        {"gpu.driver": "fail", "gpu.health": "error"},
+    _MISMATCH_OLD: {"gpu.driver": "fail", "gpu.health": "error"},
+    # no GPU usable: the kernel log says the GPU failed to initialise (RmInitAdapter)
+    _NO_DEVICES_RMINIT: {"gpu.driver": "fail", "gpu.health": "error"},
+    "nvml-errors/nvidia_smi_couldnt_communicate_with_driver_a100_gcp10.txt": {"gpu.driver": "fail", "gpu.health": "error"},
 }
 
 MINE = ("gpu.health", "gpu.driver")
@@ -139,3 +153,38 @@ def test_corpus_fan_err_names_gpu0() -> None:
     r = _results(_T_ERR)["gpu.health"]
     assert "GPU 0" in r.summary and any("ERR!" in e for e in r.evidence)
     assert r.facts["gpus"][0]["sensor_errors"] == ["fan"]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(("rel", "library", "kmod"), [
+    (_MISMATCH_580, "580.178", "580.173.02"),
+    ("nvml-errors/nvidia_smi_driver_library_mismatch_nvml_570.124_tinygrad_ogkm47.txt", "570.124", "unknown"),
+    ("nvml-errors/nvidia_smi_driver_library_mismatch_nvml_550.144_ci_intel_llvm17614.txt", "550.144", "unknown"),
+    (_MISMATCH_OLD, "unknown", "unknown"),
+])
+def test_corpus_mismatch_names_both_versions(rel: str, library: str, kmod: str) -> None:
+    r = _results(rel)["gpu.driver"]
+    assert r.facts["codes"] == ["gpu.driver/version-mismatch"]
+    assert r.facts["mismatch"] == {"library": library, "kernel_module": kmod}
+    if library == kmod == "unknown":
+        assert "versions not shown: unknown" in r.summary
+    else:
+        assert f"user-space library {library}, kernel module {kmod}" in r.summary
+    assert "reboot" in r.remedy
+
+
+@pytest.mark.corpus
+def test_corpus_no_devices_names_the_adapter_init_failure() -> None:
+    got = _results(_NO_DEVICES_RMINIT)
+    r = got["gpu.driver"]
+    assert r.facts["codes"] == ["gpu.driver/no-devices"]
+    assert "GPU 0000:01:00 failed to initialise (RmInitAdapter failed)" in r.summary
+    assert any("RmInitAdapter failed! (0x22:0x56:884)" in e for e in r.evidence)
+    assert "BIOS" in r.remedy
+    assert got["gpu.health"].facts["codes"] == ["gpu.health/not-read-driver-error"]
+
+
+@pytest.mark.corpus
+def test_corpus_driver_not_loaded_code() -> None:
+    r = _results("nvml-errors/nvidia_smi_couldnt_communicate_with_driver_a100_gcp10.txt")["gpu.driver"]
+    assert r.facts["codes"] == ["gpu.driver/driver-not-loaded"] and "modprobe" in r.remedy
