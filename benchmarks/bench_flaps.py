@@ -15,7 +15,7 @@ real CLI end to end (bytecode cached, as an installed package runs) and the in-p
 analyze() call, for raw dmesg and journal (`short-iso`) framing, and checks that net.nic FAILs
 naming the flapping links. Prints a short table; results go to BENCHMARKS.md.
 
-    .venv/bin/python benchmarks/bench_flaps.py [--lines 1000000] [--devices 250] [--repeat 3] [--link-every 20]
+    .venv/bin/python benchmarks/bench_flaps.py [--lines 1000000] [--devices 250] [--repeat 3] [--link-every 10]
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--devices", type=int, default=250)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--link-every", type=int, default=20, help="a link event every this many lines")
+    ap.add_argument("--link-every", type=int, default=10, help="a link event every this many lines")
     args = ap.parse_args()
     from preflight import registry
     from preflight.analyze import analyze

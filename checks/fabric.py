@@ -35,7 +35,7 @@ from preflight.parsers.fabricmanager import (
     from_journal,
 )
 from preflight.parsers.nvsmi_q import QReport
-from preflight.parsers.systemd import UnitState
+from preflight.parsers.systemd import UnitState, transition
 from preflight.probes import Probe
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
@@ -230,7 +230,7 @@ def _with_journal(svc: UnitState | None, log: FmLog | None) -> tuple[FmLog | Non
     if svc is None or not svc.journal:
         return log, fabric_log
     jlog = from_journal((j.time_text, j.message, j.line) for j in svc.journal
-                        if "fabricmanager" in j.ident or "fabricmanager" in j.message)
+                        if "fabricmanager" in j.ident or "fabricmanager" in j.message or transition(j.message))
     fabric_log = fabric_log or any(e.kind in ("fatal", "nonfatal", "multicast", "configured")
                                    for e in jlog.events) or bool(jlog.lpf_found)
     if jlog.records or jlog.wrapper_lines:

@@ -127,9 +127,15 @@ def _add_wrapper(log: FmLog, msg: str, line: str) -> None:
 
 
 def from_journal(items: Iterable[tuple[str, str, str]]) -> FmLog:
-    """Events from journal messages (time text, message, line as printed) of the daemon."""
+    """Events from journal messages (time text, message, line as printed) of the daemon; systemd's
+    "Starting <the unit>..." among them marks a start (what came before it is history)."""
     log = FmLog()
     for time_text, msg, line in items:
+        t = systemd.transition(msg)
+        if t is not None:
+            if t[:2] == ("activating", "start"):
+                log.events.append(FmEvent("start", line, time_text=time_text))
+            continue
         if _WRAPPER in msg:
             _add_wrapper(log, msg, line)
             continue

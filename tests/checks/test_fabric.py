@@ -11,7 +11,7 @@ from preflight.model import Capture, CaptureState, Result, Status
 from preflight.parsers import fabricmanager, systemd
 from preflight.parsers.fabricmanager import FmEvent
 from preflight.parsers.systemd import UnitState
-from tests.conftest import capture, facts_of, fixture_text, grade
+from tests.conftest import capture, facts_of, fixture_text, grade, grade_text
 
 
 def parse_fm_service(text: str) -> UnitState:
@@ -280,3 +280,412 @@ def test_log_abort_fails() -> None:
 def test_log_fatal_with_healthy_service_still_fails() -> None:
     r = fabric(mode="analyze", svc=svc("show_fm_active.txt"), q=q(HEALTHY_Q), log=log("fm_fatal_after_start.log"))
     assert r.status is Status.FAIL
+
+
+# ---------------------------------------------------------------------------------------
+# finding codes of the existing cases
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,code", [
+    ("show_fm_failed.txt", "fabric.manager/service-not-running"),
+    ("show_fm_inactive.txt", "fabric.manager/service-not-running"),
+    ("show_fm_auto_restart.txt", "fabric.manager/service-starting"),
+])
+def test_service_codes(name: str, code: str) -> None:
+    r = fabric(svc=svc(name), q=q(HEALTHY_Q))
+    assert r.facts["codes"] == [code]
+
+
+@pytest.mark.parametrize("name,code", [
+    ("h100x4_535_fabric_in_progress.txt", "fabric.manager/fabric-in-progress"),
+    ("h100x4_535_fabric_not_started.txt", "fabric.manager/fabric-not-started"),
+    ("h100x2_535_fabric_insufficient_resources.txt", "fabric.manager/fabric-status-error"),
+])
+def test_fabric_state_codes(name: str, code: str) -> None:
+    r = fabric(svc=svc("show_fm_active.txt"), q=q(name))
+    assert r.facts["codes"] == [code]
+
+
+def test_not_installed_and_masked_codes() -> None:
+    r = fabric(svc=svc("status_fm_not_found.txt"), q=q("h100x4_535_fabric_not_started.txt"))
+    assert r.facts["codes"] == ["fabric.manager/fabric-not-started", "fabric.manager/not-installed"]
+    masked = capture("fm-service", "LoadState=masked\nActiveState=inactive\nSubState=dead\n")
+    r = fabric(svc=masked, q=q(HEALTHY_Q))
+    assert r.status is Status.FAIL and r.facts["codes"] == ["fabric.manager/masked"]
+    assert "unmask" in r.remedy
+
+
+def test_log_codes() -> None:
+    assert fabric(mode="analyze", log=log("fm_fatal_after_start.log")).facts["codes"] == [
+        "fabric.manager/nvswitch-fatal"]
+    assert fabric(mode="analyze", log=log("fm_fatal_then_restart.log")).facts["codes"] == [
+        "fabric.manager/nvswitch-fatal-before-restart"]
+    assert fabric(mode="analyze", log=log("fm_gpu_nvl_nonfatal_multiline.log")).facts["codes"] == [
+        "fabric.manager/multicast-failed", "fabric.manager/nvswitch-nonfatal"]
+    assert fabric(mode="analyze", log=log("fm_abort_topology.log")).facts["codes"] == ["fabric.manager/aborted"]
+
+
+def test_other_error_lines_warn() -> None:
+    text = ("[Mar 05 2025 08:00:12] [INFO] [tid 1950] Fabric Manager version 535.230.02 is running\n"
+            "[Mar 05 2025 08:00:13] [ERROR] [tid 1950] failed to read NVSwitch temperature sensor 2\n")
+    r = fabric(mode="analyze", log=capture("fm-log", text))
+    assert r.status is Status.WARN and r.facts["codes"] == ["fabric.manager/log-error"]
+    assert r.facts["log_errors"] == 1 and "1 x other fabric manager error line(s)" in r.summary
+
+
+def test_no_input_and_unverified_codes() -> None:
+    r = grade("fabric.manager", {}, profile="h100-sxm-8x")[0]
+    assert r.status is Status.SKIP and r.facts["codes"] == ["fabric.manager/no-input"]
+    r = fabric(q=q("l40s_x1_535_no_fabric.txt"))
+    assert r.facts["codes"] == ["fabric.manager/unverified"]
+    assert "Fabric State N/A" in r.summary and any("fabric.nvswitch = true" in e for e in r.evidence)
+
+
+def test_not_required_code() -> None:
+    r = fabric(profile="generic", svc=svc("show_fm_not_found.txt"), q=q("l40s_x1_535_no_fabric.txt"))
+    assert r.facts["codes"] == ["fabric.manager/not-required"]
+    assert r.summary == "no NVSwitch fabric on this node; fabric manager not required by profile generic"
+    r = fabric(mode="analyze", profile="generic", svc=svc("show_fm_not_found.txt"))
+    assert r.summary.endswith("(nothing shows one)") and r.facts["codes"] == ["fabric.manager/not-required"]
+
+
+def test_inactive_unit_on_generic_is_not_required() -> None:
+    """A unit installed but never started on a node whose profile expects no NVSwitch proves nothing."""
+    r = fabric(mode="analyze", profile="generic", svc=svc("show_fm_inactive.txt"))
+    assert r.status is Status.SKIP and r.facts["codes"] == ["fabric.manager/not-required"]
+    assert any("inactive (dead) (harmless without NVSwitch)" in e for e in r.evidence)
+
+
+def test_smi_error_codes() -> None:
+    err = capture("nvidia-smi-q", fixture_text("nvidia-smi-q/err_no_driver.txt"), rc=9)
+    r = fabric(svc=svc("show_fm_active.txt"), q=err)
+    assert r.facts["codes"] == ["fabric.manager/nvidia-smi-failed"]
+    r = fabric(profile="generic", q=err)
+    assert r.facts["codes"] == ["fabric.manager/no-fabric-data"] and r.summary.startswith("fabric not checked")
+
+
+# ---------------------------------------------------------------------------------------
+# the Fabric block on its own (nvidia-smi-fabric)
+# ---------------------------------------------------------------------------------------
+
+
+def fab_text(name: str) -> str:
+    return fixture_text("nvidia-smi-fabric/" + name)
+
+
+def fab(name: str, profile: str = "generic", **extra: str) -> Result:
+    inputs = {"nvidia-smi-fabric": fab_text(name), **extra}
+    [r] = grade_text("fabric.manager", inputs, profile=profile)
+    return r
+
+
+def test_fabric_block_detector() -> None:
+    d = lambda text: fabricmanager.detect_fabric(Doc.join(frame(text).docs))  # noqa: E731
+    for name in ("grep_A2_4gpu_completed_535.txt", "block_575_route_unhealthy_degraded.txt",
+                 "block_580_incorrect_configuration_partition.txt", "block_in_progress_na.txt"):
+        assert d(fab_text(name)), name
+    assert not d(fixture_text("nvidia-smi-q/" + HEALTHY_Q))  # a whole -q is nvidia-smi-q's
+    assert not d("Fabric\nsomething else : 1\n")
+    assert not d("    Fabric\n    State : Completed\n")  # not indented under it
+    assert not d("State : Completed\nStatus : Success\n")
+    assert not d("")
+
+
+def test_parse_fabric_block_fields() -> None:
+    rep = fabricmanager.parse_fabric(Doc.join(frame(fab_text("block_575_route_unhealthy_degraded.txt")).docs))
+    [b] = rep.blocks
+    assert b.index == 0 and b.label == "Fabric block 1" and b.bus_id == ""
+    assert b.fields == {
+        "Fabric/State": "Completed", "Fabric/Status": "Success", "Fabric/CliqueId": "32766",
+        "Fabric/ClusterUUID": "6c7a1d2e-7f3b-4b52-9a1e-0c5d4e3f2a10", "Fabric/Health/Summary": "Unhealthy",
+        "Fabric/Health/Bandwidth": "Degraded", "Fabric/Health/Route Recovery in progress": "False",
+        "Fabric/Health/Route Unhealthy": "True", "Fabric/Health/Access Timeout Recovery": "False",
+        "Fabric/Health/Incorrect Configuration": "None"}
+    assert b.line("Fabric/Health/Route Unhealthy") == "Route Unhealthy : True"
+    assert b.line("Fabric/Nope") == "Fabric/Nope" and b.get("Fabric/Nope") is None
+    assert [k for k, _ in b.under("Fabric/Health")][0] == "Fabric/Health/Summary"
+
+
+def test_parse_fabric_blocks_end_at_a_shallower_line() -> None:
+    text = ("    Fabric\n        State : Completed\n        Status : Success\n    Processes : None\n"
+            "        Stray : 1\n    Fabric\n\t\tState : In Progress\n")
+    rep = fabricmanager.parse_fabric(Doc.join(frame(text).docs))
+    assert [b.fields for b in rep.blocks] == [{"Fabric/State": "Completed", "Fabric/Status": "Success"},
+                                              {"Fabric/State": "In Progress"}]
+    assert fabricmanager.parse_fabric(Doc.join(frame("garbage\n\x00\n").docs)).blocks == []
+
+
+def test_blocks_from_q() -> None:
+    rep = facts_of("nvidia-smi-q", fixture_text("nvidia-smi-q/h100x1_590_fabric_degraded.txt"))
+    [b] = fabricmanager.blocks_from_q(rep)  # type: ignore[arg-type]
+    assert b.label.startswith("GPU 0 (") and b.bus_id and b.fields["Fabric/State"] == "Completed"
+    assert all(k.startswith("Fabric/") for k in b.fields)
+    assert fabricmanager.blocks_from_q(facts_of("nvidia-smi-q", fixture_text(  # type: ignore[arg-type]
+        "nvidia-smi-q/err_no_driver.txt"))) == []
+
+
+def test_grep_a2_completed_passes_saying_liveness_is_not_shown() -> None:
+    r = fab("grep_A2_4gpu_completed_535.txt")
+    assert r.status is Status.PASS and "codes" not in r.facts
+    assert r.summary.startswith("fabric Completed/Success on 4 GPU(s); fabric manager liveness not shown")
+    assert r.facts["fabric_state"] == "Completed" and r.facts["fabric_status"] == "Success"
+    assert [g["index"] for g in r.facts["gpus"]] == [0, 1, 2, 3]
+    assert "GPU block 1: Fabric State Completed, Status Success" in r.evidence
+
+
+def test_running_service_shows_liveness() -> None:
+    r = fab("grep_A2_4gpu_completed_535.txt", **{"fm-service": fixture_text("systemctl/show_fm_active.txt")})
+    assert r.status is Status.PASS and "liveness" not in r.summary
+    assert r.summary == "fabric Completed/Success on 4 GPU(s); nvidia-fabricmanager active (running)"
+
+
+def test_dead_service_next_to_a_grepped_completed_block_fails() -> None:
+    r = fab("grep_A2_4gpu_completed_535.txt", **{"fm-service": fixture_text("systemctl/status_fm_failed.txt")})
+    assert r.status is Status.FAIL and "stale Completed" in r.summary
+
+
+@pytest.mark.parametrize("name,status,codes", [
+    ("block_575_route_unhealthy_degraded.txt", Status.FAIL,
+     ["fabric.manager/health-unhealthy", "fabric.manager/route-unhealthy", "fabric.manager/bandwidth-degraded"]),
+    ("block_580_incorrect_configuration_partition.txt", Status.FAIL,
+     ["fabric.manager/health-unhealthy", "fabric.manager/incorrect-configuration"]),
+    ("block_570_limited_capacity_recovery.txt", Status.WARN,
+     ["fabric.manager/bandwidth-degraded", "fabric.manager/route-recovery", "fabric.manager/access-timeout-recovery",
+      "fabric.manager/health-limited-capacity"]),
+    ("block_in_progress_na.txt", Status.FAIL, ["fabric.manager/fabric-in-progress"]),
+    ("block_unknown_state_and_health.txt", Status.SKIP,
+     ["fabric.manager/fabric-state-unknown", "fabric.manager/health-value-unknown"]),
+])
+def test_fabric_block_grading(name: str, status: Status, codes: list[str]) -> None:
+    r = fab(name)
+    assert r.status is status and r.facts["codes"] == codes, (r.summary, r.facts.get("codes"))
+
+
+def test_fabric_block_facts_and_evidence() -> None:
+    r = fab("block_580_incorrect_configuration_partition.txt")
+    assert r.facts["gpus"] == [{"index": 0, "bus_id": None, "state": "Completed", "status": "Success",
+                                "clique_id": "4", "cluster_uuid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}]
+    assert "Fabric block 1 [Fabric/Health] Incorrect Configuration : Insufficient NVLinks" in r.evidence
+    assert "Fabric block 1: fabric health: Incorrect Configuration = Insufficient NVLinks" in r.summary
+    r = fab("block_unknown_state_and_health.txt")
+    assert "not recognised: Fabric block 1 fabric state 'Quiescing'" in r.summary
+    assert "Fabric block 2: not recognised: fabric health Bandwidth = Reduced By Half" in r.summary
+    r = fab("block_in_progress_na.txt")
+    assert r.facts["gpus"][0]["clique_id"] is None and r.facts["fabric_state"] == "In Progress"
+    assert "Fabric block 1 [Fabric] State : In Progress" in r.evidence
+
+
+def test_insufficient_resources_block_alone() -> None:
+    text = ("Fabric\n    State : Completed\n    Status : Insufficient Resources\n    CliqueId : 0\n"
+            "    ClusterUUID : 00000000-0000-0000-0000-000000000000\n")
+    [r] = grade_text("fabric.manager", {"nvidia-smi-fabric": text})
+    assert r.facts["codes"] == ["fabric.manager/fabric-status-error"]
+    assert "finished with status 'Insufficient Resources'" in r.summary and r.facts["fabric_status"] == \
+        "Insufficient Resources"
+
+
+# ---------------------------------------------------------------------------------------
+# version mismatch, nothing to do, the unit's journal
+# ---------------------------------------------------------------------------------------
+
+
+def jrnl(name: str, profile: str = "generic") -> Result:
+    [r] = grade_text("fabric.manager", {"fm-service": fixture_text("fabricmanager/" + name)}, profile=profile)
+    return r
+
+
+@pytest.mark.parametrize("msg,fm,driver", [
+    ("fabric manager NVIDIA GPU driver interface version 535.230.02 don't match with driver version 550.54.15. "
+     "Please update with matching NVIDIA driver package.", "535.230.02", "550.54.15"),
+    ("fabric manager NVIDIA GPU driver interface version 550.127.05 doesn't match with driver version 550.120. "
+     "Please update with the matching NVIDIA driver package.", "550.127.05", "550.120"),
+    ("fabric manager NVIDIA GPU driver interface version 550.90.07 don\u2019t match with driver version 550.107.02. "
+     "Please update with matching NVIDIA driver package", "550.90.07", "550.107.02"),
+])
+def test_classify_version_mismatch(msg: str, fm: str, driver: str) -> None:
+    ev = fabricmanager.classify(msg, "", msg)
+    assert ev is not None and ev.kind == "version-mismatch"
+    assert ev.values == {"fabric_manager": fm, "driver": driver}
+
+
+@pytest.mark.parametrize("msg,kind", [
+    ("request to query NVSwitch device information from NVSwitch driver failed with error:WARNING Nothing to do "
+     "[NV_WARN_NOTHING_TO_DO]", "nothing-to-do"),
+    ("Successfully configured all the available GPUs and NVSwitches.", "configured"),
+    ("Successfully configured all the available NVSwitches to route GPU NVLink traffic.", "configured"),
+    ("Fabric Manager version 550.54.15 is running with the following configuration options", "start"),
+    ("detected NVSwitch fatal error 20034 on fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33",
+     "fatal"),
+    ("detected GPU NVL Fatal error on GPU pci bus id 00000000:18:00.0", "fatal"),
+    ("detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci bus id 00000000:86:00.0", "nonfatal"),
+    ("failed to find the GPU handle 5410063385821516767 in the multicast team request setup 6130285411925746235.",
+     "multicast"),
+])
+def test_classify_kinds(msg: str, kind: str) -> None:
+    ev = fabricmanager.classify(msg, "", msg)
+    assert ev is not None and ev.kind == kind
+
+
+def test_classify_routine_and_levels() -> None:
+    assert fabricmanager.classify("Connected to 1 node.", "INFO", "x") is None
+    assert fabricmanager.classify("Detected Pre-NVL5 system", "", "x") is None
+    ev = fabricmanager.classify("aborting fabric manager", "ERROR", "x")
+    assert ev is not None and ev.kind == "abort"
+    ev = fabricmanager.classify("something odd", "CRITICAL", "x")
+    assert ev is not None and ev.kind == "error"
+    assert fabricmanager.classify("something odd", "WARNING", "x") is None
+    ev = fabricmanager.classify("detected NVSwitch fatal error 20034 on fid 0 on NVSwitch pci bus id 0000:86:00.0 "
+                                "physical id 3 port 33", "ERROR", "x")
+    assert ev is not None and (ev.code, ev.switch, ev.port) == (20034, "0000:86:00.0 (physical id 3)", 33)
+    ev = fabricmanager.classify("detected NVSwitch non-fatal error 12028", "ERROR", "x")
+    assert ev is not None and (ev.code, ev.switch, ev.port) == (12028, "", None)
+
+
+def test_version_mismatch_in_the_fm_log_fails() -> None:
+    r = fabric(mode="analyze", log=log("fm_log_version_mismatch.log"))
+    assert r.status is Status.FAIL and r.facts["codes"] == ["fabric.manager/version-mismatch"]
+    assert r.summary == ("the fabric manager (550.127.05) refuses to run with driver 550.120: their versions differ")
+    assert "exactly the driver's version (550.120)" in r.remedy
+    assert r.facts["log_version_mismatch"] == {"fabric_manager": "550.127.05", "driver": "550.120"}
+
+
+def test_version_mismatch_in_a_journal_fails_on_any_profile() -> None:
+    for profile in ("generic", "h100-sxm-8x"):
+        r = jrnl("journal_fm_version_mismatch_doesnt.log", profile)
+        assert r.status is Status.FAIL
+        assert r.facts["codes"] == ["fabric.manager/version-mismatch", "fabric.manager/service-not-running"]
+        assert r.facts["service"] == "failed"
+
+
+def test_failure_then_a_later_start_is_history() -> None:
+    r = jrnl("journal_fm_failed_then_started_running.log", "h100-sxm-8x")
+    assert r.status is Status.PASS, r.summary
+    assert r.facts["service"] == "active" and r.facts["log_version_mismatch"] is None
+    assert r.facts["log_restarts"] == 2 and r.facts["log_configured_after_last_start"] is True
+    assert "the fabric manager configured every NVSwitch at its last start" in r.summary
+
+
+def test_killed_and_restarting_unit() -> None:
+    r = jrnl("journal_fm_killed_auto_restart.log", "h100-sxm-8x")
+    assert r.status is Status.FAIL and r.facts["codes"] == ["fabric.manager/service-starting"]
+
+
+@pytest.mark.parametrize("profile", ["generic", "h100-sxm-8x"])
+def test_nothing_to_do(profile: str) -> None:
+    r = jrnl("journal_fm_nothing_to_do_l40s_pcie.log", profile)
+    if profile == "generic":
+        assert r.status is Status.PASS and "codes" not in r.facts
+        assert r.summary == "fabric manager not applicable: no NVSwitch on this node (NV_WARN_NOTHING_TO_DO)"
+        assert any("found no NVSwitch to manage" in e for e in r.evidence)
+        assert any("harmless here" in e for e in r.evidence)
+        assert r.facts["nvswitch_found"] is False
+    else:
+        assert r.status is Status.FAIL
+        assert r.facts["codes"] == ["fabric.manager/nvswitch-not-found", "fabric.manager/service-not-running"]
+        assert "passed through" in r.remedy
+
+
+def test_nothing_to_do_next_to_gpus_on_a_fabric_is_a_fault() -> None:
+    [r] = grade_text("fabric.manager", {"fm-service": fixture_text("fabricmanager/journal_fm_nothing_to_do_l40s_pcie.log"),
+                                        "nvidia-smi-fabric": fab_text("block_in_progress_na.txt")})
+    assert r.status is Status.FAIL
+    assert r.facts["codes"] == ["fabric.manager/fabric-in-progress", "fabric.manager/nvswitch-not-found",
+                                "fabric.manager/service-not-running"]
+
+
+def test_nothing_to_do_site_override(tmp_path: Path) -> None:
+    from preflight import policy
+    token = policy.use(policy.builtin().with_overrides({"fabric.manager/no-nvswitch": "warn"}, "site.toml"))
+    try:
+        r = jrnl("journal_fm_nothing_to_do_l40s_pcie.log")
+    finally:
+        policy.reset(token)
+    assert r.status is Status.WARN and r.facts["codes"] == ["fabric.manager/no-nvswitch"]
+
+
+# ---------------------------------------------------------------------------------------
+# systemd: the journal form and its transitions
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("msg,want", [
+    ("Starting NVIDIA fabric manager service...", ("activating", "start", "")),
+    ("Starting nvidia-fabricmanager.service - NVIDIA fabric manager service...", ("activating", "start", "")),
+    ("Started NVIDIA fabric manager service.", ("active", "running", "success")),
+    ("Stopping NVIDIA fabric manager service...", ("deactivating", "stop", "")),
+    ("Stopped NVIDIA fabric manager service.", ("inactive", "dead", "success")),
+    ("Failed to start NVIDIA fabric manager service.", ("failed", "failed", "")),
+    ("Dependency failed for NVIDIA fabric manager service.", ("failed", "failed", "dependency")),
+    ("nvidia-fabricmanager.service: Succeeded.", ("inactive", "dead", "success")),
+    ("nvidia-fabricmanager.service: Deactivated successfully.", ("inactive", "dead", "success")),
+    ("nvidia-fabricmanager.service: Failed with result 'exit-code'.", ("failed", "failed", "exit-code")),
+    ("nvidia-fabricmanager.service: Unit entered failed state.", ("failed", "failed", "")),
+    ("nvidia-fabricmanager.service: Start request repeated too quickly.", ("failed", "failed", "start-limit-hit")),
+    ("nvidia-fabricmanager.service: Scheduled restart job, restart counter is at 5.",
+     ("activating", "auto-restart", "")),
+    ("nvidia-fabricmanager.service: Main process exited, code=killed, status=9/KILL", ("failed", "failed", "signal")),
+    ("nvidia-fabricmanager.service: Main process exited, code=dumped, status=6/ABRT", ("failed", "failed", "signal")),
+    ("nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE",
+     ("failed", "failed", "exit-code")),
+    ("nvidia-fabricmanager.service: main process exited, code=exited, status=0/SUCCESS", ("", "", "")),
+    ("Started Session 4 of user root.", None),
+    ("sshd.service: Failed with result 'exit-code'.", None),
+    ("nvidia-fabricmanager.service: Consumed 1.861s CPU time.", None),
+])
+def test_systemd_transitions(msg: str, want: tuple[str, str, str] | None) -> None:
+    assert systemd.transition(msg) == want
+
+
+@pytest.mark.parametrize("name,active,sub,result", [
+    ("journal_fm_nothing_to_do_l40s_pcie.log", "failed", "failed", "exit-code"),
+    ("journal_fm_version_mismatch_doesnt.log", "failed", "failed", "exit-code"),
+    ("journal_fm_failed_then_started_running.log", "active", "running", "success"),
+    ("journal_fm_killed_auto_restart.log", "activating", "start", ""),
+])
+def test_parse_unit_journal(name: str, active: str, sub: str, result: str) -> None:
+    s = parse_fm_service(fixture_text("fabricmanager/" + name))
+    assert (s.form, s.load, s.active, s.sub, s.result) == ("journal", "loaded", active, sub, result)
+    assert 1 <= len(s.lines) <= 3 and all("systemd" in ln for ln in s.lines)
+    assert looks_like_fm_service(fixture_text("fabricmanager/" + name))
+    assert not looks_like_fm_log(fixture_text("fabricmanager/" + name))
+
+
+def test_journal_failure_keeps_its_result() -> None:
+    text = ("Oct 09 17:20:03 n1 systemd[1]: nvidia-fabricmanager.service: Main process exited, code=killed, "
+            "status=9/KILL\nOct 09 17:20:03 n1 systemd[1]: Failed to start NVIDIA fabric manager service.\n")
+    s = parse_fm_service(text)
+    assert (s.active, s.result) == ("failed", "signal") and len(s.lines) == 2
+
+
+def test_journal_in_another_locale() -> None:
+    text = ("11\u6708 15 14:15:47 box systemd[1]: Starting NVIDIA fabric manager service...\n"
+            "11\u6708 15 14:15:47 box nv-fabricmanager[4177]: request to query NVSwitch device information from "
+            "NVSwitch driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]\n"
+            "11\u6708 15 14:15:47 box systemd[1]: nvidia-fabricmanager.service: Control process exited, code=exited, "
+            "status=1/FAILURE\n")
+    s = parse_fm_service(text)
+    assert s.form == "journal" and s.active == "failed" and [j.ident for j in s.journal] == [
+        "systemd", "nv-fabricmanager", "systemd"]
+    [r] = grade_text("fabric.manager", {"fm-service": text})
+    assert r.status is Status.PASS and "not applicable" in r.summary
+
+
+def test_fm_log_reads_a_journal_in_another_locale() -> None:
+    text = ("11\u6708 15 14:15:47 box nv-fabricmanager[4177]: request to query NVSwitch device information from "
+            "NVSwitch driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]\n")
+    assert looks_like_fm_log(text)
+    assert [e.kind for e in parse_fm_log(text)] == ["nothing-to-do"]
+
+
+def test_status_and_start_forms_quote_the_daemon() -> None:
+    s = parse_fm_service(fixture_text("systemctl/status_fm_failed.txt"))
+    assert s.lines[0].startswith("Active: failed")
+    text = ("Job for nvidia-fabricmanager.service failed because the control process exited with error code.\n"
+            "See \"systemctl status nvidia-fabricmanager.service\" and \"journalctl -xe\" for details.\n"
+            "Mar 01 04:12:09 gpu-c07 nv-fabricmanager[2214]: fabric manager NVIDIA GPU driver interface version "
+            "535.230.02 don't match with driver version 550.54.15. Please update with matching NVIDIA driver package.\n"
+            "Mar 01 04:12:09 gpu-c07 systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'.\n")
+    s = parse_fm_service(text)
+    assert (s.form, s.active, s.result) == ("start", "failed", "start-failed")
+    assert len(s.lines) == 3 and "don't match" in s.lines[1] and "Failed with result" in s.lines[2]
