@@ -225,11 +225,11 @@ def _culprit_result(ctx: ClusterContext, c: str, paths: _MtuPaths) -> Result:
     summary = (f"jumbo frames to and from {c} are dropped ({outcome}): "
                + ", ".join(f"{s}->{d}" for s, d, _ in mine)
                + "; small pings pass" + (f"; {how} (same MTU black hole)" if stalled else ""))
-    return Result(check="net.mtu", node=c, status=Status.FAIL, summary=summary, evidence=evidence,
-                  remedy=f"fix the MTU on {c}'s link (switch port or NIC) to match the fabric, or drain {c}",
-                  facts={"outcome": outcome, "size": paths.size, "links": [list(x) for x in mine],
-                         "ssh_stalled": stalled, "culprit": True},
-                  source="cross-node")
+    return coded_result("net.mtu/black-hole-at-node", "net.mtu", c, summary, evidence,
+                        remedy=f"fix the MTU on {c}'s link (switch port or NIC) to match the fabric, or drain {c}",
+                        facts={"outcome": outcome, "size": paths.size, "links": [list(x) for x in mine],
+                               "ssh_stalled": stalled, "culprit": True},
+                        source="cross-node")
 
 
 def _explained(ctx: ClusterContext, n: str, culprits: list[str], matrix: dict[str, dict[str, str]]) -> Result | None:
@@ -261,13 +261,16 @@ def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:
         explained = _explained(ctx, n, culprits, matrix) if n not in culprits else None
         if explained is not None:
             out.append(explained)
-    status = Status.FAIL if culprits else Status.PASS
-    summary = (f"MTU black hole at {', '.join(culprits)}" if culprits
-               else f"{len(paths.links)} node-to-peer jumbo path(s) tested")
-    out.append(Result(check="cluster.mtu", node=CLUSTER, status=status, summary=summary,
-                      evidence=[f"{s} -> {d}: {o}" for s, d, o in bad][:30],
-                      remedy="see net.mtu on the named node(s)" if culprits else "",
-                      facts={"matrix": matrix, "culprits": culprits, "size": paths.size}, source="cross-node"))
+    facts = {"matrix": matrix, "culprits": culprits, "size": paths.size}
+    if culprits:
+        out.append(coded_result("cluster.mtu/black-hole", "cluster.mtu", CLUSTER,
+                                f"MTU black hole at {', '.join(culprits)}",
+                                [f"{s} -> {d}: {o}" for s, d, o in bad][:30], remedy="see net.mtu on the named node(s)",
+                                facts=facts, source="cross-node"))
+    else:
+        out.append(Result(check="cluster.mtu", node=CLUSTER, status=Status.PASS,
+                          summary=f"{len(paths.links)} node-to-peer jumbo path(s) tested", facts=facts,
+                          source="cross-node"))
     return out
 
 

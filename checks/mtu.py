@@ -3,10 +3,14 @@
 In a run every peer gets two DF pings: one at the jumbo size (profile MTU minus the IP and
 ICMP headers) and one at a small size. The pair tells a local MTU that is too small, a hop that
 answers "Frag needed", a silent black hole (small pings pass, jumbo ones vanish) and a peer that
-is simply down. In analyze, a saved transcript is graded the same way: the largest size per
-peer is the jumbo run, a smaller one (if any) its small partner; a transcript without statistics
-is graded on the replies and errors it shows. Without peers, the data-plane interfaces' MTU is
-compared with the profile.
+is simply down. In analyze, a saved transcript is graded the same way: per peer, the largest
+size is the jumbo run and a smaller one (if any) its small partner. A probe above the largest
+frame that passed is not a fault when it only shows where the path ends: refused at the MTU
+the passing frames reached with a payload at most that MTU (a boundary probe: 8972 passes,
+8973 "message too long, mtu=9000"), or larger than the profile's MTU when frames of that size
+passed. A transcript without statistics is graded on the replies and errors it shows; a
+passing ping that did not forbid fragmenting proves no MTU. Without peers, the data-plane
+interfaces' MTU is compared with the profile.
 """
 
 from __future__ import annotations
@@ -15,18 +19,15 @@ import ipaddress
 import re
 from typing import Any
 
-from preflight.model import CaptureState, Result, Status
+from preflight.findings import Findings
+from preflight.model import CaptureState, Result
 from preflight.parsers.ip import IpFacts
-from preflight.parsers.ping import PingFacts, PingRun
+from preflight.parsers.ping import IPV4_ICMP_HEADERS, IPV6_ICMP_HEADERS, PingFacts, PingRun
 from preflight.probes import Probe
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, Input, PlanContext, register
 
 from .network import PROBE_IP_ADDR, classify, data_plane
-
-# IPv4 (20) + ICMP (8) headers; IPv6 (40) + ICMPv6 (8): protocol constants, not thresholds.
-IPV4_ICMP_HEADERS = 28
-IPV6_ICMP_HEADERS = 48
 
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
@@ -52,17 +53,19 @@ def _payload(peer: str, mtu: int) -> int:
     return mtu - (IPV6_ICMP_HEADERS if v6 else IPV4_ICMP_HEADERS)
 
 
+def _ping_settings(profile: Profile) -> tuple[int, int, float]:
+    """(count, per-reply wait in s, interval in s) from the profile."""
+    return (int(profile.get("net.ping_count") or 3), int(profile.get("net.ping_timeout_s") or 3),
+            float(profile.get("net.ping_interval_s") or 0.2))
+
+
 def _ping_argv(size: int, profile: Profile, peer: str) -> list[str]:
-    count = int(profile.get("net.ping_count") or 3)
-    wait = int(profile.get("net.ping_timeout_s") or 3)
-    interval = float(profile.get("net.ping_interval_s") or 0.2)
+    count, wait, interval = _ping_settings(profile)
     return ["ping", "-n", "-M", "do", "-s", str(size), "-c", str(count), "-i", f"{interval:g}", "-W", str(wait), peer]
 
 
 def _ping_timeout(profile: Profile) -> float:
-    count = int(profile.get("net.ping_count") or 3)
-    wait = int(profile.get("net.ping_timeout_s") or 3)
-    interval = float(profile.get("net.ping_interval_s") or 0.2)
+    count, wait, interval = _ping_settings(profile)
     return wait + count * interval + 2.0  # ping exits on its own before this
 
 
@@ -98,7 +101,6 @@ def _run_loss(run: PingRun | None) -> float | None:
 def jumbo_outcome(jumbo: PingRun | None, small: PingRun | None) -> tuple[str, str]:
     """(outcome, one-line reason) for one peer."""
     small_loss = _run_loss(small)
-    jumbo_loss = _run_loss(jumbo)
     if small is not None and (small.unresolved or (small_loss is not None and small_loss >= 100.0)):
         if small.unresolved:
             return "unresolved", "the peer name does not resolve"
@@ -107,39 +109,46 @@ def jumbo_outcome(jumbo: PingRun | None, small: PingRun | None) -> tuple[str, st
         return "unknown", "no jumbo ping result"
     if jumbo.frag_from or jumbo.frag_needed_mtu:
         silent = sorted(set(range(1, max(jumbo.error_seqs or [0]))) - set(jumbo.replies) - set(jumbo.error_seqs))
-        extra = f"; icmp_seq {', '.join(map(str, silent))} vanished without an answer" if silent and jumbo.error_seqs else ""
+        extra = f"; icmp_seq {', '.join(map(str, silent))} vanished without an answer" if silent else ""
         return "frag_needed", (f"a hop ({jumbo.frag_from or '?'}) answered Frag needed, mtu "
                                f"{jumbo.frag_needed_mtu or '?'}{extra}")
     if jumbo.local_too_long:
         return "local_too_small", f"this node cannot send the frame: local MTU {jumbo.local_too_long_mtu or '?'}"
     if jumbo.unresolved:
         return "unresolved", "the peer name does not resolve"
-    if jumbo.unreachable and (small is None or small_loss is None):
+    if jumbo.unreachable and small_loss is None:
         return "unreachable", "destination unreachable"
-    return _loss_outcome(jumbo, small, jumbo_loss)
+    return _loss_outcome(jumbo, small, _run_loss(jumbo))
 
 
 def _loss_outcome(jumbo: PingRun, small: PingRun | None, jumbo_loss: float | None) -> tuple[str, str]:
     """(outcome, reason) of a jumbo ping that reached the peer's path: by the loss it measured."""
     if jumbo_loss is None:
-        if jumbo.replies:
-            return "ok", (f"{len(set(jumbo.replies))} jumbo repl{'y' if len(set(jumbo.replies)) == 1 else 'ies'} seen "
-                          "(no statistics shown: loss not measured)")
+        seen = len(set(jumbo.replies))
+        if seen:
+            return "ok", f"{seen} jumbo repl{'y' if seen == 1 else 'ies'} seen (no statistics shown: loss not measured)"
+        if jumbo.timeouts:
+            return _silent(small)
         return "unknown", "the jumbo ping printed no statistics (killed or truncated)"
     if jumbo_loss >= 100.0:
-        if small is None:
-            return "no_reply", "jumbo pings got no reply and no small ping ran to rule out a down peer"
-        return "silent_loss", "small pings pass, jumbo pings vanish without an error: an MTU black hole on the path"
+        return _silent(small)
     if jumbo_loss > 0:
         return "lossy", f"{jumbo_loss:g}% of jumbo pings lost"
     return "ok", "jumbo frames pass"
 
 
-_STATUS_OF = {"ok": Status.PASS, "local_too_small": Status.FAIL, "frag_needed": Status.FAIL,
-              "silent_loss": Status.FAIL, "lossy": Status.WARN, "no_reply": Status.WARN,
-              "unreachable": Status.ERROR, "unresolved": Status.ERROR, "unknown": Status.ERROR}
+def _silent(small: PingRun | None) -> tuple[str, str]:
+    if small is None:
+        return "no_reply", "jumbo pings got no reply and no small ping ran to rule out a down peer"
+    return "silent_loss", "small pings pass, jumbo pings vanish without an error: an MTU black hole on the path"
+
+
+CODES = {"local_too_small": "net.mtu/local-mtu-too-small", "frag_needed": "net.mtu/frag-needed",
+         "silent_loss": "net.mtu/silent-loss", "lossy": "net.mtu/jumbo-lossy", "no_reply": "net.mtu/no-reply",
+         "unreachable": "net.mtu/peer-unreachable", "unresolved": "net.mtu/peer-unresolved",
+         "unknown": "net.mtu/no-result", "not_df": "net.mtu/not-df-probe"}
 _ORDER = ["local_too_small", "frag_needed", "silent_loss", "lossy", "no_reply", "unreachable", "unresolved",
-          "unknown", "ok"]
+          "unknown", "not_df", "ok"]
 
 
 def _remedy(outcome: str, peer: str, run: PingRun | None, mtu: int) -> str:
@@ -148,7 +157,8 @@ def _remedy(outcome: str, peer: str, run: PingRun | None, mtu: int) -> str:
                 "or clear a stale cached path MTU (`ip route flush cache`)")
     if outcome == "frag_needed":
         hop = run.frag_from if run and run.frag_from else "the reporting hop"
-        return f"raise the MTU of {hop} (switch/router port or tunnel on the path to {peer}) to {mtu}"
+        allows = f" allows {run.frag_needed_mtu} bytes" if run and run.frag_needed_mtu else ""
+        return f"{hop}{allows}: raise the MTU of that hop (switch/router port or tunnel on the path to {peer}) to {mtu}"
     if outcome == "silent_loss":
         return (f"a device on the path to {peer} drops jumbo frames silently: check the switch port MTU, "
                 f"the peer's interface MTU and any bridge/veth in between; all must be >= {mtu}")
@@ -156,7 +166,22 @@ def _remedy(outcome: str, peer: str, run: PingRun | None, mtu: int) -> str:
         return f"jumbo frames to {peer} are partly lost: check errors/drops on the link (ethtool -S, switch counters)"
     if outcome in ("unreachable", "unresolved"):
         return f"{peer} is down or unreachable from here: check the peer and the route; the MTU was not tested"
+    if outcome == "not_df":
+        return f"ping {peer} with `-M do -s <MTU - 28>` so that no fragment hides a smaller MTU"
     return f"run the ping pair to {peer} by hand"
+
+
+_HEADS = {
+    "local_too_small": "local MTU too small for {size}-byte DF pings (to {names})",
+    "frag_needed": "a hop needs fragmentation for {size}-byte DF pings to {names}",
+    "silent_loss": "jumbo frames vanish silently on the path to {names} (MTU black hole)",
+    "lossy": "jumbo pings partly lost to {names}",
+    "no_reply": "no reply to jumbo pings from {names}",
+    "unreachable": "{names} unreachable even with small pings: not an MTU problem",
+    "unresolved": "{names} does not resolve: MTU not tested",
+    "unknown": "no usable ping result for {names}",
+    "not_df": "not recognised as an MTU test: pings to {names} did not forbid fragmenting (no -M do)",
+}
 
 
 def _peer_facts(peer: str, outcome: str, jumbo: PingRun | None, small: PingRun | None) -> dict[str, Any]:
@@ -168,50 +193,43 @@ def _peer_facts(peer: str, outcome: str, jumbo: PingRun | None, small: PingRun |
             "statistics": jumbo.stats if jumbo else None}
 
 
-def _grade_peers(ctx: CheckContext, pairs: list[tuple[str, PingRun | None, PingRun | None, str]],
-                 size: int | None, extra_evidence: list[str], mtu: int) -> Result:
-    """pairs: (peer, jumbo run, small run, note) -> one aggregated Result."""
-    peers = []
-    evidence: list[str] = []
-    remedies: list[str] = []
-    worst_outcome = "ok"
-    notes = []
+Pair = tuple[str, "PingRun | None", "PingRun | None", str]
+
+
+def _names(peers: list[dict[str, Any]]) -> str:
+    return ", ".join(p["peer"] for p in peers[:5]) + (f" (+{len(peers) - 5})" if len(peers) > 5 else "")
+
+
+def _grade_peers(ctx: CheckContext, pairs: list[Pair], size: int | None, extra_evidence: list[str], mtu: int,
+                 notes: list[str] | None = None) -> Result:
+    """pairs: (peer, jumbo run, small run, note) -> one aggregated Result, a finding per outcome."""
+    peers: list[dict[str, Any]] = []
+    runs: dict[str, tuple[PingRun | None, PingRun | None]] = {}
+    f = Findings()
     for peer, jumbo, small, note in pairs:
         outcome, why = jumbo_outcome(jumbo, small)
-        if note:
-            why = f"{why} ({note})"
-        peers.append({**_peer_facts(peer, outcome, jumbo, small), "reason": why})
-        if _ORDER.index(outcome) < _ORDER.index(worst_outcome):
-            worst_outcome = outcome
-        if outcome != "ok":
-            evidence.append(f"{peer}: {outcome}: {why}")
-            for r in (jumbo, small):
-                if r is not None:
-                    evidence.extend(r.lines[:4])
-            rem = _remedy(outcome, peer, jumbo, mtu)
-            if rem not in remedies:
-                remedies.append(rem)
-        elif jumbo is not None and not jumbo.stats:
-            notes.append(f"{peer}: {why}")
-    facts = {"outcome": worst_outcome, "size": size, "mtu": mtu or None, "peers": peers}
-    status = _STATUS_OF.get(worst_outcome, Status.ERROR)
-    bad = [p for p in peers if p["outcome"] == worst_outcome]
-    if status is Status.PASS:
-        weak = " (replies seen, no loss statistics shown)" if notes else ""
-        return ctx.result(Status.PASS, f"{size}-byte DF pings pass to {len(peers)} peer(s){weak}",
-                          evidence=[f"{p['peer']}: ok" for p in peers][:8] + notes[:4], facts=facts)
-    names = ", ".join(p["peer"] for p in bad[:5]) + (f" (+{len(bad) - 5})" if len(bad) > 5 else "")
-    head = {
-        "local_too_small": f"local MTU too small for {size}-byte DF pings (to {names})",
-        "frag_needed": f"a hop needs fragmentation for {size}-byte DF pings to {names}",
-        "silent_loss": f"jumbo frames vanish silently on the path to {names} (MTU black hole)",
-        "lossy": f"jumbo pings partly lost to {names}",
-        "no_reply": f"no reply to jumbo pings from {names}",
-        "unreachable": f"{names} unreachable even with small pings: not an MTU problem",
-        "unresolved": f"{names} does not resolve: MTU not tested",
-        "unknown": f"no usable ping result for {names}",
-    }[worst_outcome]
-    return ctx.result(status, head, evidence=[*evidence, *extra_evidence], remedy="; ".join(remedies), facts=facts)
+        if outcome == "ok" and jumbo is not None and jumbo.df is False:
+            outcome, why = "not_df", "the ping may have been fragmented: no MTU is proven"
+        peers.append({**_peer_facts(peer, outcome, jumbo, small), "reason": f"{why} ({note})" if note else why})
+        runs[peer] = (jumbo, small)
+        if outcome == "ok" and jumbo is not None and not jumbo.stats:
+            f.note(f"{peer}: {why}")
+    for note in notes or []:
+        f.add("net.mtu/boundary-probe", note)
+    worst = min((p["outcome"] for p in peers), key=_ORDER.index, default="ok")
+    for outcome in sorted({p["outcome"] for p in peers} - {"ok"}, key=_ORDER.index):
+        bad = [p for p in peers if p["outcome"] == outcome]
+        evidence: list[str] = []
+        for p in bad:
+            evidence.append(f"{p['peer']}: {outcome}: {p['reason']}")
+            evidence.extend(line for r in runs[p["peer"]] if r is not None for line in r.lines[:4])
+        remedies = dict.fromkeys(_remedy(outcome, p["peer"], runs[p["peer"]][0], mtu) for p in bad)
+        f.add(CODES[outcome], _HEADS[outcome].format(size=size, names=_names(bad)), [*evidence, *extra_evidence],
+              "; ".join(remedies))
+    facts = {"outcome": worst, "size": size, "mtu": mtu or None, "peers": peers}
+    weak = " (replies seen, no loss statistics shown)" if any(p["statistics"] is False for p in peers) else ""
+    ok = f"{size}-byte DF pings pass to {len(peers)} peer(s){weak}"
+    return f.result(ctx, ok, facts, ok_evidence=[f"{p['peer']}: ok" for p in peers][:8])
 
 
 def _peer_run(run: Input | None, facts: PingFacts | None) -> tuple[PingRun | None, str]:
@@ -225,46 +243,124 @@ def _peer_run(run: Input | None, facts: PingFacts | None) -> tuple[PingRun | Non
     return (runs[0] if runs else None), ""
 
 
+# ---------------------------------------------------------------------------------------
+# a saved transcript
+
+
+def _passed_frame(runs: list[PingRun]) -> int:
+    """The largest frame a DF probe carried to the peer and back (0: none)."""
+    return max((r.frame or 0 for r in runs if r.ok_replies > 0 and r.df is not False and not r.reported_mtu
+                and not r.local_too_long), default=0)
+
+
+def _beyond(run: PingRun, top: int, expected: int) -> bool:
+    """A probe above the largest frame that passed that only shows where the path ends: beyond
+    the profile's MTU when frames of that size passed, or refused at the MTU the passing frames
+    reached with a payload at most that MTU (a boundary probe)."""
+    if not top or (run.frame or 0) <= top:
+        return False
+    if expected and top >= expected:
+        return True
+    mtu = run.reported_mtu
+    return mtu is not None and top >= mtu and (run.size or 0) <= mtu
+
+
+def _transcript_pair(peer: str, rs: list[PingRun], expected: int) -> tuple[Pair, list[str]]:
+    """One peer's runs -> (its pair, notes on the probes above the passing frames)."""
+    top = _passed_frame(rs)
+    beyond = [r for r in rs if _beyond(r, top, expected)]
+    graded = [r for r in rs if r not in beyond]
+    sized = sorted(graded, key=lambda r: r.size or 0)
+    jumbo = sized[-1]
+    small = sized[0] if len(sized) > 1 and (sized[0].size or 0) < (jumbo.size or 0) else None
+    notes = [f"{peer}: {r.size}-byte probe refused or lost above the {top}-byte frames that passed"
+             + (f" (mtu {r.reported_mtu} reported)" if r.reported_mtu else "") + ": the end of the path, not a fault"
+             for r in beyond]
+    return (peer, jumbo, small, ""), notes
+
+
+def _default_only(runs: list[PingRun], prof: Profile) -> bool:
+    """Every run is a plain ping (ping's default payload, the command line not shown): no MTU test."""
+    default = int(prof.get("net.small_ping_size") or 56)
+    return all(r.size == default and r.df is None for r in runs)
+
+
 def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: str) -> Result:
     runs = [r for r in transcript.runs if r.target or r.lines]
     if not runs:
-        return ctx.result(Status.ERROR, "ping transcript holds no ping run", evidence=["(no PING line or result)"])
+        return ctx.finding("net.mtu/not-recognised", "not recognised: a ping transcript with a PING header, "
+                           "replies, errors or statistics", evidence=["(no PING line or result)"],
+                           remedy="paste the whole `ping -M do -s <size> <peer>` output")
+    if _default_only(runs, ctx.profile) and not any(r.reported_mtu or r.local_too_long for r in runs):
+        return ctx.finding("net.mtu/not-mtu-test", f"not an MTU test: {runs[0].size}-byte pings (ping's default "
+                           "size, no -M do shown)", evidence=[ln for r in runs for ln in r.lines[:2]][:6],
+                           remedy="test the MTU with `ping -M do -s <MTU - 28> <peer>`")
     by_peer: dict[str, list[PingRun]] = {}
     for r in runs:
         by_peer.setdefault(r.target or "?", []).append(r)
-    pairs: list[tuple[str, PingRun | None, PingRun | None, str]] = []
-    size = None
+    pairs: list[Pair] = []
+    notes: list[str] = []
     for peer, rs in by_peer.items():
-        sized = sorted(rs, key=lambda r: r.size or 0)
-        jumbo = sized[-1]
-        small = sized[0] if len(sized) > 1 and (sized[0].size or 0) < (jumbo.size or 0) else None
-        size = max(size or 0, jumbo.size or 0) or None
-        pairs.append((peer, jumbo, small, ""))
-    frame = max((r.frame or 0) for r in runs) or ((size or 0) + IPV4_ICMP_HEADERS)
-    return _grade_peers(ctx, pairs, size, [src] if mtu else [], mtu or frame)
+        pair, more = _transcript_pair(peer, rs, mtu)
+        pairs.append(pair)
+        notes.extend(more)
+    size = max((p[1].size or 0 for p in pairs if p[1] is not None), default=0) or None
+    frame = max((p[1].frame or 0 for p in pairs if p[1] is not None), default=0) or (size or 0) + IPV4_ICMP_HEADERS
+    return _grade_peers(ctx, pairs, size, [src] if mtu else [], mtu or frame, notes)
+
+
+# ---------------------------------------------------------------------------------------
+# the configured MTU (no peers)
 
 
 def _grade_configured(ctx: CheckContext, ip: IpFacts, mtu: int, src: str) -> Result:
     prof = ctx.profile
     if not ip.interfaces:
-        return ctx.result(Status.ERROR, "ip addr output could not be parsed", evidence=ip.problems[:3] or ["(empty)"])
+        code = "net.mtu/not-recognised" if ctx.options.mode == "analyze" else "net.mtu/unparsable"
+        return ctx.finding(code, "not recognised: an interface listing (ip addr / ip link / ifconfig)"
+                           if code.endswith("recognised") else "ip addr output could not be parsed",
+                           evidence=ip.problems[:3] or ["(empty)"], remedy="run `ip -j -d addr` by hand")
     dp, how = data_plane(ip.interfaces, prof, {})
     eth = [i for i in dp if classify(i, prof) == "data" and i.up and i.mtu is not None]
     if not eth:
-        return ctx.result(Status.SKIP, "no Ethernet data-plane interface up: MTU not graded",
-                          evidence=[i.line for i in ip.interfaces][:5])
+        return ctx.finding("net.mtu/no-data-nic", "no Ethernet data-plane interface up: MTU not graded",
+                           evidence=[i.line for i in ip.interfaces][:5])
     low = [i for i in eth if (i.mtu or 0) < mtu]
     facts = {"outcome": "local_too_small" if low else "ok", "size": _payload("0.0.0.0", mtu), "mtu": mtu,
              "peers": [], "interfaces": [{"name": i.name, "mtu": i.mtu} for i in eth]}
     if low:
         # auto-detected interfaces may include a management NIC: WARN; declared ones: FAIL
-        status = Status.FAIL if how == "profile" else Status.WARN
-        return ctx.result(status, f"MTU below {mtu} on {', '.join(f'{i.name} ({i.mtu})' for i in low)}",
-                          evidence=[i.line for i in low] + [src],
-                          remedy=f"`ip link set dev <iface> mtu {mtu}` and persist it; test the path with --peers",
-                          facts=facts)
-    return ctx.result(Status.PASS, f"data-plane MTU {mtu} on {', '.join(i.name for i in eth)} (no peers given: "
-                      "path not tested)", evidence=[i.line for i in eth][:8], facts=facts)
+        code = "net.mtu/configured-mtu-below-profile" if how == "profile" else "net.mtu/configured-mtu-low"
+        return ctx.finding(code, f"MTU below {mtu} on {', '.join(f'{i.name} ({i.mtu})' for i in low)}",
+                           evidence=[i.line for i in low] + [src],
+                           remedy=f"`ip link set dev <iface> mtu {mtu}` and persist it; test the path with --peers",
+                           facts=facts)
+    return Findings().result(ctx, f"data-plane MTU {mtu} on {', '.join(i.name for i in eth)} (no peers given: "
+                             "path not tested)", facts, ok_evidence=[i.line for i in eth][:8])
+
+
+# ---------------------------------------------------------------------------------------
+# net.mtu
+
+
+def _grade_live(ctx: CheckContext, peers: list[str], mtu: int, src: str) -> Result:
+    """The ping pair each peer got in this run."""
+    pairs: list[Pair] = []
+    missing: list[str] = []
+    for peer in peers:
+        jrun, srun_ = ctx.attempt(f"ping-jumbo-{peer}"), ctx.attempt(f"ping-small-{peer}")
+        missing += [r.reason for r in (jrun, srun_) if r is not None and r.state is CaptureState.MISSING]
+        jumbo, jnote = _peer_run(jrun, ctx.facts(f"ping-jumbo-{peer}"))
+        small, _ = _peer_run(srun_, ctx.facts(f"ping-small-{peer}"))
+        pairs.append((peer, jumbo, small, jnote))
+    if missing:
+        if ctx.profile.requires_tool("ping"):
+            return ctx.finding("net.mtu/ping-missing-required",
+                               f"ping is missing and profile {ctx.profile.name} requires it",
+                               evidence=missing[:1], remedy="install iputils-ping")
+        return ctx.finding("net.mtu/ping-missing", "ping not found; net.mtu not checked", evidence=missing[:1],
+                           remedy="install iputils-ping")
+    return _grade_peers(ctx, pairs, _payload(peers[0], mtu), [src], mtu)
 
 
 def grade_mtu(ctx: CheckContext) -> Result:
@@ -277,33 +373,19 @@ def grade_mtu(ctx: CheckContext) -> Result:
     peers = list(ctx.options.peers)
     invalid = [p for p in peers if not valid_peer(p)]
     if invalid:
-        return ctx.result(Status.ERROR, f"invalid peer name(s): {', '.join(repr(p) for p in invalid)}",
-                          evidence=[f"peer {p!r} is neither a hostname nor an IP address" for p in invalid],
-                          remedy="give peers as plain hostnames or IP addresses")
+        return ctx.finding("net.mtu/invalid-peer", f"invalid peer name(s): {', '.join(repr(p) for p in invalid)}",
+                           evidence=[f"peer {p!r} is neither a hostname nor an IP address" for p in invalid],
+                           remedy="give peers as plain hostnames or IP addresses")
     if peers and mtu:
-        pairs = []
-        missing: list[str] = []
-        for peer in peers:
-            jrun, srun_ = ctx.attempt(f"ping-jumbo-{peer}"), ctx.attempt(f"ping-small-{peer}")
-            missing += [r.reason for r in (jrun, srun_) if r is not None and r.state is CaptureState.MISSING]
-            jumbo, jnote = _peer_run(jrun, ctx.facts(f"ping-jumbo-{peer}"))
-            small, _ = _peer_run(srun_, ctx.facts(f"ping-small-{peer}"))
-            pairs.append((peer, jumbo, small, jnote))
-        if missing:
-            if prof.requires_tool("ping"):
-                return ctx.result(Status.FAIL, f"ping is missing and profile {prof.name} requires it",
-                                  evidence=missing[:1], remedy="install iputils-ping")
-            return ctx.result(Status.SKIP, "ping not found; net.mtu not checked", evidence=missing[:1],
-                              remedy="install iputils-ping")
-        return _grade_peers(ctx, pairs, _payload(peers[0], mtu), [src], mtu)
+        return _grade_live(ctx, peers, mtu, src)
     if not mtu:  # no peers: the configured MTU of the data-plane interfaces
         why = "peers not pinged" if peers else "no peers"
-        return ctx.result(Status.SKIP, f"no MTU expectation (net.mtu = 0), {why}: MTU not graded",
-                          evidence=[src], remedy="set net.mtu in a site profile to test jumbo frames")
+        return ctx.finding("net.mtu/no-expectation", f"no MTU expectation (net.mtu = 0), {why}: MTU not graded",
+                           evidence=[src], remedy="set net.mtu in a site profile to test jumbo frames")
     ip: IpFacts | None = ctx.facts("ip-addr")
     if ip is None:
-        return ctx.result(Status.SKIP, "no peers and no interface list: MTU not graded",
-                          remedy="give --peers to test the path, or run `ip -j -d addr`")
+        return ctx.finding("net.mtu/no-input", "no peers and no interface list: MTU not graded",
+                           evidence=[src], remedy="give --peers to test the path, or run `ip -j -d addr`")
     return _grade_configured(ctx, ip, mtu, src)
 
 
@@ -320,4 +402,5 @@ register(Check(
     catches="local MTU too small, a hop needing fragmentation, silent jumbo-frame black holes to peers",
 ))
 
-__all__ = ["IPV4_ICMP_HEADERS", "IPV6_ICMP_HEADERS", "grade_mtu", "jumbo_outcome", "mtu_probes", "valid_peer"]
+__all__ = ["CODES", "IPV4_ICMP_HEADERS", "IPV6_ICMP_HEADERS", "grade_mtu", "jumbo_outcome", "mtu_probes",
+           "valid_peer"]

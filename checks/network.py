@@ -3,10 +3,19 @@
 Facts: interfaces (`ip` / `ifconfig`, `preflight.parsers.ip`), link speeds, RDMA device names and
 the job's NCCL/gloo variables (`parsers.sysfs`), `ethtool` links (`parsers.ethtool`) and link
 up/down events from system logs (`parsers.netlog`). The grader tells data-plane NICs from virtual
-ones (bridges, veths, container and overlay interfaces) with the profile's patterns, grades their
-state, MTU, addresses and speed, Ethernet link flaps, and checks that NCCL_SOCKET_IFNAME /
-NCCL_IB_HCA / GLOO_SOCKET_IFNAME name interfaces that exist. A paste that shows some interfaces
-on purpose (`ip addr show DEV`, `ip link`, an ethtool grep) is graded on what it shows.
+ones (bridges, veths, container and overlay interfaces) and wireless ones with the profile's
+patterns, and grades:
+- state: a declared or addressed NIC down (FAIL), a port the system brought up without carrier
+  next to ports that have one (WARN), a bond member without link (WARN); an unused port is a note;
+- MTU: against the profile, and on the node itself (`checks.nic_mtu`): bond members that differ,
+  interfaces of one subnet that differ, ports of one adapter that differ, a bridge or overlay
+  whose MTU does not fit its uplink;
+- addresses: a data NIC without IPv4 next to ones that have it, addresses that failed duplicate
+  address detection;
+- speed (sysfs, ethtool), Ethernet link flaps, and NCCL_SOCKET_IFNAME / NCCL_IB_HCA /
+  GLOO_SOCKET_IFNAME against the interfaces and RDMA devices that exist.
+A paste that shows some interfaces on purpose (`ip addr show DEV`, `ip link`, an ethtool grep) is
+graded on what it shows. Every finding is a code of `checks/policy/network.toml`.
 """
 
 from __future__ import annotations
@@ -17,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.findings import Findings
-from preflight.model import Result, Status
-from preflight.parsers.ethtool import EthtoolFacts
+from preflight.model import Result
+from preflight.parsers.ethtool import EthLink, EthtoolFacts
 from preflight.parsers.ip import Interface, IpFacts
 from preflight.parsers.netlog import LinkEvents
 from preflight.parsers.sysfs import Env, IbDevices, Speeds
@@ -35,12 +44,16 @@ PROBE_IB_DEVICES = Probe.of("ib-devices", ["ls", "-1", "/sys/class/infiniband"],
 PROBE_ENV = Probe.of("env", ["sh", "-c", "env | grep -E '^(NCCL_|TORCH_NCCL_|GLOO_|UCX_|CUDA_VISIBLE_DEVICES=)' || true"],
                      timeout=5)
 
+# link types of tunnels and other interfaces without a device of their own (`link/none`, ...)
+_TUNNEL_LINKS = ("none", "void", "ipip", "gre", "sit", "tunnel6", "gre6", "ip6gre")
+
 
 # ---------------------------------------------------------------------------------------
 # Data-plane classification (the patterns come from the profile)
 
 
-def _match_any(name: str, patterns: Sequence[str]) -> bool:
+def match_any(name: str, patterns: Sequence[str]) -> bool:
+    """`name` matches a glob (`ens*f0`) or starts with a prefix (`docker`) of `patterns`."""
     for p in patterns:
         if any(ch in p for ch in "*?["):
             if fnmatch.fnmatchcase(name, p):
@@ -51,16 +64,18 @@ def _match_any(name: str, patterns: Sequence[str]) -> bool:
 
 
 def classify(iface: Interface, profile: Profile) -> str:
-    """'loopback', 'virtual', 'ipoib' or 'data'."""
+    """'loopback', 'virtual', 'ipoib', 'wireless' or 'data'."""
     if iface.link_type == "loopback" or iface.name == "lo":
         return "loopback"
     if iface.kind and iface.kind in (profile.get("net.virtual_kinds") or []):
         return "virtual"
-    if _match_any(iface.name, profile.get("net.virtual_prefixes") or []):
+    if match_any(iface.name, profile.get("net.virtual_prefixes") or []):
         return "virtual"
-    if iface.link_type == "infiniband" or iface.kind == "ipoib":
+    if iface.link_type == "infiniband" or iface.kind == "ipoib" or (not iface.link_type and is_ib_name(iface.name)):
         return "ipoib"
-    if iface.link_type in ("none", "void", "ipip", "gre", "sit") and not iface.parentbus:
+    if match_any(iface.name, profile.get("net.wireless_prefixes") or []):
+        return "wireless"
+    if iface.link_type in _TUNNEL_LINKS and not iface.parentbus:
         return "virtual"
     return "data"
 
@@ -111,7 +126,7 @@ def data_plane(ifaces: list[Interface], profile: Profile, env: dict[str, str]) -
     names = [i.name for i in ifaces]
     patterns = list(profile.get("net.interfaces") or [])
     if patterns:
-        return [i for i in ifaces if _match_any(i.name, patterns) and classify(i, profile) != "loopback"], "profile"
+        return [i for i in ifaces if match_any(i.name, patterns) and classify(i, profile) != "loopback"], "profile"
     sock = env.get("NCCL_SOCKET_IFNAME", "").strip()
     if sock and not sock.startswith("^"):  # an include list names the data plane; an exclude list does not
         allowed = set(parse_iflist(sock).allowed(names))
@@ -125,34 +140,39 @@ def _first_data(ifaces: list[Interface], profile: Profile) -> list[str]:
     return [i.name for i in ifaces if classify(i, profile) == "data" and i.up and i.global_addresses][:2]
 
 
+# ---------------------------------------------------------------------------------------
+# NCCL / gloo variables
+
+
 def _grade_iflist_env(var: str, value: str, ifaces: list[Interface], profile: Profile, f: Findings,
                       exact_only: bool = False) -> None:
     """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME against the interfaces that exist."""
+    code = "net.nic/gloo-ifname" if exact_only else "net.nic/socket-ifname"
     by_name = {i.name: i for i in ifaces}
     lst = parse_iflist(value)
     if exact_only:  # gloo takes plain, exact names
         lst = IfList(raw=value, exclude=False, exact=True, entries=[e.strip() for e in value.split(",") if e.strip()])
     line = f"{var}={value}"
     if not lst.entries:
-        f.add(Status.WARN, f"{var} is set but empty", [line], f"unset {var} or name the data-plane interface")
+        f.add(f"{code}-empty", f"{var} is set but empty", [line], f"unset {var} or name the data-plane interface")
         return
     if not lst.exclude:
         for e in lst.entries:
             if not [n for n in by_name if lst.matches(e, n)]:
                 known = ", ".join(sorted(by_name)) or "none"
-                f.add(Status.FAIL, f"{var} entry '{e}' matches no interface on this node",
+                f.add(f"{code}-no-match", f"{var} entry '{e}' matches no interface on this node",
                       [line, f"interfaces: {known}"],
                       f"set {var} to this node's data-plane interface (one of: {known}); "
                       "NCCL/gloo will fail to find it or bind another one")
     allowed = lst.allowed(list(by_name))
     bad = [n for n in allowed if classify(by_name[n], profile) in ("loopback", "virtual")]
     if bad:
-        f.add(Status.WARN, f"{var}={value} allows {', '.join(bad)} (loopback/container/virtual interfaces)",
+        f.add(f"{code}-allows-virtual", f"{var}={value} allows {', '.join(bad)} (loopback/container/virtual interfaces)",
               [line] + [by_name[n].line for n in bad],
               f"narrow {var} to the data-plane NICs, e.g. '={','.join(_first_data(ifaces, profile)) or 'eth0'}'")
     usable = [n for n in allowed if by_name[n].up and n not in bad]
     if allowed and not usable and not bad:
-        f.add(Status.FAIL, f"{var}={value}: every interface it selects is down",
+        f.add(f"{code}-all-down", f"{var}={value}: every interface it selects is down",
               [line] + [by_name[n].line for n in allowed], "bring the interface up or point the variable at one that is up")
 
 
@@ -160,126 +180,237 @@ def _grade_ib_hca(value: str, hcas: list[str] | None, f: Findings) -> None:
     line = f"NCCL_IB_HCA={value}"
     lst = parse_iflist(value)
     if hcas is None:
-        f.add(Status.PASS, "NCCL_IB_HCA not compared: /sys/class/infiniband was not read", [line])
+        f.add("net.nic/ib-hca-not-compared", "NCCL_IB_HCA not compared: /sys/class/infiniband was not read", [line])
         return
     if not hcas:
         if not lst.exclude:
-            f.add(Status.FAIL, "NCCL_IB_HCA is set but this node has no RDMA devices", [line, "ib devices: none"],
+            f.add("net.nic/ib-hca-no-rdma-devices", "NCCL_IB_HCA is set but this node has no RDMA devices",
+                  [line, "ib devices: none"],
                   "load the RDMA drivers (mlx5_ib) or unset NCCL_IB_HCA; NCCL will fall back to sockets")
         return
+    devices = "ib devices: " + " ".join(hcas)
     if lst.exclude:
         if not lst.allowed(hcas):
-            f.add(Status.FAIL, f"NCCL_IB_HCA={value} excludes every RDMA device", [line, "ib devices: " + " ".join(hcas)],
+            f.add("net.nic/ib-hca-excludes-all", f"NCCL_IB_HCA={value} excludes every RDMA device", [line, devices],
                   "remove the ^ exclusion or list the HCAs to use")
         return
     for e in lst.entries:
         hits = [h for h in hcas if lst.matches(e, h)]
         if not hits:
-            f.add(Status.FAIL, f"NCCL_IB_HCA entry '{e}' matches no RDMA device", [line, "ib devices: " + " ".join(hcas)],
+            f.add("net.nic/ib-hca-no-match", f"NCCL_IB_HCA entry '{e}' matches no RDMA device", [line, devices],
                   f"set NCCL_IB_HCA to devices that exist here ({', '.join(hcas)}); NCCL will otherwise use "
                   "other HCAs or fall back to sockets")
         elif not lst.exact and len(hits) > 1 and e in hits:
-            f.add(Status.WARN, f"NCCL_IB_HCA prefix '{e}' also matches {', '.join(h for h in hits if h != e)}",
+            f.add("net.nic/ib-hca-prefix-ambiguous",
+                  f"NCCL_IB_HCA prefix '{e}' also matches {', '.join(h for h in hits if h != e)}",
                   [line], f"use '={','.join(lst.entries)}' (exact match) so only the intended HCAs are used")
 
 
+def _grade_env(env: dict[str, str], ip: IpFacts | None, hcas: list[str] | None, prof: Profile, f: Findings) -> None:
+    if ip is not None:
+        if env.get("NCCL_SOCKET_IFNAME"):
+            _grade_iflist_env("NCCL_SOCKET_IFNAME", env["NCCL_SOCKET_IFNAME"], ip.interfaces, prof, f)
+        if env.get("GLOO_SOCKET_IFNAME"):
+            _grade_iflist_env("GLOO_SOCKET_IFNAME", env["GLOO_SOCKET_IFNAME"], ip.interfaces, prof, f, exact_only=True)
+    if env.get("NCCL_IB_HCA"):
+        _grade_ib_hca(env["NCCL_IB_HCA"], hcas, f)
+    expect_net = str(prof.get("nccl.expect_net") or "any")
+    if env.get("NCCL_IB_DISABLE", "").strip() == "1" and expect_net.upper() == "IB":
+        f.add("net.nic/ib-disabled-on-ib-profile", "NCCL_IB_DISABLE=1 forces NCCL onto TCP sockets, but the profile "
+              "expects IB", ["NCCL_IB_DISABLE=1", f"nccl.expect_net = {expect_net} ({prof.source('nccl.expect_net')})"],
+              "unset NCCL_IB_DISABLE in the job environment")
+
+
 # ---------------------------------------------------------------------------------------
-# net.nic
+# interfaces
 
 
 def _presence_findings(ip: IpFacts, prof: Profile, dp: list[Interface], f: Findings) -> None:
     """The profile's data-plane interfaces that are missing; no data-plane NIC at all."""
     ifaces = ip.interfaces
     for p in prof.get("net.interfaces") or []:
-        if not any(_match_any(i.name, [p]) for i in ifaces):
-            f.add(Status.FAIL, f"data-plane interface {p} is missing",
+        if not any(match_any(i.name, [p]) for i in ifaces):
+            f.add("net.nic/declared-nic-missing", f"data-plane interface {p} is missing",
                   [f"interfaces present: {', '.join(i.name for i in ifaces)}",
                    f"net.interfaces = {prof.get('net.interfaces')} ({prof.source('net.interfaces')})"],
                   f"check the NIC/driver for {p} (lspci, dmesg | grep -i mlx5/ice/bnxt); reseat or replace it")
     if not dp:
-        f.add(Status.WARN, "no data-plane NIC found (only loopback/virtual interfaces)", [i.line for i in ifaces][:6],
+        f.add("net.nic/no-data-nic", "no data-plane NIC found (only loopback/virtual/wireless interfaces)",
+              [i.line for i in ifaces][:6],
               "check that the NIC drivers are loaded; inside a container, run preflight on the host network")
 
 
-def _link_findings(i: Interface, prof: Profile, sev: Status, speeds: dict[str, int], f: Findings) -> None:
+def _link_findings(i: Interface, prof: Profile, declared: bool, speeds: dict[str, int], f: Findings) -> None:
     """An up interface's MTU and negotiated speed against the profile."""
     want_mtu = int(prof.get("net.mtu") or 0)
     min_speed = int(prof.get("net.min_speed_mbps") or 0)
     if want_mtu and i.mtu is not None and classify(i, prof) == "data":
         src = f"net.mtu = {want_mtu} ({prof.source('net.mtu')})"
         if i.mtu < want_mtu:
-            f.add(sev, f"{i.name} MTU {i.mtu}, expected {want_mtu}", [i.line, src],
+            f.add("net.nic/declared-mtu-below-profile" if declared else "net.nic/mtu-below-profile",
+                  f"{i.name} MTU {i.mtu}, expected {want_mtu}", [i.line, src],
                   f"`ip link set dev {i.name} mtu {want_mtu}` and persist it (netplan/NetworkManager/ifcfg); "
                   "the switch ports must allow it too")
         elif i.mtu > want_mtu:
-            f.add(Status.WARN, f"{i.name} MTU {i.mtu}, above the expected {want_mtu}", [i.line, src],
+            f.add("net.nic/mtu-above-profile", f"{i.name} MTU {i.mtu}, above the expected {want_mtu}", [i.line, src],
                   f"set {i.name} to MTU {want_mtu} like its peers; larger frames are dropped by peers at {want_mtu}")
     sp = speeds.get(i.name)
     if min_speed and sp is not None and 0 < sp < min_speed:
-        f.add(sev, f"{i.name} links at {sp} Mb/s, expected at least {min_speed}",
+        f.add("net.nic/declared-link-slow" if declared else "net.nic/link-slow",
+              f"{i.name} links at {sp} Mb/s, expected at least {min_speed}",
               [f"/sys/class/net/{i.name}/speed:{sp}",
                f"net.min_speed_mbps = {min_speed} ({prof.source('net.min_speed_mbps')})"],
               f"the link of {i.name} negotiated a lower speed: check the cable/transceiver and the switch port")
 
 
+_CABLE = "check the cable/transceiver and the switch port of {name} (`ip link set {name} up`, `ethtool {name}`)"
+
+
+def _down_finding(i: Interface, declared: bool, requested: bool, carrying: list[Interface], f: Findings) -> bool:
+    """A data-plane interface without link, graded by what says it should carry traffic; True for
+    a port without carrier that is reported with the others (`_no_carrier`)."""
+    state = i.state or "down"
+    cable = _CABLE.format(name=i.name)
+    if declared:
+        f.add("net.nic/declared-nic-down", f"{i.name} is {state}", [i.line], f"{cable}; drain the node until the "
+              "link is up")
+    elif i.global_addresses:
+        f.add("net.nic/addressed-nic-down", f"{i.name} is {state} with address {i.global_addresses[0]}", [i.line],
+              f"{cable}; traffic to its network has no path until the link is up")
+    elif i.no_carrier and (requested or carrying):
+        return True
+    elif requested:
+        f.add("net.nic/requested-nic-down", f"{i.name} is administratively down", [i.line],
+              f"bring {i.name} up (`ip link set {i.name} up`) and configure it, or leave it out of the data plane")
+    else:
+        f.add("net.nic/port-unused", f"{i.name} down with no address (unused port?)")
+    return False
+
+
+def _no_carrier(ports: list[Interface], carrying: list[Interface], f: Findings) -> None:
+    """Ports the system brought up that have no carrier, in one finding."""
+    names = ", ".join(i.name for i in ports)
+    what = f"{ports[0].name} is" if len(ports) == 1 else f"{len(ports)} ports are"
+    others = [c.name for c in carrying[:3]]
+    peers = f" while {', '.join(others)} {'has' if len(others) == 1 else 'have'} one" if others else ""
+    f.add("net.nic/no-carrier", f"{what} up but without carrier ({names}){peers}" if len(ports) > 1
+          else f"{what} up but has no carrier{peers}", [i.line for i in ports],
+          (_CABLE.format(name=ports[0].name) if len(ports) == 1 else "check the cable/transceiver and the switch port "
+           "of each (`ethtool <port>`)") + "; if a port is unused, leave it administratively down")
+
+
+def _member_findings(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
+    """Bond/team members without link: the bond runs degraded (a bridge's ports are not graded)."""
+    by_name = {i.name: i for i in ifaces}
+    for i in ifaces:
+        master = by_name.get(i.master)
+        if not i.master or i.up or classify(i, prof) not in ("data", "ipoib"):
+            continue
+        if (master is not None and classify(master, prof) == "virtual") or i.slave_kind == "bridge":
+            continue
+        f.add("net.nic/bond-member-down", f"{i.name} (member of {i.master}) has no link: {i.master} runs degraded",
+              [i.line] + ([master.line] if master else []), _CABLE.format(name=i.name))
+
+
 def _address_findings(ip: IpFacts, graded: list[Interface], prof: Profile, f: Findings) -> None:
     """An UP data NIC without an IPv4 address next to ones that have one cannot carry IP
-    sockets or RoCEv2 with IPv4 GIDs."""
+    sockets or RoCEv2 with IPv4 GIDs (a bond or NIC whose VLANs carry the addresses is fine)."""
     if not ip.shows_addresses:
         return
-    eth = [i for i in graded if classify(i, prof) == "data"]
+    parents = {i.parent for i in ip.interfaces if i.parent}
+    eth = [i for i in graded if classify(i, prof) == "data" and i.name not in parents]
     with_v4 = [i for i in eth if i.ipv4]
+    if not with_v4:
+        return
     for i in eth:
-        if with_v4 and not i.ipv4 and i not in with_v4:
+        if not i.ipv4:
             only = "only an IPv6 link-local address" if i.addresses else "no address"
-            f.add(Status.WARN, f"{i.name} is up with {only}, unlike {with_v4[0].name} ({with_v4[0].ipv4[0]})",
-                  [i.line, with_v4[0].line],
+            f.add("net.nic/no-ipv4-address", f"{i.name} is up with {only}, unlike {with_v4[0].name} "
+                  f"({with_v4[0].ipv4[0]})", [i.line, with_v4[0].line],
                   f"give {i.name} its IPv4 address (RoCEv2 with IPv4 GIDs and NCCL/gloo sockets need one), or "
                   "leave it out of NCCL_IB_HCA / NCCL_SOCKET_IFNAME")
 
 
+def _dad_findings(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
+    """IPv6 duplicate address detection: a failed address is not used by the kernel."""
+    for i in ifaces:
+        if classify(i, prof) in ("loopback", "virtual"):
+            continue
+        for a in i.flagged("dadfailed"):
+            if a in i.global_addresses:
+                f.add("net.nic/address-dadfailed", f"{i.name}: address {a} failed duplicate address detection",
+                      [i.line], f"another host answers for {a}: find it (`ndisc6`/switch tables) and give one of "
+                      "them another address; the kernel does not use this one")
+            else:
+                f.add("net.nic/link-local-dadfailed", f"{i.name}: link-local {a} failed duplicate address detection",
+                      [i.line], f"another port on the segment has the same MAC-derived address as {i.name} (a "
+                      "duplicate MAC: cloned VM, misconfigured bond); fix the MAC")
+        for a in i.flagged("tentative"):
+            if a not in i.flagged("dadfailed"):
+                f.add("net.nic/address-tentative", f"{i.name}: {a} is tentative (duplicate address detection "
+                      "running)")
+        for a in i.flagged("deprecated"):
+            f.add("net.nic/address-deprecated", f"{i.name}: {a} is deprecated (its preferred lifetime ended)")
+
+
 def _grade_interfaces(ip: IpFacts, prof: Profile, env: dict[str, str], speeds: dict[str, int], f: Findings
                       ) -> tuple[list[Interface], list[Interface], str]:
+    from .nic_mtu import mtu_consistency
+
     dp, how = data_plane(ip.interfaces, prof, env)
-    strict = how in ("profile", "env")
-    sev = Status.FAIL if strict else Status.WARN
-    shown_on_purpose = bool(ip.requested)
-    if not shown_on_purpose:
+    declared = how in ("profile", "env")
+    if not ip.requested:
         _presence_findings(ip, prof, dp, f)
+    carrying = [i for i in dp if i.up and classify(i, prof) == "data"]
+    mtu_consistency(ip.interfaces, prof, f)
     graded: list[Interface] = []
+    unplugged: list[Interface] = []
     for i in dp:
         if i.up:
             graded.append(i)
-            _link_findings(i, prof, sev, speeds, f)
-        elif strict or i.global_addresses or shown_on_purpose:
-            f.add(Status.FAIL, f"{i.name} is {i.state or 'down'}", [i.line],
-                  f"check the cable/switch port of {i.name} (`ip link set {i.name} up`, ethtool {i.name}); "
-                  "drain the node until the link is up")
-        else:
-            f.add(Status.PASS, f"{i.name} down with no address (unused port?)")
+            _link_findings(i, prof, declared, speeds, f)
+        elif _down_finding(i, declared, i.name in ip.requested, carrying, f):
+            unplugged.append(i)
+    if unplugged:
+        _no_carrier(unplugged, carrying, f)
+    _member_findings(ip.interfaces, prof, f)
     _address_findings(ip, graded, prof, f)
+    _dad_findings(ip.interfaces, prof, f)
     return dp, graded, how
 
 
-def _grade_ethtool(eth: EthtoolFacts, prof: Profile, f: Findings) -> list[dict[str, Any]]:
+# ---------------------------------------------------------------------------------------
+# ethtool and the result
+
+
+def _ethtool_link(link: EthLink, prof: Profile, strict: bool, f: Findings) -> None:
     min_speed = int(prof.get("net.min_speed_mbps") or 0)
+    if link.link_detected is False:
+        f.add("net.nic/declared-no-link" if strict else "net.nic/ethtool-no-link", f"{link.name}: no link detected",
+              link.lines, f"check the cable/transceiver and the switch port of {link.name}")
+    if min_speed and link.speed_mbps and link.speed_mbps < min_speed:
+        f.add("net.nic/declared-link-slow" if strict else "net.nic/link-slow",
+              f"{link.name} links at {link.speed_mbps} Mb/s, expected at least {min_speed}",
+              [*link.lines, f"net.min_speed_mbps = {min_speed} ({prof.source('net.min_speed_mbps')})"],
+              f"the link of {link.name} negotiated a lower speed: check the cable/transceiver and the switch port")
+    if link.duplex.lower() == "half":
+        f.add("net.nic/half-duplex", f"{link.name} runs half duplex", link.lines, "fix auto-negotiation on both ends")
+
+
+def _grade_ethtool(eth: EthtoolFacts, prof: Profile, f: Findings) -> list[dict[str, Any]]:
     declared = list(prof.get("net.interfaces") or [])
     out = []
     for link in eth.links:
         out.append({"interface": link.name, "speed_mbps": link.speed_mbps, "duplex": link.duplex, "lanes": link.lanes,
                     "link_detected": link.link_detected})
-        strict = _match_any(link.name, declared) if declared else False
-        if link.link_detected is False:
-            f.add(Status.FAIL if strict else Status.WARN, f"{link.name}: no link detected", link.lines,
-                  f"check the cable/transceiver and the switch port of {link.name}")
-        if min_speed and link.speed_mbps and link.speed_mbps < min_speed:
-            f.add(Status.FAIL if strict else Status.WARN,
-                  f"{link.name} links at {link.speed_mbps} Mb/s, expected at least {min_speed}",
-                  [*link.lines, f"net.min_speed_mbps = {min_speed} ({prof.source('net.min_speed_mbps')})"],
-                  f"the link of {link.name} negotiated a lower speed: check the cable/transceiver and the switch port")
-        if link.duplex.lower() == "half":
-            f.add(Status.WARN, f"{link.name} runs half duplex", link.lines, "fix auto-negotiation on both ends")
+        _ethtool_link(link, prof, match_any(link.name, declared) if declared else False, f)
     return out
+
+
+def _speed_text(mbps: int | None) -> str:
+    if not mbps:
+        return "speed not shown"
+    return f"{mbps // 1000}Gb/s" if mbps >= 1000 else f"{mbps}Mb/s"
 
 
 def _ok_summary(graded: list[Interface], links: list[dict[str, Any]], flaps: list[dict[str, Any]]) -> tuple[str, list[str]]:
@@ -289,14 +420,27 @@ def _ok_summary(graded: list[Interface], links: list[dict[str, Any]], flaps: lis
         parts.append(f"{len(graded)} data-plane NIC(s) up: " + ", ".join(f"{i.name} (mtu {i.mtu})" for i in graded))
         ev.extend(i.line for i in graded)
     for link in links:
-        speed = f"{link['speed_mbps'] // 1000 if link['speed_mbps'] >= 1000 else link['speed_mbps']}" \
-                f"{'G' if link['speed_mbps'] >= 1000 else 'M'}b/s" if link["speed_mbps"] else "speed not shown"
         state = {True: "link up", False: "no link", None: "link state not shown"}[link["link_detected"]]
-        parts.append(f"{link['interface']}: {speed}" + (f", {link['lanes']} lanes" if link["lanes"] else "")
+        parts.append(f"{link['interface']}: {_speed_text(link['speed_mbps'])}"
+                     + (f", {link['lanes']} lanes" if link["lanes"] else "")
                      + (f", {link['duplex']}" if link["duplex"] else "") + f", {state}")
     if flaps:
         parts.append("no link flaps: " + ", ".join(x["interface"] for x in flaps))
     return "; ".join(parts) or "data-plane NICs up", ev
+
+
+def _interface_facts(ip: IpFacts, prof: Profile, speeds: dict[str, int]) -> list[dict[str, Any]]:
+    return [{"name": i.name, "mtu": i.mtu, "state": i.state, "up": i.up, "class": classify(i, prof), "kind": i.kind,
+             "link_type": i.link_type, "addresses": i.addresses, "master": i.master, "speed_mbps": speeds.get(i.name)}
+            for i in ip.interfaces]
+
+
+def _hcas(ctx: CheckContext) -> list[str] | None:
+    """The RDMA devices of /sys/class/infiniband; [] when the listing failed; None when not read."""
+    ibrun, ibdev = ctx.input("ib-devices"), ctx.facts("ib-devices")
+    if ibrun is not None and isinstance(ibdev, IbDevices):
+        return ibdev.names if ibrun.rc == 0 and ibdev.listed else []
+    return None
 
 
 def grade_nic(ctx: CheckContext) -> Result:
@@ -305,44 +449,31 @@ def grade_nic(ctx: CheckContext) -> Result:
     events: LinkEvents | None = ctx.facts("link-events")
     eth_flap_names = [n for n in events.interfaces() if not is_ib_name(n)] if events else []
     if ip is None and eth is None and not eth_flap_names:
-        return ctx.result(Status.SKIP, "no interface list (ip addr), ethtool output or Ethernet link events: "
-                                       "NICs and NCCL interface variables not graded",
-                          remedy="capture `ip -j -d addr` on the node alongside the environment")
+        return ctx.finding("net.nic/no-input", "no interface list (ip addr), ethtool output or Ethernet link events: "
+                           "NICs and NCCL interface variables not graded",
+                           remedy="capture `ip -j -d addr` on the node alongside the environment")
+    if ip is not None and not ip.interfaces:
+        if ctx.options.mode == "analyze":
+            return ctx.finding("net.nic/not-recognised", "not recognised: an interface listing (`N: name: <FLAGS> "
+                               "mtu M ...`, `ip -j` JSON or ifconfig blocks)",
+                               evidence=ip.problems or ["(empty output)"], remedy="paste the whole `ip addr` output")
+        return ctx.finding("net.nic/unparsable", "ip addr output could not be parsed (empty or garbage)",
+                           evidence=ip.problems or ["(empty output)"],
+                           remedy="run `ip -j -d addr` by hand; iproute2 may be broken or too old for -j")
     prof = ctx.profile
     envf: Env | None = ctx.facts("env")
     env = envf.vars if envf else {}
     speedf: Speeds | None = ctx.facts("ip-speed")
     speeds = speedf.mbps if speedf else {}
-    ibrun, ibdev = ctx.input("ib-devices"), ctx.facts("ib-devices")
-    hcas: list[str] | None = None
-    if ibrun is not None and isinstance(ibdev, IbDevices):
-        hcas = ibdev.names if ibrun.rc == 0 and ibdev.listed else []
+    hcas = _hcas(ctx)
     f = Findings()
     facts: dict[str, Any] = {"env": env, "ib_devices": hcas}
     graded: list[Interface] = []
     if ip is not None:
-        if not ip.interfaces:
-            return ctx.result(Status.ERROR, "ip addr output could not be parsed (empty or garbage)",
-                              evidence=ip.problems or ["(empty output)"],
-                              remedy="run `ip -j -d addr` by hand; iproute2 may be broken or too old for -j")
         dp, graded, how = _grade_interfaces(ip, prof, env, speeds, f)
-        ifaces = ip.interfaces
-        for var in ("NCCL_SOCKET_IFNAME",):
-            if env.get(var):
-                _grade_iflist_env(var, env[var], ifaces, prof, f)
-        if env.get("GLOO_SOCKET_IFNAME"):
-            _grade_iflist_env("GLOO_SOCKET_IFNAME", env["GLOO_SOCKET_IFNAME"], ifaces, prof, f, exact_only=True)
-        facts.update(interfaces=[
-            {"name": i.name, "mtu": i.mtu, "state": i.state, "up": i.up, "class": classify(i, prof), "kind": i.kind,
-             "link_type": i.link_type, "addresses": i.addresses, "master": i.master, "speed_mbps": speeds.get(i.name)}
-            for i in ifaces], data_plane=[i.name for i in dp], data_plane_from=how, shown=ip.requested or "all")
-    if env.get("NCCL_IB_HCA"):
-        _grade_ib_hca(env["NCCL_IB_HCA"], hcas, f)
-    expect_net = str(prof.get("nccl.expect_net") or "any")
-    if env.get("NCCL_IB_DISABLE", "").strip() == "1" and expect_net.upper() == "IB":
-        f.add(Status.FAIL, "NCCL_IB_DISABLE=1 forces NCCL onto TCP sockets, but the profile expects IB",
-              ["NCCL_IB_DISABLE=1", f"nccl.expect_net = {expect_net} ({prof.source('nccl.expect_net')})"],
-              "unset NCCL_IB_DISABLE in the job environment")
+        facts.update(interfaces=_interface_facts(ip, prof, speeds), data_plane=[i.name for i in dp],
+                     data_plane_from=how, shown=ip.requested or "all")
+    _grade_env(env, ip, hcas, prof, f)
     links = _grade_ethtool(eth, prof, f) if eth is not None else []
     flaps = grade_flaps(events, eth_flap_names, prof, f, "link") if events is not None else []
     facts.update(links=links, flaps=flaps)
@@ -358,9 +489,12 @@ register(Check(
     required=("ip-addr",),
     inputs=("ip-addr", "ip-speed", "env", "ethtool", "link-events"),
     profile_keys={"net.mtu": int, "net.min_speed_mbps": int, "net.interfaces": list, "net.virtual_prefixes": list,
-                  "net.virtual_kinds": list, "nccl.expect_net": str, "net.link_flaps_fail": int},
-    catches="data-plane NIC missing/down, no IPv4 where its peers have one, wrong MTU or speed, Ethernet link "
-            "flaps, NCCL_SOCKET_IFNAME/NCCL_IB_HCA/GLOO_SOCKET_IFNAME naming no interface or allowing lo/docker0",
+                  "net.virtual_kinds": list, "net.wireless_prefixes": list, "net.encap_overhead": dict,
+                  "net.overlay_prefixes": dict, "nccl.expect_net": str, "net.link_flaps_fail": int},
+    catches="data-plane NIC missing/down or without carrier, no IPv4 where its peers have one, wrong MTU or speed, "
+            "MTU mismatches (bond members, one subnet, one adapter, a bridge/overlay above its uplink), duplicate "
+            "addresses, Ethernet link flaps, NCCL_SOCKET_IFNAME/NCCL_IB_HCA/GLOO_SOCKET_IFNAME naming no interface "
+            "or allowing lo/docker0",
 ))
 
-__all__ = ["IfList", "classify", "data_plane", "grade_nic", "parse_iflist"]
+__all__ = ["IfList", "classify", "data_plane", "grade_nic", "match_any", "parse_iflist"]

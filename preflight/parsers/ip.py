@@ -1,9 +1,17 @@
 """Network interfaces from iproute2 (and ifconfig) as facts.
 
-Forms: `ip -j [-d] addr|link` (JSON), `ip [-d] addr [show DEV]`, `ip link`, the one-line `ip -o
-link|addr` (a `\\` where the multi-line form breaks the line), `ifconfig`. Names may carry a parent
-(`bond0.3000@bond0`, `eth0@if12`); `altname` lines, `master bond0`, SLAVE/MASTER flags, linkinfo kinds
-(`veth`, `bridge`, `vlan`, ...) are kept. A listing of links (`ip link`, `ip -o link`) shows no
+Layouts read (iproute2 3.x - 6.x, net-tools 1.60 and 2.10, BSD ifconfig):
+- `ip [-d] [-s] addr|link [show DEV]`: a header line per interface (`N: name[@parent]: <FLAGS> mtu M
+  ... master B state S ...`), then `link/TYPE`, `altname`, `inet`/`inet6` with their flags
+  (`dynamic`, `tentative`, `dadfailed`, `deprecated`, ...), `-d` linkinfo lines (`bond ...`,
+  `vlan ...`, `bond_slave state ACTIVE mii_status UP ...`, `parentbus pci`) and `-s` counters;
+- the one-line form `ip -o link|addr` (a `\\` where the multi-line form breaks the line);
+- `ip -j [-d] [-s] addr|link` (JSON, `linkinfo` with `info_kind` / `info_slave_kind`);
+- `ip -br link|addr` (name, operstate, then the MAC and flags, or the addresses);
+- `ifconfig` (`eth0: flags=4163<UP,...>  mtu 1500`, BSD `... metric 0 mtu 1500` with `status:`),
+  and the old `eth0   Link encap:Ethernet  HWaddr ...` with `UP ... RUNNING ...  MTU:1500`;
+- fragments such as `ip a | grep mtu` (header lines only).
+Names may carry a parent (`bond0.3000@bond0`, `eth0@if12`). A listing of links shows no
 addresses: `IpFacts.shows_addresses` says so, and graders must not read "no address" into it.
 """
 
@@ -12,11 +20,19 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
+
+# operstates iproute2 prints (ip/ipaddress.c: oper_states[]) that mean the link carries nothing
+_DOWN_STATES = ("DOWN", "LOWERLAYERDOWN", "NOTPRESENT", "DORMANT", "TESTING")
+OPER_STATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP")
+# address flags ip prints after `scope ...` (ip/ipaddress.c: ifa_flag_data[])
+ADDR_FLAGS = ("secondary", "temporary", "nodad", "optimistic", "dadfailed", "home", "deprecated", "tentative",
+              "dynamic", "mngtmpaddr", "noprefixroute", "autojoin", "stable-privacy")
 
 
 @dataclass
@@ -27,22 +43,36 @@ class Interface:
     flags: list[str] = field(default_factory=list)
     link_type: str = ""  # ether, loopback, infiniband, none, ...
     kind: str = ""  # linkinfo kind: veth, bridge, bond, vlan, tun, ...
+    slave_kind: str = ""  # the master's kind for a member: bond, team, bridge, ...
+    slave_state: str = ""  # bond_slave state: ACTIVE, BACKUP
     master: str = ""
     parent: str = ""  # `name@parent`
     addresses: list[str] = field(default_factory=list)
+    addr_flags: dict[str, list[str]] = field(default_factory=dict)  # address -> its flags (tentative, ...)
     altnames: list[str] = field(default_factory=list)
     parentbus: str = ""
+    stats: dict[str, int] = field(default_factory=dict)  # -s counters: rx_errors, tx_dropped, ...
     line: str = ""  # the interface's header line as printed (evidence)
 
     @property
     def up(self) -> bool:
         if self.state == "UP":
             return True
-        if self.state in ("DOWN", "LOWERLAYERDOWN", "NOTPRESENT", "DORMANT"):
+        if self.state in _DOWN_STATES or "NO-CARRIER" in self.flags:
             return False
         # lo, tun and some IPoIB/virtual drivers report UNKNOWN while carrying traffic;
         # ifconfig prints no state: RUNNING is link up
         return "LOWER_UP" in self.flags or ("UP" in self.flags and "RUNNING" in self.flags)
+
+    @property
+    def admin_up(self) -> bool:
+        """Brought up by the system (the UP flag; `ip -br` shows no flags for addresses: the state)."""
+        return "UP" in self.flags or (not self.flags and self.up)
+
+    @property
+    def no_carrier(self) -> bool:
+        """Up administratively but no link (NO-CARRIER; ifconfig: UP without RUNNING)."""
+        return self.admin_up and not self.up
 
     @property
     def slave(self) -> bool:
@@ -56,10 +86,14 @@ class Interface:
     def ipv4(self) -> list[str]:
         return [a for a in self.addresses if ":" not in a.split("/")[0] and _global(a)]
 
+    def flagged(self, flag: str) -> list[str]:
+        """The addresses printed with an address flag (`dadfailed`, `tentative`, `deprecated`)."""
+        return [a for a in self.addresses if flag in self.addr_flags.get(a, [])]
+
 
 def _global(addr: str) -> bool:
     try:
-        a = ipaddress.ip_address(addr.split("/")[0])
+        a = ipaddress.ip_address(addr.split("/")[0].split("%")[0])
     except ValueError:
         return False
     return not (a.is_loopback or a.is_link_local)
@@ -68,7 +102,7 @@ def _global(addr: str) -> bool:
 @dataclass
 class IpFacts:
     interfaces: list[Interface] = field(default_factory=list)
-    form: str = ""  # json | text | oneline | ifconfig
+    form: str = ""  # json | text | oneline | brief | ifconfig
     shows_addresses: bool = False  # the listing includes addresses (an `addr` listing)
     requested: list[str] = field(default_factory=list)  # interfaces the command asked for (`ip addr show X`)
     problems: list[str] = field(default_factory=list)
@@ -85,10 +119,12 @@ def _render(i: Interface) -> str:
     return f"{i.name}: <{flags}> mtu {i.mtu} state {i.state or '?'}{master}{extra} {addrs}".rstrip()
 
 
-def _from_json(text: str) -> list[Interface] | None:
+# ---------------------------------------------------------------------------------------
+# ip -j
+
+
+def _json_list(text: str) -> list[Any] | None:
     start = text.find("[")
-    if start < 0:
-        return None
     try:
         data: Any = json.loads(text[start:].strip())
     except (ValueError, RecursionError):
@@ -96,38 +132,73 @@ def _from_json(text: str) -> list[Interface] | None:
             data, _ = json.JSONDecoder().raw_decode(text[start:])
         except (ValueError, RecursionError):
             return None
-    if not isinstance(data, list):
-        return None
-    out: list[Interface] = []
-    for item in data:
-        if not isinstance(item, dict) or not item.get("ifname"):
-            continue  # some iproute2 versions print empty objects
-        li = item.get("linkinfo")
-        linkinfo: dict[str, Any] = li if isinstance(li, dict) else {}
-        mtu = item.get("mtu")
-        iface = Interface(
-            name=str(item["ifname"]), mtu=mtu if isinstance(mtu, int) else None,
-            state=str(item.get("operstate", "")),
-            flags=[str(f) for f in item.get("flags", []) if isinstance(f, str)],
-            link_type=str(item.get("link_type", "")), kind=str(linkinfo.get("info_kind", "")),
-            master=str(item.get("master", "")), parent=str(item.get("link", "") or ""),
-            parentbus=str(item.get("parentbus", "")),
-            altnames=[str(a) for a in item.get("altnames", []) if isinstance(a, str)],
-        )
-        for a in item.get("addr_info", []) or []:
-            if isinstance(a, dict) and a.get("local"):
-                iface.addresses.append(f"{a['local']}/{a.get('prefixlen', '')}".rstrip("/"))
-        iface.line = _render(iface)
-        out.append(iface)
+    return data if isinstance(data, list) else None
+
+
+def _json_stats(item: dict[str, Any]) -> dict[str, int]:
+    raw = item.get("stats64") or item.get("stats")
+    out: dict[str, int] = {}
+    if not isinstance(raw, dict):
+        return out
+    for way in ("rx", "tx"):
+        counters = raw.get(way)
+        if isinstance(counters, dict):
+            for key in ("errors", "dropped", "carrier_errors"):
+                if isinstance(counters.get(key), int):
+                    out[f"{way}_{key}"] = counters[key]
     return out
 
 
+def _json_interface(item: dict[str, Any]) -> Interface:
+    li = item.get("linkinfo")
+    linkinfo: dict[str, Any] = li if isinstance(li, dict) else {}
+    sd = linkinfo.get("info_slave_data")
+    slave_data: dict[str, Any] = sd if isinstance(sd, dict) else {}
+    mtu = item.get("mtu")
+    iface = Interface(
+        name=str(item["ifname"]), mtu=mtu if isinstance(mtu, int) else None,
+        state=str(item.get("operstate", "")),
+        flags=[str(f) for f in item.get("flags", []) if isinstance(f, str)],
+        link_type=str(item.get("link_type", "")), kind=str(linkinfo.get("info_kind", "")),
+        slave_kind=str(linkinfo.get("info_slave_kind", "")), slave_state=str(slave_data.get("state", "")),
+        master=str(item.get("master", "")), parent=str(item.get("link", "") or ""),
+        parentbus=str(item.get("parentbus", "")),
+        altnames=[str(a) for a in item.get("altnames", []) if isinstance(a, str)],
+        stats=_json_stats(item),
+    )
+    for a in item.get("addr_info", []) or []:
+        if isinstance(a, dict) and a.get("local"):
+            addr = f"{a['local']}/{a.get('prefixlen', '')}".rstrip("/")
+            iface.addresses.append(addr)
+            iface.addr_flags[addr] = [f for f in ADDR_FLAGS if a.get(f) is True]
+    iface.line = _render(iface)
+    return iface
+
+
+def _from_json(text: str) -> list[Interface] | None:
+    data = _json_list(text)
+    if data is None:
+        return None
+    # some iproute2 versions print empty objects between interfaces
+    return [_json_interface(item) for item in data if isinstance(item, dict) and item.get("ifname")]
+
+
+# ---------------------------------------------------------------------------------------
+# text layouts
+
 _HEAD = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@(?P<parent>[^:\s]+))?:\s+<(?P<flags>[^>]*)>\s*(?P<rest>.*)$")
 _ONE_ADDR = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@\S+)?\s+(?P<fam>inet6?)\s+(?P<addr>\S+)")
-_IFCONFIG = re.compile(r"^(?P<name>[^:\s]+):\s+flags=\d+<(?P<flags>[^>]*)>\s+mtu\s+(?P<mtu>\d+)")
-_IFCONFIG_OLD = re.compile(r"^(?P<name>\S+)\s+Link encap:(?P<enc>.+?)(?:\s+HWaddr\s+\S+)?\s*$")
-_KINDS = ("veth", "bridge", "bridge_slave", "bond", "bond_slave", "vlan", "tun", "tap", "dummy", "ifb", "vxlan",
-          "geneve", "macvlan", "ipvlan", "wireguard", "ipoib", "team", "macvtap")
+_IFCONFIG = re.compile(r"^(?P<name>\S+?):\s+flags=\w+<(?P<flags>[^>]*)>(?:\s+metric\s+\d+)?\s+mtu\s+(?P<mtu>\d+)")
+_IFCONFIG_OLD = re.compile(r"^(?P<name>\S+)\s+Link encap:\s*(?P<enc>.+?)(?:\s+HWaddr\s+\S+)?\s*$")
+_OLD_FLAGS = re.compile(r"^(?P<flags>(?:[A-Z]+\s+)*[A-Z]+)\s+MTU:\s*(?P<mtu>\d+)")
+_BRIEF = re.compile(r"^(?P<name>[^\s@]+)(?:@(?P<parent>\S+))?\s+(?P<state>" + "|".join(OPER_STATES)
+                    + r")\b\s*(?P<rest>.*)$")
+_KINDS = ("veth", "bridge", "bond", "vlan", "tun", "tap", "dummy", "ifb", "vxlan", "geneve", "macvlan", "macvtap",
+          "ipvlan", "ipvtap", "wireguard", "ipoib", "team", "gre", "gretap", "ip6gre", "ip6gretap", "ipip", "ip6tnl",
+          "sit", "vti", "vti6", "vrf", "macsec", "openvswitch", "nlmon", "hsr", "bareudp", "xfrm", "erspan", "vcan")
+_SLAVE_KINDS = ("bond_slave", "team_slave", "bridge_slave", "vrf_slave", "openvswitch_slave", "bond_port")
+_ENCAPS = {"ethernet": "ether", "local loopback": "loopback", "infiniband": "infiniband",
+           "point-to-point protocol": "ppp", "unspec": "none"}
 
 
 def _text_lines(doc: Doc) -> list[str]:
@@ -135,7 +206,8 @@ def _text_lines(doc: Doc) -> list[str]:
     out: list[str] = []
     for ln in doc.lines:
         t = ln.text.rstrip()
-        if ("\\" in t and _HEAD.match(t.strip())) or _ONE_ADDR.match(t.strip()):
+        s = t.strip()
+        if "\\" in t and (_HEAD.match(s) or _ONE_ADDR.match(s)):
             parts = [p for p in re.split(r"\s*\\\s*", t) if p.strip()]
             out.append(parts[0].strip())
             out.extend("    " + p.strip() for p in parts[1:])
@@ -144,41 +216,120 @@ def _text_lines(doc: Doc) -> list[str]:
     return out
 
 
+def _prefix_len(mask: str) -> str:
+    """`255.255.255.0` / `0xffffff00` / `24` -> "24" ("" when it is none of these)."""
+    if mask.isdigit():
+        return mask
+    try:
+        value = int(mask, 16) if mask.lower().startswith("0x") else int(ipaddress.IPv4Address(mask))
+    except ValueError:
+        return ""
+    return str(bin(value).count("1"))
+
+
 @dataclass
 class _TextReader:
-    """Reads `ip addr|link` (multi-line or `-o`) and `ifconfig` text: interface header lines,
-    then the lines under the current interface."""
+    """Reads `ip addr|link` (multi-line or `-o`), `ip -br` and `ifconfig` text: interface header
+    lines, then the lines under the current interface."""
 
     facts: IpFacts
     out: list[Interface] = field(default_factory=list)
     by_name: dict[str, Interface] = field(default_factory=dict)
     cur: Interface | None = None
+    stats_head: list[str] = field(default_factory=list)  # the -s column names waiting for their values
 
     def read(self, raw: str) -> None:
         s = raw.strip()
         if not s:
             return
-        m = _HEAD.match(s) if raw[:1].isdigit() else None
-        if m:
-            self._header(m, s)
-            return
-        ma = _ONE_ADDR.match(s) if raw[:1].isdigit() else None
-        if ma:  # ip -o addr: one address per line
-            self.facts.shows_addresses = True
-            self.cur = self._interface(ma.group("name"), s)
-            self.cur.addresses.append(ma.group("addr"))
-            return
-        mi = _IFCONFIG.match(s) if not raw[:1].isspace() else None
-        if mi:
-            self.facts.form = self.facts.form or "ifconfig"
-            self.facts.shows_addresses = True
-            self.cur = Interface(name=mi.group("name"), flags=[f for f in mi.group("flags").split(",") if f],
-                                 mtu=int(mi.group("mtu")), line=s)
-            self.by_name[self.cur.name] = self.cur
-            self.out.append(self.cur)
+        indented = raw[:1].isspace()
+        if not indented and self._starts_interface(raw, s):
             return
         if self.cur is not None:
             self._detail(self.cur, s)
+
+    def _starts_interface(self, raw: str, s: str) -> bool:
+        """A line that names an interface (a header of any layout); False for other lines."""
+        for reader in (self._ip_header, self._one_addr, self._ifconfig, self._ifconfig_old, self._brief):
+            if reader(s):
+                return True
+        return False
+
+    def _ip_header(self, s: str) -> bool:
+        """`N: name[@parent]: <FLAGS> mtu M ... master B state S`."""
+        m = _HEAD.match(s)
+        if not m:
+            return False
+        cur = self._interface(m.group("name"), s.split("\\")[0].strip())
+        cur.flags = cur.flags or [f for f in m.group("flags").split(",") if f]
+        cur.parent = cur.parent or m.group("parent") or ""
+        self.cur = cur
+        rest = m.group("rest")
+        mm = re.search(r"\bmtu (\d+)", rest)
+        cur.mtu = int(mm.group(1)) if mm else cur.mtu
+        ms = re.search(r"\bstate (\S+)", rest)
+        cur.state = ms.group(1) if ms else cur.state
+        mb = re.search(r"\bmaster (\S+)", rest)
+        cur.master = mb.group(1) if mb else cur.master
+        return True
+
+    def _one_addr(self, s: str) -> bool:
+        """`ip -o addr`: `N: name    inet ADDR/LEN ...` (one address per line)."""
+        m = _ONE_ADDR.match(s)
+        if not m:
+            return False
+        self.facts.shows_addresses = True
+        self.cur = self._interface(m.group("name"), s)
+        self._address(self.cur, s[m.start("fam"):])
+        return True
+
+    def _ifconfig(self, s: str) -> bool:
+        """net-tools 2.x / BSD: `name: flags=N<FLAGS> [metric 0] mtu M`."""
+        m = _IFCONFIG.match(s)
+        if not m:
+            return False
+        self.facts.form = "ifconfig"
+        self.facts.shows_addresses = True
+        self.cur = self._interface(m.group("name"), s)
+        self.cur.flags = [f for f in m.group("flags").split(",") if f]
+        self.cur.mtu = int(m.group("mtu"))
+        return True
+
+    def _ifconfig_old(self, s: str) -> bool:
+        """net-tools 1.60: `name  Link encap:Ethernet  HWaddr MAC` (flags and MTU on a later line)."""
+        m = _IFCONFIG_OLD.match(s)
+        if not m:
+            return False
+        self.facts.form = "ifconfig"
+        self.facts.shows_addresses = True
+        self.cur = self._interface(m.group("name"), s)
+        enc = m.group("enc").strip().lower()
+        self.cur.link_type = _ENCAPS.get(enc, enc.split()[0] if enc else "")
+        if self.cur.link_type == "none" and self.cur.name.startswith("ib"):
+            self.cur.link_type = "infiniband"  # old net-tools print IPoIB as UNSPEC
+        return True
+
+    def _brief(self, s: str) -> bool:
+        """`ip -br link|addr`: `name[@parent]  STATE  MAC <FLAGS>` or `name  STATE  ADDR/LEN ...`."""
+        if self.facts.form != "brief":
+            return False
+        m = _BRIEF.match(s)
+        if not m:
+            return False
+        cur = self._interface(m.group("name"), s)
+        cur.parent = m.group("parent") or ""
+        cur.state = m.group("state")
+        rest = m.group("rest")
+        fm = re.search(r"<([^>]*)>", rest)
+        if fm:
+            cur.flags = [f for f in fm.group(1).split(",") if f]
+        else:
+            for tok in rest.split():
+                if "/" in tok:
+                    self.facts.shows_addresses = True
+                    cur.addresses.append(tok)
+        self.cur = cur
+        return True
 
     def _interface(self, name: str, line: str) -> Interface:
         """The interface `name`, new (first named on `line`) or already listed."""
@@ -189,52 +340,61 @@ class _TextReader:
             self.out.append(cur)
         return cur
 
-    def _header(self, m: re.Match[str], s: str) -> None:
-        """`N: name[@parent]: <FLAGS> mtu M ... state S ... master B`."""
-        name = m.group("name")
-        cur = self.by_name.get(name)
-        if cur is None:
-            cur = self._interface(name, s.split("\\")[0].strip())
-            cur.flags = [f for f in m.group("flags").split(",") if f]
-            cur.parent = m.group("parent") or ""
-        self.cur = cur
-        rest = m.group("rest")
-        mm = re.search(r"\bmtu (\d+)", rest)
-        cur.mtu = int(mm.group(1)) if mm else cur.mtu
-        ms = re.search(r"\bstate (\S+)", rest)
-        cur.state = ms.group(1) if ms else cur.state
-        mb = re.search(r"\bmaster (\S+)", rest)
-        cur.master = mb.group(1) if mb else cur.master
-
     def _detail(self, cur: Interface, s: str) -> None:
-        """A line under an interface's header: link type, an address, an altname, a linkinfo kind."""
-        if s.startswith("link/"):
-            cur.link_type = s.split()[0][len("link/"):]
-            _parentbus(cur, s)
-        elif s.startswith(("inet ", "inet6 ")):
-            self.facts.shows_addresses = True
-            self._address(cur, s)
-        elif s.startswith("altname "):
-            cur.altnames.append(s.split()[1] if len(s.split()) > 1 else "")
-        elif s.startswith("ether ") and self.facts.form == "ifconfig":
-            cur.link_type = "ether"
-        else:
-            first = s.split()[0] if s else ""
-            if first in _KINDS and not cur.kind:
-                cur.kind = first
-            _parentbus(cur, s)
+        """A line under an interface's header, by its first word."""
+        first = s.split()[0]
+        handler = _DETAILS.get(first) or _DETAILS.get(first.split("/")[0] + "/")
+        if handler is not None:
+            handler(self, cur, s)
+        elif first in _KINDS and not cur.kind:
+            cur.kind = first
+        elif first in _SLAVE_KINDS:
+            _slave(cur, s)
+        elif self.facts.form == "ifconfig":
+            _ifconfig_detail(cur, s)
+        elif self.stats_head:
+            self._stats_values(cur, s)
+        _parentbus(cur, s)
+
+    def _link(self, cur: Interface, s: str) -> None:
+        cur.link_type = s.split()[0][len("link/"):]
+
+    def _inet(self, cur: Interface, s: str) -> None:
+        self.facts.shows_addresses = True
+        self._address(cur, s)
+
+    def _altname(self, cur: Interface, s: str) -> None:
+        parts = s.split()
+        if len(parts) > 1:
+            cur.altnames.append(parts[1])
+
+    def _stats_names(self, cur: Interface, s: str) -> None:
+        """`RX: bytes packets errors dropped ...` (the values come on the next line)."""
+        way = s.split(":")[0].strip().lower()
+        cols = s.split(":", 1)[1].split() if ":" in s else []
+        self.stats_head = [f"{way}_{c.lower()}" for c in cols] if way in ("rx", "tx") else []
+
+    def _stats_values(self, cur: Interface, s: str) -> None:
+        values = s.split()
+        if all(v.isdigit() for v in values):
+            for key, v in zip(self.stats_head, values):
+                if key.endswith(("_errors", "_dropped", "_carrier")):
+                    cur.stats[key] = int(v)
+        self.stats_head = []
 
     def _address(self, cur: Interface, s: str) -> None:
-        """`inet ADDR/LEN ...` (ifconfig: `inet ADDR netmask M` / `inet6 ADDR prefixlen N`)."""
-        parts = s.split()
-        if len(parts) <= 1:
+        """`inet ADDR/LEN ... scope S FLAGS... LABEL` (ifconfig: `inet ADDR  netmask M`, `inet addr:A ... Mask:M`)."""
+        parts = s.replace("addr:", "addr: ").split()
+        rest = [p for p in parts[1:] if p != "addr:"]
+        if not rest:
             return
-        addr = parts[1]
-        if self.facts.form == "ifconfig" and "/" not in addr:
-            mask = re.search(r"(?:netmask|prefixlen)\s+(\S+)", s)
-            if mask and mask.group(1).isdigit():
-                addr = f"{addr}/{mask.group(1)}"
+        addr = rest[0]
+        if "/" not in addr:
+            mask = re.search(r"(?:netmask|prefixlen|Mask:)\s*(\S+)", s)
+            plen = _prefix_len(mask.group(1)) if mask else ""
+            addr = f"{addr}/{plen}" if plen else addr
         cur.addresses.append(addr)
+        cur.addr_flags[addr] = [p for p in rest[1:] if p in ADDR_FLAGS]
 
     def finish(self) -> list[Interface]:
         for i in self.out:
@@ -242,6 +402,36 @@ class _TextReader:
                 i.kind = "vlan"
             i.line = i.line or _render(i)
         return self.out
+
+
+def _slave(cur: Interface, s: str) -> None:
+    """`bond_slave state ACTIVE mii_status UP ...` / `team_slave` / `bridge_slave state forwarding ...`."""
+    parts = s.split()
+    cur.slave_kind = parts[0].rsplit("_", 1)[0]
+    if "state" in parts[1:-1]:
+        cur.slave_state = parts[parts.index("state") + 1]
+
+
+def _ifconfig_detail(cur: Interface, s: str) -> None:
+    """ifconfig lines: `ether`/`infiniband`/`loop` (net-tools 2), `status: ...` (BSD),
+    `UP BROADCAST RUNNING ...  MTU:1500` (net-tools 1.60)."""
+    first = s.split()[0]
+    kinds = {"ether": "ether", "infiniband": "infiniband", "loop": "loopback", "unspec": "none"}
+    if first in kinds:
+        cur.link_type = kinds[first]
+    elif first == "status:":
+        cur.state = "UP" if s.split(":", 1)[1].strip() == "active" else "DOWN"
+    else:
+        m = _OLD_FLAGS.match(s)
+        if m:
+            cur.flags = m.group("flags").split()
+            cur.mtu = int(m.group("mtu"))
+
+
+_DETAILS: dict[str, Callable[[_TextReader, Interface, str], None]] = {
+    "link/": _TextReader._link, "inet": _TextReader._inet, "inet6": _TextReader._inet,
+    "altname": _TextReader._altname, "RX:": _TextReader._stats_names, "TX:": _TextReader._stats_names,
+}
 
 
 def _parentbus(cur: Interface, s: str) -> None:
@@ -257,13 +447,40 @@ def _from_text(lines: list[str], facts: IpFacts) -> list[Interface]:
     return reader.finish()
 
 
+# ---------------------------------------------------------------------------------------
+# the command line and the document
+
+_REQ_IP = re.compile(r"\bip\b(?:\s+-\S+)*\s+(?:a|ad|addr|address|l|li|link)\s+(?:(?:show|sh|s|list|ls|lst)\s+)?"
+                     r"(?:dev\s+)?([\w.@:-]+)\s*$")
+_REQ_IFCONFIG = re.compile(r"\bifconfig\s+([\w.:-]+)\s*$")
+_NOT_NAMES = ("show", "sh", "s", "list", "ls", "lst", "up", "dynamic", "permanent", "primary", "secondary")
+
+
 def _requested(command: str) -> list[str]:
-    m = re.search(r"\bip\b(?:\s+-\S+)*\s+(?:a|addr|address|l|link)\s+(?:show|s|list|ls)?\s*(?:dev\s+)?([\w.@-]+)\s*$",
-                  command.split("|")[0].strip())
-    if m and m.group(1) not in ("show", "s", "list", "ls", "up"):
-        return [m.group(1).split("@")[0]]
-    m = re.search(r"\bifconfig\s+([\w.-]+)\s*$", command.split("|")[0].strip())
-    return [m.group(1)] if m and not m.group(1).startswith("-") else []
+    """The interfaces `ip addr show X` / `ip link show dev X` / `ifconfig X` asked for (each
+    command of a paste; several commands are joined by ` ; `)."""
+    out: list[str] = []
+    for cmd in command.split(" ; "):
+        head = cmd.split("|")[0].strip()
+        m = _REQ_IP.search(head) or _REQ_IFCONFIG.search(head)
+        if m and m.group(1) not in _NOT_NAMES and not m.group(1).startswith("-"):
+            out.append(m.group(1).split("@")[0])
+    return list(dict.fromkeys(out))
+
+
+def _brief_command(command: str) -> bool:
+    return bool(re.search(r"\bip\b(?:\s+-\S+)*\s+-br(?:ief)?\b", command))
+
+
+def _is_brief(doc: Doc, lines: list[str]) -> bool:
+    """`ip -br`: the command says so, or every line is `name STATE ...` with a flag list or an address."""
+    if _brief_command(doc.command):
+        return True
+    rows = [t.strip() for t in lines if t.strip()]
+    matched = [m for m in (_BRIEF.match(t) for t in rows) if m]
+    if len(rows) < 2 or len(matched) != len(rows):
+        return False
+    return all(re.search(r"<[A-Z_,-]*>|\S+/\d+|^$", m.group("rest")) for m in matched)
 
 
 def parse(doc: Doc) -> IpFacts:
@@ -276,9 +493,12 @@ def parse(doc: Doc) -> IpFacts:
             facts.shows_addresses = '"addr_info"' in text
             return facts
     lines = _text_lines(doc)
-    oneline = any("\\" in ln.text for ln in doc.head(50))
-    facts.form = "oneline" if oneline else "text"
+    if _is_brief(doc, lines):
+        facts.form = "brief"
+    elif any("\\" in ln.text for ln in doc.head(50)):
+        facts.form = "oneline"
     facts.interfaces = _from_text(lines, facts)
+    facts.form = facts.form or "text"
     if not facts.interfaces and text.strip():
         facts.problems = [t for t in text.strip().splitlines()[:3]]
     return facts
@@ -294,11 +514,15 @@ def detect(doc: Doc) -> bool:
         return True
     if sum(1 for t in head if _ONE_ADDR.match(t.strip())) >= 1 and heads == 0:
         return any(" inet" in t and "scope" in t for t in head)
-    return sum(1 for t in head if _IFCONFIG.match(t)) >= 1
+    if any(_IFCONFIG.match(t) for t in head):
+        return True
+    if any(_IFCONFIG_OLD.match(t) for t in head) and any(_OLD_FLAGS.match(t.strip()) for t in head):
+        return True
+    return _is_brief(doc, head) and (_brief_command(doc.command) or len([t for t in head if t.strip()]) >= 2)
 
 
 FORMATS = [Format("ip-addr", detect=detect, priority=60,
-                  description="ip [-j] [-d] addr|link [show DEV], ip -o link|addr, ifconfig")]
+                  description="ip [-j] [-d] [-s] [-o] [-br] addr|link [show DEV], ifconfig (net-tools, BSD)")]
 PARSERS = [ParserSpec("ip-addr", parse)]
 
-__all__ = ["FORMATS", "Interface", "IpFacts", "PARSERS", "detect", "parse"]
+__all__ = ["ADDR_FLAGS", "FORMATS", "Interface", "IpFacts", "OPER_STATES", "PARSERS", "detect", "parse"]

@@ -1,14 +1,18 @@
-"""ping transcripts (iputils, old and new wording; ping6; BusyBox/BSD headers) as facts.
+"""ping transcripts as facts: iputils ping/ping6 (s20121221 - 20250605), BusyBox, BSD/macOS, Windows.
 
 A transcript may hold several runs (a saved session), may stop before the statistics (interrupted,
 or elided by the one who pasted it), and errors may come before any header (a name that does not
 resolve). Each run keeps the replies it saw by sequence number, the errors by kind (local
 "message too long" with the MTU, a hop's "Frag needed" / "Packet too big" with its MTU, host or
-net unreachable, unresolved name) and the statistics when printed.
+net unreachable, unresolved name), the probes that went unanswered ("no answer yet", "Request
+timeout") and the statistics when printed. Whether a run forbade fragmenting (`-M do`, BSD `-D`,
+Windows `-f`) comes from its command line when the paste shows it. Lines are found anywhere in a
+line, so a log prefix the framing layer does not know does not hide them.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,22 +20,40 @@ from dataclasses import dataclass, field
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
-_HEAD = re.compile(r"^PING\s+(?P<target>\S+?)\s*\((?P<addr>[^)]*)\)\s*:?\s*"
+# IPv4 (20) + ICMP (8) headers; IPv6 (40) + ICMPv6 (8): protocol constants, not thresholds.
+IPV4_ICMP_HEADERS = 28
+IPV6_ICMP_HEADERS = 48
+
+_P = r"(?:^|(?<=[\s:\]>|)]))"  # a message starts a line or follows a prefix the framing left
+_HEAD = re.compile(_P + r"PING\s+(?P<target>[^\s(]+)\s*\((?P<addr>[^)]*)\)\s*(?:,\s*flow\s+0x[0-9a-f]+,\s*)?"
+                   r"(?:from\s+\S+?(?:\s+[^\s:]+)?\s*:\s*)?:?\s*"
                    r"(?:(?P<size>\d+)\((?P<frame>\d+)\) bytes of data|(?P<size2>\d+) data bytes)", re.I)
-_REPLY = re.compile(r"^(?P<bytes>\d+) bytes from (?P<src>.+?):\s+(?:icmp_)?seq=(?P<seq>\d+)", re.I)
-_STATS = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received(?:, \+(\d+) errors)?"
-                    r"(?:, \+\d+ duplicates)?(?:, \+\d+ corrupted)?, ([\d.]+)% packet loss", re.I)
-_LOCAL_TOO_LONG = re.compile(r"local error: message too long(?:, mtu[ =]+(\d+))?|sendmsg: message too long|"
-                             r"sendto: message too long", re.I)
-_FRAG = re.compile(r"From (?P<src>\S+(?: \([^)]*\))?).*?(?:icmp_seq=(?P<seq>\d+) )?Frag(?:mentation)? needed"
-                   r"(?: and DF set)?(?: \(mtu = (?P<mtu>\d+)\))?", re.I)
-_PKT_TOO_BIG = re.compile(r"From (?P<src>\S+(?: \([^)]*\))?).*?(?:icmp_seq=(?P<seq>\d+) )?Packet too big: mtu=(?P<mtu>\d+)",
-                          re.I)
-_UNREACH = re.compile(r"Destination (?:Host|Net|Network|Port) Unreachable|Network is unreachable|No route to host",
-                      re.I)
+_HEAD_BSD6 = re.compile(_P + r"PING6\((?P<frame>\d+)=\d+\+\d+\+(?P<size>\d+) bytes\)\s+\S+\s+-->\s+(?P<target>\S+)")
+_HEAD_WIN = re.compile(_P + r"Pinging\s+(?P<target>\S+)\s+(?:\[(?P<addr>[^\]]+)\]\s+)?with\s+(?P<size>\d+)\s+bytes of data",
+                       re.I)
+_REPLY = re.compile(r"(?<![\w.])(?P<bytes>\d+) bytes from (?P<src>.+?)[:,]\s+(?:icmp_)?seq=(?P<seq>\d+)", re.I)
+_REPLY_WIN = re.compile(_P + r"Reply from (?P<src>[^:]+):\s+bytes[=<](?P<bytes>\d+)", re.I)
+_STATS = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) (?:packets )?received(?P<extra>(?:, \+\d+ \w+)*)"
+                    r"(?:, (?P<loss>[\d.]+)% packet loss)?", re.I)
+_STATS_WIN = re.compile(r"Packets: Sent = (?P<tx>\d+), Received = (?P<rx>\d+), Lost = \d+ \((?P<loss>[\d.]+)% loss\)",
+                        re.I)
+_LOCAL_TOO_LONG = re.compile(r"local error: message too long(?:,\s*mtu\s*[=:]\s*(\d+))?|"
+                             r"send(?:msg|to)(?:\(\))?: message too long|"
+                             r"Packet needs to be fragmented but DF set", re.I)
+_FROM = r"(?:From\s+(?P<src>\S+?(?:\s+\([^)]*\))?):?\s+|(?P<bsd>\d+) bytes from (?P<bsdsrc>\S+?):\s+)"
+_FRAG = re.compile(_FROM + r"(?:icmp_seq=(?P<seq>\d+)\s+)?Frag(?:mentation)? needed(?: and DF set)?"
+                   r"(?:\s*\((?:mtu|MTU)\s*=?\s*(?P<mtu>\d+)\))?", re.I)
+_PKT_TOO_BIG = re.compile(_FROM + r"(?:icmp_seq=(?P<seq>\d+)\s+)?Packet too big:?\s*mtu\s*[=:]?\s*(?P<mtu>\d+)", re.I)
+_UNREACH = re.compile(r"Destination (?:Host|Net|Network|Port|Protocol) (?:Unreachable|Unknown|Prohibited)|"
+                      r"Destination unreachable|Network is unreachable|No route to host|Host is down|"
+                      r"Time to live exceeded|Time exceeded|Communication prohibited|Packet filtered|"
+                      r"General failure", re.I)
 _UNRESOLVED = re.compile(r"Name or service not known|unknown host|Temporary failure in name resolution|"
-                         r"No address associated with hostname|cannot resolve", re.I)
-_CMD = re.compile(r"\bping6?\b(?P<args>.*)$")
+                         r"No address associated with hostname|cannot resolve|Name does not resolve|bad address|"
+                         r"nodename nor servname provided|could not find host", re.I)
+_TIMEOUT = re.compile(r"no answer yet for icmp_seq=(?P<seq>\d+)|Request timeout for icmp_seq (?P<seq2>\d+)|"
+                      r"(?P<win>Request timed out)", re.I)
+_CMD = re.compile(r"(?:^|[\s/;|&(])(?:ping6?|PING|ping\.exe)(?=\s|$)(?P<args>.*)$")
 
 
 @dataclass
@@ -39,26 +61,33 @@ class PingRun:
     target: str = ""
     address: str = ""
     size: int | None = None  # payload bytes (-s)
-    frame: int | None = None  # IP packet size as ping prints it (size + headers)
+    frame: int | None = None  # IP packet size (as ping prints it, else size + headers)
     transmitted: int | None = None
     received: int | None = None
     errors: int = 0
     loss: float | None = None  # percent, from the statistics
     replies: list[int] = field(default_factory=list)  # sequence numbers that got a reply
     error_seqs: list[int] = field(default_factory=list)  # sequence numbers that got an ICMP error
+    timeouts: list[int] = field(default_factory=list)  # probes reported unanswered (no answer yet, Request timeout)
     local_too_long_mtu: int | None = None
     local_too_long: bool = False
     frag_needed_mtu: int | None = None
     frag_from: str = ""
     unreachable: bool = False
     unresolved: bool = False
-    df: bool | None = None  # `-M do` on the command line (None: command not shown)
+    df: bool | None = None  # fragmenting forbidden (`-M do`); None: command not shown
+    flavor: str = "iputils"  # iputils | bsd | windows (the header's layout)
     stats: bool = False  # the statistics lines were printed
     lines: list[str] = field(default_factory=list)
 
     @property
     def ok_replies(self) -> int:
         return self.received if self.received is not None else len(set(self.replies))
+
+    @property
+    def reported_mtu(self) -> int | None:
+        """The MTU an error reported: the local one (message too long), else the hop's."""
+        return self.local_too_long_mtu or self.frag_needed_mtu
 
 
 @dataclass
@@ -67,54 +96,79 @@ class PingFacts:
     excerpt: bool = False
 
 
-def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
-    """The runs of a ping transcript, in order; `command` (the ping command line) says whether
-    the runs forbade fragmenting (`-M do`)."""
-    runs: list[PingRun] = []
-    cur: PingRun | None = None
-    df = None
+def df_of(command: str, flavor: str = "iputils") -> bool | None:
+    """Whether a ping command line forbids fragmenting: iputils `-M do|probe` (another `-M`, or
+    none: the kernel may fragment locally), BSD/macOS `-D`, Windows `-f`; None when `command` is
+    not a ping command line. (iputils' own -D prints time stamps and -f floods.)"""
     cm = _CMD.search(command or "")
-    if cm:
-        df = bool(re.search(r"-M\s*do\b|-D\b", cm.group("args")))
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
-        m = _HEAD.match(line)
-        if m:
-            cur = _new_run(m, line, df)
-            runs.append(cur)
-            continue
-        if cur is None:
-            # errors printed before any PING header (unresolvable name, no route)
-            if _UNRESOLVED.search(line) or _UNREACH.search(line) or _LOCAL_TOO_LONG.search(line):
-                cur = PingRun(df=df)
-                runs.append(cur)
-            else:
-                # a ping command line without a prompt (an indented transcript) names the target
-                pm = re.match(r"^(?:sudo\s+)?ping6?\s+(?P<args>.+)$", line)
-                if pm:
-                    df = bool(re.search(r"-M\s*do\b", pm.group("args")))
-                continue
-        for find, on_match in _RUN_LINES:  # the first kind that matches says what the line is
-            mm = find(line)
-            if mm:
-                on_match(cur, mm, line)
-                break
-    return runs
+    if not cm:
+        return None
+    args = cm.group("args")
+    if flavor == "bsd":
+        return bool(re.search(r"(?:^|\s)-[a-zA-Z]*D", args))
+    if flavor == "windows":
+        return bool(re.search(r"(?:^|\s)[-/]f\b", args))
+    pm = re.search(r"(?:^|\s)-M\s*(\w+)", args)
+    return bool(pm) and pm.group(1) in ("do", "probe")
 
 
-def _new_run(m: re.Match[str], line: str, df: bool | None) -> PingRun:
-    """A run from its `PING target (address) size(frame) bytes of data` header."""
-    size = m.group("size") or m.group("size2")
-    run = PingRun(target=m.group("target"), address=m.group("addr").strip(), size=int(size) if size else None,
-                  frame=int(m.group("frame")) if m.group("frame") else None, df=df)
+def _frame(size: int | None, address: str) -> int | None:
+    if size is None:
+        return None
+    try:
+        v6 = ipaddress.ip_address(address.split("%")[0]).version == 6
+    except ValueError:
+        v6 = ":" in address
+    return size + (IPV6_ICMP_HEADERS if v6 else IPV4_ICMP_HEADERS)
+
+
+def _new_run(line: str) -> PingRun | None:
+    """A run from its header: `PING target (address) size(frame) bytes of data` (iputils),
+    `PING target (address): size data bytes` (BSD, BusyBox), `PING6(frame=40+8+size bytes) src --> dst`,
+    `Pinging target [address] with size bytes of data:` (Windows)."""
+    m = _HEAD.search(line)
+    if m:
+        size_text = m.group("size") or m.group("size2")
+        size = int(size_text) if size_text else None
+        run = PingRun(target=m.group("target"), address=m.group("addr").strip(), size=size,
+                      frame=int(m.group("frame")) if m.group("frame") else None,
+                      flavor="bsd" if re.search(r"\)\s*:\s*\d+ data bytes", line) else "iputils")
+    else:
+        m6 = _HEAD_BSD6.search(line)
+        mw = _HEAD_WIN.search(line) if m6 is None else None
+        if m6:
+            run = PingRun(target=m6.group("target"), address=m6.group("target"), size=int(m6.group("size")),
+                          frame=int(m6.group("frame")), flavor="bsd")
+        elif mw:
+            run = PingRun(target=mw.group("target"), address=mw.group("addr") or mw.group("target"),
+                          size=int(mw.group("size")), flavor="windows")
+        else:
+            return None
+    run.frame = run.frame or _frame(run.size, run.address)
     run.lines.append(line)
     return run
 
 
+def _seq(m: re.Match[str], *names: str) -> int | None:
+    for name in names:
+        if m.group(name):
+            return int(m.group(name))
+    return None
+
+
 def _on_reply(run: PingRun, m: re.Match[str], line: str) -> None:
     run.replies.append(int(m.group("seq")))
+
+
+def _on_reply_win(run: PingRun, m: re.Match[str], line: str) -> None:
+    """Windows prints no sequence number: replies are numbered in order."""
+    run.replies.append(len(run.replies) + len(run.timeouts) + 1)
+
+
+def _on_timeout(run: PingRun, m: re.Match[str], line: str) -> None:
+    seq = _seq(m, "seq", "seq2")
+    run.timeouts.append(seq if seq is not None else len(run.replies) + len(run.timeouts) + 1)
+    run.lines.append(line)
 
 
 def _on_local_too_long(run: PingRun, m: re.Match[str], line: str) -> None:
@@ -126,7 +180,7 @@ def _on_local_too_long(run: PingRun, m: re.Match[str], line: str) -> None:
 
 def _on_frag_needed(run: PingRun, m: re.Match[str], line: str) -> None:
     """A hop's `Frag needed` / `Packet too big`, with the MTU it allows."""
-    run.frag_from = m.group("src")
+    run.frag_from = m.group("src") or m.group("bsdsrc")
     if m.group("mtu"):
         run.frag_needed_mtu = int(m.group("mtu"))
     if m.group("seq"):
@@ -148,36 +202,107 @@ def _on_unreachable(run: PingRun, m: re.Match[str], line: str) -> None:
 
 
 def _on_stats(run: PingRun, m: re.Match[str], line: str) -> None:
-    run.transmitted = int(m.group(1))
-    run.received = int(m.group(2))
-    run.errors = int(m.group(3) or 0)
-    run.loss = float(m.group(4))
+    run.transmitted = int(m.group("tx"))
+    run.received = int(m.group("rx"))
+    em = re.search(r"\+(\d+) errors", m.groupdict().get("extra") or "")
+    run.errors = int(em.group(1)) if em else 0
+    run.loss = float(m.group("loss")) if m.group("loss") else None
     run.stats = True
     run.lines.append(line)
 
 
+Finder = Callable[[str], "re.Match[str] | None"]
+Handler = Callable[[PingRun, "re.Match[str]", str], None]
 # The lines of a run by kind, tried in order: (finder, handler)
-_RUN_LINES: tuple[tuple[Callable[[str], re.Match[str] | None], Callable[[PingRun, re.Match[str], str], None]], ...] = (
-    (_REPLY.match, _on_reply), (_LOCAL_TOO_LONG.search, _on_local_too_long), (_FRAG.search, _on_frag_needed),
-    (_PKT_TOO_BIG.search, _on_frag_needed), (_UNRESOLVED.search, _on_unresolved), (_UNREACH.search, _on_unreachable),
-    (_STATS.search, _on_stats),
+_RUN_LINES: tuple[tuple[Finder, Handler], ...] = (
+    (_REPLY.search, _on_reply), (_REPLY_WIN.search, _on_reply_win), (_LOCAL_TOO_LONG.search, _on_local_too_long),
+    (_FRAG.search, _on_frag_needed), (_PKT_TOO_BIG.search, _on_frag_needed), (_UNRESOLVED.search, _on_unresolved),
+    (_UNREACH.search, _on_unreachable), (_TIMEOUT.search, _on_timeout), (_STATS.search, _on_stats),
+    (_STATS_WIN.search, _on_stats),
 )
+_ORPHAN = (_UNRESOLVED, _UNREACH, _LOCAL_TOO_LONG)  # lines that make a run even before any header
+
+
+def _assign_df(runs: list[PingRun], headed: list[PingRun], command: str, inline: dict[int, str]) -> None:
+    """Each run's `df` from the command lines: its own line inside the text, else one per run
+    when the paste shows as many commands as headers (several prompts), else the one setting
+    they all share."""
+    cmds = [c for c in command.split(" ; ") if _CMD.search(c)]
+    for run in runs:
+        if id(run) in inline:
+            run.df = df_of(inline[id(run)], run.flavor)
+        elif len(cmds) == len(headed) and run in headed:
+            run.df = df_of(cmds[headed.index(run)], run.flavor)
+        else:
+            dfs = {df_of(c, run.flavor) for c in cmds}
+            run.df = dfs.pop() if len(dfs) == 1 else None
+
+
+def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
+    """The runs of a ping transcript, in order; `command` (the ping command line(s) of the paste)
+    says whether the runs forbade fragmenting."""
+    runs: list[PingRun] = []
+    headed: list[PingRun] = []
+    inline: dict[int, str] = {}  # runs whose command line is inside the text (no prompt)
+    pending = ""
+    cur: PingRun | None = None
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        run = _new_run(line) if "PING" in line.upper() else None
+        if run is not None:
+            cur = run
+            runs.append(run)
+            headed.append(run)
+            if pending:
+                inline[id(run)] = pending
+                pending = ""
+            continue
+        pm = re.match(r"^(?:sudo\s+)?(?:ping6?|ping\.exe)\s+(?P<args>.+)$", line)
+        if pm:  # a ping command line inside the text (an indented transcript, no prompt)
+            pending = line
+            continue
+        if cur is None:
+            if any(rx.search(line) for rx in _ORPHAN):  # errors printed before any header
+                cur = PingRun()
+                runs.append(cur)
+            else:
+                continue
+        for find, on_match in _RUN_LINES:  # the first kind that matches says what the line is
+            mm = find(line)
+            if mm:
+                on_match(cur, mm, line)
+                break
+    _assign_df(runs, headed, command, inline)
+    return runs
 
 
 def parse(doc: Doc) -> PingFacts:
     return PingFacts(runs=parse_runs([ln.text for ln in doc.lines], doc.command), excerpt=doc.excerpt)
 
 
+def _is_header(t: str) -> bool:
+    return bool(_HEAD.search(t) or _HEAD_BSD6.search(t) or _HEAD_WIN.search(t))
+
+
+def _is_result(t: str) -> bool:
+    return any(rx.search(t) for rx in (_STATS, _STATS_WIN, _REPLY, _REPLY_WIN, _FRAG, _PKT_TOO_BIG, _LOCAL_TOO_LONG,
+                                       _UNREACH, _TIMEOUT))
+
+
 def detect(doc: Doc) -> bool:
     head = [ln.text.strip() for ln in doc.head(400)]
-    if not any(_HEAD.match(t) for t in head):
-        return False
-    return any(_STATS.search(t) or _REPLY.match(t) or _FRAG.search(t) or _PKT_TOO_BIG.search(t)
-               or _LOCAL_TOO_LONG.search(t) or _UNREACH.search(t) for t in head) or doc.excerpt
+    if not any(_is_header(t) for t in head):
+        # a run of errors under a ping command line (no header printed: the name did not resolve)
+        return _CMD.search(doc.command or "") is not None and any(rx.search(t) for t in head for rx in _ORPHAN)
+    return any(_is_result(t) for t in head) or doc.excerpt
 
 
-FORMATS = [Format("ping", detect=detect, priority=55, description="ping transcript (iputils, ping6), any -M do size")]
+FORMATS = [Format("ping", detect=detect, priority=55,
+                  description="ping transcript (iputils ping/ping6, BusyBox, BSD/macOS, Windows), any size")]
 PARSERS = [ParserSpec("ping", parse), ParserSpec("ping-jumbo-", parse, prefix=True),
            ParserSpec("ping-small-", parse, prefix=True)]
 
-__all__ = ["FORMATS", "PARSERS", "PingFacts", "PingRun", "detect", "parse", "parse_runs"]
+__all__ = ["FORMATS", "IPV4_ICMP_HEADERS", "IPV6_ICMP_HEADERS", "PARSERS", "PingFacts", "PingRun", "detect", "df_of",
+           "parse", "parse_runs"]

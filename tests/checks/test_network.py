@@ -131,7 +131,8 @@ def test_nic_wrong_mtu_auto_detected_is_warn() -> None:
 def test_nic_data_nic_down_fails() -> None:
     [r] = nic("ip_j_d_addr_data_nic_down.json")
     assert r.status is Status.FAIL
-    assert r.summary == "ens9f0np0 is DOWN"
+    assert r.summary == "ens9f0np0 is DOWN with address 10.45.3.21/16"
+    assert r.facts["codes"] == ["net.nic/addressed-nic-down"]
     assert "cable" in r.remedy
 
 

@@ -40,7 +40,7 @@ def test_ip_o_link_one_line_form_bond_slaves_vlans():
 def test_ifconfig():
     f = facts_of("ip-addr", fixture_text("ip/ifconfig_two_nics.txt"))
     by = f.by_name()  # type: ignore[attr-defined]
-    assert by["eno1"].up and by["eno1"].mtu == 1500 and by["eno1"].ipv4 == ["10.10.4.21"]
+    assert by["eno1"].up and by["eno1"].mtu == 1500 and by["eno1"].ipv4 == ["10.10.4.21/24"]
     assert not by["ens3f0np0"].up and by["ens3f0np0"].mtu == 9000  # UP but not RUNNING: no carrier
 
 
