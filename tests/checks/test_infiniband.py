@@ -231,3 +231,215 @@ def test_probe_falls_back_to_ibv_devinfo(tmp_path: Path, monkeypatch: pytest.Mon
     cap = run_probe(ib.PROBE)
     assert cap.argv == ["ibv_devinfo", "-v"] and cap.rc == 0
     assert grade("ib.hca", {"ibstat": cap})[0].status is Status.FAIL
+
+
+# --------------------------------------------------------------------------------------------
+# every layout and state of the tools (rdma-core: ibstat.c, ibstatus, devinfo.c)
+
+
+def test_parse_ibstat_one_port_form():
+    """`ibstat mlx5_3 1`: "CA: '<name>'" and the port's lines without indentation."""
+    rep = parse(fixture_text("ib/ibstat_one_port_mlx5_3_400.txt"))
+    assert rep.kind == "ibstat" and [p.fact() for p in rep.ports] == [
+        {"ca": "mlx5_3", "port": 1, "state": "Active", "physical_state": "LinkUp", "rate": 400,
+         "link_layer": "InfiniBand", "ca_type": "", "firmware": "", "lid": 77, "sm_lid": 1}]
+    assert ibp.detect(frame(fixture_text("ib/ibstat_one_port_mlx5_3_400.txt")).docs[0])
+
+
+def test_parse_ibstatus_active_defer_hex_lids_and_phy_test():
+    rep = parse(fixture_text("ib/ibstatus_active_defer_hex_lid_phy_test.txt"))
+    got = [(p.ca, p.state, p.physical_state, p.rate, p.lid, p.sm_lid, p.link_layer) for p in rep.ports]
+    assert got == [("mlx5_0", "Active", "LinkUp", 400.0, 0x1A3, 1, "InfiniBand"),
+                   ("mlx5_1", "Down", "PhyTest", 10.0, 65535, 0, "InfiniBand"),
+                   ("mlx5_2", "Initializing", "LinkUp", 400.0, 0x1A5, 1, "InfiniBand")]
+    assert all(p.known for p in rep.ports)
+
+
+def test_ibstatus_grading_names_no_lid_and_no_subnet_manager():
+    r = one(fixture_text("ib/ibstatus_active_defer_hex_lid_phy_test.txt"), argv=["ibstatus"])
+    assert r.status is Status.FAIL and r.facts["codes"] == ["ib.hca/compute-port-down"]
+    assert "mlx5_1 Down/PhyTest, mlx5_2 Initializing/LinkUp" in r.summary
+    assert "mlx5_1 port 1 is PhyTest: the link is not up" in r.remedy
+    assert "mlx5_2 port 1 has link but is Initializing: no subnet manager" in r.remedy
+
+
+@pytest.mark.parametrize("value,state", [
+    ("PORT_ACTIVE (4)", "Active"), ("PORT_ACTIVE_DEFER (5)", "Active"), ("PORT_DOWN (1)", "Down"),
+    ("PORT_INIT (2)", "Initializing"), ("PORT_ARMED (3)", "Armed"), ("4: ACTIVE", "Active"),
+    ("5: ACTIVE_DEFER", "Active"), ("2: INIT", "Initializing"), ("3: ARMED", "Armed"), ("1: DOWN", "Down"),
+    ("Active", "Active"), ("Initializing", "Initializing"), ("Armed", "Armed"), ("Down", "Down"),
+    ("invalid state (7)", "invalid state"), ("???", "???"),
+])
+def test_port_states(value, state):
+    text = f"hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\t{value}\n\t\t\tlink_layer:\t\tInfiniBand\n"
+    [p] = parse(text).ports
+    assert p.state == state
+    assert p.known is (state in ("Active", "Down", "Initializing", "Armed"))
+
+
+@pytest.mark.parametrize("value,phys", [
+    ("LINK_UP (5)", "LinkUp"), ("POLLING (2)", "Polling"), ("DISABLED (3)", "Disabled"), ("SLEEP (1)", "Sleep"),
+    ("PORT_CONFIGURATION TRAINNING (4)", "PortConfigurationTraining"), ("LINK_ERROR_RECOVERY (6)", "LinkErrorRecovery"),
+    ("PHY TEST (7)", "PhyTest"), ("invalid physical state (9)", "invalid physical state"),
+])
+def test_ibv_devinfo_physical_states(value, phys):
+    text = (f"hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tlink_layer:\t\tInfiniBand\n"
+            f"\t\t\tphys_state:\t\t{value}\n")
+    [p] = parse(text).ports
+    assert p.physical_state == phys and p.known is (phys != "invalid physical state")
+
+
+@pytest.mark.parametrize("value,phys", [
+    ("LinkUp", "LinkUp"), ("Polling", "Polling"), ("Disabled", "Disabled"), ("Sleep", "Sleep"),
+    ("PortConfigurationTraining", "PortConfigurationTraining"), ("LinkErrorRecovery", "LinkErrorRecovery"),
+    ("PhyTest", "PhyTest"), ("No state change", "Nop"), ("4: PortConfigurationTraining", "PortConfigurationTraining"),
+    ("6: LinkErrorRecovery", "LinkErrorRecovery"),
+])
+def test_ibstat_physical_states(value, phys):
+    text = f"CA 'mlx5_0'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: {value}\n\t\tRate: 10\n"
+    [p] = parse(text).ports
+    assert p.physical_state == phys and p.known
+
+
+def test_switch_and_router_node_types_and_fdr10_rate():
+    text = ("Switch 'mlx5_0'\n\tSwitch type: MT54000\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n"
+            "\t\tPhysical state: LinkUp\n\t\tRate: 40 (FDR10)\n\t\tLink layer: InfiniBand\n"
+            "Router 'r0'\n\tRouter type: MT4119\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n"
+            "\t\tRate: 2.5\n")
+    rep = parse(text)
+    assert [(p.ca, p.ca_type, p.rate) for p in rep.ports] == [("mlx5_0", "MT54000", 40.0), ("r0", "MT4119", 2.5)]
+
+
+def test_ibv_devinfo_mtus_and_lids():
+    rep = parse(fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt"))
+    assert [(p.ca, p.max_mtu, p.active_mtu, p.lid, p.sm_lid, p.ca_type) for p in rep.ports] == [
+        ("mlx5_4", 4096, 1024, 0, 0, "MT4129"), ("mlx5_5", 4096, 2048, 210, 12, "MT4129")]
+    assert rep.ports[0].fact()["active_mtu"] == 1024 and "max_mtu" in rep.ports[1].fact()
+
+
+def test_reduced_mtu_warns_per_link_layer():
+    r = one(fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt"), argv=["ibv_devinfo"])
+    assert r.status is Status.WARN and r.facts["codes"] == ["ib.hca/mtu-reduced"]
+    assert "active MTU below the port's maximum: mlx5_4 1024 of 4096, mlx5_5 2048 of 4096" in r.summary
+    assert "mlx5_4: RoCE uses the largest IB MTU that fits the netdev's MTU" in r.remedy
+    assert "mlx5_5: the subnet manager's partition" in r.remedy
+
+
+def test_unknown_port_state_is_not_recognised_not_down():
+    r = one(fixture_text("ib/ibstat_unknown_states.txt"))
+    assert r.status is Status.SKIP and r.facts["codes"] == ["ib.hca/port-state-unknown"]
+    assert r.summary.startswith("not recognised: mlx5_1 port 1 state ???/???")
+    r = one(fixture_text("ib/ibstat_unknown_states.txt"), profile="h100-sxm-8x")
+    assert "ib.hca/compute-port-down" not in r.facts["codes"]
+
+
+def test_unknown_state_counts_as_present_for_the_nic_count(tmp_path: Path):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[profile]\nname = "p"\nextends = "generic"\n[ib]\nhca_count = { value = 2, source = "t" }\n')
+    r = one(fixture_text("ib/ibstat_unknown_states.txt"), profile=str(prof))
+    assert r.facts["codes"] == ["ib.hca/port-state-unknown"]
+    prof.write_text('[profile]\nname = "p"\nextends = "generic"\n[ib]\nhca_count = { value = 3, source = "t" }\n')
+    r = one(fixture_text("ib/ibstat_unknown_states.txt"), profile=str(prof))
+    assert r.facts["codes"] == ["ib.hca/compute-ports-missing", "ib.hca/port-state-unknown"]
+    assert "only 1 of 3 compute NICs up" in r.summary
+
+
+@pytest.mark.parametrize("text,errors,no_devices,no_umad,missing", [
+    ("ibpanic: [4021] main: can't init UMAD library: No such file or directory\n", 1, False, True, []),
+    ("ibpanic: [4021] main: can't list IB device names: No such file or directory\n", 1, True, False, []),
+    ("ibpanic: [4021] main: 'mlx5_9' IB device can't be found: No such file or directory\n", 1, False, False,
+     ["mlx5_9"]),
+    ("ibwarn: [4021] ca_stat: CA: 'mlx5_0' has no port number 2 - max (1)\n", 1, False, False, []),
+    ("No IB devices found\n", 1, True, False, []),
+    ("Failed to get IB devices list: Function not implemented\n", 1, True, False, []),
+    ("IB device 'mlx5_7' wasn't found\n", 1, False, False, ["mlx5_7"]),
+    ("Failed to open device\nFailed to query port 1 props\n", 2, False, False, []),
+    ("Fatal error:  No devices\n", 1, True, False, []),
+    ("Fatal error:  device 'mlx5_2': sys files not found (/sys/class/infiniband/mlx5_2/ports)\n", 1, False, False,
+     ["mlx5_2"]),
+    ("0 HCAs found:\n\n", 1, True, False, []),
+])
+def test_tool_errors(text, errors, no_devices, no_umad, missing):
+    rep = parse(text)
+    assert (len(rep.errors), rep.no_devices, rep.no_umad, rep.missing_devices) == (errors, no_devices, no_umad,
+                                                                                   missing)
+
+
+@pytest.mark.parametrize("text,command,want", [
+    ("ibpanic: [4021] main: can't init UMAD library: No such file or directory\n", "", True),
+    ("No IB devices found\n", "", True),
+    ("Fatal error:  No devices\n", "ibstatus", True),
+    ("Fatal error:  No devices\n", "", False),
+    ("Failed to open device\n", "ls", False),
+    ("something\nNo IB devices found\n", "", False),
+    ("a\nb\nc\nd\n", "ibstat", False),
+])
+def test_detect_tool_error_only(text, command, want):
+    from preflight.framing import Doc
+    doc = Doc(text, command=command)
+    assert ibp.detect(doc) is want
+
+
+@pytest.mark.parametrize("text,profile,status,code", [
+    ("ibpanic: [4021] main: can't init UMAD library: No such file or directory\n", "h100-sxm-8x", Status.SKIP,
+     "ib.hca/umad-unavailable"),
+    ("No IB devices found\n", "generic", Status.SKIP, "ib.hca/no-devices-none-expected"),
+    ("No IB devices found\n", "h100-sxm-8x", Status.FAIL, "ib.hca/no-devices"),
+    ("", "generic", Status.SKIP, "ib.hca/no-devices-none-expected"),
+    ("hello\n", "generic", Status.SKIP, "ib.hca/not-recognised"),
+])
+def test_no_port_codes(text, profile, status, code):
+    r = one(text, profile=profile)
+    assert r.status is status and r.facts["codes"] == [code]
+
+
+def test_no_devices_names_the_expectation():
+    r = one("No IB devices found\n", rc=255, profile="h100-sxm-8x")
+    assert r.summary == "no RDMA ports found (ibstat failed or listed none); profile expects 8"
+    assert r.evidence[0] == "No IB devices found" and r.evidence[1].startswith("ib.hca_count = 8")
+
+
+@pytest.mark.parametrize("fixture,profile,codes", [
+    ("ib/ibstat_roce_mlx5_3_polling.txt", "generic", ["ib.hca/compute-port-down", "ib.hca/other-port-down"]),
+    ("ib/ibstat_roce_mlx5_3_polling.txt", "h100-sxm-8x",
+     ["ib.hca/compute-port-down", "ib.hca/compute-ports-missing", "ib.hca/other-port-down"]),
+    ("ib/ibstat_ibpanic_mlx5_6.txt", "generic", ["ib.hca/tool-failed"]),
+    ("ib/hca_table_cx7_one_down_one_init_pcie_x8.txt", "generic",
+     ["ib.hca/compute-port-down", "ib.hca/pcie-narrow"]),
+    ("ib/ibstat_8x400_ib_2fe_all_active.txt", "generic", []),
+    ("ib/ibstat_mlx5_2_at_200.txt", "h100-sxm-8x", ["ib.hca/rate-below-profile"]),
+])
+def test_codes(fixture, profile, codes):
+    r = one(fixture_text(fixture), profile=profile)
+    assert r.facts.get("codes", []) == codes, r.summary
+
+
+def test_require_all_ports_code(tmp_path: Path):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[profile]\nname = "p"\nextends = "generic"\n[ib]\n'
+                    'require_all_ports = { value = true, source = "storage on RoCE" }\n')
+    r = one(fixture_text("ib/ibstat_roce_mlx5_3_polling.txt"), profile=str(prof))
+    assert r.facts["codes"] == ["ib.hca/compute-port-down", "ib.hca/other-port-down-required"]
+    assert "(the compute fabric is not affected)" not in r.remedy
+
+
+def test_adapter_type_unknown_is_a_note():
+    text = ("CA 'hfi1_0'\n\tCA type: \n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n"
+            "\t\tRate: 100\n\t\tBase lid: 3\n\t\tLink layer: InfiniBand\n")
+    r = one(text)
+    assert r.status is Status.PASS and "codes" not in r.facts
+    assert "adapter type not reported for hfi1_0 (unknown type, not a port fault)" in r.evidence
+
+
+def test_rate_below_adapter_needs_a_known_model_and_no_profile_rate():
+    text = fixture_text("ib/ibstat_mlx5_2_at_200.txt")
+    r = one(text)
+    assert r.facts["codes"] == ["ib.hca/rate-below-adapter"]
+    assert "ib.ca_type_rates" in " ".join(r.evidence)
+    assert one(text.replace("Rate: 200", "Rate: 400")).status is Status.PASS
+    # a nominal rate that is not a number is ignored
+    from preflight.checks.infiniband import _Expect, _nominal
+    p = parse(text).ports[0]
+    assert _nominal(_Expect(0, 0, "any", False, {"MT4129": True}), p) is None
+    assert _nominal(_Expect(0, 0, "any", False, {"MT4129": "400"}), p) is None
+    assert _nominal(_Expect(0, 0, "any", False, {"MT4129": 400}), p) == 400.0
