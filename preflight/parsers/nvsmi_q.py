@@ -60,7 +60,6 @@ GPU_LEVEL: dict[str, str] = {k.lower(): k for k in (
     "Max Clocks", "Max Customer Boost Clocks", "Clock Policy", "Voltage", "Fabric", "Processes", "Capabilities",
     "Supported Clocks", "Accounted Processes", "Supported GPU Target Temp")}
 GPU_LEVEL["clocks throttle reasons"] = "Clocks Event Reasons"  # R525 and older
-GPU_LEVEL["retired pages"] = "Retired Pages"
 
 # Labels that belong to one section only: a grep excerpt that dropped the section's line still
 # places them (lower case label -> section path).
@@ -172,7 +171,7 @@ class QReport:
 
 
 def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
+    return len(line) - len(line.lstrip())
 
 
 def selected_gpu(command: str) -> str:
@@ -183,11 +182,11 @@ def selected_gpu(command: str) -> str:
     except ValueError:
         toks = command.split()
     for i, tok in enumerate(toks):
-        if tok in ("-i", "--id") and i + 1 < len(toks):
-            return toks[i + 1]
+        if tok in ("-i", "--id"):
+            return toks[i + 1] if i + 1 < len(toks) else ""
         if tok.startswith("--id="):
-            return tok.split("=", 1)[1]
-        if tok.startswith("-i") and len(tok) > 2 and not tok.startswith("--"):
+            return tok.partition("=")[2]
+        if tok.startswith("-i"):
             return tok[2:]
     return ""
 
@@ -218,10 +217,11 @@ def _apply_selection(rep: QReport) -> None:
     g = rep.gpus[0]
     if rep.selection.isdigit():
         g.index, g.index_known = int(rep.selection), True
-    elif g.bus_id and (rep.selection or (rep.attached or 0) > 1):
+    elif g.bus_id and (rep.selection or rep.attached is not None and rep.attached > 1):
         g.index_known = False
 
 
+_ANY_INDENT = -1  # pragma: no mutate (below every indentation: any negative value)
 # sections whose entries repeat within one GPU block (one per MIG device, process, clock pair)
 REPEATING = ("MIG Devices", "Processes", "Accounted Processes", "Supported Clocks")
 
@@ -241,7 +241,7 @@ class _Reader:
     def read(self, raw: str) -> None:
         line = raw.replace("\t", "    ").rstrip()
         body = line.strip()
-        if not body or set(body) <= {"="}:
+        if not body:
             return
         if "NVSMI LOG" in body:
             self.report.recognised = True
@@ -278,7 +278,7 @@ class _Reader:
         gpu = QGpu(index=self.anon, bus_id="", index_known=False)
         self.anon += 1
         self.report.gpus.append(gpu)
-        self._reset(gpu, -1, ind)
+        self._reset(gpu, _ANY_INDENT, ind)
         return gpu
 
     def _outside(self, ind: int, body: str) -> None:
@@ -345,8 +345,8 @@ def detect(doc: Doc) -> bool:
         return True
     for i, t in enumerate(lines):
         if _GPU_HEADER.match(t.strip()):
-            after = [x for x in lines[i + 1:i + 8] if x.strip()]
-            if after and _indent(after[0]) > _indent(t) and any(_FIELD.match(x.strip()) for x in after):
+            nxt = next((x for x in lines[i + 1:] if x.strip()), "")
+            if _indent(nxt) > _indent(t) and (_FIELD.match(nxt.strip()) or nxt.strip().lower() in GPU_LEVEL):
                 return True
     if any(_distinctive(t) or _RESET_REFUSED.search(t) for t in lines):
         return True
@@ -354,7 +354,8 @@ def detect(doc: Doc) -> bool:
                 and any(re.match(r"^\s*Attached GPUs\s+:", t) for t in lines))
 
 
-FORMATS = [Format("nvidia-smi-q", detect=detect, priority=60,
+_PRIORITY = 60  # pragma: no mutate (any value above nvidia-smi-error's 30 picks this format for the probe)
+FORMATS = [Format("nvidia-smi-q", detect=detect, priority=_PRIORITY,
                   description="nvidia-smi -q (whole, -d SECTION, -i N, or a section)")]
 PARSERS = [ParserSpec("nvidia-smi-q", parse)]
 
