@@ -161,7 +161,8 @@ def _one_group(ctx: CheckContext, lg: _Log, pool: list[HangEvent], f: Findings) 
         lg.facts["never_entered"] = sorted({e.rank for e in absent if e.rank is not None})
         ev += [e.line for e in absent[:3]]
     ev += [e.line for e in lg.kind("nccl_status") if e.seq == first.seq][:2] + lg.log.some_failed[:1]
-    f.add(C + ("collective-timeout" if lg.timeouts else "watchdog-failure"), summary, ev, _early_remedy(ctx, first))
+    code = C + "collective-timeout" if lg.timeouts else C + "watchdog-failure"
+    f.add(code, summary, ev, _early_remedy(ctx, first))
 
 
 def _groups(pool: list[HangEvent]) -> dict[str, list[HangEvent]]:
@@ -395,7 +396,8 @@ def _worker_failed(lg: _Log, f: Findings) -> None:
                                 "signal": root.signal or None}
     if f:
         return
-    crash = next((c for c in lg.tl.rank_log.crashes if not c.secondary), None)
+    crash = next((c for c in lg.tl.rank_log.crashes if not c.secondary and not c.exception.endswith("ChildFailedError")),
+                 None)
     cause = f": {crash.exception}: {crash.message[:120]}" if crash is not None else ""
     if root is not None:
         sig = f" ({root.signal})" if root.signal else ""

@@ -29,8 +29,14 @@ def _plural(ranks: list[int]) -> str:
 
 
 def _where(x: FRTraceFinding) -> str:
-    seq = f"sequence number {x.seq}" if x.seq is not None else "a collective"
-    return f"{x.op or 'the collective'} {seq}" + (f" of group {x.group}" if x.group else "")
+    seq = f" sequence number {x.seq}" if x.seq is not None else ""
+    return f"{x.op or 'the collective'}{seq}" + (f" of group {x.group}" if x.group else "")
+
+
+def _fill(facts: dict[str, Any], key: str, val: Any) -> None:
+    """A fact the log did not give already (a watchdog timeout's SeqNum comes first)."""
+    if facts.get(key) is None:
+        facts[key] = val
 
 
 def _missing(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
@@ -38,10 +44,9 @@ def _missing(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
         f" (world size {x.world_size})" if x.world_size else "")
     f.add("hang.watchdog/fr-missing-ranks",
           f"flight recorder: {_plural(x.missing_ranks)} did not join {_where(x)}{expected}", x.lines[:10], REMEDY)
-    facts.setdefault("missing_ranks", x.missing_ranks)
-    for key, val in (("seq", x.seq), ("op", x.op or None), ("group", x.group or None),
-                     ("expected_ranks", x.expected_ranks), ("world_size", x.world_size)):
-        facts.setdefault(key, val)
+    for key, val in (("missing_ranks", x.missing_ranks), ("seq", x.seq), ("op", x.op or None),
+                     ("group", x.group or None), ("expected_ranks", x.expected_ranks), ("world_size", x.world_size)):
+        _fill(facts, key, val)
 
 
 def _errors(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
@@ -57,16 +62,16 @@ def _errors(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
     code = "hang.watchdog/fr-state-mismatch" if state_only else "hang.watchdog/fr-collective-mismatch"
     remedy = REMEDY if state_only else _REMEDY_MISMATCH
     f.add(code, f"flight recorder: {_where(x)} has errors ({what})", x.lines[:10], remedy)
-    facts.setdefault("seq", x.seq)
-    facts.setdefault("culprit", culprits[0] if culprits else None)
-    facts.setdefault("culprits", culprits)
+    _fill(facts, "seq", x.seq)
+    _fill(facts, "culprit", culprits[0] if culprits else None)
+    _fill(facts, "culprits", culprits)
 
 
 def _undecided(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
     f.add("hang.watchdog/fr-dumps-missing",
           f"flight recorder: no dump from {_plural(x.missing_ranks)}, fr_trace could not decide" if x.missing_ranks
           else "flight recorder: dumps are missing, fr_trace could not decide", x.lines[:4], _REMEDY_DUMPS)
-    facts.setdefault("no_dump_ranks", x.missing_ranks)
+    _fill(facts, "no_dump_ranks", x.missing_ranks)
 
 
 def _behind(sbs: SideBySide, f: Findings, facts: dict[str, Any]) -> None:
@@ -98,7 +103,7 @@ def grade_fr(fr: FrText, f: Findings, facts: dict[str, Any]) -> None:
     if sbs is not None and sbs.behind:
         _behind(sbs, f, facts)
     elif sbs is not None:
-        facts.setdefault("ranks", sbs.ranks)
+        _fill(facts, "ranks", sbs.ranks)
 
 
 def fr_ok_summary(fr: FrText) -> str:

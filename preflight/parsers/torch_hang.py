@@ -121,7 +121,7 @@ _DESYNC_MISSING = re.compile(r"ranks \[([\d, ]*)\] are the lagging ranks that ca
 _DESYNC_STARTED = re.compile(r"\[([\d, ]+)\] joined but didn't finish collective #(\d+)")
 _DESYNC_FINISHED = re.compile(r"\[([\d, ]+)\] finished collective #(\d+), but didn't join collective #(\d+)")
 _MISMATCH = re.compile(r"Detected mismatch between collectives on ranks")
-_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: (CollectiveFingerPrint\((?:[^()]|\([^()]*\))*\)|[^,]*)")
+_RUNNING = re.compile(r"Rank (\d+) is running collective:")
 _BARRIER = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms|"
                       r"Rank (\d+) timed out in monitoredBarrier after (\d+) ms")
 _GLOO_TIMEOUT = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(?:Timed out waiting (\d+)ms for (recv|send) operation to complete|"
@@ -137,7 +137,7 @@ _STORE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/
 _SOME_FAILED = re.compile(r"Some NCCL operations have failed or timed out")
 
 # a cheap gate: a line that names none of these is not read further
-_ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat|NCCL error|nccl[A-Z]\w+Error|"
+_ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat|monitor thread timeout|NCCL error|nccl[A-Z]\w+Error|"
                   r"communicator was aborted|remote error detected|Timeout at collective|lagging|collective #|"
                   r"mismatch between collectives|monitoredBarrier|gloo|clients joined|socket has timed out|"
                   r"store based barrier|Socket Timeout|Wait timeout|RendezvousTimeoutError|NCCL operations|"
@@ -163,8 +163,15 @@ def _heartbeat_whole(text: str) -> bool:
     return "got stuck" not in text or bool(re.search(r"stuck\s*for\s*\d+\s*seconds", text))
 
 
+def _fingerprints(text: str) -> list[tuple[int, str]]:
+    """(rank, its collective fingerprint) of each "Rank N is running collective: ..." in `text`."""
+    hits = list(_RUNNING.finditer(text))
+    ends = [h.start() for h in hits[1:]] + [len(text)] if hits else []
+    return [(int(h.group(1)), text[h.end():end]) for h, end in zip(hits, ends, strict=True)]
+
+
 def _mismatch_whole(text: str) -> bool:
-    return len(_FINGERPRINT.findall(text)) >= 2 and text.rstrip().endswith((")", "."))
+    return len(_fingerprints(text)) >= 2 and text.rstrip().endswith((")", "."))
 
 
 # (start pattern, is the message whole): the messages that wrap and are joined before they are read
@@ -301,7 +308,9 @@ def _read_timeout(r: _HangReader, ln: _Line) -> bool:
     m = _TIMEOUT.search(ln.text)
     if not m:
         return False
-    head, body = ln.text[:m.start()], ln.text[m.start():]
+    work = ln.text.find("WorkNCCL(", 0, m.start())  # "Work WorkNCCL(...) timed out in blocking wait"
+    at = work if work >= 0 else m.start()
+    head, body = ln.text[:at], ln.text[at:]
     ev = HangEvent(kind="nccl_timeout", line=ln.text, **_who(ln, head[-160:] or ln.text))
     if ev.group_rank is None:  # the tag can follow the message in a paraphrase
         ev = HangEvent(kind="nccl_timeout", line=ln.text, **_who(ln, ln.text))
@@ -431,16 +440,16 @@ def _fingerprint(fp: str) -> tuple[str, int | None]:
 def _read_mismatch(r: _HangReader, ln: _Line) -> bool:
     if not _MISMATCH.search(ln.text):
         return False
-    fps = _FINGERPRINT.findall(ln.text)
+    fps = _fingerprints(ln.text)
     ev = HangEvent(kind="mismatch", line=ln.text)
     if fps:
-        ev.rank = ev.group_rank = int(fps[0][0])
+        ev.rank = ev.group_rank = fps[0][0]
         ev.op, ev.seq = _fingerprint(fps[0][1])
-        ev.ranks = [int(fps[0][0])]
+        ev.ranks = [fps[0][0]]
     if len(fps) > 1:
         other_op, other_seq = _fingerprint(fps[1][1])
-        ev.ranks.append(int(fps[1][0]))
-        ev.peer = fps[1][0]
+        ev.ranks.append(fps[1][0])
+        ev.peer = str(fps[1][0])
         ev.message = f"rank {fps[1][0]} runs {other_op or 'another collective'}" + (
             f" SequenceNumber={other_seq}" if other_seq is not None else "")
     r.add(ev, ln, tuple(ev.ranks), ev.op, ev.seq)

@@ -23,6 +23,14 @@ EXPECTED = {
     "flight-recorder/fr_trace_module_cli_not_all_ranks_seq4_internal_record_id_world_size_expected_ranks_set_"
     "docexample.txt": {"hang.watchdog": "fail"},
     "flight-recorder/fr_trace_j_side_by_side_rank0_5_entries_rank1_4_docexample.txt": {"hang.watchdog": "fail"},
+    # Batch 3: every file shows ranks stuck in a collective until the watchdog or the analyzer gave up: FAIL
+    "pytorch/watchdog_timeout_allreduce_1800000ms_8xV100_ofa271.log": {"hang.watchdog": "fail"},
+    "pytorch/watchdog_timeout_allreduce_600000ms_pg_last_enqueued_llamafactory7396.log": {"hang.watchdog": "fail"},
+    "pytorch/watchdog_timeout_reduce_scatter_llamafactory6269.log": {"hang.watchdog": "fail"},
+    "pytorch/watchdog_timeout_alltoall_vs_allreduce_mismatch_nccl1610.log": {"hang.watchdog": "fail"},
+    "flight-recorder/fr_trace_not_all_ranks_joining_allreduce_missing_3to7_pytorch_pr140969.txt":
+        {"hang.watchdog": "fail"},
+    "flight-recorder/torchfrtrace_missing_rank1_allreduce_tutorial_docexample.txt": {"hang.watchdog": "fail"},
 }
 
 
@@ -67,3 +75,43 @@ def test_flight_recorder_names_the_missing_rank() -> None:
     assert "rank 1 did not join all_reduce sequence number 4" in r.summary and r.facts["expected_ranks"] == [0, 1]
     j = _hang("flight-recorder/fr_trace_j_side_by_side_rank0_5_entries_rank1_4_docexample.txt")
     assert "rank 1 entered 4 collective(s), rank 0 5" in j.summary and j.facts["behind"] == [1]
+
+
+def test_old_format_timeout_on_five_ranks() -> None:
+    r = _hang("pytorch/watchdog_timeout_allreduce_1800000ms_8xV100_ofa271.log")
+    f = r.facts
+    assert (f["op"], f["seq"], f["timeout_ms"], f["ranks"]) == ("ALLREDUCE", 469508, 1800000, [1, 2, 3, 6, 7])
+    assert "hang.watchdog/collective-timeout" in f["codes"]
+
+
+def test_process_group_and_last_enqueued_from_the_status_lines() -> None:
+    r = _hang("pytorch/watchdog_timeout_allreduce_600000ms_pg_last_enqueued_llamafactory7396.log")
+    f = r.facts
+    assert (f["op"], f["seq"], f["timeout_ms"], f["ranks"], f["pg"]) == ("ALLREDUCE", 1580, 600000, [0, 4], "1")
+    t = [e for e in f["events"] if e["kind"] == "nccl_timeout" and e["rank"] == 0][0]
+    assert (t["last_enqueued"], t["last_completed"]) == (1582, 1579)
+
+
+def test_reduce_scatter_on_three_ranks() -> None:
+    r = _hang("pytorch/watchdog_timeout_reduce_scatter_llamafactory6269.log")
+    f = r.facts
+    assert (f["op"], f["seq"], f["ranks"], f["group_size"]) == ("_REDUCE_SCATTER_BASE", 7753, [0, 3, 4], 8)
+    t = [e for e in f["events"] if e["kind"] == "nccl_timeout" and e["rank"] == 0][0]
+    assert t["last_completed"] == 7752
+
+
+def test_two_process_groups_stuck_on_different_collectives() -> None:
+    r = _hang("pytorch/watchdog_timeout_alltoall_vs_allreduce_mismatch_nccl1610.log")
+    assert "hang.watchdog/several-groups-stuck" in r.facts["codes"]
+    assert r.facts["groups"] == [
+        {"group": "112", "pg": "11", "pg_guid": "112", "op": "ALLREDUCE", "seq": 57, "ranks": [15]},
+        {"group": "119", "pg": "11", "pg_guid": "119", "op": "ALLTOALL_BASE", "seq": 216, "ranks": [13]}]
+
+
+def test_flight_recorder_colon_sequence_number_and_entry_wordings() -> None:
+    r = _hang("flight-recorder/fr_trace_not_all_ranks_joining_allreduce_missing_3to7_pytorch_pr140969.txt")
+    assert (r.facts["seq"], r.facts["missing_ranks"], r.facts["group"]) == (31117, [3, 4, 5, 6, 7], "0:default_pg")
+    assert "ranks 3, 4, 5, 6, 7 did not join all_reduce sequence number 31117" in r.summary
+    t = _hang("flight-recorder/torchfrtrace_missing_rank1_allreduce_tutorial_docexample.txt")
+    assert (t.facts["seq"], t.facts["missing_ranks"], t.facts["world_size"]) == (5, [1], 2)
+    assert "rank 1 did not join all_reduce sequence number 5" in t.summary
