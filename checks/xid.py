@@ -299,7 +299,7 @@ def _codes(profile_value: Any) -> set[int]:
 
 def _data_path(f: KernelFault, gpus: dict[str, dict[str, Any]]) -> bool:
     """The device a PCIe report names is a GPU, NVSwitch or RDMA NIC."""
-    return f.device in DATA_PATH_DRIVERS or f.device.startswith(DATA_PATH_VENDORS) or f.pci in gpus
+    return f.device in DATA_PATH_DRIVERS or f.vendor.startswith(DATA_PATH_VENDORS) or f.pci in gpus
 
 
 def fault_code(f: KernelFault, gpus: dict[str, dict[str, Any]]) -> str:
@@ -548,9 +548,13 @@ def _device(g: FaultGroup, gr: _Graded) -> str:
     f = g.first
     if f.kind.startswith("sxid"):
         return f"NVSwitch {f.device} ({f.pci})" if f.device else f"NVSwitch {f.pci}"
-    if f.kind in GPU_KINDS or f.pci in gr.log.gpus or f.device == "nvidia" or f.device.startswith("10de"):
+    if f.kind.startswith("mce"):
+        return "host CPU/memory"
+    if f.kind in ("driver_assert", "rm_error") and not f.pci and f.gpu is None:
+        return "NVIDIA driver"
+    if f.kind in GPU_KINDS or f.pci in gr.log.gpus or f.device == "nvidia" or f.vendor.startswith("10de"):
         return gr.label(f.pci, f.gpu)
-    name = f.device or "device"
+    name = f.device or (f"device [{f.vendor}]" if f.vendor else "device")
     return f"{name} {f.pci}" if f.pci else name
 
 
@@ -656,12 +660,26 @@ def _xid_findings(ctx: CheckContext, gr: _Graded, f: Findings) -> None:
         f.add(code, summary, _evidence(gr, gs, pci), remedy)
 
 
+KIND_WORDS = {
+    "fallen_off_bus": "fallen off the bus", "gpu_lost": "lost to the driver", "adapter_init_failed": "failed to "
+    "initialise", "wpr2_up": "WPR2 left up, GSP cannot boot", "reset_required": "the driver asks for a reset",
+    "gsp_timeout": "GSP firmware not answering", "gsp_crash": "GSP firmware crashed", "memsys_error": "memory "
+    "subsystem error", "pmu_halted": "PMU halted", "nvlink_discovery_failed": "NVLink discovery or training failed",
+    "driver_assert": "driver assertion failed", "rm_error": "driver error status", "pcie_fatal": "uncorrectable "
+    "fatal PCIe error", "pcie_nonfatal": "uncorrectable non-fatal PCIe error", "pcie_corrected": "corrected PCIe "
+    "errors", "pcie_recovery_failed": "not recovered after a PCIe error", "pcie_link_down": "PCIe link down",
+    "mce_uncorrected": "uncorrected machine check", "mce_corrected": "corrected machine checks", "sxid_fatal":
+    "fatal NVSwitch error", "sxid_nonfatal": "non-fatal NVSwitch error", "sxid_correctable": "correctable NVSwitch "
+    "error", "sxid_other": "NVSwitch error of unstated severity",
+}
+
+
 def _fault_summary(g: FaultGroup, gr: _Graded) -> str:
-    what = g.kind.replace("_", " ")
+    what = KIND_WORDS.get(g.kind, g.kind.replace("_", " "))
     if g.code in RESOLVED_CODES.values():
         what += " (recovered)" if g.kind != "pcie_link_down" else " (link came back)"
     detail = f": {'; '.join(g.details[:3])}" if g.details else ""
-    times = f" x{g.count}" if g.count > 1 else ""
+    times = f" ({g.count} reports)" if g.count > 1 else ""
     no_xid = " (no Xid)" if g.kind in GPU_KINDS else ""
     return f"{_device(g, gr)}: {what}{times}{no_xid}{detail}"
 

@@ -41,7 +41,8 @@ _GHES_REC = re.compile(r"(?P<rec>\{\d+\})\[Hardware Error\]:")
 _GHES_DEV = re.compile(rf"\[Hardware Error\]:\s+device_id: (?P<pci>{_PCI_FULL})")
 _GHES_VENDOR = re.compile(r"\[Hardware Error\]:\s+vendor_id: 0x(?P<vendor>[0-9a-fA-F]{4})")
 _EDAC = re.compile(r"EDAC \w*\s*MC\d+: (?P<n>\d+) (?P<kind>UE|CE)\b")
-_SXID = re.compile(r"nvidia-(?P<sw>nvswitch\d+): SXid \(PCI:(?P<pci>[^)]*)\): (?P<sxid>\d+), (?P<msg>.*)$")
+# the `nvidia-nvswitchN: ` prefix may be gone (read as a host label by a framing that peels `host: `)
+_SXID = re.compile(r"(?:nvidia-(?P<sw>nvswitch\d+): )?SXid \(PCI:(?P<pci>[^)]*)\): (?P<sxid>\d+), (?P<msg>.*)$")
 _SXID_WORD = re.compile(r"^(?P<word>Fatal|Non-fatal|Nonfatal|Correctable)\b,?\s*", re.IGNORECASE)
 _SXID_DETAIL = re.compile(r"^(?:Severity \d+ Engine instance|Data \{)")
 
@@ -76,7 +77,8 @@ class KernelFault:
     line: Line
     action: str = ""
     detail: str = ""  # error names, SXid message, slot ...
-    device: str = ""  # the driver that printed the line ("nvidia", "mlx5_core") or "vendor:device"
+    device: str = ""  # the driver that printed the line ("nvidia", "mlx5_core"), the NVSwitch ("nvswitch3")
+    vendor: str = ""  # the PCI vendor:device ids the report gives ("10de:2330")
     gpu: int | None = None  # a GPU index the line names ("GPU6")
     number: int | None = None  # the SXid
     resolved: bool = False  # the kernel recovered the device / the link came back up
@@ -103,6 +105,7 @@ class HwReader:
     pending: dict[str, KernelFault] = field(default_factory=dict)  # device -> a port's report of it, unconfirmed
     last_aer: dict[str, KernelFault] = field(default_factory=dict)  # device -> its last AER report
     slots: dict[str, KernelFault] = field(default_factory=dict)  # port -> its last link-down report
+    failed: dict[str, KernelFault | None] = field(default_factory=dict)  # device -> the report it failed after
     ghes: KernelFault | None = None  # the APEI record being read
     ghes_rec: str = ""
 
@@ -166,14 +169,18 @@ class HwReader:
             table = AER_CORRECTABLE if f.kind == "pcie_corrected" else AER_UNCORRECTABLE
             status = int(stm.group("status"), 16) & ~int(stm.group("mask"), 16)
             f.detail = ", ".join(aer_names(status, table))
-            f.device = f"{stm.group('vendor').lower()}:{stm.group('device').lower()}"
+            f.vendor = f"{stm.group('vendor').lower()}:{stm.group('device').lower()}"
         return True
 
     def _recovery(self, msg: str, line: Line, drv: str, dev: str) -> bool:
         low = msg.lower()
         if "can't recover" in low or "device recovery failed" in low:
             cause = self.by_port.get(dev)
-            self._add("pcie_recovery_failed", cause.pci if cause is not None else dev, line, device=drv)
+            pci = cause.pci if cause is not None else dev
+            report = self.last_aer.get(pci)
+            if pci not in self.failed or self.failed[pci] is not report:  # the device's and its port's line: one
+                self._add("pcie_recovery_failed", pci, line, device=drv if cause is None else "")
+                self.failed[pci] = report
             return True
         if "device recovery successful" in low:
             cause = self.by_port.pop(dev, None)
@@ -183,7 +190,7 @@ class HwReader:
         return False
 
     def _dpc(self, msg: str, line: Line, drv: str, dev: str) -> bool:
-        if "DPC: containment event" in msg or "DPC: unmasked uncorrectable error" in msg:
+        if "DPC: containment event" in msg:
             f = self._add("pcie_fatal", dev, line, device=drv, detail="DPC containment")
             self.by_port[dev] = f
             return True
@@ -191,15 +198,17 @@ class HwReader:
 
     def _slot(self, msg: str, line: Line, drv: str, dev: str) -> bool:
         sm = _SLOT.search(msg)
-        down = sm.group("what").lower() in ("link down", "card not present") if sm else "link down" in msg.lower()
+        # a link that goes down says so first; "Card not present" alone is also printed for an empty slot
+        down = sm.group("what").lower() == "link down" if sm else "link down" in msg.lower()
         if sm is None and (drv not in PORT_DRIVERS or not down):
             return False
         slot = f"slot {sm.group('slot')}" if sm else ""
+        what = sm.group("what").lower() if sm else ""
         if down:
             prior = self.slots.get(dev)
             if prior is None or prior.resolved:
                 self.slots[dev] = self._add("pcie_link_down", dev, line, device=drv, detail=slot)
-        elif dev in self.slots:
+        elif dev in self.slots and what in ("link up", "card present"):
             self.slots[dev].resolved = True
         return True
 
@@ -249,7 +258,7 @@ class HwReader:
             return True
         vm = _GHES_VENDOR.search(msg)
         if vm is not None:
-            g.device = vm.group("vendor").lower()
+            g.vendor = vm.group("vendor").lower()
         return vm is not None
 
     # -- NVSwitch --------------------------------------------------------------------------
@@ -266,7 +275,7 @@ class HwReader:
         kind = {"fatal": "sxid_fatal", "nonfatal": "sxid_nonfatal", "correctable": "sxid_correctable"}.get(word,
                                                                                                        "sxid_other")
         detail = text[wm.end():] if wm else text
-        f = self._add(kind, pci_id(m.group("pci")), line, device=m.group("sw"), detail=detail)
+        f = self._add(kind, pci_id(m.group("pci")), line, device=m.group("sw") or "", detail=detail)
         f.number = int(m.group("sxid"))
         return True
 

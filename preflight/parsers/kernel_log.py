@@ -96,7 +96,7 @@ GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "RESET_GPU"),
     ("pmu_halted", re.compile(r"PMU has halted", re.IGNORECASE), "RESET_GPU"),
     ("nvlink_discovery_failed",
-     re.compile(r"NVRM: knvlink\w*.*\bfail(?:ed)?\b|NVRM: .*NVLink.*(?:training|discovery).*fail", re.IGNORECASE),
+     re.compile(r"NVRM: (?:GPU\d+ )?knvlink\w*.*\bfail(?:ed)?\b|NVRM: .*NVLink.*(?:training|discovery).*fail", re.IGNORECASE),
      "WORKFLOW_NVLINK_ERR"),
     ("driver_assert", re.compile(r"Assertion failed|nvAssert\w*Failed", re.IGNORECASE), ""),
     ("rm_error", re.compile(r"\bNV_ERR_[A-Z_]+"), ""),
@@ -367,7 +367,7 @@ _KERNEL_MSG = re.compile(r"^(?:NVRM: |nvidia(?:-\w+)?: |pcieport |mlx5_core |ACP
                          r"(?:\{\d+\})?\[Hardware Error\]|Memory failure: |"
                          r"[\w-]+ \d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d(?::pcie\d+)?: )")
 # one line of these is a kernel log by itself: a report no other tool prints
-_KERNEL_REPORT = re.compile(r"nvidia-nvswitch\d+: SXid \(|PCIe Bus Error: severity=|error (?:message )?received(?: from|:) |"
+_KERNEL_REPORT = re.compile(r"SXid \(PCI:|mce: Uncorrected hardware memory error|Memory failure: 0x|PCIe Bus Error: severity=|error (?:message )?received(?: from|:) |"
                             r"mce: \[Hardware Error\]|\[Hardware Error\]:\s+event severity: |pciehp: Slot\(|"
                             r"DPC: containment event|EDAC \w*\s*MC\d+: \d+ [UC]E ")
 
