@@ -62,7 +62,7 @@ def _hcas_of(log: NcclLog, e: NcclError) -> str:
     if e.detail.get("hca"):
         return e.detail["hca"]
     p = _proc_of(log, e)
-    return ", ".join(h.split("/")[0] for h in p.hcas) if p is not None else ""
+    return ", ".join(h.split("/")[0].split(":")[0] for h in p.hcas) if p is not None else ""
 
 
 def _ifaces_of(log: NcclLog, e: NcclError) -> str:
@@ -276,7 +276,7 @@ def _unexplained(log: NcclLog, later: list[NcclError], f: Findings) -> None:
         _peer_lost(log, lost, f, _consequences(log))
         return
     failed = [e for e in log.of("other", "proxy") if e.fatal]
-    if failed or log.job_errors or log.failed and not log.of("other"):
+    if failed or log.job_errors or log.failed:
         lines = [e.line for e in failed[:3]] + log.job_errors[:2] + list(log.failed.values())[:2]
         what = _warn_text(failed[0])[:160] if failed else (log.job_errors or ["an NCCL call returned an error"])[0][:160]
         f.add(code("nccl-error"), f"NCCL call failed on {_who(failed) if failed else 'a rank'}: {what}",
@@ -348,6 +348,8 @@ def _paths(p: NcclProc) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 
 def interface_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f: Findings) -> None:
+    """Bad interfaces: FAIL where they carry NCCL traffic (the socket transport, the bootstrap, the
+    IB out-of-band), WARN where they are only listed, a note where the log proves one node."""
     carried: dict[str, list[NcclProc]] = {}
     listed: dict[str, list[NcclProc]] = {}
     for p in procs:
@@ -356,11 +358,11 @@ def interface_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f
             if (why := bad_interface(name, addr, prof)):
                 carried.setdefault(why, []).append(p)
         for name, addr in only:
-            if (why := bad_interface(name, addr, prof)) and why not in carried:
+            if (why := bad_interface(name, addr, prof)):
                 listed.setdefault(why, []).append(p)
     remedy = ("set NCCL_SOCKET_IFNAME to the data-plane interface (e.g. '=eth0' or '^lo,docker,virbr'); loopback, "
               "container and VM bridges do not reach other nodes")
-    for why, ps in {**carried, **listed}.items():
+    for why, ps in {**listed, **carried}.items():
         ev = [x.evidence.get(k, "") for x in ps[:2] for k in ("socket", "net", "bootstrap") if x.evidence.get(k)]
         if scope.one_node:
             f.add(code("bad-interface-single-node"), f"NCCL lists {why} on {_labels(ps)}; the log shows one node, "
@@ -386,7 +388,8 @@ def socket_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f: F
         return
     why = list(dict.fromkeys(line for p in procs for line in p.fallback))
     virtual = sorted({n for p in socket for n in p.virtual_nics})
-    ev = [*[p.evidence.get("channel_net") or p.evidence.get("net", "") for p in socket[:3]], *why[:2],
+    ev = [*[p.evidence.get("channel_net") or p.evidence.get("socket") or p.evidence.get("net", "") for p in socket[:3]],
+          *why[:2],
           *[p.evidence["virtual_nic"] for p in socket[:1] if "virtual_nic" in p.evidence]]
     note = f" (virtual NIC {', '.join(virtual)}: no PCI device)" if virtual else ""
     remedy = ("NCCL found no usable IB/RoCE device: check ibstat (ports Active), that the container sees "
@@ -495,13 +498,15 @@ def nvls_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None
     requested = [p for p in procs if "NVLS" in p.env.get("NCCL_ALGO", "").upper() or p.env.get("NCCL_NVLS_ENABLE") == "1"]
     disabled = [p for p in procs if p.env.get("NCCL_NVLS_ENABLE") == "0"]
     devs = ", ".join(sorted({d for p in off for d in p.devs}, key=int))
-    if off and requested:
+    if disabled:
+        f.note(f"NVLS disabled by NCCL_NVLS_ENABLE=0 on {_labels(disabled)}")
+    elif off and requested:
         f.add(code("nvls-requested-not-used"), f"NVLS was requested but NCCL built no NVLS channels on {_labels(off)}",
               [requested[0].evidence.get("env:NCCL_ALGO") or requested[0].evidence.get("env:NCCL_NVLS_ENABLE", ""),
                off[0].evidence.get("nvls", "")],
               "NVLS needs NVSwitch multicast: the fabric manager running, driver >= R530 with CUDA 12.1+, and in "
               "containers the IMEX channel device; check nvidia-smi -q (Fabric) and the fabric manager log")
-    elif off and not disabled and prof.get("nccl.expect_nvls"):
+    elif off and prof.get("nccl.expect_nvls"):
         f.add(code("nvls-unavailable"), f"NVLS (NVLink SHARP) not available on device(s) {devs}",
               [off[0].evidence.get("nvls", ""), f"nccl.expect_nvls ({prof.source('nccl.expect_nvls')})"],
               "check the fabric manager (systemctl status nvidia-fabricmanager), the driver/CUDA versions (R530+, "

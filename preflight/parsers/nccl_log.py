@@ -41,7 +41,7 @@ _OLD_IFACE = re.compile(r"^NET\s*:\s*Using interface ([\w.@-]+):([^<\s]*)")
 _INTERNAL_SOCKET = re.compile(r"NET/Socket\s*:\s*\d+ interfaces? found")
 _HCA_ENTRY = re.compile(r"\[\d+\]([\w.+-]+:\d+)(?:/(\w+))?")
 _IF_ENTRY = re.compile(r"\[\d+\]([\w.@-]+):([^<\s]*)(?:<\d+>)?")
-_USING_NETWORK = re.compile(r"Using (?:(?:internal|external) )?[Nn]etwork (.+?)\s*$")
+_USING_NETWORK = re.compile(r"Using (?:network|(?:internal|external) Network) (.+?)\s*$")
 _BOOTSTRAP = re.compile(r"Bootstrap\s*:\s*Using\s*(?:\[\d+\])?([\w.@-]+):([^<\s]*)")
 _CHANNEL = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? : (\d+)(?:\[[0-9a-fx]+\])? -> (\d+)(?:\[[0-9a-fx]+\])?"
                       r"(?: \[\w+\])? via (.+?)\s*$")
@@ -51,6 +51,7 @@ _NVLS_OFF = re.compile(r"NVLS multicast support is not available|NCCL_NVLS_ENABL
 _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels")
 _CASCADE = re.compile(r"^(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp)):\d+ )?-> (?P<code>\d+)\b(?P<tag>.*)$")
 _FAILURE_SOURCES = {"init", "group", "enqueue", "proxy", "bootstrap", "transport", "collectives"}
+IN_PROGRESS = "7"  # ncclResult_t ncclInProgress (src/nccl.h.in)
 _PLUGIN = re.compile(r"NET/Plugin\s*:|Plugin Path|P2P plugin|Loaded net plugin")
 _FALLBACK = re.compile(r"NET/IB\s*:\s*No device found|Failed to open libibverbs|NET/IB\s*:\s*No IP interface found|"
                        r"NET/OFI No eligible providers", re.I)
@@ -285,6 +286,8 @@ def _on_cascade(log: NcclLog, p: NcclProc, mc: re.Match[str], text: str) -> None
     such as a PCI path lookup, does not)."""
     log.cascade += 1
     base = (mc.group("src") or "").rsplit("/", 1)[-1].split(".")[0]
+    if mc.group("code") == IN_PROGRESS:  # ncclInProgress: a non-blocking call still running, not an error
+        return
     if base in _FAILURE_SOURCES or "thread]" in mc.group("tag").lower():
         log.failed.setdefault((p.host, p.pid), text)
 
@@ -362,7 +365,7 @@ def _on_internal_socket(p: NcclProc, m: re.Match[str], line: str) -> None:
 def _on_using_network(p: NcclProc, mu: re.Match[str], line: str) -> None:
     p.net = _transport(mu.group(1))
     p.evidence["using_network"] = line
-    p.evidence["net"] = line
+    p.evidence.setdefault("net", line)
 
 
 def _on_bootstrap(p: NcclProc, mb: re.Match[str], line: str) -> None:

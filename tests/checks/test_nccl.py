@@ -1,22 +1,46 @@
-"""nccl.transport: NCCL_DEBUG=INFO/WARN logs graded (the all-reduce tables: test_nccl_tests.py)."""
+"""nccl.transport: NCCL_DEBUG=INFO/WARN logs graded (the all-reduce tables: test_nccl_tests.py).
+
+The logs are written here in NCCL's own formats (NVIDIA/nccl src/, aws-ofi-nccl), odd cases
+included; each finding is asserted by its code, its summary and its remedy."""
 
 from __future__ import annotations
 
 import pytest
 
-from preflight.model import Status
-from tests.conftest import capture, facts_of, fixture_text, grade
+from preflight import registry as reg
+from preflight.grading import FactStore, grade_check
+from preflight.model import Result, Status
+from preflight.profile import load as load_profile
+from preflight.registry import Options
+from tests.conftest import capture, facts_of, fixture_text
 
 H100 = "h100-sxm-8x"
+C = "nccl.transport/"
 
 
-def transport(rel: str, profile: str = H100, text: str | None = None) -> list:
+def transport(rel: str, profile: str = H100, text: str | None = None, **values: object) -> list[Result]:
     body = text if text is not None else fixture_text(f"nccl/{rel}")
-    return grade("nccl.transport", {"nccl-log": capture("nccl-log", body)}, profile=profile, mode="analyze")
+    prof = load_profile(profile)
+    prof.values.update(values)
+    r = reg.load()
+    store = FactStore(r, captures={"nccl-log": capture("nccl-log", body)})
+    return grade_check(r.checks["nccl.transport"], "node1", store, prof, Options(mode="analyze"), None)
 
 
+def one(text: str, profile: str = "generic", **values: object) -> Result:
+    [r] = transport("", profile=profile, text=text, **values)
+    return r
 
-# ----------------------------------------------------------------------------- NCCL INFO logs
+
+def codes(r: Result) -> list[str]:
+    return [c.removeprefix(C) for c in r.facts.get("codes", [])]
+
+
+def lines(*rows: str) -> str:
+    return "\n".join(rows) + "\n"
+
+
+# ----------------------------------------------------------------------------- fixtures of whole jobs
 
 def test_parse_log_maps_processes_to_ranks() -> None:
     log = facts_of("nccl-log", fixture_text("nccl/nccl_info_2node_ib_nvls.log"))
@@ -33,88 +57,604 @@ def test_parse_log_maps_processes_to_ranks() -> None:
 def test_transport_ib_passes_with_facts() -> None:
     [r] = transport("nccl_info_2node_ib_nvls.log")
     assert r.status is Status.PASS, r.summary
-    assert r.facts["net"] == "IB" and r.facts["nvls"] is True
+    assert r.summary.startswith("NET/IB on 16 process(es) via mlx5_0:1/IB") and r.summary.endswith("; NVLS on")
+    assert r.facts["net"] == "IB" and r.facts["nvls"] is True and "codes" not in r.facts
     assert "ens9f0np0" in r.facts["interfaces"]
-    assert r.facts["hosts"] == ["trn-b07", "trn-b08"]
+    assert r.facts["hosts"] == ["trn-b07", "trn-b08"] and r.facts["multi_node"] is True
     assert len(r.facts["ranks"]) == 16 and r.facts["version"] == "2.21.5+cuda12.4"
     assert any("NET/IB : Using" in e for e in r.evidence)
 
 
-def test_transport_socket_fallback_fails_on_ib_profile() -> None:
-    [r] = transport("nccl_info_2node_socket_fallback_one_host.log")
-    assert r.status is Status.FAIL
-    assert "NCCL fell back to TCP sockets" in r.summary and "trn-b08" in r.summary
-    assert "trn-b07" not in r.summary
-    assert any("NET/Socket : Using" in e for e in r.evidence)
-    assert any("No device found" in e for e in r.evidence)
-    assert "ibstat" in r.remedy
-    by_rank = {x["rank"]: x["net"] for x in r.facts["ranks"]}
-    assert by_rank[0] == "IB" and by_rank[8] == "Socket"
+def test_transport_socket_fallback_across_nodes_fails_on_every_profile() -> None:
+    for profile in (H100, "generic"):
+        [r] = transport("nccl_info_2node_socket_fallback_one_host.log", profile=profile)
+        assert r.status is Status.FAIL and codes(r) == ["socket-fallback"]
+        assert r.summary.startswith("NCCL runs across nodes over TCP sockets on trn-b08")
+        assert r.summary.endswith("; IB could not be used") and "trn-b07" not in r.summary
+        assert any("NET/Socket : Using" in e for e in r.evidence)
+        assert any("No device found" in e for e in r.evidence)
+        assert "ibstat" in r.remedy and "/dev/infiniband" in r.remedy
+        by_rank = {x["rank"]: x["net"] for x in r.facts["ranks"]}
+        assert by_rank[0] == "IB" and by_rank[8] == "Socket"
 
 
-def test_transport_socket_is_only_warn_when_profile_expects_any() -> None:
-    [r] = transport("nccl_info_2node_socket_fallback_one_host.log", profile="generic")
-    assert r.status is Status.WARN
-
-
-def test_transport_lo_bound_fails_even_on_generic() -> None:
+def test_transport_lo_on_a_single_node_log_is_a_note() -> None:
+    """Two ranks on one host, every channel P2P: the socket network (lo) carries nothing."""
     [r] = transport("nccl_info_lo_bound_srun_prefix.log", profile="generic")
-    assert r.status is Status.FAIL
-    assert "NCCL bound lo" in r.summary
-    assert r.facts["net"] == "Socket" and r.facts["nvls"] is False
+    assert r.status is Status.PASS, r.summary
+    assert r.facts["net"] == "Socket" and r.facts["nvls"] is False and r.facts["multi_node"] is False
+    assert any("NCCL lists lo on dev-box3" in e for e in r.evidence)
+    assert any("no traffic crosses it" in e for e in r.evidence)
+
+
+def test_transport_lo_without_single_node_proof_fails() -> None:
+    text = "".join(ln + "\n" for ln in fixture_text("nccl/nccl_info_lo_bound_srun_prefix.log").splitlines()
+                   if "Channel" not in ln)
+    [r] = transport("", profile="generic", text=text)
+    assert r.status is Status.FAIL and codes(r) == ["bad-interface", "socket-single-host"]
+    assert r.summary.startswith("NCCL bound lo on dev-box3 rank 0, dev-box3 rank 1")
+    assert "NCCL_SOCKET_IFNAME" in r.remedy and r.facts["multi_node"] is None
+
+
+# ----------------------------------------------------------------------------- errors that end the job
+
+OOM = lines(
+    "ng1:30:48 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer ng1-ib<51159>",
+    "ng1:30:48 [0] NCCL INFO misc/socket.cc:749 -> 6",
+    "ng1:31:52 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+    "ng1:31:52 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes",
+    "ng1:31:52 [3] NCCL INFO transport/p2p.cc:204 -> 1",
+    "ng1:31:40 [3] NCCL INFO [Service thread] Connection closed by localRank 0",
+)
+
+
+def test_cuda_oom_is_the_root_cause() -> None:
+    r = one(OOM)
+    assert r.status is Status.FAIL and codes(r) == ["cuda-oom"]
+    assert r.summary == "CUDA out of memory in NCCL on ng1 GPU3; the socket errors on other ranks follow from it"
+    assert r.evidence[:3] == [OOM.splitlines()[2], OOM.splitlines()[3], OOM.splitlines()[0]]
+    assert "2 '-> N' return-code line(s) are the error unwinding, not new errors" in r.evidence
+    assert "1 '[Service thread] Connection closed by localRank N' line(s) follow from the abort" in r.evidence
+    assert "not a network fault" in r.remedy and "NCCL_BUFFSIZE" in r.remedy
+
+
+def test_cuda_oom_alone_names_no_socket_errors() -> None:
+    r = one("ng1:31:52 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n")
+    assert r.summary == "CUDA out of memory in NCCL on ng1 GPU3" and r.evidence == [
+        "ng1:31:52 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'"]
+
+
+def test_cuda_error() -> None:
+    r = one(lines("g:1:2 [4] NCCL INFO comm 0x1 rank 12 nranks 16 cudaDev 4 busId 9a000 - Init START",
+                  "g:1:2 [4] enqueue.cc:1480 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'"))
+    assert codes(r) == ["cuda-error"] and r.status is Status.FAIL
+    assert r.summary == "CUDA error in NCCL on g GPU4 (rank 12): an illegal memory access was encountered"
+    assert "Xid" in r.remedy
+    s = one("g:1:2 [4] proxy.cc:900 NCCL WARN [Proxy Service] Failed to set CUDA device 4\n")
+    assert s.summary == "CUDA error in NCCL on g GPU4"
+
+
+def test_ib_completion_error_names_peer_hca_and_meaning() -> None:
+    r = one(lines(
+        "k2:25:58 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.0.35.2<0>",
+        "k2:25:58 [0] net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.35.1<49189> with error 12, "
+        "opcode 0, len 0, vendor err 129 (Send)",
+        "k2:25:58 [0] NCCL INFO transport/net.cc:1137 -> 6",
+        "k2:25:52 [0] proxy.cc:1143 NCCL WARN Socket recv failed while polling for opId=0x7fa0"))
+    assert codes(r) == ["ib-completion-error"]
+    assert r.summary == ("NET/IB completion error 12 from peer 10.0.35.1 on k2 GPU0 via mlx5_0, mlx5_1, vendor err "
+                         "129: transport retry counter exceeded: the peer stopped answering (link down, peer crashed, "
+                         "or a fabric/routing problem)")
+    assert "1 lost-peer / proxy error line(s) follow from it" in r.evidence
+    assert "switch port counters" in r.remedy
+
+
+def test_ib_completion_error_4_remedy_and_unknown_status() -> None:
+    r = one("k2:25:58 [0] NCCL WARN NET/IB: Got completion from peer 10.0.35.1<49189> with status=4 opcode=0 len=0 "
+            "vendor err 81 (Send) hca mlx5_3\n")
+    assert "error 4 from peer 10.0.35.1 on k2 GPU0 via mlx5_3, vendor err 81: local protection" in r.summary
+    assert "nvidia-peermem" in r.remedy
+    s = one("k2:25:58 [0] NCCL WARN NET/IB : Got completion with error 10, opcode 1, len 0, vendor err 0\n")
+    assert "peer ? on k2 GPU0, vendor err 0: remote access error" in s.summary and "peermem" in s.remedy
+    t = one("k2:25:58 [0] NCCL WARN NET/IB : Got completion with error 9, opcode 1, len 0\n")
+    assert t.summary == "NET/IB completion error 9 from peer ? on k2 GPU0: the RDMA operation failed"
+
+
+def test_qp_setup_with_and_without_the_device() -> None:
+    r = one("h:X [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev "
+            "mlx5_2:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.2.0.5\n")
+    assert codes(r) == ["ib-qp-setup-failed"]
+    assert r.summary == "queue pair setup failed (INIT -> RTR) on dev mlx5_2:1: 110 Connection timed out, GID index 3 " \
+                        "on h GPU5"
+    assert "NCCL_CROSS_NIC=0" in r.remedy and "NCCL_IB_GID_INDEX" in r.remedy
+    s = one(lines("d:7:8 [3] NCCL INFO NET/IB : Using [0]mlx5_1:1/RoCE ; OOB eth1:9.7.1.8<0>",
+                  "d:7:9 [3] misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed with error No such device"))
+    assert s.summary == ("queue pair setup failed on dev mlx5_1 (the NET/IB devices of that process): No such "
+                         "device on d GPU3")
+    t = one("d:7:9 [3] misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable\n")
+    assert t.summary == "queue pair setup failed on dev (not named in the log): Network is unreachable on d GPU3"
+
+
+def test_qp_setup_and_lost_peers_of_the_same_failure() -> None:
+    r = one(fixture_text("nccl/nccl_warn_qp_unreachable_then_proxy_and_socket.log"))
+    assert r.status is Status.FAIL and codes(r) == ["ib-qp-setup-failed"]
+    assert "Network is unreachable" in r.summary and "dgx3 GPU0" in r.summary
+    assert "2 lost-peer / proxy error line(s) follow from it" in r.evidence
+
+
+def test_ib_verbs_call() -> None:
+    r = one(lines("g:1:2 [2] NCCL INFO NET/IB : Using [0]mlx5_1:1/IB ; OOB ib0:10.0.0.3<0>",
+                  "g:1:9 [2] misc/ibvwrap.cc:110 NCCL WARN Call to ibv_create_qp failed with error Cannot allocate "
+                  "memory errno 12"))
+    assert codes(r) == ["ib-verbs-call-failed"]
+    assert r.summary == "ibv_create_qp failed (Cannot allocate memory) on g GPU2, HCA mlx5_1"
+    assert "ulimit -l" in r.remedy
+    s = one("g:1:9 [2] NCCL WARN ibv_post_send() failed with error Invalid argument, Bad WR 0x1, First WR 0x1\n")
+    assert s.summary == "ibv_post_send failed (Invalid argument) on g GPU2"
+    t = one("g:1:9 [2] NCCL WARN Call to ibv_alloc_pd failed\n")
+    assert t.summary == "ibv_alloc_pd failed (failed) on g GPU2"
+
+
+def test_ib_async_fatal_event() -> None:
+    r = one("g:1:3 [1] net_ib.cc:219 NCCL WARN NET/IB : mlx5_4:1 async fatal event: local catastrophic error\n")
+    assert codes(r) == ["ib-async-fatal"]
+    assert r.summary == "IB fatal async event on mlx5_4:1 (local catastrophic error) on g GPU1"
+    assert "drain the node" in r.remedy
+    s = one(lines("g:1:2 [1] NCCL INFO NET/IB : Using [0]mlx5_1:1/IB ; OOB ib0:10.0.0.3<0>",
+                  "g:1:3 [1] NCCL WARN NET/IB : Got async event : port error"))
+    assert s.summary == "IB fatal async event on mlx5_1 (port error) on g GPU1"
+    t = one("g:1:3 [1] NCCL WARN communicator encountered a fatal error (detected in ncclIbTest)\n")
+    assert t.summary == "IB fatal async event on its HCA (fatal error) on g GPU1"
+
+
+def test_connect_failure_names_peer_and_interfaces() -> None:
+    r = one(lines("g:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>",
+                  "g:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.9<45123> failed : "
+                  "Connection refused"))
+    assert codes(r) == ["connect-failed"]
+    assert r.summary == "NCCL could not connect to 10.0.0.9 from g GPU0 (Connection refused) over eth0"
     assert "NCCL_SOCKET_IFNAME" in r.remedy
+    s = one("g:1:2 [0] NCCL WARN socketStartConnect: exceeded retries (20000)\n")
+    assert s.summary == "NCCL could not connect to a peer from g GPU0 (socketStartConnect: exceeded retries (20000))"
+    t = one("g:1:2 [0] NCCL WARN socketTryAccept: Accept failed: Too many open files\n")
+    assert t.summary == "NCCL could not connect to a peer from g GPU0 (Too many open files)"
 
 
-def test_transport_docker0_and_mixed_versions() -> None:
-    text = "\n".join([
+def test_peer_lost_alone() -> None:
+    r = one(lines("s:17:49 [3] NCCL INFO NET/Socket : Using [0]eth0:10.1.0.4<0>",
+                  "s:17:49 [3] include/socket.h:371 WARN Connection closed by remote peer",
+                  "s:17:49 [3] INFO bootstrap.cu:45 -> 2 [Net]"))
+    assert codes(r)[0] == "peer-connection-lost" and r.status is Status.FAIL
+    assert r.summary.startswith("connection to a peer lost on s GPU3 over eth0: a peer process exited")
+    s = one("s:17:49 [3] NCCL WARN Call to recv from 10.1.0.5<3321> failed : Software caused connection abort\n")
+    assert s.summary.startswith("connection to a peer lost on s GPU3 (peer 10.1.0.5): a peer process")
+    assert "NCCL_SOCKET_IFNAME" in s.remedy
+    t = one("s:17:49 [3] NCCL WARN socketProgress: Connection closed by remote peer gpu9<3321>\n")
+    assert "(peer gpu9)" in t.summary
+
+
+@pytest.mark.parametrize(("warn", "code", "start", "remedy"), [
+    ("NET/IB : Attempted to connect incompatible devices: [0]mlx5_0:1/IB and [1]mlx5_4:1/RoCE. Try selecting NICs "
+     "of only one link type using NCCL_IB_HCA", "ib-incompatible-nics",
+     "NCCL was asked to join NICs of different link layers on g GPU0: NET/IB : Attempted", "one link type"),
+    ("NET/OFI Request 0x7f00c8 (SEND) completed with error: err: 5, flags: 0", "net-plugin-error",
+     "the network plugin failed on g GPU0: NET/OFI Request", "aws-ofi-nccl"),
+    ("Bootstrap : no socket interface found", "no-usable-interface",
+     "NCCL found no usable socket interface on g GPU0: Bootstrap : no socket", "NCCL_SOCKET_IFNAME"),
+    ("Duplicate GPU detected : rank 1 and rank 9 both on CUDA device 1b000", "duplicate-gpu",
+     "two ranks were given the same GPU on g GPU0: Duplicate GPU", "CUDA_VISIBLE_DEVICES"),
+    ("Mismatched NCCL version detected : rank 0 version 22105 rank 8 version 21903", "version-mismatch",
+     "ranks run different NCCL versions on g GPU0: Mismatched", "same container"),
+])
+def test_job_ending_configuration_errors(warn: str, code: str, start: str, remedy: str) -> None:
+    r = one(f"g:1:2 [0] init.cc:99 NCCL WARN {warn}\n")
+    assert codes(r) == [code] and r.status is Status.FAIL
+    assert r.summary.startswith(start) and remedy in r.remedy
+
+
+def test_two_roots_are_both_reported() -> None:
+    r = one(lines("a:1:2 [0] NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable",
+                  "b:3:4 [1] NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with error 12, opcode 0, len 0, "
+                  "vendor err 129",
+                  "b:3:4 [1] NCCL WARN Net : Connection closed by remote peer 10.0.0.1<1>"))
+    assert codes(r) == ["ib-completion-error", "ib-qp-setup-failed"]
+    assert r.summary.startswith("NET/IB completion error 12")
+    assert not any("follow from it" in e for e in r.evidence[r.evidence.index(r.evidence[-1]):])
+
+
+def test_unknown_warn_with_a_failure_cascade_is_nccl_error() -> None:
+    r = one(lines("g:1:2 [0] misc/argcheck.cc:30 NCCL WARN AllReduce : invalid root 9 (root should be in 0..8)",
+                  "g:1:2 [0] NCCL INFO enqueue.cc:1130 -> 4"))
+    assert codes(r) == ["nccl-error"] and r.status is Status.FAIL
+    assert r.summary == "NCCL call failed on g GPU0: AllReduce : invalid root 9 (root should be in 0..8)"
+    assert r.evidence[:2] == r.evidence[:1] + ["g:1:2 [0] NCCL INFO enqueue.cc:1130 -> 4"]
+    assert "NCCL_DEBUG=INFO" in r.remedy
+
+
+def test_unknown_warn_alone_is_a_warning() -> None:
+    r = one("g:1:2 [0] NCCL WARN something NCCL 2.29 prints\ng:1:2 [0] NCCL WARN another\n")
+    assert codes(r) == ["unclassified-warn"] and r.status is Status.WARN
+    assert r.summary == "2 NCCL warning(s) not recognised: something NCCL 2.29 prints"
+    assert len(r.evidence) == 2 and "name the host" in r.remedy
+
+
+def test_proxy_failure_alone_and_a_cascade_alone() -> None:
+    r = one("g:1:2 [0] proxy.cc:1519 NCCL WARN [Proxy Service 1] Failed to execute operation Connect from rank 1, "
+            "retcode 2\n")
+    assert codes(r) == ["nccl-error"]
+    assert r.summary.startswith("NCCL call failed on g GPU0: [Proxy Service 1] Failed to execute operation")
+    s = one(lines("g:1:2 [0] NCCL INFO Using network IB", "g:1:2 [0] NCCL INFO init.cc:1358 -> 3",
+                  "g:1:2 [0] NCCL INFO group.cc:65 -> 3 [Async thread]"))
+    assert codes(s) == ["nccl-error"]
+    assert s.summary == "NCCL call failed on a rank: an NCCL call returned an error"
+    assert "g:1:2 [0] NCCL INFO init.cc:1358 -> 3" in s.evidence
+
+
+def test_framework_report_proves_the_failure() -> None:
+    text = lines("g:1:2 [0] NCCL INFO Using network IB",
+                 "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, unhandled system "
+                 "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.5")
+    r = one(text)
+    assert codes(r) == ["nccl-error"] and r.summary.startswith("NCCL call failed on a rank: RuntimeError: NCCL error")
+    s = one(text + "Last error:\nCall to ibv_create_cq failed with error Cannot allocate memory\n")
+    assert codes(s) == ["ib-verbs-call-failed"]
+    assert s.summary == "ibv_create_cq failed (Cannot allocate memory) on the framework's last NCCL error"
+
+
+def test_warns_that_do_not_end_the_job() -> None:
+    r = one(lines("g:1:2 [0] NCCL INFO Using network IB",
+                  "g:1:2 [0] NCCL WARN NET/IB : Unable to open device mlx5_5",
+                  "g:1:2 [0] NCCL WARN NET/IB : Got async event : SM change",
+                  "g:1:2 [0] NCCL WARN NET/Socket : the total number of sockets is greater than the maximum allowed, "
+                  "setting NCCL_NSOCKS_PERTHREAD to 2"))
+    assert r.status is Status.WARN and codes(r) == ["ib-device-unusable", "ib-async-event"]
+    assert r.summary.startswith("NCCL could not open mlx5_5 on g GPU0 and runs without it; IB async event on g GPU0: "
+                                "SM change")
+    assert any(e.startswith("NCCL WARN that does not stop the job: NET/Socket : the total") for e in r.evidence)
+    assert "ibv_devinfo" in r.remedy and "subnet manager" in r.remedy
+
+
+def test_many_ranks_are_counted_not_listed() -> None:
+    text = "".join(f"h{i}:1:2 [0] NCCL WARN Call to ibv_create_qp failed with error Cannot allocate memory\n"
+                   for i in range(6))
+    r = one(text)
+    assert "on h0 GPU0, h1 GPU0, h2 GPU0, h3 GPU0 (+2)" in r.summary
+
+
+# ----------------------------------------------------------------------------- sockets and interfaces
+
+SOCKET_2HOSTS = lines(
+    "[0] node0:13:13 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0",
+    "[1] node2:22:22 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0")
+
+
+def test_socket_across_nodes_without_a_reason_fails() -> None:
+    r = one(SOCKET_2HOSTS)
+    assert r.status is Status.FAIL and codes(r) == ["socket-transport"]
+    assert r.summary == "NCCL runs across nodes over TCP sockets on node0 GPU0 pid 13, node2 GPU0 pid 22"
+    assert "2 hosts in the log: node0, node2" in r.evidence and r.facts["multi_node"] is True
+    assert r.facts["scope_evidence"][0] == "2 hosts in the log: node0, node2"
+
+
+def test_socket_expected_by_the_profile_is_a_note() -> None:
+    r = one(SOCKET_2HOSTS, **{"nccl.expect_net": "Socket"})
+    assert r.status is Status.PASS
+    assert "NCCL's network is TCP sockets on node0 GPU0 pid 13, node2 GPU0 pid 22 (nccl.expect_net = SOCKET)" \
+        in r.evidence
+
+
+def test_socket_on_one_host_without_proof_of_size_warns() -> None:
+    r = one(lines("ai:4:4 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+                  "ai:4:4 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+                  "ai:4:4 [0] NCCL INFO NET/Socket : Using [0]eth0:162.30.2.40<0>",
+                  "ai:4:4 [0] NCCL INFO Using network Socket"))
+    assert r.status is Status.WARN and codes(r) == ["socket-single-host"]
+    assert r.summary == ("NCCL uses TCP sockets, not IB/RoCE, on ai GPU0 pid 4; nothing in the log shows whether the "
+                         "job spans nodes")
+    assert any("libibverbs" in e for e in r.evidence) and r.facts["multi_node"] is None
+
+
+def test_socket_over_a_virtual_nic_is_named() -> None:
+    r = one(lines("c6:1:2 [0] NCCL INFO Could not find real path of /sys/class/net/eth0/device",
+                  "c6:1:2 [0] NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/Socket/0"))
+    assert codes(r) == ["socket-transport"]
+    assert r.summary == "NCCL runs across nodes over TCP sockets on c6 GPU0 pid 1 (virtual NIC eth0: no PCI device)"
+    assert "c6:1:2 [0] NCCL INFO Could not find real path of /sys/class/net/eth0/device" in r.evidence
+
+
+@pytest.mark.parametrize(("size", "multi"), [
+    ("comm 0x1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0", True),
+    ("comm 0x1 rank 0 nRanks 16 nNodes 0 localRanks 8 localRank 0 MNNVL 0", True),  # nranks > localRanks
+    ("comm 0x1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0", False),
+    ("comm 0x1 rank 0 nRanks 8 nNodes 0 localRanks 8 localRank 0 MNNVL 0", False),  # nranks == localRanks
+    ("comm 0x1 rank 0 nranks 8 cudaDev 0 busId 1000 - Init START", None),
+])
+def test_job_size_from_the_comm_line(size: str, multi: bool | None) -> None:
+    r = one(lines(f"h:1:2 [0] NCCL INFO {size}", "h:1:2 [0] NCCL INFO Using network Socket"))
+    assert r.facts["multi_node"] is multi
+    want = {True: ["socket-transport"], False: [], None: ["socket-single-host"]}[multi]
+    assert codes(r) == want
+
+
+def test_ranks_beyond_a_node_prove_several_nodes_on_a_profile_with_a_gpu_count() -> None:
+    text = lines("h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 16 cudaDev 0 busId 1000 - Init START",
+                 "h:1:2 [0] NCCL INFO Using network Socket")
+    r = one(text, profile=H100)
+    assert r.facts["multi_node"] is True and codes(r) == ["socket-transport"]
+    assert "h rank 0: nranks 16 > 8 GPUs per node (gpu.count)" in r.evidence
+    assert one(text).facts["multi_node"] is None  # generic: gpu.count 0
+    assert one(text.replace("nranks 16", "nranks 8"), profile=H100).facts["multi_node"] is None
+
+
+def test_intra_channels_prove_one_node_only_on_one_host() -> None:
+    text = lines("h:1:2 [0] NCCL INFO Using network Socket", "h:1:2 [0] NCCL INFO NET/Socket : Using [0]docker0:"
+                 "172.17.0.1<0>", "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC")
+    r = one(text)
+    assert r.status is Status.PASS and r.facts["multi_node"] is False
+    assert r.facts["scope_evidence"] == ["every channel in the log is within the node: h:1:2 [0] NCCL INFO Channel "
+                                         "00/0 : 0[0] -> 1[1] via P2P/IPC"]
+    two = one(text + "k:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n")
+    assert two.facts["multi_node"] is True and "bad-interface" in codes(two)
+
+
+def test_bad_interface_carried_listed_and_single_node() -> None:
+    r = one(lines("g:1:2 [0] NCCL INFO Bootstrap : Using docker0:172.18.0.1<0>",
+                  "g:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                  "k:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.2<0>"))
+    assert codes(r) == ["bad-interface"] and r.summary == "NCCL bound docker0 on g GPU0 pid 1"
+    assert "'^lo,docker,virbr'" in r.remedy
+    s = one(lines("s3:15:15 [7] NCCL INFO NET/Socket : Using [0]enp41s0f1:<0> [1]virbr0:<0>",
+                  "s3:15:15 [7] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).",
+                  "s3:15:15 [7] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB enp41s0f1:<0>"))
+    assert codes(s) == ["bad-interface-listed"] and s.status is Status.WARN
+    assert s.summary == "NCCL's socket interface list includes virbr0 on s3 GPU7 pid 15 (not its data path now)"
+    t = one(lines("s3:15:15 [7] NCCL INFO NET/Socket : Using [0]virbr0:<0> [1]eth0:<0>",
+                  "s3:15:15 [7] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).",
+                  "s3:15:15 [7] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:<0>"))
+    assert codes(t) == ["bad-interface"]  # NCCL 2.4 bootstraps over the first socket interface
+    u = one(lines("s3:15:15 [7] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
+                  "s3:15:15 [7] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]veth77:<0>",
+                  "s3:15:15 [7] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0"))
+    assert u.status is Status.PASS
+    assert any(e.startswith("NCCL lists veth77 on s3 rank 0; the log shows one node") for e in u.evidence)
+
+
+def test_the_same_bad_interface_carried_by_one_process_and_listed_by_another() -> None:
+    r = one(lines("a:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]virbr0:192.168.122.1<0>",
+                  "a:1:1 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so).",
+                  "a:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
+                  "b:2:2 [0] NCCL INFO Using network Socket",
+                  "b:2:2 [0] NCCL INFO NET/Socket : Using [0]virbr0:192.168.122.1<0>"))
+    assert codes(r) == ["socket-transport", "bad-interface"]  # a lists it, b carries it: one finding
+    assert r.summary.endswith("; NCCL bound virbr0 on b GPU0 pid 2")
+
+
+@pytest.mark.parametrize(("name", "addr", "why"), [
+    ("lo", "", "lo"),
+    ("docker0", "172.17.0.1", "docker0"),
+    ("veth3a", "", "veth3a"),
+    ("br-5e1", "", "br-5e1"),
+    ("eth0", "172.17.0.2", "eth0 (172.17.0.2 in 172.17.0.0/16)"),
+    ("eth0", "127.0.1.1", "eth0 (127.0.1.1)"),
+    ("eth0", "::1", "eth0 (::1)"),
+    ("eth0", "172.18.0.2", ""),
+    ("eth0", "fe80::1", ""),
+    ("eth0", "", ""),
+    ("eth0", "not-an-ip", ""),
+    ("", "", ""),
+])
+def test_bad_interface(name: str, addr: str, why: str) -> None:
+    from preflight.checks.nccl import bad_interface
+
+    prof = load_profile("generic")
+    prof.values["nccl.bad_networks"] = ["172.17.0.0/16", "garbage", "fd00::/8"]
+    assert bad_interface(name, addr, prof) == why
+    prof.values["nccl.bad_networks"] = []
+    prof.values["nccl.bad_interfaces"] = ["docker", 5]
+    assert bad_interface("eth0", "172.17.0.2", prof) == "" and bad_interface("veth3a", "", prof) == ""
+    assert bad_interface("docker0", "", prof) == ("docker0" if name else "docker0")
+    assert bad_interface("eth1", "fd00::5", load_profile("generic")) == ""
+
+
+# ----------------------------------------------------------------------------- HCAs, plugins, subnets, versions
+
+def ib_line(host: str, dev: int, hcas: str, oob: str = "ib0:10.0.0.1") -> str:
+    return f"{host}:{100 + dev}:{200 + dev} [{dev}] NCCL INFO NET/IB : Using {hcas} ; OOB {oob}<0>"
+
+
+def test_fewer_hcas_than_gpus() -> None:
+    text = lines(*[ib_line("user", d, "[0]mlx5_0:1/IB [1]mlx5_2:1/IB [RO]") for d in range(1, 8)],
+                 "user:101:201 [1] NCCL INFO NCCL_IB_HCA set to mlx5_2:1,mlx5_0:1")
+    r = one(text)
+    assert codes(r) == ["fewer-hcas-than-gpus"] and r.status is Status.WARN
+    assert r.summary == ("2 HCA(s) (mlx5_0, mlx5_2) for 7 GPUs on user: fewer NICs than GPUs, inter-node bandwidth "
+                         "is capped by the NICs")
+    assert "NCCL_IB_HCA=mlx5_2:1,mlx5_0:1" in r.evidence and "every HCA is Active" in r.remedy
+
+
+def test_local_ranks_count_the_gpus() -> None:
+    r = one(lines(ib_line("a", 0, "[0]mlx5_0:1/IB [1]mlx5_1:1/IB"),
+                  "a:100:200 [0] NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0"))
+    assert "2 HCA(s) (mlx5_0, mlx5_1) for 8 GPUs on a" in r.summary
+    assert one(ib_line("a", 0, "[0]mlx5_0:1/IB")).status is Status.PASS  # one GPU, one HCA
+
+
+def test_hca_subset_from_the_device_names_and_from_the_profile() -> None:
+    text = lines(ib_line("dgx4", 0, "[0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]"))
+    r = one(text)
+    assert codes(r) == ["hcas-subset"]
+    assert r.summary == "NCCL uses 2 HCA(s) (mlx5_10, mlx5_11) on dgx4, fewer than the 6 expected"
+    assert any(e.startswith("the device names reach mlx5_11: the node has at least 12 RDMA devices "
+                            "(nccl.min_hca_share = 0.5") for e in r.evidence)
+    assert "NCCL_IB_HCA" in r.remedy
+    h = one(text, profile=H100)
+    assert h.summary.endswith("fewer than the 8 expected") and any(e.startswith("ib.hca_count = 8") for e in h.evidence)
+    assert one(text, **{"nccl.min_hca_share": 0}).status is Status.PASS
+    eight = "".join(f"[{i}]mlx5_{n}:1/IB " for i, n in enumerate((0, 3, 4, 5, 6, 9, 10, 11)))
+    assert one(ib_line("dgx4", 0, eight), profile=H100).status is Status.PASS
+    assert one(ib_line("dgx4", 0, "[0]mlx5_0:1/IB [1]mlx5_3:1/IB")).status is Status.PASS  # 2 of >= 4
+    assert one(ib_line("dgx4", 0, "[0]mlx5_0:1/IB [1]mlx5_4:1/IB")).status is Status.WARN  # 2 of >= 5
+    assert one(ib_line("w", 0, "[0]irdma0:1/RoCE [1]mlx5_9:1/RoCE")).status is Status.PASS  # not all mlx5_N
+
+
+def test_plugin_on_an_ib_profile() -> None:
+    text = "h1:1:2 [0] NCCL INFO Using network AWS Libfabric\n"
+    r = one(text, profile=H100)
+    assert r.status is Status.WARN and codes(r) == ["plugin-not-ib"]
+    assert r.summary == "NCCL uses network plugin 'AWS Libfabric', not IB verbs"
+    assert any(e.startswith("nccl.expect_net = IB") for e in r.evidence) and "site profile" in r.remedy
+    assert one(text).status is Status.PASS
+    assert one("h1:1:2 [0] NCCL INFO Using network IBext_v8\n", profile=H100).status is Status.PASS
+
+
+def test_roce_hosts_on_different_subnets() -> None:
+    a = ib_line("w1", 0, "[0]irdma0:1/RoCE", "eth0:172.16.121.86")
+    b = ib_line("w3", 0, "[0]irdma0:1/RoCE", "eth0:172.16.207.69")
+    r = one(lines(a, b))
+    assert codes(r) == ["roce-cross-subnet"]
+    assert r.summary == ("RoCE hosts bootstrap from different subnets (w1 172.16.121.0/24, w3 172.16.207.0/24): RDMA "
+                         "between them must be routed")
+    assert "RoCEv2" in r.remedy
+    assert one(lines(a, b.replace("207.69", "121.70"))).status is Status.PASS
+    assert one(lines(a, b.replace("/RoCE", "/IB"))).status is Status.PASS
+    assert one(lines(a, b.replace("172.16.207.69", "fe80::2"))).status is Status.PASS
+
+
+def test_mixed_versions() -> None:
+    r = one(lines("hostA:100:100 [0] NCCL INFO NCCL version 2.19.3+cuda12.3",
+                  "hostB:200:200 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+                  "hostC:300:300 [0] NCCL INFO NCCL version 2.21.5+cuda12.4"))
+    assert codes(r) == ["mixed-versions"] and r.facts["version"] == ["2.19.3+cuda12.3", "2.21.5+cuda12.4"]
+    assert r.summary == "mixed NCCL versions: 2.19.3+cuda12.3, 2.21.5+cuda12.4"
+    assert r.evidence[:2] == ["2.19.3+cuda12.3: 1 process(es)", "2.21.5+cuda12.4: 2 process(es)"]
+    assert "same container" in r.remedy
+
+
+def test_docker0_and_mixed_versions() -> None:
+    text = lines(
         "hostA:100:100 [0] NCCL INFO NCCL version 2.19.3+cuda12.3",
         "hostA:100:100 [0] NCCL INFO Bootstrap : Using docker0:172.17.0.1<0>",
         "hostA:100:120 [0] NCCL INFO NET/Socket : Using [0]docker0:172.17.0.1<0>",
         "hostA:100:120 [0] NCCL INFO Using network Socket",
         "hostB:200:200 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
         "hostB:200:220 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.2<0>",
-        "hostB:200:220 [0] NCCL INFO Using network IB",
-    ])
-    [r] = transport("", profile="generic", text=text)
+        "hostB:200:220 [0] NCCL INFO Using network IB")
+    r = one(text)
     assert r.status is Status.FAIL
-    problems = " ".join([r.summary, *r.evidence])
-    assert "docker0" in problems
-    assert r.facts["version"] == ["2.19.3+cuda12.3", "2.21.5+cuda12.4"]
+    assert codes(r) == ["socket-transport", "bad-interface", "mixed-versions"]
     host_b = next(x for x in r.facts["ranks"] if x["host"] == "hostB")
     assert host_b["hcas"] == ["mlx5_0:1/RoCE"] and host_b["oob"] == "eth0"
 
 
-def test_transport_net_from_channel_lines_only() -> None:
-    text = "\n".join([
+# ----------------------------------------------------------------------------- NVLS and GDR
+
+NVLS_OFF = "h:1:2 [0] NCCL INFO NVLS multicast support is not available on dev 0\n" \
+           "h:1:3 [1] NCCL INFO NVLS multicast support is not available on dev 1\n"
+
+
+def test_nvls_unavailable_is_a_note_without_an_nvls_profile() -> None:
+    r = one(NVLS_OFF)
+    assert r.status is Status.PASS and r.summary.endswith("; NVLS off")
+    assert any(e.startswith("NVLS (NVLink SHARP) not available on device(s) 0, 1: NCCL uses ring/tree") for e in
+               r.evidence)
+
+
+def test_nvls_unavailable_on_h100() -> None:
+    r = one(NVLS_OFF, profile=H100)
+    assert r.status is Status.WARN and codes(r) == ["nvls-unavailable"]
+    assert r.summary == "NVLS (NVLink SHARP) not available on device(s) 0, 1"
+    assert any(e.startswith("nccl.expect_nvls (") for e in r.evidence) and "fabricmanager" in r.remedy
+
+
+def test_nvls_requested_but_not_used() -> None:
+    r = one(lines("h8:33:60 [6] NCCL INFO NCCL_ALGO set by environment to Tree,Ring,,CollnetDirect,CollnetChain,NVLS",
+                  "h8:33:60 [6] NCCL INFO 16 coll channels, 0 nvls channels, 16 p2p channels, 16 p2p channels per peer",
+                  "h8:33:61 [7] NCCL INFO Channel 00/0 : 7[7] -> 4[4] via P2P/direct pointer"))
+    assert codes(r) == ["nvls-requested-not-used"] and r.status is Status.WARN
+    assert r.summary == "NVLS was requested but NCCL built no NVLS channels on h8 GPU6 pid 33"
+    assert r.evidence[0].endswith("CollnetChain,NVLS") and r.evidence[1].endswith("per peer")
+    assert "IMEX" in r.remedy
+    s = one(lines("h:1:2 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 1.", NVLS_OFF))
+    assert codes(s) == ["nvls-requested-not-used"] and s.evidence[0].endswith("to 1.")
+
+
+def test_nvls_disabled_or_in_use() -> None:
+    r = one(lines("h1:1:1 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0.",
+                  "h1:1:2 [0] NCCL INFO Using network IB",
+                  "h1:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"), profile=H100,
+            **{"ib.hca_count": 1})
+    assert r.status is Status.PASS and r.facts["nvls"] is False
+    assert "NVLS disabled by NCCL_NVLS_ENABLE=0 on h1 GPU0 pid 1" in r.evidence
+    s = one(NVLS_OFF + "h:1:2 [0] NCCL INFO NVLS comm 0x55 headRank 0 nHeads 8 buffSize 4194304\n", profile=H100)
+    assert s.status is Status.PASS and s.facts["nvls"] is True
+
+
+def test_gdr_disabled_for_want_of_the_module() -> None:
+    text = lines("g:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                 "g:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)")
+    r = one(text)
+    assert codes(r) == ["gdr-disabled"] and r.status is Status.WARN
+    assert r.summary == ("GPUDirect RDMA is off on g GPU0 pid 1 (mlx5_0: no module): NCCL stages network traffic "
+                         "through host memory")
+    assert r.evidence[0].endswith("(no module)") and "nvidia-peermem" in r.remedy
+    assert one(text.replace("NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>", "Using network Socket")
+               ).status is Status.WARN  # socket-single-host only
+    assert "gdr-disabled" not in codes(one(text.replace("NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                                                        "Using network Socket")))
+
+
+# ----------------------------------------------------------------------------- summaries and bad input
+
+def test_ok_summaries() -> None:
+    assert one("n:5:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n").summary == \
+        "single node: P2P/IPC between 1 process(es) (no network transport)"
+    assert one("n:5:9 [0] NCCL INFO Setting affinity for GPU 0 to ffff\n").summary == \
+        "1 NCCL process(es), no network transport in the log (single node, or the log starts late)"
+    many = "".join(f"[{i}]mlx5_{i}:1/IB " for i in range(9))
+    r = one(ib_line("g", 0, many), **{"nccl.min_hca_share": 0})
+    assert r.summary == "NET/IB on 1 process(es) via " + ", ".join(f"mlx5_{i}:1/IB" for i in range(8)) + " ..."
+
+
+def test_net_from_channel_lines_only() -> None:
+    text = lines(
         "[1,0]<stdout>:nodeA:5:9 [3] NCCL INFO comm 0x1 rank 3 nranks 16 cudaDev 3 busId 5d000 - Init START",
         "[1,0]<stdout>:nodeA:5:9 [3] NCCL INFO Channel 00/0 : 3[5d000] -> 11[5d000] [send] via NET/IB/3/GDRDMA",
-        "[1,0]<stdout>:nodeA:5:9 [3] NCCL INFO Channel 01/0 : 3[5d000] -> 11[5d000] [send] via NET/IB/3/GDRDMA",
-    ])
-    [r] = transport("", text=text)
+        "[1,0]<stdout>:nodeA:5:9 [3] NCCL INFO Channel 01/0 : 3[5d000] -> 11[5d000] [send] via NET/IB/3/GDRDMA")
+    r = one(text, profile=H100)
     assert r.status is Status.PASS
     assert r.facts["ranks"][0]["rank"] == 3 and r.facts["ranks"][0]["gdr"] is True
 
 
-def test_transport_plugin_network_warns_on_ib_profile() -> None:
-    text = "h1:1:2 [0] NCCL INFO Using network AWS Libfabric\n"
-    [r] = transport("", text=text)
-    assert r.status is Status.WARN and "AWS Libfabric" in r.summary
+def test_facts_of_errors_and_processes() -> None:
+    r = one(lines("g:1:2 [0] NCCL INFO comm 0x1 rank 5 nranks 8 cudaDev 0 busId 1000 - Init START",
+                  "g:1:2 [0] NCCL WARN Call to ibv_create_qp failed with error Cannot allocate memory"))
+    assert r.facts["errors"] == [{"kind": "ib_verbs", "host": "g", "dev": "0", "rank": 5, "fatal": True,
+                                  "line": "g:1:2 [0] NCCL WARN Call to ibv_create_qp failed with error Cannot allocate "
+                                          "memory"}]
+    assert r.facts["ranks"] == [{"host": "g", "pid": "1", "rank": 5, "nranks": 8, "mpi_rank": None, "devices": ["0"],
+                                 "net": None, "intra": [], "interfaces": [], "hcas": [], "oob": None,
+                                 "bootstrap": None, "gdr": None, "nvls": None, "version": None}]
+    assert r.facts["net"] is None and r.facts["version"] == [] and r.facts["nvls"] is None
 
 
-def test_transport_nvls_disabled_by_env() -> None:
-    text = "\n".join([
-        "h1:1:1 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0.",
-        "h1:1:2 [0] NCCL INFO Using network IB",
-        "h1:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
-    ])
-    [r] = transport("", text=text)
-    assert r.status is Status.PASS and r.facts["nvls"] is False
+def test_processes_sort_by_rank_then_host() -> None:
+    r = one(lines("b:2:2 [0] NCCL INFO rank 1 nranks 2", "a:1:1 [0] NCCL INFO rank 0 nranks 2",
+                  "c:3:3 [0] NCCL INFO Using network IB"))
+    assert [x["host"] for x in r.facts["ranks"]] == ["a", "b", "c"]
 
 
 @pytest.mark.parametrize("text", ["", "nothing here\n", "\x00\x01garbage", "h:1:2 [0] NCCL INFO"])
-def test_transport_garbage_never_raises(text: str) -> None:
-    [r] = transport("", text=text)
-    assert r.status in (Status.ERROR, Status.SKIP)
+def test_garbage_is_not_recognised(text: str) -> None:
+    r = one(text)
+    assert r.status is Status.SKIP and codes(r) == ["not-recognised"]
+    assert r.summary.startswith("not recognised: NCCL_DEBUG lines") and "NCCL_DEBUG=INFO" in r.remedy
+
+
+def test_no_log_is_an_error() -> None:
+    r = reg.load()
+    [res] = grade_check(r.checks["nccl.transport"], "node1", FactStore(r, captures={}), load_profile("generic"),
+                        Options(mode="analyze"), None)
+    assert res.status in (Status.ERROR, Status.SKIP)
 
 
 def test_detectors_are_specific(registry) -> None:  # noqa: ANN001

@@ -14,8 +14,10 @@ EXPECTED = {
     "nccl/nccl_info_ib_hca_2_of_n_oob_ipoib_ibs85f0_nvswitch_but_0_nvls_channels_nccltests228.log":
         {"nccl.transport": "warn"},
     "nccl/nccl_info_k8s_pod_hostname_single_node_h100_p2p_cumem_channels_vllm6732.log": {"nccl.transport": "pass"},
+    # INDEX: FAIL/WARN. Two hosts and channels via NET/Socket: multi-node NCCL over TCP (the rule:
+    # the socket transport across nodes is a FAIL; a site without RDMA sets nccl.expect_net = Socket)
     "nccl/nccl_info_mpirun_tag_output_bracket_rank_prefix_net_socket_shm_2node_nccl1232.log":
-        {"nccl.transport": "warn"},
+        {"nccl.transport": "fail"},
     "nccl/nccl_info_nccltests_header_interleaved_irdma_roce_ibext_plugin_l40_2node_nccltests227.log":
         {"nccl.transport": "warn"},
     "nccl/nccl_info_single_node_4gpu_p2p_direct_pointer_rings_trees_no_net_healthy_tinygrad_p2p_pr22.log":
@@ -30,6 +32,31 @@ EXPECTED = {
         {"nccl.transport": "fail"},
     "nccl/nccl_warn_ts_prefix_ibv_modify_qp_110_timed_out_init_rtr_gid3_cross_nic_7nodes_nccl2013.log":
         {"nccl.transport": "fail"},
+    # Batch 3 (INDEX section 7, second table)
+    "nccl/nccl_info_channels_via_p2p_ipc_read_pytorch58155.log": {"nccl.transport": "pass"},
+    # NCCL_ALGO names NVLS, "16 coll channels, 0 nvls channels": NVLS requested but not used
+    "nccl/nccl_info_h800_p2p_direct_0_nvls_channels_nccl892.log": {"nccl.transport": "warn"},
+    "nccl/nccl_info_nvls_heads_3node_24rank_h100_nccl1453.log": {"nccl.transport": "pass"},
+    # INDEX gives no status: "NVLS multicast support is not available" and nothing else. NCCL prints
+    # that line on every GPU without NVSwitch multicast (A100 included: nvls.cc ncclNvlsInit), and no
+    # line here names the GPU model, so it is a note, as on the SageMaker capture above (pass); on a
+    # profile whose GPUs have NVLS (h100-sxm-8x) the same lines WARN (tests/checks/test_nccl.py).
+    "nccl/nccl_info_nvls_multicast_not_available_nccltests188.log": {"nccl.transport": "pass"},
+    "nccl/nccl_info_p2p_direct_pointer_nvls_8heads_nccltests213.log": {"nccl.transport": "pass"},
+    # a NET/Socket channel from rank 15 (another node) over a virtual eth0: multi-node over TCP
+    "nccl/nccl_info_ring_via_net_socket_container_nccl367_part2.log": {"nccl.transport": "fail"},
+    # NCCL uses mlx5_10 and mlx5_11 only; the names prove at least 12 RDMA devices on the node
+    "nccl/nccl_info_roce_2nics_dgxh100_nccltests185.log": {"nccl.transport": "warn"},
+    # libibverbs missing, sockets on eth0 172.17.0.2: Docker's default bridge network reaches no
+    # other host
+    "nccl/nccl_info_socket_container_eth0_172.17_no_ibverbs_nccl367.log": {"nccl.transport": "fail"},
+    # one host "ai", sockets on eth0 for want of libibverbs; nothing shows several nodes: WARN
+    "nccl/nccl_info_socket_eth0_libibverbs_missing_nccl857.log": {"nccl.transport": "warn"},
+    # virbr0 in the socket list while the data path is NET/IB; one HCA for several GPUs
+    "nccl/nccl_info_socket_includes_virbr0_mixed_ib_nccltests29.log": {"nccl.transport": "warn"},
+    "nccl/nccl_info_socket_on_lo_127.0.0.1_nccl1053.log": {"nccl.transport": "fail"},
+    "nccl/nccl_warn_ibv_modify_qp_network_unreachable_dgxh100_nccltests185.log": {"nccl.transport": "fail"},
+    "nccl/nccl_warn_ibv_modify_qp_no_such_device_roce_nccl799.log": {"nccl.transport": "fail"},
 }
 
 
@@ -74,3 +101,26 @@ def test_old_nccl_bound_loopback() -> None:
     r = _one("nccl/nccl_old_2.3_docker_no_libibverbs_socket_on_lo_and_eth0_2_interfaces_horovod789.log",
              "nccl.transport")
     assert "NCCL bound lo" in r.summary and any("libibverbs" in e for e in r.evidence)
+    assert {"nccl.transport/bad-interface", "nccl.transport/socket-fallback"} <= set(r.facts["codes"])
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(("rel", "codes", "words"), [
+    ("nccl/nccl_info_h800_p2p_direct_0_nvls_channels_nccl892.log", ["nvls-requested-not-used"], ["NVLS"]),
+    ("nccl/nccl_info_ring_via_net_socket_container_nccl367_part2.log", ["socket-transport"], ["virtual NIC eth0"]),
+    ("nccl/nccl_info_roce_2nics_dgxh100_nccltests185.log", ["hcas-subset"], ["mlx5_10, mlx5_11"]),
+    ("nccl/nccl_info_socket_container_eth0_172.17_no_ibverbs_nccl367.log", ["bad-interface", "socket-single-host"],
+     ["eth0 (172.17.0.2 in 172.17.0.0/16)"]),
+    ("nccl/nccl_info_socket_eth0_libibverbs_missing_nccl857.log", ["socket-single-host"], ["TCP sockets"]),
+    ("nccl/nccl_info_socket_includes_virbr0_mixed_ib_nccltests29.log", ["bad-interface-listed"], ["virbr0"]),
+    ("nccl/nccl_info_socket_on_lo_127.0.0.1_nccl1053.log", ["bad-interface"], ["NCCL bound lo"]),
+    ("nccl/nccl_warn_ibv_modify_qp_network_unreachable_dgxh100_nccltests185.log", ["ib-qp-setup-failed"],
+     ["Network is unreachable", "dgxh100-3 GPU0"]),
+    ("nccl/nccl_warn_ibv_modify_qp_no_such_device_roce_nccl799.log", ["ib-qp-setup-failed"],
+     ["mlx5_3", "No such device"]),
+])
+def test_batch3_codes_and_names(rel: str, codes: list[str], words: list[str]) -> None:
+    r = _one(rel, "nccl.transport")
+    assert {f"nccl.transport/{c}" for c in codes} <= set(r.facts["codes"]), r.facts["codes"]
+    for w in words:
+        assert w in r.summary, r.summary
