@@ -50,6 +50,7 @@ FAULT_CODES: dict[str, str] = {
     "fallen_off_bus": "gpu.xid/fallen-off-bus",
     "gpu_lost": "gpu.xid/gpu-lost",
     "adapter_init_failed": "gpu.xid/adapter-init-failed",
+    "power_cables": "gpu.xid/check-mechanicals",
     "wpr2_up": "gpu.xid/wpr2-up",
     "reset_required": "gpu.xid/reset-required",
     "gsp_timeout": "gpu.xid/gsp-timeout",
@@ -78,7 +79,7 @@ CORRECTED_OTHER = "gpu.xid/pcie-corrected-other"
 # Faults the NVIDIA driver reports about one GPU: an Xid needing a reset or reboot on that GPU
 # already covers them (they are its symptoms: the fallen-off line of an Xid 79, the GSP banner
 # of an Xid 119); one without an address is covered by any such finding.
-GPU_KINDS = frozenset({"fallen_off_bus", "gpu_lost", "adapter_init_failed", "wpr2_up", "reset_required",
+GPU_KINDS = frozenset({"fallen_off_bus", "gpu_lost", "adapter_init_failed", "power_cables", "wpr2_up", "reset_required",
                        "gsp_timeout", "gsp_crash", "memsys_error", "pmu_halted", "nvlink_discovery_failed",
                        "driver_assert", "rm_error"})
 # what a GPU that fell off the bus also makes the driver print about it
@@ -342,7 +343,7 @@ def _graded(ctx: CheckContext, log: KernelLog) -> _Graded:
     window = float(ctx.profile.get("xid.sympathetic_window_s", 60.0))
     reference = since or datetime.now()
     events = _with_implied_causes([ev for ev in log.events if not _before(_dated(ev.line, reference).time, since)])
-    faults_in = [f for f in log.faults if not _before(_dated(f.line, reference).time, since)]
+    faults_in = [f for f in [*log.faults, *log.hardware] if not _before(_dated(f.line, reference).time, since)]
     fail_codes = _codes(ctx.profile.get("xid.fail"))
     ignore_codes = _codes(ctx.profile.get("xid.ignore"))
     groups = _group(events, _link_sympathetic(events, window), window)
@@ -433,7 +434,8 @@ def _not_gradable(ctx: CheckContext, run: Input, log: KernelLog) -> Result | Non
     else in it, not a kernel log), None when it can be graded."""
     cmd = run.cmdline
     base = {"events": [], "source_command": cmd}
-    if run.rc not in (0, None) and log.nvrm == 0 and not log.events and not log.faults:
+    found = bool(log.events or log.faults or log.hardware)
+    if run.rc not in (0, None) and log.nvrm == 0 and not found:
         return ctx.finding("gpu.xid/log-unreadable", f"cannot read the kernel log ({cmd} exited {run.rc})",
                            evidence=log.tool_errors[-3:] or [f"{cmd}: exit {run.rc}"],
                            remedy="run preflight as root (or with CAP_SYSLOG), or set kernel.dmesg_restrict=0 / "
@@ -443,11 +445,11 @@ def _not_gradable(ctx: CheckContext, run: Input, log: KernelLog) -> Result | Non
                            evidence=["(no output)"],
                            remedy="check that the kernel ring buffer / journald keeps kernel messages on this node",
                            facts=base)
-    if _filtered(log) and not log.events and not log.faults:
+    if _filtered(log) and not found:
         return ctx.finding(LOG_FILTERED, _filtered_text(log), evidence=[f"command: {cmd}"],
                            facts={**base, "filter": log.filter},
                            remedy="capture the whole kernel log (`dmesg -T` or `journalctl -k`) to grade Xids")
-    if not log.stamped and log.nvrm == 0 and not log.events and not log.faults:
+    if not log.stamped and log.nvrm == 0 and not found:
         return ctx.finding("gpu.xid/not-a-kernel-log",
                            f"output of {cmd} is not a kernel log (no kernel time stamps, no NVRM lines)",
                            evidence=log.tool_errors[:3] or [f"{log.lines} line(s), none from the kernel"],
@@ -496,7 +498,9 @@ _FAULT_REMEDIES: dict[str, str] = {
     "nvlink_discovery_failed": "NVLink discovery failed, so the NVLink fabric is not fully trained: check "
                                "`nvidia-smi nvlink -s` and the fabric manager log, then reboot; if it recurs, open a "
                                "hardware case",
-    "adapter_init_failed": "the driver could not initialise {label}: reboot; if it persists, reseat or RMA the GPU",
+    "adapter_init_failed": "the driver could not initialise {label}: reboot; if it persists, check the BIOS "
+                           "(Above 4G decoding, Resizable BAR), reseat or RMA the GPU",
+    "power_cables": "{label} runs without its auxiliary power: power off and connect the board's power cables",
     "wpr2_up": "a crash left {label}'s protected memory region (WPR2) up: only a power cycle or a PCIe bus reset "
                "clears it; cold-reboot the node",
     "gsp_timeout": "the GPU's GSP firmware stopped answering on {label}: reset the GPU with {reset} or reboot; if it "
@@ -662,7 +666,7 @@ def _xid_findings(ctx: CheckContext, gr: _Graded, f: Findings) -> None:
 
 KIND_WORDS = {
     "fallen_off_bus": "fallen off the bus", "gpu_lost": "lost to the driver", "adapter_init_failed": "failed to "
-    "initialise", "wpr2_up": "WPR2 left up, GSP cannot boot", "reset_required": "the driver asks for a reset",
+    "initialise", "power_cables": "auxiliary power cables not connected", "wpr2_up": "WPR2 left up, GSP cannot boot", "reset_required": "the driver asks for a reset",
     "gsp_timeout": "GSP firmware not answering", "gsp_crash": "GSP firmware crashed", "memsys_error": "memory "
     "subsystem error", "pmu_halted": "PMU halted", "nvlink_discovery_failed": "NVLink discovery or training failed",
     "driver_assert": "driver assertion failed", "rm_error": "driver error status", "pcie_fatal": "uncorrectable "

@@ -40,7 +40,7 @@ from preflight.parsers import kernel_hw
 from preflight.parsers.base import Format, ParserSpec, pci_id
 from preflight.parsers.kernel_hw import KernelFault
 
-NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", *kernel_hw.NEEDLES)
+NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", "nvidia: probe of", *kernel_hw.NEEDLES)
 # the reading tool's own complaints: at the start or the end of what it printed
 TOOL_NEEDLES = ("dmesg: ", "journalctl: ", "Operation not permitted", "Permission denied", "No journal files")
 TOOL_ENDS = 256 * 1024
@@ -72,6 +72,8 @@ _NAMED_GPU = re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI})")
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
 _MODULE = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open Kernel Module for )?\S+ Kernel Module\s+(?P<v>\d+\.\d+(?:\.\d+)?)"
                      r"|NVRM: loading NVIDIA UNIX Open Kernel Module for \S+\s+(?P<v2>\d+\.\d+(?:\.\d+)?)")
+# lines of the NVIDIA driver (or about it) that are not Xid reports
+_DRIVER_LINE = re.compile(r"NVRM|fallen off the bus|Unknown symbol|nvidia: probe of", re.IGNORECASE)
 _NEEDS_RESET = re.compile(r"needs to be reset|reset (?:the )?gpu|reboot", re.IGNORECASE)
 NAMED_GPU_REACH = 3  # lines after `The NVIDIA GPU <pci>` that continue its message
 
@@ -81,9 +83,15 @@ GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("fallen_off_bus", re.compile(r"fallen off the bus", re.IGNORECASE), "RESTART_BM"),
     ("gpu_lost", re.compile(r"NV_ERR_GPU_IS_LOST|GPU lost from the bus|\bGPU is lost\b|"
                             r"API_GPU_ATTACHED_SANITY_CHECK failed", re.IGNORECASE), "RESTART_BM"),
+    ("power_cables", re.compile(r"does not have the necessary power cables connected", re.IGNORECASE),
+     "CHECK_MECHANICALS"),
     ("adapter_init_failed", re.compile(r"RmInitAdapter failed|rm_init_adapter failed|"
                                        r"Cannot initialize GSP firmware RM|GPU Initialization Error|"
-                                       r"probe routine failed for \d+ device", re.IGNORECASE), "RESTART_BM"),
+                                       r"probe routine failed for \d+ device|nvidia: probe of \S+ failed|"
+                                       r"I/O region assigned to your NVIDIA device is invalid|request_mem_region failed|"
+                                       r"Failed to re-allocate BAR1|attempting to resize PCIe BARs|"
+                                       r"No interrupts of any type are available|Failed to copy vbios",
+                                       re.IGNORECASE), "RESTART_BM"),
     ("wpr2_up", re.compile(r"WPR2 already up|WPR2 is still up", re.IGNORECASE), "RESTART_BM"),
     ("reset_required", re.compile(r"NV_ERR_RESET_REQUIRED|\bReset required\b|GPU marked for reset",
                                   re.IGNORECASE), "RESET_GPU"),
@@ -157,7 +165,8 @@ class KernelLog:
     nvrm: int = 0  # lines from the NVIDIA driver
     stamped: bool = False  # the log lines carry kernel-log time stamps (not a bare message list)
     events: list[XidEvent] = field(default_factory=list)
-    faults: list[KernelFault] = field(default_factory=list)  # GPU faults without an Xid, kernel hardware reports
+    faults: list[KernelFault] = field(default_factory=list)  # GPU faults the driver reports without an Xid
+    hardware: list[KernelFault] = field(default_factory=list)  # the kernel's PCIe, machine-check and SXid reports
     driver_faults: list[DriverFault] = field(default_factory=list)
     unparsed: list[Line] = field(default_factory=list)  # NVRM lines naming an Xid in a layout not known
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)  # pci -> {uuid, serial, index}
@@ -261,7 +270,7 @@ class _Reader:
             self.hosts.setdefault(line.host)
         if "Xid" in msg and self._xid(msg, line):
             return
-        if "NVRM" not in msg and "fallen off the bus" not in msg.lower() and "Unknown symbol" not in msg:
+        if not _DRIVER_LINE.search(msg):
             if not self.hw.read(msg, line) and _TOOL_ERROR.search(msg) and len(log.tool_errors) < 5:
                 log.tool_errors.append(msg)
             return
@@ -352,8 +361,7 @@ def parse(doc: Doc) -> KernelLog:
     reader = _Reader(doc, log)
     for k in sorted(hits):
         reader.read(hits[k])
-    log.faults.extend(reader.hw.faults)
-    log.faults.sort(key=lambda f: f.line.n)
+    log.hardware = reader.hw.faults
     _resolve_indexes(log)
     log.hosts = list(reader.hosts)
     return log
