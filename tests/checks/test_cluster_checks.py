@@ -1,0 +1,158 @@
+"""cluster.versions, cluster.nccl_env and cluster.nodes in detail: where each version comes
+from, majorities and ties, unset variables, the node count; each finding's code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from preflight import registry
+from preflight.grading import FactStore
+from preflight.model import Result, Status
+from preflight.profile import load
+from preflight.registry import ClusterContext, Options
+from tests.conftest import capture
+
+from preflight.checks.cluster import (  # isort: skip
+    _majority, grade_nccl_env, grade_nodes, grade_versions, nccl_env, node_versions,
+)
+
+NODES = ["n1", "n2", "n3"]
+
+
+def ctx(caps: dict[str, dict[str, Any]] | None = None, results: list[Result] | None = None,
+        errors: dict[str, str] | None = None, extra: dict[str, Any] | None = None,
+        nodes: list[str] | None = None) -> ClusterContext:
+    nodes = nodes or NODES
+    caps = caps or {}
+    stores = {n: FactStore(registry.load(), captures=caps.get(n, {})) for n in nodes}
+    return ClusterContext(nodes=nodes, stores=stores, results=results or [],  # type: ignore[arg-type]
+                          node_errors={n: (errors or {}).get(n, "") for n in nodes},
+                          node_detail={n: {} for n in nodes}, profile=load("generic"),
+                          options=Options(extra=extra or {}))
+
+
+def q(driver: str, cuda: str = "12.4") -> str:
+    return f"==============NVSMI LOG==============\n\nDriver Version : {driver}\nCUDA Version : {cuda}\n"
+
+
+def res(check: str, node: str, **facts: Any) -> Result:
+    return Result(check=check, node=node, status=Status.PASS, summary="", facts=facts)
+
+
+def test_where_each_version_comes_from() -> None:
+    ibstat = ("CA 'mlx5_0'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tFirmware version: 28.39.1002\n"
+              "\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tLink layer: InfiniBand\n"
+              "CA 'mlx5_1'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tFirmware version: 28.36.1010\n"
+              "\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tLink layer: InfiniBand\n")
+    caps = {"n1": {"nvidia-smi-q": capture("nvidia-smi-q", q("550.90.07", "12.4")),
+                   "nccl-libs": capture("nccl-libs", "libnccl.so.2.21.5\n"),
+                   "ofed": capture("ofed", "MLNX_OFED_LINUX-23.10-1.1.9.0:\n"),
+                   "uname-r": capture("uname-r", "5.15.0-112-generic\n"),
+                   "ibstat": capture("ibstat", ibstat)},
+            "n2": {"nccl-libs": capture("nccl-libs", "libnccl.so.2.21.5\n", rc=2),
+                   "ofed": capture("ofed", "MLNX_OFED_LINUX-23.10-1.1.9.0:\n", rc=1)}}
+    c = ctx(caps, [res("gpu.driver", "n2", driver="535.1", cuda="12.2"),
+                   res("gpu.inventory", "n3", driver="530.30", cuda_version="12.1")])
+    assert node_versions(c, "n1") == {"driver": "550.90.07", "cuda": "12.4", "nccl": "2.21.5",
+                                      "ofed": "MLNX_OFED_LINUX-23.10-1.1.9.0", "hca_firmware": "28.36.1010,28.39.1002",
+                                      "kernel": "5.15.0-112-generic"}
+    assert node_versions(c, "n2") == {"driver": "535.1", "cuda": "12.2"}  # a probe that failed gives nothing
+    assert node_versions(c, "n3") == {"driver": "530.30", "cuda": "12.1"}
+    both = ctx({"n1": {"nvidia-smi-q": capture("nvidia-smi-q", q("550.1", "12.8"))}},
+               [res("gpu.driver", "n1", driver="560.2", cuda="12.9"), res("gpu.inventory", "n1", driver="1")])
+    assert node_versions(both, "n1") == {"driver": "560.2", "cuda": "12.9"}
+    q_over_inv = ctx({"n1": {"nvidia-smi-q": capture("nvidia-smi-q", q("550.1", "12.8"))}},
+                     [res("gpu.inventory", "n1", driver="1", cuda_version="2")])
+    assert node_versions(q_over_inv, "n1") == {"driver": "550.1", "cuda": "12.8"}
+
+
+def test_majority_clear_tied_and_empty() -> None:
+    assert _majority({}) == (None, True)
+    assert _majority({"a": "x"}) == ("x", True)
+    assert _majority({"a": "x", "b": "x", "c": "y"}) == ("x", True)
+    assert _majority({"a": "x", "b": "y"}) == ("x", False)
+    assert _majority({"a": "x", "b": "y", "c": "y", "d": "z"}) == ("y", True)
+
+
+def _drivers(values: dict[str, str]) -> ClusterContext:
+    return ctx({n: {"nvidia-smi-q": capture("nvidia-smi-q", q(v))} for n, v in values.items()},
+               nodes=list(values))
+
+
+def test_the_odd_node_out_is_named_with_the_majority() -> None:
+    out = {r.node: r for r in grade_versions(_drivers({"n1": "550.1", "n2": "550.1", "n3": "535.9"}))}
+    bad = out["n3"]
+    assert bad.status is Status.FAIL and bad.summary == "driver 535.9 differs from the majority 550.1"
+    assert bad.facts["codes"] == ["cluster.versions/version-differs"] and bad.source == "cross-node"
+    assert bad.evidence == ["n3: cuda=12.4", "n3: driver=535.9", "majority: cuda=12.4", "majority: driver=550.1"]
+    assert "bring n3 to the fleet's versions" in bad.remedy
+    ok = out["n1"]
+    assert ok.status is Status.PASS and ok.summary == "same as the other nodes: cuda 12.4, driver 550.1"
+    assert ok.facts == {"versions": {"driver": "550.1", "cuda": "12.4"}, "reference": {"cuda": "12.4", "driver": "550.1"}}
+
+
+def test_a_tie_flags_every_node_naming_the_other_side() -> None:
+    out = {r.node: r for r in grade_versions(_drivers({"n1": "550.1", "n2": "535.9"}))}
+    assert out["n1"].summary == "driver 550.1 differs from 535.9 on 1 node(s)"
+    assert out["n2"].summary == "driver 535.9 differs from 550.1 on 1 node(s)"
+    assert all(r.status is Status.FAIL for r in out.values())
+
+
+def test_a_node_with_no_versions_is_skip_and_unreachable_nodes_are_left_out() -> None:
+    c = ctx({"n1": {"nvidia-smi-q": capture("nvidia-smi-q", q("550.1"))}}, errors={"n3": "ssh refused"})
+    out = {r.node: r for r in grade_versions(c)}
+    assert set(out) == {"n1", "n2"}
+    assert out["n2"].status is Status.SKIP and out["n2"].summary == "no versions reported: nothing to compare"
+    assert out["n2"].facts["codes"] == ["cluster.versions/not-reported"]
+    assert out["n1"].status is Status.PASS
+
+
+def test_nccl_env_keeps_only_nccl_variables() -> None:
+    c = ctx({"n1": {"env": capture("env", "NCCL_DEBUG=INFO\nNCCL_debug=x\nXNCCL_A=1\nTORCH_NCCL_BLOCKING_WAIT=1\n"
+                                          "NCCL_=1\nHOME=/root\n")}})
+    assert nccl_env(c, "n1") == {"NCCL_DEBUG": "INFO", "TORCH_NCCL_BLOCKING_WAIT": "1"}
+    assert nccl_env(c, "n2") is None
+
+
+def test_a_differing_or_unset_variable_is_named_per_node() -> None:
+    base = "NCCL_IB_HCA=mlx5\nNCCL_SOCKET_IFNAME=eth0\n"
+    caps = {"n1": {"env": capture("env", base)}, "n2": {"env": capture("env", base)},
+            "n3": {"env": capture("env", "NCCL_SOCKET_IFNAME=eth1\nNCCL_PROTO=LL\n")}}
+    out = {r.node: r for r in grade_nccl_env(ctx(caps))}
+    bad = out["n3"]
+    assert bad.status is Status.FAIL and bad.facts["codes"] == ["cluster.nccl_env/env-differs"]
+    assert bad.facts["differences"] == ["NCCL_IB_HCA=(unset) where the others have mlx5",
+                                        "NCCL_PROTO=LL where the others have (unset)",
+                                        "NCCL_SOCKET_IFNAME=eth1 where the others have eth0"]
+    assert bad.summary == "NCCL environment differs from the other nodes: NCCL_IB_HCA=(unset) where the others " \
+                          "have mlx5 (+2 more)"
+    assert bad.evidence == bad.facts["differences"] and bad.facts["env"] == {"NCCL_SOCKET_IFNAME": "eth1",
+                                                                            "NCCL_PROTO": "LL"}
+    assert "a single differing rank can hang init" in bad.remedy
+    assert out["n1"].status is Status.PASS and out["n1"].summary == "same 2 NCCL variable(s) as every other node"
+    one = {r.node: r for r in grade_nccl_env(ctx({"n1": {"env": capture("env", "NCCL_A=1\n")},
+                                                 "n2": {"env": capture("env", "NCCL_A=1\n")},
+                                                 "n3": {"env": capture("env", "NCCL_A=2\n")}}))}
+    assert one["n3"].summary == "NCCL environment differs from the other nodes: NCCL_A=2 where the others have 1"
+    many = "".join(f"NCCL_V{i}=1\n" for i in range(25))
+    odd = {r.node: r for r in grade_nccl_env(ctx({"n1": {"env": capture("env", many)},
+                                                 "n2": {"env": capture("env", many)},
+                                                 "n3": {"env": capture("env", "")}}))}["n3"]
+    assert len(odd.evidence) == 20 and len(odd.facts["differences"]) == 25
+    gone = grade_nccl_env(ctx({"n1": {"env": capture("env", "NCCL_A=1\n")}}, errors={"n1": "down"}))
+    assert gone == []
+
+
+def test_the_expected_node_count() -> None:
+    assert grade_nodes(ctx()) == []
+    [r] = grade_nodes(ctx(extra={"expect_nodes": 3}))
+    assert r.status is Status.PASS and r.summary == "3 of 3 expected nodes answered" and r.node == "cluster"
+    assert r.facts == {"expected": 3, "ok": NODES}
+    [r] = grade_nodes(ctx(errors={"n2": "ssh: connect to host n2 port 22: No route to host"},
+                          extra={"expect_nodes": "3"}))
+    assert r.status is Status.FAIL and r.summary == "only 2 of 3 expected nodes answered"
+    assert r.evidence == ["n2: ssh: connect to host n2 port 22: No route to host"]
+    assert r.facts["codes"] == ["cluster.nodes/short"] and r.facts["missing"] == ["n2"]
+    assert r.remedy == "fix or replace the missing nodes before launching; the job would start short"
+    [r] = grade_nodes(ctx(errors={"n2": "x"}, extra={"expect_nodes": 2}))
+    assert r.status is Status.PASS
