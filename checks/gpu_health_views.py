@@ -205,7 +205,7 @@ class _QView:
     def requests(self) -> None:
         gpu, h = self.gpu, self.h
         h.recovery_action = self.path_value("recovery", "recovery_action", _leaf(gpu, "GPU Recovery Action"),
-                                            lambda v: clean(v) or None) or ""
+                                            _text) or ""
         h.reset_required = self.path_value("reset", "reset_required", _leaf(gpu, "Reset Required"), to_bool)
         h.drain_and_reset = self.path_value("reset", "drain_and_reset", _leaf(gpu, "Drain and Reset Recommended"),
                                             to_bool)
@@ -261,6 +261,12 @@ class _QView:
             h.shown.add("errors")
 
 
+def _text(value: Any) -> str | None:
+    """A text reading: None for N/A and for an error printed in its place."""
+    v = clean(None if value is None else str(value))
+    return v if v and not field_error(v) else None
+
+
 def _watts(value: Any) -> float | None:
     m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*W\b", clean(None if value is None else str(value)))
     return float(m.group(1)) if m else None
@@ -308,7 +314,7 @@ def from_csv(row: dict[str, str], position: int) -> GpuHealth:
     h.retired_sbe = get("retired_pages.single_bit_ecc.count", "retired_sbe", to_int, "retired")
     h.retired_dbe = get("retired_pages.double_bit.count", "retired_dbe", to_int, "retired")
     h.retired_pending = get("retired_pages.pending", "retired_pending", to_bool, "retired")
-    h.recovery_action = get("gpu_recovery_action", "recovery_action", lambda v: clean(v) or None, "recovery") or ""
+    h.recovery_action = get("gpu_recovery_action", "recovery_action", _text, "recovery") or ""
     h.reset_required = get("reset_status.reset_required", "reset_required", to_bool, "reset")
     h.drain_and_reset = get("reset_status.drain_and_reset_recommended", "drain_and_reset", to_bool, "reset")
     what, code = REPAIR_FLAGS[0][1:]

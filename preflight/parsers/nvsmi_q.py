@@ -305,6 +305,9 @@ class _Reader:
         key = fm.group("key").strip() if fm else body
         low = key.lower()
         if self.top is None or ind <= self.top:
+            if fm is None and not gpu.bus_id and low not in GPU_LEVEL and low not in IMPLIED:
+                self.current = None  # text that is no -q line ends an excerpt's block
+                return
             self.top = ind
             key = GPU_LEVEL.get(low, key)
         parent = self.stack[-1][1] if self.stack else ""

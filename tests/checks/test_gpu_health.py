@@ -17,7 +17,7 @@ from preflight.parsers.base import to_bool, to_int
 from preflight.parsers.nvsmi_q import QReport
 from preflight.transport.local import LocalTransport
 from tests import fakes
-from tests.conftest import FIXTURES, capture, facts_of, fixture_text, grade
+from tests.conftest import FIXTURES, capture, facts_of, fixture_text, grade, grade_text
 
 
 def parse_q(text: str) -> QReport:
@@ -481,3 +481,346 @@ def test_engine_with_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # the driver answers through nvidia-smi; NVML in this Python may or may not load
     assert got["gpu.driver"].status in (Status.PASS, Status.WARN)
     assert got["gpu.driver"].facts["driver"] == "535.230.02"
+
+
+# ---------------------------------------------------------------------------------------
+# gpu.health: one finding code per decision (checks/policy/gpu_health.toml)
+# ---------------------------------------------------------------------------------------
+
+
+def block(bus: str = "00000000:18:00.0", *, pending: str = "No", failure: str = "No", unc: str = "0",
+          none: str = "0", vol: str = "0", agg: str = "0", thr: str = "No", reset: str = "No", drain: str = "No",
+          ecc: tuple[str, str] = ("Enabled", "Enabled"), slow: str = "Not Active", thermal: str = "Not Active",
+          brake: str = "Not Active", util: str = "0 %", temp: tuple[str, str] = ("35 C", "45 C"),
+          power: tuple[str, str] = ("700.00 W", "700.00 W"), recovery: str = "None", tpc: str = "No",
+          channel: str = "No", unrepairable: str = "No") -> str:
+    """One GPU block in the R570 layout of an H100 (T.Limit temperatures, Recovery Action)."""
+    return f"""GPU {bus}
+    Product Name                                   : NVIDIA H100 80GB HBM3
+    GPU Reset Status
+        Reset Required                             : {reset}
+        Drain and Reset Recommended                : {drain}
+    GPU Recovery Action                            : {recovery}
+    Clocks Event Reasons
+        Idle                                       : Not Active
+        SW Power Cap                               : Not Active
+        HW Slowdown                                : {slow}
+            HW Thermal Slowdown                    : {thermal}
+            HW Power Brake Slowdown                : {brake}
+        SW Thermal Slowdown                        : Not Active
+    Utilization
+        GPU                                        : {util}
+    ECC Mode
+        Current                                    : {ecc[0]}
+        Pending                                    : {ecc[1]}
+    ECC Errors
+        Volatile
+            SRAM Correctable                       : 0
+            SRAM Uncorrectable Parity              : 0
+            SRAM Uncorrectable SEC-DED             : 0
+            DRAM Correctable                       : 5
+            DRAM Uncorrectable                     : {vol}
+        Aggregate
+            SRAM Correctable                       : 0
+            SRAM Uncorrectable Parity              : 0
+            SRAM Uncorrectable SEC-DED             : 0
+            DRAM Correctable                       : 9
+            DRAM Uncorrectable                     : {agg}
+            SRAM Threshold Exceeded                : {thr}
+        Channel Repair Pending                     : {channel}
+        TPC Repair Pending                         : {tpc}
+        Unrepairable Memory                        : {unrepairable}
+    Retired Pages
+        Single Bit ECC                             : N/A
+        Double Bit ECC                             : N/A
+        Pending Page Blacklist                     : N/A
+    Remapped Rows
+        Correctable Error                          : 0
+        Uncorrectable Error                        : {unc}
+        Pending                                    : {pending}
+        Remapping Failure Occurred                 : {failure}
+        Bank Remap Availability Histogram
+            Max                                    : 2560 bank(s)
+            High                                   : 0 bank(s)
+            Partial                                : 0 bank(s)
+            Low                                    : 0 bank(s)
+            None                                   : {none}
+    Temperature
+        GPU Current Temp                           : {temp[0]}
+        GPU T.Limit Temp                           : {temp[1]}
+        GPU Shutdown T.Limit Temp                  : -8 C
+        GPU Slowdown T.Limit Temp                  : -2 C
+        GPU Max Operating T.Limit Temp             : 0 C
+        Memory Current Temp                        : 44 C
+        Memory Max Operating T.Limit Temp          : 0 C
+    GPU Power Readings
+        Instantaneous Power Draw                   : 71.20 W
+        Current Power Limit                        : {power[0]}
+        Default Power Limit                        : {power[1]}
+"""
+
+
+HEAD = ("\n==============NVSMI LOG==============\n\nTimestamp : Mon Mar  2 10:00:00 2026\n"
+        "Driver Version : 570.133.20\nCUDA Version : 12.8\n\nAttached GPUs : {n}\n")
+
+
+def smi(*blocks: str, profile: str = "generic", mode: str = "run") -> Result:
+    text = HEAD.format(n=len(blocks)) + "\n".join(blocks)
+    return one(grade("gpu.health", {"nvidia-smi-q": capture("nvidia-smi-q", text)}, profile=profile, mode=mode))
+
+
+def codes(r: Result) -> list[str]:
+    return list(r.facts.get("codes", []))
+
+
+def test_healthy_block_passes_and_says_what_it_graded() -> None:
+    r = smi(block(), block("00000000:2A:00.0"))
+    assert r.status is Status.PASS and "codes" not in r.facts
+    assert r.summary == ("2 GPU(s) healthy in nvidia-smi -q: clocks, ecc, ecc_mode, power, recovery, remap, repair, "
+                         "reset, temperature")
+    g = r.facts["gpus"][0]
+    assert g["index"] == 0 and g["gpu"] == "GPU 0 (00000000:18:00.0)" and g["ecc_mode"] is True
+    assert g["temperature_c"] == 35 and g["recovery_action"] == "None" and g["field_errors"] == []
+    assert g["uncorrectable_ecc"] == 0 and g["uncorrectable_ecc_aggregate"] == 0
+    assert g["remapped_rows_uncorrectable"] == 0 and g["banks_without_spare_rows"] == 0
+
+
+@pytest.mark.parametrize(("kw", "code", "status", "summary", "remedy"), [
+    ({"pending": "Yes", "unc": "2"}, "gpu.health/remap-pending", Status.FAIL,
+     "row remap pending (2 rows remapped for uncorrectable errors)", "nvidia-smi -r -i 00000000:18:00.0"),
+    ({"failure": "Yes"}, "gpu.health/remap-failure", Status.FAIL, "row remapping failed", "RMA"),
+    ({"none": "3 bank(s)"}, "gpu.health/banks-without-spare-rows", Status.WARN,
+     "3 memory bank(s) have no spare rows left", "plan an RMA"),
+    ({"vol": "1", "agg": "1"}, "gpu.health/volatile-uncorrectable-ecc", Status.FAIL,
+     "1 volatile uncorrectable ECC error(s)", "reset GPU 1 (nvidia-smi -r -i 00000000:18:00.0)"),
+    ({"agg": "2"}, "gpu.health/aggregate-uncorrectable-ecc", Status.WARN,
+     "2 uncorrectable ECC error(s) in the GPU's lifetime", "watch for new errors"),
+    ({"thr": "Yes"}, "gpu.health/sram-threshold-exceeded", Status.FAIL,
+     "SRAM uncorrectable error threshold exceeded", "drain the node and RMA the GPU"),
+    ({"unrepairable": "Yes"}, "gpu.health/unrepairable-memory", Status.FAIL, "unrepairable memory reported",
+     "drain the node and RMA the GPU"),
+    ({"channel": "Yes"}, "gpu.health/channel-repair-pending", Status.FAIL, "memory channel repair pending",
+     "drain until a reset applies the repair"),
+    ({"tpc": "Yes"}, "gpu.health/tpc-repair-pending", Status.FAIL, "TPC repair pending",
+     "drain until a reset applies the repair"),
+    ({"reset": "Yes"}, "gpu.health/reset-required", Status.FAIL, "GPU reset required", "-r -i 00000000:18:00.0"),
+    ({"drain": "Yes"}, "gpu.health/drain-and-reset-recommended", Status.FAIL, "drain and reset recommended",
+     "once no process uses it"),
+    ({"recovery": "Reset"}, "gpu.health/recovery-reset", Status.FAIL, "recovery action 'Reset'",
+     "nvidia-smi -r -i 00000000:18:00.0"),
+    ({"recovery": "GPU_RESET"}, "gpu.health/recovery-reset", Status.FAIL, "recovery action 'GPU_RESET'",
+     "nvidia-smi -r -i 00000000:18:00.0"),
+    ({"recovery": "Reboot"}, "gpu.health/recovery-reboot", Status.FAIL, "recovery action 'Reboot'", "reboot it"),
+    ({"recovery": "Node Reboot"}, "gpu.health/recovery-reboot", Status.FAIL, "'Node Reboot'", "reboot it"),
+    ({"recovery": "System Reboot"}, "gpu.health/recovery-reboot", Status.FAIL, "'System Reboot'", "reboot it"),
+    ({"recovery": "Drain P2P"}, "gpu.health/recovery-drain-p2p", Status.FAIL, "'Drain P2P'",
+     "stop peer-to-peer traffic"),
+    ({"recovery": "Drain and Reset"}, "gpu.health/recovery-drain-and-reset", Status.FAIL, "'Drain and Reset'",
+     "then reset the GPU (nvidia-smi -r -i 00000000:18:00.0)"),
+    ({"recovery": "Bus Reset"}, "gpu.health/recovery-bus-reset", Status.FAIL, "'Bus Reset'", "PCIe bus"),
+    ({"recovery": "Recover IMEX Domain"}, "gpu.health/recovery-imex-domain", Status.FAIL, "'Recover IMEX Domain'",
+     "nvidia-imex"),
+    ({"recovery": "Quarantine"}, "gpu.health/recovery-unknown", Status.WARN, "'Quarantine'",
+     "which preflight does not know"),
+    ({"ecc": ("Disabled", "Disabled")}, "gpu.health/ecc-disabled", Status.WARN, "ECC is disabled",
+     "nvidia-smi -e 1 -i 00000000:18:00.0"),
+    ({"ecc": ("Enabled", "Disabled")}, "gpu.health/ecc-mode-change-pending", Status.WARN,
+     "an ECC mode change waits for a GPU reset", "to apply the pending ECC mode"),
+    ({"temp": ("91 C", "-9 C")}, "gpu.health/temperature-shutdown", Status.FAIL, "at or past its shutdown",
+     "cooling"),
+    ({"temp": ("85 C", "-2 C")}, "gpu.health/temperature-slowdown", Status.WARN, "at or past its slowdown",
+     "cooling"),
+    ({"temp": ("83 C", "0 C")}, "gpu.health/temperature-over-max-operating", Status.WARN,
+     "at or past its maximum operating temperature", "cooling"),
+    ({"power": ("500.00 W", "700.00 W")}, "gpu.health/power-limit-below-default", Status.WARN,
+     "power limit 500 W is below the default 700 W", "nvidia-smi -pl 700 -i 00000000:18:00.0"),
+    ({"slow": "Active", "thermal": "Active", "util": "97 %"}, "gpu.health/clock-slowdown-busy", Status.WARN,
+     "hardware clock slowdown active (HW Slowdown, HW Thermal Slowdown)", "cooling"),
+    ({"thermal": "Active", "util": "0 %"}, "gpu.health/clock-slowdown-idle", Status.WARN,
+     "hardware clock slowdown active (HW Thermal Slowdown)", "cooling"),
+])
+def test_each_finding_has_its_code(kw: dict, code: str, status: Status, summary: str, remedy: str) -> None:
+    r = smi(block("00000000:2A:00.0"), block(**kw))
+    assert codes(r) == [code], (r.summary, r.evidence)
+    assert r.status is status
+    assert r.summary.startswith("GPU 1 (00000000:18:00.0): ") and summary in r.summary, r.summary
+    assert remedy in r.remedy, r.remedy
+    assert r.evidence and all("00000000:2A:00.0" not in e for e in r.evidence)
+
+
+def test_recovery_none_spellings_are_no_action() -> None:
+    for value in ("None", "NONE", "GPU_RECOVERY_ACTION_NONE", "No action needed"):
+        assert smi(block(recovery=value)).status is Status.PASS, value
+
+
+def test_slowdown_reasons_from_the_profile() -> None:
+    # busy: HW Power Brake is on the generic warn list; idle it is not (healthy idle HGX boards show it)
+    assert codes(smi(block(slow="Active", brake="Active", util="40 %"))) == ["gpu.health/clock-slowdown-busy"]
+    assert smi(block(slow="Active", brake="Active", util="0 %")).status is Status.PASS
+    # busy from 1 %: the generic gpu.busy_util_pct
+    assert codes(smi(block(brake="Active", util="1 %"))) == ["gpu.health/clock-slowdown-busy"]
+
+
+def test_busy_when_utilization_is_not_shown() -> None:
+    text = block(brake="Active").replace("    Utilization\n        GPU                                        : 0 %\n",
+                                         "")
+    r = smi(text)
+    assert codes(r) == ["gpu.health/clock-slowdown-busy"] and r.facts["gpus"][0]["utilization"] is None
+
+
+def test_temperature_absolute_layout_thresholds() -> None:
+    r = one(grade("gpu.health", q("q_d_temperature_old_layout_hot.txt"), mode="analyze"))
+    assert set(codes(r)) == {"gpu.health/temperature-slowdown", "gpu.health/memory-temperature-over-max"}
+    assert r.summary.startswith("GPU 1 (00000000:AF:00.0): GPU temperature at or past its slowdown temperature")
+    assert "GPU 1 (00000000:AF:00.0) [Temperature] GPU Slowdown Temp : 95 C" in r.evidence
+    assert "GPU 1 (00000000:AF:00.0) [Temperature] Memory Max Operating Temp : 95 C" in r.evidence
+    assert r.facts["gpus"][1]["temperature_c"] == 96 and r.facts["gpus"][0]["shown"] == ["temperature"]
+
+
+@pytest.mark.parametrize(("current", "code"), [("92 C", ""), ("93 C", "gpu.health/temperature-over-max-operating"),
+                                               ("95 C", "gpu.health/temperature-slowdown"),
+                                               ("98 C", "gpu.health/temperature-shutdown")])
+def test_temperature_boundaries(current: str, code: str) -> None:
+    text = ("GPU 00000000:3B:00.0\n    Temperature\n        GPU Current Temp : {c}\n        GPU Shutdown Temp : 98 C\n"
+            "        GPU Slowdown Temp : 95 C\n        GPU Max Operating Temp : 93 C\n"
+            "        Memory Current Temp : 94 C\n        Memory Max Operating Temp : 95 C\n").format(c=current)
+    assert codes(smi(text)) == ([code] if code else [])
+
+
+@pytest.mark.parametrize(("margin", "code"), [("1 C", ""), ("0 C", "gpu.health/temperature-over-max-operating"),
+                                              ("-1 C", "gpu.health/temperature-over-max-operating"),
+                                              ("-2 C", "gpu.health/temperature-slowdown"),
+                                              ("-8 C", "gpu.health/temperature-shutdown")])
+def test_temperature_margin_boundaries(margin: str, code: str) -> None:
+    assert codes(smi(block(temp=("80 C", margin)))) == ([code] if code else [])
+
+
+def test_power_limit_equal_or_above_default_is_fine() -> None:
+    assert smi(block(power=("700.00 W", "700.00 W"))).status is Status.PASS
+    assert smi(block(power=("700.00 W", "600.00 W"))).status is Status.PASS
+    assert smi(block(power=("699.50 W", "700.00 W"))).status is Status.WARN
+    assert smi(block(power=("N/A", "700.00 W"))).status is Status.PASS
+
+
+def test_old_power_section_enforced_limit() -> None:
+    text = ("GPU 00000000:07:00.0\n    Power Readings\n        Power Draw : 54.35 W\n        Power Limit : 400.00 W\n"
+            "        Default Power Limit : 400.00 W\n        Enforced Power Limit : 300.00 W\n")
+    r = smi(text)
+    assert codes(r) == ["gpu.health/power-limit-below-default"] and "300 W" in r.summary
+    assert "GPU 0 (00000000:07:00.0) [Power Readings] Enforced Power Limit : 300.00 W" in r.evidence
+    text = text.replace("        Enforced Power Limit : 300.00 W\n", "").replace("Power Limit : 400.00 W\n        D",
+                                                                                 "Power Limit : 250.00 W\n        D")
+    assert "250 W" in smi(text).summary
+
+
+def test_field_errors_one_finding_per_kind() -> None:
+    r = one(grade("gpu.health", q("q_d_ecc_row_remapper_field_errors.txt"), mode="analyze"))
+    assert r.status is Status.ERROR and codes(r) == ["gpu.health/field-unreadable"]
+    assert r.summary == "GPU 1 (00000000:3B:00.0): health fields read 'Unknown Error' instead of a value (17 fields)"
+    assert "GPU 1 (00000000:3B:00.0) [Remapped Rows] Pending : Unknown Error" in r.evidence
+    assert "nvidia-smi -q -i 00000000:3B:00.0" in r.remedy
+    g = r.facts["gpus"][1]
+    assert g["remapped_pending"] is None and g["uncorrectable_ecc"] is None and len(g["field_errors"]) == 17
+
+
+def test_field_errors_requires_reset_and_lost() -> None:
+    text = block(pending="GPU requires reset", vol="[GPU requires reset]")
+    r = smi(text)
+    assert codes(r) == ["gpu.health/needs-reset"] and "(2 fields)" in r.summary
+    r = smi(block(recovery="GPU is lost"))
+    assert codes(r) == ["gpu.health/gpu-lost"] and r.summary == "GPU 0 (00000000:18:00.0): the driver says the GPU " \
+                                                                 "is lost" and "Xid 79" in r.remedy
+
+
+def test_unknown_error_outside_health_sections_is_not_graded() -> None:
+    text = block().replace("    Product Name                                   : NVIDIA H100 80GB HBM3",
+                           "    Product Name                                   : Unknown Error")
+    assert smi(text).status is Status.PASS
+
+
+def test_fragment_without_health_fields_is_skip_not_pass() -> None:
+    r = one(grade("gpu.health", q("q_d_memory_no_health_fields.txt"), mode="analyze"))
+    assert r.status is Status.SKIP and codes(r) == ["gpu.health/nothing-to-grade"]
+    assert r.summary.startswith("not recognised: no GPU health field")
+    assert r.evidence == ["fields shown: BAR1 Memory Usage/Free, BAR1 Memory Usage/Total, BAR1 Memory Usage/Used, "
+                          "Conf Compute Protected Memory Usage/Free, Conf Compute Protected Memory Usage/Total, "
+                          "Conf Compute Protected Memory Usage/Used, FB Memory Usage/Free, FB Memory Usage/Reserved"]
+    assert "ROW_REMAPPER" in r.remedy
+
+
+def test_all_na_health_fields_is_nothing_to_grade() -> None:
+    text = "GPU 00000000:18:00.0\n    Remapped Rows : N/A\n    Retired Pages\n        Single Bit ECC : N/A\n"
+    assert codes(smi(text, mode="analyze")) == ["gpu.health/nothing-to-grade"]
+
+
+def qa(name: str) -> Result:
+    """A fixture graded as analyze reads a paste (prompts and grep separators framed)."""
+    return one(grade_text("gpu.health", {"nvidia-smi-q": fixture_text(Q + name)}))
+
+
+def test_d_subset_for_one_gpu_pending_fails_with_its_bus() -> None:
+    r = qa("q_d_ecc_row_remapper_i_bus_535_pending.txt")
+    assert r.status is Status.FAIL and codes(r) == ["gpu.health/remap-pending"]
+    assert r.summary == "GPU 00000000:9B:00.0: row remap pending"
+    assert "reset GPU 00000000:9B:00.0 (nvidia-smi -r -i 00000000:9B:00.0)" in r.remedy
+    assert r.facts["command"] == "nvidia-smi -q -d ECC,ROW_REMAPPER -i 00000000:9B:00.0"
+    assert r.facts["gpus"][0]["shown"] == ["ecc", "ecc_mode", "remap", "repair"]
+
+
+def test_grep_excerpt_pending_on_the_sixth_gpu() -> None:
+    r = qa("grep_A_remapped_rows_8gpu_gpu5_pending.txt")
+    assert r.status is Status.FAIL and codes(r) == ["gpu.health/remap-pending"]
+    assert r.summary == "GPU #6 of the excerpt (bus id not shown): row remap pending (3 rows remapped for " \
+                        "uncorrectable errors)"
+    assert "reset the GPU (nvidia-smi -r -i <its index or bus id>)" in r.remedy
+    assert len(r.facts["gpus"]) == 8  # an excerpt of 8 blocks is not a truncated listing
+
+
+def test_selected_gpus_are_not_a_truncated_listing() -> None:
+    text = HEAD.format(n=8) + block() + block("00000000:2A:00.0")
+    caps = {"nvidia-smi-q": capture("nvidia-smi-q", text, argv=["nvidia-smi", "-q", "-i", "0,1"])}
+    r = one(grade("gpu.health", caps))
+    assert r.status is Status.PASS, r.summary
+
+
+def test_truncated_listing_code() -> None:
+    r = one(grade("gpu.health", q("h100x8_535_truncated.txt")))
+    assert codes(r) == ["gpu.health/gpus-missing-from-output"] and r.evidence == ["Attached GPUs : 8"]
+
+
+def test_lost_gpu_and_reset_refused_codes() -> None:
+    r = one(grade("gpu.health", q("h100x8_535_gpu_lost.txt", rc=15), profile="h100-sxm-8x"))
+    assert codes(r) == ["gpu.health/gpu-lost", "gpu.health/gpus-missing-from-output"]
+    text = ("The following GPUs could not be reset:\n  GPU 00000000:55:00.0: In use by another client\n\n"
+            "1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA "
+            "application, graphics application such as an X server, or a monitoring application such as another "
+            "instance of nvidia-smi). Please first kill all processes using this device and all compute "
+            "applications running in the system.\n")
+    r = one(grade_text("gpu.health", {"nvidia-smi-q": text}))
+    assert codes(r) == ["gpu.health/reset-refused"]
+    assert r.summary == "GPU 00000000:55:00.0 could not be reset: In use by another client"
+
+
+def test_requires_reset_message_outside_a_block() -> None:
+    r = one(grade_text("gpu.health", {"nvidia-smi-q": "Unable to reset GPU 00000000:55:00.0: GPU requires reset\n"
+                                                      "GPU requires reset\n"}))
+    assert "gpu.health/needs-reset" in codes(r)
+
+
+def test_tool_error_codes_and_garbage() -> None:
+    r = one(grade("gpu.health", q("err_no_driver.txt", rc=9)))
+    assert codes(r) == ["gpu.health/not-read-driver-error"]
+    r = one(grade("gpu.health", {"nvidia-smi-q": capture("nvidia-smi-q", "hello\n")}))
+    assert codes(r) == ["gpu.health/no-gpu-in-output"] and r.summary == "no GPU found in nvidia-smi -q output"
+    assert grade("gpu.health", {"nvidia-smi-q": capture("nvidia-smi-q", "hello\n")}, mode="analyze") == []
+
+
+def test_site_override_changes_a_status(tmp_path: Path) -> None:
+    from preflight import policy
+
+    token = policy.use(policy.builtin().with_overrides({"gpu.health/power-limit-below-default": "pass"}, "site"))
+    try:
+        r = smi(block(power=("500.00 W", "700.00 W")))
+    finally:
+        policy.reset(token)
+    assert r.status is Status.PASS and r.facts["overrides"]["gpu.health/power-limit-below-default"]

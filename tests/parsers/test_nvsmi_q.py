@@ -456,3 +456,15 @@ def test_a_repeated_section_in_an_excerpt_is_the_next_gpu() -> None:
     rep = plain("ECC Errors\n    Volatile\n        DRAM Uncorrectable : 0\nECC Errors\n    Volatile\n"
                 "        DRAM Uncorrectable : 4\n")
     assert [g.get("ECC Errors/Volatile/DRAM Uncorrectable") for g in rep.gpus] == ["0", "4"]
+
+
+def test_unframed_grep_separators_and_prose_end_an_excerpt_block() -> None:
+    lines = ["    Remapped Rows", "        Pending : No", "    Temperature", "--", "    Remapped Rows",
+             "        Pending : Yes", "so this one is bad", "        Pending : No"]
+    rep = nvsmi_q.parse_lines(lines)
+    assert [g.fields for g in rep.gpus] == [{"Remapped Rows/Pending": "No"}, {"Remapped Rows/Pending": "Yes"}]
+
+
+def test_unknown_top_level_field_of_a_new_release_stays_in_the_block() -> None:
+    g = plain("    Remapped Rows\n        Pending : No\n    Future Field : 3\n    ECC Errors\n").gpus
+    assert len(g) == 1 and g[0].fields == {"Remapped Rows/Pending": "No", "Future Field": "3"}
