@@ -27,9 +27,12 @@ from dataclasses import dataclass, field
 from preflight.framing import DETECT_ENDS, Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
+# the source before WARN is NCCL's __FILE__:__LINE__, or a plugin's function name (aws-ofi-nccl passes
+# __PRETTY_FUNCTION__: "int nccl_net_ofi_foo(bar*):1463")
 LINE = re.compile(
     r"(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>\d+))? \[(?P<dev>\d+)\] "
-    r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) )?(?:NCCL )?(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+    r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?|(?:[^\[\]]*?:\d+ )?NCCL )?"
+    r"(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
 _COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (\d+) nranks (\d+)(?: nNodes (\d+) localRanks (\d+))?", re.I)
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S(?:.*\S)?)")
@@ -466,7 +469,8 @@ def parse(doc: Doc) -> NcclLog:
     return log
 
 
-_DETECT = re.compile(r"[A-Za-z0-9][\w.-]*:[^:\s\[\]]+(?::\d+)? \[\d+\] (?:[\w./-]+:\d+ )?(?:NCCL )?(?:INFO|WARN) ")
+_DETECT = re.compile(r"[A-Za-z0-9][\w.-]*:[^:\s\[\]]+(?::\d+)? \[\d+\] (?:[\w./-]+:\d+ |[^\[\]]*?:\d+ NCCL )?"
+                     r"(?:NCCL )?(?:INFO|WARN) ")
 
 
 def detect(doc: Doc) -> bool:

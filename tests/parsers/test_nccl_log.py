@@ -152,7 +152,7 @@ def test_line_layouts_of_every_era() -> None:
         "gpu01:2001:2001 [0] 1234.567 ncclIbTest:30 NCCL TRACE ignored\n"
         "not an NCCL line\n")
     assert sorted(log.procs) == [("gpu01", "2001"), ("host-01.example.com", "XXXXXX"), ("seyun", "17283")]
-    assert log.lines == 4  # the TRACE line is an NCCL line, graded by nothing
+    assert log.lines == 5  # the TRACE line is an NCCL line, graded by nothing
     assert [e.kind for e in log.errors] == ["peer_lost", "qp_setup"]
     assert log.cascade == 1 and log.warns[1].startswith("host-01.example.com:XXXXXX [5]")
 
@@ -410,3 +410,13 @@ def test_garbage_gives_empty_facts(text: str) -> None:
 ])
 def test_detect(text: str, hit: bool) -> None:
     assert nccl_log.detect(Doc(text)) is hit
+
+
+def test_plugin_function_name_before_warn() -> None:
+    text = ("ip-10-0-1-5:4411:4470 [2] int nccl_net_ofi_rdma_process_cq(nccl_net_ofi_rdma_ep_t*):1463 NCCL WARN "
+            "NET/OFI Request 0x7f00c8 (SEND) completed with error: err: 5, flags: 0\n")
+    log = parse(text)
+    assert [(e.kind, e.dev) for e in log.errors] == [("plugin_error", "2")]
+    assert nccl_log.detect(Doc(text))
+    c = parse("h:1:2 [0] process_completions:1063 NCCL WARN NET/OFI Request 0x1 completed with error. RC: 5\n")
+    assert [e.kind for e in c.errors] == ["plugin_error"]
