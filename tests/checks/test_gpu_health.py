@@ -681,9 +681,9 @@ def test_temperature_absolute_layout_thresholds() -> None:
                                                ("95 C", "gpu.health/temperature-slowdown"),
                                                ("98 C", "gpu.health/temperature-shutdown")])
 def test_temperature_boundaries(current: str, code: str) -> None:
-    text = ("GPU 00000000:3B:00.0\n    Temperature\n        GPU Current Temp : {c}\n        GPU Shutdown Temp : 98 C\n"
-            "        GPU Slowdown Temp : 95 C\n        GPU Max Operating Temp : 93 C\n"
-            "        Memory Current Temp : 94 C\n        Memory Max Operating Temp : 95 C\n").format(c=current)
+    text = (f"GPU 00000000:3B:00.0\n    Temperature\n        GPU Current Temp : {current}\n"
+            "        GPU Shutdown Temp : 98 C\n        GPU Slowdown Temp : 95 C\n        GPU Max Operating Temp : 93 C\n"
+            "        Memory Current Temp : 94 C\n        Memory Max Operating Temp : 95 C\n")
     assert codes(smi(text)) == ([code] if code else [])
 
 
