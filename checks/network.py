@@ -5,8 +5,9 @@ the job's NCCL/gloo variables (`parsers.sysfs`), `ethtool` links (`parsers.ethto
 up/down events from system logs (`parsers.netlog`). The grader tells data-plane NICs from virtual
 ones (bridges, veths, container and overlay interfaces) and wireless ones with the profile's
 patterns, and grades:
-- state: a declared or addressed NIC down (FAIL), a port the system brought up without carrier
-  next to ports that have one (WARN), a bond member without link (WARN); an unused port is a note;
+- state: a declared or addressed NIC down (FAIL), a port the system brought up without carrier,
+  configured like the ports that carry traffic (their MTU) or asked for by name (WARN), a bond
+  member without link (WARN); an unused port (down, or left at another MTU) is a note;
 - MTU: against the profile, and on the node itself (`checks.nic_mtu`): bond members that differ,
   interfaces of one subnet that differ, ports of one adapter that differ, a bridge or overlay
   whose MTU does not fit its uplink;
@@ -144,35 +145,41 @@ def _first_data(ifaces: list[Interface], profile: Profile) -> list[str]:
 # NCCL / gloo variables
 
 
+_SOCKET_CODES = {"empty": "net.nic/socket-ifname-empty", "no-match": "net.nic/socket-ifname-no-match",
+                 "allows-virtual": "net.nic/socket-ifname-allows-virtual", "all-down": "net.nic/socket-ifname-all-down"}
+_GLOO_CODES = {"empty": "net.nic/gloo-ifname-empty", "no-match": "net.nic/gloo-ifname-no-match",
+               "allows-virtual": "net.nic/gloo-ifname-allows-virtual", "all-down": "net.nic/gloo-ifname-all-down"}
+
+
 def _grade_iflist_env(var: str, value: str, ifaces: list[Interface], profile: Profile, f: Findings,
                       exact_only: bool = False) -> None:
     """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME against the interfaces that exist."""
-    code = "net.nic/gloo-ifname" if exact_only else "net.nic/socket-ifname"
+    code = _GLOO_CODES if exact_only else _SOCKET_CODES
     by_name = {i.name: i for i in ifaces}
     lst = parse_iflist(value)
     if exact_only:  # gloo takes plain, exact names
         lst = IfList(raw=value, exclude=False, exact=True, entries=[e.strip() for e in value.split(",") if e.strip()])
     line = f"{var}={value}"
     if not lst.entries:
-        f.add(f"{code}-empty", f"{var} is set but empty", [line], f"unset {var} or name the data-plane interface")
+        f.add(code["empty"], f"{var} is set but empty", [line], f"unset {var} or name the data-plane interface")
         return
     if not lst.exclude:
         for e in lst.entries:
             if not [n for n in by_name if lst.matches(e, n)]:
                 known = ", ".join(sorted(by_name)) or "none"
-                f.add(f"{code}-no-match", f"{var} entry '{e}' matches no interface on this node",
+                f.add(code["no-match"], f"{var} entry '{e}' matches no interface on this node",
                       [line, f"interfaces: {known}"],
                       f"set {var} to this node's data-plane interface (one of: {known}); "
                       "NCCL/gloo will fail to find it or bind another one")
     allowed = lst.allowed(list(by_name))
     bad = [n for n in allowed if classify(by_name[n], profile) in ("loopback", "virtual")]
     if bad:
-        f.add(f"{code}-allows-virtual", f"{var}={value} allows {', '.join(bad)} (loopback/container/virtual interfaces)",
+        f.add(code["allows-virtual"], f"{var}={value} allows {', '.join(bad)} (loopback/container/virtual interfaces)",
               [line] + [by_name[n].line for n in bad],
               f"narrow {var} to the data-plane NICs, e.g. '={','.join(_first_data(ifaces, profile)) or 'eth0'}'")
     usable = [n for n in allowed if by_name[n].up and n not in bad]
     if allowed and not usable and not bad:
-        f.add(f"{code}-all-down", f"{var}={value}: every interface it selects is down",
+        f.add(code["all-down"], f"{var}={value}: every interface it selects is down",
               [line] + [by_name[n].line for n in allowed], "bring the interface up or point the variable at one that is up")
 
 
@@ -277,8 +284,8 @@ def _down_finding(i: Interface, declared: bool, requested: bool, carrying: list[
     elif i.global_addresses:
         f.add("net.nic/addressed-nic-down", f"{i.name} is {state} with address {i.global_addresses[0]}", [i.line],
               f"{cable}; traffic to its network has no path until the link is up")
-    elif i.no_carrier and (requested or carrying):
-        return True
+    elif i.no_carrier and (requested or any(c.mtu == i.mtu for c in carrying)):
+        return True  # brought up and configured like the ports that carry traffic (their MTU), or asked for
     elif requested:
         f.add("net.nic/requested-nic-down", f"{i.name} is administratively down", [i.line],
               f"bring {i.name} up (`ip link set {i.name} up`) and configure it, or leave it out of the data plane")
@@ -291,7 +298,8 @@ def _no_carrier(ports: list[Interface], carrying: list[Interface], f: Findings) 
     """Ports the system brought up that have no carrier, in one finding."""
     names = ", ".join(i.name for i in ports)
     what = f"{ports[0].name} is" if len(ports) == 1 else f"{len(ports)} ports are"
-    others = [c.name for c in carrying[:3]]
+    mtus = {i.mtu for i in ports}
+    others = [c.name for c in carrying if c.mtu in mtus][:3]
     peers = f" while {', '.join(others)} {'has' if len(others) == 1 else 'have'} one" if others else ""
     f.add("net.nic/no-carrier", f"{what} up but without carrier ({names}){peers}" if len(ports) > 1
           else f"{what} up but has no carrier{peers}", [i.line for i in ports],

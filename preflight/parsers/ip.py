@@ -377,7 +377,7 @@ class _TextReader:
     def _stats_values(self, cur: Interface, s: str) -> None:
         values = s.split()
         if all(v.isdigit() for v in values):
-            for key, v in zip(self.stats_head, values):
+            for key, v in zip(self.stats_head, values, strict=False):
                 if key.endswith(("_errors", "_dropped", "_carrier")):
                     cur.stats[key] = int(v)
         self.stats_head = []

@@ -109,7 +109,7 @@ def df_of(command: str, flavor: str = "iputils") -> bool | None:
     if flavor == "windows":
         return bool(re.search(r"(?:^|\s)[-/]f\b", args))
     pm = re.search(r"(?:^|\s)-M\s*(\w+)", args)
-    return bool(pm) and pm.group(1) in ("do", "probe")
+    return pm is not None and pm.group(1) in ("do", "probe")
 
 
 def _frame(size: int | None, address: str) -> int | None:
