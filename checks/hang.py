@@ -233,6 +233,8 @@ def _heartbeat(lg: _Log, f: Findings) -> None:
     beats = lg.kind("heartbeat")
     if not beats:
         return
+    # a line that names its rank says more than a launcher's tag on a line that names none
+    beats = [e for e in beats if e.group_rank is not None] or beats
     _rank_fact(lg, beats)
     stuck = next((e.timeout_ms for e in beats if e.timeout_ms is not None), None)
     lg.facts["heartbeat_timeout_ms"] = stuck

@@ -34,6 +34,8 @@ from typing import Any
 _TAG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>[^\s()\]]+)(?: PG GUID (?P<guid>[^\s()\]]+))?\s*(?:\((?P<desc>[^)]*)\))?\s*)?"
                   r"Rank (?P<rank>\d+)\]")
 _GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")  # torchrun / PyTorch's global-rank line prefix
+# the rank tags a launcher puts before a line: srun -l "3: ", torchrun "[default3]:" / "[rank3]:", mpirun "[1,3]<stdout>:"
+_LAUNCHER_TAGS = re.compile(r"^\s*(\d+): |\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std\w+>:")
 
 # a line that starts a record of its own (never the continuation of a wrapped message)
 _HEAD = re.compile(r"^(?:\[|[IWEF]\d{4} \d|[A-Z]{4,}[: ]|\d+(?:\.\d+)?s \[|\S+:\d+:\d+ \[\d+\] |Traceback|File \"|"
@@ -191,6 +193,12 @@ class _Line:
     text: str  # the message as printed (wrapped continuations joined)
     hint: int | None  # the rank the framing found for the line
     global_rank: int | None  # the rank a "[rankN]:" tag names
+    tags: frozenset[int | None] = frozenset()  # every rank tag before the line (its stream), with the hint
+
+
+def _stream(raw: str, hint: int | None) -> frozenset[int | None]:
+    found = {int(next(g for g in m.groups() if g is not None)) for m in _LAUNCHER_TAGS.finditer(raw[:120])}
+    return frozenset({hint, *found})
 
 
 @dataclass
@@ -216,7 +224,7 @@ def _continues(pending: _Pending, text: str, hint: int | None) -> bool:
     body = text.strip()
     if not body or pending.joined >= _MAX_JOIN or _HEAD.match(body):
         return False
-    if hint is not None and pending.line.hint is not None and hint != pending.line.hint:
+    if hint is not None and pending.line.hint is not None and hint not in pending.line.tags:
         return False
     if pending.whole is None:
         return pending.last_width >= _WRAP_WIDTH and not _STARTS.match(body)
@@ -256,7 +264,7 @@ class _HangReader:
         if not marked and len(text.rstrip()) < _WRAP_WIDTH:
             return
         g = _GLOBAL_TAG.search(raw[:240]) or _GLOBAL_TAG.search(body[:240])
-        line = _Line(body, hint, int(g.group(1)) if g else None)
+        line = _Line(body, hint, int(g.group(1)) if g else None, _stream(raw, hint))
         whole = _start_of_wrapping(body)
         if not marked or (whole is not None and not whole(body)):
             self.pending = _Pending(line, whole, len(text.rstrip()))

@@ -247,12 +247,15 @@ _DETECT = re.compile(
     r"timed out in blocking wait|[Cc]aught collective operation timeout|"
     r"gloo[^\]\n]*\]\s*(?:Timed out waiting \d+ms for (?:recv|send) operation|Connection closed by peer|Read error)|"
     r"NCCL error(?: in: |: )|\bnccl(?:Remote|System|Internal|UnhandledCuda)Error\b|NCCL communicator was aborted|"
-    r"are the lagging ranks|Detected mismatch between collectives|failed to pass monitoredBarrier|"
+    r"are the lagging ranks|the lagging/dead/mismatched ranks|joined but didn't finish collective #|"
+    r"but didn't join collective #|remote error detected from rank|Detected mismatch between collectives|"
+    r"failed to pass monitoredBarrier|(?:DistStoreError|DistNetworkError|RuntimeError): (?:Socket Timeout|Wait timeout)|"
     r"timed out in monitoredBarrier|clients joined|socket has timed out after|store based barrier|"
     r"RendezvousTimeoutError|ChildFailedError|Root Cause \(first observed failure\)|ProcessExitedException")
 _NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "monitor thread", "Received a ",
             "blocking wait", "collective operation timeout", "NCCL error", "Error:", "communicator was aborted",
-            "lagging ranks", "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed",
+            "lagging", "collective #", "remote error", "Socket Timeout", "Wait timeout",
+            "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed",
             "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException")
 
 
