@@ -17,7 +17,7 @@ from typing import Any
 from preflight.engine import register_profile_hint
 from preflight.findings import Findings
 from preflight.model import Result
-from preflight.parsers.nccl_tests import AVG_ROUNDING_SLACK, NcclTestRow, NcclTests
+from preflight.parsers.nccl_tests import AVG_RELATIVE_SLACK, AVG_ROUNDING_SLACK, NcclTestRow, NcclTests
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
@@ -237,7 +237,7 @@ def _integrity_findings(res: NcclTests, computed: float | None, f: Findings) -> 
               [res.avg_line], "the average bus bandwidth is under the site's NCCL_TESTS_MIN_BW: see the "
               "bandwidth findings, compare nodes one by one")
     if res.avg_busbw is not None and computed is not None and \
-            abs(res.avg_busbw - computed) > AVG_ROUNDING_SLACK + 0.001 * computed:
+            abs(res.avg_busbw - computed) > AVG_ROUNDING_SLACK + AVG_RELATIVE_SLACK * computed:
         f.add(_code("avg-mismatch"), f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's "
               f"mean {computed:g} (edited or truncated output?)", [res.avg_line],
               "grade the untouched output of all_reduce_perf")
@@ -290,9 +290,10 @@ def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: F
               "check ibstat, NCCL_IB_HCA / NCCL_IB_DISABLE and /dev/infiniband in the container")
 
 
-def _base_latency(res: NcclTests) -> float | None:
-    """The smallest all-reduce's time (the fastest of the table's rows up to 4 KB)."""
-    small = [t for r in res.rows if r.bytes <= 4096 for t in [_took(r)] if t is not None]
+def _base_latency(res: NcclTests, prof: Profile) -> float | None:
+    """The fabric's base latency: the fastest of the latency-bound rows."""
+    limit = int(prof.get("nccl.allreduce.latency_max_bytes") or 0)
+    small = [t for r in res.rows if r.bytes <= limit for t in [_took(r)] if t is not None]
     return min(small) if small else None
 
 
@@ -324,7 +325,7 @@ def _peak_gate(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> 
         f.add(_code("short-sweep"), f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} "
               f"(< {_fmt_bytes(peak_min)})")
         return False
-    lat = _base_latency(res)
+    lat = _base_latency(res, prof)
     if exp.latency_max_us and lat is not None and lat > exp.latency_max_us:
         f.add(_code("non-rdma-latency"), f"peak not graded against the {exp.name} table: the smallest all-reduce "
               f"takes {lat:g} us (> {exp.latency_max_us:g}), a TCP-based fabric the table is not for")
@@ -406,20 +407,22 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
               "rerun all_reduce_perf up to 8G (-b 8 -e 8G -f 2) to see the bandwidth plateau")
     if len(res.ib_hcas) < 2 or len(res.hosts) == 1:
         return
-    big = [r for r in res.rows if r.bytes >= 8 << 20 and _best_bw(r) is not None]
+    big = [r for r in res.rows if r.bytes >= int(prof.get("nccl.allreduce.plateau_min_bytes") or 0)
+           and _best_bw(r) is not None]
     bws = [_best_bw(r) or 0.0 for r in big]
     if len(bws) < 2:
         return
     plateau = max(bws)
-    flat = abs(bws[-1] - bws[-2]) <= 0.1 * plateau  # the last doubling of the size gained under 10%
-    rate = float(prof.get("ib.rate") or 0) or 400.0
-    nic = rate / 8
-    if flat and plateau <= 1.2 * nic:
+    flat = abs(bws[-1] - bws[-2]) <= float(prof.get("nccl.allreduce.plateau_flat_ratio") or 0) * plateau
+    rate_key = "ib.rate" if prof.get("ib.rate") else "nccl.allreduce.nic_rate_gbps"
+    rate = float(prof.get(rate_key) or 0)
+    nic = rate / 8  # Gb/s to GB/s
+    if flat and rate and plateau <= float(prof.get("nccl.allreduce.plateau_nic_ratio") or 0) * nic:
         f.add(_code("one-nic-plateau"), f"busbw plateaus at {plateau:g} GB/s, about one {rate:g} Gb/s NIC's "
               f"worth, while NCCL_IB_HCA names {len(res.ib_hcas)} HCAs ({', '.join(res.ib_hcas)})"
               + ("; the table stops before its summary" if not res.avg_line else ""),
               [*[r.line for r in big[-3:]], f"command: {res.command}"[:300],
-               f"ib.rate = {rate:g} Gb/s ({prof.source('ib.rate') or 'default when the profile does not say'})"],
+               f"{rate_key} = {rate:g} Gb/s ({prof.source(rate_key)})"],
               "only one rail carries the traffic: check NCCL_DEBUG=INFO 'NET/IB : Using' (all HCAs listed?), one "
               "process per GPU, NCCL_ALGO (Tree on 1 GPU per node uses one channel), NCCL_MIN_NCHANNELS and that "
               "every HCA is Active")
@@ -568,6 +571,11 @@ register(Check(
         "nccl.allreduce.peak_min_bytes": int,
         "nccl.allreduce.spike_ratio": float,
         "nccl.allreduce.spike_min_excess_us": float,
+        "nccl.allreduce.latency_max_bytes": int,
+        "nccl.allreduce.plateau_min_bytes": int,
+        "nccl.allreduce.plateau_flat_ratio": float,
+        "nccl.allreduce.plateau_nic_ratio": float,
+        "nccl.allreduce.nic_rate_gbps": float,
         "nccl.allreduce.boards": list,
         "nccl.allreduce.single_node.peak_busbw_warn": float,
         "nccl.allreduce.single_node.peak_busbw_fail": float,

@@ -33,6 +33,7 @@ from preflight.parsers.base import Format, ParserSpec
 # Printed busbw cells have two decimals: their mean may differ from the printed average by
 # rounding only. A larger gap means an edited or truncated table.
 AVG_ROUNDING_SLACK = 0.01
+AVG_RELATIVE_SLACK = 0.001  # and 0.1% of it: the average is printed with %g (six significant digits)
 
 COLLECTIVES = ("all_reduce", "all_gather", "alltoallv", "alltoall", "broadcast", "reduce_scatter", "reduce",
                "sendrecv", "scatter", "gather", "hypercube")
@@ -48,8 +49,10 @@ RATIO_TOLERANCE = 0.02  # two printed decimals on cells of algbw >= 1 keep busbw
 _NUM_RE = re.compile(r"^(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|N/A|-?nan|-?inf)$", re.I)
 _PROGRAM = re.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf(?:_mpi)?\b")
 _PARAMS = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\s+\d+")
+_PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|step:|warmup iters:|agg iters:|(?<![a-z] )iters:|"
+                    r"validation:|graph:|unalign:)\s*(\d+)")
 _PARAM_KEYS = {"nThread": "nthread", "nGpus": "ngpus", "minBytes": "min_bytes", "maxBytes": "max_bytes",
-               "step:": "step", "warmup iters:": "warmup_iters", "agg iters:": "agg_iters", " iters:": "iters",
+               "step:": "step", "warmup iters:": "warmup_iters", "agg iters:": "agg_iters", "iters:": "iters",
                "validation:": "validation", "graph:": "graph", "unalign:": "unalign"}
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)"
                         r"\s+\[([^\]]*)\]\s*(.*?)\s*$")
@@ -62,7 +65,8 @@ _STARTS = re.compile(r"^#\s*(?:Collective test starting:\s*(\S+)|nccl-tests vers
 _CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
 _TEST_FAIL = re.compile(r"Test (?:NCCL|CUDA) failure|Test failure\b|Test timeout\b|Invalid number of GPUs|"
                         r"number of requested GPUs .* greater than|\bunhandled (?:system|cuda) error\b", re.I)
-_NCCL_LOG = re.compile(r"(?:^|(?<=\s)|(?<=\d))([A-Za-z][\w.-]*):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN|TRACE|ABORT)\b")
+# an NCCL log record (`host:pid:tid [dev] NCCL INFO ...`), also where a row's numbers run into it
+_NCCL_LOG = re.compile(r"(?<![A-Za-z_.-])([A-Za-z][\w.-]*):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN|TRACE|ABORT)\b")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 _LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
 _TAG = re.compile(r"\[\d+(?:,\d+)?\](?:<std(?:out|err)>:)?")
@@ -156,24 +160,29 @@ class NcclTests:
             out.extend(v for v in (r.busbw, r.ip_busbw) if v is not None)
         return out
 
+    def bw_ratio(self) -> float | None:
+        """busbw / algbw over the cells precise enough to read it (the median)."""
+        ratios = [b / a for r in self.rows for a, b in ((r.algbw, r.busbw), (r.ip_algbw, r.ip_busbw))
+                  if a is not None and b is not None and a >= RATIO_MIN_ALGBW]
+        return median(ratios) if ratios else None
+
     def ratio_ranks(self) -> int | None:
         """The rank count an all-reduce's busbw/algbw = 2(n-1)/n gives (None: no cell precise
         enough, or a ratio no all-reduce has)."""
-        ratios = [b / a for r in self.rows for a, b in ((r.algbw, r.busbw), (r.ip_algbw, r.ip_busbw))
-                  if a is not None and b is not None and a >= RATIO_MIN_ALGBW]
-        if not ratios:
-            return None
-        ratio = median(ratios)
-        if not 1 - RATIO_TOLERANCE <= ratio < 2.0:
+        ratio = self.bw_ratio()
+        if ratio is None or not 1 - RATIO_TOLERANCE <= ratio < 2.0:
             return None
         return max(2, round(2 / (2 - ratio)))
 
     def rank_count(self) -> int | None:
-        """Ranks in the run: the rank list's (its highest rank + 1 when lines are missing), else
-        the all-reduce ratio's."""
-        if self.ranks:
-            return max(len(self.ranks), max(int(r["rank"]) for r in self.ranks) + 1)
-        return self.ratio_ranks()
+        """Ranks in the run: the rank list's (its highest rank + 1 when lines are missing),
+        unless the all-reduce ratio says there are more; None when nothing shows."""
+        listed = max([len(self.ranks), *(int(r["rank"]) + 1 for r in self.ranks)])
+        ratio, by_ratio = self.bw_ratio(), self.ratio_ranks()
+        if by_ratio and (not listed or (ratio is not None and by_ratio > listed
+                                        and abs(ratio - 2 * (listed - 1) / listed) > RATIO_TOLERANCE)):
+            return by_ratio
+        return listed or None
 
     @property
     def complete_listing(self) -> bool:
@@ -200,11 +209,9 @@ def _collective_of_columns(res: NcclTests) -> str:
         return ""  # all_gather, reduce_scatter, alltoall, scatter, gather, hypercube
     if row.root not in (None, -1) or (row.redop is not None and row.redop.lower() in ("", "none")):
         return ""  # rooted (broadcast, reduce) or no reduction (sendrecv of 2.13's layout, ...)
-    ratios = [b / a for r in res.rows for a, b in ((r.algbw, r.busbw), (r.ip_algbw, r.ip_busbw))
-              if a is not None and b is not None and a >= RATIO_MIN_ALGBW]
-    if not ratios:
+    ratio = res.bw_ratio()
+    if ratio is None:
         return "all_reduce"  # nothing measured precisely enough says otherwise
-    ratio = median(ratios)
     n = res.rank_count() if res.ranks else None
     if n is not None and n > 2:
         return "all_reduce" if abs(ratio - 2 * (n - 1) / n) <= RATIO_TOLERANCE else ""
@@ -366,9 +373,10 @@ class _Reader:
         self.groups = ""
         self.pending: _Pending | None = None
         self.next_program = ""
-        for text in (command,):
-            self._env(text)
-            self._program(text)
+        # the binaries the command line(s) above the output ran, one per run in order
+        self.queue = [m.group(0) for m in _PROGRAM.finditer(command)]
+        self._env(command)
+        self.cur.program = self.queue.pop(0) if self.queue else ""
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -386,6 +394,8 @@ class _Reader:
         self.groups = ""
         if self.next_program:
             self.cur.program, self.next_program = self.next_program, ""
+        elif self.queue:
+            self.cur.program = self.queue.pop(0)
 
     def _program(self, text: str) -> None:
         m = _PROGRAM.search(text)
@@ -445,7 +455,7 @@ class _Reader:
             return
         self._env(line)
         self._program(line)
-        if self.cur.command == "" and _HCA_ARG.search(line):
+        if not self.cur.ib_hcas:
             self.cur.ib_hcas = _hcas(line)
 
     def _env(self, text: str) -> None:
@@ -616,12 +626,7 @@ def _primary(tables: list[NcclTests]) -> NcclTests:
 
 
 def _params(line: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for label, key in _PARAM_KEYS.items():
-        m = re.search(re.escape(label) + r"\s*(\d+)", line)
-        if m:
-            out[key] = int(m.group(1))
-    return out
+    return {_PARAM_KEYS[m.group(1)]: int(m.group(2)) for m in _PARAM.finditer(line)}
 
 
 def _version_of_code(code: int) -> str:
@@ -642,10 +647,14 @@ def parse_nccl_tests(text: str, command: str = "") -> NcclTests:
 
 
 def parse(doc: Doc) -> NcclTests:
-    out = parse_nccl_tests("\n".join(ln.text for ln in doc.lines), doc.command or "")
-    hcas = _hcas(doc.command or "")
+    text, command = "\n".join(ln.text for ln in doc.lines), doc.command or ""
+    if _STARTS.match("# " + command) or _DETECT.match("# " + command):
+        # a first line `# nccl-tests version ...` reads like a root prompt: it is the output's own
+        text, command = "# " + command + "\n" + text, ""
+    out = parse_nccl_tests(text, command)
+    hcas = _hcas(command)
     for t in out.tables:
-        t.ib_hcas = t.ib_hcas or hcas
+        t.ib_hcas = hcas or t.ib_hcas
     return out
 
 
@@ -661,5 +670,5 @@ def detect(doc: Doc) -> bool:
 FORMATS = [Format("nccl-tests", detect=detect, priority=65, description="nccl-tests / rccl-tests *_perf output")]
 PARSERS = [ParserSpec("nccl-tests", parse)]
 
-__all__ = ["AVG_ROUNDING_SLACK", "COLLECTIVES", "FORMATS", "PARSERS", "WORD_SIZE", "NcclTestRow", "NcclTests",
+__all__ = ["AVG_RELATIVE_SLACK", "AVG_ROUNDING_SLACK", "COLLECTIVES", "FORMATS", "PARSERS", "WORD_SIZE", "NcclTestRow", "NcclTests",
            "detect", "parse", "parse_nccl_tests"]

@@ -1,15 +1,27 @@
-"""nccl.allreduce: nccl-tests / rccl-tests output graded against the profile tables."""
+"""nccl.allreduce: nccl-tests / rccl-tests output graded against the table for what the capture
+shows (topology, NVLS, GPU board), with the codes of checks/policy/nccl_tests.toml."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from preflight import engine
+from preflight import engine, policy
 from preflight import profile as profiles
+from preflight.checks import nccl_tests as grader
 from preflight.model import Status
-from tests.conftest import capture, facts_of, fixture_text, grade
+from preflight.parsers.nccl_tests import NcclTestRow, NcclTests, parse_nccl_tests
+from tests.conftest import ROOT, capture, fixture_text, grade
 
 H100 = "h100-sxm-8x"
+H100_NAME = "NVIDIA H100 80GB HBM3"
+COLS = ("#                                                              out-of-place                       in-place\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
+        "busbw #wrong\n"
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
+        "(GB/s)\n")
 
 
 def allreduce(rel: str, profile: str = H100, text: str | None = None) -> list:
@@ -17,32 +29,78 @@ def allreduce(rel: str, profile: str = H100, text: str | None = None) -> list:
     return grade("nccl.allreduce", {"nccl-tests": capture("nccl-tests", body)}, profile=profile, mode="analyze")
 
 
-# ----------------------------------------------------------------------------- nccl-tests
+def one(text: str, profile: str = H100):  # noqa: ANN201
+    [r] = allreduce("", profile=profile, text=text)
+    return r
 
-def test_parse_nccl_tests_rows_and_ranks() -> None:
-    res = facts_of("nccl-tests", fixture_text("nccl-tests/all_reduce_perf_1node_8xH100_nvls.txt"))
-    assert len(res.rows) == 14 and res.rows[0].bytes == 1 << 20 and res.rows[-1].bytes == 8 << 30
-    assert res.hosts == ["gpu-c031"] and len(res.ranks) == 8
-    assert res.ranks[0]["model"] == "NVIDIA H100 80GB HBM3"
-    assert res.oob_values == 0
-    cells = res.busbw_cells()
-    assert res.avg_busbw is not None
-    assert abs(sum(cells) / len(cells) - res.avg_busbw) < 0.01
 
+def codes(r) -> list[str]:  # noqa: ANN001
+    return list(r.facts.get("codes", []))
+
+
+def rank_lines(hosts: int, per_host: int, model: str = H100_NAME, bus: str = "0000:{b:02x}:00") -> str:
+    out = []
+    for r in range(hosts * per_host):
+        out.append(f"#  Rank {r:2d} Group  0 Pid {4000 + r:6d} on {f'node{r // per_host:02d}':>10s} device "
+                   f"{r % per_host:2d} [{bus.format(b=0x18 + 0x11 * (r % per_host))}] {model}")
+    return "\n".join(out) + "\n"
+
+
+def fmt_time(us: float) -> str:
+    return f"{us:7.0f}" if us > 10000 else f"{us:7.1f}" if us > 100 else f"{us:7.2f}"
+
+
+def row(size: int, us: float, n: int, ip_us: float | None = None, wrong: str = "0") -> str:
+    ip = ip_us if ip_us is not None else us
+    f = 2 * (n - 1) / n
+    cells = ""
+    for t in (us, ip):
+        alg = size / t / 1e3
+        cells += f"  {fmt_time(t)}  {alg:6.2f}  {alg * f:6.2f}  {wrong:>6s}"
+    return f"{size:12d}  {size // 4:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}{cells}"
+
+
+def curve(n: int, peak: float, lat: float = 30.0, lo: int = 8, hi: int = 8 << 30) -> list[tuple[int, float]]:
+    """(size, time) of a healthy all-reduce reaching `peak` GB/s busbw from `lat` us."""
+    f = 2 * (n - 1) / n
+    out, size = [], lo
+    while size <= hi:
+        out.append((size, lat + size / (peak / f * 1e3)))
+        size *= 2
+    return out
+
+
+def table(n_hosts: int, per_host: int, peak: float, lat: float = 30.0, model: str = H100_NAME, lo: int = 8,
+          hi: int = 8 << 30, head: str = "", times: dict[int, float] | None = None, footer: bool = True) -> str:
+    n = n_hosts * per_host
+    rows = curve(n, peak, lat, lo, hi)
+    body = "\n".join(row(s, (times or {}).get(s, t), n) for s, t in rows)
+    text = (head + f"# nThread 1 nGpus 1 minBytes {lo} maxBytes {hi} step: 2(factor) warmup iters: 5 iters: 20 "
+            "agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n" + rank_lines(n_hosts, per_host, model) +
+            "#\n" + COLS + body + "\n")
+    if footer:
+        res = parse_nccl_tests(text)
+        cells = res.busbw_cells()
+        text += f"# Out of bounds values : 0 OK\n# Avg bus bandwidth    : {sum(cells) / len(cells):g}\n#\n"
+    return text
+
+
+# ----------------------------------------------------------------------------- fixtures
 
 def test_allreduce_single_node_passes_against_single_node_table() -> None:
     [r] = allreduce("all_reduce_perf_1node_8xH100_nvls.txt")
     assert r.status is Status.PASS, (r.summary, r.evidence)
-    assert r.facts["table"] == "single_node"
-    assert r.facts["peak_busbw"] > 470
-    row = r.facts["rows"][0]
-    assert set(row) >= {"bytes", "time_us", "algbw", "busbw"}
+    assert r.facts["table"] == "single_node" and r.facts["collective"] == "all_reduce"
+    assert r.facts["peak_busbw"] > 470 and r.facts["ranks"] == 8 and r.facts["gpu_models"] == [H100_NAME]
+    assert r.summary.startswith("all-reduce peak busbw") and "(8 ranks on 1 host(s), single_node)" in r.summary
+    row0 = r.facts["rows"][0]
+    assert set(row0) >= {"bytes", "time_us", "algbw", "busbw", "ip_busbw", "wrong"}
 
 
 def test_allreduce_tcp_fallback_signature() -> None:
     [r] = allreduce("all_reduce_perf_2node_16xH100_tcp_fallback.txt")
-    assert r.status is Status.FAIL
-    assert r.summary.startswith("TCP-fallback signature")
+    assert r.status is Status.FAIL and "nccl.allreduce/tcp-fallback" in codes(r)
+    assert r.summary.startswith("TCP-fallback signature: 3 message size(s) >= 256 MB under 30 GB/s")
     assert r.facts["table"] == "multi_node" and r.facts["hosts"] == ["node-0412", "node-0413"]
     assert any("268435456" in e for e in r.evidence)
     assert "NET/Socket" in r.remedy
@@ -50,40 +108,163 @@ def test_allreduce_tcp_fallback_signature() -> None:
 
 def test_allreduce_wrong_results_fail() -> None:
     [r] = allreduce("all_reduce_perf_1node_wrong_results.txt")
-    assert r.status is Status.FAIL
-    assert "wrong results" in r.summary and r.facts["wrong"] == 4096
+    assert r.status is Status.FAIL and codes(r)[0] == "nccl.allreduce/wrong-results"
+    assert "wrong results (4096 wrong elements)" in r.summary and r.facts["wrong"] == 4096
     assert any(" 4096 " in e for e in r.evidence)
 
 
 def test_allreduce_degraded_single_node_fails_floor() -> None:
     [r] = allreduce("all_reduce_perf_1node_degraded.txt")
-    assert r.status is Status.FAIL
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/peak-below-floor", "nccl.allreduce/size-slow"]
     assert "under the single_node floor 250" in r.summary
-    assert any("peak_busbw_fail" in e for e in r.evidence)
+    assert any("peak_busbw_fail = 250" in e and "#212" in e for e in r.evidence)
 
 
-def test_allreduce_warn_band(tmp_path) -> None:  # noqa: ANN001
+def test_allreduce_warn_band(tmp_path: Path) -> None:
     prof = tmp_path / "site.toml"
     prof.write_text('[profile]\nname = "site"\nextends = "h100-sxm-8x"\n[nccl.allreduce.single_node]\n'
                     'peak_busbw_fail = { value = 200.0, source = "site" }\n')
     [r] = allreduce("all_reduce_perf_1node_degraded.txt", profile=str(prof))
     assert r.status is Status.WARN and "below the expected 330" in r.summary
+    assert codes(r) == ["nccl.allreduce/peak-below-expected", "nccl.allreduce/size-slow"]
 
 
 def test_allreduce_crash_is_fail_and_short_sweep_peak_not_graded() -> None:
     [r] = allreduce("all_reduce_perf_2node_crash_truncated.txt")
-    assert r.status is Status.FAIL
+    assert r.status is Status.FAIL and "nccl.allreduce/test-failure" in codes(r)
     assert any("Test NCCL failure" in e for e in r.evidence)
-    assert any("peak not graded" in e for e in r.evidence)
+    assert any("peak not graded: the sweep stops at" in e for e in r.evidence)
 
 
-def test_allreduce_avg_mismatch_warns() -> None:
-    text = fixture_text("nccl-tests/all_reduce_perf_1node_8xH100_nvls.txt")
-    import re
+def test_h200_erratic_121_gbs_fails_against_the_board_table() -> None:
+    [r] = allreduce("all_reduce_perf_2node_16xH200_erratic_121GBs.txt", profile="generic")
+    assert r.status is Status.FAIL
+    assert codes(r) == ["nccl.allreduce/peak-below-floor", "nccl.allreduce/latency-spike"]
+    assert "120.79 GB/s is under the multi_node floor 245" in r.summary
+    assert any(e.startswith("multi_node_peak_busbw_fail = 245.0 (board HGX/DGX H100 or H200") for e in r.evidence)
+    assert r.facts["gpu_models"] == ["NVIDIA H200"] and r.facts["nccl_version"] == "2.27.3"
+    assert any(e.startswith("256 MB: ") for e in r.evidence)
 
-    text = re.sub(r"# Avg bus bandwidth    : [\d.]+", "# Avg bus bandwidth    : 401.5", text)
-    [r] = allreduce("", text=text)
-    assert r.status is Status.WARN and "disagrees" in r.summary
+
+def test_h100_263_gbs_with_rank_lines_without_group_warns() -> None:
+    [r] = allreduce("all_reduce_perf_1node_8xH100_263GBs_v2.13_rank_lines.txt")
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/peak-below-expected"]
+    assert "263.66 GB/s is below the expected 330 (single_node)" in r.summary
+
+
+def test_h100_263_gbs_with_nvls_in_use_fails_the_nvls_floor() -> None:
+    text = fixture_text("nccl-tests/all_reduce_perf_1node_8xH100_263GBs_v2.13_rank_lines.txt")
+    text = text.replace("NCCL version 2.18.3+cuda12.2", "gpu-b117:118243:118270 [0] NCCL INFO NVLS multicast "
+                        "support is available on dev 0")
+    r = one(text)
+    assert r.status is Status.FAIL and r.facts["table"] == "single_node (NVLS)"
+    assert "under the single_node (NVLS) floor 320" in r.summary
+    assert any("nvls_peak_busbw_fail = 320" in e for e in r.evidence)
+
+
+def test_other_collective_is_not_graded_as_an_all_reduce() -> None:
+    [r] = allreduce("all_gather_perf_1node_8xH100_2.17_named.txt")
+    assert r.status is Status.SKIP and codes(r) == ["nccl.allreduce/not-all-reduce"]
+    assert r.summary.startswith("not an all-reduce table: all_gather")
+    text = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    text = text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED")
+    r = one(text)
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/out-of-bounds", "nccl.allreduce/not-all-reduce"]
+
+
+def test_unnamed_table_of_another_collective_is_not_recognised() -> None:
+    text = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    text = text.replace("# Collective test starting: all_gather_perf\n", "").replace(
+        "# Collective test concluded: all_gather_perf\n", "")
+    r = one(text)
+    assert r.status is Status.SKIP and codes(r) == ["nccl.allreduce/not-recognised"]
+    assert "an all_reduce_perf table was expected" in r.summary
+    assert "busbw/algbw = 0.875" in r.evidence and "ranks listed: 8" in r.evidence
+
+
+def test_rccl_mi300x_is_graded_for_correctness_only() -> None:
+    [r] = allreduce("rccl_all_reduce_perf_1node_8xMI300X_inplace_only.txt", profile="generic")
+    assert r.status is Status.PASS and r.facts["table"] == "none"
+    assert any("no busbw table for AMD Instinct MI300X in profile generic" in e for e in r.evidence)
+
+
+def test_a100_board_single_node() -> None:
+    [r] = allreduce("all_reduce_perf_1node_8xA100_v2.9_error_column.txt", profile="generic")
+    assert r.status is Status.PASS and r.facts["table"] == "single_node"
+    text = fixture_text("nccl-tests/all_reduce_perf_1node_8xA100_v2.9_error_column.txt")
+    slow = re.sub(r"(\d+\.\d\d)  (\d+\.\d\d)  (\de[-+]\d\d)", lambda m: f"{float(m.group(1)):.2f}  "
+                  f"{float(m.group(2)) * 0.6:6.2f}  {m.group(3)}", text)
+    r = one(slow.replace("# Avg bus bandwidth", "# Avg bus-bandwidth"), "generic")
+    assert r.status is Status.FAIL and "under the single_node floor 155" in r.summary
+
+
+def test_a100_several_nodes_have_no_table() -> None:
+    r = one(table(2, 8, 95.0, model="NVIDIA A100-SXM4-80GB"), "generic")
+    assert r.status is Status.PASS
+    assert any("board HGX/DGX A100 SXM4" in e and "has no multi_node figure" in e for e in r.evidence)
+
+
+def test_1x_and_v2_9_layouts_grade() -> None:
+    [r] = allreduce("all_reduce_perf_1.x_4xP100_ms_res.txt", profile="generic")
+    assert r.status is Status.PASS and r.facts["ranks"] == 4 and r.facts["rows"][0]["time_us"] == pytest.approx(121)
+
+
+# ----------------------------------------------------------------------------- thresholds by topology
+
+@pytest.mark.parametrize(("peak", "status", "code"), [
+    (469.2, Status.PASS, None), (368.0, Status.PASS, None), (367.9, Status.WARN, "peak-below-expected"),
+    (245.0, Status.WARN, "peak-below-expected"), (244.9, Status.FAIL, "peak-below-floor"),
+])
+def test_multi_node_floors(peak: float, status: Status, code: str | None) -> None:
+    text = table(2, 8, peak, lo=1 << 30, times={8 << 30: (8 << 30) / (peak / 1.875 * 1e3)})
+    r = one(text)
+    assert r.status is status, (r.summary, r.evidence)
+    assert codes(r) == ([f"nccl.allreduce/{code}"] if code else [])
+    assert r.facts["table"] == "multi_node"
+
+
+@pytest.mark.parametrize(("peak", "status"), [(330.0, Status.PASS), (329.9, Status.WARN), (250.0, Status.WARN),
+                                              (249.9, Status.FAIL)])
+def test_single_node_floors(peak: float, status: Status) -> None:
+    text = table(1, 8, peak, lo=1 << 30, times={8 << 30: (8 << 30) / (peak / 1.75 * 1e3)})
+    assert one(text).status is status
+
+
+@pytest.mark.parametrize(("env", "table_name", "status"), [
+    ("", "single_node", Status.PASS),
+    ("gpu1:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n", "single_node (NVLS)", Status.WARN),
+    ("gpu1:1:2 [0] NCCL INFO NCCL_ALGO set by environment to NVLS\n", "single_node (NVLS)", Status.WARN),
+    ("export NCCL_ALGO=Ring\ngpu1:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n", "single_node",
+     Status.PASS),
+    ("export NCCL_ALGO=^NVLS\ngpu1:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n", "single_node",
+     Status.PASS),
+    ("export NCCL_ALGO=^Tree\ngpu1:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n",
+     "single_node (NVLS)", Status.WARN),
+])
+def test_nvls_in_use_raises_the_single_node_expectation(env: str, table_name: str, status: Status) -> None:
+    r = one(table(1, 8, 400.0, lo=1 << 30, head=env))
+    assert r.facts["table"] == table_name and r.status is status
+    if status is Status.WARN:
+        assert "below the expected 430" in r.summary
+
+
+def test_nvls_does_not_change_the_multi_node_table() -> None:
+    env = "gpu1:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
+    r = one(table(2, 8, 400.0, lo=1 << 30, head=env))
+    assert r.status is Status.PASS and r.facts["table"] == "multi_node"
+
+
+def test_fewer_gpus_per_host_than_the_table_is_for() -> None:
+    r = one(table(2, 4, 150.0, lo=1 << 30))
+    assert r.status is Status.PASS
+    assert "peak not graded: 4 GPU(s) per host, the table is for 8" in r.evidence
+
+
+def test_one_process_driving_eight_gpus_is_one_node() -> None:
+    text = table(1, 8, 300.0, lo=1 << 30).replace("nGpus 1", "nGpus 8")
+    text = "\n".join(ln for ln in text.splitlines() if "Rank" not in ln)
+    r = one(text)
+    assert r.facts["table"] == "single_node" and r.status is Status.WARN
 
 
 def test_allreduce_no_rank_lines_uses_lower_floors() -> None:
@@ -93,7 +274,169 @@ def test_allreduce_no_rank_lines_uses_lower_floors() -> None:
     assert r.facts["table"].startswith("unknown")
     # the lower floors of single_node (330/250) and multi_node (368/245): 229 GB/s is under 245
     assert r.status is Status.FAIL and "floor 245" in r.summary
-    assert "nccl.allreduce/peak-below-floor" in r.facts["codes"]
+    assert codes(r) == ["nccl.allreduce/peak-below-floor"]
+    assert any(e.startswith("nccl.allreduce.multi_node.peak_busbw_fail = 245") for e in r.evidence)
+
+
+def test_unknown_topology_on_a_board_table_is_not_graded() -> None:
+    text = table(2, 8, 100.0, lo=1 << 30, model="NVIDIA H200")
+    lines = text.splitlines()
+    partial = "\n".join(ln for ln in lines if "Rank  3 " not in ln)
+    r = one(partial, "generic")
+    assert r.status is Status.PASS
+    assert any("does not show how the ranks sit on hosts" in e for e in r.evidence)
+
+
+def test_a_profile_for_other_gpus_uses_the_board_table() -> None:
+    r = one(table(2, 8, 300.0, lo=1 << 30, model="NVIDIA H200"), H100)
+    assert r.status is Status.WARN and any("board HGX/DGX H100 or H200" in e for e in r.evidence)
+    r = one(table(2, 8, 300.0, lo=1 << 30, model="NVIDIA B200"), H100)
+    assert r.status is Status.PASS and r.facts["table"] == "none"
+    assert any("no busbw table for NVIDIA B200 in profile h100-sxm-8x" in e for e in r.evidence)
+
+
+def test_allreduce_generic_profile_grades_only_correctness() -> None:
+    text = fixture_text("nccl-tests/all_reduce_perf_2node_16xH100_tcp_fallback.txt")
+    [r] = allreduce("", text=text.replace(H100_NAME, "NVIDIA B200"), profile="generic")
+    assert r.status is Status.PASS
+    assert any("no busbw table for NVIDIA B200" in e for e in r.evidence)
+    [r] = allreduce("all_reduce_perf_1node_wrong_results.txt", profile="generic")
+    assert r.status is Status.FAIL
+
+
+def test_base_latency_of_a_tcp_fabric_leaves_the_ndr_table_out() -> None:
+    r = one(table(2, 8, 338.0, lat=123.0))
+    assert r.status is Status.PASS
+    assert any("the smallest all-reduce takes 123" in e and "a TCP-based fabric" in e for e in r.evidence)
+    r = one(table(2, 8, 338.0, lat=99.0))
+    assert r.status is Status.WARN
+    r = one(table(2, 8, 338.0, lat=101.0, lo=8192))  # no latency-bound row: graded
+    assert r.status is Status.WARN
+
+
+def test_shared_pci_bus_is_named_as_a_vm_topology() -> None:
+    text = table(2, 8, 360.0, lo=1 << 30)
+    vm = re.sub(r"\[0000:([0-9a-f]{2}):00\]", lambda m: f"[0000:04:{int(m.group(1), 16) % 16:02x}]", text)
+    r = one(vm)
+    assert r.status is Status.WARN
+    assert any(e.startswith("GPUs share one PCIe bus on node00, node01") for e in r.evidence)
+    assert not any("PCIe bus" in e for e in one(text).evidence)
+
+
+def test_short_sweep_and_single_size() -> None:
+    r = one(table(2, 8, 100.0, hi=256 << 20))
+    assert r.status is Status.PASS and "peak not graded: the sweep stops at 256 MB (< 1 GB)" in r.evidence
+    r = one(table(2, 8, 100.0, lo=25 << 20, hi=25 << 20))
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/single-size"]
+    assert r.summary.startswith("a single message size (25 MB)")
+
+
+# ----------------------------------------------------------------------------- latency spikes
+
+def test_mid_size_latency_spikes_warn() -> None:
+    times = {32768: 1112.2, 65536: 1651.7, 131072: 783.8}
+    r = one(table(2, 8, 470.0, times=times))
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/latency-spike"]
+    assert "latency spikes at 3 message size(s) (32 KB, 64 KB, 128 KB)" in r.summary
+    assert any(e.startswith("32 KB: 1112.2 us, a larger message took") for e in r.evidence)
+
+
+def test_a_step_up_that_never_recovers_is_a_spike() -> None:
+    base = dict(curve(16, 470.0))
+    times = {s: t + (2000.0 if s >= 65536 else 0.0) for s, t in base.items()}
+    r = one(table(2, 8, 470.0, times=times))
+    assert "nccl.allreduce/latency-spike" in codes(r)
+    assert "(64 KB)" in r.summary and any("after" in e and "at 32 KB" in e for e in r.evidence)
+
+
+@pytest.mark.parametrize("times", [
+    {8: 68.0},  # a slow first call
+    {256: 94.4},  # one slow cell under the minimum excess
+    {1 << 20: 130.0},  # over 2x a larger size's time but under 100 us more
+])
+def test_jitter_is_not_a_spike(times: dict[int, float]) -> None:
+    r = one(table(2, 8, 470.0, times=times))
+    assert r.status is Status.PASS, (r.summary, r.evidence)
+
+
+def test_spikes_need_three_rows() -> None:
+    r = one(table(2, 8, 470.0, lo=1 << 30, hi=2 << 30, times={1 << 30: 20000.0}))
+    assert "nccl.allreduce/latency-spike" not in codes(r)
+
+
+# ----------------------------------------------------------------------------- how the run ended
+
+def test_aborted_after_nccl_warn() -> None:
+    text = table(2, 8, 470.0, hi=1 << 20, footer=False)
+    text += ("     2097152        524288     float     sum      -1\n"
+             "node01:4012:4090 [4] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<51214> with error 12\n")
+    r = one(text)
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/aborted"]
+    assert r.summary == "the run stopped after an NCCL WARN during the 2 MB all-reduce"
+    assert any("Got completion" in e for e in r.evidence)
+
+
+def test_aborted_without_a_size() -> None:
+    text = table(2, 8, 470.0, hi=1 << 20, footer=False) + "node01:4012:4090 [4] NCCL WARN Cuda failure 'unknown'\n"
+    r = one(text)
+    assert r.summary == "the run stopped after an NCCL WARN" and r.status is Status.FAIL
+
+
+def test_a_warn_in_a_finished_run_is_not_an_abort() -> None:
+    text = table(2, 8, 470.0, hi=1 << 20).replace("# Out of bounds", "node01:4012:4090 [4] NCCL WARN NET/IB : async "
+                                                   "event: port error\n# Out of bounds")
+    assert "nccl.allreduce/aborted" not in codes(one(text))
+
+
+def test_output_ending_inside_a_row() -> None:
+    text = table(2, 8, 470.0, hi=1 << 20, footer=False) + "     2097152        524288     float     sum      -1\n"
+    r = one(text)
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/stopped-mid-row"]
+    assert "ends inside the 2 MB row" in r.summary
+
+
+def test_truncated_table_is_a_note() -> None:
+    r = one(table(2, 8, 470.0, footer=False))
+    assert r.status is Status.PASS and "the table stops before its summary" in r.evidence
+
+
+def test_not_validated_is_a_note() -> None:
+    text = table(2, 8, 470.0).replace("validation: 1", "validation: 0")
+    text = re.sub(r"      0(?=\s|$)", "    N/A", text)
+    r = one(text)
+    assert r.status is Status.PASS
+    assert any(e.startswith("results not validated (-c 0") for e in r.evidence)
+
+
+def test_min_bw_check_failed() -> None:
+    text = re.sub(r"(# Avg bus bandwidth\s*: \S+)", r"\1 FAILED", table(2, 8, 470.0))
+    r = one(text)
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/min-bw-check-failed"]
+
+
+def test_out_of_bounds_fail() -> None:
+    text = table(2, 8, 470.0).replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED")
+    r = one(text)
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/out-of-bounds"]
+    assert r.summary == "3 out-of-bounds values"
+
+
+def test_allreduce_avg_mismatch_warns() -> None:
+    text = fixture_text("nccl-tests/all_reduce_perf_1node_8xH100_nvls.txt")
+    text = re.sub(r"# Avg bus bandwidth    : [\d.]+", "# Avg bus bandwidth    : 401.5", text)
+    r = one(text)
+    assert r.status is Status.WARN and "disagrees" in r.summary and codes(r) == ["nccl.allreduce/avg-mismatch"]
+    exact = re.sub(r"# Avg bus bandwidth    : [\d.]+", "# Avg bus bandwidth    : 401.5", text)
+    assert one(exact).status is Status.WARN
+
+
+def test_avg_within_rounding_passes() -> None:
+    text = table(1, 8, 470.0, lo=1 << 30)
+    mean = float(re.search(r"Avg bus bandwidth\s*: (\S+)", text).group(1))  # type: ignore[union-attr]
+    ok = re.sub(r"(Avg bus bandwidth\s*: )\S+", rf"\g<1>{mean + 0.01 + 0.0009 * mean:.4f}", text)
+    assert one(ok).status is Status.PASS
+    off = re.sub(r"(Avg bus bandwidth\s*: )\S+", rf"\g<1>{mean + 0.02 + 0.0011 * mean:.4f}", text)
+    assert one(off).status is Status.WARN
 
 
 def test_allreduce_per_size_ceiling_warns() -> None:
@@ -103,24 +446,175 @@ def test_allreduce_per_size_ceiling_warns() -> None:
         if line.strip().startswith("16777216 "):
             line = line.replace("168.1", "912.4").replace("166.9", "905.0")
         lines.append(line)
-    [r] = allreduce("", text="\n".join(lines))
-    assert r.status is Status.WARN
-    assert any("16 MB" in s for s in [r.summary, *r.evidence])
+    r = one("\n".join(lines))
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/size-slow", "nccl.allreduce/latency-spike"]
+    assert "16 MB all-reduce took 905 us (expected <= 500)" in r.summary
+    assert any(e.startswith("single_node.sizes: 8xH100 SXM cookbook") for e in r.evidence)
 
 
-def test_allreduce_generic_profile_grades_only_correctness() -> None:
-    text = fixture_text("nccl-tests/all_reduce_perf_2node_16xH100_tcp_fallback.txt")
-    [r] = allreduce("", text=text.replace("NVIDIA H100 80GB HBM3", "NVIDIA B200"), profile="generic")
-    assert r.status is Status.PASS
-    assert any("no busbw table for NVIDIA B200" in e for e in r.evidence)
-    [r] = allreduce("all_reduce_perf_1node_wrong_results.txt", profile="generic")
-    assert r.status is Status.FAIL
+def test_ceiling_not_applied_to_multi_node_or_other_sizes() -> None:
+    assert "nccl.allreduce/size-slow" not in codes(one(table(2, 8, 400.0, lat=600.0)))
+    assert one(table(1, 8, 470.0, lo=1 << 30)).status is Status.PASS
 
+
+# ----------------------------------------------------------------------------- no rows, failures
 
 @pytest.mark.parametrize("text", ["", "# nThread 1 nGpus 8\n", "garbage\n" * 5, "\x00"])
 def test_allreduce_garbage(text: str) -> None:
-    [r] = allreduce("", text=text)
-    assert r.status is Status.ERROR and r.summary
+    r = one(text)
+    assert r.status is Status.ERROR and r.summary and codes(r) == ["nccl.allreduce/no-rows"]
+
+
+def test_failure_before_any_row() -> None:
+    text = ("# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+            "validation: 1 graph: 0\n"
+            "gpu1: Test CUDA failure common.cu:892 'out of memory'\n .. gpu1 pid 77: Test failure common.cu:1041\n")
+    r = one(text)
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/test-failure"]
+    assert r.summary == "nccl-tests failed before its first result row" and "out of memory" in r.evidence[0]
+    warn = "# Using devices\ngpu1:1:2 [0] NCCL WARN Cuda failure 'out of memory'\n"
+    assert one(warn).status is Status.FAIL
+
+
+def test_rows_of_an_unknown_layout_are_not_recognised() -> None:
+    text = COLS + "  1073741824     268435456     float     sum      -1   4484.9  239.41  448.90      0  x  y\n"
+    r = one(text)
+    assert r.status is Status.SKIP and codes(r) == ["nccl.allreduce/not-recognised"]
+    assert "1 row(s) have another layout" in r.summary
+
+
+def test_no_output() -> None:
+    from preflight import registry
+    from preflight.grading import FactStore, grade_check
+    from preflight.registry import Options
+
+    reg = registry.load()
+    [r] = grade_check(reg.checks["nccl.allreduce"], "n1", FactStore(reg, facts={}), profiles.load(H100),
+                      Options(mode="analyze"), None)
+    assert r.status in (Status.SKIP, Status.ERROR)
+
+
+def test_grader_direct_without_facts() -> None:
+    class Ctx:
+        profile = profiles.load(H100)
+
+        def facts(self, probe: str) -> None:
+            return None
+
+        def finding(self, code: str, summary: str, **kw: object) -> tuple[str, str]:
+            return code, summary
+
+    assert grader.grade_allreduce(Ctx()) == ("nccl.allreduce/no-output", "no nccl-tests output to grade")  # type: ignore
+
+
+def test_rows_without_bandwidth_cells() -> None:
+    res = NcclTests(rows=[NcclTestRow(bytes=b, count=b // 4, dtype="float", time_us=None, algbw=None, busbw=None,
+                                      wrong=0, line=f"{b} float") for b in (8, 16)], avg_busbw=0.0)
+    from preflight import registry
+    from preflight.grading import FactStore, grade_check
+    from preflight.registry import Options
+
+    reg = registry.load()
+    [r] = grade_check(reg.checks["nccl.allreduce"], "n1", FactStore(reg, facts={"nccl-tests": res}),
+                      profiles.load(H100), Options(mode="analyze"), None)
+    assert r.status is Status.PASS and r.summary.startswith("all-reduce table of 2 row(s) without bandwidth cells")
+
+
+# ----------------------------------------------------------------------------- one NIC's worth
+
+def test_plateau_at_one_nic_while_several_named() -> None:
+    text = ("[root@n1 ~]# mpirun -x NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_4,mlx5_5 -np 2 ./all_reduce_perf -b 8M -e 32M\n"
+            + table(2, 1, 41.5, lo=8 << 20, hi=32 << 20, footer=False))
+    r = one(text)
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/one-nic-plateau"]
+    assert "about one 400 Gb/s NIC's worth, while NCCL_IB_HCA names 4 HCAs (mlx5_0, mlx5_1, mlx5_4, mlx5_5); the " \
+           "table stops before its summary" in r.summary
+    assert any(e.startswith("ib.rate = 400 Gb/s (NDR") for e in r.evidence)
+    g = one(text, "generic")
+    assert g.status is Status.WARN and any(e.startswith("nccl.allreduce.nic_rate_gbps = 400") for e in g.evidence)
+
+
+@pytest.mark.parametrize(("peak", "hcas", "hosts", "status"), [
+    (41.5, "mlx5_0", 2, Status.PASS),  # one HCA named
+    (41.5, "mlx5_0,mlx5_1", 1, Status.PASS),  # one host
+    (64.0, "mlx5_0,mlx5_1", 2, Status.PASS),  # more than one NIC's worth (1.2 x 50 = 60)
+    (59.0, "mlx5_0,mlx5_1", 2, Status.WARN),
+])
+def test_plateau_boundaries(peak: float, hcas: str, hosts: int, status: Status) -> None:
+    per = 2 // hosts
+    text = (f"[root@n1 ~]# mpirun -x NCCL_IB_HCA={hcas} -np 2 ./all_reduce_perf\n"
+            + table(hosts, per, peak, lo=8 << 20, hi=64 << 20))
+    assert one(text).status is status
+
+
+def test_a_rising_curve_is_not_a_plateau() -> None:
+    times = {32 << 20: (32 << 20) / (20.0 * 1e3), 64 << 20: (64 << 20) / (40.0 * 1e3)}
+    text = "[root@n1 ~]# mpirun -x NCCL_IB_HCA=mlx5_0,mlx5_1 ./all_reduce_perf\n" + table(2, 1, 40.0, lo=8 << 20,
+                                                                                          hi=64 << 20, times=times)
+    assert one(text).status is Status.PASS
+
+
+# ----------------------------------------------------------------------------- helpers, tables, policy
+
+@pytest.mark.parametrize(("name", "needle", "fits"), [
+    ("NVIDIA H200", "H200", True), ("NVIDIA GH200 480GB", "H200", False), ("NVIDIA H200 NVL", "H200", False),
+    ("NVIDIA H100 PCIe", "H100", False), ("NVIDIA H100 80GB HBM3", "h100 80gb hbm3", True),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM4", True), ("H200", "H200", True), ("NVIDIA H20", "H200", False),
+])
+def test_board_name_fits(name: str, needle: str, fits: bool) -> None:
+    assert grader._fits(name, needle) is fits
+
+
+def test_board_for() -> None:
+    prof = profiles.load("generic")
+    assert grader.board_for(prof, ["NVIDIA H200"])["gpus_per_node"] == 8  # type: ignore[index]
+    assert grader.board_for(prof, ["NVIDIA H200", "NVIDIA B200"]) is None
+    assert grader.board_for(prof, []) is None
+    assert "A100" in grader.board_for(prof, ["NVIDIA A100-SXM4-40GB"])["name"]  # type: ignore[index]
+
+
+def test_the_h100_board_repeats_the_h100_profile() -> None:
+    board = grader.board_for(profiles.load("generic"), [H100_NAME])
+    prof = profiles.load(H100)
+    assert board is not None
+    for table_name in ("single_node", "multi_node"):
+        for kind in ("warn", "fail"):
+            assert board[f"{table_name}_peak_busbw_{kind}"] == prof.get(f"nccl.allreduce.{table_name}.peak_busbw_{kind}")
+    for kind in ("warn", "fail"):
+        assert board[f"single_node_nvls_peak_busbw_{kind}"] == prof.get(f"nccl.allreduce.single_node.nvls_peak_busbw_{kind}")
+    assert board["multi_node_base_latency_max_us"] == prof.get("nccl.allreduce.multi_node.base_latency_max_us")
+    assert board["tcp_fallback_max_busbw"] == prof.get("nccl.allreduce.tcp_fallback_max_busbw")
+
+
+def test_allreduce_table_lower_floors() -> None:
+    prof = profiles.load(H100)
+    assert grader.allreduce_table(prof, True)[0] == "multi_node"
+    assert grader.allreduce_table(prof, False)[1]["peak_busbw_warn"] == 330.0
+    name, merged = grader.allreduce_table(prof, None)
+    assert name.startswith("unknown") and (merged["peak_busbw_warn"], merged["peak_busbw_fail"]) == (330.0, 245.0)
+
+
+def test_topology() -> None:
+    res = parse_nccl_tests(table(2, 8, 400.0, lo=1 << 30))
+    assert grader.topology(res) == grader.Topology(True, 8, [H100_NAME], 16)
+    res = parse_nccl_tests(table(1, 8, 400.0, lo=1 << 30))
+    assert grader.topology(res) == grader.Topology(False, 8, [H100_NAME], 8)
+    uneven = table(2, 8, 400.0, lo=1 << 30).replace("on     node01 device  7", "on     node02 device  7")
+    assert grader.topology(parse_nccl_tests(uneven)).per_host is None
+    assert grader.topology(NcclTests()) == grader.Topology(None, None, [], None)
+
+
+def test_every_code_the_grader_names_is_in_the_policy_table() -> None:
+    source = (ROOT / "checks" / "nccl_tests.py").read_text()
+    used = {f"nccl.allreduce/{c}" for c in re.findall(r'_code\("([a-z-]+)"\)', source)}
+    table_codes = {c for c in policy.builtin().codes if c.startswith("nccl.allreduce/")}
+    assert used == table_codes
+    statuses = {c: policy.builtin().entry(c).status for c in table_codes}
+    assert statuses["nccl.allreduce/wrong-results"] is Status.FAIL
+    assert statuses["nccl.allreduce/latency-spike"] is Status.WARN
+    assert statuses["nccl.allreduce/not-all-reduce"] is Status.SKIP
+    assert statuses["nccl.allreduce/no-rows"] is Status.ERROR
+    assert statuses["nccl.allreduce/no-table"] is Status.PASS
 
 
 def test_profile_schema_validates(registry) -> None:  # noqa: ANN001
@@ -129,6 +623,8 @@ def test_profile_schema_validates(registry) -> None:  # noqa: ANN001
         profiles.validate(prof, registry.profile_schema())
     sizes = profiles.load(H100).get("nccl.allreduce.single_node.sizes")
     assert all({"bytes", "max_time_us", "source"} <= set(s) for s in sizes)
+    for board in profiles.load("generic").get("nccl.allreduce.boards"):
+        assert {"name", "match", "gpus_per_node", "source"} <= set(board)
 
 
 def test_profile_hint_from_rank_lines(registry) -> None:  # noqa: ANN001
@@ -136,5 +632,11 @@ def test_profile_hint_from_rank_lines(registry) -> None:  # noqa: ANN001
     from preflight.grading import FactStore
 
     assert engine.detect_profile_name(FactStore(registry, captures={"nccl-tests": cap})) == H100
-
-
+    partial = "\n".join(ln for ln in table(2, 8, 400.0, lo=1 << 30).splitlines() if "Rank  3 " not in ln)
+    assert grader._profile_hint(FactStore(registry, captures={"nccl-tests": capture("nccl-tests", partial)})) == \
+        (H100_NAME, None)
+    mixed = table(1, 8, 400.0, lo=1 << 30).replace("device  3 [0000:4b:00] " + H100_NAME,
+                                                   "device  3 [0000:4b:00] NVIDIA H200")
+    assert grader._profile_hint(FactStore(registry, captures={"nccl-tests": capture("nccl-tests", mixed)})) == \
+        (None, None)
+    assert grader._profile_hint(FactStore(registry, captures={})) == (None, None)
