@@ -51,6 +51,10 @@ _UNREACH = re.compile(r"Destination (?:Host|Net|Network|Port|Protocol) (?:Unreac
 _UNRESOLVED = re.compile(r"Name or service not known|unknown host|Temporary failure in name resolution|"
                          r"No address associated with hostname|cannot resolve|Name does not resolve|bad address|"
                          r"nodename nor servname provided|could not find host", re.I)
+# errors a ping prints before any header (its own invocation): a name that does not resolve, no route
+_BEFORE_HEADER = re.compile(r"connect: (?:Network is unreachable|No route to host)", re.I)
+_UNRESOLVED_NAME = re.compile(r"(?:unknown host|cannot resolve|bad address)\s+'?(?P<n1>[^\s:']+)|"
+                              r"ping6?: (?P<n2>[^\s:]+): ", re.I)
 _TIMEOUT = re.compile(r"no answer yet for icmp_seq=(?P<seq>\d+)|Request timeout for icmp_seq (?P<seq2>\d+)|"
                       r"(?P<win>Request timed out)", re.I)
 _CMD = re.compile(r"(?:^|[\s/;|&(])(?:ping6?|PING|ping\.exe)(?=\s|$)(?P<args>.*)$")
@@ -147,6 +151,13 @@ def _new_run(line: str) -> PingRun | None:
     run.frame = run.frame or _frame(run.size, run.address)
     run.lines.append(line)
     return run
+
+
+def _orphan(line: str) -> PingRun:
+    """The run of a ping that failed before its header; its target when the message names it."""
+    m = _UNRESOLVED_NAME.search(line)
+    name = (m.group("n1") or m.group("n2")) if m else ""
+    return PingRun(target="" if name in ("connect", "sendmsg", "sendto") else name)
 
 
 def _seq(m: re.Match[str], *names: str) -> int | None:
@@ -263,12 +274,14 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
         if pm:  # a ping command line inside the text (an indented transcript, no prompt)
             pending = line
             continue
-        if cur is None:
-            if any(rx.search(line) for rx in _ORPHAN):  # errors printed before any header
-                cur = PingRun()
-                runs.append(cur)
-            else:
+        if _UNRESOLVED.search(line) or _BEFORE_HEADER.search(line):
+            cur = _orphan(line)  # a ping of its own that stopped before its header
+            runs.append(cur)
+        elif cur is None:
+            if not any(rx.search(line) for rx in _ORPHAN):
                 continue
+            cur = PingRun()  # errors printed before any header
+            runs.append(cur)
         for find, on_match in _RUN_LINES:  # the first kind that matches says what the line is
             mm = find(line)
             if mm:
@@ -294,8 +307,11 @@ def _is_result(t: str) -> bool:
 def detect(doc: Doc) -> bool:
     head = [ln.text.strip() for ln in doc.head(400)]
     if not any(_is_header(t) for t in head):
-        # a run of errors under a ping command line (no header printed: the name did not resolve)
-        return _CMD.search(doc.command or "") is not None and any(rx.search(t) for t in head for rx in _ORPHAN)
+        # errors of a ping that stopped before its header (the name did not resolve, no route):
+        # under a ping command line, or in ping's own `ping: ...` wording
+        own = [t for t in head if re.search(r"(?:^|\s)ping6?: ", t)]
+        lines = head if _CMD.search(doc.command or "") else own
+        return any(rx.search(t) for t in lines for rx in _ORPHAN)
     return any(_is_result(t) for t in head) or doc.excerpt
 
 
