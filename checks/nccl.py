@@ -34,10 +34,6 @@ _MLX5 = re.compile(r"^mlx5_(\d+)$")
 NAMED = 4  # hosts/processes named in a summary before "(+N)" (a display limit)
 
 
-def code(name: str) -> str:
-    return f"{CHECK}/{name}"
-
-
 # ---------------------------------------------------------------------------------------
 # who and where
 
@@ -136,14 +132,14 @@ def _consequences(log: NcclLog, extra: Sequence[NcclError] = ()) -> list[str]:
 
 def _cuda(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     why = re.search(r"Cuda failure (?:\d+ )?'([^']+)'", errs[0].line)
-    f.add(code("cuda-error"), f"CUDA error in NCCL on {_who(errs)}" + (f": {why.group(1)}" if why else ""),
+    f.add("nccl.transport/cuda-error", f"CUDA error in NCCL on {_who(errs)}" + (f": {why.group(1)}" if why else ""),
           [e.line for e in errs[:3]] + after, "read the CUDA error; check the GPU (Xid in dmesg, nvidia-smi) of that rank")
 
 
 def _ib_async(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     d = errs[0].detail
     where = f"{d['hca']}:{d.get('port', '1')}" if d.get("hca") else _hcas_of(log, errs[0]) or "its HCA"
-    f.add(code("ib-async-fatal"), f"IB fatal async event on {where} ({d.get('event') or 'fatal error'}) on "
+    f.add("nccl.transport/ib-async-fatal", f"IB fatal async event on {where} ({d.get('event') or 'fatal error'}) on "
                                   f"{_who(errs)}", [e.line for e in errs[:3]] + after,
           "the HCA, its port or a queue on it failed: check ibstat (port state), dmesg (mlx5_core errors), the "
           "link and the switch port; drain the node if the HCA reports a catastrophic error")
@@ -155,7 +151,7 @@ def _ib_completion(log: NcclLog, errs: list[NcclError], f: Findings, after: list
     meaning = WC_STATUS.get(num, "the RDMA operation failed")
     vendor = f", vendor err {e.detail['vendor']}" if e.detail.get("vendor") else ""
     hca = _hcas_of(log, e)
-    f.add(code("ib-completion-error"), f"NET/IB completion error {num} from peer {e.detail.get('peer', '?')} on "
+    f.add("nccl.transport/ib-completion-error", f"NET/IB completion error {num} from peer {e.detail.get('peer', '?')} on "
                                        f"{_who(errs)}" + (f" via {hca}" if hca else "") + f"{vendor}: {meaning}",
           [*[x.line for x in errs[:3]], *after],
           "error 4: check nvidia-peermem (lsmod | grep peermem), ACS disabled on the PCIe switches and the IOMMU "
@@ -171,7 +167,7 @@ def _qp_setup(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
     states = f" ({d['cur']} -> {d['next']})" if d.get("cur") and d.get("next") else ""
     gid = f", GID index {d['gid']}" if d.get("gid") else ""
     why = f"{d.get('errno', '')} {d.get('why', '')}".strip() or "error"
-    f.add(code("ib-qp-setup-failed"), f"queue pair setup failed{states} on dev {where}: {why}{gid} on {_who(errs)}",
+    f.add("nccl.transport/ib-qp-setup-failed", f"queue pair setup failed{states} on dev {where}: {why}{gid} on {_who(errs)}",
           [x.line for x in errs[:3]] + after,
           "the two NICs cannot reach each other: on RoCE check NCCL_IB_GID_INDEX (the RoCEv2 IPv4 GID), routing "
           "between the rails and PFC/ECN; on rail-only fabrics set NCCL_CROSS_NIC=0; 'No such device': the GID or "
@@ -184,16 +180,16 @@ def _ib_verbs(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
     call = d.get("call") or d.get("post") or "an ibverbs call"
     why = d.get("why") or d.get("pwhy") or "failed"
     hca = _hcas_of(log, errs[0])
-    f.add(code("ib-verbs-call-failed"), f"{call} failed ({why}) on {_who(errs)}" + (f", HCA {hca}" if hca else ""),
+    f.add("nccl.transport/ib-verbs-call-failed", f"{call} failed ({why}) on {_who(errs)}" + (f", HCA {hca}" if hca else ""),
           [e.line for e in errs[:3]] + after,
           "'Cannot allocate memory' on ibv_create_qp/create_cq/reg_mr: raise the locked-memory limit (ulimit -l "
           "unlimited in the job and the container) and check the HCA's resource limits; otherwise check the HCA "
           "(ibstat, ibv_devinfo) and that /dev/infiniband is visible to the job")
 
 
-def _simple(name: str, what: str, remedy: str) -> Callable[[NcclLog, list[NcclError], Findings, list[str]], None]:
+def _simple(code: str, what: str, remedy: str) -> Callable[[NcclLog, list[NcclError], Findings, list[str]], None]:
     def add(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
-        f.add(code(name), f"{what} on {_who(errs)}: {_warn_text(errs[0])[:160]}", [e.line for e in errs[:3]] + after,
+        f.add(code, f"{what} on {_who(errs)}: {_warn_text(errs[0])[:160]}", [e.line for e in errs[:3]] + after,
               remedy)
     return add
 
@@ -202,7 +198,7 @@ def _connect(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str])
     d = errs[0].detail
     why = d.get("why") or d.get("awhy") or _warn_text(errs[0])[:120]
     ifaces = _ifaces_of(log, errs[0])
-    f.add(code("connect-failed"), f"NCCL could not connect to {d.get('peer', 'a peer')} from {_who(errs)} ({why})"
+    f.add("nccl.transport/connect-failed", f"NCCL could not connect to {d.get('peer', 'a peer')} from {_who(errs)} ({why})"
           + (f" over {ifaces}" if ifaces else ""), [e.line for e in errs[:3]] + after,
           "the peer's address is not reachable on the interface NCCL uses: set NCCL_SOCKET_IFNAME to an interface "
           "every host reaches (the same subnet), check firewalls and routes, and that the peer process is alive")
@@ -212,7 +208,7 @@ def _peer_lost(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str
     peer = next((e.detail.get("peer") or e.detail.get("rpeer") for e in errs
                  if e.detail.get("peer") or e.detail.get("rpeer")), "")
     ifaces = _ifaces_of(log, errs[0])
-    f.add(code("peer-connection-lost"), f"connection to a peer lost on {_who(errs)}" + (f" (peer {peer})" if peer else "")
+    f.add("nccl.transport/peer-connection-lost", f"connection to a peer lost on {_who(errs)}" + (f" (peer {peer})" if peer else "")
           + (f" over {ifaces}" if ifaces else "") + ": a peer process exited or its network path dropped",
           [x.line for x in errs[:3]] + after,
           "find the peer that exited first (its log: exception, OOM, Xid) or the interface that dropped; check "
@@ -228,18 +224,18 @@ ROOTS: tuple[tuple[str, Callable[[NcclLog, list[NcclError], Findings, list[str]]
     ("ib_completion", _ib_completion),
     ("qp_setup", _qp_setup),
     ("ib_verbs", _ib_verbs),
-    ("ib_config", _simple("ib-incompatible-nics", "NCCL was asked to join NICs of different link layers",
+    ("ib_config", _simple("nccl.transport/ib-incompatible-nics", "NCCL was asked to join NICs of different link layers",
                           "select NICs of one link type (IB or RoCE) with NCCL_IB_HCA")),
-    ("plugin_error", _simple("net-plugin-error", "the network plugin failed",
+    ("plugin_error", _simple("nccl.transport/net-plugin-error", "the network plugin failed",
                              "read the plugin's WARN (aws-ofi-nccl, SHARP/IBext): provider, libfabric version and "
                              "the NIC it names")),
-    ("no_interface", _simple("no-usable-interface", "NCCL found no usable socket interface",
+    ("no_interface", _simple("nccl.transport/no-usable-interface", "NCCL found no usable socket interface",
                              "NCCL_SOCKET_IFNAME (or NCCL_OOB_NET_IFNAME) names no interface that is up with an "
                              "address on this host, or none in the subnet of NCCL_COMM_ID: fix the setting")),
     ("socket_connect", _connect),
-    ("duplicate_gpu", _simple("duplicate-gpu", "two ranks were given the same GPU",
+    ("duplicate_gpu", _simple("nccl.transport/duplicate-gpu", "two ranks were given the same GPU",
                               "give each rank its own GPU (CUDA_VISIBLE_DEVICES / LOCAL_RANK -> cuda device)")),
-    ("version_mismatch", _simple("version-mismatch", "ranks run different NCCL versions",
+    ("version_mismatch", _simple("nccl.transport/version-mismatch", "ranks run different NCCL versions",
                                  "run the same container/NCCL build on every node")),
 )
 CONSEQUENCES = ("peer_lost", "proxy")
@@ -251,7 +247,7 @@ def error_findings(log: NcclLog, f: Findings) -> None:
     oom = log.of("cuda_oom")
     if oom:
         net = log.of("socket_connect", "ib_completion", *CONSEQUENCES)
-        f.add(code("cuda-oom"), f"CUDA out of memory in NCCL on {_who(oom)}"
+        f.add("nccl.transport/cuda-oom", f"CUDA out of memory in NCCL on {_who(oom)}"
               + ("; the socket errors on other ranks follow from it" if net else ""),
               [*[e.line for e in oom[:3]], *[e.line for e in net[:2]], *_consequences(log)],
               "the process ran out of GPU memory while NCCL set up its buffers: lower the job's memory use "
@@ -279,12 +275,12 @@ def _unexplained(log: NcclLog, later: list[NcclError], f: Findings) -> None:
     if failed or log.job_errors or log.failed:
         lines = [e.line for e in failed[:3]] + log.job_errors[:2] + list(log.failed.values())[:2]
         what = _warn_text(failed[0])[:160] if failed else (log.job_errors or ["an NCCL call returned an error"])[0][:160]
-        f.add(code("nccl-error"), f"NCCL call failed on {_who(failed) if failed else 'a rank'}: {what}",
+        f.add("nccl.transport/nccl-error", f"NCCL call failed on {_who(failed) if failed else 'a rank'}: {what}",
               lines + _consequences(log), _NCCL_ERROR_REMEDY)
         return
     other = log.of("other")
     if other:
-        f.add(code("unclassified-warn"), f"{len(other)} NCCL warning(s) not recognised: {_warn_text(other[0])[:120]}",
+        f.add("nccl.transport/unclassified-warn", f"{len(other)} NCCL warning(s) not recognised: {_warn_text(other[0])[:120]}",
               [x.line for x in other[:4]], "read the NCCL WARN lines: they name the host, device and call that failed")
 
 
@@ -293,12 +289,12 @@ def _lesser(log: NcclLog, f: Findings) -> None:
     skipped = log.of("ib_device_skipped")
     if skipped:
         names = sorted({e.detail.get("hca", "?") for e in skipped})
-        f.add(code("ib-device-unusable"), f"NCCL could not open {', '.join(names)} on {_who(skipped)} and runs "
+        f.add("nccl.transport/ib-device-unusable", f"NCCL could not open {', '.join(names)} on {_who(skipped)} and runs "
                                           "without it", [e.line for e in skipped[:3]],
               "check the HCA (ibv_devinfo, ibstat, dmesg mlx5_core) and the job's access to /dev/infiniband")
     events = log.of("ib_event")
     if events:
-        f.add(code("ib-async-event"), f"IB async event on {_who(events)}: {events[0].detail.get('event', '?')}",
+        f.add("nccl.transport/ib-async-event", f"IB async event on {_who(events)}: {events[0].detail.get('event', '?')}",
               [e.line for e in events[:3]], "check the port (ibstat) and the subnet manager's log for that port")
     for e in log.of("benign")[:2]:
         f.note(f"NCCL WARN that does not stop the job: {_warn_text(e)[:140]}")
@@ -365,12 +361,12 @@ def interface_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f
     for why, ps in {**listed, **carried}.items():
         ev = [x.evidence.get(k, "") for x in ps[:2] for k in ("socket", "net", "bootstrap") if x.evidence.get(k)]
         if scope.one_node:
-            f.add(code("bad-interface-single-node"), f"NCCL lists {why} on {_labels(ps)}; the log shows one node, "
+            f.add("nccl.transport/bad-interface-single-node", f"NCCL lists {why} on {_labels(ps)}; the log shows one node, "
                                                      "where it carries no traffic between nodes", ev, remedy)
         elif why in carried:
-            f.add(code("bad-interface"), f"NCCL bound {why} on {_labels(ps)}", ev, remedy)
+            f.add("nccl.transport/bad-interface", f"NCCL bound {why} on {_labels(ps)}", ev, remedy)
         else:
-            f.add(code("bad-interface-listed"), f"NCCL's socket interface list includes {why} on {_labels(ps)} "
+            f.add("nccl.transport/bad-interface-listed", f"NCCL's socket interface list includes {why} on {_labels(ps)} "
                                                 "(not its data path now)", ev, remedy)
 
 
@@ -395,11 +391,11 @@ def socket_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f: F
     remedy = ("NCCL found no usable IB/RoCE device: check ibstat (ports Active), that the container sees "
               "/dev/infiniband and libibverbs (rdma-core), NCCL_IB_DISABLE / NCCL_IB_HCA / NCCL_NET in the job env")
     if scope.multi:
-        name = "socket-fallback" if why else "socket-transport"
-        f.add(code(name), f"NCCL runs across nodes over TCP sockets on {_labels(socket)}{note}"
+        code = "nccl.transport/socket-fallback" if why else "nccl.transport/socket-transport"
+        f.add(code, f"NCCL runs across nodes over TCP sockets on {_labels(socket)}{note}"
               + ("; IB could not be used" if why else ""), [*ev, *scope.multi[:2]], remedy)
     else:
-        f.add(code("socket-single-host"), f"NCCL uses TCP sockets, not IB/RoCE, on {_labels(socket)}{note}; nothing "
+        f.add("nccl.transport/socket-single-host", f"NCCL uses TCP sockets, not IB/RoCE, on {_labels(socket)}{note}; nothing "
                                           "in the log shows whether the job spans nodes", ev, remedy)
 
 
@@ -437,7 +433,7 @@ def hca_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
             continue
         env = [f"NCCL_IB_HCA={local[0].ib_hca_env}"] if local[0].ib_hca_env else []
         if gpus > len(hcas) and gpus > 1:
-            f.add(code("fewer-hcas-than-gpus"), f"{len(hcas)} HCA(s) ({', '.join(hcas)}) for {gpus} GPUs on "
+            f.add("nccl.transport/fewer-hcas-than-gpus", f"{len(hcas)} HCA(s) ({', '.join(hcas)}) for {gpus} GPUs on "
                                                 f"{host}: fewer NICs than GPUs, inter-node bandwidth is capped by the NICs",
                   [local[0].evidence.get("net", ""), *env],
                   "if the node has more rails, list them all in NCCL_IB_HCA (or unset it); check that every HCA is "
@@ -445,7 +441,7 @@ def hca_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
             continue
         want, why = _expected_hcas(hcas, prof)
         if len(hcas) < want:
-            f.add(code("hcas-subset"), f"NCCL uses {len(hcas)} HCA(s) ({', '.join(hcas)}) on {host}, fewer than "
+            f.add("nccl.transport/hcas-subset", f"NCCL uses {len(hcas)} HCA(s) ({', '.join(hcas)}) on {host}, fewer than "
                                        f"the {want} expected", [local[0].evidence.get("net", ""), why, *env],
                   "the other HCAs are excluded by NCCL_IB_HCA or their ports are not Active: check ibstat and the "
                   "job's NCCL_IB_HCA")
@@ -470,12 +466,12 @@ def fabric_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> No
     expect = str(prof.get("nccl.expect_net") or "any").upper()
     plugin = [p for p in procs if p.net and p.net not in ("IB", "Socket") and not p.net.upper().startswith("IB")]
     if plugin and expect == "IB":
-        f.add(code("plugin-not-ib"), f"NCCL uses network plugin '{plugin[0].net}', not IB verbs",
+        f.add("nccl.transport/plugin-not-ib", f"NCCL uses network plugin '{plugin[0].net}', not IB verbs",
               [plugin[0].evidence.get("net", ""), f"nccl.expect_net = {expect} ({prof.source('nccl.expect_net')})"],
               "if this plugin is intended (cloud fabric), set nccl.expect_net in a site profile")
     nets = _subnets([p for p in procs if any(h.endswith("/RoCE") for h in p.hcas)])
     if len(nets) > 1 and not set.intersection(*nets.values()):
-        f.add(code("roce-cross-subnet"), "RoCE hosts bootstrap from different subnets (" + ", ".join(
+        f.add("nccl.transport/roce-cross-subnet", "RoCE hosts bootstrap from different subnets (" + ", ".join(
             f"{h} {'/'.join(sorted(s))}" for h, s in sorted(nets.items())) + "): RDMA between them must be routed",
               [p.evidence.get("bootstrap") or p.evidence.get("net", "") for p in procs[:4]],
               "check that the hosts reach each other on the interface NCCL uses (NCCL_SOCKET_IFNAME); on RoCE the "
@@ -485,7 +481,7 @@ def fabric_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> No
 def version_findings(procs: Sequence[NcclProc], f: Findings) -> None:
     by_v = Counter(p.version for p in procs if p.version)
     if len(by_v) > 1:
-        f.add(code("mixed-versions"), f"mixed NCCL versions: {', '.join(sorted(by_v))}",
+        f.add("nccl.transport/mixed-versions", f"mixed NCCL versions: {', '.join(sorted(by_v))}",
               [f"{v}: {n} process(es)" for v, n in sorted(by_v.items())], "run the same container/NCCL build on every node")
 
 
@@ -501,13 +497,13 @@ def nvls_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None
     if disabled:
         f.note(f"NVLS disabled by NCCL_NVLS_ENABLE=0 on {_labels(disabled)}")
     elif off and requested:
-        f.add(code("nvls-requested-not-used"), f"NVLS was requested but NCCL built no NVLS channels on {_labels(off)}",
+        f.add("nccl.transport/nvls-requested-not-used", f"NVLS was requested but NCCL built no NVLS channels on {_labels(off)}",
               [requested[0].evidence.get("env:NCCL_ALGO") or requested[0].evidence.get("env:NCCL_NVLS_ENABLE", ""),
                off[0].evidence.get("nvls", "")],
               "NVLS needs NVSwitch multicast: the fabric manager running, driver >= R530 with CUDA 12.1+, and in "
               "containers the IMEX channel device; check nvidia-smi -q (Fabric) and the fabric manager log")
     elif off and prof.get("nccl.expect_nvls"):
-        f.add(code("nvls-unavailable"), f"NVLS (NVLink SHARP) not available on device(s) {devs}",
+        f.add("nccl.transport/nvls-unavailable", f"NVLS (NVLink SHARP) not available on device(s) {devs}",
               [off[0].evidence.get("nvls", ""), f"nccl.expect_nvls ({prof.source('nccl.expect_nvls')})"],
               "check the fabric manager (systemctl status nvidia-fabricmanager), the driver/CUDA versions (R530+, "
               "CUDA 12.1+) and, in containers, the IMEX channel device")
@@ -519,7 +515,7 @@ def nvls_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None
 def gdr_findings(procs: Sequence[NcclProc], f: Findings) -> None:
     off = [p for p in procs if p.gdr_off and p.net == "IB"]
     if off:
-        f.add(code("gdr-disabled"), f"GPUDirect RDMA is off on {_labels(off)} ({off[0].gdr_off}): NCCL stages "
+        f.add("nccl.transport/gdr-disabled", f"GPUDirect RDMA is off on {_labels(off)} ({off[0].gdr_off}): NCCL stages "
                                     "network traffic through host memory", [off[0].evidence.get("gdr_off", "")],
               "load nvidia-peermem (modprobe nvidia-peermem) or use DMA-BUF (NCCL 2.19+, kernel 5.12+, "
               "NCCL_DMABUF_ENABLE=1)")
@@ -570,10 +566,10 @@ def _ok_summary(procs: list[NcclProc], facts: dict[str, Any]) -> str:
 def grade_transport(ctx: CheckContext) -> Result:
     log: NcclLog | None = ctx.facts("nccl-log")
     if log is None:
-        return ctx.finding(code("no-log"), "no NCCL log was captured", evidence=["the nccl-log input is missing"],
+        return ctx.finding("nccl.transport/no-log", "no NCCL log was captured", evidence=["the nccl-log input is missing"],
                            remedy="rerun the job with NCCL_DEBUG=INFO and capture its output")
     if not log.procs:
-        return ctx.finding(code("not-recognised"), "not recognised: NCCL_DEBUG lines `host:pid:tid [dev] NCCL "
+        return ctx.finding("nccl.transport/not-recognised", "not recognised: NCCL_DEBUG lines `host:pid:tid [dev] NCCL "
                                                    "INFO|WARN message`", evidence=log.warns[:2] or log.versions[:1],
                            remedy="rerun the job with NCCL_DEBUG=INFO and capture the lines as NCCL prints them")
     procs = sorted(log.procs.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.host, p.pid))
