@@ -15,8 +15,9 @@ How it runs (the same scheme as mutmut 3, written here for this project's layout
 collects the tests once; each mutant runs in a forked child that patches the mutated functions'
 code into the loaded module (`__code__`, defaults, module constants), runs the tests and stops at
 the first failure. Lines no test executes are counted as survivors without running.
-Docstrings, type annotations, `__all__`, `register(...)` metadata (titles, `catches`) and the
-literal text of f-strings (messages) are not mutated: a wrong word in them is not a wrong line
+Docstrings, type annotations, `__all__`, `register...(...)` calls and `Probe.of(...)` declarations
+(data the running registry already holds: a mutant of them would change nothing the tests can
+reach), titles and `catches`, and the literal text of f-strings (messages) are not mutated: a wrong word in them is not a wrong line
 of code. A line marked `# pragma: no mutate` is not mutated either: for an equivalent mutant
 only (a cache size, a display limit), with the reason on the line.
 """
@@ -106,7 +107,10 @@ def _skipped_nodes(tree: ast.AST) -> set[int]:
         if isinstance(node, ast.Call):
             fn = node.func
             name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
-            if name in _SKIP_CALLS:
+            if name.startswith("register") or (name == "of" and isinstance(fn, ast.Attribute)
+                                               and isinstance(fn.value, ast.Name) and fn.value.id == "Probe"):
+                mark(node)  # registration and probe declarations: data the running registry already holds
+            elif name in _SKIP_CALLS:
                 for kw in node.keywords:
                     if kw.arg in ("title", "catches", "description"):
                         mark(kw.value)

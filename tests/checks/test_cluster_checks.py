@@ -88,6 +88,7 @@ def test_the_odd_node_out_is_named_with_the_majority() -> None:
     assert "bring n3 to the fleet's versions" in bad.remedy
     ok = out["n1"]
     assert ok.status is Status.PASS and ok.summary == "same as the other nodes: cuda 12.4, driver 550.1"
+    assert (ok.check, ok.source, bad.check) == ("cluster.versions", "cross-node", "cluster.versions")
     assert ok.facts == {"versions": {"driver": "550.1", "cuda": "12.4"}, "reference": {"cuda": "12.4", "driver": "550.1"}}
 
 
@@ -128,8 +129,12 @@ def test_a_differing_or_unset_variable_is_named_per_node() -> None:
                           "have mlx5 (+2 more)"
     assert bad.evidence == bad.facts["differences"] and bad.facts["env"] == {"NCCL_SOCKET_IFNAME": "eth1",
                                                                             "NCCL_PROTO": "LL"}
-    assert "a single differing rank can hang init" in bad.remedy
+    assert bad.remedy == ("set the same NCCL_* / TORCH_NCCL_* variables on every node (job script or "
+                          "/etc/nccl.conf); a single differing rank can hang init")
+    assert (bad.check, bad.source) == ("cluster.nccl_env", "cross-node")
     assert out["n1"].status is Status.PASS and out["n1"].summary == "same 2 NCCL variable(s) as every other node"
+    assert (out["n1"].check, out["n1"].source) == ("cluster.nccl_env", "cross-node")
+    assert out["n1"].facts == {"env": {"NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0"}}
     one = {r.node: r for r in grade_nccl_env(ctx({"n1": {"env": capture("env", "NCCL_A=1\n")},
                                                  "n2": {"env": capture("env", "NCCL_A=1\n")},
                                                  "n3": {"env": capture("env", "NCCL_A=2\n")}}))}
@@ -147,7 +152,7 @@ def test_the_expected_node_count() -> None:
     assert grade_nodes(ctx()) == []
     [r] = grade_nodes(ctx(extra={"expect_nodes": 3}))
     assert r.status is Status.PASS and r.summary == "3 of 3 expected nodes answered" and r.node == "cluster"
-    assert r.facts == {"expected": 3, "ok": NODES}
+    assert r.facts == {"expected": 3, "ok": NODES} and r.check == "cluster.nodes"
     [r] = grade_nodes(ctx(errors={"n2": "ssh: connect to host n2 port 22: No route to host"},
                           extra={"expect_nodes": "3"}))
     assert r.status is Status.FAIL and r.summary == "only 2 of 3 expected nodes answered"
