@@ -207,8 +207,8 @@ class NcclLog:
 
 
 def _transport(name: str) -> str:
-    base = name.strip().split("/")[0].strip()
-    return "IB" if base == "IB" else "Socket" if base == "Socket" else base
+    """The network's name in `NET/<name>/<dev>...` or `Using network <name>`: IB, Socket, a plugin's."""
+    return name.strip().split("/")[0].strip()
 
 
 def classify(msg: str) -> tuple[str, dict[str, str]]:
@@ -273,7 +273,7 @@ def _line(log: NcclLog, lines: list[Line], i: int) -> None:
         return
     if m.group("level") != "INFO":
         return
-    mc = _CASCADE.search(msg) or _CASCADE.search(f"{m.group('src') or ''} {msg}".strip())
+    mc = _CASCADE.search(msg)  # INFO lines carry the source in the message: "init.cc:1079 -> 3"
     if mc:
         _on_cascade(log, p, mc, text)
         return

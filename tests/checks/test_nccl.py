@@ -675,3 +675,14 @@ def test_detectors_are_specific(registry) -> None:  # noqa: ANN001
         "watchdog/torch25_allreduce_timeout_rank3_missing.log")
     names = {f.name for f in classify(Doc(both), registry)}
     assert {"nccl-log", "watchdog-log"} <= names
+
+
+def test_completion_status_meanings() -> None:
+    def summary(num: int) -> str:
+        return one(f"k:1:2 [0] NCCL WARN NET/IB : Got completion with error {num}, opcode 0, len 0, vendor err 0\n"
+                   ).summary
+
+    assert summary(13).endswith("RNR retry counter exceeded: the receiver was not ready (peer stalled or crashed)")
+    assert summary(5).endswith("work request flushed: the queue pair had already failed (a consequence of an earlier "
+                               "error)")
+    assert "remote access error" in summary(10) and "local protection error" in summary(4)

@@ -420,3 +420,58 @@ def test_plugin_function_name_before_warn() -> None:
     assert nccl_log.detect(Doc(text))
     c = parse("h:1:2 [0] process_completions:1063 NCCL WARN NET/OFI Request 0x1 completed with error. RC: 5\n")
     assert [e.kind for e in c.errors] == ["plugin_error"]
+
+
+def test_single_lines_set_the_network_and_its_evidence() -> None:
+    a = one("h:1:2 [0] NCCL INFO NET : Using interface eth0:10.1.1.5<0>\n")
+    assert a.socket_listed and a.net == "Socket" and a.evidence["socket"].endswith("<0>")
+    assert a.evidence["net"] == a.evidence["socket"]
+    b = one("h:1:2 [0] NCCL INFO Using network IB\n")
+    assert b.net == "IB" and b.evidence["net"] == "h:1:2 [0] NCCL INFO Using network IB"
+    c = one("h:1:2 [0] NCCL INFO Using network Socket\nh:1:2 [0] NCCL INFO NET/IB: [0] mlx5_0:1/IB\n")
+    assert c.net == "IB" and c.evidence["net"].endswith("Using network Socket")
+    d = one("h:1:2 [0] NCCL INFO NET/IB: [0] mlx5_0:1/IB\n")
+    assert d.net == "IB" and d.evidence["net"].endswith("mlx5_0:1/IB")
+    e = one("h:1:2 [0] NCCL INFO Using network AWS Libfabric\nh:1:2 [0] NCCL INFO NET/IB: [0] mlx5_0:1/IB\n")
+    assert e.net == "AWS Libfabric"
+
+
+def test_first_launcher_rank_wins() -> None:
+    from preflight.framing import Line
+
+    log = NcclLog()
+    rows = [Line(text="h:1:2 [0] NCCL INFO a", n=1, raw="", rank=3), Line(text="h:1:2 [0] NCCL INFO b", n=2, raw="",
+                                                                            rank=5),
+            Line(text="k:1:2 [0] NCCL INFO a", n=3, raw="")]
+    for i in range(len(rows)):
+        nccl_log._line(log, rows, i)
+    assert log.procs[("h", "1")].mpi_rank == 3 and log.procs[("k", "1")].mpi_rank is None
+
+
+def test_last_error_as_the_last_two_lines() -> None:
+    log = parse("g:1:2 [0] NCCL INFO Using network IB\nLast error:\nCall to ibv_reg_mr failed with error Bad address\n")
+    assert [(e.kind, e.detail["call"]) for e in log.errors] == [("ib_verbs", "ibv_reg_mr")]
+    assert not parse("g:1:2 [0] NCCL INFO Using network IB\nLast error:\nsomething else\n").errors
+
+
+@pytest.mark.parametrize(("cascade", "failed"), [
+    ("group.cc:65 -> 3", True),
+    ("transport.cc:168 -> 3", True),
+    ("bootstrap.cc:45 -> 2", True),
+    ("proxy.cc:1306 -> 2", True),
+    ("collectives.cc:12 -> 4", True),
+    ("/home/conda/feedstock_root/work/src/init.cc:1079 -> 3", True),
+    ("transport/net.cc:728 -> 2", False),
+    ("include/net.h:19 -> 2", False),
+    ("misc/socket.cc:749 -> 6 [Progress Thread]", True),
+    ("init.cc:1400 -> 7", False),
+])
+def test_which_cascades_prove_a_failure(cascade: str, failed: bool) -> None:
+    log = parse(f"g:1:2 [0] NCCL INFO {cascade}\n")
+    assert bool(log.failed) is failed and log.cascade == 1
+
+
+def test_nvls_on_keeps_the_line_that_shows_it() -> None:
+    p = one("h:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
+            "h:1:2 [0] NCCL INFO NVLS comm 0x55 headRank 0 nHeads 8 buffSize 4194304\n")
+    assert p.evidence["nvls"].endswith("buffSize 4194304")
