@@ -194,7 +194,7 @@ class HwReader:
             f = self._add("pcie_fatal", dev, line, device=drv, detail="DPC containment")
             self.by_port[dev] = f
             return True
-        return False
+        return "DPC: " in msg  # the details of a containment already read
 
     def _slot(self, msg: str, line: Line, drv: str, dev: str) -> bool:
         sm = _SLOT.search(msg)
@@ -281,9 +281,8 @@ class HwReader:
 
 
 # what a kernel log line must hold to be read here (substring needles for `Doc.scan`)
-NEEDLES = ("PCIe Bus Error", "AER:", "error status/mask", "DPC:", "pciehp", "Slot(", "Link Down", "link down",
-           "Hardware Error", "Machine check", "Machine Check", "machine check", "mce:", "EDAC", "Memory failure",
-           "SXid", "can't recover")
+NEEDLES = ("PCIe Bus Error", "AER:", "error status/mask", "DPC:", "Slot(", "Link Down", "link down", "Hardware Error",
+           "achine check", "mce:", "EDAC", "Memory failure", "SXid", "can't recover")
 
 __all__ = ["AER_CORRECTABLE", "AER_UNCORRECTABLE", "HwReader", "KernelFault", "NEEDLES", "PORT_DRIVERS",
            "aer_names"]
