@@ -545,7 +545,8 @@ NIC_REMEDY = ("GPUDirect RDMA needs a NIC under the same PCIe switch: check that
 def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, f: Findings) -> None:
     """GPUDirect RDMA wants a NIC under each GPU's PCIe switch (PIX/PXB)."""
     levels = "/".join(str(x).upper() for x in (prof.get("topology.local_nic_levels") or ["PIX", "PXB"]))
-    without = [g for g in topo.gpus if not local[g]]
+    graded = [g for g in topo.gpus if g not in topo.short]  # a row not read in full says nothing of its NICs
+    without = [g for g in graded if not local[g]]
     if not without:
         return
     evidence = [topo.header, *[topo.lines[g] for g in without]]
@@ -554,7 +555,7 @@ def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, 
               f"{', '.join(without)}" + ("" if topo.nics else " (no NIC in the matrix)"),
               evidence + [f"topology.require_local_nic = true ({prof.source('topology.require_local_nic')})"],
               NIC_REMEDY)
-    elif topo.nics and len(without) == len(topo.gpus):
+    elif topo.nics and len(without) == len(graded):
         f.add("gpu.topology/no-gpu-near-a-nic", f"0 GPU(s) with a local NIC: all {len(topo.nics)} NIC(s) are across "
               "a host bridge or the CPU interconnect, so GPUDirect RDMA crosses the CPU", evidence, NIC_REMEDY)
     elif topo.nics:
@@ -606,7 +607,7 @@ def _topology_facts(topo: TopoMatrix, local: dict[str, list[str]], pairs: dict[s
     return {"gpus": [{"gpu": g, "local_nics": local[g],
                       **{k.lower().replace(" ", "_"): v for k, v in topo.affinity.get(g, {}).items()}} for g in gpus],
             "gpu_count": len(gpus), "nics": [topo.nic_name(n) for n in topo.nics], "pairs": pairs,
-            "gpus_without_local_nic": [g for g in gpus if not local[g]] if topo.nics else [],
+            "gpus_without_local_nic": [g for g in gpus if not local[g] and g not in topo.short] if topo.nics else [],
             "nic_legend": topo.nic_legend}
 
 

@@ -237,10 +237,13 @@ _LISTING = re.compile(r"^GPU \d+: .*\((?:UUID|S/N):|^\|=+|^\|\s+\d+\s+.*\|\s+[0-
                       r"^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|NVSMI LOG|^\s*GPU\d+\s+X\b|^\s*Link \d+: ")
 
 
+DETECT_LINES = 400  # pragma: no mutate (how far a detector reads, not a grading value)
+
+
 def detect(doc: Doc) -> bool:
     """Output that is an nvidia-smi / NVML failure message (alone, or inside another program's
     log), not a GPU listing that mentions one bad GPU (the listing's own parser reads that)."""
-    head = [ln.text.strip() for ln in doc.head(400)]
+    head = [ln.text.strip() for ln in doc.head(DETECT_LINES)]
     return any(_OWN.search(t) for t in head) and not any(_LISTING.search(t) for t in head)
 
 

@@ -64,12 +64,15 @@ def parse(doc: Doc) -> SmiList:
     return out
 
 
+DETECT_LINES = 300  # pragma: no mutate (how far a detector reads, not a grading value)
+
+
 def detect(doc: Doc) -> bool:
     """Lines of `-L`: GPU lines with their UUID (or serial), MIG lines and nvidia-smi's error
     lines, not an NVLink listing (GPU lines with Link lines under them). A few lines of other
     programs around them (an environment line, a banner) are allowed where the listing's own
     lines are at least as many, or the prompt above says the command was `nvidia-smi -L`."""
-    lines = [ln.text.strip() for ln in doc.head(300) if ln.text.strip()]
+    lines = [ln.text.strip() for ln in doc.head(DETECT_LINES) if ln.text.strip()]
     listed = [t for t in lines if LISTED.match(t)]
     if not listed or any(_LINK_LINE.search(t) for t in lines):
         return False

