@@ -374,7 +374,7 @@ def _grade_interfaces(ip: IpFacts, prof: Profile, env: dict[str, str], speeds: d
     graded: list[Interface] = []
     unplugged: list[Interface] = []
     for i in dp:
-        if i.up:
+        if i.up or not i.state_known:  # a listing of addresses alone (`ip -o addr`) shows no link state
             graded.append(i)
             _link_findings(i, prof, declared, speeds, f)
         elif _down_finding(i, declared, i.name in ip.requested, carrying, f):
@@ -425,7 +425,9 @@ def _ok_summary(graded: list[Interface], links: list[dict[str, Any]], flaps: lis
     parts: list[str] = []
     ev: list[str] = []
     if graded:
-        parts.append(f"{len(graded)} data-plane NIC(s) up: " + ", ".join(f"{i.name} (mtu {i.mtu})" for i in graded))
+        what = "up" if all(i.state_known for i in graded) else "listed (link state not shown)"
+        parts.append(f"{len(graded)} data-plane NIC(s) {what}: "
+                     + ", ".join(f"{i.name} (mtu {i.mtu})" if i.mtu else i.name for i in graded))
         ev.extend(i.line for i in graded)
     for link in links:
         state = {True: "link up", False: "no link", None: "link state not shown"}[link["link_detected"]]

@@ -65,6 +65,11 @@ class Interface:
         return "LOWER_UP" in self.flags or ("UP" in self.flags and "RUNNING" in self.flags)
 
     @property
+    def state_known(self) -> bool:
+        """The listing shows the link's state (`ip -o addr` and ifconfig's address lines alone do not)."""
+        return bool(self.flags or self.state)
+
+    @property
     def admin_up(self) -> bool:
         """Brought up by the system (the UP flag; `ip -br` shows no flags for addresses: the state)."""
         return "UP" in self.flags or (not self.flags and self.up)
@@ -187,7 +192,9 @@ def _from_json(text: str) -> list[Interface] | None:
 # text layouts
 
 _HEAD = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@(?P<parent>[^:\s]+))?:\s+<(?P<flags>[^>]*)>\s*(?P<rest>.*)$")
-_ONE_ADDR = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@\S+)?\s+(?P<fam>inet6?)\s+(?P<addr>\S+)")
+# `ip -o addr`: `N: name    inet ADDR ... scope S`; the index may have been taken for an `srun -l` label
+_ONE_ADDR = re.compile(r"^(?:\d+:\s+)?(?P<name>[^:@\s]+)(?:@\S+)?\s+(?P<fam>inet6?)\s+(?P<addr>[0-9a-fA-F.:]+/\d+)\s.*"
+                       r"\bscope\s")
 _IFCONFIG = re.compile(r"^(?P<name>\S+?):\s+flags=\w+<(?P<flags>[^>]*)>(?:\s+metric\s+\d+)?\s+mtu\s+(?P<mtu>\d+)")
 _IFCONFIG_OLD = re.compile(r"^(?P<name>\S+)\s+Link encap:\s*(?P<enc>.+?)(?:\s+HWaddr\s+\S+)?\s*$")
 _OLD_FLAGS = re.compile(r"^(?P<flags>(?:[A-Z]+\s+)*[A-Z]+)\s+MTU:\s*(?P<mtu>\d+)")
