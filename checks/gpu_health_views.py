@@ -317,6 +317,11 @@ def from_csv(row: dict[str, str], position: int) -> GpuHealth:
     h.recovery_action = get("gpu_recovery_action", "recovery_action", _text, "recovery") or ""
     h.reset_required = get("reset_status.reset_required", "reset_required", to_bool, "reset")
     h.drain_and_reset = get("reset_status.drain_and_reset_recommended", "drain_and_reset", to_bool, "reset")
+    h.ecc_mode = get("ecc.mode.current", "ecc_mode", to_bool, "ecc_mode")
+    h.ecc_mode_pending = get("ecc.mode.pending", "ecc_mode_pending", to_bool, "ecc_mode")
+    h.power_limit = get("enforced.power.limit", "power_limit", _watts, "power")
+    h.default_power_limit = get("power.default_limit", "default_power_limit", _watts, "power")
+    h.temps.current = get("temperature.gpu", "temp.current", to_int)
     what, code = REPAIR_FLAGS[0][1:]
     if get("ecc.errors.uncorrected.aggregate.sram.thresholdexceeded", what, to_bool, "repair"):
         h.repairs.append((what, code))

@@ -824,3 +824,366 @@ def test_site_override_changes_a_status(tmp_path: Path) -> None:
     finally:
         policy.reset(token)
     assert r.status is Status.PASS and r.facts["overrides"]["gpu.health/power-limit-below-default"]
+
+
+# Every finding of one view, exactly: the summary after the GPU label, the evidence, the remedy.
+G = "GPU 1 (00000000:18:00.0)"
+EXACT = [
+    ({'pending': 'Yes', 'unc': '2'},
+     'row remap pending (2 rows remapped for uncorrectable errors)',
+     [G + ' [Remapped Rows] Pending : Yes',
+      G + ' [Remapped Rows] Uncorrectable Error : 2'],
+     'drain until a GPU reset activates the remap: reset GPU 1 (nvidia-smi -r -i 00000000:18:00.0) '
+     'or reboot, then return the node to service (not an RMA)'),
+    ({'failure': 'Yes'},
+     'row remapping failed (no spare rows left for a bad row)',
+     [G + ' [Remapped Rows] Remapping Failure Occurred : Yes',
+      G + ' [Remapped Rows] Uncorrectable Error : 0'],
+     'drain the node and RMA the GPU: its memory can no longer repair itself'),
+    ({'none': '3 bank(s)'},
+     '3 memory bank(s) have no spare rows left',
+     [G + ' [Remapped Rows/Bank Remap Availability Histogram] None : 3 bank(s)'],
+     'the next uncorrectable error in those banks cannot be remapped: plan an RMA'),
+    ({'vol': '1', 'agg': '1'},
+     '1 volatile uncorrectable ECC error(s)',
+     [G + ' [ECC Errors/Volatile] DRAM Uncorrectable : 1',
+      'profile generic: gpu.max_uncorrectable_ecc = 0 (NVIDIA GPU Memory Error Management: any '
+      'uncorrectable error needs attention)'],
+     'drain; reset GPU 1 (nvidia-smi -r -i 00000000:18:00.0) or reboot to clear them; if they come '
+     'back, check Remapped Rows / Retired Pages and RMA the GPU'),
+    ({'agg': '2'},
+     "2 uncorrectable ECC error(s) in the GPU's lifetime (aggregate)",
+     [G + ' [ECC Errors/Aggregate] DRAM Uncorrectable : 2',
+      'profile generic: gpu.max_uncorrectable_ecc = 0 (NVIDIA GPU Memory Error Management: any '
+      'uncorrectable error needs attention)'],
+     'none since the last reset: check that the bad memory was retired (Remapped Rows, or Retired '
+     'Pages on older GPUs), watch for new errors, RMA the GPU if they recur'),
+    ({'thr': 'Yes'},
+     'SRAM uncorrectable error threshold exceeded',
+     [G + ' [ECC Errors/Aggregate] SRAM Threshold Exceeded : Yes'],
+     'drain the node and RMA the GPU'),
+    ({'unrepairable': 'Yes'},
+     'unrepairable memory reported',
+     [G + ' [ECC Errors] Unrepairable Memory : Yes'],
+     'drain the node and RMA the GPU'),
+    ({'channel': 'Yes'},
+     'memory channel repair pending',
+     [G + ' [ECC Errors] Channel Repair Pending : Yes'],
+     'drain until a reset applies the repair: reset GPU 1 (nvidia-smi -r -i 00000000:18:00.0) or '
+     'reboot'),
+    ({'tpc': 'Yes'},
+     'TPC repair pending',
+     [G + ' [ECC Errors] TPC Repair Pending : Yes'],
+     'drain until a reset applies the repair: reset GPU 1 (nvidia-smi -r -i 00000000:18:00.0) or '
+     'reboot'),
+    ({'reset': 'Yes'},
+     'GPU reset required',
+     [G + ' [GPU Reset Status] Reset Required : Yes'],
+     'drain the node and reset the GPU (nvidia-smi -r -i 00000000:18:00.0) once no process uses it, '
+     'or reboot'),
+    ({'drain': 'Yes'},
+     'drain and reset recommended',
+     [G + ' [GPU Reset Status] Drain and Reset Recommended : Yes'],
+     'drain the node and reset the GPU (nvidia-smi -r -i 00000000:18:00.0) once no process uses it, '
+     'or reboot'),
+    ({'recovery': 'Reset'},
+     "driver requests recovery action 'Reset'",
+     [G + ' GPU Recovery Action : Reset'],
+     'drain the node and reset the GPU (nvidia-smi -r -i 00000000:18:00.0) once no process uses it, '
+     'or reboot'),
+    ({'recovery': 'GPU_RESET'},
+     "driver requests recovery action 'GPU_RESET'",
+     [G + ' GPU Recovery Action : GPU_RESET'],
+     'drain the node and reset the GPU (nvidia-smi -r -i 00000000:18:00.0) once no process uses it, '
+     'or reboot'),
+    ({'recovery': 'Reboot'},
+     "driver requests recovery action 'Reboot'",
+     [G + ' GPU Recovery Action : Reboot'],
+     'drain the node and reboot it (the driver asks for a node reboot)'),
+    ({'recovery': 'Node Reboot'},
+     "driver requests recovery action 'Node Reboot'",
+     [G + ' GPU Recovery Action : Node Reboot'],
+     'drain the node and reboot it (the driver asks for a node reboot)'),
+    ({'recovery': 'System Reboot'},
+     "driver requests recovery action 'System Reboot'",
+     [G + ' GPU Recovery Action : System Reboot'],
+     'drain the node and reboot it (the driver asks for a node reboot)'),
+    ({'recovery': 'Drain P2P'},
+     "driver requests recovery action 'Drain P2P'",
+     [G + ' GPU Recovery Action : Drain P2P'],
+     'drain the node: stop peer-to-peer traffic to this GPU, then reset it (nvidia-smi -r -i '
+     '00000000:18:00.0)'),
+    ({'recovery': 'Drain and Reset'},
+     "driver requests recovery action 'Drain and Reset'",
+     [G + ' GPU Recovery Action : Drain and Reset'],
+     'drain the node, then reset the GPU (nvidia-smi -r -i 00000000:18:00.0) once no process uses '
+     'it'),
+    ({'recovery': 'Bus Reset'},
+     "driver requests recovery action 'Bus Reset'",
+     [G + ' GPU Recovery Action : Bus Reset'],
+     "drain the node and reset the GPU's PCIe bus (or reboot)"),
+    ({'recovery': 'Recover IMEX Domain'},
+     "driver requests recovery action 'Recover IMEX Domain'",
+     [G + ' GPU Recovery Action : Recover IMEX Domain'],
+     "drain the node and recover its IMEX domain (restart nvidia-imex on the domain's nodes)"),
+    ({'recovery': 'Quarantine'},
+     "driver requests recovery action 'Quarantine'",
+     [G + ' GPU Recovery Action : Quarantine'],
+     "the driver asks for recovery action 'Quarantine', which preflight does not know: read "
+     "NVIDIA's GPU memory error management guide for it, and drain the node until it is done"),
+    ({'ecc': ('Disabled', 'Disabled')},
+     'ECC is disabled',
+     [G + ' [ECC Mode] Current : Disabled'],
+     'enable it (nvidia-smi -e 1 -i 00000000:18:00.0) and reset the GPU or reboot: without ECC, '
+     'memory errors corrupt results silently'),
+    ({'ecc': ('Enabled', 'Disabled')},
+     'an ECC mode change waits for a GPU reset',
+     [G + ' [ECC Mode] Current : Enabled',
+      G + ' [ECC Mode] Pending : Disabled'],
+     'reset GPU 1 (nvidia-smi -r -i 00000000:18:00.0) or reboot to apply the pending ECC mode'),
+    ({'temp': ('91 C', '-9 C')},
+     'GPU temperature at or past its shutdown temperature',
+     [G + ' [Temperature] GPU Current Temp : 91 C',
+      G + ' [Temperature] GPU T.Limit Temp : -9 C',
+      G + ' [Temperature] GPU Shutdown T.Limit Temp : -8 C',
+      G + ' [Temperature] GPU Slowdown T.Limit Temp : -2 C',
+      G + ' [Temperature] GPU Max Operating T.Limit Temp : 0 C'],
+     'drain the GPU until it is cool; check cooling (inlet air temperature, fans, airflow, heatsink '
+     "contact) and the GPU's clocks"),
+    ({'temp': ('85 C', '-2 C')},
+     'GPU temperature at or past its slowdown temperature',
+     [G + ' [Temperature] GPU Current Temp : 85 C',
+      G + ' [Temperature] GPU T.Limit Temp : -2 C',
+      G + ' [Temperature] GPU Shutdown T.Limit Temp : -8 C',
+      G + ' [Temperature] GPU Slowdown T.Limit Temp : -2 C',
+      G + ' [Temperature] GPU Max Operating T.Limit Temp : 0 C'],
+     'drain the GPU until it is cool; check cooling (inlet air temperature, fans, airflow, heatsink '
+     "contact) and the GPU's clocks"),
+    ({'temp': ('83 C', '0 C')},
+     'GPU temperature at or past its maximum operating temperature',
+     [G + ' [Temperature] GPU Current Temp : 83 C',
+      G + ' [Temperature] GPU T.Limit Temp : 0 C',
+      G + ' [Temperature] GPU Shutdown T.Limit Temp : -8 C',
+      G + ' [Temperature] GPU Slowdown T.Limit Temp : -2 C',
+      G + ' [Temperature] GPU Max Operating T.Limit Temp : 0 C'],
+     'drain the GPU until it is cool; check cooling (inlet air temperature, fans, airflow, heatsink '
+     "contact) and the GPU's clocks"),
+    ({'power': ('500.00 W', '700.00 W')},
+     'power limit 500 W is below the default 700 W',
+     [G + ' [GPU Power Readings] Current Power Limit : 500.00 W',
+      G + ' [GPU Power Readings] Default Power Limit : 700.00 W'],
+     'the GPU runs capped: restore the default limit (nvidia-smi -pl 700 -i 00000000:18:00.0) '
+     'unless the site caps power on purpose'),
+    ({'slow': 'Active', 'thermal': 'Active', 'util': '97 %'},
+     'hardware clock slowdown active (HW Slowdown, HW Thermal Slowdown)',
+     [G + ' [Clocks Event Reasons] HW Slowdown : Active',
+      G + ' [Clocks Event Reasons] HW Thermal Slowdown : Active',
+      G + ' [Utilization] GPU : 97 %',
+      "profile generic: gpu.clock_events_warn = ['HW Slowdown', 'HW Thermal Slowdown', 'HW Power "
+      "Brake Slowdown'] (nvidia-smi clock event reasons that cut clocks in hardware (nvidia-smi -q "
+      '-d PERFORMANCE); WARN when Active on a working GPU)'],
+     "check cooling (inlet air, fans, heatsink) and power (PSU redundancy, the baseboard's "
+     'power-brake signal); `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` shows which'),
+    ({'thermal': 'Active', 'util': '0 %'},
+     'hardware clock slowdown active (HW Thermal Slowdown)',
+     [G + ' [Clocks Event Reasons] HW Thermal Slowdown : Active',
+      G + ' [Utilization] GPU : 0 %',
+      "profile generic: gpu.clock_events_warn_idle = ['HW Thermal Slowdown'] (a GPU that throttles "
+      'for heat while idle has a cooling fault; HW Slowdown / Power Brake also show during P-state '
+      'changes and read Active on healthy idle HGX H100 (corpus 8xH100 535.161.08))'],
+     "check cooling (inlet air, fans, heatsink) and power (PSU redundancy, the baseboard's "
+     'power-brake signal); `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` shows which'),
+]
+
+
+@pytest.mark.parametrize(("kw", "summary", "evidence", "remedy"), EXACT)
+def test_each_finding_exactly(kw: dict, summary: str, evidence: list[str], remedy: str) -> None:
+    r = smi(block("00000000:2A:00.0"), block(**kw))
+    assert (r.summary, r.evidence, r.remedy) == (f"{G}: {summary}", evidence, remedy)
+
+
+# ---------------------------------------------------------------------------------------
+# page retirement (pre-Ampere): the table's size and the near-full rule come from the profile
+
+
+def retired(sbe: int, dbe: int, pending: str) -> str:
+    return (f"GPU 00000000:18:00.0\n    Retired Pages\n        Single Bit ECC : {sbe}\n"
+            f"        Double Bit ECC : {dbe}\n        Pending Page Blacklist : {pending}\n")
+
+
+@pytest.mark.parametrize(("sbe", "dbe", "pending", "want", "summary"), [
+    (60, 4, "No", ["gpu.health/retired-pages-table-full"], "page retirement table full (64 pages retired)"),
+    (62, 1, "No", ["gpu.health/retired-pages-dbe"], "1 page(s) retired after double-bit ECC errors"),
+    (61, 1, "Yes", ["gpu.health/retired-pages-table-full"], "page retirement table full (62 pages retired, more "
+                                                            "pending)"),
+    (60, 1, "Yes", ["gpu.health/retired-pages-pending", "gpu.health/retired-pages-dbe"], "page retirement pending"),
+    (2, 0, "Yes", ["gpu.health/retired-pages-pending"], "page retirement pending"),
+    (2, 0, "No", [], "1 GPU(s) healthy in nvidia-smi -q: retired"),
+])
+def test_page_retirement(sbe: int, dbe: int, pending: str, want: list[str], summary: str) -> None:
+    r = smi(retired(sbe, dbe, pending))
+    assert codes(r) == want and summary in r.summary, r.summary
+
+
+def test_page_retirement_evidence_names_the_profile_rule() -> None:
+    r = smi(retired(61, 1, "Yes"))
+    assert r.evidence == [
+        "GPU 0 (00000000:18:00.0) [Retired Pages] Single Bit ECC : 61",
+        "GPU 0 (00000000:18:00.0) [Retired Pages] Double Bit ECC : 1",
+        "GPU 0 (00000000:18:00.0) [Retired Pages] Pending Page Blacklist : Yes",
+        "profile generic: gpu.retired_pages_full_pending = 62 (Azure HPC node health checks: 62 or more retired "
+        "pages with more pending = retirement table full)"]
+    assert r.remedy == ("the GPU's page retirement table is exhausted: drain the node and RMA the GPU (NVIDIA retires "
+                        "at most 64 pages per GPU)")
+    r = smi(retired(60, 4, "No"))
+    assert r.evidence[-1].startswith("profile generic: gpu.retired_pages_table = 64 (")
+    r = smi(retired(2, 0, "Yes"))
+    assert r.remedy == "drain; reset GPU 0 (nvidia-smi -r -i 00000000:18:00.0) or reboot so the pending pages are retired"
+    r = smi(retired(0, 2, "No"))
+    assert r.evidence == ["GPU 0 (00000000:18:00.0) [Retired Pages] Double Bit ECC : 2",
+                          "profile generic: gpu.max_retired_pages = 0 (NVIDIA dynamic page retirement: pages retired "
+                          "on DBE are a memory fault)"]
+    assert "raise gpu.max_retired_pages" in r.remedy
+
+
+def test_page_retirement_old_pending_label() -> None:
+    r = smi(retired(1, 0, "No").replace("Pending Page Blacklist", "Pending"))
+    assert r.facts["gpus"][0]["retired_pages_pending"] is False and r.status is Status.PASS
+
+
+def test_profile_without_thresholds_grades_what_it_can(tmp_path: Path) -> None:
+    p = tmp_path / "bare.toml"
+    p.write_text('[profile]\nname = "bare"\n[tools]\nrequired = []\n')
+    r = smi(retired(70, 3, "Yes"), profile=str(p))
+    assert codes(r) == ["gpu.health/retired-pages-pending"]  # no table size, no DBE limit in this profile
+    r = smi(block(vol="3", brake="Active", util="50 %"), profile=str(p))
+    assert codes(r) == []
+
+
+def test_busy_threshold_from_the_profile(tmp_path: Path) -> None:
+    p = tmp_path / "busy.toml"
+    p.write_text('[profile]\nname = "busy"\nextends = "generic"\n[gpu]\nbusy_util_pct = { value = 50, source = "s" }\n')
+    assert smi(block(brake="Active", util="49 %"), profile=str(p)).status is Status.PASS
+    assert codes(smi(block(brake="Active", util="50 %"), profile=str(p))) == ["gpu.health/clock-slowdown-busy"]
+
+
+# ---------------------------------------------------------------------------------------
+# the --query-gpu CSV and the default table as sources
+
+
+CSV_HEAD = ("index, pci.bus_id, utilization.gpu [%], ecc.mode.current, ecc.mode.pending, "
+            "ecc.errors.uncorrected.volatile.total, ecc.errors.uncorrected.aggregate.total, "
+            "ecc.errors.uncorrected.aggregate.sram.thresholdExceeded, retired_pages.single_bit_ecc.count, "
+            "retired_pages.double_bit.count, retired_pages.pending, remapped_rows.uncorrectable, "
+            "remapped_rows.pending, remapped_rows.failure, remapped_rows.histogram.none, gpu_recovery_action, "
+            "clocks_event_reasons.hw_slowdown, clocks_throttle_reasons.hw_thermal_slowdown, "
+            "enforced.power.limit [W], power.default_limit [W], temperature.gpu\n")
+
+
+def csv_row(i: int, *, vol: str = "0", agg: str = "0", thr: str = "No", pending: str = "No", failure: str = "No",
+            unc: str = "0", none: str = "0", recovery: str = "None", slow: str = "Not Active",
+            thermal: str = "Not Active", util: str = "0 %", ecc: str = "Enabled", limit: str = "700.00 W",
+            rp: tuple[str, str, str] = ("[N/A]", "[N/A]", "[N/A]")) -> str:
+    return (f"{i}, 00000000:{0x18 + i:02X}:00.0, {util}, {ecc}, {ecc}, {vol}, {agg}, {thr}, {rp[0]}, {rp[1]}, {rp[2]}, "
+            f"{unc}, {pending}, {failure}, {none}, {recovery}, {slow}, {thermal}, {limit}, 700.00 W, 41\n")
+
+
+def csv(*rows: str) -> Result:
+    return one(grade("gpu.health", {"nvidia-smi-query": capture("nvidia-smi-query", CSV_HEAD + "".join(rows))},
+                     mode="analyze"))
+
+
+def test_csv_healthy() -> None:
+    r = csv(csv_row(0), csv_row(1))
+    assert r.status is Status.PASS
+    assert r.summary == ("2 GPU(s) healthy in the --query-gpu CSV: clocks, ecc, ecc_mode, power, recovery, remap, "
+                         "repair")
+    g = r.facts["gpus"][1]
+    assert g["gpu"] == "GPU 1 (00000000:19:00.0)" and g["temperature_c"] == 41 and g["utilization"] == 0
+
+
+@pytest.mark.parametrize(("kw", "want"), [
+    ({"vol": "2"}, "gpu.health/volatile-uncorrectable-ecc"), ({"agg": "1"}, "gpu.health/aggregate-uncorrectable-ecc"),
+    ({"thr": "Yes"}, "gpu.health/sram-threshold-exceeded"), ({"pending": "Yes"}, "gpu.health/remap-pending"),
+    ({"failure": "Yes"}, "gpu.health/remap-failure"), ({"none": "1"}, "gpu.health/banks-without-spare-rows"),
+    ({"recovery": "Drain P2P"}, "gpu.health/recovery-drain-p2p"), ({"ecc": "Disabled"}, "gpu.health/ecc-disabled"),
+    ({"slow": "Active", "util": "80 %"}, "gpu.health/clock-slowdown-busy"),
+    ({"thermal": "Active"}, "gpu.health/clock-slowdown-idle"),
+    ({"limit": "450.00 W"}, "gpu.health/power-limit-below-default"),
+    ({"rp": ("1", "0", "Yes")}, "gpu.health/retired-pages-pending"),
+    ({"pending": "[GPU requires reset]"}, "gpu.health/needs-reset"),
+    ({"unc": "[Unknown Error]"}, "gpu.health/field-unreadable"),
+])
+def test_csv_findings(kw: dict, want: str) -> None:
+    r = csv(csv_row(0), csv_row(1, **kw))
+    assert codes(r) == [want], r.summary
+    assert r.summary.startswith("GPU 1 (00000000:19:00.0): ")
+
+
+def test_csv_evidence_quotes_the_column() -> None:
+    r = csv(csv_row(0, pending="Yes", unc="2"))
+    assert r.evidence == ["GPU 0 (00000000:18:00.0) remapped_rows.pending=Yes",
+                          "GPU 0 (00000000:18:00.0) remapped_rows.uncorrectable=2"]
+    r = csv(csv_row(0, thr="Yes"))
+    assert r.evidence == ["GPU 0 (00000000:18:00.0) ecc.errors.uncorrected.aggregate.sram.thresholdexceeded=Yes"]
+
+
+def test_csv_without_index_or_bus_uses_the_position() -> None:
+    text = "ecc.errors.uncorrected.volatile.total, remapped_rows.pending\n0, No\n3, No\n"
+    r = one(grade("gpu.health", {"nvidia-smi-query": capture("nvidia-smi-query", text)}, mode="analyze"))
+    assert codes(r) == ["gpu.health/volatile-uncorrectable-ecc"] and r.summary.startswith("GPU 1: 3 volatile")
+
+
+def test_csv_without_health_columns_is_left_to_inventory() -> None:
+    text = "index, name, pci.bus_id\n0, NVIDIA H100 80GB HBM3, 00000000:18:00.0\n"
+    assert grade("gpu.health", {"nvidia-smi-query": capture("nvidia-smi-query", text)}, mode="analyze") == []
+
+
+def test_q_fragment_without_health_gives_way_to_the_csv() -> None:
+    caps = {"nvidia-smi-q": capture("nvidia-smi-q", fixture_text(Q + "q_d_memory_no_health_fields.txt")),
+            "nvidia-smi-query": capture("nvidia-smi-query", CSV_HEAD + csv_row(0, pending="Yes"))}
+    r = one(grade("gpu.health", caps, mode="analyze"))
+    assert r.facts["source"] == "the --query-gpu CSV" and codes(r) == ["gpu.health/remap-pending"]
+
+
+def test_table_summary_and_source() -> None:
+    r = one(grade("gpu.health", table(_row(0, "1B")), mode="analyze"))
+    assert r.summary == ("1 GPU(s) healthy in the nvidia-smi table: volatile uncorrectable ECC and sensors (the table "
+                         "does not show row remapping; `nvidia-smi -q` does)")
+    assert r.facts["source"] == "the nvidia-smi table" and r.facts["gpus"][0]["gpu"] == "GPU 0 (00000000:1B:00.0)"
+
+
+def test_table_sensor_codes_and_evidence() -> None:
+    r = one(grade("gpu.health", table(_row(0, "1B"), _row(1, "43", fan="ERR!")), mode="analyze"))
+    assert codes(r) == ["gpu.health/fan-unreadable"]
+    assert r.summary == "GPU 1 (00000000:43:00.0): fan reading is ERR! (fan or its tachometer failed)"
+    assert len(r.evidence) == 2 and r.evidence[0].startswith("GPU 1 (00000000:43:00.0) |   1  NVIDIA H100")
+    r = one(grade("gpu.health", table(_row(0, "1B", temp="ERR!", pw="ERR!")), mode="analyze"))
+    assert codes(r) == ["gpu.health/telemetry-unreadable"]
+    assert r.summary == "GPU 0 (00000000:1B:00.0): GPU telemetry unreadable (ERR! in temp, power_usage)"
+    assert r.remedy.startswith("the GPU's own sensors cannot be read: drain, reset GPU 0 (nvidia-smi -r -i "
+                               "00000000:1B:00.0) or reboot")
+
+
+# ---------------------------------------------------------------------------------------
+# messages in place of data, registration
+
+
+def test_message_without_a_bus_id() -> None:
+    r = one(grade_text("gpu.health", {"nvidia-smi-q": "Unable to determine the device handle for gpu: GPU is lost\n"}))
+    assert codes(r) == ["gpu.health/gpu-lost"] and r.summary.startswith("GPU ?: a GPU does not answer the driver")
+    assert r.facts["lost"] == ["Unable to determine the device handle for gpu: GPU is lost"]
+
+
+def test_registration() -> None:
+    c = registry.load().checks["gpu.health"]
+    assert c.required == ("nvidia-smi-q",) and c.inputs == ("nvidia-smi-q", "nvidia-smi-query", "nvidia-smi-table")
+    assert c.profile_keys == {"gpu.max_uncorrectable_ecc": int, "gpu.max_retired_pages": int,
+                              "gpu.retired_pages_table": int, "gpu.retired_pages_full_pending": int,
+                              "gpu.clock_events_warn": list, "gpu.clock_events_warn_idle": list,
+                              "gpu.busy_util_pct": int}
+    assert c.node_local and c.in_run and [p.name for p in c.probes] == ["nvidia-smi-q"]
+    d = registry.load().checks["gpu.driver"]
+    assert d.inputs == ("nvidia-smi-q", "nvml", "kernel-log", "driver-version") and d.required == ()
+    assert d.profile_keys == {"gpu.driver_version": str, "gpu.cuda_version": str}
+    assert [p.name for p in d.probes] == ["nvidia-smi-q", "nvml"] and d.node_local and d.in_run
