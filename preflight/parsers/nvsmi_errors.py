@@ -55,8 +55,9 @@ class ToolError:
 
 LOST_REMEDY = ("the GPU fell off the bus or hung (Xid 79 class): drain the node and reboot it; reseat or RMA the GPU "
                "if it happens again")
-_HANDLE = re.compile(rf"Unable to (?:determine|detect) the device handle for\s*(?:GPU\s*(?:\d+\s*:\s*)?)?"
-                     rf"(?P<bus>{_BUS})?(?:\s*:\s*(?P<detail>.*))?", re.I)
+# the device-handle message (group `handle`), or NVML's "GPU is lost" in any other shape
+_LOST = re.compile(rf"(?P<handle>Unable to (?:determine|detect) the device handle for)\s*(?:GPU\s*(?:\d+\s*:\s*)?)?"
+                   rf"(?P<bus>{_BUS})?(?:\s*:\s*(?P<detail>.*))?|\bGPU is lost\b|NVMLError_GpuIsLost", re.I)
 
 # (kind, pattern, summary, remedy). Order matters: the first pattern that matches a line wins.
 PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
@@ -73,9 +74,7 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "the NVIDIA kernel driver is not loaded",
      "load the driver (modprobe nvidia; check that its DKMS module is built for the running kernel), "
      "then check dmesg for NVRM errors"),
-    ("gpu_lost", _HANDLE, "a GPU does not answer the driver", LOST_REMEDY),
-    ("gpu_lost", re.compile(r"\bGPU is lost\b|NVMLError_GpuIsLost|\[GPU is lost\]", re.I),
-     "a GPU does not answer the driver", LOST_REMEDY),
+    ("gpu_lost", _LOST, "a GPU does not answer the driver", LOST_REMEDY),
     ("needs_reset",
      re.compile(r"\[GPU requires reset\]|GPU requires reset|NVMLError_ResetRequired", re.I),
      "a GPU needs a reset before it can be used",
@@ -127,10 +126,8 @@ _DETAIL_KINDS: list[tuple[str, re.Pattern[str], str, str]] = [
 # Lines nvidia-smi prints under a message to explain it: part of that message.
 _MORE = re.compile(r"^(?:This may be because not all required external power|attached, or the attached cables|"
                    r"Reboot the system to recover)", re.I)
-
-# Lines that look alarming and are not: nvidia-smi's own informational replies.
-_BENIGN = re.compile(r"^(?:Disabled|Enabled) persistence mode for GPU|^All done\.?$|^GPU \S+ was successfully reset",
-                     re.I)
+# NVML's error string alone on a line: the device-handle message broken after the bus id
+_BARE = re.compile(r"^(?:GPU is lost|Unknown Error|GPU requires reset|Insufficient|Not Found|Timeout)", re.I)
 
 
 def _classify(line: str, reset_block: bool) -> tuple[str, re.Match[str], str, str] | None:
@@ -144,34 +141,42 @@ def _classify(line: str, reset_block: bool) -> tuple[str, re.Match[str], str, st
     return None
 
 
-def _handle_error(line: str, m: re.Match[str], detail_next: str) -> ToolError:
-    """The device-handle message: its bus id, NVML's error string, the kind that string says."""
-    bus, detail = m.group("bus") or "", (m.group("detail") or "").strip()
-    if not bus:  # `GPU0000:A1:00.0: ...` and other spellings with the bus id further on
-        bm = _BUS_DETAIL.search(line, m.start())
-        if bm:
-            bus, detail = bm.group(1), (bm.group(2) or detail).strip()
-    more: tuple[str, ...] = ()
-    if not detail and detail_next:
-        detail, more = detail_next, (detail_next,)
+def _handle_error(line: str, bus: str, detail: str, more: tuple[str, ...] = ()) -> ToolError:
+    """The device-handle message of a GPU: the kind NVML's error string after the bus id says."""
     for kind, pattern, summary, remedy in _DETAIL_KINDS:
         if pattern.search(detail):
             return ToolError(kind, line, summary, remedy, bus, detail, more)
     return ToolError("gpu_lost", line, "a GPU does not answer the driver", LOST_REMEDY, bus, detail, more)
 
 
+def _from_handle(line: str, m: re.Match[str]) -> ToolError:
+    bus, detail = m.group("bus") or "", (m.group("detail") or "").strip()
+    if not bus:  # `GPU0000:A1:00.0: ...` and other spellings with the bus id further on
+        bm = _BUS_DETAIL.search(line, m.start())
+        if bm:
+            bus, detail = bm.group(1), (bm.group(2) or detail).strip()
+    return _handle_error(line, bus, detail)
+
+
+def _continued(err: ToolError, line: str, as_detail: bool) -> ToolError:
+    """The message with one more of its lines: the error string itself, or an explanation."""
+    if as_detail:
+        return _handle_error(err.line, err.bus_id, line, (*err.more, line))
+    return ToolError(err.kind, err.line, err.summary, err.remedy, err.bus_id, err.detail, (*err.more, line))
+
+
 def _scan(lines: list[str]) -> list[ToolError]:
     found: list[ToolError] = []
     seen: set[str] = set()
     reset_block = False
-    skip = -1
-    for i, line in enumerate(lines):
-        if i <= skip or not line or line in seen or _BENIGN.search(line):
+    open_handle = False  # the last line was a device-handle message whose error string is still to come
+    for line in lines:
+        if not line or line in seen:
             continue
-        if found and _MORE.search(line):
-            last = found[-1]
-            found[-1] = ToolError(last.kind, last.line, last.summary, last.remedy, last.bus_id, last.detail,
-                                  (*last.more, line))
+        as_detail = open_handle and bool(_BARE.match(line))
+        open_handle = False
+        if found and (as_detail or _MORE.search(line)):
+            found[-1] = _continued(found[-1], line, as_detail)
             continue
         reset_block = reset_block or "could not be reset" in line.lower()
         hit = _classify(line, reset_block)
@@ -179,21 +184,13 @@ def _scan(lines: list[str]) -> list[ToolError]:
             continue
         kind, m, summary, remedy = hit
         seen.add(line)
-        if m.re is _HANDLE:
-            nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            err = _handle_error(line, m, nxt if _bare_detail(nxt) else "")
-            skip = i + 1 if err.more and err.more[0] == nxt else skip
-            found.append(err)
+        if m.groupdict().get("handle"):
+            found.append(_from_handle(line, m))
+            open_handle = not found[-1].detail
             continue
         gd = m.groupdict()
         found.append(ToolError(kind, line, summary, remedy, gd.get("bus") or "", (gd.get("detail") or "").strip()))
     return found
-
-
-def _bare_detail(line: str) -> bool:
-    """A line that is NVML's error string alone (the device-handle message broken after the bus id)."""
-    return bool(line) and not _HANDLE.search(line) and bool(
-        re.match(r"^(?:GPU is lost|Unknown Error|GPU requires reset|Insufficient|Not Found|Timeout)", line, re.I))
 
 
 def errors_in(lines: Iterable[str]) -> list[ToolError]:

@@ -79,7 +79,7 @@ def detect(doc: Doc) -> bool:
     errs = {t for e in errors_in(lines) for t in e.lines}
     own = [t for t in lines if GPU_LINE.match(t) or MIG_LINE.match(t) or t in errs]
     others = len(lines) - len(own)
-    return others == 0 or bool(_COMMAND.search(doc.command)) or others <= len(own)
+    return others <= len(own) or bool(_COMMAND.search(doc.command))
 
 
 FORMATS = [Format("nvidia-smi-L", detect=detect, priority=55, description="nvidia-smi -L")]

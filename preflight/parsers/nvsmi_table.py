@@ -30,9 +30,9 @@ _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 GPU_ROW = re.compile(rf"^\|\s*(\d+)\s+(\S.*?)\s*\|\s*({_BUS})(?:\s+(\S+))?\s*\|")
 _FIRST_CELL = re.compile(r"^(\d+)\s+(.*?)(?:\s+(On|Off|N/A|TCC|WDDM|MCDM))?$")
 MIG_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s*\|")
+ROWS_PER_GPU = 3  # the most rows a GPU's block has (R450 and later: the third holds MIG M.)
 _RULE = re.compile(r"^[+|][-=+|]+[+|]?$")
-_SECTIONS = (("gpus", re.compile(r"\bBus-Id\b")), ("mig", re.compile(r"MIG devices:")),
-             ("procs", re.compile(r"\bProcesses:")))
+_SECTION = re.compile(r"\bBus-Id\b|\bProcesses:|(MIG devices:)")  # a section's header (group 1: the MIG one)
 
 
 @dataclass
@@ -88,31 +88,26 @@ def _blocks(lines: list[str]) -> tuple[list[list[str]], list[dict[str, Any]], bo
     section is there. One pass; the section a line is in decides what it is."""
     blocks: list[list[str]] = []
     mig: list[dict[str, Any]] = []
-    section, seen_mig = "", False
+    in_mig = seen_mig = False
     current: list[str] | None = None
     for raw in lines:
         s = raw.strip()
-        found = next((name for name, rx in _SECTIONS if rx.search(s)), "")
-        if found:
-            section, current = found, None
-            seen_mig = seen_mig or found == "mig"
+        sm = _SECTION.search(s)
+        if sm:
+            in_mig, current = bool(sm.group(1)), None
+            seen_mig = seen_mig or in_mig
             continue
         if not s.startswith("|") or _RULE.match(s):
             current = None
-            continue
-        if section == "mig":
+        elif in_mig:
             m = MIG_ROW.match(s)
             if m:
                 mig.append({"gpu": int(m.group(1)), "gi": m.group(2), "ci": m.group(3), "dev": int(m.group(4)),
                             "line": s})
-            continue
-        if section == "procs":
-            continue
-        if GPU_ROW.match(s):
+        elif GPU_ROW.match(s):
             current = [s]
             blocks.append(current)
-            section = "gpus"
-        elif current is not None and len(current) < 3:
+        elif current is not None and len(current) < ROWS_PER_GPU:
             current.append(s)
     return blocks, mig, seen_mig
 

@@ -65,8 +65,8 @@ def header_devices(header: str) -> list[str]:
     cut = min([header.find(c) for c in _AFFINITY_COLS if c in header] or [len(header)])
     part = header[:cut].strip()
     names = part.split()
-    if len(names) == 1 and len(_RUN_TOGETHER.findall(part)) > 1:
-        names = _RUN_TOGETHER.findall(part)
+    if len(names) == 1:  # one word: names that ran together (`GPU0GPU1NIC0`), or one device
+        names = _RUN_TOGETHER.findall(part) or names
     return names
 
 
@@ -108,7 +108,7 @@ def parse(doc: Doc) -> TopoMatrix:
         for col in out.devices:
             cm = _CELL.match(rest, pos)
             if not cm:
-                break
+                break  # pragma: no mutate (continue is equivalent: the next column starts at the same place)
             cells[col] = cm.group(1)
             pos = cm.end()
         out.matrix[row] = cells

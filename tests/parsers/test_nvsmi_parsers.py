@@ -22,7 +22,7 @@ def table(text: str) -> nvsmi_table.SmiTable:
 T535 = "nvidia-smi/table_535_2xh100_mig_procs.txt"
 ROW0 = "|   0  NVIDIA H100 80GB HBM3          On  | 00000000:19:00.0 Off |                   On |"
 MIG0 = "|  0    3   0   0  |              44MiB / 40192MiB  | 60      0 |  3   0    3    0    3 |"
-MIG1 = "|  0    4   1   1  |              43MiB / 40192MiB  | 60      0 |  3   0    3    0    3 |"
+MIG1 = "|  0    4   0   1  |              43MiB / 40192MiB  | 60      0 |  3   0    3    0    3 |"
 
 
 def test_table_535_every_cell_of_a_gpu() -> None:
@@ -42,7 +42,7 @@ def test_table_535_every_cell_of_a_gpu() -> None:
 def test_table_mig_devices_rows_belong_to_their_gpu() -> None:
     t = table(fixture_text(T535))
     assert t.mig == [{"gpu": 0, "gi": "3", "ci": "0", "dev": 0, "line": MIG0},
-                     {"gpu": 0, "gi": "4", "ci": "1", "dev": 1, "line": MIG1}]
+                     {"gpu": 0, "gi": "4", "ci": "0", "dev": 1, "line": MIG1}]
     assert t.mig_devices == 2
     r0, r1 = t.records
     assert r0 == GpuRecord(index=0, name="NVIDIA H100 80GB HBM3", bus_id="00000000:19:00.0", persistence=True,
@@ -146,6 +146,29 @@ def test_table_rule_line_variants_end_a_block() -> None:
                        "|-----------------------------------------+------------------------+----------------------|")
     text += "| some text row that is not the GPU's          |\n"
     assert table(text).gpus[0]["lines"][-1].endswith("N/A |")
+
+
+def test_table_cells_of_a_row() -> None:
+    cells = nvsmi_table._cells
+    assert cells("| a | b |") == ["a", "b"] and cells("a | b") == ["a", "b"] and cells("| a |   |") == ["a", ""]
+    assert cells("|   | a |") == ["", "a"] and cells("") == [] and cells("|") == []
+
+
+def test_table_block_of_one_row_and_bus_cell_alone() -> None:
+    g = table("|   0  NVIDIA A10   On  | 00000000:17:00.0 |   0 |\n").gpus[0]
+    assert (g["bus_id"], g["disp_a"], g["fan"], g["mig"], g["ecc_uncorr"]) == ("00000000:17:00.0", "", "", "", "0")
+    assert g["lines"] == ["|   0  NVIDIA A10   On  | 00000000:17:00.0 |   0 |"]
+
+
+def test_table_text_between_rows_and_pipe_rules_end_a_block() -> None:
+    text = OLD.replace("| N/A   31C    P0    47W / 225W |", "some text\n| N/A   31C    P0    47W / 225W |")
+    g = table(text).gpus[0]
+    assert len(g["lines"]) == 1 and g["fan"] == ""
+    piped = OLD.replace("+-------------------------------+----------------------+----------------------+\n|   1",
+                        "|-------------------------------+----------------------+----------------------|\n"
+                        "|                               |                      |          Enabled     |\n|   1")
+    g0 = table(piped).gpus[0]
+    assert len(g0["lines"]) == 2 and g0["mig"] == ""
 
 
 def test_table_fragment_of_gpu_rows() -> None:
@@ -296,6 +319,8 @@ def test_nvlink_links_states_and_other_lines() -> None:
     g0, g1 = rep.gpus
     assert (g0.index, g0.name, g0.uuid, g0.line) == (0, "NVIDIA H100 80GB HBM3", "GPU-aaaa",
                                                       "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)")
+    half = nvlink.parse(Doc("GPU 0: A (UUID: GPU-1)\n\t Link 0: 0.5 GB/s\n")).gpus[0].links[0]
+    assert half.up and half.gbps == 0.5
     assert [(ln.n, ln.up, ln.gbps, ln.line) for ln in g0.links] == [
         (0, True, 26.562, "Link 0: 26.562 GB/s"), (1, False, None, "Link 1: <inactive>"),
         (2, False, 0.0, "Link 2: 0 GB/s"), (3, False, None, "Link 3: inactive")]
@@ -336,6 +361,9 @@ def test_topo_header_devices() -> None:
     assert topo.header_devices("\tGPU0\tGPU1") == ["GPU0", "GPU1"]
     assert topo.header_devices("GPU0") == ["GPU0"]
     assert topo.header_devices("  GPU0   GPU1  CPU Affinity NUMA Affinity") == ["GPU0", "GPU1"]
+    assert topo.header_devices("\tGPU0\tGPU1\tib0\tCPU Affinity") == ["GPU0", "GPU1", "ib0"]
+    assert topo.header_devices("\tGPU0\tib0\tCPU Affinity") == ["GPU0", "ib0"]
+    assert topo.header_devices("\tGPU0\tCPU Affinity") == ["GPU0"] and topo.header_devices("CPU Affinity") == []
 
 
 def test_topo_cells_run_together_when_a_copy_lost_the_tabs() -> None:
@@ -521,8 +549,10 @@ def test_reset_block_and_gpu_lines_under_it() -> None:
     errs = errors_in(text.splitlines())
     assert [(e.kind, e.bus_id, e.detail) for e in errs] == [("reset_failed", "00000000:55:00.0", "In use by another client"),
                                                             ("reset_failed", "00000000:56:00.0", "GPU reset failed")]
-    # the same GPU line without the block header is not a reset failure
+    # the same GPU line without the block header is not a reset failure (another message in it still counts)
     assert errors_in(["GPU 00000000:55:00.0: In use by another client"]) == []
+    [e] = errors_in(["GPU 00000000:55:00.0: reset failed, No devices were found"])
+    assert e.kind == "no_devices"
 
 
 def test_one_message_per_gpu_and_kind() -> None:
