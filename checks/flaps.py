@@ -20,7 +20,7 @@ QUOTED = 6  # event lines quoted per interface (display limit)
 
 def is_ib_name(name: str) -> bool:
     """An IPoIB / RDMA interface name (ib0, ibp26s0, ibs85f0, ib6): graded by ib.hca."""
-    return name.startswith("ib") and len(name) > 2 and (name[2].isdigit() or name[2] in "ps")
+    return name.startswith("ib") and len(name) > 2 and (name[2].isdigit() or name[2] in ("p", "s"))
 
 
 def _flap_finding(check: str, what: str, name: str, n: int, down_now: bool, fail_at: int) -> tuple[str, str, str]:
@@ -67,7 +67,8 @@ def grade_flaps(events: LinkEvents, names: list[str], profile: Profile, f: Findi
         if not code:
             continue
         first, last = events.window(name) if not down_now else ("", "")
-        window = f" between {first} and {last}" if first and last and len(mine) > 1 else ""
+        # a flap is two events at least, and `last` has a time whenever `first` has one
+        window = f" between {first} and {last}" if first else ""
         f.add(code, summary + window, [*(e.line.raw for e in mine[:QUOTED]), src], remedy)
     return out
 

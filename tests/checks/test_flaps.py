@@ -134,6 +134,40 @@ def test_grade_flaps_codes_follow_the_calling_check():
         "IB port 0000:c1:00.0: transceiver fault reported by the driver (Cable error, Power budget exceeded)"]
 
 
+def test_names_without_events_or_findings_do_not_stop_the_others():
+    ev = events(fixture_text("netlog/dmesg_mlx5_module_error_and_flaps.log"))
+    f = Findings()
+    out = flaps.grade_flaps(ev, ["eth7", "ibp193s0"], load_profile("generic"), f, "IB port", check="ib.hca")
+    assert [x["interface"] for x in out] == ["ibp193s0"] and f.codes() == ["ib.hca/link-flapped"]
+    clean = "[1.0] mlx5_core 0000:17:00.0 ens1: Link up\n[2.0] mlx5_core 0000:17:00.1 ens2: Link down\n"
+    f = Findings()
+    out = flaps.grade_flaps(events(clean), ["ens1", "ens2"], load_profile("generic"), f, "link")
+    assert [x["interface"] for x in out] == ["ens1", "ens2"] and f.codes() == ["net.nic/link-lost"]
+
+
+def test_one_flap_has_its_window_and_the_profile_source():
+    text = "[5.0] mlx5_core 0000:17:00.0 ens1: Link down\n[6.5] mlx5_core 0000:17:00.0 ens1: Link up\n"
+    prof = load_profile("generic")
+    f = Findings()
+    flaps.grade_flaps(events(text), ["ens1"], prof, f, "link")
+    assert f.summaries(Status.WARN) == ["link ens1 flapped 1 time(s) between 5.0 and 6.5"]
+    assert f.items[0].evidence[-1] == f"net.link_flaps_fail = 3 ({prof.source('net.link_flaps_fail')})"
+    assert prof.source("net.link_flaps_fail")
+
+
+def test_module_faults_of_one_device_are_named_together():
+    text = "".join(f"[{i}.0] mlx5_core 0000:c1:00.0: mlx5_port_module_event:1166:(pid 0): Port module event[error]: "
+                   f"module 0, Cable error, {what}\n" for i, what in enumerate(("Power budget exceeded",
+                                                                                 "High Temperature")))
+    f = Findings()
+    flaps.grade_flaps(events(text), ["0000:c1:00.0"], load_profile("generic"), f, "IB port", check="ib.hca")
+    assert f.summaries(Status.WARN) == ["IB port 0000:c1:00.0: transceiver fault reported by the driver (Cable error, "
+                                        "High Temperature; Cable error, Power budget exceeded)"]
+    assert f.items[0].remedy.startswith("the port module (cable/transceiver) of 0000:c1:00.0 reported Cable error, "
+                                        "High Temperature, Cable error, Power budget exceeded: reseat")
+    assert len(f.items[0].evidence) == 2
+
+
 def test_flapping_past_the_profile_count_fails():
     lines = []
     for i in range(3):

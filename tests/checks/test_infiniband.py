@@ -292,7 +292,7 @@ def test_ibv_devinfo_physical_states(value, phys):
 @pytest.mark.parametrize("value,phys", [
     ("LinkUp", "LinkUp"), ("Polling", "Polling"), ("Disabled", "Disabled"), ("Sleep", "Sleep"),
     ("PortConfigurationTraining", "PortConfigurationTraining"), ("LinkErrorRecovery", "LinkErrorRecovery"),
-    ("PhyTest", "PhyTest"), ("No state change", "Nop"), ("4: PortConfigurationTraining", "PortConfigurationTraining"),
+    ("PhyTest", "PhyTest"), ("No state change", "NoStateChange"), ("4: PortConfigurationTraining", "PortConfigurationTraining"),
     ("6: LinkErrorRecovery", "LinkErrorRecovery"),
 ])
 def test_ibstat_physical_states(value, phys):
@@ -443,3 +443,157 @@ def test_rate_below_adapter_needs_a_known_model_and_no_profile_rate():
     assert _nominal(_Expect(0, 0, "any", False, {"MT4129": True}), p) is None
     assert _nominal(_Expect(0, 0, "any", False, {"MT4129": "400"}), p) is None
     assert _nominal(_Expect(0, 0, "any", False, {"MT4129": 400}), p) == 400.0
+
+
+# --------------------------------------------------------------------------------------------
+# exact facts of every layout (each field read, each line kept)
+
+
+@pytest.mark.parametrize("value,state", [
+    ("Up", "Active"), ("ACTIVE", "Active"), ("port_active", "Active"), ("PORT_ACTIVE_DEFER", "Active"),
+    ("active_defer", "Active"), ("DOWN", "Down"), ("PORT_DOWN", "Down"), ("INIT", "Initializing"),
+    ("Initializing", "Initializing"), ("PORT_INIT", "Initializing"), ("ARMED", "Armed"), ("PORT_ARMED", "Armed"),
+    ("0: NOP", "NOP"), ("1: DOWN", "Down"),
+])
+def test_every_state_spelling(value, state):
+    assert ibp._norm_state(value, ibp._STATE) == state
+
+
+@pytest.mark.parametrize("value,phys", [
+    ("LinkUp", "LinkUp"), ("LINK_UP", "LinkUp"), ("Disabled", "Disabled"), ("POLLING", "Polling"), ("SLEEP", "Sleep"),
+    ("PortConfigurationTraining", "PortConfigurationTraining"), ("PORT_CONFIGURATION_TRAINING", "PortConfigurationTraining"),
+    ("PORT_CONFIGURATION TRAINNING", "PortConfigurationTraining"), ("LINK_ERROR_RECOVERY", "LinkErrorRecovery"),
+    ("LinkErrorRecovery", "LinkErrorRecovery"), ("Phy Test", "PhyTest"), ("PHY_TEST", "PhyTest"),
+    ("PhyTest", "PhyTest"), ("No state change", "NoStateChange"), ("7: Phy Test", "PhyTest"),
+])
+def test_every_physical_state_spelling(value, phys):
+    assert ibp._norm_state(value, ibp._PHYS) == phys
+
+
+def test_known_states_are_the_tables_values():
+    assert ibp.STATES == {"Active", "Down", "Initializing", "Armed"}
+    assert ibp.PHYS_STATES == {"LinkUp", "Disabled", "Polling", "Sleep", "PortConfigurationTraining",
+                               "LinkErrorRecovery", "PhyTest", "NoStateChange"}
+    assert ibp.IbReport().nonblank == 0 and ibp.LID_UNASSIGNED == 0xFFFF
+
+
+def test_ibstat_port_lines_kept_are_the_graded_ones():
+    rep = parse(fixture_text("ib/ibstat_one_port_mlx5_3_400.txt"))
+    assert rep.nonblank == 11
+    assert rep.ports[0].lines == ["State: Active", "Physical state: LinkUp", "Rate: 400", "Base lid: 77", "SM lid: 1",
+                                  "Link layer: InfiniBand"]
+
+
+def test_ibv_devinfo_ca_values():
+    rep = parse(fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt"))
+    p = rep.ports[0]
+    assert (p.firmware, p.ca_type, p.link_layer) == ("28.42.1000", "MT4129", "Ethernet")
+    assert p.lines == ["state:\t\t\tPORT_ACTIVE (4)", "max_mtu:\t\t4096 (5)", "active_mtu:\t\t1024 (3)",
+                       "sm_lid:\t\t\t0", "port_lid:\t\t0", "link_layer:\t\tEthernet"]
+
+
+@pytest.mark.parametrize("width,speed,rate", [
+    ("4X (2)", "1.234 Gbps (1)", 4.9), ("", "100.0 Gbps (128)", None), ("1X (1)", "25.0 Gbps (32)", 25.0),
+    ("2X (16)", "100.0 Gbps (128)", 200.0), ("invalid width (3)", "25.0 Gbps (32)", None),
+    ("4X (2)", "invalid speed (3)", None),
+])
+def test_ibv_devinfo_rate_from_width_and_speed(width, speed, rate):
+    w = f"\t\t\tactive_width:\t\t{width}\n" if width else ""
+    text = (f"hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n{w}"
+            f"\t\t\tactive_speed:\t\t{speed}\n")
+    assert parse(text).ports[0].rate == rate
+
+
+def test_lid_values():
+    assert ibp._int("0x1a3") == 419 and ibp._int(" 65535 ") == 65535 and ibp._int("") is None
+    assert ibp._int("unknown") is None and ibp._int("12 (x)") == 12
+
+
+def test_hca_status_table_facts():
+    rep = parse(fixture_text("ib/hca_table_cx7_one_down_one_init_pcie_x8.txt"))
+    assert rep.kind == "table"
+    assert [p.fact() for p in rep.ports] == [
+        {"ca": "mlx5_0", "port": 1, "state": "Active", "physical_state": "", "rate": 400, "link_layer": "InfiniBand",
+         "ca_type": "MT4129", "firmware": "", "netdev": "ibp26s0", "pcie_width": 16, "pcie_width_cap": 16},
+        {"ca": "mlx5_1", "port": 1, "state": "Down", "physical_state": "", "rate": 10, "link_layer": "InfiniBand",
+         "ca_type": "MT4129", "firmware": "", "netdev": "ibp60s0", "pcie_width": 16, "pcie_width_cap": 16},
+        {"ca": "mlx5_2", "port": 1, "state": "Initializing", "physical_state": "", "rate": 400,
+         "link_layer": "InfiniBand", "ca_type": "MT4129", "firmware": "", "netdev": "ibp77s0", "pcie_width": 8,
+         "pcie_width_cap": 16}]
+    assert rep.ports[0].lines == ["0000:1a:00.0 | mlx5_0 | ibp26s0 | 0 | active | up | IB | 400 | x16 G5 | x16 G5 | "
+                                  "MT4129"]
+
+
+def test_hca_status_table_variants():
+    text = ("| RDMA | State | Link | Rate |\n"
+            "| mlx5_0 | active | Ethernet | 200 |\n"
+            "| mlx5_1 | down | infiniband |\n"  # a short row
+            "| bad name! | active | IB | 100 |\n"  # not a device name
+            "| mlx5_2 | active | opa | 100 |\n"
+            "no bar line\n"
+            "| mlx5_3 | init | infiniband | 400 |\n")
+    rep = parse(text)
+    assert [(p.ca, p.state, p.link_layer, p.rate, p.pcie_width, p.netdev) for p in rep.ports] == [
+        ("mlx5_0", "Active", "Ethernet", 200.0, None, ""), ("mlx5_2", "Active", "opa", 100.0, None, ""),
+        ("mlx5_3", "Initializing", "InfiniBand", 400.0, None, "")]
+    assert parse("| RDMA | Net |\n| mlx5_0 | ib0 |\n").kind == ""  # no state column: not the table
+    assert parse("| Dev | LnkStat |\n| mlx5_0 | active |\n").ports == []
+
+
+def test_ibdev2netdev_facts():
+    rep = parse(fixture_text("ib/ibdev2netdev_mlx5_3_down.txt"))
+    assert rep.kind == "ibdev2netdev" and rep.shows_rate is False
+    assert [(p.ca, p.port, p.netdev, p.state, p.lines) for p in rep.ports][3:] == [
+        ("mlx5_3", 1, "ibp97s0", "Down", ["mlx5_3 port 1 ==> ibp97s0 (Down)"]),
+        ("mlx5_4", 1, "ens6f0np0", "Active", ["mlx5_4 port 1 ==> ens6f0np0 (Up)"])]
+    assert rep.ports[0].fact()["netdev"] == "ibp26s0"
+    mixed = parse("mlx5_0 port 1 ==> ib0 (Up)\n" + fixture_text("ib/ibstat_one_port_mlx5_3_400.txt"))
+    assert mixed.kind == "ibdev2netdev" and len(mixed.ports) == 2
+
+
+def test_ibdev2netdev_grading_has_no_rate():
+    r = one(fixture_text("ib/ibdev2netdev_mlx5_3_down.txt"), argv=["ibdev2netdev"])
+    assert r.status is Status.FAIL and r.facts["codes"] == ["ib.hca/compute-port-down"]
+    assert "rate ?" in r.summary
+
+
+@pytest.mark.parametrize("text,want", [
+    ("CA 'mlx5_0'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Active\n", False),  # no physical state
+    ("CA 'mlx5_0'\n\tPhysical state: LinkUp\n", False),  # no port line
+    ("\tPort 1:\n\t\tPhysical state: LinkUp\n", False),  # no CA line
+    ("Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t 4: ACTIVE\n", False),
+    ("infiniband device 'mlx5_0' port 1 status:\n\tphys state:\t 5: LinkUp\n", False),
+    ("\tphys state:\t 5: LinkUp\n", False),
+    ("hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n", False),
+    ("\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n", False),
+    ("mlx5_0 port 1 ==> ib0 (Up)\n", True),
+    ("| PCI | RDMA | State |\n", False),
+    ("| PCI | Net | LnkStat |\n", False),
+    ("PCI RDMA LnkStat\n", False),
+    ("| PCI | RDMA | LnkStat |\n", True),
+])
+def test_detect_each_layout_needs_all_its_marks(text, want):
+    from preflight.framing import Doc
+    assert ibp.detect(Doc(text)) is want
+
+
+@pytest.mark.parametrize("lines,want", [(3, True), (4, False)])
+def test_detect_error_only_at_most_three_lines(lines, want):
+    from preflight.framing import Doc
+    assert ibp.detect(Doc("Failed to open device\n" * lines, command="ibv_devinfo")) is want
+
+
+def test_a_pasted_ibstat_is_graded_by_analyze():
+    from tests.conftest import analyze_text
+    res = [r for r in analyze_text(fixture_text("ib/ibstat_one_port_mlx5_3_400.txt")) if r.check == "ib.hca"]
+    assert [r.status for r in res] == [Status.PASS]
+
+
+def test_unassigned_lid_is_named_in_the_remedy():
+    text = ("hca_id:\tmlx5_0\n\tvendor_part_id:\t\t\t4129\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_DOWN (1)\n"
+            "\t\t\tport_lid:\t\t65535\n\t\t\tlink_layer:\t\tInfiniBand\n")
+    r = one(text, argv=["ibv_devinfo"])
+    assert r.remedy == ("drain node; mlx5_0 port 1 is Down/? (no LID from a subnet manager: 65535): check the cable "
+                        "and the switch port")
+    r = one(text.replace("65535", "0"), argv=["ibv_devinfo"])
+    assert "no LID" not in r.remedy
