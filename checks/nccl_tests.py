@@ -22,6 +22,8 @@ from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
 CHECK = "nccl.allreduce"
+SHOW = 5  # pragma: no mutate (how many example lines a finding quotes: display only)
+SHOW_CMD = 300  # pragma: no mutate (characters of a command line quoted as evidence: display only)
 
 
 def _code(name: str) -> str:
@@ -33,6 +35,12 @@ def _fmt_bytes(n: int) -> str:
         if n >= div and n % div == 0:
             return f"{n // div} {unit}"
     return f"{n} B"
+
+
+def _num(prof: Profile, key: str) -> float:
+    """A profile number; 0 (not graded) when the profile does not set it."""
+    v = prof.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
 
 
 def _took(r: NcclTestRow) -> float | None:
@@ -156,10 +164,10 @@ def _profile_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectati
     lat_k = "nccl.allreduce.multi_node.base_latency_max_us"
     sizes = prof.get(f"nccl.allreduce.{tables[0]}.sizes") if len(tables) == 1 else None
     return Expectation(name + (" (NVLS)" if pre else ""), warn, fail, warn_src, fail_src,
-                       per_node=int(prof.get("gpu.count") or 0),
-                       latency_max_us=float(prof.get(lat_k) or 0) if topo.multi else 0.0,
+                       per_node=int(_num(prof, "gpu.count")),
+                       latency_max_us=_num(prof, lat_k) if topo.multi else 0.0,
                        latency_src=f"{lat_k} ({prof.source(lat_k)})",
-                       tcp_max_busbw=float(prof.get("nccl.allreduce.tcp_fallback_max_busbw") or 0),
+                       tcp_max_busbw=_num(prof, "nccl.allreduce.tcp_fallback_max_busbw"),
                        sizes=[e for e in sizes if isinstance(e, dict)] if isinstance(sizes, list) else [])
 
 
@@ -223,14 +231,14 @@ def _integrity_findings(res: NcclTests, computed: float | None, f: Findings) -> 
     wrong = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
     if wrong:
         bad = [r.line for r in res.rows if (r.wrong or 0) or (r.ip_wrong or 0)]
-        f.add(_code("wrong-results"), f"all-reduce returned wrong results ({wrong} wrong elements)", bad[:5],
+        f.add(_code("wrong-results"), f"all-reduce returned wrong results ({wrong} wrong elements)", bad[:SHOW],
               "a GPU, NVLink or NIC corrupts data: run the test per node to isolate it, check Xid/ECC, "
               "drain the node it follows")
     if res.oob_values:
         f.add(_code("out-of-bounds"), f"{res.oob_values} out-of-bounds values", [res.oob_line],
               "data corruption: isolate the node (per-node runs) and check ECC/Xid")
     if res.errors:
-        f.add(_code("test-failure"), "nccl-tests reported a failure", res.errors[:5],
+        f.add(_code("test-failure"), "nccl-tests reported a failure", res.errors[:SHOW],
               "read the failure line: it names the host; an NCCL WARN above it names the rank and device")
     if res.avg_check == "FAILED":
         f.add(_code("min-bw-check-failed"), "the run's own bandwidth check failed (NCCL_TESTS_MIN_BW)",
@@ -250,7 +258,7 @@ def _ending_findings(res: NcclTests, f: Findings) -> None:
     warns = [w for w in res.after_rows if "NCCL WARN" in w]
     if not finished and warns and not res.errors:
         f.add(_code("aborted"), "the run stopped after an NCCL WARN" + (
-            f" during the {_fmt_bytes(res.stopped_at)} all-reduce" if res.stopped_at else ""), warns[:5],
+            f" during the {_fmt_bytes(res.stopped_at)} all-reduce" if res.stopped_at else ""), warns[:SHOW],
             "read the NCCL WARN line: it names the failing rank, host and device; rerun with NCCL_DEBUG=INFO")
     elif not finished and res.stopped_at is not None and not res.errors:
         f.add(_code("stopped-mid-row"), f"the output ends inside the {_fmt_bytes(res.stopped_at)} row: the "
@@ -265,9 +273,9 @@ def _ending_findings(res: NcclTests, f: Findings) -> None:
 
 def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> None:
     """Large messages at socket speed: NCCL fell back to TCP."""
-    min_bytes = int(prof.get("nccl.allreduce.tcp_fallback_min_bytes") or 0)
+    min_bytes = int(_num(prof, "nccl.allreduce.tcp_fallback_min_bytes"))
     max_bw = exp.tcp_max_busbw
-    max_t = float(prof.get("nccl.allreduce.tcp_fallback_max_time_us") or 0)
+    max_t = _num(prof, "nccl.allreduce.tcp_fallback_max_time_us")
     if not min_bytes or not (max_bw or max_t):
         return
     slow = []
@@ -284,7 +292,7 @@ def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: F
     if slow:
         f.add(_code("tcp-fallback"), f"TCP-fallback signature: {len(slow)} message size(s) >= "
               f"{_fmt_bytes(min_bytes)} under {max_bw:g} GB/s busbw",
-              slow[:4] + [f"nccl.allreduce.tcp_fallback_max_busbw = {max_bw:g} "
+              slow[:SHOW] + [f"nccl.allreduce.tcp_fallback_max_busbw = {max_bw:g} "
                           f"({prof.source('nccl.allreduce.tcp_fallback_max_busbw') or 'the board table'})"],
               "NCCL is using NET/Socket: rerun with NCCL_DEBUG=INFO and look for 'NET/Socket : Using'; "
               "check ibstat, NCCL_IB_HCA / NCCL_IB_DISABLE and /dev/infiniband in the container")
@@ -292,7 +300,7 @@ def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: F
 
 def _base_latency(res: NcclTests, prof: Profile) -> float | None:
     """The fabric's base latency: the fastest of the latency-bound rows."""
-    limit = int(prof.get("nccl.allreduce.latency_max_bytes") or 0)
+    limit = int(_num(prof, "nccl.allreduce.latency_max_bytes"))
     small = [t for r in res.rows if r.bytes <= limit for t in [_took(r)] if t is not None]
     return min(small) if small else None
 
@@ -309,7 +317,7 @@ def _shared_bus(res: NcclTests) -> str:
     shared = sorted({h for (h, _), n in seen.items() if n > 1})
     if not shared:
         return ""
-    return (f"GPUs share one PCIe bus on {', '.join(shared[:4])}: a virtual machine's topology; NCCL cannot pair "
+    return (f"GPUs share one PCIe bus on {', '.join(shared[:SHOW])}: a virtual machine's topology; NCCL cannot pair "
             "GPUs with NICs there without NCCL_TOPO_FILE")
 
 
@@ -319,7 +327,7 @@ def _peak_gate(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> 
         f.add(code, note)
     if not exp.graded:
         return False
-    peak_min = int(prof.get("nccl.allreduce.peak_min_bytes") or 0)
+    peak_min = int(_num(prof, "nccl.allreduce.peak_min_bytes"))
     max_size = max(r.bytes for r in res.rows)
     if peak_min and max_size < peak_min:
         f.add(_code("short-sweep"), f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} "
@@ -369,8 +377,8 @@ def _ceiling_findings(res: NcclTests, exp: Expectation, f: Findings) -> None:
 def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     """Rows far slower than their neighbours: a message slower than `spike_ratio` x a larger
     one, or whose time grew more than `spike_ratio` x as fast as its size."""
-    ratio = float(prof.get("nccl.allreduce.spike_ratio") or 0)
-    excess = float(prof.get("nccl.allreduce.spike_min_excess_us") or 0)
+    ratio = _num(prof, "nccl.allreduce.spike_ratio")
+    excess = _num(prof, "nccl.allreduce.spike_min_excess_us")
     rows = sorted((r for r in res.rows if _took(r) is not None), key=lambda r: r.bytes)
     if not ratio or len(rows) < 3:
         return
@@ -387,9 +395,9 @@ def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
             spikes.setdefault(i, f"{times[i]:g} us after {times[i - 1]:g} us at {_fmt_bytes(rows[i - 1].bytes)}")
     if spikes:
         idx = sorted(spikes)
-        sizes = ", ".join(_fmt_bytes(rows[i].bytes) for i in idx[:6]) + (" ..." if len(idx) > 6 else "")
+        sizes = ", ".join(_fmt_bytes(rows[i].bytes) for i in idx[:SHOW]) + (" ..." if len(idx) > SHOW else "")
         f.add(_code("latency-spike"), f"latency spikes at {len(idx)} message size(s) ({sizes})",
-              [f"{_fmt_bytes(rows[i].bytes)}: {spikes[i]}" for i in idx[:6]] + [rows[i].line for i in idx[:2]] +
+              [f"{_fmt_bytes(rows[i].bytes)}: {spikes[i]}" for i in idx[:SHOW]] + [rows[i].line for i in idx[:SHOW]] +
               [f"nccl.allreduce.spike_ratio = {ratio:g} ({prof.source('nccl.allreduce.spike_ratio')})"],
               "an intermittent fabric problem at mid-size messages (adaptive routing, congestion, a flapping link, "
               "PCIe relaxed ordering, ACS): rerun to see whether it moves, test node pairs, check the switch "
@@ -399,7 +407,7 @@ def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
 def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     """A table too short for a bandwidth verdict; a plateau at one NIC while several are named."""
     sizes = sorted({r.bytes for r in res.rows})
-    peak_min = int(prof.get("nccl.allreduce.peak_min_bytes") or 0)
+    peak_min = int(_num(prof, "nccl.allreduce.peak_min_bytes"))
     if len(sizes) == 1 and peak_min and sizes[0] < peak_min:
         f.add(_code("single-size"), f"a single message size ({_fmt_bytes(sizes[0])}): too small for a bandwidth "
               "verdict", [res.rows[0].line, f"nccl.allreduce.peak_min_bytes = {peak_min} "
@@ -407,21 +415,21 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
               "rerun all_reduce_perf up to 8G (-b 8 -e 8G -f 2) to see the bandwidth plateau")
     if len(res.ib_hcas) < 2 or len(res.hosts) == 1:
         return
-    big = [r for r in res.rows if r.bytes >= int(prof.get("nccl.allreduce.plateau_min_bytes") or 0)
+    big = [r for r in res.rows if r.bytes >= int(_num(prof, "nccl.allreduce.plateau_min_bytes"))
            and _best_bw(r) is not None]
     bws = [_best_bw(r) or 0.0 for r in big]
     if len(bws) < 2:
         return
     plateau = max(bws)
-    flat = abs(bws[-1] - bws[-2]) <= float(prof.get("nccl.allreduce.plateau_flat_ratio") or 0) * plateau
+    flat = abs(bws[-1] - bws[-2]) <= _num(prof, "nccl.allreduce.plateau_flat_ratio") * plateau
     rate_key = "ib.rate" if prof.get("ib.rate") else "nccl.allreduce.nic_rate_gbps"
-    rate = float(prof.get(rate_key) or 0)
+    rate = _num(prof, rate_key)
     nic = rate / 8  # Gb/s to GB/s
-    if flat and rate and plateau <= float(prof.get("nccl.allreduce.plateau_nic_ratio") or 0) * nic:
+    if flat and rate and plateau <= _num(prof, "nccl.allreduce.plateau_nic_ratio") * nic:
         f.add(_code("one-nic-plateau"), f"busbw plateaus at {plateau:g} GB/s, about one {rate:g} Gb/s NIC's "
               f"worth, while NCCL_IB_HCA names {len(res.ib_hcas)} HCAs ({', '.join(res.ib_hcas)})"
               + ("; the table stops before its summary" if not res.avg_line else ""),
-              [*[r.line for r in big[-3:]], f"command: {res.command}"[:300],
+              [*[r.line for r in big[-SHOW:]], f"command: {res.command}"[:SHOW_CMD],
                f"{rate_key} = {rate:g} Gb/s ({prof.source(rate_key)})"],
               "only one rail carries the traffic: check NCCL_DEBUG=INFO 'NET/IB : Using' (all HCAs listed?), one "
               "process per GPU, NCCL_ALGO (Tree on 1 GPU per node uses one channel), NCCL_MIN_NCHANNELS and that "
@@ -457,17 +465,17 @@ def _no_rows(ctx: CheckContext, res: NcclTests) -> Result:
     facts = _allreduce_facts(res, topology(res))
     if res.errors or res.warns:
         return ctx.finding(_code("test-failure"), "nccl-tests failed before its first result row",
-                           evidence=(res.errors + res.warns)[:5],
+                           evidence=(res.errors + res.warns)[:SHOW],
                            remedy="read the failure line and the NCCL WARN above it: they name the host, rank and "
                                   "device", facts=facts)
     if res.bad_rows:
         return ctx.finding(_code("not-recognised"), "not recognised: rows `size count type [redop root] time algbw "
                            "busbw #wrong` (out-of-place, in-place) were expected; "
-                           f"{len(res.bad_rows)} row(s) have another layout", evidence=res.bad_rows[:3],
+                           f"{len(res.bad_rows)} row(s) have another layout", evidence=res.bad_rows[:SHOW],
                            remedy="grade the untouched output of the *_perf binary; report the layout if it is a "
                                   "newer nccl-tests", facts=facts)
     return ctx.finding(_code("no-rows"), "nccl-tests: no result rows (truncated output or the test failed to start)",
-                       evidence=[res.header or "no `size count type ... busbw` row found", *res.notes[:3]],
+                       evidence=[res.header or "no `size count type ... busbw` row found", *res.notes[:SHOW]],
                        remedy="rerun all_reduce_perf and read its error; an NCCL WARN names the failing rank/NIC",
                        facts=facts)
 
@@ -480,7 +488,7 @@ def _other_collective(ctx: CheckContext, tables: list[NcclTests]) -> Result:
     for t in tables:
         _integrity_findings(t, None, f)
     f.add(_code("not-all-reduce"), f"not an all-reduce table: {what} (bandwidth not graded as an all-reduce)",
-          [t.header or t.rows[0].line for t in tables][:3])
+          [t.header or t.rows[0].line for t in tables][:SHOW])
     return f.result(ctx, "", _allreduce_facts(first, topology(first)))
 
 

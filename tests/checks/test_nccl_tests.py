@@ -640,3 +640,186 @@ def test_profile_hint_from_rank_lines(registry) -> None:  # noqa: ANN001
     assert grader._profile_hint(FactStore(registry, captures={"nccl-tests": capture("nccl-tests", mixed)})) == \
         (None, None)
     assert grader._profile_hint(FactStore(registry, captures={})) == (None, None)
+
+
+# ----------------------------------------------------------------------------- exact evidence, remedies, edges
+
+def site(tmp_path: Path, body: str, base: str = "generic") -> str:
+    prof = tmp_path / "site.toml"
+    prof.write_text(f'[profile]\nname = "site"\nextends = "{base}"\n' + body)
+    return str(prof)
+
+
+def test_a_table_with_only_a_warn_floor_or_only_a_fail_floor(tmp_path: Path) -> None:
+    warn_only = site(tmp_path, '[nccl.allreduce.single_node]\npeak_busbw_warn = { value = 400.0, source = "site" }\n')
+    r = one(table(1, 8, 300.0, lo=1 << 30), warn_only)
+    assert r.status is Status.WARN and "below the expected 400" in r.summary
+    assert any(e.startswith("nccl.allreduce.single_node.peak_busbw_warn = 400 (site)") for e in r.evidence)
+    fail_only = site(tmp_path, '[nccl.allreduce.multi_node]\npeak_busbw_fail = { value = 200.0, source = "site" }\n')
+    r = one(table(2, 8, 150.0, lo=1 << 30), fail_only)
+    assert r.status is Status.FAIL and "under the multi_node floor 200" in r.summary
+
+
+def test_a_board_without_name_or_gpu_count_or_figures() -> None:
+    topo = grader.Topology(True, 8, ["NVIDIA X1"], 16)
+    exp = grader._board_expectation({"match": ["X1"], "multi_node_peak_busbw_warn": 100.0}, topo, False)
+    assert exp.warn == 100.0 and exp.fail == 0.0 and exp.per_node == 0 and exp.graded
+    assert exp.warn_src.startswith("multi_node_peak_busbw_warn = 100.0 (board ?: ")
+    bare = grader._board_expectation({"match": ["X1"]}, topo, False)
+    assert not bare.graded and bare.notes == [("nccl.allreduce/no-table", "peak not graded: board ? has no multi_node figure")]
+    single = grader._board_expectation({"single_node_peak_busbw_warn": 50.0, "single_node_nvls_peak_busbw_warn": 90.0},
+                                       grader.Topology(False, 8, [], 8), True)
+    assert (single.name, single.warn) == ("single_node (NVLS)", 90.0)
+    plain = grader._board_expectation({"single_node_peak_busbw_warn": 50.0}, grader.Topology(False, 8, [], 8), True)
+    assert (plain.name, plain.warn) == ("single_node", 50.0)
+
+
+def test_wrong_counts_of_both_blocks_add_up() -> None:
+    text = table(1, 8, 470.0, lo=1 << 30)
+    lines = text.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.strip().startswith("2147483648"))
+    cells = lines[i].split()
+    cells[8], cells[12] = "3", "5"
+    lines[i] = "  ".join(cells)
+    j = next(k for k, ln in enumerate(lines) if ln.strip().startswith("4294967296"))
+    cells = lines[j].split()
+    cells[12] = "7"
+    lines[j] = "  ".join(cells)
+    r = one("\n".join(lines))
+    assert "(15 wrong elements)" in r.summary and r.facts["wrong"] == 15
+    assert lines[i].strip() in r.evidence and lines[j].strip() in r.evidence
+    assert "drain the node it follows" in r.remedy
+
+
+def test_remedies_name_the_next_step() -> None:
+    assert "ECC/Xid" in one(table(2, 8, 470.0).replace("0 OK", "3 FAILED")).remedy
+    failed = table(2, 8, 470.0, hi=1 << 20, footer=False) + "gpu1: Test NCCL failure common.cu:1005 'internal error'\n"
+    r = one(failed)
+    assert codes(r) == ["nccl.allreduce/test-failure"] and r.summary == "nccl-tests reported a failure"
+    assert "names the host" in r.remedy and "gpu1: Test NCCL failure" in r.evidence[0]
+    assert "NCCL_TESTS_MIN_BW" in one(re.sub(r"(Avg bus bandwidth\s*: \S+)", r"\1 FAILED", table(2, 8, 470.0))).remedy
+    assert "untouched output" in one(re.sub(r"(Avg bus bandwidth\s*: )\S+", r"\g<1>1.5", table(2, 8, 470.0))).remedy
+    aborted = table(2, 8, 470.0, hi=1 << 20, footer=False) + "n1:1:2 [0] NCCL WARN Cuda failure 'unknown'\n"
+    assert "NCCL_DEBUG=INFO" in one(aborted).remedy
+    stopped = table(2, 8, 470.0, hi=1 << 20, footer=False) + "     2097152        524288     float     sum      -1\n"
+    r = one(stopped)
+    assert "py-spy" in r.remedy and r.evidence[0] == "last row started: 2 MB"
+    assert "ibstat" in one(table(2, 8, 150.0, lo=1 << 30)).remedy
+    assert "nvidia-smi topo -m" in one(table(2, 8, 300.0, lo=1 << 30)).remedy
+    assert "adaptive routing" in one(table(2, 8, 470.0, times={32768: 1112.2, 65536: 1651.7})).remedy
+    assert "-b 8 -e 8G" in one(table(2, 8, 100.0, lo=25 << 20, hi=25 << 20)).remedy
+
+
+def test_tcp_fallback_evidence_names_its_source() -> None:
+    r = one(table(2, 8, 3.0, lat=95.0, lo=1 << 30))
+    assert any(e.startswith("nccl.allreduce.tcp_fallback_max_busbw = 30 (a 256 MB all-reduce under 30") for e in r.evidence)
+    r = one(table(2, 8, 3.0, lat=95.0, lo=1 << 30, model="NVIDIA H200"), "generic")
+    assert "nccl.allreduce/tcp-fallback" in codes(r)
+    assert any(e.startswith("nccl.allreduce.tcp_fallback_max_busbw = 30 (0 = not graded") or "(the board table)" in e
+               for e in r.evidence)
+
+
+def test_tcp_fallback_by_time_alone(tmp_path: Path) -> None:
+    prof = site(tmp_path, '[nccl.allreduce]\ntcp_fallback_max_time_us = { value = 30000.0, source = "site" }\n')
+    r = one(table(2, 8, 10.0, lo=256 << 20, hi=1 << 30, model="NVIDIA B200"), prof)
+    assert codes(r) == ["nccl.allreduce/tcp-fallback"]
+    r = one(table(2, 8, 40.0, lo=256 << 20, hi=1 << 30, model="NVIDIA B200"), prof)
+    assert codes(r) == []
+
+
+def test_the_latency_bound_rows_end_at_4_kb() -> None:
+    r = one(table(2, 8, 338.0, lat=123.0, lo=4096))
+    assert r.status is Status.PASS  # the 4 KB row is latency-bound: not graded against NDR
+    r = one(table(2, 8, 338.0, lat=123.0, lo=8192))
+    assert r.status is Status.WARN
+
+
+def test_two_gpus_on_one_bus_are_enough_for_the_vm_note() -> None:
+    text = table(2, 8, 360.0, lo=1 << 30)
+    two = text.replace("device  1 [0000:29:00]", "device  1 [0000:18:01]", 1)
+    r = one(two)
+    assert any(e.startswith("GPUs share one PCIe bus on node00:") for e in r.evidence)
+
+
+def test_a_size_at_its_ceiling_passes() -> None:
+    lines = []
+    for line in fixture_text("nccl-tests/all_reduce_perf_1node_8xH100_nvls.txt").splitlines():
+        if line.strip().startswith("16777216 "):
+            cells = line.split()
+            cells[5], cells[9] = "500.0", "500.0"
+            line = "  ".join(cells)
+        lines.append(line)
+    r = one("\n".join(lines))
+    assert "nccl.allreduce/size-slow" not in codes(r)
+
+
+def test_row_facts_and_the_pass_evidence() -> None:
+    r = one(table(1, 8, 470.0, lo=1 << 30))
+    row0 = r.facts["rows"][0]
+    assert set(row0) == {"bytes", "time_us", "algbw", "busbw", "ip_time_us", "ip_algbw", "ip_busbw", "wrong",
+                         "ip_wrong"}
+    assert row0["ip_wrong"] == 0 and row0["bytes"] == 1 << 30
+    assert r.evidence[0].startswith("8589934592") and r.evidence[1].startswith("# Avg bus bandwidth")
+    assert r.facts["avg_busbw_computed"] == pytest.approx(r.facts["avg_busbw"], abs=0.01)
+
+
+def test_summary_without_rank_list() -> None:
+    text = "\n".join(ln for ln in table(2, 8, 400.0, lo=1 << 30).splitlines() if "Rank" not in ln)
+    r = one(text)
+    assert "(16 ranks on ? host(s)" in r.summary
+    r = one(COLS + "           8             2     float     sum      -1    24.11    0.00    0.00      0    24.0   0.00"
+                   "   0.00  0\n          16             4     float     sum      -1    24.11    0.00    0.00      0"
+                   "    24.0   0.00   0.00  0\n")
+    assert "(? ranks on ? host(s)" in r.summary
+
+
+def test_not_all_reduce_evidence_is_the_header_or_the_first_row() -> None:
+    text = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    r = one(text)
+    assert r.evidence[0].startswith("# nThread 1 nGpus 8")
+    headless = "\n".join(ln for ln in text.splitlines() if "nThread" not in ln)
+    r = one(headless)
+    assert r.evidence[0].startswith("1073741824")
+
+
+def test_unrecognised_columns_quote_the_last_row() -> None:
+    text = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    text = text.replace("# Collective test starting: all_gather_perf\n", "").replace(
+        "# Collective test concluded: all_gather_perf\n", "")
+    r = one(text)
+    assert r.evidence[0].startswith("8589934592") and "name the binary" in r.remedy
+    no_list = "\n".join(ln for ln in text.splitlines() if "Rank" not in ln)
+    assert "no rank list" in one(no_list).evidence
+
+
+def test_no_rows_quotes_the_header_and_notes() -> None:
+    text = ("# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+            "validation: 1 graph: 0\n#\n# Reducing maxBytes to 64 due to memory limitation\n")
+    r = one(text)
+    assert r.evidence == [text.splitlines()[0], "# Reducing maxBytes to 64 due to memory limitation"]
+    assert "rerun all_reduce_perf" in r.remedy
+    r = one(COLS + "  1073741824     268435456     float     sum      -1   4484.9  239.41  448.90  x\n")
+    assert "report the layout" in r.remedy
+
+
+def test_profile_hint_with_uneven_hosts(registry) -> None:  # noqa: ANN001
+    from preflight.grading import FactStore
+
+    uneven = table(2, 8, 400.0, lo=1 << 30).replace("on     node01 device  7", "on     node02 device  7")
+    cap = capture("nccl-tests", uneven)
+    assert grader._profile_hint(FactStore(registry, captures={"nccl-tests": cap})) == (H100_NAME, None)
+    whole = capture("nccl-tests", table(2, 8, 400.0, lo=1 << 30))
+    assert grader._profile_hint(FactStore(registry, captures={"nccl-tests": whole})) == (H100_NAME, 8)
+
+
+def test_num() -> None:
+    prof = profiles.load("generic")
+    assert grader._num(prof, "nccl.allreduce.spike_ratio") == 2.0
+    assert grader._num(prof, "nccl.allreduce.no_such_key") == 0.0
+    assert grader._num(prof, "gpu.persistence_mode") == 0.0  # a bool is not a number
+    assert grader._num(prof, "nccl.allreduce.peak_min_bytes") == 1073741824.0
+
+
+def test_fmt_bytes() -> None:
+    assert [grader._fmt_bytes(n) for n in (1 << 30, 3 << 20, 1024, 1536, 25 << 20, 7)] == \
+        ["1 GB", "3 MB", "1 KB", "1536 B", "25 MB", "7 B"]
