@@ -43,7 +43,7 @@ from preflight.parsers.kernel_hw import KernelFault
 NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", "nvidia: probe of", *kernel_hw.NEEDLES)
 # the reading tool's own complaints: at the start or the end of what it printed
 TOOL_NEEDLES = ("dmesg: ", "journalctl: ", "Operation not permitted", "Permission denied", "No journal files")
-TOOL_ENDS = 256 * 1024
+TOOL_ENDS = 256 * 1024  # pragma: no mutate (a scan window: a byte more or less reads the same lines)
 _TOOL_ERROR = re.compile(r"^(?:dmesg|journalctl): |Operation not permitted|Permission denied|No journal files were found")
 
 _PCI = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
@@ -118,7 +118,7 @@ DRIVER_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("probe_not_called", re.compile(r"probe routine was not called for (?P<n>\d+) device", re.IGNORECASE),
      "another driver (nouveau, vfio) owns the GPUs, so the nvidia module did not bind them"),
     ("api_mismatch", re.compile(r"API mismatch: the client has the version (?P<client>\S+?),? but"
-                                r"(?:\s+this kernel module has the version)?\s*(?P<kernel>[\d.]+)?", re.IGNORECASE),
+                                r"(?:\s+this kernel module has the version)?\s*(?P<kernel>\d+(?:\.\d+)+)?", re.IGNORECASE),
      "the user-space driver and the loaded kernel module are different versions"),
     ("unsupported_gpu", re.compile(r"installed in this system is not supported by the|"
                                    r"is not supported by the NVIDIA \S+ driver release", re.IGNORECASE),
@@ -161,9 +161,9 @@ class DriverFault:
 
 @dataclass
 class KernelLog:
-    lines: int = 0  # lines in the log
+    lines: int = 0  # lines in the log  # pragma: no mutate (parse always sets it)
     nvrm: int = 0  # lines from the NVIDIA driver
-    stamped: bool = False  # the log lines carry kernel-log time stamps (not a bare message list)
+    stamped: bool = False  # pragma: no mutate (parse always sets it): lines carry kernel-log time stamps
     events: list[XidEvent] = field(default_factory=list)
     faults: list[KernelFault] = field(default_factory=list)  # GPU faults the driver reports without an Xid
     hardware: list[KernelFault] = field(default_factory=list)  # the kernel's PCIe, machine-check and SXid reports
@@ -174,7 +174,7 @@ class KernelLog:
     module_version: str = ""
     tool_errors: list[str] = field(default_factory=list)  # dmesg/journalctl's own complaints
     hosts: list[str] = field(default_factory=list)
-    excerpt: bool = False  # elided or grep-filtered by whoever pasted it
+    excerpt: bool = False  # pragma: no mutate (parse always sets it): elided or grep-filtered
     filter: list[str] = field(default_factory=list)
 
 
@@ -205,7 +205,7 @@ def parse_xid(msg: str, line: Line) -> XidEvent | None:
         ev.text = ev.text[:cm.start()].rstrip(" ,")
     pm = _PID_NAME.match(ev.text)
     if pm:
-        ev.pid = pm.group("pid").strip("'")
+        ev.pid = pm.group("pid").strip("'")  # pragma: no mutate (a pid is digits or <unknown>: no other char to strip)
         ev.name = (pm.group("name") or "").strip()
         ev.text = pm.group("msg").strip()
     g = _GPU_N.search(ev.text)
@@ -249,7 +249,7 @@ class _Reader:
     doc: Doc
     log: KernelLog
     last_gpu_at: str = ""  # the PCI address of the last `NVRM: GPU at ...` line (its serial follows)
-    named: tuple[str, int] = ("", 0)  # the GPU a multi-line NVRM message names, and its line number
+    named: tuple[str, int] = ("", 0)  # pragma: no mutate (no address: never used): GPU a multi-line message names
     hosts: dict[str, None] = field(default_factory=dict)
     hw: kernel_hw.HwReader = field(default_factory=kernel_hw.HwReader)
 
@@ -296,25 +296,26 @@ class _Reader:
     def _named(self, line: Line) -> str:
         """The GPU a continuation of a multi-line driver message is about ("" when none)."""
         pci, n = self.named
-        return pci if pci and 0 <= line.n - n <= NAMED_GPU_REACH else ""
+        return pci if pci and 0 <= line.n - n <= NAMED_GPU_REACH else ""  # pragma: no mutate (0: the naming line has its address)
 
     def _identity(self, raw: str) -> bool:
         """A GPU's UUID, its board serial or the module version; False for any other line."""
         log = self.log
         gm = _GPU_AT.search(raw) if "GPU at" in raw else None
+        # (read on, an identity line would match no fault pattern: its True only saves the peeling)
         if gm:
             self.last_gpu_at = pci_id(gm.group("pci"))
             log.gpus.setdefault(self.last_gpu_at, {})["uuid"] = gm.group("uuid")
-            return True
+            return True  # pragma: no mutate (equivalent, see above)
         sm = _SERIAL.search(raw) if "Serial Number" in raw else None
         if sm:
             if self.last_gpu_at:
                 log.gpus.setdefault(self.last_gpu_at, {})["serial"] = sm.group("serial")
-            return True
+            return True  # pragma: no mutate (equivalent, see above)
         mm = _MODULE.search(raw) if "Kernel Module" in raw else None
         if mm:
             log.module_version = mm.group("v") or mm.group("v2") or log.module_version
-            return True
+            return True  # pragma: no mutate (equivalent, see above)
         return False
 
 
@@ -354,7 +355,7 @@ def parse(doc: Doc) -> KernelLog:
     """Kernel log document -> Xid events, Xid-less GPU faults, kernel hardware reports, driver
     faults, GPU identities."""
     log = KernelLog(lines=doc.count(), excerpt=doc.excerpt, filter=list(doc.filter))
-    head = [ln for ln in doc.head(400) if ln.text.strip()]
+    head = [ln for ln in doc.head(400) if ln.text.strip()]  # pragma: no mutate (a sample size for a half-share)
     log.stamped = bool(head) and sum(1 for ln in head if ln.stamped) * 2 >= len(head)
     hits = {(h.start, h.n): h for h in doc.scan(TOOL_NEEDLES, ends=TOOL_ENDS)}
     hits.update(((h.start, h.n), h) for h in doc.scan(NEEDLES))
@@ -370,7 +371,7 @@ def parse(doc: Doc) -> KernelLog:
 # ---------------------------------------------------------------------------------------------
 # Recognising a kernel log
 
-_KERNEL_LAYERS = frozenset({"dmesg", "dmesg-ctime", "kmsg", "facility", "kernel", "printk-level"})
+_KERNEL_LAYERS = frozenset({"dmesg", "dmesg-ctime", "kmsg", "facility", "printk-level"})  # `kernel: ` sets ident
 _KERNEL_MSG = re.compile(r"^(?:NVRM: |nvidia(?:-\w+)?: |pcieport |mlx5_core |ACPI|PCI: |pci \d|mce: |EDAC |"
                          r"(?:\{\d+\})?\[Hardware Error\]|Memory failure: |"
                          r"[\w-]+ \d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d(?::pcie\d+)?: )")
@@ -383,7 +384,7 @@ _KERNEL_REPORT = re.compile(r"SXid \(PCI:|mce: Uncorrected hardware memory error
 def detect(doc: Doc) -> bool:
     """A kernel log: NVRM lines, or mostly lines framed as kernel messages."""
     total = kernel = 0
-    for ln in doc.head(2000):
+    for ln in doc.head(2000):  # pragma: no mutate (a bound on blank lines; 400 text lines end the loop first)
         msg = ln.text.strip()
         if not msg:
             continue
