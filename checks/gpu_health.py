@@ -287,7 +287,7 @@ def _views(ctx: CheckContext) -> tuple[str, list[GpuHealth], list[ToolError], QR
     table: SmiTable | None = ctx.facts("nvidia-smi-table")
     health_cols = csv is not None and any(c.startswith(_HEALTH_COLUMNS) for c in csv.fields)
     qviews = [from_q(g) for g in q.gpus] if q is not None else []
-    if q is not None and (any(v.shown for v in qviews) or q.errors or not (health_cols or table)):
+    if q is not None and (any(v.shown or v.field_errors for v in qviews) or q.errors or not (health_cols or table)):
         return "nvidia-smi -q", qviews, q.errors, q
     if csv is not None and health_cols:
         return "the --query-gpu CSV", [from_csv(r, i) for i, r in enumerate(csv.rows)], csv.errors, None
@@ -353,11 +353,10 @@ def _nothing(ctx: CheckContext, source: str, errors: list[ToolError], q: QReport
 
 
 def _ok_summary(source: str, views: list[GpuHealth]) -> str:
-    groups = sorted({g for v in views for g in v.shown} - {"errors", "table"})
     if source == "the nvidia-smi table":
         what = "volatile uncorrectable ECC and sensors (the table does not show row remapping; `nvidia-smi -q` does)"
     else:
-        what = ", ".join(groups)
+        what = ", ".join(sorted({g for v in views for g in v.shown}))
     return f"{len(views)} GPU(s) healthy in {source}: {what}"
 
 
@@ -365,7 +364,7 @@ def grade_health(ctx: CheckContext) -> Result | list[Result]:
     source, views, errors, q = _views(ctx)
     if not source:
         return []  # only a CSV without health columns: gpu.inventory grades it
-    graded = [h for h in views if h.shown]
+    graded = [h for h in views if h.shown or h.field_errors]
     f = Findings()
     for h in graded:
         grade_gpu(h, ctx.profile, f)

@@ -258,7 +258,6 @@ class _QView:
             if kind == "unknown_error" and not path.startswith(HEALTH_SECTIONS):
                 continue
             h.field_errors.append((kind, _ev(gpu, path)))
-            h.shown.add("errors")
 
 
 def _text(value: Any) -> str | None:
@@ -302,7 +301,6 @@ def from_csv(row: dict[str, str], position: int) -> GpuHealth:
                 h.shown.add(group)
         elif field_error(raw):
             h.field_errors.append((field_error(raw), f"{h.label} {name}={raw}"))
-            h.shown.add("errors")
         return value
 
     h.ecc_volatile = get("ecc.errors.uncorrected.volatile.total", "ecc_volatile", to_int, "ecc")
@@ -340,7 +338,7 @@ def from_table(row: dict[str, Any]) -> GpuHealth:
     h.sensor_errors = [k for k in ("fan", "temp", "perf", "power_usage", "power_cap", "memory_used", "util",
                                    "ecc_uncorr") if "ERR!" in str(row.get(k) or "")]
     h.ecc_volatile = to_int(row.get("ecc_uncorr"))
-    h.shown = {"table"}
+    h.shown = {"table"}  # the table's cells: ECC and ERR! sensors
     h.ev = {"sensor_errors": block, "ecc_volatile": block}
     return h
 

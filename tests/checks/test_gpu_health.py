@@ -1187,3 +1187,66 @@ def test_registration() -> None:
     assert d.inputs == ("nvidia-smi-q", "nvml", "kernel-log", "driver-version") and d.required == ()
     assert d.profile_keys == {"gpu.driver_version": str, "gpu.cuda_version": str}
     assert [p.name for p in d.probes] == ["nvidia-smi-q", "nvml"] and d.node_local and d.in_run
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("ecc.errors.uncorrected.volatile.total", "0"), ("remapped_rows.pending", "No"), ("retired_pages.pending", "No"),
+    ("reset_status.reset_required", "No"), ("gpu_recovery_action", "None"),
+    ("clocks_event_reasons.hw_slowdown", "Not Active"), ("clocks_throttle_reasons.hw_slowdown", "Not Active")])
+def test_each_kind_of_health_column_makes_the_csv_a_source(column: str, value: str) -> None:
+    caps = {"nvidia-smi-query": capture("nvidia-smi-query", f"index, {column}\n0, {value}\n"),
+            "nvidia-smi-table": capture("nvidia-smi-table", _TABLE_HEAD + _ROW.format(**_row(0, "1B", ecc="4")))}
+    r = one(grade("gpu.health", caps, mode="analyze"))
+    assert r.facts["source"] == "the --query-gpu CSV"
+
+
+def test_csv_without_health_columns_gives_way_to_the_table() -> None:
+    caps = {"nvidia-smi-query": capture("nvidia-smi-query", "index, name\n0, NVIDIA H100 80GB HBM3\n"),
+            "nvidia-smi-table": capture("nvidia-smi-table", _TABLE_HEAD + _ROW.format(**_row(0, "1B", ecc="4")))}
+    r = one(grade("gpu.health", caps, mode="analyze"))
+    assert r.facts["source"] == "the nvidia-smi table" and codes(r) == ["gpu.health/volatile-uncorrectable-ecc"]
+
+
+def test_only_double_bit_pages_shown() -> None:
+    r = smi("GPU 00000000:18:00.0\n    Retired Pages\n        Single Bit ECC : N/A\n        Double Bit ECC : 64\n")
+    assert codes(r) == ["gpu.health/retired-pages-table-full"] and "(64 pages retired)" in r.summary
+
+
+def test_error_in_a_block_and_a_message_after_it() -> None:
+    text = block(pending="GPU requires reset") + "Unable to determine the device handle for GPU 0000:9D:00.0: " \
+                                                  "Unknown Error\n"
+    r = smi(text)
+    assert codes(r) == ["gpu.health/needs-reset", "gpu.health/gpu-lost"]
+    assert r.summary == ("GPU 0 (00000000:18:00.0): the driver says the GPU requires a reset; GPU 0000:9D:00.0: a GPU "
+                         "does not answer the driver (Unknown Error)")
+
+
+def test_exact_texts_of_the_rarer_results() -> None:
+    r = one(grade("gpu.health", q("q_d_memory_no_health_fields.txt"), mode="analyze"))
+    assert r.remedy == "run `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT,PERFORMANCE` for the health fields"
+    r = one(grade("gpu.health", {"nvidia-smi-q": capture("nvidia-smi-q", "hello\n")}))
+    assert r.evidence == ["no GPU block, row or health field in the output"]
+    assert r.remedy == ("run `nvidia-smi -q` by hand on node1; empty or garbled output means the tool or driver is in "
+                        "trouble")
+    r = one(grade("gpu.health", table(_row(0, "1B", fan="ERR!")), mode="analyze"))
+    assert r.remedy == ("the temperature still reads normally: check the fan and its connector at the next maintenance "
+                        "window and watch the GPU temperature until then")
+    r = smi(block(recovery="GPU is lost"))
+    assert r.remedy == ("the GPU fell off the bus or hung (Xid 79 class): drain the node and reboot it; reseat or RMA "
+                        "the GPU if it happens again")
+    r = smi(block(reset="[GPU requires reset]"))
+    assert r.remedy == "drain the node and reset GPU 0 (nvidia-smi -r -i 00000000:18:00.0) or reboot"
+    r = one(grade("gpu.health", q("h100x8_535_truncated.txt")))
+    assert r.remedy == "run `nvidia-smi -q` by hand; a GPU missing from the listing is not healthy"
+    r = one(grade("gpu.health", q("err_version_mismatch.txt", rc=9)))
+    assert r.remedy.endswith("(see gpu.driver)") and r.remedy.startswith("the loaded NVIDIA kernel module and the "
+                                                                         "user-space driver library differ: ")
+    assert r.summary == "GPU health not read: Failed to initialize NVML: Driver/library version mismatch"
+
+
+def test_temperature_evidence_shows_every_threshold() -> None:
+    r = one(grade("gpu.health", q("q_d_temperature_old_layout_hot.txt"), mode="analyze"))
+    gpu = "GPU 1 (00000000:AF:00.0) [Temperature] "
+    assert r.evidence[:4] == [gpu + "GPU Current Temp : 96 C", gpu + "GPU Shutdown Temp : 98 C",
+                              gpu + "GPU Slowdown Temp : 95 C", gpu + "GPU Max Operating Temp : 93 C"]
+    assert r.evidence[4:] == [gpu + "Memory Current Temp : 97 C", gpu + "Memory Max Operating Temp : 95 C"]
