@@ -137,7 +137,7 @@ def _listing_gpus(name: str, f: Any, inv: Inventory) -> list[GpuRecord]:
         return list(f.records) if f.listing else []
     inv.driver = inv.driver or getattr(f, "driver", "")
     inv.cuda = inv.cuda or getattr(f, "cuda", "")
-    inv.mig_devices = max(inv.mig_devices, getattr(f, "mig_devices", 0))
+    inv.mig_devices = max(inv.mig_devices, f.mig_devices)
     return list(f.records if name == "nvidia-smi-table" else f.gpus)
 
 
@@ -182,7 +182,8 @@ def _socket_split(gpus: list[GpuRecord]) -> tuple[int, int] | None:
         if len(parts) < 3:
             return None
         try:
-            dom, bus = int(parts[0], 16), int(parts[1], 16)
+            dom = int(parts[0], 16)  # pragma: no mutate (only compared with 0, which any base reads as 0)
+            bus = int(parts[1], 16)
         except ValueError:
             return None
         if dom != 0:
@@ -571,7 +572,7 @@ def _pair_findings(topo: TopoMatrix, pairs: dict[str, str], prof: Profile, f: Fi
         return
     src = f"nvlink.links_per_gpu = {per_gpu} ({prof.source('nvlink.links_per_gpu')})"
     not_nv = {p: c for p, c in pairs.items() if c and not c.upper().startswith("NV")}
-    few = {p: c for p, c in pairs.items() if c.upper().startswith("NV") and int(c[2:] or 0) < per_gpu}
+    few = {p: c for p, c in pairs.items() if c.upper().startswith("NV") and int(c[2:]) < per_gpu}
     for found, code, what, remedy in (
             (not_nv, "gpu.topology/pair-not-nvlink", "not on NVLink",
              "drain the node; check the fabric manager (`systemctl status nvidia-fabricmanager`) and "

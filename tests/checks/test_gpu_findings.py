@@ -670,3 +670,139 @@ def test_every_code_graders_name_is_in_the_table() -> None:
     named |= {f"{c}/{s}" for c in ("gpu.nvlink", "gpu.topology") for s in ("gpu-not-listed", "tool-failed", "not-graded")}
     table = {c for c in policy.builtin().codes if c.split("/")[0] in ("gpu.inventory", "gpu.nvlink", "gpu.topology")}
     assert named == table
+
+
+# --------------------------------------------------------------------------- profiles without the keys, texts, declaration
+
+
+def bare(check: str, inputs: dict[str, str], values: dict[str, Any] | None = None) -> Result:
+    """Grade with a profile that holds only `values` (a site profile that extends nothing)."""
+    from preflight.framing import frame
+    from preflight.grading import Options, grade_check
+    from preflight.profile import Profile
+
+    reg = registry.load()
+    docs = {probe: frame(text).docs for probe, text in inputs.items()}
+    [r] = grade_check(reg.checks[check], "node1", FactStore(reg, docs=docs), Profile("bare", values=values or {}),
+                      Options(mode="analyze"), None)
+    return r
+
+
+def test_a_profile_without_the_keys_grades_nothing_it_does_not_name() -> None:
+    odd = csv([row(i, pm="Disabled", gen="1", width="4", name="NVIDIA L40S") for i in range(7)])
+    r = bare("gpu.inventory", {"nvidia-smi-query": odd})
+    assert r.status is Status.PASS and r.summary == "7 x NVIDIA L40S"
+    mig = bare("gpu.inventory", {"nvidia-smi-query": eight(g0={"mig": "Enabled"})})
+    assert codes(mig) == ["gpu.inventory/mig-enabled"] and "gpu.mig_allowed = true ()" in mig.evidence
+    nv = bare("gpu.nvlink", {"nvidia-smi-nvlink": links("NVIDIA H100 80GB HBM3", 1, 17).replace("26.562", "1")})
+    assert nv.status is Status.PASS and nv.facts["gpus"][0]["expected"] == 0
+    t = bare("gpu.topology", {"nvidia-smi-topo": matrix(lambda i, k: "PXB" if i == k else "SYS")})
+    assert t.status is Status.PASS and t.facts["gpus"][0]["local_nics"] == ["mlx5_0"]
+    pix_only = bare("gpu.topology", {"nvidia-smi-topo": matrix(lambda i, k: "PXB" if i == k else "SYS")},
+                    {"topology.local_nic_levels": ["pix"]})
+    assert codes(pix_only) == ["gpu.topology/no-gpu-near-a-nic"]
+    assert bare("gpu.topology", {"nvidia-smi-topo": matrix(pix, nics=[])}).status is Status.PASS
+    assert bare("gpu.nvlink", {"nvidia-smi-nvlink": "zzz\n"}).facts == {"links_total": 0,
+                                                                       "codes": ["gpu.nvlink/not-recognised"]}
+
+
+def test_exact_texts_of_findings() -> None:
+    from preflight.profile import load
+
+    gen = load("generic")
+    drv = inv("No devices were found\n", probe="nvidia-smi-q")
+    assert drv.remedy.endswith("; check that the NVIDIA driver is loaded (`lsmod | grep nvidia`, `dmesg -T | grep "
+                               "NVRM`); a driver/library mismatch needs a reboot after a driver update")
+    bad = inv(csv([row(0), row(1) + ", x"]))
+    assert bad.remedy == ("a row that does not fit the CSV header is a GPU that was listed but not read: rerun "
+                          "`nvidia-smi --query-gpu=... --format=csv` on the node and check that GPU's row")
+    odd = inv(csv([row(i, name="NVIDIA L40S") for i in range(7)]))
+    assert odd.evidence[-1] == ("gpu.expect_symmetric_sockets = true ("
+                                f"{gen.source('gpu.expect_symmetric_sockets')})")
+    down = nvl(links("NVIDIA A100-SXM4-80GB", 1, 11))
+    assert down.evidence[-1] == f"nvlink.model_links[A100-SXM] = 12 ({gen.source('nvlink.model_links')})"
+    counters = nvl("GPU 0: A (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n")
+    assert counters.summary == ("not recognised: nvidia-smi nvlink output without link states (expected `Link <n>: "
+                                "<speed> GB/s` or `<inactive>`; these are another sub-command's lines)")
+    assert counters.facts == {"links_total": 0, "codes": ["gpu.nvlink/not-recognised"]}
+    garbage = nvl("zzz\n")
+    assert garbage.summary == ("not recognised: nvidia-smi nvlink output without a GPU line (expected `GPU <n>: "
+                               "<name> (UUID: ...)` and its `Link <n>:` lines)")
+    assert garbage.remedy == "run `nvidia-smi nvlink --status` by hand and check its output"
+    lost = "Unable to determine the device handle for GPU 0000:9D:00.0: Unknown Error\n"
+    assert nvl(lost, H100, mode="run").facts == {"links_total": 0, "codes": ["gpu.nvlink/gpu-not-listed"],
+                                                 "problems": [nvl(lost, H100, mode="run").summary]}
+    assert topo(lost, H100, mode="run").facts["gpu_count"] == 0
+    none = topo("Legend:\n")
+    assert none.summary == ("not recognised: no topology matrix in the nvidia-smi topo -m output (expected a header "
+                            "naming GPU0.. and a `GPU0  X ...` row)")
+    assert none.remedy == "run `nvidia-smi topo -m` by hand and check its output"
+    assert nvl("", H100, mode="run").facts == {"links_total": 0, "codes": ["gpu.nvlink/no-nvlink"]}
+
+
+def test_exact_texts_of_topology_findings() -> None:
+    text = matrix(pix)
+    lines = text.splitlines()
+    for r_i, c_i in ((3, 6), (6, 3)):
+        cells = lines[r_i].split("\t")
+        cells[c_i] = "SYS"
+        lines[r_i] = "\t".join(cells)
+    r = topo("\n".join(lines) + "\n", H100)
+    assert r.remedy.startswith("drain the node; check the fabric manager (`systemctl status nvidia-fabricmanager`)")
+    short = topo(matrix(pix).replace("GPU3\tNV18", "GPU3\tC2C").replace("GPU5\tNV18", "GPU5\tC2C"))
+    assert "GPU3, GPU5 (graded on the cells read)" in short.summary
+    assert short.remedy == "run `nvidia-smi topo -m` by hand and check the row(s)"
+    far = topo(matrix(lambda i, k: "SYS" if i >= 4 else pix(i, k)))
+    assert far.summary.startswith("4 GPU(s) without a NIC at PIX/PXB: GPU4, GPU5, GPU6, GPU7: their")
+    assert far.remedy.startswith("balance the NICs over the GPUs' PCIe switches")
+
+
+@pytest.mark.parametrize(("idx", "summary"), [
+    ((0, 1, 2, 3, 4, 5, 7), "7 of 8 GPUs visible (index 6 missing)"),
+    ((1, 2, 3, 4, 5, 6, 7), "7 of 8 GPUs visible (index 0 missing)"),
+    ((0, 2, 4, 6), "4 of 8 GPUs visible (index 1, 3, 5 missing)"),
+])
+def test_missing_indexes(idx: tuple[int, ...], summary: str) -> None:
+    assert inv(csv([row(i) for i in idx]), H100).summary == summary
+
+
+def test_one_low_two_high_is_a_missing_gpu() -> None:
+    text = csv([row(i, bus=f"00000000:{b}:00.0", name="NVIDIA L40S") for i, b in enumerate(["18", "9A", "AB"])])
+    r = inv(text)
+    assert r.summary == "3 GPUs, a GPU is probably missing (1 on one CPU socket, 2 on the other)"
+    assert inv(csv([row(0, name="NVIDIA L40S")])).status is Status.PASS
+
+
+def test_lost_gpus_alone_and_unnamed() -> None:
+    r = inv("Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error\n"
+            "Unable to determine the device handle for GPU 0000:0C:00.0: GPU is lost\n", probe="nvidia-smi-q")
+    assert r.summary == ("no usable GPU: GPU 0000:0B:00.0 does not answer (Unknown Error), GPU 0000:0C:00.0 does not "
+                         "answer (GPU is lost)")
+    unnamed = inv("Unable to determine the device handle for GPU: Unknown Error\n", probe="nvidia-smi-q")
+    assert unnamed.summary == "no usable GPU: GPU ? does not answer (Unknown Error)"
+
+
+def test_mig_evidence_from_the_table() -> None:
+    r = inv(fixture_text("nvidia-smi/table_590_1xh100_mig.txt"), probe="nvidia-smi-table")
+    assert r.evidence[0] == "GPU 0 (00000000:4E:00.0): index=0, mig=Enabled"
+
+
+def test_checks_declared() -> None:
+    reg = registry.load()
+    inv_c, nv_c, topo_c = reg.checks["gpu.inventory"], reg.checks["gpu.nvlink"], reg.checks["gpu.topology"]
+    assert inv_c.profile_keys == {"gpu.count": int, "gpu.model": str, "gpu.min_pcie_gen": int,
+                                  "gpu.min_pcie_width": int, "gpu.persistence_mode": bool, "gpu.mig_allowed": bool,
+                                  "gpu.expect_symmetric_sockets": bool}
+    assert nv_c.profile_keys == {"nvlink.links_per_gpu": int, "nvlink.min_link_gbps": (int, float),
+                                 "nvlink.model_links": dict}
+    assert topo_c.profile_keys == {"topology.require_local_nic": bool, "topology.local_nic_levels": list,
+                                   "nvlink.links_per_gpu": int}
+    assert inv_c.inputs == gpu.LISTINGS and inv_c.required == ("nvidia-smi-query",)
+    assert nv_c.required == nv_c.inputs == ("nvidia-smi-nvlink",)
+    assert topo_c.required == topo_c.inputs == ("nvidia-smi-topo",)
+    assert [list(c) for c in gpu.PROBE_NVLINK.commands] == [["nvidia-smi", "nvlink", "--status"],
+                                                            ["nvidia-smi", "nvlink", "-s"]]
+    assert [list(c) for c in gpu.PROBE_TOPO.commands] == [["nvidia-smi", "topo", "-m"]]
+    assert [list(c) for c in gpu.PROBE_L.commands] == [["nvidia-smi", "-L"]]
+    assert gpu.MIG_KEYS == ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending", "mig")
+    assert gpu.UNUSABLE == ("gpu_lost", "needs_reset", "insufficient_power")
