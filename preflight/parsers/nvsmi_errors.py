@@ -231,7 +231,7 @@ _OWN = re.compile(r"Failed to initialize NVML:|NVIDIA-SMI has failed because|No 
 # a listing's own parser reads its lost-GPU lines: -L, the table, --query-gpu CSV, -q, topo -m (a GPU row
 # meeting itself, "GPU0  X"), nvlink (a Link line)
 _LISTING = re.compile(r"^GPU \d+: .*\((?:UUID|S/N):|^\|=+|^\|\s+\d+\s+.*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|"
-                      r"^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|NVSMI LOG|^\s*GPU\d+\s+X\b|^\s*Link \d+: ")
+                      r"^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$|NVSMI LOG|^\s*GPU\d+\s+X\b|^\s*Link \d+: ")
 
 
 DETECT_LINES = 400  # pragma: no mutate (how far a detector reads, not a grading value)

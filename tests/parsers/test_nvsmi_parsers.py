@@ -580,6 +580,7 @@ def test_one_message_per_gpu_and_kind() -> None:
     (LOST + "\n|   0  NVIDIA A10   On  | 00000000:17:00.0 Off |   0 |\n", False),
     (LOST + "\nindex, name\n", False),
     (LOST + "\nGPU 00000000:17:00.0\n", False),
+    ("The following GPUs could not be reset:\n  GPU 00000000:55:00.0: In use by another client\n", True),
     (LOST + "\n==============NVSMI LOG==============\n", False),
     (LOST + "\nGPU0\t X \tNV18\n", False),
     (LOST + "\n\t Link 0: 26.562 GB/s\n", False),
