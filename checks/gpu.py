@@ -556,6 +556,9 @@ def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, 
               f"{', '.join(without)}" + ("" if topo.nics else " (no NIC in the matrix)"),
               evidence + [f"topology.require_local_nic = true ({prof.source('topology.require_local_nic')})"],
               NIC_REMEDY)
+    elif any(topo.affinity.get(g, {}).get("GPU NUMA ID", "").isdigit() for g in graded):
+        f.note("GPUs with a NUMA node of their own (GPU NUMA ID: a GPU coupled to a Grace CPU, GH200/GB200): the "
+               "NICs hang off the CPU by design, GPU-NIC distance not graded")
     elif topo.nics and len(without) == len(graded):
         f.add("gpu.topology/no-gpu-near-a-nic", f"0 GPU(s) with a local NIC: all {len(topo.nics)} NIC(s) are across "
               "a host bridge or the CPU interconnect, so GPUDirect RDMA crosses the CPU", evidence, NIC_REMEDY)

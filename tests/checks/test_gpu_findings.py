@@ -806,3 +806,15 @@ def test_checks_declared() -> None:
     assert [list(c) for c in gpu.PROBE_L.commands] == [["nvidia-smi", "-L"]]
     assert gpu.MIG_KEYS == ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending", "mig")
     assert gpu.UNUSABLE == ("gpu_lost", "needs_reset", "insufficient_power")
+
+
+def test_grace_coupled_gpus_reach_their_nics_through_the_cpu_by_design() -> None:
+    head = "\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    rows = ["GPU0\t X \tNV18\tSYS\tSYS\t0-71\t0,3-9,11-17\t\t2", "GPU1\tNV18\t X \tSYS\tSYS\t0-71\t0,3-9,11-17\t\t10",
+            "NIC0\tSYS\tSYS\t X \tSYS", "NIC1\tSYS\tSYS\tSYS\t X "]
+    r = topo("\n".join([head, *rows]) + "\n")
+    assert r.status is Status.PASS and r.facts["gpus"][1]["gpu_numa_id"] == "10"
+    assert any(e.startswith("GPUs with a NUMA node of their own") for e in r.evidence)
+    assert codes(topo("\n".join([head, *rows]).replace("\t2\n", "\tN/A\n").replace("\t10\n", "\tN/A\n")
+                      + "\n")) == ["gpu.topology/no-gpu-near-a-nic"]
+    assert codes(topo("\n".join([head, *rows]) + "\n", H100)) == ["gpu.topology/gpu-without-local-nic-required"]
