@@ -89,7 +89,7 @@ class Interface:
 
     @property
     def ipv4(self) -> list[str]:
-        return [a for a in self.addresses if ":" not in a.split("/")[0] and _global(a)]
+        return [a for a in self.addresses if ":" not in a and _global(a)]
 
     def flagged(self, flag: str) -> list[str]:
         """The addresses printed with an address flag (`dadfailed`, `tentative`, `deprecated`)."""
@@ -98,7 +98,7 @@ class Interface:
 
 def _global(addr: str) -> bool:
     try:
-        a = ipaddress.ip_address(addr.split("/")[0].split("%")[0])
+        a = ipaddress.ip_address(addr.split("/")[0])  # a scoped address (fe80::1%eth0) is read as well
     except ValueError:
         return False
     return not (a.is_loopback or a.is_link_local)
@@ -173,7 +173,8 @@ def _json_interface(item: dict[str, Any]) -> Interface:
     )
     for a in item.get("addr_info", []) or []:
         if isinstance(a, dict) and a.get("local"):
-            addr = f"{a['local']}/{a.get('prefixlen', '')}".rstrip("/")
+            plen = a.get("prefixlen")
+            addr = f"{a['local']}/{plen}" if plen is not None else str(a["local"])
             iface.addresses.append(addr)
             iface.addr_flags[addr] = [f for f in ADDR_FLAGS if a.get(f) is True]
     iface.line = _render(iface)
@@ -204,8 +205,7 @@ _KINDS = ("veth", "bridge", "bond", "vlan", "tun", "tap", "dummy", "ifb", "vxlan
           "ipvlan", "ipvtap", "wireguard", "ipoib", "team", "gre", "gretap", "ip6gre", "ip6gretap", "ipip", "ip6tnl",
           "sit", "vti", "vti6", "vrf", "macsec", "openvswitch", "nlmon", "hsr", "bareudp", "xfrm", "erspan", "vcan")
 _SLAVE_KINDS = ("bond_slave", "team_slave", "bridge_slave", "vrf_slave", "openvswitch_slave", "bond_port")
-_ENCAPS = {"ethernet": "ether", "local loopback": "loopback", "infiniband": "infiniband",
-           "point-to-point protocol": "ppp", "unspec": "none"}
+_ENCAPS = {"ethernet": "ether", "local loopback": "loopback", "point-to-point protocol": "ppp", "unspec": "none"}
 
 
 def _text_lines(doc: Doc) -> list[str]:
@@ -249,25 +249,22 @@ class _TextReader:
         s = raw.strip()
         if not s:
             return
-        indented = raw[:1].isspace()
-        if not indented and self._starts_interface(raw, s):
-            return
+        if not raw[:1].isspace():  # a header starts its line; an indented line belongs to the one above
+            for rx, handler in self._headers():
+                m = rx.match(s)
+                if m:
+                    handler(self, m, s)
+                    return  # pragma: no mutate (a header read again as a detail line changes nothing)
         if self.cur is not None:
             self._detail(self.cur, s)
 
-    def _starts_interface(self, raw: str, s: str) -> bool:
-        """A line that names an interface (a header of any layout); False for other lines."""
-        for reader in (self._ip_header, self._one_addr, self._ifconfig, self._ifconfig_old, self._brief):
-            if reader(s):
-                return True
-        return False
+    def _headers(self) -> tuple[tuple[re.Pattern[str], Callable[[_TextReader, re.Match[str], str], None]], ...]:
+        """The header layouts, tried in order (`ip -br` only where the document is brief)."""
+        return _BRIEF_HEADERS if self.facts.form == "brief" else _HEADERS
 
-    def _ip_header(self, s: str) -> bool:
+    def _ip_header(self, m: re.Match[str], s: str) -> None:
         """`N: name[@parent]: <FLAGS> mtu M ... master B state S`."""
-        m = _HEAD.match(s)
-        if not m:
-            return False
-        cur = self._interface(m.group("name"), s.split("\\")[0].strip())
+        cur = self._interface(m.group("name"), s)
         cur.flags = cur.flags or [f for f in m.group("flags").split(",") if f]
         cur.parent = cur.parent or m.group("parent") or ""
         self.cur = cur
@@ -278,35 +275,23 @@ class _TextReader:
         cur.state = ms.group(1) if ms else cur.state
         mb = re.search(r"\bmaster (\S+)", rest)
         cur.master = mb.group(1) if mb else cur.master
-        return True
 
-    def _one_addr(self, s: str) -> bool:
+    def _one_addr(self, m: re.Match[str], s: str) -> None:
         """`ip -o addr`: `N: name    inet ADDR/LEN ...` (one address per line)."""
-        m = _ONE_ADDR.match(s)
-        if not m:
-            return False
         self.facts.shows_addresses = True
         self.cur = self._interface(m.group("name"), s)
         self._address(self.cur, s[m.start("fam"):])
-        return True
 
-    def _ifconfig(self, s: str) -> bool:
+    def _ifconfig(self, m: re.Match[str], s: str) -> None:
         """net-tools 2.x / BSD: `name: flags=N<FLAGS> [metric 0] mtu M`."""
-        m = _IFCONFIG.match(s)
-        if not m:
-            return False
         self.facts.form = "ifconfig"
         self.facts.shows_addresses = True
         self.cur = self._interface(m.group("name"), s)
         self.cur.flags = [f for f in m.group("flags").split(",") if f]
         self.cur.mtu = int(m.group("mtu"))
-        return True
 
-    def _ifconfig_old(self, s: str) -> bool:
+    def _ifconfig_old(self, m: re.Match[str], s: str) -> None:
         """net-tools 1.60: `name  Link encap:Ethernet  HWaddr MAC` (flags and MTU on a later line)."""
-        m = _IFCONFIG_OLD.match(s)
-        if not m:
-            return False
         self.facts.form = "ifconfig"
         self.facts.shows_addresses = True
         self.cur = self._interface(m.group("name"), s)
@@ -314,15 +299,9 @@ class _TextReader:
         self.cur.link_type = _ENCAPS.get(enc, enc.split()[0] if enc else "")
         if self.cur.link_type == "none" and self.cur.name.startswith("ib"):
             self.cur.link_type = "infiniband"  # old net-tools print IPoIB as UNSPEC
-        return True
 
-    def _brief(self, s: str) -> bool:
+    def _brief(self, m: re.Match[str], s: str) -> None:
         """`ip -br link|addr`: `name[@parent]  STATE  MAC <FLAGS>` or `name  STATE  ADDR/LEN ...`."""
-        if self.facts.form != "brief":
-            return False
-        m = _BRIEF.match(s)
-        if not m:
-            return False
         cur = self._interface(m.group("name"), s)
         cur.parent = m.group("parent") or ""
         cur.state = m.group("state")
@@ -336,7 +315,6 @@ class _TextReader:
                     self.facts.shows_addresses = True
                     cur.addresses.append(tok)
         self.cur = cur
-        return True
 
     def _interface(self, name: str, line: str) -> Interface:
         """The interface `name`, new (first named on `line`) or already listed."""
@@ -351,6 +329,7 @@ class _TextReader:
         """A line under an interface's header, by its first word."""
         first = s.split()[0]
         handler = _DETAILS.get(first) or _DETAILS.get(first.split("/")[0] + "/")
+        head, self.stats_head = self.stats_head, []  # -s column names apply to the next line only
         if handler is not None:
             handler(self, cur, s)
         elif first in _KINDS and not cur.kind:
@@ -359,8 +338,8 @@ class _TextReader:
             _slave(cur, s)
         elif self.facts.form == "ifconfig":
             _ifconfig_detail(cur, s)
-        elif self.stats_head:
-            self._stats_values(cur, s)
+        elif head:
+            _stats_values(cur, head, s)
         _parentbus(cur, s)
 
     def _link(self, cur: Interface, s: str) -> None:
@@ -378,16 +357,8 @@ class _TextReader:
     def _stats_names(self, cur: Interface, s: str) -> None:
         """`RX: bytes packets errors dropped ...` (the values come on the next line)."""
         way = s.split(":")[0].strip().lower()
-        cols = s.split(":", 1)[1].split() if ":" in s else []
+        cols = s.partition(":")[2].split()
         self.stats_head = [f"{way}_{c.lower()}" for c in cols] if way in ("rx", "tx") else []
-
-    def _stats_values(self, cur: Interface, s: str) -> None:
-        values = s.split()
-        if all(v.isdigit() for v in values):
-            for key, v in zip(self.stats_head, values, strict=False):
-                if key.endswith(("_errors", "_dropped", "_carrier")):
-                    cur.stats[key] = int(v)
-        self.stats_head = []
 
     def _address(self, cur: Interface, s: str) -> None:
         """`inet ADDR/LEN ... scope S FLAGS... LABEL` (ifconfig: `inet ADDR  netmask M`, `inet addr:A ... Mask:M`)."""
@@ -411,11 +382,20 @@ class _TextReader:
         return self.out
 
 
+def _stats_values(cur: Interface, head: list[str], s: str) -> None:
+    """The counters under a `RX:`/`TX:` line: errors, drops and carrier losses are kept."""
+    values = s.split()
+    if all(v.isdigit() for v in values):
+        for key, v in zip(head, values, strict=False):
+            if key.endswith(("_errors", "_dropped", "_carrier")):
+                cur.stats[key] = int(v)
+
+
 def _slave(cur: Interface, s: str) -> None:
     """`bond_slave state ACTIVE mii_status UP ...` / `team_slave` / `bridge_slave state forwarding ...`."""
     parts = s.split()
-    cur.slave_kind = parts[0].rsplit("_", 1)[0]
-    if "state" in parts[1:-1]:
+    cur.slave_kind = parts[0].removesuffix("_slave").removesuffix("_port")
+    if "state" in parts[1:-1]:  # `state` with a value after it
         cur.slave_state = parts[parts.index("state") + 1]
 
 
@@ -427,7 +407,7 @@ def _ifconfig_detail(cur: Interface, s: str) -> None:
     if first in kinds:
         cur.link_type = kinds[first]
     elif first == "status:":
-        cur.state = "UP" if s.split(":", 1)[1].strip() == "active" else "DOWN"
+        cur.state = "UP" if s.partition(":")[2].strip() == "active" else "DOWN"
     else:
         m = _OLD_FLAGS.match(s)
         if m:
@@ -435,6 +415,9 @@ def _ifconfig_detail(cur: Interface, s: str) -> None:
             cur.mtu = int(m.group("mtu"))
 
 
+_HEADERS = ((_HEAD, _TextReader._ip_header), (_ONE_ADDR, _TextReader._one_addr), (_IFCONFIG, _TextReader._ifconfig),
+            (_IFCONFIG_OLD, _TextReader._ifconfig_old))
+_BRIEF_HEADERS = (*_HEADERS, (_BRIEF, _TextReader._brief))
 _DETAILS: dict[str, Callable[[_TextReader, Interface, str], None]] = {
     "link/": _TextReader._link, "inet": _TextReader._inet, "inet6": _TextReader._inet,
     "altname": _TextReader._altname, "RX:": _TextReader._stats_names, "TX:": _TextReader._stats_names,
@@ -502,7 +485,7 @@ def parse(doc: Doc) -> IpFacts:
     lines = _text_lines(doc)
     if _is_brief(doc, lines):
         facts.form = "brief"
-    elif any("\\" in ln.text for ln in doc.head(50)):
+    elif any("\\" in ln.text for ln in doc.head(50)):  # pragma: no mutate (how far the layout is sniffed)
         facts.form = "oneline"
     facts.interfaces = _from_text(lines, facts)
     facts.form = facts.form or "text"
@@ -512,15 +495,15 @@ def parse(doc: Doc) -> IpFacts:
 
 
 def detect(doc: Doc) -> bool:
-    head = [ln.text for ln in doc.head(400)]
-    first = "\n".join(head[:200]).lstrip()
-    if first.startswith("[") and '"ifname"' in first[:8192]:
+    head = [ln.text for ln in doc.head(400)]  # pragma: no mutate (how far detection reads)
+    first = "\n".join(head[:200]).lstrip()  # pragma: no mutate (how far detection reads)
+    if first.startswith("[") and '"ifname"' in first[:8192]:  # pragma: no mutate (how far detection reads)
         return True
     heads = sum(1 for t in head if _HEAD.match(t.strip()) and "mtu " in t)
     if heads and (any(t.strip().startswith("link/") for t in head) or any("\\" in t for t in head) or heads >= 2):
         return True
-    if sum(1 for t in head if _ONE_ADDR.match(t.strip())) >= 1 and heads == 0:
-        return any(" inet" in t and "scope" in t for t in head)
+    if heads == 0 and any(_ONE_ADDR.match(t.strip()) for t in head):
+        return True
     if any(_IFCONFIG.match(t) for t in head):
         return True
     if any(_IFCONFIG_OLD.match(t) for t in head) and any(_OLD_FLAGS.match(t.strip()) for t in head):
