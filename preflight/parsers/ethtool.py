@@ -16,8 +16,7 @@ from preflight.parsers.base import Format, ParserSpec
 _HEADER = re.compile(r"^Settings for (?P<dev>[^:\s]+):\s*$")
 _FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z -]*?)\s*:\s*(?P<val>.*?)\s*$")
 _SPEED = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[MG])b/s$", re.I)
-_KEYS = {"speed", "duplex", "lanes", "link detected", "port", "auto-negotiation", "transceiver", "phyad",
-         "supported link modes", "advertised link modes", "supported ports", "mdi-x", "wake-on"}
+_KEYS = ("speed", "duplex", "lanes", "link detected", "port", "auto-negotiation")  # the fields the facts keep
 
 
 @dataclass
@@ -39,7 +38,7 @@ class EthtoolFacts:
 
 
 def _device_from_command(command: str) -> str:
-    m = re.search(r"\bethtool\s+(?:-\w+\s+)*([\w.@-]+)", command.split("|")[0])
+    m = re.search(r"\bethtool\s+(?:-\w+\s+)*([\w.@-]+)", command)
     return m.group(1) if m else ""
 
 
@@ -61,13 +60,13 @@ def parse(doc: Doc) -> EthtoolFacts:
         if cur is None:  # a grep'd excerpt without the `Settings for DEV:` header
             cur = EthLink(name=_device_from_command(doc.command) or "?")
             facts.links.append(cur)
-        if _set_field(cur, m.group("key").lower(), m.group("val")):
-            cur.lines.append(t)
+        _set_field(cur, m.group("key").lower(), m.group("val"))
+        cur.lines.append(t)
     return facts
 
 
-def _set_field(link: EthLink, key: str, val: str) -> bool:
-    """Note one `Key: value` of a link; False for a key that the facts do not keep."""
+def _set_field(link: EthLink, key: str, val: str) -> None:
+    """Note one `Key: value` of a link (a key of `_KEYS`)."""
     if key == "speed":
         sm = _SPEED.match(val)
         if sm:
@@ -81,18 +80,15 @@ def _set_field(link: EthLink, key: str, val: str) -> bool:
         link.link_detected = {"yes": True, "no": False}.get(val.lower())
     elif key == "port":
         link.port = val
-    elif key == "auto-negotiation":
-        link.autoneg = val
     else:
-        return False
-    return True
+        link.autoneg = val
 
 
 def detect(doc: Doc) -> bool:
-    head = [ln.text.strip() for ln in doc.head(200)]
+    head = [ln.text.strip() for ln in doc.head(200)]  # pragma: no mutate (how far detection reads)
     if any(_HEADER.match(t) for t in head) and any(t.startswith(("Speed:", "Link detected:")) for t in head):
         return True
-    return "ethtool" in doc.command and any(t.startswith("Speed:") and _SPEED.match(t.split(":", 1)[1].strip())
+    return "ethtool" in doc.command and any(t.startswith("Speed:") and _SPEED.match(t.partition(":")[2].strip())
                                             for t in head)
 
 

