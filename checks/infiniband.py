@@ -61,7 +61,7 @@ def compute_ports(ports: list[Port], link_layer: str, rate: float, nominal: dict
     groups: dict[str, list[Port]] = {}
     for p in cand:
         groups.setdefault(p.ca_type, []).append(p)
-    if len(groups) <= 1:
+    if len(groups) <= 1:  # pragma: no mutate (one group: the speed test below keeps it anyway)
         return cand
     speed = {t: _group_rate(g, nominal or {}) for t, g in groups.items()}
     known = {t: s for t, s in speed.items() if s is not None}
@@ -160,7 +160,7 @@ def _compute_findings(prof: Profile, exp: _Expect, compute: list[Port], f: Findi
               "check the HCA link type (`mlxconfig -d <dev> q LINK_TYPE_P1`) and the cabling")
     if down:
         f.add("ib.hca/compute-port-down", "compute port(s) down: " + ", ".join(
-            f"{p.ca} {p.state or '?'}" + (f"/{p.physical_state}" if p.physical_state else "") for p in down),
+            f"{p.ca} {p.state}" + (f"/{p.physical_state}" if p.physical_state else "") for p in down),
             [_port_line(p) for p in down], "; ".join(_why_down(p) for p in down))
     if exp.count and len(up) + len(unknown) < exp.count:
         f.add("ib.hca/compute-ports-missing", f"only {len(up)} of {exp.count} compute NICs up",
@@ -174,9 +174,13 @@ def _nominal(exp: _Expect, p: Port) -> float | None:
     return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
 
 
+def _below(nominal: float | None, rate: float) -> bool:
+    return nominal is not None and rate < nominal
+
+
 def _below_adapter(prof: Profile, exp: _Expect, up: list[Port], f: Findings) -> list[Port]:
     """Active ports below their adapter model's nominal rate (no ib.rate in the profile)."""
-    slow = [p for p in up if p.rate is not None and (_nominal(exp, p) or 0) > p.rate]
+    slow = [p for p in up if p.rate is not None and _below(_nominal(exp, p), p.rate)]
     if slow:
         f.add("ib.hca/rate-below-adapter", "compute port(s) below their adapter's rate: " + ", ".join(
             f"{p.ca} ({p.ca_type}) at {p.fact()['rate']} of {_nominal(exp, p):g}" for p in slow),
@@ -199,10 +203,11 @@ def _rate_findings(prof: Profile, exp: _Expect, rep: IbReport, up: list[Port], f
     if exp.rate or not rep.shows_rate:
         return
     flagged = _below_adapter(prof, exp, up, f)
+    rated = [(p, p.rate) for p in up if p.rate is not None]
     top: dict[str, float] = {}
-    for p in up:
-        top[p.ca_type] = max(top.get(p.ca_type, 0.0), p.rate or 0.0)
-    lagging = [p for p in up if p.rate is not None and p.rate < top.get(p.ca_type, 0.0) and p not in flagged]
+    for p, r in rated:
+        top[p.ca_type] = max(top.get(p.ca_type, r), r)
+    lagging = [p for p, r in rated if r < top[p.ca_type] and p not in flagged]
     if lagging:
         f.add("ib.hca/rate-below-siblings", "compute port(s) slower than their siblings: " + ", ".join(
             f"{p.ca} at {p.fact()['rate']} (others {top[p.ca_type]:g})" for p in lagging),
@@ -331,7 +336,7 @@ def grade_ib(ctx: CheckContext) -> Result:
     return res
 
 
-register(Check(
+CHECK = Check(
     id="ib.hca",
     title="InfiniBand / RoCE HCA ports",
     grade=grade_ib,
@@ -345,6 +350,7 @@ register(Check(
             "transceiver faults, a crashing ibstat; front-end ports as warnings",
     node_local=True,
     in_run=True,
-))
+)
+register(CHECK)
 
-__all__ = ["PROBE", "compute_ports", "grade_ib"]
+__all__ = ["CHECK", "PROBE", "compute_ports", "grade_ib"]

@@ -597,3 +597,331 @@ def test_unassigned_lid_is_named_in_the_remedy():
                         "and the switch port")
     r = one(text.replace("65535", "0"), argv=["ibv_devinfo"])
     assert "no LID" not in r.remedy
+
+
+# --------------------------------------------------------------------------------------------
+# exact findings (each message, each joined list, each branch)
+
+
+def ca_block(name, ca_type, state, phys, rate, layer="InfiniBand"):
+    return (f"CA '{name}'\n\tCA type: {ca_type}\n\tPort 1:\n\t\tState: {state}\n\t\tPhysical state: {phys}\n"
+            f"\t\tRate: {rate}\n\t\tLink layer: {layer}\n")
+
+
+THREE = (ca_block("mlx5_0", "MT4129", "Active", "LinkUp", 200) + ca_block("mlx5_1", "MT4129", "Active", "LinkUp", 100)
+         + ca_block("mlx5_2", "MT4129", "Active", "LinkUp", 400))
+
+
+def test_check_registration_and_probe():
+    from preflight import registry
+    assert registry.load().checks["ib.hca"] is ib.CHECK
+    assert ib.CHECK.inputs == ("ibstat", "link-events") and ib.CHECK.required == ("ibstat",)
+    assert ib.CHECK.node_local and ib.CHECK.in_run and ib.CHECK.probes == (ib.PROBE,)
+    assert set(ib.CHECK.profile_keys) == {"ib.hca_count", "ib.rate", "ib.link_layer", "ib.require_all_ports",
+                                          "ib.ca_type_rates", "net.link_flaps_fail"}
+    assert ib.PROBE.name == "ibstat" and ib.PROBE.timeout == 10
+    assert ib.PROBE.commands == (("ibstat",), ("ibv_devinfo", "-v"))
+
+
+def test_expectations_default_when_the_profile_has_none():
+    class Bare:
+        def get(self, key, default=None):
+            return default
+
+    assert ib._Expect.of(Bare()) == ib._Expect(0, 0.0, "any", False, {})
+
+
+def test_two_compute_ports_down_exactly():
+    text = (ca_block("mlx5_0", "MT4129", "Down", "Disabled", 40) + ca_block("mlx5_1", "MT4129", "Down", "Polling", 10)
+            + ca_block("mlx5_2", "MT4129", "Active", "LinkUp", 400))
+    r = one(text)
+    assert r.summary == ("compute port(s) down: mlx5_0 Down/Disabled, mlx5_1 Down/Polling [1/3 compute ports Active "
+                         "(InfiniBand, rate 400)]")
+    assert r.remedy == (
+        "drain node; mlx5_0 port 1 is Disabled: administratively down or faulted: check `mlxlink -d mlx5_0` and the "
+        "switch port; re-enable (ibportstate / ip link set up) or replace the HCA/cable; mlx5_1 port 1 is Polling: the "
+        "port is trying to train but sees no peer (cable, transceiver or switch side): reseat/replace the cable or "
+        "transceiver, check the switch port")
+
+
+def test_below_adapter_exactly():
+    r = one(THREE)
+    assert r.summary == ("3/3 compute ports Active (InfiniBand, rate 100/200/400); compute port(s) below their "
+                         "adapter's rate: mlx5_0 (MT4129) at 200 of 400, mlx5_1 (MT4129) at 100 of 400")
+    assert r.remedy == (
+        "mlx5_0 runs below what a MT4129 can: if the fabric is 200G by design set ib.rate in the site profile; else "
+        "check the cable/transceiver and `mlxlink -d mlx5_0`; mlx5_1 runs below what a MT4129 can: if the fabric is "
+        "100G by design set ib.rate in the site profile; else check the cable/transceiver and `mlxlink -d mlx5_1`")
+    assert r.evidence[-1].startswith("ib.ca_type_rates (NVIDIA/Mellanox product briefs")
+
+
+def test_below_profile_exactly():
+    r = one(THREE, profile="h100-sxm-8x")
+    assert r.summary == ("only 3 of 8 compute NICs up; 2 compute port(s) below the expected rate 400: mlx5_0 at 200; "
+                         "mlx5_1 at 100 [3/3 compute ports Active (InfiniBand, rate 100/200/400)]")
+    assert r.remedy.endswith(
+        "(2) mlx5_0 trained at 200 Gb/s: reseat/replace the cable or transceiver, check `mlxlink -d mlx5_0` for the "
+        "negotiated speed/width; mlx5_1 trained at 100 Gb/s: reseat/replace the cable or transceiver, check `mlxlink "
+        "-d mlx5_1` for the negotiated speed/width")
+    assert "ib.rate = 400 (NDR InfiniBand 4X = 400 Gb/s (ibstat Rate: 400))" in r.evidence
+    assert "ib.hca_count = 8 (DGX H100: 8 x ConnectX-7 single-port 400G compute NICs)" in r.evidence
+
+
+def test_below_siblings_exactly():
+    r = one(THREE.replace("MT4129", "MT9999"))
+    assert r.summary == ("3/3 compute ports Active (InfiniBand, rate 100/200/400); compute port(s) slower than their "
+                         "siblings: mlx5_0 at 200 (others 400), mlx5_1 at 100 (others 400)")
+    assert r.remedy == (
+        "mlx5_0 trained below its siblings: reseat/replace the cable or transceiver, check `mlxlink -d mlx5_0`; set "
+        "ib.rate in the site profile to make this a FAIL; mlx5_1 trained below its siblings: reseat/replace the cable "
+        "or transceiver, check `mlxlink -d mlx5_1`; set ib.rate in the site profile to make this a FAIL")
+
+
+def test_siblings_ignore_ports_without_a_rate_and_other_models():
+    text = (ca_block("mlx5_0", "MT9999", "Active", "LinkUp", 400) + ca_block("mlx5_1", "MT8888", "Active", "LinkUp", 100)
+            + "CA 'mlx5_2'\n\tCA type: MT9999\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n"
+              "\t\tLink layer: InfiniBand\n")
+    r = one(text)
+    assert "codes" not in r.facts, r.summary
+
+
+def test_mtu_exactly_and_equal_mtu_is_fine():
+    r = one(fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt"), argv=["ibv_devinfo"])
+    assert r.remedy == (
+        "mlx5_4: RoCE uses the largest IB MTU that fits the netdev's MTU: set the interface MTU to 4200 (or 9000) to get "
+        "4096; mlx5_5: the subnet manager's partition (or the switch port) limits the MTU: check the partition's mtu in "
+        "the SM configuration")
+    same = fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt").replace("1024 (3)", "4096 (5)").replace("2048 (4)",
+                                                                                                         "4096 (5)")
+    assert "codes" not in one(same, argv=["ibv_devinfo"]).facts
+
+
+def test_table_findings_exactly():
+    r = one(fixture_text("ib/hca_table_cx7_one_down_one_init_pcie_x8.txt"))
+    assert r.summary == ("compute port(s) down: mlx5_1 Down, mlx5_2 Initializing; HCA PCIe link trained narrower than "
+                         "it can: mlx5_2 x8 of x16 [1/3 compute ports Active (InfiniBand, rate 400)]")
+    assert r.remedy.endswith("(2) reseat the HCA (or its riser), check the slot in the BIOS; `lspci -vv` LnkSta shows "
+                             "the trained width")
+    two = fixture_text("ib/hca_table_cx7_one_down_one_init_pcie_x8.txt").replace("x16 G5    |  MT4129\n0000:3c",
+                                                                                "x4 G5     |  MT4129\n0000:3c")
+    assert "mlx5_0 x4 of x16, mlx5_2 x8 of x16" in one(two).summary
+
+
+def test_front_end_down_exactly():
+    r = one(fixture_text("ib/ibstat_roce_mlx5_3_polling.txt"))
+    assert r.remedy.endswith(
+        "(2) front-end/storage port(s) down: mlx5_9 port 1 is Disabled: administratively down or faulted: check "
+        "`mlxlink -d mlx5_9` and the switch port; re-enable (ibportstate / ip link set up) or replace the HCA/cable "
+        "(the compute fabric is not affected)")
+    text = fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt").replace(
+        "State: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 100", "State: Down\n\t\tPhysical state: Disabled\n"
+        "\t\tRate: 40")
+    r = one(text)
+    assert r.summary == ("8/8 compute ports Active (InfiniBand, rate 400); non-compute port(s) down: mlx5_4 (Ethernet "
+                         "Down/Disabled), mlx5_9 (Ethernet Down/Disabled)")
+
+
+def test_port_lines():
+    assert ib._port_line(ibp.Port(ca="mlx5_9", port=2)) == \
+        "mlx5_9 port 2: State: ?, Physical state: ?, Rate: ?, Link layer: ?"
+    p = ibp.Port(ca="mlx5_9", port=2, state="Active", physical_state="LinkUp", rate=400.0, link_layer="InfiniBand",
+                 ca_type="MT4129")
+    assert ib._port_line(p) == ("mlx5_9 port 2: State: Active, Physical state: LinkUp, Rate: 400, Link layer: "
+                                "InfiniBand, CA type: MT4129")
+    rep = parse(fixture_text("ib/ibstatus_hdr_mlx5_1_polling.txt"))
+    assert ib._port_line(rep.ports[1]) == ("mlx5_1 port 1: base lid: 0x0 | sm lid: 0x3 | state: 1: DOWN | phys "
+                                           "state: 2: Polling | rate: 10 Gb/sec (4X SDR) | link_layer: InfiniBand")
+
+
+@pytest.mark.parametrize("state,phys,want", [
+    ("Armed", "LinkUp", "m port 1 has link but is Armed: no subnet manager has configured it: check the subnet "
+                        "manager (sminfo) and the switch partition"),
+    ("Initializing", "", "m port 1 has link but is Initializing: no subnet manager has configured it: check the "
+                         "subnet manager (sminfo) and the switch partition"),
+    ("Down", "Sleep", "m port 1 is Sleep: the link is not up: reseat/replace the cable, check `mlxlink -d m`"),
+    ("Down", "PortConfigurationTraining", "m port 1 is PortConfigurationTraining: the link is not up: reseat/replace "
+                                          "the cable, check `mlxlink -d m`"),
+    ("Down", "LinkErrorRecovery", "m port 1 is LinkErrorRecovery: the link is not up: reseat/replace the cable, check "
+                                  "`mlxlink -d m`"),
+    ("Down", "PhyTest", "m port 1 is PhyTest: the link is not up: reseat/replace the cable, check `mlxlink -d m`"),
+    ("", "", "m port 1 is not Active/?: check the cable and the switch port"),
+    ("Initializing", "Polling", "m port 1 is Polling: the port is trying to train but sees no peer (cable, "
+                                "transceiver or switch side): reseat/replace the cable or transceiver, check the "
+                                "switch port"),
+])
+def test_why_down(state, phys, want):
+    assert ib._why_down(ibp.Port(ca="m", port=1, state=state, physical_state=phys)) == want
+
+
+def test_compute_ports_of_a_model_all_down_use_its_nominal_rate():
+    down = [ibp.Port(ca=f"mlx5_{i}", port=1, state="Down", physical_state="Disabled", rate=10.0,
+                     link_layer="Ethernet", ca_type="MT4129") for i in range(8)]
+    fe = [ibp.Port(ca=f"mlx5_{i}", port=1, state="Active", physical_state="LinkUp", rate=100.0, link_layer="Ethernet",
+                   ca_type="MT4125") for i in (8, 9)]
+    nominal = {"MT4129": 400, "MT4125": 100}
+    got = ib.compute_ports(down + fe, "any", 0, nominal)
+    assert {p.ca_type for p in got} == {"MT4129"} and len(got) == 8
+    assert {p.ca_type for p in ib.compute_ports(down + fe, "any", 0, None)} == {"MT4125"}
+    assert {p.ca_type for p in ib.compute_ports(down + fe, "", 0, {})} == {"MT4125"}
+    untyped = [ibp.Port(ca="x", port=1, state="Down", link_layer="Ethernet"), *fe]
+    assert [p.ca for p in ib.compute_ports(untyped, "any", 0, {"": 800})] == ["mlx5_8", "mlx5_9"]
+
+
+def test_compute_ports_reaching_the_rate_are_all_kept():
+    ports = [ibp.Port(ca="a", port=1, state="Active", physical_state="LinkUp", rate=400.0, link_layer="InfiniBand",
+                      ca_type="MT4129"),
+             ibp.Port(ca="b", port=1, state="Active", physical_state="LinkUp", rate=200.0, link_layer="InfiniBand",
+                      ca_type="MT4123"),
+             ibp.Port(ca="c", port=1, state="Active", physical_state="LinkUp", rate=100.0, link_layer="InfiniBand",
+                      ca_type="MT4119")]
+    assert [p.ca for p in ib.compute_ports(ports, "any", 200)] == ["a", "b"]
+    assert [p.ca for p in ib.compute_ports(ports, "any", 800)] == ["a"]
+    assert [p.ca for p in ib.compute_ports(ports, "any", 0)] == ["a"]
+    down_fast = ibp.Port(ca="d", port=1, state="Down", physical_state="Disabled", rate=800.0, link_layer="InfiniBand",
+                         ca_type="MT4119")
+    assert [p.ca for p in ib.compute_ports([*ports, down_fast], "any", 0)] == ["a"]
+    assert [p.ca for p in ib.compute_ports(ports, "Ethernet", 0)] == []
+
+
+def test_compute_ports_are_listed_in_natural_order():
+    text = ca_block("mlx5_10", "MT4129", "Active", "LinkUp", 400) + ca_block("mlx5_9", "MT4129", "Active", "LinkUp", 400)
+    assert one(text).facts["compute_ports"] == ["mlx5_9/1", "mlx5_10/1"]
+
+
+def test_tool_failure_exactly():
+    text = fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt")
+    r = one(text, rc=3, argv=["ibstat", "-s"])
+    assert r.summary.startswith("ibstat -s failed after 10 CA(s): ibstat -s exited 3")
+    assert r.facts["source_command"] == "ibstat -s"
+    assert r.remedy.startswith("drain node; the device is in the device list but cannot be read")
+    errs = "".join(f"ibpanic: [1] main: stat of IB device 'mlx5_{i}' failed: No such file or directory\n"
+                   for i in (8, 9, 10, 11))
+    r = one(text + errs, rc=255)
+    assert r.summary.startswith("ibstat failed after 10 CA(s) (device mlx5_8, mlx5_9, mlx5_10, mlx5_11 listed but "
+                                "unreadable): ibpanic")
+    assert [e for e in r.evidence if e.startswith("ibpanic")] == [ln for ln in errs.splitlines()[:3]]
+
+
+def test_unknown_state_with_a_missing_field():
+    text = "hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tphys_state:\t\tSOMETHING (9)\n"
+    r = one(text, argv=["ibv_devinfo"])
+    assert r.summary.startswith("not recognised: mlx5_0 port 1 state ?/SOMETHING")
+
+
+def test_infiniband_profile_with_infiniband_ports(tmp_path: Path):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[profile]\nname = "p"\nextends = "generic"\n[ib]\n'
+                    'link_layer = { value = "InfiniBand", source = "IB fabric" }\n')
+    assert one(fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt"), profile=str(prof)).status is Status.PASS
+    r = one(fixture_text("ib/ibstat_roce_mlx5_3_polling.txt"), profile=str(prof))
+    assert r.summary.startswith("no InfiniBand port found; profile expects an InfiniBand compute fabric")
+    assert "ib.link_layer = InfiniBand (IB fabric)" in r.evidence
+    assert "check the HCA link type (`mlxconfig -d <dev> q LINK_TYPE_P1`) and the cabling" in r.remedy
+
+
+def test_missing_nics_remedy_only_when_fewer_are_listed():
+    blocks = fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt")
+    one_down = blocks.replace("State: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 400",
+                              "State: Down\n\t\tPhysical state: Polling\n\t\tRate: 10", 1)
+    r = one(one_down, profile="h100-sxm-8x")
+    assert r.facts["codes"] == ["ib.hca/compute-port-down", "ib.hca/compute-ports-missing"]
+    assert "lspci" not in r.remedy
+
+
+def test_adapter_type_note_only_where_the_tool_prints_a_type():
+    r = one(fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt"))
+    assert not any("adapter type" in e for e in r.evidence)
+    no_part = "hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tlink_layer:\t\tInfiniBand\n"
+    r = one(no_part + no_part.replace("mlx5_0", "mlx5_1"), argv=["ibv_devinfo"])
+    assert "adapter type not reported for mlx5_0, mlx5_1 (unknown type, not a port fault)" in r.evidence
+    r = one(fixture_text("ib/ibdev2netdev_mlx5_3_down.txt"))
+    assert not any("adapter type" in e for e in r.evidence)
+
+
+@pytest.mark.parametrize("text,shape", [
+    (fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt"), "8/8 compute ports Active (InfiniBand, rate 400); 2 other "
+                                                            "port(s) Active"),
+    (fixture_text("ib/ibstat_one_port_mlx5_3_400.txt"), "1/1 compute ports Active (InfiniBand, rate 400)"),
+    ("mlx5_0 port 1 ==> ib0 (Up)\n", "1/1 compute ports Active (?, rate ?)"),
+    (ca_block("mlx5_0", "MT4129", "Active", "LinkUp", 400, "Ethernet")
+     + ca_block("mlx5_1", "MT4123", "Active", "LinkUp", 400, "Ethernet"), "2/2 compute ports Active (Ethernet, rate "
+                                                                        "400)"),
+])
+def test_pass_shapes(text, shape):
+    r = one(text)
+    assert r.status is Status.PASS and r.summary == shape
+
+
+def test_shape_lists_layers_and_rates():
+    text = fixture_text("ib/ibstat_8x400_ib_2fe_all_active.txt")
+    r = one(text, profile="h100-sxm-8x")
+    assert r.facts["compute_total"] == 8
+    mixed = ca_block("mlx5_0", "MT4129", "Active", "LinkUp", 400) + ca_block("mlx5_1", "MT4129", "Down", "Polling", 10,
+                                                                             "Ethernet")
+    assert "[1/1 compute ports Active (InfiniBand, rate 400)]" not in one(mixed).summary
+    r = one(ca_block("mlx5_0", "MT4129", "Down", "Polling", 10) + ca_block("mlx5_1", "MT4129", "Down", "Polling", 10,
+                                                                           "Ethernet"))
+    assert r.summary.endswith("[0/1 compute ports Active (InfiniBand, rate ?)]")
+
+
+def test_no_port_details():
+    r = one("No IB devices found\n")
+    assert r.summary == "no RDMA devices on this node; profile expects none" and r.evidence == ["No IB devices found"]
+    r = one("ibpanic: [4021] main: can't init UMAD library: No such file or directory\n")
+    assert r.remedy == "`modprobe ib_umad` and re-run ibstat, or run `ibv_devinfo -v` (it needs no umad)"
+    assert r.summary == "ibstat could not read the ports: the umad interface is not available (ib_umad not loaded)"
+    r = one("", profile="h100-sxm-8x")
+    assert r.remedy == ("check the HCAs are visible (`lspci | grep -i mellanox`, `ls /sys/class/infiniband`), load "
+                        "mlx5_core/mlx5_ib (or reinstall the OFED/DOCA driver), reboot")
+    assert r.evidence == ["ibstat: no CA listed", "ib.hca_count = 8 (DGX H100: 8 x ConnectX-7 single-port 400G compute "
+                                                  "NICs)"]
+    errs = ["Failed to open device", "Failed to query device props", "Failed to query port 1 props",
+            "Failed to query port 2 props"]
+    r = one("\n".join(errs) + "\n", rc=1, argv=["ibv_devinfo"])
+    assert r.evidence == errs[:3] and r.summary == \
+        "no RDMA ports found (ibv_devinfo failed or listed none)"
+    r = one("hello\n", argv=["ibv_devinfo", "-v"])
+    assert r.remedy == "run `ibv_devinfo -v` by hand and check its output"
+    assert r.facts["source_command"] == "ibv_devinfo -v"
+
+
+def test_no_input_summary():
+    r = grade("ib.hca", {})[0]
+    assert r.summary == "no ibstat output or IB link events; RDMA ports not checked"
+
+
+def test_ethernet_link_events_next_to_ibstat_give_no_flap_facts():
+    from tests.conftest import grade_text
+    [r] = grade_text("ib.hca", {"ibstat": fixture_text("ib/ibstat_one_port_mlx5_3_400.txt"),
+                                "link-events": "[1.0] mlx5_core 0000:17:00.0 ens6f0np0: Link up\n" * 2})
+    assert r.status is Status.PASS and "flaps" not in r.facts
+
+
+def test_link_events_only_summaries():
+    from preflight import policy
+    from tests.conftest import grade_text
+    ups = "Mar 02 11:41:10 n1 systemd-networkd[7]: ib0: Gained carrier\n" \
+          "Mar 02 11:41:11 n1 systemd-networkd[7]: ib1: Gained carrier\n"
+    [r] = grade_text("ib.hca", {"link-events": ups})
+    assert r.status is Status.PASS and r.summary == "IB link events: ib0 0 flap(s), ib1 0 flap(s)"
+    mod = ("[ 1702.000021] mlx5_core 0000:c1:00.0: mlx5_port_module_event:1166:(pid 0): Port module event[error]: "
+           "module 0, Cable error, High Temperature\n")
+    token = policy.use(policy.builtin().with_overrides({"ib.hca/module-error": "pass"}, "site.toml"))
+    try:
+        [r] = grade_text("ib.hca", {"link-events": mod})
+    finally:
+        policy.reset(token)
+    assert r.status is Status.PASS and r.summary == "IB link events: none"
+
+
+def test_fail_and_warn_summaries_join_every_finding():
+    r = one(fixture_text("ib/hca_table_cx7_one_down_one_init_pcie_x8.txt"))
+    assert r.summary.count("; ") == 1 and r.remedy.startswith("drain node; (1) ")
+    r = one(THREE)
+    assert r.summary.startswith("3/3 compute ports Active (InfiniBand, rate 100/200/400); compute port(s) below")
+    text = THREE + ("hca_id:\tmlx5_7\n\tvendor_part_id:\t\t\t4129\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"
+                    "\t\t\tmax_mtu:\t\t4096 (5)\n\t\t\tactive_mtu:\t\t1024 (3)\n\t\t\tlink_layer:\t\tInfiniBand\n")
+    r = one(text)
+    assert r.summary == ("4/4 compute ports Active (InfiniBand, rate 100/200/400); compute port(s) below their "
+                         "adapter's rate: mlx5_0 (MT4129) at 200 of 400, mlx5_1 (MT4129) at 100 of 400; active MTU "
+                         "below the port's maximum: mlx5_7 1024 of 4096")
