@@ -12,7 +12,7 @@ their own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from preflight.findings import Findings
 from preflight.model import Result
@@ -27,6 +27,11 @@ C = "hang.watchdog/"
 _GATHER = ("ALLGATHER", "_ALLGATHER_BASE", "ALLGATHER_COALESCED", "ALLGATHER_INTO_TENSOR_COALESCED")
 _SCATTER = ("REDUCE_SCATTER", "_REDUCE_SCATTER_BASE", "REDUCESCATTER", "REDUCE_SCATTER_TENSOR_COALESCED")
 _SHOWN = 12  # ranks named in a summary before "+N more" (a display limit)
+# how much one finding quotes (display limits, not grading thresholds)
+_QUOTE = 6  # pragma: no mutate - lines quoted per finding, a display limit
+_FEW = 3  # pragma: no mutate - lines quoted for a secondary part of a finding, a display limit
+_LINE = 400  # pragma: no mutate - characters of one quoted line, a display limit
+_MSG = 160  # pragma: no mutate - characters of a message quoted in a summary, a display limit
 
 REMEDY_HANG = ("the ranks listed waited for a peer that never joined that collective: find the rank NOT in "
                "this list (it hung or died first: its log, py-spy dump, Xid/dmesg on its node) and drain its "
@@ -87,7 +92,7 @@ def _first(pool: list[HangEvent]) -> HangEvent:
     with_seq = [e for e in pool if e.seq is not None]
     if not with_seq:
         return pool[0]
-    return min(with_seq, key=lambda e: (e.seq or 0, e.rank if e.rank is not None else 1 << 30))
+    return min(with_seq, key=lambda e: (cast(int, e.seq), e.rank is None, e.rank or 0))
 
 
 @dataclass
@@ -123,8 +128,8 @@ def _never_entered(lg: _Log, first: HangEvent) -> list[HangEvent]:
 
 
 def _early_remedy(ctx: CheckContext, first: HangEvent) -> str:
-    early = ctx.profile.get("hang.early_seq", 0) or 0
-    if first.seq is not None and first.seq <= early:
+    early = ctx.profile.get("hang.early_seq")
+    if first.seq is not None and isinstance(early, int) and first.seq <= early:
         return (f"SeqNum {first.seq}: the job had barely started, so a longer timeout cannot help: a rank never "
                 "joined (crashed, hung at start-up, or cannot reach the others); " + REMEDY_HANG)
     return REMEDY_HANG
@@ -148,19 +153,19 @@ def _one_group(ctx: CheckContext, lg: _Log, pool: list[HangEvent], f: Findings) 
     size = group_size(first)
     label = "NCCL watchdog timeout" if lg.timeouts else "NCCL watchdog failure (error or timeout)"
     summary = f"{label}: {_desc(first)} on {_ranks(at_first)}{where}" + (f" ({size} ranks in the group)" if size else "")
-    ev = [e.line for e in at_first[:6]]
+    ev = [e.line for e in at_first[:_QUOTE]]
     others = [e for e in pool if e.seq != first.seq]
     if others:
         seqs = sorted({e.seq for e in others if e.seq is not None})
-        summary += f"; {len(others)} more timeout line(s) at later/other SeqNum {', '.join(map(str, seqs[:5]))}"
-        ev += [e.line for e in others[:3]]
+        summary += f"; {len(others)} more timeout line(s) at later/other SeqNum {', '.join(map(str, seqs[:_FEW]))}"
+        ev += [e.line for e in others[:_FEW]]
     absent = _never_entered(lg, first)
     if absent:
         summary += (f"; {_ranks(absent)} completed every collective it enqueued (last "
                     f"{absent[0].last_enqueued}) and never entered it")
         lg.facts["never_entered"] = sorted({e.rank for e in absent if e.rank is not None})
-        ev += [e.line for e in absent[:3]]
-    ev += [e.line for e in lg.kind("nccl_status") if e.seq == first.seq][:2] + lg.log.some_failed[:1]
+        ev += [e.line for e in absent[:_FEW]]
+    ev += [e.line for e in lg.kind("nccl_status") if e.seq == first.seq][:_FEW] + lg.log.some_failed[:_FEW]
     code = C + "collective-timeout" if lg.timeouts else C + "watchdog-failure"
     f.add(code, summary, ev, _early_remedy(ctx, first))
 
@@ -183,7 +188,7 @@ def _several_groups(lg: _Log, groups: dict[str, list[HangEvent]], f: Findings) -
         first = _first(groups[key])
         parts.append(f"{_desc(first)} on {_ranks([e for e in groups[key] if e.seq == first.seq])} "
                      f"({_pg_text(first) or 'unnamed group'})")
-        ev += [e.line for e in groups[key][:3]]
+        ev += [e.line for e in groups[key][:_FEW]]
         listing.append({"group": key, "pg": first.pg or None, "pg_guid": first.pg_guid or None, "op": first.op or None,
                         "seq": first.seq, "ranks": sorted({e.rank for e in groups[key] if e.rank is not None})})
     lg.facts["groups"] = listing
@@ -217,14 +222,14 @@ def _dump_signals(lg: _Log, f: Findings) -> None:
     lg.facts.update(rank=d.rank, last_enqueued=d.last_enqueued, last_completed=d.last_completed)
     if local:
         f.add(C + "collective-timeout", f"NCCL watchdog: a collective timed out on {_ranks(local)}{state}",
-              [x.line for x in local[:4]], REMEDY_HANG)
+              [x.line for x in local[:_FEW]], REMEDY_HANG)
         return
     source = d.peer if d.peer.isdigit() else ""
     lg.facts["timed_out_rank"] = int(source) if source else None
     f.add(C + "remote-timeout",
           f"NCCL watchdog: {_ranks(dumps)} stopped on a collective timeout reported by "
           f"{'rank ' + source if source else 'another rank'}{state}",
-          [x.line for x in dumps[:4]],
+          [x.line for x in dumps[:_FEW]],
           "this rank was taken down because another rank's collective timed out: read the log of the rank named "
           "(and of any rank whose last completed work is behind the others'); " + REMEDY_HANG)
 
@@ -242,7 +247,7 @@ def _heartbeat(lg: _Log, f: Findings) -> None:
           f"the NCCL watchdog thread of {_ranks(beats)} was stuck"
           + (f" for {stuck // 1000} s" if stuck is not None else "")
           + " (heartbeat monitor): a CUDA/NCCL call blocked it and the process was terminated",
-          [e.line for e in beats[:4]], _REMEDY_HEARTBEAT)
+          [e.line for e in beats[:_FEW]], _REMEDY_HEARTBEAT)
 
 
 def _desync(lg: _Log, f: Findings) -> None:
@@ -260,7 +265,7 @@ def _desync(lg: _Log, f: Findings) -> None:
         else:
             parts.append(f"rank(s) {ranks} joined but did not finish collective #{e.seq}")
     lg.facts["lagging_ranks"] = sorted({r for e in lagging for r in e.ranks})
-    f.add(C + "desync-report", "desync report: " + "; ".join(parts), [e.line for e in events[:6]],
+    f.add(C + "desync-report", "desync report: " + "; ".join(parts), [e.line for e in events[:_QUOTE]],
           "the desync report names the lagging ranks: read their logs and py-spy stacks first (a rank that never "
           "joined crashed or hung before the collective; one that joined but did not finish is stuck in NCCL: "
           "check its GPU and NIC)")
@@ -275,7 +280,7 @@ def _mismatch(lg: _Log, f: Findings) -> None:
     f.add(C + "collective-mismatch",
           f"ranks run different collectives: rank {e.rank} runs {e.op or 'a collective'}"
           + (f" SequenceNumber={e.seq}" if e.seq is not None else "") + (f", {e.message}" if e.message else ""),
-          [x.line[:400] for x in events[:3]],
+          [x.line[:_LINE] for x in events[:_FEW]],
           "an application bug, not the hardware: the ranks issued different collectives (or sizes) at the same "
           "point (a rank-dependent code path, uneven data, a collective inside a condition); the job hangs or "
           "fails there on any cluster")
@@ -289,7 +294,7 @@ def _barrier(lg: _Log, f: Findings) -> None:
     lg.facts["barrier_failed_ranks"] = failed
     what = (f"rank(s) {', '.join(map(str, failed))} failed to pass monitoredBarrier in {events[0].timeout_ms} ms"
             if failed else f"rank {events[0].rank} timed out in monitoredBarrier after {events[0].timeout_ms} ms")
-    f.add(C + "monitored-barrier", what, [e.line for e in events[:4]],
+    f.add(C + "monitored-barrier", what, [e.line for e in events[:_FEW]],
           "the named ranks never reached the barrier: they crashed or hang elsewhere; read their logs and stacks")
 
 
@@ -298,9 +303,9 @@ def _nccl_errors(lg: _Log, f: Findings) -> None:
     if not errors:
         return
     _rank_fact(lg, errors)
-    lg.facts["nccl_errors"] = sorted({e.message for e in errors})[:6]
-    f.add(C + "nccl-error", f"NCCL error on {_ranks(errors)}: {errors[0].message[:160]}",
-          [e.line[:400] for e in errors[:6]],
+    lg.facts["nccl_errors"] = sorted({e.message for e in errors})[:_QUOTE]
+    f.add(C + "nccl-error", f"NCCL error on {_ranks(errors)}: {errors[0].message[:_MSG]}",
+          [e.line[:_LINE] for e in errors[:_QUOTE]],
           "a peer exited or the network failed: check the other ranks' logs for the first failure, and the IB "
           "ports (ibstat) and Xids of their nodes; run with NCCL_DEBUG=INFO for the failing call")
 
@@ -314,12 +319,12 @@ def _secondary(lg: _Log, f: Findings) -> None:
         reason = next((e.message for e in aborted if e.message), "")
         _rank_fact(lg, aborted)
         f.add(C + "communicator-aborted", f"NCCL communicator aborted on {_ranks(aborted)}"
-              + (f": {reason[:160]}" if reason else ""), [e.line[:400] for e in aborted[:4]],
+              + (f": {reason[:_MSG]}" if reason else ""), [e.line[:_LINE] for e in aborted[:_FEW]],
               "a consequence of a failure elsewhere (another rank's timeout or error): find the first failure in "
               "the other ranks' logs")
         return
     f.add(C + "remote-error", f"{_ranks(remote)} saw an error reported by rank {remote[0].peer}",
-          [e.line for e in remote[:4]], f"read rank {remote[0].peer}'s log for the error it reported")
+          [e.line for e in remote[:_FEW]], f"read rank {remote[0].peer}'s log for the error it reported")
 
 
 def _watchdog_exception(lg: _Log, f: Findings) -> None:
@@ -328,8 +333,8 @@ def _watchdog_exception(lg: _Log, f: Findings) -> None:
         return
     _rank_fact(lg, events)
     f.add(C + "watchdog-exception",
-          f"the NCCL watchdog of {_ranks(events)} ended on an exception: {events[0].message[:160]}",
-          [e.line[:400] for e in events[:4]],
+          f"the NCCL watchdog of {_ranks(events)} ended on an exception: {events[0].message[:_MSG]}",
+          [e.line[:_LINE] for e in events[:_FEW]],
           "the watchdog stopped the process on this error: a CUDA error here is this GPU's fault (check the "
           "node's kernel log for Xids) or a kernel bug; read the first exception in the rank's log")
 
@@ -340,9 +345,9 @@ def _gloo(lg: _Log, f: Findings) -> None:
     if not (gloo_t or gloo_c):
         return
     first_t = gloo_t[0] if gloo_t else None
-    lg.facts.update({"op": first_t.op if first_t else lg.facts.get("op"),
-                     "timeout_ms": first_t.timeout_ms if first_t else lg.facts.get("timeout_ms"),
-                     "rank": (first_t or gloo_c[0]).rank, "peers_closed": sorted({e.peer for e in gloo_c})})
+    if first_t is not None:
+        lg.facts.update(op=first_t.op, timeout_ms=first_t.timeout_ms)
+    lg.facts.update(rank=(first_t or gloo_c[0]).rank, peers_closed=sorted({e.peer for e in gloo_c}))
     parts = []
     if first_t is not None:
         parts.append(f"gloo {first_t.op} timed out after {first_t.timeout_ms} ms on {_ranks(gloo_t)}")
@@ -352,17 +357,17 @@ def _gloo(lg: _Log, f: Findings) -> None:
         code = C + "gloo-peer-closed"
         rem = (f"the process at {gloo_c[0].peer} exited or crashed first: read its log (OOM, exception, "
                "node failure); the timeouts on other ranks follow from it")
-    ev = [e.line for e in (gloo_c + gloo_t)][:8]
+    ev = [e.line for e in (gloo_c + gloo_t)][:_QUOTE]
     first_exit = next((x for x in lg.tl.exits if x.first), None)
     if first_exit is not None:
         parts.append(f"process {first_exit.process} exited first (exit code {first_exit.code})")
-        ev += [x.line for x in lg.tl.exits[:3]]
+        ev += [x.line for x in lg.tl.exits[:_FEW]]
         lg.facts["first_exit"] = {"process": first_exit.process, "code": first_exit.code}
         rem = (f"process {first_exit.process} exited on its own with code {first_exit.code}; the others lost their "
                "connection to it: read its log for the error that ended it")
     elif lg.tl.p2p_calls and gloo_c and not gloo_t:
         parts.append("inside a point-to-point receive: the sending process exited before the receive completed")
-        ev += lg.tl.p2p_calls[:2]
+        ev += lg.tl.p2p_calls[:_FEW]
         code = C + "p2p-sender-exited"
         rem = ("an application bug in point-to-point communication, not the network: the sender returned (or "
                "crashed) before its matching send completed; keep both processes alive until every send/recv "
@@ -376,8 +381,8 @@ def _store(lg: _Log, f: Findings) -> None:
         return
     e = events[0]
     lg.facts["store"] = e.message
-    f.add(C + "store-timeout", f"c10d store / rendezvous timeout on {_ranks(events)}: {e.message[:200]}",
-          [x.line[:400] for x in events[:4]],
+    f.add(C + "store-timeout", f"c10d store / rendezvous timeout on {_ranks(events)}: {e.message[:_MSG]}",
+          [x.line[:_LINE] for x in events[:_FEW]],
           "the ranks never all met at start-up: a rank crashed or hung before init_process_group (read every "
           "rank's log; a GPU that hangs in torch.cuda.set_device blocks its rank), or cannot reach the store "
           "(MASTER_ADDR/MASTER_PORT, a firewall, the interface the address resolves to)")
@@ -386,7 +391,7 @@ def _store(lg: _Log, f: Findings) -> None:
 def _some_failed(lg: _Log, f: Findings) -> None:
     if lg.log.some_failed and not f:
         f.add(C + "some-failed", "NCCL operations failed or timed out (no detail line in the log)",
-              lg.log.some_failed[:4], REMEDY_HANG)
+              lg.log.some_failed[:_FEW], REMEDY_HANG)
 
 
 def _worker_failed(lg: _Log, f: Findings) -> None:
@@ -400,21 +405,21 @@ def _worker_failed(lg: _Log, f: Findings) -> None:
         return
     crash = next((c for c in lg.tl.rank_log.crashes if not c.secondary and not c.exception.endswith("ChildFailedError")),
                  None)
-    cause = f": {crash.exception}: {crash.message[:120]}" if crash is not None else ""
+    cause = f": {crash.exception}: {crash.message[:_MSG]}" if crash is not None else ""
     if root is not None:
         sig = f" ({root.signal})" if root.signal else ""
         f.add(C + "worker-failed", f"torchrun: rank {root.rank} on {root.host or 'its host'} failed with exitcode "
-              f"{root.exitcode}{sig}{cause}", root.lines[:8] + (crash.lines[-3:] if crash else []),
+              f"{root.exitcode}{sig}{cause}", root.lines[:_QUOTE] + (crash.lines[-_FEW:] if crash else []),
               "the job failed on this rank first: read its log for the first error (traceback, NCCL/CUDA error, "
               "OOM); a negative exit code is the signal that killed it (-6 SIGABRT: the watchdog or an abort, "
               "-9 SIGKILL: the OOM killer or the scheduler)")
         return
-    ended = [x for x in lg.tl.exits if x.signal or (x.code or 0) != 0]
+    ended = [x for x in lg.tl.exits if x.signal or x.code]
     if ended:
         x = ended[0]
         f.add(C + "worker-failed", f"process {x.process} terminated with "
               + (f"signal {x.signal}" if x.signal else f"exit code {x.code}") + cause,
-              [y.line for y in ended[:4]], "read that process's log for the error that ended it")
+              [y.line for y in ended[:_FEW]], "read that process's log for the error that ended it")
 
 
 _LOG_GRADERS = (_heartbeat, _desync, _mismatch, _barrier, _nccl_errors, _watchdog_exception, _gloo, _store,

@@ -22,6 +22,9 @@ _REMEDY_MISMATCH = ("the ranks called different collectives (type, sizes or dtyp
 _REMEDY_DUMPS = ("ranks without a dump died or hung before writing it (TORCH_NCCL_DUMP_ON_TIMEOUT, "
                  "TORCH_NCCL_DEBUG_INFO_TEMP_FILE): read their logs and their node's kernel log first")
 _STATE = "COLLECTIVE_STATE_MISMATCH"
+_QUOTE = 10  # pragma: no mutate - lines of a finding quoted as evidence, a display limit
+_FEW = 4  # pragma: no mutate - lines quoted for a finding without fields, a display limit
+_NAMED = 3  # pragma: no mutate - culprits named in a summary, a display limit
 
 
 def _plural(ranks: list[int]) -> str:
@@ -43,7 +46,7 @@ def _missing(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
     expected = f" (expected ranks {x.expected_ranks})" if x.expected_ranks else (
         f" (world size {x.world_size})" if x.world_size else "")
     f.add("hang.watchdog/fr-missing-ranks",
-          f"flight recorder: {_plural(x.missing_ranks)} did not join {_where(x)}{expected}", x.lines[:10], REMEDY)
+          f"flight recorder: {_plural(x.missing_ranks)} did not join {_where(x)}{expected}", x.lines[:_QUOTE], REMEDY)
     for key, val in (("missing_ranks", x.missing_ranks), ("seq", x.seq), ("op", x.op or None),
                      ("group", x.group or None), ("expected_ranks", x.expected_ranks), ("world_size", x.world_size)):
         _fill(facts, key, val)
@@ -51,17 +54,17 @@ def _missing(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
 
 def _errors(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
     culprits = [r for r, _ in x.culprits]
-    kinds = sorted({t.split(" ", 1)[0] for _, t in x.culprits})
+    kinds = sorted({t.partition(" ")[0] for _, t in x.culprits})
     if x.kind == "size":
         what = "input/output sizes do not add up across ranks"
     elif culprits:
-        what = "; ".join(f"rank {r}: {t}" for r, t in x.culprits[:3])
+        what = "; ".join(f"rank {r}: {t}" for r, t in x.culprits[:_NAMED])
     else:
         what = "errors"
     state_only = bool(kinds) and kinds == [_STATE]
     code = "hang.watchdog/fr-state-mismatch" if state_only else "hang.watchdog/fr-collective-mismatch"
     remedy = REMEDY if state_only else _REMEDY_MISMATCH
-    f.add(code, f"flight recorder: {_where(x)} has errors ({what})", x.lines[:10], remedy)
+    f.add(code, f"flight recorder: {_where(x)} has errors ({what})", x.lines[:_QUOTE], remedy)
     _fill(facts, "seq", x.seq)
     _fill(facts, "culprit", culprits[0] if culprits else None)
     _fill(facts, "culprits", culprits)
@@ -70,7 +73,7 @@ def _errors(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
 def _undecided(x: FRTraceFinding, f: Findings, facts: dict[str, Any]) -> None:
     f.add("hang.watchdog/fr-dumps-missing",
           f"flight recorder: no dump from {_plural(x.missing_ranks)}, fr_trace could not decide" if x.missing_ranks
-          else "flight recorder: dumps are missing, fr_trace could not decide", x.lines[:4], _REMEDY_DUMPS)
+          else "flight recorder: dumps are missing, fr_trace could not decide", x.lines[:_FEW], _REMEDY_DUMPS)
     _fill(facts, "no_dump_ranks", x.missing_ranks)
 
 
@@ -98,7 +101,7 @@ def grade_fr(fr: FrText, f: Findings, facts: dict[str, Any]) -> None:
             _undecided(x, f, facts)
         else:
             f.add("hang.watchdog/fr-no-mismatch", "flight recorder: fr_trace found no mismatch in a collective",
-                  x.lines[:2])
+                  x.lines[:_FEW])
     sbs = fr.side_by_side
     if sbs is not None and sbs.behind:
         _behind(sbs, f, facts)

@@ -590,3 +590,193 @@ def test_table_entries_are_complete() -> None:
         assert set(entry) == {"status", "means", "reason", "source"}, code
         assert entry["status"] in ("pass", "warn", "fail", "skip", "error"), code
         assert Path(ROOT / "checks" / "policy" / "hang.toml").is_file()
+
+
+# ----------------------------------------------------------------------------- details the summaries rely on
+
+def test_collective_ops_with_coalesced_names() -> None:
+    from preflight.checks.hang import group_size
+
+    assert group_size(HangEvent("t", op="ALLGATHER_COALESCED", numel_in=4, numel_out=16)) == 4
+    assert group_size(HangEvent("t", op="REDUCE_SCATTER_TENSOR_COALESCED", numel_in=16, numel_out=4)) == 4
+
+
+def test_facts_keys_and_evidence_of_the_first_collective() -> None:
+    r = watchdog("torch25_allreduce_timeout_rank3_missing.log")
+    assert any("failure detected by watchdog at work sequence id: 4117" in e for e in r.evidence)
+    beat = watchdog("heartbeat_torch23.log")
+    assert {k: beat.facts[k] for k in ("op", "seq", "timeout_ms", "ran_ms")} == dict.fromkeys(
+        ("op", "seq", "timeout_ms", "ran_ms"))
+    groups = watchdog("torch26_two_groups_alltoall_allreduce.log")
+    assert (groups.facts["pg"], groups.facts["pg_guid"], groups.facts["rank"]) == ("9", "61", 30)
+
+
+def test_lowest_rank_first_and_a_rank_less_line_last() -> None:
+    text = (WD.format(seq=70) + "\n" + "[rank1]:[E1] [Rank 1] " + WD.format(seq=70) + "\n"
+            + "[rank0]:[E1] [Rank 0] " + WD.format(seq=70) + "\n")
+    r = watchdog(text=text)
+    assert r.facts["rank"] == 0 and r.facts["ranks"] == [0, 1]
+
+
+@pytest.mark.parametrize("dump, named", [
+    ("Last enqueued NCCL work: 4410, last completed NCCL work: 4410.", True),
+    ("Last enqueued NCCL work: 4411, last completed NCCL work: 4410.", False),
+    ("Last enqueued NCCL work: 4411, last completed NCCL work: 4411.", False),
+    ("", False),
+])
+def test_never_entered_needs_an_idle_rank_below_the_stuck_work(dump: str, named: bool) -> None:
+    text = ("[rank0]:[E1] [Rank 0] " + WD.format(seq=4411) + "\n"
+            "[rank2]:[E1] [PG 0 Rank 2] Received a dump signal due to a collective timeout from  rank 0 and we will "
+            "try our best to dump the debug info. " + dump + "\n")
+    r = watchdog(text=text)
+    assert ("never_entered" in r.facts) is named
+
+
+def test_a_stuck_rank_is_never_named_as_one_that_never_entered() -> None:
+    text = ("[rank0]:[E1] [Rank 0] " + WD.format(seq=4411) + "\n"
+            "[rank0]:[E1] [PG 0 Rank 0] Received a dump signal due to a collective timeout from this local rank and we "
+            "will try our best to dump the debug info. Last enqueued NCCL work: 4400, last completed NCCL work: 4400.\n")
+    assert "never_entered" not in watchdog(text=text).facts
+
+
+def test_remedies_name_the_kind_of_fault() -> None:
+    mismatch = watchdog(text="Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+                             "CollectiveFingerPrint(OpType=BARRIER), but Rank 1 is running collective: "
+                             "CollectiveFingerPrint(OpType=ALLREDUCE).\n")
+    assert mismatch.remedy.startswith("an application bug, not the hardware: the ranks issued different collectives")
+    err = watchdog(text="NCCL error in: x.cpp:1, unhandled system error, NCCL version 2.21.5\n")
+    assert err.remedy.startswith("a peer exited or the network failed: check the other ranks' logs")
+    assert err.summary == "NCCL error on unknown rank: unhandled system error (NCCL 2.21.5)"
+    spawn = watchdog(text="torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with exit code 1\n")
+    assert spawn.summary == "process 2 terminated with exit code 1"
+    assert spawn.remedy == "read that process's log for the error that ended it"
+    some = watchdog(text="Some NCCL operations have failed or timed out.\n")
+    assert some.summary == "NCCL operations failed or timed out (no detail line in the log)"
+    [none] = grade("hang.watchdog", {}, mode="analyze")
+    assert none.summary == "no training log or flight-recorder output to grade"
+    ok = watchdog(text="torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 0\n")
+    assert ok.summary == "no collective timeout or job failure in the log"
+
+
+def test_gloo_closed_keeps_the_nccl_timeouts_facts_and_lists_every_peer() -> None:
+    text = ("[Rank 0] " + WD.format(seq=600) + "\n"
+            "RuntimeError: [/opt/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.5]:29500\n"
+            "RuntimeError: [/opt/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.7]:29500\n")
+    r = watchdog(text=text)
+    assert (r.facts["op"], r.facts["timeout_ms"], r.facts["peers_closed"]) == ("ALLREDUCE", 600000,
+                                                                                ["10.0.0.5", "10.0.0.7"])
+    assert "peer(s) 10.0.0.5, 10.0.0.7 closed the connection" in r.summary
+
+
+def test_p2p_remedy_and_torchrun_evidence() -> None:
+    text = ("Traceback (most recent call last):\n"
+            "    dist.recv(tensor=t, src=0)\n"
+            "RuntimeError: [/opt/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.5]:29500\n")
+    assert watchdog(text=text).remedy.startswith("an application bug in point-to-point communication, not the network")
+    oom = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "train.py", line 9, in <module>\n'
+           "[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n" + TORCHRUN)
+    r = watchdog(text=oom)
+    assert r.evidence[-1] == "torch.OutOfMemoryError: CUDA out of memory."
+    assert r.evidence[0] == "time      : 2025-03-05_09:32:44"
+
+
+def test_flight_recorder_remedies_and_several_culprits() -> None:
+    r = flight("fr_trace_has_errors_type_and_size.txt")
+    assert r.remedy.startswith("the ranks called different collectives (type, sizes or dtypes)")
+    assert "; rank 1: SIZE_OR_SYNTAX_MISMATCH (Expected input sizes" in r.summary
+    assert flight("fr_trace_colon_sequence_missing_4to7.txt").remedy.startswith(
+        "the named rank(s) never entered that collective")
+    assert flight("fr_trace_undecided_missing_dumps.txt").remedy.startswith("ranks without a dump died or hung")
+
+
+def test_more_remedies_and_summaries_pinned() -> None:
+    assert watchdog("torch26_two_groups_alltoall_allreduce.log").remedy.startswith("each process group waits for its "
+                                                                                   "own missing peer")
+    two = watchdog("torch26_two_groups_alltoall_allreduce.log").summary
+    assert "(process group 9 (GUID 57)); ALLREDUCE SeqNum=91" in two
+    desync = watchdog(text="\t - To our best knowledge, ranks [5] are the lagging ranks that caused this timeout.\n")
+    assert desync.remedy.startswith("the desync report names the lagging ranks: read their logs")
+    barrier = watchdog(text="RuntimeError: Rank 1 failed to pass monitoredBarrier in 2000 ms\n")
+    assert barrier.remedy.startswith("the named ranks never reached the barrier")
+    exc = watchdog(text="[Rank 4] NCCL watchdog thread terminated with exception: unknown\n")
+    assert exc.remedy.startswith("the watchdog stopped the process on this error")
+    store = watchdog(text="RuntimeError: Socket Timeout\n")
+    assert store.remedy.startswith("the ranks never all met at start-up") and store.facts["store"] == (
+        "RuntimeError: Socket Timeout")
+    remote = watchdog("dump_signal_from_rank6.log")
+    assert remote.remedy.startswith("this rank was taken down because another rank's collective timed out")
+    aborted = watchdog(text="RuntimeError: NCCL communicator was aborted on rank 2.\n")
+    assert aborted.remedy.startswith("a consequence of a failure elsewhere")
+    assert watchdog(text=TORCHRUN).remedy.startswith("the job failed on this rank first")
+    p2p = watchdog(text="    dist.recv(tensor=t, src=0)\nRuntimeError: [/g/gloo/tcp/pair.cc:1] Connection closed by peer "
+                        "[10.0.0.5]:29500\n")
+    assert p2p.summary.endswith("; inside a point-to-point receive: the sending process exited before the receive "
+                                "completed")
+
+
+def test_a_timeout_without_ran_for_and_the_other_seqs_listed() -> None:
+    r = watchdog(text="[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5000, OpType=ALLREDUCE, "
+                      "Timeout(ms)=600000)\n[Rank 1] " + WD.format(seq=5001) + "\n[Rank 2] " + WD.format(seq=5002))
+    assert r.summary.startswith("NCCL watchdog timeout: ALLREDUCE SeqNum=5000 (timeout 600000 ms) on rank 0")
+    assert r.summary.endswith("2 more timeout line(s) at later/other SeqNum 5001, 5002")
+
+
+def test_twelve_ranks_are_all_named() -> None:
+    text = "".join(f"[rank{r}]:[E1] [Rank {r}] " + WD.format(seq=5000) + "\n" for r in range(12))
+    assert watchdog(text=text).summary.endswith("on ranks 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11")
+
+
+def test_group_size_is_an_integer() -> None:
+    from preflight.checks.hang import group_size
+
+    size = group_size(HangEvent("t", op="ALLGATHER", numel_in=8, numel_out=64))
+    assert size == 8 and isinstance(size, int)
+
+
+def test_heartbeat_rank_from_the_line_that_names_it() -> None:
+    text = ("[default0]:[E ProcessGroupNCCL.cpp:1181] No PGNCCL's watchdog heartbeat detected, so we are dumping debug "
+            "info.\n[default0]:[F ProcessGroupNCCL.cpp:1196] [Rank 6] NCCL monitor thread timeout. Basically\n")
+    r = watchdog(text=text)
+    assert r.facts["rank"] == 6 and "of rank 6 was stuck" in r.summary
+    only = watchdog(text="[default3]:[E ProcessGroupNCCL.cpp:1181] No PGNCCL's watchdog heartbeat detected, so we are "
+                         "dumping debug info.\n")
+    assert only.facts["rank"] == 3
+
+
+def test_a_status_line_makes_a_dump_signal_a_detail() -> None:
+    text = ("[PG 3 Rank 4] Timeout at NCCL work: 9141, last enqueued NCCL work: 9141, last completed NCCL work: 9140.\n"
+            + fixture_text("watchdog/dump_signal_from_rank6.log"))
+    assert codes(watchdog(text=text)) == ["hang.watchdog/watchdog-failure"]
+
+
+def test_default_group_by_guid_compares_dump_signals() -> None:
+    text = ("[rank0]:[E1] [PG ID 0 PG GUID 0(default_pg) Rank 0] " + WD.format(seq=4411) + "\n"
+            + fixture_text("watchdog/dump_signal_from_rank6.log"))
+    assert watchdog(text=text).facts["never_entered"] == [2]
+
+
+@pytest.mark.parametrize("extra, groups", [
+    ("[rank5]:[E1] [Rank 5] " + WD.format(seq=7) + "\n", ["3", "4"]),  # joins group 3 (SeqNum 7, ALLREDUCE)
+    ("[rank5]:[E1] [Rank 5] " + WD.format(seq=7).replace("ALLREDUCE", "BROADCAST") + "\n", ["3", "4", ""]),
+])
+def test_a_line_without_a_group_joins_only_a_group_stuck_on_the_same_op(extra: str, groups: list[str]) -> None:
+    text = ("[rank0]:[E1] [PG ID 1 PG GUID 3 Rank 0] " + WD.format(seq=7) + "\n"
+            "[rank1]:[E1] [PG ID 2 PG GUID 4 Rank 0] " + WD.format(seq=9) + "\n" + extra)
+    assert [g["group"] for g in watchdog(text=text).facts["groups"]] == groups
+
+
+def test_a_line_matching_two_groups_stays_unnamed() -> None:
+    text = ("[rank0]:[E1] [PG ID 1 PG GUID 3 Rank 0] " + WD.format(seq=7) + "\n"
+            "[rank1]:[E1] [PG ID 2 PG GUID 4 Rank 0] " + WD.format(seq=7) + "\n"
+            "[rank5]:[E1] [Rank 5] " + WD.format(seq=7) + "\n")
+    assert [g["group"] for g in watchdog(text=text).facts["groups"]] == ["3", "4", ""]
+
+
+def test_log_without_findings_and_an_equal_side_by_side() -> None:
+    rows = "all_reduce(input_sizes=[[8]], state=scheduled)"
+    [r] = grade("hang.watchdog", {"watchdog-log": capture("watchdog-log", "process 1 terminated with exit code 0\n"),
+                                  "fr-trace": capture("fr-trace", f"Rank 0{' ' * 44}Rank 1\n{rows}   {rows}\n")},
+                mode="analyze")
+    assert r.status is Status.PASS and r.summary == "no collective timeout or job failure in the log"
+    assert r.facts["rank"] is None
