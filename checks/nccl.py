@@ -100,7 +100,7 @@ def _multi_node(procs: Sequence[NcclProc], gpus_per_node: int) -> list[str]:
         if p.net_channels:
             out.append(p.evidence.get("channel_net", ""))
         if gpus_per_node and p.nranks and p.nranks > gpus_per_node:
-            out.append(f"{p.label}: nranks {p.nranks} > {gpus_per_node} GPUs per node (gpu.count)")
+            out.append(f"{p.label}: nranks {p.nranks} > {gpus_per_node} GPUs per node")
     return list(dict.fromkeys(x for x in out if x))
 
 
@@ -115,7 +115,10 @@ def _one_node(procs: Sequence[NcclProc]) -> list[str]:
 
 
 def job_scope(procs: Sequence[NcclProc], prof: Profile) -> Scope:
-    return Scope(_multi_node(procs, int(prof.get("gpu.count") or 0)), _one_node(procs))
+    """NCCL refuses two ranks on one GPU, so more ranks than a node has GPUs (gpu.count, else the
+    largest node there is: nccl.max_gpus_per_node) prove several nodes."""
+    gpus = int(prof.get("gpu.count") or 0) or int(prof.get("nccl.max_gpus_per_node") or 0)
+    return Scope(_multi_node(procs, gpus), _one_node(procs))
 
 
 # ---------------------------------------------------------------------------------------
@@ -599,7 +602,7 @@ register(Check(
     probes=(),
     inputs=("nccl-log",),
     profile_keys={"nccl.expect_net": str, "nccl.bad_interfaces": list, "nccl.bad_networks": list,
-                  "nccl.min_hca_share": (int, float), "nccl.expect_nvls": bool},
+                  "nccl.min_hca_share": (int, float), "nccl.expect_nvls": bool, "nccl.max_gpus_per_node": int},
     catches="NCCL errors with their root cause (CUDA OOM, IB completion errors, queue-pair setup, verbs calls, failed "
             "connects, lost peers), TCP sockets across nodes, lo/docker/virbr bound, fewer HCAs than GPUs, hosts on "
             "different subnets, mixed versions, NVLS requested but unused, GPUDirect RDMA off",
