@@ -64,6 +64,8 @@ _SERVICE_CLOSED = re.compile(r"\[Service thread\] Connection closed by localRank
 # A framework's message after NCCL returned an error (PyTorch: "NCCL error in: file:line, <string>,
 # NCCL version X" and "Last error:" followed by NCCL's last WARN text): proof that the job failed
 _TORCH_NCCL_ERROR = re.compile(r"NCCL error in: \S+, (.+?)(?:, NCCL version [\d.]+\S*)?\s*$")
+# nccl-tests' NCCLCHECK: "<host>: Test NCCL failure <file>:<line> '<ncclGetErrorString> / <ncclGetLastError>'"
+_TESTS_FAILURE = re.compile(r"Test NCCL failure \S+ '(?P<result>[^']*?) / (?P<last>[^']*)'")
 _NCCL_RESULT = re.compile(r"\b(ncclSystemError|ncclRemoteError|ncclInternalError|ncclUnhandledCudaError|"
                           r"ncclInvalidUsage|ncclInvalidArgument)\b|remote process exited or there was a network error|"
                           r"unhandled (?:system|cuda) error")
@@ -241,11 +243,18 @@ def _bare(log: NcclLog, lines: list[Line], i: int, text: str) -> None:
         log.versions.append(mv.group(1) + (f"+cuda{mv.group(2)}" if mv.group(2) else ""))
     elif _TORCH_NCCL_ERROR.search(text) or _NCCL_RESULT.search(text):
         log.job_errors.append(text)
+        if (mt := _TESTS_FAILURE.search(text)) is not None:
+            _last_error(log, mt.group("last"))
     elif text.rstrip(":") == "Last error" and i + 1 < len(lines):
-        nxt = lines[i + 1].text.strip()
-        kind, detail = classify(nxt)
-        if nxt and kind not in ("benign", "other"):
-            log.errors.append(NcclError(kind, "", "", "", nxt, detail=detail, fatal=True))
+        _last_error(log, lines[i + 1].text)
+
+
+def _last_error(log: NcclLog, text: str) -> None:
+    """NCCL's last WARN as a framework quotes it (ncclGetLastError): a root cause when we know its kind."""
+    text = text.strip()
+    kind, detail = classify(text)
+    if text and kind not in ("benign", "other"):
+        log.errors.append(NcclError(kind, "", "", "", text, detail=detail, fatal=True))
 
 
 def _warn(log: NcclLog, p: NcclProc, dev: str, msg: str, text: str) -> None:

@@ -475,3 +475,14 @@ def test_nvls_on_keeps_the_line_that_shows_it() -> None:
     p = one("h:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
             "h:1:2 [0] NCCL INFO NVLS comm 0x55 headRank 0 nHeads 8 buffSize 4194304\n")
     assert p.evidence["nvls"].endswith("buffSize 4194304")
+
+
+def test_nccl_tests_failure_line_quotes_the_last_error() -> None:
+    log = parse("gpu01:2001:2001 [0] NCCL INFO Using network IB\n"
+                "gpu01: Test NCCL failure common.cu:1005 'unhandled system error (run with NCCL_DEBUG=INFO for "
+                "details) / Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_2:1, curr state "
+                "INIT, next state RTR'\n"
+                " .. gpu01 pid 2001: Test failure common.cu:891\n"
+                "gpu02: Test NCCL failure common.cu:1005 'remote process exited or there was a network error / '\n")
+    assert len(log.job_errors) == 2
+    assert [(e.kind, e.detail.get("dev"), e.fatal) for e in log.errors] == [("qp_setup", "mlx5_2", True)]
