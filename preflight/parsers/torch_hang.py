@@ -34,6 +34,8 @@ from typing import Any
 _TAG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>[^\s()\]]+)(?: PG GUID (?P<guid>[^\s()\]]+))?\s*(?:\((?P<desc>[^)]*)\))?\s*)?"
                   r"Rank (?P<rank>\d+)\]")
 _GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")  # torchrun / PyTorch's global-rank line prefix
+# a per-line prefix the framing left on a continuation: an elapsed time and the global-rank tag
+_LINE_TAG = re.compile(r"^(?:\d+(?:\.\d+)?s\s+)?\[rank(\d+)\]:\s?")
 # the rank tags a launcher puts before a line: srun -l "3: ", torchrun "[default3]:" / "[rank3]:", mpirun "[1,3]<stdout>:"
 _LAUNCHER_TAGS = re.compile(r"^\s*(\d+): |\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std\w+>:")
 
@@ -218,6 +220,14 @@ def _start_of_wrapping(text: str) -> Callable[[str], bool] | None:
     return None
 
 
+def _own_piece(pending: _Pending, text: str) -> str:
+    """`text` without the rank tag it repeats from the message it continues ("[rank1]: last enqueued ...")."""
+    m = _LINE_TAG.match(text.strip())
+    if m and pending.line.global_rank is not None and int(m.group(1)) == pending.line.global_rank:
+        return text.strip()[m.end():]
+    return text
+
+
 def _continues(pending: _Pending, text: str, hint: int | None) -> bool:
     """Whether `text` continues the wrapped message `pending`: no prefix of its own, no message of
     its own (a piece cut from a longer line may hold the rest of the message's first words)."""
@@ -250,7 +260,9 @@ class _HangReader:
 
     def feed(self, text: str, hint: int | None, raw: str) -> None:
         p = self.pending
-        if p is not None and _continues(p, text, hint):
+        piece = _own_piece(p, text) if p is not None else text
+        if p is not None and _continues(p, piece, hint):
+            text = piece
             p.line.text = _join(p.line.text, text)
             p.joined += 1
             p.last_width = len(text.rstrip())
@@ -528,7 +540,7 @@ def hang_events(lines: Iterable[tuple[str, int | None] | tuple[str, int | None, 
     reader = _HangReader()
     for item in lines:
         text, hint = item[0], item[1]
-        raw = item[2] if len(item) > 2 else text  # type: ignore[misc]
+        raw = item[2] if len(item) > 2 else text
         reader.feed(text.rstrip("\r"), hint, raw)
     reader.flush()
     return reader.log

@@ -184,6 +184,7 @@ def torchrun_time(text: str) -> datetime | None:
     except ValueError:
         return None
 
+
 def _int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
@@ -253,10 +254,10 @@ _DETECT = re.compile(
     r"timed out in monitoredBarrier|clients joined|socket has timed out after|store based barrier|"
     r"RendezvousTimeoutError|ChildFailedError|Root Cause \(first observed failure\)|ProcessExitedException")
 _NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "monitor thread", "Received a ",
-            "blocking wait", "collective operation timeout", "NCCL error", "Error:", "communicator was aborted",
+            "blocking wait", "collective operation timeout", "NCCL error", "nccl", "communicator was aborted",
             "lagging", "collective #", "remote error", "Socket Timeout", "Wait timeout",
             "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed",
-            "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException")
+            "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException", "RendezvousTimeout")
 
 
 def detect(doc: Doc) -> bool:

@@ -400,3 +400,14 @@ def test_event_dict_drops_empty_fields() -> None:
     assert d == {"kind": "nccl_timeout", "rank": 1, "group_rank": 1, "op": "ALLGATHER", "seq": 12, "timeout_ms": 60000,
                  "ran_ms": 60011, "numel_in": 8, "numel_out": 64, "line": "[Rank 1] " + WD}
     assert HangEvent("x", pg="3(tp)").group_key == "3" and HangEvent("x", pg="3", pg_guid="9").group_key == "9"
+
+
+def test_a_continuation_repeating_its_rank_tag() -> None:
+    text = ("1066.6s [rank1]: failure detected by watchdog at work sequence id: 306\n"
+            "1066.6s [rank1]: last enqueued work: 306, last completed work: 305\n"
+            "1066.7s [rank2]: last enqueued work: 9, last completed work: 8\n")
+    [ev] = events(text)
+    assert (ev.rank, ev.seq, ev.last_enqueued, ev.last_completed) == (1, 306, 306, 305)
+    other = events("[rank1]: failure detected by watchdog at work sequence id: 306\n"
+                   "[rank2]: last enqueued work: 9, last completed work: 8\n")
+    assert [(e.seq, e.last_enqueued) for e in other] == [(306, None)]
