@@ -36,6 +36,12 @@ REPAIR_FLAGS = (
     ("TPC Repair Pending", "TPC repair pending", "gpu.health/tpc-repair-pending"),
 )
 _OUTSIDE_GPU = ("MIG Devices", "Processes", "Accounted Processes")
+# Temps attribute -> the -q label under Temperature (absolute layout, then the R535+ T.Limit margins)
+TEMP_LABELS = (("current", "GPU Current Temp"), ("slowdown", "GPU Slowdown Temp"), ("shutdown", "GPU Shutdown Temp"),
+               ("max_operating", "GPU Max Operating Temp"), ("margin", "GPU T.Limit Temp"),
+               ("slowdown_margin", "GPU Slowdown T.Limit Temp"), ("shutdown_margin", "GPU Shutdown T.Limit Temp"),
+               ("max_operating_margin", "GPU Max Operating T.Limit Temp"), ("memory", "Memory Current Temp"),
+               ("memory_max", "Memory Max Operating Temp"))
 
 
 @dataclass
@@ -124,14 +130,14 @@ def field_error(value: str | None) -> str:
 
 
 def _ev(gpu: QGpu, path: str) -> str:
-    section = path.rsplit("/", 1)[0] if "/" in path else ""
+    section = path.rpartition("/")[0]
     return f"{gpu.label} [{section}] {gpu.line(path)}" if section else f"{gpu.label} {gpu.line(path)}"
 
 
 def _leaf(gpu: QGpu, name: str) -> str | None:
     """Path of the first field named `name` (any case) outside MIG device / process sections."""
     low = name.lower()
-    return next((p for p in gpu.fields if p.rsplit("/", 1)[-1].lower() == low and not p.startswith(_OUTSIDE_GPU)),
+    return next((p for p in gpu.fields if p.rpartition("/")[2].lower() == low and not p.startswith(_OUTSIDE_GPU)),
                 None)
 
 
@@ -149,7 +155,7 @@ def _uncorrectable(gpu: QGpu, scope: str) -> tuple[int | None, list[str]]:
             continue
         if rel.lower().startswith("double bit/"):
             double[path] = n
-        elif "uncorrectable" in rel.rsplit("/", 1)[-1].lower():
+        elif "uncorrectable" in rel.lower():
             total = (total or 0) + n
             hits += [path] if n else []
     if double:
@@ -195,7 +201,7 @@ class _QView:
             path = next((p for p, v in gpu.under("Retired Pages") if p.split("/")[1].lower() == suffix
                          and to_int(v) is not None), None)
             setattr(h, key, self.path_value("retired", key, path, to_int))
-        pending = next((p for p, _ in gpu.under("Retired Pages") if p.rsplit("/", 1)[-1].lower().startswith("pending")),
+        pending = next((p for p, _ in gpu.under("Retired Pages") if p.rpartition("/")[2].lower().startswith("pending")),
                        None)
         h.retired_pending = self.path_value("retired", "retired_pending", pending, to_bool)
         for leaf, what, code in REPAIR_FLAGS:
@@ -228,12 +234,7 @@ class _QView:
 
     def temperature(self) -> None:
         t = self.h.temps
-        for attr, label in (("current", "GPU Current Temp"), ("slowdown", "GPU Slowdown Temp"),
-                            ("shutdown", "GPU Shutdown Temp"), ("max_operating", "GPU Max Operating Temp"),
-                            ("margin", "GPU T.Limit Temp"), ("slowdown_margin", "GPU Slowdown T.Limit Temp"),
-                            ("shutdown_margin", "GPU Shutdown T.Limit Temp"),
-                            ("max_operating_margin", "GPU Max Operating T.Limit Temp"),
-                            ("memory", "Memory Current Temp"), ("memory_max", "Memory Max Operating Temp")):
+        for attr, label in TEMP_LABELS:
             setattr(t, attr, self.path_value("temperature", f"temp.{attr}", f"Temperature/{label}", to_int))
 
     def power(self) -> None:

@@ -1250,3 +1250,74 @@ def test_temperature_evidence_shows_every_threshold() -> None:
     assert r.evidence[:4] == [gpu + "GPU Current Temp : 96 C", gpu + "GPU Shutdown Temp : 98 C",
                               gpu + "GPU Slowdown Temp : 95 C", gpu + "GPU Max Operating Temp : 93 C"]
     assert r.evidence[4:] == [gpu + "Memory Current Temp : 97 C", gpu + "Memory Max Operating Temp : 95 C"]
+
+
+# ---------------------------------------------------------------------------------------
+# the views themselves
+
+
+def test_view_facts_exactly() -> None:
+    r = smi(block(recovery="Reset", reset="Yes", drain="Yes", thr="Yes", slow="Active", util="55 %"))
+    g = r.facts["gpus"][0]
+    assert g == {
+        "index": 0, "gpu": "GPU 0 (00000000:18:00.0)", "uncorrectable_ecc": 0, "uncorrectable_ecc_aggregate": 0,
+        "remapped_pending": False, "remapped_failure": False, "remapped_rows_uncorrectable": 0,
+        "banks_without_spare_rows": 0, "retired_pages_sbe": None, "retired_pages_dbe": None,
+        "retired_pages_pending": None, "recovery_action": "Reset", "reset_required": True,
+        "drain_and_reset_recommended": True, "ecc_mode": True, "repairs": ["SRAM uncorrectable error threshold exceeded"],
+        "clock_events_active": ["HW Slowdown"], "utilization": 55, "temperature_c": 35, "sensor_errors": [],
+        "field_errors": [], "shown": ["clocks", "ecc", "ecc_mode", "power", "recovery", "remap", "repair", "reset",
+                                      "temperature"]}
+
+
+def test_view_of_an_excerpt_block_has_no_target() -> None:
+    from preflight.checks.gpu_health_views import GpuHealth
+
+    assert GpuHealth(2, "x", index_known=False).target == "<its index or bus id>"
+    assert GpuHealth(2, "x").target == "2" and GpuHealth(2, "x", "0000:01:00.0").target == "0000:01:00.0"
+
+
+def test_bracketed_error_values_in_q_fields() -> None:
+    r = smi(block(pending="[Unknown Error]"))
+    assert codes(r) == ["gpu.health/field-unreadable"] and r.summary.endswith("instead of a value")
+    assert r.evidence == ["GPU 0 (00000000:18:00.0) [Remapped Rows] Pending : [Unknown Error]"]
+
+
+def test_field_error_values() -> None:
+    from preflight.checks.gpu_health_views import field_error
+
+    assert [field_error(v) for v in ("Unknown Error", "[Unknown Error]", " [ GPU requires reset ] ", "GPU is lost",
+                                     "N/A", None, "0", "Unknown")] == \
+        ["unknown_error", "unknown_error", "needs_reset", "gpu_lost", "", "", "", ""]
+
+
+@pytest.mark.parametrize("cell", ["memory_used", "util", "perf", "power_cap", "ecc_uncorr"])
+def test_table_err_cells_named(cell: str) -> None:
+    from preflight.checks.gpu_health_views import from_table
+
+    h = from_table({"index": 0, "bus_id": "00000000:1B:00.0", cell: "ERR!", "lines": ["| a |", "| b |", "| c |"]})
+    assert h.sensor_errors == [cell] and h.ev["sensor_errors"] == ["GPU 0 (00000000:1B:00.0) | a |",
+                                                                   "GPU 0 (00000000:1B:00.0) | b |"]
+    assert from_table({"index": 3}).label == "GPU 3 (?)" and from_table({"index": 3}).ev["sensor_errors"] == ["GPU 3 (?)"]
+
+
+def test_csv_view_evidence_per_column() -> None:
+    from preflight.checks.gpu_health_views import from_csv
+
+    row = {"index": "2", "pci.bus_id": "00000000:1A:00.0", "retired_pages.double_bit.count": "3",
+           "retired_pages.single_bit_ecc.count": "1", "reset_status.reset_required": "Yes",
+           "reset_status.drain_and_reset_recommended": "No", "ecc.mode.current": "Enabled",
+           "ecc.mode.pending": "Disabled", "temperature.gpu": "71", "utilization.gpu": "12 %",
+           "clocks_throttle_reasons.sw_thermal_slowdown": "Active"}
+    h = from_csv(row, 0)
+    assert (h.index, h.label, h.bus) == (2, "GPU 2 (00000000:1A:00.0)", "00000000:1A:00.0")
+    assert (h.retired_dbe, h.retired_sbe, h.reset_required, h.drain_and_reset) == (3, 1, True, False)
+    assert (h.ecc_mode, h.ecc_mode_pending, h.temps.current, h.util) == (True, False, 71, 12)
+    assert h.clock_events == ["SW Thermal Slowdown"]
+    assert h.ev["retired_dbe"] == ["GPU 2 (00000000:1A:00.0) retired_pages.double_bit.count=3"]
+    assert h.ev["reset_required"] == ["GPU 2 (00000000:1A:00.0) reset_status.reset_required=Yes"]
+    assert h.ev["ecc_mode_pending"] == ["GPU 2 (00000000:1A:00.0) ecc.mode.pending=Disabled"]
+    assert h.ev["temp.current"] == ["GPU 2 (00000000:1A:00.0) temperature.gpu=71"]
+    assert h.ev["util"] == ["GPU 2 (00000000:1A:00.0) utilization.gpu=12 %"]
+    assert h.shown == {"retired", "reset", "ecc_mode", "clocks"}
+    assert from_csv({"index": "[N/A]"}, 4).label == "GPU 4"
