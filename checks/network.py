@@ -166,7 +166,7 @@ def _grade_iflist_env(var: str, value: str, ifaces: list[Interface], profile: Pr
     if not lst.exclude:
         for e in lst.entries:
             if not [n for n in by_name if lst.matches(e, n)]:
-                known = ", ".join(sorted(by_name)) or "none"
+                known = ", ".join(sorted(by_name))
                 f.add(code["no-match"], f"{var} entry '{e}' matches no interface on this node",
                       [line, f"interfaces: {known}"],
                       f"set {var} to this node's data-plane interface (one of: {known}); "
@@ -221,7 +221,7 @@ def _grade_env(env: dict[str, str], ip: IpFacts | None, hcas: list[str] | None, 
             _grade_iflist_env("GLOO_SOCKET_IFNAME", env["GLOO_SOCKET_IFNAME"], ip.interfaces, prof, f, exact_only=True)
     if env.get("NCCL_IB_HCA"):
         _grade_ib_hca(env["NCCL_IB_HCA"], hcas, f)
-    expect_net = str(prof.get("nccl.expect_net") or "any")
+    expect_net = str(prof.get("nccl.expect_net"))
     if env.get("NCCL_IB_DISABLE", "").strip() == "1" and expect_net.upper() == "IB":
         f.add("net.nic/ib-disabled-on-ib-profile", "NCCL_IB_DISABLE=1 forces NCCL onto TCP sockets, but the profile "
               "expects IB", ["NCCL_IB_DISABLE=1", f"nccl.expect_net = {expect_net} ({prof.source('nccl.expect_net')})"],
@@ -241,7 +241,7 @@ def _presence_findings(ip: IpFacts, prof: Profile, dp: list[Interface], f: Findi
                   [f"interfaces present: {', '.join(i.name for i in ifaces)}",
                    f"net.interfaces = {prof.get('net.interfaces')} ({prof.source('net.interfaces')})"],
                   f"check the NIC/driver for {p} (lspci, dmesg | grep -i mlx5/ice/bnxt); reseat or replace it")
-    if not dp:
+    if not dp and not any(classify(i, prof) in ("data", "ipoib") for i in ifaces):  # bond members are NICs too
         f.add("net.nic/no-data-nic", "no data-plane NIC found (only loopback/virtual/wireless interfaces)",
               [i.line for i in ifaces][:6],
               "check that the NIC drivers are loaded; inside a container, run preflight on the host network")
@@ -250,7 +250,7 @@ def _presence_findings(ip: IpFacts, prof: Profile, dp: list[Interface], f: Findi
 def _link_findings(i: Interface, prof: Profile, declared: bool, speeds: dict[str, int], f: Findings) -> None:
     """An up interface's MTU and negotiated speed against the profile."""
     want_mtu = int(prof.get("net.mtu") or 0)
-    min_speed = int(prof.get("net.min_speed_mbps") or 0)
+    min_speed = int(prof.get("net.min_speed_mbps") or 0)  # pragma: no mutate (0 and 1 Mb/s both grade nothing)
     if want_mtu and i.mtu is not None and classify(i, prof) == "data":
         src = f"net.mtu = {want_mtu} ({prof.source('net.mtu')})"
         if i.mtu < want_mtu:
@@ -392,7 +392,7 @@ def _grade_interfaces(ip: IpFacts, prof: Profile, env: dict[str, str], speeds: d
 
 
 def _ethtool_link(link: EthLink, prof: Profile, strict: bool, f: Findings) -> None:
-    min_speed = int(prof.get("net.min_speed_mbps") or 0)
+    min_speed = int(prof.get("net.min_speed_mbps") or 0)  # pragma: no mutate (0 and 1 Mb/s both grade nothing)
     if link.link_detected is False:
         f.add("net.nic/declared-no-link" if strict else "net.nic/ethtool-no-link", f"{link.name}: no link detected",
               link.lines, f"check the cable/transceiver and the switch port of {link.name}")

@@ -57,7 +57,7 @@ def _bond_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> set[s
         if len({i.mtu for i in shown}) < 2:
             continue
         reported.add(master)
-        top = max(i.mtu or 0 for i in shown)
+        top = max(i.mtu for i in shown if i.mtu is not None)
         f.add("net.nic/bond-mtu-mismatch", f"{master} members differ in MTU: {_listing(shown)}",
               [i.line for i in shown],
               f"set {master} and every member to one MTU (`ip link set dev {master} mtu {top}` sets the members too) "
@@ -80,7 +80,7 @@ def _subnet_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> Non
                 nets[net].append(i)
     for net, members in nets.items():
         if len({i.mtu for i in members}) > 1:
-            top = max(i.mtu or 0 for i in members)
+            top = max(i.mtu for i in members if i.mtu is not None)
             f.add("net.nic/subnet-mtu-mismatch", f"interfaces on {net} differ in MTU: {_listing(members)}",
                   [i.line for i in members],
                   f"give every interface on {net} one MTU ({top} for jumbo frames) and persist it; peers send "
@@ -98,7 +98,7 @@ def _adapter_mismatch(ifaces: list[Interface], prof: Profile, bonds: set[str], f
         masters = {i.master for i in ports}
         if len({i.mtu for i in ports}) < 2 or (len(masters) == 1 and masters <= bonds):
             continue
-        top = max(i.mtu or 0 for i in ports)
+        top = max(i.mtu for i in ports if i.mtu is not None)
         low = [i.name for i in ports if i.mtu != top]
         f.add("net.nic/adapter-mtu-mismatch", f"ports of adapter {stem} differ in MTU: {_listing(ports)}",
               [i.line for i in ports],
@@ -110,11 +110,10 @@ def _adapter_mismatch(ifaces: list[Interface], prof: Profile, bonds: set[str], f
 def _overlay_kind(i: Interface, prof: Profile) -> str:
     """A bridge/overlay's kind: linkinfo (`ip -d`, JSON), else the name's conventional prefix."""
     overhead: dict[str, int] = prof.get("net.encap_overhead") or {}
-    if i.kind:
-        return i.kind if i.kind in overhead else ""
     prefixes: dict[str, str] = prof.get("net.overlay_prefixes") or {}
     hits = sorted((p for p in prefixes if i.name.startswith(p)), key=len)
-    return prefixes[hits[-1]] if hits else ""
+    kind = i.kind or (prefixes[hits[-1]] if hits else "")
+    return kind if kind in overhead else ""
 
 
 def _overlay_above_uplink(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
@@ -125,15 +124,15 @@ def _overlay_above_uplink(ifaces: list[Interface], prof: Profile, f: Findings) -
                and (classify(i, prof) in ("data", "wireless") or i.name in bridged)]
     if not uplinks:
         return
-    top = max(i.mtu or 0 for i in uplinks)
+    top = max(i.mtu for i in uplinks if i.mtu is not None)
     names = ", ".join(i.name for i in uplinks if i.mtu == top)
     for i in ifaces:
         if not i.admin_up or i.mtu is None or i.name in bridged or classify(i, prof) != "virtual":
             continue
         kind = _overlay_kind(i, prof)
-        extra = int(overhead.get(kind, 0))
-        if not kind or i.mtu + extra <= top:
+        if not kind or i.mtu + int(overhead[kind]) <= top:
             continue
+        extra = int(overhead[kind])
         what = f"MTU {i.mtu} + {extra} encapsulation bytes" if extra else f"MTU {i.mtu}"
         f.add("net.nic/virtual-mtu-above-uplink", f"{kind} {i.name}: {what} exceeds the uplink MTU {top} ({names})",
               [i.line, *(u.line for u in uplinks if u.mtu == top)],
