@@ -69,7 +69,7 @@ GPU_ERROR_CODES = {"gpu_lost": "gpu-lost", "needs_reset": "gpu-requires-reset",
                    "insufficient_power": "gpu-insufficient-power", "no_permission": "gpu-access-denied",
                    "inforom_corrupted": "inforom-corrupted"}
 UNUSABLE = ("gpu_lost", "needs_reset", "insufficient_power")  # kinds that make the GPU unusable
-_ERROR_WORDS = {"gpu_lost": "does not answer", "needs_reset": "requires a reset",
+_ERROR_WORDS = {"needs_reset": "requires a reset",
                 "insufficient_power": "is insufficiently powered", "no_permission": "could not be opened",
                 "inforom_corrupted": "has a corrupted infoROM"}
 
@@ -644,28 +644,32 @@ def grade_topology(ctx: CheckContext) -> Result:
 # ---------------------------------------------------------------------------------------
 # Registration
 
+INVENTORY_KEYS: dict[str, Any] = {
+    "gpu.count": int, "gpu.model": str, "gpu.min_pcie_gen": int, "gpu.min_pcie_width": int,
+    "gpu.persistence_mode": bool, "gpu.mig_allowed": bool, "gpu.expect_symmetric_sockets": bool}
+NVLINK_KEYS: dict[str, Any] = {"nvlink.links_per_gpu": int, "nvlink.min_link_gbps": (int, float),
+                               "nvlink.model_links": dict}
+TOPOLOGY_KEYS: dict[str, Any] = {"topology.require_local_nic": bool, "topology.local_nic_levels": list,
+                                 "nvlink.links_per_gpu": int}
+
 register(Check(
     id="gpu.inventory", title="GPU inventory", grade=grade_inventory,
-    probes=(PROBE_QUERY, PROBE_L, PROBE_NVML), required=("nvidia-smi-query",),
-    inputs=LISTINGS,
-    profile_keys={"gpu.count": int, "gpu.model": str, "gpu.min_pcie_gen": int, "gpu.min_pcie_width": int,
-                  "gpu.persistence_mode": bool, "gpu.mig_allowed": bool, "gpu.expect_symmetric_sockets": bool},
+    probes=(PROBE_QUERY, PROBE_L, PROBE_NVML), required=(PROBE_QUERY.name,), inputs=LISTINGS,
+    profile_keys=INVENTORY_KEYS,
     catches="GPUs missing (fallen off the bus, lost, unreadable), wrong model, PCIe link trained down, MIG on, "
             "persistence off",
 ))
 register(Check(
     id="gpu.nvlink", title="NVLink links", grade=grade_nvlink,
-    probes=(PROBE_NVLINK,), required=("nvidia-smi-nvlink",), inputs=("nvidia-smi-nvlink",),
-    profile_keys={"nvlink.links_per_gpu": int, "nvlink.min_link_gbps": (int, float), "nvlink.model_links": dict},
+    probes=(PROBE_NVLINK,), required=(PROBE_NVLINK.name,), inputs=(PROBE_NVLINK.name,), profile_keys=NVLINK_KEYS,
     catches="NVLinks inactive or missing (also on SXM boards graded with the generic profile), links below speed",
 ))
 register(Check(
     id="gpu.topology", title="GPU/NIC topology", grade=grade_topology,
-    probes=(PROBE_TOPO,), required=("nvidia-smi-topo",), inputs=("nvidia-smi-topo",),
-    profile_keys={"topology.require_local_nic": bool, "topology.local_nic_levels": list, "nvlink.links_per_gpu": int},
+    probes=(PROBE_TOPO,), required=(PROBE_TOPO.name,), inputs=(PROBE_TOPO.name,), profile_keys=TOPOLOGY_KEYS,
     catches="GPU pairs off NVLink on an NVSwitch node, GPUs without a NIC under their PCIe switch",
 ))
 engine.register_profile_hint(profile_hint, probes=(PROBE_QUERY,))
 
-__all__ = ["GPU_ERROR_CODES", "LISTINGS", "PROBE_L", "PROBE_NVLINK", "PROBE_NVML", "PROBE_QUERY", "PROBE_TOPO",
+__all__ = ["GPU_ERROR_CODES", "INVENTORY_KEYS", "LISTINGS", "NVLINK_KEYS", "TOPOLOGY_KEYS", "PROBE_L", "PROBE_NVLINK", "PROBE_NVML", "PROBE_QUERY", "PROBE_TOPO",
            "QUERY_FIELDS", "Inventory", "build_inventory", "expected_links", "profile_hint", "tool_errors"]

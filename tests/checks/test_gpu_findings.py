@@ -790,13 +790,15 @@ def test_mig_evidence_from_the_table() -> None:
 def test_checks_declared() -> None:
     reg = registry.load()
     inv_c, nv_c, topo_c = reg.checks["gpu.inventory"], reg.checks["gpu.nvlink"], reg.checks["gpu.topology"]
-    assert inv_c.profile_keys == {"gpu.count": int, "gpu.model": str, "gpu.min_pcie_gen": int,
+    assert gpu.INVENTORY_KEYS == {"gpu.count": int, "gpu.model": str, "gpu.min_pcie_gen": int,
                                   "gpu.min_pcie_width": int, "gpu.persistence_mode": bool, "gpu.mig_allowed": bool,
                                   "gpu.expect_symmetric_sockets": bool}
-    assert nv_c.profile_keys == {"nvlink.links_per_gpu": int, "nvlink.min_link_gbps": (int, float),
-                                 "nvlink.model_links": dict}
-    assert topo_c.profile_keys == {"topology.require_local_nic": bool, "topology.local_nic_levels": list,
-                                   "nvlink.links_per_gpu": int}
+    assert gpu.NVLINK_KEYS == {"nvlink.links_per_gpu": int, "nvlink.min_link_gbps": (int, float),
+                               "nvlink.model_links": dict}
+    assert gpu.TOPOLOGY_KEYS == {"topology.require_local_nic": bool, "topology.local_nic_levels": list,
+                                 "nvlink.links_per_gpu": int}
+    assert (inv_c.profile_keys, nv_c.profile_keys, topo_c.profile_keys) == (gpu.INVENTORY_KEYS, gpu.NVLINK_KEYS,
+                                                                          gpu.TOPOLOGY_KEYS)
     assert inv_c.inputs == gpu.LISTINGS and inv_c.required == ("nvidia-smi-query",)
     assert nv_c.required == nv_c.inputs == ("nvidia-smi-nvlink",)
     assert topo_c.required == topo_c.inputs == ("nvidia-smi-topo",)
@@ -804,8 +806,61 @@ def test_checks_declared() -> None:
                                                             ["nvidia-smi", "nvlink", "-s"]]
     assert [list(c) for c in gpu.PROBE_TOPO.commands] == [["nvidia-smi", "topo", "-m"]]
     assert [list(c) for c in gpu.PROBE_L.commands] == [["nvidia-smi", "-L"]]
+    assert [p.name for p in (gpu.PROBE_QUERY, gpu.PROBE_L, gpu.PROBE_NVLINK, gpu.PROBE_TOPO)] == [
+        "nvidia-smi-query", "nvidia-smi-L", "nvidia-smi-nvlink", "nvidia-smi-topo"]
+    assert {p.timeout for p in (gpu.PROBE_QUERY, gpu.PROBE_L, gpu.PROBE_NVLINK, gpu.PROBE_TOPO)} == {15}
     assert gpu.MIG_KEYS == ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending", "mig")
+    assert gpu.PCIE_KEYS == ("pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
+                             "pcie.link.width.max", "pstate")
     assert gpu.UNUSABLE == ("gpu_lost", "needs_reset", "insufficient_power")
+    assert gpu.LISTINGS == ("nvidia-smi-query", "nvml", "nvidia-smi-table", "nvidia-smi-L", "nvidia-smi-q")
+    assert gpu.LOST_REMEDY.startswith("a GPU may have fallen off the bus: check Xid 79")
+    assert gpu.LOST_REMEDY.endswith("otherwise reseat or replace the GPU/baseboard")
+    assert gpu.MIG_REMEDY.startswith("disable MIG (`nvidia-smi -i <index> -mig 0`)")
+    assert gpu.MIG_REMEDY.endswith("a site that runs MIG on purpose sets gpu.inventory/mig-enabled to pass")
+    assert gpu.NVLINK_DOWN_REMEDY.startswith("drain the node; check `nvidia-smi nvlink -e` error counters")
+    assert gpu.NIC_REMEDY.startswith("GPUDirect RDMA needs a NIC under the same PCIe switch")
+    assert gpu.DRIVER_REMEDY.startswith("check that the NVIDIA driver is loaded")
+
+
+def test_evidence_of_pcie_findings() -> None:
+    r = inv(eight(g2={"width": "8"}), H100)
+    assert r.evidence[0] == ("GPU 2 (00000000:3A:00.0): pcie.link.gen.current=5, pcie.link.gen.max=5, "
+                             "pcie.link.width.current=8, pcie.link.width.max=16, pstate=P0")
+    assert r.evidence[1].startswith("gpu.min_pcie_width = 16 (H100 SXM5")
+    capped = inv(eight(g2={"gen": "4", "genmax": "4"}), H100)
+    assert capped.evidence[-1].startswith("gpu.min_pcie_gen = 5 (H100 SXM5")
+    pending = inv(eight(g3={"pending": "Enabled"}), H100)
+    assert pending.evidence == ["GPU 3 (00000000:5D:00.0): index=3, pci.bus_id=00000000:5D:00.0, "
+                                "mig.mode.current=Disabled, mig.mode.pending=Enabled",
+                                "gpu.mig_allowed = false (full-GPU training nodes run with MIG disabled)"]
+
+
+def test_inventory_notes_and_sources() -> None:
+    def build(caps: dict[str, str]) -> gpu.Inventory:
+        return gpu.build_inventory(FactStore(registry.load(), captures={k: capture(k, v) for k, v in caps.items()}).facts)
+
+    assert build({"nvidia-smi-query": "No devices were found\n"}).notes == []
+    many = build({"nvidia-smi-query": "a\nb\nc\nd\n"})
+    assert many.notes == ["--query-gpu output without a header and of unknown fields: not read", "a", "b", "c"]
+    q = ("Driver Version : 550.90.07\nCUDA Version : 12.4\nAttached GPUs : 1\nGPU 00000000:01:00.0\n"
+         "    Product Name : NVIDIA A10\n")
+    both = build({"nvidia-smi-query": "index, name, driver_version\n0, NVIDIA A10, 535.1\n", "nvidia-smi-q": q})
+    assert (both.driver, both.cuda, both.source) == ("535.1", "12.4", "nvidia-smi-query")
+    alone = build({"nvidia-smi-q": q})
+    assert (alone.driver, alone.cuda) == ("550.90.07", "12.4")
+    nvml_down = ('{"ok": false, "error": "Driver Not Loaded", "error_type": "NVMLError_DriverNotLoaded", '
+                 '"driver": "", "gpus": []}')
+    nd = build({"nvml": nvml_down})
+    assert [e.kind for e in nd.errors] == ["no_driver"] and nd.nvml_error is None and len(nd.notes) == 1
+    r = inv(nvml_down, probe="nvml")
+    assert codes(r) == ["gpu.inventory/no-gpu-listed"]
+    ok = build({"nvml": fixture_text("nvidia-smi/nvml_8xh100_ok.json")})
+    assert ok.notes == [] and ok.errors == [] and ok.source == "nvml" and ok.counts == {"nvml": 8}
+    table = build({"nvidia-smi-table": fixture_text("nvidia-smi/table_590_1xh100_mig.txt")})
+    assert (table.mig_devices, table.partial, table.cuda) == (2, False, "13.1")
+    lst = build({"nvidia-smi-L": "GPU 0: A (UUID: GPU-1)\n  MIG 1g.5gb Device 0: (UUID: MIG-1)\n"})
+    assert lst.mig_devices == 1 and lst.counts == {"nvidia-smi-L": 1}
 
 
 def test_grace_coupled_gpus_reach_their_nics_through_the_cpu_by_design() -> None:
