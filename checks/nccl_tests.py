@@ -24,6 +24,7 @@ from preflight.registry import Check, CheckContext, register
 CHECK = "nccl.allreduce"
 SHOW = 5  # pragma: no mutate (how many example lines a finding quotes: display only)
 SHOW_CMD = 300  # pragma: no mutate (characters of a command line quoted as evidence: display only)
+MIN_SWEEP = 3  # rows a sweep needs before one of them can be told slower than its neighbours
 
 
 def _code(name: str) -> str:
@@ -110,6 +111,7 @@ class Expectation:
     latency_max_us: float = 0.0
     latency_src: str = ""
     tcp_max_busbw: float = 0.0
+    tcp_src: str = ""
     sizes: list[dict[str, Any]] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (code, note) why bandwidth is not graded
 
@@ -168,6 +170,7 @@ def _profile_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectati
                        latency_max_us=_num(prof, lat_k) if topo.multi else 0.0,
                        latency_src=f"{lat_k} ({prof.source(lat_k)})",
                        tcp_max_busbw=_num(prof, "nccl.allreduce.tcp_fallback_max_busbw"),
+                       tcp_src=prof.source("nccl.allreduce.tcp_fallback_max_busbw"),
                        sizes=[e for e in sizes if isinstance(e, dict)] if isinstance(sizes, list) else [])
 
 
@@ -184,7 +187,7 @@ def _board_expectation(board: dict[str, Any], topo: Topology, nvls: bool) -> Exp
                       f"{pre}peak_busbw_warn = {warn} ({src})", f"{pre}peak_busbw_fail = {fail} ({src})",
                       per_node=int(board.get("gpus_per_node") or 0),
                       latency_max_us=float(board.get(f"{table}_base_latency_max_us") or 0), latency_src=src,
-                      tcp_max_busbw=float(board.get("tcp_fallback_max_busbw") or 0))
+                      tcp_max_busbw=float(board.get("tcp_fallback_max_busbw") or 0), tcp_src=src)
     if not (warn or fail):
         exp.notes.append((_code("no-table"), f"peak not graded: {where} has no {table} figure"))
     return exp
@@ -244,8 +247,11 @@ def _integrity_findings(res: NcclTests, computed: float | None, f: Findings) -> 
         f.add(_code("min-bw-check-failed"), "the run's own bandwidth check failed (NCCL_TESTS_MIN_BW)",
               [res.avg_line], "the average bus bandwidth is under the site's NCCL_TESTS_MIN_BW: see the "
               "bandwidth findings, compare nodes one by one")
-    if res.avg_busbw is not None and computed is not None and \
-            abs(res.avg_busbw - computed) > AVG_ROUNDING_SLACK + AVG_RELATIVE_SLACK * computed:
+    if res.avg_busbw is None or computed is None:
+        return
+    gap = abs(res.avg_busbw - computed)
+    slack = AVG_ROUNDING_SLACK + AVG_RELATIVE_SLACK * computed
+    if gap > slack:  # pragma: no mutate (> or >=: the edge of a float tolerance, never met by rounded cells)
         f.add(_code("avg-mismatch"), f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's "
               f"mean {computed:g} (edited or truncated output?)", [res.avg_line],
               "grade the untouched output of all_reduce_perf")
@@ -292,8 +298,7 @@ def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: F
     if slow:
         f.add(_code("tcp-fallback"), f"TCP-fallback signature: {len(slow)} message size(s) >= "
               f"{_fmt_bytes(min_bytes)} under {max_bw:g} GB/s busbw",
-              slow[:SHOW] + [f"nccl.allreduce.tcp_fallback_max_busbw = {max_bw:g} "
-                          f"({prof.source('nccl.allreduce.tcp_fallback_max_busbw') or 'the board table'})"],
+              slow[:SHOW] + [f"tcp_fallback_max_busbw = {max_bw:g} ({exp.tcp_src})"],
               "NCCL is using NET/Socket: rerun with NCCL_DEBUG=INFO and look for 'NET/Socket : Using'; "
               "check ibstat, NCCL_IB_HCA / NCCL_IB_DISABLE and /dev/infiniband in the container")
 
@@ -374,34 +379,53 @@ def _ceiling_findings(res: NcclTests, exp: Expectation, f: Findings) -> None:
                       "compare with another node pair; check NVLink/NIC health and NCCL env")
 
 
-def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
-    """Rows far slower than their neighbours: a message slower than `spike_ratio` x a larger
-    one, or whose time grew more than `spike_ratio` x as fast as its size."""
-    ratio = _num(prof, "nccl.allreduce.spike_ratio")
-    excess = _num(prof, "nccl.allreduce.spike_min_excess_us")
-    rows = sorted((r for r in res.rows if _took(r) is not None), key=lambda r: r.bytes)
-    if not ratio or len(rows) < 3:
-        return
-    times = [_took(r) or 0.0 for r in rows]
+def _sweeps(res: NcclTests) -> list[list[tuple[NcclTestRow, float]]]:
+    """(row, time) of each type and op by size (-d all / -o all print one sweep per pair)."""
+    groups: dict[tuple[str, str | None], list[tuple[NcclTestRow, float]]] = {}
+    for r in res.rows:
+        took = _took(r)
+        if took is not None:
+            groups.setdefault((r.dtype, r.redop), []).append((r, took))
+    return [sorted(g, key=lambda rt: rt[0].bytes) for g in groups.values()]
+
+
+def _spikes(sweep: list[tuple[NcclTestRow, float]], ratio: float, excess: float) -> dict[int, str]:
+    """Rows of one sweep far slower than their neighbours: slower than `ratio` x a larger
+    message, or grown in time more than `ratio` x as fast as in size."""
     spikes: dict[int, str] = {}
     later = float("inf")
-    for i in range(len(rows) - 1, -1, -1):  # against the fastest larger message
-        if times[i] > ratio * later and times[i] - later >= excess:
-            spikes[i] = f"{times[i]:g} us, a larger message took {later:g} us"
-        later = min(later, times[i])
-    for i in range(1, len(rows)):  # against the next smaller message, scaled by the size
-        grown = times[i - 1] * rows[i].bytes / max(rows[i - 1].bytes, 1)
-        if times[i] > ratio * grown and times[i] - grown >= excess:
-            spikes.setdefault(i, f"{times[i]:g} us after {times[i - 1]:g} us at {_fmt_bytes(rows[i - 1].bytes)}")
-    if spikes:
-        idx = sorted(spikes)
-        sizes = ", ".join(_fmt_bytes(rows[i].bytes) for i in idx[:SHOW]) + (" ..." if len(idx) > SHOW else "")
-        f.add(_code("latency-spike"), f"latency spikes at {len(idx)} message size(s) ({sizes})",
-              [f"{_fmt_bytes(rows[i].bytes)}: {spikes[i]}" for i in idx[:SHOW]] + [rows[i].line for i in idx[:SHOW]] +
-              [f"nccl.allreduce.spike_ratio = {ratio:g} ({prof.source('nccl.allreduce.spike_ratio')})"],
-              "an intermittent fabric problem at mid-size messages (adaptive routing, congestion, a flapping link, "
-              "PCIe relaxed ordering, ACS): rerun to see whether it moves, test node pairs, check the switch "
-              "counters and ibstat error counters")
+    for i in range(len(sweep) - 1, -1, -1):  # against the fastest larger message
+        took = sweep[i][1]
+        if took > ratio * later and took - later >= excess:
+            spikes[i] = f"{took:g} us, a larger message took {later:g} us"
+        later = min(later, took)
+    for i in range(1, len(sweep)):  # against the next smaller message, scaled by the size
+        (prev, before), (cur, took) = sweep[i - 1], sweep[i]
+        if not prev.bytes:
+            continue
+        grown = before * cur.bytes / prev.bytes
+        if took > ratio * grown and took - grown >= excess:
+            spikes.setdefault(i, f"{took:g} us after {before:g} us at {_fmt_bytes(prev.bytes)}")
+    return spikes
+
+
+def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
+    """Latency spikes: rows far slower than their neighbours (`nccl.allreduce.spike_ratio`)."""
+    ratio = _num(prof, "nccl.allreduce.spike_ratio")
+    excess = _num(prof, "nccl.allreduce.spike_min_excess_us")
+    found: list[tuple[NcclTestRow, str]] = []
+    for sweep in _sweeps(res):
+        if ratio and len(sweep) >= MIN_SWEEP:
+            found += [(sweep[i][0], why) for i, why in sorted(_spikes(sweep, ratio, excess).items())]
+    if not found:
+        return
+    sizes = ", ".join(_fmt_bytes(r.bytes) for r, _ in found[:SHOW]) + (" ..." if len(found) > SHOW else "")
+    f.add(_code("latency-spike"), f"latency spikes at {len(found)} message size(s) ({sizes})",
+          [f"{_fmt_bytes(r.bytes)}: {why}" for r, why in found[:SHOW]] + [r.line for r, _ in found[:SHOW]] +
+          [f"nccl.allreduce.spike_ratio = {ratio:g} ({prof.source('nccl.allreduce.spike_ratio')})"],
+          "an intermittent fabric problem at mid-size messages (adaptive routing, congestion, a flapping link, "
+          "PCIe relaxed ordering, ACS): rerun to see whether it moves, test node pairs, check the switch "
+          "counters and ibstat error counters")
 
 
 def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
@@ -415,9 +439,9 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
               "rerun all_reduce_perf up to 8G (-b 8 -e 8G -f 2) to see the bandwidth plateau")
     if len(res.ib_hcas) < 2 or len(res.hosts) == 1:
         return
-    big = [r for r in res.rows if r.bytes >= int(_num(prof, "nccl.allreduce.plateau_min_bytes"))
-           and _best_bw(r) is not None]
-    bws = [_best_bw(r) or 0.0 for r in big]
+    big = [(r, bw) for r in res.rows for bw in [_best_bw(r)]
+           if bw is not None and r.bytes >= int(_num(prof, "nccl.allreduce.plateau_min_bytes"))]
+    bws = [bw for _, bw in big]
     if len(bws) < 2:
         return
     plateau = max(bws)
@@ -429,7 +453,7 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
         f.add(_code("one-nic-plateau"), f"busbw plateaus at {plateau:g} GB/s, about one {rate:g} Gb/s NIC's "
               f"worth, while NCCL_IB_HCA names {len(res.ib_hcas)} HCAs ({', '.join(res.ib_hcas)})"
               + ("; the table stops before its summary" if not res.avg_line else ""),
-              [*[r.line for r in big[-SHOW:]], f"command: {res.command}"[:SHOW_CMD],
+              [*[r.line for r, _ in big[-SHOW:]], f"command: {res.command}"[:SHOW_CMD],
                f"{rate_key} = {rate:g} Gb/s ({prof.source(rate_key)})"],
               "only one rail carries the traffic: check NCCL_DEBUG=INFO 'NET/IB : Using' (all HCAs listed?), one "
               "process per GPU, NCCL_ALGO (Tree on 1 GPU per node uses one channel), NCCL_MIN_NCHANNELS and that "
@@ -438,6 +462,13 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
 
 # ---------------------------------------------------------------------------------------
 # the grader
+
+
+def _one_rank(res: NcclTests, topo: Topology, cells: list[float]) -> bool:
+    """A run of one rank (an all-reduce's busbw factor 2(n-1)/n is 0): every busbw cell is 0
+    while data moved, or the rank list shows one rank."""
+    moved = any((r.algbw or 0) > 0 or (r.ip_algbw or 0) > 0 for r in res.rows)
+    return topo.ranks == 1 or bool(cells and moved and max(cells) == 0)
 
 
 def _allreduce_facts(res: NcclTests, topo: Topology) -> dict[str, Any]:
@@ -483,7 +514,7 @@ def _no_rows(ctx: CheckContext, res: NcclTests) -> Result:
 def _other_collective(ctx: CheckContext, tables: list[NcclTests]) -> Result:
     """Tables of other collectives only: their correctness is graded, not their bandwidth."""
     first = tables[0]
-    what = ", ".join(dict.fromkeys(t.collective() or "an unidentified collective" for t in tables))
+    what = ", ".join(dict.fromkeys(t.collective() for t in tables))
     f = Findings()
     for t in tables:
         _integrity_findings(t, None, f)
@@ -507,11 +538,17 @@ def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
     f = Findings()
     _integrity_findings(res, computed, f)
     _ending_findings(res, f)
-    _tcp_fallback_findings(res, prof, exp, f)
-    _peak_findings(res, prof, exp, peak, f)
-    _ceiling_findings(res, exp, f)
-    _spike_findings(res, prof, f)
-    _size_findings(res, prof, f)
+    if _one_rank(res, topo, cells):
+        f.add(_code("one-rank"), "a single-rank run: it measures no communication (busbw is 0 by definition)",
+              [r.line for r in res.rows[-1:]],
+              "run one all_reduce_perf across the GPUs: -g <GPUs> in one process, or an MPI build (make MPI=1) "
+              "under mpirun/srun; a binary built without MPI runs one separate copy per launched process")
+    else:
+        _tcp_fallback_findings(res, prof, exp, f)
+        _peak_findings(res, prof, exp, peak, f)
+        _ceiling_findings(res, exp, f)
+        _spike_findings(res, prof, f)
+        _size_findings(res, prof, f)
     hosts = len(res.hosts) if res.complete_listing else 0
     what = f"{topo.ranks or '?'} ranks on {hosts or '?'} host(s)"
     avg = facts["avg_busbw"]
@@ -542,7 +579,7 @@ def _unrecognised_columns(ctx: CheckContext, res: NcclTests) -> Result:
     """A table that names no binary and whose columns fit no all-reduce."""
     row = res.rows[-1]
     n = res.rank_count()
-    ratio = next((b / a for a, b in ((row.algbw, row.busbw), (row.ip_algbw, row.ip_busbw)) if a and b), None)
+    ratio = res.bw_ratio()
     return ctx.finding(_code("not-recognised"), "not recognised: an all_reduce_perf table was expected (size = count x "
                        "word size, root -1, busbw/algbw = 2(n-1)/n); the columns fit another collective",
                        evidence=[row.line, f"busbw/algbw = {ratio:.3f}" if ratio else "no bandwidth cells",

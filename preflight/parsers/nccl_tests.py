@@ -210,8 +210,8 @@ def _collective_of_columns(res: NcclTests) -> str:
     if row.root not in (None, -1) or (row.redop is not None and row.redop.lower() in ("", "none")):
         return ""  # rooted (broadcast, reduce) or no reduction (sendrecv of 2.13's layout, ...)
     ratio = res.bw_ratio()
-    if ratio is None:
-        return "all_reduce"  # nothing measured precisely enough says otherwise
+    if ratio is None or ratio == 0:
+        return "all_reduce"  # nothing measured precisely enough says otherwise, or one rank (factor 0)
     n = res.rank_count() if res.ranks else None
     if n is not None and n > 2:
         return "all_reduce" if abs(ratio - 2 * (n - 1) / n) <= RATIO_TOLERANCE else ""

@@ -712,11 +712,11 @@ def test_remedies_name_the_next_step() -> None:
 
 def test_tcp_fallback_evidence_names_its_source() -> None:
     r = one(table(2, 8, 3.0, lat=95.0, lo=1 << 30))
-    assert any(e.startswith("nccl.allreduce.tcp_fallback_max_busbw = 30 (a 256 MB all-reduce under 30") for e in r.evidence)
+    assert any(e.startswith("tcp_fallback_max_busbw = 30 (a 256 MB all-reduce under 30") for e in r.evidence)
+    assert r.remedy.startswith("(1) NCCL is using NET/Socket: rerun with NCCL_DEBUG=INFO")
     r = one(table(2, 8, 3.0, lat=95.0, lo=1 << 30, model="NVIDIA H200"), "generic")
     assert "nccl.allreduce/tcp-fallback" in codes(r)
-    assert any(e.startswith("nccl.allreduce.tcp_fallback_max_busbw = 30 (0 = not graded") or "(the board table)" in e
-               for e in r.evidence)
+    assert any(e.startswith("tcp_fallback_max_busbw = 30 (board HGX/DGX H100 or H200") for e in r.evidence)
 
 
 def test_tcp_fallback_by_time_alone(tmp_path: Path) -> None:
@@ -823,3 +823,334 @@ def test_num() -> None:
 def test_fmt_bytes() -> None:
     assert [grader._fmt_bytes(n) for n in (1 << 30, 3 << 20, 1024, 1536, 25 << 20, 7)] == \
         ["1 GB", "3 MB", "1 KB", "1536 B", "25 MB", "7 B"]
+
+
+# ----------------------------------------------------------------------------- tables, edges and boundaries
+
+def test_allreduce_table_names_and_the_lower_of_each_floor(tmp_path: Path) -> None:
+    prof = profiles.load(site(tmp_path, '[nccl.allreduce.single_node]\npeak_busbw_warn = 400.0\npeak_busbw_fail = 100.0\n'
+                                        '[nccl.allreduce.multi_node]\npeak_busbw_warn = 300.0\npeak_busbw_fail = 200.0\n'))
+    assert grader.allreduce_table(prof, False) == ("single_node", {"peak_busbw_warn": 400.0, "peak_busbw_fail": 100.0})
+    assert grader.allreduce_table(prof, True) == ("multi_node", {"peak_busbw_warn": 300.0, "peak_busbw_fail": 200.0})
+    name, merged = grader.allreduce_table(prof, None)
+    assert merged == {"peak_busbw_warn": 300.0, "peak_busbw_fail": 100.0}
+
+
+def test_unknown_topology_takes_the_lower_nonzero_floors(tmp_path: Path) -> None:
+    prof = profiles.load(site(tmp_path, '[nccl.allreduce.single_node]\npeak_busbw_warn = 0.0\n', base=H100))
+    topo = grader.Topology(None, None, [], None)
+    exp = grader._profile_expectation(prof, topo, False)
+    assert (exp.warn, exp.fail) == (368.0, 245.0) and exp.sizes == [] and exp.latency_max_us == 0.0
+    assert exp.warn_src.startswith("nccl.allreduce.multi_node.peak_busbw_warn = 368 (")
+    exp = grader._profile_expectation(profiles.load(H100), topo, False)
+    assert (exp.warn, exp.fail) == (330.0, 245.0)
+    only_fail = profiles.load(site(tmp_path, '[nccl.allreduce.multi_node]\npeak_busbw_fail = 100.0\n'))
+    exp = grader._profile_expectation(only_fail, grader.Topology(True, 8, [], 16), False)
+    assert (exp.warn, exp.warn_src, exp.fail) == (0.0, "", 100.0) and exp.graded
+    exp = grader._profile_expectation(profiles.load(H100), grader.Topology(True, 8, [], 16), False)
+    assert exp.latency_max_us == 100.0 and exp.per_node == 8 and exp.tcp_max_busbw == 30.0
+    assert exp.latency_src.startswith("nccl.allreduce.multi_node.base_latency_max_us (the smallest")
+    exp = grader._profile_expectation(profiles.load(H100), grader.Topology(False, 8, [], 8), False)
+    assert [e["bytes"] for e in exp.sizes] == [1048576, 16777216, 268435456, 1073741824]
+
+
+def test_expectation_defaults() -> None:
+    e = grader.Expectation("x")
+    assert (e.warn, e.fail, e.warn_src, e.fail_src, e.per_node, e.latency_max_us, e.latency_src, e.tcp_max_busbw,
+            e.tcp_src, e.sizes, e.notes) == (0.0, 0.0, "", "", 0, 0.0, "", 0.0, "", [], [])
+    assert not e.graded and grader.Expectation("x", warn=1.0).graded and grader.Expectation("x", fail=1.0).graded
+
+
+def test_profile_fits(tmp_path: Path) -> None:
+    h100 = profiles.load(H100)
+    assert grader._profile_fits(h100, [H100_NAME]) and grader._profile_fits(h100, [])
+    assert not grader._profile_fits(h100, ["NVIDIA H200"]) and not grader._profile_fits(h100, [H100_NAME, "NVIDIA H200"])
+    assert grader._profile_fits(profiles.load("generic"), ["NVIDIA H200"])
+    model_only = profiles.load(site(tmp_path, '[gpu]\nmodel = "NVIDIA H200"\n'))
+    assert grader._profile_fits(model_only, ["NVIDIA H200"]) and not grader._profile_fits(model_only, [H100_NAME])
+
+
+@pytest.mark.parametrize(("params", "multi"), [("nThread 2 nGpus 4", False), ("nThread 1 nGpus 8", False),
+                                                ("nThread 1 nGpus 1", None), ("nThread 8 nGpus 0", None)])
+def test_topology_of_one_process(params: str, multi: bool | None) -> None:
+    text = "\n".join(ln for ln in table(1, 8, 300.0, lo=1 << 30).splitlines() if "Rank" not in ln)
+    res = parse_nccl_tests(text.replace("nThread 1 nGpus 1", params))
+    topo = grader.topology(res)
+    assert topo.multi is multi and topo.ranks == 8 and topo.per_host == (8 if multi is False else None)
+    no_threads = parse_nccl_tests(text)
+    no_threads.params = {"ngpus": 8}
+    assert grader.topology(no_threads).multi is False
+
+
+def test_boards_quote_their_source_and_gpu_count() -> None:
+    board = grader.board_for(profiles.load("generic"), ["NVIDIA H200"])
+    assert board is not None
+    exp = grader._board_expectation(board, grader.Topology(True, 8, ["NVIDIA H200"], 16), False)
+    assert exp.per_node == 8 and exp.tcp_max_busbw == 30.0 and exp.latency_max_us == 100.0
+    assert board["source"] in exp.fail_src and exp.tcp_src.endswith(board["source"])
+    bare = grader._board_expectation({"match": ["X1"]}, grader.Topology(True, 8, [], 16), False)
+    assert (bare.warn, bare.fail, bare.tcp_max_busbw, bare.latency_max_us) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_no_table_names_the_gpus() -> None:
+    r = one(re.sub(r"(device  7 \[\S+\]) NVIDIA B200", r"\1 NVIDIA X9", table(1, 8, 300.0, lo=1 << 30, model="NVIDIA B200")),
+            "generic")
+    assert "bandwidth not graded: no busbw table for NVIDIA B200, NVIDIA X9 in profile generic (correctness only)" \
+        in r.evidence
+    bare = "\n".join(ln for ln in table(1, 8, 300.0, lo=1 << 30).splitlines() if "Rank" not in ln)
+    assert any("no busbw table for GPUs the capture does not name" in e for e in one(bare, "generic").evidence)
+
+
+def test_summaries_and_remedies_of_each_finding() -> None:
+    r = one(table(2, 8, 470.0).replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED"))
+    assert r.remedy.startswith("data corruption: isolate the node") and r.remedy.endswith("check ECC/Xid")
+    wrong = table(1, 8, 470.0, lo=1 << 30).replace("      0\n  2147483648", "     12\n  2147483648", 1)
+    r = one(wrong)
+    assert r.remedy.startswith("a GPU, NVLink or NIC corrupts data") and r.remedy.endswith("drain the node it follows")
+    failed = table(2, 8, 470.0, hi=1 << 20, footer=False) + "gpu1: Test NCCL failure common.cu:1005 'internal error'\n"
+    r = one(failed)
+    assert r.remedy.startswith("read the failure line: it names the host") and r.remedy.endswith("rank and device")
+    r = one(re.sub(r"(Avg bus bandwidth\s*: \S+)", r"\1 FAILED", table(2, 8, 470.0)))
+    assert r.summary == "the run's own bandwidth check failed (NCCL_TESTS_MIN_BW)"
+    assert r.remedy.startswith("the average bus bandwidth is under") and r.remedy.endswith("compare nodes one by one")
+    r = one(re.sub(r"(Avg bus bandwidth\s*: )\S+", r"\g<1>1.5", table(2, 8, 470.0)))
+    assert r.remedy.startswith("grade the untouched output") and r.remedy.endswith("of all_reduce_perf")
+    aborted = table(2, 8, 470.0, hi=1 << 20, footer=False) + "n1:1:2 [0] NCCL WARN Cuda failure 'unknown'\n"
+    r = one(aborted)
+    assert r.remedy.startswith("read the NCCL WARN line") and r.remedy.endswith("rerun with NCCL_DEBUG=INFO")
+    stopped = table(2, 8, 470.0, hi=1 << 20, footer=False) + "     2097152        524288     float     sum      -1\n"
+    r = one(stopped)
+    assert r.remedy.startswith("check whether the job still runs") and r.remedy.endswith("capture the whole output")
+    r = one(table(2, 8, 150.0, lo=1 << 30))
+    assert r.remedy.startswith("a rail, HCA or NVLink is down or slow") and r.remedy.endswith("then drain that node")
+    r = one(table(2, 8, 300.0, lo=1 << 30))
+    assert r.remedy.startswith("compare nodes one by one") and r.remedy.endswith("(NCCL_IB_HCA, NCCL_ALGO)")
+    r = one(table(2, 8, 100.0, lo=25 << 20, hi=25 << 20))
+    assert r.remedy.startswith("rerun all_reduce_perf up to 8G") and r.remedy.endswith("to see the bandwidth plateau")
+    assert r.evidence[1].startswith("nccl.allreduce.peak_min_bytes = 1073741824 (nccl-tests busbw plateaus")
+
+
+def test_no_rows_summaries_and_remedies() -> None:
+    r = one("# Using devices\ngpu1:1:2 [0] NCCL WARN Cuda failure 'out of memory'\n")
+    assert r.remedy.startswith("read the failure line and the NCCL WARN") and r.remedy.endswith("rank and device")
+    r = one(COLS + "  1073741824     268435456     float     sum      -1   4484.9  239.41  448.90  x\n")
+    assert r.summary.startswith("not recognised: rows `size count type") and r.summary.endswith("have another layout")
+    assert r.remedy.startswith("grade the untouched output of the *_perf binary") and r.remedy.endswith("nccl-tests")
+    r = one("# nThread 1 nGpus 8\n")
+    assert r.summary == "nccl-tests: no result rows (truncated output or the test failed to start)"
+    assert r.remedy.startswith("rerun all_reduce_perf and read its error") and r.remedy.endswith("failing rank/NIC")
+    assert one("# Using devices\n").evidence[0] == "no `size count type ... busbw` row found"
+
+
+def test_unrecognised_columns_texts() -> None:
+    text = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    text = text.replace("# Collective test starting: all_gather_perf\n", "").replace(
+        "# Collective test concluded: all_gather_perf\n", "")
+    r = one(text)
+    assert r.summary.startswith("not recognised: an all_reduce_perf table was expected")
+    assert r.summary.endswith("the columns fit another collective")
+    assert r.remedy.startswith("grade all_reduce_perf output") and r.remedy.endswith("when pasting")
+    tiny = COLS + ("        8192           128     float    none      -1    24.11    0.34    0.30      0    24.00    0.34"
+                   "    0.30      0\n")
+    assert "no bandwidth cells" in one(tiny).evidence and "no rank list" in one(tiny).evidence
+
+
+@pytest.mark.parametrize(("busbw", "tcp"), [(30.0, False), (29.99, True)])
+def test_tcp_fallback_busbw_boundary(busbw: float, tcp: bool) -> None:
+    size = 256 << 20
+    us = size / (busbw / 1.875 * 1e3)
+    alg = size / us / 1e3
+    line = (f"{size:12d}  {size // 4:12d}     float     sum      -1  {us:7.1f}  {alg:6.2f}  {busbw:6.2f}       0"
+            f"  {us:7.1f}  {alg:6.2f}  {busbw:6.2f}       0")
+    r = one(table(2, 8, 1.0, lo=8 << 20, hi=8 << 20, footer=False) + line + "\n")
+    assert ("nccl.allreduce/tcp-fallback" in codes(r)) is tcp
+
+
+@pytest.mark.parametrize(("us", "tcp"), [("30000", False), ("30001", True)])
+def test_tcp_fallback_time_boundary(tmp_path: Path, us: str, tcp: bool) -> None:
+    prof = site(tmp_path, '[nccl.allreduce]\ntcp_fallback_max_time_us = { value = 30000.0, source = "site" }\n')
+    size = 256 << 20
+    line = (f"{size:12d}  {size // 4:12d}     float     sum      -1  {us:>7s}    8.95   16.78       0  {us:>7s}    8.95"
+            "   16.78       0")
+    r = one(table(2, 8, 1.0, lo=8 << 20, hi=8 << 20, footer=False, model="NVIDIA B200") + line + "\n", prof)
+    assert ("nccl.allreduce/tcp-fallback" in codes(r)) is tcp
+
+
+def test_the_same_bus_number_in_two_pci_domains_is_not_shared() -> None:
+    text = table(1, 8, 360.0, lo=1 << 30)
+    two = text.replace("device  1 [0000:29:00]", "device  1 [0001:18:00]", 1)
+    assert not any("PCIe bus" in e for e in one(two).evidence)
+
+
+def test_a_sweep_ending_at_1_gb_is_graded() -> None:
+    assert one(table(2, 8, 150.0, lo=256 << 20, hi=1 << 30)).status is Status.FAIL
+    assert one(table(2, 8, 150.0, lo=256 << 20, hi=512 << 20)).status is Status.PASS
+
+
+def test_base_latency_at_the_limit_is_graded() -> None:
+    small = [8 << k for k in range(10)]  # 8 B to 4 KB
+    r = one(table(2, 8, 338.0, lo=8, hi=1 << 30, times={s: 100.0 for s in small}))
+    assert r.status is Status.WARN
+    r = one(table(2, 8, 338.0, lo=8, hi=1 << 30, times={s: 100.1 for s in small}))
+    assert r.status is Status.PASS
+
+
+def test_a_malformed_size_ceiling_is_skipped(tmp_path: Path) -> None:
+    prof = site(tmp_path, "[[nccl.allreduce.single_node.sizes]]\nbytes = 1073741824\n"
+                          "[[nccl.allreduce.single_node.sizes]]\nmax_time_us = 10.0\n"
+                          "[[nccl.allreduce.single_node.sizes]]\nbytes = 2147483648\nmax_time_us = 100.0\n"
+                          "source = \"site\"\n", base=H100)
+    r = one(table(1, 8, 470.0, lo=1 << 30), prof)
+    assert codes(r) == ["nccl.allreduce/size-slow"] and r.summary.startswith("2 GB all-reduce took")
+    assert r.remedy.startswith("compare with another node pair") and r.remedy.endswith("and NCCL env")
+
+
+# ----------------------------------------------------------------------------- spikes, exactly
+
+def spike_table(times: dict[int, float], lo: int = 1 << 20, hi: int = 64 << 20) -> str:
+    """A sweep whose times grow as 40 us + size / 10 GB/s, some rows replaced."""
+    base = {s: 40 + s / 10e3 for s in (lo << k for k in range(40)) if s <= hi}
+    base.update(times)
+    return table(2, 8, 470.0, lo=lo, hi=hi, times=base)
+
+
+def spikes_of(times: dict[int, float], **kw: int) -> list[str]:
+    r = one(spike_table(times, **kw))
+    return [e for e in r.evidence if re.match(r"^\d+ [KMG]?B: ", e)]
+
+
+def test_spike_needs_twice_a_larger_message_and_100_us_more() -> None:
+    assert spikes_of({1 << 20: 520.0}) == ["1 MB: 520 us, a larger message took 249.7 us"]
+    assert spikes_of({1 << 20: 500.0, 2 << 20: 250.0}) == []  # exactly twice is not more than twice
+    assert spikes_of({1 << 20: 374.5}) == []  # 125 us more, but only 1.5x
+    exact = {8192: 140.5, 16384: 40.5, 32768: 41.0}
+    assert spikes_of(exact, lo=8192, hi=32768) == ["8 KB: 140.5 us, a larger message took 40.5 us"]  # 100 us more
+    assert spikes_of({**exact, 8192: 140.0}, lo=8192, hi=32768) == []  # 99.5 us more
+
+
+def test_spike_in_the_second_and_the_next_to_last_rows() -> None:
+    assert spikes_of({2 << 20: 1000.0}) == ["2 MB: 1000 us, a larger message took 459.4 us"]
+    assert spikes_of({32 << 20: 13701.8}) == ["32 MB: 13702 us, a larger message took 6750.9 us"]
+
+
+def test_spike_by_growth_faster_than_the_size() -> None:
+    grown = {2 << 20: 100.0, 4 << 20: 500.0, 8 << 20: 1000.0, 16 << 20: 2000.0, 32 << 20: 4000.0, 64 << 20: 8000.0}
+    assert spikes_of(grown) == ["4 MB: 500 us after 100 us at 2 MB"]
+    assert spikes_of({**grown, 4 << 20: 400.0}) == []  # exactly twice what doubling the size gives
+    early = {1 << 20: 25.0, 2 << 20: 150.0, 4 << 20: 300.0, 8 << 20: 600.0, 16 << 20: 1200.0, 32 << 20: 2400.0,
+             64 << 20: 4800.0}
+    assert spikes_of(early) == ["2 MB: 150 us after 25 us at 1 MB"]  # exactly 100 us over 2 x 2 x 25
+    assert spikes_of({**early, 2 << 20: 149.5}) == []
+
+
+def test_spike_summary_lists_five_sizes() -> None:
+    five = {s: 9000.0 for s in (1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20)}
+    r = one(spike_table(five, hi=64 << 20))
+    assert r.summary.endswith("(1 MB, 2 MB, 4 MB, 8 MB, 16 MB)")
+    r = one(spike_table({**five, 512 << 10: 9000.0}, lo=512 << 10))
+    assert r.summary.endswith("(512 KB, 1 MB, 2 MB, 4 MB, 8 MB ...)")
+    assert any(e.startswith("nccl.allreduce.spike_ratio = 2 (on a healthy fabric") for e in r.evidence)
+
+
+def test_spikes_are_read_per_type_and_op() -> None:
+    def mk(dtype: str, size: int, us: float) -> NcclTestRow:
+        return NcclTestRow(bytes=size, count=size // 4, dtype=dtype, time_us=us, algbw=1.0, busbw=1.75, wrong=0,
+                           redop="sum", line=f"{size} {dtype}")
+    rows = [mk("float", 1 << 20, 50.0), mk("float", 2 << 20, 90.0), mk("double", 1 << 20, 400.0),
+            mk("double", 2 << 20, 700.0), mk("float", 4 << 20, 170.0), mk("double", 4 << 20, 1300.0)]
+    sweeps = grader._sweeps(NcclTests(rows=rows))
+    assert [[r.line for r, _ in sw] for sw in sweeps] == [["1048576 float", "2097152 float", "4194304 float"],
+                                                          ["1048576 double", "2097152 double", "4194304 double"]]
+    assert all(grader._spikes(sw, 2.0, 100.0) == {} for sw in sweeps)
+    assert grader._spikes(sweeps[0][:2], 2.0, 100.0) == {}
+    assert spikes_of({1 << 20: 4000.0}, hi=4 << 20) and not spikes_of({1 << 20: 4000.0}, hi=2 << 20)
+    assert grader._spikes([(mk("float", 0, 30.0), 30.0), (mk("float", 8, 400.0), 400.0)], 2.0, 100.0) == {}
+
+
+# ----------------------------------------------------------------------------- plateau, exactly
+
+def plateau(bws: list[float], lo: int = 8 << 20, hcas: str = "mlx5_0,mlx5_1") -> str:
+    lines, size = [], lo
+    for bw in bws:
+        us = size / (bw * 1e3)
+        lines.append(f"{size:12d}  {size // 4:12d}     float     sum      -1  {us:7.1f}  {bw:6.2f}  {bw:6.2f}       0"
+                     f"  {us:7.1f}  {bw:6.2f}  {bw:6.2f}       0")
+        size *= 2
+    return (f"mpirun -x NCCL_IB_HCA={hcas} -np 2 ./all_reduce_perf\n" + rank_lines(2, 1) + COLS + "\n".join(lines)
+            + "\n")
+
+
+def test_plateau_from_two_rows_of_8_mb_and_up() -> None:
+    r = one(plateau([40.0, 41.0]))
+    assert codes(r) == ["nccl.allreduce/one-nic-plateau"]
+    assert r.remedy.startswith("only one rail carries the traffic") and r.remedy.endswith("every HCA is Active")
+    assert one(plateau([40.0, 41.0], lo=4 << 20)).status is Status.PASS  # 4 MB is under the plateau rows
+    r = one(plateau([5.0, 10.0, 20.0, 40.0, 41.0], lo=2 << 20))
+    assert not any(e.startswith(("2097152", "4194304")) for e in r.evidence)
+
+
+def test_plateau_boundaries_exactly() -> None:
+    assert one(plateau([54.0, 60.0])).status is Status.WARN  # 60 = 1.2 x 50 GB/s, a last step of 10%
+    assert one(plateau([53.9, 60.0])).status is Status.PASS
+    assert one(plateau([60.0, 60.01])).status is Status.PASS
+
+
+def test_plateau_reads_the_last_two_sizes() -> None:
+    r = one(plateau([10.0, 20.0, 41.0, 35.0, 40.0, 40.5, 41.0]))
+    assert codes(r) == ["nccl.allreduce/one-nic-plateau"]
+    assert any(e.startswith("134217728") for e in r.evidence)  # the fifth of seven rows is quoted
+    assert one(plateau([40.0, 41.0, 30.0, 41.0])).status is Status.PASS  # the last doubling gained more than 10%
+
+
+# ----------------------------------------------------------------------------- facts, proof, summary
+
+def test_facts_of_a_partial_listing_and_of_the_environment() -> None:
+    text = table(1, 8, 470.0, lo=1 << 30, head="export NCCL_ALGO=NVLS\n")
+    partial = "\n".join(ln for ln in text.splitlines() if "Rank  1 " not in ln)
+    r = one(partial.replace("minBytes", "x minBytes"))
+    assert r.facts["ranks"] == 8 and r.facts["algo"] == "NVLS" and r.facts["nvls"] is None
+    assert r.facts["program"] == "" and r.facts["collective"] == "all_reduce" and r.facts["peak_busbw"] > 460
+    named = one("# Collective test starting: all_reduce_perf\n" + text)
+    assert named.facts["program"] == "all_reduce_perf"
+
+
+def test_computed_average_has_three_decimals() -> None:
+    r = one(table(1, 8, 471.3, lo=1 << 30))
+    res = parse_nccl_tests(table(1, 8, 471.3, lo=1 << 30))
+    mean = sum(res.busbw_cells()) / len(res.busbw_cells())
+    assert r.facts["avg_busbw_computed"] == round(mean, 3) != mean
+
+
+def test_proof_is_the_first_peak_row_and_the_average() -> None:
+    text = table(1, 8, 470.0, lo=1 << 30)
+    flat = re.sub(r"  \d+\.\d\d  ( +\d+ )(?=  )", lambda m: m.group(0), text)
+    r = one(flat)
+    assert len(r.evidence) == 2 and r.evidence[1].startswith("# Avg bus bandwidth")
+
+
+def test_the_summary_names_two_findings() -> None:
+    text = table(2, 8, 150.0, times={32768: 1112.2, 65536: 1651.7})
+    text = text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED")
+    r = one(text)
+    assert r.summary.endswith("(+1 more)") and r.summary.count(";") == 1
+
+
+def test_two_tables_of_other_collectives() -> None:
+    ag = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    bc = ag.replace("all_gather_perf", "broadcast_perf")
+    r = one(ag + bc)
+    assert r.summary.startswith("not an all-reduce table: all_gather, broadcast (")
+
+
+def one_rank(footer: str = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0\n", ranks: bool = True) -> str:
+    rows = "".join(f"{s:12d}  {s // 4:12d}     float     sum      -1   {s / 4.5e5:7.1f}  450.00    0.00       0"
+                   f"   {s / 4.5e5:7.1f}  450.00    0.00       0\n" for s in (1 << 30, 2 << 30, 4 << 30))
+    return (rank_lines(1, 1) if ranks else "") + COLS + rows + footer
+
+
+def test_a_single_rank_measures_nothing() -> None:
+    r = one(one_rank())
+    assert r.status is Status.SKIP and codes(r) == ["nccl.allreduce/one-rank"]
+    assert r.remedy.startswith("run one all_reduce_perf across the GPUs") and r.evidence[0].startswith("4294967296")
+    assert codes(one(one_rank(ranks=False))) == ["nccl.allreduce/one-rank"]
+    assert one(one_rank("# Out of bounds values : 2 FAILED\n")).status is Status.FAIL

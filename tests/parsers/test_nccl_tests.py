@@ -443,3 +443,9 @@ def test_not_detected(text: str) -> None:
 def test_version_code() -> None:
     assert nt._version_of_code(22903) == "2.29.3" and nt._version_of_code(21805) == "2.18.5"
     assert nt._version_of_code(2908) == "" and nt._version_of_code(10000) == "1.0.0"
+
+
+def test_a_single_rank_table_is_an_all_reduce_of_factor_0() -> None:
+    row = "  1073741824     268435456     float     sum      -1   2386.1  450.00    0.00       0   2386.1  450.00    0.00  0\n"
+    res = parse_nccl_tests(COLS + row)
+    assert res.bw_ratio() == 0.0 and res.ratio_ranks() is None and res.collective() == "all_reduce"
