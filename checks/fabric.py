@@ -374,7 +374,7 @@ def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
     return f.result(ctx, _ok_summary(svc, log, gpus, on_fabric, configured), facts, ok_evidence=ok_ev)
 
 
-register(Check(
+CHECK = Check(
     id="fabric.manager", title="NVSwitch fabric manager", grade=grade_fabric,
     probes=(PROBE_FM_SERVICE, PROBE_Q), required=("nvidia-smi-q",),
     inputs=("fm-service", "nvidia-smi-q", "nvidia-smi-fabric", "fm-log"),
@@ -382,6 +382,7 @@ register(Check(
     catches="fabric manager dead/failed/not installed or refusing a driver of another version, GPU fabric "
             "registration not Completed, fabric health degraded, NVSwitch fatal/non-fatal SXids and NVLS multicast "
             "failures in its log or journal, no NVSwitch where one is expected, an unverified fabric",
-    node_local=True, in_run=True))
+    node_local=True, in_run=True)
+register(CHECK)
 
-__all__ = ["PROBE_FM_SERVICE", "UNIT", "fabric_findings", "grade_fabric", "log_findings", "service_findings"]
+__all__ = ["CHECK", "PROBE_FM_SERVICE", "UNIT", "fabric_findings", "grade_fabric", "log_findings", "service_findings"]

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 from preflight.framing import Doc
 from preflight.parsers import nvsmi_q, systemd
@@ -39,8 +40,11 @@ _ABORT = re.compile(r"aborting fabric manager|fabric manager (is )?(exiting|term
                     r"failed to (start|initialize) fabric manager", re.I)
 _MULTICAST_FAIL = re.compile(r"(?:fail\w*|error)\b.*\bmulticast team|multicast team.*\b(?:fail\w*|error)", re.I)
 _SWITCH = re.compile(r"pci bus id (\S+)(?: physical id (\d+))?(?: port (\d+))?", re.I)
-_LPF = re.compile(r"found NVSwitch LPF:\s*device=(\S+)\s+guid=(\S+)", re.I)
-_LPF_USED = re.compile(r"using NVSwitch management port GUID:\s*(\S+)", re.I)
+_LPF = re.compile(r"found NVSwitch LPF:\s*device=(?P<dev>\S+)\s+guid=(?P<guid>\S+)", re.I)
+_LPF_USED = re.compile(r"using NVSwitch management port GUID:\s*(?P<guid>\S+)", re.I)
+# a journal message's own prefix: the log's bracketed time, its level, its thread
+_PREFIX = re.compile(r"^(?:\[[^\]]*\d\d:\d\d:\d\d\]\s*)?(?:\[(?P<level>INFO|WARNING|WARN|ERROR|FATAL|CRITICAL|DEBUG)\]\s*)?"
+                     r"(?:\[tid \d+\]\s*)?")
 # the driver interface check at start-up; "don't" (470-535), "doesn't" (545+), a typographic quote in some
 _VERSION_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\S+) "
                                r"(?:don't|doesn't|don’t|doesn’t|do not|does not) match with driver version "
@@ -49,7 +53,7 @@ _VERSION_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface vers
 _NOTHING_TO_DO = re.compile(r"NV_WARN_NOTHING_TO_DO|WARNING Nothing to do", re.I)
 _IDENTS = ("nv-fabricmanager", "nvidia-fabricmanager", "fabricmanager", "nvidia-fabricmanager-start.sh")
 _WRAPPER = "nvidia-fabricmanager-wrapper:"
-DETAIL_MAX = 6  # continuation lines kept per event (display limit)
+DETAIL_MAX = 6  # pragma: no mutate (continuation lines kept per event: a display limit)
 
 
 @dataclass
@@ -66,7 +70,7 @@ class FmEvent:
 
     @property
     def quote(self) -> str:
-        text = short(self.line, 240)
+        text = short(self.line, 240)  # pragma: no mutate (a display limit)
         return text + (" | " + "; ".join(self.detail[:DETAIL_MAX]) if self.detail else "")
 
 
@@ -120,10 +124,16 @@ def _add_wrapper(log: FmLog, msg: str, line: str) -> None:
     log.wrapper_lines.append(line)
     m = _LPF.search(msg)
     if m:
-        log.lpf_found.append((m.group(1), m.group(2)))
+        log.lpf_found.append((m.group("dev"), m.group("guid")))
     m = _LPF_USED.search(msg)
     if m:
-        log.lpf_used = m.group(1)
+        log.lpf_used = m.group("guid")
+
+
+def _split_prefix(msg: str) -> tuple[str, str]:
+    """(level, message) of a journal message that carries the log's own prefix."""
+    m = cast("re.Match[str]", _PREFIX.match(msg))  # every part of the pattern is optional: it always matches
+    return m.group("level") or "", msg[m.end():]
 
 
 def from_journal(items: Iterable[tuple[str, str, str]]) -> FmLog:
@@ -133,16 +143,15 @@ def from_journal(items: Iterable[tuple[str, str, str]]) -> FmLog:
     for time_text, msg, line in items:
         t = systemd.transition(msg)
         if t is not None:
-            if t[:2] == ("activating", "start"):
+            if t.sub == "start":
                 log.events.append(FmEvent("start", line, time_text=time_text))
             continue
         if _WRAPPER in msg:
             _add_wrapper(log, msg, line)
             continue
         log.records += 1
-        lm = _LEVEL.search(msg)
-        ev = classify(_TID.sub("", _LEVEL.sub("", msg, 1).strip()), lm.group(1) if lm else "", line,
-                      time_text=time_text)
+        level, body = _split_prefix(msg.strip())
+        ev = classify(body, level, line, time_text=time_text)
         if ev is not None:
             log.events.append(ev)
     return log
@@ -186,7 +195,7 @@ def parse(doc: Doc) -> FmLog:
 
 def detect(doc: Doc) -> bool:
     """Fabric manager log records, its journal, or the wrapper's lines."""
-    head = doc.head(400)
+    head = doc.head(400)  # pragma: no mutate (how far a detector reads)
     if systemd.detect(doc):
         return False  # `systemctl status`, a failed start, the unit's journal: the fm-service parser reads its lines
     if any(_WRAPPER in ln.text for ln in head):
@@ -243,7 +252,7 @@ def blocks_from_q(report: nvsmi_q.QReport) -> list[FabricBlock]:
 
 
 def _indent(text: str) -> int:
-    return len(text) - len(text.lstrip(" "))
+    return len(text) - len(text.lstrip())
 
 
 def parse_fabric(doc: Doc) -> FabricReport:
@@ -279,19 +288,21 @@ def parse_fabric(doc: Doc) -> FabricReport:
 
 def detect_fabric(doc: Doc) -> bool:
     """A Fabric section of `nvidia-smi -q` without the rest (a whole -q is `nvidia-smi-q`'s)."""
-    head = [ln.text.replace("\t", "    ").rstrip() for ln in doc.head(400)]
+    head = [ln.text.replace("\t", "    ").rstrip() for ln in doc.head(400)]  # pragma: no mutate (how far it reads)
     for i, t in enumerate(head):
         if t.strip() != "Fabric":
             continue
-        after = [x for x in head[i + 1:i + 4] if x.strip()]
-        if after and _indent(after[0]) > _indent(t) and re.match(r"^\s*State\s*:", after[0]):
+        after = next((x for x in head[i + 1:] if x.strip()), "")
+        if _indent(after) > _indent(t) and re.match(r"^\s*State\s*:", after):
             return not nvsmi_q.detect(doc)
     return False
 
 
-FORMATS = [Format("fm-log", detect=detect, priority=55,
+FORMATS = [Format("fm-log", detect=detect,
+                  priority=55,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
                   description="fabric manager log (/var/log/fabricmanager.log, its journal, the Talos wrapper)"),
-           Format("nvidia-smi-fabric", detect=detect_fabric, priority=55,
+           Format("nvidia-smi-fabric", detect=detect_fabric,
+                  priority=55,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
                   description="the Fabric block of nvidia-smi -q, alone or grep'd (State, Status, CliqueId, Health)")]
 PARSERS = [ParserSpec("fm-log", parse), ParserSpec("nvidia-smi-fabric", parse_fabric)]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, ParserSpec
@@ -23,6 +24,7 @@ _SYSTEMD_DOWN = re.compile(r"System has not been booted with systemd|Failed to c
 _ACTIVE_WORDS = {"active", "inactive", "failed", "activating", "deactivating", "reloading", "maintenance"}
 _SHOW_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)=(.*)$")
 _NOT_FOUND = re.compile(r"Unit (\S+?)(?:\.service)? (?:could not be found|not found)", re.I)
+_START_OR_MISSING = re.compile(r"(?:Unit|Job for) nvidia-fabricmanager\S*\s+(?:could not be found|failed)")
 _JOB_FAILED = re.compile(r"Job for (\S+?)(?:\.service)? failed(?: because (.*?))?\.?\s*$", re.I)
 # journalctl's short format, any locale's month ("Nov", "11月", "nov."): framing peels the English one
 JOURNAL = re.compile(r"^(?P<time>\S{1,8} +\d{1,2} \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
@@ -93,14 +95,15 @@ class UnitState:
         return (self.active or "unknown") + (f" ({', '.join(bits)})" if bits else "")
 
 
-def _show(svc: UnitState, lines: list[str]) -> bool:
+def _show(svc: UnitState, lines: list[str]) -> None:
+    """`systemctl show` Key=Value lines (a unit's state needs LoadState or ActiveState)."""
     show = {}
     for ln in lines:
         m = _SHOW_LINE.match(ln)
         if m:
             show[m.group(1)] = (m.group(2).strip(), ln)
     if "LoadState" not in show and "ActiveState" not in show:
-        return False
+        return
     svc.form = "show"
     svc.unit = show.get("Id", ("", ""))[0]
     svc.load, svc.active = show.get("LoadState", ("", ""))[0], show.get("ActiveState", ("", ""))[0]
@@ -108,7 +111,6 @@ def _show(svc: UnitState, lines: list[str]) -> bool:
     code = show.get("ExecMainStatus", ("", ""))[0]
     svc.exec_status = int(code) if code.lstrip("-").isdigit() else None
     svc.lines = [show[k][1] for k in ("LoadState", "ActiveState", "SubState", "Result", "ExecMainStatus") if k in show]
-    return True
 
 
 def _status_line(svc: UnitState, s: str) -> None:
@@ -142,7 +144,7 @@ def journal_items(lines: list[Line]) -> list[tuple[str, str]]:
     out = []
     for ln in lines:
         text = ln.text.strip()
-        if ln.ident:
+        if ln.ident and not ln.cont:
             out.append((ln.ident, text))
             continue
         j = JOURNAL.match(text)
@@ -155,10 +157,18 @@ def _about_unit(u: str) -> bool:
     return u.startswith(FM_UNIT) or _FM_DESC.lower() in u.lower()
 
 
-def transition(message: str) -> tuple[str, str, str] | None:
-    """(active, sub, result) a systemd journal message leaves the fabric manager unit in; ("", "",
-    "") for a process exit that does not decide the state by itself; None when the message is not
-    about the unit's state."""
+class State(NamedTuple):
+    """The state a journal line leaves the unit in."""
+
+    active: str
+    sub: str
+    result: str
+
+
+def transition(message: str) -> State | None:
+    """(active, sub, result) a systemd journal message leaves the fabric manager unit in; None
+    when the message is not about the unit's state (a process that exited with status 0 does
+    not decide it)."""
     for pattern, active, sub, result in _TRANSITIONS:
         m = pattern.match(message.strip())
         if m is None or not _about_unit(m.group("u")):
@@ -167,26 +177,25 @@ def transition(message: str) -> tuple[str, str, str] | None:
             result = m.group("r")
         if "c" in pattern.groupindex:
             code, status = m.group("c"), m.group("s")
-            return ("", "", "") if code == "exited" and status == "0" else ("failed", "failed", "signal" if code in (
-                "killed", "dumped") else "exit-code")
-        return active, sub, result
+            if code == "exited" and status == "0":
+                return None
+            return State("failed", "failed", "signal" if code in ("killed", "dumped") else "exit-code")
+        return State(active, sub, result)
     return None
 
 
 def _journal_state(svc: UnitState) -> None:
     """The unit's state from systemd's journal lines about it: the last one that decides counts
     (a failure keeps the result an earlier line of the same failure named)."""
-    last: tuple[str, str, str] | None = None
+    last: State | None = None
     lines: list[str] = []
     for j in svc.journal:
-        t = transition(j.message) if "fabricmanager" not in j.ident else None
+        t = transition(j.message)
         if t is None:
             continue
         lines.append(j.line)
-        if not t[0]:
-            continue
-        if last is not None and last[0] == t[0] == "failed" and not t[2]:
-            t = (t[0], t[1], last[2])
+        if last is not None and last.active == t.active == "failed" and not t.result:
+            t = t._replace(result=last.result)
         last = t
     if last is None:
         return
@@ -204,9 +213,11 @@ def parse(doc: Doc) -> UnitState:
             svc.error = s
             svc.lines.append(s)
             return svc
-    if _show(svc, lines):
+    _show(svc, lines)
+    if svc.form == "show":
         return svc
-    for ln, s in zip(items, lines, strict=True):
+    for ln in items:
+        s = ln.text.strip()
         m = _NOT_FOUND.search(s)
         if m:
             svc.unit, svc.form, svc.load, svc.active = m.group(1), "status", "not-found", "inactive"
@@ -219,7 +230,7 @@ def parse(doc: Doc) -> UnitState:
                 svc.form, svc.load, svc.active, svc.result = "start", "loaded", "failed", "start-failed"
             svc.lines.append(s)
             continue
-        if ln.ident:  # framing peeled the journal's time, host and identifier
+        if ln.ident and not ln.cont:  # framing peeled the journal's time, host and identifier
             svc.journal.append(JournalLine(ln.time_text, ln.ident, s, ln.raw.strip()))
             continue
         j = JOURNAL.match(s)
@@ -247,30 +258,31 @@ def _finish(svc: UnitState, lines: list[str]) -> None:
 def detect(doc: Doc) -> bool:
     """systemctl output about the fabric manager unit (show, status, is-active under its
     prompt, a failed start, "could not be found"), or its journal with systemd's lines about it."""
-    lines = [ln.text.strip() for ln in doc.head(60) if ln.text.strip()]
+    lines = [ln.text.strip() for ln in doc.head(60) if ln.text.strip()]  # pragma: no mutate (how far it reads)
     if not lines:
         return False
     cmd = doc.command or ""
     if "systemctl" in cmd and FM_UNIT not in cmd and "fabricmanager" not in cmd:
         return False
     if all(_SHOW_LINE.match(ln) for ln in lines):
-        keys = {ln.split("=", 1)[0]: ln.split("=", 1)[1] for ln in lines}
+        keys = dict(ln.partition("=")[::2] for ln in lines)
         unit = keys.get("Id", "") + keys.get("Names", "")
         return "LoadState" in keys and "ActiveState" in keys and (not unit or "fabricmanager" in unit)
-    head = "\n".join(lines)
-    if re.search(r"(?:Unit|Job for) nvidia-fabricmanager\S*\s+(?:could not be found|failed)", head):
+    if any(_START_OR_MISSING.search(ln) for ln in lines):
         return True
     if "systemctl" in cmd and len(lines) == 1 and lines[0] in _ACTIVE_WORDS:
         return True
-    if any(transition(msg) is not None for ident, msg in journal_items(doc.head(60)) if ident == "systemd"):
+    head = doc.head(60)  # pragma: no mutate (how far a detector reads)
+    if any(transition(msg) is not None for ident, msg in journal_items(head) if ident == "systemd"):
         return True
-    return bool(re.search(r"nvidia-fabricmanager(\.service)?\b", head) and re.search(r"^Loaded:", head, re.M)
-                and re.search(r"^Active:", head, re.M))
+    return any("nvidia-fabricmanager" in ln for ln in lines) and any(ln.startswith("Loaded:") for ln in lines) \
+        and any(ln.startswith("Active:") for ln in lines)
 
 
-FORMATS = [Format("fm-service", detect=detect, priority=55,
+FORMATS = [Format("fm-service", detect=detect,
+                  priority=55,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
                   description="systemctl show/status/is-active/start of nvidia-fabricmanager")]
 PARSERS = [ParserSpec("fm-service", parse)]
 
-__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "JournalLine", "PARSERS", "UnitState", "detect", "journal_items", "parse",
-           "transition"]
+__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "JournalLine", "PARSERS", "State", "UnitState", "detect", "journal_items",
+           "parse", "transition"]

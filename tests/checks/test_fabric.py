@@ -628,7 +628,7 @@ def test_nothing_to_do_site_override(tmp_path: Path) -> None:
     ("nvidia-fabricmanager.service: Main process exited, code=dumped, status=6/ABRT", ("failed", "failed", "signal")),
     ("nvidia-fabricmanager.service: Control process exited, code=exited, status=1/FAILURE",
      ("failed", "failed", "exit-code")),
-    ("nvidia-fabricmanager.service: main process exited, code=exited, status=0/SUCCESS", ("", "", "")),
+    ("nvidia-fabricmanager.service: main process exited, code=exited, status=0/SUCCESS", None),
     ("Started Session 4 of user root.", None),
     ("sshd.service: Failed with result 'exit-code'.", None),
     ("nvidia-fabricmanager.service: Consumed 1.861s CPU time.", None),
@@ -689,3 +689,271 @@ def test_status_and_start_forms_quote_the_daemon() -> None:
     s = parse_fm_service(text)
     assert (s.form, s.active, s.result) == ("start", "failed", "start-failed")
     assert len(s.lines) == 3 and "don't match" in s.lines[1] and "Failed with result" in s.lines[2]
+
+
+# ---------------------------------------------------------------------------------------
+# systemd parser and detector: every form, exactly
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("word", ["active", "inactive", "failed", "activating", "deactivating", "reloading",
+                                  "maintenance"])
+def test_is_active_words(word: str) -> None:
+    s = parse_fm_service(word + "\n")
+    assert (s.form, s.active, s.lines) == ("is-active", word, [word])
+    doc = Doc(word + "\n", command="systemctl is-active nvidia-fabricmanager")
+    assert systemd.detect(doc)
+
+
+def test_is_active_unknown_and_detector_limits() -> None:
+    s = parse_fm_service("unknown\n")
+    assert (s.form, s.active) == ("is-active", "")
+    assert not systemd.detect(Doc("failed\n"))  # no command: a bare word is not recognised
+    assert not systemd.detect(Doc("failed\nactive\n", command="systemctl is-active nvidia-fabricmanager"))
+    assert not systemd.detect(Doc("running\n", command="systemctl is-active nvidia-fabricmanager"))
+    assert not systemd.detect(Doc("failed\n", command="systemctl is-active sshd"))
+    assert systemd.detect(Doc("failed\n", command="systemctl is-active fabricmanager"))
+    assert not systemd.detect(Doc(""))
+
+
+def test_unit_state_describe_and_recognised() -> None:
+    assert UnitState(active="failed", sub="failed", result="exit-code", exec_status=1).describe() == \
+        "failed (result exit-code, exit status 1)"
+    assert UnitState(active="active", sub="running", result="success").describe() == "active (running)"
+    assert UnitState(active="inactive").describe() == "inactive"
+    assert UnitState().describe() == "unknown"
+    assert UnitState(active="failed", sub="auto-restart", exec_status=0).describe() == "failed (auto-restart)"
+    assert not UnitState().recognised and UnitState(error="x").recognised and UnitState(form="show").recognised
+    assert UnitState(load="not-found").installed is False and UnitState(load="loaded").installed is True
+    assert UnitState().installed is None
+
+
+def test_show_forms() -> None:
+    s = parse_fm_service("Id=nvidia-fabricmanager.service\nActiveState=failed\nSubState=failed\nResult=signal\n"
+                         "ExecMainStatus=-1\n")
+    assert (s.form, s.unit, s.load, s.active, s.sub, s.result, s.exec_status) == (
+        "show", "nvidia-fabricmanager.service", "", "failed", "failed", "signal", -1)
+    assert s.lines == ["ActiveState=failed", "SubState=failed", "Result=signal", "ExecMainStatus=-1"]
+    s = parse_fm_service("LoadState=not-found\n")
+    assert (s.form, s.load, s.exec_status) == ("show", "not-found", None)
+    s = parse_fm_service("SubState=running\nResult=success\n")
+    assert s.form == "none"
+    s = parse_fm_service(fixture_text("systemctl/show_fm_inactive.txt"))
+    assert s.lines == ["LoadState=loaded", "ActiveState=inactive", "SubState=dead", "Result=success",
+                       "ExecMainStatus=0"]
+
+
+def test_show_detector() -> None:
+    base = "LoadState=loaded\nActiveState=active\n"
+    assert systemd.detect(Doc(base))
+    assert systemd.detect(Doc("Names=nvidia-fabricmanager.service\n" + base))
+    assert not systemd.detect(Doc("Names=sshd.service\n" + base))
+    assert not systemd.detect(Doc("Id=sshd.service\n" + base))
+    assert not systemd.detect(Doc("LoadState=loaded\nSubState=running\n"))
+    assert not systemd.detect(Doc("ActiveState=active\nSubState=running\n"))
+    assert systemd.detect(Doc("LoadState=loaded\nActiveState=active\nDescription=a=b\n"))
+
+
+def test_status_details() -> None:
+    s = parse_fm_service(fixture_text("systemctl/status_fm_active.txt"))
+    assert (s.unit, s.form, s.sub, s.exec_status) == ("nvidia-fabricmanager", "status", "running", None)
+    text = ("\u25cf nvidia-fabricmanager.service - NVIDIA fabric manager service\n"
+            "     Loaded: loaded (/lib/systemd/system/nvidia-fabricmanager.service; enabled)\n")
+    s = parse_fm_service(text)
+    assert (s.form, s.load, s.unit) == ("status", "loaded", "nvidia-fabricmanager")
+    forking = ("\u00d7 nvidia-fabricmanager.service - NVIDIA fabric manager service\n"
+               "     Loaded: loaded (/lib/systemd/system/nvidia-fabricmanager.service; enabled)\n"
+               "     Active: failed (Result: exit-code) since Sat 2025-03-01 04:12:09 UTC; 1h ago\n"
+               "    Process: 2214 ExecStart=/usr/bin/nv-fabricmanager (code=exited, status=0/SUCCESS)\n"
+               "   Main PID: 2220 (code=exited, status=1/FAILURE)\n"
+               "    Process: 2299 ExecStopPost=/bin/true (code=exited, status=0/SUCCESS)\n")
+    s = parse_fm_service(forking)
+    assert s.exec_status == 1 and s.result == "exit-code" and s.sub == "failed"
+    assert s.lines[0].startswith("Active: failed")
+
+
+def test_status_detector_needs_the_unit_loaded_and_active() -> None:
+    ok = ("nvidia-fabricmanager.service - NVIDIA fabric manager service\nLoaded: loaded (x)\nActive: active "
+          "(running)\n")
+    assert systemd.detect(Doc(ok))
+    assert not systemd.detect(Doc(ok.replace("nvidia-fabricmanager", "sshd")))
+    assert not systemd.detect(Doc(ok.replace("Loaded:", "Loading:")))
+    assert not systemd.detect(Doc(ok.replace("Active:", "Acting:")))
+    assert systemd.detect(Doc("Unit nvidia-fabricmanager.service could not be found.\n"))
+    assert not systemd.detect(Doc("Unit sshd.service could not be found.\n"))
+    assert not systemd.detect(Doc(ok, command="systemctl status sshd"))
+    assert systemd.detect(Doc(ok, command="systemctl status nvidia-fabricmanager"))
+
+
+def test_start_failed_details() -> None:
+    text = ("Job for nvidia-fabricmanager.service failed because the control process exited with error code.\n"
+            + "".join(f"Mar 01 04:12:0{i} gpu-c07 nv-fabricmanager[2214]: line {i}\n" for i in range(5))
+            + "".join(f"Mar 01 04:12:0{i} gpu-c07 systemd[1]: nvidia-fabricmanager.service: Failed with result "
+                      f"'exit-code'.\n" for i in range(3))
+            + "Mar 01 04:12:09 gpu-c07 systemd[1]: Starting NVIDIA fabric manager service...\n")
+    s = parse_fm_service(text)
+    assert (s.unit, s.form, s.load, s.active, s.result) == ("nvidia-fabricmanager", "start", "loaded", "failed",
+                                                            "start-failed")
+    assert len(s.lines) == 6 and [ln.split(": ", 1)[-1] for ln in s.lines[1:4]] == ["line 2", "line 3", "line 4"]
+    assert all("Failed with result" in ln for ln in s.lines[4:])
+    assert len(s.journal) == 9
+
+
+def test_unpeeled_journal_lines_are_all_read() -> None:
+    text = "".join(f"11\u6708 15 14:15:4{i} box nv-fabricmanager[4177]: line {i}\n" for i in range(3))
+    s = parse_fm_service("Job for nvidia-fabricmanager.service failed.\n" + text)
+    assert [j.message for j in s.journal] == ["line 0", "line 1", "line 2"]
+
+
+def test_journal_items() -> None:
+    d = frame("Mar 02 11:41:10 n1 systemd[1]: Started NVIDIA fabric manager service.\n"
+              "11\u6708 15 14:15:47 box nv-fabricmanager[4177]: hello\nnot a journal line\n").docs[0]
+    assert systemd.journal_items(d.lines) == [("systemd", "Started NVIDIA fabric manager service."),
+                                              ("nv-fabricmanager", "hello")]
+
+
+def test_journal_state_lines_and_a_daemon_line_that_looks_like_systemd() -> None:
+    text = ("Jan 14 03:40:52 n systemd[1]: Starting NVIDIA fabric manager service...\n"
+            "Jan 14 03:40:55 n nv-fabricmanager[4410]: Started NVIDIA fabric manager service.\n"
+            "Jan 14 03:40:56 n systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, "
+            "status=0/SUCCESS\n")
+    s = parse_fm_service(text)
+    assert (s.form, s.active) == ("journal", "active")
+    text = "".join(f"Jan 14 03:40:5{i} n systemd[1]: Starting NVIDIA fabric manager service...\n" for i in range(5))
+    s = parse_fm_service(text)
+    assert len(s.lines) == 3 and s.lines[-1].startswith("Jan 14 03:40:54")
+
+
+def test_fm_service_is_a_format_analyze_reads() -> None:
+    from tests.conftest import analyze_text
+    res = [r for r in analyze_text(fixture_text("systemctl/status_fm_failed.txt")) if r.check == "fabric.manager"]
+    assert [r.status for r in res] == [Status.FAIL]
+    res = [r for r in analyze_text(fixture_text("fabricmanager/fm_fatal_after_start.log"), name="fm.log")
+           if r.check == "fabric.manager"]
+    assert [r.status for r in res] == [Status.FAIL]
+    res = [r for r in analyze_text(fab_text("block_in_progress_na.txt")) if r.check == "fabric.manager"]
+    assert [r.status for r in res] == [Status.FAIL]
+
+
+def test_check_registration() -> None:
+    from preflight import registry
+    from preflight.checks import fabric as fab_check
+    assert registry.load().checks["fabric.manager"] is fab_check.CHECK
+    c = fab_check.CHECK
+    assert c.inputs == ("fm-service", "nvidia-smi-q", "nvidia-smi-fabric", "fm-log")
+    assert c.required == ("nvidia-smi-q",) and c.node_local and c.in_run
+    assert c.profile_keys == {"fabric.nvswitch": bool}
+    assert fab_check.PROBE_FM_SERVICE.commands == ((
+        "systemctl", "show", "nvidia-fabricmanager",
+        "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus", "--no-pager"),)
+    assert fab_check.PROBE_FM_SERVICE.timeout == 10
+
+
+# ---------------------------------------------------------------------------------------
+# fabric manager log parser: exactly
+# ---------------------------------------------------------------------------------------
+
+
+def test_log_records_and_quotes() -> None:
+    log_ = facts_of("fm-log", fixture_text("fabricmanager/fm_gpu_nvl_nonfatal_multiline.log"))
+    assert log_.records == 5  # type: ignore[attr-defined]
+    nvl = log_.events[1]  # type: ignore[attr-defined]
+    assert len(nvl.detail) > 6 and nvl.quote == nvl.line + " | " + "; ".join(nvl.detail[:6])
+    assert fabricmanager.FmLog().records == 0 and not fabricmanager.FmLog().recognised
+    assert fabricmanager.FmLog(records=1).recognised and fabricmanager.FmLog(wrapper_lines=["x"]).recognised
+
+
+def test_log_continuation_lines_collapse_spaces_and_blank_lines_end_records() -> None:
+    text = ("[Mar 02 2025 06:15:00] [ERROR] [tid 7] detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci "
+            "bus id 00000000:06:00.0 physical id 1 port 40\n"
+            "    portNum    :    40\n"
+            "\n"
+            "    orphan : 1\n"
+            "[Mar 02 2025 06:15:01] [ERROR] [tid 7] detected NVSwitch fatal error 20034 on fid 0\n")
+    evs = parse_fm_log(text)
+    assert [e.kind for e in evs] == ["nonfatal", "fatal"]
+    assert evs[0].detail == ["portNum : 40"] and evs[1].detail == []
+
+
+def test_init_line_is_a_start_with_its_time() -> None:
+    ev = fabricmanager.classify("Fabric Manager Log initializing at: 3/2/2025 06:14:22.513", "", "x")
+    assert ev is not None and (ev.kind, ev.time_text) == ("start", "3/2/2025 06:14:22.513")
+    ev = fabricmanager.classify("Fabric Manager Log initializing at: 3/2/2025 06:14:22.513", "", "x",
+                                time_text="Mar 02 06:14:22")
+    assert ev is not None and ev.time_text == "Mar 02 06:14:22"
+    ev = fabricmanager.classify("x", "FATAL", "x")
+    assert ev is not None and ev.kind == "error"
+    ev = fabricmanager.classify("detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci bus id "
+                                "00000000:06:00.0 physical id 1", "ERROR", "x")
+    assert ev is not None and (ev.switch, ev.port) == ("00000000:06:00.0 (physical id 1)", None)
+
+
+@pytest.mark.parametrize("ident", ["nv-fabricmanager", "nvidia-fabricmanager", "fabricmanager",
+                                   "nvidia-fabricmanager-start.sh"])
+def test_every_identifier_of_the_daemon(ident: str) -> None:
+    text = (f"Mar 02 06:14:22 n1 {ident}[2011]: Connected to 1 node.\n"
+            f"Mar 02 06:14:23 n1 {ident}[2011]: Successfully configured all the available NVSwitches to route GPU "
+            "NVLink traffic.\n")
+    assert looks_like_fm_log(text)
+    assert [e.kind for e in parse_fm_log(text)] == ["configured"]
+
+
+def test_log_detector_needs_a_fabric_word() -> None:
+    assert not looks_like_fm_log("[Mar 02 2025 06:14:22] [INFO] [tid 2011] Logging level = 4\n")
+    assert looks_like_fm_log("[Mar 02 2025 06:14:22] [INFO] [tid 2011] getting NVSwitch device information\n")
+
+
+def test_wrapper_lines() -> None:
+    text = ("2025/11/03 10:02:11 nvidia-fabricmanager-wrapper: found NVSwitch LPF: device=mlx5_8 guid=0xcc40f3030027f62e\n"
+            "2025/11/03 10:02:11 nvidia-fabricmanager-wrapper: using NVSwitch management port GUID: 0xcc40f3030027f62f\n")
+    assert looks_like_fm_log(text)
+    log_ = facts_of("fm-log", text)
+    assert log_.lpf_found == [("mlx5_8", "0xcc40f3030027f62e")]  # type: ignore[attr-defined]
+    assert log_.lpf_used == "0xcc40f3030027f62f" and len(log_.wrapper_lines) == 2  # type: ignore[attr-defined]
+    assert log_.records == 0 and log_.recognised  # type: ignore[attr-defined]
+
+
+def test_from_journal() -> None:
+    items = [("t1", "Starting NVIDIA fabric manager service...", "l1"),
+             ("t2", "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0", "l2"),
+             ("t3", "nvidia-fabricmanager-wrapper: found NVSwitch LPF: device=mlx5_9 guid=0x1", "l3"),
+             ("t4", "[ERROR] something broke", "l4"),
+             ("t5", "Stopped NVIDIA fabric manager service.", "l5"),
+             ("t6", "[INFO] [tid 9] Connected to 1 node.", "l6")]
+    log_ = fabricmanager.from_journal(items)
+    assert [(e.kind, e.time_text, e.line) for e in log_.events] == [("start", "t1", "l1"), ("fatal", "t2", "l2"),
+                                                                     ("error", "t4", "l4")]
+    assert log_.records == 3 and log_.lpf_found == [("mlx5_9", "0x1")]
+    assert fabricmanager._split_prefix("[May 16 2025 15:10:21] [INFO] [tid 30042] GPU probe") == ("INFO", "GPU probe")
+    assert fabricmanager._split_prefix("plain message") == ("", "plain message")
+
+
+def test_fabric_block_paths_and_sections() -> None:
+    text = ("Fabric\n    State : Completed\n    Health\n        Bandwidth : Full\n        Deeper\n"
+            "            Leaf : 1\n        Back : 2\n    CliqueId : 3\n    Named :\n        Inner : 4\n\n"
+            "    After : 5\n")
+    [b] = fabricmanager.parse_fabric(Doc.join(frame(text).docs)).blocks
+    assert b.fields == {"Fabric/State": "Completed", "Fabric/Health/Bandwidth": "Full",
+                        "Fabric/Health/Deeper/Leaf": "1", "Fabric/Health/Back": "2", "Fabric/CliqueId": "3",
+                        "Fabric/Named/Inner": "4", "Fabric/After": "5"}
+    b2 = fabricmanager.FabricBlock(0, "x", fields={"Fabric/Health/Summary": "a", "Fabric/HealthX": "b"})
+    assert b2.under("Fabric/Health") == [("Fabric/Health/Summary", "a")] == b2.under("Fabric/Health/")
+
+
+def test_fabric_detector_reads_past_other_lines_and_tabs() -> None:
+    d = lambda text: fabricmanager.detect_fabric(Doc.join(frame(text).docs))  # noqa: E731
+    assert d("Timestamp : x\nFabric\n\tState : Completed\n")
+    assert d("    Fabric\n\n        State : Completed\n")
+    assert not d("State : Completed\nFabric\n")
+    assert not d("Fabric\n\n\n\nStatus : Success\n")
+
+
+def test_blocks_from_q_skips_gpus_without_a_fabric() -> None:
+    from preflight.parsers.nvsmi_q import QGpu, QReport
+    rep = QReport(gpus=[QGpu(0, "00000000:18:00.0", {"Product Name": "x"}),
+                        QGpu(1, "00000000:2A:00.0", {"Fabric/State": "Completed", "Fabric/Status": "Success",
+                                                     "Product Name": "y"}, {"Fabric/State": "State : Completed"})])
+    [b] = fabricmanager.blocks_from_q(rep)
+    assert (b.index, b.bus_id, b.fields) == (1, "00000000:2A:00.0", {"Fabric/State": "Completed",
+                                                                     "Fabric/Status": "Success"})
+    assert b.lines == {"Fabric/State": "State : Completed", "Fabric/Status": "Fabric/Status"}
