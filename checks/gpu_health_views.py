@@ -24,7 +24,9 @@ CLOCK_EVENTS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal
                 "sw_power_cap": "SW Power Cap", "gpu_idle": "Idle", "sync_boost": "Sync Boost",
                 "applications_clocks_setting": "Applications Clocks Setting"}
 # values nvidia-smi prints in place of a reading when NVML answered with an error
-FIELD_ERRORS = {"unknown error": "unknown_error", "gpu requires reset": "needs_reset", "gpu is lost": "gpu_lost"}
+FIELD_ERRORS = {"unknown error": "unknown_error", "[unknown error]": "unknown_error",
+                "gpu requires reset": "needs_reset", "[gpu requires reset]": "needs_reset",
+                "gpu is lost": "gpu_lost", "[gpu is lost]": "gpu_lost"}
 # the -q sections whose fields gpu.health reads (an unreadable field there hides a fault)
 HEALTH_SECTIONS = ("ECC Errors", "Remapped Rows", "Retired Pages", "GPU Recovery Action", "GPU Reset Status",
                    "Clocks Event Reasons", "Temperature", "ECC Mode")
@@ -59,9 +61,6 @@ class Temps:
     max_operating_margin: int | None = None
     memory: int | None = None
     memory_max: int | None = None
-
-    def shown(self) -> bool:
-        return any(v is not None for v in (self.current, self.margin, self.memory))
 
 
 @dataclass
@@ -121,8 +120,7 @@ class GpuHealth:
 
 def field_error(value: str | None) -> str:
     """The kind of error nvidia-smi printed in place of a value ("" for a reading or N/A)."""
-    v = (value or "").strip().strip("[]").strip().lower()
-    return FIELD_ERRORS.get(v, "")
+    return FIELD_ERRORS.get((value or "").strip().lower(), "")
 
 
 # ---------------------------------------------------------------------------------------
@@ -175,9 +173,7 @@ class _QView:
     def path_value(self, group: str, key: str, path: str | None, conv: Callable[[Any], Any]) -> Any:
         """The converted value of `path`, its evidence kept under `key`; the group counts as shown
         when the field holds a reading."""
-        if path is None or path not in self.gpu.fields:
-            return None
-        value = conv(self.gpu.get(path))
+        value = conv(self.gpu.get(path)) if path else None
         if value is not None:
             self.h.shown.add(group)
             self.h.ev[key] = [_ev(self.gpu, path)]

@@ -1286,9 +1286,9 @@ def test_bracketed_error_values_in_q_fields() -> None:
 def test_field_error_values() -> None:
     from preflight.checks.gpu_health_views import field_error
 
-    assert [field_error(v) for v in ("Unknown Error", "[Unknown Error]", " [ GPU requires reset ] ", "GPU is lost",
-                                     "N/A", None, "0", "Unknown")] == \
-        ["unknown_error", "unknown_error", "needs_reset", "gpu_lost", "", "", "", ""]
+    assert [field_error(v) for v in ("Unknown Error", "[Unknown Error]", " [GPU requires reset] ", "GPU requires reset",
+                                     "GPU is lost", "[GPU is lost]", "N/A", None, "0", "Unknown")] == \
+        ["unknown_error", "unknown_error", "needs_reset", "needs_reset", "gpu_lost", "gpu_lost", "", "", "", ""]
 
 
 @pytest.mark.parametrize("cell", ["memory_used", "util", "perf", "power_cap", "ecc_uncorr"])
@@ -1321,3 +1321,44 @@ def test_csv_view_evidence_per_column() -> None:
     assert h.ev["util"] == ["GPU 2 (00000000:1A:00.0) utilization.gpu=12 %"]
     assert h.shown == {"retired", "reset", "ecc_mode", "clocks"}
     assert from_csv({"index": "[N/A]"}, 4).label == "GPU 4"
+
+
+@pytest.mark.parametrize(("field", "name"), [
+    ("hw_slowdown", "HW Slowdown"), ("hw_thermal_slowdown", "HW Thermal Slowdown"),
+    ("hw_power_brake_slowdown", "HW Power Brake Slowdown"), ("sw_thermal_slowdown", "SW Thermal Slowdown"),
+    ("sw_power_cap", "SW Power Cap"), ("gpu_idle", "Idle"), ("sync_boost", "Sync Boost"),
+    ("applications_clocks_setting", "Applications Clocks Setting")])
+def test_csv_clock_reason_names(field: str, name: str) -> None:
+    from preflight.checks.gpu_health_views import from_csv
+
+    assert from_csv({f"clocks_event_reasons.{field}": "Active"}, 0).clock_events == [name]
+
+
+@pytest.mark.parametrize("section", ["ECC Errors", "Remapped Rows", "Retired Pages", "GPU Recovery Action",
+                                     "GPU Reset Status", "Clocks Event Reasons", "Temperature", "ECC Mode"])
+def test_unknown_error_in_each_health_section(section: str) -> None:
+    text = f"GPU 00000000:18:00.0\n    Product Name : Unknown Error\n    {section}\n        Some Field : Unknown Error\n"
+    r = smi(text)
+    assert codes(r) == ["gpu.health/field-unreadable"]
+    assert r.evidence == [f"GPU 0 (00000000:18:00.0) [{section}] Some Field : Unknown Error"]
+
+
+@pytest.mark.parametrize("section", ["MIG Devices", "Processes", "Accounted Processes"])
+def test_error_values_outside_the_gpu_itself_are_not_graded(section: str) -> None:
+    text = f"GPU 00000000:18:00.0\n    {section}\n        Used GPU Memory : GPU requires reset\n" + \
+        "    Remapped Rows\n        Pending : No\n"
+    assert smi(text).status is Status.PASS
+
+
+def test_mig_gpu_volatile_na_still_shows_ecc() -> None:
+    r = one(grade("gpu.health", q("a100x1_550_mig_enabled.txt")))
+    assert "ecc" in r.facts["gpus"][0]["shown"] and r.facts["gpus"][0]["uncorrectable_ecc"] is None
+
+
+def test_csv_groups_and_table_shown() -> None:
+    from preflight.checks.gpu_health_views import from_csv, from_table
+
+    h = from_csv({"retired_pages.pending": "No", "enforced.power.limit": "600.00 W", "power.default_limit": "700.00 W"}, 0)
+    assert h.shown == {"retired", "power"} and h.ev["default_power_limit"] == ["GPU 0 power.default_limit=700.00 W"]
+    t = from_table({"index": 0, "ecc_uncorr": "2", "lines": ["| x |"]})
+    assert t.shown == {"table"} and t.ecc_volatile == 2 and t.ev["ecc_volatile"] == ["GPU 0 (?) | x |"]
