@@ -447,10 +447,11 @@ def _interface_facts(ip: IpFacts, prof: Profile, speeds: dict[str, int]) -> list
 
 def _hcas(ctx: CheckContext) -> list[str] | None:
     """The RDMA devices of /sys/class/infiniband; [] when the listing failed; None when not read."""
-    ibrun, ibdev = ctx.input("ib-devices"), ctx.facts("ib-devices")
-    if ibrun is not None and isinstance(ibdev, IbDevices):
-        return ibdev.names if ibrun.rc == 0 and ibdev.listed else []
-    return None
+    ibrun = ctx.input("ib-devices")
+    if ibrun is None:
+        return None
+    ibdev = ctx.facts("ib-devices")
+    return ibdev.names if ibrun.rc == 0 and isinstance(ibdev, IbDevices) and ibdev.listed else []
 
 
 def grade_nic(ctx: CheckContext) -> Result:
@@ -463,12 +464,12 @@ def grade_nic(ctx: CheckContext) -> Result:
                            "NICs and NCCL interface variables not graded",
                            remedy="capture `ip -j -d addr` on the node alongside the environment")
     if ip is not None and not ip.interfaces:
+        shown = ip.problems or ["(empty output)"]
         if ctx.options.mode == "analyze":
             return ctx.finding("net.nic/not-recognised", "not recognised: an interface listing (`N: name: <FLAGS> "
-                               "mtu M ...`, `ip -j` JSON or ifconfig blocks)",
-                               evidence=ip.problems or ["(empty output)"], remedy="paste the whole `ip addr` output")
-        return ctx.finding("net.nic/unparsable", "ip addr output could not be parsed (empty or garbage)",
-                           evidence=ip.problems or ["(empty output)"],
+                               "mtu M ...`, `ip -j` JSON or ifconfig blocks)", evidence=shown,
+                               remedy="paste the whole `ip addr` output")
+        return ctx.finding("net.nic/unparsable", "ip addr output could not be parsed (empty or garbage)", evidence=shown,
                            remedy="run `ip -j -d addr` by hand; iproute2 may be broken or too old for -j")
     prof = ctx.profile
     envf: Env | None = ctx.facts("env")

@@ -611,6 +611,7 @@ def test_speed_boundaries(tmp_path: Path) -> None:
     p = site(tmp_path, 'min_speed_mbps = { value = 200000, source = "site" }')
     text = LO + hdr(2, "eno1") + hdr(3, "eno2")
     assert codes(nic(text, profile=p, ip_speed="/sys/class/net/eno1/speed:0\n/sys/class/net/eno2/speed:200000\n")) == []
+    assert codes(nic(text, profile=p, ip_speed="/sys/class/net/eno1/speed:1\n")) == ["net.nic/link-slow"]
     eth = ETH.format(dev="eno1", speed="200000Mb/s", duplex="Full", link="yes") \
         + ETH.format(dev="eno2", speed="100000Mb/s", duplex="Full", link="yes")
     [r] = grade_text("net.nic", {"ethtool": eth}, profile=p)
@@ -659,6 +660,8 @@ def test_input_texts() -> None:
     assert r.remedy == "run `ip -j -d addr` by hand; iproute2 may be broken or too old for -j"
     [r] = grade_text("net.nic", {"ip-addr": "garbage\nmore\n"}, profile="generic")
     assert r.evidence == ["garbage", "more"] and r.remedy == "paste the whole `ip addr` output"
+    [r] = grade_text("net.nic", {"ip-addr": "   \n"}, profile="generic")
+    assert codes(r) == ["net.nic/no-input"]
 
 
 def test_flap_summary_names_the_link() -> None:
