@@ -74,7 +74,8 @@ def _ifaces_of(log: NcclLog, e: NcclError) -> str:
 
 
 def _warn_text(e: NcclError) -> str:
-    return e.line.split("WARN", 1)[-1].strip()
+    _, sep, text = e.line.partition(" WARN ")
+    return (text if sep else e.line).strip()
 
 
 # ---------------------------------------------------------------------------------------
@@ -95,7 +96,7 @@ def _multi_node(procs: Sequence[NcclProc], gpus_per_node: int) -> list[str]:
     hosts = sorted({p.host for p in procs})
     out = [f"{len(hosts)} hosts in the log: {', '.join(hosts[:NAMED])}"] if len(hosts) > 1 else []
     for p in procs:
-        if p.nnodes is not None and p.nnodes > 1 or (p.local_ranks and p.nranks and p.nranks > p.local_ranks):
+        if p.local_ranks and p.nranks and p.nranks > p.local_ranks:  # nNodes > 1 prints more ranks than local
             out.append(p.evidence.get("size", ""))
         if p.net_channels:
             out.append(p.evidence.get("channel_net", ""))
@@ -171,7 +172,7 @@ def _qp_setup(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
     hcas = _hcas_of(log, errs[0])
     where = d["dev"] + (f":{d['port']}" if d.get("port") else "") if d.get("dev") else \
         f"{hcas} (the NET/IB devices of that process)" if hcas else "(not named in the log)"
-    states = f" ({d['cur']} -> {d['next']})" if d.get("cur") and d.get("next") else ""
+    states = f" ({d['cur']} -> {d['next']})" if d.get("cur") else ""
     gid = f", GID index {d['gid']}" if d.get("gid") else ""
     why = f"{d.get('errno', '')} {d.get('why', '')}".strip() or "error"
     f.add("nccl.transport/ib-qp-setup-failed", f"queue pair setup failed{states} on dev {where}: {why}{gid} on {_who(errs)}",
@@ -184,7 +185,7 @@ def _qp_setup(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
 
 def _ib_verbs(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     d = errs[0].detail
-    call = d.get("call") or d.get("post") or "an ibverbs call"
+    call = d.get("call") or d["post"]
     why = d.get("why") or d.get("pwhy") or "failed"
     hca = _hcas_of(log, errs[0])
     f.add("nccl.transport/ib-verbs-call-failed", f"{call} failed ({why}) on {_who(errs)}" + (f", HCA {hca}" if hca else ""),
@@ -295,13 +296,13 @@ def _lesser(log: NcclLog, f: Findings) -> None:
     """WARNs that do not end the job by themselves: an HCA NCCL skipped, a non-fatal IB event."""
     skipped = log.of("ib_device_skipped")
     if skipped:
-        names = sorted({e.detail.get("hca", "?") for e in skipped})
+        names = sorted({e.detail["hca"] for e in skipped})
         f.add("nccl.transport/ib-device-unusable", f"NCCL could not open {', '.join(names)} on {_who(skipped)} and runs "
                                           "without it", [e.line for e in skipped[:QUOTED]],
               "check the HCA (ibv_devinfo, ibstat, dmesg mlx5_core) and the job's access to /dev/infiniband")
     events = log.of("ib_event")
     if events:
-        f.add("nccl.transport/ib-async-event", f"IB async event on {_who(events)}: {events[0].detail.get('event', '?')}",
+        f.add("nccl.transport/ib-async-event", f"IB async event on {_who(events)}: {events[0].detail['event']}",
               [e.line for e in events[:QUOTED]], "check the port (ibstat) and the subnet manager's log for that port")
     for e in log.of("benign")[:FOLLOW]:
         f.note(f"NCCL WARN that does not stop the job: {_warn_text(e)[:TEXT]}")
@@ -414,19 +415,19 @@ def _host_hcas(procs: Sequence[NcclProc], host: str) -> tuple[list[str], int, li
     """A host's HCAs NCCL uses, its GPU count (devices seen, or localRanks), its IB processes."""
     local = [p for p in procs if p.host == host and p.net and p.net != "Socket"]
     gpus = len({d for p in procs if p.host == host for d in p.devs})
-    ranks = max((p.local_ranks or 0 for p in procs if p.host == host), default=0)
-    return sorted({h.split("/")[0].split(":")[0] for p in local for h in p.hcas}), max(gpus, ranks), local
+    count = max([gpus, *(p.local_ranks for p in procs if p.host == host and p.local_ranks)])
+    return sorted({h.split(":")[0] for p in local for h in p.hcas}), count, local
 
 
-def _expected_hcas(hcas: list[str], prof: Profile) -> tuple[int, str]:
+def _expected_hcas(hcas: list[str], prof: Profile) -> tuple[int | None, str]:
     """How many HCAs NCCL should use on a node: ib.hca_count, else a share of the RDMA devices
     the mlx5_N names prove the node has."""
     count = int(prof.get("ib.hca_count") or 0)
     if count:
         return count, f"ib.hca_count = {count} ({prof.source('ib.hca_count')})"
     idx = [int(m.group(1)) for h in hcas if (m := _MLX5.match(h))]
-    if not idx or len(idx) != len(hcas):
-        return 0, ""
+    if len(idx) != len(hcas):  # names that do not count the node's devices
+        return None, ""
     share = float(prof.get("nccl.min_hca_share") or 0)
     bound = max(idx) + 1
     return math.ceil(bound * share), (f"the device names reach mlx5_{max(idx)}: the node has at least {bound} RDMA "
@@ -447,7 +448,7 @@ def hca_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
                   "Active (ibstat)")
             continue
         want, why = _expected_hcas(hcas, prof)
-        if len(hcas) < want:
+        if want is not None and len(hcas) < want:
             f.add("nccl.transport/hcas-subset", f"NCCL uses {len(hcas)} HCA(s) ({', '.join(hcas)}) on {host}, fewer than "
                                        f"the {want} expected", [local[0].evidence.get("net", ""), why, *env],
                   "the other HCAs are excluded by NCCL_IB_HCA or their ports are not Active: check ibstat and the "
@@ -471,13 +472,13 @@ def _subnets(procs: Sequence[NcclProc]) -> dict[str, set[str]]:
 def fabric_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
     """A network plugin where IB verbs are expected; RoCE hosts on different subnets."""
     expect = str(prof.get("nccl.expect_net") or "").upper()
-    plugin = [p for p in procs if p.net and p.net not in ("IB", "Socket") and not p.net.upper().startswith("IB")]
+    plugin = [p for p in procs if p.net and p.net != "Socket" and not p.net.upper().startswith("IB")]
     if plugin and expect == "IB":
         f.add("nccl.transport/plugin-not-ib", f"NCCL uses network plugin '{plugin[0].net}', not IB verbs",
               [plugin[0].evidence.get("net", ""), f"nccl.expect_net = {expect} ({prof.source('nccl.expect_net')})"],
               "if this plugin is intended (cloud fabric), set nccl.expect_net in a site profile")
     nets = _subnets([p for p in procs if any(h.endswith("/RoCE") for h in p.hcas)])
-    if len(nets) > 1 and not set.intersection(*nets.values()):
+    if nets and not set.intersection(*nets.values()):  # one host's set is never disjoint from itself
         f.add("nccl.transport/roce-cross-subnet", "RoCE hosts bootstrap from different subnets (" + ", ".join(
             f"{h} {'/'.join(sorted(s))}" for h, s in sorted(nets.items())) + "): RDMA between them must be routed",
               [p.evidence.get("bootstrap") or p.evidence.get("net", "") for p in procs[:QUOTED]],

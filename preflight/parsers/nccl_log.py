@@ -90,7 +90,7 @@ ERRORS: list[tuple[str, re.Pattern[str]]] = [
         r"(?P<code>\d+)\)?(?:.*?vendor[ _]err[ =](?P<vendor>\d+))?(?:.*?\bhca (?P<hca>[\w.-]+))?", re.I)),
     ("qp_setup", re.compile(r"Call to ibv_modify_qp failed with (?:error )?(?P<errno>\d+)?\s*(?P<why>[^,]*?)"
                             r"(?: errno \d+)?(?:, on dev (?P<dev>[\w.-]+)(?::(?P<port>\d+))?)?"
-                            r"(?:, curr state (?P<cur>\w+))?(?:, next state (?P<next>\w+))?"
+                            r"(?:, curr state (?P<cur>\w+), next state (?P<next>\w+))?"
                             r"(?:, local GID index (?P<gid>\d+))?(?:,.*)?$", re.I)),
     ("ib_device_skipped", re.compile(r"NET/IB\s*:\s*Unable to (?:open|query) (?:device|port(?:_num)?) (?P<hca>[\w.-]+)",
                                      re.I)),

@@ -809,3 +809,160 @@ def test_not_recognised_quotes_what_it_saw() -> None:
     r = one("NCCL version 2.21.5+cuda12.4\n")
     assert r.status is Status.SKIP and r.evidence == ["2.21.5+cuda12.4"]
     assert r.remedy.startswith("rerun the job with NCCL_DEBUG=INFO and capture the lines")
+
+
+# ----------------------------------------------------------------------------- boundaries and joins
+
+def test_names_are_counted_past_four() -> None:
+    four = "".join(f"h{i}:1:2 [0] NCCL WARN Call to ibv_create_qp failed with error Cannot allocate memory\n"
+                   for i in range(4))
+    assert one(four).summary == "ibv_create_qp failed (Cannot allocate memory) on h0 GPU0, h1 GPU0, h2 GPU0, h3 GPU0"
+    six = "".join(f"h{i}:1:2 [0] NCCL INFO Using network Socket\n" for i in range(6))
+    assert one(six).summary == ("NCCL runs across nodes over TCP sockets on h0 GPU0 pid 1, h1 GPU0 pid 1, h2 GPU0 pid 1, "
+                                "h3 GPU0 pid 1 (+2)")
+    assert one("".join(f"h{i}:1:2 [0] NCCL INFO Using network Socket\n" for i in range(4))).summary.endswith(
+        "h3 GPU0 pid 1")
+
+
+def test_connect_failure_names_every_interface_and_warn_text_without_a_prefix() -> None:
+    r = one(lines("g:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>",
+                  "g:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.0.3<0>",
+                  "g:1:2 [0] NCCL WARN socketStartConnect: exceeded timeouts (20)"))
+    assert r.summary.startswith("NCCL could not connect to a peer from g GPU0 (socketStartConnect: exceeded timeouts "
+                                "(20)) over eth0, ib0")
+    s = one(lines("g:1:2 [0] NCCL INFO Using network IB", "Last error:",
+                  "Bootstrap : no socket interface found"))
+    assert s.summary == ("NCCL found no usable socket interface on the framework's last NCCL error: Bootstrap : no "
+                         "socket interface found")
+    t = one("g:1:2 [0] misc/x.cc:1 NCCL WARN WARN twice: WARN\ng:1:2 [0] NCCL INFO init.cc:1 -> 3\n")
+    assert t.summary == "NCCL call failed on g GPU0: WARN twice: WARN"
+
+
+def test_qp_setup_without_a_reason() -> None:
+    r = one("d:7:9 [3] NCCL WARN Call to ibv_modify_qp failed with , on dev mlx5_1:1\n")
+    assert r.summary == "queue pair setup failed on dev mlx5_1:1: error on d GPU3"
+
+
+def test_remedies_of_configuration_errors() -> None:
+    def remedy(warn: str) -> str:
+        return one(f"g:1:2 [0] NCCL WARN {warn}\n").remedy
+
+    assert remedy("NET/IB : Attempted to connect incompatible devices: [0]mlx5_0:1/IB and [1]mlx5_4:1/RoCE."
+                  ).startswith("select NICs of one link type")
+    assert remedy("Duplicate GPU detected : rank 1 and rank 9 both on CUDA device 1b000").startswith(
+        "give each rank its own GPU")
+    assert remedy("Mismatched NCCL version detected : rank 0 version 1 rank 8 version 2").startswith(
+        "run the same container/NCCL build")
+    assert one(lines("a:1:1 [0] NCCL INFO NCCL version 2.19.3+cuda12.3",
+                     "b:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4")).remedy.startswith("run the same container")
+
+
+def test_oom_names_an_ib_completion_error_as_following_from_it() -> None:
+    r = one(lines("a:1:2 [0] NCCL WARN NET/IB : Got completion with error 5, opcode 0, len 0, vendor err 249",
+                  "b:3:4 [1] NCCL WARN Cuda failure 'out of memory'"))
+    assert r.summary.endswith("; the socket errors on other ranks follow from it") and codes(r) == ["cuda-oom"]
+
+
+def test_lesser_warn_joins() -> None:
+    r = one(lines("g:1:2 [0] NCCL WARN NET/IB : Unable to open device mlx5_5",
+                  "g:1:2 [0] NCCL WARN NET/IB : Unable to open device mlx5_2"))
+    assert r.summary == "NCCL could not open mlx5_2, mlx5_5 on g GPU0 and runs without it"
+
+
+def test_bad_network_with_host_bits() -> None:
+    from preflight.checks.nccl import bad_interface
+
+    prof = load_profile("generic")
+    prof.values["nccl.bad_networks"] = ["172.17.0.1/16"]
+    assert bad_interface("eth0", "172.17.5.5", prof) == "eth0 (172.17.5.5 in 172.17.0.0/16)"
+
+
+def test_a_socket_list_before_ib_without_a_plugin_line_is_only_listed() -> None:
+    r = one(lines("s3:15:15 [7] NCCL INFO NET/Socket : Using [0]virbr0:192.168.122.1<0> [1]eth0:10.0.0.3<0>",
+                  "s3:15:15 [7] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.3<0>"))
+    assert codes(r) == ["bad-interface-listed"]
+    assert r.evidence[0] == "s3:15:15 [7] NCCL INFO NET/Socket : Using [0]virbr0:192.168.122.1<0> [1]eth0:10.0.0.3<0>"
+
+
+def test_socket_notes_and_evidence_exactly() -> None:
+    r = one(lines("h:1:2 [0] NCCL INFO Using network Socket",
+                  "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"))
+    assert "NCCL's network is TCP sockets on h GPU0 pid 1; the log shows one node, so no traffic crosses it" \
+        in r.evidence
+    s = one(lines("h:1:2 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.3<0>",
+                  "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 9[0] [send] via NET/Socket/0"))
+    assert s.evidence[0] == "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 9[0] [send] via NET/Socket/0"
+    t = one(lines("h:1:2 [0] NCCL INFO Using network Socket",
+                  "h:1:2 [0] NCCL INFO Could not find real path of /sys/class/net/eth0/device",
+                  "h:1:2 [0] NCCL INFO Could not get speed from /sys/class/net/eth1/speed. Defaulting to 10 Gbps."))
+    assert "(virtual NIC eth0, eth1: no PCI device)" in t.summary
+
+
+def test_job_size_evidence_is_the_comm_line() -> None:
+    size = "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0"
+    r = one(lines(size, "h:1:2 [0] NCCL INFO Using network Socket"))
+    assert r.facts["scope_evidence"] == [size]
+    big = "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0"
+    assert one(big + "\n").facts["scope_evidence"] == [big]
+
+
+def test_a_profile_without_a_node_size_proves_nothing_from_ranks() -> None:
+    text = "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 17 cudaDev 0 busId 1000 - Init START\n"
+    prof = load_profile("generic")
+    values = {k: v for k, v in prof.values.items() if k not in ("gpu.count", "nccl.max_gpus_per_node")}
+    r = reg.load()
+    prof.values = values
+    store = FactStore(r, captures={"nccl-log": capture("nccl-log", text)})
+    [res] = grade_check(r.checks["nccl.transport"], "node1", store, prof, Options(mode="analyze"), None)
+    assert res.facts["multi_node"] is None
+
+
+def test_hosts_without_hcas_are_skipped_and_equal_counts_pass() -> None:
+    r = one(lines("a:1:1 [0] NCCL INFO Using network Socket",
+                  *[ib_line("b", d, "[0]mlx5_0:1/IB") for d in range(2)]))
+    assert "fewer-hcas-than-gpus" in codes(r)
+    two = one(lines(*[ib_line("b", d, "[0]mlx5_0:1/IB [1]mlx5_1:1/IB") for d in range(2)]))
+    assert two.status is Status.PASS
+    mixed = one(lines("b:7:7 [5] NCCL INFO rank 0 nranks 16", "b:7:7 [5] NCCL INFO Using network Socket",
+                      *[ib_line("b", d, "[0]mlx5_0:1/IB") for d in range(2)]))
+    fewer = next(e for e in mixed.evidence if "NET/IB" in e)
+    assert fewer == ib_line("b", 0, "[0]mlx5_0:1/IB")
+
+
+def test_subset_evidence_exactly() -> None:
+    line = ib_line("dgx4", 0, "[0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE")
+    r = one(line)
+    src = load_profile("generic").source("nccl.min_hca_share")
+    assert r.evidence[:2] == [line, f"the device names reach mlx5_11: the node has at least 12 RDMA devices "
+                                    f"(nccl.min_hca_share = 0.5, {src})"]
+
+
+def test_roce_subnets_from_the_bootstrap_when_the_oob_has_no_address() -> None:
+    r = one(lines("w1:1:1 [0] NCCL INFO NET/IB : Using [0]irdma0:1/RoCE ; OOB eth0:<0>",
+                  "w1:1:1 [0] NCCL INFO Bootstrap : Using eth0:172.16.1.2<0>",
+                  "w3:1:1 [0] NCCL INFO NET/IB : Using [0]irdma0:1/RoCE ; OOB eth0:<0>",
+                  "w3:1:1 [0] NCCL INFO Bootstrap : Using eth0:172.16.9.2<0>"))
+    assert codes(r) == ["roce-cross-subnet"]
+    s = one(lines(ib_line("w1", 0, "[0]irdma0:1/RoCE", "eth0:172.16.1.2"),
+                  "w1:100:200 [0] NCCL INFO Bootstrap : Using eth1:10.9.1.2<0>",
+                  ib_line("w3", 0, "[0]irdma0:1/RoCE", "eth0:172.16.9.2")))
+    assert "w1 10.9.1.0/24/172.16.1.0/24" in s.summary
+
+
+def test_plugin_evidence_exactly() -> None:
+    r = one("h1:1:2 [0] NCCL INFO Using network AWS Libfabric\n", profile=H100)
+    src = load_profile(H100).source("nccl.expect_net")
+    assert r.evidence[:2] == ["h1:1:2 [0] NCCL INFO Using network AWS Libfabric", f"nccl.expect_net = IB ({src})"]
+
+
+def test_nvls_evidence_exactly_and_pass_proof() -> None:
+    r = one(NVLS_OFF, profile=H100)
+    src = load_profile(H100).source("nccl.expect_nvls")
+    assert r.evidence[:2] == [NVLS_OFF.splitlines()[0], f"nccl.expect_nvls ({src})"]
+    s = one("h:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0\n")
+    assert s.evidence == ["h:1:2 [0] NCCL INFO NVLS multicast support is available on dev 0"]
+
+
+def test_pass_summary_with_two_networks() -> None:
+    r = one(lines("a:1:1 [0] NCCL INFO Using network IB", "b:1:1 [0] NCCL INFO Using network AWS Libfabric"))
+    assert r.summary == "NET/AWS Libfabric/IB on 2 process(es)"
