@@ -37,7 +37,11 @@ _DNF = re.compile(rf"^(?P<name>{_NAME})\.(?:x86_64|aarch64|ppc64le|noarch|i686)\
 # packages whose version is not the driver's (toolkits, container runtime, firmware)
 _NOT_DRIVER = re.compile(r"container|docker|cuda-toolkit|nvidia-cuda|persistenced-doc|firmware-\d|modprobe|"
                          r"nvidia-settings|nvidia-prime|dkms-tools|fabricmanager-dev", re.I)
-_NOT_INSTALLED = "nc"  # dpkg current states of a package that is not installed
+# dpkg current states of a package whose files are on disk (installed, unpacked, half-configured,
+# half-installed, awaiting or pending triggers); n (not installed) and c (configuration only) are not
+_INSTALLED = "iUFHWt"  # pragma: no mutate (a letter added to the set is no dpkg state)
+_HEAD = 200  # pragma: no mutate (lines a detector reads: the listing's first rows)
+_PRIORITY = 50  # pragma: no mutate (the only format of the driver-version probe)
 
 
 @dataclass
@@ -68,7 +72,7 @@ class DriverVersions:
 def package(line: str) -> Package | None:
     """An installed driver package in a dpkg, apt, rpm or dnf/yum listing row (None for anything else)."""
     m = _DPKG.match(line)
-    if m and m.group("state") in _NOT_INSTALLED:
+    if m and m.group("state") not in _INSTALLED:
         return None
     m = m or _APT.match(line) or _RPM.match(line) or _DNF.match(line)
     if m is None or _NOT_DRIVER.search(m.group("name")):
@@ -98,7 +102,7 @@ def parse(doc: Doc) -> DriverVersions:
 
 
 def detect(doc: Doc) -> bool:
-    head = [ln.text.strip() for ln in doc.head(200)]
+    head = [ln.text.strip() for ln in doc.head(_HEAD)]
     if any(_PROC.search(t) for t in head):
         return True
     cmd = doc.command or ""
@@ -109,7 +113,7 @@ def detect(doc: Doc) -> bool:
     return False
 
 
-FORMATS = [Format("driver-version", detect=detect, priority=50,
+FORMATS = [Format("driver-version", detect=detect, priority=_PRIORITY,
                   description="/proc/driver/nvidia/version, modinfo nvidia, dpkg -l / apt list / rpm -qa / dnf list "
                               "nvidia packages")]
 PARSERS = [ParserSpec("driver-version", parse)]

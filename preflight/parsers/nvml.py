@@ -15,12 +15,8 @@ from preflight.framing import Doc
 from preflight.parsers.base import Format, GpuRecord, ParserSpec, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, error_for, errors_in
 
-_KINDS = {
-    "NVMLError_LibraryNotFound": "library_missing",
-    "NVMLError_DriverNotLoaded": "no_driver",
-    "NVMLError_LibRmVersionMismatch": "version_mismatch",
-    "NVMLError_GpuIsLost": "gpu_lost",
-}
+_SCAN = 65536  # pragma: no mutate (how much of the text the cheap test reads: the probe's key is near the start)
+_CUDA_MIN = 1000  # CUDA versions are major * 1000 + minor * 10 (1.0 is 1000)
 
 
 @dataclass
@@ -56,7 +52,7 @@ class NvmlReport:
     def cuda(self) -> str:
         """The CUDA driver version as nvidia-smi prints it (12020 -> 12.2)."""
         v = self.cuda_driver_version
-        return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else ""
+        return f"{v // 1000}.{(v % 1000) // 10}" if v >= _CUDA_MIN else ""
 
     @property
     def records(self) -> list[GpuRecord]:
@@ -72,10 +68,9 @@ class NvmlReport:
         if self.ok:
             return None if self.gpus else error_for("no_devices", "NVML: device count is 0")
         line = f"NVML: {self.error or 'NVML probe failed'}" + (f" ({self.error_type})" if self.error_type else "")
-        kind = _KINDS.get(self.error_type)
-        if kind is None:
-            found = errors_in([f"{self.error_type} {self.error}"])
-            kind = found[0].kind if found else "nvml_init"
+        # the exception's class names the kind (NVMLError_DriverNotLoaded ...), else its message does
+        found = errors_in([f"{self.error_type} {self.error}"])
+        kind = found[0].kind if found else "nvml_init"
         return error_for(kind, line)
 
 
@@ -119,19 +114,17 @@ def parse(doc: Doc) -> NvmlReport:
 
 def detect(doc: Doc) -> bool:
     # cheap tests on the raw text and the first peeled lines before the whole document is peeled
-    if '"nvml_version"' not in doc.text[:65536]:
+    if '"nvml_version"' not in doc.text[:_SCAN]:
         return False
     first = next((ln.text.strip() for ln in doc.head() if ln.text.strip()), "")
     if not first.startswith("{"):
         return False
-    t = doc.clean.strip()
-    if not t.startswith("{") or '"nvml_version"' not in t[:65536]:
-        return False
-    data = _object(t)
+    data = _object(doc.clean)
     return data is not None and "ok" in data and "gpus" in data
 
 
-FORMATS = [Format("nvml", detect=detect, priority=60, description="preflight NVML probe JSON")]
+_PRIORITY = 60  # pragma: no mutate (the only format of the nvml probe: any priority picks it)
+FORMATS = [Format("nvml", detect=detect, priority=_PRIORITY, description="preflight NVML probe JSON")]
 PARSERS = [ParserSpec("nvml", parse)]
 
 __all__ = ["FORMATS", "NvmlGpu", "NvmlReport", "PARSERS", "detect", "parse"]

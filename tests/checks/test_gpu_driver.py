@@ -96,6 +96,11 @@ def test_modinfo_forms() -> None:
     ("nvidia-driver-cuda-libs.aarch64    3:550.54.15-1.el9    @cuda-rhel9-sbsa", ("nvidia-driver-cuda-libs", "550.54.15")),
     ("nvidia-container-toolkit.x86_64    1.14.3-1    @nvidia-container-toolkit", None),
     ("ii  nvidia-peer-memory  1.3-0  amd64  nvidia peer memory", None),
+    ("pn  nvidia-driver-510  510.47.03-0ubuntu1  amd64  NVIDIA driver metapackage", None),
+    ("iF  nvidia-driver-535  535.129.03-0ubuntu1  amd64  NVIDIA driver metapackage", ("nvidia-driver-535", "535.129.03")),
+    ("iH  nvidia-driver-535  535.129.03-0ubuntu1  amd64  x", ("nvidia-driver-535", "535.129.03")),
+    ("iW  nvidia-driver-535  535.129.03-0ubuntu1  amd64  x", ("nvidia-driver-535", "535.129.03")),
+    ("it  nvidia-driver-535  535.129.03-0ubuntu1  amd64  x", ("nvidia-driver-535", "535.129.03")),
     ("some text 535.129.03", None),
 ])
 def test_package_rows(row: str, want: tuple[str, str] | None) -> None:
@@ -168,7 +173,8 @@ def test_nvml_report_fields_and_records() -> None:
     assert rep.tool_error() is None
 
 
-@pytest.mark.parametrize(("cuda", "want"), [(12020, "12.2"), (13010, "13.1"), (11080, "11.8"), (0, ""), (-1, "")])
+@pytest.mark.parametrize(("cuda", "want"), [(12020, "12.2"), (13010, "13.1"), (11080, "11.8"), (1000, "1.0"),
+                                            (999, ""), (0, ""), (-1, "")])
 def test_nvml_cuda_version(cuda: int, want: str) -> None:
     rep = facts_of("nvml", json.dumps({"ok": True, "gpus": [], "nvml_version": "1", "cuda_driver_version": cuda}))
     assert rep.cuda == want
@@ -441,3 +447,48 @@ def test_exit_code_meanings() -> None:
 
     assert SMI_EXIT[15] == "a GPU has fallen off the bus or is otherwise inaccessible"
     assert SMI_EXIT[12] == "the NVML shared library could not be found or loaded" and 0 not in SMI_EXIT
+
+
+@pytest.mark.parametrize("name", ["libnvidia-container-tools", "nvidia-docker2", "nvidia-cuda-toolkit", "cuda-toolkit",
+                                  "nvidia-persistenced-doc", "nvidia-firmware-535", "nvidia-modprobe",
+                                  "nvidia-settings", "nvidia-prime", "nvidia-dkms-tools", "nvidia-fabricmanager-dev"])
+def test_packages_that_do_not_carry_the_driver_version(name: str) -> None:
+    assert package(f"ii  {name}  535.129.03-0ubuntu1  amd64  x") is None
+
+
+def test_listing_lines_after_blank_lines_and_modinfo() -> None:
+    d = dv("\n\nversion:        550.54.15\nii  nvidia-utils-550  550.54.15-0ubuntu1  amd64  x\n\n" + PROC + "\n")
+    assert (d.on_disk, d.loaded, d.installed) == ("550.54.15", "535.129.03", ["550.54.15"])
+
+
+def test_driver_version_format_is_classified() -> None:
+    from preflight import registry
+    from preflight.analyze import classify
+
+    reg = registry.load()
+    assert [f.name for f in classify(Doc(PROC + "\n"), reg)] == ["driver-version"]
+    doc = Doc('{"ok": true, "error": "", "driver": "1", "nvml_version": "12", "gpus": []}\n')
+    assert "nvml" in [f.name for f in classify(doc, reg)]
+
+
+def test_nvml_error_type_decides_the_kind() -> None:
+    for error_type, kind in (("NVMLError_LibraryNotFound", "library_missing"), ("NVMLError_DriverNotLoaded", "no_driver"),
+                             ("NVMLError_LibRmVersionMismatch", "version_mismatch"), ("NVMLError_GpuIsLost", "gpu_lost")):
+        rep = facts_of("nvml", json.dumps({"ok": False, "error": "x", "error_type": error_type, "nvml_version": "",
+                                           "gpus": []}))
+        e = rep.tool_error()
+        assert e is not None and e.kind == kind, error_type
+
+
+def test_nvml_defaults_and_trailing_noise() -> None:
+    from preflight.parsers.nvml import NvmlReport
+
+    empty = NvmlReport()
+    assert (empty.ok, empty.cuda, empty.recognised, empty.records) == (False, "", False, [])
+    assert empty.cuda_driver_version == 0
+    assert facts_of("nvml", '{"ok": true, "gpus": [], "nvml_version": "1"}').cuda_driver_version == 0
+    rep = facts_of("nvml", '{"ok": true, "gpus": [], "nvml_version": "1"}\n{"ok": tru\n')
+    assert rep.ok and rep.nvml_version == "1"  # a broken object after the probe's is skipped
+    rep = facts_of("nvml", 'start\n{"ok": true, "gpus": [{"index": 0}], "nvml_version": "12"}\ntrailing words\n')
+    assert rep.ok and rep.recognised and len(rep.gpus) == 1
+    assert rep.records[0].line == "NVML GPU 0: ?"
