@@ -376,16 +376,16 @@ def _gloo(lg: _Log, f: Findings) -> None:
 
 
 def _store(lg: _Log, f: Findings) -> None:
-    events = lg.kind("store_timeout")
+    events = lg.kind("store_failure")
     if not events:
         return
-    e = events[0]
+    e = next((x for x in events if "Error: " in x.line), events[0])  # the error raised says most
     lg.facts["store"] = e.message
-    f.add(C + "store-timeout", f"c10d store / rendezvous timeout on {_ranks(events)}: {e.message[:_MSG]}",
+    f.add(C + "store-failure", f"c10d store / rendezvous failure on {_ranks(events)}: {e.message[:_MSG]}",
           [x.line[:_LINE] for x in events[:_FEW]],
           "the ranks never all met at start-up: a rank crashed or hung before init_process_group (read every "
           "rank's log; a GPU that hangs in torch.cuda.set_device blocks its rank), or cannot reach the store "
-          "(MASTER_ADDR/MASTER_PORT, a firewall, the interface the address resolves to)")
+          "(MASTER_ADDR/MASTER_PORT, a firewall, the interface the address resolves to, a port another job holds)")
 
 
 def _some_failed(lg: _Log, f: Findings) -> None:

@@ -50,7 +50,7 @@ _WRAP_WIDTH = 60  # a line at least this long may have been cut by a terminal: t
 @dataclass
 class HangEvent:
     # nccl_timeout, nccl_status, dump_signal, heartbeat, desync, mismatch, monitored_barrier, nccl_error,
-    # comm_aborted, remote_error, watchdog_exception, gloo_timeout, gloo_peer_closed, store_timeout
+    # comm_aborted, remote_error, watchdog_exception, gloo_timeout, gloo_peer_closed, store_failure
     kind: str
     rank: int | None = None  # the global rank when a launcher tag names it, else the rank the message names
     group_rank: int | None = None  # the rank inside its process group ("[PG ... Rank N]")
@@ -138,6 +138,9 @@ _STORE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/
                     r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([^)]*)\)|"
                     r"(?:DistStoreError|DistNetworkError|RuntimeError): (?:Socket Timeout|Wait timeout)|"
                     r"(RendezvousTimeoutError)")
+_STORE_LOST = re.compile(r"\[(\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[0\] via c10d "
+                         r"key-value store|The server socket has failed to (?:listen on any local network address|bind)|"
+                         r"The client socket has failed to connect to any network address of \(([^,)]+),\s*(\d+)\)")
 _SOME_FAILED = re.compile(r"Some NCCL operations have failed or timed out")
 
 # a cheap gate: a line that names none of these is not read further
@@ -145,6 +148,7 @@ _ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat
                   r"communicator was aborted|remote error detected|Timeout at collective|lagging|collective #|"
                   r"mismatch between collectives|monitoredBarrier|gloo|clients joined|socket has timed out|"
                   r"store based barrier|Socket Timeout|Wait timeout|RendezvousTimeoutError|NCCL operations|"
+                  r"ncclUniqueId from \[0\]|socket has failed to|"
                   r"timed out in blocking wait|timed out in call to wait|[Cc]aught collective operation timeout")
 
 
@@ -505,12 +509,26 @@ def _read_gloo(r: _HangReader, ln: _Line) -> bool:
     return False
 
 
+def _read_store_lost(r: _HangReader, ln: _Line) -> bool:
+    """The store went away or could not be opened (its host crashed, its port is taken or unreachable)."""
+    m = _STORE_LOST.search(ln.text)
+    if not m:
+        return False
+    ev = HangEvent(kind="store_failure", message=ln.text[m.start():], line=ln.text, **_who(ln, ln.text[:m.start()]))
+    if m.group(1) is not None:
+        ev.rank = int(m.group(1)) if ln.global_rank is None else ev.rank
+    if m.group(2) is not None:
+        ev.peer = f"{m.group(2).strip()}:{m.group(3)}"
+    r.add(ev, ln, ev.message[:80])
+    return True
+
+
 def _read_store(r: _HangReader, ln: _Line) -> bool:
     m = _STORE.search(ln.text)
     if not m:
-        return False
+        return _read_store_lost(r, ln)
     g = m.groups()
-    ev = HangEvent(kind="store_timeout", message=m.group(0), line=ln.text, **_who(ln, ln.text[:m.start()]))
+    ev = HangEvent(kind="store_failure", message=m.group(0), line=ln.text, **_who(ln, ln.text[:m.start()]))
     if g[0] is not None:  # TCPStore server: N of M clients joined
         ev.timeout_ms, ev.ranks = int(g[0]) * 1000, [int(g[1]), int(g[2])]
     elif g[3] is not None:  # a client could not reach the store

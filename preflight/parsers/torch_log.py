@@ -251,11 +251,13 @@ _DETECT = re.compile(
     r"but didn't join collective #|remote error detected from rank|Detected mismatch between collectives|"
     r"failed to pass monitoredBarrier|(?:DistStoreError|DistNetworkError|RuntimeError): (?:Socket Timeout|Wait timeout)|"
     r"timed out in monitoredBarrier|clients joined|socket has timed out after|store based barrier|"
+    r"retrieving ncclUniqueId from \[0\] via c10d key-value store|socket has failed to (?:listen|bind|connect)|"
     r"RendezvousTimeoutError|ChildFailedError|Root Cause \(first observed failure\)|ProcessExitedException")
 _NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "monitor thread", "Received a ",
             "blocking wait", "collective operation timeout", "NCCL error", "nccl", "communicator was aborted",
             "lagging", "collective #", "remote error", "Socket Timeout", "Wait timeout",
-            "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed",
+            "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed", "ncclUniqueId",
+            "socket has failed",
             "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException", "RendezvousTimeout")
 
 

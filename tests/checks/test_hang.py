@@ -358,10 +358,10 @@ def test_gloo_with_the_process_that_exited_first() -> None:
     "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
     "store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)",
 ])
-def test_store_timeouts(line: str) -> None:
+def test_store_failures(line: str) -> None:
     r = watchdog(text=line + "\n")
-    assert codes(r) == ["hang.watchdog/store-timeout"]
-    assert r.summary.startswith("c10d store / rendezvous timeout on ") and "MASTER_ADDR" in r.remedy
+    assert codes(r) == ["hang.watchdog/store-failure"]
+    assert r.summary.startswith("c10d store / rendezvous failure on ") and "MASTER_ADDR" in r.remedy
 
 
 # ----------------------------------------------------------------------------- launcher failures
@@ -780,3 +780,16 @@ def test_log_without_findings_and_an_equal_side_by_side() -> None:
                 mode="analyze")
     assert r.status is Status.PASS and r.summary == "no collective timeout or job failure in the log"
     assert r.facts["rank"] is None
+
+
+def test_store_opened_nowhere_is_a_store_failure() -> None:
+    r = watchdog(text="torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+                      "address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use\n")
+    assert codes(r) == ["hang.watchdog/store-failure"] and "a port another job holds" in r.remedy
+
+
+def test_store_failure_summary_quotes_the_raised_error() -> None:
+    r = watchdog(text="[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98).\n"
+                      "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+                      "address. port: 29500, code: -98, name: EADDRINUSE\n")
+    assert r.summary.endswith("name: EADDRINUSE") and r.facts["store"].startswith("The server socket has failed to listen")

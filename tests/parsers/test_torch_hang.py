@@ -368,9 +368,9 @@ def test_gloo(line: str, kind: str, op: str, timeout: int | None, peer: str, mes
     ("RuntimeError: Socket Timeout", None, [], None, ""),
     ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", None, [], None, ""),
 ])
-def test_store_timeouts(line: str, rank: int | None, ranks: list[int], timeout: int | None, peer: str) -> None:
+def test_store_failures(line: str, rank: int | None, ranks: list[int], timeout: int | None, peer: str) -> None:
     ev = one(line)
-    assert (ev.kind, ev.rank, ev.ranks, ev.timeout_ms, ev.peer) == ("store_timeout", rank, ranks, timeout, peer)
+    assert (ev.kind, ev.rank, ev.ranks, ev.timeout_ms, ev.peer) == ("store_failure", rank, ranks, timeout, peer)
 
 
 def test_some_failed_is_kept_apart() -> None:
@@ -411,3 +411,24 @@ def test_a_continuation_repeating_its_rank_tag() -> None:
     other = events("[rank1]: failure detected by watchdog at work sequence id: 306\n"
                    "[rank2]: last enqueued work: 9, last completed work: 8\n")
     assert [(e.seq, e.last_enqueued) for e in other] == [(306, None)]
+
+
+@pytest.mark.parametrize("line, rank, peer", [
+    ("torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+     "c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer", 3, ""),
+    ("[rank5]: torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from "
+     "[0] via c10d key-value store by key '0:1', but store->get('0:1') got error: Socket Timeout", 5, ""),
+    ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: "
+     "29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use", None, ""),
+    ("RuntimeError: The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).", None, ""),
+    ("torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of "
+     "(node-17, 29400).", None, "node-17:29400"),
+])
+def test_store_lost_or_not_opened(line: str, rank: int | None, peer: str) -> None:
+    ev = one(line)
+    assert (ev.kind, ev.rank, ev.peer) == ("store_failure", rank, peer)
+    assert ev.message.startswith(("[", "The "))
+
+
+def test_gloo_connection_info_is_not_a_failure() -> None:
+    assert events("[Gloo] Rank 1 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3\n") == []
