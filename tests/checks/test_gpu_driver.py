@@ -492,3 +492,81 @@ def test_nvml_defaults_and_trailing_noise() -> None:
     rep = facts_of("nvml", 'start\n{"ok": true, "gpus": [{"index": 0}], "nvml_version": "12"}\ntrailing words\n')
     assert rep.ok and rep.recognised and len(rep.gpus) == 1
     assert rep.records[0].line == "NVML GPU 0: ?"
+
+
+def test_exit_code_table_is_the_man_pages() -> None:
+    from preflight.checks.gpu_driver import SMI_EXIT
+
+    assert SMI_EXIT == {
+        2: "an invalid argument or flag", 3: "the operation is not available on the device",
+        4: "insufficient permissions", 6: "the GPU queried was not found", 8: "external power cables not attached",
+        9: "the NVIDIA driver is not loaded", 10: "the kernel detected an interrupt issue with a GPU",
+        12: "the NVML shared library could not be found or loaded",
+        13: "the local NVML does not implement a needed function", 14: "the infoROM is corrupted",
+        15: "a GPU has fallen off the bus or is otherwise inaccessible", 255: "another or an internal driver error"}
+
+
+def test_no_devices_cause_names_every_gpu_or_a_gpu() -> None:
+    r = driver({"nvidia-smi-q": "No devices were found\n",
+                "kernel-log": "[ 5.1] NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x22:0x56:884)\n"
+                              "[ 5.3] NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x24:0x72:1568)\n"})
+    assert r.summary.endswith("; kernel log: GPU 0000:01:00, 0000:41:00 failed to initialise (RmInitAdapter failed)")
+    r = driver({"nvidia-smi-q": "No devices were found\n",
+                "kernel-log": "[ 5.1] NVRM: Cannot initialize GSP firmware RM\n"})
+    assert r.summary.endswith("; kernel log: a GPU failed to initialise (RmInitAdapter failed)")
+
+
+def test_kernel_module_from_the_kernel_log_when_proc_is_not_shown() -> None:
+    pkgs = "$ dpkg -l | grep nvidia-utils\nii  nvidia-utils-550  550.54.15-0ubuntu1  amd64  NVIDIA driver binaries\n"
+    klog = "[  14.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.40.07  Sat Aug 19 01:15:15 UTC 2023\n"
+    r = driver({"nvidia-smi-q": MISMATCH + "\n", "driver-version": pkgs, "kernel-log": klog})
+    assert r.facts["mismatch"] == {"library": "550.54.15", "kernel_module": "550.40.07"}
+
+
+def test_facts_exactly() -> None:
+    r = one(grade("gpu.driver", {"nvml": nvml_cap()}, mode="analyze"))
+    assert r.status is Status.PASS and r.summary == "driver 535.129.03, CUDA 12.2, NVML 12.535.129.03"
+    assert r.facts == {"driver": "535.129.03", "cuda": "12.2", "nvml": "12.535.129.03", "error": None,
+                       "kernel_module": None, "installed": [], "nvml_library": None}
+
+
+def test_disagree_remedy_and_no_version_summary() -> None:
+    head = "==============NVSMI LOG==============\nDriver Version : 535.129.03\n"
+    r = one(grade("gpu.driver", {"nvidia-smi-q": capture("nvidia-smi-q", head), "nvml": nvml_cap(driver="550.54.15")}))
+    assert r.remedy == "two driver libraries are visible (container mounts, LD_LIBRARY_PATH): keep one"
+    r = one(grade("gpu.driver", {"nvidia-smi-q": capture("nvidia-smi-q", "???\n")}))
+    assert r.summary == "no driver version found in the captures" and r.remedy == "run `nvidia-smi -q` by hand on node1"
+
+
+def test_unknown_kernel_log_fault_kind_has_the_general_code() -> None:
+    from preflight import registry
+    from preflight.framing import Line
+    from preflight.grading import FactStore, grade_check
+    from preflight.parsers.kernel_log import DriverFault, KernelLog
+    from preflight.profile import load as load_profile
+    from preflight.registry import Options
+
+    klog = KernelLog(driver_faults=[DriverFault("new_kind", Line(text="NVRM: something new", n=1, raw=""),
+                                                "a new driver fault")])
+    reg = registry.load()
+    r = one(grade_check(reg.checks["gpu.driver"], "node1", FactStore(reg, facts={"kernel-log": klog}),
+                        load_profile("generic"), Options(mode="analyze"), None))
+    assert codes(r) == ["gpu.driver/klog-driver-fault"] and r.evidence == ["NVRM: something new"]
+    assert r.summary == "kernel log: a new driver fault"
+
+
+def test_missing_smi_with_nvml_driver_not_loaded_is_not_no_tooling() -> None:
+    caps = {"nvidia-smi-q": missing("nvidia-smi-q", "nvidia-smi"),
+            "nvml": nvml_cap(ok=False, error="Driver Not Loaded", error_type="NVMLError_DriverNotLoaded", gpus=[],
+                             driver="")}
+    assert codes(one(grade("gpu.driver", caps))) == ["gpu.driver/driver-not-loaded"]
+
+
+def test_packages_of_two_other_versions_name_the_first() -> None:
+    r = driver({"driver-version": f"$ cat /proc/driver/nvidia/version\n{PROC}\n$ dpkg -l | grep nvidia\n"
+                                  "ii  nvidia-utils-550  550.54.15-0ubuntu1  amd64  x\n"
+                                  "ii  nvidia-dkms-555  555.42.02-0ubuntu1  amd64  x\n"
+                                  "ii  nvidia-kernel-common-535  535.129.03-0ubuntu1  amd64  x\n"})
+    assert r.summary == "kernel module 535.129.03 is loaded but packages of 550.54.15 are installed"
+    assert r.evidence == [PROC, "ii  nvidia-utils-550  550.54.15-0ubuntu1  amd64  x",
+                          "ii  nvidia-dkms-555  555.42.02-0ubuntu1  amd64  x"]
