@@ -196,21 +196,21 @@ def _socket_split(gpus: list[GpuRecord]) -> tuple[int, int] | None:
 
 
 def _count_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
-    expected = int(prof.get("gpu.count", 0) or 0)
+    expected = int(prof.get("gpu.count") or 0)
     present = f"present: {_labels(inv.gpus)}"
     src = f"gpu.count = {expected} ({prof.source('gpu.count')})"
     if inv.partial:
         f.note(f"the listing is a fragment of the nvidia-smi table: {inv.seen} GPU(s) shown, the count is not graded")
     elif expected and inv.seen < expected:
         idx = sorted(g.index for g in inv.gpus)
-        gaps = sorted(set(range(max(idx, default=-1) + 1)) - set(idx))
+        gaps = sorted(set(range(max(idx) + 1)) - set(idx))
         f.add("gpu.inventory/gpus-missing", f"{inv.seen} of {expected} GPUs visible"
               + (f" (index {', '.join(map(str, gaps))} missing)" if gaps else ""),
               [present, src, *[g.line for g in inv.gpus][:12]], LOST_REMEDY)
     elif expected and inv.seen > expected:
         f.add("gpu.inventory/extra-gpus", f"{inv.seen} GPUs visible, profile expects {expected}", [present, src],
               "grade this node with the profile that matches its hardware (--profile)")
-    elif not expected and prof.get("gpu.expect_symmetric_sockets", False) and inv.seen > 1 and not inv.bad_rows:
+    elif not expected and prof.get("gpu.expect_symmetric_sockets") and not inv.bad_rows:
         _socket_finding(inv, prof, f)
     if len(set(inv.counts.values())) > 1:
         f.add("gpu.inventory/listings-disagree",
@@ -266,7 +266,7 @@ def _health_findings(inv: Inventory, f: Findings) -> None:
 
 
 def _model_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
-    model = str(prof.get("gpu.model", "") or "")
+    model = str(prof.get("gpu.model") or "")
     wrong = [g for g in inv.gpus if model and not _model_matches(g.name, model)]
     if wrong:
         f.add("gpu.inventory/wrong-model",
@@ -280,7 +280,7 @@ def _model_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
               [f"{g.label}: {g.name}" for g in inv.gpus],
               "mixed models make collectives run at the slowest GPU's pace; check the node's build")
     off = [g for g in inv.gpus if g.persistence is False]
-    if prof.get("gpu.persistence_mode", False) and off:
+    if prof.get("gpu.persistence_mode") and off:
         f.add("gpu.inventory/persistence-off", f"persistence mode off on {_labels(off)}",
               [g.evidence(("index", "pci.bus_id", "persistence_mode")) for g in off]
               + [f"gpu.persistence_mode = true ({prof.source('gpu.persistence_mode')})"],
@@ -309,7 +309,7 @@ def _pcie_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
     fault (riser, cable, slot): FAIL. Generation: GPUs lower the link speed when idle, so a low
     current gen FAILs only when the link cannot reach the minimum at all (max below it), WARNs
     in P0 (full performance), and is a note in any power-saving state."""
-    min_gen, min_width = int(prof.get("gpu.min_pcie_gen", 0) or 0), int(prof.get("gpu.min_pcie_width", 0) or 0)
+    min_gen, min_width = int(prof.get("gpu.min_pcie_gen") or 0), int(prof.get("gpu.min_pcie_width") or 0)
     narrow = [g for g in inv.gpus if min_width and (g.pcie_width if g.pcie_width is not None else g.pcie_width_max
                                                     or min_width) < min_width]
     capped = [g for g in inv.gpus if min_gen and g.pcie_gen_max is not None and g.pcie_gen_max < min_gen]
@@ -356,7 +356,7 @@ def _no_gpu_result(ctx: CheckContext, inv: Inventory, facts: dict[str, Any]) -> 
         f.add(unread_code(ctx), "not recognised: no GPU line, CSV row or table row could be read "
               "from the nvidia-smi output", inv.notes or ["no GPU line, CSV row or table row found"],
               "run `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv` by hand and check its output")
-    return f.result(ctx, "no GPU listed", facts)
+    return f.result(ctx, "no GPU listed", facts)  # pragma: no mutate (never shown: a finding is always added)
 
 
 def grade_inventory(ctx: CheckContext) -> Result:
@@ -377,7 +377,7 @@ def grade_inventory(ctx: CheckContext) -> Result:
     _model_findings(inv, prof, f)
     _mig_findings(inv, prof, f)
     _pcie_findings(inv, prof, f)
-    expected = int(prof.get("gpu.count", 0) or 0)
+    expected = int(prof.get("gpu.count") or 0)
     ok = (f"{len(inv.gpus)} x {', '.join(models) or 'GPU'}" + (f", driver {inv.driver}" if inv.driver else "")
           + (f" (profile {prof.name} expects {expected})" if expected else ""))
     return f.result(ctx, ok, facts)
@@ -396,15 +396,15 @@ def profile_hint(store: Any) -> tuple[str | None, int | None]:
         # lost keeps its 8-GPU profile, so the loss is graded against the count it should have
         listed = {pci_id(g.bus_id) for g in inv.gpus if g.bus_id}
         lost = {e.pci for e in inv.about_gpus(UNUSABLE) if e.pci and e.pci not in listed}
-        return names.most_common(1)[0][0], inv.seen + len(lost)
+        return names.most_common()[0][0], inv.seen + len(lost)
     q = facts("nvidia-smi-q")
     if q is not None and q.gpus:
         qnames = Counter(g.name for g in q.gpus if g.name)
         if qnames:
-            return qnames.most_common(1)[0][0], q.attached or len(q.gpus)
+            return qnames.most_common()[0][0], q.attached or len(q.gpus)
     nv = facts("nvidia-smi-nvlink")
     if isinstance(nv, NvlinkReport) and nv.gpus:
-        return Counter(g.name for g in nv.gpus).most_common(1)[0][0], len(nv.gpus)
+        return Counter(g.name for g in nv.gpus).most_common()[0][0], len(nv.gpus)
     return None, None
 
 
@@ -434,7 +434,7 @@ def tool_errors(check: str, errors: list[ToolError], tool: str, expected: bool, 
 def expected_links(prof: Profile, name: str) -> tuple[int, str]:
     """NVLinks per GPU: the profile's own count, else the count the model has by construction
     (SXM/HGX boards); 0 for PCIe boards and unknown models."""
-    per_gpu = int(prof.get("nvlink.links_per_gpu", 0) or 0)
+    per_gpu = int(prof.get("nvlink.links_per_gpu") or 0)
     if per_gpu:
         return per_gpu, f"nvlink.links_per_gpu = {per_gpu} ({prof.source('nvlink.links_per_gpu')})"
     n = name.lower()
@@ -453,7 +453,7 @@ NVLINK_DOWN_REMEDY = ("drain the node; check `nvidia-smi nvlink -e` error counte
 
 def _no_nvlink_result(ctx: CheckContext, rep: NvlinkReport | None) -> Result:
     prof = ctx.profile
-    per_gpu = int(prof.get("nvlink.links_per_gpu", 0) or 0)
+    per_gpu = int(prof.get("nvlink.links_per_gpu") or 0)
     f = Findings()
     tool_errors("gpu.nvlink", rep.errors if rep is not None else [], "nvidia-smi nvlink", bool(per_gpu), f)
     if f:
@@ -516,9 +516,9 @@ def grade_nvlink(ctx: CheckContext) -> Result:
                            "states (expected `Link <n>: <speed> GB/s` or `<inactive>`; these are another "
                            "sub-command's lines)", evidence=rep.other[:5],
                            remedy="run `nvidia-smi nvlink --status` for the link states", facts={"links_total": 0})
-    min_gbps = float(prof.get("nvlink.min_link_gbps", 0) or 0)
+    min_gbps = float(prof.get("nvlink.min_link_gbps") or 0)
     f = Findings()
-    tool_errors("gpu.nvlink", rep.errors, "nvidia-smi nvlink", bool(prof.get("nvlink.links_per_gpu", 0)), f)
+    tool_errors("gpu.nvlink", rep.errors, "nvidia-smi nvlink", bool(prof.get("nvlink.links_per_gpu")), f)
     facts_gpus = _down_findings(rep, prof, f)
     slow = [(g, ln) for g in rep.gpus for ln in g.up if min_gbps and ln.gbps is not None and ln.gbps < min_gbps]
     if slow:
@@ -551,7 +551,7 @@ def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, 
     if not without:
         return
     evidence = [topo.header, *[topo.lines[g] for g in without]]
-    if prof.get("topology.require_local_nic", False):
+    if prof.get("topology.require_local_nic"):
         f.add("gpu.topology/gpu-without-local-nic-required", f"{len(without)} GPU(s) without a NIC at {levels}: "
               f"{', '.join(without)}" + ("" if topo.nics else " (no NIC in the matrix)"),
               evidence + [f"topology.require_local_nic = true ({prof.source('topology.require_local_nic')})"],
@@ -570,8 +570,8 @@ def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, 
 
 
 def _pair_findings(topo: TopoMatrix, pairs: dict[str, str], prof: Profile, f: Findings) -> None:
-    per_gpu = int(prof.get("nvlink.links_per_gpu", 0) or 0)
-    if not per_gpu or len(topo.gpus) < 2:
+    per_gpu = int(prof.get("nvlink.links_per_gpu") or 0)
+    if not per_gpu:
         return
     src = f"nvlink.links_per_gpu = {per_gpu} ({prof.source('nvlink.links_per_gpu')})"
     not_nv = {p: c for p, c in pairs.items() if c and not c.upper().startswith("NV")}
@@ -591,7 +591,7 @@ def _pair_findings(topo: TopoMatrix, pairs: dict[str, str], prof: Profile, f: Fi
 
 def _topo_expects(prof: Profile) -> bool:
     """The profile expects something of every GPU's matrix row (NVLinks to each GPU, a local NIC)."""
-    return bool(prof.get("nvlink.links_per_gpu", 0) or prof.get("topology.require_local_nic", False))
+    return bool(prof.get("nvlink.links_per_gpu") or prof.get("topology.require_local_nic"))
 
 
 def _no_matrix_result(ctx: CheckContext, topo: TopoMatrix | None) -> Result:
@@ -653,19 +653,19 @@ TOPOLOGY_KEYS: dict[str, Any] = {"topology.require_local_nic": bool, "topology.l
                                  "nvlink.links_per_gpu": int}
 
 register(Check(
-    id="gpu.inventory", title="GPU inventory", grade=grade_inventory,
+    id="gpu.inventory", title="GPU inventory", grade=grade_inventory,  # pragma: no mutate (register metadata)
     probes=(PROBE_QUERY, PROBE_L, PROBE_NVML), required=(PROBE_QUERY.name,), inputs=LISTINGS,
     profile_keys=INVENTORY_KEYS,
     catches="GPUs missing (fallen off the bus, lost, unreadable), wrong model, PCIe link trained down, MIG on, "
             "persistence off",
 ))
 register(Check(
-    id="gpu.nvlink", title="NVLink links", grade=grade_nvlink,
+    id="gpu.nvlink", title="NVLink links", grade=grade_nvlink,  # pragma: no mutate (register metadata)
     probes=(PROBE_NVLINK,), required=(PROBE_NVLINK.name,), inputs=(PROBE_NVLINK.name,), profile_keys=NVLINK_KEYS,
     catches="NVLinks inactive or missing (also on SXM boards graded with the generic profile), links below speed",
 ))
 register(Check(
-    id="gpu.topology", title="GPU/NIC topology", grade=grade_topology,
+    id="gpu.topology", title="GPU/NIC topology", grade=grade_topology,  # pragma: no mutate (register metadata)
     probes=(PROBE_TOPO,), required=(PROBE_TOPO.name,), inputs=(PROBE_TOPO.name,), profile_keys=TOPOLOGY_KEYS,
     catches="GPU pairs off NVLink on an NVSwitch node, GPUs without a NIC under their PCIe switch",
 ))

@@ -873,3 +873,139 @@ def test_grace_coupled_gpus_reach_their_nics_through_the_cpu_by_design() -> None
     assert codes(topo("\n".join([head, *rows]).replace("\t2\n", "\tN/A\n").replace("\t10\n", "\tN/A\n")
                       + "\n")) == ["gpu.topology/no-gpu-near-a-nic"]
     assert codes(topo("\n".join([head, *rows]) + "\n", H100)) == ["gpu.topology/gpu-without-local-nic-required"]
+
+
+def test_remedies_and_joined_summaries() -> None:
+    from preflight.profile import load
+
+    h = load(H100)
+    extra = inv(csv([row(i) for i in range(8)] + [row(7).replace("7, ", "8, ", 1).replace(":DB:", ":E1:")]), H100)
+    assert extra.remedy == "grade this node with the profile that matches its hardware (--profile)"
+    assert extra.evidence[1] == f"gpu.count = 8 ({h.source('gpu.count')})"
+    caps = {"nvidia-smi-query": eight(), "nvidia-smi-L": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\n"}
+    [dis] = grade_text("gpu.inventory", caps, H100)
+    assert dis.remedy.startswith("a GPU appearing and disappearing points at a failing GPU or PCIe link")
+    odd = inv(csv([row(i, name="NVIDIA L40S") for i in range(7)]))
+    assert odd.remedy.endswith("; if the node really has an odd GPU count, set gpu.count in a site profile")
+    wrong = inv(eight(g0={"name": "NVIDIA H800"}, g1={"name": "NVIDIA A800"}), H100)
+    assert wrong.summary.startswith("2 GPU(s) are not NVIDIA H100 80GB HBM3: NVIDIA A800, NVIDIA H800")
+    assert f"gpu.model = NVIDIA H100 80GB HBM3 ({h.source('gpu.model')})" in wrong.evidence
+    assert wrong.remedy.startswith("(1) grade this node with the profile that matches its hardware (--profile), "
+                                   "or move it to the partition for that GPU model (2) mixed models")
+    mixed = inv(csv([row(0, name="NVIDIA A100-SXM4-80GB"), row(1, name="NVIDIA A100-SXM4-40GB")]))
+    assert mixed.remedy.startswith("mixed models make collectives run at the slowest GPU's pace")
+    pers = inv(eight(g7={"pm": "Disabled"}), H100)
+    assert pers.evidence[-1] == f"gpu.persistence_mode = true ({h.source('gpu.persistence_mode')})"
+    assert pers.remedy.startswith("enable the persistence daemon")
+    pend = inv(eight(g3={"pending": "Enabled"}), H100)
+    assert pend.remedy.startswith("clear the pending MIG mode")
+    for over, start in (({"width": "8"}, "drain the node; reseat the GPU/riser"),
+                        ({"gen": "4", "genmax": "4"}, "check the BIOS PCIe speed setting"),
+                        ({"gen": "4"}, "re-check under load")):
+        assert inv(eight(g2=over), H100).remedy.startswith(start)
+    fast = inv(eight(g2={"gen": "4"}), H100)
+    assert not any("power-saving downshift" in e for e in fast.evidence)
+    broken = inv(eight(g3={"mem": "[GPU is lost]"}, g5={"mem": "[Unknown Error]"}))
+    assert broken.summary == ("GPU not answering: GPU 3 (00000000:5D:00.0) [GPU is lost], "
+                              "GPU 5 (00000000:AB:00.0) [Unknown Error]")
+    none = inv(csv([row(0) + ", x"]))
+    assert none.remedy == "rerun `nvidia-smi --query-gpu=... --format=csv` on the node"
+    unk = inv("index, name\n")
+    assert unk.remedy == ("run `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv` by hand and check its "
+                          "output")
+    some = inv(csv([row(i) for i in range(7)] + [row(7) + ", x"]))
+    assert some.facts["counts_by_source"] == {"nvidia-smi-query": 8}
+
+
+def test_nvlink_texts_and_boundaries() -> None:
+    from preflight.profile import load
+
+    h = load(H100)
+    r = nvl("", H100, mode="run")
+    assert r.evidence[1] == f"nvlink.links_per_gpu = 18 ({h.source('nvlink.links_per_gpu')})"
+    assert r.remedy.startswith("check that the fabric manager runs and the NVSwitch baseboard is seen")
+    assert nvl("", mode="run").facts == {"links_total": 0}
+    many = nvl("".join(f"line {i}\n" for i in range(7)))
+    assert many.evidence == [f"line {i}" for i in range(5)]
+    counters = "GPU 0: A (UUID: GPU-1)\n" + "".join(f"\t Link {i}: CRC Errors: 0\n" for i in range(7))
+    c = nvl(counters)
+    assert len(c.evidence) == 5 and c.remedy == "run `nvidia-smi nvlink --status` for the link states"
+    slow = nvl(links("NVIDIA H100 80GB HBM3", 8, 18).replace("Link 4: 26.562", "Link 4: 13.281", 1), H100)
+    assert slow.evidence[-1] == f"nvlink.min_link_gbps = 26 ({h.source('nvlink.min_link_gbps')})"
+    assert slow.remedy.startswith("a link trained at reduced speed slows every collective")
+    mixed = nvl(links("Example X", 1, 2, "13.281") + links("Example X", 1, 2).replace("GPU 0", "GPU 1"))
+    assert mixed.summary == "4 NVLinks up on 2 GPU(s), 13.281/26.562 GB/s"
+    two = nvl(links("NVIDIA H100 80GB HBM3", 2, 18, down=((0, 1), (1, 2))))
+    assert two.summary == "NVLink down: GPU 0 (1 inactive); GPU 1 (1 inactive)"
+    assert sum(e.startswith("nvlink.model_links[") for e in two.evidence) == 1
+    bare_gpus = nvl("GPU 0: NVIDIA A10 (UUID: GPU-1)\nGPU 1: NVIDIA A10 (UUID: GPU-2)\n")
+    assert bare_gpus.status is Status.PASS and bare_gpus.evidence == []
+
+
+def test_expected_links_of_pcie_and_nvl_boards() -> None:
+    from preflight.profile import load
+
+    gen = load("generic")
+    assert gpu.expected_links(gen, "NVIDIA H200 NVL") == (0, "")
+    assert gpu.expected_links(gen, "NVIDIA H800 PCIe") == (0, "")
+    assert gpu.expected_links(gen, "NVIDIA H800")[0] == 8
+    assert gpu.expected_links(gen, "NVIDIA H200")[0] == 18
+
+
+def test_truncated_model_name_compares_its_prefix() -> None:
+    r = inv(eight(**{f"g{i}": {"name": "NVIDIA H100 80GB HBMX..."} for i in range(8)}), H100)
+    assert codes(r) == ["gpu.inventory/wrong-model"]
+
+
+def test_profile_hint_counts_each_unusable_gpu_once() -> None:
+    def hint(caps: dict[str, str]) -> tuple[str | None, int | None]:
+        return gpu.profile_hint(FactStore(registry.load(), captures={k: capture(k, v) for k, v in caps.items()}))
+
+    rows = csv([row(i) for i in range(7)])
+    same = rows + "Unable to determine the device handle for GPU3: 0000:5D:00.0: Unknown Error\n"
+    assert hint({"nvidia-smi-query": same}) == ("NVIDIA H100 80GB HBM3", 7)
+    six = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\n" for i in range(6))
+    assert hint({"nvidia-smi-L": six + "GPU is lost\n"}) == ("NVIDIA H100 80GB HBM3", 6)
+
+
+def test_many_gpus_missing_quote_twelve_rows() -> None:
+    r = bare("gpu.inventory", {"nvidia-smi-query": csv([row(i % 8, bus=f"00000000:{i + 16:02X}:00.0")
+                                                        .replace(f"{i % 8}, ", f"{i}, ", 1) for i in range(13)])},
+             {"gpu.count": 16})
+    assert r.summary == "13 of 16 GPUs visible" and len(r.evidence) == 2 + 12
+
+
+def test_topology_profiles_without_the_keys() -> None:
+    def pix_nic(i: int, k: int) -> str:
+        return "PIX" if i == k else "SYS"
+
+    assert bare("gpu.topology", {"nvidia-smi-topo": matrix(pix_nic)}).status is Status.PASS
+    only_pix = bare("gpu.topology", {"nvidia-smi-topo": matrix(lambda i, k: "PXB" if i == k else "SYS")},
+                    {"topology.local_nic_levels": ["PIX"], "topology.require_local_nic": True})
+    assert only_pix.summary.startswith("8 GPU(s) without a NIC at PIX: GPU0")
+    assert only_pix.evidence[-1] == "topology.require_local_nic = true ()"
+    lost = "Unable to determine the device handle for GPU0000:DB:00.0: Unknown Error\n" + matrix(pix, n=7,
+                                                                                                   nics=NICS[:7])
+    assert codes(bare("gpu.topology", {"nvidia-smi-topo": lost}, {"topology.require_local_nic": True})) == [
+        "gpu.topology/gpu-not-listed"]
+    assert codes(bare("gpu.topology", {"nvidia-smi-topo": lost}, {"nvlink.links_per_gpu": 18})) == [
+        "gpu.topology/gpu-not-listed"]
+    assert codes(bare("gpu.topology", {"nvidia-smi-topo": lost})) == ["gpu.topology/not-graded"]
+
+
+def test_topology_summaries() -> None:
+    from preflight.profile import load
+
+    two = topo("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-7\nGPU1\tNV4\t X \t0-7\n")
+    assert two.summary == "2 GPU(s), pairs: NV4 x1; no NIC in the matrix"
+    lines = matrix(pix).splitlines()
+    for r_i, c_i in ((3, 6), (6, 3)):
+        cells = lines[r_i].split("\t")
+        cells[c_i] = "SYS"
+        lines[r_i] = "\t".join(cells)
+    text = "\n".join(lines) + "\n"
+    assert topo(text).summary == "8 GPU(s), pairs: NV18 x27, SYS x1; 8 NIC(s), 8 GPU(s) with a local NIC"
+    r = topo(text, H100)
+    assert r.evidence[-1] == f"nvlink.links_per_gpu = 18 ({load(H100).source('nvlink.links_per_gpu')})"
+    few = topo(matrix(pix, nv="NV17"), H100)
+    assert few.remedy == "see gpu.nvlink for the links that are down; a reboot re-trains them"
