@@ -310,7 +310,7 @@ def fault_code(f: KernelFault, gpus: dict[str, dict[str, Any]]) -> str:
         return RESOLVED_CODES[f.kind]
     if f.kind == "pcie_corrected" and not _data_path(f, gpus):
         return CORRECTED_OTHER
-    return FAULT_CODES.get(f.kind, "gpu.xid/driver-error-status")
+    return FAULT_CODES[f.kind]
 
 
 def _covered(f: KernelFault, fail_pcis: set[str], gpu_faults: bool, gone: set[str]) -> bool:

@@ -202,7 +202,8 @@ def fault(kind: str, pci: str = "", n: int = 1, **kw: Any) -> KernelFault:
     (fault("pcie_corrected", "0000:00:1c", vendor="8086:a114"), "gpu.xid/pcie-corrected-other"),
     (fault("gsp_timeout"), "gpu.xid/gsp-timeout"),
     (fault("power_cables"), "gpu.xid/check-mechanicals"),
-    (fault("something_new"), "gpu.xid/driver-error-status"),
+    (fault("rm_error"), "gpu.xid/driver-error-status"),
+    (fault("sxid_correctable"), "gpu.xid/sxid-correctable"),
 ])
 def test_fault_code(f: KernelFault, code: str):
     assert xm.fault_code(f, {"0000:18:00": {"index": 0}}) == code
@@ -655,6 +656,7 @@ def test_a_gpu_that_fell_off_the_bus_stands_for_its_symptoms():
         f"[ 2.0] NVRM: GPU 0000:41:00.0: {t}\n" for t in lines)
     r = one(text + "[ 3.0] NVRM: GPU 0000:41:00.0: PMU has halted\n")
     assert r.facts["codes"] == ["gpu.xid/fallen-off-bus", "gpu.xid/pmu-halted"]
+    assert not any("driver error status" in e for e in r.evidence)  # the NV_ERR line is a symptom, not a note
 
 
 def test_an_unaddressed_gpu_fault_beside_a_pcie_report_is_kept():
@@ -870,3 +872,17 @@ def test_no_facts_for_a_capture_is_a_skip():
             return (code, summary)
 
     assert xm.grade_xid(Ctx()) == ("gpu.xid/no-kernel-log", "no kernel log captured; Xids not checked")  # type: ignore
+
+
+def test_evidence_of_one_finding_keeps_to_its_gpu_and_live_causes():
+    from preflight.parsers.kernel_log import KernelLog
+
+    a62, b62 = ev(62, "0000:19:00", 1), ev(62, "0000:29:00", 2)
+    b45 = ev(45, "0000:29:00", 3)
+    c13 = ev(13, "0000:19:00", 4)
+    groups = [xm.Group(first=a62, last=a62, severity="fail"), xm.Group(first=b62, last=b62, severity="fail"),
+              xm.Group(first=b45, last=b45, severity="info", caused_by=62),
+              xm.Group(first=c13, last=c13, severity="info", caused_by=62, cleared=True)]
+    gr = xm._Graded(KernelLog(), None, 0, groups, [], [], set(), set(), {})
+    assert xm._evidence(gr, [groups[0]], "0000:19:00") == ["line 1"]
+    assert xm._evidence(gr, [groups[1]], "0000:29:00") == ["line 2", "line 3"]
