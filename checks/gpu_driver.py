@@ -98,9 +98,10 @@ class DriverView:
         client, else the installed packages'."""
         if self.q is not None and self.q.nvml_library:
             return self.q.nvml_library
-        for k in self.klog.driver_faults if self.klog is not None else []:
-            if k.kind == "api_mismatch" and k.detail.get("client"):
-                return str(k.detail["client"])
+        faults = self.klog.driver_faults if self.klog is not None else []
+        client = next((str(k.detail.get("client") or "") for k in faults if k.kind == "api_mismatch"), "")
+        if client:
+            return client
         installed = self.dv.installed if self.dv is not None else []
         return installed[0] if len(installed) == 1 else ""
 
