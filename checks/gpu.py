@@ -65,20 +65,31 @@ MIG_REMEDY = ("disable MIG (`nvidia-smi -i <index> -mig 0`), then reset the GPU 
               "reboot; a site that runs MIG on purpose sets gpu.inventory/mig-enabled to pass")
 
 # nvidia-smi's messages about one GPU: the finding code of each kind (nvsmi_errors.ToolError.kind)
-GPU_ERROR_CODES = {"gpu_lost": "gpu-lost", "needs_reset": "gpu-requires-reset",
-                   "insufficient_power": "gpu-insufficient-power", "no_permission": "gpu-access-denied",
-                   "inforom_corrupted": "inforom-corrupted"}
+GPU_ERROR_CODES = {"gpu_lost": "gpu.inventory/gpu-lost", "needs_reset": "gpu.inventory/gpu-requires-reset",
+                   "insufficient_power": "gpu.inventory/gpu-insufficient-power",
+                   "no_permission": "gpu.inventory/gpu-access-denied",
+                   "inforom_corrupted": "gpu.inventory/inforom-corrupted"}
 UNUSABLE = ("gpu_lost", "needs_reset", "insufficient_power")  # kinds that make the GPU unusable
 _ERROR_WORDS = {"needs_reset": "requires a reset",
                 "insufficient_power": "is insufficiently powered", "no_permission": "could not be opened",
                 "inforom_corrupted": "has a corrupted infoROM"}
 
 
+# output that is not understood: SKIP "not recognised" for a capture handed to analyze; ERROR for the
+# output of the check's own probe (the tool misbehaved: no verdict)
+UNREAD_CODES = {"gpu.inventory": ("gpu.inventory/not-recognised", "gpu.inventory/unreadable-output"),
+                "gpu.nvlink": ("gpu.nvlink/not-recognised", "gpu.nvlink/unreadable-output"),
+                "gpu.topology": ("gpu.topology/not-recognised", "gpu.topology/unreadable-output")}
+# a listing that names a GPU by an error line, or failed: (GPU not listed, tool failed, not graded here)
+LISTING_CODES = {"gpu.nvlink": ("gpu.nvlink/gpu-not-listed", "gpu.nvlink/tool-failed", "gpu.nvlink/not-graded"),
+                 "gpu.topology": ("gpu.topology/gpu-not-listed", "gpu.topology/tool-failed",
+                                  "gpu.topology/not-graded")}
+
+
 def unread_code(ctx: CheckContext) -> str:
-    """The code for output that is not understood: SKIP "not recognised" for a capture handed to
-    analyze; ERROR for the output of the check's own probe (the tool misbehaved: no verdict)."""
-    suffix = "not-recognised" if ctx.options.mode == "analyze" else "unreadable-output"
-    return f"{ctx.check.id}/{suffix}"
+    """The code for this check's output that is not understood, in this mode."""
+    analyzed, own = UNREAD_CODES[ctx.check.id]
+    return analyzed if ctx.options.mode == "analyze" else own
 
 
 # ---------------------------------------------------------------------------------------
@@ -244,7 +255,7 @@ def _error_findings(inv: Inventory, f: Findings, listed: bool) -> None:
         else:
             summary = f"GPU {names} {_ERROR_WORDS[kind]}"
         remedy = LOST_REMEDY if kind == "gpu_lost" else errs[0].remedy
-        f.add(f"gpu.inventory/{code}", summary, [line for e in errs for line in e.lines], remedy)
+        f.add(code, summary, [line for e in errs for line in e.lines], remedy)
 
 
 def _health_findings(inv: Inventory, f: Findings) -> None:
@@ -421,10 +432,10 @@ def tool_errors(check: str, errors: list[ToolError], tool: str, expected: bool, 
         if err.kind == "inforom_corrupted":
             continue  # a warning about a GPU that is listed: gpu.inventory reports it
         gpu = err.kind in GPU_ERROR_CODES
-        code = ("gpu-not-listed" if gpu else "tool-failed") if expected and err.kind != "no_permission" \
-            else "not-graded"
+        not_listed, failed, ungraded = LISTING_CODES[check]
+        code = (not_listed if gpu else failed) if expected and err.kind != "no_permission" else ungraded
         what = f"{err.bus_id or 'a GPU'} not listed by {tool}: {err.summary}" if gpu else f"{tool} failed: {err.line}"
-        f.add(f"{check}/{code}", what, list(err.lines), err.remedy)
+        f.add(code, what, list(err.lines), err.remedy)
 
 
 # ---------------------------------------------------------------------------------------
@@ -671,5 +682,5 @@ register(Check(
 ))
 engine.register_profile_hint(profile_hint, probes=(PROBE_QUERY,))
 
-__all__ = ["GPU_ERROR_CODES", "INVENTORY_KEYS", "LISTINGS", "NVLINK_KEYS", "TOPOLOGY_KEYS", "PROBE_L", "PROBE_NVLINK", "PROBE_NVML", "PROBE_QUERY", "PROBE_TOPO",
+__all__ = ["GPU_ERROR_CODES", "INVENTORY_KEYS", "LISTING_CODES", "LISTINGS", "UNREAD_CODES", "NVLINK_KEYS", "TOPOLOGY_KEYS", "PROBE_L", "PROBE_NVLINK", "PROBE_NVML", "PROBE_QUERY", "PROBE_TOPO",
            "QUERY_FIELDS", "Inventory", "build_inventory", "expected_links", "profile_hint", "tool_errors"]

@@ -664,12 +664,10 @@ def test_every_code_graders_name_is_in_the_table() -> None:
 
     src = Path(gpu.__file__).read_text()
     named = set(re.findall(r'"(gpu\.(?:inventory|nvlink|topology)/[a-z0-9-]+)"', src))
-    named |= {f"gpu.inventory/{c}" for c in gpu.GPU_ERROR_CODES.values()}
-    named |= {f"{c}/{s}" for c in ("gpu.inventory", "gpu.nvlink", "gpu.topology")
-              for s in ("not-recognised", "unreadable-output")}
-    named |= {f"{c}/{s}" for c in ("gpu.nvlink", "gpu.topology") for s in ("gpu-not-listed", "tool-failed", "not-graded")}
     table = {c for c in policy.builtin().codes if c.split("/")[0] in ("gpu.inventory", "gpu.nvlink", "gpu.topology")}
     assert named == table
+    assert set(gpu.GPU_ERROR_CODES.values()) | {c for v in gpu.UNREAD_CODES.values() for c in v} | {
+        c for v in gpu.LISTING_CODES.values() for c in v} <= table
 
 
 # --------------------------------------------------------------------------- profiles without the keys, texts, declaration
