@@ -65,7 +65,7 @@ GPU_LEVEL["clocks throttle reasons"] = "Clocks Event Reasons"  # R525 and older
 # places them (lower case label -> section path).
 IMPLIED: dict[str, str] = {
     "reset required": "GPU Reset Status", "drain and reset recommended": "GPU Reset Status",
-    "pending page blacklist": "Retired Pages", "pending page retirement": "Retired Pages",
+    "pending page blacklist": "Retired Pages",
     "remapping failure occurred": "Remapped Rows", "bank remap availability histogram": "Remapped Rows",
     "correctable error": "Remapped Rows", "uncorrectable error": "Remapped Rows",
     "sram threshold exceeded": "ECC Errors/Aggregate", "channel repair pending": "ECC Errors",

@@ -393,7 +393,7 @@ def test_older_spellings_of_sections(old: str, new: str) -> None:
 
 @pytest.mark.parametrize(("label", "section"), [
     ("Reset Required", "GPU Reset Status"), ("Drain and Reset Recommended", "GPU Reset Status"),
-    ("Pending Page Blacklist", "Retired Pages"), ("Pending Page Retirement", "Retired Pages"),
+    ("Pending Page Blacklist", "Retired Pages"),
     ("Remapping Failure Occurred", "Remapped Rows"), ("Bank Remap Availability Histogram", "Remapped Rows"),
     ("Correctable Error", "Remapped Rows"), ("Uncorrectable Error", "Remapped Rows"),
     ("SRAM Threshold Exceeded", "ECC Errors/Aggregate"), ("Channel Repair Pending", "ECC Errors"),
