@@ -48,12 +48,11 @@ PROBE_FM_SERVICE = Probe.of(
     ["systemctl", "show", UNIT, "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus", "--no-pager"],
     timeout=10,
 )
-LOG_EVIDENCE_MAX = 8  # log lines quoted per kind of event (display limit)
+LOG_EVIDENCE_MAX = 8  # pragma: no mutate (log lines quoted per kind of event: a display limit)
 RESTART = (f"systemctl restart {UNIT}; if it fails again read journalctl -u {UNIT} and /var/log/fabricmanager.log "
            "(its version must equal the driver's); new CUDA jobs cannot set up NVLink until it runs")
 LIVENESS = (f"fabric manager liveness not shown (a Completed state outlives a dead fabric manager: check "
             f"`systemctl is-active {UNIT}`)")
-_NA = {"", "n/a", "not supported"}
 # The Health sub-block (570+): field -> {value: code, or "" when healthy}; a value not listed is
 # said to be not recognised. "Incorrect Configuration" names what is wrong: any value but None.
 _HEALTH: dict[str, dict[str, str]] = {
@@ -64,7 +63,6 @@ _HEALTH: dict[str, dict[str, str]] = {
     "access timeout recovery": {"false": "", "true": "access-timeout-recovery"},
     "incorrect configuration": {"none": ""},
 }
-_STATES = {"completed": "", "in progress": "fabric-in-progress", "not started": "fabric-not-started"}
 
 
 def _quote(evs: list[FmEvent]) -> list[str]:
@@ -163,7 +161,7 @@ def _state_finding(b: FabricBlock, state: str, status: str, f: Findings) -> bool
 def _health_findings(b: FabricBlock, f: Findings) -> None:
     for path, value in b.under("Fabric/Health"):
         v, leaf = clean(value), path.rsplit("/", 1)[-1]
-        if v.lower() in _NA:
+        if not v:  # N/A, Not Supported: not reported
             continue
         table = _HEALTH.get(leaf.lower())
         code = (table or {}).get(v.lower(), "incorrect-configuration" if leaf.lower() == "incorrect configuration"

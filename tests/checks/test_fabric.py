@@ -957,3 +957,48 @@ def test_blocks_from_q_skips_gpus_without_a_fabric() -> None:
     assert (b.index, b.bus_id, b.fields) == (1, "00000000:2A:00.0", {"Fabric/State": "Completed",
                                                                      "Fabric/Status": "Success"})
     assert b.lines == {"Fabric/State": "State : Completed", "Fabric/Status": "Fabric/Status"}
+
+
+def test_wrapper_log_with_a_status_journal_is_unverified_exactly() -> None:
+    wrapper = ("2025/11/03 10:02:11 nvidia-fabricmanager-wrapper: found NVSwitch LPF: device=mlx5_8 guid=0xa\n"
+               "2025/11/03 10:02:11 nvidia-fabricmanager-wrapper: found NVSwitch LPF: device=mlx5_9 guid=0xb\n"
+               "2025/11/03 10:02:12 nvidia-fabricmanager-wrapper: using NVSwitch management port GUID: 0xb\n")
+    status = ("\u25cf nvidia-fabricmanager.service - NVIDIA fabric manager service\n"
+              "     Loaded: loaded (/lib/systemd/system/nvidia-fabricmanager.service; enabled)\n"
+              "     Active: activating (start) since Mon 2025-11-03 10:02:10 UTC; 5s ago\n\n"
+              "Nov 03 10:02:12 n1 nvidia-fabricmanager-wrapper[77]: nvidia-fabricmanager-wrapper: found NVSwitch LPF: "
+              "device=mlx5_10 guid=0xc\n"
+              "Nov 03 10:02:12 n1 nv-fabricmanager[78]: [INFO] [tid 78] Connected to 1 node.\n")
+    r = fabric(mode="analyze", profile="generic", log=capture("fm-log", wrapper), svc=capture("fm-service", status))
+    assert r.facts["lpf_candidates"] == ["mlx5_8 0xa", "mlx5_9 0xb", "mlx5_10 0xc"] and r.facts["lpf_used"] == "0xb"
+    assert r.facts["codes"] == ["fabric.manager/service-starting"]
+    r = fabric(mode="analyze", profile="generic", log=capture("fm-log", wrapper))
+    assert r.summary == ("NVSwitch fabric not verified: the fabric manager wrapper found 2 NVSwitch management port(s) "
+                         "(mlx5_8 0xa, mlx5_9 0xb) and picked GUID 0xb, which proves neither a running NVLink subnet "
+                         "manager nor a Completed fabric; the service state is unknown")
+    r = fabric(mode="analyze", profile="generic", log=capture("fm-log", wrapper.splitlines()[0] + "\n"))
+    assert r.facts["lpf_used"] is None and "picked GUID" not in r.summary
+
+
+def test_unverified_without_any_fabric_data() -> None:
+    r = fabric(mode="analyze", svc=capture("fm-service", "nothing systemd would print\n"))
+    assert r.summary == "NVSwitch fabric not verified: no fabric data"
+
+
+def test_health_all_healthy_values_pass() -> None:
+    text = ("    Fabric\n        State : Completed\n        Status : Success\n        Health\n"
+            "            Summary : Healthy\n            Bandwidth : Full\n            Route Recovery in progress : False\n"
+            "            Route Unhealthy : False\n            Access Timeout Recovery : False\n"
+            "            Incorrect Configuration : None\n            Partition Assigned : N/A\n")
+    [r] = grade_text("fabric.manager", {"nvidia-smi-fabric": text})
+    assert r.status is Status.PASS and "codes" not in r.facts
+
+
+def test_many_events_and_switches_are_counted_not_all_quoted() -> None:
+    lines = "".join(f"[Mar 02 2025 06:15:{i:02d}] [ERROR] [tid 7] detected NVSwitch non-fatal error 12028 on fid 0 on "
+                    f"NVSwitch pci bus id 00000000:0{i % 6}:00.0 physical id {i % 6} port {i}\n" for i in range(10))
+    r = fabric(mode="analyze", log=capture("fm-log", lines))
+    assert "10 x NVSwitch non-fatal error(s) (SXid 12028) on NVSwitch 00000000:00:00.0 (physical id 0) port 0, " \
+           "00000000:00:00.0 (physical id 0) port 6, 00000000:01:00.0 (physical id 1) port 1, 00000000:01:00.0 " \
+           "(physical id 1) port 7" in r.summary
+    assert "... 2 more such lines (10 in all)" in r.evidence
