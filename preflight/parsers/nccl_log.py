@@ -34,7 +34,8 @@ LINE = re.compile(
     r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?|(?:[^\[\]]*?:\d+ )?NCCL )?"
     r"(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
-_COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (\d+) nranks (\d+)(?: nNodes (\d+) localRanks (\d+))?", re.I)
+_COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)"
+                   r"(?: nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+))?", re.I)
 _ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S(?:.*\S)?)")
 _NET_USING_IB = re.compile(r"NET/IB\s*:\s*Using (?!interface)(.*?)(?:;\s*OOB\s+(\S+?):([^<\s]*)(?:<\d+>)?)?\s*$")
 _OLD_IB_DEV = re.compile(r"NET/IB\s*:\s*\[\d+\]\s*([\w.-]+:\d+)/(\w+)")
@@ -142,7 +143,7 @@ class NcclError:
     line: str
     rank: int | None = None  # the process's global rank when known
     detail: dict[str, str] = field(default_factory=dict)
-    fatal: bool = False  # the job ended on it: a kind that always does, or a failure cascade followed
+    fatal: bool = False  # pragma: no mutate (every caller passes it) - the job ended on it: a job-ending kind, or a failure cascade followed
 
 
 @dataclass
@@ -245,8 +246,9 @@ def _bare(log: NcclLog, lines: list[Line], i: int, text: str) -> None:
         log.job_errors.append(text)
         if (mt := _TESTS_FAILURE.search(text)) is not None:
             _last_error(log, mt.group("last"))
-    elif text.rstrip(":") == "Last error" and i + 1 < len(lines):
-        _last_error(log, lines[i + 1].text)
+    elif text.startswith("Last error"):  # "Last error:" then NCCL's message, on its line or the next
+        rest = text.partition(":")[2]
+        _last_error(log, rest if rest.strip() or i + 1 == len(lines) else lines[i + 1].text)
 
 
 def _last_error(log: NcclLog, text: str) -> None:
@@ -297,7 +299,7 @@ def _on_cascade(log: NcclLog, p: NcclProc, mc: re.Match[str], text: str) -> None
     or bootstrap code, or on an NCCL thread, it proves the call failed (a helper's own `-> N`,
     such as a PCI path lookup, does not)."""
     log.cascade += 1
-    base = (mc.group("src") or "").rsplit("/", 1)[-1].split(".")[0]
+    base = (mc.group("src") or "").rpartition("/")[2].partition(".")[0]
     if mc.group("code") == IN_PROGRESS:  # ncclInProgress: a non-blocking call still running, not an error
         return
     if base in _FAILURE_SOURCES or "thread]" in mc.group("tag").lower():
@@ -311,7 +313,7 @@ def _info(p: NcclProc, msg: str, line: str) -> None:
         m = pattern.search(msg)
         if m is not None:
             on_match(p, m, line)
-            break
+            break  # pragma: no mutate (no NCCL message matches two of these patterns: break = continue)
     _nvls(p, msg, line)
 
 
@@ -322,13 +324,13 @@ def _identity(p: NcclProc, msg: str, line: str) -> None:
         p.version = mv.group(1) + (f"+cuda{mv.group(2)}" if mv.group(2) else "")
         p.evidence.setdefault("version", line)
     mc = _COMM.search(msg)
-    if mc and (p.nranks is None or int(mc.group(2)) > p.nranks):  # the largest communicator is the world
-        p.rank, p.nranks = int(mc.group(1)), int(mc.group(2))
-    if mc and mc.group(3):
-        p.nnodes, p.local_ranks = int(mc.group(3)), int(mc.group(4))
+    if mc and (p.nranks is None or int(mc.group("nranks")) > p.nranks):  # the largest communicator is the world
+        p.rank, p.nranks = int(mc.group("rank")), int(mc.group("nranks"))
+    if mc and mc.group("nnodes"):
+        p.nnodes, p.local_ranks = int(mc.group("nnodes")), int(mc.group("local"))
         p.evidence.setdefault("size", line)
     if (me := _ENV.search(msg)) is not None:
-        p.env[me.group(1)] = me.group(2).rstrip(".")
+        p.env[me.group(1)] = me.group(2).removesuffix(".")
         p.evidence.setdefault(f"env:{me.group(1)}", line)
 
 

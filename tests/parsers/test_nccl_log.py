@@ -486,3 +486,26 @@ def test_nccl_tests_failure_line_quotes_the_last_error() -> None:
                 "gpu02: Test NCCL failure common.cu:1005 'remote process exited or there was a network error / '\n")
     assert len(log.job_errors) == 2
     assert [(e.kind, e.detail.get("dev"), e.fatal) for e in log.errors] == [("qp_setup", "mlx5_2", True)]
+
+
+def test_framework_error_strings_and_last_error_layouts() -> None:
+    log = parse("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, invalid usage (run with NCCL_DEBUG=WARN for "
+                "details), NCCL version 2.21.5\n")
+    assert len(log.job_errors) == 1
+    one_line = parse("g:1:2 [0] NCCL INFO Using network IB\nLast error: Call to ibv_reg_mr failed with error Bad "
+                     "address\nnext line")
+    assert [e.detail["call"] for e in one_line.errors] == ["ibv_reg_mr"]
+    at_end = parse("g:1:2 [0] NCCL INFO Using network IB\nLast error:\nCall to ibv_reg_mr failed with error Bad address")
+    assert [e.kind for e in at_end.errors] == ["ib_verbs"]
+    assert not parse("g:1:2 [0] NCCL INFO Using network IB\nLast error:").errors
+    benign = parse("g:1:2 [0] NCCL INFO Using network IB\nLast error:\nCould not find real path of /sys/class/net/x/d\n")
+    assert not benign.errors
+
+
+def test_equal_communicators_keep_the_first_rank_and_channel_evidence() -> None:
+    p = one("h:1:2 [0] NCCL INFO comm 0x1 rank 3 nranks 8 cudaDev 0 busId 1000 - Init START\n"
+            "h:1:2 [0] NCCL INFO comm 0x2 rank 5 nranks 8 cudaDev 0 busId 1000 - Init START\n"
+            "h:1:2 [0] NCCL INFO Channel 00/0 : 3[0] -> 11[0] [send] via NET/IB/0\n")
+    assert p.rank == 3 and p.evidence["net"].endswith("via NET/IB/0")
+    q = one("h:1:2 [0] NCCL INFO NCCL_ALGO set by environment to Ring...\n")
+    assert q.env["NCCL_ALGO"] == "Ring.."
