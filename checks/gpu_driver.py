@@ -146,7 +146,8 @@ def _no_devices_cause(v: DriverView) -> tuple[str, list[str]]:
 def _fault_findings(v: DriverView, f: Findings, facts: dict[str, Any]) -> None:
     """Driver errors nvidia-smi printed, and driver faults in the kernel log."""
     for e in v.errors:
-        extra, ev = "", []
+        extra = ""
+        ev: list[str] = []
         if e.kind == "version_mismatch":
             extra, ev = _mismatch(v, facts)
         elif e.kind == "no_devices":

@@ -173,7 +173,9 @@ class _QView:
     def path_value(self, group: str, key: str, path: str | None, conv: Callable[[Any], Any]) -> Any:
         """The converted value of `path`, its evidence kept under `key`; the group counts as shown
         when the field holds a reading."""
-        value = conv(self.gpu.get(path)) if path else None
+        if not path:
+            return None
+        value = conv(self.gpu.get(path))
         if value is not None:
             self.h.shown.add(group)
             self.h.ev[key] = [_ev(self.gpu, path)]
