@@ -21,6 +21,7 @@ stale state survives its death): the PASS says so. Every finding has a code
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from preflight.findings import Findings
@@ -43,6 +44,7 @@ from preflight.registry import Check, CheckContext, register
 from .gpu_health import DRIVER_ERRORS, PROBE_Q
 
 UNIT = "nvidia-fabricmanager"
+GPU_LISTINGS = ("nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-query", "nvidia-smi-L", "nvml")  # GPU names
 PROBE_FM_SERVICE = Probe.of(
     "fm-service",
     ["systemctl", "show", UNIT, "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus", "--no-pager"],
@@ -288,15 +290,39 @@ def _no_switch(ctx: CheckContext, nothing: list[FmEvent], svc: UnitState | None,
 
 
 def _not_needed(ctx: CheckContext, svc: UnitState | None, report: bool, gpus: list[dict[str, Any]],
-                f: Findings, prov: str, facts: dict[str, Any]) -> Result:
-    """No NVSwitch expected and none shown: the fabric manager is not required here."""
+                switchless: list[str], f: Findings, prov: str, facts: dict[str, Any]) -> Result:
+    """No NVSwitch expected and none shown: the fabric manager is not required here; a unit that
+    failed on such a node is a misconfiguration worth a look."""
     ev = [f"{g['bus_id'] or 'GPU ' + str(g['index'])}: Fabric State {g['state']}" for g in gpus[:2]]
+    where = f" ({', '.join(switchless)}: no NVSwitch)" if switchless else ""
+    if svc is not None and (svc.active == "failed" or svc.start_failed):
+        what = f"starting {UNIT} failed" if svc.start_failed else f"{UNIT} is {svc.describe()}"
+        return ctx.finding("fabric.manager/failed-without-nvswitch",
+                           f"{what}; not applicable where there is no NVSwitch{where} (profile {ctx.profile.name} "
+                           "expects none)", evidence=[*svc.lines, *ev, prov], facts=facts,
+                           remedy=f"on a node without NVSwitch: disable the unit (systemctl disable {UNIT}); on an "
+                                  f"NVSwitch node: {RESTART}")
     if svc is not None and svc.active:
         f.note(f"{UNIT} is {svc.describe()} (harmless without NVSwitch)")
     ev += svc.lines if svc is not None and not gpus else []
-    return ctx.finding("fabric.manager/not-required", f"no NVSwitch fabric on this node; fabric manager not required "
-                       f"by profile {ctx.profile.name}" + ("" if report else " (nothing shows one)"),
+    return ctx.finding("fabric.manager/not-required", f"no NVSwitch fabric on this node{where}; fabric manager not "
+                       f"required by profile {ctx.profile.name}" + ("" if report or where else " (nothing shows one)"),
                        evidence=[*ev, *f.notes, prov], facts=facts)
+
+
+def _switchless(ctx: CheckContext) -> list[str]:
+    """The GPU models the node's listings name, when every one is a model that never sits on an
+    NVSwitch (profile `fabric.no_nvswitch_gpus`: GeForce, RTX, PCIe cards ...); else []."""
+    names: list[str] = []
+    for probe in GPU_LISTINGS:
+        facts = ctx.facts(probe)
+        for g in getattr(facts, "records", None) or []:
+            if getattr(g, "name", None):
+                names.append(str(g.name))
+    tokens = [str(t) for t in ctx.profile.get("fabric.no_nvswitch_gpus") or []]
+    pattern = re.compile("|".join(rf"\b{re.escape(t)}\b" for t in tokens), re.I) if tokens else None
+    names = list(dict.fromkeys(names))
+    return names if names and pattern is not None and all(pattern.search(n) for n in names) else []
 
 
 def _unit_started(svc: UnitState | None) -> bool:
@@ -346,8 +372,9 @@ def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
               "802): fix the VM's device assignment; on bare metal check `ls /dev/nvidia-nvswitch*` and the "
               "nvidia-nvswitch driver in dmesg, then reboot")
     na_fabric = report is not None and bool(gpus) and not on_fabric
+    switchless = [] if on_fabric else _switchless(ctx)
     smi_err = next((e for e in (report.errors if report else []) if e.kind in DRIVER_ERRORS), None)
-    need = nvswitch or on_fabric or fabric_log or (_unit_started(svc) and not na_fabric)
+    need = nvswitch or on_fabric or fabric_log or (_unit_started(svc) and not na_fabric and not switchless)
     if not need and svc is None and not gpus and ctx.options.mode == "analyze":
         return []  # a paste without fabric data (an -q fragment, an error message): nothing to say
     if svc is not None and svc.error:
@@ -361,7 +388,7 @@ def grade_fabric(ctx: CheckContext) -> Result | list[Result]:
         f.add("fabric.manager/nvidia-smi-failed", f"fabric state unknown: {smi_err.line}", [smi_err.line],
               f"{smi_err.summary}: {smi_err.remedy} (see gpu.driver)")
     if not need:
-        return _not_needed(ctx, svc, report is not None, gpus, f, prov, facts)
+        return _not_needed(ctx, svc, report is not None, gpus, switchless, f, prov, facts)
     running = svc is not None and svc.active == "active"
     configured = bool(log_facts.get("log_configured_after_last_start"))
     if not f and not ((on_fabric and fabric_ok) or running or configured):
@@ -376,7 +403,7 @@ CHECK = Check(
     id="fabric.manager", title="NVSwitch fabric manager", grade=grade_fabric,
     probes=(PROBE_FM_SERVICE, PROBE_Q), required=("nvidia-smi-q",),
     inputs=("fm-service", "nvidia-smi-q", "nvidia-smi-fabric", "fm-log"),
-    profile_keys={"fabric.nvswitch": bool},
+    profile_keys={"fabric.nvswitch": bool, "fabric.no_nvswitch_gpus": list},
     catches="fabric manager dead/failed/not installed or refusing a driver of another version, GPU fabric "
             "registration not Completed, fabric health degraded, NVSwitch fatal/non-fatal SXids and NVLS multicast "
             "failures in its log or journal, no NVSwitch where one is expected, an unverified fabric",

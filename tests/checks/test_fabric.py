@@ -197,10 +197,57 @@ def test_no_systemd_grades_on_fabric_state() -> None:
 
 
 def test_generic_node_without_nvswitch_is_not_flagged() -> None:
-    for s in ("show_fm_not_found.txt", "show_fm_failed.txt"):
-        r = fabric(profile="generic", svc=svc(s), q=q("l40s_x1_535_no_fabric.txt"))
-        assert r.status is Status.SKIP, (s, r.summary)
-        assert r.facts["fabric_state"] == "N/A"
+    r = fabric(profile="generic", svc=svc("show_fm_not_found.txt"), q=q("l40s_x1_535_no_fabric.txt"))
+    assert r.status is Status.SKIP and r.facts["fabric_state"] == "N/A"
+    assert r.summary == ("no NVSwitch fabric on this node (NVIDIA L40S: no NVSwitch); fabric manager not required by "
+                         "profile generic")
+    # a unit that failed where it is not needed: a misconfiguration worth a look, not a fault
+    r = fabric(profile="generic", svc=svc("show_fm_failed.txt"), q=q("l40s_x1_535_no_fabric.txt"))
+    assert r.status is Status.WARN and r.facts["codes"] == ["fabric.manager/failed-without-nvswitch"]
+    assert r.summary == ("nvidia-fabricmanager is failed (result exit-code, exit status 1); not applicable where there "
+                         "is no NVSwitch (NVIDIA L40S: no NVSwitch) (profile generic expects none)")
+    assert r.remedy.startswith("on a node without NVSwitch: disable the unit (systemctl disable nvidia-fabricmanager)")
+
+
+GEFORCE_TABLE = """+-----------------------------------------------------------------------------+
+| NVIDIA-SMI 510.47.03    Driver Version: 510.47.03    CUDA Version: 11.6     |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|                               |                      |               MIG M. |
+|===============================+======================+======================|
+|   0  {name}  Off  | 00000000:05:00.0 Off |                  N/A |
+| N/A   51C    P0    15W /  N/A |      0MiB /  4096MiB |      0%      Default |
+|                               |                      |                  N/A |
++-------------------------------+----------------------+----------------------+
+"""
+START_FAILED = ("Job for nvidia-fabricmanager.service failed because the control process exited with error code.\n"
+                "See \"systemctl status nvidia-fabricmanager.service\" and \"journalctl -xe\" for details.\n")
+
+
+@pytest.mark.parametrize("name,status", [
+    ("NVIDIA GeForce ...", Status.WARN), ("NVIDIA RTX A6000   ", Status.WARN), ("Tesla T4           ", Status.WARN),
+    ("NVIDIA A10         ", Status.WARN), ("NVIDIA A100-SXM... ", Status.FAIL), ("NVIDIA H100 80GB...", Status.FAIL),
+])
+def test_failed_start_next_to_gpu_models(name: str, status: Status) -> None:
+    [r] = grade_text("fabric.manager", {"fm-service": START_FAILED, "nvidia-smi-table": GEFORCE_TABLE.format(name=name)})
+    assert r.status is status, r.summary
+    [r] = grade_text("fabric.manager", {"fm-service": START_FAILED, "nvidia-smi-table": GEFORCE_TABLE.format(name=name)},
+                     profile="h100-sxm-8x")
+    assert r.status is Status.FAIL  # the profile says NVSwitch: the models do not overrule it
+
+
+def test_switchless_needs_every_gpu_and_a_list(tmp_path: Path) -> None:
+    two = GEFORCE_TABLE.format(name="NVIDIA GeForce ...").replace(
+        "+-------------------------------+----------------------+----------------------+\n", "", 2)
+    mixed = GEFORCE_TABLE.format(name="NVIDIA GeForce ...") + GEFORCE_TABLE.format(name="NVIDIA A100-SXM... ")
+    [r] = grade_text("fabric.manager", {"fm-service": START_FAILED, "nvidia-smi-table": mixed})
+    assert r.status is Status.FAIL, r.summary
+    prof = tmp_path / "p.toml"
+    prof.write_text('[profile]\nname = "p"\nextends = "generic"\n[fabric]\n'
+                    'no_nvswitch_gpus = { value = [], source = "t" }\n')
+    [r] = grade_text("fabric.manager", {"fm-service": START_FAILED, "nvidia-smi-table": two}, profile=str(prof))
+    assert r.status is Status.FAIL
 
 
 def test_h100_profile_with_fabric_na_is_not_verified() -> None:
@@ -345,7 +392,8 @@ def test_no_input_and_unverified_codes() -> None:
 def test_not_required_code() -> None:
     r = fabric(profile="generic", svc=svc("show_fm_not_found.txt"), q=q("l40s_x1_535_no_fabric.txt"))
     assert r.facts["codes"] == ["fabric.manager/not-required"]
-    assert r.summary == "no NVSwitch fabric on this node; fabric manager not required by profile generic"
+    assert r.summary == ("no NVSwitch fabric on this node (NVIDIA L40S: no NVSwitch); fabric manager not required by "
+                         "profile generic")
     r = fabric(mode="analyze", profile="generic", svc=svc("show_fm_not_found.txt"))
     assert r.summary.endswith("(nothing shows one)") and r.facts["codes"] == ["fabric.manager/not-required"]
 
@@ -842,7 +890,7 @@ def test_check_registration() -> None:
     c = fab_check.CHECK
     assert c.inputs == ("fm-service", "nvidia-smi-q", "nvidia-smi-fabric", "fm-log")
     assert c.required == ("nvidia-smi-q",) and c.node_local and c.in_run
-    assert c.profile_keys == {"fabric.nvswitch": bool}
+    assert c.profile_keys == {"fabric.nvswitch": bool, "fabric.no_nvswitch_gpus": list}
     assert fab_check.PROBE_FM_SERVICE.commands == ((
         "systemctl", "show", "nvidia-fabricmanager",
         "--property=LoadState,ActiveState,SubState,Result,ExecMainStatus", "--no-pager"),)
