@@ -55,6 +55,8 @@ AER_UNCORRECTABLE = {0: "Undefined", 4: "DLP", 5: "SDES", 12: "TLP", 13: "FCP", 
                      26: "PoisonTLPBlocked"}
 MCI_STATUS_UC = 61  # IA32_MCi_STATUS bit 61: the error was not corrected (Intel SDM vol. 3B, 16.3.2.2)
 
+# what a machine-check line holds somewhere (one cheap search before the machine-check patterns)
+_MCE_HINT = re.compile(r"achine [cC]heck|mce:|Hardware Error|EDAC|Memory failure")
 # the port drivers whose "link down" is a PCIe link going away (not a network link)
 PORT_DRIVERS = frozenset({"pcieport", "pciehp"})
 
@@ -115,7 +117,7 @@ class HwReader:
             return self._sxid(msg, line)
         if "[Hardware Error]" in msg and self._ghes(msg, line):
             return True
-        if self._mce(msg, line):
+        if _MCE_HINT.search(msg) and self._mce(msg, line):
             return True
         dm = _DEV.search(msg)
         if dm is None:
@@ -280,9 +282,13 @@ class HwReader:
         return True
 
 
-# what a kernel log line must hold to be read here (substring needles for `Doc.scan`)
-NEEDLES = ("PCIe Bus Error", "AER:", "error status/mask", "DPC:", "Slot(", "Link Down", "link down", "Hardware Error",
-           "achine check", "mce:", "EDAC", "Memory failure", "SXid", "can't recover")
+# what a kernel log line must hold to be read here (substring needles for `Doc.scan`, each one a
+# scan of the whole log: as few as cover every report). SXid lines hold `Xid`, a needle of the
+# driver's lines.
+# A port's announcement of a corrected error (thousands in a noisy log) holds none of them: the
+# device's own `PCIe Bus Error` line is the report read.
+NEEDLES = ("PCIe Bus Error", "Uncorrect", "ecover", "status/mask", "DPC:", "Slot(", "Link Down", "link down",
+           "Hardware Error", "achine check", "EDAC", "Memory failure")
 
 __all__ = ["AER_CORRECTABLE", "AER_UNCORRECTABLE", "HwReader", "KernelFault", "NEEDLES", "PORT_DRIVERS",
            "aer_names"]
