@@ -131,3 +131,21 @@ def test_corpus_sxm_gpu_with_all_links_inactive() -> None:
     r = _results("nvidia-smi/nvlink_status_gpu6_a100_nvml_unable_all_links_inactive_aznhc.txt")["gpu.nvlink"]
     assert "GPU 6 (12 missing)" in r.summary
     assert any("all links are inactive" in e for e in r.evidence)
+
+
+@pytest.mark.corpus
+def test_corpus_topology_nic_affinity() -> None:
+    r = _results("topo/topo_m_8xA100_4nics_gpus4to7_no_local_nic.txt")["gpu.topology"]
+    assert r.facts["codes"] == ["gpu.topology/gpu-without-local-nic"]
+    assert r.facts["gpus_without_local_nic"] == ["GPU4", "GPU5", "GPU6", "GPU7"]
+    h800 = _results("topo/topo_m_8xH800_580.105.08_mlx5_gdr_nics_merged_affinity_col_sglang21210.txt")["gpu.topology"]
+    assert "mlx5_gdr_0" in h800.facts["gpus"][0]["local_nics"] and "mlx5_0" not in h800.facts["gpus"][0]["local_nics"]
+    assert "mlx5_gdr_7" in h800.facts["gpus"][7]["local_nics"]
+    dgx = _results("topo/topo_m_dgxA100_mlx5_columns_no_nic_legend.txt")["gpu.topology"]
+    assert dgx.facts["gpus"][4]["local_nics"] == ["mlx5_6", "mlx5_7"] and dgx.facts["gpus"][4]["numa_affinity"] == "7"
+
+
+@pytest.mark.corpus
+def test_corpus_lost_gpu_alone() -> None:
+    r = _results("nvml-errors/nvidia_smi_unable_to_determine_device_handle_unknown_error.txt")["gpu.inventory"]
+    assert "0000:0B:00.0" in r.summary and r.facts["codes"] == ["gpu.inventory/gpu-lost"]
