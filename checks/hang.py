@@ -23,7 +23,6 @@ from preflight.registry import Check, CheckContext, register
 
 from .hang_fr import fr_ok_summary, grade_fr
 
-C = "hang.watchdog/"
 _GATHER = ("ALLGATHER", "_ALLGATHER_BASE", "ALLGATHER_COALESCED", "ALLGATHER_INTO_TENSOR_COALESCED")
 _SCATTER = ("REDUCE_SCATTER", "_REDUCE_SCATTER_BASE", "REDUCESCATTER", "REDUCE_SCATTER_TENSOR_COALESCED")
 _SHOWN = 12  # ranks named in a summary before "+N more" (a display limit)
@@ -166,7 +165,7 @@ def _one_group(ctx: CheckContext, lg: _Log, pool: list[HangEvent], f: Findings) 
         lg.facts["never_entered"] = sorted({e.rank for e in absent if e.rank is not None})
         ev += [e.line for e in absent[:_FEW]]
     ev += [e.line for e in lg.kind("nccl_status") if e.seq == first.seq][:_FEW] + lg.log.some_failed[:_FEW]
-    code = C + "collective-timeout" if lg.timeouts else C + "watchdog-failure"
+    code = "hang.watchdog/collective-timeout" if lg.timeouts else "hang.watchdog/watchdog-failure"
     f.add(code, summary, ev, _early_remedy(ctx, first))
 
 
@@ -192,7 +191,7 @@ def _several_groups(lg: _Log, groups: dict[str, list[HangEvent]], f: Findings) -
         listing.append({"group": key, "pg": first.pg or None, "pg_guid": first.pg_guid or None, "op": first.op or None,
                         "seq": first.seq, "ranks": sorted({e.rank for e in groups[key] if e.rank is not None})})
     lg.facts["groups"] = listing
-    f.add(C + "several-groups-stuck",
+    f.add("hang.watchdog/several-groups-stuck",
           f"NCCL watchdog timeouts in {len([k for k in groups if k])} process groups: " + "; ".join(parts), ev,
           _REMEDY_GROUPS)
 
@@ -221,12 +220,12 @@ def _dump_signals(lg: _Log, f: Findings) -> None:
              if d.last_enqueued is not None else "")
     lg.facts.update(rank=d.rank, last_enqueued=d.last_enqueued, last_completed=d.last_completed)
     if local:
-        f.add(C + "collective-timeout", f"NCCL watchdog: a collective timed out on {_ranks(local)}{state}",
+        f.add("hang.watchdog/collective-timeout", f"NCCL watchdog: a collective timed out on {_ranks(local)}{state}",
               [x.line for x in local[:_FEW]], REMEDY_HANG)
         return
     source = d.peer if d.peer.isdigit() else ""
     lg.facts["timed_out_rank"] = int(source) if source else None
-    f.add(C + "remote-timeout",
+    f.add("hang.watchdog/remote-timeout",
           f"NCCL watchdog: {_ranks(dumps)} stopped on a collective timeout reported by "
           f"{'rank ' + source if source else 'another rank'}{state}",
           [x.line for x in dumps[:_FEW]],
@@ -243,7 +242,7 @@ def _heartbeat(lg: _Log, f: Findings) -> None:
     _rank_fact(lg, beats)
     stuck = next((e.timeout_ms for e in beats if e.timeout_ms is not None), None)
     lg.facts["heartbeat_timeout_ms"] = stuck
-    f.add(C + "heartbeat-timeout",
+    f.add("hang.watchdog/heartbeat-timeout",
           f"the NCCL watchdog thread of {_ranks(beats)} was stuck"
           + (f" for {stuck // 1000} s" if stuck is not None else "")
           + " (heartbeat monitor): a CUDA/NCCL call blocked it and the process was terminated",
@@ -265,7 +264,7 @@ def _desync(lg: _Log, f: Findings) -> None:
         else:
             parts.append(f"rank(s) {ranks} joined but did not finish collective #{e.seq}")
     lg.facts["lagging_ranks"] = sorted({r for e in lagging for r in e.ranks})
-    f.add(C + "desync-report", "desync report: " + "; ".join(parts), [e.line for e in events[:_QUOTE]],
+    f.add("hang.watchdog/desync-report", "desync report: " + "; ".join(parts), [e.line for e in events[:_QUOTE]],
           "the desync report names the lagging ranks: read their logs and py-spy stacks first (a rank that never "
           "joined crashed or hung before the collective; one that joined but did not finish is stuck in NCCL: "
           "check its GPU and NIC)")
@@ -277,7 +276,7 @@ def _mismatch(lg: _Log, f: Findings) -> None:
         return
     e = events[0]
     lg.facts["mismatch_ranks"] = e.ranks
-    f.add(C + "collective-mismatch",
+    f.add("hang.watchdog/collective-mismatch",
           f"ranks run different collectives: rank {e.rank} runs {e.op or 'a collective'}"
           + (f" SequenceNumber={e.seq}" if e.seq is not None else "") + (f", {e.message}" if e.message else ""),
           [x.line[:_LINE] for x in events[:_FEW]],
@@ -294,7 +293,7 @@ def _barrier(lg: _Log, f: Findings) -> None:
     lg.facts["barrier_failed_ranks"] = failed
     what = (f"rank(s) {', '.join(map(str, failed))} failed to pass monitoredBarrier in {events[0].timeout_ms} ms"
             if failed else f"rank {events[0].rank} timed out in monitoredBarrier after {events[0].timeout_ms} ms")
-    f.add(C + "monitored-barrier", what, [e.line for e in events[:_FEW]],
+    f.add("hang.watchdog/monitored-barrier", what, [e.line for e in events[:_FEW]],
           "the named ranks never reached the barrier: they crashed or hang elsewhere; read their logs and stacks")
 
 
@@ -304,7 +303,7 @@ def _nccl_errors(lg: _Log, f: Findings) -> None:
         return
     _rank_fact(lg, errors)
     lg.facts["nccl_errors"] = sorted({e.message for e in errors})[:_QUOTE]
-    f.add(C + "nccl-error", f"NCCL error on {_ranks(errors)}: {errors[0].message[:_MSG]}",
+    f.add("hang.watchdog/nccl-error", f"NCCL error on {_ranks(errors)}: {errors[0].message[:_MSG]}",
           [e.line[:_LINE] for e in errors[:_QUOTE]],
           "a peer exited or the network failed: check the other ranks' logs for the first failure, and the IB "
           "ports (ibstat) and Xids of their nodes; run with NCCL_DEBUG=INFO for the failing call")
@@ -318,12 +317,12 @@ def _secondary(lg: _Log, f: Findings) -> None:
     if aborted:
         reason = next((e.message for e in aborted if e.message), "")
         _rank_fact(lg, aborted)
-        f.add(C + "communicator-aborted", f"NCCL communicator aborted on {_ranks(aborted)}"
+        f.add("hang.watchdog/communicator-aborted", f"NCCL communicator aborted on {_ranks(aborted)}"
               + (f": {reason[:_MSG]}" if reason else ""), [e.line[:_LINE] for e in aborted[:_FEW]],
               "a consequence of a failure elsewhere (another rank's timeout or error): find the first failure in "
               "the other ranks' logs")
         return
-    f.add(C + "remote-error", f"{_ranks(remote)} saw an error reported by rank {remote[0].peer}",
+    f.add("hang.watchdog/remote-error", f"{_ranks(remote)} saw an error reported by rank {remote[0].peer}",
           [e.line for e in remote[:_FEW]], f"read rank {remote[0].peer}'s log for the error it reported")
 
 
@@ -332,7 +331,7 @@ def _watchdog_exception(lg: _Log, f: Findings) -> None:
     if not events:
         return
     _rank_fact(lg, events)
-    f.add(C + "watchdog-exception",
+    f.add("hang.watchdog/watchdog-exception",
           f"the NCCL watchdog of {_ranks(events)} ended on an exception: {events[0].message[:_MSG]}",
           [e.line[:_LINE] for e in events[:_FEW]],
           "the watchdog stopped the process on this error: a CUDA error here is this GPU's fault (check the "
@@ -351,10 +350,10 @@ def _gloo(lg: _Log, f: Findings) -> None:
     parts = []
     if first_t is not None:
         parts.append(f"gloo {first_t.op} timed out after {first_t.timeout_ms} ms on {_ranks(gloo_t)}")
-    code, rem = C + "gloo-timeout", REMEDY_HANG
+    code, rem = "hang.watchdog/gloo-timeout", REMEDY_HANG
     if gloo_c:
         parts.append(f"peer(s) {', '.join(sorted({e.peer for e in gloo_c}))} closed the connection")
-        code = C + "gloo-peer-closed"
+        code = "hang.watchdog/gloo-peer-closed"
         rem = (f"the process at {gloo_c[0].peer} exited or crashed first: read its log (OOM, exception, "
                "node failure); the timeouts on other ranks follow from it")
     ev = [e.line for e in (gloo_c + gloo_t)][:_QUOTE]
@@ -368,7 +367,7 @@ def _gloo(lg: _Log, f: Findings) -> None:
     elif lg.tl.p2p_calls and gloo_c and not gloo_t:
         parts.append("inside a point-to-point receive: the sending process exited before the receive completed")
         ev += lg.tl.p2p_calls[:_FEW]
-        code = C + "p2p-sender-exited"
+        code = "hang.watchdog/p2p-sender-exited"
         rem = ("an application bug in point-to-point communication, not the network: the sender returned (or "
                "crashed) before its matching send completed; keep both processes alive until every send/recv "
                "pair has completed (wait on the requests, add a barrier before exit)")
@@ -381,7 +380,7 @@ def _store(lg: _Log, f: Findings) -> None:
         return
     e = next((x for x in events if "Error: " in x.line), events[0])  # the error raised says most
     lg.facts["store"] = e.message
-    f.add(C + "store-failure", f"c10d store / rendezvous failure on {_ranks(events)}: {e.message[:_MSG]}",
+    f.add("hang.watchdog/store-failure", f"c10d store / rendezvous failure on {_ranks(events)}: {e.message[:_MSG]}",
           [x.line[:_LINE] for x in events[:_FEW]],
           "the ranks never all met at start-up: a rank crashed or hung before init_process_group (read every "
           "rank's log; a GPU that hangs in torch.cuda.set_device blocks its rank), or cannot reach the store "
@@ -390,7 +389,7 @@ def _store(lg: _Log, f: Findings) -> None:
 
 def _some_failed(lg: _Log, f: Findings) -> None:
     if lg.log.some_failed and not f:
-        f.add(C + "some-failed", "NCCL operations failed or timed out (no detail line in the log)",
+        f.add("hang.watchdog/some-failed", "NCCL operations failed or timed out (no detail line in the log)",
               lg.log.some_failed[:_FEW], REMEDY_HANG)
 
 
@@ -408,7 +407,7 @@ def _worker_failed(lg: _Log, f: Findings) -> None:
     cause = f": {crash.exception}: {crash.message[:_MSG]}" if crash is not None else ""
     if root is not None:
         sig = f" ({root.signal})" if root.signal else ""
-        f.add(C + "worker-failed", f"torchrun: rank {root.rank} on {root.host or 'its host'} failed with exitcode "
+        f.add("hang.watchdog/worker-failed", f"torchrun: rank {root.rank} on {root.host or 'its host'} failed with exitcode "
               f"{root.exitcode}{sig}{cause}", root.lines[:_QUOTE] + (crash.lines[-_FEW:] if crash else []),
               "the job failed on this rank first: read its log for the first error (traceback, NCCL/CUDA error, "
               "OOM); a negative exit code is the signal that killed it (-6 SIGABRT: the watchdog or an abort, "
@@ -417,7 +416,7 @@ def _worker_failed(lg: _Log, f: Findings) -> None:
     ended = [x for x in lg.tl.exits if x.signal or x.code]
     if ended:
         x = ended[0]
-        f.add(C + "worker-failed", f"process {x.process} terminated with "
+        f.add("hang.watchdog/worker-failed", f"process {x.process} terminated with "
               + (f"signal {x.signal}" if x.signal else f"exit code {x.code}") + cause,
               [y.line for y in ended[:_FEW]], "read that process's log for the error that ended it")
 
@@ -439,7 +438,7 @@ def grade_watchdog(ctx: CheckContext) -> Result:
     tl: TorchLog | None = ctx.facts("watchdog-log")
     fr: FrText | None = ctx.facts("fr-trace")
     if tl is None and fr is None:
-        return ctx.finding(C + "no-input", "no training log or flight-recorder output to grade")
+        return ctx.finding("hang.watchdog/no-input", "no training log or flight-recorder output to grade")
     f = Findings()
     facts: dict[str, Any] = {"op": None, "seq": None, "timeout_ms": None, "ran_ms": None, "rank": None}
     if tl is not None:
@@ -448,7 +447,7 @@ def grade_watchdog(ctx: CheckContext) -> Result:
         grade_fr(fr, f, facts)
     recognised = (tl is not None and tl.recognised) or (fr is not None and fr.recognised)
     if not f and not recognised:
-        return ctx.finding(C + "not-recognised",
+        return ctx.finding("hang.watchdog/not-recognised",
                            "not recognised: expected PyTorch watchdog, gloo, store or torchrun failure lines, or "
                            "fr_trace findings", facts=facts)
     ok = fr_ok_summary(fr) if fr is not None and fr.recognised and (tl is None or not tl.recognised) else \
