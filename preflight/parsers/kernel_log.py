@@ -97,7 +97,8 @@ GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
                                   re.IGNORECASE), "RESET_GPU"),
     ("gsp_timeout", re.compile(r"Heartbeat timed out|GSP task watchdog timeout|"
                                r"waiting for RPC (?:response )?from (?:GPU\d+ )?GSP|GSP core unresponsive|"
-                               r"GSP-RM unresponsive|_kgspLogRpcTimeout|_kgspLogXid119", re.IGNORECASE), "RESET_GPU"),
+                               r"GSP-RM unresponsive|_kgspLogRpcTimeout|_kgspLogXid119|"
+                               r"_issueRpc\w*: rpc\w+ (?:failed|timedout)", re.IGNORECASE), "RESET_GPU"),
     ("gsp_crash", re.compile(r"GSP-CrashCat Report|kgspHealthCheck|GSP crashed|IRQSTAT_FATAL_ERROR", re.IGNORECASE),
      "RESET_GPU"),
     ("memsys_error", re.compile(r"Memory Subsystem Error detected|memory subsystem timeout", re.IGNORECASE),
