@@ -269,14 +269,18 @@ def _beyond(run: PingRun, top: int, expected: int) -> bool:
     return mtu is not None and run.size is not None and top >= mtu and run.size <= mtu
 
 
+def _size(run: PingRun) -> int:
+    return run.size or 0  # pragma: no mutate (a run without a size sorts before every sized one)
+
+
 def _transcript_pair(peer: str, rs: list[PingRun], expected: int) -> tuple[Pair, list[str]]:
     """One peer's runs -> (its pair, notes on the probes above the passing frames)."""
     top = _passed_frame(rs)
     beyond = [r for r in rs if _beyond(r, top, expected)]
     graded = [r for r in rs if r not in beyond]
-    sized = sorted(graded, key=lambda r: r.size or 0)  # pragma: no mutate (a run without a size sorts first)
+    sized = sorted(graded, key=_size)
     jumbo = sized[-1]
-    small = sized[0] if len(sized) > 1 and (sized[0].size or 0) < (jumbo.size or 0) else None
+    small = sized[0] if _size(sized[0]) < _size(jumbo) else None
     notes = [f"{peer}: {r.size}-byte probe refused or lost above the {top}-byte frames that passed"
              + (f" (mtu {r.reported_mtu} reported)" if r.reported_mtu else "") + ": the end of the path, not a fault"
              for r in beyond]
