@@ -77,6 +77,7 @@ _NVLS_ENV = re.compile(r"NCCL_NVLS_ENABLE(?:\s+set by environment to\s+|\s*=\s*|
 _NVLS_OFF = re.compile(r"NVLS multicast support is not available|NVLS disabled", re.I)
 _NVLS_ON = re.compile(r"NVLS multicast support is available|\bNVLS comm 0x|nvlsSupport 1|NVLS enabled", re.I)
 _HCA_ARG = re.compile(r"NCCL_IB_HCA[= ]['\"]?\^?=?([\w.:,-]+)")
+SNIFF_LINES = 400  # lines of the top a detector reads before it searches the whole text
 _BLOCK_SIZES = (4, 8, 16)  # values per row: one block of 4, two of 4, two of 8 (per-iteration columns)
 
 
@@ -663,8 +664,16 @@ _DETECT = re.compile(r"^(?:#?\s*Avg bus bandwidth\s*:|#?\s*nThread \d+ nGpus \d+
                      r"#\s*(?:size|bytes)\s+(?:count|N)\s+type\b.*\b(?:time|cputime)\s+algbw\s+busbw)")
 
 
+_DETECT_NEEDLES = ("Avg bus bandwidth", "nThread ", "Using devices", "Collective test", "nccl-tests version",
+                   "rccl-tests: Version", "algbw")
+
+
 def detect(doc: Doc) -> bool:
-    return any(_DETECT.match(ln.text.strip()) for ln in doc.head(400))
+    """nccl-tests output: its own lines at the top, or anywhere (a long NCCL_DEBUG=INFO log
+    before the table)."""
+    if any(_DETECT.match(ln.text.strip()) for ln in doc.head(SNIFF_LINES)):
+        return True
+    return any(_DETECT.match(ln.text.strip()) for ln in doc.select(_DETECT_NEEDLES))
 
 
 FORMATS = [Format("nccl-tests", detect=detect, priority=65, description="nccl-tests / rccl-tests *_perf output")]

@@ -449,3 +449,12 @@ def test_a_single_rank_table_is_an_all_reduce_of_factor_0() -> None:
     row = "  1073741824     268435456     float     sum      -1   2386.1  450.00    0.00       0   2386.1  450.00    0.00  0\n"
     res = parse_nccl_tests(COLS + row)
     assert res.bw_ratio() == 0.0 and res.ratio_ranks() is None and res.collective() == "all_reduce"
+
+
+def test_detected_after_a_long_info_log() -> None:
+    info = "".join(f"gpu01:1234:{1300 + i} [{i % 8}] NCCL INFO Channel {i % 32:02d}/0 : {i % 8}[{i % 8}] -> "
+                   f"{(i + 1) % 8}[{(i + 1) % 8}] via P2P/CUMEM\n" for i in range(600))
+    assert nt.detect(Doc(info + COLS + ROW_1G + "\n"))
+    assert nt.detect(Doc(info + "# Avg bus bandwidth    : 449.6\n"))
+    assert not nt.detect(Doc(info + "algbw is what we want\n"))
+    assert not nt.detect(Doc(info))
