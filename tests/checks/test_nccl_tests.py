@@ -283,7 +283,7 @@ def test_unknown_topology_on_a_board_table_is_not_graded() -> None:
     lines = text.splitlines()
     partial = "\n".join(ln for ln in lines if "Rank  3 " not in ln)
     r = one(partial, "generic")
-    assert r.status is Status.PASS
+    assert r.status is Status.PASS and r.facts["table"] == "unknown topology"
     assert any("does not show how the ranks sit on hosts" in e for e in r.evidence)
 
 
@@ -321,6 +321,11 @@ def test_shared_pci_bus_is_named_as_a_vm_topology() -> None:
     assert r.status is Status.WARN
     assert any(e.startswith("GPUs share one PCIe bus on node00, node01") for e in r.evidence)
     assert not any("PCIe bus" in e for e in one(text).evidence)
+
+
+def test_a_single_size_of_1_gb_is_enough() -> None:
+    r = one(table(2, 8, 400.0, lo=1 << 30, hi=1 << 30))
+    assert r.status is Status.PASS and "nccl.allreduce/single-size" not in codes(r)
 
 
 def test_short_sweep_and_single_size() -> None:
@@ -880,6 +885,9 @@ def test_topology_of_one_process(params: str, multi: bool | None) -> None:
     no_threads = parse_nccl_tests(text)
     no_threads.params = {"ngpus": 8}
     assert grader.topology(no_threads).multi is False
+    no_gpus = parse_nccl_tests(text)
+    no_gpus.params = {"nthread": 8}
+    assert grader.topology(no_gpus).multi is None
 
 
 def test_boards_quote_their_source_and_gpu_count() -> None:
@@ -980,6 +988,11 @@ def test_the_same_bus_number_in_two_pci_domains_is_not_shared() -> None:
     text = table(1, 8, 360.0, lo=1 << 30)
     two = text.replace("device  1 [0000:29:00]", "device  1 [0001:18:00]", 1)
     assert not any("PCIe bus" in e for e in one(two).evidence)
+    slow = table(1, 8, 300.0, lo=1 << 30)
+    r = one(slow.replace("device  1 [0000:29:00]", "device  1 [0001:18:00]", 1))
+    assert r.status is Status.WARN and not any("PCIe bus" in e for e in r.evidence)
+    r = one(slow.replace("device  1 [0000:29:00]", "device  1 [0000:18:01]", 1))
+    assert any("PCIe bus on node00" in e for e in r.evidence)
 
 
 def test_a_sweep_ending_at_1_gb_is_graded() -> None:
@@ -1050,6 +1063,7 @@ def test_spike_summary_lists_five_sizes() -> None:
     r = one(spike_table({**five, 512 << 10: 9000.0}, lo=512 << 10))
     assert r.summary.endswith("(512 KB, 1 MB, 2 MB, 4 MB, 8 MB ...)")
     assert any(e.startswith("nccl.allreduce.spike_ratio = 2 (on a healthy fabric") for e in r.evidence)
+    assert r.remedy.startswith("an intermittent fabric problem") and r.remedy.endswith("ibstat error counters")
 
 
 def test_spikes_are_read_per_type_and_op() -> None:
@@ -1065,6 +1079,9 @@ def test_spikes_are_read_per_type_and_op() -> None:
     assert grader._spikes(sweeps[0][:2], 2.0, 100.0) == {}
     assert spikes_of({1 << 20: 4000.0}, hi=4 << 20) and not spikes_of({1 << 20: 4000.0}, hi=2 << 20)
     assert grader._spikes([(mk("float", 0, 30.0), 30.0), (mk("float", 8, 400.0), 400.0)], 2.0, 100.0) == {}
+    zero_first = [(mk("float", 0, 30.0), 30.0), (mk("float", 8, 31.0), 31.0), (mk("float", 16, 32.0), 32.0),
+                  (mk("float", 32, 400.0), 400.0)]
+    assert grader._spikes(zero_first, 2.0, 100.0) == {3: "400 us after 32 us at 16 B"}
 
 
 # ----------------------------------------------------------------------------- plateau, exactly
@@ -1122,10 +1139,11 @@ def test_computed_average_has_three_decimals() -> None:
 
 
 def test_proof_is_the_first_peak_row_and_the_average() -> None:
-    text = table(1, 8, 470.0, lo=1 << 30)
-    flat = re.sub(r"  \d+\.\d\d  ( +\d+ )(?=  )", lambda m: m.group(0), text)
-    r = one(flat)
-    assert len(r.evidence) == 2 and r.evidence[1].startswith("# Avg bus bandwidth")
+    t = (4 << 30) / (470.0 / 1.75 * 1e3)
+    r = one(table(1, 8, 470.0, lo=4 << 30, hi=8 << 30, times={4 << 30: t, 8 << 30: 2 * t}))
+    assert r.status is Status.PASS and r.facts["rows"][0]["busbw"] == r.facts["rows"][1]["busbw"]
+    assert len(r.evidence) == 2 and r.evidence[0].startswith("4294967296")
+    assert r.evidence[1].startswith("# Avg bus bandwidth")
 
 
 def test_the_summary_names_two_findings() -> None:
@@ -1151,6 +1169,7 @@ def one_rank(footer: str = "# Out of bounds values : 0 OK\n# Avg bus bandwidth  
 def test_a_single_rank_measures_nothing() -> None:
     r = one(one_rank())
     assert r.status is Status.SKIP and codes(r) == ["nccl.allreduce/one-rank"]
+    assert r.summary.startswith("a single-rank run: it measures") and r.summary.endswith("(busbw is 0 by definition)")
     assert r.remedy.startswith("run one all_reduce_perf across the GPUs") and r.evidence[0].startswith("4294967296")
     assert codes(one(one_rank(ranks=False))) == ["nccl.allreduce/one-rank"]
     assert one(one_rank("# Out of bounds values : 2 FAILED\n")).status is Status.FAIL
