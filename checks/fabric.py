@@ -58,11 +58,12 @@ LIVENESS = (f"fabric manager liveness not shown (a Completed state outlives a de
 # The Health sub-block (570+): field -> {value: code, or "" when healthy}; a value not listed is
 # said to be not recognised. "Incorrect Configuration" names what is wrong: any value but None.
 _HEALTH: dict[str, dict[str, str]] = {
-    "summary": {"healthy": "", "unhealthy": "health-unhealthy", "limited capacity": "health-limited-capacity"},
-    "bandwidth": {"full": "", "degraded": "bandwidth-degraded"},
-    "route recovery in progress": {"false": "", "true": "route-recovery"},
-    "route unhealthy": {"false": "", "true": "route-unhealthy"},
-    "access timeout recovery": {"false": "", "true": "access-timeout-recovery"},
+    "summary": {"healthy": "", "unhealthy": "fabric.manager/health-unhealthy",
+                "limited capacity": "fabric.manager/health-limited-capacity"},
+    "bandwidth": {"full": "", "degraded": "fabric.manager/bandwidth-degraded"},
+    "route recovery in progress": {"false": "", "true": "fabric.manager/route-recovery"},
+    "route unhealthy": {"false": "", "true": "fabric.manager/route-unhealthy"},
+    "access timeout recovery": {"false": "", "true": "fabric.manager/access-timeout-recovery"},
     "incorrect configuration": {"none": ""},
 }
 
@@ -166,13 +167,13 @@ def _health_findings(b: FabricBlock, f: Findings) -> None:
         if not v:  # N/A, Not Supported: not reported
             continue
         table = _HEALTH.get(leaf.lower())
-        code = (table or {}).get(v.lower(), "incorrect-configuration" if leaf.lower() == "incorrect configuration"
-                                 else "health-value-unknown")
+        code = (table or {}).get(v.lower(), "fabric.manager/incorrect-configuration" if leaf.lower() ==
+                                 "incorrect configuration" else "fabric.manager/health-value-unknown")
         if not code:
             continue
-        what = f"not recognised: fabric health {leaf} = {v}" if code == "health-value-unknown" else \
+        what = f"not recognised: fabric health {leaf} = {v}" if code == "fabric.manager/health-value-unknown" else \
             f"fabric health: {leaf} = {v}"
-        f.add(f"fabric.manager/{code}", f"{b.label}: {what}", [f"{b.label} [Fabric/Health] {b.line(path)}"],
+        f.add(code, f"{b.label}: {what}", [f"{b.label} [Fabric/Health] {b.line(path)}"],
               "the NVLink fabric is degraded for this GPU: check `nvidia-smi nvlink -s`, the fabric manager "
               "log, and reset the GPU / reboot if it persists")
 

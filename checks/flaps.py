@@ -16,6 +16,13 @@ from preflight.parsers.netlog import LinkEvents, ModuleError
 from preflight.profile import Profile
 
 QUOTED = 6  # event lines quoted per interface (display limit)
+# each calling check's codes, written out (the policy table's tests read codes from the source)
+CODES = {
+    "net.nic": {"lost": "net.nic/link-lost", "flapping": "net.nic/link-flapping", "flapped": "net.nic/link-flapped",
+                "module": "net.nic/module-error"},
+    "ib.hca": {"lost": "ib.hca/link-lost", "flapping": "ib.hca/link-flapping", "flapped": "ib.hca/link-flapped",
+               "module": "ib.hca/module-error"},
+}
 
 
 def is_ib_name(name: str) -> bool:
@@ -26,21 +33,21 @@ def is_ib_name(name: str) -> bool:
 def _flap_finding(check: str, what: str, name: str, n: int, down_now: bool, fail_at: int) -> tuple[str, str, str]:
     """(code, summary, remedy) of one interface's link history; ("", "", "") when it is clean."""
     if down_now:
-        return (f"{check}/link-lost", f"{what} {name} lost its link and did not get it back",
+        return (CODES[check]["lost"], f"{what} {name} lost its link and did not get it back",
                 f"check the cable/transceiver and the switch port of {name}; drain the node until the link is up")
     if n and fail_at and n >= fail_at:
-        return (f"{check}/link-flapping", f"{what} {name} flapped {n} times",
+        return (CODES[check]["flapping"], f"{what} {name} flapped {n} times",
                 f"a flapping link makes NCCL jobs fail: drain the node, reseat or replace the cable/transceiver of "
                 f"{name}, check the switch port's error counters")
     if n:
-        return (f"{check}/link-flapped", f"{what} {name} flapped {n} time(s)",
+        return (CODES[check]["flapped"], f"{what} {name} flapped {n} time(s)",
                 f"watch {name}: replace the cable/transceiver if it flaps again")
     return "", "", ""
 
 
 def _module_findings(check: str, what: str, name: str, errs: list[ModuleError], f: Findings) -> None:
     faults = sorted({e.what for e in errs})
-    f.add(f"{check}/module-error", f"{what} {name}: transceiver fault reported by the driver ({'; '.join(faults)})",
+    f.add(CODES[check]["module"], f"{what} {name}: transceiver fault reported by the driver ({'; '.join(faults)})",
           [e.line.raw for e in errs[:QUOTED]],
           f"the port module (cable/transceiver) of {name} reported {', '.join(faults)}: reseat or replace it, check "
           f"its temperature and power budget (`mlxlink -d {errs[0].pci} -m`); the port stays down until it is fixed")
@@ -73,4 +80,4 @@ def grade_flaps(events: LinkEvents, names: list[str], profile: Profile, f: Findi
     return out
 
 
-__all__ = ["grade_flaps", "is_ib_name"]
+__all__ = ["CODES", "grade_flaps", "is_ib_name"]
