@@ -232,3 +232,19 @@ def test_ib_hca_without_ib_events_skips():
 def test_net_nic_flap_codes():
     [r] = grade_text("net.nic", {"link-events": fixture_text("netlog/dmesg_mlx5_link_down_stays_down.log")})
     assert r.status is Status.FAIL and "net.nic/link-lost" in r.facts["codes"]
+
+
+@pytest.mark.parametrize("check", ["net.nic", "ib.hca"])
+@pytest.mark.parametrize("events_text,kind", [
+    ("[1.0] mlx5_core 0000:17:00.0 ibp1s0: Link down\n", "link-lost"),
+    ("".join(f"[{i}.0] mlx5_core 0000:17:00.0 ibp1s0: Link {'down' if i % 2 == 0 else 'up'}\n" for i in range(6)),
+     "link-flapping"),
+    ("[1.0] mlx5_core 0000:17:00.0 ibp1s0: Link down\n[2.0] mlx5_core 0000:17:00.0 ibp1s0: Link up\n", "link-flapped"),
+    ("[1.0] mlx5_core 0000:17:00.0 ibp1s0: Link up\n[2.0] mlx5_core 0000:17:00.0: mlx5_port_module_event:1166:(pid 0): "
+     "Port module event[error]: module 0, Cable error, High Temperature\n", "module-error"),
+])
+def test_every_code_of_each_calling_check(check, events_text, kind):
+    f = Findings()
+    flaps.grade_flaps(events(events_text), ["ibp1s0"], load_profile("generic"), f, "port", check=check)
+    assert f.codes() == [f"{check}/{kind}"]
+    assert flaps.CODES[check][kind.replace("link-", "").replace("-error", "")] == f"{check}/{kind}"
