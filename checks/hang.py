@@ -374,6 +374,21 @@ def _gloo(lg: _Log, f: Findings) -> None:
     f.add(code, "; ".join(parts), ev, rem)
 
 
+def _gloo_enforce(lg: _Log, f: Findings) -> None:
+    events = lg.kind("gloo_enforce")
+    if not events:
+        return
+    e = events[0]
+    _rank_fact(lg, events)
+    sizes = "preamble.length" in e.message
+    f.add("hang.watchdog/gloo-error", f"gloo check failed on {_ranks(events)}: {e.message[:_MSG]}",
+          [x.line[:_LINE] for x in events[:_FEW]],
+          "the ranks passed tensors of different sizes to the same collective or send/recv pair: an application "
+          "bug, compare the shapes each rank sends" if sizes else
+          "gloo's own consistency check failed: read the message; most often the ranks disagree on a collective's "
+          "tensors or one rank's process is in a bad state")
+
+
 def _store(lg: _Log, f: Findings) -> None:
     events = lg.kind("store_failure")
     if not events:
@@ -421,7 +436,7 @@ def _worker_failed(lg: _Log, f: Findings) -> None:
               [y.line for y in ended[:_FEW]], "read that process's log for the error that ended it")
 
 
-_LOG_GRADERS = (_heartbeat, _desync, _mismatch, _barrier, _nccl_errors, _watchdog_exception, _gloo, _store,
+_LOG_GRADERS = (_heartbeat, _desync, _mismatch, _barrier, _nccl_errors, _watchdog_exception, _gloo, _gloo_enforce, _store,
                 _dump_signals, _secondary, _some_failed, _worker_failed)
 
 

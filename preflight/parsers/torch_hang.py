@@ -50,7 +50,7 @@ _WRAP_WIDTH = 60  # a line at least this long may have been cut by a terminal: t
 @dataclass
 class HangEvent:
     # nccl_timeout, nccl_status, dump_signal, heartbeat, desync, mismatch, monitored_barrier, nccl_error,
-    # comm_aborted, remote_error, watchdog_exception, gloo_timeout, gloo_peer_closed, store_failure
+    # comm_aborted, remote_error, watchdog_exception, gloo_timeout, gloo_peer_closed, gloo_enforce, store_failure
     kind: str
     rank: int | None = None  # the global rank when a launcher tag names it, else the rank the message names
     group_rank: int | None = None  # the rank inside its process group ("[PG ... Rank N]")
@@ -132,6 +132,7 @@ _GLOO_TIMEOUT = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(?:Timed out waiting (\d+)
                            r"(Application timeout caused pair closure))")
 _GLOO_CLOSED = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(Connection closed by peer|Read error|Read timeout|Write timeout|"
                           r"Socket unexpectedly closed|Socket closed|writev)\s*\[?([0-9A-Fa-f:.]+)\]?:(\d+)")
+_GLOO_ENFORCE = re.compile(r"\[enforce fail at ([^\]]*gloo[^\]]*)\]\s*(.*)$")
 _STORE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined|"
                     r"The client socket has timed out after (\d+)\s*(\w*) while trying to connect to \(([^,)]+),\s*(\d+)\)|"
                     r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: (\S+) "
@@ -495,6 +496,11 @@ def _read_barrier(r: _HangReader, ln: _Line) -> bool:
 
 
 def _read_gloo(r: _HangReader, ln: _Line) -> bool:
+    e = _GLOO_ENFORCE.search(ln.text)
+    if e:
+        ev = HangEvent(kind="gloo_enforce", message=e.group(2).strip(), line=ln.text, **_who(ln, ln.text[:e.start()]))
+        r.add(ev, ln, ev.message[:80])
+        return True
     m = _GLOO_TIMEOUT.search(ln.text)
     if m:
         ev = HangEvent(kind="gloo_timeout", op=m.group(3) or "", timeout_ms=_int(m.group(2) or ""),

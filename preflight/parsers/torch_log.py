@@ -246,6 +246,7 @@ _DETECT = re.compile(
     r"watchdog got stuck for|NCCL monitor thread timeout|Received a dump signal|Received a global timeout|"
     r"timed out in blocking wait|[Cc]aught collective operation timeout|"
     r"gloo[^\]\n]*\]\s*(?:Timed out waiting \d+ms for (?:recv|send) operation|Connection closed by peer|Read error)|"
+    r"enforce fail at [^\]\n]*gloo|"
     r"NCCL error(?: in: |: )|\bnccl(?:Remote|System|Internal|UnhandledCuda)Error\b|NCCL communicator was aborted|"
     r"are the lagging ranks|the lagging/dead/mismatched ranks|joined but didn't finish collective #|"
     r"but didn't join collective #|remote error detected from rank|Detected mismatch between collectives|"

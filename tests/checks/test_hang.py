@@ -793,3 +793,13 @@ def test_store_failure_summary_quotes_the_raised_error() -> None:
                       "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
                       "address. port: 29500, code: -98, name: EADDRINUSE\n")
     assert r.summary.endswith("name: EADDRINUSE") and r.facts["store"].startswith("The server socket has failed to listen")
+
+
+def test_gloo_enforce_fail_names_the_size_mismatch() -> None:
+    r = watchdog(text="[rank1]: RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
+                      "op.preamble.length <= op.nbytes. 8773632 vs 8386560\n")
+    assert codes(r) == ["hang.watchdog/gloo-error"] and r.facts["rank"] == 1
+    assert r.summary == "gloo check failed on rank 1: op.preamble.length <= op.nbytes. 8773632 vs 8386560"
+    assert r.remedy.startswith("the ranks passed tensors of different sizes")
+    other = watchdog(text="RuntimeError: [enforce fail at /g/gloo/allreduce.cc:9] context->size > 1\n")
+    assert other.remedy.startswith("gloo's own consistency check failed")

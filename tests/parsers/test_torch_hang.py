@@ -432,3 +432,10 @@ def test_store_lost_or_not_opened(line: str, rank: int | None, peer: str) -> Non
 
 def test_gloo_connection_info_is_not_a_failure() -> None:
     assert events("[Gloo] Rank 1 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3\n") == []
+
+
+def test_gloo_enforce_fail() -> None:
+    ev = one("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length <= "
+             "op.nbytes. 8773632 vs 8386560")
+    assert (ev.kind, ev.message) == ("gloo_enforce", "op.preamble.length <= op.nbytes. 8773632 vs 8386560")
+    assert events("[enforce fail at caffe2/core/net.cc:12] ws != nullptr") == []

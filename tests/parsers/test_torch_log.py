@@ -239,3 +239,12 @@ def test_indented_code_lines_and_fallback_exception_names() -> None:
             "Failure in the loader: shard 3: missing\n")
     [c] = parse_rank_log(text).crashes
     assert (c.exception, c.message) == ("Failure in the loader", "shard 3: missing")
+
+
+def test_detect_gloo_enforce_and_store_losses() -> None:
+    for line in ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] op.preamble.length",
+                 "DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d "
+                 "key-value store by key '0'",
+                 "DistNetworkError: The server socket has failed to listen on any local network address."):
+        assert torch_log.detect(Doc(line + "\n")), line
+    assert not torch_log.detect(Doc("[enforce fail at caffe2/core/net.cc:12] ws != nullptr\n"))
