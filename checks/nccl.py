@@ -440,7 +440,7 @@ def hca_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
         if not hcas:
             continue
         env = [f"NCCL_IB_HCA={local[0].ib_hca_env}"] if local[0].ib_hca_env else []
-        if gpus > len(hcas) and gpus > 1:
+        if gpus > len(hcas):  # hcas is not empty, so this is two GPUs or more
             f.add("nccl.transport/fewer-hcas-than-gpus", f"{len(hcas)} HCA(s) ({', '.join(hcas)}) for {gpus} GPUs on "
                                                 f"{host}: fewer NICs than GPUs, inter-node bandwidth is capped by the NICs",
                   [local[0].evidence.get("net", ""), *env],
