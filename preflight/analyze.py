@@ -513,9 +513,9 @@ def _classify_entry(registry: Registry, group: str, e: Entry, results: list[Resu
     docs = [(d, classify(d, registry)) for d in framed.docs]
     recognised = [(d, f) for d, f in docs if f]
     for host, why in _unreachable(docs).items():
-        results.append(coded_result("analyze.node/not-reached", UNREACHABLE_CHECK, host, f"node not checked: {why}", [why],
-                             f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
-                             e.display))
+        results.append(coded_result("analyze.node/not-reached", UNREACHABLE_CHECK, host, f"node not checked: {why}",
+                                    [why], f"make {host} reachable (ssh, name, host key) and collect again, or drain it",
+                                    source=e.display))
     if not recognised and not _unreachable(docs):
         first = [ln.text for d in framed.docs for ln in d.head(3)][:3]
         results.append(_unrecognised(group, e.display, "content not recognised by any check", first))

@@ -201,6 +201,8 @@ def test_a_node_pdsh_could_not_reach_is_an_error_with_its_cause():
     assert by[("gpu003", "analyze.node")]["status"] == "error"
     assert "Connection refused" in by[("gpu003", "analyze.node")]["summary"]
     assert by[("gpu004", "analyze.node")]["status"] == "error"
+    assert by[("gpu004", "analyze.node")]["facts"]["codes"] == ["analyze.node/not-reached"]
+    assert by[("gpu004", "analyze.node")]["source"] == "<stdin>"
 
 
 def test_clush_dshbak_output_is_graded_per_host_group(tmp_path: Path):
