@@ -670,8 +670,14 @@ _NOT_HOSTS = frozenset({
 })
 
 
+# kernel drivers that start their own messages with `name: ` (`nvidia-nvswitch3: SXid ...`,
+# `nvidia-modeset: ...`, `mlx5_core: ...`): a device's name, never a host
+_KERNEL_PREFIX = re.compile(r"(?:nvidia(?:-[a-z]+)?|nvswitch|mlx\d_(?:core|ib)|ib_[a-z]+|rdma_[a-z]+)\d*")
+
+
 def _hostlike(tok: str) -> bool:
-    return tok not in _NOT_HOSTS and not tok.endswith(("Error", "Exception", "Warning"))
+    return tok not in _NOT_HOSTS and not tok.endswith(("Error", "Exception", "Warning")) \
+        and not _KERNEL_PREFIX.fullmatch(tok)
 
 
 def sniff(raws: Sequence[str]) -> Stack:

@@ -348,3 +348,18 @@ def test_framing_variant_recognised_for_log_kind(kind: str, variant: str, regist
             assert log.events[0].line.time is not None or log.events[0].line.mono is not None, variant
         if variant in ("pdsh-host", "stack-pdsh-journal"):
             assert frame(text).hosts == ["gpu007"]
+
+
+def test_a_kernel_drivers_own_prefix_is_not_a_host() -> None:
+    """`nvidia-nvswitch3: SXid ...` is the driver naming its device, not pdsh naming a host."""
+    from preflight.framing import frame
+
+    for line in ("nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 20034, Fatal, Link 33 LTSSM Fault Up",
+                 "nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  550.90.07",
+                 "mlx5_core: module verification failed"):
+        [doc] = frame(line + "\n").docs
+        assert doc.host == "" and doc.lines[0].text == line, line
+    docs = frame("gpu001: nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 20034, Fatal, Link 33\n"
+                 "gpu002: nvidia-nvswitch1: SXid (PCI:0000:87:00.0): 12028, Non-fatal, Link 61\n").docs
+    assert [(d.host, d.lines[0].text[:17]) for d in docs] == [("gpu001", "nvidia-nvswitch3:"),
+                                                              ("gpu002", "nvidia-nvswitch1:")]
