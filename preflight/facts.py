@@ -49,15 +49,26 @@ class XidEventFact(_XidEventBase, total=False):
     uuid: str
     mnemonic: str
     text: str
+    code: str  # the finding code (preflight.policy) its group was graded with
+    implied: bool  # named only by a later Xid ("caused by previous Xid N"), not logged itself
+    cleared: bool  # a later Xid 154 set the GPU's recovery action back to None
 
 
-class XidFaultFact(TypedDict):
+class _XidFaultBase(TypedDict):
     kind: str  # e.g. "fallen_off_bus", "gpu_lost", "gsp_timeout"
     pci: str
     action: str
     severity: str
     time: str | None
     time_text: str
+
+
+class XidFaultFact(_XidFaultBase, total=False):
+    code: str  # the finding code (preflight.policy)
+    count: int  # lines of this fault
+    device: str  # the device the kernel named (an NVSwitch, a PCIe port)
+    detail: str
+    text: str
 
 
 class _XidBase(TypedDict):
