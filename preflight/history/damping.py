@@ -98,6 +98,11 @@ class Decision:
                 "pass_streak": self.pass_streak, "unchecked_streak": self.unchecked_streak}
 
 
+# faults without an Xid number that no retry clears: the GPU or its link is gone until a reboot
+HARD_FAULT_KINDS = {"fallen_off_bus": "GPU fallen off the bus", "gpu_lost": "GPU lost (no longer answers the driver)",
+                    "pcie_fatal": "fatal PCIe error on a GPU or NIC", "sxid_fatal": "fatal NVSwitch error (SXid)"}
+
+
 def _xid_hard_fault(r: Result, damping: Damping) -> str:
     for ev in facts.xid_events(r):
         if ev["severity"] != "fail":
@@ -110,8 +115,10 @@ def _xid_hard_fault(r: Result, damping: Damping) -> str:
             return f"Xid {xid} needs a GPU reset or reboot"
         elif xid == 79:
             return "Xid 79: GPU fallen off the bus"
-    if any(f["kind"] == "fallen_off_bus" for f in facts.xid_faults(r)):
-        return "GPU fallen off the bus"
+    for f in facts.xid_faults(r):
+        why = HARD_FAULT_KINDS.get(f["kind"])
+        if why:
+            return why
     return ""
 
 

@@ -40,6 +40,17 @@ def test_a_warning_level_event_or_a_renamed_key_is_not_hard() -> None:
     assert hard_fault(fault, Damping()) == "GPU fallen off the bus"
 
 
+def test_faults_without_an_xid_that_no_retry_clears_are_hard() -> None:
+    for kind, why in (("gpu_lost", "GPU lost (no longer answers the driver)"),
+                      ("pcie_fatal", "fatal PCIe error on a GPU or NIC"),
+                      ("sxid_fatal", "fatal NVSwitch error (SXid)")):
+        fault = res("gpu.xid", "n1", "fail", events=[], faults=[{"kind": kind, "pci": "0000:5d:00"}])
+        assert hard_fault(fault, Damping()) == why
+    for kind in ("gsp_timeout", "pcie_nonfatal", "sxid_nonfatal"):
+        soft = res("gpu.xid", "n1", "fail", events=[], faults=[{"kind": kind, "pci": "0000:5d:00"}])
+        assert hard_fault(soft, Damping()) == ""
+
+
 def test_memory_faults_from_gpu_health() -> None:
     gpu = {"index": 2, "gpu": "GPU 2", "uncorrectable_ecc": 0, "remapped_failure": None, "remapped_pending": None}
     assert hard_fault(res("gpu.health", "n1", "fail", gpus=[gpu]), Damping()) == ""
