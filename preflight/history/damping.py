@@ -100,7 +100,9 @@ class Decision:
 
 # faults without an Xid number that no retry clears: the GPU or its link is gone until a reboot
 HARD_FAULT_KINDS = {"fallen_off_bus": "GPU fallen off the bus", "gpu_lost": "GPU lost (no longer answers the driver)",
-                    "pcie_fatal": "fatal PCIe error on a GPU or NIC", "sxid_fatal": "fatal NVSwitch error (SXid)"}
+                    "pcie_fatal": "fatal PCIe error on a GPU or NIC", "sxid_fatal": "fatal NVSwitch error (SXid)",
+                    "gsp_timeout": "GPU System Processor timed out (GPU reset needed)",
+                    "gsp_crash": "GPU System Processor crashed (GPU reset needed)"}
 
 
 def _xid_hard_fault(r: Result, damping: Damping) -> str:

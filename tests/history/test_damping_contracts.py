@@ -43,10 +43,12 @@ def test_a_warning_level_event_or_a_renamed_key_is_not_hard() -> None:
 def test_faults_without_an_xid_that_no_retry_clears_are_hard() -> None:
     for kind, why in (("gpu_lost", "GPU lost (no longer answers the driver)"),
                       ("pcie_fatal", "fatal PCIe error on a GPU or NIC"),
-                      ("sxid_fatal", "fatal NVSwitch error (SXid)")):
+                      ("sxid_fatal", "fatal NVSwitch error (SXid)"),
+                      ("gsp_timeout", "GPU System Processor timed out (GPU reset needed)"),
+                      ("gsp_crash", "GPU System Processor crashed (GPU reset needed)")):
         fault = res("gpu.xid", "n1", "fail", events=[], faults=[{"kind": kind, "pci": "0000:5d:00"}])
         assert hard_fault(fault, Damping()) == why
-    for kind in ("gsp_timeout", "pcie_nonfatal", "sxid_nonfatal"):
+    for kind in ("pcie_nonfatal", "sxid_nonfatal"):
         soft = res("gpu.xid", "n1", "fail", events=[], faults=[{"kind": kind, "pci": "0000:5d:00"}])
         assert hard_fault(soft, Damping()) == ""
 
