@@ -591,6 +591,11 @@ def _epoch(t: datetime | None) -> float | None:
     return None if t is None else timeparse.epoch(t)
 
 
+# the kernel's own reports that end a job (not the corrected-error noise beside them): they time a
+# node's fault like an Xid does
+TIMED_HARDWARE = frozenset({"pcie_fatal", "sxid_fatal"})
+
+
 def _node_faults(facts: Facts, node: str, captures: dict[str, Capture], since: datetime | None,
                  registry: Any) -> None:
     """Grade the node's captures with the one grading function; hardware FAILs are node faults,
@@ -613,8 +618,9 @@ def _node_faults(facts: Facts, node: str, captures: dict[str, Capture], since: d
     if isinstance(klog, KernelLog):
         ref = since or datetime.now()
         cut = _epoch(since) if since is not None else None
+        fatal_hw = [k for k in klog.hardware if k.kind in TIMED_HARDWARE and not k.resolved]
         timed = [(_epoch(syslog_year_fix(ev.line.time, ref)), x) for ev, x in
-                 [(e, e.xid) for e in klog.events] + [(k, None) for k in klog.faults]]
+                 [(e, e.xid) for e in klog.events] + [(k, None) for k in [*klog.faults, *fatal_hw]]]
         timed = [(t, x) for t, x in timed if cut is None or t is None or t >= cut]
         known = [t for t, _ in timed if t is not None]
         times["gpu.xid"] = min(known) if known else None

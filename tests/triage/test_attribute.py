@@ -87,6 +87,19 @@ def test_xid79_on_the_culprit_node_minutes_before_is_the_cause() -> None:
     assert {r.node: r.status for r in xid} == {"gpu018": Status.FAIL, "gpu017": Status.PASS}
 
 
+def test_a_fatal_pcie_error_without_an_xid_is_timed_like_one() -> None:
+    stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(T0 - 240))
+    aer = (f"[{stamp}] pcieport 0000:98:01.0: AER: Uncorrected (Fatal) error received: 0000:9b:00.0\n"
+           f"[{stamp}] nvidia 0000:9b:00.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, "
+           "(Receiver ID)\n"
+           f"[{stamp}] nvidia 0000:9b:00.0:   device [10de:2330] error status/mask=00040000/00000000\n")
+    nodes = _wd_nodes({"gpu018": {"kernel-log": kernel_capture(aer)}})
+    verdict, _ = attribute.triage(make_bundle(nodes), reg.load())
+    assert verdict.category == "hardware", verdict
+    assert [c["node"] for c in verdict.culprits] == ["gpu018"]
+    assert any("min before the first failure" in e for e in verdict.evidence)
+
+
 def test_old_xid_outside_the_window_is_not_the_cause() -> None:
     nodes = _wd_nodes({"gpu018": {"kernel-log": kernel_capture(_dmesg_at(T0 - 3 * 86400))}})
     verdict, _ = attribute.triage(make_bundle(nodes), reg.load())
