@@ -352,11 +352,18 @@ def _nothing(ctx: CheckContext, source: str, errors: list[ToolError], q: QReport
                               "driver is in trouble")
 
 
+# the groups of health facts a source shows, as a PASS summary names them
+_GROUPS = {"recovery": "recovery action", "reset": "reset status", "remap": "remapped rows", "ecc": "ECC errors",
+           "repair": "repair flags", "retired": "retired pages", "ecc_mode": "ECC mode",
+           "clocks": "clock event reasons", "temperature": "temperature", "power": "power limit"}
+
+
 def _ok_summary(source: str, views: list[GpuHealth]) -> str:
     if source == "the nvidia-smi table":
         what = "volatile uncorrectable ECC and sensors (the table does not show row remapping; `nvidia-smi -q` does)"
     else:
-        what = ", ".join(sorted({g for v in views for g in v.shown}))
+        shown = {g for v in views for g in v.shown}
+        what = ", ".join(name for g, name in _GROUPS.items() if g in shown)
     return f"{len(views)} GPU(s) healthy in {source}: {what}"
 
 

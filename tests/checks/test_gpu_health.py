@@ -576,8 +576,8 @@ def codes(r: Result) -> list[str]:
 def test_healthy_block_passes_and_says_what_it_graded() -> None:
     r = smi(block(), block("00000000:2A:00.0"))
     assert r.status is Status.PASS and "codes" not in r.facts
-    assert r.summary == ("2 GPU(s) healthy in nvidia-smi -q: clocks, ecc, ecc_mode, power, recovery, remap, repair, "
-                         "reset, temperature")
+    assert r.summary == ("2 GPU(s) healthy in nvidia-smi -q: recovery action, reset status, remapped rows, ECC errors, "
+                         "repair flags, ECC mode, clock event reasons, temperature, power limit")
     g = r.facts["gpus"][0]
     assert g["index"] == 0 and g["gpu"] == "GPU 0 (00000000:18:00.0)" and g["ecc_mode"] is True
     assert g["temperature_c"] == 35 and g["recovery_action"] == "None" and g["field_errors"] == []
@@ -1018,7 +1018,7 @@ def retired(sbe: int, dbe: int, pending: str) -> str:
                                                             "pending)"),
     (60, 1, "Yes", ["gpu.health/retired-pages-pending", "gpu.health/retired-pages-dbe"], "page retirement pending"),
     (2, 0, "Yes", ["gpu.health/retired-pages-pending"], "page retirement pending"),
-    (2, 0, "No", [], "1 GPU(s) healthy in nvidia-smi -q: retired"),
+    (2, 0, "No", [], "1 GPU(s) healthy in nvidia-smi -q: retired pages"),
 ])
 def test_page_retirement(sbe: int, dbe: int, pending: str, want: list[str], summary: str) -> None:
     r = smi(retired(sbe, dbe, pending))
@@ -1096,8 +1096,8 @@ def csv(*rows: str) -> Result:
 def test_csv_healthy() -> None:
     r = csv(csv_row(0), csv_row(1))
     assert r.status is Status.PASS
-    assert r.summary == ("2 GPU(s) healthy in the --query-gpu CSV: clocks, ecc, ecc_mode, power, recovery, remap, "
-                         "repair")
+    assert r.summary == ("2 GPU(s) healthy in the --query-gpu CSV: recovery action, remapped rows, ECC errors, repair "
+                         "flags, ECC mode, clock event reasons, power limit")
     g = r.facts["gpus"][1]
     assert g["gpu"] == "GPU 1 (00000000:19:00.0)" and g["temperature_c"] == 41 and g["utilization"] == 0
 
