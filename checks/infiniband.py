@@ -10,9 +10,10 @@ the group(s) that reach the profile's `ib.rate`, else the fastest group, are the
 A group's speed is the rate of its Active ports, or, when every port of it is down (a down port
 reports a meaningless rate), the model's nominal rate from the profile's `ib.ca_type_rates`: so
 Active 100G front-end ports are never taken for the compute fabric while the 400G compute ports
-are Down. A compute port that is not Active/LinkUp FAILs; fewer Active compute ports than
-`ib.hca_count` FAILs; an Active compute port below `ib.rate` FAILs (a ring runs at the slowest
-rail); without an `ib.rate`, one below its adapter model's nominal rate or below its siblings
+are Down. Second ports that are down on every dual-port adapter while the first ports are up
+are uncabled, not compute rails. A compute port that is not Active/LinkUp FAILs; fewer Active
+compute ports than `ib.hca_count` FAILs; an Active compute port below `ib.rate` FAILs (a ring
+runs at the slowest rail); without an `ib.rate`, one below its adapter model's nominal rate or below its siblings
 WARNs (it may be a slower fabric by design); an adapter trained at a narrower PCIe width than it
 can FAILs; an active MTU below the port's maximum WARNs; other ports down WARN. A port state the
 parser does not know is said ("not recognised"), never taken for down or up.
@@ -49,8 +50,21 @@ def _group_rate(ports: list[Port], nominal: dict[str, Any]) -> float | None:
     return float(rate) if isinstance(rate, (int, float)) else None
 
 
+def _unused_ports(ports: list[Port]) -> set[int]:
+    """Port numbers past the first that are down on every adapter that has them, while first
+    ports are up: the uncabled second port of dual-port adapters, not a failed rail."""
+    by_num: dict[int, list[Port]] = {}
+    for p in ports:
+        by_num.setdefault(p.port, []).append(p)
+    if not any(p.up for p in by_num.get(1, [])):
+        return set()
+    return {n for n, group in by_num.items() if n > 1 and not any(p.up for p in group)}
+
+
 def compute_ports(ports: list[Port], link_layer: str, rate: float, nominal: dict[str, Any] | None = None) -> list[Port]:
     """The ports that carry the compute fabric (see the module docstring)."""
+    unused = _unused_ports(ports)
+    ports = [p for p in ports if p.port not in unused]
     want = (link_layer or "any").strip().lower()
     if want == "infiniband":
         cand = [p for p in ports if _is_ib(p)]

@@ -925,3 +925,30 @@ def test_fail_and_warn_summaries_join_every_finding():
     assert r.summary == ("4/4 compute ports Active (InfiniBand, rate 100/200/400); compute port(s) below their "
                          "adapter's rate: mlx5_0 (MT4129) at 200 of 400, mlx5_1 (MT4129) at 100 of 400; active MTU "
                          "below the port's maximum: mlx5_7 1024 of 4096")
+
+
+def dual(name, second_state, second_phys, first_state="Active", first_phys="LinkUp"):
+    return (f"CA '{name}'\n\tCA type: MT4123\n\tNumber of ports: 2\n\tPort 1:\n\t\tState: {first_state}\n"
+            f"\t\tPhysical state: {first_phys}\n\t\tRate: 200\n\t\tLink layer: InfiniBand\n\tPort 2:\n"
+            f"\t\tState: {second_state}\n\t\tPhysical state: {second_phys}\n"
+            f"\t\tRate: {200 if second_state == 'Active' else 10}\n\t\tLink layer: InfiniBand\n")
+
+
+def test_uncabled_second_ports_of_dual_port_adapters_are_not_rails():
+    r = one(dual("mlx5_0", "Down", "Disabled") + dual("mlx5_1", "Down", "Polling"))
+    assert r.status is Status.WARN and r.facts["codes"] == ["ib.hca/other-port-down"]
+    assert r.facts["compute_ports"] == ["mlx5_0/1", "mlx5_1/1"]
+    # one adapter's second port up: the second ports are in use, a down one is a rail down
+    r = one(dual("mlx5_0", "Active", "LinkUp") + dual("mlx5_1", "Down", "Polling"))
+    assert r.facts["codes"] == ["ib.hca/compute-port-down"] and "mlx5_1 Down/Polling" in r.summary
+    # every first port down too: nothing says which ports are cabled
+    r = one(dual("mlx5_0", "Down", "Disabled", "Down", "Polling"))
+    assert r.facts["compute_total"] == 2
+
+
+def test_unused_ports_rule():
+    ports = parse(dual("mlx5_0", "Down", "Disabled") + dual("mlx5_1", "Down", "Polling")).ports
+    assert ib._unused_ports(ports) == {2}
+    assert ib._unused_ports(parse(dual("mlx5_0", "Active", "LinkUp")).ports) == set()
+    assert ib._unused_ports(parse(dual("mlx5_0", "Down", "Disabled", "Down", "Polling")).ports) == set()
+    assert ib._unused_ports(parse(fixture_text("ib/ibstat_one_port_mlx5_3_400.txt")).ports) == set()
