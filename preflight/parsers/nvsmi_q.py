@@ -70,6 +70,20 @@ IMPLIED: dict[str, str] = {
     "correctable error": "Remapped Rows", "uncorrectable error": "Remapped Rows",
     "sram threshold exceeded": "ECC Errors/Aggregate", "channel repair pending": "ECC Errors",
     "tpc repair pending": "ECC Errors", "unrepairable memory": "ECC Errors",
+    "replays since reset": "PCI", "replay number rollovers": "PCI", "tx throughput": "PCI", "rx throughput": "PCI",
+    "atomic caps inbound": "PCI", "atomic caps outbound": "PCI",
+}
+
+# Sections within sections (lower case), for a paste whose indentation was lost: a flattened block
+# is read by this schema instead of by its indentation.
+SUBSECTIONS: dict[str, frozenset[str]] = {
+    "ecc errors": frozenset({"volatile", "aggregate", "aggregate uncorrectable sram sources"}),
+    "volatile": frozenset({"single bit", "double bit"}), "aggregate": frozenset({"single bit", "double bit"}),
+    "remapped rows": frozenset({"bank remap availability histogram"}),
+    "pci": frozenset({"gpu link info", "bridge chip"}), "gpu link info": frozenset({"pcie generation", "link width"}),
+    "mig devices": frozenset({"mig device"}),
+    "mig device": frozenset({"device attributes", "ecc errors", "fb memory usage", "bar1 memory usage"}),
+    "device attributes": frozenset({"shared"}), "fabric": frozenset({"health"}),
 }
 
 # Sections whose names make a fragment recognisably `nvidia-smi -q` (no other tool prints them).
@@ -222,6 +236,7 @@ def _apply_selection(rep: QReport) -> None:
 
 
 _ANY_INDENT = -1  # pragma: no mutate (below every indentation: any negative value)
+_STEP = 4  # the indentation nvidia-smi adds per section level
 # sections whose entries repeat within one GPU block (one per MIG device, process, clock pair)
 REPEATING = ("MIG Devices", "Processes", "Accounted Processes", "Supported Clocks")
 
@@ -237,6 +252,9 @@ class _Reader:
     top: int | None = None  # the indentation of the current block's top-level lines
     seen: dict[str, int] = field(default_factory=dict)  # path -> times shown in this block
     anon: int = 0  # blocks opened without a GPU header
+    flat: bool = False  # the block's indentation was lost: read by the section schema
+    fpath: list[str] = field(default_factory=list)  # the open sections of a flattened block
+    last_section: tuple[int, str] | None = None  # (indent, path) of the line before, when a known section
 
     def read(self, raw: str) -> None:
         line = raw.replace("\t", "    ").rstrip()
@@ -255,13 +273,45 @@ class _Reader:
         m = _GPU_HEADER.match(body)
         if m:
             self._open(m.group(1), ind)
+        elif self.current is not None and (self.flat or self._flattened(ind, body)):
+            self._flat_line(body)
         elif self.current is not None and ind > self.base:
             self._nested(self.current, ind, body)
         else:
             self._outside(ind, body)
 
-    def _reset(self, gpu: QGpu, base: int, top: int | None) -> None:
+    def _flattened(self, ind: int, body: str) -> bool:
+        """Whether this line shows that the block lost its indentation: a header's first field not
+        deeper than the header, or a known section's first line not deeper than the section."""
+        fm = _FIELD.match(body)
+        low = (fm.group("key").strip() if fm else body).lower()
+        gpu, last = self.current, self.last_section
+        if gpu is not None and gpu.bus_id and self.top is None and ind <= self.base and low in GPU_LEVEL:
+            self.flat, self.fpath = True, []
+        elif last is not None and ind <= last[0] and low not in GPU_LEVEL and (fm is not None or _subsection(low)):
+            self.flat, self.fpath = True, last[1].split("/")
+        return self.flat
+
+    def _flat_line(self, body: str) -> None:
+        """A line of a flattened block, placed by the section schema at the indentation it had."""
+        fm = _FIELD.match(body)
+        key = fm.group("key").strip() if fm else body
+        low = key.lower()
+        depth = next((i + 1 for i in range(len(self.fpath) - 1, -1, -1)
+                      if low in SUBSECTIONS.get(self.fpath[i].lower(), ())), None)
+        if depth is None and low in IMPLIED:
+            self.fpath = IMPLIED[low].split("/")
+        if depth is None:
+            depth = 0 if low in GPU_LEVEL else len(self.fpath)
+        section = fm is None or not (fm.group("value") or "").strip()
+        self.fpath = [*self.fpath[:depth], key] if section else self.fpath[:depth]
+        top = self.top if self.top is not None else self.base + _STEP
+        if self.current is not None:
+            self._nested(self.current, top + _STEP * depth, body)
+
+    def _reset(self, gpu: QGpu, base: int, top: int | None, flat: bool = False) -> None:
         self.current, self.base, self.top, self.stack, self.seen = gpu, base, top, [], {}
+        self.flat, self.last_section = flat, None
         self.report.recognised = True
 
     def _open(self, bus: str, ind: int) -> None:
@@ -273,12 +323,12 @@ class _Reader:
             report.gpus.append(gpu)
         self._reset(gpu, ind, None)
 
-    def _open_anonymous(self, ind: int) -> QGpu:
+    def _open_anonymous(self, ind: int, flat: bool = False) -> QGpu:
         """A block whose GPU header the excerpt does not show, its top level at `ind` or above."""
         gpu = QGpu(index=self.anon, bus_id="", index_known=False)
         self.anon += 1
         self.report.gpus.append(gpu)
-        self._reset(gpu, _ANY_INDENT, ind)
+        self._reset(gpu, _ANY_INDENT, ind, flat)
         return gpu
 
     def _outside(self, ind: int, body: str) -> None:
@@ -312,17 +362,19 @@ class _Reader:
             key = GPU_LEVEL.get(low, key)
         parent = self.stack[-1][1] if self.stack else ""
         implied = IMPLIED.get(low)
-        if implied and not parent.startswith(implied):  # the excerpt dropped the section's own line
+        if implied and parent != implied:  # the excerpt dropped the section's own line, or it is flattened
             parent = implied
             self.stack.clear()
         path = f"{parent}/{key}" if parent else key
         if self.seen.get(path) and not gpu.bus_id and not path.startswith(REPEATING):
-            gpu = self._open_anonymous(ind)  # the same section again: the next GPU of the excerpt
+            gpu = self._open_anonymous(ind, self.flat)  # the same section again: the next GPU of the excerpt
             parent = implied or ""
             path = f"{parent}/{key}" if parent else key
         value = (fm.group("value") or "").strip() if fm else None
         n = self.seen.get(path, 0) + 1
         self.seen[path] = n
+        known = low in GPU_LEVEL or _subsection(low)
+        self.last_section = (ind, path) if fm is None and known else None
         if value is None or not value:  # a section (`Processes :` is one written with a colon)
             self.stack.append((ind, path))
             if value is None:
@@ -330,6 +382,10 @@ class _Reader:
         stored = path if n == 1 else f"{path}#{n}"
         gpu.fields[stored] = value
         gpu.lines[stored] = re.sub(r"\s{2,}", " ", body)
+
+
+def _subsection(low: str) -> bool:
+    return any(low in subs for subs in SUBSECTIONS.values())
 
 
 def _distinctive(text: str) -> bool:

@@ -468,3 +468,59 @@ def test_unframed_grep_separators_and_prose_end_an_excerpt_block() -> None:
 def test_unknown_top_level_field_of_a_new_release_stays_in_the_block() -> None:
     g = plain("    Remapped Rows\n        Pending : No\n    Future Field : 3\n    ECC Errors\n").gpus
     assert len(g) == 1 and g[0].fields == {"Remapped Rows/Pending": "No", "Future Field": "3"}
+
+
+# ---------------------------------------------------------------------------------------
+# pastes whose indentation was lost (copied from a rendered page): read by the section schema
+
+
+@pytest.mark.parametrize("name", ["h100x8_535_healthy_idle_powerbrake.txt", "a100x1_550_mig_enabled.txt",
+                                  "v100x2_470_retired_pages_pending.txt", "grep_A_remapped_rows_8gpu_gpu5_pending.txt",
+                                  "q_450_a100_throttle_reasons_healthy.txt", "k80_352_retired_pending_old_layout.txt",
+                                  "h100x2_535_remap_failure.txt"])
+def test_a_flattened_paste_reads_as_the_indented_one(name: str) -> None:
+    lines = fixture_text(Q + name).split("\n")
+    indented, flat = nvsmi_q.parse_lines(lines), nvsmi_q.parse_lines([ln.strip() for ln in lines])
+    assert [g.bus_id for g in flat.gpus] == [g.bus_id for g in indented.gpus]
+    assert [g.fields for g in flat.gpus] == [g.fields for g in indented.gpus]
+
+
+def test_flattened_block_subsections_and_parents() -> None:
+    text = ("GPU 00000000:18:00.0\nProduct Name : NVIDIA A100\nPCI\nBus : 0x18\nGPU Link Info\nPCIe Generation\n"
+            "Max : 4\nCurrent : 4\nLink Width\nMax : 16x\nBridge Chip\nType : N/A\nReplays Since Reset : 3\n"
+            "ECC Errors\nVolatile\nSingle Bit\nTotal : 0\nDouble Bit\nTotal : 2\nAggregate\nDRAM Uncorrectable : 5\n"
+            "Aggregate Uncorrectable SRAM Sources\nSRAM L2 : 0\nChannel Repair Pending : No\nFabric\nState : Completed\n"
+            "Health\nBandwidth : N/A\nProcesses : None\n")
+    g = plain(text).gpus[0]
+    assert g.fields == {
+        "Product Name": "NVIDIA A100", "PCI/Bus": "0x18", "PCI/GPU Link Info/PCIe Generation/Max": "4",
+        "PCI/GPU Link Info/PCIe Generation/Current": "4", "PCI/GPU Link Info/Link Width/Max": "16x",
+        "PCI/Bridge Chip/Type": "N/A", "PCI/Replays Since Reset": "3",
+        "ECC Errors/Volatile/Single Bit/Total": "0", "ECC Errors/Volatile/Double Bit/Total": "2",
+        "ECC Errors/Aggregate/DRAM Uncorrectable": "5", "ECC Errors/Aggregate Uncorrectable SRAM Sources/SRAM L2": "0",
+        "ECC Errors/Channel Repair Pending": "No", "Fabric/State": "Completed", "Fabric/Health/Bandwidth": "N/A",
+        "Processes": "None"}
+
+
+def test_flattened_mig_devices_keep_their_own_ecc() -> None:
+    text = ("GPU 00000000:18:00.0\nMIG Devices\nMIG Device\nIndex : 0\nDevice Attributes\nShared\nCopy Engine count : 7\n"
+            "ECC Errors\nVolatile\nSRAM Uncorrectable : 1\nFB Memory Usage\nTotal : 9984 MiB\nMIG Device\nIndex : 1\n"
+            "Accounting Mode : Disabled\nECC Errors\nVolatile\nDRAM Uncorrectable : 0\n")
+    g = plain(text).gpus[0]
+    assert g.get("MIG Devices/MIG Device/ECC Errors/Volatile/SRAM Uncorrectable") == "1"
+    assert g.get("MIG Devices/MIG Device/Device Attributes/Shared/Copy Engine count") == "7"
+    assert g.get("MIG Devices/MIG Device/FB Memory Usage/Total") == "9984 MiB"
+    assert g.get("MIG Devices/MIG Device/Index#2") == "1" and g.get("Accounting Mode") == "Disabled"
+    assert g.get("ECC Errors/Volatile/DRAM Uncorrectable") == "0"
+
+
+def test_flattened_excerpt_without_header() -> None:
+    rep = plain("Remapped Rows\nPending : No\nRemapping Failure Occurred : No\nRemapped Rows\nPending : Yes\n")
+    assert [g.get("Remapped Rows/Pending") for g in rep.gpus] == ["No", "Yes"]
+
+
+def test_sections_of_a_normal_paste_are_not_taken_for_flattening() -> None:
+    text = "    Temperature\n--\n    Remapped Rows\n        Pending : Yes\n    ECC Errors\n    Remapped Rows\n"
+    rep = nvsmi_q.parse_lines(text.split("\n"))
+    assert [g.fields for g in rep.gpus] == [{}, {"Remapped Rows/Pending": "Yes"}, {}]
+    assert nvsmi_q.SUBSECTIONS["remapped rows"] == frozenset({"bank remap availability histogram"})
