@@ -641,7 +641,8 @@ class _Transport:
 _T_DOCKER = "docker-json"
 _TRANSPORTS: dict[str, _Transport] = {t.name: t for t in (
     _Transport("quote", re.compile(r"> ?")),
-    _Transport("pdsh", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}(?:\[[\d,-]+\])?): (?=\S|$)")),
+    # pdsh/clush print `host: ` and the line as the tool printed it (an indented line keeps its indent)
+    _Transport("pdsh", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}(?:\[[\d,-]+\])?): ")),
     _Transport("srun", re.compile(r" *(?P<rank>\d{1,6}):(?: |$)")),
     _Transport("mpi-tag", re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")),
     _Transport("rank-tag", re.compile(r"\[(?P<rank>\d{1,6})\] (?=\S)")),
@@ -727,14 +728,15 @@ def sniff(raws: Sequence[str]) -> Stack:
 
 
 _IP_LINK = re.compile(r"[\w.@-]+: <[A-Z0-9_,-]*>")
+_IP_ADDR_ONELINE = re.compile(r"[\w.@-]+\s+inet6?\s+\S+/\d+")
 _LEVEL_WORDS = frozenset({"DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "ERR", "CRITICAL", "FATAL", "TRACE"})
 
 
 def _guard(name: str, hits: list[re.Match[str]], residues: list[str]) -> bool:
     if name == "srun":
-        # `ip -o link` and `ip addr` number their lines `N: name: <FLAGS>`
+        # `ip -o link` and `ip addr` number their lines `N: name: <FLAGS>`, `ip -o addr` `N: name    inet ...`
         rest = [m.string[m.end():] for m in hits]
-        return sum(1 for r in rest if _IP_LINK.match(r)) < len(rest) / 4
+        return sum(1 for r in rest if _IP_LINK.match(r) or _IP_ADDR_ONELINE.match(r)) < len(rest) / 4
     if name == "pdsh":
         toks = [m.group("host") for m in hits]
         if any(not _hostlike(t) for t in toks):

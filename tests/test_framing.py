@@ -363,3 +363,20 @@ def test_a_kernel_drivers_own_prefix_is_not_a_host() -> None:
                  "gpu002: nvidia-nvswitch1: SXid (PCI:0000:87:00.0): 12028, Non-fatal, Link 61\n").docs
     assert [(d.host, d.lines[0].text[:17]) for d in docs] == [("gpu001", "nvidia-nvswitch3:"),
                                                               ("gpu002", "nvidia-nvswitch1:")]
+
+
+def test_pdsh_keeps_an_indented_lines_indent_and_ip_o_addr_is_not_srun() -> None:
+    """pdsh prints `host: ` and the tool's line as it was (indent kept); `ip -o addr`'s `N: name
+    inet ...` lines are interface indexes, not `srun -l` task labels."""
+    from preflight.framing import frame
+
+    docs = frame("gpu017: GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\ngpu017: \t Link 0: 26.562 GB/s\n"
+                 "gpu017:   MIG 1g.10gb     Device  0: (UUID: MIG-2)\ngpu018: GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-3)\n"
+                 ).docs
+    assert [d.host for d in docs] == ["gpu017", "gpu018"]
+    assert [ln.text for ln in docs[0].lines] == ["GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)", "\t Link 0: 26.562 GB/s",
+                                                 "  MIG 1g.10gb     Device  0: (UUID: MIG-2)"]
+    [doc] = frame("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+                  "2: eth0    inet 10.1.2.3/24 brd 10.1.2.255 scope global eth0\\       valid_lft forever\n"
+                  "3: ib0    inet 10.9.0.3/16 scope global ib0\\       valid_lft forever\n").docs
+    assert doc.stack.outer == () and doc.lines[1].text.startswith("2: eth0    inet 10.1.2.3/24")

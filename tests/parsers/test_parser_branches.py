@@ -118,7 +118,7 @@ def test_ifconfig_addresses_a_bare_inet_line_adds_none():
     f = ip.parse(doc(_IFCONFIG))
     by = f.by_name()
     assert f.shows_addresses and list(by) == ["ib0", "eth0"]
-    assert by["ib0"].addresses[0] == "10.20.0.7" and len(by["ib0"].addresses) == 2  # a dotted netmask is no length
+    assert by["ib0"].addresses[0] == "10.20.0.7/16" and len(by["ib0"].addresses) == 2  # a dotted netmask as a length
     assert by["ib0"].mtu == 2044 and by["ib0"].up
     assert by["eth0"].addresses == [] and by["eth0"].mtu == 1500
 
