@@ -468,6 +468,7 @@ _SHORT_FULL = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d\d-\d\d \d\d
                          r"(?: (?:[A-Z]{2,5}|[+-]\d{4}))? ")
 _BRACKET_ISO = re.compile(rf"\[({_ISO_T})\]:?\s?")
 _ISO = re.compile(rf"({_ISO_T})(?=\s|$)\s?")
+_ISO_MINUTES = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d)(?=\s)\s")  # a stamp without seconds
 _GO = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d:\d\d:\d\d)(\.\d+)?(?=\s|$)\s?")
 _UNIX = re.compile(r"(\d{10}\.\d{3,9}) ")
 _SYSLOG = re.compile(rf"({_MON}) ([ \d]\d) (\d\d:\d\d:\d\d)(\.\d{{1,9}})?(?: |$)")
@@ -535,6 +536,11 @@ def _on_iso(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | Non
     return _host_ident(after, ln, stack), "iso-time"
 
 
+def _on_iso_minutes(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    ln.time, ln.time_text = parse_iso(m.group(1) + ":00"), m.group(1)
+    return _host_ident(rest[m.end():], ln, stack), "iso-time"
+
+
 def _on_kmsg(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
     ln.mono = int(m.group(3)) / 1e6
     ln.time_text = f"{ln.mono:.6f}"
@@ -600,8 +606,8 @@ _LogRule = tuple[re.Pattern[str], Callable[[re.Match[str], str, Line, Stack, int
 _BRACKETED: tuple[_LogRule, ...] = ((_MONO, _on_mono), (_CTIME, _on_ctime), (_DELTA, _on_delta),
                                     (_RELTIME, _on_reltime), (_BRACKET_ISO, _on_bracket_iso),
                                     (_BRACKET_MDY, _on_bracket_mdy))
-_NUMERIC: tuple[_LogRule, ...] = ((_CRI, _on_cri), (_ISO, _on_iso), (_KMSG, _on_kmsg), (_GO, _on_go),
-                                  (_UNIX, _on_unix))
+_NUMERIC: tuple[_LogRule, ...] = ((_CRI, _on_cri), (_ISO, _on_iso), (_ISO_MINUTES, _on_iso_minutes),
+                                  (_KMSG, _on_kmsg), (_GO, _on_go), (_UNIX, _on_unix))
 _PRIORITY: tuple[_LogRule, ...] = ((_RFC5424, _on_rfc5424), (_PRIO, _on_prio))
 _FACILITY: tuple[_LogRule, ...] = ((_DECODE, _on_facility),)
 _WEEKDAY: tuple[_LogRule, ...] = ((_SHORT_FULL, _on_short_full),)

@@ -380,3 +380,16 @@ def test_pdsh_keeps_an_indented_lines_indent_and_ip_o_addr_is_not_srun() -> None
                   "2: eth0    inet 10.1.2.3/24 brd 10.1.2.255 scope global eth0\\       valid_lft forever\n"
                   "3: ib0    inet 10.9.0.3/16 scope global ib0\\       valid_lft forever\n").docs
     assert doc.stack.outer == () and doc.lines[1].text.startswith("2: eth0    inet 10.1.2.3/24")
+
+
+def test_a_time_stamp_without_seconds_is_peeled() -> None:
+    from preflight.framing import frame
+
+    [doc] = frame(" 2025-02-18 12:54 [rank13]:[E218 04:54:22.864 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught\n"
+                  " 2025-02-18 12:55 host1:180:915 [7] NCCL INFO misc/socket.cc:47 -> 3\n").docs
+    first, second = doc.lines
+    assert first.time_text == "2025-02-18 12:54" and first.time is not None and first.time.minute == 54
+    assert first.rank == 13 and first.text.startswith("[E218 04:54:22.864 ProcessGroupNCCL.cpp:616]")
+    assert second.text == "host1:180:915 [7] NCCL INFO misc/socket.cc:47 -> 3"
+    [kept] = frame("2025-02-18 12:54:07 still has seconds\n").docs
+    assert kept.lines[0].time_text == "2025-02-18 12:54:07" and kept.lines[0].text == "still has seconds"

@@ -18,6 +18,7 @@ from preflight.parsers import (
     nccl_log,
     nccl_tests,
     nvsmi_q,
+    torch_hang,
     torch_log,
 )
 
@@ -193,7 +194,7 @@ def test_watchdog_rank_from_the_launcher_prefix_and_status_merge():
             "detected by watchdog at work: 77, last enqueued NCCL work: 78, last completed NCCL work: 76.\n")
     log = torch_log.parse_hang_log(text)
     assert [(e.kind, e.rank, e.seq) for e in log.events] == [("nccl_timeout", 5, 77), ("nccl_status", 5, 77)]
-    t = torch_log._merge_status(log)
+    t = torch_hang.merge_status(log)
     assert [(e.last_enqueued, e.last_completed, e.ran_ms) for e in t] == [(78, 76, 600012)]
 
 
