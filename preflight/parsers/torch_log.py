@@ -19,7 +19,6 @@ from preflight.framing import DETECT_ENDS, Doc
 from preflight.parsers.base import Format, ParserSpec
 from preflight.parsers.torch_hang import HangEvent, HangLog, hang_events, merge_status, parse_hang_log
 
-_merge_status = merge_status  # the name tests written before preflight.parsers.torch_hang use
 
 # Tracebacks and launcher exit records
 
