@@ -19,7 +19,6 @@ from preflight.framing import DETECT_ENDS, Doc
 from preflight.parsers.base import Format, ParserSpec
 from preflight.parsers.torch_hang import HangEvent, HangLog, hang_events, merge_status, parse_hang_log
 
-
 # Tracebacks and launcher exit records
 
 _TB_START = "Traceback (most recent call last):"
