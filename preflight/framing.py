@@ -651,7 +651,7 @@ _TRANSPORTS: dict[str, _Transport] = {t.name: t for t in (
     _Transport("pdsh", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}(?:\[[\d,-]+\])?): ")),
     _Transport("srun", re.compile(r" *(?P<rank>\d{1,6}):(?: |$)")),
     _Transport("mpi-tag", re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")),
-    _Transport("rank-tag", re.compile(r"\[(?P<rank>\d{1,6})\] (?=\S)")),
+    _Transport("rank-tag", re.compile(r"\[(?P<rank>\d{1,6})\] ")),  # the line after it as printed (indent kept)
     _Transport("torchrun", re.compile(r"\[(?:default|rank)(?P<rank>\d{1,6})\]: ?")),
     _Transport("kubectl", re.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")),
     _Transport("ray", re.compile(r"\((?:\w+ )?pid=\d+(?:, ip=(?P<host>[\d.]+))?\) ")),
@@ -872,7 +872,7 @@ _COMMANDS = (
     "torchrun", "python", "python3", "pdsh", "clush", "dcgmi", "ls", "uname", "hostname", "sudo", "mst",
     "mlxlink", "mlxconfig", "show_gids", "ofed_info", "docker", "podman", "kubectl", "talosctl", "numactl", "lscpu",
     "env", "export", "echo", "nvidia-fabricmanager", "nv-fabricmanager", "fabricmanager", "cd", "watch", "time",
-    "all_reduce_perf", "./all_reduce_perf", "nccl-tests", "ulimit", "free", "df", "top", "ps", "kill", "reboot",
+    "all_reduce_perf", "./all_reduce_perf", "ulimit", "free", "df", "top", "ps", "kill", "reboot",
 )
 _CMD_ALT = "|".join(re.escape(c) for c in _COMMANDS)
 _PROMPTS = (

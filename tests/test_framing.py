@@ -393,3 +393,16 @@ def test_a_time_stamp_without_seconds_is_peeled() -> None:
     assert second.text == "host1:180:915 [7] NCCL INFO misc/socket.cc:47 -> 3"
     [kept] = frame("2025-02-18 12:54:07 still has seconds\n").docs
     assert kept.lines[0].time_text == "2025-02-18 12:54:07" and kept.lines[0].text == "still has seconds"
+
+
+def test_nccl_tests_header_is_not_a_root_prompt_and_a_rank_tag_keeps_the_row() -> None:
+    from preflight.framing import frame
+
+    [doc] = frame("# nccl-tests version 2.19.6 nccl-headers=22903 nccl-library=22903\n"
+                  "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592\n").docs
+    assert doc.command == "" and doc.lines[0].text.startswith("# nccl-tests version 2.19.6")
+    [doc] = frame("[0] # nThread 1 nGpus 8\n[0]      1048576        262144     float     sum      -1\n"
+                  "[0]      2097152        524288     float     sum      -1\n[1] done\n").docs
+    assert doc.stack.outer == ("rank-tag",)
+    assert [ln.rank for ln in doc.lines] == [0, 0, 0, 1]
+    assert doc.lines[1].text == "     1048576        262144     float     sum      -1"
