@@ -271,11 +271,39 @@ def _link_findings(i: Interface, prof: Profile, declared: bool, speeds: dict[str
 
 
 _CABLE = "check the cable/transceiver and the switch port of {name} (`ip link set {name} up`, `ethtool {name}`)"
+_IB_CABLE = "check the cable/transceiver and the switch port of {name} (`ibstat`: port State Down, Physical state Polling)"
+# the code of an up port without carrier, by its link type (IPoIB: an InfiniBand port)
+_NO_CARRIER_CODES = {"data": "net.nic/no-carrier", "ipoib": "net.nic/ib-port-no-carrier"}
 
 
-def _down_finding(i: Interface, declared: bool, requested: bool, carrying: list[Interface], f: Findings) -> bool:
+def _same_type(i: Interface, ports: list[Interface], prof: Profile) -> list[Interface]:
+    """The ports of `i`'s link type (Ethernet or IPoIB): MTUs are compared only within one."""
+    kind = classify(i, prof)
+    return [p for p in ports if classify(p, prof) == kind]
+
+
+def _set_up(i: Interface, carrying: list[Interface], prof: Profile) -> bool:
+    """A port without carrier that was set up for traffic: an IPoIB port (the system brought an
+    InfiniBand port up), or an Ethernet port at the MTU of the Ethernet ports that carry traffic, or
+    at an MTU someone set (not the Ethernet default)."""
+    if classify(i, prof) == "ipoib":
+        return True
+    default = int(prof.get("net.default_mtu") or 0)  # pragma: no mutate (the generic profile sets it)
+    return any(c.mtu == i.mtu for c in _same_type(i, carrying, prof)) or (bool(default) and i.mtu != default)
+
+
+def unused(i: Interface, carrying: list[Interface], prof: Profile) -> bool:
+    """A port that carries nothing and was never set up: no link, no address, not an up port
+    without carrier that `_set_up` says was configured (its MTU says nothing about the fabric)."""
+    if i.up or i.global_addresses or not i.state_known:
+        return False
+    return not (i.no_carrier and _set_up(i, carrying, prof))
+
+
+def _down_finding(i: Interface, declared: bool, requested: bool, carrying: list[Interface], prof: Profile,
+                  f: Findings) -> bool:
     """A data-plane interface without link, graded by what says it should carry traffic; True for
-    a port without carrier that is reported with the others (`_no_carrier`)."""
+    a port without carrier that is reported with the others of its link type (`_no_carrier`)."""
     state = i.state or "down"
     cable = _CABLE.format(name=i.name)
     if declared:
@@ -284,8 +312,8 @@ def _down_finding(i: Interface, declared: bool, requested: bool, carrying: list[
     elif i.global_addresses:
         f.add("net.nic/addressed-nic-down", f"{i.name} is {state} with address {i.global_addresses[0]}", [i.line],
               f"{cable}; traffic to its network has no path until the link is up")
-    elif i.no_carrier and (requested or any(c.mtu == i.mtu for c in carrying)):
-        return True  # brought up and configured like the ports that carry traffic (their MTU), or asked for
+    elif i.no_carrier and (requested or _set_up(i, carrying, prof)):
+        return True  # brought up and configured for traffic, or asked for
     elif requested:
         f.add("net.nic/requested-nic-down", f"{i.name} is administratively down", [i.line],
               f"bring {i.name} up (`ip link set {i.name} up`) and configure it, or leave it out of the data plane")
@@ -294,17 +322,28 @@ def _down_finding(i: Interface, declared: bool, requested: bool, carrying: list[
     return False
 
 
-def _no_carrier(ports: list[Interface], carrying: list[Interface], f: Findings) -> None:
-    """Ports the system brought up that have no carrier, in one finding."""
+def _no_carrier(ports: list[Interface], carrying: list[Interface], prof: Profile, f: Findings) -> None:
+    """Ports the system brought up that have no carrier, in one finding per link type."""
+    for kind, code in _NO_CARRIER_CODES.items():
+        group = [i for i in ports if classify(i, prof) == kind]
+        if group:
+            _no_carrier_group(code, group, _same_type(group[0], carrying, prof), f)
+
+
+def _no_carrier_group(code: str, ports: list[Interface], carrying: list[Interface], f: Findings) -> None:
     names = ", ".join(i.name for i in ports)
-    what = f"{ports[0].name} is" if len(ports) == 1 else f"{len(ports)} ports are"
+    ib = code.endswith("ib-port-no-carrier")
+    noun = "InfiniBand port" if ib else "port"
+    what = f"{ports[0].name} is" if len(ports) == 1 else f"{len(ports)} {noun}s are"
     mtus = {i.mtu for i in ports}
-    others = [c.name for c in carrying if c.mtu in mtus][:3]
+    others = [c.name for c in carrying if ib or c.mtu in mtus][:3]
     peers = f" while {', '.join(others)} {'has' if len(others) == 1 else 'have'} one" if others else ""
-    f.add("net.nic/no-carrier", f"{what} up but without carrier ({names}){peers}" if len(ports) > 1
-          else f"{what} up but has no carrier{peers}", [i.line for i in ports],
-          (_CABLE.format(name=ports[0].name) if len(ports) == 1 else "check the cable/transceiver and the switch port "
-           "of each (`ethtool <port>`)") + "; if a port is unused, leave it administratively down")
+    lone = " (no InfiniBand link)" if ib else ""
+    cable = (_IB_CABLE if ib else _CABLE).format(name=ports[0].name)
+    f.add(code, f"{what} up but without carrier ({names}){peers}" if len(ports) > 1
+          else f"{what} up but has no carrier{lone}{peers}", [i.line for i in ports],
+          (cable if len(ports) == 1 else "check the cable/transceiver and the switch port "
+           f"of each (`{'ibstat' if ib else 'ethtool <port>'}`)") + "; if a port is unused, leave it administratively down")
 
 
 def _member_findings(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
@@ -369,18 +408,17 @@ def _grade_interfaces(ip: IpFacts, prof: Profile, env: dict[str, str], speeds: d
     declared = how in ("profile", "env")
     if not ip.requested:
         _presence_findings(ip, prof, dp, f)
-    carrying = [i for i in dp if i.up and classify(i, prof) == "data"]
-    mtu_consistency(ip.interfaces, prof, f)
+    carrying = [i for i in dp if i.up]
+    mtu_consistency(ip.interfaces, prof, f, carrying)
     graded: list[Interface] = []
     unplugged: list[Interface] = []
     for i in dp:
         if i.up or not i.state_known:  # a listing of addresses alone (`ip -o addr`) shows no link state
             graded.append(i)
             _link_findings(i, prof, declared, speeds, f)
-        elif _down_finding(i, declared, i.name in ip.requested, carrying, f):
+        elif _down_finding(i, declared, i.name in ip.requested, carrying, prof, f):
             unplugged.append(i)
-    if unplugged:
-        _no_carrier(unplugged, carrying, f)
+    _no_carrier(unplugged, carrying, prof, f)
     _member_findings(ip.interfaces, prof, f)
     _address_findings(ip, graded, prof, f)
     _dad_findings(ip.interfaces, prof, f)
@@ -499,7 +537,7 @@ register(Check(
     probes=(PROBE_IP_ADDR, PROBE_IP_SPEED, PROBE_IB_DEVICES, PROBE_ENV),
     required=("ip-addr",),
     inputs=("ip-addr", "ip-speed", "env", "ethtool", "link-events"),
-    profile_keys={"net.mtu": int, "net.min_speed_mbps": int, "net.interfaces": list, "net.virtual_prefixes": list,
+    profile_keys={"net.mtu": int, "net.default_mtu": int, "net.min_speed_mbps": int, "net.interfaces": list, "net.virtual_prefixes": list,
                   "net.virtual_kinds": list, "net.wireless_prefixes": list, "net.encap_overhead": dict,
                   "net.overlay_prefixes": dict, "nccl.expect_net": str, "net.link_flaps_fail": int},
     catches="data-plane NIC missing/down or without carrier, no IPv4 where its peers have one, wrong MTU or speed, "
@@ -508,4 +546,4 @@ register(Check(
             "or allowing lo/docker0",
 ))
 
-__all__ = ["IfList", "classify", "data_plane", "grade_nic", "match_any", "parse_iflist"]
+__all__ = ["IfList", "classify", "data_plane", "grade_nic", "match_any", "parse_iflist", "unused"]

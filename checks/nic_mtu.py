@@ -9,6 +9,7 @@ node, interfaces that carry the same traffic must agree:
   them cannot take);
 - the ports of one adapter (`ens5f0` / `ens5f1`, systemd's predictable names) that the system
   brought up (WARN: usually cabled to the same fabric; a different network by design is possible);
+  an unused port (no link, no address, left at the default MTU) is not compared;
 - a bridge or overlay (docker0, br-*, cni0, vxlan, geneve, WireGuard, GRE, IPIP) whose MTU plus
   its encapsulation does not fit its uplink (WARN: container traffic above the uplink's MTU is
   black-holed wherever ICMP "Frag needed" does not make it back).
@@ -24,7 +25,7 @@ from preflight.findings import Findings
 from preflight.parsers.ip import Interface
 from preflight.profile import Profile
 
-from .network import classify
+from .network import classify, unused
 
 # systemd.net-naming-scheme(7): en|ib + [P<domain>] + (s<slot> | p<bus>s<slot>) + [f<function>] + [n<port>|d<dev>]
 _ADAPTER = re.compile(r"^(?P<stem>(?:en|ib)(?:P\d+)?(?:p\d+s\d+|s\d+))(?:f\d+)?(?:n(?:p)?\d+|d\d+)?$")
@@ -87,12 +88,14 @@ def _subnet_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> Non
                   "frames the smaller one drops")
 
 
-def _adapter_mismatch(ifaces: list[Interface], prof: Profile, bonds: set[str], f: Findings) -> None:
-    """Ports of one adapter, brought up by the system, with different MTUs."""
+def _adapter_mismatch(ifaces: list[Interface], prof: Profile, bonds: set[str], carrying: list[Interface],
+                      f: Findings) -> None:
+    """Ports of one adapter, brought up by the system and in use, with different MTUs."""
     groups: dict[str, list[Interface]] = {}
     for i in ifaces:
         stem = adapter_of(i.name)
-        if stem and i.admin_up and i.mtu is not None and not i.parent and classify(i, prof) == "data":
+        if (stem and i.admin_up and i.mtu is not None and not i.parent and classify(i, prof) == "data"
+                and not unused(i, carrying, prof)):
             groups.setdefault(stem, []).append(i)
     for stem, ports in groups.items():
         masters = {i.master for i in ports}
@@ -141,11 +144,12 @@ def _overlay_above_uplink(ifaces: list[Interface], prof: Profile, f: Findings) -
               "dropped where ICMP Frag needed does not come back")
 
 
-def mtu_consistency(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
-    """Every MTU mismatch among one node's interfaces, as net.nic findings."""
+def mtu_consistency(ifaces: list[Interface], prof: Profile, f: Findings, carrying: list[Interface]) -> None:
+    """Every MTU mismatch among one node's interfaces, as net.nic findings; `carrying`: the
+    data-plane ports with link (an unused port is one set up like none of them)."""
     bonds = _bond_mismatch(ifaces, prof, f)
     _subnet_mismatch(ifaces, prof, f)
-    _adapter_mismatch(ifaces, prof, bonds, f)
+    _adapter_mismatch(ifaces, prof, bonds, carrying, f)
     _overlay_above_uplink(ifaces, prof, f)
 
 

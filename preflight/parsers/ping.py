@@ -8,6 +8,12 @@ net unreachable, unresolved name), the probes that went unanswered ("no answer y
 timeout") and the statistics when printed. Whether a run forbade fragmenting (`-M do`, BSD `-D`,
 Windows `-f`) comes from its command line when the paste shows it. Lines are found anywhere in a
 line, so a log prefix the framing layer does not know does not hide them.
+
+A transcript flattened and re-wrapped by a wiki or a mail reader is read as well: Markdown
+escapes (`icmp\\_seq`) are undone, a line that joins several messages (replies, a header after
+its command line, the statistics) is cut where each message starts, and a message cut at the end
+of a line (`... bytes of data. From` / `host (addr) icmp_seq=1 Frag needed ...`) is joined with
+the next line.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ IPV6_ICMP_HEADERS = 48
 _P = r"(?:^|(?<=[\s:\]>|)]))"  # a message starts a line or follows a prefix the framing left
 _HEAD = re.compile(_P + r"PING\s+(?P<target>[^\s(]+)\s*\((?P<addr>[^)]*)\)\s*(?:,\s*flow\s+0x[0-9a-f]+,\s*)?"
                    r"(?:from\s+\S+?(?:\s+[^\s:]+)?\s*:\s*)?:?\s*"
-                   r"(?:(?P<size>\d+)\((?P<frame>\d+)\) bytes of data|(?P<size2>\d+) data bytes)", re.I)
+                   r"(?:(?P<size>\d+)\((?P<frame>\d+)\) bytes\b|(?P<size2>\d+) data bytes)", re.I)
 _HEAD_BSD6 = re.compile(_P + r"PING6\((?P<frame>\d+)=\d+\+\d+\+(?P<size>\d+) bytes\)\s+\S+\s+-->\s+(?P<target>\S+)")
 _HEAD_WIN = re.compile(_P + r"Pinging\s+(?P<target>\S+)\s+(?:\[(?P<addr>[^\]]+)\]\s+)?with\s+(?P<size>\d+)\s+bytes of data",
                        re.I)
@@ -57,6 +63,15 @@ _UNRESOLVED_NAME = re.compile(r"(?:unknown host|cannot resolve|bad address)\s+'?
 _TIMEOUT = re.compile(r"no answer yet for icmp_seq=(?P<seq>\d+)|Request timeout for icmp_seq (?P<seq2>\d+)|"
                       r"(?P<win>Request timed out)", re.I)
 _CMD = re.compile(r"(?:^|[\s/;|&(])(?:ping6?|PING|ping\.exe)(?=\s|$)(?P<args>.*)$")
+_INLINE_CMD = re.compile(r"^(?:sudo\s+)?(?:ping6?|ping\.exe)\s+(?P<args>.+)$")
+# where a message starts inside a line (a flattened paste joins several on one line): a header, a
+# reply, an error, the statistics, ping's own `ping: ...` messages, a ping command with options
+_STARTS = re.compile(r"\s+(?=PING6?(?:[\s(]|$)|Pinging\s|\d+ bytes from\s|From(?:\s|$)|Reply from\s|Request time|"
+                     r"no answer yet|---\s+\S+\s+ping statistics|\d+ packets transmitted|Packets: Sent|ping6?:\s|(?:sudo\s+)?ping6?\s+-)")
+_OPENING = re.compile(r"^(?:PING6?(?:[\s(]|$)|Pinging\s|\d+ bytes from\s|From(?:\s|$)|Reply from\s|---\s+\S+\s+ping statistics|"
+                      r"(?:sudo\s+)?ping6?\s+-)")
+# Markdown escapes a wiki or a rendered page puts before punctuation (`icmp\_seq`, `\-M`)
+_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!~$|<>])")
 
 
 @dataclass
@@ -245,6 +260,54 @@ def _assign_df(runs: list[PingRun], headed: list[PingRun], command: str, inline:
             run.df = dfs.pop() if len(dfs) == 1 else None
 
 
+def _complete(seg: str) -> bool:
+    """A segment that is a whole message: a header, a line of a run, a command line that does not
+    end with an option (waiting for its value), or not a message's opening at all."""
+    if not _OPENING.match(seg):
+        return True
+    if _INLINE_CMD.match(seg):
+        return not seg.split()[-1].startswith("-")
+    return _is_header(seg) or any(find(seg) for find, _ in _RUN_LINES) or bool(_BEFORE_HEADER.search(seg))
+
+
+def _cut(text: str, carry_ok: bool) -> tuple[list[str], str]:
+    """`text` cut where each message starts, and the last message when it is cut off at the end of
+    the line (`carry_ok`) and must wait for the next line. Text before the first message stays
+    with it (a prefix the framing left: `[node3] PING ...`), unless that message is a command line."""
+    starts = [m.end() for m in _STARTS.finditer(text)]
+    end = len(text)
+    tail = ""
+    last = starts[-1] if starts else 0
+    if carry_ok and not _complete(text[last:]):
+        tail, end = text[last:].strip(), last
+        starts = starts[:-1]
+    if starts and not _OPENING.match(text) and not _INLINE_CMD.match(text[starts[0]:end]):
+        starts = starts[1:]
+    bounds = [0, *starts, end]
+    return [p for p in (text[a:b].strip() for a, b in zip(bounds, bounds[1:], strict=False)) if p], tail
+
+
+def segments(lines: list[str]) -> list[str]:
+    """The messages of a transcript in order: each line with its Markdown escapes undone and cut
+    where a message starts; a message opening cut at the end of a line (not yet a whole message)
+    joined with the next line (a blank line ends it). Only a message that starts after the text a
+    line carried in can be carried on, so each character is read a bounded number of times."""
+    out: list[str] = []
+    carry = ""
+    for raw in lines:
+        line = _ESCAPE.sub(r"\1", raw.strip())
+        if not line:
+            out.extend([carry] if carry else [])
+            carry = ""
+            continue
+        text = f"{carry} {line}" if carry else line
+        parts, tail = _cut(text, not carry or _STARTS.search(text) is not None)
+        out.extend(parts)
+        carry = tail
+    out.extend([carry] if carry else [])
+    return out
+
+
 def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
     """The runs of a ping transcript, in order; `command` (the ping command line(s) of the paste)
     says whether the runs forbade fragmenting."""
@@ -253,10 +316,7 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
     inline: dict[int, str] = {}  # runs whose command line is inside the text (no prompt)
     pending = ""
     cur: PingRun | None = None
-    for raw in lines:
-        line = raw.strip()
-        if not line:
-            continue
+    for line in segments(lines):
         run = _new_run(line) if "PING" in line.upper() else None
         if run is not None:
             cur = run
@@ -266,8 +326,7 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
                 inline[id(run)] = pending
                 pending = ""
             continue
-        pm = re.match(r"^(?:sudo\s+)?(?:ping6?|ping\.exe)\s+(?P<args>.+)$", line)
-        if pm:  # a ping command line inside the text (an indented transcript, no prompt)
+        if _INLINE_CMD.match(line):  # a ping command line inside the text (an indented transcript, no prompt)
             pending = line
             continue
         if _UNRESOLVED.search(line) or _BEFORE_HEADER.search(line):
@@ -301,7 +360,7 @@ def _is_result(t: str) -> bool:
 
 
 def detect(doc: Doc) -> bool:
-    head = [ln.text.strip() for ln in doc.head(400)]  # pragma: no mutate (how far detection reads)
+    head = segments([ln.text for ln in doc.head(400)])  # pragma: no mutate (how far detection reads)
     if not any(_is_header(t) for t in head):
         # errors of a ping that stopped before its header (the name did not resolve, no route):
         # under a ping command line, or in ping's own `ping: ...` wording
@@ -317,4 +376,4 @@ PARSERS = [ParserSpec("ping", parse), ParserSpec("ping-jumbo-", parse, prefix=Tr
            ParserSpec("ping-small-", parse, prefix=True)]
 
 __all__ = ["FORMATS", "IPV4_ICMP_HEADERS", "IPV6_ICMP_HEADERS", "PARSERS", "PingFacts", "PingRun", "detect", "df_of",
-           "parse", "parse_runs"]
+           "parse", "parse_runs", "segments"]

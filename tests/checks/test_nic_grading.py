@@ -162,8 +162,90 @@ def test_no_carrier_left_at_another_mtu_is_an_unused_port() -> None:
 
 
 def test_lone_no_carrier_port_is_unused() -> None:
-    r = nic(LO + hdr(2, "eno1", NC, state="DOWN") + hdr(3, "wlp2s0", mtu=1500))
+    r = nic(LO + hdr(2, "eno1", NC, mtu=1500, state="DOWN") + hdr(3, "wlp2s0", mtu=1500))
     assert r.status is Status.PASS and r.summary == "data-plane NICs up"
+    assert r.evidence == ["eno1 down with no address (unused port?)"]
+
+
+def test_no_carrier_port_at_a_set_mtu_was_configured(tmp_path: Path) -> None:
+    # no port carries, but someone set 9000 (or 1499) on it: configured for a network
+    r = nic(LO + hdr(2, "eno1", NC, state="DOWN") + hdr(3, "wlp2s0", mtu=1500))
+    assert r.status is Status.WARN and codes(r) == ["net.nic/no-carrier"] and r.summary == "eno1 is up but has no carrier"
+    assert codes(nic(LO + hdr(2, "eno1", NC, mtu=1499, state="DOWN"))) == ["net.nic/no-carrier"]
+    assert codes(nic(LO + hdr(2, "eno1", NC, mtu=1501, state="DOWN"))) == ["net.nic/no-carrier"]
+    # ... left at the default next to carrying ports at another MTU: unused
+    assert codes(nic(LO + hdr(2, "eno1", mtu=4200) + hdr(3, "eno2", NC, mtu=1500, state="DOWN"))) == []
+    # a site without a default MTU compares with the carrying ports only
+    p = site(tmp_path, 'default_mtu = { value = 0, source = "site" }')
+    assert codes(nic(LO + hdr(2, "eno1", NC, state="DOWN") + hdr(3, "wlp2s0", mtu=1500), profile=p)) == []
+    assert codes(nic(LO + hdr(2, "eno1", mtu=9000) + hdr(3, "eno2", NC, state="DOWN"), profile=p)) == [
+        "net.nic/no-carrier"]
+
+
+IB_NC = "NO-CARRIER,BROADCAST,MULTICAST,UP"
+
+
+def ib(n: int, name: str, flags: str = IB_NC, mtu: int = 4092, state: str = "DOWN") -> str:
+    return hdr(n, name, flags, mtu=mtu, state=state, link="infiniband")
+
+
+def test_ipoib_port_without_carrier_warns_whatever_its_mtu() -> None:
+    # the Ethernet ports run 9000, IPoIB 4092: MTUs of two link types are not compared
+    r = nic(LO + hdr(2, "int0", addrs=("10.0.5.121/21",)) + ib(3, "ibp194s0f1"))
+    assert r.status is Status.WARN and codes(r) == ["net.nic/ib-port-no-carrier"]
+    assert r.summary == "ibp194s0f1 is up but has no carrier (no InfiniBand link)"
+    assert r.evidence == ["3: ibp194s0f1: <NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 4092 qdisc mq state DOWN group "
+                          "default qlen 1000"]
+    assert r.remedy == ("check the cable/transceiver and the switch port of ibp194s0f1 (`ibstat`: port State Down, "
+                        "Physical state Polling); if a port is unused, leave it administratively down")
+    # alone on the node, at 2044 or 65520 (connected mode): the same
+    assert codes(nic(LO + ib(2, "ib0", mtu=2044))) == ["net.nic/ib-port-no-carrier"]
+    assert codes(nic(LO + ib(2, "ib0", mtu=65520))) == ["net.nic/ib-port-no-carrier"]
+    # an IPoIB port brought down administratively is unused
+    r = nic(LO + hdr(2, "eno1", mtu=1500) + ib(3, "ib0", ADMIN_DOWN))
+    assert r.status is Status.PASS and r.evidence[-1] == "ib0 down with no address (unused port?)"
+
+
+def test_ipoib_ports_without_carrier_name_the_ib_ports_that_carry() -> None:
+    r = nic(LO + ib(2, "ib0", "BROADCAST,MULTICAST,UP,LOWER_UP", state="UP") + ib(3, "ib1") + ib(4, "ib2", mtu=2044)
+            + hdr(5, "eno1", mtu=4092))
+    assert codes(r) == ["net.nic/ib-port-no-carrier"]
+    assert r.summary == "2 InfiniBand ports are up but without carrier (ib1, ib2) while ib0 has one"
+    assert r.remedy == ("check the cable/transceiver and the switch port of each (`ibstat`); if a port is unused, "
+                        "leave it administratively down")
+    assert len(r.evidence) == 2
+
+
+def test_ethernet_and_ipoib_ports_without_carrier_are_two_findings() -> None:
+    text = LO + hdr(2, "ens9f0np0", addrs=("10.45.3.21/16",)) + hdr(3, "ens10f0np0", NC, state="DOWN") \
+        + ib(4, "ibp26s0") + hdr(5, "eno2", NC, mtu=1500, state="DOWN")
+    r = nic(text)
+    assert codes(r) == ["net.nic/no-carrier", "net.nic/ib-port-no-carrier"]
+    assert r.summary == ("ens10f0np0 is up but has no carrier while ens9f0np0 has one; "
+                         "ibp26s0 is up but has no carrier (no InfiniBand link)")
+    # an Ethernet port at IPoIB's MTU is not configured like an IPoIB port that carries
+    r = nic(LO + ib(2, "ib0", "BROADCAST,MULTICAST,UP,LOWER_UP", state="UP") + hdr(3, "eno1", mtu=1500)
+            + hdr(4, "eno2", NC, mtu=1500, state="DOWN") + hdr(5, "eno3", NC, mtu=1500, state="DOWN"))
+    assert codes(r) == ["net.nic/no-carrier"] and r.summary == (
+        "2 ports are up but without carrier (eno2, eno3) while eno1 has one")
+
+
+def test_ifconfig_ipoib_up_not_running() -> None:
+    text = ("$ /sbin/ifconfig\n"
+            "enp65s0f0: flags=4099<UP,BROADCAST,MULTICAST>  mtu 1500\n"
+            "        ether 3c:ec:ef:10:22:4a  txqueuelen 1000  (Ethernet)\n"
+            "        RX packets 0  bytes 0 (0.0 B)\n\n"
+            "ibs2: flags=4099<UP,BROADCAST,MULTICAST>  mtu 2044\n"
+            "Infiniband hardware address can be incorrect! Please read BUGS section in ifconfig(8).\n"
+            "        infiniband 00:00:01:07:FE:80:00:00:00:00:00:00:00:00:00:00:00:00:00:00  txqueuelen 256  "
+            "(InfiniBand)\n\n"
+            "eth9: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 9000\n"
+            "        inet 172.20.3.14  netmask 255.255.0.0  broadcast 172.20.255.255\n"
+            "        ether 3c:ec:ef:10:22:50  txqueuelen 1000  (Ethernet)\n")
+    r = nic(text)
+    assert codes(r) == ["net.nic/ib-port-no-carrier"]
+    assert r.summary == "ibs2 is up but has no carrier (no InfiniBand link)"
+    assert "enp65s0f0 down with no address (unused port?)" in r.evidence
 
 
 def test_admin_down_port_is_unused_and_requested_one_warns() -> None:
@@ -289,6 +371,18 @@ def test_adapter_mismatch() -> None:
     # ports brought down, VLANs, names that say no adapter, one bond already reported
     assert codes(nic(LO + hdr(2, "ens5f0", ADMIN_DOWN, mtu=1500, state="DOWN") + hdr(3, "ens5f1"))) == []
     assert codes(nic(LO + hdr(2, "eno1", mtu=1500) + hdr(3, "eno2"))) == []
+    # a port without link or address left at the default MTU is unused: its MTU is not compared
+    assert codes(nic(LO + hdr(2, "enp45s0f0", addrs=("10.0.2.87/24",)) + hdr(3, "enp45s0f1", NC, mtu=1500,
+                                                                              state="DOWN"))) == []
+    # ... set to another MTU (configured), or with an address, it is
+    r = nic(LO + hdr(2, "enp45s0f0") + hdr(3, "enp45s0f1", NC, mtu=9216, state="DOWN"))
+    assert codes(r) == ["net.nic/adapter-mtu-mismatch", "net.nic/no-carrier"]
+    r = nic(LO + hdr(2, "enp45s0f0") + hdr(3, "enp45s0f1", NC, mtu=1500, state="DOWN", addrs=("10.3.0.87/24",)))
+    assert codes(r) == ["net.nic/addressed-nic-down", "net.nic/adapter-mtu-mismatch"]
+    # a port left at the default MTU without carrier next to carrying ports at 1500 is configured like them
+    r = nic(LO + hdr(2, "enp45s0f0", mtu=1500) + hdr(3, "enp45s0f1", NC, mtu=1500, state="DOWN")
+            + hdr(4, "enp46s0f0", mtu=9000) + hdr(5, "enp46s0f1", mtu=9000))
+    assert codes(r) == ["net.nic/no-carrier"]
     bond = LO + hdr(2, "ens5f0", "SLAVE,UP,LOWER_UP", mtu=1500, extra="master bond0 ") \
         + hdr(3, "ens5f1", "SLAVE,UP,LOWER_UP", extra="master bond0 ")
     assert codes(nic(bond)) == ["net.nic/bond-mtu-mismatch"]
@@ -345,7 +439,7 @@ def test_overlay_uplinks(prof: profiles.Profile) -> None:
     assert codes(nic(wl)) == ["net.nic/no-data-nic"]
     assert codes(nic(LO + hdr(2, "wlp2s0", mtu=1400) + hdr(3, "docker0", mtu=1500))) == [
         "net.nic/no-data-nic", "net.nic/virtual-mtu-above-uplink"]
-    assert codes(nic(LO + hdr(2, "eno1", NC, state="DOWN", mtu=1400) + hdr(3, "docker0", mtu=1500))) == []
+    assert codes(nic(LO + hdr(2, "eno1", NC, state="DOWN", mtu=1500) + hdr(3, "docker0", mtu=9000))) == []
     down = LO + hdr(2, "ens3", mtu=1400) + hdr(3, "docker0", ADMIN_DOWN, mtu=1500, state="DOWN")
     assert codes(nic(down)) == []
 

@@ -350,3 +350,78 @@ def test_the_first_kind_that_matches_says_what_a_line_is() -> None:
     r = one("PING gw (10.0.0.1) 56(84) bytes of data.\n"
             "64 bytes from no-route-to-host.gw (10.0.0.1): icmp_seq=1 ttl=64 time=0.1 ms Destination Host Unreachable")
     assert r.replies == [1] and not r.unreachable and r.lines == ["PING gw (10.0.0.1) 56(84) bytes of data."]
+
+
+# ----------------------------------------------------------------------------- flattened and re-wrapped pastes
+
+def test_segments_cut_joined_messages_and_keep_a_prefix_with_its_message() -> None:
+    assert ping.segments(["[node3] PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data. 64 bytes from 10.0.0.2: icmp_seq=1 "
+                          "ttl=64 time=0.1 ms 64 bytes from 10.0.0.2: icmp_seq=2 ttl=64 time=0.1 ms"]) == [
+        "[node3] PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data.", "64 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=0.1 ms",
+        "64 bytes from 10.0.0.2: icmp_seq=2 ttl=64 time=0.1 ms"]
+    assert ping.segments(["--- 10.0.0.2 ping statistics --- 2 packets transmitted, 2 received, 0% packet loss"]) == [
+        "--- 10.0.0.2 ping statistics ---", "2 packets transmitted, 2 received, 0% packet loss"]
+    # a command line after prose is its own segment; prose alone is kept as it is
+    assert ping.segments(["Test it: ping -M do -s 8972 gpu-c032"]) == ["Test it:", "ping -M do -s 8972 gpu-c032"]
+    assert ping.segments(["  ping the host first  ", "", "   "]) == ["ping the host first"]
+    assert ping.segments([]) == []
+
+
+def test_segments_undo_markdown_escapes() -> None:
+    assert ping.segments([r"8980 bytes from h (10.0.0.2): icmp\_seq=1 ttl=64", r"ping \-M do \-s 8972 h \\ x\#y"]) == [
+        "8980 bytes from h (10.0.0.2): icmp_seq=1 ttl=64", r"ping -M do -s 8972 h \ x#y"]
+    assert ping.segments([r"a\qb \_\*\`\{\}\[\]\(\)\+\.\!\~\$\|\<\>"]) == [r"a\qb _*`{}[]()+.!~$|<>"]
+
+
+def test_segments_join_a_message_cut_at_the_end_of_a_line() -> None:
+    assert ping.segments(["PING h (10.0.0.2) 8972(9000) bytes of data. From",
+                          "gw.local (10.0.2.1) icmp_seq=1 Frag needed and DF set (mtu = 1500)"]) == [
+        "PING h (10.0.0.2) 8972(9000) bytes of data.", "From gw.local (10.0.2.1) icmp_seq=1 Frag needed and DF set "
+        "(mtu = 1500)"]
+    # a command cut after an option, a header cut before its size, a reply cut before its sequence number
+    assert ping.segments(["see: ping -M do -s", "8972 h PING h (10.0.0.2) 8972(9000)", "bytes of data."]) == [
+        "see:", "ping -M do -s 8972 h", "PING h (10.0.0.2) 8972(9000) bytes of data."]
+    assert ping.segments(["8980 bytes from h (10.0.0.2):", "icmp_seq=1 ttl=64"]) == [
+        "8980 bytes from h (10.0.0.2): icmp_seq=1 ttl=64"]
+    # whole messages at the end of a line stay where they are
+    assert ping.segments(["ping -M do -s 8972 h", "PING h (10.0.0.2) 8972(9000) bytes of data."]) == [
+        "ping -M do -s 8972 h", "PING h (10.0.0.2) 8972(9000) bytes of data."]
+    assert ping.segments(["ping: connect: Network is unreachable", "x"]) == ["ping: connect: Network is unreachable",
+                                                                              "x"]
+
+
+def test_segments_a_blank_line_ends_a_cut_message_and_a_carried_one_is_not_carried_again() -> None:
+    assert ping.segments(["data. From", "", "gw icmp_seq=1 Frag needed"]) == ["data.", "From",
+                                                                              "gw icmp_seq=1 Frag needed"]
+    assert ping.segments(["x From"]) == ["x", "From"]
+    # the carried text joined with a line that does not complete it is not carried on
+    assert ping.segments(["x From", "nowhere", "icmp_seq=1 Frag needed"]) == ["x", "From nowhere",
+                                                                              "icmp_seq=1 Frag needed"]
+    # ... but a new cut opening after it is
+    assert ping.segments(["x From", "a From", "gw icmp_seq=1 Frag needed"]) == [
+        "x", "From a", "From gw icmp_seq=1 Frag needed"]
+
+
+def test_flattened_wiki_transcript() -> None:
+    lines = ["Check the path (9000 MTU): ping -M do -s", "8972 gpu-c032.example.org PING gpu-c032.example.org "
+             "(10.4.0.32) 8972(9000) bytes of", r"data. 8980 bytes from gpu-c032.example.org (10.4.0.32): icmp\_seq=1 "
+             r"ttl=64 time=0.2 ms 8980 bytes from gpu-c032.example.org (10.4.0.32): icmp\_seq=2 ttl=64", "time=0.19 ms",
+             "", r"Another one: ops@gpu-c001:\~\$ ping -M do -s 8972 gpu-c040.example.org",
+             "PING gpu-c040.example.org (10.4.0.40) 8972(9000) bytes of data. From",
+             r"gpu-c001.local (10.4.0.1) icmp\_seq=1 Frag needed and DF set (mtu = 1500) From gpu-c001.local "
+             r"(10.4.0.1) icmp\_seq=2 Frag needed and DF set (mtu = 1500)"]
+    ok, bad = parse_runs(lines)
+    assert (ok.target, ok.size, ok.frame, ok.replies, ok.df, ok.stats) == ("gpu-c032.example.org", 8972, 9000, [1, 2],
+                                                                          True, False)
+    assert (bad.target, bad.address, bad.frag_needed_mtu, bad.frag_from, bad.error_seqs, bad.df) == (
+        "gpu-c040.example.org", "10.4.0.40", 1500, "gpu-c001.local (10.4.0.1)", [1, 2], True)
+    assert bad.lines[0] == "PING gpu-c040.example.org (10.4.0.40) 8972(9000) bytes of data."
+    assert ping.detect(doc("\n".join(lines)))
+    # the markdown-escaped reply alone under a header
+    assert ping.detect(doc("PING h (10.0.0.2) 8972(9000) bytes of data.\n" r"8980 bytes from h: icmp\_seq=1 ttl=64"))
+
+
+def test_header_cut_after_bytes_and_not_before() -> None:
+    assert one("PING h (10.0.0.2) 8972(9000) bytes").size == 8972
+    assert parse_runs(["PING h (10.0.0.2) 8972(9000)"]) == []
+    assert parse_runs(["PING h (10.0.0.2) 8972(9000) bytesx"]) == []
