@@ -42,10 +42,21 @@ HCAS_SHOWN = 8  # pragma: no mutate (HCAs named in a PASS summary: a display lim
 # who and where
 
 
+def _who_one(e: NcclError) -> str:
+    if e.quoted:
+        return "the framework's last NCCL error"
+    where = (e.host or "a process the log does not name") + (f" GPU{e.dev}" if e.dev else "")
+    return where + (f" (rank {e.rank})" if e.rank is not None else "")
+
+
 def _who(errs: Sequence[NcclError]) -> str:
-    names = list(dict.fromkeys((f"{e.host} GPU{e.dev}" + (f" (rank {e.rank})" if e.rank is not None else ""))
-                               if e.host else "the framework's last NCCL error" for e in errs))
+    names = list(dict.fromkeys(_who_one(e) for e in errs))
     return ", ".join(names[:NAMED]) + (f" (+{len(names) - NAMED})" if len(names) > NAMED else "")
+
+
+def _hosts(procs: Sequence[NcclProc]) -> list[str]:
+    """The hosts the log names (lines without NCCL's prefix and a framing host name none)."""
+    return sorted({p.host for p in procs if p.host})
 
 
 def _labels(procs: Sequence[NcclProc]) -> str:
@@ -93,7 +104,7 @@ class Scope:
 
 
 def _multi_node(procs: Sequence[NcclProc], gpus_per_node: int) -> list[str]:
-    hosts = sorted({p.host for p in procs})
+    hosts = _hosts(procs)
     out = [f"{len(hosts)} hosts in the log: {', '.join(hosts[:NAMED])}"] if len(hosts) > 1 else []
     for p in procs:
         if p.local_ranks and p.nranks and p.nranks > p.local_ranks:  # nNodes > 1 prints more ranks than local
@@ -202,6 +213,17 @@ def _simple(code: str, what: str, remedy: str) -> Callable[[NcclLog, list[NcclEr
     return add
 
 
+def _collective(code: str, what: str) -> Callable[[NcclLog, list[NcclError], Findings, list[str]], None]:
+    def add(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+        ranks = sorted({int(e.detail["rank"]) for e in errs if e.detail.get("rank")})
+        around = f" around rank {', '.join(map(str, ranks[:NAMED]))}" if ranks else ""
+        f.add(code, f"{what}{around} on {_who(errs)}", [e.line for e in errs[:QUOTED]] + after,
+              "every rank must call the same collectives in the same order with the same counts: look for a "
+              "rank-dependent branch, a skipped or extra collective, or different tensor sizes near that rank "
+              "(rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL, or the PyTorch flight recorder)")
+    return add
+
+
 def _connect(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
     d = errs[0].detail
     why = d.get("why") or d.get("awhy") or _warn_text(errs[0])[:TEXT]
@@ -245,6 +267,14 @@ ROOTS: tuple[tuple[str, Callable[[NcclLog, list[NcclError], Findings, list[str]]
                               "give each rank its own GPU (CUDA_VISIBLE_DEVICES / LOCAL_RANK -> cuda device)")),
     ("version_mismatch", _simple("nccl.transport/version-mismatch", "ranks run different NCCL versions",
                                  "run the same container/NCCL build on every node")),
+    ("rank_count_mismatch", _simple("nccl.transport/rank-count-mismatch",
+                                    "the processes disagree on the number of ranks of the communicator",
+                                    "every process must be launched with the same world size (WORLD_SIZE / nranks) "
+                                    "and the same NCCL unique id: check the launcher's configuration")),
+    ("collective_mismatch", _collective("nccl.transport/collective-mismatch",
+                                        "ranks called different collectives (or sizes)")),
+    ("collective_hang", _collective("nccl.transport/collective-mismatch-suspected",
+                                    "NCCL suspects the ranks called different collectives: the job is stalled")),
 )
 CONSEQUENCES = ("peer_lost", "proxy")
 
@@ -439,17 +469,18 @@ def hca_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None:
         hcas, gpus, local = _host_hcas(procs, host)
         if not hcas:
             continue
+        where = host or "a process the log does not name"
         env = [f"NCCL_IB_HCA={local[0].ib_hca_env}"] if local[0].ib_hca_env else []
         if gpus > len(hcas):  # hcas is not empty, so this is two GPUs or more
             f.add("nccl.transport/fewer-hcas-than-gpus", f"{len(hcas)} HCA(s) ({', '.join(hcas)}) for {gpus} GPUs on "
-                                                f"{host}: fewer NICs than GPUs, inter-node bandwidth is capped by the NICs",
+                                                f"{where}: fewer NICs than GPUs, inter-node bandwidth is capped by the NICs",
                   [local[0].evidence.get("net", ""), *env],
                   "if the node has more rails, list them all in NCCL_IB_HCA (or unset it); check that every HCA is "
                   "Active (ibstat)")
             continue
         want, why = _expected_hcas(hcas, prof)
         if want is not None and len(hcas) < want:
-            f.add("nccl.transport/hcas-subset", f"NCCL uses {len(hcas)} HCA(s) ({', '.join(hcas)}) on {host}, fewer than "
+            f.add("nccl.transport/hcas-subset", f"NCCL uses {len(hcas)} HCA(s) ({', '.join(hcas)}) on {where}, fewer than "
                                        f"the {want} expected", [local[0].evidence.get("net", ""), why, *env],
                   "the other HCAs are excluded by NCCL_IB_HCA or their ports are not Active: check ibstat and the "
                   "job's NCCL_IB_HCA")
@@ -521,12 +552,78 @@ def nvls_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None
 
 
 def gdr_findings(procs: Sequence[NcclProc], f: Findings) -> None:
-    off = [p for p in procs if p.gdr_off and p.net == "IB"]
+    """GPUDirect RDMA off for an HCA (no nvidia-peermem, no DMA-BUF, a GPU without it): WARN; off
+    for a GPU/NIC pair by topology distance: NCCL's own choice, a note."""
+    off = [p for p in procs if p.gdr_off and p.net != "Socket"]
     if off:
-        f.add("nccl.transport/gdr-disabled", f"GPUDirect RDMA is off on {_labels(off)} ({off[0].gdr_off}): NCCL stages "
-                                    "network traffic through host memory", [off[0].evidence.get("gdr_off", "")],
-              "load nvidia-peermem (modprobe nvidia-peermem) or use DMA-BUF (NCCL 2.19+, kernel 5.12+, "
-              "NCCL_DMABUF_ENABLE=1)")
+        hcas = list(dict.fromkeys(h for p in off for h in p.gdr_off))
+        f.add("nccl.transport/gdr-disabled", f"GPUDirect RDMA is off for HCA {', '.join(hcas[:HCAS_SHOWN])} on "
+                                             f"{_labels(off)}: NCCL stages network traffic through host memory",
+              [p.evidence["gdr_off"] for p in off[:QUOTED]],
+              "load nvidia-peermem (modprobe nvidia-peermem; nv_peer_mem on old MOFED) or use DMA-BUF (NCCL 2.13+, "
+              "kernel 5.12+, open GPU kernel modules); GPUs without GPUDirect RDMA (GeForce) cannot have it")
+        return
+    far = [p for p in procs if p.gdr_distance]
+    if far:
+        f.note(f"GPUDirect RDMA not used for some GPU/NIC pairs by topology distance (NCCL's choice, NCCL_NET_GDR_LEVEL) "
+               f"on {_labels(far)}")
+
+
+def link_layer_findings(procs: Sequence[NcclProc], f: Findings) -> None:
+    """NET/IB ports of two link layers (InfiniBand and RoCE) in the job: a port cannot reach the
+    peers' ports of the other layer, and NCCL spreads channels over every port it lists."""
+    layers: dict[str, list[str]] = {}
+    users: dict[str, list[NcclProc]] = {}
+    for p in procs:
+        for h in p.hcas:
+            port, _, layer = h.partition("/")
+            if layer and port not in layers.setdefault(layer, []):
+                layers[layer].append(port)
+            if layer:
+                users.setdefault(layer, []).append(p)
+    if len(layers) < 2:
+        return
+    odd = min(layers, key=lambda k: (len(layers[k]), k))
+    listed = "; ".join(f"{k}: {', '.join(v[:HCAS_SHOWN])}" for k, v in sorted(layers.items()))
+    ps = list({id(p): p for p in users[odd]}.values())
+    f.add("nccl.transport/mixed-link-layers", f"NCCL's NET/IB ports mix link layers ({listed}) on {_labels(ps)}: "
+                                              f"the {odd} port(s) cannot reach the other layer's peers",
+          [p.evidence.get("net", "") for p in ps[:QUOTED]],
+          f"list only the compute ports of one link layer in NCCL_IB_HCA (e.g. exclude "
+          f"{', '.join(x.split(':')[0] for x in layers[odd][:NAMED])} with NCCL_IB_HCA=^...), and check why a "
+          f"{odd} port is on the node's compute fabric (ibstat: Link layer)")
+
+
+def _ofi_provider(lines: Sequence[str]) -> str:
+    m = next((m for m in (re.search(r"provider (\S+) (?:output|returned)", x) for x in lines) if m), None)
+    return m.group(1) if m else ""
+
+
+def ofi_findings(log: NcclLog, procs: Sequence[NcclProc], scope: Scope, f: Findings) -> None:
+    """aws-ofi-nccl / libfabric found no provider (no EFA device): a note when a network runs
+    anyway, FAIL when NCCL then ran over TCP sockets across nodes or the job failed, else WARN."""
+    if not log.ofi_unavailable:
+        return
+    prov = _ofi_provider(log.ofi_unavailable)
+    what = f"libfabric provider '{prov}' found no device" if prov else "the OFI plugin found no usable provider"
+    running = log.ofi_selected + [p.net for p in procs if p.net and p.net != "Socket"]
+    if running:
+        f.note(f"{what}, but NCCL runs over {running[0]}")
+        return
+    ev = log.ofi_unavailable[:QUOTED]
+    remedy = ("check that the job sees its EFA devices (fi_info -p efa; /dev/infiniband/uverbs* in the container; the "
+              "pod's vpc.amazonaws.com/efa resource), that the EFA driver and libfabric of the EFA installer are "
+              "installed, and FI_PROVIDER / OFI_NCCL_* in the job's environment")
+    socket = [p for p in procs if p.net == "Socket"]
+    failed = bool(log.job_errors or log.failed or any(e.fatal for e in log.errors))
+    hosts = _hosts(procs)
+    where = f" on {', '.join(hosts[:NAMED])}" if hosts else ""
+    if failed or (socket and not scope.one_node):
+        f.add("nccl.transport/ofi-no-provider-fallback", f"{what}{where}: no RDMA network for NCCL, and the job "
+              + ("failed" if failed else f"ran over TCP sockets ({_labels(socket)})"), ev, remedy)
+    else:
+        f.add("nccl.transport/ofi-no-provider", f"{what}{where}: no RDMA (EFA) network for NCCL; the log does not "
+                                                "show what NCCL used instead", ev, remedy)
 
 
 # ---------------------------------------------------------------------------------------
@@ -544,7 +641,7 @@ def _transport_facts(log: NcclLog, procs: list[NcclProc], scope: Scope) -> dict[
         "hcas": sorted({h for p in procs for h in p.hcas}),
         "nvls": (True in nvls) if nvls else None,
         "version": versions[0] if len(versions) == 1 else versions,
-        "hosts": sorted({p.host for p in procs}),
+        "hosts": _hosts(procs),
         "multi_node": True if scope.multi else False if scope.single else None,
         "scope_evidence": scope.multi or scope.single,
         "errors": [{"kind": e.kind, "host": e.host, "dev": e.dev, "rank": e.rank, "fatal": e.fatal, "line": e.line}
@@ -592,6 +689,8 @@ def grade_transport(ctx: CheckContext) -> Result:
     version_findings(procs, f)
     nvls_findings(procs, ctx.profile, f)
     gdr_findings(procs, f)
+    link_layer_findings(procs, f)
+    ofi_findings(log, procs, scope, f)
     proof = [procs[0].evidence.get(k, "") for k in ("net", "intra", "nvls") if procs[0].evidence.get(k)]
     return f.result(ctx, _ok_summary(procs, facts), facts, proof)
 

@@ -29,10 +29,17 @@ from preflight.parsers.base import Format, ParserSpec
 
 # the source before WARN is NCCL's __FILE__:__LINE__, or a plugin's function name (aws-ofi-nccl passes
 # __PRETTY_FUNCTION__: "int nccl_net_ofi_foo(bar*):1463")
+# The host: a name, or what a paste put in its place (`<cluster_name>`, `[hostname]`, `{host}`, `***`).
+_HOST = r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\{[^{}\s]{1,64}\}|\*{2,}|[A-Za-z0-9][\w.-]*)"
+# a CloudWatch table export glues its ISO time stamp to the line: "...07:00ip-10-0-0-1:79:79 [0] NCCL"
+_GLUED_TIME = r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
 LINE = re.compile(
-    r"(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>\d+))? \[(?P<dev>\d+)\] "
+    _GLUED_TIME + r"(?P<host>" + _HOST + r"):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>\d+))? \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?|(?:[^\[\]]*?:\d+ )?NCCL )?"
     r"(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+# An NCCL line whose `host:pid:tid [dev]` prefix a paste left out: `init.cc:1247 NCCL WARN msg`,
+# `NCCL INFO msg` (the word NCCL is required: the 2.3 layout without it is read only with its prefix)
+BARE_LINE = re.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>\S+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
 _COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                    r"(?: nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+))?", re.I)
@@ -43,7 +50,8 @@ _OLD_IB_OOB = re.compile(r"NET/IB\s*:\s*Using interface ([\w.@-]+) for sideband"
 _NET_USING_SOCKET = re.compile(r"NET/Socket\s*:\s*Using(?! \d+ threads)\s*(.*)$")
 _OLD_IFACE = re.compile(r"^NET\s*:\s*Using interface ([\w.@-]+):([^<\s]*)")
 _INTERNAL_SOCKET = re.compile(r"NET/Socket\s*:\s*\d+ interfaces? found")
-_HCA_ENTRY = re.compile(r"\[\d+\]([\w.+-]+:\d+)(?:/(\w+))?")
+# ' [0]mlx5_0:1/IB', and in a merged device (2.19+) ' [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE}'
+_HCA_ENTRY = re.compile(r"\[\d+\] ?([\w.+-]+:\d+)(?:/(\w+))?")
 _IF_ENTRY = re.compile(r"\[\d+\]([\w.@-]+):([^<\s]*)(?:<\d+>)?")
 _USING_NETWORK = re.compile(r"Using (?:network|(?:internal|external) Network) (.+?)\s*$")
 _BOOTSTRAP = re.compile(r"Bootstrap\s*:\s*Using\s*(?:\[\d+\])?([\w.@-]+):([^<\s]*)")
@@ -57,10 +65,27 @@ _CASCADE = re.compile(r"^(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp)):\d+ )?-> (?P<co
 _FAILURE_SOURCES = {"init", "group", "enqueue", "proxy", "bootstrap", "transport", "collectives"}
 IN_PROGRESS = "7"  # ncclResult_t ncclInProgress (src/nccl.h.in)
 _PLUGIN = re.compile(r"NET/Plugin\s*:|Plugin Path|P2P plugin|Loaded net plugin")
-_FALLBACK = re.compile(r"NET/IB\s*:\s*No device found|Failed to open libibverbs|NET/IB\s*:\s*No IP interface found|"
-                       r"NET/OFI No eligible providers", re.I)
+_FALLBACK = re.compile(r"NET/IB\s*:\s*No device found|Failed to open libibverbs|NET/IB\s*:\s*No IP interface found", re.I)
+# aws-ofi-nccl could not start: no libfabric provider (EFA) fits, or its protocols failed to initialise
+# (src/nccl_ofi_net.cpp, nccl_ofi_rdma.cpp, nccl_ofi_sendrecv.cpp; NCCL_OFI_WARN/INFO prefix 'NET/OFI ')
+OFI_UNAVAILABLE = re.compile(
+    r"NET/OFI\s+(?:No eligible providers|Could(?:n't| not) find (?:any|an) optimal provider|"
+    r"Unable to find a (?:usable provider|protocol that worked)|OFI fi_getinfo\(\) call failed|"
+    r"Failed to initiali[sz]e (?:\w+ )?protocol|\S+ initiali[sz]ation failed|No viable endpoint found|"
+    r"EFA provider requires)", re.I)
+_OFI_SELECTED = re.compile(r"NET/OFI Selected [Pp]rovider is ([^,\s(]+)")
+# libfabric's own log (FI_LOG_LEVEL): "libfabric:PID:TIME:[DOMAIN:]PROV:SUBSYS:FUNC():LINE<LEVEL> MSG"
+# (src/log.c ofi_log(): 1.5 - 1.17 without the domain field, 1.18+ with it)
+LIBFABRIC = re.compile(r"libfabric:\d+:\d+:(?:[^:\s]*:){2,3}[^:\s]*\(\):\d+<(?P<level>\w+)> (?P<msg>.*)$")
+# src/fabric.c fi_getinfo_(): a provider that found no device (warn: always for an empty list, and for
+# an error when the hints named that provider)
+_OFI_NO_PROVIDER = re.compile(r"fi_getinfo: provider (?P<prov>\S+) (?:output empty list|returned -\d+)")
 _VIRTUAL_NIC = re.compile(r"Could not (?:find real path of|get speed from) /sys/class/net/([\w.@-]+)/")
-_GDR_OFF = re.compile(r"NET/IB\s*:\s*GPU Direct RDMA Disabled for .*?HCA \d+ '([\w.-]+)' \((no module[^)]*)\)")
+# GPUDirect RDMA: per HCA (2.3 'for GPU %d / HCA %s (no module)', 2.4 'for GPU %d[%d] / HCA %d '%s' (no
+# module or not supported by GPU)', 2.5 - 2.12 'for HCA %d '%s' (no module)', 2.13+ 'NET/%s : GPU Direct RDMA
+# %s for HCA %d '%s''), or per GPU/NIC pair by topology ('(distance %d > %d)', a normal choice)
+_GDR = re.compile(r"(?:NET/(?P<net>[^:]+?)\s*:\s*)?GPU Direct RDMA (?P<state>Enabled|Disabled) for "
+                  r"(?:GPU \S+ / )?HCA (?P<idx>[^\s']+)(?: '(?P<hca>[^']*)')?(?: \((?P<why>[^)]*)\))?")
 _SERVICE_CLOSED = re.compile(r"\[Service thread\] Connection closed by localRank (\d+)")
 # A framework's message after NCCL returned an error (PyTorch: "NCCL error in: file:line, <string>,
 # NCCL version X" and "Last error:" followed by NCCL's last WARN text): proof that the job failed
@@ -79,6 +104,12 @@ ERRORS: list[tuple[str, re.Pattern[str]]] = [
         r"non-fatal async event|GID table changed|Failed to set CPU affinity|remote FLID configured|CC On,|"
         r"Failed to open mlx5dv|splitShare \d+ is not a valid", re.I)),
     ("fallback", _FALLBACK),
+    ("ofi_unavailable", OFI_UNAVAILABLE),
+    ("collective_hang", re.compile(r"may be hanging, this may be caused by a collective mismatch"
+                                   r"(?: around rank (?P<rank>\d+))?", re.I)),
+    ("collective_mismatch", re.compile(r"Mismatched collective detected(?:.*? around rank (?P<rank>\d+))?|"
+                                       r"collective mismatch error", re.I)),
+    ("rank_count_mismatch", re.compile(r"Bootstrap Root : mismatch in (?:rank count|info)", re.I)),
     ("cuda_oom", re.compile(r"Cuda failure (?:2 )?'?out of memory|Cuda failure 2\b|Failed to CUDA (?:calloc|malloc|host)|"
                             r"cudaMalloc.*failed|CUDA_ERROR_OUT_OF_MEMORY|cuMem\w+.* out of memory", re.I)),
     ("cuda", re.compile(r"Cuda failure|CUDA error|CUDA_ERROR_|Cuda API|Failed to (?:set|create) CUDA|"
@@ -118,7 +149,8 @@ ERRORS: list[tuple[str, re.Pattern[str]]] = [
 ]
 # WARN kinds that always end the job (NCCL returns an error right after printing them)
 FATAL = frozenset({"cuda_oom", "cuda", "ib_completion", "qp_setup", "ib_verbs", "ib_config", "plugin_error",
-                   "no_interface", "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy"})
+                   "no_interface", "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy",
+                   "collective_mismatch", "rank_count_mismatch"})
 # ibv_event_type_str() strings of events that end the QP, CQ or port
 _FATAL_EVENT = re.compile(r"fatal|catastrophic|CQ error|work queue.*error|port error|migration request error|"
                           r"communicator encountered", re.I)
@@ -144,6 +176,7 @@ class NcclError:
     rank: int | None = None  # the process's global rank when known
     detail: dict[str, str] = field(default_factory=dict)
     fatal: bool = False  # pragma: no mutate (every caller passes it) - the job ended on it: a job-ending kind, or a failure cascade followed
+    quoted: bool = False  # a framework's quote of NCCL's last error (no NCCL line of its own)
 
 
 @dataclass
@@ -168,7 +201,8 @@ class NcclProc:
     bootstrap: str = ""
     bootstrap_addr: str = ""
     gdr: bool | None = None
-    gdr_off: str = ""  # "mlx5_0: no module" when NCCL says GPUDirect RDMA is off for want of the module
+    gdr_off: list[str] = field(default_factory=list)  # HCAs NCCL says GPUDirect RDMA is off for: "mlx5_0 (no module)"
+    gdr_distance: str = ""  # a line saying GDR is off for a GPU/NIC pair by topology distance (NCCL's choice)
     nvls: bool | None = None
     nvls_channels: int | None = None
     intra: set[str] = field(default_factory=set)  # P2P/CUMEM, SHM/direct/direct ... (within the node)
@@ -184,9 +218,13 @@ class NcclProc:
 
     @property
     def label(self) -> str:
-        who = f"rank {self.rank}" if self.rank is not None else f"GPU{min(self.devs, key=int)} pid {self.pid}" \
-            if self.devs else f"pid {self.pid}"
-        return f"{self.host} {who}"
+        if self.rank is not None:
+            who = f"rank {self.rank}"
+        elif self.devs:
+            who = f"GPU{min(self.devs, key=int)} pid {self.pid}"
+        else:
+            who = f"pid {self.pid}" if self.pid else "(lines without NCCL's host:pid prefix)"
+        return f"{self.host or 'a process'} {who}"
 
 
 @dataclass
@@ -199,6 +237,8 @@ class NcclLog:
     service_closed: list[str] = field(default_factory=list)  # "[Service thread] Connection closed by localRank N"
     versions: list[str] = field(default_factory=list)  # "NCCL version X" lines without a process prefix
     job_errors: list[str] = field(default_factory=list)  # a framework's "NCCL error in: ..." lines
+    ofi_unavailable: list[str] = field(default_factory=list)  # the OFI plugin / libfabric found no provider
+    ofi_selected: list[str] = field(default_factory=list)  # providers the OFI plugin selected
     lines: int = 0
 
     @property
@@ -226,21 +266,25 @@ def classify(msg: str) -> tuple[str, dict[str, str]]:
     return "other", {}
 
 
-def _proc(log: NcclLog, m: re.Match[str], ln: Line) -> NcclProc:
-    key = (m.group("host"), m.group("pid"))
-    p = log.procs.get(key)
+def _proc(log: NcclLog, host: str, pid: str, ln: Line) -> NcclProc:
+    """The process of `host:pid` (a line without NCCL's prefix: the host its framing names, no pid)."""
+    p = log.procs.get((host, pid))
     if p is None:
-        p = log.procs[key] = NcclProc(host=m.group("host"), pid=m.group("pid"))
-    p.devs.add(m.group("dev"))
+        p = log.procs[(host, pid)] = NcclProc(host=host, pid=pid)
     if ln.rank is not None and p.mpi_rank is None:
         p.mpi_rank = ln.rank
     return p
 
 
 def _bare(log: NcclLog, lines: list[Line], i: int, text: str) -> None:
-    """A line without NCCL's prefix: a bare version line, or a framework's NCCL error report."""
+    """A line that is not NCCL's INFO/WARN: a bare version line, libfabric's own log, or a
+    framework's NCCL error report."""
     mv = _VERSION.search(text)
-    if mv and text.startswith("NCCL version"):
+    mf = LIBFABRIC.search(text)
+    if mf is not None:
+        if mf.group("level") == "warn" and _OFI_NO_PROVIDER.search(mf.group("msg")):
+            log.ofi_unavailable.append(text)
+    elif mv and text.startswith("NCCL version"):
         log.versions.append(mv.group(1) + (f"+cuda{mv.group(2)}" if mv.group(2) else ""))
     elif _TORCH_NCCL_ERROR.search(text) or _NCCL_RESULT.search(text):
         log.job_errors.append(text)
@@ -256,7 +300,7 @@ def _last_error(log: NcclLog, text: str) -> None:
     text = text.strip()
     kind, detail = classify(text)
     if text and kind not in ("benign", "other"):
-        log.errors.append(NcclError(kind, "", "", "", text, detail=detail, fatal=True))
+        log.errors.append(NcclError(kind, "", "", "", text, detail=detail, fatal=True, quoted=True))
 
 
 def _warn(log: NcclLog, p: NcclProc, dev: str, msg: str, text: str) -> None:
@@ -264,6 +308,8 @@ def _warn(log: NcclLog, p: NcclProc, dev: str, msg: str, text: str) -> None:
     kind, detail = classify(msg)
     if kind == "fallback":
         p.fallback.append(text)
+    elif kind == "ofi_unavailable":
+        log.ofi_unavailable.append(text)
     elif (mv := _VIRTUAL_NIC.search(msg)) is not None:
         _on_virtual_nic(p, mv, text)
     log.errors.append(NcclError(kind, p.host, p.pid, dev, text, detail=detail, fatal=kind in FATAL))
@@ -273,17 +319,22 @@ def _line(log: NcclLog, lines: list[Line], i: int) -> None:
     ln = lines[i]
     text = ln.text.strip()
     m = LINE.search(text)
-    if not m:
+    if m is not None:
+        p = _proc(log, m.group("host"), m.group("pid"), ln)
+        p.devs.add(m.group("dev"))
+    elif (m := BARE_LINE.search(text)) is not None:
+        p = _proc(log, ln.host, "", ln)
+    else:
         _bare(log, lines, i, text)
         return
     log.lines += 1
-    p = _proc(log, m, ln)
     msg = m.group("msg").strip()
     if m.group("level") == "WARN":
-        _warn(log, p, m.group("dev"), msg, text)
+        _warn(log, p, m.groupdict().get("dev") or "", msg, text)
         return
     if m.group("level") != "INFO":
         return
+    _ofi(log, msg, text)
     mc = _CASCADE.search(msg)  # INFO lines carry the source in the message: "init.cc:1079 -> 3"
     if mc:
         _on_cascade(log, p, mc, text)
@@ -292,6 +343,14 @@ def _line(log: NcclLog, lines: list[Line], i: int) -> None:
         log.service_closed.append(text)
         return
     _info(p, msg, text)
+
+
+def _ofi(log: NcclLog, msg: str, text: str) -> None:
+    """aws-ofi-nccl's INFO lines: the provider it selected, or that it found none."""
+    if (ms := _OFI_SELECTED.search(msg)) is not None:
+        log.ofi_selected.append(ms.group(1))
+    elif OFI_UNAVAILABLE.search(msg):
+        log.ofi_unavailable.append(text)
 
 
 def _on_cascade(log: NcclLog, p: NcclProc, mc: re.Match[str], text: str) -> None:
@@ -425,10 +484,26 @@ def _on_virtual_nic(p: NcclProc, m: re.Match[str], line: str) -> None:
     p.evidence.setdefault("virtual_nic", line)
 
 
-def _on_gdr_off(p: NcclProc, m: re.Match[str], line: str) -> None:
-    p.gdr = False
-    p.gdr_off = f"{m.group(1)}: {m.group(2)}"
-    p.evidence.setdefault("gdr_off", line)
+def _on_gdr(p: NcclProc, m: re.Match[str], line: str) -> None:
+    """GPUDirect RDMA on or off for an HCA (the module, the GPU, DMA-BUF), or off for one GPU/NIC
+    pair by topology distance. The `NET/<name> :` it starts with names the network NCCL uses."""
+    net = _transport(m.group("net") or "")
+    if net == "Socket":  # the socket transport never has GPUDirect RDMA
+        return
+    if net and not p.net:
+        p.net = net
+        p.evidence.setdefault("net", line)
+    why = m.group("why") or ""
+    if why.startswith("distance"):
+        p.gdr_distance = p.gdr_distance or line
+        p.gdr = p.gdr or m.group("state") == "Enabled"
+    elif m.group("state") == "Enabled":
+        p.gdr = p.gdr if p.gdr is False else True
+    else:
+        p.gdr = False
+        name = m.group("hca") or m.group("idx")
+        p.gdr_off.append(f"{name} ({why})" if why else name)
+        p.evidence.setdefault("gdr_off", line)
 
 
 # INFO lines that say which network a process uses, and how: tried in order, the first match wins
@@ -437,7 +512,7 @@ _NETWORK_LINES: tuple[tuple[re.Pattern[str], Callable[[NcclProc, re.Match[str], 
     (_NET_USING_SOCKET, _on_net_socket), (_OLD_IFACE, _on_old_iface), (_INTERNAL_SOCKET, _on_internal_socket),
     (_USING_NETWORK, _on_using_network), (_BOOTSTRAP, _on_bootstrap), (_CHANNEL, _on_channel),
     (_COLLNET, _on_collnet), (_FALLBACK, _on_fallback), (_PLUGIN, _on_plugin), (_VIRTUAL_NIC, _on_virtual_nic),
-    (_GDR_OFF, _on_gdr_off),
+    (_GDR, _on_gdr),
 )
 
 
@@ -467,7 +542,7 @@ def _finish(log: NcclLog) -> None:
     ranks = {(p.host, p.pid): p.rank for p in log.procs.values()}
     for e in log.errors:
         e.rank = ranks.get((e.host, e.pid))
-        if (e.host, e.pid) in log.failed and e.kind not in ("benign", "fallback", "ib_event"):
+        if (e.host, e.pid) in log.failed and e.kind not in ("benign", "fallback", "ib_event", "ofi_unavailable"):
             e.fatal = True
 
 
@@ -480,13 +555,16 @@ def parse(doc: Doc) -> NcclLog:
     return log
 
 
-_DETECT = re.compile(r"[A-Za-z0-9][\w.-]*:[^:\s\[\]]+(?::\d+)? \[\d+\] (?:[\w./-]+:\d+ |[^\[\]]*?:\d+ NCCL )?"
+_DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::\d+)? \[\d+\] (?:[\w./-]+:\d+ |[^\[\]]*?:\d+ NCCL )?"
                      r"(?:NCCL )?(?:INFO|WARN) ")
 
 
+def _detected(text: str) -> bool:
+    return bool(_DETECT.search(text) and ("NCCL" in text or ".cu:" in text) or BARE_LINE.search(text))
+
+
 def detect(doc: Doc) -> bool:
-    return any(_DETECT.search(ln.text) and ("NCCL" in ln.text or ".cu:" in ln.text)
-               for ln in (doc.peel_hit(h) for h in doc.scan((" INFO ", " WARN "), ends=DETECT_ENDS)))
+    return any(_detected(ln.text) for ln in (doc.peel_hit(h) for h in doc.scan((" INFO ", " WARN "), ends=DETECT_ENDS)))
 
 
 FORMATS = [Format("nccl-log", detect=detect, priority=40, description="NCCL_DEBUG=INFO/WARN log (any NCCL era)")]

@@ -517,7 +517,8 @@ def test_roce_hosts_on_different_subnets() -> None:
                          "between them must be routed")
     assert "RoCEv2" in r.remedy
     assert one(lines(a, b.replace("207.69", "121.70"))).status is Status.PASS
-    assert one(lines(a, b.replace("/RoCE", "/IB"))).status is Status.PASS
+    # an IB host beside a RoCE host is not RoCE routing; it is two link layers in one job
+    assert codes(one(lines(a, b.replace("/RoCE", "/IB")))) == ["mixed-link-layers"]
     assert one(lines(a, b.replace("172.16.207.69", "fe80::2"))).status is Status.PASS
 
 
@@ -595,8 +596,8 @@ def test_gdr_disabled_for_want_of_the_module() -> None:
                  "g:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)")
     r = one(text)
     assert codes(r) == ["gdr-disabled"] and r.status is Status.WARN
-    assert r.summary == ("GPUDirect RDMA is off on g GPU0 pid 1 (mlx5_0: no module): NCCL stages network traffic "
-                         "through host memory")
+    assert r.summary == ("GPUDirect RDMA is off for HCA mlx5_0 (no module) on g GPU0 pid 1: NCCL stages network "
+                         "traffic through host memory")
     assert r.evidence[0].endswith("(no module)") and "nvidia-peermem" in r.remedy
     assert one(text.replace("NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>", "Using network Socket")
                ).status is Status.WARN  # socket-single-host only

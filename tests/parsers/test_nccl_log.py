@@ -137,7 +137,8 @@ def test_classify_every_warn_wording(msg: str, kind: str, detail: dict[str, str]
 
 def test_fatal_kinds_are_the_job_ending_ones() -> None:
     assert {"cuda_oom", "cuda", "ib_completion", "qp_setup", "ib_verbs", "ib_config", "plugin_error", "no_interface",
-            "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy"} == nccl_log.FATAL
+            "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy", "collective_mismatch",
+            "rank_count_mismatch"} == nccl_log.FATAL
 
 
 # ----------------------------------------------------------------------------- line layouts
@@ -323,7 +324,7 @@ def test_virtual_nic_gdr_off_and_service_thread() -> None:
                 "c6:11:12 [0] NCCL INFO [Service thread] Connection closed by localRank 2\n")
     p = next(iter(log.procs.values()))
     assert p.virtual_nics == {"eth0", "lo", "veth9a"} and p.evidence["virtual_nic"].endswith("eth0/device")
-    assert p.gdr is False and p.gdr_off == "mlx5_0: no module" and "gdr_off" in p.evidence
+    assert p.gdr is False and p.gdr_off == ["mlx5_0 (no module)"] and "gdr_off" in p.evidence
     assert len(log.service_closed) == 1 and log.cascade == 1 and not log.failed
     assert [(e.kind, e.fatal) for e in log.errors] == [("benign", False)]
 
@@ -392,7 +393,7 @@ def test_remote_error_string_is_a_job_error() -> None:
     assert len(log.job_errors) == 1 and not log.recognised
 
 
-@pytest.mark.parametrize("text", ["", "garbage\x00\x01", "h:1:2 [0] NCCL INFO", "NCCL INFO alone", "a:b [x] INFO y"])
+@pytest.mark.parametrize("text", ["", "garbage\x00\x01", "h:1:2 [0] NCCL INFO", "NCCL INFOalone", "a:b [x] INFO y"])
 def test_garbage_gives_empty_facts(text: str) -> None:
     log = parse(text)
     assert not log.procs and not log.errors and not log.recognised
