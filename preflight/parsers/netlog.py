@@ -205,7 +205,7 @@ def parse(doc: Doc) -> LinkEvents:
     out = LinkEvents()
     seen: dict[str, Match | None] = {}
     for hit in doc.scan(NEEDLES, fold=True):
-        if "module event[" in hit.raw.lower():
+        if "odule event[" in hit.raw:  # mlx5 prints "Port module event[error]" (no lower-casing per hit)
             err = _module_error(doc, hit)
             if err is not None:
                 out.module_errors.append(err)
