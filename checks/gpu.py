@@ -31,6 +31,8 @@ from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
 from .gpu_health import PROBE_NVML
+from .nvlink_counters import counter_facts, counter_findings, read_counters
+from .nvlink_counters import ok_summary as counter_summary
 
 # Fields every driver since the R450 branch knows; an unknown field makes nvidia-smi refuse
 # the whole query, so the fallback drops the MIG fields that older drivers lack.
@@ -490,13 +492,40 @@ def _gpu_link_facts(g: NvlinkGpu, per_gpu: int) -> dict[str, Any]:
             "expected": per_gpu, "speeds_gbps": sorted({ln.gbps for ln in g.up if ln.gbps})}
 
 
+def _cut_reason(rep: NvlinkReport, g: NvlinkGpu, last: bool) -> str:
+    """Why the links a GPU's listing does not show prove nothing ("" when they do): the poster
+    cut lines out of it, the command shows a subset, or the paste is an excerpt and this GPU's
+    listing is the last one, cut where the paste ends (links 0..n-1 shown, none skipped)."""
+    if g.cut:
+        return f"lines cut from the paste (`{g.cut[0]}`)"
+    if rep.partial:
+        return rep.partial
+    if last and rep.excerpt and g.links and g.numbered_from_zero:
+        return "the paste is an excerpt and ends in this GPU's listing"
+    return ""
+
+
+def _not_shown_note(cut: list[tuple[NvlinkGpu, int, str]], f: Findings) -> None:
+    if cut:
+        f.add("gpu.nvlink/links-not-shown",
+              "not all links shown: " + "; ".join(f"GPU {g.index} ({len(g.links)} of {per} shown)" for g, per, _ in cut)
+              + f": {cut[0][2]}; the links not shown are not graded", [g.line for g, _, _ in cut],
+              "run `nvidia-smi nvlink --status` on the node and keep its whole output")
+
+
 def _down_findings(rep: NvlinkReport, prof: Profile, f: Findings) -> list[dict[str, Any]]:
-    """Links inactive or missing, per GPU; the per-GPU facts."""
-    facts_gpus, bad, ev, srcs = [], [], [], []
-    for g in rep.gpus:
+    """Links inactive or missing, per GPU (a listing cut by the poster misses nothing); the
+    per-GPU facts."""
+    facts_gpus, bad, ev, srcs, cut = [], [], [], [], []
+    states = rep.state_gpus
+    for g in states:
         per_gpu, src = expected_links(prof, g.name)
         missing = max(0, per_gpu - len(g.links))
-        facts_gpus.append(_gpu_link_facts(g, per_gpu))
+        reason = _cut_reason(rep, g, g is states[-1]) if missing else ""
+        if reason:
+            cut.append((g, per_gpu, reason))
+            missing = 0
+        facts_gpus.append(_gpu_link_facts(g, per_gpu) | ({"cut": True} if reason else {}))
         if not (g.down or missing or (g.all_inactive and not g.links)):
             continue
         what = [f"{len(g.down)} inactive"] if g.down else []
@@ -509,12 +538,43 @@ def _down_findings(rep: NvlinkReport, prof: Profile, f: Findings) -> list[dict[s
         names = "; ".join(b[1] for b in bad)
         if any(per for per, _ in bad):
             f.add("gpu.nvlink/link-down", f"NVLink down: {names}", ev + srcs, NVLINK_DOWN_REMEDY)
-        elif any(g.up for g in rep.gpus):
+        elif any(g.up for g in states):
             f.add("gpu.nvlink/link-down-unknown-model", f"NVLink down on a node that uses NVLink: {names}", ev,
                   NVLINK_DOWN_REMEDY)
         else:
             f.note("no active NVLink on any GPU: NVLink not in use on this node")
+    _not_shown_note(cut, f)
     return facts_gpus
+
+
+def _slow_findings(rep: NvlinkReport, prof: Profile, f: Findings) -> int:
+    min_gbps = float(prof.get("nvlink.min_link_gbps") or 0)
+    slow = [(g, ln) for g in rep.state_gpus for ln in g.up if min_gbps and ln.gbps is not None and ln.gbps < min_gbps]
+    if slow:
+        f.add("gpu.nvlink/link-slow", f"{len(slow)} NVLink(s) below {min_gbps:g} GB/s",
+              [f"{g.line} / {ln.line}" for g, ln in slow]
+              + [f"nvlink.min_link_gbps = {min_gbps:g} ({prof.source('nvlink.min_link_gbps')})"],
+              "a link trained at reduced speed slows every collective: reboot to re-train; service the "
+              "GPU/baseboard if it persists")
+    return len(slow)
+
+
+def _state_summary(states: list[NvlinkGpu], facts_gpus: list[dict[str, Any]]) -> str:
+    speeds = sorted({ln.gbps for g in states for ln in g.up if ln.gbps})
+    ok = f"{sum(len(g.up) for g in states)} NVLinks up on {len(states)} GPU(s)"
+    ok += f", {'/'.join(f'{s:g}' for s in speeds)} GB/s" if speeds else ""
+    cut = sum(1 for fg in facts_gpus if fg.get("cut"))
+    return ok + (f" (listing cut: links not shown on {cut} GPU(s) not graded)" if cut else "")
+
+
+def _grade_states(rep: NvlinkReport, prof: Profile, f: Findings) -> tuple[str, dict[str, Any]]:
+    """The link-state part: its PASS summary and facts."""
+    states = rep.state_gpus
+    facts_gpus = _down_findings(rep, prof, f)
+    slow = _slow_findings(rep, prof, f)
+    facts = {"links_total": sum(len(g.links) for g in states), "links_down": sum(len(g.down) for g in states),
+             "links_slow": slow, "gpus": facts_gpus}
+    return _state_summary(states, facts_gpus), facts
 
 
 def grade_nvlink(ctx: CheckContext) -> Result:
@@ -522,28 +582,26 @@ def grade_nvlink(ctx: CheckContext) -> Result:
     prof = ctx.profile
     if rep is None or not rep.gpus:
         return _no_nvlink_result(ctx, rep)
-    if rep.other and not any(g.links or g.all_inactive for g in rep.gpus):
+    counters = read_counters(rep.counter_gpus)
+    if not rep.state_gpus and not counters.graded:
+        lines = rep.other + [c.line for g in rep.counter_gpus for c in g.counters]
         return ctx.finding(unread_code(ctx), "not recognised: nvidia-smi nvlink output without link "
-                           "states (expected `Link <n>: <speed> GB/s` or `<inactive>`; these are another "
-                           "sub-command's lines)", evidence=rep.other[:5],
-                           remedy="run `nvidia-smi nvlink --status` for the link states", facts={"links_total": 0})
-    min_gbps = float(prof.get("nvlink.min_link_gbps") or 0)
+                           "states or error counts (expected `Link <n>: <speed> GB/s`, `<inactive>` or "
+                           "`Link <n>: <counter> Errors: <count>`; these are another sub-command's lines)",
+                           evidence=lines[:5], remedy="run `nvidia-smi nvlink --status` for the link states",
+                           facts={"links_total": 0})
     f = Findings()
     tool_errors("gpu.nvlink", rep.errors, "nvidia-smi nvlink", bool(prof.get("nvlink.links_per_gpu")), f)
-    facts_gpus = _down_findings(rep, prof, f)
-    slow = [(g, ln) for g in rep.gpus for ln in g.up if min_gbps and ln.gbps is not None and ln.gbps < min_gbps]
-    if slow:
-        f.add("gpu.nvlink/link-slow", f"{len(slow)} NVLink(s) below {min_gbps:g} GB/s",
-              [f"{g.line} / {ln.line}" for g, ln in slow]
-              + [f"nvlink.min_link_gbps = {min_gbps:g} ({prof.source('nvlink.min_link_gbps')})"],
-              "a link trained at reduced speed slows every collective: reboot to re-train; service the "
-              "GPU/baseboard if it persists")
-    speeds = sorted({ln.gbps for g in rep.gpus for ln in g.up if ln.gbps})
-    facts = {"links_total": sum(len(g.links) for g in rep.gpus), "links_down": sum(len(g.down) for g in rep.gpus),
-             "links_slow": len(slow), "gpus": facts_gpus}
-    ok = f"{sum(len(g.up) for g in rep.gpus)} NVLinks up on {len(rep.gpus)} GPU(s)"
-    ok += f", {'/'.join(f'{s:g}' for s in speeds)} GB/s" if speeds else ""
-    return f.result(ctx, ok, facts)
+    ok: list[str] = []
+    facts: dict[str, Any] = {"links_total": 0}
+    if rep.state_gpus:
+        summary, facts = _grade_states(rep, prof, f)
+        ok.append(summary)
+    if counters.graded:
+        counter_findings(counters, f)
+        ok.append(counter_summary(counters))
+        facts["error_counters"] = counter_facts(counters)
+    return f.result(ctx, "; ".join(ok), facts)
 
 
 # ---------------------------------------------------------------------------------------

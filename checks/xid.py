@@ -28,7 +28,7 @@ from preflight.findings import Findings
 from preflight.framing import Line, filter_allows, parse_iso, syslog_year_fix
 from preflight.model import Result, Status
 from preflight.parsers.base import short
-from preflight.parsers.kernel_log import KernelFault, KernelLog, XidEvent
+from preflight.parsers.kernel_log import REPORTER, KernelFault, KernelLog, XidEvent
 from preflight.probes import Probe
 from preflight.registry import Check, CheckContext, Input, register
 
@@ -71,7 +71,14 @@ FAULT_CODES: dict[str, str] = {
     "sxid_nonfatal": "gpu.xid/sxid-nonfatal",
     "sxid_correctable": "gpu.xid/sxid-correctable",
     "sxid_other": "gpu.xid/sxid-unclassified",
+    "plugin_unhealthy": "gpu.xid/device-marked-unhealthy",
+    "nvml_dbe_event": "gpu.xid/nvml-dbe-event",
+    "nvml_sbe_event": "gpu.xid/nvml-sbe-event",
 }
+# faults the Kubernetes device plugin reports (kernel_log.REPORTER): the GPU by UUID, or no GPU named
+PLUGIN_KINDS = frozenset({"plugin_unhealthy", "nvml_dbe_event", "nvml_sbe_event"})
+PLUGIN_REMEDY = ("the device plugin never marks a GPU healthy again by itself: once the GPU is checked (or reset), "
+                 "restart the device plugin pod so the node offers it again")
 # the fault a resolved report becomes (the kernel recovered the device, the link came back)
 RESOLVED_CODES = {"pcie_fatal": "gpu.xid/pcie-recovered", "pcie_nonfatal": "gpu.xid/pcie-recovered",
                   "pcie_link_down": "gpu.xid/pcie-link-bounced"}
@@ -114,12 +121,13 @@ def _with_implied_causes(events: list[XidEvent]) -> list[XidEvent]:
     seen: set[tuple[str, int]] = set()
     for ev in events:
         n = ev.caused_by
-        if n is not None and (ev.pci, n) not in seen:
-            out.append(XidEvent(xid=n, pci=ev.pci, line=ev.line, gpu=ev.gpu, implied=True,
+        if n is not None and (ev.device, n) not in seen:
+            out.append(XidEvent(xid=n, pci=ev.pci, line=ev.line, gpu=ev.gpu, implied=True, uuid=ev.uuid,
+                                reporter=ev.reporter,
                                 text=f"named by a later Xid {ev.xid}: caused by previous Xid {n}"))
-            seen.add((ev.pci, n))
+            seen.add((ev.device, n))
         out.append(ev)
-        seen.add((ev.pci, ev.xid))
+        seen.add((ev.device, ev.xid))
     return out
 
 
@@ -129,7 +137,7 @@ def _link_sympathetic(events: list[XidEvent], window_s: float) -> dict[int, int]
     caused: dict[int, int] = {}
     latest: dict[str, dict[int, tuple[int, XidEvent]]] = {}  # pci -> xid -> (position, event)
     for i, ev in enumerate(events):
-        seen = latest.setdefault(ev.pci, {})
+        seen = latest.setdefault(ev.device, {})
         if ev.caused_by is not None:
             caused[i] = ev.caused_by
         elif ev.xid in cat.SYMPATHETIC:
@@ -182,14 +190,14 @@ class Group:
 
     @property
     def key(self) -> tuple[int, str]:
-        return self.first.xid, self.first.pci
+        return self.first.xid, self.first.device
 
 
 def _group(events: list[XidEvent], caused: dict[int, int], window_s: float) -> list[Group]:
     groups: list[Group] = []
     open_: dict[tuple[int, str, int | None, str, bool | None, int | None], Group] = {}
     for i, ev in enumerate(events):
-        k = (ev.xid, ev.pci, caused.get(i), ev.unit, ev.fatal, ev.recovery_code)
+        k = (ev.xid, ev.device, caused.get(i), ev.unit, ev.fatal, ev.recovery_code)
         g = open_.get(k)
         if g is not None and _within(g.last.line, ev.line, window_s):
             g.last, g.end = ev, i
@@ -234,7 +242,7 @@ def _clear_recovered(groups: list[Group]) -> None:
             continue
         for g in groups:
             # (`<`: only the Xid 154 itself ends where it does, and it is not a failure)
-            if g.first.pci == back.first.pci and g.end < back.end and g.severity == FAIL:  # pragma: no mutate
+            if g.first.device == back.first.device and g.end < back.end and g.severity == FAIL:  # pragma: no mutate
                 g.severity, g.cleared = INFO, True
 
 
@@ -273,13 +281,14 @@ class _Graded:
 
     @property
     def fail_pcis(self) -> set[str]:
-        return {g.first.pci for g in self.of(FAIL)}
+        return {g.first.device for g in self.of(FAIL)}
 
     def label(self, pci: str, gpu: int | None = None) -> str:
+        """A GPU by its PCI address, or its UUID where a reporter named it so, and its index."""
         idx = self.log.gpus.get(pci, {}).get("index", gpu)
         if not pci:
             return f"GPU{gpu}" if gpu is not None else "a GPU"
-        return f"GPU {pci}" + (f" (GPU{idx})" if idx is not None else "")
+        return (pci if _is_uuid(pci) else f"GPU {pci}") + (f" (GPU{idx})" if idx is not None else "")
 
 
 def _since(ctx: CheckContext) -> datetime | None:
@@ -353,7 +362,7 @@ def _graded(ctx: CheckContext, log: KernelLog) -> _Graded:
         _classify(g, fail_codes, ignore_codes)
         bursts[g.key] = bursts.get(g.key, 0) + 1
     _clear_recovered(groups)
-    fail_pcis = {g.first.pci for g in groups if g.severity == FAIL}
+    fail_pcis = {g.first.device for g in groups if g.severity == FAIL}
     gpu_faults = any(f.kind in GPU_KINDS and f.pci for f in faults_in)
     gone = {f.pci for f in faults_in if f.kind == "fallen_off_bus"}
     covered = [f for f in faults_in if _covered(f, fail_pcis, gpu_faults, gone)]
@@ -385,7 +394,8 @@ def _event_fact(g: Group, gpus: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "text": ev.text, "caused_by": g.caused_by,
     }
     optional = {"pid": ev.pid, "name": ev.name, "mig": ev.mig, "host": ev.line.host, "recovery": ev.recovery,
-                "uuid": gpus.get(ev.pci, {}).get("uuid"), "implied": ev.implied, "cleared": g.cleared}
+                "uuid": ev.uuid or gpus.get(ev.pci, {}).get("uuid"), "implied": ev.implied, "cleared": g.cleared,
+                "reporter": ev.reporter}
     fact.update({k: v for k, v in optional.items() if v})
     if ev.unit or ev.fatal is not None:
         fact.update(unit=ev.unit, fatal=ev.fatal, link=ev.link, registers=ev.registers)
@@ -404,7 +414,7 @@ def _facts(gr: _Graded, run: Input) -> dict[str, Any]:
     counts: dict[str, dict[str, int]] = {}
     for g in gr.groups:
         if not g.first.implied:
-            per = counts.setdefault(g.first.pci, {})
+            per = counts.setdefault(g.first.device, {})
             per[str(g.first.xid)] = per.get(str(g.first.xid), 0) + g.count
     optional: dict[str, Any] = {
         "hosts": log.hosts, "driver_module": log.module_version, "truncated": run.truncated,
@@ -471,7 +481,13 @@ def _filtered_text(log: KernelLog) -> str:
 # Remedies
 
 
+def _is_uuid(device: str) -> bool:
+    return device.startswith(("GPU-", "MIG-"))
+
+
 def _reset_cmd(pci: str) -> str:
+    if _is_uuid(pci):
+        return f"`nvidia-smi -r -i {pci}`"
     return f"`nvidia-smi -r -i {pci}.0`" if pci else "`nvidia-smi -r -i <gpu>`"
 
 
@@ -534,6 +550,10 @@ _FAULT_REMEDIES: dict[str, str] = {
                   "the fabric manager log and the link named",
     "sxid_nonfatal": "non-fatal NVSwitch errors on {device}: no drain; check the port named if they repeat",
     "sxid_other": "an NVSwitch error on {device}: read the fabric manager log for its severity",
+    "plugin_unhealthy": "the Kubernetes device plugin withdrew {device} from the node's allocatable GPUs: check the "
+                        "GPU (`nvidia-smi -q`, the kernel log's Xids) and the reason quoted; " + PLUGIN_REMEDY,
+    "nvml_dbe_event": "an uncorrectable (double-bit) ECC error on a GPU of the node: the kernel log's Xid 48 / 94 / "
+                      "95 names the GPU and whether it needs a reset; check `nvidia-smi -q -d ECC,ROW_REMAPPER`",
 }
 _RESOLVED_REMEDIES = {
     "gpu.xid/pcie-recovered": "the kernel recovered {device} after an uncorrectable PCIe error: the job using it may "
@@ -555,6 +575,8 @@ def _device(g: FaultGroup, gr: _Graded) -> str:
         return f"NVSwitch {f.device} ({f.pci})" if f.device else f"NVSwitch {f.pci}"
     if f.kind.startswith("mce"):
         return "host CPU/memory"
+    if f.kind in PLUGIN_KINDS:
+        return "a GPU" if f.device in ("", REPORTER) else f.device
     if f.kind in ("driver_assert", "rm_error") and not f.pci and f.gpu is None:
         return "NVIDIA driver"
     if f.kind in GPU_KINDS or f.pci in gr.log.gpus or f.device == "nvidia" or f.vendor.startswith("10de"):
@@ -605,7 +627,7 @@ def _describe(gr: _Graded, gs: list[Group]) -> str:
     for code, groups in sorted(per.items()):
         n = sum(g.count for g in groups)
         name = _mnemonic(code) or "not in catalog"
-        nb = gr.bursts[(code, groups[0].first.pci)]
+        nb = gr.bursts[(code, groups[0].first.device)]
         extra = (f" x{n}" + (f" in {nb} bursts" if nb > 1 else "")) if n > 1 else ""
         causes = sorted(g.caused_by for g in groups if g.caused_by is not None and g.severity == INFO)
         implied = " (named by a later Xid 45)" if any(g.first.implied for g in groups) else ""
@@ -619,11 +641,11 @@ def _evidence(gr: _Graded, gs: list[Group], pci: str) -> list[str]:
     for g in gs:
         ev.append(short(g.first.line.raw))
         if g.count > 1:
-            ev.append(f"(Xid {g.first.xid} on {g.first.pci}: {g.count} lines, "
+            ev.append(f"(Xid {g.first.xid} on {g.first.device}: {g.count} lines, "
                       f"up to {g.last.line.time_text or 'the end of the log'})")
     xids = {g.first.xid for g in gs}
     ev += [short(g.first.line.raw) for g in gr.of(INFO)
-           if g.first.pci == pci and g.caused_by in xids and not g.cleared]
+           if g.first.device == pci and g.caused_by in xids and not g.cleared]
     ev += [short(note.raw) for note in gr.log.reset_notes.get(pci, [])[:1]]
     ev += [short(f.line.raw) for f in gr.covered if f.pci == pci][:3]
     return ev
@@ -632,7 +654,7 @@ def _evidence(gr: _Graded, gs: list[Group], pci: str) -> list[str]:
 def _by_code_and_gpu(groups: list[Group]) -> dict[tuple[str, str], list[Group]]:
     out: dict[tuple[str, str], list[Group]] = {}
     for g in groups:
-        out.setdefault((g.code, g.first.pci), []).append(g)
+        out.setdefault((g.code, g.first.device), []).append(g)
     return out
 
 
@@ -645,16 +667,29 @@ def _repeated(ctx: CheckContext, gr: _Graded, gs: list[Group]) -> list[str]:
 
 def _sympathetic_of(gr: _Graded, gs: list[Group]) -> str:
     """The sympathetic Xids a finding's Xids caused on its GPU, for its summary."""
-    xids, pci = {g.first.xid for g in gs}, gs[0].first.pci
-    sym = [g for g in gr.of(INFO) if g.first.pci == pci and g.caused_by in xids and not g.cleared]
+    xids, pci = {g.first.xid for g in gs}, gs[0].first.device
+    sym = [g for g in gr.of(INFO) if g.first.device == pci and g.caused_by in xids and not g.cleared]
     return f" (with {_describe(gr, sym)})" if sym else ""
+
+
+def _plugin_part(gr: _Graded, gs: list[Group], device: str) -> tuple[str, list[str], str]:
+    """What the Kubernetes device plugin adds to a finding on Xids it reported: a summary
+    suffix, the line where it withdrew the GPU, the remedy's tail."""
+    if not any(g.first.reporter for g in gs):
+        return "", [], ""
+    marked = gr.log.plugin_marked.get(device)
+    if marked is None and not any("unhealthy" in g.first.text for g in gs):
+        return " (Kubernetes device plugin)", [], ""
+    return (" (Kubernetes device plugin: GPU marked unhealthy)", [short(marked.raw)] if marked else [],
+            "; " + PLUGIN_REMEDY)
 
 
 def _xid_findings(ctx: CheckContext, gr: _Graded, f: Findings) -> None:
     graded = [g for g in gr.groups if g.severity not in (INFO, IGNORED)]
     for (code, pci), gs in _by_code_and_gpu(graded).items():
         label = gr.label(pci, gs[0].first.gpu)
-        summary = f"{label}: {_describe(gr, gs)}{_sympathetic_of(gr, gs)}"
+        suffix, plugin_ev, plugin_remedy = _plugin_part(gr, gs, pci)
+        summary = f"{label}: {_describe(gr, gs)}{_sympathetic_of(gr, gs)}{suffix}"
         if policy.status(code) is Status.FAIL:
             g = gs[0]
             remedy = _remedy(g.action, g.first.xid, label, pci)  # an action without its own text: reset
@@ -662,7 +697,7 @@ def _xid_findings(ctx: CheckContext, gr: _Graded, f: Findings) -> None:
             remedy = _app_remedy(sorted({g.first.xid for g in gs}), _repeated(ctx, gr, gs))
         else:
             remedy = _SOFT_REMEDIES.get(code, "look at the lines quoted")
-        f.add(code, summary, _evidence(gr, gs, pci), remedy)
+        f.add(code, summary, _evidence(gr, gs, pci) + plugin_ev, remedy + plugin_remedy)
 
 
 KIND_WORDS = {
@@ -675,7 +710,9 @@ KIND_WORDS = {
     "errors", "pcie_recovery_failed": "not recovered after a PCIe error", "pcie_link_down": "PCIe link down",
     "mce_uncorrected": "uncorrected machine check", "mce_corrected": "corrected machine checks", "sxid_fatal":
     "fatal NVSwitch error", "sxid_nonfatal": "non-fatal NVSwitch error", "sxid_correctable": "correctable NVSwitch "
-    "error", "sxid_other": "NVSwitch error of unstated severity",
+    "error", "sxid_other": "NVSwitch error of unstated severity", "plugin_unhealthy": "marked unhealthy by the "
+    "Kubernetes device plugin", "nvml_dbe_event": "double-bit ECC error event (the device plugin's NVML event "
+    "type 2)", "nvml_sbe_event": "single-bit ECC error event (the device plugin's NVML event type 1)",
 }
 
 
@@ -698,7 +735,7 @@ def _notes(ctx: CheckContext, gr: _Graded, f: Findings) -> None:
     """What is worth showing and is no problem: cleared faults, ignored Xids, the window."""
     for g in gr.groups:
         if g.cleared:
-            f.note(f"cleared: Xid {g.first.xid} on {gr.label(g.first.pci)} (a later Xid 154 set the recovery "
+            f.note(f"cleared: Xid {g.first.xid} on {gr.label(g.first.device)} (a later Xid 154 set the recovery "
                    "action back to None)")
     ignored = gr.of(IGNORED)
     if ignored:
@@ -730,6 +767,8 @@ def _special_findings(gr: _Graded, f: Findings) -> None:
 
 def _quiet_summary(gr: _Graded) -> str:
     window_txt = f"since {gr.since.isoformat()}" if gr.since else "since boot"
+    if not gr.since and gr.log.plugin_lines and not gr.log.nvrm:
+        window_txt = "in the Kubernetes device plugin's log"
     muted = gr.of(INFO) + gr.of(IGNORED) + [g for g in gr.groups if g.severity == Status.PASS.value]
     quiet = f" ({sum(g.count for g in muted)} informational or ignored event(s))" if muted else ""
     older = f"; {gr.dropped} older event(s) before the window" if gr.dropped else ""

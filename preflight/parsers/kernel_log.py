@@ -19,7 +19,11 @@ prefixes) and kept the time, host and identifier of each line; this module reads
   kernel module / client API mismatch, unsupported GPU, module symbols missing;
 - the kernel's own hardware reports (PCIe AER, DPC, hot-plug link down, machine checks,
   NVSwitch SXids), read by `kernel_hw`;
-- the PCI address -> GPU UUID / board serial / index map, the loaded kernel module version.
+- the PCI address -> GPU UUID / board serial / index map, the loaded kernel module version;
+- the NVIDIA Kubernetes device plugin's health-check lines (`k8s_device_plugin`): the Xids it
+  saw (`XidCriticalError: Xid=69 on Device=GPU-<uuid> ...`, `Processing event {... EventData:
+  79 ...}`), read as Xid events of the GPU of that UUID (no PCI address), the double-bit ECC
+  events it skipped and the devices it marked unhealthy for reasons that are no Xid.
 
 Only lines that hold one of the needles are framed (`Doc.scan`), so a million-line log is read
 at the speed of a substring scan. Message formats: NVIDIA/open-gpu-kernel-modules
@@ -35,12 +39,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight.framing import Doc, Hit, Line
+from preflight.framing import DETECT_ENDS, Doc, Hit, Line
+from preflight.parsers import k8s_device_plugin as plugin
 from preflight.parsers import kernel_hw
 from preflight.parsers.base import Format, ParserSpec, pci_id
 from preflight.parsers.kernel_hw import KernelFault
 
-NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", "nvidia: probe of", *kernel_hw.NEEDLES)
+NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", "nvidia: probe of", *kernel_hw.NEEDLES,
+           *plugin.NEEDLES)
 # the reading tool's own complaints: at the start or the end of what it printed
 TOOL_NEEDLES = ("dmesg: ", "journalctl: ", "Operation not permitted", "Permission denied", "No journal files")
 TOOL_ENDS = 256 * 1024  # pragma: no mutate (a scan window: a byte more or less reads the same lines)
@@ -150,6 +156,13 @@ class XidEvent:
     recovery_code: int | None = None
     caused_by: int | None = None  # the driver's "caused by previous Xid N" (graders add window links)
     implied: bool = False  # not printed: the cause a later Xid names (`caused by previous Xid N`)
+    uuid: str = ""  # the GPU (or MIG) UUID a reporter other than the driver names it by
+    reporter: str = ""  # "" for the driver; REPORTER for the device plugin (which names no PCI address)
+
+    @property
+    def device(self) -> str:
+        """The GPU the event is about: its PCI address, else its UUID ("" when neither is known)."""
+        return self.pci or self.uuid
 
 
 @dataclass
@@ -177,6 +190,9 @@ class KernelLog:
     hosts: list[str] = field(default_factory=list)
     excerpt: bool = False  # pragma: no mutate (parse always sets it): elided or grep-filtered
     filter: list[str] = field(default_factory=list)
+    plugin_lines: int = 0  # health-check lines of the Kubernetes device plugin
+    plugin_notes: list[str] = field(default_factory=list)  # its configuration and health-check state
+    plugin_marked: dict[str, Line] = field(default_factory=dict)  # device -> `device marked unhealthy` line
 
 
 def _attribution(attr: str) -> tuple[str, str]:
@@ -253,6 +269,7 @@ class _Reader:
     named: tuple[str, int] = ("", 0)  # pragma: no mutate (no address: never used): GPU a multi-line message names
     hosts: dict[str, None] = field(default_factory=dict)
     hw: kernel_hw.HwReader = field(default_factory=kernel_hw.HwReader)
+    plugin: PluginReader = field(default_factory=lambda: PluginReader())
 
     def read(self, hit: Hit) -> None:
         doc, log = self.doc, self.log
@@ -270,6 +287,8 @@ class _Reader:
         if line.host:
             self.hosts.setdefault(line.host)
         if "Xid" in msg and self._xid(msg, line):
+            return
+        if self.plugin.read(msg, line, log):
             return
         if not _DRIVER_LINE.search(msg):
             if not self.hw.read(msg, line) and _TOOL_ERROR.search(msg) and len(log.tool_errors) < 5:
@@ -320,6 +339,80 @@ class _Reader:
         return False
 
 
+REPORTER = "k8s-device-plugin"
+PLUGIN_DETECT = ("XidCriticalError", "device marked unhealthy", "Processing event")
+# NVML event types the device plugin skips that are a GPU fault: event type -> fault kind
+PLUGIN_EVENT_FAULTS = {plugin.EVENT_DBE: "nvml_dbe_event", plugin.EVENT_SBE: "nvml_sbe_event"}
+
+
+@dataclass
+class PluginReader:
+    """Reads the Kubernetes device plugin's health-check lines into Xid events and faults. An
+    Xid event it is processing is held until the line that acts on it (`XidCriticalError`)
+    replaces it, so one Xid is one event."""
+
+    pending: XidEvent | None = None
+    marked: dict[str, Line] = field(default_factory=dict)  # device -> `device marked unhealthy` line
+    named: set[str] = field(default_factory=set)  # devices an Xid or an unhealthy reason names ("": all or any)
+
+    def read(self, msg: str, line: Line, log: KernelLog) -> bool:
+        rec = plugin.read(msg)
+        if rec is None:
+            return False
+        log.plugin_lines += 1
+        if rec.kind in ("xid", "event"):
+            self._xid(rec, line, log)
+        elif rec.kind == "nvml_event":
+            kind = PLUGIN_EVENT_FAULTS.get(rec.event_type or 0)
+            if kind:
+                log.faults.append(KernelFault(kind, "", line, detail=rec.text, device=REPORTER))
+        elif rec.kind == "unhealthy":
+            dev = rec.uuid or rec.device or ("all devices" if rec.all_devices else "")
+            self.named.add("" if rec.all_devices else rec.device)
+            log.faults.append(KernelFault("plugin_unhealthy", "", line, detail=rec.detail, device=dev))
+        elif rec.kind == "marked":
+            self.marked.setdefault(rec.device, line)
+        else:
+            log.plugin_notes.append(rec.text)
+        return True
+
+    def _xid(self, rec: plugin.PluginRecord, line: Line, log: KernelLog) -> None:
+        if not rec.xid:
+            log.plugin_notes.append(rec.text)  # Xid=0: a wait that returned no event
+            return
+        ev = XidEvent(xid=rec.xid, pci="", line=line, text=rec.text, uuid=rec.uuid, reporter=REPORTER,
+                      gpu=int(rec.device) if rec.device.isdigit() else None)
+        if rec.kind == "event":
+            if rec.skipped:
+                log.events.append(ev)  # an Xid the plugin is told to skip: it happened all the same
+                return
+            self.flush(log)
+            self.pending = ev
+            return
+        if self.pending is not None and self.pending.xid == ev.xid:
+            self.pending = None  # the line that acts on the event it was processing
+        self.named.add(rec.device)  # ("": all devices)
+        log.events.append(ev)
+
+    def flush(self, log: KernelLog) -> None:
+        """An event processed and never acted on (the next event came, or the log ended) is an
+        Xid event still."""
+        if self.pending is not None:
+            log.events.append(self.pending)
+            self.named.add("")
+            self.pending = None
+
+    def finish(self, log: KernelLog) -> None:
+        """The end of the log: the pending event; a device marked unhealthy that no Xid or reason
+        in the log names (nor one about any device) is a fault of its own."""
+        self.flush(log)
+        log.plugin_marked = dict(self.marked)
+        for dev, line in self.marked.items():
+            if dev not in self.named and "" not in self.named:
+                log.faults.append(KernelFault("plugin_unhealthy", "", line, detail="the reason is not in the log",
+                                              device=dev))
+
+
 def _fault(log: KernelLog, msg: str, line: Line, named: str = "") -> None:
     """A driver message that is no Xid: a driver fault, a GPU fault, or a note that a GPU needs
     a reset. `named`: the GPU an earlier line of the same multi-line message named."""
@@ -344,7 +437,10 @@ def _resolve_indexes(log: KernelLog) -> None:
     """GPU indexes learned from the log ("GPU5" in an Xid 119) name the PCI address of events
     and faults that only gave an index, and the index of events that only gave an address."""
     by_index = {g["index"]: pci for pci, g in log.gpus.items() if "index" in g}
+    by_uuid = {g["uuid"]: pci for pci, g in log.gpus.items() if "uuid" in g}
     for ev in log.events:
+        if not ev.pci and ev.uuid:
+            ev.pci = by_uuid.get(ev.uuid, "")
         if ev.gpu is None:
             ev.gpu = log.gpus.get(ev.pci, {}).get("index")
     for f in log.faults:
@@ -363,6 +459,7 @@ def parse(doc: Doc) -> KernelLog:
     reader = _Reader(doc, log)
     for k in sorted(hits):
         reader.read(hits[k])
+    reader.plugin.finish(log)
     log.hardware = reader.hw.faults
     _resolve_indexes(log)
     log.hosts = list(reader.hosts)
@@ -389,7 +486,7 @@ def detect(doc: Doc) -> bool:
         msg = ln.text.strip()
         if not msg:
             continue
-        if msg.startswith("NVRM: ") or _XID.search(msg) or _KERNEL_REPORT.search(msg):
+        if msg.startswith("NVRM: ") or _XID.search(msg) or _KERNEL_REPORT.search(msg) or plugin.shows_plugin(msg):
             return True
         total += 1
         if ln.ident == "kernel" or set(ln.layers) & _KERNEL_LAYERS:
@@ -398,7 +495,12 @@ def detect(doc: Doc) -> bool:
             kernel += 1
         if total >= 400:
             break
-    return kernel >= 3 and kernel * 2 >= total
+    return (kernel >= 3 and kernel * 2 >= total) or _plugin_health_lines(doc)
+
+
+def _plugin_health_lines(doc: Doc) -> bool:
+    """A device plugin's log whose health-check lines come after its first lines (start-up)."""
+    return any(plugin.shows_plugin(doc.peel_hit(h).text) for h in doc.scan(PLUGIN_DETECT, ends=DETECT_ENDS))
 
 
 FORMATS = [

@@ -504,12 +504,22 @@ def test_nvlink_nothing_listed() -> None:
 
 
 def test_nvlink_counters_are_not_link_states() -> None:
+    """Error counters are graded as counters, never as links missing; another sub-command's
+    Link lines (throughput, remote ids) are not recognised."""
     text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n\t Link 0: CRC Errors: 0\n"
     r = nvl(text, H100)
-    assert r.status is Status.SKIP and codes(r) == ["gpu.nvlink/not-recognised"]
-    assert r.evidence == ["Link 0: Replay Errors: 0", "Link 0: CRC Errors: 0"]
-    assert codes(nvl(text, H100, mode="run")) == ["gpu.nvlink/unreadable-output"]
-    mixed = text.replace("NVIDIA H100 80GB HBM3", "Example X") + "\t Link 1: 26.562 GB/s\n"
+    assert r.status is Status.PASS and codes(r) == []
+    assert r.summary == "NVLink error counters 0 on 1 link(s) of 1 GPU(s) (replay, CRC)"
+    assert r.facts == {"links_total": 0, "error_counters": {"gpus": 1, "links": 1, "counters_read": 2, "nonzero": {},
+                                                            "unread": 0}}
+    gt = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n\t Link 0: Data Tx: 1024 KiB\n\t Link 0: Data Rx: 2048 KiB\n"
+    s = nvl(gt, H100)
+    assert s.status is Status.SKIP and codes(s) == ["gpu.nvlink/not-recognised"]
+    assert s.evidence == ["Link 0: Data Tx: 1024 KiB", "Link 0: Data Rx: 2048 KiB"]
+    assert codes(nvl(gt, H100, mode="run")) == ["gpu.nvlink/unreadable-output"]
+    remote = nvl("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n\t Link 0: Remote PCI Bus ID: 00000000:05:00.0\n", H100)
+    assert codes(remote) == ["gpu.nvlink/not-recognised"] and remote.evidence == ["Link 0: Remote PCI Bus ID: 00000000:05:00.0"]
+    mixed = gt.replace("NVIDIA H100 80GB HBM3", "Example X") + "\t Link 1: 26.562 GB/s\n"
     assert codes(nvl(mixed)) == [] and nvl(mixed).status is Status.PASS
 
 
@@ -662,7 +672,7 @@ def test_every_code_graders_name_is_in_the_table() -> None:
     import re
     from pathlib import Path
 
-    src = Path(gpu.__file__).read_text()
+    src = Path(gpu.__file__).read_text() + Path(gpu.__file__).with_name("nvlink_counters.py").read_text()
     named = set(re.findall(r'"(gpu\.(?:inventory|nvlink|topology)/[a-z0-9-]+)"', src))
     table = {c for c in policy.builtin().codes if c.split("/")[0] in ("gpu.inventory", "gpu.nvlink", "gpu.topology")}
     assert named == table
@@ -719,9 +729,10 @@ def test_exact_texts_of_findings() -> None:
                                 f"{gen.source('gpu.expect_symmetric_sockets')})")
     down = nvl(links("NVIDIA A100-SXM4-80GB", 1, 11))
     assert down.evidence[-1] == f"nvlink.model_links[A100-SXM] = 12 ({gen.source('nvlink.model_links')})"
-    counters = nvl("GPU 0: A (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n")
-    assert counters.summary == ("not recognised: nvidia-smi nvlink output without link states (expected `Link <n>: "
-                                "<speed> GB/s` or `<inactive>`; these are another sub-command's lines)")
+    counters = nvl("GPU 0: A (UUID: GPU-1)\n\t Link 0: Data Tx: 1 KiB\n")
+    assert counters.summary == ("not recognised: nvidia-smi nvlink output without link states or error counts "
+                                "(expected `Link <n>: <speed> GB/s`, `<inactive>` or `Link <n>: <counter> Errors: "
+                                "<count>`; these are another sub-command's lines)")
     assert counters.facts == {"links_total": 0, "codes": ["gpu.nvlink/not-recognised"]}
     garbage = nvl("zzz\n")
     assert garbage.summary == ("not recognised: nvidia-smi nvlink output without a GPU line (expected `GPU <n>: "
@@ -925,7 +936,7 @@ def test_nvlink_texts_and_boundaries() -> None:
     assert nvl("", mode="run").facts == {"links_total": 0}
     many = nvl("".join(f"line {i}\n" for i in range(7)))
     assert many.evidence == [f"line {i}" for i in range(5)]
-    counters = "GPU 0: A (UUID: GPU-1)\n" + "".join(f"\t Link {i}: CRC Errors: 0\n" for i in range(7))
+    counters = "GPU 0: A (UUID: GPU-1)\n" + "".join(f"\t Link {i}: Data Rx: 0 KiB\n" for i in range(7))
     c = nvl(counters)
     assert len(c.evidence) == 5 and c.remedy == "run `nvidia-smi nvlink --status` for the link states"
     slow = nvl(links("NVIDIA H100 80GB HBM3", 8, 18).replace("Link 4: 26.562", "Link 4: 13.281", 1), H100)

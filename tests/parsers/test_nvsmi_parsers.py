@@ -325,9 +325,10 @@ def test_nvlink_links_states_and_other_lines() -> None:
         (0, True, 26.562, "Link 0: 26.562 GB/s"), (1, False, None, "Link 1: <inactive>"),
         (2, False, 0.0, "Link 2: 0 GB/s"), (3, False, None, "Link 3: inactive")]
     assert [ln.n for ln in g0.up] == [0] and [ln.n for ln in g0.down] == [1, 2, 3]
-    assert g0.other == ["Link 4: Replay Errors: 0"] and g0.notes == ["some note"] and not g0.all_inactive
+    assert g0.other == [] and g0.notes == ["some note"] and not g0.all_inactive
+    assert [(c.link, c.name, c.value, c.text, c.kind) for c in g0.counters] == [(4, "Replay Errors", 0, "0", "replay")]
     assert g1.all_inactive and g1.links == [] and g1.other == []
-    assert rep.other == ["Link 4: Replay Errors: 0"] and rep.unparsed == [] and rep.recognised
+    assert rep.other == [] and rep.unparsed == [] and rep.recognised
 
 
 def test_nvlink_lines_before_the_first_gpu() -> None:
