@@ -17,11 +17,14 @@ from typing import Any, cast
 from preflight.findings import Findings
 from preflight.model import Result
 from preflight.parsers.flight_recorder import FrText
+from preflight.parsers.ras import RasStatus
 from preflight.parsers.torch_hang import HangEvent, HangLog, merge_status
 from preflight.parsers.torch_log import TorchLog
 from preflight.registry import Check, CheckContext, register
 
+from .hang_elastic import elastic_ok_summary, grade_workers
 from .hang_fr import fr_ok_summary, grade_fr
+from .hang_ras import grade_ras, ras_ok_summary
 
 _GATHER = ("ALLGATHER", "_ALLGATHER_BASE", "ALLGATHER_COALESCED", "ALLGATHER_INTO_TENSOR_COALESCED")
 _SCATTER = ("REDUCE_SCATTER", "_REDUCE_SCATTER_BASE", "REDUCESCATTER", "REDUCE_SCATTER_TENSOR_COALESCED")
@@ -409,31 +412,8 @@ def _some_failed(lg: _Log, f: Findings) -> None:
 
 
 def _worker_failed(lg: _Log, f: Findings) -> None:
-    """torchrun's failure table, multiprocessing's exits, a traceback: the job failed."""
-    fails = lg.tl.rank_log.failures
-    root = next((x for x in fails if x.root_cause), fails[0] if fails else None)
-    if root is not None:
-        lg.facts["torchrun"] = {"rank": root.rank, "host": root.host or None, "exitcode": root.exitcode,
-                                "signal": root.signal or None}
-    if f:
-        return
-    crash = next((c for c in lg.tl.rank_log.crashes if not c.secondary and not c.exception.endswith("ChildFailedError")),
-                 None)
-    cause = f": {crash.exception}: {crash.message[:_MSG]}" if crash is not None else ""
-    if root is not None:
-        sig = f" ({root.signal})" if root.signal else ""
-        f.add("hang.watchdog/worker-failed", f"torchrun: rank {root.rank} on {root.host or 'its host'} failed with exitcode "
-              f"{root.exitcode}{sig}{cause}", root.lines[:_QUOTE] + (crash.lines[-_FEW:] if crash else []),
-              "the job failed on this rank first: read its log for the first error (traceback, NCCL/CUDA error, "
-              "OOM); a negative exit code is the signal that killed it (-6 SIGABRT: the watchdog or an abort, "
-              "-9 SIGKILL: the OOM killer or the scheduler)")
-        return
-    ended = [x for x in lg.tl.exits if x.signal or x.code]
-    if ended:
-        x = ended[0]
-        f.add("hang.watchdog/worker-failed", f"process {x.process} terminated with "
-              + (f"signal {x.signal}" if x.signal else f"exit code {x.code}") + cause,
-              [y.line for y in ended[:_FEW]], "read that process's log for the error that ended it")
+    """torchrun's failure table, the elastic agent's lines, multiprocessing's exits (checks.hang_elastic)."""
+    grade_workers(lg.tl, f, lg.facts)
 
 
 _LOG_GRADERS = (_heartbeat, _desync, _mismatch, _barrier, _nccl_errors, _watchdog_exception, _gloo, _gloo_enforce, _store,
@@ -449,25 +429,39 @@ def grade_log(ctx: CheckContext, tl: TorchLog, f: Findings, facts: dict[str, Any
     facts["events"] = [e.to_dict() for e in tl.hang.events]
 
 
+def _ok_summary(tl: TorchLog | None, fr: FrText | None, ras: RasStatus | None) -> str:
+    """What the inputs that were read say when nothing was found."""
+    parts = []
+    if tl is not None and tl.recognised:
+        parts.append(elastic_ok_summary(tl.elastic) or "no collective timeout or job failure in the log")
+    if fr is not None and fr.recognised:
+        parts.append(fr_ok_summary(fr))
+    if ras is not None and ras.recognised:
+        parts.append(ras_ok_summary(ras))
+    return "; ".join(parts) or "no collective timeout or job failure in the log"
+
+
 def grade_watchdog(ctx: CheckContext) -> Result:
     tl: TorchLog | None = ctx.facts("watchdog-log")
     fr: FrText | None = ctx.facts("fr-trace")
-    if tl is None and fr is None:
-        return ctx.finding("hang.watchdog/no-input", "no training log or flight-recorder output to grade")
+    ras: RasStatus | None = ctx.facts("nccl-ras")
+    if tl is None and fr is None and ras is None:
+        return ctx.finding("hang.watchdog/no-input", "no training log, flight-recorder output or NCCL RAS status "
+                                                     "to grade")
     f = Findings()
     facts: dict[str, Any] = {"op": None, "seq": None, "timeout_ms": None, "ran_ms": None, "rank": None}
     if tl is not None:
         grade_log(ctx, tl, f, facts)
     if fr is not None:
         grade_fr(fr, f, facts)
-    recognised = (tl is not None and tl.recognised) or (fr is not None and fr.recognised)
+    if ras is not None:
+        grade_ras(ras, f, facts)
+    recognised = any(x is not None and x.recognised for x in (tl, fr, ras))
     if not f and not recognised:
         return ctx.finding("hang.watchdog/not-recognised",
-                           "not recognised: expected PyTorch watchdog, gloo, store or torchrun failure lines, or "
-                           "fr_trace findings", facts=facts)
-    ok = fr_ok_summary(fr) if fr is not None and fr.recognised and (tl is None or not tl.recognised) else \
-        "no collective timeout or job failure in the log"
-    return f.result(ctx, ok, facts)
+                           "not recognised: expected PyTorch watchdog, gloo, store or torchrun failure lines, "
+                           "fr_trace findings, or an NCCL RAS status (ncclras)", facts=facts)
+    return f.result(ctx, _ok_summary(tl, fr, ras), facts)
 
 
 register(Check(
@@ -475,12 +469,13 @@ register(Check(
     title="Collective timeouts and job failures",
     grade=grade_watchdog,
     probes=(),
-    inputs=("watchdog-log", "fr-trace"),
+    inputs=("watchdog-log", "fr-trace", "nccl-ras"),
     catches="NCCL watchdog and gloo collective timeouts (op, SeqNum, timeout, ranks, process group, group size), "
             "process groups stuck on different collectives, the watchdog's heartbeat monitor, desync reports, "
             "collective mismatches, monitored barriers, NCCL errors, c10d store timeouts, torchrun failures, the "
             "process that exited first, point-to-point receives whose sender exited, ranks the flight recorder "
-            "shows missing or mismatched",
+            "shows missing or mismatched, processes NCCL RAS finds dead or silent and ranks whose operation "
+            "counts differ",
     node_local=False,
     in_run=False,
 ))

@@ -1,4 +1,5 @@
-"""Training logs as facts: PyTorch collective failures, Python tracebacks, launcher exit records.
+"""Training logs as facts: PyTorch collective failures, Python tracebacks, launcher exit records,
+the torchelastic agent's worker group (`preflight.parsers.torch_elastic`).
 
 `preflight.parsers.torch_hang` reads the watchdog, heartbeat, desync, gloo and store messages of
 every PyTorch era (`hang_events`); `parse_rank_log` reads tracebacks (the exception that ends
@@ -17,6 +18,9 @@ from typing import Any
 
 from preflight.framing import DETECT_ENDS, Doc
 from preflight.parsers.base import Format, ParserSpec
+from preflight.parsers.torch_elastic import DETECT as _ELASTIC_DETECT
+from preflight.parsers.torch_elastic import NEEDLES as _ELASTIC_NEEDLES
+from preflight.parsers.torch_elastic import Elastic, parse_elastic
 from preflight.parsers.torch_hang import HangEvent, HangLog, hang_events, merge_status, parse_hang_log
 
 # Tracebacks and launcher exit records
@@ -24,11 +28,13 @@ from preflight.parsers.torch_hang import HangEvent, HangLog, hang_events, merge_
 _TB_START = "Traceback (most recent call last):"
 _EXC_LINE = re.compile(r"^(?:\[[^\]]*\]:?\s*)*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)"
                        r"|KeyboardInterrupt|SystemExit)(?::\s*(.*))?$")
-_TORCHRUN_KV = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
+# the fields of a failure record: "traceback" from 1.11, "msg" in 1.9 - 1.10 (no "host" then)
+_TORCHRUN_KV = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _EXIT_SIGNAL = re.compile(r"\((SIG[A-Z]+)\)")
-_ROOT_CAUSE = re.compile(r"^\s*Root Cause \(first observed failure\):")
-_OTHER_FAILURES = re.compile(r"^\s*(?:Failures:|=====)")
+# "Root Cause (first observed failure):" from 1.11, "Root Cause:" then "Other Failures:" in 1.9 - 1.10
+_ROOT_CAUSE = re.compile(r"^\s*Root Cause(?: \(first observed failure\))?:\s*$")
+_OTHER_FAILURES = re.compile(r"^\s*(?:(?:Other )?Failures:|=====|\*{5})")
 _EXIT_PID = re.compile(r"(-?\d+) \(pid: (\d+)\)")
 # exceptions that follow from another rank's failure, not a cause of their own
 SECONDARY = re.compile(r"Connection closed by peer|Connection reset by peer|Timed out waiting|timed out|"
@@ -165,7 +171,7 @@ def _failure_record(lines: list[str], i: int, time: str, root_cause: bool) -> tu
         return None, j
     rk = re.match(r"(\d+)", rec.get("rank", ""))
     ex = _EXIT_PID.search(rec["exitcode"])
-    sig = _SIGNAL.search(rec.get("traceback", ""))
+    sig = _SIGNAL.search(rec.get("traceback", rec.get("msg", "")))
     named = _EXIT_SIGNAL.search(rec["exitcode"])
     return ChildFailure(
         rank=int(rk.group(1)) if rk else None, host=rec.get("host", ""),
@@ -213,17 +219,19 @@ class TorchLog:
     rank_log: RankLog = field(default_factory=RankLog)
     exits: list[ProcessExit] = field(default_factory=list)
     p2p_calls: list[str] = field(default_factory=list)  # dist.recv / send frames in tracebacks
+    elastic: Elastic = field(default_factory=Elastic)  # the torchelastic agent's worker group
 
     @property
     def recognised(self) -> bool:
         return bool(self.hang.events or self.hang.some_failed or self.rank_log.crashes or self.rank_log.failures
-                    or self.exits)
+                    or self.exits or self.elastic.recognised)
 
 
 def parse(doc: Doc) -> TorchLog:
     lines = doc.lines
     pairs = [(ln.text, ln.rank) for ln in lines]
-    out = TorchLog(hang=hang_events((ln.text, ln.rank, ln.raw) for ln in lines), rank_log=rank_log_lines(pairs))
+    out = TorchLog(hang=hang_events((ln.text, ln.rank, ln.raw) for ln in lines), rank_log=rank_log_lines(pairs),
+                   elastic=parse_elastic(t for t, _ in pairs))
     for t, _ in pairs:
         m = _EXITING.search(t)
         if m:
@@ -257,11 +265,13 @@ _NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "moni
             "lagging", "collective #", "remote error", "Socket Timeout", "Wait timeout",
             "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed", "ncclUniqueId",
             "socket has failed",
-            "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException", "RendezvousTimeout")
+            "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException", "RendezvousTimeout",
+            *_ELASTIC_NEEDLES)
 
 
 def detect(doc: Doc) -> bool:
-    return any(_DETECT.search(doc.peel_hit(h).text) for h in doc.scan(_NEEDLES, ends=DETECT_ENDS))
+    return any(_DETECT.search(t) or _ELASTIC_DETECT.search(t)
+               for t in (doc.peel_hit(h).text for h in doc.scan(_NEEDLES, ends=DETECT_ENDS)))
 
 
 FORMATS = [Format("watchdog-log", detect=detect, priority=45,  # pragma: no mutate - only its order among formats counts
@@ -269,6 +279,6 @@ FORMATS = [Format("watchdog-log", detect=detect, priority=45,  # pragma: no muta
                               "NCCL errors, torchrun failure summaries")]
 PARSERS = [ParserSpec("watchdog-log", parse)]
 
-__all__ = ["SECONDARY", "ChildFailure", "Crash", "HangEvent", "HangLog", "ProcessExit", "RankLog", "TorchLog",
+__all__ = ["SECONDARY", "ChildFailure", "Crash", "Elastic", "HangEvent", "HangLog", "ProcessExit", "RankLog", "TorchLog",
            "detect", "hang_events", "merge_status", "parse", "parse_hang_log", "parse_rank_log", "rank_log_lines",
            "torchrun_time"]

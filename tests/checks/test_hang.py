@@ -396,7 +396,8 @@ def test_torchrun_failure_alone_names_the_root_cause() -> None:
     r = watchdog(text=TORCHRUN)
     assert codes(r) == ["hang.watchdog/worker-failed"]
     assert r.facts["torchrun"] == {"rank": 3, "host": "gpu-a11", "exitcode": -9, "signal": "SIGKILL"}
-    assert r.summary == "torchrun: rank 3 on gpu-a11 failed with exitcode -9 (SIGKILL)"
+    assert r.summary == ("torchrun: rank 3 on gpu-a11 failed with exitcode -9 (SIGKILL), the OOM killer's signature "
+                         "(host memory ran out), or a kill -9 from the scheduler")
     assert "-9 SIGKILL" in r.remedy
 
 
@@ -578,7 +579,8 @@ def _table() -> dict:
 
 
 def test_every_code_the_grader_names_is_in_the_table_and_every_entry_is_used() -> None:
-    source = "".join((ROOT / "checks" / n).read_text(encoding="utf-8") for n in ("hang.py", "hang_fr.py"))
+    source = "".join((ROOT / "checks" / n).read_text(encoding="utf-8")
+                     for n in ("hang.py", "hang_fr.py", "hang_elastic.py", "hang_ras.py"))
     named = {"hang.watchdog/" + c for c in re.findall(r'C \+ "([a-z0-9-]+)"', source)}
     named |= set(re.findall(r'"(hang\.watchdog/[a-z0-9-]+)"', source))
     table = set(_table())
@@ -653,7 +655,7 @@ def test_remedies_name_the_kind_of_fault() -> None:
     some = watchdog(text="Some NCCL operations have failed or timed out.\n")
     assert some.summary == "NCCL operations failed or timed out (no detail line in the log)"
     [none] = grade("hang.watchdog", {}, mode="analyze")
-    assert none.summary == "no training log or flight-recorder output to grade"
+    assert none.summary == "no training log, flight-recorder output or NCCL RAS status to grade"
     ok = watchdog(text="torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 0\n")
     assert ok.summary == "no collective timeout or job failure in the log"
 
@@ -778,7 +780,8 @@ def test_log_without_findings_and_an_equal_side_by_side() -> None:
     [r] = grade("hang.watchdog", {"watchdog-log": capture("watchdog-log", "process 1 terminated with exit code 0\n"),
                                   "fr-trace": capture("fr-trace", f"Rank 0{' ' * 44}Rank 1\n{rows}   {rows}\n")},
                 mode="analyze")
-    assert r.status is Status.PASS and r.summary == "no collective timeout or job failure in the log"
+    assert r.status is Status.PASS and r.summary == ("no collective timeout or job failure in the log; flight "
+                                                     "recorder: all 2 rank(s) entered the same collectives")
     assert r.facts["rank"] is None
 
 
