@@ -125,11 +125,10 @@ def _ecc(h: GpuHealth, prof: Profile, f: Findings) -> None:
 def _retirement(h: GpuHealth, prof: Profile, f: Findings) -> None:
     """Dynamic page retirement (pre-Ampere): pending pages need a reset; a full table an RMA."""
     ev = h.lines("retired_sbe", "retired_dbe", "retired_pending")
-    known = h.retired_sbe is not None or h.retired_dbe is not None
     total = (h.retired_sbe or 0) + (h.retired_dbe or 0)
     table, full_pending = _num(prof, "gpu.retired_pages_table"), _num(prof, "gpu.retired_pages_full_pending")
-    full = known and table is not None and total >= table
-    nearly = known and bool(h.retired_pending) and full_pending is not None and total >= full_pending
+    full = table is not None and total >= table
+    nearly = bool(h.retired_pending) and full_pending is not None and total >= full_pending
     if full or nearly:
         key = "gpu.retired_pages_table" if full else "gpu.retired_pages_full_pending"
         f.add("gpu.health/retired-pages-table-full", f"{h.label}: page retirement table full ({total} pages retired"
@@ -325,7 +324,7 @@ def _missing_gpus(q: QReport | None, f: Findings) -> None:
     named = [g for g in q.gpus if g.bus_id]
     if 1 < len(named) < q.attached:
         f.add("gpu.health/gpus-missing-from-output", f"only {len(named)} of {q.attached} attached GPUs in the "
-              "nvidia-smi -q output", [q.header_lines.get("Attached GPUs", f"Attached GPUs : {q.attached}")],
+              "nvidia-smi -q output", [q.header_lines["Attached GPUs"]],
               "run `nvidia-smi -q` by hand; a GPU missing from the listing is not healthy")
 
 

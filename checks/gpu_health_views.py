@@ -223,7 +223,7 @@ class _QView:
             if state is not None:
                 h.shown.add("clocks")
             if state is True:
-                name = path.split("/", 1)[1]
+                name = path.partition("/")[2]
                 h.clock_events.append(name)
                 h.ev[name] = [_ev(gpu, path)]
         util = "Utilization/Gpu" if "Utilization/Gpu" in gpu.fields else "Utilization/GPU"

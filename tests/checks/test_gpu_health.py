@@ -1362,3 +1362,89 @@ def test_csv_groups_and_table_shown() -> None:
     assert h.shown == {"retired", "power"} and h.ev["default_power_limit"] == ["GPU 0 power.default_limit=700.00 W"]
     t = from_table({"index": 0, "ecc_uncorr": "2", "lines": ["| x |"]})
     assert t.shown == {"table"} and t.ecc_volatile == 2 and t.ev["ecc_volatile"] == ["GPU 0 (?) | x |"]
+
+
+# ---------------------------------------------------------------------------------------
+# boundaries and texts the mutation run asked about
+
+
+def test_library_missing_message_is_a_driver_error_for_health() -> None:
+    r = one(grade("gpu.health", {"nvidia-smi-q": capture("nvidia-smi-q", "NVML Shared Library Not Found\n")}))
+    assert codes(r) == ["gpu.health/not-read-driver-error"]
+
+
+@pytest.mark.parametrize(("attached", "shown", "missing"), [(8, 1, False), (8, 2, True), (3, 2, True), (2, 2, False),
+                                                            (2, 3, False)])
+def test_listing_shorter_than_attached(attached: int, shown: int, missing: bool) -> None:
+    text = HEAD.format(n=attached) + "\n".join(block(f"00000000:{0x18 + i:02X}:00.0") for i in range(shown))
+    r = one(grade("gpu.health", {"nvidia-smi-q": capture("nvidia-smi-q", text)}))
+    assert (codes(r) == ["gpu.health/gpus-missing-from-output"]) is missing, r.summary
+    if missing:
+        assert r.summary == f"only {shown} of {attached} attached GPUs in the nvidia-smi -q output"
+
+
+def test_anonymous_block_remedy() -> None:
+    r = smi("    Remapped Rows\n        Pending : Yes\n", mode="analyze")
+    assert r.remedy == ("drain until a GPU reset activates the remap: reset the GPU (nvidia-smi -r -i <its index or "
+                        "bus id>) or reboot, then return the node to service (not an RMA)")
+
+
+def test_retired_pages_with_one_count_not_shown() -> None:
+    r = smi("GPU 00000000:18:00.0\n    Retired Pages\n        Single Bit ECC : N/A\n        Double Bit ECC : 63\n")
+    assert codes(r) == ["gpu.health/retired-pages-dbe"]
+    assert r.remedy == ("the GPU's memory has failed before: RMA it when past NVIDIA's page retirement limit, or raise "
+                        "gpu.max_retired_pages in a site profile if the site accepts it")
+    r = smi("GPU 00000000:18:00.0\n    Retired Pages\n        Single Bit ECC : 64\n        Double Bit ECC : N/A\n")
+    assert codes(r) == ["gpu.health/retired-pages-table-full"]
+
+
+def test_empty_table_in_analyze_is_nothing() -> None:
+    assert grade("gpu.health", {"nvidia-smi-table": capture("nvidia-smi-table", _TABLE_HEAD)}, mode="analyze") == []
+
+
+def test_telemetry_evidence_is_the_table_rows() -> None:
+    r = one(grade("gpu.health", table(_row(0, "1B", temp="ERR!")), mode="analyze"))
+    assert len(r.evidence) == 2 and all(e.startswith("GPU 0 (00000000:1B:00.0) | ") for e in r.evidence)
+
+
+def test_q_with_only_unreadable_fields_is_still_the_source() -> None:
+    text = "GPU 00000000:18:00.0\n    Remapped Rows\n        Pending : Unknown Error\n"
+    caps = {"nvidia-smi-q": capture("nvidia-smi-q", text),
+            "nvidia-smi-query": capture("nvidia-smi-query", CSV_HEAD + csv_row(0))}
+    r = one(grade("gpu.health", caps, mode="analyze"))
+    assert r.facts["source"] == "nvidia-smi -q" and codes(r) == ["gpu.health/field-unreadable"]
+
+
+def test_csv_view_evidence_and_groups_for_every_column() -> None:
+    from preflight.checks.gpu_health_views import from_csv
+
+    row = dict(zip([c.split(" [")[0].strip().lower() for c in CSV_HEAD.strip().split(",")],
+                   [v.strip() for v in csv_row(0, rp=("1", "2", "No")).strip().split(",")], strict=True))
+    row["reset_status.drain_and_reset_recommended"] = "No"
+    h = from_csv(row, 0)
+    assert set(h.ev) == {"ecc_volatile", "ecc_aggregate", "SRAM uncorrectable error threshold exceeded",
+                         "remap_pending", "remap_failure", "remap_uncorrectable", "banks_without_spares", "retired_sbe",
+                         "retired_dbe", "retired_pending", "recovery_action", "drain_and_reset", "ecc_mode",
+                         "ecc_mode_pending", "power_limit", "default_power_limit", "temp.current", "HW Slowdown",
+                         "HW Thermal Slowdown", "util"}
+    assert h.shown == {"ecc", "repair", "remap", "retired", "recovery", "reset", "ecc_mode", "power", "clocks"}
+    for key, column in (("ecc_volatile", "ecc.errors.uncorrected.volatile.total"),
+                        ("ecc_aggregate", "ecc.errors.uncorrected.aggregate.total"),
+                        ("remap_failure", "remapped_rows.failure"), ("banks_without_spares", "remapped_rows.histogram.none"),
+                        ("retired_sbe", "retired_pages.single_bit_ecc.count"), ("retired_pending", "retired_pages.pending"),
+                        ("recovery_action", "gpu_recovery_action"), ("ecc_mode", "ecc.mode.current"),
+                        ("power_limit", "enforced.power.limit"),
+                        ("drain_and_reset", "reset_status.drain_and_reset_recommended")):
+        assert h.ev[key] == [f"GPU 0 (00000000:18:00.0) {column}={row[column]}"], key
+
+
+@pytest.mark.parametrize(("field", "group"), [("Single Bit ECC : 1", "retired"), ("Double Bit ECC : 0", "retired"),
+                                              ("Pending Page Blacklist : No", "retired")])
+def test_each_retired_field_alone_shows_the_group(field: str, group: str) -> None:
+    r = smi(f"GPU 00000000:18:00.0\n    Retired Pages\n        {field}\n")
+    assert r.facts["gpus"][0]["shown"] == [group]
+
+
+def test_clock_reason_names_under_the_section() -> None:
+    r = smi(block(slow="Active", thermal="Active", util="60 %"))
+    assert r.facts["gpus"][0]["clock_events_active"] == ["HW Slowdown", "HW Thermal Slowdown"]
