@@ -583,7 +583,8 @@ def link_layer_findings(procs: Sequence[NcclProc], f: Findings) -> None:
                 users.setdefault(layer, []).append(p)
     if len(layers) < 2:
         return
-    odd = min(layers, key=lambda k: (len(layers[k]), k))
+    # the layer with fewer ports is the odd one; on a tie RoCE (an Ethernet port among IB rails is the usual slip)
+    odd = min(layers, key=lambda k: (len(layers[k]), k != "RoCE", k))
     listed = "; ".join(f"{k}: {', '.join(v[:HCAS_SHOWN])}" for k, v in sorted(layers.items()))
     ps = list({id(p): p for p in users[odd]}.values())
     f.add("nccl.transport/mixed-link-layers", f"NCCL's NET/IB ports mix link layers ({listed}) on {_labels(ps)}: "

@@ -5,7 +5,10 @@ each classified, and the lines that only follow from them.
 
 A line is `host:pid:tid [dev] [source:line ]NCCL INFO|WARN message`; NCCL 2.3 writes `INFO` /
 `WARN` without the word NCCL and puts a `file.cu:line` source before or after the level; a
-redacted or older line may lack the tid (`host:XXXXXX [5]`). `[dev]` is the local CUDA device;
+redacted or older line may lack the tid (`host:XXXXXX [5]`) or hide the host (`<cluster_name>`,
+`[hostname]`, `***`); a paste may cut the prefix off (`init.cc:1247 NCCL WARN msg`, `NCCL INFO
+msg`): those lines are one unnamed process (on the host their framing names, if any), and a
+CloudWatch export may glue its time stamp to the host. `[dev]` is the local CUDA device;
 the global rank of a process comes from `comm 0x... rank R nranks N` (2.3: `rank R nranks N`,
 2.21+: `rank R nRanks N nNodes M localRanks L`). Launchers' prefixes and time stamps are peeled
 by framing (an mpirun tag is `line.rank`: the MPI rank, not the device).
@@ -14,8 +17,9 @@ Which network a process uses: `Using network X` (2.5+), `Using internal|external
 (2.3), `NET/IB : Using [0]mlx5_0:1/IB ...`, the network channels (`via NET/IB/0/GDRDMA`). A
 `NET/Socket : Using ...` line means the socket transport, except in NCCL 2.4, which lists the
 socket interfaces before it loads a plugin or IB (the bootstrap uses them): a `NET/Plugin` line
-after it on the same process marks that layout. The messages and their sources are listed in
-`nccl.inventory.toml`.
+after it on the same process marks that layout. The aws-ofi-nccl plugin's `NET/OFI` lines and
+libfabric's own `libfabric:pid:time:...<warn>` lines say whether a libfabric provider (EFA) was
+found. The messages and their sources are listed in `nccl.inventory.toml`.
 """
 
 from __future__ import annotations
@@ -29,17 +33,19 @@ from preflight.parsers.base import Format, ParserSpec
 
 # the source before WARN is NCCL's __FILE__:__LINE__, or a plugin's function name (aws-ofi-nccl passes
 # __PRETTY_FUNCTION__: "int nccl_net_ofi_foo(bar*):1463")
-# The host: a name, or what a paste put in its place (`<cluster_name>`, `[hostname]`, `{host}`, `***`).
-_HOST = r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\{[^{}\s]{1,64}\}|\*{2,}|[A-Za-z0-9][\w.-]*)"
+# The host: a name, or what a paste put in its place (`<cluster_name>`, `[hostname]`, `${HOST}`, `***`,
+# `gpu***`); a redacted pid or tid is any token (`host:XXXXXX [5]`, `host:<pid>:<tid> [0]`).
+_HOST = r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\$?\{[^{}\s]{1,64}\}|[A-Za-z0-9*][\w.*-]*)"
 # a CloudWatch table export glues its ISO time stamp to the line: "...07:00ip-10-0-0-1:79:79 [0] NCCL"
 _GLUED_TIME = r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
 LINE = re.compile(
-    _GLUED_TIME + r"(?P<host>" + _HOST + r"):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>\d+))? \[(?P<dev>\d+)\] "
+    _GLUED_TIME + r"(?P<host>" + _HOST + r"):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>[^:\s\[\]]+))? \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?|(?:[^\[\]]*?:\d+ )?NCCL )?"
     r"(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 # An NCCL line whose `host:pid:tid [dev]` prefix a paste left out: `init.cc:1247 NCCL WARN msg`,
 # `NCCL INFO msg` (the word NCCL is required: the 2.3 layout without it is read only with its prefix)
-BARE_LINE = re.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>\S+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+BARE_LINE = re.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>[\w./-]{1,200}:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) "
+                       r"(?P<msg>.*)$")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
 _COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                    r"(?: nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+))?", re.I)
@@ -315,15 +321,16 @@ def _warn(log: NcclLog, p: NcclProc, dev: str, msg: str, text: str) -> None:
     log.errors.append(NcclError(kind, p.host, p.pid, dev, text, detail=detail, fatal=kind in FATAL))
 
 
-def _line(log: NcclLog, lines: list[Line], i: int) -> None:
+def _line(log: NcclLog, lines: list[Line], i: int, host: str = "") -> None:
+    """One line; `host`: the document's host (a pdsh/clush split), for lines without NCCL's prefix."""
     ln = lines[i]
     text = ln.text.strip()
     m = LINE.search(text)
     if m is not None:
         p = _proc(log, m.group("host"), m.group("pid"), ln)
         p.devs.add(m.group("dev"))
-    elif (m := BARE_LINE.search(text)) is not None:
-        p = _proc(log, ln.host, "", ln)
+    elif "NCCL " in text and (m := BARE_LINE.search(text)) is not None:
+        p = _proc(log, ln.host or host, "", ln)
     else:
         _bare(log, lines, i, text)
         return
@@ -550,12 +557,12 @@ def parse(doc: Doc) -> NcclLog:
     log = NcclLog()
     lines = doc.lines
     for i in range(len(lines)):
-        _line(log, lines, i)
+        _line(log, lines, i, doc.host)
     _finish(log)
     return log
 
 
-_DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::\d+)? \[\d+\] (?:[\w./-]+:\d+ |[^\[\]]*?:\d+ NCCL )?"
+_DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::[^:\s\[\]]+)? \[\d+\] (?:[\w./-]+:\d+ |[^\[\]]*?:\d+ NCCL )?"
                      r"(?:NCCL )?(?:INFO|WARN) ")
 
 

@@ -967,3 +967,154 @@ def test_nvls_evidence_exactly_and_pass_proof() -> None:
 def test_pass_summary_with_two_networks() -> None:
     r = one(lines("a:1:1 [0] NCCL INFO Using network IB", "b:1:1 [0] NCCL INFO Using network AWS Libfabric"))
     assert r.summary == "NET/AWS Libfabric/IB on 2 process(es)"
+
+
+# ----------------------------------------------------------------------------- collectives called differently
+
+MISMATCH = ("init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around "
+            "rank 39. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs")
+
+
+def test_mismatched_collective_without_the_prefix_fails() -> None:
+    r = one(f"`{MISMATCH}`\n")
+    assert r.status is Status.FAIL and codes(r) == ["collective-mismatch"]
+    assert r.summary == "ranks called different collectives (or sizes) around rank 39 on a process the log does not name"
+    assert r.evidence == [f"`{MISMATCH}`"]
+    assert r.remedy.startswith("every rank must call the same collectives in the same order")
+    assert r.facts["hosts"] == [] and r.facts["multi_node"] is None
+    named = one(f"g7:11:12 [3] {MISMATCH}\ng7:11:12 [3] NCCL INFO comm 0x1 rank 39 nranks 64\n")
+    assert named.summary.endswith("around rank 39 on g7 GPU3 (rank 39)")
+
+
+def test_suspected_mismatch_and_size_mismatch() -> None:
+    hang = one("g:1:2 [0] init.cc:1256 NCCL WARN Your program may be hanging, this may be caused by a collective "
+               "mismatch around rank 5. Please check your collective calls at and around this rank.\n")
+    assert hang.status is Status.FAIL and codes(hang) == ["collective-mismatch-suspected"]
+    assert hang.summary == ("NCCL suspects the ranks called different collectives: the job is stalled around rank 5 on "
+                            "g GPU0")
+    size = one("g:1:2 [0] transport/net_ib.cc:1119 NCCL WARN NET/IB : req 1/8 tag 7 peer 10.0.0.2<35001> collective "
+               "mismatch error, local size 1048576 remote size 524288\n"
+               "h:1:2 [1] transport/net_ib.cc:1119 NCCL WARN NET/IB : req 1/8 tag 7 peer 10.0.0.3<35001> collective "
+               "mismatch error, local size 1048576 remote size 524288\n")
+    assert codes(size) == ["collective-mismatch"] and size.summary == (
+        "ranks called different collectives (or sizes) on g GPU0, h GPU1")
+    assert len(size.evidence) == 2
+
+
+def test_rank_count_mismatch() -> None:
+    r = one("g:1:2 [0] bootstrap.cc:205 NCCL WARN Bootstrap Root : mismatch in rank count from procs 16 : 8\n")
+    assert r.status is Status.FAIL and codes(r) == ["rank-count-mismatch"]
+    assert r.summary.startswith("the processes disagree on the number of ranks of the communicator on g GPU0: "
+                                "Bootstrap Root")
+    assert "world size" in r.remedy
+
+
+# ----------------------------------------------------------------------------- GPUDirect RDMA off, every wording
+
+@pytest.mark.parametrize(("line", "named"), [
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 0 / HCA mlx5_0 (no module)", "mlx5_0 (no module)"),
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 'mlx5_0' (no module or not supported by GPU)",
+     "mlx5_0 (no module or not supported by GPU)"),
+    ("NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)", "mlx5_0 (no module)"),
+    ("NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'", "mlx5_0"),
+    ("NET/IBext_v8 : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'", "mlx5_0"),
+    ("NET/AWS Libfabric : GPU Direct RDMA Disabled for HCA 0 'rdmap16s27'", "rdmap16s27"),
+])
+def test_gdr_off_for_an_hca_warns(line: str, named: str) -> None:
+    r = one(f"g:1:2 [0] NCCL INFO {line}\n")
+    assert r.status is Status.WARN and codes(r) == ["gdr-disabled"]
+    assert r.summary == (f"GPUDirect RDMA is off for HCA {named} on g GPU0 pid 1: NCCL stages network traffic through "
+                         "host memory")
+    assert r.evidence[0].endswith(line)
+
+
+def test_gdr_off_on_many_processes_and_by_distance() -> None:
+    text = "".join(f"learn01:{pid}:9 [{dev}] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA {h} 'mlx5_{h}'\n"
+                   for pid, dev, h in ((7, 3, 0), (7, 3, 1), (8, 4, 0), (7, 3, 2)))
+    r = one(text)
+    assert r.summary.startswith("GPUDirect RDMA is off for HCA mlx5_0, mlx5_1, mlx5_2 on learn01 GPU3 pid 7, learn01 "
+                                "GPU4 pid 8:")
+    assert len(r.evidence) == 2 and r.facts["net"] == "IB"
+    far = one("g:1:2 [0] NCCL INFO Using network IB\n"
+              "g:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 3 >= 2)\n")
+    assert far.status is Status.PASS and not codes(far)
+    assert any(e.startswith("GPUDirect RDMA not used for some GPU/NIC pairs by topology distance") for e in far.evidence)
+    sock = one("g:1:2 [0] NCCL INFO Using network Socket\n"
+               "g:1:2 [0] NCCL INFO NET/Socket : GPU Direct RDMA Disabled for HCA 0 'eth0'\n")
+    assert codes(sock) == ["socket-single-host"]
+
+
+# ----------------------------------------------------------------------------- link layers
+
+def test_roce_port_among_ib_ports_warns() -> None:
+    r = one(ib_line("crow19", 3, "[0]mlx5_1:1/IB [1]mlx5_3:1/IB [2]mlx5_0:1/IB [3]mlx5_2:1/RoCE [4]mlx5_4:1/IB",
+                    "eth0:10.100.62.64") + "\n", **{"nccl.min_hca_share": 0})
+    assert r.status is Status.WARN and codes(r) == ["mixed-link-layers"]
+    assert r.summary == ("NCCL's NET/IB ports mix link layers (IB: mlx5_1:1, mlx5_3:1, mlx5_0:1, mlx5_4:1; RoCE: "
+                         "mlx5_2:1) on crow19 GPU3 pid 103: the RoCE port(s) cannot reach the other layer's peers")
+    assert r.evidence == [ib_line("crow19", 3, "[0]mlx5_1:1/IB [1]mlx5_3:1/IB [2]mlx5_0:1/IB [3]mlx5_2:1/RoCE "
+                                  "[4]mlx5_4:1/IB", "eth0:10.100.62.64")]
+    assert "exclude mlx5_2 with NCCL_IB_HCA" in r.remedy and "RoCE port" in r.remedy
+
+
+def test_link_layers_across_hosts_and_one_layer() -> None:
+    a, b = ib_line("a", 0, "[0]mlx5_0:1/IB [1]mlx5_1:1/IB"), ib_line("b", 0, "[0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE")
+    r = one(lines(a, b), **{"nccl.min_hca_share": 0})
+    assert codes(r) == ["mixed-link-layers"]
+    assert "(IB: mlx5_0:1, mlx5_1:1; RoCE: mlx5_0:1, mlx5_1:1) on b GPU0 pid 100: the RoCE port(s)" in r.summary
+    assert one(lines(a, a.replace("a:", "c:")), **{"nccl.min_hca_share": 0}).status is Status.PASS
+    assert one(ib_line("a", 0, "[0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE}") + "\n",
+               **{"nccl.min_hca_share": 0}).status is Status.PASS
+
+
+# ----------------------------------------------------------------------------- aws-ofi-nccl without a provider
+
+EMPTY = "libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list"
+
+
+def test_no_efa_provider_warns() -> None:
+    r = one(lines("ip-10-36-29-253:79:79 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0", EMPTY))
+    assert r.status is Status.WARN and codes(r) == ["ofi-no-provider"]
+    assert r.summary == ("libfabric provider 'efa' found no device on ip-10-36-29-253: no RDMA (EFA) network for NCCL; "
+                         "the log does not show what NCCL used instead")
+    assert r.evidence == [EMPTY] and r.remedy.startswith("check that the job sees its EFA devices")
+    plugin = one(lines("g:1:2 [0] NCCL INFO NET/OFI No eligible providers were found"))
+    assert plugin.summary.startswith("the OFI plugin found no usable provider on g: ")
+    anon = one(lines("NCCL INFO NET/OFI No eligible providers were found"))
+    assert anon.summary.startswith("the OFI plugin found no usable provider: no RDMA")
+
+
+def test_no_efa_provider_then_sockets_or_a_failure_fails() -> None:
+    sockets = one(lines("a:1:2 [0] NCCL INFO Using network Socket", "b:1:2 [0] NCCL INFO Using network Socket", EMPTY))
+    assert sockets.status is Status.FAIL and codes(sockets) == ["socket-transport", "ofi-no-provider-fallback"]
+    assert ("libfabric provider 'efa' found no device on a, b: no RDMA network for NCCL, and the job ran over TCP "
+            "sockets (a GPU0 pid 1, b GPU0 pid 1)") in sockets.summary
+    failed = one(lines("a:1:2 [0] NCCL WARN NET/OFI OFI fi_getinfo() call failed: No data available",
+                       "a:1:2 [0] NCCL INFO init.cc:100 -> 2"))
+    assert codes(failed) == ["nccl-error", "ofi-no-provider-fallback"]
+    assert "found no usable provider on a: no RDMA network for NCCL, and the job failed" in failed.summary
+    framework = one(lines(EMPTY, "g:1:2 [0] NCCL INFO cudaDriverVersion 12040",
+                          "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error, NCCL "
+                          "version 2.21.5"))
+    assert "ofi-no-provider-fallback" in codes(framework)
+    one_node = one(lines("a:1:2 [0] NCCL INFO Using network Socket",
+                         "a:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0",
+                         EMPTY))
+    assert "ofi-no-provider" in codes(one_node)
+
+
+def test_no_provider_is_a_note_when_a_network_runs() -> None:
+    for running in ("g:1:2 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)",
+                    "g:1:2 [0] NCCL INFO Using network IB"):
+        r = one(lines(EMPTY, running))
+        assert r.status is Status.PASS and not codes(r)
+        assert any(e.startswith("libfabric provider 'efa' found no device, but NCCL runs over ") for e in r.evidence)
+
+
+def test_hosts_never_include_the_unnamed_process() -> None:
+    r = one(lines("a:1:2 [0] NCCL INFO Using network IB", "NCCL INFO Using network IB"))
+    assert r.facts["hosts"] == ["a"] and r.facts["multi_node"] is None
+    assert one("<cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3\n"
+               ).summary.startswith("NCCL runs across nodes over TCP sockets on <cluster_name> GPU7 pid 926")
+    anon_hcas = one("NCCL INFO NET/IB : Using [0]mlx5_10:1/IB ; OOB ib0:10.0.0.1<0>\n")
+    assert anon_hcas.summary.startswith("NCCL uses 1 HCA(s) (mlx5_10) on a process the log does not name, fewer than")

@@ -125,6 +125,31 @@ def one(text: str) -> NcclProc:
      "Input/output error, len: 0", "plugin_error", {}),
     ("NET/OFI Couldn't open a fabric provider. RC: -61, ERROR: No data available", "plugin_error", {}),
     ("Failed to initialize any NET plugin", "plugin_error", {}),
+    # ranks that call different collectives (2.4 - 2.6 device checks; net_ib size checks 2.4 - 2.28)
+    ("Mismatched collective detected, please check your collective calls at and around rank 39. You can use "
+     "NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs", "collective_mismatch", {"rank": "39"}),
+    ("Your program may be hanging, this may be caused by a collective mismatch around rank 5. Please check your "
+     "collective calls at and around this rank.", "collective_hang", {"rank": "5"}),
+    ("Your program may be hanging, this may be caused by a collective mismatch", "collective_hang", {}),
+    ("NET/IB : collective mismatch error local size 4096 remote 2048 addr 7f3a00 rkey 1a2b seq 3/4",
+     "collective_mismatch", {}),
+    ("NET/IB : req 1/8 tag 7 peer 10.0.0.2<35001> collective mismatch error, local size 1048576 remote size 524288",
+     "collective_mismatch", {}),
+    ("Bootstrap Root : mismatch in rank count from procs 16 : 8", "rank_count_mismatch", {}),
+    ("Bootstrap Root : mismatch in info from procs, nranks 16 vs 8, nroots 1 vs 1, iroot 0 vs 0",
+     "rank_count_mismatch", {}),
+    # aws-ofi-nccl found no provider or could not start (every wording, 0.9 - 1.21)
+    ("NET/OFI OFI fi_getinfo() call failed: No data available", "ofi_unavailable", {}),
+    ("NET/OFI Could not find any optimal provider", "ofi_unavailable", {}),
+    ("NET/OFI Couldn't find any optimal provider", "ofi_unavailable", {}),
+    ("NET/OFI No eligible providers were found", "ofi_unavailable", {}),
+    ("NET/OFI Unable to find a protocol that worked.  Failing initialization.", "ofi_unavailable", {}),
+    ("NET/OFI aws-ofi-nccl initialization failed", "ofi_unavailable", {}),
+    ("NET/OFI Failed to initialize rdma protocol", "ofi_unavailable", {}),
+    ("NET/OFI Failed to initialize sendrecv protocol", "ofi_unavailable", {}),
+    ("NET/OFI No viable endpoint found for TCP provider. Try and relax the filters using OFI_NCCL_USE_IPV6_TCP",
+     "ofi_unavailable", {}),
+    ("NET/OFI EFA provider requires at least libfabric version 1.22.0.", "ofi_unavailable", {}),
     # none of the above
     ("AllReduce : invalid root 9 (root should be in the 0..8 range)", "other", {}),
     ("Error : ring 0 does not loop back to start (3 != 0)", "other", {}),
@@ -408,6 +433,12 @@ def test_garbage_gives_empty_facts(text: str) -> None:
     ("h:XXXXXX [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed\n", True),
     ("2024-01-01 12:00:00 INFO training step 5\n", False),
     ("host:123:456 [0] INFO something else\n", False),
+    ("`init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls`\n", True),
+    ("NCCL INFO Using network IB\n", True),
+    ("<cluster_name>:926:1151 [7] NCCL INFO Using network IB\n", True),
+    ("libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list\n",
+     False),
+    ("export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT\n", False),
 ])
 def test_detect(text: str, hit: bool) -> None:
     assert nccl_log.detect(Doc(text)) is hit
@@ -510,3 +541,155 @@ def test_equal_communicators_keep_the_first_rank_and_channel_evidence() -> None:
     assert p.rank == 3 and p.evidence["net"].endswith("via NET/IB/0")
     q = one("h:1:2 [0] NCCL INFO NCCL_ALGO set by environment to Ring...\n")
     assert q.env["NCCL_ALGO"] == "Ring.."
+
+
+# ----------------------------------------------------------------------------- lines a paste cut or redacted
+
+def test_lines_without_the_prefix_are_one_unnamed_process() -> None:
+    log = parse("`init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and "
+                "around rank 39. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs`\n"
+                "NCCL INFO comm 0x1 rank 7 nranks 64 cudaDev 7 busId 1000 - Init START\n"
+                "[5] NCCL INFO Using network IB\n"
+                "process_completions:1063 NCCL WARN NET/OFI Request 0x1 completed with error. RC: 5\n"
+                "NCCL TRACE ignored\n")
+    assert list(log.procs) == [("", "")] and log.lines == 5
+    p = log.procs[("", "")]
+    assert (p.rank, p.nranks, p.net, p.devs) == (7, 64, "IB", set())
+    assert p.label == "a process rank 7"
+    assert [(e.kind, e.host, e.pid, e.dev, e.rank, e.fatal, e.quoted) for e in log.errors] == [
+        ("collective_mismatch", "", "", "", 7, True, False), ("plugin_error", "", "", "", 7, True, False)]
+    assert log.errors[0].detail == {"rank": "39"}
+    assert NcclProc(host="", pid="").label == "a process (lines without NCCL's host:pid prefix)"
+    assert NcclProc(host="gpu7", pid="").label == "gpu7 (lines without NCCL's host:pid prefix)"
+
+
+def test_a_framing_host_names_the_unnamed_process() -> None:
+    from preflight.framing import frame
+
+    docs = frame("gpu017: NCCL WARN Cuda failure 'out of memory'\ngpu018: NCCL INFO Using network IB\n").docs
+    logs = [nccl_log.parse(d) for d in docs]
+    assert [list(x.procs) for x in logs] == [[("gpu017", "")], [("gpu018", "")]]
+    assert [(e.kind, e.host) for e in logs[0].errors] == [("cuda_oom", "gpu017")]
+
+
+@pytest.mark.parametrize("line", [
+    "NCCL INFOrmation", "the NCCL WARNing", "xNCCL WARN y", "NCCL INFO", "ncclx: NCCL  WARN two spaces",
+])
+def test_text_that_only_resembles_a_bare_line(line: str) -> None:
+    assert not parse(line + "\n").procs
+
+
+@pytest.mark.parametrize(("line", "host", "pid"), [
+    ("<cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3", "<cluster_name>",
+     "926"),
+    ("[hostname]:12:13 [0] NCCL INFO Using network IB", "[hostname]", "12"),
+    ("***:12:13 [0] NCCL INFO Using network IB", "***", "12"),
+    ("gpu***:12:13 [0] NCCL INFO Using network IB", "gpu***", "12"),
+    ("${HOSTNAME}:12:13 [0] NCCL INFO Using network IB", "${HOSTNAME}", "12"),
+    ("{host}:12:13 [0] NCCL INFO Using network IB", "{host}", "12"),
+    ("xxx:12:13 [0] NCCL INFO Using network IB", "xxx", "12"),
+    ("node-7:<pid>:<tid> [0] NCCL INFO Using network IB", "node-7", "<pid>"),
+    ("2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO Using network IB", "ip-10-36-29-253", "79"),
+    ("  | 2025-05-16T16:39:51.208-07:00 | ip-10-36-29-253:79:79 [0] NCCL INFO Using network IB", "ip-10-36-29-253",
+     "79"),
+    ("2025-05-16T16:39:51Zgpu1:5:6 [0] NCCL INFO Using network IB", "gpu1", "5"),
+    ("2025-05-16 16:39:51,5+0000gpu1:5:6 [0] NCCL INFO Using network IB", "gpu1", "5"),
+])
+def test_redacted_and_glued_hosts(line: str, host: str, pid: str) -> None:
+    log = parse(line + "\n")
+    assert list(log.procs) == [(host, pid)]
+    assert nccl_log.detect(Doc(line + "\n"))
+
+
+def test_cloudwatch_duplicated_columns_are_one_process() -> None:
+    log = parse("  | 2025-05-16T16:39:51.208-07:00 | ip-10-36-29-253:79:79 [0] NCCL INFO cudaDriverVersion 12040\n"
+                "  | 2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using "
+                "eth0:10.36.29.253<0> | ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0>\n")
+    assert list(log.procs) == [("ip-10-36-29-253", "79")]
+    assert log.procs[("ip-10-36-29-253", "79")].bootstrap_addr == "10.36.29.253"
+
+
+# ----------------------------------------------------------------------------- GPUDirect RDMA, every wording
+
+@pytest.mark.parametrize(("line", "gdr", "off", "distance"), [
+    # 2.3
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 0 / HCA mlx5_0 (no module)", False, ["mlx5_0 (no module)"], False),
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 2 / HCA mlx5_1 (not supported by GPU)", False,
+     ["mlx5_1 (not supported by GPU)"], False),
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 0 / HCA mlx5_0 (distance 4 >= 2)", False, [], True),
+    # 2.4
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 'mlx5_0' (no module or not supported by GPU)", False,
+     ["mlx5_0 (no module or not supported by GPU)"], False),
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 1[1] / HCA 0 (distance 3 >= 2)", False, [], True),
+    ("NET/IB : GPU Direct RDMA Enabled for GPU 0[0] / HCA 0 (distance 1 < 2), read 0", True, [], True),
+    # 2.5 - 2.12
+    ("NET/IB : GPU Direct RDMA Disabled for HCA 2 'mlx5_2' (no module)", False, ["mlx5_2 (no module)"], False),
+    ("NET/IB : GPU Direct RDMA Disabled for GPU 1b000 / HCA 0 (distance 5 >= 4)", False, [], True),
+    ("GPU Direct RDMA Disabled for GPU 1b000 / HCA 0 (distance 5 > 4)", False, [], True),
+    ("GPU Direct RDMA Enabled for GPU 1b000 / HCA 0 (distance 2 <= 4), read 1", True, [], True),
+    # 2.13 - 2.30
+    ("NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'", False, ["mlx5_0"], False),
+    ("NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'", True, [], False),
+    ("GPU Direct RDMA Enabled for GPU 3 / HCA 5 (distance 3 <= 4), read 1 mode Default", True, [], True),
+])
+def test_gdr_every_wording(line: str, gdr: bool, off: list[str], distance: bool) -> None:
+    p = one(f"h:1:2 [0] NCCL INFO {line}\n")
+    assert (p.gdr, p.gdr_off, bool(p.gdr_distance)) == (gdr, off, distance)
+    assert ("gdr_off" in p.evidence) is bool(off)
+    assert p.net == ("IB" if line.startswith("NET/IB") else "")
+
+
+def test_gdr_across_hcas_and_networks() -> None:
+    p = one("h:1:2 [0] NCCL INFO Using network IB\n"
+            "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
+            "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 1 'mlx5_1'\n"
+            "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 2 'mlx5_2'\n")
+    assert p.gdr is False and p.gdr_off == ["mlx5_0", "mlx5_2"] and p.evidence["gdr_off"].endswith("'mlx5_0'")
+    assert p.evidence["net"].endswith("Using network IB")
+    s = one("h:1:2 [0] NCCL INFO NET/Socket : GPU Direct RDMA Disabled for HCA 0 'eth0'\n")
+    assert (s.gdr, s.gdr_off, s.net) == (None, [], "")
+    a = one("h:1:2 [0] NCCL INFO NET/AWS Libfabric : GPU Direct RDMA Disabled for HCA 0 'rdmap16s27'\n")
+    assert (a.net, a.gdr_off) == ("AWS Libfabric", ["rdmap16s27"]) and a.evidence["net"] == a.evidence["gdr_off"]
+    k = one("h:1:2 [0] NCCL INFO Using network Socket\nh:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA "
+            "0 'mlx5_0'\n")
+    assert k.net == "Socket"
+    e = one("h:1:2 [0] NCCL INFO GPU Direct RDMA Enabled for GPU 1b000 / HCA 0 (distance 2 <= 4), read 1\n"
+            "h:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 1b000 / HCA 1 (distance 5 > 4)\n")
+    assert e.gdr is True and e.gdr_distance.endswith("(distance 2 <= 4), read 1")
+
+
+def test_merged_ib_devices_are_every_port() -> None:
+    p = one("h:1:2 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE} [1]={[2] mlx5_2:1/RoCE, "
+            "[3] mlx5_3:1/RoCE} [RO]; OOB eth0:10.1.1.1<0>\n")
+    assert p.hcas == ["mlx5_0:1/RoCE", "mlx5_1:1/RoCE", "mlx5_2:1/RoCE", "mlx5_3:1/RoCE"]
+
+
+# ----------------------------------------------------------------------------- aws-ofi-nccl and libfabric
+
+@pytest.mark.parametrize(("line", "hit"), [
+    ("libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list", True),
+    ("libfabric:3301:1600000000:core:core:fi_getinfo_():1002<warn> fi_getinfo: provider efa returned -61 (No data "
+     "available)", True),
+    ("  | 2025-05-16T16:39:51.208-07:00libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: "
+     "provider efa output empty list | libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> ...", True),
+    ("libfabric:85:1747438790::core:core:fi_getinfo_():1392<info> fi_getinfo: provider tcp returned -61 (No data "
+     "available)", False),
+    ("libfabric:85:1747438790::efa:core:efa_device_init():120<warn> Failed to open device", False),
+    ("fi_getinfo: provider efa output empty list", False),
+])
+def test_libfabric_lines(line: str, hit: bool) -> None:
+    log = parse("h:1:2 [0] NCCL INFO Using network Socket\n" + line + "\n")
+    assert log.ofi_unavailable == ([line.strip()] if hit else [])
+    assert not log.errors
+
+
+def test_ofi_plugin_lines() -> None:
+    log = parse("h:1:2 [0] NCCL INFO NET/OFI No eligible providers were found\n"
+                "h:1:2 [0] NCCL WARN NET/OFI OFI fi_getinfo() call failed: No data available\n"
+                "h:1:2 [0] NCCL INFO init.cc:100 -> 2\n"
+                "k:1:2 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)\n"
+                "k:1:2 [0] NCCL INFO NET/OFI Selected Provider is tcp;ofi_rxm\n")
+    assert [x.split("NET/OFI ")[1][:12] for x in log.ofi_unavailable] == ["No eligible ", "OFI fi_getin"]
+    assert log.ofi_selected == ["efa", "tcp;ofi_rxm"]
+    assert [(e.kind, e.fatal) for e in log.errors] == [("ofi_unavailable", False)]
+    assert log.procs[("h", "1")].net == "" and not log.procs[("h", "1")].fallback
