@@ -5,7 +5,11 @@ Correctness first (wrong results, out-of-bounds values, a failed or aborted run)
 bandwidth against the table that applies to what the capture shows: the profile's
 [nccl.allreduce.single_node] / [nccl.allreduce.multi_node] tables (the sweep reads the same), or
 the [[nccl.allreduce.boards]] entry for the GPUs the rank lines name. GPUs no table is for
-are graded for correctness only. A table of another collective is not graded as an all-reduce.
+are graded for correctness only. all_gather and reduce_scatter tables are graded on the same
+tables (their busbw is normalised to the hardware's bandwidth, nccl-tests doc/PERFORMANCE.md);
+the other collectives (alltoall, sendrecv, broadcast, ...) have no table, so their bandwidth is
+noted, not graded. On any board, one host whose GPUs move less than PCIe peer-to-peer gives is
+slow, and ranks that share one GPU measure no interconnect.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any
 from preflight.engine import register_profile_hint
 from preflight.findings import Findings
 from preflight.model import Result
-from preflight.parsers.nccl_tests import AVG_RELATIVE_SLACK, AVG_ROUNDING_SLACK, NcclTestRow, NcclTests
+from preflight.parsers.nccl_tests import (AVG_RELATIVE_SLACK, AVG_ROUNDING_SLACK, RING, NcclTestRow, NcclTests,
+                                          primary)
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
@@ -25,6 +30,8 @@ CHECK = "nccl.allreduce"
 SHOW = 5  # pragma: no mutate (how many example lines a finding quotes: display only)
 SHOW_CMD = 300  # pragma: no mutate (characters of a command line quoted as evidence: display only)
 MIN_SWEEP = 3  # rows a sweep needs before one of them can be told slower than its neighbours
+MIN_GPUS = 2  # GPUs on one host for a peer-to-peer figure to apply
+_FULL_BUS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.\d)?")
 
 
 def _code(name: str) -> str:
@@ -94,6 +101,8 @@ def topology(res: NcclTests) -> Topology:
         return Topology(len(res.hosts) > 1, counts.pop() if len(counts) == 1 else None, models, n)
     per_proc = res.params.get("ngpus", 0) * res.params.get("nthread", 1)
     if n and per_proc and n == per_proc:  # one process drives every GPU: one node
+        return Topology(False, n, models, n)
+    if n and n == res.cmd_ranks:  # a launcher-free command line ran one process with n GPUs
         return Topology(False, n, models, n)
     return Topology(None, None, models, n)
 
@@ -204,9 +213,22 @@ def _nvls_in_use(res: NcclTests) -> bool:
     return res.nvls is True
 
 
-def expectation(res: NcclTests, prof: Profile, topo: Topology) -> Expectation:
-    """The table for the GPUs and topology the capture shows, or why there is none."""
-    nvls = _nvls_in_use(res)
+def expectation(res: NcclTests, prof: Profile, topo: Topology, coll: str = "all_reduce") -> Expectation:
+    """The table for the collective, GPUs and topology the capture shows, or why there is none
+    (the tables are all-reduce figures, which all_gather and reduce_scatter share; the NVLS
+    figures and the per-size times are the all-reduce's own)."""
+    if coll not in RING:
+        what = coll or " or ".join(res.candidates())
+        return Expectation("none", notes=[(_code("collective-not-graded"), f"bandwidth not graded: {what} has "
+                                          "no busbw table (the tables are for all_reduce, all_gather, reduce_scatter)")])
+    exp = _table_expectation(prof, topo, coll == "all_reduce" and _nvls_in_use(res))
+    if coll != "all_reduce":
+        exp.sizes = []
+    return exp
+
+
+def _table_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation:
+    """The profile's or a board's table for the GPUs and topology, or why there is none."""
     has_own = any(prof.get(f"nccl.allreduce.{t}.peak_busbw_{k}") for t in ("single_node", "multi_node")
                   for k in ("warn", "fail"))
     if has_own and _profile_fits(prof, topo.models):
@@ -257,15 +279,17 @@ def _integrity_findings(res: NcclTests, computed: float | None, f: Findings) -> 
               "grade the untouched output of all_reduce_perf")
 
 
-def _ending_findings(res: NcclTests, f: Findings) -> None:
-    """How the run ended: an abort after an NCCL WARN, a row that never finished, a table cut
-    before its summary, results not validated."""
+def _ending_findings(res: NcclTests, label: str, f: Findings) -> None:
+    """How the run ended: an abort after an NCCL WARN or a signal, a row that never finished, a
+    table cut before its summary, results not validated."""
     finished = res.avg_busbw is not None or res.oob_values is not None or res.concluded
-    warns = [w for w in res.after_rows if "NCCL WARN" in w]
+    warns = [w for w in res.after_rows if "NCCL WARN" in w or w in res.crashes]
     if not finished and warns and not res.errors:
-        f.add(_code("aborted"), "the run stopped after an NCCL WARN" + (
-            f" during the {_fmt_bytes(res.stopped_at)} all-reduce" if res.stopped_at else ""), warns[:SHOW],
-            "read the NCCL WARN line: it names the failing rank, host and device; rerun with NCCL_DEBUG=INFO")
+        f.add(_code("aborted"), "the run stopped after " + ("an NCCL WARN" if "NCCL WARN" in warns[0] else
+                                                            "its process died") + (
+            f" during the {_fmt_bytes(res.stopped_at)} {label}" if res.stopped_at else ""), warns[:SHOW],
+            "read the NCCL WARN or signal line: it names the failing rank, host and device; rerun with "
+            "NCCL_DEBUG=INFO")
     elif not finished and res.stopped_at is not None and not res.errors:
         f.add(_code("stopped-mid-row"), f"the output ends inside the {_fmt_bytes(res.stopped_at)} row: the "
               "run hung there or the capture was cut", [f"last row started: {_fmt_bytes(res.stopped_at)}"],
@@ -491,8 +515,8 @@ def _allreduce_facts(res: NcclTests, topo: Topology) -> dict[str, Any]:
 
 
 def _no_rows(ctx: CheckContext, res: NcclTests) -> Result:
-    """No result row: a run that failed before its table, a layout this parser does not read,
-    or output that stops before the table."""
+    """No result row: a run that failed or died before its table, a layout this parser does not
+    read, or output cut before the table."""
     facts = _allreduce_facts(res, topology(res))
     if res.errors or res.warns:
         return ctx.finding(_code("test-failure"), "nccl-tests failed before its first result row",
@@ -505,27 +529,90 @@ def _no_rows(ctx: CheckContext, res: NcclTests) -> Result:
                            f"{len(res.bad_rows)} row(s) have another layout", evidence=res.bad_rows[:SHOW],
                            remedy="grade the untouched output of the *_perf binary; report the layout if it is a "
                                   "newer nccl-tests", facts=facts)
-    return ctx.finding(_code("no-rows"), "nccl-tests: no result rows (truncated output or the test failed to start)",
+    if res.crashes:
+        return ctx.finding(_code("crashed-before-rows"), "nccl-tests died before its first result row",
+                           evidence=[res.header, *res.crashes[:SHOW]] if res.header else res.crashes[:SHOW],
+                           remedy="read the signal and the lines above it (a core dump, dmesg, the launcher's log); "
+                                  "rerun with NCCL_DEBUG=INFO", facts=facts)
+    return ctx.finding(_code("no-rows"), "the table was cut before its first row: nothing was measured",
                        evidence=[res.header or "no `size count type ... busbw` row found", *res.notes[:SHOW]],
-                       remedy="rerun all_reduce_perf and read its error; an NCCL WARN names the failing rank/NIC",
-                       facts=facts)
+                       remedy="capture the whole output of the *_perf binary (it prints one row per size, then "
+                              "'# Avg bus bandwidth')", facts=facts)
 
 
-def _other_collective(ctx: CheckContext, tables: list[NcclTests]) -> Result:
-    """Tables of other collectives only: their correctness is graded, not their bandwidth."""
-    first = tables[0]
-    what = ", ".join(dict.fromkeys(t.collective() for t in tables))
-    f = Findings()
-    for t in tables:
-        _integrity_findings(t, None, f)
-    f.add(_code("not-all-reduce"), f"not an all-reduce table: {what} (bandwidth not graded as an all-reduce)",
-          [t.header or t.rows[0].line for t in tables][:SHOW])
-    return f.result(ctx, "", _allreduce_facts(first, topology(first)))
+def _label(res: NcclTests, coll: str) -> str:
+    """How a summary names the collective."""
+    if coll == "all_reduce":
+        return "all-reduce"
+    return coll or " or ".join(res.candidates())
+
+
+def _shared_gpus(res: NcclTests) -> list[str]:
+    """Ranks on a GPU another rank already uses: the same host and PCI bus id (the full
+    domain:bus:device nccl-tests prints from 2.16; older ones print the bus number only)."""
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for r in res.ranks:
+        bus = str(r.get("bus", "")).lower()
+        if not _FULL_BUS.fullmatch(bus):
+            continue
+        key = (str(r["host"]), bus)
+        if key in seen:
+            out.append(f"ranks {seen[key]} and {r['rank']} run on the same GPU: {r['host']} [{bus}]")
+        else:
+            seen[key] = int(r["rank"])
+    return out
+
+
+def _gpus_shown(res: NcclTests, topo: Topology) -> bool:
+    """The ranks are GPUs (the sweep's gloo ranks are CPUs): a GPU model or PCI bus id on the
+    rank lines, or the binary's -g on its command line."""
+    buses = any(_FULL_BUS.fullmatch(str(r.get("bus", "")).lower()) for r in res.ranks)
+    return buses or any(m.lower() != "cpu" for m in topo.models) or bool(res.cmd_ranks)
+
+
+def _pcie_findings(res: NcclTests, prof: Profile, topo: Topology, label: str, peak: float | None,
+                   f: Findings) -> None:
+    """One host's GPUs under what PCIe peer-to-peer gives, on any board (a board's own table,
+    when one graded the peak, says more)."""
+    floor = _num(prof, "nccl.allreduce.pcie_min_busbw")
+    min_bytes = int(_num(prof, "nccl.allreduce.pcie_min_bytes"))
+    if not floor or peak is None or topo.multi is not False or (topo.ranks or 0) < MIN_GPUS:
+        return
+    graded = {_code("peak-below-floor"), _code("peak-below-expected")} & set(f.codes())
+    if graded or peak >= floor or max(r.bytes for r in res.rows) < min_bytes or not _gpus_shown(res, topo):
+        return
+    row = next(r.line for r in res.rows if peak in (r.busbw, r.ip_busbw))
+    f.add(_code("below-pcie-p2p"), f"{label} peak busbw {peak:g} GB/s between the {topo.ranks} GPUs of one host is "
+          f"under what PCIe peer-to-peer gives ({floor:g} GB/s)",
+          [row, f"nccl.allreduce.pcie_min_busbw = {floor:g} ({prof.source('nccl.allreduce.pcie_min_busbw')})"],
+          "the GPUs exchange data through host memory (peer-to-peer off or unsupported: GeForce boards, "
+          "NCCL_P2P_DISABLE, ACS/IOMMU redirecting peer traffic) or over a narrow or cross-socket path: check "
+          "nvidia-smi topo -m and topo -p2p r, each GPU's PCIe link generation and width (nvidia-smi -q), "
+          "NCCL_P2P_DISABLE / NCCL_P2P_LEVEL and ACS")
+
+
+def _bandwidth_findings(res: NcclTests, prof: Profile, exp: Expectation, coll: str, peak: float | None,
+                        f: Findings) -> None:
+    """Bandwidth against the table that applies (the all-reduce tables' collectives), then the
+    PCIe figure any board's GPUs reach on one host."""
+    if coll in RING:
+        _tcp_fallback_findings(res, prof, exp, f)
+        _peak_findings(res, prof, exp, peak, f)
+        _ceiling_findings(res, exp, f)
+        _spike_findings(res, prof, f)
+        _size_findings(res, prof, f)
+    else:
+        for code, note in exp.notes:
+            f.add(code, note)
+    _pcie_findings(res, prof, topology(res), _label(res, coll), peak, f)
 
 
 def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
     prof = ctx.profile
     topo = topology(res)
+    coll = res.collective()
+    label = _label(res, coll)
     facts = _allreduce_facts(res, topo)
     cells = res.busbw_cells()
     peak = max(cells) if cells else None
@@ -533,28 +620,31 @@ def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
     facts.update(peak_busbw=peak, avg_busbw_computed=computed)
     if facts["avg_busbw"] is None:
         facts["avg_busbw"] = computed
-    exp = expectation(res, prof, topo)
+    exp = expectation(res, prof, topo, coll)
     facts["table"] = exp.name
     f = Findings()
     _integrity_findings(res, computed, f)
-    _ending_findings(res, f)
+    _ending_findings(res, label, f)
+    shared = _shared_gpus(res)
     if _one_rank(res, topo, cells):
-        f.add(_code("one-rank"), "a single-rank run: it measures no communication (busbw is 0 by definition)",
+        f.add(_code("one-rank"), "a single-rank run: it measures no communication" +
+              (" (busbw is 0 by definition)" if cells and max(cells) == 0 else ""),
               [r.line for r in res.rows[-1:]],
-              "run one all_reduce_perf across the GPUs: -g <GPUs> in one process, or an MPI build (make MPI=1) "
+              "run one *_perf binary across the GPUs: -g <GPUs> in one process, or an MPI build (make MPI=1) "
               "under mpirun/srun; a binary built without MPI runs one separate copy per launched process")
+    elif shared:
+        f.add(_code("ranks-share-gpu"), f"ranks share a GPU ({len(shared)} rank(s) on a GPU another rank uses): "
+              "the run measures no interconnect", shared[:SHOW],
+              "give each rank its own GPU (CUDA_VISIBLE_DEVICES per rank, -g with as many GPUs as the host has, "
+              "one rank per GPU in the launcher)")
     else:
-        _tcp_fallback_findings(res, prof, exp, f)
-        _peak_findings(res, prof, exp, peak, f)
-        _ceiling_findings(res, exp, f)
-        _spike_findings(res, prof, f)
-        _size_findings(res, prof, f)
-    hosts = len(res.hosts) if res.complete_listing else 0
+        _bandwidth_findings(res, prof, exp, coll, peak, f)
+    hosts = len(res.hosts) if res.complete_listing else 1 if topo.multi is False else 0
     what = f"{topo.ranks or '?'} ranks on {hosts or '?'} host(s)"
     avg = facts["avg_busbw"]
     proof = [r.line for r in res.rows if peak in (r.busbw, r.ip_busbw)][:1] + ([res.avg_line] if res.avg_line else [])
-    summary = f"all-reduce peak busbw {peak:g} GB/s, avg {avg:g} GB/s ({what}, {exp.name})" if peak is not None \
-        else f"all-reduce table of {len(res.rows)} row(s) without bandwidth cells ({what})"
+    summary = f"{label} peak busbw {peak:g} GB/s, avg {avg:g} GB/s ({what}, {exp.name})" if peak is not None \
+        else f"{label} table of {len(res.rows)} row(s) without bandwidth cells ({what})"
     return f.result(ctx, summary, facts, proof, named=2)
 
 
@@ -566,26 +656,23 @@ def grade_allreduce(ctx: CheckContext) -> Result:
     with_rows = [t for t in tables if t.rows]
     if not with_rows:
         return _no_rows(ctx, res)
-    ours = [t for t in with_rows if t.collective() == "all_reduce"]
-    if not ours:
-        unnamed = [t for t in with_rows if not t.program]
-        if unnamed:
-            return _unrecognised_columns(ctx, unnamed[0])
-        return _other_collective(ctx, with_rows)
-    return _grade_table(ctx, ours[-1])
+    chosen = primary(with_rows)
+    if not chosen.collective() and not chosen.candidates():
+        return _unrecognised_columns(ctx, chosen)
+    return _grade_table(ctx, chosen)
 
 
 def _unrecognised_columns(ctx: CheckContext, res: NcclTests) -> Result:
-    """A table that names no binary and whose columns fit no all-reduce."""
+    """A table that names no binary and whose columns fit no collective's layout."""
     row = res.rows[-1]
-    n = res.rank_count()
+    n = res.listed()
     ratio = res.bw_ratio()
-    return ctx.finding(_code("not-recognised"), "not recognised: an all_reduce_perf table was expected (size = count x "
-                       "word size, root -1, busbw/algbw = 2(n-1)/n); the columns fit another collective",
-                       evidence=[row.line, f"busbw/algbw = {ratio:.3f}" if ratio else "no bandwidth cells",
-                                 f"ranks listed: {n}" if n else "no rank list"],
-                       remedy="grade all_reduce_perf output; name the binary (the command line) when pasting",
-                       facts=_allreduce_facts(res, topology(res)))
+    return ctx.finding(_code("not-recognised"), "not recognised: a nccl-tests table was expected (size = count x "
+                       "word size, or x the ranks; the root, redop and busbw/algbw of one collective); the columns "
+                       "fit none", evidence=[row.line, f"busbw/algbw = {ratio:.3f}" if ratio else "no bandwidth cells",
+                                             f"ranks listed: {n}" if n else "no rank list"],
+                       remedy="grade the untouched output of a *_perf binary; name the binary (the command line) "
+                              "when pasting", facts=_allreduce_facts(res, topology(res)))
 
 
 def _profile_hint(store: Any) -> tuple[str | None, int | None]:
@@ -621,6 +708,8 @@ register(Check(
         "nccl.allreduce.plateau_flat_ratio": float,
         "nccl.allreduce.plateau_nic_ratio": float,
         "nccl.allreduce.nic_rate_gbps": float,
+        "nccl.allreduce.pcie_min_busbw": float,
+        "nccl.allreduce.pcie_min_bytes": int,
         "nccl.allreduce.boards": list,
         "nccl.allreduce.single_node.peak_busbw_warn": float,
         "nccl.allreduce.single_node.peak_busbw_fail": float,
@@ -632,9 +721,10 @@ register(Check(
         "nccl.allreduce.multi_node.base_latency_max_us": float,
         "nccl.allreduce.multi_node.sizes": list,
     },
-    catches="wrong results, a failed or aborted run, TCP-fallback bandwidth, peak busbw under the table for the "
-            "GPUs and topology shown (single or multi node, NVLS, board), mid-size latency spikes, a table too "
-            "short for a verdict, a plateau at one NIC while several are named, another collective's table",
+    catches="wrong results, a failed, aborted or crashed run, TCP-fallback bandwidth, peak busbw under the table "
+            "for the GPUs and topology shown (single or multi node, NVLS, board; all_reduce, all_gather, "
+            "reduce_scatter), one host's GPUs under PCIe peer-to-peer speed on any board, ranks sharing a GPU, "
+            "mid-size latency spikes, a table too short for a verdict, a plateau at one NIC while several are named",
     node_local=False,
     in_run=False,
 ))

@@ -14,6 +14,13 @@ src/common.cu), across versions:
   in ms, `cputime` with -C, four per-iteration columns per block with -I, a time stamp column
   with -S, one in-place block in rccl-tests' in-place-only mode), then one row per size;
 - `# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth : X [OK|FAILED]`.
+The collective a table measured: named by the binary (`all_gather_perf`, the start/concluded
+lines, a command line such as `-t all_gather`), else read from the columns: every version prints
+the size column as max(send, recv) bytes and the count as the per-rank count (src/common.cu
+TimeTest(), src/<coll>.cu *GetCollByteCount()), so size = count x word size for all_reduce,
+broadcast, reduce and sendrecv and count x word size x nranks for all_gather, reduce_scatter,
+alltoall(v), scatter, gather and hypercube; rooted collectives print their root, reductions their
+op, the others `none` (hypercube nothing); busbw/algbw is each collective's factor.
 NCCL INFO/WARN lines and launcher messages may be interleaved anywhere, even inside a row
 (the row's first columns are printed before the collective runs): such a row is joined back
 from its pieces. A row a launcher's `[0]` tags cut is rejoined too. Several runs in one
@@ -27,7 +34,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from preflight.framing import Doc
+from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
 # Printed busbw cells have two decimals: their mean may differ from the printed average by
@@ -41,6 +48,27 @@ COLLECTIVES = ("all_reduce", "all_gather", "alltoallv", "alltoall", "broadcast",
 WORD_SIZE = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
              "half": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "int": 4, "float": 4, "int64": 8,
              "uint64": 8, "double": 8}
+# How each collective prints its row (src/<coll>.cu *GetCollByteCount(), *RunTest(), *GetBw()):
+# whether the size is count x word size x nranks ("total"), whether a root is printed, what the
+# redop column holds ("op": the reduction, "none", "": nothing), and the busbw/algbw factors of
+# its versions (all_gather and reduce_scatter printed busbw = algbw before 2.7, ec1b5e2).
+COLUMNS_OF: dict[str, tuple[bool, bool, str, tuple[str, ...]]] = {
+    "all_reduce": (False, False, "op", ("2(n-1)/n",)),
+    "broadcast": (False, True, "none", ("1",)),
+    "reduce": (False, True, "op", ("1",)),
+    "sendrecv": (False, False, "op", ("1",)),
+    "all_gather": (True, False, "none", ("(n-1)/n", "1")),
+    "reduce_scatter": (True, False, "op", ("(n-1)/n", "1")),
+    "alltoall": (True, False, "none", ("(n-1)/n",)),
+    "alltoallv": (True, False, "none", ("(n-1)/n",)),
+    "scatter": (True, True, "none", ("(n-1)/n",)),
+    "gather": (True, True, "none", ("(n-1)/n",)),
+    "hypercube": (True, False, "", ("1",)),
+}
+# busbw of these is normalised to the hardware's bandwidth like an all-reduce's (nccl-tests
+# doc/PERFORMANCE.md, "Bus bandwidth"): the all-reduce tables apply to them
+RING = ("all_reduce", "all_gather", "reduce_scatter")
+_FACTORS = {"2(n-1)/n": lambda n: 2 * (n - 1) / n, "(n-1)/n": lambda n: (n - 1) / n, "1": lambda n: 1.0}
 # busbw / algbw of an all-reduce is 2(n-1)/n (src/all_reduce.cu AllReduceGetBw); the ratio is
 # read from cells with at least this algbw (two printed decimals: under 0.5% rounding)
 RATIO_MIN_ALGBW = 1.0
@@ -63,7 +91,8 @@ _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 _STARTS = re.compile(r"^#\s*(?:Collective test starting:\s*(\S+)|nccl-tests version\s+(\S+)(.*))|"
                      r"^rccl-tests:\s*Version\s+(\S+)")
 _CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
-_TEST_FAIL = re.compile(r"Test (?:NCCL|CUDA) failure|Test failure\b|Test timeout\b|Invalid number of GPUs|"
+_TEST_FAIL = re.compile(r"Test (?:NCCL|CUDA|HIP) failure|Test failure\b|Test timeout\b|Invalid number of GPUs|"
+                        r"\b(?:NCCL|Cuda) failure [\w./-]+:\d+|"
                         r"number of requested GPUs .* greater than|\bunhandled (?:system|cuda) error\b", re.I)
 # an NCCL log record (`host:pid:tid [dev] NCCL INFO ...`), also where a row's numbers run into it
 _NCCL_LOG = re.compile(r"(?<![A-Za-z_.-])([A-Za-z][\w.-]*):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN|TRACE|ABORT)\b")
@@ -77,6 +106,18 @@ _NVLS_ENV = re.compile(r"NCCL_NVLS_ENABLE(?:\s+set by environment to\s+|\s*=\s*|
 _NVLS_OFF = re.compile(r"NVLS multicast support is not available|NVLS disabled", re.I)
 _NVLS_ON = re.compile(r"NVLS multicast support is available|\bNVLS comm 0x|nvlsSupport 1|NVLS enabled", re.I)
 _HCA_ARG = re.compile(r"NCCL_IB_HCA[= ]['\"]?\^?=?([\w.:,-]+)")
+# a wrapper's command line naming the collective (a test script's `-t all_gather`)
+_NAMED = re.compile(r"(?<![\w-])(" + "|".join(COLLECTIVES) + r")(?![\w-])")
+# the binary's own options: GPUs and threads per process (src/common.cu: -g/--ngpus, -t/--nthreads)
+_GPUS_OPT = re.compile(r"(?:^|\s)(?:-g\s*|--ngpus[=\s]\s*)(\d+)\b")
+_THREADS_OPT = re.compile(r"(?:^|\s)(?:-t\s*|--nthreads[=\s]\s*)(\d+)\b")
+# a launcher: the binary runs as several processes (one per rank or per node)
+_LAUNCHER = re.compile(r"\b(?:mpirun|mpiexec|orterun|prterun|srun|torchrun|jsrun|aprun|flux\s+run|horovodrun)\b|"
+                       r"\s-(?:np|n|N)\s+\d")
+# the process died (a signal, an abort) rather than reporting a failure of its own
+_CRASH = re.compile(r"Segmentation fault|core dumped|Bus error|Floating point exception|Illegal instruction|"
+                    r"exited on signal \d+|killed by signal|terminate called after|Process received signal|"
+                    r"\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b", re.I)
 SNIFF_LINES = 400  # lines of the top a detector reads before it searches the whole text
 _BLOCK_SIZES = (4, 8, 16)  # values per row: one block of 4, two of 4, two of 8 (per-iteration columns)
 
@@ -129,6 +170,9 @@ class NcclTests:
     wrong_is_delta: bool = False  # the wrong column holds a max delta (before 2.13): not a count
     algo: str = ""  # NCCL_ALGO as the capture shows it
     nvls: bool | None = None  # NVLS in use (True), off (False), not shown (None)
+    named: str = ""  # the collective a wrapper's command line names (`run_nccl_tests.sh -t all_gather`)
+    cmd_ranks: int | None = None  # GPUs x threads of the one process a launcher-free command line runs
+    crashes: list[str] = field(default_factory=list)  # the process died: a signal, an abort
     tables: list[NcclTests] = field(default_factory=list)
 
     @property
@@ -175,48 +219,102 @@ class NcclTests:
             return None
         return max(2, round(2 / (2 - ratio)))
 
+    def listed(self) -> int:
+        """Ranks the rank list shows: its highest rank + 1 (lines may be missing), 0 when none."""
+        return max([len(self.ranks), *(int(r["rank"]) + 1 for r in self.ranks)])
+
     def rank_count(self) -> int | None:
-        """Ranks in the run: the rank list's (its highest rank + 1 when lines are missing),
-        unless the all-reduce ratio says there are more; None when nothing shows."""
-        listed = max([len(self.ranks), *(int(r["rank"]) + 1 for r in self.ranks)])
-        ratio, by_ratio = self.bw_ratio(), self.ratio_ranks()
-        if by_ratio and (not listed or (ratio is not None and by_ratio > listed
-                                        and abs(ratio - 2 * (listed - 1) / listed) > RATIO_TOLERANCE)):
-            return by_ratio
-        return listed or None
+        """Ranks in the run: the rank list's, unless the table says there are more (the size
+        column of a total-size collective, an all-reduce's busbw/algbw), else the launcher-free
+        command line's GPUs; None when nothing shows."""
+        listed = self.listed()
+        coll = self.collective()
+        if coll in COLUMNS_OF and COLUMNS_OF[coll][0]:
+            k = self.size_factor()
+            if k and k > listed:
+                return k
+        elif coll == "all_reduce":
+            ratio, by_ratio = self.bw_ratio(), self.ratio_ranks()
+            if by_ratio and (not listed or (ratio is not None and by_ratio > listed
+                                            and abs(ratio - 2 * (listed - 1) / listed) > RATIO_TOLERANCE)):
+                return by_ratio
+        return listed or self.cmd_ranks or None
 
     @property
     def complete_listing(self) -> bool:
         """Every rank of the run has its `#  Rank` line."""
         return bool(self.ranks) and len({r["rank"] for r in self.ranks}) == self.rank_count()
 
+    def size_factor(self) -> int | None:
+        """size / (count x word size) of the largest row whose type and count say it: 1 when the
+        size is the count's bytes, n when it is the total over n ranks; None when no row says
+        or the sizes fit no collective."""
+        rows = [r for r in self.rows if r.count and WORD_SIZE.get(r.dtype.lower())]
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: r.bytes)
+        k, rest = divmod(row.bytes, row.count * WORD_SIZE[row.dtype.lower()])
+        return k if k and not rest else None
+
+    def candidates(self) -> tuple[str, ...]:
+        """The collectives whose printed layout the table fits (COLUMNS_OF): the size relation,
+        the root and redop columns, the busbw/algbw factor."""
+        if not self.rows:
+            return ()
+        row, k, listed = self.rows[-1], self.size_factor(), self.listed()
+        fits = [c for c, (_, rooted, op, _) in COLUMNS_OF.items() if _fits_columns(row, rooted, op)]
+        if k == 1:
+            fits = [c for c in fits if not COLUMNS_OF[c][0]] or \
+                [c for c in fits if listed <= 1]  # a total-size collective on one rank
+        elif k is not None:
+            fits = [c for c in fits if COLUMNS_OF[c][0] and k >= listed]
+        ratio = self.bw_ratio()
+        if ratio:
+            fits = [c for c in fits if _ratio_fits(c, ratio, listed, k)]
+        return tuple(fits)
+
     def collective(self) -> str:
-        """The collective the table measured: named by the capture, else read from the columns
-        ("" when the columns fit no collective or several)."""
+        """The collective the table measured: named by the binary, else the one the columns fit
+        (the one a command line names, or all_reduce, when they fit several); "" when the
+        columns fit no collective or several none of which is named."""
         if self.program:
             return _PROGRAM.sub(r"\1", self.program).split("/")[-1]
-        return _collective_of_columns(self)
-
-
-def _collective_of_columns(res: NcclTests) -> str:
-    """all_reduce when the columns fit it and nothing else: the size is count x word size, the
-    root is -1 or absent, a reduction op is named, and busbw/algbw is 2(n-1)/n (> 1 for n > 2;
-    only an all-reduce has a factor above 1)."""
-    if not res.rows:
+        fits = self.candidates()
+        if len(fits) == 1:
+            return fits[0]
+        for name in (self.named, "all_reduce"):
+            if name in fits:
+                return name
         return ""
-    row = res.rows[-1]
-    ws = WORD_SIZE.get(row.dtype.lower())
-    if ws and row.count * ws != row.bytes:
-        return ""  # all_gather, reduce_scatter, alltoall, scatter, gather, hypercube
-    if row.root not in (None, -1) or (row.redop is not None and row.redop.lower() in ("", "none")):
-        return ""  # rooted (broadcast, reduce) or no reduction (sendrecv of 2.13's layout, ...)
-    ratio = res.bw_ratio()
-    if ratio is None or ratio == 0:
-        return "all_reduce"  # nothing measured precisely enough says otherwise, or one rank (factor 0)
-    n = res.rank_count() if res.ranks else None
-    if n is not None and n > 2:
-        return "all_reduce" if abs(ratio - 2 * (n - 1) / n) <= RATIO_TOLERANCE else ""
-    return "all_reduce" if 1 - RATIO_TOLERANCE <= ratio < 2.0 else ""
+
+
+def _fits_columns(row: NcclTestRow, rooted: bool, op: str) -> bool:
+    """The row's root and redop cells as a collective prints them (a layout without the column
+    fits any)."""
+    if row.root is not None and (row.root != -1) != rooted:
+        return False
+    if row.redop is None:  # no redop column, or hypercube's empty one (then a root column follows)
+        return row.root is None or op == ""
+    printed = row.redop.lower()
+    return (printed == "none") == (op == "none") and op != ""
+
+
+def _ratio_fits(coll: str, ratio: float, listed: int, k: int | None) -> bool:
+    """busbw/algbw is one of the collective's factors for the ranks the table shows (an
+    all-reduce may have more ranks than listed: 2(n-1)/n gives them)."""
+    total = COLUMNS_OF[coll][0]
+    n = k if total and k and k > 1 else listed if listed > 1 else None
+    for name in COLUMNS_OF[coll][3]:
+        if name == "2(n-1)/n":
+            if 1 - RATIO_TOLERANCE <= ratio < 2.0 and (
+                    n is None or abs(ratio - _FACTORS[name](n)) <= RATIO_TOLERANCE or round(2 / (2 - ratio)) > n):
+                return True
+        elif n is None and name == "(n-1)/n":
+            if 0.5 - RATIO_TOLERANCE <= ratio < 1.0:
+                return True
+        elif abs(ratio - _FACTORS[name](n or 1)) <= RATIO_TOLERANCE:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------
@@ -367,17 +465,21 @@ def _split_cells(rest: str) -> tuple[str | None, list[str], bool]:
 class _Reader:
     """Reads a capture line by line (once each) into one NcclTests per run."""
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, launched: bool = False) -> None:
         self.tables: list[NcclTests] = []
         self.cur = NcclTests(command=command)
         self.layout = _Layout()
         self.groups = ""
         self.pending: _Pending | None = None
-        self.next_program = ""
+        self.launched = launched  # a launcher ran the output's processes (seen so far)
+        self.next_program: tuple[str, int | None] | None = None
         # the binaries the command line(s) above the output ran, one per run in order
-        self.queue = [m.group(0) for m in _PROGRAM.finditer(command)]
+        found = list(_PROGRAM.finditer(command))
+        self.queue = [self._launch(command, m, found[i + 1].start() if i + 1 < len(found) else len(command))
+                      for i, m in enumerate(found)]
         self._env(command)
-        self.cur.program = self.queue.pop(0) if self.queue else ""
+        if self.queue:
+            self.cur.program, self.cur.cmd_ranks = self.queue.pop(0)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -394,18 +496,33 @@ class _Reader:
         self.layout = _Layout()
         self.groups = ""
         if self.next_program:
-            self.cur.program, self.next_program = self.next_program, ""
+            (self.cur.program, self.cur.cmd_ranks), self.next_program = self.next_program, None
         elif self.queue:
-            self.cur.program = self.queue.pop(0)
+            self.cur.program, self.cur.cmd_ranks = self.queue.pop(0)
+
+    def _launch(self, text: str, m: re.Match[str], end: int) -> tuple[str, int | None]:
+        """The binary a command line runs (`m`), with its ranks when it runs as one process (no
+        launcher before it, on this line or an earlier one): its -g GPUs x -t threads."""
+        self.launched = self.launched or bool(_LAUNCHER.search(text[:m.start()]))
+        opts = text[m.end():end]
+        g, t = _GPUS_OPT.search(opts), _THREADS_OPT.search(opts)
+        if self.launched or g is None:
+            return m.group(0), None
+        return m.group(0), int(g.group(1)) * (int(t.group(1)) if t else 1)
 
     def _program(self, text: str) -> None:
         m = _PROGRAM.search(text)
         if not m:
+            self.launched = self.launched or bool(_LAUNCHER.search(text))
+            named = _NAMED.search(text)
+            if named and not self.cur.rows and not self.cur.named:
+                self.cur.named = named.group(1)
             return
+        launch = self._launch(text, m, len(text))
         if self._started() or self.cur.program:
-            self.next_program = m.group(0)
+            self.next_program = launch
         else:
-            self.cur.program = m.group(0)
+            self.cur.program, self.cur.cmd_ranks = launch
 
     # -- lines ----------------------------------------------------------------------------
 
@@ -453,6 +570,10 @@ class _Reader:
             if self._started():
                 self._new_run()
             self.cur.notes.append(line)
+            return
+        if _CRASH.search(line):
+            self.cur.crashes.append(line)
+            self._after(line)
             return
         self._env(line)
         self._program(line)
@@ -615,15 +736,17 @@ class _Reader:
         tables = [t for t in self.tables if t.recognised or t.program] or [self.tables[-1]]
         for t in tables:
             t.tables = tables
-        return _primary(tables)
+        return primary(tables)
 
 
-def _primary(tables: list[NcclTests]) -> NcclTests:
-    """The run nccl.allreduce grades first: the last all-reduce run with rows, else the last
-    run with rows, else the last run."""
+def primary(tables: list[NcclTests]) -> NcclTests:
+    """The run nccl.allreduce grades: the last all-reduce run with rows, else the last run of
+    a collective the all-reduce tables apply to (RING), else the last run with rows, else the
+    last run."""
     with_rows = [t for t in tables if t.rows]
     allreduce = [t for t in with_rows if t.collective() == "all_reduce"]
-    return (allreduce or with_rows or tables)[-1]
+    ring = [t for t in with_rows if t.collective() in RING]
+    return (allreduce or ring or with_rows or tables)[-1]
 
 
 def _params(line: str) -> dict[str, int]:
@@ -640,8 +763,10 @@ def _hcas(text: str) -> list[str]:
     return [h.split(":")[0] for h in m.group(1).split(",") if h] if m else []
 
 
-def parse_nccl_tests(text: str, command: str = "") -> NcclTests:
-    reader = _Reader(command)
+def parse_nccl_tests(text: str, command: str = "", launched: bool = False) -> NcclTests:
+    """The runs of a capture (the primary one, see _primary); `launched`: a launcher's tags
+    framed the lines (several processes)."""
+    reader = _Reader(command, launched)
     for raw in text.splitlines():
         reader.feed(raw)
     return reader.finish()
@@ -652,32 +777,69 @@ def parse(doc: Doc) -> NcclTests:
     if _STARTS.match("# " + command) or _DETECT.match("# " + command):
         # a first line `# nccl-tests version ...` reads like a root prompt: it is the output's own
         text, command = "# " + command + "\n" + text, ""
-    out = parse_nccl_tests(text, command)
+    out = parse_nccl_tests(text, command, launched=any(ln.rank is not None for ln in doc.lines))
     hcas = _hcas(command)
     for t in out.tables:
         t.ib_hcas = hcas or t.ib_hcas
     return out
 
 
-_DETECT = re.compile(r"^(?:#?\s*Avg bus bandwidth\s*:|#?\s*nThread \d+ nGpus \d+|#\s*Using devices|"
+_DETECT = re.compile(r"^(?:#?\s*Avg bus bandwidth\s*:|#?\s*nThread \d+ nGpus \d+|#\s*Using devices|#\s*\(B\)\s+\(elements\)|"
                      r"#\s*Collective test (?:starting|concluded):|#\s*nccl-tests version|rccl-tests: Version|"
                      r"#\s*(?:size|bytes)\s+(?:count|N)\s+type\b.*\b(?:time|cputime)\s+algbw\s+busbw)")
 
 
 _DETECT_NEEDLES = ("Avg bus bandwidth", "nThread ", "Using devices", "Collective test", "nccl-tests version",
-                   "rccl-tests: Version", "algbw")
+                   "rccl-tests: Version", "algbw", "(elements)")
+# the binaries' own failure messages (src/common.h CUDACHECK/NCCLCHECK/TESTCHECK, 1.x's, rccl-tests'
+# HIPCHECK; src/common.cu testStreamSynchronize(), src/util.cu writeDeviceReport())
+_FAIL_LINE = re.compile(r"\b(?:Test (?:NCCL|CUDA|HIP)|NCCL|Cuda) failure [\w./-]+\.(?:cu|cc|cpp|h):\d+|"
+                        r"\bTest failure [\w./-]+\.(?:cu|cc|cpp|h):\d+|\bTest timeout \(\d+s\) [\w./-]+:\d+|"
+                        r"Invalid number of GPUs: \d+ requested")
+_FAIL_NEEDLES = ("failure ", "Test timeout", "Invalid number of GPUs")
+_ROW_NEEDLES = tuple(f" {t} " for t in WORD_SIZE)
+MIN_BARE_ROWS = 2  # rows without any header that make a capture nccl-tests output
+
+
+def _bare_row(text: str) -> bool:
+    """A result row of a known layout whose size fits its count and type (count x word size,
+    times the ranks for the total-size collectives)."""
+    m = _ROW.match(text)
+    ws = WORD_SIZE.get(m.group(3).lower()) if m else None
+    if m is None or ws is None:
+        return False
+    redop, nums, clean = _split_cells(m.group(4))
+    size, count = int(m.group(1)), int(m.group(2))
+    fits = size % (count * ws) == 0 if count else size == 0
+    return clean and fits and _make_row(size, count, m.group(3), redop, nums, _Layout(), text) is not None
+
+
+def _own_lines(lines: list[Line]) -> bool:
+    """A failure line of the binaries, or result rows without a header."""
+    rows = 0
+    for ln in lines:
+        text = ln.text.strip()
+        if _FAIL_LINE.search(text):
+            return True
+        rows += _bare_row(text)
+        if rows >= MIN_BARE_ROWS:
+            return True
+    return False
 
 
 def detect(doc: Doc) -> bool:
     """nccl-tests output: its own lines at the top, or anywhere (a long NCCL_DEBUG=INFO log
-    before the table)."""
-    if any(_DETECT.match(ln.text.strip()) for ln in doc.head(SNIFF_LINES)):
+    before the table); a failure line of the binaries; result rows pasted without a header."""
+    head = doc.head(SNIFF_LINES)
+    if any(_DETECT.match(ln.text.strip()) for ln in head) or _own_lines(head):
         return True
-    return any(_DETECT.match(ln.text.strip()) for ln in doc.select(_DETECT_NEEDLES))
+    if any(_DETECT.match(ln.text.strip()) for ln in doc.select(_DETECT_NEEDLES)):
+        return True
+    return _own_lines(doc.select(_FAIL_NEEDLES + _ROW_NEEDLES))
 
 
 FORMATS = [Format("nccl-tests", detect=detect, priority=65, description="nccl-tests / rccl-tests *_perf output")]
 PARSERS = [ParserSpec("nccl-tests", parse)]
 
-__all__ = ["AVG_RELATIVE_SLACK", "AVG_ROUNDING_SLACK", "COLLECTIVES", "FORMATS", "PARSERS", "WORD_SIZE", "NcclTestRow", "NcclTests",
-           "detect", "parse", "parse_nccl_tests"]
+__all__ = ["AVG_RELATIVE_SLACK", "AVG_ROUNDING_SLACK", "COLLECTIVES", "COLUMNS_OF", "FORMATS", "PARSERS", "RING",
+           "WORD_SIZE", "NcclTestRow", "NcclTests", "detect", "parse", "parse_nccl_tests", "primary"]

@@ -313,18 +313,54 @@ def ranks(n: int) -> str:
                    "NVIDIA H100 80GB HBM3\n" for r in range(n))
 
 
-@pytest.mark.parametrize(("body", "want"), [
-    (ag_row(16), ""),  # all_gather: size = count x 4 x n
-    (ag_row(16, redop="sum", count_div=16), ""),  # reduce_scatter
-    (ag_row(16, redop="sum", count_div=1, ratio=1.875), "all_reduce"),
-    (ag_row(16, redop="sum", root=0, count_div=1, ratio=1.0), ""),  # reduce (rooted)
-    (ag_row(16, redop="none", count_div=1, ratio=1.0), ""),  # broadcast / sendrecv without a reduction op
-    (ag_row(16, redop="sum", count_div=1, ratio=1.0), ""),  # sendrecv: factor 1 with 16 ranks listed
-    (ag_row(16, redop="sum", count_div=1, ratio=0.9375), ""),  # gather-family factor
+@pytest.mark.parametrize(("body", "want", "fits"), [
+    # size = count x 4 x n, no op, root -1: all_gather and alltoall print alike
+    (ag_row(16), "", ("all_gather", "alltoall", "alltoallv")),
+    (ag_row(16, ratio=1.0), "all_gather", ("all_gather",)),  # before 2.7: all_gather's busbw = algbw
+    (ag_row(16, redop="sum", count_div=16), "reduce_scatter", ("reduce_scatter",)),
+    (ag_row(16, redop="sum", count_div=16, ratio=1.0), "reduce_scatter", ("reduce_scatter",)),
+    (ag_row(16, root=3), "", ("scatter", "gather")),
+    (ag_row(16, redop="sum", count_div=1, ratio=1.875), "all_reduce", ("all_reduce",)),
+    (ag_row(16, redop="sum", root=0, count_div=1, ratio=1.0), "reduce", ("reduce",)),
+    (ag_row(16, redop="none", root=2, count_div=1, ratio=1.0), "broadcast", ("broadcast",)),
+    (ag_row(16, redop="none", count_div=1, ratio=1.0), "", ()),  # no op, unrooted, size = count: none
+    (ag_row(16, redop="sum", count_div=1, ratio=1.0), "sendrecv", ("sendrecv",)),  # factor 1 with 16 ranks
+    (ag_row(16, redop="sum", count_div=1, ratio=0.9375), "", ()),  # a gather factor on a count-sized row
+    (ag_row(16, redop="sum", count_div=8), "", ()),  # size = count x 4 x 8 while 16 ranks are listed
+    (ag_row(16, redop="none", count_div=16, ratio=0.5), "", ()),  # the factor of 2 ranks, 16 listed
 ])
-def test_collective_from_the_columns(body: str, want: str) -> None:
+def test_collective_from_the_columns(body: str, want: str, fits: tuple[str, ...]) -> None:
     res = parse_nccl_tests(ranks(16) + COLS + body)
-    assert res.collective() == want
+    assert res.collective() == want and res.candidates() == fits
+
+
+def test_hypercube_prints_no_op_and_a_root() -> None:
+    row = ("  1073741824      16777216     float              -1   4503.9  238.40  238.40      0   4517.4  237.69"
+           "  237.69      0\n")
+    res = parse_nccl_tests(ranks(16) + COLS + row)
+    assert res.rows[0].redop is None and res.rows[0].root == -1
+    assert res.candidates() == ("hypercube",) and res.collective() == "hypercube" and res.size_factor() == 16
+
+
+def test_size_factor_gives_the_rank_count_of_total_size_collectives() -> None:
+    res = parse_nccl_tests(COLS + ag_row(16))
+    assert res.size_factor() == 16 and res.listed() == 0 and res.candidates() == ("all_gather", "alltoall",
+                                                                                  "alltoallv")
+    res.named = "alltoall"
+    assert res.collective() == "alltoall" and res.rank_count() == 16
+    res = parse_nccl_tests("# Collective test starting: all_gather_perf\n" + ranks(2) + COLS + ag_row(16))
+    assert res.rank_count() == 16 and not res.complete_listing
+    res = parse_nccl_tests("# Collective test starting: all_gather_perf\n" + ranks(16) + COLS + ag_row(16))
+    assert res.rank_count() == 16 and res.complete_listing
+    # the largest row with a known type and count decides; rows of count 0 say nothing
+    zero = "           0             0     float    none      -1    12.97    0.00    0.00      0    12.86    0.00    0.00    0\n"
+    assert parse_nccl_tests(COLS + zero + ag_row(4)).size_factor() == 4
+    assert parse_nccl_tests(COLS + zero).size_factor() is None
+    assert parse_nccl_tests(COLS + ag_row(4).replace("float", "bogus")).size_factor() is None
+    odd = "        1000           3     float    none      -1    12.97    0.00    0.00      0    12.86    0.00    0.00    0\n"
+    assert parse_nccl_tests(COLS + odd).size_factor() is None
+    small = "         512           128     float    none      -1    12.97    0.04    0.04      0    12.86    0.04    0.04    0\n"
+    assert parse_nccl_tests(COLS + small + ag_row(2)).size_factor() == 2
 
 
 def test_collective_from_the_columns_without_rank_list() -> None:
