@@ -10,6 +10,7 @@ created or torn down are transient (NCCL's RAS guide says so): a warning to quer
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from preflight.findings import Findings
@@ -29,8 +30,9 @@ REMEDY_ERRORS = ("the ranks named hold an NCCL error (a peer that died, a networ
                  "ranks' logs (NCCL_DEBUG=INFO) and their node's kernel log; the first rank to fail is the cause")
 REMEDY_STATUS = ("ranks disagree on a communicator's state while it is being created or torn down: query ncclras "
                  "again; a state that does not change means a rank is stuck in init or finalize (read its stack)")
-_EXPLAIN = {"ahead": "launched a collective the others never joined: they wait in it",
-            "behind": "are behind the others: they never launched the collective the others wait in"}
+_EXPLAIN = {"ahead": "the ranks ahead launched a collective the others never joined and wait in it",
+            "behind": "the ranks behind never launched the collective the others wait in",
+            "split": "the ranks parted there"}
 
 
 def _plural(n: int, word: str) -> str:
@@ -56,11 +58,14 @@ def _by_node(ranks: list[dict[str, Any]]) -> str:
 
 
 def _process(p: dict[str, Any]) -> str:
-    return f"process {p['pid']} on node {p['node']} (GPU {p['gpus']})"
+    gpus = str(p["gpus"])
+    return f"process {p['pid']} on node {p['node']} (GPU{'s' if ',' in gpus.split(' (')[0] else ''} {gpus})"
 
 
-def _lines(ras: RasStatus, *needles: str) -> list[str]:
-    return [ln for ln in ras.lines if any(n in ln for n in needles)][:_FEW]
+def _lines(ras: RasStatus, *starts: str, ranks: Iterable[Any] = (), pids: Iterable[Any] = ()) -> list[str]:
+    """The evidence lines that start with one of `starts`, or list one of `ranks` or `pids`."""
+    heads = (*starts, *(f"Rank {r} " for r in ranks), *(f"Process {p} " for p in pids))
+    return [ln for ln in ras.lines if ln.startswith(heads)][:_FEW] if heads else []
 
 
 def _table_rows(ras: RasStatus, error: str) -> list[dict[str, Any]]:
@@ -80,8 +85,8 @@ def _dead(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     f.add("hang.watchdog/ras-dead",
           f"NCCL RAS: {_plural(n, 'job process')} considered dead (unreachable via the RAS network)"
           + (f": {_names(named)}" if named else ""),
-          _lines(ras, "DEAD", "considered dead", "Process ") + [e["text"] for e in ras.events
-                                                                if e["event"] == "PEER_DEAD"][:_FEW],
+          _lines(ras, "DEAD", f"{ras.dead_count} job process", pids=[d["pid"] for d in ras.dead_processes])
+          + [e["text"] for e in ras.events if e["event"] == "PEER_DEAD"][:_FEW],
           REMEDY_GONE)
 
 
@@ -105,8 +110,10 @@ def _incomplete(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     facts["missing_ranks"] = sorted({r["rank"] for r in ranks if r["rank"] is not None})
     facts["missing_processes"] = ras.missing_processes
     f.add("hang.watchdog/ras-incomplete", "NCCL RAS: " + "; ".join(parts),
-          _lines(ras, "INCOMPLETE", "Missing communicator data", "The missing rank", "Process ", "Rank ")
-          + [g["line"] for g in rows], REMEDY_GONE)
+          _lines(ras, "INCOMPLETE", "Missing communicator data", "[could not find", "The missing rank",
+                 pids=[p["pid"] for p in ras.missing_processes])
+          + [ln for ln in ras.lines if ln.startswith("#") and ln.endswith("INCOMPLETE")][:_FEW]
+          + _lines(ras, ranks=facts["missing_ranks"]) + [g["line"] for g in rows], REMEDY_GONE)
 
 
 def _errors(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
@@ -116,13 +123,14 @@ def _errors(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
         return
     kinds = [f"{e['kind'].lower()} error{'s' if e['count'] > 1 else ''} on {_plural(e['count'], 'rank')}"
              for e in ras.errors if e["kind"] != "reported"]
-    reported = sorted({r["error"] for r in ranks if r["error"]} | {e["error"] for e in ras.errors if e["error"]})
     what = "; ".join(kinds) or f"group(s) {', '.join(str(g['group']) for g in rows)} in ERROR"
-    who = f": {_by_node(ranks)}" if ranks else ""
+    by_error = {e: [r for r in ranks if r["error"] == e] for e in dict.fromkeys(r["error"] for r in ranks)}
+    who = "; ".join(f"{_by_node(rs)}" + (f": {e}" if e else "") for e, rs in by_error.items())
     facts["error_ranks"] = sorted({r["rank"] for r in ranks if r["rank"] is not None})
-    f.add("hang.watchdog/ras-comm-error",
-          f"NCCL RAS: communicator errors ({what}){who}" + (f" reported {', '.join(reported)}" if reported else ""),
-          _lines(ras, "ERROR", "error", "reported") + [g["line"] for g in rows], REMEDY_ERRORS)
+    f.add("hang.watchdog/ras-comm-error", f"NCCL RAS: communicator errors ({what})" + (f": {who}" if who else ""),
+          [ln for ln in ras.lines if ln.startswith("#") and ln.endswith("ERROR")][:_FEW]
+          + _lines(ras, "Initialization error", "Asynchronous error", ranks=facts["error_ranks"])
+          + [ln for ln in ras.lines if " ranks reported " in ln][:_FEW] + [g["line"] for g in rows], REMEDY_ERRORS)
 
 
 def _aborted(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
@@ -136,29 +144,40 @@ def _aborted(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
                                          f"communicator group(s) {', '.join(str(g['group']) for g in rows)}")
     facts["aborted_ranks"] = sorted({r["rank"] for r in ranks if r["rank"] is not None})
     f.add("hang.watchdog/ras-aborted", f"NCCL RAS: communicator aborted on {who}",
-          _lines(ras, "ABORT") + [g["line"] for g in rows],
+          _lines(ras, ranks=facts["aborted_ranks"]) + [ln for ln in ras.lines if ln.endswith("status ABORT")]
+          + [g["line"] for g in rows],
           "a communicator was aborted (the application's error handling or PyTorch's watchdog after a timeout or "
           "an NCCL error): the job cannot continue on it; find the first failure in the ranks' logs")
 
 
+def _at(launched: int) -> str:
+    return f"at operation {launched}" if launched else "before any operation"
+
+
+def _side(groups: list[dict[str, Any]], top: dict[str, Any] | None) -> str:
+    """Where the other groups of ranks stand against the largest one: ahead, behind, or split."""
+    others = [g["launched"] for g in groups if g is not top]
+    if top is None or not others:
+        return "split"
+    if all(n > top["launched"] for n in others):
+        return "ahead"
+    return "behind" if all(n < top["launched"] for n in others) else "split"
+
+
 def _mismatch_part(ras: RasStatus, comm: str, op: str) -> tuple[str, dict[str, Any]]:
-    groups = [c for c in ras.counts if c["comm"] == comm and c["op"] == op]
+    groups = sorted((c for c in ras.counts if c["comm"] == comm and c["op"] == op),
+                    key=lambda c: (-c["count"], c["launched"]))
     listed = [r for r in ras.ranks if r["comm"] == comm and r["op"] == op and r["launched"] is not None]
-    majority = max(groups, key=lambda c: c["count"]) if groups else None
-    main = majority["launched"] if majority else None
-    odd = [r for r in listed if r["launched"] != main]
-    side = "behind" if main is not None and odd and all(r["launched"] < main for r in odd) else "ahead"
+    top = groups[0] if groups and (len(groups) == 1 or groups[0]["count"] > groups[1]["count"]) else None
+    parts = []
+    for g in groups:
+        rs = [r for r in listed if r["launched"] == g["launched"]]
+        parts.append(f"{_by_node(rs) if rs else _plural(g['count'], 'rank')} {_at(g['launched'])}")
     label = f"{op} operation counts" if op != "collective" else "collective operation counts"
-    text = f"communicator {comm}'s {label} differ"
-    if majority is not None:
-        text += f": {majority['count']} ranks launched up to operation {main}"
-    if odd:
-        counts = sorted({r["launched"] for r in odd})
-        text += (f", {_by_node(odd)} up to {', '.join(map(str, counts))}: these ranks {_EXPLAIN[side]}")
-    else:
-        others = [c for c in groups if c is not majority]
-        text += "".join(f", {c['count']} up to {c['launched']}" for c in others)
-    return text, {"comm": comm, "op": op, "majority": main, "ranks": sorted({r["rank"] for r in odd}), "side": side}
+    side = _side(groups, top)
+    odd = sorted({r["rank"] for r in listed if top is None or r["launched"] != top["launched"]})
+    text = f"communicator {comm}'s {label} differ: " + ", ".join(parts) + f": {_EXPLAIN[side]}"
+    return text, {"comm": comm, "op": op, "majority": top["launched"] if top else None, "ranks": odd, "side": side}
 
 
 def _counts(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
@@ -174,7 +193,10 @@ def _counts(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
         detail.append(d)
     facts["mismatched"] = detail
     f.add("hang.watchdog/ras-count-mismatch", "NCCL RAS: " + "; ".join(parts),
-          _lines(ras, "MISMATCH", "operation counts", "launched", "Rank "), REMEDY_COUNTS)
+          [ln for ln in ras.lines if ln.startswith("#") and ln.endswith("MISMATCH")][:_FEW]
+          + [ln for ln in ras.lines if ln.endswith("operation counts") or " ranks have launched " in ln
+             or " ranks have not launched " in ln]
+          + _lines(ras, ranks=[r for d in detail for r in d["ranks"]]), REMEDY_COUNTS)
 
 
 def _status(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
@@ -188,7 +210,9 @@ def _status(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     facts["status_ranks"] = sorted({r["rank"] for r in ranks if r["rank"] is not None})
     f.add("hang.watchdog/ras-status-mismatch",
           "NCCL RAS: ranks of a communicator differ in state (" + "; ".join(x for x in (tally, singles) if x)
-          + "): a communicator being created or torn down", _lines(ras, "status"), REMEDY_STATUS)
+          + "): a communicator being created or torn down",
+          _lines(ras, "Communicator ranks have different status", ranks=facts["status_ranks"])
+          + [ln for ln in ras.lines if " have status " in ln], REMEDY_STATUS)
 
 
 def _mismatch_unread(ras: RasStatus, f: Findings) -> None:
@@ -230,7 +254,7 @@ def grade_ras(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     _warnings(ras, f)
     if ras.client_error:
         f.add("hang.watchdog/ras-no-answer", f"ncclras got no status: {ras.client_error}",
-              _lines(ras, ras.client_error),
+              ras.lines[-_FEW:],
               "run ncclras on a node where the job runs (it connects to localhost:28028, or NCCL_RAS_ADDR), while "
               "the job runs; NCCL_RAS_ENABLE=0 turns RAS off; NCCL 2.24 or later is needed")
     elif ras.no_comms and not f:
@@ -242,7 +266,7 @@ def grade_ras(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
 
 def ras_ok_summary(ras: RasStatus) -> str:
     """What a clean RAS answer says."""
-    if ras.events and not ras.groups:
+    if (ras.events or ras.monitor) and not ras.groups:
         return f"NCCL RAS monitor: {_plural(len(ras.events), 'event')}, no process declared dead"
     job = ras.job
     size = (f"{_plural(job['nodes'], 'node')}, {_plural(job['processes'], 'process')}, {job['gpus']} GPUs; "

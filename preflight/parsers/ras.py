@@ -48,7 +48,7 @@ _CLIENT_ERROR = re.compile(r"^(?:(?:Connecting to|Resolving) \S+: (?!success)(.+
                            r"(Connection timed out)(?:; retrying\.\.\.)?|(Connection closed by the NCCL job\.)|"
                            r"Unexpected response from NCCL: (.*))$")
 _INTS = re.compile(r"^\d+(?:\s+\d+)*$")
-_SECTION_WORDS = ("INCOMPLETE", "DEAD", "TIMEOUT")
+_SECTION_WORDS = ("INCOMPLETE", "DEAD", "TIMEOUT", "Errors", "Warnings", "Job summary")
 
 
 @dataclass
@@ -75,6 +75,7 @@ class RasStatus:
     no_comms: bool = False  # "No communicator data collected!"
     outlier_nodes: list[dict[str, Any]] = field(default_factory=list)  # {node, pids}
     events: list[dict[str, Any]] = field(default_factory=list)  # monitor mode: {event, pid, node, gpus, text}
+    monitor: bool = False  # the client's monitor mode ("RAS Monitor Mode - watching for peer changes")
     client_error: str = ""  # the ncclras client could not get an answer
     json_form: bool = False
     lines: list[str] = field(default_factory=list)  # the lines that single something out, for evidence
@@ -89,7 +90,7 @@ class RasStatus:
     def recognised(self) -> bool:
         """The text holds RAS output read here (a status, a monitor event or a client error)."""
         return bool(self.version or self.job or self.groups or not self.empty or self.no_comms or self.events
-                    or self.client_error or self.timeouts or self.json_form)
+                    or self.monitor or self.client_error or self.timeouts or self.json_form)
 
 
 @dataclass
@@ -119,7 +120,8 @@ class _Reader:
     def _header(self, word: str) -> bool:
         if word in _SECTION_WORDS:
             self.section, self.comm, self.op, self.under = word, "", "", {}
-            self.evidence(word)
+            if word.isupper():
+                self.evidence(word)
             return True
         m = _COMM.match(word)
         if not m:
@@ -142,13 +144,15 @@ class _Reader:
         if m:
             own = {"launched": _int(m.group(2)) if m.group(2) else (0 if m.group(3) else None),
                    "status": m.group(4) or "", "error": m.group(5) or ""}
+            if own["launched"] is not None:  # a rank alone at its count: a group of one
+                self.out.counts.append({"comm": self.comm, "op": self.op, "count": 1, "launched": own["launched"]})
             self._add_rank(int(m.group(1)), own, m.group(8) or "", _int(m.group(7)), m.group(6) or "")
             self.evidence(word)
             return True
         old = _RANK_STATUS_24.match(word) or _RANK_LIST_24.match(word)
         if old is None:
             return False
-        status = old.group(2) if old.re is _RANK_STATUS_24 else ""
+        status = old.group(2) if old.re is _RANK_STATUS_24 else ("UNKNOWN" if old.group(1) == "unknown" else "")
         listed = old.group(1) if old.re is _RANK_STATUS_24 else old.group(2)
         for r in re.findall(r"\d+", listed):
             self._add_rank(int(r), {"launched": None, "status": status, "error": ""}, "", None, "")
@@ -168,7 +172,7 @@ class _Reader:
             self.under = {"launched": launched}
             if n > self.top:
                 self.top, self.out.majority_launched = n, launched
-                self.evidence(word)
+            self.evidence(word)
             return True
         s = _STATUS_COUNT.match(word)
         if s:
@@ -283,6 +287,9 @@ def _summary_other(out: RasStatus, word: str) -> bool:
         out.no_comms = True
         out.lines.append(word)
         return True
+    if word.startswith("RAS Monitor Mode - watching for peer changes"):
+        out.monitor = True
+        return True
     o = _OUTLIER.match(word)
     if o:
         out.outlier_nodes.append({"node": o.group(1), "pids": [int(p) for p in o.group(2).split(",")]})
@@ -344,8 +351,7 @@ def _json_counts(out: RasStatus, comm: str, ranks: list[dict[str, Any]]) -> None
 
 def _json_comm(out: RasStatus, i: int, c: dict[str, Any]) -> None:
     comm = f"#{i} ({c.get('hash', '?')})"
-    ranks = [r for r in c.get("ranks", []) if isinstance(r, dict)]
-    missing = [r for r in c.get("missing_ranks", []) if isinstance(r, dict)]
+    ranks, missing = _list(c.get("ranks")), _list(c.get("missing_ranks"))
     for r in ranks:
         _json_rank(out, comm, r)
     _json_counts(out, comm, ranks)
@@ -358,22 +364,52 @@ def _json_comm(out: RasStatus, i: int, c: dict[str, Any]) -> None:
                           "pid": _int(r.get("pid")), "gpu": str(r.get("cuda_dev", "")), "op": ""})
 
 
+def _list(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list (anything else: none)."""
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+def _json_docs(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of `text`, one after another (a status, or monitor events); [] when it
+    holds none."""
+    docs, dec, i = [], json.JSONDecoder(), text.find("{")
+    while 0 <= i < len(text):
+        try:
+            doc, end = dec.raw_decode(text, i)
+        except ValueError:
+            return docs
+        if isinstance(doc, dict):
+            docs.append(doc)
+        i = text.find("{", end)
+    return docs
+
+
+def _json_event(out: RasStatus, doc: dict[str, Any]) -> None:
+    peer = doc.get("peer") if isinstance(doc.get("peer"), dict) else {}
+    gpus = peer.get("cuda_devs")
+    out.events.append({"event": str(doc.get("event", "")), "pid": _int(peer.get("pid")),
+                       "node": str(peer.get("host") or peer.get("addr") or ""),
+                       "gpus": ",".join(map(str, gpus)) if isinstance(gpus, list) else "",
+                       "text": json.dumps(doc, separators=(", ", ": "))})
+
+
 def parse_ras_json(text: str) -> RasStatus | None:
-    """The JSON status, or None when `text` is not one."""
-    start = text.find("{")
-    try:
-        doc = json.loads(text[start:]) if start >= 0 else None
-    except ValueError:
+    """The JSON form (a status, or the monitor's events), or None when `text` holds neither."""
+    docs = [d for d in _json_docs(text) if "communicators" in d or "event" in d]
+    if not docs:
         return None
-    if not isinstance(doc, dict) or "communicators" not in doc:
-        return None
-    out = RasStatus(version=str(doc.get("nccl_version", "")), json_form=True)
-    comms = [c for c in doc.get("communicators") or [] if isinstance(c, dict)]
-    for i, c in enumerate(comms):
-        _json_comm(out, i, c)
-    ras = doc.get("ras") if isinstance(doc.get("ras"), dict) else {}
-    out.timeouts = _int(ras.get("timeouts_count")) or 0
-    out.no_comms = not comms
+    out = RasStatus(json_form=True)
+    for doc in docs:
+        if "event" in doc:
+            _json_event(out, doc)
+            continue
+        out.version = str(doc.get("nccl_version", ""))
+        comms = _list(doc.get("communicators"))
+        for i, c in enumerate(comms):
+            _json_comm(out, i, c)
+        ras = doc.get("ras") if isinstance(doc.get("ras"), dict) else {}
+        out.timeouts = _int(ras.get("timeouts_count")) or 0
+        out.no_comms = not comms
     out.dead_processes = [{"pid": r["pid"], "node": r["node"], "gpus": r["gpu"]} for r in out.ranks
                           if r["section"] == "DEAD"]
     return out
@@ -388,12 +424,13 @@ def looks_like_ras(text: str) -> bool:
     return bool(re.search(r"^Errors\n======", text, re.M) or re.search(r"Communicators\.\.\.", text)
                 or re.search(r"^Group\s+Comms\s+Nodes\s+Ranks", text, re.M)
                 or re.search(r"^#\d+-\d+ \([0-9a-f]+\) (?:INCOMPLETE|ERROR|MISMATCH)$", text, re.M)
-                or ('"communicators_count"' in text and '"nccl_version"' in text))
+                or ('"communicators_count"' in text and '"nccl_version"' in text)
+                or re.search(r'"event": "PEER_\w+"', text) is not None)
 
 
 def parse_ras(text: str) -> RasStatus:
     """`ncclras` text (or its JSON form) -> the processes and ranks RAS singled out."""
-    if text.lstrip().startswith("{") or text.lstrip().startswith("["):
+    if "{" in text and ('"communicators"' in text or '"event"' in text):
         parsed = parse_ras_json(text)
         if parsed is not None:
             return parsed
@@ -409,11 +446,11 @@ def parse(doc: Doc) -> RasStatus:
 
 _NEEDLES = ("Communicators...", "Comms     Nodes", ") MISMATCH", ") INCOMPLETE", ") ERROR", "RAS Monitor Mode",
             "PEER_DEAD:", "unreachable via the RAS network", "Missing communicator data from", '"communicators_count"',
-            "Failed to connect to the NCCL RAS service")
+            "Failed to connect to the NCCL RAS service", '"event": "PEER_')
 _STRICT = re.compile(r"^(?:Communicators\.\.\.|Group\s+Comms\s+Nodes\s+Ranks|#\d+-\d+ \([0-9a-fA-F]+\) "
                      r"(?:INCOMPLETE|ERROR|MISMATCH)$|RAS Monitor Mode|Missing communicator data from \d+ |"
                      r"\d+ job process(?:es are| is) considered dead|\"communicators_count\": \d+|"
-                     r"Failed to connect to the NCCL RAS service!)|"
+                     r"Failed to connect to the NCCL RAS service!|\"event\": \"PEER_\w+\")|"
                      r"\bPEER_DEAD: Process \d+ on node ")
 
 

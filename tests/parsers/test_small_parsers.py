@@ -44,16 +44,18 @@ def test_ras_sections_processes_ranks_and_counts() -> None:
     st = ras.parse_ras(RAS)
     assert st.missing_processes == [{"pid": 48211, "node": "10.1.7.23", "gpus": "5"}]
     assert st.dead_processes == [{"pid": 48219, "node": "10.1.7.24", "gpus": "0-7"}]
-    assert st.ranks == [
-        {"rank": 6, "section": "MISMATCH", "launched": 9183, "status": "", "node": "10.1.7.22", "pid": 48111},
-        {"rank": 7, "section": "MISMATCH", "launched": 0, "status": "", "node": "10.1.7.22", "pid": 48112},
-        {"rank": 21, "section": "ERROR", "launched": None, "status": "ABORTED", "node": "10.1.7.23", "pid": 48211},
-        {"rank": 22, "section": "ERROR", "launched": None, "status": "", "node": "", "pid": None},
+    keys = ("rank", "section", "launched", "status", "node", "pid", "comm", "op")
+    assert [tuple(r[k] for k in keys) for r in st.ranks] == [
+        (6, "MISMATCH", 9183, "", "10.1.7.22", 48111, "#0-1", "AllReduce"),
+        (7, "MISMATCH", 0, "", "10.1.7.22", 48112, "#0-1", "AllReduce"),
+        (21, "ERROR", None, "ABORTED", "10.1.7.23", 48211, "#0-2", ""),
+        (22, "ERROR", None, "", "", None, "#0-2", ""),
     ]
     assert st.majority_launched == 9184 and st.mismatched_ops == ["AllReduce"] and not st.empty
-    assert st.lines[:3] == ["INCOMPLETE", "Process 48211 on node 10.1.7.23 managing GPU 5", "DEAD"]
+    assert st.lines[:4] == ["INCOMPLETE", "Missing communicator data from 1 job process",
+                            "Process 48211 on node 10.1.7.23 managing GPU 5", "DEAD"]
     assert "#0-1 (8c3b7e5a2f) MISMATCH" in st.lines and "26 ranks have launched up to operation 9184" in st.lines
-    assert "5 ranks have launched up to operation 9183" not in st.lines  # the majority is the larger group
+    assert "5 ranks have launched up to operation 9183" in st.lines and st.majority_launched == 9184
 
 
 def test_ras_a_single_rank_group_is_a_majority() -> None:
