@@ -17,10 +17,11 @@ recovery events`, `Effective Errors`, `Symbol Errors`, the rates `Effective BER`
 (`15e-255` is the floor: no error), the FEC histogram `FEC Errors - N` (bucket 0 counts the
 clean codewords) and the pre-FEC `Raw BER ...` / `Raw Errors Lane N`, and the traffic
 counters `Tx packets` / `Tx bytes` / `Rx packets` / `Rx bytes`. `-ec` prints per-lane CRC
-counters. Every counter is read with its kind (`COUNTER_KINDS`); one of no known kind is kept
-as such (graded by nobody, said by the grader). Other sub-commands' Link lines (`-gt d`:
-`Link 0: Data Tx: 1 KiB`, `-p`: `Link 0: Remote PCI Bus ID: ...`) read as counters of no
-known kind or without a number: they are never link states.
+counters. A `Link L: <name>: <value>` line is a counter when its name is of a known kind
+(`COUNTER_KINDS`) or its value is a count; one of no known kind is kept as such (graded by
+nobody, said by the grader). Other sub-commands' Link lines are traffic counters (`-gt d`:
+`Link 0: Data Tx: 1 KiB`) or kept apart (`-p`: `Link 0: Remote PCI Bus ID: ...`,
+`NvlinkGpu.other`): they are never link states.
 
 Pastes are often cut by the poster (`...`, `...<snip>...`, `[...]`, `(truncated)`): a GPU
 whose listing holds such a line is marked `cut` (its links not shown prove nothing), and a
@@ -50,13 +51,14 @@ _CUT = re.compile(r"\.{3}|…|\bsnip(?:ped)?\b|\btruncated\b|\bomitted\b|\belide
 _PIPED = re.compile(r"\|\s*(?:sudo\s+)?(?:[efz]?grep|rg|head|tail|sed|awk)\b")
 _ONE_LINK = re.compile(r"(?:^|\s)(?:-l|--link)(?:\s+|=)\d+\b")
 
-# counter name (lower case) -> kind, first match wins: the pre-FEC raw counters before the BER and
-# CRC words they contain, a failed recovery before the other recovery counters
+# counter name (lower case) -> kind, first match wins: traffic (`-gt`: Data Tx, Raw Rx) before the
+# pre-FEC raw counters, those before the BER and CRC words they contain, a failed recovery before
+# the other recovery counters
 COUNTER_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(?:tx|rx) (?:packets|bytes)$|^(?:data|raw) (?:tx|rx)\b"), "traffic"),
     (re.compile(r"^raw\b"), "raw"),
     (re.compile(r"\bber\b"), "ber"),
     (re.compile(r"^fec\b"), "fec"),
-    (re.compile(r"^(?:tx|rx) (?:packets|bytes)$|^(?:data|raw) (?:tx|rx)\b"), "traffic"),
     (re.compile(r"\breplay"), "replay"),
     (re.compile(r"recovery failed|failed recovery"), "recovery_failed"),
     (re.compile(r"\brecovery\b"), "recovery"),
@@ -118,7 +120,7 @@ class NvlinkReport:
     gpus: list[NvlinkGpu] = field(default_factory=list)
     errors: list[ToolError] = field(default_factory=list)
     unparsed: list[str] = field(default_factory=list)  # lines before any GPU header (not tool errors)
-    excerpt: bool = False  # the paste holds lines cut by the poster, or grep separators
+    excerpt: bool = False  # the paste holds lines cut by the poster (anywhere), or grep separators
     partial: str = ""  # why the command shows a subset of the links ("" when it shows all)
 
     @property
@@ -170,7 +172,7 @@ def _link_line(g: NvlinkGpu, line: str, m: re.Match[str]) -> None:
         g.links.append(Link(int(m.group(1)), gbps is not None and gbps > 0, gbps, line.strip()))
         return
     counters = _counters(int(m.group(1)), m.group(2), line.strip())
-    if counters and any(c.kind for c in counters):
+    if counters and any(c.kind or c.value is not None for c in counters):  # a known name, or a count
         g.counters.extend(counters)
     else:
         g.other.append(line.strip())
@@ -213,8 +215,11 @@ def parse(doc: Doc) -> NvlinkReport:
             out.gpus.append(NvlinkGpu(int(m.group(1)), m.group(2).strip(), (m.group(3) or "").strip(), line.strip()))
         elif out.gpus:
             _gpu_line(out.gpus[-1], line)
+        elif _CUT.search(line):
+            out.excerpt = True  # GPUs cut from the top of the paste
         elif line.strip() not in error_lines:
             out.unparsed.append(line.strip())
+    out.excerpt = out.excerpt or any(g.cut for g in out.gpus)
     return out
 
 
