@@ -21,8 +21,14 @@ from typing import Any
 from preflight.engine import register_profile_hint
 from preflight.findings import Findings
 from preflight.model import Result
-from preflight.parsers.nccl_tests import (AVG_RELATIVE_SLACK, AVG_ROUNDING_SLACK, RING, NcclTestRow, NcclTests,
-                                          primary)
+from preflight.parsers.nccl_tests import (
+    AVG_RELATIVE_SLACK,
+    AVG_ROUNDING_SLACK,
+    RING,
+    NcclTestRow,
+    NcclTests,
+    primary,
+)
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
@@ -302,11 +308,12 @@ def _ending_findings(res: NcclTests, label: str, f: Findings) -> None:
 
 
 def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> None:
-    """Large messages at socket speed: NCCL fell back to TCP."""
+    """Large messages at socket speed: NCCL fell back to TCP (a network in the path: not one
+    host, whose GPUs talk over PCIe, NVLink or shared memory)."""
     min_bytes = int(_num(prof, "nccl.allreduce.tcp_fallback_min_bytes"))
     max_bw = exp.tcp_max_busbw
     max_t = _num(prof, "nccl.allreduce.tcp_fallback_max_time_us")
-    if not min_bytes or not (max_bw or max_t):
+    if not min_bytes or not (max_bw or max_t) or topology(res).multi is False:
         return
     slow = []
     for r in res.rows:
@@ -548,15 +555,15 @@ def _label(res: NcclTests, coll: str) -> str:
 
 
 def _shared_gpus(res: NcclTests) -> list[str]:
-    """Ranks on a GPU another rank already uses: the same host and PCI bus id (the full
-    domain:bus:device nccl-tests prints from 2.16; older ones print the bus number only)."""
-    seen: dict[tuple[str, str], int] = {}
+    """Ranks on a GPU another rank already uses: the same host, device and PCI bus id (the
+    full domain:bus:device nccl-tests prints from 2.16; older ones print the bus number only)."""
+    seen: dict[tuple[str, str, int], int] = {}
     out = []
     for r in res.ranks:
         bus = str(r.get("bus", "")).lower()
         if not _FULL_BUS.fullmatch(bus):
             continue
-        key = (str(r["host"]), bus)
+        key = (str(r["host"]), bus, int(r.get("device", 0)))
         if key in seen:
             out.append(f"ranks {seen[key]} and {r['rank']} run on the same GPU: {r['host']} [{bus}]")
         else:

@@ -30,6 +30,7 @@ capture are kept apart (a new parameter line or column header starts a new table
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -68,7 +69,8 @@ COLUMNS_OF: dict[str, tuple[bool, bool, str, tuple[str, ...]]] = {
 # busbw of these is normalised to the hardware's bandwidth like an all-reduce's (nccl-tests
 # doc/PERFORMANCE.md, "Bus bandwidth"): the all-reduce tables apply to them
 RING = ("all_reduce", "all_gather", "reduce_scatter")
-_FACTORS = {"2(n-1)/n": lambda n: 2 * (n - 1) / n, "(n-1)/n": lambda n: (n - 1) / n, "1": lambda n: 1.0}
+_FACTORS: dict[str, Callable[[int], float]] = {"2(n-1)/n": lambda n: 2 * (n - 1) / n, "(n-1)/n": lambda n: (n - 1) / n,
+                                               "1": lambda n: 1.0}
 # busbw / algbw of an all-reduce is 2(n-1)/n (src/all_reduce.cu AllReduceGetBw); the ratio is
 # read from cells with at least this algbw (two printed decimals: under 0.5% rounding)
 RATIO_MIN_ALGBW = 1.0

@@ -1230,3 +1230,180 @@ def test_a_single_rank_measures_nothing() -> None:
     assert r.remedy.startswith("run one *_perf binary across the GPUs") and r.evidence[0].startswith("4294967296")
     assert codes(one(one_rank(ranks=False))) == ["nccl.allreduce/one-rank"]
     assert one(one_rank("# Out of bounds values : 2 FAILED\n")).status is Status.FAIL
+
+
+# ----------------------------------------------------------------------------- PCIe, shared GPUs, endings
+
+GEFORCE = "NVIDIA GeForce RTX 2080 Ti"
+PARAMS_LINE = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+               "validation: 1 graph: 0\n")
+
+
+def pcie(peak: float, coll: str = "all_reduce", n: int = 2, hi: int = 1 << 30, model: str = GEFORCE,
+         bus: str = "0000:{b:02x}:00", head: str = "", hosts: int = 1) -> str:
+    """A one-host table of `n` PCIe GPUs whose busbw plateaus at `peak` (the all-reduce's sizes,
+    the collective's name on the start line)."""
+    text = table(hosts, n // hosts, peak, lat=12.0, model=model, lo=1 << 20, hi=hi)
+    text = text.replace("# Using devices\n", "# Using devices\n", 1)
+    ranks_text = rank_lines(hosts, n // hosts, model, bus)
+    text = re.sub(r"(?m)^#  Rank .*\n", "", text).replace("# Using devices\n", "# Using devices\n" + ranks_text)
+    return head + f"# Collective test starting: {coll}_perf\n" + text
+
+
+def test_two_pcie_gpus_under_peer_to_peer_speed_warn_on_any_board() -> None:
+    r = one(pcie(4.0), profile="generic")
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p"]
+    assert r.summary == ("all-reduce peak busbw 4 GB/s between the 2 GPUs of one host is under what PCIe peer-to-peer "
+                         "gives (6 GB/s)")
+    assert r.evidence[0].split()[:2] == ["67108864", "16777216"] and r.evidence[1].startswith(
+        "nccl.allreduce.pcie_min_busbw = 6 (one PCIe Gen3 x16 link carries 15.75 GB/s")
+    assert r.remedy.startswith("the GPUs exchange data through host memory") and r.remedy.endswith(
+        "NCCL_P2P_DISABLE / NCCL_P2P_LEVEL and ACS")
+    assert ("bandwidth not graded: no busbw table for NVIDIA GeForce RTX 2080 Ti in profile generic (correctness "
+            "only)") in r.evidence
+    # the same on the H100 profile: no table is for these GPUs
+    assert codes(one(pcie(4.0))) == ["nccl.allreduce/below-pcie-p2p"]
+
+
+@pytest.mark.parametrize(("peak", "status"), [(6.0, Status.PASS), (5.99, Status.WARN), (24.0, Status.PASS)])
+def test_pcie_floor_boundary(peak: float, status: Status) -> None:
+    assert one(pcie(peak), profile="generic").status is status
+
+
+def test_pcie_figure_needs_one_host_of_gpus_and_a_sweep_to_its_plateau(tmp_path: Path) -> None:
+    assert one(pcie(4.0, hi=8 << 20), profile="generic").status is Status.PASS  # stops under pcie_min_bytes
+    assert one(pcie(4.0, hi=16 << 20), profile="generic").status is Status.WARN  # reaches it
+    assert one(pcie(4.0, n=4, hosts=2), profile="generic").status is Status.PASS  # across hosts: a network
+    assert one(pcie(4.0, model="cpu", bus=""), profile="generic").status is Status.PASS  # the sweep's gloo ranks
+    # a model other than "cpu", or a PCI bus id, shows GPUs
+    assert one(pcie(4.0, model="cpu"), profile="generic").status is Status.WARN
+    assert one(pcie(4.0, bus=""), profile="generic").status is Status.WARN
+    site = tmp_path / "site.toml"
+    site.write_text('[profile]\nname = "site"\nextends = "generic"\n[nccl.allreduce]\n'
+                    'pcie_min_busbw = { value = 0.0, source = "site: not graded" }\n')
+    assert one(pcie(4.0), profile=str(site)).status is Status.PASS
+
+
+def test_a_graded_table_says_more_than_the_pcie_figure() -> None:
+    r = one(pcie(4.0, n=8, model=H100_NAME))
+    assert "nccl.allreduce/peak-below-floor" in codes(r) and "nccl.allreduce/below-pcie-p2p" not in codes(r)
+    r = one(pcie(300.0, n=8, model=H100_NAME))
+    assert codes(r) == ["nccl.allreduce/peak-below-expected"]
+    r = one(pcie(4.0, n=2, model=H100_NAME))  # 2 H100s: the 8-GPU table does not apply, the PCIe figure does
+    assert codes(r) == ["nccl.allreduce/below-pcie-p2p"]
+
+
+def test_alltoall_between_two_pcie_gpus_under_peer_to_peer_speed() -> None:
+    cells = [(s, 9.2 * s / (s + 2e5)) for s in (1 << k for k in range(20, 31))]  # algbw reaching 9.2 GB/s
+    rows_text = "".join(f"{s:12d}  {s // 8:12d}     float    none      -1  {s / a / 1e3:7.1f}  {a:6.2f}  {a / 2:6.2f}"
+                        f"       0  {s / a / 1e3:7.1f}  {a:6.2f}  {a / 2:6.2f}     N/A\n" for s, a in cells)
+    head = ("# Collective test starting: alltoall_perf\n# Using devices\n" +
+            rank_lines(1, 2, GEFORCE).replace("Pid   4001", "Pid   4000"))
+    r = one(head + COLS + rows_text, profile="generic")
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p"]
+    assert r.summary.startswith("alltoall peak busbw 4.6 GB/s between the 2 GPUs of one host")
+    assert ("bandwidth not graded: alltoall has no busbw table (the tables are for all_reduce, all_gather, "
+            "reduce_scatter)") in r.evidence
+
+
+def test_a_command_line_with_g_shows_one_host() -> None:
+    body = COLS + "\n".join(row(s, t, 4) for s, t in curve(4, 1.44, lo=1 << 30, hi=8 << 30)) + "\n"
+    cmd = "CUDA_VISIBLE_DEVICES=0,1,6,7 NCCL_P2P_DISABLE=1 ./build/all_reduce_perf -b 1G -e 8G -f 2 -g 4\n"
+    res = parse_nccl_tests(cmd + body)
+    assert res.cmd_ranks == 4 and res.rank_count() == 4
+    assert grader.topology(res) == grader.Topology(False, 4, [], 4)
+    r = one(cmd + body, profile="generic")
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p"]
+    assert "(4 ranks on 1 host(s), none)" not in r.summary and "between the 4 GPUs of one host" in r.summary
+    # under a launcher the -g is per process: the hosts are not shown
+    for launched in ("mpirun -np 2 ./build/all_reduce_perf -g 4\n", "srun -N 2 \\\n./build/all_reduce_perf -g 4\n"):
+        assert grader.topology(parse_nccl_tests(launched + body)).multi is None
+        assert one(launched + body, profile="generic").status is Status.PASS
+
+
+def test_sendrecv_on_nvlink_passes_with_its_bandwidth_noted() -> None:
+    def table_of(bws: tuple[float, ...]) -> str:
+        return "./build/sendrecv_perf -b 128M -e 1G -f 2 -g 8\n#\n" + COLS + "".join(
+            f"{s:12d}  {s // 4:12d}     float     sum      -1  {s / b / 1e3:7.1f}  {b:6.2f}  {b:6.2f}"
+            f"       0  {s / b / 1e3:7.1f}  {b:6.2f}  {b:6.2f}     N/A\n"
+            for s, b in zip((128 << 20, 256 << 20, 512 << 20, 1 << 30), bws, strict=True))
+    r = one(table_of((110.81, 188.6, 192.75, 195.1)), profile="generic")
+    assert r.status is Status.PASS and r.facts["collective"] == "sendrecv" and r.facts["ranks"] == 8
+    assert r.summary == "sendrecv peak busbw 195.1 GB/s, avg 171.815 GB/s (8 ranks on 1 host(s), none)"
+    r = one(table_of((3.81, 3.9, 3.95, 3.97)), profile="generic")
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p"]
+    assert "between the 8 GPUs of one host" in r.summary
+
+
+def shared_gpu(bus: str = "0000:02:00", devices: tuple[int, int] = (0, 0), wrong: str = "0") -> str:
+    head = "".join(f"#  Rank  {r} Group  0 Pid {2994447 + r} on        lab device  {d} [{bus}] NVIDIA GeForce RTX 5090\n"
+                   for r, d in enumerate(devices))
+    rows_text = "\n".join(row(s, t, 2, wrong=wrong) for s, t in curve(2, 2.3, lat=4360.0, lo=1 << 20, hi=128 << 20))
+    return "# Collective test starting: all_reduce_perf_mpi\n# Using devices\n" + head + COLS + rows_text + "\n"
+
+
+def test_two_ranks_on_one_gpu_measure_no_interconnect() -> None:
+    r = one(shared_gpu(), profile="generic")
+    assert r.status is Status.SKIP and codes(r) == ["nccl.allreduce/ranks-share-gpu"]
+    assert r.summary == "ranks share a GPU (1 rank(s) on a GPU another rank uses): the run measures no interconnect"
+    assert r.evidence[0] == "ranks 0 and 1 run on the same GPU: lab [0000:02:00]"
+    assert r.remedy.startswith("give each rank its own GPU") and r.remedy.endswith("one rank per GPU in the launcher)")
+    assert one(shared_gpu(wrong="7"), profile="generic").status is Status.FAIL  # wrong results still fail
+    # other GPUs: another bus id, another device, or the bus number alone (older versions) say nothing
+    for text in (shared_gpu().replace("device  0 [0000:02:00] NVIDIA GeForce RTX 5090\n#  Rank  1",
+                                      "device  0 [0000:02:00] NVIDIA GeForce RTX 5090\n#  Rank  1", 1)
+                 .replace("Pid 2994448 on        lab device  0 [0000:02:00]", "Pid 2994448 on        lab device  0 [0000:03:00]"),
+                 shared_gpu(devices=(0, 1)), shared_gpu(bus="0x02"),
+                 shared_gpu().replace("Pid 2994448 on        lab", "Pid 2994448 on       lab2")):
+        assert "nccl.allreduce/ranks-share-gpu" not in codes(one(text, profile="generic")), text
+
+
+def test_a_table_cut_before_its_first_row_is_skip_and_a_crash_before_it_error() -> None:
+    head = PARAMS_LINE + "#\n# Using devices\n" + rank_lines(2, 1, "Tesla V100-SXM2-32GB", bus="0x00")
+    r = one(head)
+    assert r.status is Status.SKIP and codes(r) == ["nccl.allreduce/no-rows"]
+    assert r.summary == "the table was cut before its first row: nothing was measured"
+    r = one(head + "srun: error: gpu018: task 1: Segmentation fault (core dumped)\n")
+    assert r.status is Status.ERROR and codes(r) == ["nccl.allreduce/crashed-before-rows"]
+    assert r.summary == "nccl-tests died before its first result row"
+    assert r.evidence == [PARAMS_LINE.strip(), "srun: error: gpu018: task 1: Segmentation fault (core dumped)"]
+    assert r.remedy.startswith("read the signal and the lines above it") and r.remedy.endswith("NCCL_DEBUG=INFO")
+    r = one("mpirun noticed that process rank 3 with PID 0 on node gpu018 exited on signal 11 (Segmentation fault).\n"
+            "# Using devices\n")
+    assert codes(r) == ["nccl.allreduce/crashed-before-rows"] and r.evidence[0].startswith("mpirun noticed")
+    # a failure message of the binary says more than the signal
+    r = one(head + "gpu018: Test CUDA failure common.cu:892 'out of memory'\nAborted (core dumped)\n")
+    assert codes(r) == ["nccl.allreduce/test-failure"]
+
+
+def test_a_process_that_died_after_rows_aborted_the_run() -> None:
+    text = table(2, 8, 470.0, hi=1 << 30, footer=False) + f"{2 << 30:12d}  {(2 << 30) // 4:12d}     float     sum      -1\n"
+    r = one(text + "[gpu018:04108] *** Process received signal ***\n[gpu018:04108] Signal: Segmentation fault (11)\n")
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/aborted"]
+    assert r.summary == "the run stopped after its process died during the 2 GB all-reduce"
+    assert r.evidence[:2] == ["[gpu018:04108] *** Process received signal ***",
+                              "[gpu018:04108] Signal: Segmentation fault (11)"]
+    r = one(text + "gpu018:4108:4190 [0] NCCL WARN NET/IB : Got completion with status=12\n")
+    assert r.summary == "the run stopped after an NCCL WARN during the 2 GB all-reduce"
+    r = one(table(2, 8, 470.0, hi=1 << 30, footer=False) + "Bus error (core dumped)\n")
+    assert r.summary == "the run stopped after its process died"
+
+
+def test_headerless_rows_then_failure_lines_fail() -> None:
+    rows_text = "\n".join(row(s, t, 16) for s, t in curve(16, 367.0, lo=1 << 30, hi=16 << 30))
+    text = ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
+            "(GB/s)\n" + rows_text + "\nHCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with "
+            "NCCL_DEBUG=INFO for details) / '\n .. HCA-128 pid 757466: Test failure common.cu:915\n")
+    r = one(text, profile="generic")
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/test-failure"]
+    assert r.evidence[:2] == ["HCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with "
+                              "NCCL_DEBUG=INFO for details) / '", ".. HCA-128 pid 757466: Test failure common.cu:915"]
+
+
+def test_ambiguous_table_names_every_candidate() -> None:
+    text = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    text = text.replace("# Collective test starting: all_gather_perf\n", "").replace(
+        "# Collective test concluded: all_gather_perf\n", "")
+    res = parse_nccl_tests(text)
+    assert grader._label(res, "") == "all_gather or alltoall or alltoallv"
+    assert grader._label(res, "all_reduce") == "all-reduce" and grader._label(res, "scatter") == "scatter"

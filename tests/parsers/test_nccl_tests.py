@@ -494,3 +494,150 @@ def test_detected_after_a_long_info_log() -> None:
     assert nt.detect(Doc(info + "# Avg bus bandwidth    : 449.6\n"))
     assert not nt.detect(Doc(info + "algbw is what we want\n"))
     assert not nt.detect(Doc(info))
+
+
+# ----------------------------------------------------------------------------- pastes without a header
+
+UNITS = ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
+         "(GB/s)\n")
+ROW_2G = "  2147483648     536870912     float     sum      -1   8060.1  266.43  466.26      0   8084.3  265.64  464.86      0"
+INFO = "".join(f"gpu01:1234:{1300 + i} [{i % 8}] NCCL INFO Channel {i % 32:02d}/0 : {i % 8}[{i % 8}] -> "
+               f"{(i + 1) % 8}[{(i + 1) % 8}] via P2P/CUMEM\n" for i in range(600))
+
+
+@pytest.mark.parametrize("text", [
+    UNITS,  # the paste starts at the units row
+    ROW_1G + "\n" + ROW_2G + "\n",  # two rows, no header
+    "gpu018: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '\n",
+    "gpu018: Test NCCL failure common.cu:775 'unhandled system error'\n",
+    "gpu017: Test CUDA failure common.cu:892 'out of memory'\n",
+    "mi250-n01: Test HIP failure common.cu:1010 'hipErrorOutOfMemory'\n",
+    " .. HCA-128 pid 757466: Test failure common.cu:915\n",
+    " .. mi250-n01: Test failure common.cu:1254\n",
+    "gpu018: Test timeout (300s) common.cu:533\n",
+    "NCCL failure all_reduce.cu:95 'unhandled cuda error'\n",
+    "Cuda failure common.cu:54 'invalid device ordinal'\n",
+    "Invalid number of GPUs: 8 requested but only 7 were found.\n",
+    # count 0 rows of a total-size collective (8 B over 2 ranks, aligned to 16 B)
+    "           0             0     float    none      -1    12.97    0.00    0.00      0    12.86    0.00    0.00    N/A\n"
+    "          32             4     float    none      -1    13.51    0.00    0.00      0    13.11    0.00    0.00    N/A\n",
+])
+def test_detected_without_a_header(text: str) -> None:
+    assert nt.detect(Doc(text)) and nt.detect(Doc(INFO + text))
+
+
+@pytest.mark.parametrize("text", [
+    ROW_1G + "\n",  # one row alone proves nothing
+    ROW_1G + "\n" + ROW_2G.replace("float", "bogus") + "\n",  # a type nccl-tests never prints
+    ROW_1G + "\n" + ROW_2G.replace("536870912", "536870911") + "\n",  # the size fits no count
+    ROW_1G + "\n" + ROW_2G.replace("     0\n", "").rstrip() + " extra\n",  # text after the cells
+    ROW_1G + "\n" + "  2147483648     536870912     float     sum      -1   8060.1  266.43\n",  # too few cells
+    "           8             0     float    none      -1    12.97    0.00    0.00      0    12.86    0.00    0.00    N/A\n"
+    "          16             0     float    none      -1    13.51    0.00    0.00      0    13.11    0.00    0.00    N/A\n",
+    "Test failure in my own script\n", "NCCL failure somewhere\n", "the test timed out\n",
+])
+def test_not_detected_without_a_header(text: str) -> None:
+    assert not nt.detect(Doc(text)) and not nt.detect(Doc(INFO + text))
+
+
+def test_rows_after_the_units_row_are_read_with_their_failure_lines() -> None:
+    text = (UNITS + ROW_1G + "\n" + ROW_2G + "\n"
+            "HCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '\n"
+            " .. HCA-128 pid 757466: Test failure common.cu:915\n")
+    res = parsed(text)
+    assert [r.bytes for r in res.rows] == [1 << 30, 2 << 30] and res.rows[1].root == -1 and res.rows[1].redop == "sum"
+    assert res.errors == ["HCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO "
+                          "for details) / '", ".. HCA-128 pid 757466: Test failure common.cu:915"]
+    assert res.after_rows == res.errors and res.collective() == "all_reduce"
+
+
+# ----------------------------------------------------------------------------- command lines, crashes
+
+@pytest.mark.parametrize(("command", "ranks"), [
+    ("./build/all_reduce_perf -b 8 -e 1G -f 2 -g 4", 4),
+    ("CUDA_VISIBLE_DEVICES=0,1 NCCL_P2P_DISABLE=1 ./build/all_reduce_perf -g2 -b 1G", 2),
+    ("./all_reduce_perf -g 4 -t 2 -b 1G", 8),
+    ("./all_reduce_perf --ngpus 8 --nthreads 1", 8),
+    ("./all_reduce_perf --ngpus=8", 8),
+    ("./build/all_reduce_perf -b 8 -e 1G", None),  # no -g: the capture does not say
+    ("mpirun -np 2 ./build/all_reduce_perf -g 4", None),  # a launcher runs several processes
+    ("srun -N 2 ./build/all_reduce_perf -g 4", None),
+    ("docker exec c1 mpiexec -n 16 ./all_reduce_perf -g 1", None),
+    ("./build/all_reduce_perf -n 20 -g 4", 4),  # the binary's own -n (iterations) is no launcher
+])
+def test_ranks_of_a_launcher_free_command_line(command: str, ranks: int | None) -> None:
+    assert parse_nccl_tests(command + "\n" + COLS + ROW_1G + "\n").cmd_ranks == ranks
+    assert parse_nccl_tests(COLS + ROW_1G + "\n", command=command).cmd_ranks == ranks
+
+
+def test_a_launcher_on_an_earlier_line_or_in_the_framing() -> None:
+    text = "srun --nodes=2 --ntasks-per-node=1 \\\n  ./build/all_reduce_perf -g 8\n" + COLS + ROW_1G + "\n"
+    assert parse_nccl_tests(text).cmd_ranks is None
+    text = "./build/all_reduce_perf -g 8\n" + COLS + ROW_1G + "\n"
+    assert parse_nccl_tests(text, launched=True).cmd_ranks is None
+    tagged = "".join(f"[1,0]<stdout>:{ln}\n" for ln in text.splitlines())
+    assert parsed(tagged).cmd_ranks is None and parsed(text).cmd_ranks == 8
+
+
+def test_each_run_keeps_its_command_lines_ranks() -> None:
+    text = ("./build/all_reduce_perf -g 2\n" + COLS + ROW_1G + "\n# Avg bus bandwidth    : 449.635\n"
+            "./build/all_gather_perf -g 4\n" + COLS + ROW_1G + "\n# Avg bus bandwidth    : 449.635\n")
+    res = parse_nccl_tests(text)
+    assert [(t.program, t.cmd_ranks) for t in res.tables] == [("all_reduce_perf", 2), ("all_gather_perf", 4)]
+    res = parse_nccl_tests(COLS + ROW_1G + "\n" + COLS + ROW_1G + "\n",
+                           command="./all_reduce_perf -g 2; ./all_gather_perf -g 4 -b 1G")
+    assert [(t.program, t.cmd_ranks) for t in res.tables] == [("all_reduce_perf", 2), ("all_gather_perf", 4)]
+
+
+def test_rank_count_falls_back_to_the_command_lines_ranks() -> None:
+    res = parse_nccl_tests("./build/sendrecv_perf -g 8\n" + COLS + ROW_1G + "\n")
+    assert res.collective() == "sendrecv" and res.listed() == 0 and res.rank_count() == 8
+    res = parse_nccl_tests("./build/sendrecv_perf -b 1G\n" + COLS + ROW_1G + "\n")
+    assert res.rank_count() is None
+
+
+def test_a_wrapper_names_the_collective_of_the_next_table_only() -> None:
+    ag = ("  1073741824      16777216     float    none      -1   4101.1  261.82  245.45      0   4090.7  262.48  246.08"
+          "      0\n")
+    res = parse_nccl_tests("run_nccl_tests.sh -t alltoall -b 1G\n" + COLS + ag)
+    assert res.named == "alltoall" and res.collective() == "alltoall" and res.program == ""
+    res = parse_nccl_tests(COLS + ag + "run_nccl_tests.sh -t alltoall -b 1G\n")
+    assert res.named == "" and res.collective() == ""
+    res = parse_nccl_tests("run_nccl_tests.sh -t all_gather\nrun_nccl_tests.sh -t alltoall\n" + COLS + ag)
+    assert res.named == "all_gather"
+    # a name the columns do not fit is not taken
+    res = parse_nccl_tests("run_nccl_tests.sh -t sendrecv\n" + COLS + ag)
+    assert res.named == "sendrecv" and res.collective() == ""
+    # the binary's own name is the program, never a wrapper's word
+    res = parse_nccl_tests("./build/all_gather_perf -b 1G\n" + COLS + ag)
+    assert res.named == "" and res.program == "all_gather_perf"
+
+
+@pytest.mark.parametrize("line", [
+    "srun: error: gpu018: task 1: Segmentation fault (core dumped)",
+    "Aborted (core dumped)",
+    "Bus error",
+    "Floating point exception",
+    "Illegal instruction",
+    "mpirun noticed that process rank 3 with PID 0 on node gpu018 exited on signal 11 (Segmentation fault).",
+    "srun: error: gpu018: task 0: Killed by signal 9",
+    "terminate called after throwing an instance of 'std::runtime_error'",
+    "[gpu018:04108] *** Process received signal ***",
+    "[gpu018:04108] Signal: SIGSEGV",
+])
+def test_a_process_that_died(line: str) -> None:
+    res = parse_nccl_tests(PARAMS + COLS + ROW_1G + "\n" + line + "\n")
+    assert res.crashes == [line] and res.after_rows == [line]
+    assert parse_nccl_tests(PARAMS + line + "\n").crashes == [line]
+    assert parse_nccl_tests(PARAMS + line + "\n").after_rows == []
+
+
+def test_the_primary_run_prefers_a_table_the_all_reduce_figures_apply_to() -> None:
+    ag = "# Collective test starting: all_gather_perf\n" + COLS + ROW_1G + "\n"
+    a2a = "# Collective test starting: alltoall_perf\n" + COLS + ROW_1G + "\n"
+    ar = "# Collective test starting: all_reduce_perf\n" + COLS + ROW_1G + "\n"
+    assert parse_nccl_tests(ag + a2a).program == "all_gather_perf"
+    assert parse_nccl_tests(a2a + ag + a2a).program == "all_gather_perf"
+    assert parse_nccl_tests(ar + ag).program == "all_reduce_perf"
+    assert parse_nccl_tests(a2a + a2a.replace("alltoall", "broadcast")).program == "broadcast_perf"
+    assert nt.primary([NcclTests(), NcclTests(header="x")]).header == "x"
