@@ -468,6 +468,8 @@ _SHORT_FULL = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d\d-\d\d \d\d
                          r"(?: (?:[A-Z]{2,5}|[+-]\d{4}))? ")
 _BRACKET_ISO = re.compile(rf"\[({_ISO_T})\]:?\s?")
 _ISO = re.compile(rf"({_ISO_T})(?=\s|$)\s?")
+# journalctl/syslog under a CJK locale: `11月 15 14:15:47 host ident[pid]:` (Korean `11월`)
+_SYSLOG_CJK = re.compile(r"(\d{1,2})[月월] +(\d{1,2})日? (\d\d:\d\d:\d\d)(?: |$)")
 _ISO_MINUTES = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d)(?=\s)\s")  # a stamp without seconds
 _GO = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d:\d\d:\d\d)(\.\d+)?(?=\s|$)\s?")
 _UNIX = re.compile(r"(\d{10}\.\d{3,9}) ")
@@ -592,6 +594,14 @@ def _on_syslog(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | 
     return _host_ident(rest[m.end():], ln, stack), "syslog"
 
 
+def _on_syslog_cjk(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
+    mon = int(m.group(1))
+    name = next((k for k, v in MONTHS.items() if v == mon), "")
+    ln.time = _mk_time(year, name, m.group(2), m.group(3)) if name else None
+    ln.time_text = m.group(0).strip()
+    return _host_ident(rest[m.end():], ln, stack), "syslog"
+
+
 def _on_facility(m: re.Match[str], rest: str, ln: Line, stack: Stack, year: int | None) -> tuple[str, str | None]:
     return rest[m.end():], "facility"
 
@@ -607,7 +617,7 @@ _BRACKETED: tuple[_LogRule, ...] = ((_MONO, _on_mono), (_CTIME, _on_ctime), (_DE
                                     (_RELTIME, _on_reltime), (_BRACKET_ISO, _on_bracket_iso),
                                     (_BRACKET_MDY, _on_bracket_mdy))
 _NUMERIC: tuple[_LogRule, ...] = ((_CRI, _on_cri), (_ISO, _on_iso), (_ISO_MINUTES, _on_iso_minutes),
-                                  (_KMSG, _on_kmsg), (_GO, _on_go), (_UNIX, _on_unix))
+                                  (_KMSG, _on_kmsg), (_GO, _on_go), (_UNIX, _on_unix), (_SYSLOG_CJK, _on_syslog_cjk))
 _PRIORITY: tuple[_LogRule, ...] = ((_RFC5424, _on_rfc5424), (_PRIO, _on_prio))
 _FACILITY: tuple[_LogRule, ...] = ((_DECODE, _on_facility),)
 _WEEKDAY: tuple[_LogRule, ...] = ((_SHORT_FULL, _on_short_full),)

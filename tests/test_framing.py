@@ -406,3 +406,16 @@ def test_nccl_tests_header_is_not_a_root_prompt_and_a_rank_tag_keeps_the_row() -
     assert doc.stack.outer == ("rank-tag",)
     assert [ln.rank for ln in doc.lines] == [0, 0, 0, 1]
     assert doc.lines[1].text == "     1048576        262144     float     sum      -1"
+
+
+def test_a_journal_line_in_a_cjk_locale_is_peeled() -> None:
+    from preflight.framing import frame
+
+    [doc] = frame("11月 15 14:15:47 gpu-a40 nv-fabricmanager[4177]: NV_WARN_NOTHING_TO_DO\n"
+                  "11월 16 01:02:03 gpu-a40 systemd[1]: Started NVIDIA fabric manager service.\n").docs
+    first, second = doc.lines
+    assert first.text == "NV_WARN_NOTHING_TO_DO" and first.ident == "nv-fabricmanager" and first.host == "gpu-a40"
+    assert first.time is not None and (first.time.month, first.time.day, first.time.hour) == (11, 15, 14)
+    assert second.text == "Started NVIDIA fabric manager service." and second.ident == "systemd"
+    [plain] = frame("11 items 14:15:47 left\n").docs
+    assert plain.lines[0].text == "11 items 14:15:47 left"
