@@ -1055,6 +1055,9 @@ def test_roce_port_among_ib_ports_warns() -> None:
     assert r.evidence == [ib_line("crow19", 3, "[0]mlx5_1:1/IB [1]mlx5_3:1/IB [2]mlx5_0:1/IB [3]mlx5_2:1/RoCE "
                                   "[4]mlx5_4:1/IB", "eth0:10.100.62.64")]
     assert "exclude mlx5_2 with NCCL_IB_HCA" in r.remedy and "RoCE port" in r.remedy
+    two = one(ib_line("c", 0, "[0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/RoCE [3]mlx5_3:1/IB [4]mlx5_5:1/RoCE") + "\n",
+              **{"nccl.min_hca_share": 0})
+    assert "exclude mlx5_2, mlx5_5 with NCCL_IB_HCA=^...), and check why a RoCE port" in two.remedy
 
 
 def test_link_layers_across_hosts_and_one_layer() -> None:

@@ -439,6 +439,7 @@ def test_garbage_gives_empty_facts(text: str) -> None:
     ("libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list\n",
      False),
     ("export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT\n", False),
+    ("h:1:2 [0] INFO NCCL_IB_DISABLE set by environment to 1\n", True),  # 2.3: no word NCCL before INFO
 ])
 def test_detect(text: str, hit: bool) -> None:
     assert nccl_log.detect(Doc(text)) is hit
@@ -645,6 +646,9 @@ def test_gdr_across_hcas_and_networks() -> None:
             "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 1 'mlx5_1'\n"
             "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 2 'mlx5_2'\n")
     assert p.gdr is False and p.gdr_off == ["mlx5_0", "mlx5_2"] and p.evidence["gdr_off"].endswith("'mlx5_0'")
+    last_on = one("h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
+                  "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 1 'mlx5_1'\n")
+    assert last_on.gdr is False and last_on.gdr_off == ["mlx5_0"]
     assert p.evidence["net"].endswith("Using network IB")
     s = one("h:1:2 [0] NCCL INFO NET/Socket : GPU Direct RDMA Disabled for HCA 0 'eth0'\n")
     assert (s.gdr, s.gdr_off, s.net) == (None, [], "")
