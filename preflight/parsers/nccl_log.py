@@ -33,9 +33,10 @@ from preflight.parsers.base import Format, ParserSpec
 
 # the source before WARN is NCCL's __FILE__:__LINE__, or a plugin's function name (aws-ofi-nccl passes
 # __PRETTY_FUNCTION__: "int nccl_net_ofi_foo(bar*):1463")
-# The host: a name, or what a paste put in its place (`<cluster_name>`, `[hostname]`, `${HOST}`, `***`,
-# `gpu***`); a redacted pid or tid is any token (`host:XXXXXX [5]`, `host:<pid>:<tid> [0]`).
-_HOST = r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\$?\{[^{}\s]{1,64}\}|[A-Za-z0-9*][\w.*-]*)"
+# The host: a name, or what a paste put in its place (`<cluster_name>`, `[hostname]`, `${HOST}`, `(host)`,
+# `***`, `gpu***`, `...`); a redacted pid or tid is any token (`host:XXXXXX [5]`, `host:<pid>:<tid> [0]`).
+_HOST = (r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\$?\{[^{}\s]{1,64}\}|\([^()\s]{1,64}\)|(?:\.\.\.|\u2026)[\w.-]*|"
+         r"[A-Za-z0-9*][\w.*-]*)")
 # a CloudWatch table export glues its ISO time stamp to the line: "...07:00ip-10-0-0-1:79:79 [0] NCCL"
 _GLUED_TIME = r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
 LINE = re.compile(
