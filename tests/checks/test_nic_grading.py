@@ -189,7 +189,7 @@ def ib(n: int, name: str, flags: str = IB_NC, mtu: int = 4092, state: str = "DOW
     return hdr(n, name, flags, mtu=mtu, state=state, link="infiniband")
 
 
-def test_ipoib_port_without_carrier_warns_whatever_its_mtu() -> None:
+def test_ipoib_port_without_carrier_warns_whatever_its_mtu(tmp_path: Path) -> None:
     # the Ethernet ports run 9000, IPoIB 4092: MTUs of two link types are not compared
     r = nic(LO + hdr(2, "int0", addrs=("10.0.5.121/21",)) + ib(3, "ibp194s0f1"))
     assert r.status is Status.WARN and codes(r) == ["net.nic/ib-port-no-carrier"]
@@ -201,6 +201,10 @@ def test_ipoib_port_without_carrier_warns_whatever_its_mtu() -> None:
     # alone on the node, at 2044 or 65520 (connected mode): the same
     assert codes(nic(LO + ib(2, "ib0", mtu=2044))) == ["net.nic/ib-port-no-carrier"]
     assert codes(nic(LO + ib(2, "ib0", mtu=65520))) == ["net.nic/ib-port-no-carrier"]
+    # not by its MTU: without a default MTU and without an IPoIB port that carries, still a WARN
+    p = site(tmp_path, 'default_mtu = { value = 0, source = "site" }')
+    assert codes(nic(LO + hdr(2, "eno1", mtu=4092) + ib(3, "ib0", mtu=2044), profile=p)) == [
+        "net.nic/ib-port-no-carrier"]
     # an IPoIB port brought down administratively is unused
     r = nic(LO + hdr(2, "eno1", mtu=1500) + ib(3, "ib0", ADMIN_DOWN))
     assert r.status is Status.PASS and r.evidence[-1] == "ib0 down with no address (unused port?)"

@@ -425,3 +425,11 @@ def test_header_cut_after_bytes_and_not_before() -> None:
     assert one("PING h (10.0.0.2) 8972(9000) bytes").size == 8972
     assert parse_runs(["PING h (10.0.0.2) 8972(9000)"]) == []
     assert parse_runs(["PING h (10.0.0.2) 8972(9000) bytesx"]) == []
+
+
+def test_segments_a_whole_command_is_not_carried_and_a_cut_message_leaves_the_others() -> None:
+    assert ping.segments(["ping -M do -s 8972 h", "x"]) == ["ping -M do -s 8972 h", "x"]
+    assert ping.segments(["x PING h (10.0.0.2) 56(84) bytes of data. 64 bytes from h: icmp_seq=1 ttl=64 "
+                          "64 bytes from h: icmp_seq=2 ttl=64 From", "gw icmp_seq=3 Frag needed"]) == [
+        "x PING h (10.0.0.2) 56(84) bytes of data.", "64 bytes from h: icmp_seq=1 ttl=64",
+        "64 bytes from h: icmp_seq=2 ttl=64", "From gw icmp_seq=3 Frag needed"]
