@@ -138,7 +138,7 @@ class NcclTestRow:
     ip_busbw: float | None = None
     ip_wrong: int | None = None
     line: str = ""
-    redop: str | None = None  # None: the layout has no redop column
+    redop: str | None = None  # None: the layout has no redop column (or none shows); "": an empty one
     root: int | None = None  # None: the layout has no root column
     delta: bool = False  # the wrong cells were a max delta (before 2.13), not counts
 
@@ -295,10 +295,10 @@ def _fits_columns(row: NcclTestRow, rooted: bool, op: str) -> bool:
     fits any)."""
     if row.root is not None and (row.root != -1) != rooted:
         return False
-    if row.redop is None:  # no redop column, or hypercube's empty one (then a root column follows)
-        return row.root is None or op == ""
+    if row.redop is None:  # no redop column (1.x), or no header to say
+        return True
     printed = row.redop.lower()
-    return (printed == "none") == (op == "none") and op != ""
+    return op == (printed if printed in ("", "none") else "op")
 
 
 def _ratio_fits(coll: str, ratio: float, listed: int, k: int | None) -> bool:
@@ -356,6 +356,7 @@ class _Layout:
 
     values: list[str] = field(default_factory=list)
     has_root: bool | None = None  # None: no header, decide per row
+    has_op: bool = False  # the header names a redop / op column (an empty cell there is hypercube's "")
     in_place_only: bool = False
     time_scale: float = 1.0  # 1.x prints ms
     delta: bool | None = None  # the wrong column holds a max delta (before 2.13)
@@ -372,7 +373,8 @@ def _layout_from_header(cols: list[str], groups: str) -> _Layout:
     first = next((i for i, c in enumerate(cols) if c in ("time", "cputime")), len(cols))
     pre, vals = cols[:first], [c for c in cols[first:] if c != "timestamp"]
     wrong_names = {c for c in vals if c in ("#wrong", "error", "res")}
-    return _Layout(values=vals, has_root="root" in pre, in_place_only=groups == "in-place",
+    return _Layout(values=vals, has_root="root" in pre, has_op=bool({"redop", "op"} & set(pre)),
+                   in_place_only=groups == "in-place",
                    time_scale=1000.0 if pre[:2] == ["bytes", "N"] else 1.0,
                    delta=bool(wrong_names & {"error", "res"}) if wrong_names else None, _groups=groups)
 
@@ -428,6 +430,8 @@ def _make_row(size: int, count: int, dtype: str, redop: str | None, nums: list[s
         cells.insert(0, _NO_CELLS)
     oop = cells[0]
     ip = cells[1] if len(cells) > 1 else _NO_CELLS
+    if redop is None and layout.has_op:
+        redop = ""  # the header's op column, printed empty (hypercube)
     return NcclTestRow(bytes=size, count=count, dtype=dtype, time_us=oop[0], algbw=oop[1], busbw=oop[2],
                        wrong=oop[3], ip_time_us=ip[0], ip_algbw=ip[1], ip_busbw=ip[2], ip_wrong=ip[3],
                        line=line, redop=redop, root=root, delta=bool(delta))

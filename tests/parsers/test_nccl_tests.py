@@ -338,8 +338,22 @@ def test_hypercube_prints_no_op_and_a_root() -> None:
     row = ("  1073741824      16777216     float              -1   4503.9  238.40  238.40      0   4517.4  237.69"
            "  237.69      0\n")
     res = parse_nccl_tests(ranks(16) + COLS + row)
-    assert res.rows[0].redop is None and res.rows[0].root == -1
+    assert res.rows[0].redop == "" and res.rows[0].root == -1
     assert res.candidates() == ("hypercube",) and res.collective() == "hypercube" and res.size_factor() == 16
+    # without the header the empty op column does not show: the factor 1 fits all_gather before 2.7 too
+    res = parse_nccl_tests(ranks(16) + row)
+    assert res.rows[0].redop is None and res.candidates() == ("all_gather", "reduce_scatter", "hypercube")
+
+
+def test_rooted_1x_layout_without_an_op_column() -> None:
+    head = ("#                                         out-of-place\n"
+            "#      bytes             N    type    root     time  algbw  busbw      res\n")
+    row = "    67108864      16777216   float       0    6.421  10.45  10.45    0e+00\n"
+    res = parse_nccl_tests(ranks(4) + head + row)
+    assert (res.rows[0].redop, res.rows[0].root, res.rows[0].time_us) == (None, 0, 6421.0)
+    assert res.candidates() == ("broadcast", "reduce") and res.collective() == ""
+    res = parse_nccl_tests("./build/broadcast_perf -b 64M -e 64M -g 4\n" + ranks(4) + head + row)
+    assert res.collective() == "broadcast" and res.cmd_ranks == 4
 
 
 def test_size_factor_gives_the_rank_count_of_total_size_collectives() -> None:
