@@ -256,13 +256,13 @@ def _table_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation
 # findings
 
 
-def _integrity_findings(res: NcclTests, computed: float | None, f: Findings) -> None:
+def _integrity_findings(res: NcclTests, computed: float | None, label: str, f: Findings) -> None:
     """Wrong results, out-of-bounds values, a failed run, the run's own bandwidth check, a
     tampered average."""
     wrong = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
     if wrong:
         bad = [r.line for r in res.rows if (r.wrong or 0) or (r.ip_wrong or 0)]
-        f.add(_code("wrong-results"), f"all-reduce returned wrong results ({wrong} wrong elements)", bad[:SHOW],
+        f.add(_code("wrong-results"), f"{label} returned wrong results ({wrong} wrong elements)", bad[:SHOW],
               "a GPU, NVLink or NIC corrupts data: run the test per node to isolate it, check Xid/ECC, "
               "drain the node it follows")
     if res.oob_values:
@@ -289,22 +289,31 @@ def _ending_findings(res: NcclTests, label: str, f: Findings) -> None:
     """How the run ended: an abort after an NCCL WARN or a signal, a row that never finished, a
     table cut before its summary, results not validated."""
     finished = res.avg_busbw is not None or res.oob_values is not None or res.concluded
-    warns = [w for w in res.after_rows if "NCCL WARN" in w or w in res.crashes]
-    if not finished and warns and not res.errors:
-        f.add(_code("aborted"), "the run stopped after " + ("an NCCL WARN" if "NCCL WARN" in warns[0] else
-                                                            "its process died") + (
-            f" during the {_fmt_bytes(res.stopped_at)} {label}" if res.stopped_at else ""), warns[:SHOW],
-            "read the NCCL WARN or signal line: it names the failing rank, host and device; rerun with "
-            "NCCL_DEBUG=INFO")
-    elif not finished and res.stopped_at is not None and not res.errors:
+    if finished or _aborted(res, label, f):
+        pass
+    elif res.stopped_at is not None and not res.errors:
         f.add(_code("stopped-mid-row"), f"the output ends inside the {_fmt_bytes(res.stopped_at)} row: the "
               "run hung there or the capture was cut", [f"last row started: {_fmt_bytes(res.stopped_at)}"],
               "check whether the job still runs (a hang at one size: py-spy / cuda-gdb the ranks); capture the "
               "whole output")
-    elif not finished:
+    else:
         f.add(_code("truncated"), "the table stops before its summary")
     if not res.validated:
         f.add(_code("not-validated"), "results not validated (-c 0: #wrong is N/A): wrong results would go unseen")
+
+
+def _aborted(res: NcclTests, label: str, f: Findings) -> bool:
+    """The run stopped before its summary after an NCCL WARN or a signal (no failure line of
+    its own, which says more)."""
+    finished = res.avg_busbw is not None or res.oob_values is not None or res.concluded
+    warns = [w for w in res.after_rows if "NCCL WARN" in w or w in res.crashes]
+    if finished or not warns or res.errors:
+        return False
+    f.add(_code("aborted"), "the run stopped after " + ("an NCCL WARN" if "NCCL WARN" in warns[0] else
+                                                        "its process died") + (
+        f" during the {_fmt_bytes(res.stopped_at)} {label}" if res.stopped_at else ""), warns[:SHOW],
+        "read the NCCL WARN or signal line: it names the failing rank, host and device; rerun with NCCL_DEBUG=INFO")
+    return True
 
 
 def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> None:
@@ -615,6 +624,16 @@ def _bandwidth_findings(res: NcclTests, prof: Profile, exp: Expectation, coll: s
     _pcie_findings(res, prof, topology(res), _label(res, coll), peak, f)
 
 
+def _other_runs(res: NcclTests, f: Findings) -> None:
+    """The capture's other runs (a script running several binaries): their failures, wrong
+    results and aborts fail the job too."""
+    for t in res.tables:
+        if t is not res:
+            label = _label(t, t.collective()) or "a run"
+            _integrity_findings(t, None, label, f)
+            _aborted(t, label, f)
+
+
 def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
     prof = ctx.profile
     topo = topology(res)
@@ -630,8 +649,9 @@ def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
     exp = expectation(res, prof, topo, coll)
     facts["table"] = exp.name
     f = Findings()
-    _integrity_findings(res, computed, f)
+    _integrity_findings(res, computed, label, f)
     _ending_findings(res, label, f)
+    _other_runs(res, f)
     shared = _shared_gpus(res)
     if _one_rank(res, topo, cells):
         f.add(_code("one-rank"), "a single-rank run: it measures no communication" +

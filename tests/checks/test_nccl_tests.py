@@ -1407,3 +1407,31 @@ def test_ambiguous_table_names_every_candidate() -> None:
     res = parse_nccl_tests(text)
     assert grader._label(res, "") == "all_gather or alltoall or alltoallv"
     assert grader._label(res, "all_reduce") == "all-reduce" and grader._label(res, "scatter") == "scatter"
+
+
+def test_the_other_runs_of_a_capture_fail_it_too() -> None:
+    ar = table(1, 8, 470.0, lo=1 << 30)
+    ag = fixture_text("nccl-tests/all_gather_perf_1node_8xH100_2.17_named.txt")
+    assert one(ar + ag).status is Status.PASS and one(ar + ag).summary.startswith("all-reduce peak busbw")
+    bad = ag.replace("  4294967296     134217728     float    none      -1    10368  414.24  362.46      0",
+                     "  4294967296     134217728     float    none      -1    10368  414.24  362.46     12")
+    r = one(ar + bad)
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/wrong-results"]
+    assert r.summary == "all_gather returned wrong results (12 wrong elements)"
+    r = one(ar + ag.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 1 FAILED"))
+    assert codes(r) == ["nccl.allreduce/out-of-bounds"]
+    # a run that failed before its rows, after the graded one
+    r = one(ar + "# Collective test starting: alltoall_perf\n" + PARAMS_LINE +
+            "gpu017: Test NCCL failure common.cu:1005 'unhandled system error'\n")
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/test-failure"]
+    # a run that stopped after a WARN; a finished one with a WARN among its rows did not
+    cut = ag.split("# Out of bounds")[0]
+    warn = "gpu-c031:91844:91990 [3] NCCL WARN NET/IB : Got completion from peer with status=12\n"
+    r = one(ar + cut + warn)
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/aborted"]
+    assert r.summary == "the run stopped after an NCCL WARN"
+    assert one(ar + cut + warn + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 357.849\n").status \
+        is Status.PASS
+    r = one(ar + "# Collective test starting: reduce_scatter_perf\n" + cut.split("# Collective test starting")[1]
+            .split("\n", 1)[1].replace("    none  ", "     sum  ") + "Segmentation fault (core dumped)\n")
+    assert codes(r) == ["nccl.allreduce/aborted"] and r.summary == "the run stopped after its process died"
