@@ -10,7 +10,6 @@ created or torn down are transient (NCCL's RAS guide says so): a warning to quer
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from preflight.findings import Findings
@@ -59,13 +58,14 @@ def _by_node(ranks: list[dict[str, Any]]) -> str:
 
 def _process(p: dict[str, Any]) -> str:
     gpus = str(p["gpus"])
-    return f"process {p['pid']} on node {p['node']} (GPU{'s' if ',' in gpus.split(' (')[0] else ''} {gpus})"
+    return f"process {p['pid']} on node {p['node']} (GPU{'s' if ',' in gpus else ''} {gpus})"
 
 
-def _lines(ras: RasStatus, *starts: str, ranks: Iterable[Any] = (), pids: Iterable[Any] = ()) -> list[str]:
-    """The evidence lines that start with one of `starts`, or list one of `ranks` or `pids`."""
-    heads = (*starts, *(f"Rank {r} " for r in ranks), *(f"Process {p} " for p in pids))
-    return [ln for ln in ras.lines if ln.startswith(heads)][:_FEW] if heads else []
+def _quoted(ras: RasStatus, *keys: str, kind: str = "") -> list[str]:
+    """The evidence lines of the sections `keys` ("DEAD", "#0-1 MISMATCH AllReduce") and of every
+    communicator's section of `kind` ("ERROR" takes "#0-1 ERROR", "#1-0 ERROR" ...)."""
+    picked = [k for k in ras.quoted if k in keys or (kind and k.startswith("#") and k.endswith(" " + kind))]
+    return [ln for k in picked for ln in ras.quoted[k]]
 
 
 def _table_rows(ras: RasStatus, error: str) -> list[dict[str, Any]]:
@@ -85,8 +85,7 @@ def _dead(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     f.add("hang.watchdog/ras-dead",
           f"NCCL RAS: {_plural(n, 'job process')} considered dead (unreachable via the RAS network)"
           + (f": {_names(named)}" if named else ""),
-          _lines(ras, "DEAD", f"{ras.dead_count} job process", pids=[d["pid"] for d in ras.dead_processes])
-          + [e["text"] for e in ras.events if e["event"] == "PEER_DEAD"][:_FEW],
+          _quoted(ras, "DEAD") + [e["text"] for e in ras.events if e["event"] == "PEER_DEAD"],
           REMEDY_GONE)
 
 
@@ -110,10 +109,7 @@ def _incomplete(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     facts["missing_ranks"] = sorted({r["rank"] for r in ranks if r["rank"] is not None})
     facts["missing_processes"] = ras.missing_processes
     f.add("hang.watchdog/ras-incomplete", "NCCL RAS: " + "; ".join(parts),
-          _lines(ras, "INCOMPLETE", "Missing communicator data", "[could not find", "The missing rank",
-                 pids=[p["pid"] for p in ras.missing_processes])
-          + [ln for ln in ras.lines if ln.startswith("#") and ln.endswith("INCOMPLETE")][:_FEW]
-          + _lines(ras, ranks=facts["missing_ranks"]) + [g["line"] for g in rows], REMEDY_GONE)
+          _quoted(ras, "INCOMPLETE", kind="INCOMPLETE") + [g["line"] for g in rows], REMEDY_GONE)
 
 
 def _errors(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
@@ -128,9 +124,7 @@ def _errors(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     who = "; ".join(f"{_by_node(rs)}" + (f": {e}" if e else "") for e, rs in by_error.items())
     facts["error_ranks"] = sorted({r["rank"] for r in ranks if r["rank"] is not None})
     f.add("hang.watchdog/ras-comm-error", f"NCCL RAS: communicator errors ({what})" + (f": {who}" if who else ""),
-          [ln for ln in ras.lines if ln.startswith("#") and ln.endswith("ERROR")][:_FEW]
-          + _lines(ras, "Initialization error", "Asynchronous error", ranks=facts["error_ranks"])
-          + [ln for ln in ras.lines if " ranks reported " in ln][:_FEW] + [g["line"] for g in rows], REMEDY_ERRORS)
+          _quoted(ras, kind="ERROR") + [g["line"] for g in rows], REMEDY_ERRORS)
 
 
 def _aborted(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
@@ -144,7 +138,7 @@ def _aborted(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
                                          f"communicator group(s) {', '.join(str(g['group']) for g in rows)}")
     facts["aborted_ranks"] = sorted({r["rank"] for r in ranks if r["rank"] is not None})
     f.add("hang.watchdog/ras-aborted", f"NCCL RAS: communicator aborted on {who}",
-          _lines(ras, ranks=facts["aborted_ranks"]) + [ln for ln in ras.lines if ln.endswith("status ABORT")]
+          [ln for ln in _quoted(ras, kind="MISMATCH") if "ABORT" in ln or '"abort_flag": true' in ln]
           + [g["line"] for g in rows],
           "a communicator was aborted (the application's error handling or PyTorch's watchdog after a timeout or "
           "an NCCL error): the job cannot continue on it; find the first failure in the ranks' logs")
@@ -173,30 +167,28 @@ def _mismatch_part(ras: RasStatus, comm: str, op: str) -> tuple[str, dict[str, A
     for g in groups:
         rs = [r for r in listed if r["launched"] == g["launched"]]
         parts.append(f"{_by_node(rs) if rs else _plural(g['count'], 'rank')} {_at(g['launched'])}")
-    label = f"{op} operation counts" if op != "collective" else "collective operation counts"
+    label = f"{op} operation counts" if op else "operation counts"  # op "collective" before 2.26
     side = _side(groups, top)
     odd = sorted({r["rank"] for r in listed if top is None or r["launched"] != top["launched"]})
-    text = f"communicator {comm}'s {label} differ: " + ", ".join(parts) + f": {_EXPLAIN[side]}"
+    name = f"communicator {comm}" if comm else "a communicator"  # a capture cut above its header
+    text = f"{name}'s {label} differ: " + ", ".join(parts) + f": {_EXPLAIN[side]}"
     return text, {"comm": comm, "op": op, "majority": top["launched"] if top else None, "ranks": odd, "side": side}
 
 
 def _counts(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
-    keys = list(dict.fromkeys((c["comm"], c["op"]) for c in ras.counts if c["op"]))
-    keys += [(r["comm"], r["op"]) for r in ras.ranks if r["op"] and r["launched"] is not None
-             and (r["comm"], r["op"]) not in keys]
+    keys = list(dict.fromkeys((c["comm"], c["op"]) for c in ras.counts))
     if not keys:
         return
     parts, detail = [], []
-    for comm, op in dict.fromkeys(keys):
+    for comm, op in keys:
         text, d = _mismatch_part(ras, comm, op)
         parts.append(text)
         detail.append(d)
     facts["mismatched"] = detail
+    heads = [ln for c in dict.fromkeys(c for c, _ in keys) for ln in ras.quoted.get(f"{c} MISMATCH", [])[:1]
+             if ln.startswith("#")]  # the communicator's header (the JSON form has none)
     f.add("hang.watchdog/ras-count-mismatch", "NCCL RAS: " + "; ".join(parts),
-          [ln for ln in ras.lines if ln.startswith("#") and ln.endswith("MISMATCH")][:_FEW]
-          + [ln for ln in ras.lines if ln.endswith("operation counts") or " ranks have launched " in ln
-             or " ranks have not launched " in ln]
-          + _lines(ras, ranks=[r for d in detail for r in d["ranks"]]), REMEDY_COUNTS)
+          heads + _quoted(ras, *(c["where"] for c in ras.counts)), REMEDY_COUNTS)
 
 
 def _status(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
@@ -211,13 +203,12 @@ def _status(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
     f.add("hang.watchdog/ras-status-mismatch",
           "NCCL RAS: ranks of a communicator differ in state (" + "; ".join(x for x in (tally, singles) if x)
           + "): a communicator being created or torn down",
-          _lines(ras, "Communicator ranks have different status", ranks=facts["status_ranks"])
-          + [ln for ln in ras.lines if " have status " in ln], REMEDY_STATUS)
+          _quoted(ras, kind="MISMATCH"), REMEDY_STATUS)
 
 
 def _mismatch_unread(ras: RasStatus, f: Findings) -> None:
     rows = _table_rows(ras, "MISMATCH")
-    if not rows or ras.counts or ras.statuses or any(r["section"] == "MISMATCH" for r in ras.ranks):
+    if not rows or ras.counts or ras.statuses or any(r["status"] for r in ras.ranks):
         return
     f.add("hang.watchdog/ras-mismatch-cut",
           f"NCCL RAS: communicator group(s) {', '.join(str(g['group']) for g in rows)} report MISMATCH; the details "
@@ -230,7 +221,7 @@ def _warnings(ras: RasStatus, f: Findings) -> None:
     if ras.timeouts:
         f.add("hang.watchdog/ras-gather-timeout",
               f"NCCL RAS: {_plural(ras.timeouts, 'communication timeout')} while gathering communicator data",
-              _lines(ras, "TIMEOUT", "Encountered"),
+              _quoted(ras, "TIMEOUT"),
               "some process answered RAS late or not at all: query again; a process that stays silent is listed "
               "as missing (INCOMPLETE) and after 60 s as DEAD")
     if ras.outlier_nodes or ras.uneven:
@@ -238,7 +229,8 @@ def _warnings(ras: RasStatus, f: Findings) -> None:
         f.add("hang.watchdog/ras-uneven-job",
               "NCCL RAS: the job's nodes run different numbers of processes or GPUs"
               + (f"; outlier node(s): {_names(nodes)}" if nodes else ""),
-              _lines(ras, "Node ") or ["job summary: processes per node / GPUs per process differ"],
+              [ln for ln in ras.lines if ln.startswith("Node ")]
+              or ["job summary: processes per node / GPUs per process differ"],
               "compare with the job's launch: a node with fewer processes lost some before RAS saw them, or the "
               "launcher placed them unevenly (a GPU missing on that node, a wrong --nproc_per_node)")
 
@@ -259,7 +251,7 @@ def grade_ras(ras: RasStatus, f: Findings, facts: dict[str, Any]) -> None:
               "the job runs; NCCL_RAS_ENABLE=0 turns RAS off; NCCL 2.24 or later is needed")
     elif ras.no_comms and not f:
         f.add("hang.watchdog/ras-no-communicators", "NCCL RAS: no communicator data collected (no NCCL communicator "
-              "exists yet, or any more)", _lines(ras, "No communicator"),
+              "exists yet, or any more)", ["No communicator data collected!"],
               "query ncclras while the job's communicators exist (after init, before the job ends)")
     facts["ras"] = sub
 

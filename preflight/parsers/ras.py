@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ _COUNT = re.compile(r"^(\d+) ranks have (?:launched up to operation (\d+)|(not l
 _STATUS_COUNT = re.compile(rf"^(\d+) ranks have status ({_STATUSES})$")
 _REPORTED = re.compile(r"^(\d+) ranks reported (.+)$")
 _ERRORS_ON = re.compile(r"^(Initialization|Asynchronous) errors? on (\d+) ranks?$")
-_OPS = re.compile(r"^Communicator ranks have different (\w+) operation counts$")
+_DIFFER = re.compile(r"^Communicator ranks have different (?:(\w+) operation counts|status)$")
 _COMM = re.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-F]+)\) (INCOMPLETE|ERROR|MISMATCH)$")
 _GROUP_ROW = re.compile(rf"^(\d+)\s+(\d+)\s+(\d+)\s+(\d+(?:-\d+)?)\s+(\d+)\s+(\d+)\s+({_STATUSES})\s+([A-Z,]+)$")
 _MISSING_PROCS = re.compile(r"^Missing communicator data from (\d+) job process(?:es)?$")
@@ -48,7 +49,6 @@ _CLIENT_ERROR = re.compile(r"^(?:(?:Connecting to|Resolving) \S+: (?!success)(.+
                            r"(Connection timed out)(?:; retrying\.\.\.)?|(Connection closed by the NCCL job\.)|"
                            r"Unexpected response from NCCL: (.*))$")
 _INTS = re.compile(r"^\d+(?:\s+\d+)*$")
-_SECTION_WORDS = ("INCOMPLETE", "DEAD", "TIMEOUT", "Errors", "Warnings", "Job summary")
 
 
 @dataclass
@@ -66,7 +66,7 @@ class RasStatus:
     # are its own line's or the "N ranks have ..." line it is listed under
     ranks: list[dict[str, Any]] = field(default_factory=list)
     incomplete: list[dict[str, Any]] = field(default_factory=list)  # {comm, missing}: ranks missing per comm
-    counts: list[dict[str, Any]] = field(default_factory=list)  # {comm, op, count, launched}
+    counts: list[dict[str, Any]] = field(default_factory=list)  # {comm, op, count, launched, where (its quoted key)}
     statuses: list[dict[str, Any]] = field(default_factory=list)  # {comm, count, status}
     errors: list[dict[str, Any]] = field(default_factory=list)  # {comm, kind, count, error}
     mismatched_ops: list[str] = field(default_factory=list)
@@ -79,6 +79,9 @@ class RasStatus:
     client_error: str = ""  # the ncclras client could not get an answer
     json_form: bool = False
     lines: list[str] = field(default_factory=list)  # the lines that single something out, for evidence
+    # the same lines by where they stand: "DEAD", "INCOMPLETE", "TIMEOUT", "#0-1 ERROR", "#0-1 MISMATCH" (a
+    # communicator's header and its status lines), "#0-1 MISMATCH AllReduce" (its counts of one collective)
+    quoted: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -108,210 +111,204 @@ class _Reader:
 
     def feed(self, raw: str) -> None:
         word = raw.strip()
-        if not word:
-            return
-        for read in (self._header, self._process, self._rank, self._count, self._context, self._summary):
-            if read(word):
+        for rx, read, quote in _LINES:
+            m = rx.search(word)
+            if m:
+                read(self, m)
+                if quote:
+                    self.out.lines.append(word)
+                    self.out.quoted.setdefault(self.key, []).append(word)
                 return
 
-    def evidence(self, word: str) -> None:
-        self.out.lines.append(word)
+    @property
+    def key(self) -> str:
+        """Where the line read stands (`RasStatus.quoted`)."""
+        return " ".join(x for x in (self.comm, self.section, self.op) if x)
 
-    def _header(self, word: str) -> bool:
-        if word in _SECTION_WORDS:
-            self.section, self.comm, self.op, self.under = word, "", "", {}
-            if word.isupper():
-                self.evidence(word)
-            return True
-        m = _COMM.match(word)
-        if not m:
-            return False
-        self.section, self.comm, self.op, self.under = m.group(4), f"#{m.group(1)}-{m.group(2)}", "", {}
-        self.evidence(word)
-        return True
-
-    def _process(self, word: str) -> bool:
-        m = _PROCESS.match(word)
-        if not m:
-            return False
-        rec = {"pid": int(m.group(1)), "node": m.group(2), "gpus": m.group(3)}
-        (self.out.dead_processes if self.section == "DEAD" else self.out.missing_processes).append(rec)
-        self.evidence(word)
-        return True
-
-    def _rank(self, word: str) -> bool:
-        m = _RANK.match(word)
-        if m:
-            own = {"launched": _int(m.group(2)) if m.group(2) else (0 if m.group(3) else None),
-                   "status": m.group(4) or "", "error": m.group(5) or ""}
-            if own["launched"] is not None:  # a rank alone at its count: a group of one
-                self.out.counts.append({"comm": self.comm, "op": self.op, "count": 1, "launched": own["launched"]})
-            self._add_rank(int(m.group(1)), own, m.group(8) or "", _int(m.group(7)), m.group(6) or "")
-            self.evidence(word)
-            return True
-        old = _RANK_STATUS_24.match(word) or _RANK_LIST_24.match(word)
-        if old is None:
-            return False
-        status = old.group(2) if old.re is _RANK_STATUS_24 else ("UNKNOWN" if old.group(1) == "unknown" else "")
-        listed = old.group(1) if old.re is _RANK_STATUS_24 else old.group(2)
-        for r in re.findall(r"\d+", listed):
-            self._add_rank(int(r), {"launched": None, "status": status, "error": ""}, "", None, "")
-        self.evidence(word)
-        return True
-
-    def _add_rank(self, rank: int, own: dict[str, Any], node: str, pid: int | None, gpu: str) -> None:
+    def add_rank(self, rank: int, own: dict[str, Any], node: str, pid: int | None, gpu: str) -> None:
         values = {k: own[k] if own[k] not in (None, "") else self.under.get(k, own[k]) for k in own}
         self.out.ranks.append({"rank": rank, "section": self.section, "comm": self.comm, **values, "node": node,
                                "pid": pid, "gpu": gpu, "op": self.op})
 
-    def _count(self, word: str) -> bool:
-        m = _COUNT.match(word)
-        if m:
-            n, launched = int(m.group(1)), 0 if m.group(3) else int(m.group(2))
-            self.out.counts.append({"comm": self.comm, "op": self.op, "count": n, "launched": launched})
-            self.under = {"launched": launched}
-            if n > self.top:
-                self.top, self.out.majority_launched = n, launched
-            self.evidence(word)
-            return True
-        s = _STATUS_COUNT.match(word)
-        if s:
-            self.out.statuses.append({"comm": self.comm, "count": int(s.group(1)), "status": s.group(2)})
-            self.under = {"status": s.group(2)}
-            self.evidence(word)
-            return True
-        e = _REPORTED.match(word)
-        if e:
-            self.out.errors.append({"comm": self.comm, "kind": "reported", "count": int(e.group(1)),
-                                    "error": e.group(2)})
-            self.under = {"error": e.group(2)}
-            self.evidence(word)
-            return True
-        return False
 
-    def _context(self, word: str) -> bool:
-        """The lines that say what the ranks listed below them have in common."""
-        o = _OPS.match(word)
-        if o or word in ("Communicator ranks have different collective operation counts",
-                         "Communicator ranks have different status"):
-            self.op = o.group(1) if o else ("collective" if "operation" in word else "")
-            self.under = {}
-            if self.op:
-                self.out.mismatched_ops.append(self.op)
-            self.evidence(word)
-            return True
-        e = _ERRORS_ON.match(word)
-        if e:
-            self.out.errors.append({"comm": self.comm, "kind": e.group(1), "count": int(e.group(2)), "error": ""})
-            self.under = {}
-            self.evidence(word)
-            return True
-        mr = _MISSING_RANKS.match(word)
-        if mr:
-            self.out.incomplete.append({"comm": self.comm, "missing": int(mr.group(1))})
-            self.evidence(word)
-            return True
-        return False
+Match = re.Match[str]
 
-    def _summary(self, word: str) -> bool:
-        """The job summary, the groups table, the process counts, warnings, events, client errors."""
-        return _summary_counts(self.out, word) or self._tables(word) or _summary_other(self.out, word)
 
-    def _tables(self, word: str) -> bool:
-        """The job summary's tables (their header says what a row of numbers is) and the
-        communicator groups table."""
-        g = _GROUP_ROW.match(word)
-        if g:
-            keys = ("group", "comms", "nodes", "ranks_per_node", "ranks_per_comm", "ranks_in_group")
-            row: dict[str, Any] = dict(zip(keys, g.groups()[:6], strict=True))
-            row.update({k: int(v) for k, v in row.items() if k != "ranks_per_node"}, status=g.group(7),
-                       errors=g.group(8), line=word)
-            self.out.groups.append(row)
-            return True
-        if word.startswith(("(total)", "per node", "per process")):
-            self.table = _table_kind(word)
-            return True
-        if not _INTS.match(word) or not self.table:
-            return False
-        nums = [int(x) for x in word.split()]
-        keys = _JOB_KEYS.get(self.table, ())
-        if self.table == "breakdown" or len(keys) != len(nums):
-            self.out.uneven = self.out.uneven or self.table == "breakdown"
-            return True
-        self.out.job = dict(zip(keys, nums, strict=True))
-        return True
+def _section(r: _Reader, m: Match) -> None:
+    r.section, r.comm, r.op, r.under = m.group(1), "", "", {}
+
+
+def _comm(r: _Reader, m: Match) -> None:
+    r.section, r.comm, r.op, r.under = m.group(4), f"#{m.group(1)}-{m.group(2)}", "", {}
+
+
+def _process(r: _Reader, m: Match) -> None:
+    rec = {"pid": int(m.group(1)), "node": m.group(2), "gpus": m.group(3)}
+    (r.out.dead_processes if r.section == "DEAD" else r.out.missing_processes).append(rec)
+
+
+def _rank(r: _Reader, m: Match) -> None:
+    own = {"launched": _int(m.group(2)) if m.group(2) else (0 if m.group(3) else None),
+           "status": m.group(4) or "", "error": m.group(5) or ""}
+    if own["launched"] is not None:  # a rank alone at its count: a group of one
+        r.out.counts.append({"comm": r.comm, "op": r.op, "count": 1, "launched": own["launched"], "where": r.key})
+    r.add_rank(int(m.group(1)), own, m.group(8) or "", _int(m.group(7)), m.group(6) or "")
+
+
+def _rank_status_24(r: _Reader, m: Match) -> None:
+    for x in m.group(1).split(","):
+        r.add_rank(int(x), {"launched": None, "status": m.group(2), "error": ""}, "", None, "")
+
+
+def _rank_list_24(r: _Reader, m: Match) -> None:
+    status = "UNKNOWN" if m.group(1) == "unknown" else ""
+    for x in m.group(2).split(","):
+        r.add_rank(int(x), {"launched": None, "status": status, "error": ""}, "", None, "")
+
+
+def _count(r: _Reader, m: Match) -> None:
+    n, launched = int(m.group(1)), 0 if m.group(3) else int(m.group(2))
+    r.out.counts.append({"comm": r.comm, "op": r.op, "count": n, "launched": launched, "where": r.key})
+    r.under = {"launched": launched}
+    if n > r.top:
+        r.top, r.out.majority_launched = n, launched
+
+
+def _status_count(r: _Reader, m: Match) -> None:
+    r.out.statuses.append({"comm": r.comm, "count": int(m.group(1)), "status": m.group(2)})
+    r.under = {"status": m.group(2)}
+
+
+def _reported(r: _Reader, m: Match) -> None:
+    r.out.errors.append({"comm": r.comm, "kind": "reported", "count": int(m.group(1)), "error": m.group(2)})
+    r.under = {"error": m.group(2)}
+
+
+def _differ(r: _Reader, m: Match) -> None:
+    """What the ranks listed below have in common: an operation count ("collective" before 2.26), or a status."""
+    r.op, r.under = m.group(1) or "", {}
+    if r.op:
+        r.out.mismatched_ops.append(r.op)
+
+
+def _errors_on(r: _Reader, m: Match) -> None:
+    r.out.errors.append({"comm": r.comm, "kind": m.group(1), "count": int(m.group(2)), "error": ""})
+    r.under = {}
+
+
+def _missing_ranks(r: _Reader, m: Match) -> None:
+    r.out.incomplete.append({"comm": r.comm, "missing": int(m.group(1))})
+
+
+def _missing_procs(r: _Reader, m: Match) -> None:
+    r.out.missing_count = int(m.group(1))
+
+
+def _dead(r: _Reader, m: Match) -> None:
+    r.out.dead_count = int(m.group(1))
+
+
+def _not_found(r: _Reader, m: Match) -> None:
+    r.out.unknown_processes += int(m.group(1))
+
+
+def _timeouts(r: _Reader, m: Match) -> None:
+    r.out.timeouts = int(m.group(1))
+
+
+def _group_row(r: _Reader, m: Match) -> None:
+    keys = ("group", "comms", "nodes", "ranks_per_node", "ranks_per_comm", "ranks_in_group")
+    row: dict[str, Any] = dict(zip(keys, m.groups()[:6], strict=True))  # pragma: no mutate - equal lengths
+    row.update({k: int(v) for k, v in row.items() if k != "ranks_per_node"}, status=m.group(7), errors=m.group(8),
+               line=m.group(0))
+    r.out.groups.append(row)
+
+
+def _table_head(r: _Reader, m: Match) -> None:
+    """What the rows under a job summary header are: the whole job in one row, the totals of an
+    uneven job, or the breakdown of an uneven job (nodes by processes per node, ...)."""
+    r.table = "breakdown" if not m.group(1) else "job" if "per node" in m.string else "total"
+
+
+def _numbers(r: _Reader, m: Match) -> None:
+    nums = [int(x) for x in m.group(0).split()]
+    keys = _JOB_KEYS.get(r.table, ())
+    if r.table == "breakdown":
+        r.out.uneven = True
+    elif len(keys) == len(nums):
+        r.out.job = dict(zip(keys, nums, strict=True))  # pragma: no mutate - lengths compared above
+
+
+def _version(r: _Reader, m: Match) -> None:
+    r.out.version = m.group(1)
+
+
+def _no_comms(r: _Reader, m: Match) -> None:
+    r.out.no_comms = True
+
+
+def _monitor(r: _Reader, m: Match) -> None:
+    r.out.monitor = True
+
+
+def _outlier(r: _Reader, m: Match) -> None:
+    r.out.outlier_nodes.append({"node": m.group(1), "pids": [int(p) for p in m.group(2).split(",")]})
+
+
+def _event(r: _Reader, m: Match) -> None:
+    p = _PROCESS.match(m.group(2))
+    r.out.events.append({"event": m.group(1), "pid": int(p.group(1)) if p else None,
+                         "node": p.group(2) if p else m.group(2).split(" ")[0], "gpus": p.group(3) if p else "",
+                         "text": m.string})
+
+
+def _client_error(r: _Reader, m: Match) -> None:
+    r.out.client_error = next(x for x in m.groups() if x)
 
 
 _JOB_KEYS = {"job": ("nodes", "processes_per_node", "gpus_per_process", "processes", "gpus"),
              "total": ("nodes", "processes", "gpus")}
 
-
-def _table_kind(header: str) -> str:
-    """What the rows under a job summary header are: the whole job in one row, the totals of an
-    uneven job, or the breakdown of an uneven job (nodes by processes per node, ...)."""
-    if not header.startswith("(total)"):
-        return "breakdown"
-    return "job" if "per node" in header else "total"
-
-
-def _summary_counts(out: RasStatus, word: str) -> bool:
-    m = _MISSING_PROCS.match(word)
-    if m:
-        out.missing_count = int(m.group(1))
-        out.lines.append(word)
-        return True
-    d = _DEAD.match(word)
-    if d:
-        out.dead_count = int(d.group(1))
-        out.lines.append(word)
-        return True
-    n = _NOT_FOUND.match(word)
-    if n:
-        out.unknown_processes += int(n.group(1))
-        out.lines.append(word)
-        return True
-    t = _TIMEOUTS.match(word)
-    if t:
-        out.timeouts = int(t.group(1))
-        out.lines.append(word)
-        return True
-    return False
-
-
-def _summary_other(out: RasStatus, word: str) -> bool:
-    v = _VERSION.match(word)
-    if v:
-        out.version = v.group(1)
-        return True
-    if word == "No communicator data collected!":
-        out.no_comms = True
-        out.lines.append(word)
-        return True
-    if word.startswith("RAS Monitor Mode - watching for peer changes"):
-        out.monitor = True
-        return True
-    o = _OUTLIER.match(word)
-    if o:
-        out.outlier_nodes.append({"node": o.group(1), "pids": [int(p) for p in o.group(2).split(",")]})
-        out.lines.append(word)
-        return True
-    ev = _EVENT.search(word)
-    if ev:
-        p = _PROCESS.match(ev.group(2))
-        out.events.append({"event": ev.group(1), "pid": int(p.group(1)) if p else None,
-                           "node": p.group(2) if p else ev.group(2).split(" ")[0], "gpus": p.group(3) if p else "",
-                           "text": word})
-        return True
-    c = _CLIENT_ERROR.match(word)
-    if c:
-        out.client_error = next(x for x in c.groups() if x)
-        out.lines.append(word)
-        return True
-    return False
+# (pattern, reader, whether the line is evidence); the patterns are disjoint, the first that matches reads the line
+_LINES: tuple[tuple[re.Pattern[str], Callable[[_Reader, Match], None], bool], ...] = (
+    (re.compile(r"^(INCOMPLETE|DEAD|TIMEOUT)$"), _section, True),
+    (re.compile(r"^(Errors|Warnings|Job summary)$"), _section, False),
+    (_COMM, _comm, True),
+    (_PROCESS, _process, True),
+    (_RANK, _rank, True),
+    (_RANK_STATUS_24, _rank_status_24, True),
+    (_RANK_LIST_24, _rank_list_24, True),
+    (_COUNT, _count, True),
+    (_STATUS_COUNT, _status_count, True),
+    (_REPORTED, _reported, True),
+    (_DIFFER, _differ, True),
+    (_ERRORS_ON, _errors_on, True),
+    (_MISSING_RANKS, _missing_ranks, True),
+    (_MISSING_PROCS, _missing_procs, True),
+    (_DEAD, _dead, True),
+    (_NOT_FOUND, _not_found, True),
+    (_TIMEOUTS, _timeouts, True),
+    (_GROUP_ROW, _group_row, False),
+    (re.compile(r"^(\(total\))|^per (?:node|process)\b"), _table_head, False),
+    (_INTS, _numbers, False),
+    (_VERSION, _version, False),
+    (re.compile(r"^No communicator data collected!$"), _no_comms, True),
+    (re.compile(r"^RAS Monitor Mode - watching for peer changes"), _monitor, False),
+    (_OUTLIER, _outlier, True),
+    (_EVENT, _event, False),
+    (_CLIENT_ERROR, _client_error, True),
+)
 
 
 # ---------------------------------------------------------------------------------------------
 # The JSON form (`ncclras -f json`, NCCL 2.28.7+): the raw data, read into the same facts
+
+
+def _quote(out: RasStatus, key: str, obj: dict[str, Any]) -> None:
+    """A JSON record as an evidence line, filed where the text form would print it."""
+    line = json.dumps(obj, separators=(", ", ": "))
+    out.lines.append(line)
+    out.quoted.setdefault(key, []).append(line)
 
 
 def _json_rank(out: RasStatus, comm: str, r: dict[str, Any]) -> None:
@@ -320,11 +317,13 @@ def _json_rank(out: RasStatus, comm: str, r: dict[str, Any]) -> None:
             "gpu": str(r.get("cuda_dev", "")), "op": "", "launched": None}
     if st.get("abort_flag") is True:
         out.ranks.append({**base, "section": "MISMATCH", "status": "ABORT", "error": ""})
+        _quote(out, f"{comm} MISMATCH", {k: r.get(k) for k in ("rank", "host", "pid", "status")})
     for kind, key in (("Initialization", "init_state"), ("Asynchronous", "async_error")):
         code = _int(st.get(key))
         if code not in (None, 0, 7):  # ncclSuccess, ncclInProgress
             out.errors.append({"comm": comm, "kind": kind, "count": 1, "error": f"NCCL error {code}"})
             out.ranks.append({**base, "section": "ERROR", "status": "", "error": f"NCCL error {code}"})
+            _quote(out, f"{comm} ERROR", {k: r.get(k) for k in ("rank", "host", "pid", "status")})
 
 
 def _json_counts(out: RasStatus, comm: str, ranks: list[dict[str, Any]]) -> None:
@@ -340,13 +339,16 @@ def _json_counts(out: RasStatus, comm: str, ranks: list[dict[str, Any]]) -> None
         out.mismatched_ops.append(op)
         out.majority_launched = common if out.majority_launched is None else out.majority_launched
         for v in sorted(set(values), key=lambda x: (-values.count(x), x)):
-            out.counts.append({"comm": comm, "op": op, "count": values.count(v), "launched": v})
+            out.counts.append({"comm": comm, "op": op, "count": values.count(v), "launched": v,
+                               "where": f"{comm} MISMATCH {op}"})
         for r in ranks:
             n = by_rank.get(_int(r.get("rank")))
             if n is not None and n != common:
                 out.ranks.append({"rank": _int(r.get("rank")), "section": "MISMATCH", "comm": comm, "launched": n,
                                   "status": "", "error": "", "node": str(r.get("host", "")), "pid": _int(r.get("pid")),
                                   "gpu": str(r.get("cuda_dev", "")), "op": op})
+                _quote(out, f"{comm} MISMATCH {op}", {"rank": r.get("rank"), "host": r.get("host"),
+                                                      "collective_counts": {op: n}})
 
 
 def _json_comm(out: RasStatus, i: int, c: dict[str, Any]) -> None:
@@ -359,9 +361,11 @@ def _json_comm(out: RasStatus, i: int, c: dict[str, Any]) -> None:
         out.incomplete.append({"comm": comm, "missing": len(missing)})
     for r in missing:
         st = r.get("status") if isinstance(r.get("status"), dict) else {}
-        out.ranks.append({"rank": _int(r.get("rank")), "section": "DEAD" if st.get("considered_dead") else "INCOMPLETE",
-                          "comm": comm, "launched": None, "status": "", "error": "", "node": str(r.get("host", "")),
-                          "pid": _int(r.get("pid")), "gpu": str(r.get("cuda_dev", "")), "op": ""})
+        section = "DEAD" if st.get("considered_dead") else "INCOMPLETE"
+        out.ranks.append({"rank": _int(r.get("rank")), "section": section, "comm": comm, "launched": None,
+                          "status": "", "error": "", "node": str(r.get("host", "")), "pid": _int(r.get("pid")),
+                          "gpu": str(r.get("cuda_dev", "")), "op": ""})
+        _quote(out, "DEAD" if section == "DEAD" else f"{comm} INCOMPLETE", r)
 
 
 def _list(value: Any) -> list[dict[str, Any]]:
@@ -373,7 +377,7 @@ def _json_docs(text: str) -> list[dict[str, Any]]:
     """The JSON objects of `text`, one after another (a status, or monitor events); [] when it
     holds none."""
     docs, dec, i = [], json.JSONDecoder(), text.find("{")
-    while 0 <= i < len(text):
+    while i >= 0:
         try:
             doc, end = dec.raw_decode(text, i)
         except ValueError:
@@ -430,7 +434,7 @@ def looks_like_ras(text: str) -> bool:
 
 def parse_ras(text: str) -> RasStatus:
     """`ncclras` text (or its JSON form) -> the processes and ranks RAS singled out."""
-    if "{" in text and ('"communicators"' in text or '"event"' in text):
+    if '"communicators"' in text or '"event"' in text:
         parsed = parse_ras_json(text)
         if parsed is not None:
             return parsed

@@ -155,27 +155,59 @@ def _findings(text: str) -> dict[str, tuple[str, list[str]]]:
 
 
 def test_evidence_of_each_finding_is_its_own() -> None:
-    found = _findings(BROKEN)
-    assert found["hang.watchdog/ras-dead"][1] == [
+    found = {code: ev for code, (_, ev) in _findings(BROKEN).items()}
+    row = "0         1         4       7-8        32        32   RUNNING  INCOMPLETE,ERROR,MISMATCH"
+    assert found["hang.watchdog/ras-dead"] == [
         "DEAD", "2 job processes are considered dead (unreachable via the RAS network)",
         "Process 71301 on node 10.20.0.14 managing GPUs 0,1 (NVML 2,3)"]
-    assert found["hang.watchdog/ras-incomplete"][1][:4] == [
+    assert found["hang.watchdog/ras-incomplete"] == [
         "INCOMPLETE", "Missing communicator data from 3 job processes", "Process 71234 on node 10.20.0.13 managing GPU 5",
-        "[could not find information on 2 processes]"]
-    assert "#0-0 (3c9e0b7a51d24f68) INCOMPLETE" in found["hang.watchdog/ras-incomplete"][1]
-    assert found["hang.watchdog/ras-comm-error"][1][:3] == [
+        "[could not find information on 2 processes]", "#0-0 (3c9e0b7a51d24f68) INCOMPLETE",
+        "Missing communicator data from 2 ranks", "Rank 21 -- GPU 5 managed by process 71234 on node 10.20.0.13",
+        "Rank 30 -- [process information not found]", row]
+    assert found["hang.watchdog/ras-comm-error"] == [
         "#0-0 (3c9e0b7a51d24f68) ERROR", "Initialization error on 1 rank",
-        "Rank 9 reported Remote process error -- GPU 1 (NVML 3) managed by process 71105 on node 10.20.0.12"]
-    assert "3 ranks reported System error" in found["hang.watchdog/ras-comm-error"][1]
-    assert found["hang.watchdog/ras-aborted"][1] == [
+        "Rank 9 reported Remote process error -- GPU 1 (NVML 3) managed by process 71105 on node 10.20.0.12",
+        "Asynchronous errors on 3 ranks", "3 ranks reported System error",
+        "Rank 2 -- GPU 2 managed by process 71002 on node 10.20.0.11",
+        "Rank 3 -- GPU 3 managed by process 71003 on node 10.20.0.11", "Rank 11 -- [process information not found]", row]
+    assert found["hang.watchdog/ras-aborted"] == [
         "Rank 17 has status ABORT -- GPU 1 managed by process 71201 on node 10.20.0.13"]
-    counts = found["hang.watchdog/ras-count-mismatch"][1]
-    assert "26 ranks have status RUNNING" not in counts and "Communicator ranks have different status" not in counts
-    assert "8 ranks have not launched any operations" in counts
-    assert "Communicator ranks have different status" in found["hang.watchdog/ras-status-mismatch"][1]
-    assert "2 ranks have status NOCOMM" in found["hang.watchdog/ras-status-mismatch"][1]
-    assert found["hang.watchdog/ras-gather-timeout"][1] == [
+    assert found["hang.watchdog/ras-count-mismatch"] == [
+        "#0-0 (3c9e0b7a51d24f68) MISMATCH", "Communicator ranks have different AllReduce operation counts",
+        "27 ranks have launched up to operation 5310",
+        "Rank 6 has launched up to operation 5309 -- GPU 6 managed by process 71006 on node 10.20.0.11",
+        "Rank 7 has not launched any operations -- GPU 7 managed by process 71007 on node 10.20.0.11",
+        "Communicator ranks have different Broadcast operation counts", "20 ranks have launched up to operation 3",
+        "8 ranks have not launched any operations", "Rank 24 -- GPU 0 managed by process 71300 on node 10.20.0.14",
+        "Rank 25 has launched up to operation 2 -- [process information not found]"]
+    assert found["hang.watchdog/ras-status-mismatch"] == [
+        "#0-0 (3c9e0b7a51d24f68) MISMATCH", "Communicator ranks have different status", "26 ranks have status RUNNING",
+        "2 ranks have status NOCOMM", "Rank 21 -- GPU 5 managed by process 71234 on node 10.20.0.13",
+        "Rank 30 -- [process information not found]",
+        "Rank 17 has status ABORT -- GPU 1 managed by process 71201 on node 10.20.0.13"]
+    assert found["hang.watchdog/ras-gather-timeout"] == [
         "TIMEOUT", "Encountered 2 communication timeouts while gathering communicator data"]
+
+
+def test_evidence_of_a_json_status() -> None:
+    ops = {"AllReduce": 400}
+    ranks = [_json_rank(i, dict(ops)) for i in range(4)]
+    ranks[3]["collective_counts"]["AllReduce"] = 399
+    ranks[1] = _json_rank(1, dict(ops), abort_flag=True)
+    ranks[2] = _json_rank(2, dict(ops), async_error=6)
+    missing = [{"rank": 4, "host": "10.20.0.11", "pid": 7004, "status": {"unresponsive": True, "considered_dead": False}}]
+    found = {code: ev for code, (_, ev) in _findings(_json_status(ranks, missing)).items()}
+    status = '"init_state": 0, "finalize_called": false, "destroy_flag": false'
+    assert found["hang.watchdog/ras-incomplete"] == [
+        '{"rank": 4, "host": "10.20.0.11", "pid": 7004, "status": {"unresponsive": true, "considered_dead": false}}']
+    assert found["hang.watchdog/ras-count-mismatch"] == [
+        '{"rank": 3, "host": "10.20.0.11", "collective_counts": {"AllReduce": 399}}']
+    assert found["hang.watchdog/ras-aborted"] == [
+        '{"rank": 1, "host": "10.20.0.11", "pid": 7001, "status": {"init_state": 0, "async_error": 0, '
+        '"finalize_called": false, "destroy_flag": false, "abort_flag": true}}']
+    assert found["hang.watchdog/ras-comm-error"][0].startswith('{"rank": 2, "host": "10.20.0.11", "pid": 7002')
+    assert status.split(", ")[0] in found["hang.watchdog/ras-comm-error"][0]
 
 
 def test_a_healthy_status_passes_and_says_what_it_saw() -> None:
@@ -223,7 +255,9 @@ def test_aborted_ranks_counted_but_not_listed() -> None:
     r = ras_result("#0-0 (ee) MISMATCH\n  Communicator ranks have different status\n  20 ranks have status RUNNING\n"
                    "  12 ranks have status ABORT\n")
     assert codes(r) == ["hang.watchdog/ras-aborted", "hang.watchdog/ras-status-mismatch"]
-    assert r.facts["problems"][0] == "NCCL RAS: communicator aborted on 12 ranks"
+    assert r.facts["problems"] == ["NCCL RAS: communicator aborted on 12 ranks",
+                                   "NCCL RAS: ranks of a communicator differ in state (20 RUNNING): a communicator being "
+                                   "created or torn down"]
     assert "12 ranks have status ABORT" in r.evidence and r.facts["ras"]["aborted_ranks"] == []
 
 
@@ -291,6 +325,7 @@ def test_no_communicators_is_nothing_to_grade_unless_something_else_is_found() -
     assert r.status is Status.SKIP and codes(r) == ["hang.watchdog/ras-no-communicators"]
     assert r.summary == ("NCCL RAS: no communicator data collected (no NCCL communicator exists yet, or any more)")
     assert r.evidence == ["No communicator data collected!"]
+    assert r.remedy == "query ncclras while the job's communicators exist (after init, before the job ends)"
     dead = ras_result("No communicator data collected!\n\nDEAD\n"
                       "  1 job process is considered dead (unreachable via the RAS network)\n")
     assert codes(dead) == ["hang.watchdog/ras-dead"]
@@ -369,3 +404,43 @@ def test_facts_of_a_clean_answer() -> None:
                                          "errors": "OK"},
                                         {"group": 1, "comms": 8, "ranks_per_comm": 2, "status": "RUNNING",
                                          "errors": "OK"}]}}
+
+
+def test_counts_cut_from_their_communicator() -> None:
+    r = ras_result("  30 ranks have launched up to operation 640\n  2 ranks have launched up to operation 641\n")
+    assert codes(r) == ["hang.watchdog/ras-count-mismatch"]
+    assert r.summary == ("NCCL RAS: a communicator's operation counts differ: 30 ranks at operation 640, 2 ranks at "
+                         "operation 641: the ranks ahead launched a collective the others never joined and wait in it")
+    assert r.evidence == ["30 ranks have launched up to operation 640", "2 ranks have launched up to operation 641"]
+
+
+def test_several_groups_and_plural_wordings() -> None:
+    rows = ("    0         1         4         8        32        32   RUNNING  INCOMPLETE,ERROR,MISMATCH\n"
+            "    1         8         4         1         4        32     ABORT  INCOMPLETE,ERROR,MISMATCH\n"
+            "    2         1         4         1         4         4      INIT      OK\n")
+    r = ras_result(HEAD + rows)
+    assert r.facts["problems"] == [
+        "NCCL RAS: communicator group(s) 0, 1 INCOMPLETE (the details are not in the capture)",
+        "NCCL RAS: communicator errors (group(s) 0, 1 in ERROR)",
+        "NCCL RAS: communicator aborted on communicator group(s) 1",
+        "NCCL RAS: communicator group(s) 0, 1 report MISMATCH; the details (Warnings section) are not in the capture"]
+    errs = ras_result("#0-0 (aa) ERROR\n  Asynchronous errors on 2 ranks\n  2 ranks reported Internal error\n"
+                      "  Rank 4 -- GPU 4 managed by process 44 on node n4\n  Rank 5 -- GPU 5 managed by process 45 on node n4\n")
+    assert errs.summary == ("NCCL RAS: communicator errors (asynchronous errors on 2 ranks): ranks 4, 5 on node n4: "
+                            "Internal error")
+    assert errs.remedy.startswith("the ranks named hold an NCCL error")
+
+
+def test_a_rank_status_line_is_a_detail_of_the_mismatch() -> None:
+    r = ras_result(HEAD + "    0         1         4         8        32        32      INIT  MISMATCH\n\n"
+                   "#0-0 (ab) MISMATCH\n  Communicator ranks have different status\n  Rank 6 has status INIT\n")
+    assert codes(r) == ["hang.watchdog/ras-status-mismatch"]
+    assert r.summary == ("NCCL RAS: ranks of a communicator differ in state (rank 6 INIT): a communicator being "
+                         "created or torn down")
+
+
+def test_states_of_the_groups_in_the_pass_summary() -> None:
+    r = ras_result(HEAD + "    0         1         4         8        32        32   RUNNING      OK\n"
+                   "    1         1         4         1         4         4      INIT      OK\n")
+    assert r.summary == ("NCCL RAS (2.26.2): 2 communicators, INIT OK / RUNNING OK; no missing process, error or "
+                         "mismatch")

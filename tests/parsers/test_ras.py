@@ -128,13 +128,11 @@ def test_every_section_of_a_broken_job() -> None:
     assert st.statuses == [{"comm": "#0-0", "count": 26, "status": "RUNNING"},
                            {"comm": "#0-0", "count": 2, "status": "NOCOMM"}]
     assert st.mismatched_ops == ["AllReduce", "Broadcast"]
-    assert st.counts == [
-        {"comm": "#0-0", "op": "AllReduce", "count": 27, "launched": 5310},
-        {"comm": "#0-0", "op": "AllReduce", "count": 1, "launched": 5309},
-        {"comm": "#0-0", "op": "AllReduce", "count": 1, "launched": 0},
-        {"comm": "#0-0", "op": "Broadcast", "count": 20, "launched": 3},
-        {"comm": "#0-0", "op": "Broadcast", "count": 8, "launched": 0},
-        {"comm": "#0-0", "op": "Broadcast", "count": 1, "launched": 2}]
+    assert [(c["op"], c["count"], c["launched"]) for c in st.counts] == [
+        ("AllReduce", 27, 5310), ("AllReduce", 1, 5309), ("AllReduce", 1, 0), ("Broadcast", 20, 3), ("Broadcast", 8, 0),
+        ("Broadcast", 1, 2)]
+    assert [c["where"] for c in st.counts] == ["#0-0 MISMATCH AllReduce"] * 3 + ["#0-0 MISMATCH Broadcast"] * 3
+    assert {c["comm"] for c in st.counts} == {"#0-0"}
     assert st.majority_launched == 5310
     got = [(r["rank"], r["section"], r["launched"], r["status"], r["error"], r["node"], r["pid"], r["gpu"], r["op"])
            for r in st.ranks]
@@ -198,6 +196,15 @@ def test_nccl_2_24_layouts() -> None:
     assert st.incomplete == [{"comm": "#0-0", "missing": 2}, {"comm": "#1-0", "missing": 1}]
     assert st.statuses == [{"comm": "#0-0", "count": 26, "status": "UNKNOWN"}]
     assert "The missing rank: 2" in st.lines and "Rank 6 has status INIT" in st.lines
+    assert {r["error"] for r in st.ranks} == {""} and {r["node"] for r in st.ranks[:6]} == {""}
+    assert "Missing communicator data from 1 rank" in st.lines
+
+
+def test_2_24_rank_lists_stand_on_their_own() -> None:
+    st = ras.parse_ras("  The unknown ranks: 7,9\n  Rank 5,6 has status FINALIZE\n  The missing rank: 4\n")
+    assert [(r["rank"], r["status"], r["error"], r["pid"], r["gpu"]) for r in st.ranks] == [
+        (7, "UNKNOWN", "", None, ""), (9, "UNKNOWN", "", None, ""), (5, "FINALIZE", "", None, ""),
+        (6, "FINALIZE", "", None, ""), (4, "", "", None, "")]
 
 
 def test_an_uneven_job_summary_and_its_outlier_node() -> None:
@@ -235,9 +242,9 @@ def test_monitor_mode_text_events() -> None:
             "================================================================\n"
             "[2026-02-03 09:14:07] PEER_NEW: Process 88120 on node 10.20.0.15 managing GPUs 0,1 \n"
             "[2026-02-03 09:15:40] PEER_DEAD: Process 88121 on node 10.20.0.15 managing GPU 2 \n"
-            "[2026-02-03 09:15:41] PEER_DEAD: 10.20.0.16<28028> \n")
+            "[2026-02-03 09:15:41] PEER_DEAD: 10.20.0.16<28028> connection lost\n")
     st = ras.parse_ras(text)
-    assert st.monitor and st.recognised
+    assert st.monitor and st.recognised and st.lines == []
     assert [(e["event"], e["pid"], e["node"], e["gpus"]) for e in st.events] == [
         ("PEER_NEW", 88120, "10.20.0.15", "0,1"), ("PEER_DEAD", 88121, "10.20.0.15", "2"),
         ("PEER_DEAD", None, "10.20.0.16<28028>", "")]
@@ -294,11 +301,14 @@ def test_json_status_counts_aborts_errors_and_missing_ranks() -> None:
     st = ras.parse_ras(_json_status(ranks, missing, timeouts=3))
     assert st.json_form and st.version == "2.29.2" and st.timeouts == 3 and not st.no_comms
     assert st.mismatched_ops == ["AllReduce"] and st.majority_launched == 900
-    assert st.counts == [{"comm": "#0 (0x5d1e)", "op": "AllReduce", "count": 5, "launched": 900},
-                         {"comm": "#0 (0x5d1e)", "op": "AllReduce", "count": 1, "launched": 899}]
+    assert st.counts == [{"comm": "#0 (0x5d1e)", "op": "AllReduce", "count": 5, "launched": 900,
+                          "where": "#0 (0x5d1e) MISMATCH AllReduce"},
+                         {"comm": "#0 (0x5d1e)", "op": "AllReduce", "count": 1, "launched": 899,
+                          "where": "#0 (0x5d1e) MISMATCH AllReduce"}]
     assert st.incomplete == [{"comm": "#0 (0x5d1e)", "missing": 2}]
     assert st.errors == [{"comm": "#0 (0x5d1e)", "kind": "Initialization", "count": 1, "error": "NCCL error 2"},
                          {"comm": "#0 (0x5d1e)", "kind": "Asynchronous", "count": 1, "error": "NCCL error 6"}]
+    assert {r["comm"] for r in st.ranks} == {"#0 (0x5d1e)"}
     got = [(r["rank"], r["section"], r["status"], r["error"], r["launched"], r["op"], r["node"], r["pid"], r["gpu"])
            for r in st.ranks]
     assert got == [
@@ -320,11 +330,17 @@ def test_json_status_healthy_in_progress_and_without_communicators() -> None:
     assert empty.no_comms and empty.empty and empty.timeouts == 0
 
 
+def test_json_communicator_without_a_hash() -> None:
+    doc = {"communicators": [{"ranks": [], "missing_ranks": [{"rank": 1, "status": {"unresponsive": True}}]}]}
+    st = ras.parse_ras(json.dumps(doc))
+    assert st.incomplete == [{"comm": "#0 (?)", "missing": 1}] and st.ranks[0]["comm"] == "#0 (?)"
+    assert st.ranks[0]["node"] == "" and st.ranks[0]["section"] == "INCOMPLETE"
+
+
 def test_json_counts_ties_and_odd_values() -> None:
     st = ras.parse_ras(_json_status([_json_rank(0, {"Reduce": 5}), _json_rank(1, {"Reduce": 6}),
                                      _json_rank(2, {"Reduce": None}), {"rank": 3, "collective_counts": "x"}]))
-    assert st.counts == [{"comm": "#0 (0x5d1e)", "op": "Reduce", "count": 1, "launched": 5},
-                         {"comm": "#0 (0x5d1e)", "op": "Reduce", "count": 1, "launched": 6}]
+    assert [(c["op"], c["count"], c["launched"]) for c in st.counts] == [("Reduce", 1, 5), ("Reduce", 1, 6)]
     assert [(r["rank"], r["launched"]) for r in st.ranks] == [(1, 6)]  # the lower of equal groups is the common one
 
 
@@ -339,7 +355,10 @@ def test_json_monitor_events() -> None:
     assert [(e["event"], e["pid"], e["node"], e["gpus"]) for e in st.events] == [
         ("PEER_DEAD", 88121, "10.20.0.15", "2,3"), ("PEER_CONNECTING", None, "10.20.0.16<28028>", ""),
         ("PEER_NEW", None, "", "")]
-    assert '"event": "PEER_DEAD"' in st.events[0]["text"] and st.json_form and st.recognised
+    assert st.events[0]["text"] == ('{"timestamp": "2026-02-03 09:15:40", "group": "LIFECYCLE", "event": "PEER_DEAD", '
+                                    '"peer": {"host": "10.20.0.15", "pid": 88121, "cuda_devs": [2, 3], '
+                                    '"nvml_devs": [2, 3]}, "details": ""}')
+    assert st.json_form and st.recognised
 
 
 @pytest.mark.parametrize("text", ["{", "{\"communicators\": [1, {\"ranks\": [2, {\"rank\": \"x\"}]}]}",
@@ -359,7 +378,8 @@ def test_json_that_is_not_ras_is_read_as_text() -> None:
 
 @pytest.mark.parametrize("text", [HEALTHY, BROKEN, "Communicators... (0.01s)\n",
                                   "Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors\n",
-                                  "#2-0 (00aa) MISMATCH\n", "RAS Monitor Mode - watching for peer changes (Ctrl+C to exit)...\n",
+                                  "#2-0 (00aa) MISMATCH\n", "#0-1 (bb) INCOMPLETE\n", "#3-0 (cc) ERROR\n",
+                                  "RAS Monitor Mode - watching for peer changes (Ctrl+C to exit)...\n",
                                   "  Missing communicator data from 4 job processes\n",
                                   "  1 job process is considered dead (unreachable via the RAS network)\n",
                                   "[2026-02-03 09:15:40] PEER_DEAD: Process 1 on node n managing GPU 0\n",
