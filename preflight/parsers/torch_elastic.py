@@ -36,7 +36,8 @@ LINUX_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRA
 
 _FAILED = re.compile(r"failed \(exitcode: (-?\d+|None)\) local_rank: (\d+) \(pid: (\d+|None)\) of "
                      r"(?:binary: (.+?)|fn: (\S+?)(?: \(start_method: (\w+)\))?)\s*$")
-_NO_ERROR_FILE = re.compile(r"local_rank (\d+) FAILED with no error file")
+# an f-string before 2.2; later the format and the rank are logged as a tuple: "('local_rank %s FAILED ...', 3)"
+_NO_ERROR_FILE = re.compile(r"local_rank (?:(\d+)|%s) FAILED with no error file(?:[^)]*', (\d+)\))?")
 _GROUP_STATE = re.compile(r"\[([^\]]*)\] Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left; "
                           r"will restart worker group")
 _EXCEEDED = re.compile(r"\[([^\]]*)\] exceeded max_restarts=(\d+)|\[([^\]]*)\] Worker group in (\w+) state")
@@ -161,10 +162,10 @@ class _Reader:
                                                   binary.strip(), text.strip(), i))
             return True
         n = _NO_ERROR_FILE.search(text)
-        if n and not any(f.local_rank == int(n.group(1)) for f in self.out.failures):
-            self.out.failures.append(AgentFailure(int(n.group(1)), None, None, "", "", text.strip(), i))
-            return True
-        return bool(n)
+        rank = _int(n.group(1) or n.group(2)) if n else None
+        if rank is not None and not self.out.failures:  # the agent's own line, when there, says more
+            self.out.failures.append(AgentFailure(rank, None, None, "", "", text.strip(), i))
+        return n is not None
 
     def _group(self, i: int, text: str) -> bool:
         m = _GROUP_STATE.search(text)
