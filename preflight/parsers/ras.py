@@ -450,12 +450,18 @@ def parse(doc: Doc) -> RasStatus:
 
 _NEEDLES = ("Communicators...", "Comms     Nodes", ") MISMATCH", ") INCOMPLETE", ") ERROR", "RAS Monitor Mode",
             "PEER_DEAD:", "unreachable via the RAS network", "Missing communicator data from", '"communicators_count"',
-            "Failed to connect to the NCCL RAS service", '"event": "PEER_')
+            "Failed to connect to the NCCL RAS service", '"event": "PEER_', "NCCL unexpectedly closed the connection",
+            "Connection closed by the NCCL job", "Unexpected response from NCCL:", "(total)", " running process",
+            "while gathering communicator data")
 _STRICT = re.compile(r"^(?:Communicators\.\.\.|Group\s+Comms\s+Nodes\s+Ranks|#\d+-\d+ \([0-9a-fA-F]+\) "
                      r"(?:INCOMPLETE|ERROR|MISMATCH)$|RAS Monitor Mode|Missing communicator data from \d+ |"
                      r"\d+ job process(?:es are| is) considered dead|\"communicators_count\": \d+|"
-                     r"Failed to connect to the NCCL RAS service!|\"event\": \"PEER_\w+\")|"
-                     r"\bPEER_DEAD: Process \d+ on node ")
+                     r"Failed to connect to the NCCL RAS service!|\"event\": \"PEER_\w+\"|NCCL unexpectedly closed the connection$|"
+                     r"Connection closed by the NCCL job\.$|Unexpected response from NCCL: )|"
+                     r"\bPEER_DEAD: Process \d+ on node |"
+                     r"^\(total\)\s+(?:per node\s+per process\s+\(total\)\s+\(total\)|\(total\)\s+\(total\))$|"
+                     r"^Node \S+ running process(?:es)? \d+(?:,\d+)*$|"
+                     r"^Encountered \d+ communication timeouts? while gathering communicator data$")
 
 
 def detect(doc: Doc) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks.hang_elastic import MEANING, REMEDY_FAILED, REMEDY_RESTARTED, REMEDY_SIGNALLED
+from preflight.checks.hang_elastic import MEANING, REMEDY_FAILED, REMEDY_RESTARTED, REMEDY_SIGNALLED
 from preflight.model import Result, Status
 from tests.conftest import capture, grade
 
@@ -15,8 +15,8 @@ FAILED_9 = ("Loading checkpoint shards:  43% 3/7 [00:31<00:41, 10.4s/it]ERROR:to
 CHILD = ("Traceback (most recent call last):\n  File \"/usr/local/bin/torchrun\", line 8, in <module>\n"
          "    sys.exit(main())\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
          + "=" * 54 + "\nfinetune.py FAILED\n" + "-" * 54 + "\nFailures:\n  <NO_OTHER_FAILURES>\n")
-FAILED_1 = (f"E0305 09:12:44.118000 140212 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
-            f"local_rank: 3 (pid: 91822) of binary: /opt/conda/bin/python\n")
+FAILED_1 = ("E0305 09:12:44.118000 140212 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+            "local_rank: 3 (pid: 91822) of binary: /opt/conda/bin/python\n")
 RESTART = (f"I0305 09:12:44.119000 140212 {AGENT}:889] [default] Worker group FAILED. 2/3 attempts left; will restart "
            f"worker group\nI0305 09:12:44.119000 140212 {AGENT}:699] [default] Stopping worker group\n"
            f"I0305 09:12:44.120000 140212 {AGENT}:677] [default] Rendezvous'ing worker group\n")

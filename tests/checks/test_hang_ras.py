@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from checks.hang_ras import grade_ras, ras_ok_summary
+from preflight.checks.hang_ras import REMEDY_GONE, grade_ras, ras_ok_summary
 from preflight.findings import Findings
 from preflight.model import Result, Status
 from preflight.parsers import ras
@@ -273,7 +273,7 @@ def test_dead_processes_from_the_monitor() -> None:
     assert r.evidence == ["PEER_DEAD: Process 88121 on node 10.20.0.15 managing GPU 1",  # time stamps peeled
                           "PEER_DEAD: 10.20.0.16<28028>"]
     assert r.facts["ras"]["dead_processes"] == [{"pid": 88121, "node": "10.20.0.15", "gpus": "1"}]
-    assert r.remedy == __import__("checks.hang_ras", fromlist=["REMEDY_GONE"]).REMEDY_GONE
+    assert r.remedy == REMEDY_GONE
 
 
 def test_a_dead_process_listed_twice_counts_once() -> None:
