@@ -63,9 +63,11 @@ def _root(tl: TorchLog) -> ChildFailure | None:
     return next((x for x in fails if x.root_cause), fails[0] if fails else None)
 
 
+_WRAPPERS = ("ChildFailedError", "ProcessRaisedException")  # launcher exceptions that wrap the worker's own
+
+
 def _crash(tl: TorchLog) -> Crash | None:
-    return next((c for c in tl.rank_log.crashes if not c.secondary and not c.exception.endswith("ChildFailedError")),
-                None)
+    return next((c for c in tl.rank_log.crashes if not c.secondary and not c.exception.endswith(_WRAPPERS)), None)
 
 
 def _child_failed(tl: TorchLog) -> Crash | None:
@@ -138,20 +140,23 @@ def _agent_failure(tl: TorchLog, crash: Crash | None, f: Findings) -> bool:
     return True
 
 
-def _launcher_only(tl: TorchLog, f: Findings) -> None:
+def _launcher_only(tl: TorchLog, crash: Crash | None, f: Findings) -> None:
     """No failure record: a ChildFailedError raised, a process that ended, an earlier restart, a
     death signal."""
     el, child = tl.elastic, _child_failed(tl)
     ended = [x for x in tl.exits if x.signal or x.code]
+    cause = f": {crash.exception}: {crash.message[:_MSG]}" if crash is not None else ""
     if child is not None:
         title = f" ({el.title})" if el.title else ""
         f.add("hang.watchdog/worker-failed", f"torchrun: a worker failed{title} (ChildFailedError); its failure "
               "record is not in the capture", child.lines[-_QUOTE:], REMEDY_FAILED)
     elif ended:
         x = ended[0]
-        f.add("hang.watchdog/worker-failed", f"process {x.process} terminated with "
-              + (f"signal {x.signal}" if x.signal else f"exit code {x.code}"),
-              [y.line for y in ended[:_FEW]], "read that process's log for the error that ended it")
+        how = ("raised an exception" if x.raised else f"terminated with signal {x.signal}" if x.signal
+               else f"terminated with exit code {x.code}")
+        f.add("hang.watchdog/worker-failed", f"process {x.process} {how}{cause}",
+              [y.line for y in ended[:_FEW]] + (crash.lines[-_FEW:] if crash else []),
+              "read that process's log for the error that ended it")
     elif el.kind("signalled"):
         sig = el.kind("signalled")[0]
         f.add("hang.watchdog/agent-signalled", f"torchrun received {sig.state} and shut its workers down: stopped "
@@ -186,7 +191,7 @@ def grade_workers(tl: TorchLog, f: Findings, facts: dict[str, Any]) -> None:
     if root is not None:
         _table_failure(root, crash, f)
     elif not _agent_failure(tl, crash, f):
-        _launcher_only(tl, f)
+        _launcher_only(tl, crash, f)
 
 
 def elastic_ok_summary(el: Elastic) -> str:

@@ -141,7 +141,8 @@ _STORE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/
                     r"(RendezvousTimeoutError)")
 _STORE_LOST = re.compile(r"\[(\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[0\] via c10d "
                          r"key-value store|The server socket has failed to (?:listen on any local network address|bind)|"
-                         r"The client socket has failed to connect to any network address of \(([^,)]+),\s*(\d+)\)")
+                         r"The client socket has failed to connect to any network address of \(([^,)]+),\s*(\d+)\)|"
+                         r"The connection to the C10d store has failed")
 _SOME_FAILED = re.compile(r"Some NCCL operations have failed or timed out")
 
 # a cheap gate: a line that names none of these is not read further
@@ -149,7 +150,7 @@ _ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat
                   r"communicator was aborted|remote error detected|Timeout at collective|lagging|collective #|"
                   r"mismatch between collectives|monitoredBarrier|gloo|clients joined|socket has timed out|"
                   r"store based barrier|Socket Timeout|Wait timeout|RendezvousTimeoutError|NCCL operations|"
-                  r"ncclUniqueId from \[0\]|socket has failed to|"
+                  r"ncclUniqueId from \[0\]|socket has failed to|C10d store has failed|"
                   r"timed out in blocking wait|timed out in call to wait|[Cc]aught collective operation timeout")
 
 

@@ -4,8 +4,8 @@ the torchelastic agent's worker group (`preflight.parsers.torch_elastic`).
 `preflight.parsers.torch_hang` reads the watchdog, heartbeat, desync, gloo and store messages of
 every PyTorch era (`hang_events`); `parse_rank_log` reads tracebacks (the exception that ends
 each) and torchrun's failure table (`ChildFailedError`, "Root Cause (first observed failure)");
-`exits` are the "exiting process N with exit code: X" / "process N terminated with exit code X"
-lines of multiprocessing spawn. Nothing here does I/O; garbage gives empty facts, never raises.
+`exits` are the "exiting process N with exit code: X" / "process N terminated with exit code X" /
+"-- Process N terminated with the following error:" lines of multiprocessing spawn. Nothing here does I/O; garbage gives empty facts, never raises.
 """
 
 from __future__ import annotations
@@ -201,6 +201,7 @@ def _int(v: Any) -> int | None:
 # multiprocessing spawn / torch.multiprocessing: which process exited first, with what code
 _EXITING = re.compile(r"exiting process (\d+) with exit code:?\s*(-?\d+)")
 _TERMINATED = re.compile(r"[Pp]rocess (\d+) terminated with (?:exit code (-?\d+)|signal (\w+))")
+_RAISED = re.compile(r"-- Process (\d+) terminated with the following error:")  # spawn's ProcessRaisedException
 _P2P_CALL = re.compile(r"\bdist\.(recv|send|irecv|isend)\(|\bpg\.(recv|send)\(")
 
 
@@ -211,6 +212,7 @@ class ProcessExit:
     signal: str
     line: str
     first: bool  # "exiting process N": the process that exited on its own (the others are then terminated)
+    raised: bool = False  # "-- Process N terminated with the following error:" (an exception; spawn exits it with 1)
 
 
 @dataclass
@@ -241,6 +243,10 @@ def parse(doc: Doc) -> TorchLog:
         if m:
             out.exits.append(ProcessExit(int(m.group(1)), _int(m.group(2)), m.group(3) or "", t.strip(), False))
             continue
+        m = _RAISED.search(t)
+        if m:
+            out.exits.append(ProcessExit(int(m.group(1)), 1, "", t.strip(), True, raised=True))
+            continue
         if _P2P_CALL.search(t):
             out.p2p_calls.append(t.strip())
     return out
@@ -259,12 +265,13 @@ _DETECT = re.compile(
     r"failed to pass monitoredBarrier|(?:DistStoreError|DistNetworkError|RuntimeError): (?:Socket Timeout|Wait timeout)|"
     r"timed out in monitoredBarrier|clients joined|socket has timed out after|store based barrier|"
     r"retrieving ncclUniqueId from \[0\] via c10d key-value store|socket has failed to (?:listen|bind|connect)|"
-    r"RendezvousTimeoutError|ChildFailedError|Root Cause \(first observed failure\)|ProcessExitedException")
+    r"RendezvousTimeoutError|ChildFailedError|Root Cause \(first observed failure\)|ProcessExitedException|"
+    r"The connection to the C10d store has failed|-- Process \d+ terminated with the following error:")
 _NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "monitor thread", "Received a ",
             "blocking wait", "collective operation timeout", "NCCL error", "nccl", "communicator was aborted",
             "lagging", "collective #", "remote error", "Socket Timeout", "Wait timeout",
             "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed", "ncclUniqueId",
-            "socket has failed",
+            "socket has failed", "C10d store has failed", "terminated with the following error",
             "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException", "RendezvousTimeout",
             *_ELASTIC_NEEDLES)
 

@@ -201,3 +201,30 @@ def test_a_collective_failure_says_more_than_the_launcher() -> None:
     r = watchdog(wd + FAILED_1.replace("exitcode: 1", "exitcode: -6") + RESTART)
     assert codes(r) == ["hang.watchdog/collective-timeout"]
     assert r.facts["elastic"]["failures"][0]["exitcode"] == -6 and r.facts["elastic"]["events"] == ["restart"]
+
+
+SPAWN = ("Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n    mp.spawn(main, nprocs=8)\n"
+         "torch.multiprocessing.spawn.ProcessRaisedException: \n\n-- Process 3 terminated with the following error:\n"
+         "Traceback (most recent call last):\n  File \"/opt/conda/lib/python3.10/site-packages/torch/multiprocessing/"
+         "spawn.py\", line 69, in _wrap\n    fn(i, *args)\n  File \"train.py\", line 40, in main\n"
+         "    x = load(cfg)\nKeyError: 'optimizer'\n")
+
+
+def test_a_spawned_process_that_raised() -> None:
+    r = watchdog(SPAWN)
+    assert r.status is Status.FAIL and codes(r) == ["hang.watchdog/worker-failed"]
+    assert r.summary == "process 3 raised an exception: KeyError: 'optimizer'"
+    assert r.evidence[0] == "-- Process 3 terminated with the following error:"
+    assert r.evidence[-1] == "KeyError: 'optimizer'" and "torchrun" not in r.facts
+
+
+def test_the_rendezvous_store_cannot_be_reached() -> None:
+    text = ("[W305 10:00:01.000000000 socket.cpp:752] [c10d] The client socket cannot be initialized to connect to "
+            "[gpu-a01]:29400 (errno: 97 - Address family not supported by protocol).\n"
+            "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
+            "failed. See inner exception for details.\n")
+    r = watchdog(text)
+    assert codes(r) == ["hang.watchdog/store-failure"]
+    assert "The connection to the C10d store has failed" in r.summary
+    harmless = watchdog(text.splitlines()[0] + "\nstep 10 loss 2.1\n")
+    assert harmless.status is Status.SKIP and codes(harmless) == ["hang.watchdog/not-recognised"]

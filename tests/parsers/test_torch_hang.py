@@ -422,6 +422,8 @@ def test_a_continuation_repeating_its_rank_tag() -> None:
     ("RuntimeError: The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).", None, ""),
     ("torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of "
      "(node-17, 29400).", None, "node-17:29400"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. "
+     "See inner exception for details.", None, ""),
 ])
 def test_store_lost_or_not_opened(line: str, rank: int | None, peer: str) -> None:
     ev = one(line)

@@ -132,10 +132,13 @@ def test_spawn_exits_and_point_to_point_frames() -> None:
             "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL\n"
             "    dist.recv(tensor=t, src=0)\n"
             "    pg.send([t], 1, 0)\n"
-            "exiting process 2 with exit code -1\n")
+            "exiting process 2 with exit code -1\n"
+            "-- Process 5 terminated with the following error:\n")
     out = torch_log.parse(Doc(text))
-    assert [(x.process, x.code, x.signal, x.first) for x in out.exits] == [
-        (3, 10, "", True), (0, 1, "", False), (1, None, "SIGKILL", False), (2, -1, "", True)]
+    assert [(x.process, x.code, x.signal, x.first, x.raised) for x in out.exits] == [
+        (3, 10, "", True, False), (0, 1, "", False, False), (1, None, "SIGKILL", False, False), (2, -1, "", True, False),
+        (5, 1, "", True, True)]
+    assert out.exits[-1].line == "-- Process 5 terminated with the following error:"
     assert out.p2p_calls == ["dist.recv(tensor=t, src=0)", "pg.send([t], 1, 0)"]
     assert out.recognised and not torch_log.parse(Doc("step 1\n")).recognised
 
@@ -187,6 +190,8 @@ def test_parse_reads_hang_events_with_the_raw_lines_rank_tags() -> None:
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
     "Root Cause (first observed failure):",
     "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGABRT",
+    "-- Process 2 terminated with the following error:",
+    "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.",
 ])
 def test_detect_every_marker(text: str) -> None:
     assert torch_log.detect(Doc("step 1 loss 2.0\n" + text + "\n"))
