@@ -5,9 +5,11 @@ the job's NCCL/gloo variables (`parsers.sysfs`), `ethtool` links (`parsers.ethto
 up/down events from system logs (`parsers.netlog`). The grader tells data-plane NICs from virtual
 ones (bridges, veths, container and overlay interfaces) and wireless ones with the profile's
 patterns, and grades:
-- state: a declared or addressed NIC down (FAIL), a port the system brought up without carrier,
-  configured like the ports that carry traffic (their MTU) or asked for by name (WARN), a bond
-  member without link (WARN); an unused port (down, or left at another MTU) is a note;
+- state: a declared or addressed NIC down (FAIL); a port the system brought up without carrier
+  (WARN) when it is an InfiniBand (IPoIB) port, an Ethernet port at the MTU of the Ethernet ports
+  that carry traffic or at an MTU someone set, or asked for by name (MTUs are compared only
+  within one link type); a bond member without link (WARN); an unused port (administratively
+  down, or without carrier left at the Ethernet default) is a note;
 - MTU: against the profile, and on the node itself (`checks.nic_mtu`): bond members that differ,
   interfaces of one subnet that differ, ports of one adapter that differ, a bridge or overlay
   whose MTU does not fit its uplink;
