@@ -63,6 +63,7 @@ def _root(tl: TorchLog) -> ChildFailure | None:
     return next((x for x in fails if x.root_cause), fails[0] if fails else None)
 
 
+_FAILED_GROUP = ("failed", "restart", "exceeded")  # the agent's events of a worker group that failed
 _WRAPPERS = ("ChildFailedError", "ProcessRaisedException")  # launcher exceptions that wrap the worker's own
 
 
@@ -91,8 +92,8 @@ def _who(x: AgentFailure, el: Elastic) -> str:
 def _restart_text(el: Elastic) -> str:
     r = el.kind("restart")
     if r:
-        return (f"; the worker group {r[-1].state}, the agent restarts it ({r[-1].left}/{r[-1].max_restarts} "
-                "attempts left)")
+        left = f"{r[-1].left}/{r[-1].max_restarts}" if r[-1].max_restarts is not None else f"{r[-1].left}"
+        return f"; the worker group {r[-1].state}, the agent restarts it ({left} attempts left)"
     x = el.kind("exceeded")
     if x:
         limit = f" (max_restarts={x[-1].max_restarts})" if x[-1].max_restarts is not None else ""
@@ -102,7 +103,7 @@ def _restart_text(el: Elastic) -> str:
 
 def _last_failure(el: Elastic) -> int:
     """The line index of the last failure the agent logged (-1: none)."""
-    marks = [x.index for x in el.failures] + [e.index for e in el.events if e.kind in ("restart", "exceeded")]
+    marks = [x.index for x in el.failures] + [e.index for e in el.events if e.kind in _FAILED_GROUP]
     return max(marks, default=-1)
 
 
@@ -120,7 +121,7 @@ def _recovered(el: Elastic) -> str:
 def _agent_failure(tl: TorchLog, crash: Crash | None, f: Findings) -> bool:
     """The agent's own record of a failed worker, or of a failed worker group."""
     el = tl.elastic
-    if not (el.failures or el.kind("restart") or el.kind("exceeded")):
+    if not (el.failures or any(e.kind in _FAILED_GROUP for e in el.events)):
         return False
     if el.failures:
         x = el.failures[0]
@@ -129,7 +130,7 @@ def _agent_failure(tl: TorchLog, crash: Crash | None, f: Findings) -> bool:
         summary = f"torchrun: {what}{cause}"
     else:
         summary = "torchelastic: a worker failed" + (f": {crash.exception}: {crash.message[:_MSG]}" if crash else "")
-    ev = [x.line for x in el.failures[:_FEW]] + [e.line for e in el.events if e.kind in ("restart", "exceeded")][:_FEW]
+    ev = [x.line for x in el.failures[:_FEW]] + [e.line for e in el.events if e.kind in _FAILED_GROUP][:_FEW]
     ev += crash.lines[-_FEW:] if crash else []
     again = "" if _child_failed(tl) else _recovered(el)
     if again:

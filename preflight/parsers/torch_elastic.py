@@ -40,6 +40,9 @@ _FAILED = re.compile(r"failed \(exitcode: (-?\d+|None)\) local_rank: (\d+) \(pid
 _NO_ERROR_FILE = re.compile(r"local_rank (?:(\d+)|%s) FAILED with no error file(?:[^)]*', (\d+)\))?")
 _GROUP_STATE = re.compile(r"\[([^\]]*)\] Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left; "
                           r"will restart worker group")
+# 1.9 - 1.10 LocalElasticAgent._monitor_workers() and torchelastic: "[role] Worker group failed" (with a
+# traceback in torchelastic); agents built on it: "[role] Worker group failed; N restarts remaining"
+_GROUP_FAILED = re.compile(r"\[([^\]]*)\] Worker group failed(?:; (\d+) restarts remaining)?\s*$")
 _EXCEEDED = re.compile(r"\[([^\]]*)\] exceeded max_restarts=(\d+)|\[([^\]]*)\] Worker group in (\w+) state")
 _RDZV = re.compile(r"\[([^\]]*)\] Rendezvous complete for workers\.(?:\s*Result:)?\s*$")
 _RESULT = re.compile(r"(?:^|\s)(restart_count|master_addr|master_port|group_rank|group_world_size|local_ranks|"
@@ -56,11 +59,13 @@ _BORDER = re.compile(r"^\s*(?:={8,}|\*{8,})\s*$")
 _RESULT_SPAN = 14  # lines after "Rendezvous complete" that may hold its Result (10 keys, a Ray prefix, blanks)
 
 NEEDLES = ("failed (exitcode:", "FAILED with no error file", "attempts left; will restart", "exceeded max_restarts",
+           "] Worker group failed",
            "Worker group in ", "Rendezvous complete for workers", "Starting worker group",
            "worker group successfully finished", "Local worker group finished", "Done waiting for other agents",
            "death signal, shutting down workers", "SignalException: Process")
 DETECT = re.compile(r"failed \(exitcode: (?:-?\d+|None)\) local_rank: \d+ \(pid: |FAILED with no error file|"
                     r"Worker group (?:FAILED|UNHEALTHY)\. \d+/\d+ attempts left|exceeded max_restarts=\d+|"
+                    r"\] Worker group failed(?:; \d+ restarts remaining)?\s*$|"
                     r"Worker group in \w+ state|Rendezvous complete for workers\.|\] Starting worker group|"
                     r"worker group successfully finished\.|Local worker group finished \(|"
                     r"Done waiting for other agents\.|death signal, shutting down workers|"
@@ -95,7 +100,8 @@ class AgentFailure:
 class AgentEvent:
     """A state of the worker group the agent logged.
 
-    kind: rendezvous, started, restart (failed, will restart), exceeded (failed, no restart left),
+    kind: rendezvous, started, failed (the group failed), restart (failed, will restart), exceeded
+    (failed, no restart left),
     succeeded (the group finished), barrier (the agents' exit barrier passed, whatever their
     state), signalled (a death signal)."""
 
@@ -172,6 +178,11 @@ class _Reader:
         if m:
             self.out.events.append(AgentEvent("restart", m.group(1), m.group(2), int(m.group(3)), int(m.group(4)),
                                               line=text.strip(), index=i))
+            return True
+        g = _GROUP_FAILED.search(text)
+        if g:
+            kind = "restart" if g.group(2) else "failed"
+            self.out.events.append(AgentEvent(kind, g.group(1), "FAILED", _int(g.group(2)), line=text.strip(), index=i))
             return True
         x = _EXCEEDED.search(text)
         if x:

@@ -95,6 +95,16 @@ def test_a_failed_group_without_the_workers_line() -> None:
                                 "(max_restarts=3)")
 
 
+def test_a_failed_group_in_the_old_wording() -> None:
+    old = watchdog("[ERROR] 2020-07-31 07:15:34,783 local_elastic_agent: [default] Worker group failed\n")
+    assert codes(old) == ["hang.watchdog/worker-failed"] and old.summary == "torchelastic: a worker failed"
+    left = watchdog("[INFO] [ft_launcher] [default] Worker group failed; 2 restarts remaining\n")
+    assert left.summary == "torchelastic: a worker failed; the worker group FAILED, the agent restarts it (2 attempts left)"
+    again = watchdog("[INFO] [ft_launcher] [default] Worker group failed; 2 restarts remaining\n"
+                     + RDZV.format(n=1))
+    assert codes(again) == ["hang.watchdog/worker-restarted"]
+
+
 def test_the_workers_exception_is_the_cause() -> None:
     text = ("[rank3]: Traceback (most recent call last):\n[rank3]:   File \"train.py\", line 40, in <module>\n"
             "[rank3]: ValueError: bad shape (4, 3)\n" + FAILED_1)

@@ -51,6 +51,17 @@ def test_a_failure_without_an_error_file(line: str, rank: int) -> None:
     assert _el("local_rank %s FAILED with no error file").failures == []
 
 
+def test_a_failed_worker_group_in_1_9_and_torchelastic() -> None:
+    text = ("[ERROR] 2020-07-31 07:15:34,783 local_elastic_agent: [default] Worker group failed\n"
+            "ERROR:torch.distributed.elastic.agent.server.local_elastic_agent:[trainer] Worker group failed\n"
+            "[INFO] [ft_launcher] [default] Worker group failed; 2 restarts remaining\n"
+            "[default] Worker group failed to start\n")
+    el = _el(text)
+    assert [(e.kind, e.role, e.state, e.left, e.max_restarts, e.index) for e in el.events] == [
+        ("failed", "default", "FAILED", None, None, 0), ("failed", "trainer", "FAILED", None, None, 1),
+        ("restart", "default", "FAILED", 2, None, 2)]
+
+
 def test_worker_group_states() -> None:
     text = ("I0213 12:07:20.086000 870572 torch/distributed/elastic/agent/server/api.py:889] [default] Worker group "
             "FAILED. 3/3 attempts left; will restart worker group\n"
@@ -223,6 +234,7 @@ def test_kinds() -> None:
     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n",
     "WorkerGroupFailureException: [default] exceeded max_restarts=3\n",
     "Exception: [default] Worker group in UNKNOWN state\n",
+    "[ERROR] 2020-07-31 07:15:34,783 local_elastic_agent: [default] Worker group failed\n",
     "('local_rank %s FAILED with no error file. Decorate your entrypoint fn with @record', 0)\n",
 ])
 def test_detected_as_a_training_log(text: str) -> None:
