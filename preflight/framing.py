@@ -744,6 +744,7 @@ def sniff(raws: Sequence[str]) -> Stack:
 
 
 _IP_LINK = re.compile(r"[\w.@-]+: <[A-Z0-9_,-]*>")
+_IFCONFIG_HEAD = re.compile(r"flags=\d+<[A-Z0-9_,]*>")  # ifconfig's `name: flags=4163<UP,...>`
 _IP_ADDR_ONELINE = re.compile(r"[\w.@-]+\s+inet6?\s+\S+/\d+")
 _LEVEL_WORDS = frozenset({"DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "ERR", "CRITICAL", "FATAL", "TRACE"})
 
@@ -763,7 +764,7 @@ def _guard(name: str, hits: list[re.Match[str]], residues: list[str]) -> bool:
         if all(t.isdigit() for t in distinct):
             return False  # numbers are srun labels or ip link indexes
         rest = [m.string[m.end():] for m in hits]
-        if sum(1 for r in rest if _IP_LINK.match(r)) >= len(rest) / 4:
+        if sum(1 for r in rest if _IP_LINK.match(r) or _IFCONFIG_HEAD.match(r)) >= len(rest) / 4:
             return False
         # host names carry numbers (gpu017, node-3, 10.0.0.7); `Speed: `, `State: ` keys do not
         numbered = [t for t in distinct if any(ch.isdigit() for ch in t)]

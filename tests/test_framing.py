@@ -419,3 +419,13 @@ def test_a_journal_line_in_a_cjk_locale_is_peeled() -> None:
     assert second.text == "Started NVIDIA fabric manager service." and second.ident == "systemd"
     [plain] = frame("11 items 14:15:47 left\n").docs
     assert plain.lines[0].text == "11 items 14:15:47 left"
+
+
+def test_ifconfig_headers_are_interfaces_not_pdsh_hosts() -> None:
+    from preflight.framing import frame
+
+    [doc] = frame("enp12s0f0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 9000\n"
+                  "        inet 10.2.0.5  netmask 255.255.255.0  broadcast 10.2.0.255\n"
+                  "enp12s0f1: flags=4099<UP,BROADCAST,MULTICAST>  mtu 1500\n"
+                  "        ether 0c:42:a1:00:00:01  txqueuelen 1000  (Ethernet)\n").docs
+    assert doc.host == "" and doc.stack.outer == () and doc.lines[0].text.startswith("enp12s0f0: flags=4163")
