@@ -7,7 +7,8 @@ socket errors of the other ranks; an IB completion, queue-pair or verbs failure 
 a failed connect names the peer and the interface); lost peers and proxy failures that only
 follow from it are kept as its evidence. Transport: the socket transport across nodes, bad
 interfaces (loopback, container and VM bridges, Docker's default network), HCAs per GPU,
-plugins, RoCE across subnets, NVLS and GPUDirect RDMA. Whether the job spans several nodes is
+InfiniBand and RoCE ports in one list, plugins (aws-ofi-nccl without a libfabric provider), RoCE
+across subnets, NVLS and GPUDirect RDMA. Whether the job spans several nodes is
 read from the log itself (hosts, nNodes/localRanks, network channels, ranks beyond a node's
 GPUs); a log that proves one node never fails for an interface only its bootstrap uses.
 Every finding has a code; its status is in `checks/policy/nccl.toml`.
@@ -705,8 +706,9 @@ register(Check(
     profile_keys={"nccl.expect_net": str, "nccl.bad_interfaces": list, "nccl.bad_networks": list,
                   "nccl.min_hca_share": (int, float), "nccl.expect_nvls": bool, "nccl.max_gpus_per_node": int},
     catches="NCCL errors with their root cause (CUDA OOM, IB completion errors, queue-pair setup, verbs calls, failed "
-            "connects, lost peers), TCP sockets across nodes, lo/docker/virbr bound, fewer HCAs than GPUs, hosts on "
-            "different subnets, mixed versions, NVLS requested but unused, GPUDirect RDMA off",
+            "connects, lost peers, ranks calling different collectives), TCP sockets across nodes, lo/docker/virbr "
+            "bound, fewer HCAs than GPUs, IB and RoCE ports mixed, hosts on different subnets, mixed versions, NVLS "
+            "requested but unused, GPUDirect RDMA off, aws-ofi-nccl/libfabric without an EFA provider",
     node_local=False,
     in_run=False,
 ))

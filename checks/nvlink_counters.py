@@ -41,10 +41,10 @@ LOST_REMEDY = ("drain the node: a link failed to recover and is down until the G
 class CounterGrade:
     """What the error counters of a listing say."""
 
-    gpus: int = 0
+    gpus: int
     links: int = 0
     read: int = 0  # error counters read as a number
-    nonzero: dict[str, list[tuple[NvlinkGpu, Counter]]] = field(default_factory=dict)  # kind -> counters above 0
+    nonzero: dict[str, list[tuple[NvlinkGpu, Counter, int]]] = field(default_factory=dict)  # kind -> (.., count > 0)
     unread: list[Counter] = field(default_factory=list)  # error counters without a number (N/A)
     unknown: list[Counter] = field(default_factory=list)  # counters of no known kind, above 0
     kinds: set[str] = field(default_factory=set)  # the error kinds read
@@ -66,16 +66,16 @@ def read_counters(gpus: list[NvlinkGpu]) -> CounterGrade:
                 cg.read += 1
                 cg.kinds.add(c.kind)
                 if c.value > 0:
-                    cg.nonzero.setdefault(c.kind, []).append((g, c))
+                    cg.nonzero.setdefault(c.kind, []).append((g, c, c.value))
             elif not c.kind and c.value:
                 cg.unknown.append(c)
     return cg
 
 
-def _where(hits: list[tuple[NvlinkGpu, Counter]]) -> str:
+def _where(hits: list[tuple[NvlinkGpu, Counter, int]]) -> str:
     per: dict[tuple[int, int], int] = {}
-    for g, c in hits:
-        per[(g.index, c.link)] = per.get((g.index, c.link), 0) + (c.value or 0)
+    for g, c, n in hits:
+        per[(g.index, c.link)] = per.get((g.index, c.link), 0) + n
     shown = [f"GPU {gi} link {ln} ({n})" for (gi, ln), n in list(per.items())[:6]]
     more = f" (+{len(per) - 6} more)" if len(per) > 6 else ""  # pragma: no mutate (6: how many are named)
     return ", ".join(shown) + more
@@ -87,7 +87,7 @@ def counter_findings(cg: CounterGrade, f: Findings) -> None:
         hits = cg.nonzero.get(kind, [])
         if not hits:
             continue
-        evidence = list(dict.fromkeys(line for g, c in hits for line in (g.line, c.line)))
+        evidence = list(dict.fromkeys(line for g, c, _ in hits for line in (g.line, c.line)))
         remedy = LOST_REMEDY if kind == "recovery_failed" else MARGINAL_REMEDY
         f.add(KIND_CODES[kind], f"{KIND_TITLES[kind]}: {_where(hits)}", evidence, remedy)
     if cg.unread:
@@ -105,7 +105,7 @@ def ok_summary(cg: CounterGrade) -> str:
 
 def counter_facts(cg: CounterGrade) -> dict[str, Any]:
     return {"gpus": cg.gpus, "links": cg.links, "counters_read": cg.read,
-            "nonzero": {k: sum(c.value or 0 for _, c in hits) for k, hits in cg.nonzero.items()},
+            "nonzero": {k: sum(n for _, _, n in hits) for k, hits in cg.nonzero.items()},
             "unread": len(cg.unread)}
 
 

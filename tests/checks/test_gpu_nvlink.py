@@ -288,6 +288,8 @@ def test_a_counter_above_zero(name: str, code: str, status: Status, title: str) 
     assert r.evidence == [f"GPU 0: {NAME} (UUID: GPU-00000000)", f"Link 1: {name}: 7"]
     remedy = nvlink_counters.LOST_REMEDY if status is Status.FAIL else nvlink_counters.MARGINAL_REMEDY
     assert r.remedy == remedy
+    assert r.remedy.startswith("drain the node: a link failed to recover and is down until the GPU is reset" if status
+                               is Status.FAIL else "watch the counters (`nvidia-smi nvlink -e`, reset with")
     kind = nvlink.counter_kind(name)
     assert r.facts["error_counters"]["nonzero"] == {kind: 7} and r.facts["error_counters"]["counters_read"] == 7
     assert r.facts["problems"] == [r.summary]
@@ -316,6 +318,14 @@ def test_many_links_are_named_up_to_six() -> None:
 def test_counters_of_one_link_add_up() -> None:
     r = nvl("GPU 0: A (UUID: GPU-1)\n\t Link 2: Rx Errors: 4\n\t Link 2: Tx discards: 6\n")
     assert r.summary == "NVLink packet errors: GPU 0 link 2 (10)"
+
+
+def test_every_error_kind_read_is_named() -> None:
+    t = ("GPU 0: NVIDIA B200 (UUID: GPU-1)\n\t Link 0: Replay Errors: 0\n\t Link 0: Recovery Errors: 0\n"
+         "\t Link 0: Link recovery failed events: 0\n\t Link 0: CRC Errors: 0\n\t Link 0: Rx Errors: 0\n"
+         "\t Link 0: Symbol Errors: 0\n")
+    assert nvl(t).summary == ("NVLink error counters 0 on 1 link(s) of 1 GPU(s) (replay, recovery, failed recovery, "
+                              "CRC, packet, effective/symbol)")
 
 
 def test_counters_that_are_not_graded() -> None:
@@ -377,6 +387,7 @@ def test_read_counters_directly() -> None:
                            "\t Link 1: Tx bytes: 99\n\t Link 1: Mystery: 0\n"))
     cg = nvlink_counters.read_counters(rep.counter_gpus)
     assert (cg.gpus, cg.links, cg.read, cg.kinds, cg.unread, cg.unknown) == (1, 2, 2, {"replay"}, [], [])
-    assert [(g.index, c.value) for g, c in cg.nonzero["replay"]] == [(0, 2)] and cg.graded
+    assert [(g.index, c.value, n) for g, c, n in cg.nonzero["replay"]] == [(0, 2, 2)] and cg.graded
     assert not nvlink_counters.read_counters([]).graded
+    assert nvlink_counters.read_counters([]).gpus == 0
     assert gpu.grade_nvlink is not None

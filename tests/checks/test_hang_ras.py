@@ -444,3 +444,42 @@ def test_states_of_the_groups_in_the_pass_summary() -> None:
                    "    1         1         4         1         4         4      INIT      OK\n")
     assert r.summary == ("NCCL RAS (2.26.2): 2 communicators, INIT OK / RUNNING OK; no missing process, error or "
                          "mismatch")
+
+
+def test_eight_ranks_are_all_named() -> None:
+    lines = "".join(f"  Rank {i} -- GPU {i} managed by process {100 + i} on node n1\n" for i in range(8))
+    r = ras_result("#0-0 (ab) INCOMPLETE\n  Missing communicator data from 8 ranks\n" + lines)
+    assert r.summary == "NCCL RAS: communicator #0-0 misses 8 ranks (ranks 0, 1, 2, 3, 4, 5, 6, 7 on node n1)"
+
+
+def test_remedies_of_the_ras_findings() -> None:
+    aborted = ras_result(HEAD + "    0         1         4         8        32        32     ABORT      OK\n"
+                         "    1         1         4         8        32        32     ABORT      OK\n")
+    assert aborted.summary == "NCCL RAS: communicator aborted on communicator group(s) 0, 1"
+    assert aborted.remedy == ("a communicator was aborted (the application's error handling or PyTorch's watchdog after "
+                              "a timeout or an NCCL error): the job cannot continue on it; find the first failure in "
+                              "the ranks' logs")
+    uneven = ras_result("  Nodes  Processes\n          per node\n      3          8\n      1          7\n")
+    assert uneven.remedy == ("compare with the job's launch: a node with fewer processes lost some before RAS saw them, "
+                             "or the launcher placed them unevenly (a GPU missing on that node, a wrong "
+                             "--nproc_per_node)")
+    refused = ras_result("Failed to connect to the NCCL RAS service!\n")
+    assert refused.remedy == ("run ncclras on a node where the job runs (it connects to localhost:28028, or "
+                              "NCCL_RAS_ADDR), while the job runs; NCCL_RAS_ENABLE=0 turns RAS off; NCCL 2.24 or later "
+                              "is needed")
+    assert refused.evidence == ["Failed to connect to the NCCL RAS service!"]
+
+
+def test_ranks_alone_in_their_state_are_each_named() -> None:
+    r = ras_result("#0-0 (ab) MISMATCH\n  Communicator ranks have different status\n  30 ranks have status RUNNING\n"
+                   "  Rank 4 has status FINALIZE -- GPU 4 managed by process 14 on node n1\n"
+                   "  Rank 6 has status INIT -- GPU 6 managed by process 16 on node n1\n")
+    assert r.summary == ("NCCL RAS: ranks of a communicator differ in state (30 RUNNING; rank 4 FINALIZE; rank 6 INIT): "
+                         "a communicator being created or torn down")
+
+
+def test_ok_summary_of_an_uneven_job_total() -> None:
+    st = ras.parse_ras("  Nodes  Processes         GPUs\n(total)    (total)      (total)\n      4         31           31\n")
+    assert st.job == {"nodes": 4, "processes": 31, "gpus": 31}
+    assert ras_ok_summary(st) == "NCCL RAS: 4 nodes, 31 processes, 31 GPUs; 0 communicators, no state; no missing " \
+                                 "process, error or mismatch"

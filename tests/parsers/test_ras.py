@@ -234,6 +234,7 @@ def test_no_communicators_and_a_single_process() -> None:
                        "  [could not find information on 1 process]\n\nDEAD\n"
                        "  1 job process is considered dead (unreachable via the RAS network)\n")
     assert st.no_comms and st.missing_count == 1 and st.unknown_processes == 1 and st.dead_count == 1
+    assert st.lines[0] == "No communicator data collected!"
     assert st.missing_processes == [] and st.recognised and not st.empty
 
 
@@ -319,6 +320,10 @@ def test_json_status_counts_aborts_errors_and_missing_ranks() -> None:
         (6, "INCOMPLETE", "", "", None, "", "10.20.0.11", 7006, "6"),
         (7, "DEAD", "", "", None, "", "10.20.0.11", 7007, "7")]
     assert st.dead_processes == [{"pid": 7007, "node": "10.20.0.11", "gpus": "7"}]
+    assert st.quoted["DEAD"] == ['{"rank": 7, "host": "10.20.0.11", "pid": 7007, "cuda_dev": 7, "nvml_dev": 7, '
+                                 '"status": {"unresponsive": true, "considered_dead": true}}']
+    assert [k for k in st.quoted] == ["#0 (0x5d1e) ERROR", "#0 (0x5d1e) MISMATCH", "#0 (0x5d1e) MISMATCH AllReduce",
+                                      "#0 (0x5d1e) INCOMPLETE", "DEAD"]
 
 
 def test_json_status_healthy_in_progress_and_without_communicators() -> None:
@@ -385,7 +390,13 @@ def test_json_that_is_not_ras_is_read_as_text() -> None:
                                   "[2026-02-03 09:15:40] PEER_DEAD: Process 1 on node n managing GPU 0\n",
                                   "Failed to connect to the NCCL RAS service!\n",
                                   '{\n  "communicators_count": 0,\n  "communicators": []\n}\n',
-                                  '{\n  "event": "PEER_DEAD",\n  "peer": {}\n}\n'])
+                                  '{\n  "event": "PEER_DEAD",\n  "peer": {}\n}\n',
+                                  "NCCL unexpectedly closed the connection\n", "Connection closed by the NCCL job.\n",
+                                  "Unexpected response from NCCL: ERROR: Invalid timeout value x\n",
+                                  "(total)   per node  per process    (total)  (total)\n",
+                                  "(total)    (total)      (total)\n", "  Node 10.0.0.7 running processes 11,12\n",
+                                  "  Node 10.0.0.7 running process 11\n",
+                                  "  Encountered 2 communication timeouts while gathering communicator data\n"])
 def test_detected(text: str) -> None:
     assert ras.detect(Doc(text))
     assert ras.detect(Doc("".join(f"3: {ln}\n" for ln in text.splitlines())))  # srun -l labels peeled
@@ -393,7 +404,9 @@ def test_detected(text: str) -> None:
 
 @pytest.mark.parametrize("text", ["step 1 loss 2.0\n", "Errors\n======\n", "call (x) ERROR\n", "#0-0 (zz) MISMATCH\n",
                                   "RuntimeError: Communicators... not ready\n", "Missing communicator data from many\n",
-                                  "PEER_DEAD: maybe\n", '"communicators_count": x\n', "Failed to connect\n"])
+                                  "PEER_DEAD: maybe\n", '"communicators_count": x\n', "Failed to connect\n",
+                                  "(total) per day\n", "Node x running processes fast\n",
+                                  "Encountered timeouts while gathering communicator data\n"])
 def test_not_detected(text: str) -> None:
     assert not ras.detect(Doc(text))
 
