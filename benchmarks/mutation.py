@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import importlib
 import json
 import os

@@ -16,7 +16,7 @@ unit was installed and started). "Nothing to do" on a board without NVSwitch (PC
 bridges) means the fabric manager is not applicable; on an NVSwitch profile it FAILs. A Completed
 fabric state alone proves the fabric was set up once, not that the fabric manager is alive (a
 stale state survives its death): the PASS says so. Every finding has a code
-(`checks/policy/fabric.toml`).
+(`checks/policy.toml`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Link flaps and transceiver faults from system logs, for the checks that own the links:
 `net.nic` (Ethernet interfaces) and `ib.hca` (IPoIB interfaces and RDMA ports). Facts:
 `preflight.parsers.netlog`. The finding codes are the calling check's (`net.nic/link-flapping`,
-`ib.hca/link-flapping`); all of them are in `checks/policy/ib.toml`.
+`ib.hca/link-flapping`); all of them are in `checks/policy.toml`.
 
 Linear in the events: each interface's events come from the parser's index, so grading hundreds
 of interfaces reads each event once.

@@ -8,7 +8,7 @@ gpu.topology   GPU pairs on NVLink and a NIC near each GPU (`nvidia-smi topo -m`
 
 Parsers live in `preflight.parsers` (nvsmi_csv, nvml, nvsmi_table, nvsmi_list, nvsmi_q,
 nvlink, topo). Expected values come from the profile sections [gpu], [nvlink], [topology];
-every finding's status comes from the policy table (`checks/policy/gpu.toml`).
+every finding's status comes from the policy table (`checks/policy.toml`).
 """
 
 from __future__ import annotations

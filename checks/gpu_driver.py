@@ -5,7 +5,7 @@ loaded, no devices, NVML library missing or failing), the kernel log's driver fa
 probed, another driver owns the GPUs, API mismatch, missing firmware), the loaded kernel module
 against the module on disk and the installed packages (`/proc/driver/nvidia/version`, `modinfo`,
 `dpkg -l` / `rpm -qa`), and the versions the profile pins. Each finding names its cause and the
-versions the captures show ("unknown" where they show none). Codes: checks/policy/gpu_health.toml.
+versions the captures show ("unknown" where they show none). Codes: checks/policy.toml.
 """
 
 from __future__ import annotations

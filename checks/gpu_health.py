@@ -8,7 +8,7 @@ Sources (checks.gpu_health_views): `nvidia-smi -q` (whole or any `-d`/`-i`/grep 
 `--query-gpu` CSV (every health column it carries) and the default table. A source that shows
 no health fact at all is SKIP "nothing to grade", never PASS.
 
-Every finding has a code (checks/policy/gpu_health.toml gives its status); the thresholds come
+Every finding has a code (checks/policy.toml gives its status); the thresholds come
 from the profile (`gpu.*` keys) or from the GPU's own readings (its slowdown temperature).
 The driver stack itself is graded by gpu.driver (checks.gpu_driver).
 """

@@ -2,7 +2,7 @@
 heartbeat monitor, desync report, gloo, c10d store, torchrun) and the flight recorder's verdict.
 
 Graders over `preflight.parsers.torch_log` / `torch_hang` events and `preflight.parsers.flight_recorder`
-(`checks.hang_fr`). Every finding has a code in `checks/policy/hang.toml`. A process group's
+(`checks.hang_fr`). Every finding has a code in `checks/policy.toml`. A process group's
 sequence numbers count its own collectives: the lowest one the ranks of a group timed out at is
 where they parted, and the rank(s) missing from it hung or died first. Groups are told apart by
 their GUID (or id): ranks of different groups stuck on different collectives are a finding of

@@ -2,7 +2,7 @@
 
 Facts: ports from ibstat / ibstatus / ibv_devinfo / ibdev2netdev / HCA status tables
 (`preflight.parsers.ib`) and IB link up/down events and transceiver faults from system logs
-(`parsers.netlog`). Every finding has a code (`checks/policy/ib.toml`).
+(`parsers.netlog`). Every finding has a code (`checks/policy.toml`).
 
 Which ports are the compute fabric: the ports of the profile's link layer (with "any", the
 InfiniBand ports when the node has any, else every port), grouped by adapter model (CA type);

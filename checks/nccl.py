@@ -11,7 +11,7 @@ InfiniBand and RoCE ports in one list, plugins (aws-ofi-nccl without a libfabric
 across subnets, NVLS and GPUDirect RDMA. Whether the job spans several nodes is
 read from the log itself (hosts, nNodes/localRanks, network channels, ranks beyond a node's
 GPUs); a log that proves one node never fails for an interface only its bootstrap uses.
-Every finding has a code; its status is in `checks/policy/nccl.toml`.
+Every finding has a code; its status is in `checks/policy.toml`.
 """
 
 from __future__ import annotations

@@ -40,10 +40,6 @@ MIN_GPUS = 2  # GPUs on one host for a peer-to-peer figure to apply
 _FULL_BUS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.\d)?")
 
 
-def _code(name: str) -> str:
-    return f"{CHECK}/{name}"
-
-
 def _fmt_bytes(n: int) -> str:
     for unit, div in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if n >= div and n % div == 0:
@@ -192,7 +188,7 @@ def _profile_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectati
 def _board_expectation(board: dict[str, Any], topo: Topology, nvls: bool) -> Expectation:
     where = f"board {board.get('name', '?')}"
     if topo.multi is None:
-        return Expectation("unknown topology", notes=[(_code("gpus-per-node-differ"), f"peak not graded: the "
+        return Expectation("unknown topology", notes=[("nccl.allreduce/gpus-per-node-differ", f"peak not graded: the "
                            f"capture does not show how the ranks sit on hosts ({where})")])
     table = "multi_node" if topo.multi else "single_node"
     pre = f"{table}_nvls_" if nvls and not topo.multi and board.get(f"{table}_nvls_peak_busbw_warn") else f"{table}_"
@@ -204,7 +200,7 @@ def _board_expectation(board: dict[str, Any], topo: Topology, nvls: bool) -> Exp
                       latency_max_us=float(board.get(f"{table}_base_latency_max_us") or 0), latency_src=src,
                       tcp_max_busbw=float(board.get("tcp_fallback_max_busbw") or 0), tcp_src=src)
     if not (warn or fail):
-        exp.notes.append((_code("no-table"), f"peak not graded: {where} has no {table} figure"))
+        exp.notes.append(("nccl.allreduce/no-table", f"peak not graded: {where} has no {table} figure"))
     return exp
 
 
@@ -225,7 +221,7 @@ def expectation(res: NcclTests, prof: Profile, topo: Topology, coll: str = "all_
     figures and the per-size times are the all-reduce's own)."""
     if coll not in RING:
         what = coll or " or ".join(res.candidates())
-        return Expectation("none", notes=[(_code("collective-not-graded"), f"bandwidth not graded: {what} has "
+        return Expectation("none", notes=[("nccl.allreduce/collective-not-graded", f"bandwidth not graded: {what} has "
                                           "no busbw table (the tables are for all_reduce, all_gather, reduce_scatter)")])
     exp = _table_expectation(prof, topo, coll == "all_reduce" and _nvls_in_use(res))
     if coll != "all_reduce":
@@ -243,11 +239,11 @@ def _table_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation
         board = board_for(prof, topo.models)
         if board is None:
             what = ", ".join(topo.models) or "GPUs the capture does not name"
-            return Expectation("none", notes=[(_code("no-table"), f"bandwidth not graded: no busbw table for {what} "
+            return Expectation("none", notes=[("nccl.allreduce/no-table", f"bandwidth not graded: no busbw table for {what} "
                                               f"in profile {prof.name} (correctness only)")])
         exp = _board_expectation(board, topo, nvls)
     if exp.per_node and topo.per_host is not None and topo.per_host != exp.per_node:
-        exp.notes.append((_code("gpus-per-node-differ"), f"peak not graded: {topo.per_host} GPU(s) per host, "
+        exp.notes.append(("nccl.allreduce/gpus-per-node-differ", f"peak not graded: {topo.per_host} GPU(s) per host, "
                           f"the table is for {exp.per_node}"))
     return exp
 
@@ -262,17 +258,17 @@ def _integrity_findings(res: NcclTests, computed: float | None, label: str, f: F
     wrong = sum((r.wrong or 0) + (r.ip_wrong or 0) for r in res.rows)
     if wrong:
         bad = [r.line for r in res.rows if (r.wrong or 0) or (r.ip_wrong or 0)]
-        f.add(_code("wrong-results"), f"{label} returned wrong results ({wrong} wrong elements)", bad[:SHOW],
+        f.add("nccl.allreduce/wrong-results", f"{label} returned wrong results ({wrong} wrong elements)", bad[:SHOW],
               "a GPU, NVLink or NIC corrupts data: run the test per node to isolate it, check Xid/ECC, "
               "drain the node it follows")
     if res.oob_values:
-        f.add(_code("out-of-bounds"), f"{res.oob_values} out-of-bounds values", [res.oob_line],
+        f.add("nccl.allreduce/out-of-bounds", f"{res.oob_values} out-of-bounds values", [res.oob_line],
               "data corruption: isolate the node (per-node runs) and check ECC/Xid")
     if res.errors:
-        f.add(_code("test-failure"), "nccl-tests reported a failure", res.errors[:SHOW],
+        f.add("nccl.allreduce/test-failure", "nccl-tests reported a failure", res.errors[:SHOW],
               "read the failure line: it names the host; an NCCL WARN above it names the rank and device")
     if res.avg_check == "FAILED":
-        f.add(_code("min-bw-check-failed"), "the run's own bandwidth check failed (NCCL_TESTS_MIN_BW)",
+        f.add("nccl.allreduce/min-bw-check-failed", "the run's own bandwidth check failed (NCCL_TESTS_MIN_BW)",
               [res.avg_line], "the average bus bandwidth is under the site's NCCL_TESTS_MIN_BW: see the "
               "bandwidth findings, compare nodes one by one")
     if res.avg_busbw is None or computed is None:
@@ -280,7 +276,7 @@ def _integrity_findings(res: NcclTests, computed: float | None, label: str, f: F
     gap = abs(res.avg_busbw - computed)
     slack = AVG_ROUNDING_SLACK + AVG_RELATIVE_SLACK * computed
     if gap > slack:  # pragma: no mutate (> or >=: the edge of a float tolerance, never met by rounded cells)
-        f.add(_code("avg-mismatch"), f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's "
+        f.add("nccl.allreduce/avg-mismatch", f"printed Avg bus bandwidth {res.avg_busbw:g} disagrees with the table's "
               f"mean {computed:g} (edited or truncated output?)", [res.avg_line],
               "grade the untouched output of all_reduce_perf")
 
@@ -292,14 +288,14 @@ def _ending_findings(res: NcclTests, label: str, f: Findings) -> None:
     if finished or _aborted(res, label, f):
         pass
     elif res.stopped_at is not None and not res.errors:
-        f.add(_code("stopped-mid-row"), f"the output ends inside the {_fmt_bytes(res.stopped_at)} row: the "
+        f.add("nccl.allreduce/stopped-mid-row", f"the output ends inside the {_fmt_bytes(res.stopped_at)} row: the "
               "run hung there or the capture was cut", [f"last row started: {_fmt_bytes(res.stopped_at)}"],
               "check whether the job still runs (a hang at one size: py-spy / cuda-gdb the ranks); capture the "
               "whole output")
     else:
-        f.add(_code("truncated"), "the table stops before its summary")
+        f.add("nccl.allreduce/truncated", "the table stops before its summary")
     if not res.validated:
-        f.add(_code("not-validated"), "results not validated (-c 0: #wrong is N/A): wrong results would go unseen")
+        f.add("nccl.allreduce/not-validated", "results not validated (-c 0: #wrong is N/A): wrong results would go unseen")
 
 
 def _aborted(res: NcclTests, label: str, f: Findings) -> bool:
@@ -309,7 +305,7 @@ def _aborted(res: NcclTests, label: str, f: Findings) -> bool:
     warns = [w for w in res.after_rows if "NCCL WARN" in w or w in res.crashes]
     if finished or not warns or res.errors:
         return False
-    f.add(_code("aborted"), "the run stopped after " + ("an NCCL WARN" if "NCCL WARN" in warns[0] else
+    f.add("nccl.allreduce/aborted", "the run stopped after " + ("an NCCL WARN" if "NCCL WARN" in warns[0] else
                                                         "its process died") + (
         f" during the {_fmt_bytes(res.stopped_at)} {label}" if res.stopped_at else ""), warns[:SHOW],
         "read the NCCL WARN or signal line: it names the failing rank, host and device; rerun with NCCL_DEBUG=INFO")
@@ -336,7 +332,7 @@ def _tcp_fallback_findings(res: NcclTests, prof: Profile, exp: Expectation, f: F
         if low_bw or slow_t:
             slow.append(r.line)
     if slow:
-        f.add(_code("tcp-fallback"), f"TCP-fallback signature: {len(slow)} message size(s) >= "
+        f.add("nccl.allreduce/tcp-fallback", f"TCP-fallback signature: {len(slow)} message size(s) >= "
               f"{_fmt_bytes(min_bytes)} under {max_bw:g} GB/s busbw",
               slow[:SHOW] + [f"tcp_fallback_max_busbw = {max_bw:g} ({exp.tcp_src})"],
               "NCCL is using NET/Socket: rerun with NCCL_DEBUG=INFO and look for 'NET/Socket : Using'; "
@@ -375,12 +371,12 @@ def _peak_gate(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> 
     peak_min = int(_num(prof, "nccl.allreduce.peak_min_bytes"))
     max_size = max(r.bytes for r in res.rows)
     if peak_min and max_size < peak_min:
-        f.add(_code("short-sweep"), f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} "
+        f.add("nccl.allreduce/short-sweep", f"peak not graded: the sweep stops at {_fmt_bytes(max_size)} "
               f"(< {_fmt_bytes(peak_min)})")
         return False
     lat = _base_latency(res, prof)
     if exp.latency_max_us and lat is not None and lat > exp.latency_max_us:
-        f.add(_code("non-rdma-latency"), f"peak not graded against the {exp.name} table: the smallest all-reduce "
+        f.add("nccl.allreduce/non-rdma-latency", f"peak not graded against the {exp.name} table: the smallest all-reduce "
               f"takes {lat:g} us (> {exp.latency_max_us:g}), a TCP-based fabric the table is not for")
         return False
     return True
@@ -393,12 +389,12 @@ def _peak_findings(res: NcclTests, prof: Profile, exp: Expectation, peak: float 
     peak_ev = [next(r.line for r in res.rows if peak in (r.busbw, r.ip_busbw))]
     vm = _shared_bus(res)
     if exp.fail and peak < exp.fail:
-        f.add(_code("peak-below-floor"), f"peak busbw {peak:g} GB/s is under the {exp.name} floor {exp.fail:g}",
+        f.add("nccl.allreduce/peak-below-floor", f"peak busbw {peak:g} GB/s is under the {exp.name} floor {exp.fail:g}",
               [*peak_ev, exp.fail_src, vm],
               "a rail, HCA or NVLink is down or slow: run per-node and per-pair tests to isolate it "
               "(ibstat, nvidia-smi nvlink -s), then drain that node")
     elif exp.warn and peak < exp.warn:
-        f.add(_code("peak-below-expected"), f"peak busbw {peak:g} GB/s is below the expected {exp.warn:g} "
+        f.add("nccl.allreduce/peak-below-expected", f"peak busbw {peak:g} GB/s is below the expected {exp.warn:g} "
               f"({exp.name})", [*peak_ev, exp.warn_src, vm],
               "compare nodes one by one; check NIC/GPU affinity (nvidia-smi topo -m), PCIe "
               "width/speed and the NCCL env (NCCL_IB_HCA, NCCL_ALGO)")
@@ -414,7 +410,7 @@ def _ceiling_findings(res: NcclTests, exp: Expectation, f: Findings) -> None:
         for r in res.rows:
             took = _took(r)
             if r.bytes == int(entry["bytes"]) and took is not None and took > float(entry["max_time_us"]):
-                f.add(_code("size-slow"), f"{_fmt_bytes(r.bytes)} all-reduce took {took:g} us (expected <= "
+                f.add("nccl.allreduce/size-slow", f"{_fmt_bytes(r.bytes)} all-reduce took {took:g} us (expected <= "
                       f"{float(entry['max_time_us']):g})", [r.line, f"{exp.name}.sizes: {entry.get('source', '')}"],
                       "compare with another node pair; check NVLink/NIC health and NCCL env")
 
@@ -450,7 +446,10 @@ def _spikes(sweep: list[tuple[NcclTestRow, float]], ratio: float, excess: float)
 
 
 def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
-    """Latency spikes: rows far slower than their neighbours (`nccl.allreduce.spike_ratio`)."""
+    """Latency spikes: rows far slower than their neighbours (`nccl.allreduce.spike_ratio`). Not
+    on the sweep's gloo backend: its times are the CPUs' scheduling and TCP, not a GPU fabric."""
+    if res.backend == "gloo":
+        return
     ratio = _num(prof, "nccl.allreduce.spike_ratio")
     excess = _num(prof, "nccl.allreduce.spike_min_excess_us")
     found: list[tuple[NcclTestRow, str]] = []
@@ -460,7 +459,7 @@ def _spike_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     if not found:
         return
     sizes = ", ".join(_fmt_bytes(r.bytes) for r, _ in found[:SHOW]) + (" ..." if len(found) > SHOW else "")
-    f.add(_code("latency-spike"), f"latency spikes at {len(found)} message size(s) ({sizes})",
+    f.add("nccl.allreduce/latency-spike", f"latency spikes at {len(found)} message size(s) ({sizes})",
           [f"{_fmt_bytes(r.bytes)}: {why}" for r, why in found[:SHOW]] + [r.line for r, _ in found[:SHOW]] +
           [f"nccl.allreduce.spike_ratio = {ratio:g} ({prof.source('nccl.allreduce.spike_ratio')})"],
           "an intermittent fabric problem at mid-size messages (adaptive routing, congestion, a flapping link, "
@@ -473,7 +472,7 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     sizes = sorted({r.bytes for r in res.rows})
     peak_min = int(_num(prof, "nccl.allreduce.peak_min_bytes"))
     if len(sizes) == 1 and peak_min and sizes[0] < peak_min:
-        f.add(_code("single-size"), f"a single message size ({_fmt_bytes(sizes[0])}): too small for a bandwidth "
+        f.add("nccl.allreduce/single-size", f"a single message size ({_fmt_bytes(sizes[0])}): too small for a bandwidth "
               "verdict", [res.rows[0].line, f"nccl.allreduce.peak_min_bytes = {peak_min} "
                                             f"({prof.source('nccl.allreduce.peak_min_bytes')})"],
               "rerun all_reduce_perf up to 8G (-b 8 -e 8G -f 2) to see the bandwidth plateau")
@@ -490,7 +489,7 @@ def _size_findings(res: NcclTests, prof: Profile, f: Findings) -> None:
     rate = _num(prof, rate_key)
     nic = rate / 8  # Gb/s to GB/s
     if flat and rate and plateau <= _num(prof, "nccl.allreduce.plateau_nic_ratio") * nic:
-        f.add(_code("one-nic-plateau"), f"busbw plateaus at {plateau:g} GB/s, about one {rate:g} Gb/s NIC's "
+        f.add("nccl.allreduce/one-nic-plateau", f"busbw plateaus at {plateau:g} GB/s, about one {rate:g} Gb/s NIC's "
               f"worth, while NCCL_IB_HCA names {len(res.ib_hcas)} HCAs ({', '.join(res.ib_hcas)})"
               + ("; the table stops before its summary" if not res.avg_line else ""),
               [*[r.line for r, _ in big[-SHOW:]], f"command: {res.command}"[:SHOW_CMD],
@@ -535,22 +534,22 @@ def _no_rows(ctx: CheckContext, res: NcclTests) -> Result:
     read, or output cut before the table."""
     facts = _allreduce_facts(res, topology(res))
     if res.errors or res.warns:
-        return ctx.finding(_code("test-failure"), "nccl-tests failed before its first result row",
+        return ctx.finding("nccl.allreduce/test-failure", "nccl-tests failed before its first result row",
                            evidence=(res.errors + res.warns)[:SHOW],
                            remedy="read the failure line and the NCCL WARN above it: they name the host, rank and "
                                   "device", facts=facts)
     if res.bad_rows:
-        return ctx.finding(_code("not-recognised"), "not recognised: rows `size count type [redop root] time algbw "
+        return ctx.finding("nccl.allreduce/not-recognised", "not recognised: rows `size count type [redop root] time algbw "
                            "busbw #wrong` (out-of-place, in-place) were expected; "
                            f"{len(res.bad_rows)} row(s) have another layout", evidence=res.bad_rows[:SHOW],
                            remedy="grade the untouched output of the *_perf binary; report the layout if it is a "
                                   "newer nccl-tests", facts=facts)
     if res.crashes:
-        return ctx.finding(_code("crashed-before-rows"), "nccl-tests died before its first result row",
+        return ctx.finding("nccl.allreduce/crashed-before-rows", "nccl-tests died before its first result row",
                            evidence=[res.header, *res.crashes[:SHOW]] if res.header else res.crashes[:SHOW],
                            remedy="read the signal and the lines above it (a core dump, dmesg, the launcher's log); "
                                   "rerun with NCCL_DEBUG=INFO", facts=facts)
-    return ctx.finding(_code("no-rows"), "the table was cut before its first row: nothing was measured",
+    return ctx.finding("nccl.allreduce/no-rows", "the table was cut before its first row: nothing was measured",
                        evidence=[res.header or "no `size count type ... busbw` row found", *res.notes[:SHOW]],
                        remedy="capture the whole output of the *_perf binary (it prints one row per size, then "
                               "'# Avg bus bandwidth')", facts=facts)
@@ -595,11 +594,11 @@ def _pcie_findings(res: NcclTests, prof: Profile, topo: Topology, label: str, pe
     min_bytes = int(_num(prof, "nccl.allreduce.pcie_min_bytes"))
     if not floor or peak is None or topo.multi is not False or (topo.ranks or 0) < MIN_GPUS:
         return
-    graded = {_code("peak-below-floor"), _code("peak-below-expected")} & set(f.codes())
+    graded = {"nccl.allreduce/peak-below-floor", "nccl.allreduce/peak-below-expected"} & set(f.codes())
     if graded or peak >= floor or max(r.bytes for r in res.rows) < min_bytes or not _gpus_shown(res, topo):
         return
     row = next(r.line for r in res.rows if peak in (r.busbw, r.ip_busbw))
-    f.add(_code("below-pcie-p2p"), f"{label} peak busbw {peak:g} GB/s between the {topo.ranks} GPUs of one host is "
+    f.add("nccl.allreduce/below-pcie-p2p", f"{label} peak busbw {peak:g} GB/s between the {topo.ranks} GPUs of one host is "
           f"under what PCIe peer-to-peer gives ({floor:g} GB/s)",
           [row, f"nccl.allreduce.pcie_min_busbw = {floor:g} ({prof.source('nccl.allreduce.pcie_min_busbw')})"],
           "the GPUs exchange data through host memory (peer-to-peer off or unsupported: GeForce boards, "
@@ -654,13 +653,13 @@ def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
     _other_runs(res, f)
     shared = _shared_gpus(res)
     if _one_rank(res, topo, cells):
-        f.add(_code("one-rank"), "a single-rank run: it measures no communication" +
+        f.add("nccl.allreduce/one-rank", "a single-rank run: it measures no communication" +
               (" (busbw is 0 by definition)" if cells and max(cells) == 0 else ""),
               [r.line for r in res.rows[-1:]],
               "run one *_perf binary across the GPUs: -g <GPUs> in one process, or an MPI build (make MPI=1) "
               "under mpirun/srun; a binary built without MPI runs one separate copy per launched process")
     elif shared:
-        f.add(_code("ranks-share-gpu"), f"ranks share a GPU ({len(shared)} rank(s) on a GPU another rank uses): "
+        f.add("nccl.allreduce/ranks-share-gpu", f"ranks share a GPU ({len(shared)} rank(s) on a GPU another rank uses): "
               "the run measures no interconnect", shared[:SHOW],
               "give each rank its own GPU (CUDA_VISIBLE_DEVICES per rank, -g with as many GPUs as the host has, "
               "one rank per GPU in the launcher)")
@@ -678,7 +677,7 @@ def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
 def grade_allreduce(ctx: CheckContext) -> Result:
     res: NcclTests | None = ctx.facts("nccl-tests")
     if res is None:
-        return ctx.finding(_code("no-output"), "no nccl-tests output to grade")
+        return ctx.finding("nccl.allreduce/no-output", "no nccl-tests output to grade")
     tables = res.tables or [res]
     with_rows = [t for t in tables if t.rows]
     if not with_rows:
@@ -694,7 +693,7 @@ def _unrecognised_columns(ctx: CheckContext, res: NcclTests) -> Result:
     row = res.rows[-1]
     n = res.listed()
     ratio = res.bw_ratio()
-    return ctx.finding(_code("not-recognised"), "not recognised: a nccl-tests table was expected (size = count x "
+    return ctx.finding("nccl.allreduce/not-recognised", "not recognised: a nccl-tests table was expected (size = count x "
                        "word size, or x the ranks; the root, redop and busbw/algbw of one collective); the columns "
                        "fit none", evidence=[row.line, f"busbw/algbw = {ratio:.3f}" if ratio else "no bandwidth cells",
                                              f"ranks listed: {n}" if n else "no rank list"],

@@ -18,7 +18,7 @@ patterns, and grades:
 - speed (sysfs, ethtool), Ethernet link flaps, and NCCL_SOCKET_IFNAME / NCCL_IB_HCA /
   GLOO_SOCKET_IFNAME against the interfaces and RDMA devices that exist.
 A paste that shows some interfaces on purpose (`ip addr show DEV`, `ip link`, an ethtool grep) is
-graded on what it shows. Every finding is a code of `checks/policy/network.toml`.
+graded on what it shows. Every finding is a code of `checks/policy.toml`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
 from .flaps import grade_flaps, is_ib_name
+from .nic_mtu import mtu_consistency
 
 PROBE_IP_ADDR = Probe.of("ip-addr", ["ip", "-j", "-d", "addr"], ["ip", "-d", "addr"], timeout=10)
 PROBE_IP_SPEED = Probe.of("ip-speed", ["sh", "-c", "grep -H . /sys/class/net/*/speed"], timeout=10)
@@ -404,14 +405,13 @@ def _dad_findings(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
 
 def _grade_interfaces(ip: IpFacts, prof: Profile, env: dict[str, str], speeds: dict[str, int], f: Findings
                       ) -> tuple[list[Interface], list[Interface], str]:
-    from .nic_mtu import mtu_consistency
-
     dp, how = data_plane(ip.interfaces, prof, env)
     declared = how in ("profile", "env")
     if not ip.requested:
         _presence_findings(ip, prof, dp, f)
     carrying = [i for i in dp if i.up]
-    mtu_consistency(ip.interfaces, prof, f, carrying)
+    mtu_consistency(ip.interfaces, prof, f, {i.name: classify(i, prof) for i in ip.interfaces},
+                    {i.name for i in ip.interfaces if unused(i, carrying, prof)})
     graded: list[Interface] = []
     unplugged: list[Interface] = []
     for i in dp:

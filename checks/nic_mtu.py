@@ -25,8 +25,6 @@ from preflight.findings import Findings
 from preflight.parsers.ip import Interface
 from preflight.profile import Profile
 
-from .network import classify, unused
-
 # systemd.net-naming-scheme(7): en|ib + [P<domain>] + (s<slot> | p<bus>s<slot>) + [f<function>] + [n<port>|d<dev>]
 _ADAPTER = re.compile(r"^(?P<stem>(?:en|ib)(?:P\d+)?(?:p\d+s\d+|s\d+))(?:f\d+)?(?:n(?:p)?\d+|d\d+)?$")
 
@@ -42,7 +40,7 @@ def _listing(ifaces: Iterable[Interface]) -> str:
     return ", ".join(f"{i.name} {i.mtu}" + (f" ({i.master})" if i.master else "") for i in ifaces)
 
 
-def _bond_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> set[str]:
+def _bond_mismatch(ifaces: list[Interface], kinds: dict[str, str], f: Findings) -> set[str]:
     """Members of one bond/team (and the bond) with different MTUs; returns the masters reported."""
     by_name = {i.name: i for i in ifaces}
     groups: dict[str, list[Interface]] = {}
@@ -52,7 +50,7 @@ def _bond_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> set[s
     reported: set[str] = set()
     for master, members in groups.items():
         bond = by_name.get(master)
-        if bond is not None and classify(bond, prof) == "virtual":
+        if bond is not None and kinds.get(bond.name, "") == "virtual":
             continue  # a bridge's ports
         shown = members + ([bond] if bond is not None and bond.mtu is not None else [])
         if len({i.mtu for i in shown}) < 2:
@@ -66,11 +64,11 @@ def _bond_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> set[s
     return reported
 
 
-def _subnet_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
+def _subnet_mismatch(ifaces: list[Interface], kinds: dict[str, str], f: Findings) -> None:
     """Interfaces with IPv4 addresses in one subnet but different MTUs."""
     nets: dict[ipaddress.IPv4Network, list[Interface]] = {}
     for i in ifaces:
-        if not i.up or i.mtu is None or classify(i, prof) not in ("data", "ipoib"):
+        if not i.up or i.mtu is None or kinds.get(i.name, "") not in ("data", "ipoib"):
             continue
         for a in i.ipv4:
             try:
@@ -88,14 +86,14 @@ def _subnet_mismatch(ifaces: list[Interface], prof: Profile, f: Findings) -> Non
                   "frames the smaller one drops")
 
 
-def _adapter_mismatch(ifaces: list[Interface], prof: Profile, bonds: set[str], carrying: list[Interface],
+def _adapter_mismatch(ifaces: list[Interface], kinds: dict[str, str], bonds: set[str], idle: set[str],
                       f: Findings) -> None:
     """Ports of one adapter, brought up by the system and in use, with different MTUs."""
     groups: dict[str, list[Interface]] = {}
     for i in ifaces:
         stem = adapter_of(i.name)
-        if (stem and i.admin_up and i.mtu is not None and not i.parent and classify(i, prof) == "data"
-                and not unused(i, carrying, prof)):
+        if (stem and i.admin_up and i.mtu is not None and not i.parent and kinds.get(i.name, "") == "data"
+                and i.name not in idle):
             groups.setdefault(stem, []).append(i)
     for stem, ports in groups.items():
         masters = {i.master for i in ports}
@@ -119,18 +117,18 @@ def _overlay_kind(i: Interface, prof: Profile) -> str:
     return kind if kind in overhead else ""
 
 
-def _overlay_above_uplink(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
+def _overlay_above_uplink(ifaces: list[Interface], prof: Profile, kinds: dict[str, str], f: Findings) -> None:
     """A bridge or overlay whose MTU plus encapsulation exceeds the uplinks' largest MTU."""
     overhead: dict[str, int] = prof.get("net.encap_overhead") or {}
-    bridged = {i.master for i in ifaces if i.master and classify(i, prof) == "data"}  # a bridge over a NIC is the uplink
+    bridged = {i.master for i in ifaces if i.master and kinds.get(i.name, "") == "data"}  # a bridge over a NIC is the uplink
     uplinks = [i for i in ifaces if i.up and i.mtu and not i.slave
-               and (classify(i, prof) in ("data", "wireless") or i.name in bridged)]
+               and (kinds.get(i.name, "") in ("data", "wireless") or i.name in bridged)]
     if not uplinks:
         return
     top = max(i.mtu for i in uplinks if i.mtu is not None)
     names = ", ".join(i.name for i in uplinks if i.mtu == top)
     for i in ifaces:
-        if not i.admin_up or i.mtu is None or i.name in bridged or classify(i, prof) != "virtual":
+        if not i.admin_up or i.mtu is None or i.name in bridged or kinds.get(i.name, "") != "virtual":
             continue
         kind = _overlay_kind(i, prof)
         if not kind or i.mtu + int(overhead[kind]) <= top:
@@ -144,13 +142,15 @@ def _overlay_above_uplink(ifaces: list[Interface], prof: Profile, f: Findings) -
               "dropped where ICMP Frag needed does not come back")
 
 
-def mtu_consistency(ifaces: list[Interface], prof: Profile, f: Findings, carrying: list[Interface]) -> None:
-    """Every MTU mismatch among one node's interfaces, as net.nic findings; `carrying`: the
-    data-plane ports with link (an unused port is one set up like none of them)."""
-    bonds = _bond_mismatch(ifaces, prof, f)
-    _subnet_mismatch(ifaces, prof, f)
-    _adapter_mismatch(ifaces, prof, bonds, carrying, f)
-    _overlay_above_uplink(ifaces, prof, f)
+def mtu_consistency(ifaces: list[Interface], prof: Profile, f: Findings, kinds: dict[str, str], idle: set[str]
+                    ) -> None:
+    """Every MTU mismatch among one node's interfaces, as net.nic findings; `kinds`: each
+    interface's class (net.nic's `classify`: data, ipoib, virtual, wireless, loopback), `idle`:
+    the ports that carry nothing and were never set up (their MTU says nothing)."""
+    bonds = _bond_mismatch(ifaces, kinds, f)
+    _subnet_mismatch(ifaces, kinds, f)
+    _adapter_mismatch(ifaces, kinds, bonds, idle, f)
+    _overlay_above_uplink(ifaces, prof, kinds, f)
 
 
 __all__ = ["adapter_of", "mtu_consistency"]

@@ -6,7 +6,7 @@ its kind's code (`KIND_CODES`): replays, recoveries, CRC errors, packet errors a
 did not correct on a link are a marginal link (WARN by the policy), a recovery that failed is a
 link lost (FAIL). Rates (BER), the FEC histogram, the pre-FEC raw counters and traffic are not
 error counts and are not graded; a counter of no known kind, or one that reads no number, is
-named in a note, never guessed at. The statuses are the policy's (`checks/policy/gpu.toml`).
+named in a note, never guessed at. The statuses are the policy's (`checks/policy.toml`).
 """
 
 from __future__ import annotations

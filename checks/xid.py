@@ -5,7 +5,7 @@ Facts come from `preflight.parsers.kernel_log` (every kernel-log framing, Xids, 
 faults, PCIe / machine-check / SXid reports, the GPU identity map). Each Xid burst gets the code
 of its catalog bucket (`xid_catalog.BUCKET_CODES`, Xid 144-150 by their Fatal / Non-fatal word,
 Xid 154 by the recovery action it prints); each fault the code of its kind (`FAULT_CODES`); a
-code's status is the policy's (`checks/policy/xid.toml`). Sympathetic Xids are tied to their
+code's status is the policy's (`checks/policy.toml`). Sympathetic Xids are tied to their
 cause: by the driver's own `caused by previous Xid N` (a cause the log does not show is taken
 from that annotation), or (45 after another Xid, 43 after 13, 94/95/63 after 48) by time on the
 same GPU; they are graded with it. An Xid 154 that sets the recovery action back to None

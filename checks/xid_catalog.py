@@ -1,5 +1,5 @@
 """The Xid catalog as data: code -> mnemonic, description, NVIDIA's resolution buckets, and the
-bucket preflight grades by (one policy code per bucket, `checks/policy/xid.toml`).
+bucket preflight grades by (one policy code per bucket, `checks/policy.toml`).
 
 Provenance (REVISION): NVIDIA, "Analyzing Xid Errors with the Xid Catalog"
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, Ampere and newer), sheet

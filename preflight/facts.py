@@ -133,7 +133,7 @@ class NicFacts(TypedDict, total=False):
 
 class _SweepRowBase(TypedDict):
     bytes: int
-    busbw: float
+    busbw: float | None  # None: an nccl-tests row with only its in-place half (RCCL -O 1)
 
 
 class SweepRowFact(_SweepRowBase, total=False):
@@ -144,6 +144,10 @@ class SweepRowFact(_SweepRowBase, total=False):
     p99_us: float | None
     algbw: float | None
     wrong: int | None
+    ip_time_us: float | None  # nccl-tests' in-place half of the row
+    ip_algbw: float | None
+    ip_busbw: float | None
+    ip_wrong: int | None
 
 
 class AllreduceFacts(TypedDict, total=False):

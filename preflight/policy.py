@@ -64,11 +64,11 @@ class Override:
 
 def packaged_tables() -> list[Path]:
     """The table shipped with the checks (`preflight.checks` is the repository's `checks/`):
-    `policy.toml`, and `policy/*.toml` (one file per check family) when the table is kept split."""
+    `policy.toml`, one file for every family of checks."""
     import preflight.checks as pkg
 
     base = Path(pkg.__file__).resolve().parent
-    return [base / "policy.toml", *sorted((base / "policy").glob("*.toml"))]
+    return [base / "policy.toml"]
 
 
 def parse_table(text: str, origin: str) -> dict[str, Code]:

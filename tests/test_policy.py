@@ -339,8 +339,8 @@ def test_the_active_policy_is_the_table_unless_a_command_installs_one() -> None:
     finally:
         policy.reset(token)
     assert policy.active() is policy.builtin()
-    assert all(p.name.endswith(".toml") for p in policy.packaged_tables())
-    assert policy.packaged_tables()[0].name == "policy.toml"
+    assert [p.name for p in policy.packaged_tables()] == ["policy.toml"]
+    assert policy.packaged_tables()[0].is_file()
 
 
 def test_malformed_table_messages_in_full() -> None:

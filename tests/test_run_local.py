@@ -112,15 +112,17 @@ def test_readme_install_without_torch_is_go_with_sweep_skip(tmp_path: Path, no_t
 
 def test_only_host_given_is_this_node_no_ssh(tmp_path: Path, no_torch_python: str) -> None:
     """--hosts <this node's own name> and a one-node allocation of this node: the sweep is
-    still local (checked with --sweep-only, so the node checks' transport is not in play)."""
+    still local (checked with --sweep-only, so the node checks' transport is not in play). The
+    sweep is all that was asked and it could not run: NO-EVIDENCE, exit 3."""
     env, calls = healthy_node(tmp_path)
     me = socket.gethostname()
     p, doc, _ = run(no_torch_python, ["--sweep-only", "--sweep-nproc", "2", "--hosts", me], env, tmp_path)
-    assert p.returncode == 0 and sweep_results(doc)["nccl.allreduce"]["status"] == "skip", p.stdout[-2000:]
+    assert p.returncode == 3 and doc["verdict"] == "NO-EVIDENCE", p.stdout[-2000:]
+    assert sweep_results(doc)["nccl.allreduce"]["status"] == "skip", p.stdout[-2000:]
     alloc = {**env, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": me.split(".")[0]}
     p, doc, _ = run(no_torch_python, ["--sweep-only", "--sweep-nproc", "2"], alloc, tmp_path)
     ar = sweep_results(doc)["nccl.allreduce"]
-    assert p.returncode == 0 and ar["status"] == "skip" and "torch" in ar["summary"], p.stdout[-2000:]
+    assert p.returncode == 3 and ar["status"] == "skip" and "torch" in ar["summary"], p.stdout[-2000:]
     assert not calls.exists(), calls.read_text()
 
 
@@ -186,7 +188,7 @@ def test_one_gpu_is_skip_and_bad_sweep_options_are_usage_errors(tmp_path: Path) 
     env, calls = healthy_node(tmp_path)
     p, doc, _ = run(sys.executable, ["--sweep-only", "--sweep-nproc", "1"], env, tmp_path)
     ar = sweep_results(doc)["nccl.allreduce"]
-    assert p.returncode == 0 and ar["status"] == "skip" and "one rank" in ar["summary"]
+    assert p.returncode == 3 and doc["verdict"] == "NO-EVIDENCE" and ar["status"] == "skip" and "one rank" in ar["summary"]
     for bad in (["--sweep-python", "py; rm -rf /"], ["--sweep-backend", "mpi"]):
         q = subprocess.run([sys.executable, "-m", "preflight.cli", "run", "--no-report", *bad], capture_output=True,
                            text=True, env=env, cwd=tmp_path, timeout=120)

@@ -58,7 +58,8 @@ def prologue_gate(report: Any, node: str, history_url: str | None, damp: str | N
                 gate.decision = d
                 gate.lines.append(f"  history: {d.reason}")
     except Exception as exc:
-        gate.lines.append(f"  history ({describe(url)}): {exc}" + ("; not damped" if damping else ""))
+        gate.lines.append(f"  history ({describe(url)}): {exc}; " + ("not damped" if gate.run_id is not None else
+                                                                      "not recorded" + ("; not damped" if damping else "")))
         gate.decision = None
     return gate
 

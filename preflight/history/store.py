@@ -455,6 +455,27 @@ def _sqlite_path(url: str) -> Path:
     return Path(rest).resolve()
 
 
+def _wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """Put the file in WAL mode (it stays so); its journal mode after. Switching takes an
+    exclusive lock and SQLite's busy handler does not wait for it: when several processes open a
+    new file at once the others get "database is locked" at once, so they retry until `timeout`
+    (the mode is read first: once a file is WAL nobody needs that lock again)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        row = conn.execute("PRAGMA journal_mode").fetchone()
+        if row and str(row[0]).lower() == "wal":
+            return "wal"
+        try:
+            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return str(row[0]).lower() if row else ""
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
 def open_store(url: str | None = None, timeout: float = BUSY_TIMEOUT_S, migrate: bool = True) -> Store:
     """Open (and create or upgrade) the store at `url` (None: the default). Raises HistoryError."""
     resolved = resolve_url(url)
@@ -466,10 +487,10 @@ def open_store(url: str | None = None, timeout: float = BUSY_TIMEOUT_S, migrate:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn: Any = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if mode and str(mode[0]).lower() != "wal":
+            mode = _wal(conn, timeout)
+            if mode != "wal":
                 conn.close()
-                raise HistoryError(f"history store {path}: cannot switch to WAL mode (got {mode[0]})")
+                raise HistoryError(f"history store {path}: cannot switch to WAL mode (got {mode})")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             store = Store(resolved, conn, "sqlite")

@@ -175,6 +175,7 @@ class NcclTests:
     named: str = ""  # the collective a wrapper's command line names (`run_nccl_tests.sh -t all_gather`)
     cmd_ranks: int | None = None  # GPUs x threads of the one process a launcher-free command line runs
     crashes: list[str] = field(default_factory=list)  # the process died: a signal, an abort
+    backend: str = ""  # the torch.distributed backend of preflight's own sweep ("" for an nccl-tests capture)
     tables: list[NcclTests] = field(default_factory=list)
 
     @property

@@ -312,7 +312,7 @@ def _quote(out: RasStatus, key: str, obj: dict[str, Any]) -> None:
 
 
 def _json_rank(out: RasStatus, comm: str, r: dict[str, Any]) -> None:
-    st = r.get("status") if isinstance(r.get("status"), dict) else {}
+    st = _obj(r.get("status"))
     base = {"rank": _int(r.get("rank")), "comm": comm, "node": str(r.get("host", "")), "pid": _int(r.get("pid")),
             "gpu": str(r.get("cuda_dev", "")), "op": "", "launched": None}
     if st.get("abort_flag") is True:
@@ -360,12 +360,17 @@ def _json_comm(out: RasStatus, i: int, c: dict[str, Any]) -> None:
     if missing:
         out.incomplete.append({"comm": comm, "missing": len(missing)})
     for r in missing:
-        st = r.get("status") if isinstance(r.get("status"), dict) else {}
+        st = _obj(r.get("status"))
         section = "DEAD" if st.get("considered_dead") else "INCOMPLETE"
         out.ranks.append({"rank": _int(r.get("rank")), "section": section, "comm": comm, "launched": None,
                           "status": "", "error": "", "node": str(r.get("host", "")), "pid": _int(r.get("pid")),
                           "gpu": str(r.get("cuda_dev", "")), "op": ""})
         _quote(out, "DEAD" if section == "DEAD" else f"{comm} INCOMPLETE", r)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A JSON object (anything else: an empty one)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _list(value: Any) -> list[dict[str, Any]]:
@@ -376,7 +381,8 @@ def _list(value: Any) -> list[dict[str, Any]]:
 def _json_docs(text: str) -> list[dict[str, Any]]:
     """The JSON objects of `text`, one after another (a status, or monitor events); [] when it
     holds none."""
-    docs, dec, i = [], json.JSONDecoder(), text.find("{")
+    docs: list[dict[str, Any]] = []
+    dec, i = json.JSONDecoder(), text.find("{")
     while i >= 0:
         try:
             doc, end = dec.raw_decode(text, i)
@@ -389,7 +395,7 @@ def _json_docs(text: str) -> list[dict[str, Any]]:
 
 
 def _json_event(out: RasStatus, doc: dict[str, Any]) -> None:
-    peer = doc.get("peer") if isinstance(doc.get("peer"), dict) else {}
+    peer = _obj(doc.get("peer"))
     gpus = peer.get("cuda_devs")
     out.events.append({"event": str(doc.get("event", "")), "pid": _int(peer.get("pid")),
                        "node": str(peer.get("host") or peer.get("addr") or ""),
@@ -411,7 +417,7 @@ def parse_ras_json(text: str) -> RasStatus | None:
         comms = _list(doc.get("communicators"))
         for i, c in enumerate(comms):
             _json_comm(out, i, c)
-        ras = doc.get("ras") if isinstance(doc.get("ras"), dict) else {}
+        ras = _obj(doc.get("ras"))
         out.timeouts = _int(ras.get("timeouts_count")) or 0
         out.no_comms = not comms
     out.dead_processes = [{"pid": r["pid"], "node": r["node"], "gpus": r["gpu"]} for r in out.ranks

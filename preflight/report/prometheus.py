@@ -91,8 +91,10 @@ def _latest(results: Iterable[Result]) -> dict[tuple[str, str], Result]:
 def _allreduce(fam: _Families, node: str, r: Result) -> None:
     group = node if is_node(node) else _group(node, r)
     for row in facts.sweep_rows(r):
-        fam.add("preflight_sweep_busbw_bytes_per_second", {"nodes": group, "bytes": int(row["bytes"] or 0)},
-                float(row["busbw"]) * GB)
+        bw = row["busbw"] if row["busbw"] is not None else row.get("ip_busbw")
+        if bw is not None:
+            fam.add("preflight_sweep_busbw_bytes_per_second", {"nodes": group, "bytes": int(row["bytes"] or 0)},
+                    float(bw) * GB)
     peak = facts.peak_busbw(r)
     if peak is not None:
         fam.add("preflight_sweep_peak_busbw_bytes_per_second", {"nodes": group}, peak * GB)

@@ -124,7 +124,7 @@ def nccl_tests_facts(out: SweepOutcome) -> NcclTests:
     spec = out.spec
     dtype = NCCL_TESTS_DTYPE.get(spec.dtype, spec.dtype)
     facts = NcclTests(header=f"# preflight sweep: {spec.backend}, {spec.min_bytes}..{spec.max_bytes} B, "
-                             f"factor {spec.factor}, {spec.iters} iters")
+                             f"factor {spec.factor}, {spec.iters} iters", backend=spec.backend)
     for r, h in sorted(out.ranks.items()):
         facts.ranks.append({"rank": r, "group": 0, "pid": int(h.get("pid") or 0), "host": str(h.get("node")),
                             "device": int(h.get("local_rank") or 0), "bus": str(h.get("device", "")),

@@ -484,7 +484,7 @@ def test_engine_with_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 # ---------------------------------------------------------------------------------------
-# gpu.health: one finding code per decision (checks/policy/gpu_health.toml)
+# gpu.health: one finding code per decision (checks/policy.toml)
 # ---------------------------------------------------------------------------------------
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -575,7 +574,8 @@ def test_torch_log_reexports_the_hang_reader() -> None:
 # ----------------------------------------------------------------------------- the policy table
 
 def _table() -> dict:
-    return tomllib.loads((ROOT / "checks" / "policy" / "hang.toml").read_text(encoding="utf-8"))
+    table = tomllib.loads((ROOT / "checks" / "policy.toml").read_text(encoding="utf-8"))
+    return {k: v for k, v in table.items() if k.startswith("hang.watchdog/")}
 
 
 def test_every_code_the_grader_names_is_in_the_table_and_every_entry_is_used() -> None:
@@ -591,7 +591,6 @@ def test_table_entries_are_complete() -> None:
     for code, entry in _table().items():
         assert set(entry) == {"status", "means", "reason", "source"}, code
         assert entry["status"] in ("pass", "warn", "fail", "skip", "error"), code
-        assert Path(ROOT / "checks" / "policy" / "hang.toml").is_file()
 
 
 # ----------------------------------------------------------------------------- details the summaries rely on

@@ -1,5 +1,5 @@
 """nccl.allreduce: nccl-tests / rccl-tests output graded against the table for what the capture
-shows (topology, NVLS, GPU board), with the codes of checks/policy/nccl_tests.toml."""
+shows (topology, NVLS, GPU board), with the codes of checks/policy.toml."""
 
 from __future__ import annotations
 
@@ -399,6 +399,22 @@ def test_mid_size_latency_spikes_warn() -> None:
     assert any(e.startswith("32 KB: 1112.2 us, a larger message took") for e in r.evidence)
 
 
+@pytest.mark.parametrize(("backend", "spike"), [("gloo", False), ("nccl", True), ("", True)])
+def test_the_sweeps_gloo_backend_is_not_graded_for_spikes(backend: str, spike: bool) -> None:
+    """The sweep's rows come as an NcclTests built by hand; on gloo (CPUs and TCP) a slow row
+    says nothing about a GPU fabric."""
+    from preflight.grading import FactStore, grade_check
+    from preflight.registry import Options
+    from tests.conftest import reg
+
+    res = parse_nccl_tests(table(2, 8, 470.0, times={32768: 1112.2, 65536: 1651.7, 131072: 783.8}))
+    res.backend = backend
+    r = reg.load()
+    [out] = grade_check(r.checks["nccl.allreduce"], "cluster", FactStore(r, facts={"nccl-tests": res}),
+                        profiles.load(H100), Options(mode="run"), None)
+    assert ("nccl.allreduce/latency-spike" in codes(out)) is spike, (out.summary, out.evidence)
+
+
 def test_a_step_up_that_never_recovers_is_a_spike() -> None:
     base = dict(curve(16, 470.0))
     times = {s: t + (2000.0 if s >= 65536 else 0.0) for s, t in base.items()}
@@ -664,7 +680,7 @@ def test_topology() -> None:
 
 def test_every_code_the_grader_names_is_in_the_policy_table() -> None:
     source = (ROOT / "checks" / "nccl_tests.py").read_text()
-    used = {f"nccl.allreduce/{c}" for c in re.findall(r'_code\("([a-z0-9-]+)"\)', source)}
+    used = set(re.findall(r'"(nccl\.allreduce/[a-z0-9-]+)"', source))
     table_codes = {c for c in policy.builtin().codes if c.startswith("nccl.allreduce/")}
     assert used == table_codes
     statuses = {c: policy.builtin().entry(c).status for c in table_codes}

@@ -129,3 +129,40 @@ def test_sixteen_prologues_at_once_lose_no_record(tmp_path: Path) -> None:
         assert len(runs) == 16 and s.counts()["results"] == 16
         assert sorted(n for r in runs for n in r.nodes) == [f"gpu{i:03d}" for i in range(16)]
         assert s.version() == SCHEMA_VERSION
+
+
+def test_a_new_file_locked_by_another_process_is_waited_for_then_named(tmp_path: Path) -> None:
+    """Switching a new file to WAL needs an exclusive lock that SQLite's busy handler does not
+    wait for: the opener retries until its timeout, then names the lock."""
+    import threading
+
+    db = tmp_path / "h.db"
+    holder = sqlite3.connect(str(db), isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    t0 = time.monotonic()
+    with pytest.raises(HistoryError, match="database is locked"):
+        open_store(f"sqlite:///{db}", timeout=0.4)
+    assert time.monotonic() - t0 >= 0.4
+    threading.Timer(0.3, lambda: holder.execute("COMMIT")).start()
+    with open_store(f"sqlite:///{db}", timeout=20) as s:
+        s.record([res("gpu.xid", "n1", "pass")], "prologue")
+        assert len(s.runs()) == 1
+    assert sqlite3.connect(str(db)).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    holder.close()
+
+
+def test_the_prologue_says_when_its_run_was_not_recorded(tmp_path: Path) -> None:
+    from preflight.history.gate import prologue_gate
+
+    db = tmp_path / "h.db"
+    holder = sqlite3.connect(str(db), isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    report = Report.build("prologue", [res("gpu.xid", "n1", "pass")])
+    gate = prologue_gate(report, "n1", f"sqlite:///{db}", None, timeout=0.2)
+    assert gate.run_id is None and len(gate.lines) == 1
+    assert gate.lines[0].startswith(f"  history (sqlite:///{db}): ") and gate.lines[0].endswith("; not recorded")
+    gate = prologue_gate(report, "n1", f"sqlite:///{db}", "2,2", timeout=0.2)
+    assert gate.lines[-1].endswith("; not recorded; not damped")
+    holder.close()

@@ -135,8 +135,9 @@ def test_black_holed_node_ends_well_before_the_op_timeout(cluster: NetCluster) -
 
 
 def test_run_over_ssh_same_rule(cluster: NetCluster, tmp_path: Path) -> None:
-    """`preflight run` over SSH: no torch on any node is SKIP (exit 0); one node without it
-    is that node's ERROR, named at once."""
+    """`preflight run` over SSH: no torch on any node is SKIP; with --sweep-only nothing else
+    was graded, so the verdict is NO-EVIDENCE (exit 3), never GO. One node without it is that
+    node's ERROR, named at once."""
     need(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3")
     base = [*PREFLIGHT, "run", "--hosts", ",".join(n.name for n in cluster.nodes), "--ssh-config",
             str(cluster.ssh_config), "--sweep-only", "--sweep-nproc", "1", "--sweep-backend", "gloo",
@@ -144,7 +145,7 @@ def test_run_over_ssh_same_rule(cluster: NetCluster, tmp_path: Path) -> None:
     p = cluster.client(*base, "--sweep-python", "/usr/bin/python3", check=False, timeout=120)
     doc = json.loads(p.stdout)
     ar = next(r for r in doc["results"] if r["check"] == "nccl.allreduce")
-    assert p.returncode == 0 and doc["verdict"] == "GO" and ar["status"] == "skip", p.stdout[-2000:]
+    assert p.returncode == 3 and doc["verdict"] == "NO-EVIDENCE" and ar["status"] == "skip", p.stdout[-2000:]
     assert "--sweep-python PATH" in ar["remedy"] and "/usr/bin/python3" in ar["summary"]
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n1 ]; then exec /usr/bin/python3 "$@"; fi\n'
