@@ -238,6 +238,9 @@ def _no_version(ctx: CheckContext, v: DriverView, facts: dict[str, Any]) -> Resu
                            "answer (a GPU fault: gpu.inventory FAILs it)", evidence=[e.line for e in v.lost],
                            facts=facts)
     if ctx.options.mode == "analyze":
+        if v.klog is not None and v.klog.module_version:  # the module loaded and no fault shown
+            return Findings().result(ctx, f"kernel module {v.klog.module_version} loaded (kernel log); no driver "
+                                     "fault in the lines shown", facts, [v.klog.module_line])
         return []  # this paste says nothing about the driver
     inp = ctx.input("nvidia-smi-q")
     if inp is not None and inp.rc:

@@ -249,9 +249,17 @@ def _field_errors(h: GpuHealth, f: Findings) -> None:
                                      "by hand and check dmesg for Xid errors; drain the node if it persists")
 
 
+_POWER_CELLS = ("power_usage", "power_cap")  # the Pwr:Usage/Cap cell
+
+
 def _sensors(h: GpuHealth, f: Findings) -> None:
     sensors = [k for k in h.sensor_errors if k != "fan"]
-    if sensors:
+    if sensors and set(sensors) <= set(_POWER_CELLS) and "fan" not in h.sensor_errors:
+        f.add("gpu.health/power-unreadable", f"{h.label}: power reading is ERR! (temperature and memory read "
+              "normally)", h.lines("sensor_errors"),
+              "the power sensor read failed (often transient on passthrough VMs): read it again (`nvidia-smi -q -d "
+              "POWER`); if it stays ERR! or the kernel log shows Xids for this GPU, drain and reset it")
+    elif sensors:
         f.add("gpu.health/telemetry-unreadable", f"{h.label}: GPU telemetry unreadable (ERR! in "
               f"{', '.join(h.sensor_errors)})", h.lines("sensor_errors"),
               f"the GPU's own sensors cannot be read: drain, {_reset(h)}; check dmesg for Xid 79 / 'fallen off "

@@ -11,7 +11,8 @@ A group's speed is the rate of its Active ports, or, when every port of it is do
 reports a meaningless rate), the model's nominal rate from the profile's `ib.ca_type_rates`: so
 Active 100G front-end ports are never taken for the compute fabric while the 400G compute ports
 are Down. Second ports that are down on every dual-port adapter while the first ports are up
-are uncabled, not compute rails. A compute port that is not Active/LinkUp FAILs; fewer Active
+are uncabled, not compute rails; so are second PCI functions (rocep1s0f1 beside an Active
+rocep1s0f0) down on every adapter that has one. A compute port that is not Active/LinkUp FAILs; fewer Active
 compute ports than `ib.hca_count` FAILs; an Active compute port below `ib.rate` FAILs (a ring
 runs at the slowest rail); without an `ib.rate`, one below its adapter model's nominal rate or below its siblings
 WARNs (it may be a slower fabric by design); an adapter trained at a narrower PCIe width than it
@@ -50,21 +51,43 @@ def _group_rate(ports: list[Port], nominal: dict[str, Any]) -> float | None:
     return float(rate) if isinstance(rate, (int, float)) else None
 
 
-def _unused_ports(ports: list[Port]) -> set[int]:
-    """Port numbers past the first that are down on every adapter that has them, while first
-    ports are up: the uncabled second port of dual-port adapters, not a failed rail."""
-    by_num: dict[int, list[Port]] = {}
-    for p in ports:
-        by_num.setdefault(p.port, []).append(p)
-    if not any(p.up for p in by_num.get(1, [])):
+# a device named after its PCI function (rdma-core's predictable names, rocep1s0f1 / ibp12s0f1)
+_FUNCTION_NAME = re.compile(r"^(?P<stem>(?:roce|ib)[pP]\w*?)f(?P<fn>\d+)$")
+
+
+def _uncabled(groups: dict[str, list[tuple[int, Port]]]) -> set[tuple[str, int]]:
+    """The ports at positions past the first that are down on every group that has them, while
+    the first ones are up."""
+    by_pos: dict[int, list[Port]] = {}
+    for members in groups.values():
+        for pos, p in members:
+            by_pos.setdefault(pos, []).append(p)
+    if not any(p.up for p in by_pos.get(min(by_pos, default=0), [])):
         return set()
-    return {n for n, group in by_num.items() if n > 1 and not any(p.up for p in group)}
+    first = min(by_pos)
+    return {(p.ca, p.port) for pos, group in by_pos.items() if pos > first and not any(q.up for q in group)
+            for p in group}
+
+
+def _unused_ports(ports: list[Port]) -> set[tuple[str, int]]:
+    """Second ports of dual-port adapters, or second PCI functions of one adapter (a ConnectX
+    shows each port as a device, rocep1s0f0 / rocep1s0f1), that are down on every adapter that
+    has them while the first ones are up: uncabled, not a failed rail."""
+    by_ca: dict[str, list[tuple[int, Port]]] = {}
+    by_stem: dict[str, list[tuple[int, Port]]] = {}
+    for p in ports:
+        by_ca.setdefault(p.ca, []).append((p.port, p))
+        m = _FUNCTION_NAME.match(p.ca)
+        if m:
+            by_stem.setdefault(m.group("stem").lower(), []).append((int(m.group("fn")), p))
+    multi = {k: v for k, v in by_stem.items() if len(v) > 1}
+    return _uncabled(by_ca) | (_uncabled(multi) if multi else set())
 
 
 def compute_ports(ports: list[Port], link_layer: str, rate: float, nominal: dict[str, Any] | None = None) -> list[Port]:
     """The ports that carry the compute fabric (see the module docstring)."""
     unused = _unused_ports(ports)
-    ports = [p for p in ports if p.port not in unused]
+    ports = [p for p in ports if (p.ca, p.port) not in unused]
     want = (link_layer or "any").strip().lower()
     if want == "infiniband":
         cand = [p for p in ports if _is_ib(p)]

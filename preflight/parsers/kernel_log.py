@@ -186,6 +186,7 @@ class KernelLog:
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)  # pci -> {uuid, serial, index}
     reset_notes: dict[str, list[Line]] = field(default_factory=dict)  # pci -> "needs to be reset" lines
     module_version: str = ""
+    module_line: str = ""  # the NVRM line that names it
     tool_errors: list[str] = field(default_factory=list)  # dmesg/journalctl's own complaints
     hosts: list[str] = field(default_factory=list)
     excerpt: bool = False  # pragma: no mutate (parse always sets it): elided or grep-filtered
@@ -335,6 +336,7 @@ class _Reader:
         mm = _MODULE.search(raw) if "Kernel Module" in raw else None
         if mm:
             log.module_version = mm.group("v") or mm.group("v2") or log.module_version
+            log.module_line = raw.strip()
             return True  # pragma: no mutate (equivalent, see above)
         return False
 

@@ -36,6 +36,8 @@ BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 _GPU_HEADER = re.compile(rf"^GPU\s+({BUS})$")
 _FIELD = re.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s*(?P<value>.*?))?\s*$")
 # `nvidia-smi -r` refusing a reset: read with the GPU's other messages (gpu.health grades it)
+# a reader's mark after a value, pasted with it: `Pending : Yes   <===`, `<-- here`, `<<<`
+_ANNOTATION = re.compile(r"\s+(?:<[=-]+|<<+|\u2190|[=-]+>)(?:\s.*)?$")
 _RESET_REFUSED = re.compile(r"following GPUs could not be reset|Unable to reset GPU", re.IGNORECASE)
 _NVML_LIB = re.compile(r"NVML library version:?\s*(?P<v>\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
 
@@ -205,12 +207,47 @@ def selected_gpu(command: str) -> str:
     return ""
 
 
+# An ECC counter of the SRAM/DRAM layout (R470+): printed under both Volatile and Aggregate
+_ECC_COUNTER = re.compile(r"^\s*(?P<key>(?:SRAM|DRAM) (?:Correctable|Uncorrectable(?: Parity| SEC-DED)?))\s*:\s*"
+                          r"(?P<value>\d+)\s*$", re.IGNORECASE)
+_Q_COMMAND = re.compile(r"\bnvidia-smi(?:\.exe)?\s+(?:[^|;]*\s)?(?:-q|--query)(?:\s|$|\|)")
+
+
+def _grepped_counters(rep: QReport, lines: list[str]) -> None:
+    """ECC counter lines grep'd out of `nvidia-smi -q` with their sections dropped (`nvidia-smi
+    -q | grep -i correctable`). -q prints each counter under Volatile, then Aggregate: a counter
+    seen twice is read in that order; seen once (or from several GPUs) it is only known to be part
+    of the lifetime count, Aggregate (which is never below Volatile)."""
+    hits = [(m.group("key"), m.group("value"), ln.strip()) for ln in lines if (m := _ECC_COUNTER.match(ln))]
+    if not hits:
+        return
+    seen: dict[str, int] = {}
+    for key, _, _ in hits:
+        seen[key.lower()] = seen.get(key.lower(), 0) + 1
+    gpu = QGpu(index=0, bus_id="", index_known=False)
+    nth: dict[str, int] = {}
+    for key, value, line in hits:
+        n = nth[key.lower()] = nth.get(key.lower(), 0) + 1
+        scope = ("Volatile" if n == 1 else "Aggregate") if seen[key.lower()] == 2 else "Aggregate"
+        path = f"ECC Errors/{scope}/{key}" + (f"#{n}" if seen[key.lower()] > 2 else "")
+        gpu.fields[path], gpu.lines[path] = value, re.sub(r"\s{2,}", " ", line)
+    rep.gpus.append(gpu)
+    rep.recognised = True
+
+
+def _q_command(command: str) -> bool:
+    return bool(_Q_COMMAND.search(command))
+
+
 def parse(doc: Doc) -> QReport:
     """`nvidia-smi -q` (whole, `-d SECTION`, `-i N`, or a grep'd section) -> QReport. Never raises;
     unknown lines are ignored."""
-    rep = parse_lines([ln.text for ln in doc.lines])
+    lines = [ln.text for ln in doc.lines]
+    rep = parse_lines(lines)
     rep.command = doc.command or ""
     rep.excerpt = bool(doc.excerpt or doc.filter)
+    if not rep.gpus and _q_command(rep.command):
+        _grepped_counters(rep, lines)
     _apply_selection(rep)
     return rep
 
@@ -370,7 +407,7 @@ class _Reader:
             gpu = self._open_anonymous(ind, self.flat)  # the same section again: the next GPU of the excerpt
             parent = implied or ""
             path = f"{parent}/{key}" if parent else key
-        value = (fm.group("value") or "").strip() if fm else None
+        value = _ANNOTATION.sub("", (fm.group("value") or "").strip()) if fm else None
         n = self.seen.get(path, 0) + 1
         self.seen[path] = n
         known = low in GPU_LEVEL or _subsection(low)
@@ -412,6 +449,8 @@ def detect(doc: Doc) -> bool:
                 return True
     if any(_distinctive(t) or _RESET_REFUSED.search(t) for t in lines):
         return True
+    if _q_command(doc.command or "") and any(_ECC_COUNTER.match(t) for t in lines):
+        return True  # counters grep'd out of -q, the command shown
     return bool(any(re.match(r"^\s*Driver Version\s+:", t) for t in lines)
                 and any(re.match(r"^\s*Attached GPUs\s+:", t) for t in lines))
 

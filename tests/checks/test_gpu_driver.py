@@ -570,3 +570,19 @@ def test_packages_of_two_other_versions_name_the_first() -> None:
     assert r.summary == "kernel module 535.129.03 is loaded but packages of 550.54.15 are installed"
     assert r.evidence == [PROC, "ii  nvidia-utils-550  550.54.15-0ubuntu1  amd64  x",
                           "ii  nvidia-dkms-555  555.42.02-0ubuntu1  amd64  x"]
+
+
+def test_a_kernel_log_that_shows_the_module_loading_cleanly_passes_in_analyze() -> None:
+    load = "[Thu Sep 28 19:29:02 2023] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023"
+    klog = ("[Thu Sep 28 19:29:02 2023] nvidia: module license 'NVIDIA' taints kernel.\n" + load + "\n"
+            "[Thu Sep 28 19:29:05 2023] nvidia-uvm: Loaded the UVM driver, major device number 235.\n")
+    r = driver({"kernel-log": klog})
+    assert r.status is Status.PASS and codes(r) == []
+    assert r.summary == "kernel module 535.104.05 loaded (kernel log); no driver fault in the lines shown"
+    assert r.evidence == [load]
+    opened = driver({"kernel-log": "[  3.1] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  "
+                                   "Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Feb 20 04:35:26 UTC 2025\n"})
+    assert opened.summary.startswith("kernel module 570.124.06 loaded")
+    assert grade_text("gpu.driver", {"kernel-log": "[  3.1] nvidia-uvm: Loaded the UVM driver\n"}) == []
+    r = driver({"kernel-log": klog + "[Thu Sep 28 19:30:00 2023] NVRM: No NVIDIA GPU found.\n"})
+    assert codes(r) == ["gpu.driver/klog-no-adapter"]

@@ -1158,6 +1158,12 @@ def test_table_sensor_codes_and_evidence() -> None:
     assert codes(r) == ["gpu.health/fan-unreadable"]
     assert r.summary == "GPU 1 (00000000:43:00.0): fan reading is ERR! (fan or its tachometer failed)"
     assert len(r.evidence) == 2 and r.evidence[0].startswith("GPU 1 (00000000:43:00.0) |   1  NVIDIA H100")
+    r = one(grade("gpu.health", table(_row(0, "1B", pw="ERR!")), mode="analyze"))
+    assert codes(r) == ["gpu.health/power-unreadable"] and r.status is Status.WARN
+    assert r.summary == "GPU 0 (00000000:1B:00.0): power reading is ERR! (temperature and memory read normally)"
+    assert r.remedy.startswith("the power sensor read failed (often transient on passthrough VMs): read it again")
+    r = one(grade("gpu.health", table(_row(0, "1B", pw="ERR!", fan="ERR!")), mode="analyze"))
+    assert codes(r) == ["gpu.health/telemetry-unreadable"]
     r = one(grade("gpu.health", table(_row(0, "1B", temp="ERR!", pw="ERR!")), mode="analyze"))
     assert codes(r) == ["gpu.health/telemetry-unreadable"]
     assert r.summary == "GPU 0 (00000000:1B:00.0): GPU telemetry unreadable (ERR! in temp, power_usage)"

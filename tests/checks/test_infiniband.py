@@ -948,7 +948,35 @@ def test_uncabled_second_ports_of_dual_port_adapters_are_not_rails():
 
 def test_unused_ports_rule():
     ports = parse(dual("mlx5_0", "Down", "Disabled") + dual("mlx5_1", "Down", "Polling")).ports
-    assert ib._unused_ports(ports) == {2}
+    assert ib._unused_ports(ports) == {("mlx5_0", 2), ("mlx5_1", 2)}
     assert ib._unused_ports(parse(dual("mlx5_0", "Active", "LinkUp")).ports) == set()
     assert ib._unused_ports(parse(dual("mlx5_0", "Down", "Disabled", "Down", "Polling")).ports) == set()
     assert ib._unused_ports(parse(fixture_text("ib/ibstat_one_port_mlx5_3_400.txt")).ports) == set()
+
+
+def fn(name: str, state: str = "Active", phys: str = "LinkUp", rate: int = 200) -> str:
+    """One ConnectX function, one port, RoCE (ibstat)."""
+    return (f"CA '{name}'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: {state}\n"
+            f"\t\tPhysical state: {phys}\n\t\tRate: {rate}\n\t\tBase lid: 0\n\t\tLink layer: Ethernet\n")
+
+
+def test_a_second_pci_function_down_beside_an_active_first_is_uncabled():
+    text = fn("roceP2p1s0f0") + fn("roceP2p1s0f1", "Down", "Disabled", 40) + fn("rocep1s0f0")
+    r = one(text)
+    assert r.status is Status.WARN and "ib.hca/compute-port-down" not in r.facts["codes"]
+    assert "ib.hca/other-port-down" in r.facts["codes"] and "roceP2p1s0f1" in r.summary
+    assert r.facts["compute_ports"] == ["roceP2p1s0f0/1", "rocep1s0f0/1"]
+    assert ib._unused_ports(parse(text).ports) == {("roceP2p1s0f1", 1)}
+
+
+@pytest.mark.parametrize("text", [
+    # every adapter's second function up but one: that one is a rail down
+    fn("rocep1s0f0") + fn("rocep1s0f1") + fn("rocep2s0f0") + fn("rocep2s0f1", "Down", "Disabled", 40),
+    # the first function down as well: nothing says which is cabled
+    fn("rocep1s0f0", "Down", "Disabled", 40) + fn("rocep1s0f1", "Down", "Disabled", 40) + fn("rocep2s0f0"),
+    # names that say nothing of the function
+    fn("mlx5_0") + fn("mlx5_1", "Down", "Disabled", 40),
+])
+def test_function_siblings_that_prove_nothing_leave_the_port_a_rail(text: str):
+    assert ib._unused_ports(parse(text).ports) == set()
+    assert "ib.hca/compute-port-down" in one(text).facts["codes"]

@@ -590,3 +590,48 @@ def test_registration() -> None:
     reg = registry.load()
     assert reg.parser_for("nvidia-smi-q") is nvsmi_q.parse
     assert [f.name for f in classify(Doc(REMAP), reg)] == ["nvidia-smi-q"]
+
+
+@pytest.mark.parametrize(("shown", "value"), [
+    ("Yes                      <===", "Yes"), ("Yes <-- this one", "Yes"), ("Yes  <<<", "Yes"), ("Yes \u2190", "Yes"),
+    ("Yes  ==> reset needed", "Yes"), ("Yes --> see dmesg", "Yes"), ("No", "No"), ("<= 2 rows", "<= 2 rows"),
+    ("Yes<==", "Yes<=="), ("8 of 16 <-1", "8 of 16 <-1")])
+def test_a_readers_mark_after_a_value_is_not_the_value(shown: str, value: str) -> None:
+    rep = plain("GPU 00000000:52:00.0\n    Remapped Rows\n        Pending                           : "
+                f"{shown}\n        Remapping Failure Occurred        : No\n")
+    assert rep.gpus[0].get("Remapped Rows/Pending") == value
+    assert rep.gpus[0].get("Remapped Rows/Remapping Failure Occurred") == "No"
+
+
+def test_counters_grepped_out_of_q_are_read_in_q_order() -> None:
+    rep = framed("$ nvidia-smi -q | grep -i correctable | grep -v 0\n"
+                 "            SRAM Uncorrectable            : 1\n            SRAM Uncorrectable            : 5\n")
+    [g] = rep.gpus
+    assert g.fields == {"ECC Errors/Volatile/SRAM Uncorrectable": "1", "ECC Errors/Aggregate/SRAM Uncorrectable": "5"}
+    assert g.line("ECC Errors/Volatile/SRAM Uncorrectable") == "SRAM Uncorrectable : 1"
+    assert not g.index_known and g.bus_id == "" and rep.recognised
+
+
+@pytest.mark.parametrize(("lines", "fields"), [
+    (["DRAM Uncorrectable : 2"], {"ECC Errors/Aggregate/DRAM Uncorrectable": "2"}),
+    (["SRAM Uncorrectable SEC-DED : 3", "DRAM Correctable : 7"],
+     {"ECC Errors/Aggregate/SRAM Uncorrectable SEC-DED": "3", "ECC Errors/Aggregate/DRAM Correctable": "7"}),
+    (["SRAM Uncorrectable Parity : 1"] * 3,
+     {f"ECC Errors/Aggregate/SRAM Uncorrectable Parity#{n}": "1" for n in (1, 2, 3)}),
+])
+def test_counters_seen_once_or_from_several_gpus_are_only_aggregate(lines: list[str], fields: dict[str, str]) -> None:
+    rep = plain("".join(f"    {ln}\n" for ln in lines), command="nvidia-smi --query | grep Uncorr")
+    assert rep.gpus[0].fields == fields
+
+
+@pytest.mark.parametrize("command", ["", "nvidia-smi --query-gpu=ecc.errors.uncorrected.volatile.total --format=csv",
+                                     "grep -r Uncorrectable /var/log", "dcgmi diag -r 1"])
+def test_counter_lines_without_a_q_command_are_not_q(command: str) -> None:
+    doc = Doc("    SRAM Uncorrectable : 1\n", command=command)
+    assert not detect(doc) and parse(doc).gpus == []
+
+
+def test_counters_under_their_section_are_read_by_the_section() -> None:
+    rep = plain("GPU 00000000:52:00.0\n    ECC Errors\n        Aggregate\n            SRAM Uncorrectable : 5\n",
+                command="nvidia-smi -q")
+    assert rep.gpus[0].fields == {"ECC Errors/Aggregate/SRAM Uncorrectable": "5"}
