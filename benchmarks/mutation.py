@@ -41,10 +41,38 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# module -> its own unit tests (the full run, --all)
-MODULES: dict[str, list[str]] = {
-    "preflight/grading.py": ["tests/test_silent_paths.py", "tests/test_engine_cli.py"],
+# module -> its own unit tests beyond those that import it (see own_tests)
+EXTRA_TESTS: dict[str, list[str]] = {
+    "preflight/grading.py": ["tests/test_grading.py", "tests/test_silent_paths.py", "tests/test_engine_cli.py"],
+    "checks/hang_fr.py": ["tests/checks/test_hang.py"],
+    "preflight/findings.py": ["tests/test_findings.py"],
+    "preflight/policy.py": ["tests/test_policy.py"],
 }
+
+
+def own_tests(module: str) -> list[str]:
+    """The unit tests of a parser or grader module: the files of tests/parsers and tests/checks
+    that import it, and EXTRA_TESTS."""
+    import re
+
+    path = Path(module)
+    name, pkg = path.stem, ("parsers" if path.parent.name == "parsers" else "checks")
+    pat = re.compile(rf"(preflight\.{pkg}\.{name}\b|from preflight\.{pkg} import [^\n]*\b{name}\b|"
+                     rf"from preflight\.{pkg} import \([^)]*\b{name}\b)")
+    found = [str(t.relative_to(ROOT)) for d in ("tests/parsers", "tests/checks")
+             for t in sorted((ROOT / d).glob("test_*.py")) if pat.search(t.read_text(encoding="utf-8"))]
+    return list(dict.fromkeys(found + EXTRA_TESTS.get(module, [])))
+
+
+def _modules() -> dict[str, list[str]]:
+    """Every parser and grader module with its unit tests (the full run, --all)."""
+    paths = sorted([*(ROOT / "preflight" / "parsers").glob("*.py"), *(ROOT / "checks").glob("*.py")])
+    mods = [str(p.relative_to(ROOT)) for p in paths if p.name != "__init__.py"]
+    mods += ["preflight/grading.py", "preflight/findings.py", "preflight/policy.py"]
+    return {m: own_tests(m) for m in mods}
+
+
+MODULES = _modules()
 
 _CMP_SWAP: dict[type, type] = {
     ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
