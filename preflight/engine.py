@@ -565,8 +565,12 @@ def load_registry(checks_dirs: Sequence[Path] | None, cfg: Config) -> Registry:
 
     dirs = [*cfg.checks_dirs, *(checks_dirs or [])]
     reg = registry.load(dirs)
+    tables = [d / "policy.toml" for d in dirs if (d / "policy.toml").is_file()]
+    if not tables and not cfg.finding_status:
+        policy.use(None)  # the built-in table
+        return reg
     try:
-        pol = policy.load(d / "policy.toml" for d in dirs)
+        pol = policy.load(tables)
         if cfg.finding_status:
             pol = pol.with_overrides(cfg.finding_status, f"config file {cfg.path}")
     except policy.PolicyError as exc:

@@ -21,6 +21,17 @@ IN_CI = os.environ.get("CI") == "true"
 os.environ.setdefault("PREFLIGHT_HISTORY", "off")
 
 
+@pytest.fixture(autouse=True)
+def _builtin_policy() -> object:
+    """Each test starts and ends with the built-in severity table: a command run in-process
+    installs its config's policy for the rest of the process, as a CLI process would."""
+    from preflight import policy
+
+    policy.use(None)
+    yield
+    policy.use(None)
+
+
 @pytest.fixture(scope="session")
 def registry() -> reg.Registry:
     return reg.load()
