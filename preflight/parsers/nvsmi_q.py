@@ -240,12 +240,14 @@ def _q_command(command: str) -> bool:
 
 
 def parse(doc: Doc) -> QReport:
-    """`nvidia-smi -q` (whole, `-d SECTION`, `-i N`, or a grep'd section) -> QReport. Never raises;
-    unknown lines are ignored."""
+    """`nvidia-smi -q` (whole, `-d SECTION`, `-i N`, or a grep'd section) -> QReport; its XML form
+    (`-q -x`) -> the same QReport (parsers.nvsmi_xml). Never raises; unknown lines are ignored."""
+    from preflight.parsers import nvsmi_xml  # it builds on this module's QReport
+
     lines = [ln.text for ln in doc.lines]
-    rep = parse_lines(lines)
+    rep = nvsmi_xml.parse(doc) if nvsmi_xml.detect(doc) else parse_lines(lines)
     rep.command = doc.command or ""
-    rep.excerpt = bool(doc.excerpt or doc.filter)
+    rep.excerpt = rep.excerpt or bool(doc.excerpt or doc.filter)
     if not rep.gpus and _q_command(rep.command):
         _grepped_counters(rep, lines)
     _apply_selection(rep)
@@ -436,8 +438,12 @@ _HEAD = 600  # pragma: no mutate (lines a detector reads: the first GPU block's 
 
 def detect(doc: Doc) -> bool:
     """`nvidia-smi -q` output, whole or any part of it (a GPU header with indented fields, or
-    sections only `-q` prints)."""
+    sections only `-q` prints), or its XML form (`-q -x`)."""
+    from preflight.parsers import nvsmi_xml  # it builds on this module's QReport
+
     lines = [ln.text for ln in doc.head(_HEAD)]
+    if nvsmi_xml.detect_lines(lines):
+        return True
     if any("HL-SMI" in t for t in lines):  # Habana's hl-smi mimics the layout
         return False
     if any("NVSMI LOG" in t for t in lines):
@@ -457,7 +463,7 @@ def detect(doc: Doc) -> bool:
 
 _PRIORITY = 60  # pragma: no mutate (any value above nvidia-smi-error's 30 picks this format for the probe)
 FORMATS = [Format("nvidia-smi-q", detect=detect, priority=_PRIORITY,
-                  description="nvidia-smi -q (whole, -d SECTION, -i N, or a section)")]
+                  description="nvidia-smi -q (whole, -d SECTION, -i N, or a section; -q -x XML)")]
 PARSERS = [ParserSpec("nvidia-smi-q", parse)]
 
 __all__ = ["BUS", "DISTINCTIVE", "FORMATS", "GPU_LEVEL", "HEADER_KEYS", "IMPLIED", "PARSERS", "QGpu", "QReport",
