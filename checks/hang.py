@@ -405,6 +405,19 @@ def _store(lg: _Log, f: Findings) -> None:
           "(MASTER_ADDR/MASTER_PORT, a firewall, the interface the address resolves to, a port another job holds)")
 
 
+def _store_gone(lg: _Log, f: Findings) -> None:
+    """The store's server went away while ranks ran, and nothing else failed."""
+    events = lg.kind("store_gone")
+    if not events or f:
+        return
+    why = next((e.message for e in events if e.message), "")
+    f.add("hang.watchdog/store-gone", f"{_ranks(events)} lost the c10d store (its server process went away)"
+          + (f": {why[:_MSG]}" if why else ""), [x.line[:_LINE] for x in events[:_FEW]],
+          "the process that hosts the store (rank 0's, or the launcher's) exited while these ranks still ran: read "
+          "its log for why it ended first; at the end of a job that finished this is only shutdown order (call "
+          "destroy_process_group() on every rank before exiting)")
+
+
 def _some_failed(lg: _Log, f: Findings) -> None:
     if lg.log.some_failed and not f:
         f.add("hang.watchdog/some-failed", "NCCL operations failed or timed out (no detail line in the log)",
@@ -417,7 +430,7 @@ def _worker_failed(lg: _Log, f: Findings) -> None:
 
 
 _LOG_GRADERS = (_heartbeat, _desync, _mismatch, _barrier, _nccl_errors, _watchdog_exception, _gloo, _gloo_enforce, _store,
-                _dump_signals, _secondary, _some_failed, _worker_failed)
+                _dump_signals, _secondary, _some_failed, _worker_failed, _store_gone)
 
 
 def grade_log(ctx: CheckContext, tl: TorchLog, f: Findings, facts: dict[str, Any]) -> None:

@@ -50,7 +50,8 @@ _WRAP_WIDTH = 60  # a line at least this long may have been cut by a terminal: t
 @dataclass
 class HangEvent:
     # nccl_timeout, nccl_status, dump_signal, heartbeat, desync, mismatch, monitored_barrier, nccl_error,
-    # comm_aborted, remote_error, watchdog_exception, gloo_timeout, gloo_peer_closed, gloo_enforce, store_failure
+    # comm_aborted, remote_error, watchdog_exception, gloo_timeout, gloo_peer_closed, gloo_enforce, store_failure,
+    # store_gone
     kind: str
     rank: int | None = None  # the global rank when a launcher tag names it, else the rank the message names
     group_rank: int | None = None  # the rank inside its process group ("[PG ... Rank N]")
@@ -144,6 +145,10 @@ _STORE_LOST = re.compile(r"\[(\d+)\] is setting up NCCL communicator and retriev
                          r"The client socket has failed to connect to any network address of \(([^,)]+),\s*(\d+)\)|"
                          r"The connection to the C10d store has failed")
 _SOME_FAILED = re.compile(r"Some NCCL operations have failed or timed out")
+# the store's server went away while this rank ran (ProcessGroupNCCL's heartbeat monitor, 2.2+;
+# the TCPStore client's socket calls, c10d/Utils.hpp)
+_STORE_GONE = re.compile(r"Failed to (?:check|get) the \"should dump\" flag on TCPStore.*?(?:with error: (.+))?$|"
+                         r"\b(?:sendBytes|recvBytes|recvValue) failed on SocketImpl\([^)]*\):\s*(.+)$")
 
 # a cheap gate: a line that names none of these is not read further
 _ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat|monitor thread timeout|NCCL error|nccl[A-Z]\w+Error|"
@@ -151,7 +156,8 @@ _ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat
                   r"mismatch between collectives|monitoredBarrier|gloo|clients joined|socket has timed out|"
                   r"store based barrier|Socket Timeout|Wait timeout|RendezvousTimeoutError|NCCL operations|"
                   r"ncclUniqueId from \[0\]|socket has failed to|C10d store has failed|"
-                  r"timed out in blocking wait|timed out in call to wait|[Cc]aught collective operation timeout")
+                  r"timed out in blocking wait|timed out in call to wait|[Cc]aught collective operation timeout|"
+                  r"should dump\" flag|failed on SocketImpl")
 
 
 # a message of its own begins on the line (so it continues no other)
@@ -546,6 +552,16 @@ def _read_store(r: _HangReader, ln: _Line) -> bool:
     return True
 
 
+def _read_store_gone(r: _HangReader, ln: _Line) -> bool:
+    m = _STORE_GONE.search(ln.text)
+    if not m:
+        return False
+    ev = HangEvent(kind="store_gone", message=(m.group(1) or m.group(2) or "").strip(), line=ln.text,
+                   **_who(ln, ln.text[:m.start()]))
+    r.log.events.append(ev)
+    return True
+
+
 def _read_some_failed(r: _HangReader, ln: _Line) -> bool:
     if not _SOME_FAILED.search(ln.text):
         return False
@@ -556,7 +572,7 @@ def _read_some_failed(r: _HangReader, ln: _Line) -> bool:
 _READERS: tuple[Callable[[_HangReader, _Line], bool], ...] = (
     _read_watchdog_exception, _read_timeout, _read_status, _read_dump, _read_heartbeat, _read_desync,
     _read_mismatch, _read_barrier, _read_aborted, _read_nccl_error, _read_remote, _read_gloo, _read_store,
-    _read_some_failed,
+    _read_some_failed, _read_store_gone,
 )
 
 

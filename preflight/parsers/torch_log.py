@@ -266,14 +266,16 @@ _DETECT = re.compile(
     r"timed out in monitoredBarrier|clients joined|socket has timed out after|store based barrier|"
     r"retrieving ncclUniqueId from \[0\] via c10d key-value store|socket has failed to (?:listen|bind|connect)|"
     r"RendezvousTimeoutError|ChildFailedError|Root Cause \(first observed failure\)|ProcessExitedException|"
-    r"The connection to the C10d store has failed|-- Process \d+ terminated with the following error:")
+    r"The connection to the C10d store has failed|-- Process \d+ terminated with the following error:|"
+    r"Failed to (?:check|get) the \"should dump\" flag on TCPStore|"
+    r"\[c10d\] (?:sendBytes|recvBytes|recvValue) failed on SocketImpl\(")
 _NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "monitor thread", "Received a ",
             "blocking wait", "collective operation timeout", "NCCL error", "nccl", "communicator was aborted",
             "lagging", "collective #", "remote error", "Socket Timeout", "Wait timeout",
             "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed", "ncclUniqueId",
             "socket has failed", "C10d store has failed", "terminated with the following error",
             "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException", "RendezvousTimeout",
-            *_ELASTIC_NEEDLES)
+            "should dump", "failed on SocketImpl", *_ELASTIC_NEEDLES)
 
 
 def detect(doc: Doc) -> bool:

@@ -805,3 +805,41 @@ def test_gloo_enforce_fail_names_the_size_mismatch() -> None:
     assert r.remedy.startswith("the ranks passed tensors of different sizes")
     other = watchdog(text="RuntimeError: [enforce fail at /g/gloo/allreduce.cc:9] context->size > 1\n")
     assert other.remedy.startswith("gloo's own consistency check failed")
+
+
+# ----------------------------------------------------------------------------- the store's server gone
+
+GONE = ('[rank1]:[W1229 22:06:38.480071392 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0 Rank 1] Failed to check the '
+        '"should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Broken pipe\n'
+        '[rank1]:[W1229 22:06:38.558655037 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=67, '
+        'addr=[bogon]:36214, remote=[bogon]:43145): Broken pipe\n')
+
+
+def test_a_rank_that_lost_the_store_warns_and_names_where_to_look() -> None:
+    r = watchdog(text=GONE)
+    assert r.status is Status.WARN and codes(r) == ["hang.watchdog/store-gone"]
+    assert r.summary == "rank 1 lost the c10d store (its server process went away): Broken pipe"
+    assert r.evidence[0].endswith("with error: Broken pipe") and len(r.evidence) == 2
+    assert r.remedy.startswith("the process that hosts the store (rank 0's, or the launcher's) exited")
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("[rank3]:[W ProcessGroupNCCL.cpp:1251] [PG 0 Rank 3] Failed to get the \"should dump\" flag on TCPStore, "
+     "(maybe TCPStore server has shut down too early), with error: Connection reset by peer", "Connection reset by peer"),
+    ("[rank3]:[W socket.cpp:470] [c10d] recvBytes failed on SocketImpl(fd=5, addr=[n1]:1, remote=[n0]:29500): "
+     "Connection reset by peer", "Connection reset by peer"),
+    ("[rank3]:[W ProcessGroupNCCL.cpp:1251] [PG 0 Rank 3] Failed to check the \"should dump\" flag on TCPStore, "
+     "(maybe TCPStore server has shut down too early)", ""),
+])
+def test_store_gone_variants(line: str, why: str) -> None:
+    r = watchdog(text=line + "\n")
+    assert codes(r) == ["hang.watchdog/store-gone"] and "rank 3 lost the c10d store" in r.summary
+    assert r.summary.endswith(f": {why}" if why else "(its server process went away)")
+
+
+def test_a_lost_store_beside_a_real_failure_is_only_its_evidence() -> None:
+    timeout = ("[rank1]:[E ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600004 "
+               "milliseconds before timing out.\n")
+    r = watchdog(text=timeout + GONE)
+    assert "hang.watchdog/store-gone" not in codes(r) and r.status is Status.FAIL
