@@ -99,11 +99,14 @@ _LOG_KINDS = (
 
 def _version_findings(mismatch: list[FmEvent], f: Findings) -> None:
     v = mismatch[-1].values
+    drv = v.get("driver") or ""
     f.add("fabric.manager/version-mismatch",
-          f"the fabric manager ({v.get('fabric_manager', '?')}) refuses to run with driver {v.get('driver', '?')}: "
-          "their versions differ", _quote(mismatch),
-          f"install the nvidia-fabricmanager package of exactly the driver's version ({v.get('driver', '?')}), hold "
-          f"both packages, then `systemctl restart {UNIT}`; until then CUDA cannot use the NVSwitch fabric")
+          f"the fabric manager ({v.get('fabric_manager') or '?'}) refuses to run with "
+          + (f"driver {drv}" if drv else "the loaded driver (its version cut off)") + ": their versions differ",
+          _quote(mismatch),
+          "install the nvidia-fabricmanager package of exactly the driver's version ("
+          + (drv or "`cat /proc/driver/nvidia/version` shows it") + f"), hold both packages, then `systemctl restart "
+          f"{UNIT}`; until then CUDA cannot use the NVSwitch fabric")
 
 
 def log_findings(log: FmLog, f: Findings) -> dict[str, Any]:

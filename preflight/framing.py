@@ -664,7 +664,9 @@ _TRANSPORTS: dict[str, _Transport] = {t.name: t for t in (
     _Transport("rank-tag", re.compile(r"\[(?P<rank>\d{1,6})\] ")),  # the line after it as printed (indent kept)
     _Transport("torchrun", re.compile(r"\[(?:default|rank)(?P<rank>\d{1,6})\]: ?")),
     _Transport("kubectl", re.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")),
-    _Transport("ray", re.compile(r"\((?:\w+ )?pid=\d+(?:, ip=(?P<host>[\d.]+))?\) ")),
+    # Ray's task/actor prefix `(pid=N)`, `(Actor pid=N, ip=A)`; SkyPilot's `(task, pid=N)`,
+    # `(worker1, rank=1, pid=N, ip=A)`; either indented by the job log's viewer
+    _Transport("ray", re.compile(r" *\((?:[\w.:-]+,? )?(?:rank=(?P<rank>\d{1,6}), )?pid=\d+(?:, ip=(?P<host>[\d.]+))?\) ")),
     _Transport("compose", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62})\s+\| ")),
     _Transport("level", re.compile(r"(?:\[\s*(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|FATAL)\s*\]|"
                                    r"(?:DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|FATAL)(?::[\w.]+)?:|"
@@ -692,9 +694,15 @@ _NOT_HOSTS = frozenset({
 _KERNEL_PREFIX = re.compile(r"(?:nvidia(?:-[a-z]+)?|nvswitch|mlx\d_(?:core|ib)|ib_[a-z]+|rdma_[a-z]+)\d*")
 
 
+# `ident[pid]: ` is a syslog/journal identifier with its process id, `name.service: ` a systemd
+# unit's message: neither is a host (a host list's brackets hold a range, `node[1-4]`)
+_IDENT_PID = re.compile(r"[A-Za-z][\w.-]*\[\d+\]")
+_UNIT_SUFFIXES = (".service", ".socket", ".mount", ".timer", ".scope", ".slice", ".target", ".device", ".path")
+
+
 def _hostlike(tok: str) -> bool:
-    return tok not in _NOT_HOSTS and not tok.endswith(("Error", "Exception", "Warning")) \
-        and not _KERNEL_PREFIX.fullmatch(tok)
+    return tok not in _NOT_HOSTS and not tok.endswith(("Error", "Exception", "Warning", *_UNIT_SUFFIXES)) \
+        and not _KERNEL_PREFIX.fullmatch(tok) and not _IDENT_PID.fullmatch(tok)
 
 
 def sniff(raws: Sequence[str]) -> Stack:

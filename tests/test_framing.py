@@ -429,3 +429,26 @@ def test_ifconfig_headers_are_interfaces_not_pdsh_hosts() -> None:
                   "enp12s0f1: flags=4099<UP,BROADCAST,MULTICAST>  mtu 1500\n"
                   "        ether 0c:42:a1:00:00:01  txqueuelen 1000  (Ethernet)\n").docs
     assert doc.host == "" and doc.stack.outer == () and doc.lines[0].text.startswith("enp12s0f0: flags=4163")
+
+
+@pytest.mark.parametrize("first", ["nv-fabricmanager[27360]", "sshd[911]", "nvidia-fabricmanager.service",
+                                   "systemd-udevd.socket"])
+def test_journal_identifiers_and_units_are_not_pdsh_hosts(first: str) -> None:
+    from preflight.framing import frame
+
+    [doc] = frame(f"{first}: one\n{first}: two\n{first}: three\n").docs
+    assert doc.host == "" and doc.stack.outer == () and doc.lines[0].text == f"{first}: one"
+    hosts = frame("node[1-4]: up\nnode[5-8]: up\n").docs
+    assert [d.host for d in hosts] == ["node[1-4]", "node[5-8]"]
+
+
+@pytest.mark.parametrize(("prefix", "host", "rank"), [
+    ("(pid=4150) ", "", None), ("(RayTrainWorker pid=4150, ip=10.0.0.7) ", "10.0.0.7", None),
+    ("  (simple-workload, pid=4150) ", "", None), ("(worker1, rank=1, pid=2012, ip=172.31.30.85) ", "172.31.30.85", 1),
+    ("(head, rank=0, pid=1999) ", "", 0)])
+def test_ray_and_skypilot_prefixes_are_peeled(prefix: str, host: str, rank: int | None) -> None:
+    from preflight.framing import frame
+
+    [doc] = frame(f"{prefix}| NVIDIA-SMI 570.172.08\n{prefix}| GPU  Name\n{prefix}|   0  NVIDIA H100\n").docs
+    assert [ln.text for ln in doc.lines] == ["| NVIDIA-SMI 570.172.08", "| GPU  Name", "|   0  NVIDIA H100"]
+    assert doc.lines[0].host == host and doc.lines[0].rank == rank

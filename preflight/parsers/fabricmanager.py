@@ -47,8 +47,8 @@ _PREFIX = re.compile(r"^(?:\[[^\]]*\d\d:\d\d:\d\d\]\s*)?(?:\[(?P<level>INFO|WARN
                      r"(?:\[tid \d+\]\s*)?")
 # the driver interface check at start-up; "don't" (470-535), "doesn't" (545+), a typographic quote in some
 _VERSION_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\S+) "
-                               r"(?:don't|doesn't|don’t|doesn’t|do not|does not) match with driver version "
-                               r"(?P<driver>\d[\w.-]*\d)", re.I)
+                               r"(?:don't|doesn't|don’t|doesn’t|do not|does not) match(?: with driver version "
+                               r"(?P<driver>\d[\w.-]*\d))?", re.I)
 # the NVSwitch driver has no switch for the fabric manager to manage (no NVSwitch, or not passed through)
 _NOTHING_TO_DO = re.compile(r"NV_WARN_NOTHING_TO_DO|WARNING Nothing to do", re.I)
 _IDENTS = ("nv-fabricmanager", "nvidia-fabricmanager", "fabricmanager", "nvidia-fabricmanager-start.sh")

@@ -29,6 +29,8 @@ _JOB_FAILED = re.compile(r"Job for (\S+?)(?:\.service)? failed(?: because (.*?))
 # journalctl's short format, any locale's month ("Nov", "11月", "nov."): framing peels the English one
 JOURNAL = re.compile(r"^(?P<time>\S{1,8} +\d{1,2} \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
                      r"(?:\[\d+\])?: (?P<msg>.*)$")
+# a journal line pasted without its time and host ("nv-fabricmanager[27360]: ...", "systemd[1]: ...")
+_BARE = re.compile(r"^(?P<ident>nv-fabricmanager|nvidia-fabricmanager|systemd)\[\d+\]: (?P<msg>.*)$")
 FM_UNIT = "nvidia-fabricmanager"
 _FM_DESC = "NVIDIA fabric manager service"
 # systemd's lines about a unit, the state each leaves it in: (pattern, active, sub, result)
@@ -237,6 +239,13 @@ def parse(doc: Doc) -> UnitState:
         if j:
             svc.journal.append(JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s))
             continue
+        b = _BARE.match(s)
+        if b:
+            svc.journal.append(JournalLine("", b.group("ident"), b.group("msg"), s))
+            continue
+        if transition(s) is not None:  # systemd's own message about the unit, its prefix cut off
+            svc.journal.append(JournalLine("", "systemd", s, s))
+            continue
         _status_line(svc, s)
     _finish(svc, lines)
     return svc
@@ -275,6 +284,8 @@ def detect(doc: Doc) -> bool:
     head = doc.head(60)  # pragma: no mutate (how far a detector reads)
     if any(transition(msg) is not None for ident, msg in journal_items(head) if ident == "systemd"):
         return True
+    if any(transition(ln) is not None or (_BARE.match(ln) and transition(_BARE.sub(r"\g<msg>", ln))) for ln in lines):
+        return True  # systemd's lines about the unit pasted without the journal's prefix
     return any("nvidia-fabricmanager" in ln for ln in lines) and any(ln.startswith("Loaded:") for ln in lines) \
         and any(ln.startswith("Active:") for ln in lines)
 

@@ -1050,3 +1050,31 @@ def test_many_events_and_switches_are_counted_not_all_quoted() -> None:
            "00000000:00:00.0 (physical id 0) port 6, 00000000:01:00.0 (physical id 1) port 1, 00000000:01:00.0 " \
            "(physical id 1) port 7" in r.summary
     assert "... 2 more such lines (10 in all)" in r.evidence
+
+
+# ---------------------------------------------------------------------------------------
+# systemd's and the daemon's lines pasted without the journal's time and host
+
+CUT = ("nv-fabricmanager[27360]: fabric manager NVIDIA GPU driver interface version 570.211.01 don't match...\n"
+       "nvidia-fabricmanager.service: Main process exited, code=exited, status=1/FAILURE\n"
+       "Failed to start NVIDIA fabric manager service.\n")
+
+
+def test_bare_journal_lines_and_a_cut_version_mismatch() -> None:
+    assert looks_like_fm_service(CUT) and not looks_like_fm_log(CUT)
+    st = parse_fm_service(CUT)
+    assert [(j.ident, j.message[:24]) for j in st.journal] == [
+        ("nv-fabricmanager", "fabric manager NVIDIA GP"), ("systemd", "nvidia-fabricmanager.ser"),
+        ("systemd", "Failed to start NVIDIA f")]
+    assert (st.active, st.result) == ("failed", "exit-code")
+    [r] = grade_text("fabric.manager", {"fm-service": CUT}, profile="h100-sxm-8x")
+    assert r.status is Status.FAIL
+    assert r.facts["codes"][:2] == ["fabric.manager/version-mismatch", "fabric.manager/service-not-running"]
+    assert r.summary.startswith("the fabric manager (570.211.01) refuses to run with the loaded driver (its version "
+                                "cut off): their versions differ")
+    assert "(`cat /proc/driver/nvidia/version` shows it)" in r.remedy
+
+
+def test_a_bare_systemd_line_about_another_unit_is_not_the_fabric_manager() -> None:
+    assert not looks_like_fm_service("sshd.service: Main process exited, code=exited, status=1/FAILURE\n")
+    assert looks_like_fm_service("Started NVIDIA fabric manager service.\n")
