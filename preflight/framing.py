@@ -127,6 +127,7 @@ class Doc:
         self.excerpt = excerpt or (len(text) < SMALL_TEXT and bool(_ELISION_TEXT.search(text)))
         self.filter = grep_patterns(command)
         self.year_hint = year_hint
+        self.parts: list[tuple[int, str]] = []  # a joined document: (lines, command) of each it was made of
         self._stack: Stack | None = None
         self._lines: list[Line] | None = None
         self._head: list[Line] | None = None
@@ -290,6 +291,7 @@ class Doc:
                 host=docs[0].host if docs else "", origin=docs[0].origin if docs else "",
                 excerpt=any(d.excerpt for d in docs), year_hint=docs[0].year_hint if docs else None)
         j.filter = list(dict.fromkeys(p for d in docs for p in d.filter))
+        j.parts = [(len(d.lines), d.command) for d in docs]
         j._lines = lines
         j._stack = Stack()
         return j

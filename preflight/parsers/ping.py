@@ -137,6 +137,32 @@ def _frame(size: int | None, address: str) -> int | None:
     return size + (IPV6_ICMP_HEADERS if ":" in address else IPV4_ICMP_HEADERS)
 
 
+# iputils/BSD options that take a value (the payload size is -s; Windows' is -l)
+_VALUED = frozenset("cWwisIltQpSmMTFhNbgzV")
+
+
+def _from_command(command: str) -> PingRun | None:
+    """The run a ping command line starts, for a transcript that does not show its header (the
+    poster cut it): its target and payload size from the options; None when it is no ping."""
+    cm = _CMD.search(command or "")
+    if not cm:
+        return None
+    toks = cm.group("args").split()
+    run, i = PingRun(), 0
+    while i < len(toks):
+        t = toks[i]
+        if t[:1] in "-/" and len(t) > 1 and not t[1:2].isdigit():
+            value = t[2:] or (toks[i + 1] if t[1] in _VALUED and i + 1 < len(toks) else "")
+            i += 1 if t[2:] or t[1] not in _VALUED else 2
+            if t[1] in "sl" and value.isdigit():
+                run.size = int(value)
+            continue
+        run.target = run.address = t
+        i += 1
+    run.frame = _frame(run.size, run.address)
+    return run
+
+
 def _new_run(line: str) -> PingRun | None:
     """A run from its header: `PING target (address) size(frame) bytes of data` (iputils),
     `PING target (address): size data bytes` (BSD, BusyBox), `PING6(frame=40+8+size bytes) src --> dst`,
@@ -245,11 +271,16 @@ _RUN_LINES: tuple[tuple[Finder, Handler], ...] = (
 _ORPHAN = (_UNRESOLVED, _UNREACH, _LOCAL_TOO_LONG)  # lines that make a run even before any header
 
 
+def _commands(command: str) -> list[str]:
+    """The ping command lines among the paste's commands (prompts joined by " ; ")."""
+    return [c for c in command.split(" ; ") if _CMD.search(c)]
+
+
 def _assign_df(runs: list[PingRun], headed: list[PingRun], command: str, inline: dict[int, str]) -> None:
     """Each run's `df` from the command lines: its own line inside the text, else one per run
     when the paste shows as many commands as headers (several prompts), else the one setting
     they all share."""
-    cmds = [c for c in command.split(" ; ") if _CMD.search(c)]
+    cmds = _commands(command)
     for run in runs:
         if id(run) in inline:
             run.df = df_of(inline[id(run)], run.flavor)
@@ -333,9 +364,13 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
             cur = _orphan(line)  # a ping of its own that stopped before its header
             runs.append(cur)
         elif cur is None:
-            if not any(rx.search(line) for rx in _ORPHAN):
+            started = _from_command(command) if len(_commands(command)) == 1 else None
+            if started is not None and _is_result(line):
+                cur = started  # the command's run, its header cut from the paste
+            elif not any(rx.search(line) for rx in _ORPHAN):
                 continue
-            cur = PingRun()  # errors printed before any header
+            else:
+                cur = started or PingRun()  # errors printed before any header
             runs.append(cur)
         for find, on_match in _RUN_LINES:  # the first kind that matches says what the line is
             mm = find(line)
@@ -347,7 +382,15 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
 
 
 def parse(doc: Doc) -> PingFacts:
-    return PingFacts(runs=parse_runs([ln.text for ln in doc.lines], doc.command), excerpt=doc.excerpt)
+    texts = [ln.text for ln in doc.lines]
+    if len(doc.parts) > 1 and sum(n for n, _ in doc.parts) == len(texts):  # several pastes, each under its command
+        runs: list[PingRun] = []
+        at = 0
+        for n, command in doc.parts:
+            runs += parse_runs(texts[at:at + n], command)
+            at += n
+        return PingFacts(runs=runs, excerpt=doc.excerpt)
+    return PingFacts(runs=parse_runs(texts, doc.command), excerpt=doc.excerpt)
 
 
 def _is_header(t: str) -> bool:
@@ -365,8 +408,9 @@ def detect(doc: Doc) -> bool:
         # errors of a ping that stopped before its header (the name did not resolve, no route):
         # under a ping command line, or in ping's own `ping: ...` wording
         own = [t for t in head if re.search(r"(?:^|\s)ping6?: ", t)]
-        lines = head if _CMD.search(doc.command or "") else own
-        return any(rx.search(t) for t in lines for rx in _ORPHAN)
+        if _CMD.search(doc.command or ""):  # under its command: its errors, or results whose header was cut
+            return any(rx.search(t) for t in head for rx in _ORPHAN) or any(_is_result(t) for t in head)
+        return any(rx.search(t) for t in own for rx in _ORPHAN)
     return any(_is_result(t) for t in head) or doc.excerpt
 
 

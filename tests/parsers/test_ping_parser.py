@@ -433,3 +433,42 @@ def test_segments_a_whole_command_is_not_carried_and_a_cut_message_leaves_the_ot
                           "64 bytes from h: icmp_seq=2 ttl=64 From", "gw icmp_seq=3 Frag needed"]) == [
         "x PING h (10.0.0.2) 56(84) bytes of data.", "64 bytes from h: icmp_seq=1 ttl=64",
         "64 bytes from h: icmp_seq=2 ttl=64", "From gw icmp_seq=3 Frag needed"]
+
+
+# ------------------------------------------------------------------ headers cut: the command says what ran
+
+CUT = ("$ sudo nslab exec --node h1 -- ping -c 2 -W 2 -M do -s 1472 10.71.0.2\n...\n"
+       "2 packets transmitted, 2 received, 0% packet loss\n"
+       "$ sudo nslab exec --node h1 -- ping -c 1 -W 2 -M do -s 1473 10.71.0.2\n"
+       "ping: local error: message too long, mtu=1500\n...\n")
+
+
+def test_runs_whose_headers_were_cut_take_size_and_target_from_their_commands() -> None:
+    docs = [d for d in frame(CUT).docs if ping.detect(d)]
+    assert len(docs) == 2
+    joined = Doc.join(docs)
+    assert joined.parts == [(2, docs[0].command), (2, docs[1].command)]
+    a, b = ping.parse(joined).runs
+    assert (a.target, a.size, a.frame, a.df, a.transmitted, a.received) == ("10.71.0.2", 1472, 1500, True, 2, 2)
+    assert (b.target, b.size, b.frame, b.df, b.local_too_long_mtu) == ("10.71.0.2", 1473, 1501, True, 1500)
+
+
+@pytest.mark.parametrize(("command", "target", "size"), [
+    ("ping -M do -s 8972 -c 3 10.0.0.2", "10.0.0.2", 8972), ("ping -s8972 -Mdo peer7", "peer7", 8972),
+    ("ping -c 3 -I eth1 fe80::1", "fe80::1", None), ("ping.exe -f -l 8972 10.0.0.9", "10.0.0.9", 8972),
+    ("ping -c", "", None), ("ping -s x 10.0.0.1", "10.0.0.1", None)])
+def test_the_run_a_command_starts(command: str, target: str, size: int | None) -> None:
+    run = ping._from_command(command)
+    assert run is not None and (run.target, run.address, run.size) == (target, target, size)
+    assert run.frame == (None if size is None else size + (48 if ":" in target else 28))
+    assert ping._from_command("ls -l /tmp") is None
+
+
+def test_statistics_alone_are_a_run_only_under_one_ping_command() -> None:
+    stats = ["2 packets transmitted, 2 received, 0% packet loss"]
+    [r] = parse_runs(stats, "ping -M do -s 8972 10.0.0.2")
+    assert (r.size, r.received, r.df) == (8972, 2, True)
+    assert parse_runs(stats, "") == []
+    assert parse_runs(stats, "ping -s 1 a ; ping -s 2 b") == []
+    assert ping.detect(Doc(stats[0] + "\n", command="ping -M do -s 8972 10.0.0.2"))
+    assert not ping.detect(Doc(stats[0] + "\n", command="ls"))
