@@ -179,6 +179,8 @@ def _table(lines: list[str], rep: IbReport) -> bool:
     return header is not None
 
 
+NO_CA = "(CA not shown)"  # the CA of a port block pasted without its `CA '...'` line
+
 # the lines that start a CA's block, and the tool each one says printed it
 _CA_HEADERS = ((_CA, "ibstat"), (_IBSTATUS, "ibstatus"), (_HCA_ID, "ibv_devinfo"))
 
@@ -208,6 +210,8 @@ class _Reader:
                 self._start_ca(m, kind, line)
                 return
         pm = _PORT.match(line) or _DEVINFO_PORT.match(line)
+        if pm and not self.ca and _PORT.match(line):
+            self.ca = NO_CA  # an excerpt of ibstat that starts at a port's block
         if pm and self.ca:
             self.cur = Port(ca=self.ca, port=int(pm.group("port")), ca_type=self.ca_type, firmware=self.firmware)
             self.width = None
@@ -318,6 +322,9 @@ def detect(doc: Doc) -> bool:
     if any(_CA.match(t) for t in head) and re.search(r"^\s*Port \d+:\s*$", text, re.M) \
             and "Physical state:" in text:
         return True
+    if re.search(r"^\s*Port \d+:\s*$\n\s*State:\s*(?:Active|Down|Initializing|Armed|Init)\s*$\n\s*Physical state:",
+                 text, re.M):
+        return True  # a port's block cut out of ibstat, its CA line not shown
     if re.search(r"^\s*Infiniband device '[^']+' port \d+ status:", text, re.M) and "phys state:" in text:
         return True
     if re.search(r"^\s*hca_id:\s*\S+", text, re.M) and re.search(r"^\s+port:\s*\d+", text, re.M):
@@ -335,4 +342,4 @@ FORMATS = [Format("ibstat", detect=detect,
 
 PARSERS = [ParserSpec("ibstat", parse)]
 
-__all__ = ["FORMATS", "IbReport", "PARSERS", "Port", "detect", "parse"]
+__all__ = ["FORMATS", "NO_CA", "IbReport", "PARSERS", "Port", "detect", "parse"]

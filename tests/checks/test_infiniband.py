@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from preflight.checks import infiniband as ib
-from preflight.framing import frame
+from preflight.framing import Doc, frame
 from preflight.model import Status
 from preflight.parsers import ib as ibp
 from preflight.probes import run_probe
@@ -980,3 +980,25 @@ def test_a_second_pci_function_down_beside_an_active_first_is_uncabled():
 def test_function_siblings_that_prove_nothing_leave_the_port_a_rail(text: str):
     assert ib._unused_ports(parse(text).ports) == set()
     assert "ib.hca/compute-port-down" in one(text).facts["codes"]
+
+
+@pytest.mark.parametrize(("text", "state"), [
+    ("...\nPort 1:\n                State: Down\n                Physical state: Polling\n...\n", "Down/Polling"),
+    ("\tPort 2:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tLink layer: InfiniBand\n", ""),
+])
+def test_a_port_block_without_its_ca_line(text: str, state: str):
+    d = Doc.join(frame(text).docs)
+    assert ibp.detect(d)
+    [p] = ibp.parse(d).ports
+    assert p.ca == ibp.NO_CA == "(CA not shown)"
+    r = one(text)
+    if state:
+        assert r.facts["codes"] == ["ib.hca/compute-port-down"] and f"(CA not shown) {state}" in r.summary
+    else:
+        assert r.status is Status.PASS
+
+
+@pytest.mark.parametrize("text", ["Port 1:\nState: unknown\nPhysical state: x\n", "Port 1:\n  Speed: 100\n",
+                                  "Port 1:\nPhysical state: Polling\n"])
+def test_other_port_lines_are_not_ibstat(text: str):
+    assert not ibp.detect(Doc.join(frame(text).docs))
