@@ -80,8 +80,8 @@ def _pg_text(ev: HangEvent) -> str:
     return "process group" + (f" {pg_id}" if pg_id else "") + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _desc(ev: HangEvent) -> str:
-    desc = ev.op or "collective"
+def _desc(ev: HangEvent, mixed: bool = False) -> str:
+    desc = "collectives" if mixed else ev.op or "collective"
     if ev.seq is not None:
         desc += f" SeqNum={ev.seq}"
     if ev.timeout_ms is not None:
@@ -154,7 +154,9 @@ def _one_group(ctx: CheckContext, lg: _Log, pool: list[HangEvent], f: Findings) 
     where = f" of {_pg_text(named)}" if _pg_text(named) else ""
     size = group_size(first)
     label = "NCCL watchdog timeout" if lg.timeouts else "NCCL watchdog failure (error or timeout)"
-    summary = f"{label}: {_desc(first)} on {_ranks(at_first)}{where}" + (f" ({size} ranks in the group)" if size else "")
+    mixed = len({e.op.upper() for e in at_first if e.op}) > 1
+    summary = f"{label}: {_desc(first, mixed)} on {_ranks(at_first)}{where}" + (f" ({size} ranks in the group)"
+                                                                                  if size else "")
     ev = [e.line for e in at_first[:_QUOTE]]
     others = [e for e in pool if e.seq != first.seq]
     if others:
@@ -170,6 +172,27 @@ def _one_group(ctx: CheckContext, lg: _Log, pool: list[HangEvent], f: Findings) 
     ev += [e.line for e in lg.kind("nccl_status") if e.seq == first.seq][:_FEW] + lg.log.some_failed[:_FEW]
     code = "hang.watchdog/collective-timeout" if lg.timeouts else "hang.watchdog/watchdog-failure"
     f.add(code, summary, ev, _early_remedy(ctx, first))
+    _ops_differ(lg, at_first, f)
+
+
+def _ops_differ(lg: _Log, at_seq: list[HangEvent], f: Findings) -> None:
+    """Ranks of one process group stuck at the same SeqNum in different collectives: they called
+    different collectives at the same point (NCCL matches them by order only)."""
+    by_op: dict[str, list[HangEvent]] = {}
+    for e in at_seq:
+        if e.op:
+            by_op.setdefault(e.op.upper(), []).append(e)
+    if len(by_op) < 2:
+        return
+    lg.facts["ops_at_seq"] = {op: sorted({e.rank for e in evs if e.rank is not None}) for op, evs in by_op.items()}
+    seq = at_seq[0].seq
+    f.add("hang.watchdog/timeouts-differ-in-collective",
+          f"ranks at SeqNum {seq} wait in different collectives: "
+          + "; ".join(f"{_ranks(evs)} in {op}" for op, evs in sorted(by_op.items())),
+          [evs[0].line for _, evs in sorted(by_op.items())],
+          "an application bug, not the hardware: the ranks issued different collectives at the same point (a "
+          "rank-dependent code path, a collective inside a condition, uneven data); NCCL pairs collectives by order, "
+          "so the job hangs there on any cluster")
 
 
 def _groups(pool: list[HangEvent]) -> dict[str, list[HangEvent]]:

@@ -843,3 +843,21 @@ def test_a_lost_store_beside_a_real_failure_is_only_its_evidence() -> None:
                "milliseconds before timing out.\n")
     r = watchdog(text=timeout + GONE)
     assert "hang.watchdog/store-gone" not in codes(r) and r.status is Status.FAIL
+
+
+def test_ranks_at_one_seqnum_in_different_collectives_are_a_mismatch() -> None:
+    t = ("[rank7]:[E816 01:45:40.183009389 ProcessGroupNCCL.cpp:607] [Rank 7] Watchdog caught collective operation "
+         "timeout: WorkNCCL(SeqNum=80078, OpType=BROADCAST, NumelIn=5056, NumelOut=5056, Timeout(ms)=600000) ran for "
+         "600026 milliseconds before timing out.\n"
+         "[rank3]:[E816 01:45:40.212150935 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation "
+         "timeout: WorkNCCL(SeqNum=80078, OpType=ALLREDUCE, NumelIn=2106881, NumelOut=2106881, Timeout(ms)=600000) "
+         "ran for 600013 milliseconds before timing out.\n")
+    r = watchdog(text=t)
+    assert codes(r) == ["hang.watchdog/collective-timeout", "hang.watchdog/timeouts-differ-in-collective"]
+    assert r.summary.startswith("NCCL watchdog timeout: collectives SeqNum=80078 (timeout 600000 ms, ran 600013 ms) "
+                                "on ranks 3, 7")
+    assert "ranks at SeqNum 80078 wait in different collectives: rank 3 in ALLREDUCE; rank 7 in BROADCAST" in r.summary
+    assert r.facts["ops_at_seq"] == {"BROADCAST": [7], "ALLREDUCE": [3]}
+    same = t.replace("OpType=BROADCAST", "OpType=ALLREDUCE")
+    r = watchdog(text=same)
+    assert codes(r) == ["hang.watchdog/collective-timeout"] and r.summary.startswith("NCCL watchdog timeout: ALLREDUCE")
