@@ -151,7 +151,7 @@ def _from_command(command: str) -> PingRun | None:
     run, i = PingRun(), 0
     while i < len(toks):
         t = toks[i]
-        if t[:1] in "-/" and len(t) > 1 and not t[1:2].isdigit():
+        if t[:1] in "-/" and len(t) > 1 and not t[1].isdigit():
             value = t[2:] or (toks[i + 1] if t[1] in _VALUED and i + 1 < len(toks) else "")
             i += 1 if t[2:] or t[1] not in _VALUED else 2
             if t[1] in "sl" and value.isdigit():

@@ -456,7 +456,8 @@ def test_runs_whose_headers_were_cut_take_size_and_target_from_their_commands() 
 @pytest.mark.parametrize(("command", "target", "size"), [
     ("ping -M do -s 8972 -c 3 10.0.0.2", "10.0.0.2", 8972), ("ping -s8972 -Mdo peer7", "peer7", 8972),
     ("ping -c 3 -I eth1 fe80::1", "fe80::1", None), ("ping.exe -f -l 8972 10.0.0.9", "10.0.0.9", 8972),
-    ("ping -c", "", None), ("ping -s x 10.0.0.1", "10.0.0.1", None)])
+    ("ping -c", "", None), ("ping -s x 10.0.0.1", "10.0.0.1", None), ("ping 10.0.0.4 -c 3 -I eth1", "10.0.0.4", None),
+    ("ping -s 100 - 10.0.0.3", "10.0.0.3", 100), ("ping -s 64 -1", "-1", 64)])
 def test_the_run_a_command_starts(command: str, target: str, size: int | None) -> None:
     run = ping._from_command(command)
     assert run is not None and (run.target, run.address, run.size) == (target, target, size)
