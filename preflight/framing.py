@@ -188,6 +188,7 @@ class Doc:
             return []
         if fold:
             needles = list(dict.fromkeys(nd.lower() for nd in needles))
+        needles = _covering(needles)
         if self._lines is not None:
             return self._scan_peeled(needles, fold)
         haystack, needles = self._haystack(needles, fold)
@@ -303,6 +304,13 @@ class Doc:
         d._stack = self._stack
         d._lines = list(lines)
         return d
+
+
+def _covering(needles: Sequence[str]) -> list[str]:
+    """The needles without those that contain another (a line holding "XidCriticalError" holds
+    "Xid"): the same lines, one pass less over the text for each."""
+    uniq = list(dict.fromkeys(needles))
+    return [nd for nd in uniq if not any(other != nd and other in nd for other in uniq)]
 
 
 def _find_spans(haystack: str, needles: Sequence[str], ranges: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:

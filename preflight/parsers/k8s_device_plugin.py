@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 NEEDLES = ("XidCriticalError", "unhealthy", "Processing event", "Skipping event", "healthcheck", "health check",
            "Ignoring event for unexpected device", "Ignoring malformed Xid", "for health checks")
+# what a scan of a whole log looks for: every line NEEDLES finds holds one of these
+SCAN_NEEDLES = ("Xid", "ealth", "ing event")
 
 _XID_CRITICAL = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+)(?: on (?:Device|GPU)=(?P<dev>[^\s,;]+))?"
                            r"(?:,\s*uuid=(?P<uuid>[^\s,;]+))?")
@@ -147,4 +149,4 @@ def shows_plugin(msg: str) -> bool:
     return rec is not None and rec.kind != "context"
 
 
-__all__ = ["EVENT_DBE", "EVENT_SBE", "EVENT_XID", "NEEDLES", "PluginRecord", "read", "shows_plugin"]
+__all__ = ["EVENT_DBE", "EVENT_SBE", "EVENT_XID", "NEEDLES", "SCAN_NEEDLES", "PluginRecord", "read", "shows_plugin"]

@@ -46,7 +46,7 @@ from preflight.parsers.base import Format, ParserSpec, pci_id
 from preflight.parsers.kernel_hw import KernelFault
 
 NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", "nvidia: probe of", *kernel_hw.NEEDLES,
-           *plugin.NEEDLES)
+           *plugin.SCAN_NEEDLES)
 # the reading tool's own complaints: at the start or the end of what it printed
 TOOL_NEEDLES = ("dmesg: ", "journalctl: ", "Operation not permitted", "Permission denied", "No journal files")
 TOOL_ENDS = 256 * 1024  # pragma: no mutate (a scan window: a byte more or less reads the same lines)

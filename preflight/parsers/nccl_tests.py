@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from preflight.framing import Doc, Line
+from preflight.framing import DETECT_ENDS, Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
 # Printed busbw cells have two decimals: their mean may differ from the printed average by
@@ -836,13 +836,16 @@ def _own_lines(lines: list[Line]) -> bool:
 
 def detect(doc: Doc) -> bool:
     """nccl-tests output: its own lines at the top, or anywhere (a long NCCL_DEBUG=INFO log
-    before the table); a failure line of the binaries; result rows pasted without a header."""
+    before the table); a failure line of the binaries; result rows pasted without a header. In a
+    text larger than twice DETECT_ENDS only its first and last DETECT_ENDS characters are searched
+    (the binary's header and its summary are there; a table is never buried in megabytes of
+    another tool's output)."""
     head = doc.head(SNIFF_LINES)
     if any(_DETECT.match(ln.text.strip()) for ln in head) or _own_lines(head):
         return True
-    if any(_DETECT.match(ln.text.strip()) for ln in doc.select(_DETECT_NEEDLES)):
+    if any(_DETECT.match(doc.peel_hit(h).text.strip()) for h in doc.scan(_DETECT_NEEDLES, ends=DETECT_ENDS)):
         return True
-    return _own_lines(doc.select(_FAIL_NEEDLES + _ROW_NEEDLES))
+    return _own_lines([doc.peel_hit(h) for h in doc.scan(_FAIL_NEEDLES + _ROW_NEEDLES, ends=DETECT_ENDS)])
 
 
 FORMATS = [Format("nccl-tests", detect=detect, priority=65, description="nccl-tests / rccl-tests *_perf output")]
