@@ -161,3 +161,96 @@ def test_the_expected_node_count() -> None:
     assert r.remedy == "fix or replace the missing nodes before launching; the job would start short"
     [r] = grade_nodes(ctx(errors={"n2": "x"}, extra={"expect_nodes": 2}))
     assert r.status is Status.PASS
+
+
+# ---------------------------------------------------------------------------------------------
+# cluster.mtu: the node-to-peer jumbo matrix, the culprit and the peers its link explains
+
+from preflight.checks.cluster import grade_mtu  # noqa: E402  (isort: skip)
+
+
+def mtu(node: str, peers: dict[str, str], status: Status = Status.FAIL, size: int = 8972,
+        reasons: dict[str, str] | None = None) -> Result:
+    plist = [{"peer": p, "outcome": o, **({"reason": (reasons or {})[p]} if p in (reasons or {}) else {})}
+             for p, o in peers.items()]
+    ok = all(o == "ok" for o in peers.values())
+    return Result(check="net.mtu", node=node, status=Status.PASS if ok else status, summary="",
+                  facts={"size": size, "peers": plist})
+
+
+def mtu_ctx(results: list[Result], nodes: list[str] | None = None, detail: dict[str, dict[str, str]] | None = None,
+            errors: dict[str, str] | None = None, addresses: dict[str, str] | None = None) -> ClusterContext:
+    c = ctx(results=results, nodes=nodes, errors=errors)
+    c.node_detail.update(detail or {})
+    c.addresses.update(addresses or {})
+    return c
+
+
+def by(results: list[Result]) -> dict[tuple[str, str], Result]:
+    return {(r.check, r.node): r for r in results}
+
+
+def test_the_node_on_every_failing_link_is_the_culprit_and_its_peers_are_explained() -> None:
+    rs = [mtu("n1", {"n2": "ok", "n3": "silent_loss"}), mtu("n2", {"n1": "ok", "n3": "silent_loss"}),
+          mtu("n3", {"n1": "silent_loss", "n2": "frag_needed"}, reasons={"n1": "100% loss"})]
+    out = by(list(grade_mtu(mtu_ctx(rs))))
+    c = out[("net.mtu", "n3")]
+    assert c.status is Status.FAIL and c.facts["codes"] == ["net.mtu/black-hole-at-node"]
+    assert c.summary == ("jumbo frames to and from n3 are dropped (silent_loss): n1->n3, n2->n3, n3->n1, n3->n2; "
+                         "small pings pass")
+    assert c.evidence == ["n1 -> n3: silent_loss (8972-byte DF ping)", "n2 -> n3: silent_loss (8972-byte DF ping)",
+                          "n3 -> n1: silent_loss (8972-byte DF ping)", "n3 -> n2: frag_needed (8972-byte DF ping)",
+                          "n3 -> n1: 100% loss"]
+    assert c.facts["outcome"] == "silent_loss" and c.facts["size"] == 8972 and c.facts["culprit"] is True
+    assert c.facts["ssh_stalled"] is False and ["n3", "n1", "silent_loss"] in c.facts["links"]
+    assert c.remedy == "fix the MTU on n3's link (switch port or NIC) to match the fabric, or drain n3"
+    for peer in ("n1", "n2"):
+        e = out[("net.mtu", peer)]
+        assert e.status is Status.PASS and e.facts["outcome"] == "ok" and e.facts["explained_by"] == ["n3"]
+        assert e.summary == "jumbo path fine; losses only towards n3, whose link is at fault"
+        assert e.evidence == [f"{peer} -> n3: silent_loss"]
+    cl = out[("cluster.mtu", "cluster")]
+    assert cl.status is Status.FAIL and cl.summary == "MTU black hole at n3" and cl.remedy.startswith("see net.mtu")
+    assert cl.facts["culprits"] == ["n3"] and cl.facts["matrix"]["n1"] == {"n2": "ok", "n3": "silent_loss"}
+    assert cl.evidence[0] == "n1 -> n3: silent_loss" and len(cl.evidence) == 4
+
+
+def test_one_failing_link_names_the_end_whose_ssh_stalled() -> None:
+    rs = [mtu("n1", {"n2": "silent_loss"}), mtu("n2", {"n1": "ok"})]
+    for stage, how in (("kex", "SSH to it stalled after key exchange"),
+                       ("command", "its probe output stalled in transit")):
+        c = mtu_ctx(rs, nodes=["n1", "n2"], detail={"n2": {"kind": "timeout", "stage": stage}})
+        out = by(list(grade_mtu(c)))
+        r = out[("net.mtu", "n2")]
+        assert ("net.mtu", "n1") not in out or out[("net.mtu", "n1")].status is Status.PASS
+        assert r.summary.endswith(f"; small pings pass; {how} (same MTU black hole)") and r.facts["ssh_stalled"]
+        assert r.evidence[-1] == "n2: SSH stalled after key exchange"
+    c = mtu_ctx(rs, nodes=["n1", "n2"], errors={"n2": "output lost"})
+    r = by(list(grade_mtu(c)))[("net.mtu", "n2")]
+    assert not r.facts["ssh_stalled"] and r.summary.endswith("; small pings pass")
+    assert sorted(by(list(grade_mtu(mtu_ctx(rs, nodes=["n1", "n2"])))).keys()) == [
+        ("cluster.mtu", "cluster"), ("net.mtu", "n1"), ("net.mtu", "n2")]
+
+
+def test_a_peer_with_its_own_other_loss_is_not_explained_and_a_clean_matrix_passes() -> None:
+    rs = [mtu("n1", {"n2": "ok", "n3": "silent_loss"}), mtu("n2", {"n3": "silent_loss", "n4": "silent_loss"}),
+          mtu("n3", {"n1": "silent_loss", "n2": "silent_loss", "n4": "silent_loss"}), mtu("n4", {"n1": "ok"})]
+    out = by(list(grade_mtu(mtu_ctx(rs, nodes=["n1", "n2", "n3", "n4"]))))
+    assert out[("cluster.mtu", "cluster")].facts["culprits"] == ["n3"]
+    assert ("net.mtu", "n2") not in out  # n2 -> n4 is lost too: not only towards the culprit
+    assert out[("net.mtu", "n1")].status is Status.PASS
+    clean = list(grade_mtu(mtu_ctx([mtu("n1", {"n2": "ok"}), mtu("n2", {"n1": "ok"})], nodes=["n1", "n2"])))
+    [r] = clean
+    assert r.check == "cluster.mtu" and r.status is Status.PASS and r.summary == "2 node-to-peer jumbo path(s) tested"
+    assert r.facts == {"matrix": {"n1": {"n2": "ok"}, "n2": {"n1": "ok"}}, "culprits": [], "size": 8972}
+    assert list(grade_mtu(mtu_ctx([], nodes=["n1"]))) == []
+
+
+def test_peers_named_by_address_are_mapped_to_nodes() -> None:
+    rs = [mtu("n1", {"10.0.0.2": "frag_needed"}), mtu("n2", {"10.0.0.1": "frag_needed"})]
+    c = mtu_ctx(rs, nodes=["n1", "n2"], addresses={"10.0.0.1": "n1", "10.0.0.2": "n2"},
+                detail={"n1": {"kind": "timeout", "stage": "auth"}})
+    out = by(list(grade_mtu(c)))
+    assert out[("cluster.mtu", "cluster")].facts["matrix"] == {"n1": {"n2": "frag_needed"}, "n2": {"n1": "frag_needed"}}
+    assert out[("cluster.mtu", "cluster")].facts["culprits"] == ["n1"]
+    assert out[("net.mtu", "n1")].facts["outcome"] == "frag_needed"
