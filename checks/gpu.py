@@ -13,6 +13,7 @@ every finding's status comes from the policy table (`checks/policy.toml`).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -278,16 +279,21 @@ def _health_findings(inv: Inventory, f: Findings) -> None:
               "`nvidia-smi --query-gpu=... --format=csv` on the node and check that GPU's row")
 
 
+# what nvidia-smi prints where it cannot read a GPU's name (gpu.health grades the unreadable GPU)
+_UNREAD_NAME = re.compile(r"ERR!|N/A|\[?(?:Unknown Error|GPU is lost|Not Supported)\]?|Unknown", re.IGNORECASE)
+
+
 def _model_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
     model = str(prof.get("gpu.model") or "")
-    wrong = [g for g in inv.gpus if model and not _model_matches(g.name, model)]
+    named = [g for g in inv.gpus if g.name and not _UNREAD_NAME.fullmatch(str(g.name))]
+    wrong = [g for g in named if model and not _model_matches(g.name, model)]
     if wrong:
         f.add("gpu.inventory/wrong-model",
               f"{len(wrong)} GPU(s) are not {model}: " + ", ".join(sorted({str(g.name) for g in wrong})),
               [f"{g.label}: {g.name}" for g in wrong] + [f"gpu.model = {model} ({prof.source('gpu.model')})"],
               "grade this node with the profile that matches its hardware (--profile), or move it to the "
               "partition for that GPU model")
-    models = list(dict.fromkeys(g.name for g in inv.gpus if g.name))
+    models = list(dict.fromkeys(g.name for g in named))  # a name the driver could not read is no model
     if len(models) > 1:
         f.add("gpu.inventory/mixed-models", f"mixed GPU models on one node: {', '.join(models)}",
               [f"{g.label}: {g.name}" for g in inv.gpus],

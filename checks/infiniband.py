@@ -253,9 +253,10 @@ def _rate_findings(prof: Profile, exp: _Expect, rep: IbReport, up: list[Port], f
                       f"`mlxlink -d {p.ca}`; set ib.rate in the site profile to make this a FAIL" for p in lagging))
 
 
-def _mtu_findings(rep: IbReport, f: Findings) -> None:
-    """Ports whose active MTU is below the largest they support (ibv_devinfo)."""
-    low = [p for p in rep.ports if p.max_mtu and p.active_mtu and p.active_mtu < p.max_mtu]
+def _mtu_findings(compute: list[Port], f: Findings) -> None:
+    """Compute ports whose active MTU is below the largest they support (ibv_devinfo); a front-end
+    port's MTU is its network's business (an Azure accelerated-networking port runs at 1024)."""
+    low = [p for p in compute if p.max_mtu and p.active_mtu and p.active_mtu < p.max_mtu]
     if not low:
         return
     why = []
@@ -303,7 +304,7 @@ def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str,
     _unknown_states(rep.ports, f)
     _compute_findings(ctx.profile, exp, compute, f)
     _rate_findings(ctx.profile, exp, rep, up, f)
-    _mtu_findings(rep, f)
+    _mtu_findings(compute, f)
     _adapter_findings(exp, rep, others_down, f)
     layers = sorted({p.link_layer for p in compute if p.link_layer})
     rates = sorted({p.fact()["rate"] for p in up if p.rate is not None})

@@ -169,6 +169,7 @@ class NcclTests:
     stopped_at: int | None = None  # a row whose size was printed but whose numbers never came
     bad_rows: list[str] = field(default_factory=list)  # row-like lines no known layout reads
     notes: list[str] = field(default_factory=list)  # lines the binary prints about its own run
+    edits: list[str] = field(default_factory=list)  # a paster's own `#` note among the rows (`# Truncated ...`)
     wrong_is_delta: bool = False  # the wrong column holds a max delta (before 2.13): not a count
     algo: str = ""  # NCCL_ALGO as the capture shows it
     nvls: bool | None = None  # NVLS in use (True), off (False), not shown (None)
@@ -628,6 +629,9 @@ class _Reader:
         elif re.match(r"^#\s*(?:Reducing maxBytes|Blocking Enabled|Parallel Init|Testing \d+ cycle|"
                       r"GPU memory usage|error:|Errors with asterisks)", line):
             self.cur.notes.append(line)
+        elif self.cur.columns and not (self.cur.avg_line or self.cur.oob_line) and re.search(r"[A-Za-z]{3}", line) \
+                and not re.match(r"^#\s*\(", line):  # the header's units line: `#  (B)  (elements) ...`
+            self.cur.edits.append(line)  # the binaries print no comment between the header and the summary
 
     def _params(self, line: str) -> bool:
         if not _PARAMS.match(line):

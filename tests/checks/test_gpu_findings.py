@@ -1018,3 +1018,15 @@ def test_topology_summaries() -> None:
     assert r.evidence[-1] == f"nvlink.links_per_gpu = 18 ({load(H100).source('nvlink.links_per_gpu')})"
     few = topo(matrix(pix, nv="NV17"), H100)
     assert few.remedy == "see gpu.nvlink for the links that are down; a reboot re-trains them"
+
+
+@pytest.mark.parametrize("unread", ["ERR!", "[Unknown Error]", "Unknown Error", "[GPU is lost]", "N/A"])
+def test_a_name_the_driver_could_not_read_is_no_model(unread: str) -> None:
+    r = inv(csv([row(0, name=unread), row(1, name="NVIDIA A40")]))
+    assert "gpu.inventory/mixed-models" not in codes(r)
+    r = inv(eight(**{"g0": {"name": unread}}), H100)
+    assert "gpu.inventory/wrong-model" not in codes(r)
+    r = inv(eight(**{"g0": {"name": unread}, "g1": {"name": "NVIDIA A40"}}), H100)
+    assert "gpu.inventory/wrong-model" in codes(r)
+    assert "1 GPU(s) are not NVIDIA H100 80GB HBM3: NVIDIA A40" in r.summary
+    assert f"are not NVIDIA H100 80GB HBM3: {unread}" not in r.summary

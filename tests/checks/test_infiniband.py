@@ -317,12 +317,24 @@ def test_ibv_devinfo_mtus_and_lids():
     assert rep.ports[0].fact()["active_mtu"] == 1024 and "max_mtu" in rep.ports[1].fact()
 
 
+ROCE_ONLY = fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt").replace("InfiniBand", "Ethernet")
+
+
 def test_reduced_mtu_warns_per_link_layer():
+    # InfiniBand beside an Ethernet port: the IB port is the compute fabric, the other is front-end
     r = one(fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt"), argv=["ibv_devinfo"])
     assert r.status is Status.WARN and r.facts["codes"] == ["ib.hca/mtu-reduced"]
+    assert "active MTU below the port's maximum: mlx5_5 2048 of 4096" in r.summary and "mlx5_4" not in r.summary
+    assert r.remedy.startswith("mlx5_5: the subnet manager's partition")
+    r = one(ROCE_ONLY, argv=["ibv_devinfo"])
     assert "active MTU below the port's maximum: mlx5_4 1024 of 4096, mlx5_5 2048 of 4096" in r.summary
     assert "mlx5_4: RoCE uses the largest IB MTU that fits the netdev's MTU" in r.remedy
-    assert "mlx5_5: the subnet manager's partition" in r.remedy
+
+
+def test_a_front_end_ports_mtu_is_not_graded():
+    text = fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt").replace("2048 (4)", "4096 (5)")
+    r = one(text, argv=["ibv_devinfo"])
+    assert "codes" not in r.facts and r.status is Status.PASS and "1 other port(s) Active" in r.summary
 
 
 def test_unknown_port_state_is_not_recognised_not_down():
@@ -687,10 +699,12 @@ def test_siblings_ignore_ports_without_a_rate_and_other_models():
 
 def test_mtu_exactly_and_equal_mtu_is_fine():
     r = one(fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt"), argv=["ibv_devinfo"])
-    assert r.remedy == (
+    assert r.remedy == ("mlx5_5: the subnet manager's partition (or the switch port) limits the MTU: check the "
+                        "partition's mtu in the SM configuration")
+    assert one(ROCE_ONLY, argv=["ibv_devinfo"]).remedy == (
         "mlx5_4: RoCE uses the largest IB MTU that fits the netdev's MTU: set the interface MTU to 4200 (or 9000) to get "
-        "4096; mlx5_5: the subnet manager's partition (or the switch port) limits the MTU: check the partition's mtu in "
-        "the SM configuration")
+        "4096; mlx5_5: RoCE uses the largest IB MTU that fits the netdev's MTU: set the interface MTU to 4200 (or 9000) "
+        "to get 4096")
     same = fixture_text("ib/ibv_devinfo_roce_active_mtu1024.txt").replace("1024 (3)", "4096 (5)").replace("2048 (4)",
                                                                                                          "4096 (5)")
     assert "codes" not in one(same, argv=["ibv_devinfo"]).facts

@@ -1451,3 +1451,24 @@ def test_the_other_runs_of_a_capture_fail_it_too() -> None:
     r = one(ar + "# Collective test starting: reduce_scatter_perf\n" + cut.split("# Collective test starting")[1]
             .split("\n", 1)[1].replace("    none  ", "     sum  ") + "Segmentation fault (core dumped)\n")
     assert codes(r) == ["nccl.allreduce/aborted"] and r.summary == "the run stopped after its process died"
+
+
+def test_a_table_the_paster_cut_and_said_so_is_graded_on_its_rows() -> None:
+    t = table(1, 8, 470.0, lo=1 << 30, hi=8 << 30)
+    lines = t.split("\n")
+    first_row = next(i for i, ln in enumerate(lines) if ln.strip().startswith(str(1 << 30)))
+    note = "# Truncated  smaller message sizes"
+    edited = "\n".join([*lines[:first_row], note, *lines[first_row:]])
+    edited = re.sub(r"# Avg bus bandwidth    : [\d.]+", "# Avg bus bandwidth    : 301.5", edited)
+    res = parse_nccl_tests(edited)
+    assert res.edits == [note] and len(res.rows) == 4
+    r = one(edited)
+    assert r.status is Status.PASS and codes(r) == []  # a PASS code is a note
+    assert ("the printed Avg bus bandwidth 301.5 covers rows the paste left out (Truncated  smaller message sizes): "
+            "graded on the rows shown") in r.evidence
+    same_avg = re.sub(r"# Avg bus bandwidth    : [\d.]+", "# Avg bus bandwidth    : 301.5", t)
+    assert codes(one(same_avg)) == ["nccl.allreduce/avg-mismatch"]  # no note: an edit nobody owned up to
+    units = parse_nccl_tests(t)
+    assert units.edits == []  # the header's units line `#  (B)  (elements) ...` is no note
+    after = parse_nccl_tests(t + "# my comment after the summary\n")
+    assert after.edits == []
