@@ -293,7 +293,7 @@ def _model_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
               [f"{g.label}: {g.name}" for g in wrong] + [f"gpu.model = {model} ({prof.source('gpu.model')})"],
               "grade this node with the profile that matches its hardware (--profile), or move it to the "
               "partition for that GPU model")
-    models = list(dict.fromkeys(g.name for g in named))  # a name the driver could not read is no model
+    models = list(dict.fromkeys(str(g.name) for g in named))  # a name the driver could not read is no model
     if len(models) > 1:
         f.add("gpu.inventory/mixed-models", f"mixed GPU models on one node: {', '.join(models)}",
               [f"{g.label}: {g.name}" for g in inv.gpus],
