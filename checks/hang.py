@@ -507,8 +507,9 @@ register(Check(
     probes=(),
     inputs=("watchdog-log", "fr-trace", "nccl-ras"),
     catches="NCCL watchdog and gloo collective timeouts (op, SeqNum, timeout, ranks, process group, group size), "
-            "process groups stuck on different collectives, the watchdog's heartbeat monitor, desync reports, "
-            "collective mismatches, monitored barriers, NCCL errors, c10d store timeouts, torchrun failures, the "
+            "process groups stuck on different collectives, ranks timed out at one SeqNum in different collectives, "
+            "the watchdog's heartbeat monitor, desync reports, collective mismatches, monitored barriers, NCCL errors, "
+            "c10d store timeouts, a rank that lost the store while it ran, torchrun failures, the "
             "process that exited first, point-to-point receives whose sender exited, ranks the flight recorder "
             "shows missing or mismatched, processes NCCL RAS finds dead or silent and ranks whose operation "
             "counts differ",
