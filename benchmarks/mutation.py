@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXTRA_TESTS: dict[str, list[str]] = {
     "preflight/grading.py": ["tests/test_grading.py", "tests/test_silent_paths.py", "tests/test_engine_cli.py"],
     "checks/hang_fr.py": ["tests/checks/test_hang.py"],
+    "preflight/parsers/torch_elastic.py": ["tests/checks/test_hang_elastic.py"],
     "preflight/findings.py": ["tests/test_findings.py"],
     "preflight/policy.py": ["tests/test_policy.py"],
 }

@@ -248,3 +248,30 @@ def test_detected_as_a_training_log(text: str) -> None:
                                   "failed (exitcode: 1)\n", "Worker group in progress\n"])
 def test_not_detected(text: str) -> None:
     assert not torch_log.detect(Doc(text))
+
+
+def test_the_signal_table_is_linux_signal_7() -> None:
+    assert LINUX_SIGNALS == {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+                             7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
+                             13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
+    assert signal_of(-24) == "SIGXCPU" and signal_of(-31) == "signal 31"
+
+
+@pytest.mark.parametrize("line", [
+    "torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 12) of binary: /usr/bin/python",
+    "local_rank 3 FAILED with no error file. Decorate your entrypoint fn with @record for traceback info.",
+    "[default] Worker group FAILED. 2/3 attempts left; will restart worker group",
+    "[default] exceeded max_restarts=3",
+    "[default] Worker group failed",
+    "[default] Worker group in SUCCEEDED state",
+    "[default] Rendezvous complete for workers. Result:",
+    "[default] Starting worker group",
+    "[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.",
+    "Local worker group finished (WorkerState.SUCCEEDED). Waiting 300 seconds for other agents to finish",
+    "Done waiting for other agents. Elapsed: 0.0012 seconds",
+    "Received Signals.SIGTERM death signal, shutting down workers",
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15",
+])
+def test_each_agent_line_alone_is_a_training_log(line: str) -> None:
+    assert torch_log.detect(Doc(f"I1128 10:00:00.000 12 api.py:1 {line}\n"))
+    assert parse_elastic([line]).events or parse_elastic([line]).failures
