@@ -17,9 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from preflight.framing import DETECT_ENDS, Doc
+from preflight.parsers import torch_elastic
 from preflight.parsers.base import Format, ParserSpec
-from preflight.parsers.torch_elastic import DETECT as _ELASTIC_DETECT
-from preflight.parsers.torch_elastic import NEEDLES as _ELASTIC_NEEDLES
 from preflight.parsers.torch_elastic import Elastic, parse_elastic
 from preflight.parsers.torch_hang import HangEvent, HangLog, hang_events, merge_status, parse_hang_log
 
@@ -275,12 +274,12 @@ _NEEDLES = ("atchdog", "NCCL work", "gloo", "NCCL operations", "eartbeat", "moni
             "mismatch between collectives", "monitoredBarrier", "clients joined", "socket has timed", "ncclUniqueId",
             "socket has failed", "C10d store has failed", "terminated with the following error",
             "store based barrier", "ChildFailedError", "Root Cause", "ProcessExitedException", "RendezvousTimeout",
-            "should dump", "failed on SocketImpl", *_ELASTIC_NEEDLES)
+            "should dump", "failed on SocketImpl")
 
 
 def detect(doc: Doc) -> bool:
-    return any(_DETECT.search(t) or _ELASTIC_DETECT.search(t)
-               for t in (doc.peel_hit(h).text for h in doc.scan(_NEEDLES, ends=DETECT_ENDS)))
+    return any(_DETECT.search(t) or torch_elastic.DETECT.search(t)
+               for t in (doc.peel_hit(h).text for h in doc.scan((*_NEEDLES, *torch_elastic.NEEDLES), ends=DETECT_ENDS)))
 
 
 FORMATS = [Format("watchdog-log", detect=detect, priority=45,  # pragma: no mutate - only its order among formats counts

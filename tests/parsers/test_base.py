@@ -7,7 +7,17 @@ import pytest
 
 from preflight.parsers import base
 from preflight.parsers.base import (
-    BROKEN_VALUES, NA_VALUES, Format, GpuRecord, ParserSpec, clean, pci_id, short, to_bool, to_float, to_int,
+    BROKEN_VALUES,
+    NA_VALUES,
+    Format,
+    GpuRecord,
+    ParserSpec,
+    clean,
+    pci_id,
+    short,
+    to_bool,
+    to_float,
+    to_int,
 )
 
 

@@ -251,7 +251,12 @@ def test_not_detected(text: str) -> None:
 
 
 def test_the_signal_table_is_linux_signal_7() -> None:
-    assert LINUX_SIGNALS == {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+    from preflight.parsers import torch_elastic
+
+    for n, name in torch_elastic.LINUX_SIGNALS.items():
+        assert signal_of(-n) == name
+    assert [signal_of(-n) for n in (5, 10, 12, 14, 25)] == ["SIGTRAP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXFSZ"]
+    assert torch_elastic.LINUX_SIGNALS == {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
                              7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
                              13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
     assert signal_of(-24) == "SIGXCPU" and signal_of(-31) == "signal 31"
