@@ -254,3 +254,37 @@ def test_peers_named_by_address_are_mapped_to_nodes() -> None:
     assert out[("cluster.mtu", "cluster")].facts["matrix"] == {"n1": {"n2": "frag_needed"}, "n2": {"n1": "frag_needed"}}
     assert out[("cluster.mtu", "cluster")].facts["culprits"] == ["n1"]
     assert out[("net.mtu", "n1")].facts["outcome"] == "frag_needed"
+
+
+def test_where_results_come_from_and_how_their_parts_are_joined() -> None:
+    c = ctx({"n1": {"nvidia-smi-q": capture("nvidia-smi-q", q("550.1"))}}, errors={"n3": "ssh refused"})
+    skip = {r.node: r for r in grade_versions(c)}["n2"]
+    assert (skip.check, skip.source) == ("cluster.versions", "cross-node")
+    two = {r.node: r for r in grade_versions(ctx({n: {"nvidia-smi-q": capture("nvidia-smi-q", q(d, cu))}
+                                                  for n, d, cu in (("n1", "550.1", "12.4"), ("n2", "550.1", "12.4"),
+                                                                   ("n3", "535.9", "12.2"))}))}["n3"]
+    assert two.summary == "cuda 12.2 differs from the majority 12.4; driver 535.9 differs from the majority 550.1"
+    rs = [mtu("n1", {"n2": "ok", "n3": "silent_loss"}), mtu("n2", {"n1": "ok", "n3": "silent_loss"}),
+          mtu("n3", {"n1": "silent_loss", "n2": "silent_loss"})]
+    out = list(grade_mtu(mtu_ctx(rs)))
+    assert {r.source for r in out} == {"cross-node"}
+    clean = list(grade_mtu(mtu_ctx([mtu("n1", {"n2": "ok"}), mtu("n2", {"n1": "ok"})], nodes=["n1", "n2"])))
+    assert clean[0].source == "cross-node"
+    # two culprits on a tie, joined; the evidence list is capped at 30 links
+    tie = [mtu("n1", {"n2": "frag_needed"}), mtu("n2", {"n1": "frag_needed"})]
+    cl = by(list(grade_mtu(mtu_ctx(tie, nodes=["n1", "n2"]))))[("cluster.mtu", "cluster")]
+    assert cl.summary == "MTU black hole at n1, n2"
+    many = [f"m{i:02d}" for i in range(8)]
+    big = [mtu(a, {b: "silent_loss" for b in many if b != a}) for a in many]
+    cl = by(list(grade_mtu(mtu_ctx(big, nodes=many))))[("cluster.mtu", "cluster")]
+    assert len(cl.evidence) == 30
+    # a timeout in another stage, or another kind of fault in a stall stage, is no stall
+    for detail in ({"kind": "timeout", "stage": "connect"}, {"kind": "refused", "stage": "kex"}):
+        r = by(list(grade_mtu(mtu_ctx([mtu("n1", {"n2": "silent_loss"}), mtu("n2", {"n1": "ok"})],
+                                      nodes=["n1", "n2"], detail={"n2": detail}))))
+        assert all(not x.facts.get("ssh_stalled") for x in r.values() if x.check == "net.mtu")
+
+
+def test_the_node_count_facts() -> None:
+    ok = grade_nodes(ctx(extra={"expect_nodes": 2}))
+    assert ok[0].facts == {"expected": 2, "ok": ["n1", "n2", "n3"]}
