@@ -46,6 +46,8 @@ EXTRA_TESTS: dict[str, list[str]] = {
     "preflight/grading.py": ["tests/test_grading.py", "tests/test_silent_paths.py", "tests/test_engine_cli.py"],
     "checks/hang_fr.py": ["tests/checks/test_hang.py"],
     "preflight/parsers/torch_elastic.py": ["tests/checks/test_hang_elastic.py"],
+    "preflight/parsers/nvsmi_qreport.py": ["tests/parsers/test_nvsmi_q.py", "tests/parsers/test_nvsmi_xml.py",
+                                          "tests/checks/test_gpu_health.py"],
     "preflight/findings.py": ["tests/test_findings.py"],
     "preflight/policy.py": ["tests/test_policy.py"],
 }

@@ -25,7 +25,7 @@ from xml.etree.ElementTree import Element, ParseError, XMLPullParser
 
 from preflight.framing import Doc
 from preflight.parsers.nvsmi_errors import errors_in
-from preflight.parsers.nvsmi_q import BUS, GPU_LEVEL, HEADER_KEYS, QGpu, QReport
+from preflight.parsers.nvsmi_qreport import BUS, GPU_LEVEL, HEADER_KEYS, QGpu, QReport
 
 ROOT = "nvidia_smi_log"
 _ROOT_OPEN = re.compile(rf"<{ROOT}\s*>")
