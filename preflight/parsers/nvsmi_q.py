@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from preflight.framing import Doc
+from preflight.parsers import nvsmi_qreport as qr
 from preflight.parsers import nvsmi_xml
 from preflight.parsers.base import Format, ParserSpec, clean, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
@@ -213,9 +214,9 @@ class _Reader:
         fm = _FIELD.match(body)
         low = (fm.group("key").strip() if fm else body).lower()
         gpu, last = self.current, self.last_section
-        if gpu is not None and gpu.bus_id and self.top is None and ind <= self.base and low in GPU_LEVEL:
+        if gpu is not None and gpu.bus_id and self.top is None and ind <= self.base and low in qr.GPU_LEVEL:
             self.flat, self.fpath = True, []
-        elif last is not None and ind <= last[0] and low not in GPU_LEVEL and (fm is not None or _subsection(low)):
+        elif last is not None and ind <= last[0] and low not in qr.GPU_LEVEL and (fm is not None or _subsection(low)):
             self.flat, self.fpath = True, last[1].split("/")
         return self.flat
 
@@ -229,7 +230,7 @@ class _Reader:
         if depth is None and low in IMPLIED:
             self.fpath = IMPLIED[low].split("/")
         if depth is None:
-            depth = 0 if low in GPU_LEVEL else len(self.fpath)
+            depth = 0 if low in qr.GPU_LEVEL else len(self.fpath)
         section = fm is None or not (fm.group("value") or "").strip()
         self.fpath = [*self.fpath[:depth], key] if section else self.fpath[:depth]
         top = self.top if self.top is not None else self.base + _STEP  # pragma: no mutate (any start works)
@@ -263,13 +264,13 @@ class _Reader:
         or text that ends the block."""
         fm = _FIELD.match(body)
         key = (fm.group("key").strip() if fm else body).lower()
-        if fm and key in HEADER_KEYS:
-            name = HEADER_KEYS[key]
+        if fm and key in qr.HEADER_KEYS:
+            name = qr.HEADER_KEYS[key]
             self.report.header[name] = (fm.group("value") or "").strip()
             self.report.header_lines[name] = re.sub(r"\s{2,}", " ", body)
             self.report.recognised = self.report.recognised or name == "Driver Version"
             self.current = None
-        elif key in GPU_LEVEL or key in IMPLIED:
+        elif key in qr.GPU_LEVEL or key in IMPLIED:
             self._nested(self._open_anonymous(ind), ind, body)
         else:
             self.current = None
@@ -282,11 +283,11 @@ class _Reader:
         key = fm.group("key").strip() if fm else body
         low = key.lower()
         if self.top is None or ind <= self.top:
-            if fm is None and not gpu.bus_id and low not in GPU_LEVEL and low not in IMPLIED:
+            if fm is None and not gpu.bus_id and low not in qr.GPU_LEVEL and low not in IMPLIED:
                 self.current = None  # text that is no -q line ends an excerpt's block
                 return
             self.top = ind
-            key = GPU_LEVEL.get(low, key)
+            key = qr.GPU_LEVEL.get(low, key)
         parent = self.stack[-1][1] if self.stack else ""
         implied = IMPLIED.get(low)
         if implied and parent != implied:  # the excerpt dropped the section's own line, or it is flattened
@@ -300,7 +301,7 @@ class _Reader:
         value = _ANNOTATION.sub("", (fm.group("value") or "").strip()) if fm else None
         n = self.seen.get(path, 0) + 1
         self.seen[path] = n
-        known = low in GPU_LEVEL or _subsection(low)
+        known = low in qr.GPU_LEVEL or _subsection(low)
         self.last_section = (ind, path) if fm is None and known else None
         if value is None or not value:  # a section (`Processes :` is one written with a colon)
             self.stack.append((ind, path))
@@ -338,7 +339,7 @@ def detect(doc: Doc) -> bool:
     for i, t in enumerate(lines):
         if _GPU_HEADER.match(t.strip()):
             nxt = next((x for x in lines[i + 1:] if x.strip()), "")
-            if _indent(nxt) > _indent(t) and (_FIELD.match(nxt.strip()) or nxt.strip().lower() in GPU_LEVEL):
+            if _indent(nxt) > _indent(t) and (_FIELD.match(nxt.strip()) or nxt.strip().lower() in qr.GPU_LEVEL):
                 return True
     if any(_distinctive(t) or _RESET_REFUSED.search(t) for t in lines):
         return True

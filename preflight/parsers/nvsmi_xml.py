@@ -24,8 +24,9 @@ from typing import cast
 from xml.etree.ElementTree import Element, ParseError, XMLPullParser
 
 from preflight.framing import Doc
+from preflight.parsers import nvsmi_qreport as qr
 from preflight.parsers.nvsmi_errors import errors_in
-from preflight.parsers.nvsmi_qreport import BUS, GPU_LEVEL, HEADER_KEYS, QGpu, QReport
+from preflight.parsers.nvsmi_qreport import BUS, QGpu, QReport
 
 ROOT = "nvidia_smi_log"
 _ROOT_OPEN = re.compile(rf"<{ROOT}\s*>")
@@ -97,7 +98,7 @@ def label(tag: str, parent: str, top: bool) -> str | None:
         return None
     if top:
         name = TOP.get(tag) or words(tag)
-        return GPU_LEVEL.get(name.lower(), name)
+        return qr.GPU_LEVEL.get(name.lower(), name)
     if parent == "pci":  # <pci><pci_bus_id>: PCI / Bus Id
         tag = tag.removeprefix("pci_")
     if tag in NESTED:
@@ -160,7 +161,7 @@ class _Reader:
             return
         value = (elem.text or "").strip()
         if depth == 1:
-            name = HEADER_KEYS.get(words(elem.tag).lower())
+            name = qr.HEADER_KEYS.get(words(elem.tag).lower())
             if name:
                 self.report.header[name] = value
                 self.report.header_lines[name] = _line(elem.tag, value, self.raw)
@@ -250,7 +251,7 @@ def detect_lines(lines: Sequence[str]) -> bool:
             continue
         after = t[m.end():].strip() or next((x for x in lines[i + 1:] if x.strip()), "")
         child = _TAG.search(after)
-        if child and (child.group(1) in TOP or words(child.group(1)).lower() in GPU_LEVEL):
+        if child and (child.group(1) in TOP or words(child.group(1)).lower() in qr.GPU_LEVEL):
             return True
     return False
 
