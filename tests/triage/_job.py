@@ -11,7 +11,9 @@ flight-recorder dump in the run directory, and under the crash recorder
   skip  the rank skips that step's all_reduce and then blocks outside any collective
         (a rank that took a different code path), so its peers wait in that all_reduce;
   stop  the rank SIGSTOPs itself before that step's all_reduce (a frozen process);
-  crash the rank raises an exception (a software crash);
+  crash the rank raises an exception (a software crash); with --consequence-first it closes
+        its connections after the crash record and waits 3 s before it exits, and its peers exit
+        at once on the lost connection, so the launcher sees a consequence end first;
   none  a clean run.
 The process group timeout is longer than the watchdog's, so the watchdog speaks first.
 """
@@ -43,6 +45,9 @@ def rank_main(argv: list[str]) -> None:
     ap.add_argument("--block-s", type=float, default=40.0)
     ap.add_argument("--keep-stuck-peers", action="store_true",
                     help="the watchdog leaves a stopped peer alone (as for a rank on another node)")
+    ap.add_argument("--consequence-first", action="store_true",
+                    help="crash: the raising rank closes its connections, then waits before it raises, and a "
+                         "peer exits at once on the connection loss, so the launcher sees a peer end first")
     a = ap.parse_args(argv)
 
     from preflight.runtime import crash
@@ -74,13 +79,34 @@ def rank_main(argv: list[str]) -> None:
                     continue
                 if a.fault == "stop":
                     os.kill(os.getpid(), signal.SIGSTOP)
+                if a.fault == "crash" and a.consequence_first:
+                    _raise_late(step, rank)
                 if a.fault == "crash":
                     raise RuntimeError(f"injected failure in step {step} on rank {rank}")
-            dist.all_reduce(t)
+            try:
+                dist.all_reduce(t)
+            except RuntimeError:
+                if a.consequence_first:
+                    os._exit(1)  # a peer that leaves at once on the lost connection, with no record
+                raise
     wd.close()
     dist.barrier()
     dist.destroy_process_group()
     rec.exit("clean", exit_code=0)
+
+
+def _raise_late(step: int, rank: int) -> None:
+    """Raise (the crash recorder writes its record), close this rank's connections so that its
+    peers see the loss at once, and only then leave: the launcher sees a peer end first."""
+    import torch.distributed as dist
+
+    try:
+        raise RuntimeError(f"injected failure in step {step} on rank {rank}")
+    except RuntimeError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    dist.destroy_process_group()
+    time.sleep(3.0)
+    os._exit(1)
 
 
 def torchrun(nproc: int, args: Sequence[str], run_dir: Path, log: Path,
