@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -85,7 +87,7 @@ def _tty(report: Report, **kw: bool) -> list[str]:
     return buf.getvalue().splitlines()
 
 
-def _piped(report: Report, **kw: bool) -> list[str]:
+def _piped(report: Report, **kw: bool) -> list[str]:  # a file: not a terminal
     buf = io.StringIO()
     render(report, Console(file=buf, width=80), **kw)
     return buf.getvalue().splitlines()
@@ -131,7 +133,7 @@ def _nasty() -> Report:
     return Report.build("run", res)
 
 
-def test_piped_lines_are_one_finding_each_and_greppable() -> None:
+def test_piped_lines_group_like_the_terminal_and_per_node_gives_one_line_per_node() -> None:
     rep = _nasty()
     out = _piped(rep)
     text = "\n".join(out)
@@ -140,14 +142,72 @@ def test_piped_lines_are_one_finding_each_and_greppable() -> None:
     finding = re.compile(r"^(FAIL|ERROR|WARN) (\S+) (\S+): ")
     failures = [ln for ln in out if finding.match(ln)]
     assert [finding.match(ln).group(1, 2, 3) for ln in failures] == [  # type: ignore[union-attr]
-        ("FAIL", "gpu002", "ib.hca"), ("FAIL", "gpu003", "ib.hca"), ("ERROR", "cluster", "nccl.allreduce"),
-        ("WARN", "gpu002", "net.nic")]
-    assert all("x" * 300 in ln for ln in failures[:2])  # long text is never wrapped onto a second line
-    assert "| evidence: Port 1: State: Active | remedy: reseat the cable" in failures[0]
+        ("FAIL", "gpu[002-003]", "ib.hca"), ("ERROR", "cluster", "nccl.allreduce"), ("WARN", "gpu002", "net.nic")]
+    assert "x" * 300 in failures[0]  # long text is never wrapped onto a second line
+    # the group shows its first node's evidence, naming that node, and its remedy once
+    assert "| evidence: Port 1: State: Active (gpu002) | remedy: reseat the cable" in failures[0]
     assert "SKIP gpu[001-002] net.mtu: no peers" in out and "PASS gpu001: 1 check pass" in out
     assert out[-1] == "--exclude=gpu[002-003]" and out[-2].startswith("NO-GO") and "blocking: gpu[002-003]" in out[-2]
     assert "cluster" not in out[-1]
     assert out == lines(rep)
+
+    per = _piped(rep, per_node=True)
+    failures = [ln for ln in per if finding.match(ln)]
+    assert [finding.match(ln).group(1, 2, 3) for ln in failures] == [  # type: ignore[union-attr]
+        ("FAIL", "gpu002", "ib.hca"), ("FAIL", "gpu003", "ib.hca"), ("ERROR", "cluster", "nccl.allreduce"),
+        ("WARN", "gpu002", "net.nic")]
+    assert "| evidence: Port 1: State: Active | remedy: reseat the cable" in failures[0]
+    assert "| evidence: Rate: 200 | remedy: reseat the cable" in failures[1]  # each node its own evidence
+    assert "SKIP gpu001 net.mtu: no peers" in per and "SKIP gpu002 net.mtu: no peers" in per
+    assert per[-2:] == out[-2:] and per == lines(rep, per_node=True)
+    assert _tty_plain(rep, per_node=True) == per  # --per-node is plain lines on a terminal too
+
+
+def _tty_plain(report: Report, **kw: bool) -> list[str]:
+    return [ANSI.sub("", ln) for ln in _tty(report, **kw)]
+
+
+def test_quiet_shows_fail_and_error_only_in_both_views() -> None:
+    rep = _nasty()
+    for out in (_piped(rep, failures_only=True), _tty_plain(rep, failures_only=True),
+                _piped(rep, failures_only=True, per_node=True)):
+        heads = [ln.split()[0] for ln in out if ln.split()[0] in ("FAIL", "ERROR", "WARN", "SKIP", "PASS")]
+        assert heads and set(heads) <= {"FAIL", "ERROR"}, out
+        assert "net.nic" not in "\n".join(out) and out[-1] == "--exclude=gpu[002-003]", out
+        assert out[-2].startswith("NO-GO") and "warn 1" in out[-2]  # the counts still say there was a WARN
+
+
+def test_nodes_are_in_natural_order() -> None:
+    nodes = ["node10", "node2", "node1", "node9", "node11"]
+    res = [Result("gpu.xid", n, Status.FAIL, "Xid 79") for n in nodes]
+    res += [Result("net.nic", n, Status.WARN, f"{n}: eno2 down") for n in nodes]
+    res += [Result("gpu.driver", n, Status.PASS, "ok") for n in nodes]
+    rep = Report.build("run", res)
+    per = lines(rep, per_node=True)
+    assert [ln.split()[1] for ln in per if ln.startswith("FAIL")] == ["node1", "node2", "node9", "node10", "node11"]
+    out = lines(rep)
+    assert out[0] == "FAIL node[1-2,9-11] gpu.xid: Xid 79"
+    assert out[1] == "WARN node[1-2,9-11] net.nic: <node>: eno2 down"  # the node's own name abstracted
+    assert hostlist(nodes) == "node[1-2,9-11]"
+    assert hostlist(["n10", "login", "n9"]) == "n[9-10],login"
+
+
+def test_a_wrapped_terminal_line_keeps_its_indent() -> None:
+    long_ev = "Active: failed (Result: exit-code) since Mon 2026-11-23 09:12:46 UTC; 28min ago " * 2
+    res = [Result("fabric.manager", "gpu001", Status.FAIL, "nvidia-fabricmanager is failed " + "and stays so " * 8,
+                  evidence=[long_ev], remedy="systemctl restart nvidia-fabricmanager; " * 4)]
+    buf = io.StringIO()
+    render(Report.build("run", res), Console(file=buf, force_terminal=True, width=60, record=True))
+    out = [ANSI.sub("", ln) for ln in buf.getvalue().splitlines()]
+    head = out.index(next(ln for ln in out if ln.startswith("FAIL")))
+    column = out[head].index("nvidia-fabricmanager is failed")
+    body = out[head + 1:out.index(next(ln for ln in out if ln.startswith("NO-GO")))]
+    summary_rest = [ln for ln in body if ln.strip() and not ln.startswith(" " * 6)]
+    assert not summary_rest, out  # nothing under a group's line starts at the margin
+    wrapped_summary = body[:next(i for i, ln in enumerate(body) if "Active:" in ln)]
+    assert wrapped_summary and all(ln[:column].strip() == "" for ln in wrapped_summary), out
+    remedy = body[next(i for i, ln in enumerate(body) if "remedy:" in ln):]
+    assert len(remedy) > 1 and all(ln.startswith(" " * 6) and ln[6] != " " for ln in remedy), out
 
 
 def test_terminal_groups_nodes_and_prints_evidence_and_remedy_once() -> None:
@@ -194,9 +254,13 @@ def test_unreachable_nodes_group_on_a_terminal_and_keep_their_own_words_in_a_pip
     assert any("remedy: make <node> reachable" in ln for ln in tty)  # the hostlist is on the line above
     piped = _piped(rep)
     errors = [ln for ln in piped if ln.startswith("ERROR ")]
+    assert len(errors) == 1 and errors[0].startswith("ERROR gpu[001-003] node.reachable: node not checked: <node> (<address>) did not")
+    assert "make <node> reachable" in errors[0] and "evidence" not in errors[0] and len(piped) == 3 and piped[-1] == "--exclude=gpu[001-003]"
+    per = _piped(rep, per_node=True)
+    errors = [ln for ln in per if ln.startswith("ERROR ")]
     assert [ln.split(":", 1)[0] for ln in errors] == [f"ERROR gpu{i:03d} node.reachable" for i in (1, 2, 3)]
     assert all(f"(10.1.0.{i}:22)" in ln and f"make gpu{i:03d} reachable" in ln for i, ln in zip((1, 2, 3), errors, strict=True))
-    assert len(piped) == 5 and piped[-1] == "--exclude=gpu[001-003]"
+    assert len(per) == 5 and per[-1] == "--exclude=gpu[001-003]"
 
 
 def test_a_long_list_of_blocking_nodes_is_a_count_on_the_verdict_line_and_whole_on_the_exclude_line() -> None:
@@ -205,3 +269,50 @@ def test_a_long_list_of_blocking_nodes_is_a_count_on_the_verdict_line_and_whole_
     out = lines(rep)
     assert out[-2].endswith(f"(blocking: {len(results)} nodes)"), out[-2]
     assert out[-1] == "--exclude=" + compress([r.node for r in results])
+
+
+def _fleet_folders(root: Path, n: int = 18, bad: Mapping[str, str] | None = None) -> Path:
+    """Per-node capture folders of `n` nodes (node1..) saved from the example captures: every
+    node has persistence mode off (a fleet-wide WARN), node7 an Xid 79 in its kernel log,
+    node12 a failed fabric manager (the faulty example's `systemctl status`)."""
+    examples = Path(__file__).resolve().parent.parent / "examples" / "captures"
+    fleet = root / "fleet"
+    for i in range(1, n + 1):
+        node = fleet / f"node{i}"
+        shutil.copytree(examples / "healthy-node", node)
+        (node / "all_reduce_perf.txt").unlink()
+        csv = node / "nvidia-smi-query-gpu.csv"
+        csv.write_text(csv.read_text().replace("Enabled", "Disabled"))
+    with (fleet / "node7" / "dmesg.txt").open("a") as f:
+        f.write(scenarios.XID79)
+    shutil.copy(examples / "faulty-node" / "systemctl-status-nvidia-fabricmanager.txt", fleet / "node12")
+    return fleet
+
+
+def _analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFLIGHT_CONFIG", "FORCE_COLOR")}
+    return subprocess.run([sys.executable, "-m", "preflight.cli", "analyze", *args, "--history", "off"],
+                          capture_output=True, text=True, timeout=300, env=env)  # stdout is a pipe
+
+
+@pytest.mark.real
+def test_sixteen_healthy_and_two_faulty_nodes_piped_read_in_a_few_lines(tmp_path: Path) -> None:
+    fleet = _fleet_folders(tmp_path)
+    p = _analyze(str(fleet))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    out = p.stdout.splitlines()
+    assert len(out) <= 8, p.stdout
+    assert [ln.split(":")[0] for ln in out if ln.startswith(("FAIL", "WARN"))] == [
+        "FAIL node12 fabric.manager", "FAIL node7 gpu.xid", "WARN node[1-18] gpu.inventory"], p.stdout
+    assert "| evidence: Active: failed" in out[0]  # the telling line, not `Loaded: loaded`
+    assert "PASS node[1-6,8-11,13-18]: " in p.stdout and out[-1].startswith("NO-GO") and "node[7,12]" in out[-1]
+    assert not p.stderr.strip(), p.stderr  # nothing about reports (none were written)
+
+    per = _analyze(str(fleet), "--per-node").stdout.splitlines()
+    findings = [ln for ln in per if ln.startswith(("FAIL", "ERROR", "WARN", "SKIP"))]
+    assert len(findings) == 2 + 18, per  # one line per node and finding
+    assert [ln.split()[1] for ln in findings if ln.startswith("WARN")] == [f"node{i}" for i in range(1, 19)]
+    assert [ln.split()[1] for ln in per if ln.startswith("FAIL")] == ["node12", "node7"]  # by check, then node
+
+    quiet = _analyze(str(fleet), "-q").stdout.splitlines()
+    assert [ln.split()[0] for ln in quiet] == ["FAIL", "FAIL", "NO-GO"], quiet

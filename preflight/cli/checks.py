@@ -51,6 +51,7 @@ def run(
     history: opt.HistoryOpt = None,
     prometheus: opt.PrometheusOpt = None,
     quiet: opt.QuietOpt = False,
+    per_node: opt.PerNodeOpt = False,
 ) -> None:
     """Run every check (on this node, or on --hosts / the allocation) and give the GO / NO-GO verdict."""
     from preflight import engine
@@ -73,7 +74,7 @@ def run(
         report = engine.run_checks(req, sweep, cfg, tick)
     emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=not no_report,
                                      history=cfg.resolve_history(history),
-                                     bad_nodes=bad_nodes, failures_only=quiet,
+                                     bad_nodes=bad_nodes, failures_only=quiet, per_node=per_node,
                                      prometheus=prometheus or cfg.prometheus)))
     raise typer.Exit(report.verdict.exit_code)
 
@@ -94,6 +95,7 @@ def node(
     bad_nodes: opt.BadNodesOpt = None,
     prometheus: opt.PrometheusOpt = None,
     quiet: opt.QuietOpt = False,
+    per_node: opt.PerNodeOpt = False,
 ) -> None:
     """Node-local checks only: light and fast, for prologues and health-check programs."""
     from preflight import engine
@@ -108,7 +110,7 @@ def node(
         report = engine.check_nodes(req, cfg, tick)
     emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None,
                                      history=cfg.resolve_history(history),
-                                     bad_nodes=bad_nodes, failures_only=quiet,
+                                     bad_nodes=bad_nodes, failures_only=quiet, per_node=per_node,
                                      prometheus=prometheus or cfg.prometheus)))
     raise typer.Exit(report.verdict.exit_code)
 
@@ -167,6 +169,7 @@ def analyze(
     history: opt.HistoryOpt = "off",
     bad_nodes: opt.BadNodesOpt = None,
     quiet: opt.QuietOpt = False,
+    per_node: opt.PerNodeOpt = False,
 ) -> None:
     """Grade captured tool outputs and logs (classified by content) with the same checks."""
     from preflight import engine, offline
@@ -177,7 +180,7 @@ def analyze(
                                   opt.xid_since(xid_since),
                                   warn_as_fail)
     emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history,
-                                     bad_nodes=bad_nodes, failures_only=quiet)))
+                                     bad_nodes=bad_nodes, failures_only=quiet, per_node=per_node)))
     raise typer.Exit(report.verdict.exit_code)
 
 

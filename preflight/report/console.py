@@ -1,17 +1,24 @@
-"""The console report: one screen for a fleet, one line per finding when piped.
+"""The console report: one screen for a fleet, on a terminal and in a pipe alike.
 
-Identical outcomes are grouped across nodes: a (status, check, summary) group names its nodes
-as one Slurm hostlist (`gpu[001-015,017-064]`), with its evidence and remedy once. Failures
-come first (FAIL, ERROR, WARN), then SKIP groups, then how many checks passed on which nodes,
-then the verdict with its counts and, when real nodes block, the line to paste into sbatch
-(`--exclude=gpu[016,020]`). A result that only depends on another one's cause (SKIP "depends
-on gpu.driver: ...", see `preflight.rootcause`) is a count on its root's line, not a line.
+Identical outcomes are grouped across nodes (clubak style): a (status, check, summary, remedy)
+group names its nodes as one Slurm hostlist (`gpu[001-015,017-064]`), with its evidence and
+remedy once; a node's own name and addresses in the texts are abstracted (`<node>`,
+`<address>`) so that the same words on many nodes are one group. Failures come first (FAIL,
+ERROR, WARN), then SKIP groups, then how many checks passed on which nodes, then the verdict
+with its counts and, when real nodes block, the line to paste into sbatch
+(`--exclude=gpu[016,020]`). Nodes are in natural order (node2 before node10). A result that
+only depends on another one's cause (SKIP "depends on gpu.driver: ...", see
+`preflight.rootcause`) is a count on its root's line, not a line.
 
-On a terminal the groups are drawn with colour; anywhere else (a pipe, a file, a log) every
-line is plain text, never wrapped, without colour codes or trailing spaces: one line per
-failing node and finding (`FAIL gpu016 gpu.xid: Xid 79 ... | remedy: ...`, NHC style, so
-`grep gpu016` finds it), one per SKIP group and per group of passing nodes, the verdict and the
-exclude line. `failures_only` (`-q`) keeps the failures and the verdict.
+The evidence shown is a result's first line: graders put the line that proves a finding first
+(`preflight.findings`).
+
+On a terminal the groups are drawn with colour, wrapped lines keeping their indent; anywhere
+else (a pipe, a file, a log) every line is plain text, never wrapped, without colour codes or
+trailing spaces: one line per group (`FAIL gpu[003,016] gpu.xid: ... | evidence: ... | remedy:
+...`). `per_node` (`--per-node`) writes one line per node and finding instead
+(`FAIL gpu016 gpu.xid: ...`, NHC style, so `grep gpu016` finds it). `failures_only` (`-q`)
+keeps only FAIL and ERROR, the verdict and the exclude line.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -34,12 +42,15 @@ from preflight.rootcause import is_dependent
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
 ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, Status.SKIP: 3}
 FAILURES = (Status.FAIL, Status.ERROR, Status.WARN)
+QUIET = (Status.FAIL, Status.ERROR)  # what -q shows (and the verdict)
+INDENT = 6  # evidence and remedy lines under a group's line
 BLOCKING_WIDTH = 60  # a longer hostlist of blocking nodes is a count on the verdict line
 PSEUDO = ("cluster", "job")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _HERE = "\x00"  # where a group's node names go in its texts
 _ADDR = "\x01"  # where each node wrote its own address
+_DIGITS = re.compile(r"(\d+)")
 _IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?![\w.])")
 
 
@@ -75,9 +86,15 @@ class Group:
         return f" ({self.dependents} dependent check{'s' if self.dependents != 1 else ''} skipped{each})"
 
 
+def natural(name: str) -> tuple[tuple[int, str, int], ...]:
+    """Sort key of a node name in natural order: node2 before node10, gpu009 before gpu010."""
+    return tuple((0, "", int(part)) if part.isdigit() else (1, part, 0) for part in _DIGITS.split(name) if part)
+
+
 def hostlist(nodes: Iterable[str]) -> str:
-    """Nodes as one compressed hostlist (names a hostlist cannot hold are listed as they are)."""
-    names = list(dict.fromkeys(nodes))
+    """Nodes as one compressed hostlist in natural order (names a hostlist cannot hold are
+    listed as they are, after it)."""
+    names = sorted(dict.fromkeys(nodes), key=natural)
     plain = [n for n in names if _HOST.fullmatch(n)]
     return ",".join(([compress(plain)] if plain else []) + [n for n in names if n not in plain])
 
@@ -97,9 +114,11 @@ def _dependents(r: Result) -> int:
 
 
 def group(results: Sequence[Result]) -> list[Group]:
-    """The non-passing results grouped across nodes, failures first; dependents left out."""
+    """The non-passing results grouped across nodes, failures first; dependents left out.
+    Groups are in order of status, check, then first node (natural order), as are the nodes
+    and results of each group."""
     groups: dict[tuple[Status, str, str, str, int], Group] = {}
-    for r in results:
+    for r in sorted(results, key=lambda r: natural(r.node)):
         if r.status is Status.PASS or is_dependent(r):
             continue
         summary, remedy = _own_name(r.summary, r.node), _own_name(r.remedy, r.node)
@@ -107,7 +126,7 @@ def group(results: Sequence[Result]) -> list[Group]:
         g = groups.setdefault(key, Group(r.status, r.check, summary, remedy, _dependents(r), r))
         g.nodes.append(r.node)
         g.results.append(r)
-    return sorted(groups.values(), key=lambda g: (ORDER[g.status], g.check, g.nodes[0]))
+    return sorted(groups.values(), key=lambda g: (ORDER[g.status], g.check, natural(g.nodes[0])))
 
 
 def passing(results: Sequence[Result]) -> list[tuple[str, int]]:
@@ -119,7 +138,7 @@ def passing(results: Sequence[Result]) -> list[tuple[str, int]]:
     by_count: dict[int, list[str]] = {}
     for node, n in per.items():
         by_count.setdefault(n, []).append(node)
-    return [(hostlist(nodes), n) for n, nodes in sorted(by_count.items(), reverse=True)]
+    return [(hostlist(nodes), n) for n, nodes in sorted(by_count.items(), key=lambda kv: (-kv[0], natural(kv[1][0])))]
 
 
 def _pass_text(n: int) -> str:
@@ -152,20 +171,39 @@ def _clean(text: str) -> str:
     return " ".join(_ANSI.sub("", text).split())
 
 
-def lines(report: Report, failures_only: bool = False) -> list[str]:
-    """The plain report: one line per failing (node, finding), one per SKIP group and per group
-    of passing nodes, the verdict and the exclude line."""
+def shown(status: Status, failures_only: bool) -> bool:
+    """Whether a group of this status has a line (-q: FAIL and ERROR only)."""
+    return status in QUIET if failures_only else True
+
+
+def proof(r: Result) -> str:
+    """The evidence line a result shows: its first (graders put the line that proves it first)."""
+    return next((e for e in r.evidence if e.strip()), "")
+
+
+def _finding_line(g: Group, r: Result | None) -> str:
+    """One plain line: the group's (r None) or one node's (r) finding."""
+    one = r or g.first
+    hosts = one.node if r is not None else g.hosts
+    summary = one.summary if r is not None else g.text("summary")
+    remedy = one.remedy if r is not None else g.text("remedy")
+    text = f"{one.status.value.upper()} {hosts} {one.check}: {summary}{g.tail(one_node=r is not None)}"
+    ev = proof(one) if one.status in FAILURES else ""
+    if ev and _clean(ev) not in _clean(one.summary):
+        where = f" ({one.node})" if r is None and len(g.nodes) > 1 and one.node not in ev else ""
+        text += f" | evidence: {ev}{where}"
+    text += f" | remedy: {remedy}" if remedy and one.status in FAILURES else ""
+    return _clean(text)
+
+
+def lines(report: Report, failures_only: bool = False, per_node: bool = False) -> list[str]:
+    """The plain report: one line per group of identical findings (`per_node`: per node and
+    finding), then the groups of passing nodes, the verdict and the exclude line."""
     out: list[str] = []
     for g in group(report.results):
-        if g.status in FAILURES:
-            for r in g.results:
-                ev = next((e for e in r.evidence if e.strip()), "")
-                text = f"{r.status.value.upper()} {r.node} {r.check}: {r.summary}{g.tail(one_node=True)}"
-                text += f" | evidence: {ev}" if ev and _clean(ev) not in _clean(r.summary) else ""
-                text += f" | remedy: {r.remedy}" if r.remedy else ""
-                out.append(_clean(text))
-        elif not failures_only:
-            out.append(_clean(f"SKIP {g.hosts} {g.check}: {g.text('summary')}{g.tail()}"))
+        if not shown(g.status, failures_only):
+            continue
+        out += [_finding_line(g, r) for r in g.results] if per_node else [_finding_line(g, None)]
     if not failures_only:
         out += [f"PASS {hosts}: {_pass_text(n)}" for hosts, n in passing(report.results)]
     out.append(_clean(verdict_line(report)))
@@ -174,26 +212,39 @@ def lines(report: Report, failures_only: bool = False) -> list[str]:
     return out
 
 
+def _head(g: Group, width: int) -> Table:
+    """A group's first line as a grid row, so that a wrapped summary keeps its column."""
+    grid = Table.grid()
+    for _ in range(3):
+        grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    st = g.status.value
+    grid.add_row(Text(f"{st.upper():5s} ", STYLE[st]), Text(f"{g.hosts:{width}s}  ", "bold"),
+                 Text(f"{g.check}  ", "cyan"), Text.assemble(_clean(g.text("summary")), (g.tail(), "dim")))
+    return grid
+
+
+def _under(text: str, style: str = "") -> Padding:
+    """A line under a group's line, indented, its wrapped parts indented alike."""
+    return Padding(Text(text, style=style), (0, 0, 0, INDENT))
+
+
 def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -> None:
     """The grouped view with colour, for a terminal."""
-    width = max([len(g.hosts) for g in group(report.results)] + [len(h) for h, _ in passing(report.results)] + [4])
+    groups = [g for g in group(report.results) if shown(g.status, failures_only)]
+    width = max([len(g.hosts) for g in groups] + [len(h) for h, _ in passing(report.results)] + [4])
     width = min(width, 24)  # a longer hostlist runs past the column
-    for g in group(report.results):
-        if failures_only and g.status not in FAILURES:
-            continue
-        st = g.status.value
-        line = Text.assemble((f"{st.upper():5s} ", STYLE[st]), (f"{g.hosts:{width}s}  ", "bold"), (g.check, "cyan"),
-                             f"  {_clean(g.text('summary'))}", (g.tail(), "dim"))
-        console.print(line, highlight=False)
+    for g in groups:
+        console.print(_head(g, width), highlight=False)
         if g.status not in FAILURES:
             continue
-        shown = [] if failures_only else g.first.evidence[: (20 if verbose else 4)]
-        for i, e in enumerate(shown):
+        evidence = [] if failures_only else [e for e in g.first.evidence if e.strip()][: (20 if verbose else 4)]
+        for i, e in enumerate(evidence):
             where = f" ({g.first.node})" if i == 0 and len(g.nodes) > 1 and g.first.node not in e else ""
             e = _ANSI.sub("", e).expandtabs(4).rstrip()
-            console.print(Text(f"      {e}{where}", style="dim" if where else ""), highlight=False)
+            console.print(_under(f"{e}{where}", "dim" if where else ""), highlight=False)
         if g.remedy:
-            console.print(Text(f"      remedy: {_clean(g.text('remedy'))}", style="italic"), highlight=False)
+            console.print(_under(f"remedy: {_clean(g.text('remedy'))}", "italic"), highlight=False)
     if not failures_only:
         for hosts, n in passing(report.results):
             console.print(Text.assemble(("PASS  ", STYLE["pass"]), (f"{hosts:{width}s}  ", "bold"), _pass_text(n)),
@@ -205,15 +256,16 @@ def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -
 
 
 def render(report: Report, console: Console | None = None, verbose: bool = False,
-           failures_only: bool = False) -> None:
+           failures_only: bool = False, per_node: bool = False) -> None:
     """The report on `console` (default: standard output): grouped with colour on a terminal,
-    one plain line per finding anywhere else."""
+    grouped plain lines anywhere else (`per_node`: one plain line per node and finding, on a
+    terminal too)."""
     if console is None:  # standard output: a terminal by isatty, whatever FORCE_COLOR says
         console = Console(force_terminal=sys.stdout.isatty())
-    if console.is_terminal:
+    if console.is_terminal and not per_node:
         _tty(report, console, verbose, failures_only)
         return
-    console.file.write("".join(line + "\n" for line in lines(report, failures_only)))
+    console.file.write("".join(line + "\n" for line in lines(report, failures_only, per_node)))
     console.file.flush()
 
 

@@ -118,7 +118,8 @@ class ConsoleSink:
     """The human report on the terminal (`render` draws a command's own)."""
 
     render: Callable[[Report], None] | None = None
-    failures_only: bool = False  # -q: only the failures and the verdict
+    failures_only: bool = False  # -q: only FAIL, ERROR and the verdict
+    per_node: bool = False  # --per-node: one line per node and finding
 
     def write(self, report: Report) -> list[Path]:
         if self.render is not None:
@@ -126,23 +127,29 @@ class ConsoleSink:
         else:
             from preflight.report.console import render
 
-            render(report, failures_only=self.failures_only)
+            render(report, failures_only=self.failures_only, per_node=self.per_node)
         return []
 
 
 class Announce:
-    """The `reports: <files>` line on stderr, naming what the sinks before it wrote."""
+    """The `reports: <files>` line on stderr, naming the report files the sinks before it
+    wrote (none, no line: the files the operator named, a metrics textfile or the bad-node
+    list, are where they were asked to be)."""
 
 
 def emit(report: Report, sinks: Sequence[Sink | Announce]) -> list[Path]:
     """Hand the report to every sink in order; returns the files written."""
     written: list[Path] = []
+    reports: list[Path] = []
     for sink in sinks:
         if isinstance(sink, Announce):
-            if written:
-                sys.stderr.write("reports: " + ", ".join(str(p) for p in written) + "\n")
+            if reports:
+                sys.stderr.write("reports: " + ", ".join(str(p) for p in reports) + "\n")
             continue
-        written += sink.write(report)
+        files = sink.write(report)
+        written += files
+        if isinstance(sink, FilesSink):
+            reports += files
     return written
 
 
@@ -159,7 +166,8 @@ class Output:
     metrics_warn_only: bool = False  # a textfile that cannot be written is a warning (the prologue)
     bad_nodes: Path | None = None  # the NO-GO nodes as one hostlist line (--bad-nodes)
     announce_with_json: bool = False  # name the files written even when stdout carries JSON
-    failures_only: bool = False  # -q: the console shows only the failures and the verdict
+    failures_only: bool = False  # -q: the console shows only FAIL, ERROR and the verdict
+    per_node: bool = False  # --per-node: one console line per node and finding
 
 
 def choose_sinks(output: Output, writer: Writer = write_all, render: Callable[[Report], None] | None = None,
@@ -177,7 +185,7 @@ def choose_sinks(output: Output, writer: Writer = write_all, render: Callable[[R
     if output.as_json:
         sinks.append(JsonSink(json_text))
     elif not output.quiet:
-        sinks.append(ConsoleSink(render, output.failures_only))
+        sinks.append(ConsoleSink(render, output.failures_only, output.per_node))
     if output.announce_with_json or not output.as_json:
         sinks.append(Announce())
     return sinks
