@@ -273,7 +273,7 @@ def test_node_progress_counts_done_failed_pending() -> None:
     prog("n1", ok)
     prog("n1", Capture("q", ["q"], CaptureState.TIMEOUT))
     prog.node_failed("n3")
-    assert prog.line() == "nodes: 1 done, 1 failed, 1 pending (2 probe results, 1 probe(s) not ok)"
+    assert prog.line() == "nodes: 1 done, 1 failed, 1 pending (2 of 5 probe results, 1 probe(s) not ok)"
     prog("n2", ok)
     prog("n2", ok)
     assert lines[-1].startswith("nodes: 2 done, 1 failed, 0 pending")

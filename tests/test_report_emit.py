@@ -91,3 +91,31 @@ def test_history_sink_records_and_never_raises(tmp_path: Path, capsys: pytest.Ca
     (tmp_path / "a-file").write_text("x")
     emit(_report(), [HistorySink(f"sqlite:///{tmp_path / 'a-file' / 'x.db'}")])  # a store that cannot be opened
     assert "not recorded" in capsys.readouterr().err
+
+
+def test_no_reports_line_when_no_report_files_were_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-report: the bad-node list and a metrics textfile are where the operator put them;
+    nothing is said about reports."""
+    from preflight.report.emit import BadNodesSink
+
+    out = Output(write_files=False, bad_nodes=tmp_path / "bad.txt", prometheus=tmp_path / "m.prom", history="off")
+    written = emit(_report(), choose_sinks(out))
+    assert sorted(p.name for p in written) == ["bad.txt", "m.prom"] and (tmp_path / "bad.txt").read_text() == "n1\n"
+    assert "reports:" not in capsys.readouterr().err
+    emit(_report(), [BadNodesSink(tmp_path / "b2.txt"), FilesSink(tmp_path / "r"), Announce()])
+    err = capsys.readouterr().err
+    assert err.startswith("reports: ") and "report.json" in err and "b2.txt" not in err
+
+
+@pytest.mark.real
+def test_cli_with_a_bad_node_list_and_no_reports_prints_no_reports_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "captures" / "faulty-node"
+    env = {k: v for k, v in os.environ.items() if k != "PREFLIGHT_CONFIG"}
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "analyze", str(examples), "--history", "off",
+                        "--bad-nodes", str(tmp_path / "bad.txt")], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 1 and (tmp_path / "bad.txt").read_text() == "faulty-node\n", p.stderr
+    assert "reports:" not in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -1,5 +1,9 @@
-"""A live `nodes: done, failed, pending` line on stderr while probes run (terminals only):
-the progress sink the commands hand to the engine."""
+"""A live `nodes: done, failed, pending (probe results so far of all expected)` line on stderr
+while probes run (terminals only): the progress sink the commands hand to the engine.
+
+A run collects in phases (the probes every check declares, then those that depend on the
+profile or the peers); each phase adds to the expected counts, so the probe count is one count
+across the phases (`12 of 40`, then `40 of 56`), never back to 0."""
 
 from __future__ import annotations
 
@@ -18,11 +22,14 @@ class NodeProgress:
         self.seen: dict[str, int] = {}
         self.failed: set[str] = set()
         self.probes_failed = 0
+        self.total = 0  # probes expected, every phase together
         self.on_change = on_change
 
     def expect(self, bundles: dict[str, int]) -> None:
+        """A phase's probes per node, on top of what earlier phases expected."""
         for node, n in bundles.items():
             self.expected[node] = self.seen.get(node, 0) + n
+            self.total += n
         self._changed()
 
     def __call__(self, node: str, capture: Any) -> None:
@@ -41,7 +48,7 @@ class NodeProgress:
         probes = sum(self.seen.values())
         extra = f", {self.probes_failed} probe(s) not ok" if self.probes_failed else ""
         return (f"nodes: {len(done)} done, {len(self.failed)} failed, {pending} pending "
-                f"({probes} probe results{extra})")
+                f"({probes} of {self.total} probe results{extra})")
 
     def _changed(self) -> None:
         if self.on_change is not None:
