@@ -97,6 +97,21 @@ class BudgetTransport(LocalTransport):
         return out
 
 
+def cut_and_timed_out(shrunk: Sequence[str], report: Report) -> list[str]:
+    """The cut probes (`name 15s->3.2s`) that a non-passing result says timed out; all of them
+    when a blocking result is a timeout naming none (the cut may be why it is not GO)."""
+    import re
+
+    from preflight.model import Status
+
+    late = re.compile(r"timed out|still running|hung|did not finish")
+    said = [f"{r.summary} {' '.join(r.evidence)}" for r in report.results if r.status is not Status.PASS]
+    said = [t for t in said if late.search(t)]
+    named = [c for c in shrunk if any(re.search(rf"(?<![\w.-]){re.escape(c.split()[0])}(?![\w-])", t) for t in said)]
+    blocked = any(late.search(f"{r.summary} {' '.join(r.evidence)}") for r in report.verdict.blocking)
+    return named or (list(shrunk) if blocked else [])
+
+
 def slurm_node_name() -> str:
     """The Slurm name of this node: SLURMD_NODENAME (set in Prolog and tasks), else the host name."""
     from preflight.transport.local import local_node_name
@@ -340,8 +355,8 @@ def run_prologue(req: PrologueRequest, cfg: Config) -> PrologueOutcome:
         raise UsageError(f"invalid node name {name!r}")
     report, profile, transport = _check(req, name, cfg, watch)
     lines = _summary_lines(report, name)
-    if transport.shrunk:
-        lines.append("  probe timeouts cut to fit the budget: " + ", ".join(transport.shrunk))
+    if cut_and_timed_out(transport.shrunk, report):  # a note only where the cut may be the cause
+        lines.append("  probe timeouts cut to fit the budget: " + ", ".join(cut_and_timed_out(transport.shrunk, report)))
     blocking = report.verdict.blocking
     watch.decided = Decided(list(lines), report.verdict.exit_code if blocking else 0,
                             drain_summary(blocking) if blocking else None)
