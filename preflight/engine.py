@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from preflight import facts as result_facts
 from preflight import profile as profiles
 from preflight import rootcause
+from preflight.arrivals import Arrivals
 from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.probes import DEFAULT_TIMEOUT, Probe
@@ -317,7 +318,8 @@ def run(
     # Phase 1: the probes every check declares statically (plus the profile-detection probe).
     bundles = _phase1_bundles(st)
     _expect(progress, bundles, st)
-    st.outcomes = transport.collect(bundles, progress)
+    arrivals = Arrivals(progress)  # the controller's times around each capture (node.clock's bracket)
+    st.outcomes = transport.collect(bundles, arrivals.phase())
     _report_failed(progress, st.outcomes)
     if callable(peers):
         # a node that sent anything back is in the ring (a stalled one is what the pings must find)
@@ -328,14 +330,14 @@ def run(
     phase2 = _profiles_and_phase2(st)
     if phase2:
         _expect(progress, phase2, st)
-        more = transport.collect(phase2, progress)
+        more = transport.collect(phase2, arrivals.phase())
         _report_failed(progress, more)
         _merge(st, more)
     results: list[Result] = []
     for n in nodes:
         results.extend(_grade_node(st, n))
     if st.cluster_checks:
-        results = grade_cluster(st.cluster_checks, nodes, st.stores, results, st.used, options, st.peer_map,
+        results = grade_cluster(st.cluster_checks, nodes, st.stores, results, st.used, arrivals.into(options), st.peer_map,
                                 addresses or {}, node_errors={n: st.outcomes[n].error for n in nodes},
                                 node_detail={n: dict(st.outcomes[n].detail) for n in nodes})
     # one result per shared cause and node (a missing tool, a dead driver, an unreachable node)

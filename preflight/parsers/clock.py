@@ -1,0 +1,291 @@
+"""Clock synchronisation: `chronyc tracking` (text and `-c` CSV), `timedatectl show` / `status`,
+`ntpstat`, and the node's wall clock (`date +%s.%N`).
+
+What each producer prints (read from their sources, not copied):
+  - chronyc (chrony client.c, process_cmd_tracking): `Reference ID : <hex refid> (<name>)`,
+    `Stratum`, `Ref time (UTC)`, `System time : X seconds fast|slow of NTP time` (the daemon's
+    current correction: "slow" means the system clock is behind), `Last offset`, `RMS offset`,
+    `Frequency`, `Residual freq`, `Skew`, `Root delay`, `Root dispersion`, `Update interval`,
+    `Leap status : Normal | Insert second | Delete second | Not synchronised`. chrony 1.x printed
+    the reference as a dotted address and older ones had no leap line. With `-c` the same 14
+    fields come comma-separated, the correction signed (positive: the clock is slow). When chronyd
+    does not answer: `506 Cannot talk to daemon` (exit 1); `501 Not authorised` when refused.
+  - timedatectl (systemd timedatectl.c): `show` (systemd 239+) prints `NTPSynchronized=yes`,
+    `NTP=yes`, `CanNTP=yes`, `TimeUSec=...`; `status` prints `System clock synchronized: yes` and
+    `NTP service: active` (239+; 239-241 wrote `systemd-timesyncd.service active: yes`), before
+    239 `NTP synchronized: yes` with `NTP enabled: yes` (or `Network time on: yes`). Without
+    systemd as PID 1 it says `System has not been booted with systemd ...` / `Failed to connect
+    to bus` / `Failed to create bus connection`.
+  - ntpstat (the C original and chrony's shell rewrite): `synchronised to NTP server (<addr>) at
+    stratum N`, `time correct to within X ms`, `polling server every N s`; `unsynchronised`;
+    `Unable to talk to NTP daemon. Is it running?`. Exit 0 synchronised, 1 not, 2 indeterminate.
+  - date +%s.%N: seconds since the epoch; a `date` without %N prints it literally (`...%N` or
+    `...N`): whole seconds only.
+Every framing (srun labels, pdsh hosts, prompts) is peeled by `preflight.framing` first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from preflight.framing import Doc
+from preflight.parsers.base import Format, ParserSpec, short
+
+PROBE_CHRONY, PROBE_TIMEDATE, PROBE_NTPSTAT, PROBE_WALL = "chronyc-tracking", "timedatectl", "ntpstat", "date-wall"
+UNSYNCED_LEAP = ("not synchronised", "not synchronized", "unsynchronised", "invalid")
+_NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ()]*?)\s*:\s*(.*?)\s*$")
+_SYSTEM_TIME = re.compile(rf"({_NUM})\s*seconds?\s+(fast|slow)", re.I)
+_CHRONY_ERROR = re.compile(r"^\s*(5\d\d\s+\S.*|Could not \S.*|chronyc: \S.*|.*Cannot talk to daemon.*)$")
+_CSV = re.compile(r"^[0-9A-Fa-f]{8},[^,]*,\d+,")
+_NO_BUS = re.compile(r"not been booted with systemd|Failed to (?:connect to|create) bus|Failed to query server|"
+                     r"Failed to get properties|Unknown (?:operation|command verb)|Access denied", re.I)
+
+
+def _lines(doc: Doc) -> list[tuple[str, str]]:
+    """(text, raw) of each non-blank line."""
+    return [(ln.text, ln.raw) for ln in doc.lines if ln.text.strip()]
+
+
+def _num(text: str) -> float | None:
+    m = re.search(_NUM, text)
+    return float(m.group(0)) if m else None
+
+
+# ---- chronyc tracking -------------------------------------------------------------------------
+
+
+@dataclass
+class Tracking:
+    """A `chronyc tracking` report. `offset_s` is the system clock minus NTP time (positive: the
+    clock is ahead), from `System time`; None when not reported."""
+
+    report: bool = False  # a tracking report (text or CSV) was read
+    no_daemon: bool = False  # "506 Cannot talk to daemon"
+    error: str = ""  # chronyc's error line (506, 501, ...)
+    ref_id: str = ""
+    ref_name: str = ""
+    stratum: int | None = None
+    offset_s: float | None = None
+    last_offset_s: float | None = None
+    root_delay_s: float | None = None
+    root_dispersion_s: float | None = None
+    update_interval_s: float | None = None
+    leap: str = ""  # as printed: Normal, Insert second, Delete second, Not synchronised
+    lines: dict[str, str] = field(default_factory=dict)  # field -> the line as printed (evidence)
+    unrecognised: list[str] = field(default_factory=list)
+
+    @property
+    def no_reference(self) -> bool:
+        """The reference is unset (refid 0): chronyd has no source selected."""
+        return self.ref_id.strip("0.") == "" and bool(self.ref_id)
+
+    @property
+    def synced(self) -> bool | None:
+        """Whether chronyd has the clock synchronised; None when the report does not say."""
+        if self.leap:
+            return self.leap.lower() not in UNSYNCED_LEAP and not self.no_reference
+        if self.ref_id:
+            return not self.no_reference
+        return None
+
+    def evidence(self, *keys: str) -> list[str]:
+        return [self.lines[k] for k in keys if k in self.lines]
+
+
+def _tracking_field(t: Tracking, key: str, value: str, raw: str) -> bool:
+    """Read one `Name : value` line into `t`; False when the name is not a tracking field."""
+    k = key.lower()
+    if k == "reference id":
+        ref, _, name = value.partition(" ")
+        t.ref_id, t.ref_name = ref, name.strip().strip("()")
+    elif k == "stratum":
+        t.stratum = int(value) if value.isdigit() else None
+    elif k == "system time":
+        m = _SYSTEM_TIME.search(value)
+        t.offset_s = None if m is None else float(m.group(1)) * (1 if m.group(2).lower() == "fast" else -1)
+    elif k in ("last offset", "root delay", "root dispersion", "update interval"):
+        setattr(t, {"last offset": "last_offset_s", "root delay": "root_delay_s", "root dispersion":
+                    "root_dispersion_s", "update interval": "update_interval_s"}[k], _num(value))
+    elif k == "leap status":
+        t.leap = value
+    elif k not in ("ref time (utc)", "ref time", "rms offset", "frequency", "residual freq", "skew"):
+        return False
+    t.lines[k] = short(raw)
+    return True
+
+
+def _tracking_csv(t: Tracking, text: str, raw: str) -> None:
+    """`chronyc -c tracking`: refid,name,stratum,reftime,correction,last,rms,freq,resid,skew,delay,disp,interval,leap."""
+    parts = text.strip().split(",")
+    t.report = True
+    t.ref_id, t.ref_name = parts[0], parts[1]
+    t.stratum = int(parts[2])
+    values = [_num(p) for p in parts[3:13]] + [None] * 10
+    correction = values[1]
+    t.offset_s = None if correction is None else -correction
+    t.last_offset_s, t.root_delay_s, t.root_dispersion_s, t.update_interval_s = (values[2], values[7], values[8],
+                                                                              values[9])
+    t.leap = parts[13].strip() if len(parts) > 13 else ""
+    for k in ("reference id", "system time", "leap status"):
+        t.lines[k] = short(raw)
+
+
+def parse_tracking(doc: Doc) -> Tracking:
+    t = Tracking()
+    for text, raw in _lines(doc):
+        if _CSV.match(text.strip()):
+            _tracking_csv(t, text, raw)
+            continue
+        m = _FIELD.match(text)
+        if m and _tracking_field(t, m.group(1), m.group(2), raw):
+            t.report = True
+            continue
+        if _CHRONY_ERROR.match(text):
+            t.error = t.error or short(raw)
+            t.no_daemon = t.no_daemon or "cannot talk to daemon" in text.lower()
+            continue
+        t.unrecognised.append(short(raw))
+    return t
+
+
+def detect_tracking(doc: Doc) -> bool:
+    heads = [ln.text.strip() for ln in doc.head(30)]
+    return any(h.startswith("Reference ID") for h in heads) and any(
+        h.startswith(("System time", "Leap status", "Stratum")) for h in heads)
+
+
+# ---- timedatectl ------------------------------------------------------------------------------
+
+
+@dataclass
+class Timedate:
+    """What timedatectl says about synchronisation; `available` False when systemd did not answer."""
+
+    available: bool = False
+    synced: bool | None = None  # NTPSynchronized / System clock synchronized / NTP synchronized
+    service: bool | None = None  # NTP= / NTP service: active / NTP enabled / Network time on
+    can_ntp: bool | None = None  # CanNTP= (a time sync service is installed)
+    error: str = ""
+    lines: dict[str, str] = field(default_factory=dict)
+    unrecognised: list[str] = field(default_factory=list)
+
+
+_SYNC_KEYS = ("ntpsynchronized", "system clock synchronized", "ntp synchronized", "ntp synchronised")
+_SERVICE_KEYS = ("ntp", "ntp service", "ntp enabled", "network time on", "systemd-timesyncd.service active")
+_YES = {"yes": True, "active": True, "true": True, "1": True, "no": False, "inactive": False, "false": False,
+        "0": False}
+_TIMEDATE_INFO = ("timezone", "localrtc", "timeusec", "rtctimeusec", "local time", "universal time", "rtc time",
+                  "time zone", "rtc in local tz", "dst active", "last dst change", "next dst change",
+                  "ntpsynchronizedusec", "timeusecmonotonic", "canntp")
+
+
+def _timedate_field(td: Timedate, key: str, value: str, raw: str) -> bool:
+    k = key.strip().lower()
+    yes = _YES.get(value.strip().lower())
+    if k in _SYNC_KEYS:
+        td.synced = yes
+    elif k in _SERVICE_KEYS:
+        td.service = yes
+    elif k == "canntp":
+        td.can_ntp = yes
+    elif k not in _TIMEDATE_INFO:
+        return False
+    td.lines[k] = short(raw)
+    return True
+
+
+def parse_timedate(doc: Doc) -> Timedate:
+    td = Timedate()
+    for text, raw in _lines(doc):
+        m = re.match(r"^\s*([A-Za-z][\w .-]*?)(?:=|\s*:\s)\s*(.*)$", text)
+        if m and _timedate_field(td, m.group(1), m.group(2), raw):
+            td.available = True
+            continue
+        if _NO_BUS.search(text):
+            td.error = td.error or short(raw)
+            continue
+        td.unrecognised.append(short(raw))
+    return td
+
+
+def detect_timedate(doc: Doc) -> bool:
+    heads = [ln.text.strip() for ln in doc.head(30)]
+    return any(h.startswith(("NTPSynchronized=", "System clock synchronized:", "NTP synchronized:")) for h in heads)
+
+
+# ---- ntpstat ----------------------------------------------------------------------------------
+
+
+@dataclass
+class NtpStat:
+    state: str = ""  # "synchronised", "unsynchronised", "no-daemon", "" (not recognised)
+    source: str = ""  # "NTP server (10.0.0.1)", "local net", ...
+    stratum: int | None = None
+    within_ms: float | None = None
+    line: str = ""
+    unrecognised: list[str] = field(default_factory=list)
+
+
+def parse_ntpstat(doc: Doc) -> NtpStat:
+    s = NtpStat()
+    for text, raw in _lines(doc):
+        low = text.strip().lower()
+        m = re.match(r"^synchroni[sz]ed to (.*?)(?: at stratum (\d+))?\s*$", low)
+        if m:
+            s.state, s.line = "synchronised", short(raw)
+            s.source = text.strip()[len("synchronised to "):].split(" at stratum")[0]
+            s.stratum = int(m.group(2)) if m.group(2) else None
+        elif low.startswith(("unsynchronised", "unsynchronized")):
+            s.state, s.line = "unsynchronised", short(raw)
+        elif "unable to talk to ntp daemon" in low or "cannot talk to daemon" in low:
+            s.state, s.line = "no-daemon", short(raw)
+        elif low.startswith("time correct to within"):
+            s.within_ms = _num(low)
+        elif not low.startswith(("polling server every", "time server re-starting")):
+            s.unrecognised.append(short(raw))
+    return s
+
+
+def detect_ntpstat(doc: Doc) -> bool:
+    heads = [ln.text.strip().lower() for ln in doc.head(10)]
+    return any(h.startswith(("synchronised to ", "synchronized to ")) and "stratum" in h for h in heads) or (
+        any(h.startswith(("unsynchronised", "unsynchronized")) for h in heads)
+        and any(h.startswith(("polling server", "time server re-starting")) for h in heads))
+
+
+# ---- the wall clock ---------------------------------------------------------------------------
+
+
+@dataclass
+class WallClock:
+    """The node's wall clock as `date +%s.%N` printed it; `resolution` is 1 s without %N."""
+
+    epoch: float | None = None
+    resolution: float = 1e-9
+    line: str = ""
+
+
+def parse_wall(doc: Doc) -> WallClock:
+    for text, raw in _lines(doc):
+        m = re.fullmatch(r"\s*(\d{9,11})(?:\.(\d{1,9}|%?N))?\s*", text)
+        if m is None:
+            continue
+        frac = m.group(2) or ""
+        if frac.isdigit():
+            return WallClock(float(f"{m.group(1)}.{frac}"), 10.0 ** -len(frac), short(raw))
+        return WallClock(float(m.group(1)), 1.0, short(raw))
+    return WallClock()
+
+
+FORMATS = [
+    Format("chronyc-tracking", detect=detect_tracking, description="chronyc tracking report", priority=60),
+    Format("timedatectl", detect=detect_timedate, description="timedatectl show / status", priority=60),
+    Format("ntpstat", detect=detect_ntpstat, description="ntpstat", priority=60),
+]
+PARSERS = [ParserSpec(PROBE_CHRONY, parse_tracking), ParserSpec(PROBE_TIMEDATE, parse_timedate),
+           ParserSpec(PROBE_NTPSTAT, parse_ntpstat), ParserSpec(PROBE_WALL, parse_wall)]
+
+__all__ = ["FORMATS", "PARSERS", "NtpStat", "Timedate", "Tracking", "WallClock", "parse_ntpstat", "parse_timedate",
+           "parse_tracking", "parse_wall"]
