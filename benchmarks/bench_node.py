@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests import fakes  # noqa: E402
-from tests.scenarios import NVML_PATH, TOOLS, healthy_h100  # noqa: E402
+from tests.fakes import fake_nvml  # noqa: E402
+from tests.scenarios import TOOLS, healthy_h100  # noqa: E402
 
 PREFLIGHT = [sys.executable, "-m", "preflight.cli"]
 
@@ -46,7 +47,7 @@ def main() -> None:
         sc = healthy_h100(Path(tmp) / "sc")
         env = fakes.env_for(bin_dir, sc, delay=args.delay)
         env.pop("PREFLIGHT_CONFIG", None)
-        env["PYTHONPATH"] = NVML_PATH
+        fake_nvml.with_library(env)  # the fake libnvidia-ml.so.1 the NVML probe loads
         node_cmd = [*PREFLIGHT, "node", "--json"]
         runs = []
         n_probes = 0

@@ -188,10 +188,10 @@ def _nvml_findings(v: DriverView, f: Findings) -> None:
     """NVML failing where nvidia-smi works, and the two disagreeing on the driver."""
     nverr, driver, nvml_driver = v.nverr, v.smi_driver, v.nvml_driver
     if nverr is not None and nverr.kind != "gpu_lost" and nverr.kind not in {e.kind for e in v.errors}:
-        if driver and not v.errors:  # nvidia-smi reads the driver fine: only preflight's Python lacks NVML
+        if driver and not v.errors:  # nvidia-smi reads the driver fine: only the probe's process lacks NVML
             f.add("gpu.driver/nvml-unusable-here", f"{nverr.summary}: {nverr.line}", [nverr.line],
-                  "nvidia-smi works, so the driver is fine: check that preflight's Python can load libnvidia-ml "
-                  "(LD_LIBRARY_PATH, container mounts) and that nvidia-ml-py is installed")
+                  "nvidia-smi works, so the driver is fine: check that the node's python3 can load libnvidia-ml.so.1 "
+                  "(LD_LIBRARY_PATH, ld.so.cache, container mounts; `ldconfig -p | grep nvidia-ml`)")
         else:
             f.add(ERROR_CODES.get(nverr.kind, "gpu.driver/nvml-init-failed"), f"{nverr.summary}: {nverr.line}",
                   [nverr.line], nverr.remedy)

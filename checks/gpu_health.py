@@ -19,6 +19,7 @@ import re
 import sys
 from typing import Any
 
+from preflight import nvml_probe
 from preflight.findings import Findings
 from preflight.model import Result
 from preflight.parsers.nvsmi_csv import QueryCsv
@@ -28,11 +29,13 @@ from preflight.parsers.nvsmi_table import SmiTable
 from preflight.probes import Probe
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
+from preflight.remote import module_text
 
 from .gpu_health_views import CLOCK_EVENTS, GpuHealth, from_csv, from_q, from_table
 
 PROBE_Q = Probe.of("nvidia-smi-q", ["nvidia-smi", "-q"], timeout=20.0)
-PROBE_NVML = Probe.of("nvml", [sys.executable, "-m", "preflight.nvml_probe"], timeout=20)
+# the stdlib-only probe ships with the bundle, as `python3 -c <its text>` (nothing of ours is installed on a node)
+PROBE_NVML = Probe.of("nvml", [sys.executable, "-c", module_text(nvml_probe)], timeout=20)
 
 # Errors that mean the driver stack itself is broken (graded by gpu.driver).
 DRIVER_ERRORS = ("version_mismatch", "no_driver", "no_devices", "library_missing", "nvml_init")

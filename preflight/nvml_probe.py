@@ -1,129 +1,311 @@
-"""NVML probe: `python -m preflight.nvml_probe` prints one JSON object and exits 0.
+"""NVML probe: reads the node's own libnvidia-ml through ctypes and prints one JSON object.
 
-It runs as a subprocess of the probe runner, so a hung or crashing driver library can be
-bounded by the probe timeout and never takes preflight down with it. Output shape:
+Standard library only, and no import of the rest of preflight: it ships with the probe bundle
+as `python3 -c <this file's text>` (see `checks.gpu_health.PROBE_NVML`), so a node needs
+nothing but the NVIDIA driver's own library. It runs as a subprocess of the probe runner, so a
+hung or crashing driver library is bounded by the probe timeout and never takes preflight
+down with it. It always prints one JSON object and exits 0:
 
-    {"ok": bool, "error": str, "error_type": str, "driver": str, "nvml_version": str,
-     "cuda_driver_version": int, "gpus": [{"index", "name", "uuid", "pci_bus_id", "vbios",
-     "persistence", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max", "mig_mode",
-     "memory_total_mib"}]}
+    {"ok": bool, "error": str, "error_type": str, "error_code": int, "library": str,
+     "driver": str, "nvml_version": str, "cuda_driver_version": int,
+     "gpus": [{"index", "name", "uuid", "pci_bus_id", "vbios", "persistence", "pcie_gen",
+               "pcie_gen_max", "pcie_width", "pcie_width_max", "mig_mode", "mig_mode_pending",
+               "memory_total_mib", "errors"?}]}
 
-A field a GPU does not support (NotSupported under MIG, on a VM slice...) is null, and its
-error is listed in that GPU's "errors". Only the standard library and pynvml are imported.
+`library` is the file actually loaded. A node without the library says `error_type`
+"LibraryNotFound" and where it looked; an nvmlInit failure carries NVML's own error string in
+`error` and the return code's name (NVML_ERROR_DRIVER_NOT_LOADED ...) in `error_type`. A field
+a GPU does not give (NOT_SUPPORTED under MIG, a function an old driver lacks, a lost GPU) is
+null, and the reason is in that GPU's "errors" as "<code name>: <NVML error string>".
+
+The C API used (nvml.h): nvmlInit_v2, nvmlShutdown, nvmlErrorString, nvmlSystemGetDriverVersion,
+nvmlSystemGetNVMLVersion, nvmlSystemGetCudaDriverVersion(_v2), nvmlDeviceGetCount_v2,
+nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetPciInfo_v3,
+nvmlDeviceGetVbiosVersion, nvmlDeviceGetPersistenceMode, nvmlDeviceGet{Curr,Max}PcieLink
+{Generation,Width}, nvmlDeviceGetMigMode, nvmlDeviceGetMemoryInfo.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
+SONAME = "libnvidia-ml.so.1"
+# where driver packages put the library when the loader's own search (LD_LIBRARY_PATH,
+# ld.so.cache) does not find it: distribution packages, the .run installer, WSL, the GPU
+# operator's driver container, the Kubernetes device plugin's mount
+DRIVER_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib64/nvidia",
+               "/usr/lib/nvidia", "/usr/lib", "/usr/local/nvidia/lib64", "/usr/lib/wsl/lib",
+               "/run/nvidia/driver/usr/lib64", "/run/nvidia/driver/usr/lib/x86_64-linux-gnu")
+
+# nvmlReturn_t (nvml.h)
+SUCCESS = 0
+RETURN_NAMES = {
+    0: "NVML_SUCCESS", 1: "NVML_ERROR_UNINITIALIZED", 2: "NVML_ERROR_INVALID_ARGUMENT", 3: "NVML_ERROR_NOT_SUPPORTED",
+    4: "NVML_ERROR_NO_PERMISSION", 5: "NVML_ERROR_ALREADY_INITIALIZED", 6: "NVML_ERROR_NOT_FOUND",
+    7: "NVML_ERROR_INSUFFICIENT_SIZE", 8: "NVML_ERROR_INSUFFICIENT_POWER", 9: "NVML_ERROR_DRIVER_NOT_LOADED",
+    10: "NVML_ERROR_TIMEOUT", 11: "NVML_ERROR_IRQ_ISSUE", 12: "NVML_ERROR_LIBRARY_NOT_FOUND",
+    13: "NVML_ERROR_FUNCTION_NOT_FOUND", 14: "NVML_ERROR_CORRUPTED_INFOROM", 15: "NVML_ERROR_GPU_IS_LOST",
+    16: "NVML_ERROR_RESET_REQUIRED", 17: "NVML_ERROR_OPERATING_SYSTEM", 18: "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    19: "NVML_ERROR_IN_USE", 20: "NVML_ERROR_MEMORY", 21: "NVML_ERROR_NO_DATA", 22: "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED",
+    23: "NVML_ERROR_INSUFFICIENT_RESOURCES", 24: "NVML_ERROR_FREQ_NOT_SUPPORTED",
+    25: "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 26: "NVML_ERROR_DEPRECATED", 27: "NVML_ERROR_NOT_READY",
+    28: "NVML_ERROR_GPU_NOT_FOUND", 29: "NVML_ERROR_INVALID_STATE", 999: "NVML_ERROR_UNKNOWN",
+}
+FUNCTION_NOT_FOUND = 13
+
+# buffer sizes (nvml.h: NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE, ..._NVML_VERSION_..., NVML_DEVICE_NAME_V2_BUFFER_SIZE,
+# NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE)
+DRIVER_BUF, NVML_BUF, NAME_BUF, UUID_BUF, VBIOS_BUF = 80, 80, 96, 96, 32
 _MIB = 1024 * 1024
+_GPU_FIELDS = ("name", "uuid", "pci_bus_id", "vbios", "persistence", "pcie_gen", "pcie_gen_max", "pcie_width",
+               "pcie_width_max", "mig_mode", "mig_mode_pending", "memory_total_mib")
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
+class PciInfo(ctypes.Structure):
+    """nvmlPciInfo_t, as nvmlDeviceGetPciInfo_v3 fills it."""
+
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
 
 
-def _field(errors: dict[str, str], name: str, fn: Callable[[], Any]) -> Any:
-    """Call one NVML getter; a per-field error is recorded, never raised."""
+class Memory(ctypes.Structure):
+    """nvmlMemory_t (bytes)."""
+
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class NvmlFailure(Exception):
+    """One NVML call that did not succeed: its return code and NVML's sentence for it."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+    @property
+    def name(self) -> str:
+        return RETURN_NAMES.get(self.code, f"NVML_ERROR_{self.code}")
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.text}"
+
+
+class NoLibrary(Exception):
+    """The library could not be loaded at all."""
+
+    def __init__(self, text: str, kind: str) -> None:
+        super().__init__(text)
+        self.kind = kind
+
+
+def _loaded_path(fallback: str) -> str:
+    """The file the loader mapped for libnvidia-ml (the loader's search is not told otherwise)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                path = line.split(None, 5)[-1].strip() if len(line.split(None, 5)) == 6 else ""
+                if "libnvidia-ml" in os.path.basename(path):
+                    return path
+    except OSError:
+        pass
+    return fallback
+
+
+def load(dirs: tuple[str, ...] = DRIVER_DIRS) -> tuple[ctypes.CDLL, str]:
+    """(the library, the file loaded): the loader's search first, then the driver folders."""
+    failed = []
+    try:
+        lib = ctypes.CDLL(SONAME)
+        return lib, _loaded_path(SONAME)
+    except OSError as exc:
+        if "No such file" not in str(exc):  # found by the loader, but unusable (wrong class, missing symbol...)
+            failed.append(str(exc))
+    for folder in dirs:
+        path = os.path.join(folder, SONAME)
+        if not os.path.exists(path):
+            continue
+        try:
+            return ctypes.CDLL(path), _loaded_path(path)
+        except OSError as exc:
+            failed.append(f"{path}: {exc}")
+    if failed:
+        raise NoLibrary(f"{SONAME} cannot be loaded: {'; '.join(failed)}", "LibraryLoadError")
+    raise NoLibrary(f"{SONAME} not found: not on the loader's path (LD_LIBRARY_PATH, ld.so.cache) nor in "
+                    f"{', '.join(dirs)} (NVIDIA driver not installed?)", "LibraryNotFound")
+
+
+class Nvml:
+    """The few NVML calls the probe makes, each answering a value or raising NvmlFailure."""
+
+    def __init__(self, lib: ctypes.CDLL, path: str) -> None:
+        self.lib, self.path = lib, path
+
+    def error_string(self, code: int) -> str:
+        try:
+            fn = self.lib.nvmlErrorString
+        except AttributeError:
+            return RETURN_NAMES.get(code, "Unknown Error")
+        fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int]
+        text = fn(code)
+        return text.decode("utf-8", errors="replace") if text else ""
+
+    def call(self, names: tuple[str, ...], *args: Any) -> None:
+        """Call the first of `names` the library has (newest version first)."""
+        for name in names:
+            try:
+                fn = getattr(self.lib, name)
+            except AttributeError:
+                continue
+            fn.restype = ctypes.c_int
+            code = int(fn(*args))
+            if code != SUCCESS:
+                raise NvmlFailure(code, self.error_string(code))
+            return
+        raise NvmlFailure(FUNCTION_NOT_FOUND, f"{' / '.join(names)} not in {self.path}")
+
+    def text(self, name: str, size: int, *head: Any) -> str:
+        buf = ctypes.create_string_buffer(size)
+        self.call((name,), *head, buf, ctypes.c_uint(size))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def uint(self, names: tuple[str, ...], *head: Any) -> int:
+        value = ctypes.c_uint(0)
+        self.call(names, *head, ctypes.byref(value))
+        return int(value.value)
+
+    def integer(self, names: tuple[str, ...]) -> int:
+        value = ctypes.c_int(0)
+        self.call(names, ctypes.byref(value))
+        return int(value.value)
+
+    def handle(self, index: int) -> ctypes.c_void_p:
+        device = ctypes.c_void_p()
+        self.call(("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"), ctypes.c_uint(index),
+                  ctypes.byref(device))
+        return device
+
+    def pci_bus_id(self, device: ctypes.c_void_p) -> str:
+        info = PciInfo()
+        self.call(("nvmlDeviceGetPciInfo_v3",), device, ctypes.byref(info))
+        return info.busId.decode("utf-8", errors="replace")
+
+    def mig(self, device: ctypes.c_void_p) -> tuple[int, int]:
+        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
+        self.call(("nvmlDeviceGetMigMode",), device, ctypes.byref(current), ctypes.byref(pending))
+        return int(current.value), int(pending.value)
+
+    def memory_total(self, device: ctypes.c_void_p) -> int:
+        mem = Memory()
+        self.call(("nvmlDeviceGetMemoryInfo",), device, ctypes.byref(mem))
+        return int(mem.total)
+
+
+def _field(errors: dict[str, str], name: str, fn: Any) -> Any:
+    """One NVML getter; a per-field failure is recorded, never raised."""
     try:
         return fn()
-    except Exception as exc:  # NVMLError subclasses, and anything odd from a broken library
+    except NvmlFailure as exc:
+        errors[name] = str(exc)
+    except Exception as exc:  # anything odd from a broken library
         errors[name] = f"{type(exc).__name__}: {exc}"
-        return None
+    return None
 
 
-def _gpu(nvml: Any, index: int) -> dict[str, Any]:
+def _enabled(value: int | None) -> str | None:
+    return None if value is None else ("Enabled" if value else "Disabled")
+
+
+def gpu(nv: Nvml, index: int) -> dict[str, Any]:
+    """One GPU's fields; a GPU whose handle fails has every field null and the reason."""
     errors: dict[str, str] = {}
-    gpu: dict[str, Any] = {"index": index}
-    handle = _field(errors, "handle", lambda: nvml.nvmlDeviceGetHandleByIndex(index))
-    if handle is None:
-        gpu.update({k: None for k in ("name", "uuid", "pci_bus_id", "vbios", "persistence", "pcie_gen",
-                                      "pcie_gen_max", "pcie_width", "pcie_width_max", "mig_mode",
-                                      "memory_total_mib")})
-        gpu["errors"] = errors
-        return gpu
-    name = _field(errors, "name", lambda: nvml.nvmlDeviceGetName(handle))
-    gpu["name"] = None if name is None else _text(name)
-    uuid = _field(errors, "uuid", lambda: nvml.nvmlDeviceGetUUID(handle))
-    gpu["uuid"] = None if uuid is None else _text(uuid)
-    pci = _field(errors, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(handle))
-    gpu["pci_bus_id"] = None if pci is None else _text(getattr(pci, "busId", ""))
-    vbios = _field(errors, "vbios", lambda: nvml.nvmlDeviceGetVbiosVersion(handle))
-    gpu["vbios"] = None if vbios is None else _text(vbios)
-    pers = _field(errors, "persistence", lambda: nvml.nvmlDeviceGetPersistenceMode(handle))
-    gpu["persistence"] = None if pers is None else bool(pers)
-    gpu["pcie_gen"] = _field(errors, "pcie_gen", lambda: int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)))
-    gpu["pcie_gen_max"] = _field(errors, "pcie_gen_max", lambda: int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)))
-    gpu["pcie_width"] = _field(errors, "pcie_width", lambda: int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)))
-    gpu["pcie_width_max"] = _field(errors, "pcie_width_max", lambda: int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)))
-    mig = _field(errors, "mig_mode", lambda: nvml.nvmlDeviceGetMigMode(handle))
-    if isinstance(mig, (list, tuple)) and mig:
-        gpu["mig_mode"] = "Enabled" if int(mig[0]) else "Disabled"
-        if len(mig) > 1:
-            gpu["mig_mode_pending"] = "Enabled" if int(mig[1]) else "Disabled"
-    else:
-        gpu["mig_mode"] = None
-    mem = _field(errors, "memory_total_mib", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
-    total = getattr(mem, "total", None)
-    gpu["memory_total_mib"] = int(total) // _MIB if isinstance(total, int) else None
+    out: dict[str, Any] = {"index": index}
+    device = _field(errors, "handle", lambda: nv.handle(index))
+    if device is None:
+        out.update(dict.fromkeys(_GPU_FIELDS))
+        out["errors"] = errors
+        return out
+    out["name"] = _field(errors, "name", lambda: nv.text("nvmlDeviceGetName", NAME_BUF, device))
+    out["uuid"] = _field(errors, "uuid", lambda: nv.text("nvmlDeviceGetUUID", UUID_BUF, device))
+    out["pci_bus_id"] = _field(errors, "pci_bus_id", lambda: nv.pci_bus_id(device))
+    out["vbios"] = _field(errors, "vbios", lambda: nv.text("nvmlDeviceGetVbiosVersion", VBIOS_BUF, device))
+    persistence = _field(errors, "persistence", lambda: nv.uint(("nvmlDeviceGetPersistenceMode",), device))
+    out["persistence"] = None if persistence is None else bool(persistence)
+    for key, fn in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+                    ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                    ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"), ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
+        out[key] = _field(errors, key, lambda fn=fn: nv.uint((fn,), device))
+    mig = _field(errors, "mig_mode", lambda: nv.mig(device))
+    out["mig_mode"] = _enabled(mig[0] if mig else None)
+    out["mig_mode_pending"] = _enabled(mig[1] if mig else None)
+    total = _field(errors, "memory_total_mib", lambda: nv.memory_total(device))
+    out["memory_total_mib"] = None if total is None else total // _MIB
     if errors:
-        gpu["errors"] = errors
-    return gpu
+        out["errors"] = errors
+    return out
 
 
-def collect() -> dict[str, Any]:
+def empty() -> dict[str, Any]:
+    return {"ok": False, "error": "", "error_type": "", "error_code": 0, "library": "", "driver": "",
+            "nvml_version": "", "cuda_driver_version": 0, "gpus": []}
+
+
+def _fail(out: dict[str, Any], exc: NvmlFailure) -> dict[str, Any]:
+    out.update(error=exc.text or exc.name, error_type=exc.name, error_code=exc.code)
+    return out
+
+
+def _system(nv: Nvml, out: dict[str, Any]) -> dict[str, Any]:
+    """Driver, versions and every GPU, once NVML is initialised."""
+    errors: dict[str, str] = {}
+    out["driver"] = _field(errors, "driver", lambda: nv.text("nvmlSystemGetDriverVersion", DRIVER_BUF)) or ""
+    out["nvml_version"] = _field(errors, "nvml_version", lambda: nv.text("nvmlSystemGetNVMLVersion", NVML_BUF)) or ""
+    out["cuda_driver_version"] = _field(errors, "cuda_driver_version", lambda: nv.integer(
+        ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"))) or 0
+    try:
+        count = nv.uint(("nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"))
+    except NvmlFailure as exc:
+        return _fail(out, exc)
+    out["gpus"] = [gpu(nv, i) for i in range(count)]
+    if errors:
+        out["errors"] = errors
+    out["ok"] = True
+    return out
+
+
+def collect(dirs: tuple[str, ...] = DRIVER_DIRS) -> dict[str, Any]:
     """Query NVML; every failure becomes part of the returned object."""
-    out: dict[str, Any] = {"ok": False, "error": "", "error_type": "", "driver": "", "nvml_version": "",
-                           "cuda_driver_version": 0, "gpus": []}
+    out = empty()
     try:
-        import pynvml as nvml
-    except Exception as exc:
-        out["error"] = f"pynvml cannot be imported: {exc}"
-        out["error_type"] = type(exc).__name__
+        lib, path = load(dirs)
+    except NoLibrary as exc:
+        out.update(error=str(exc), error_type=exc.kind)
         return out
+    out["library"] = path
+    nv = Nvml(lib, path)
     try:
-        nvml.nvmlInit()
-    except Exception as exc:
-        out["error"] = str(exc)
-        out["error_type"] = type(exc).__name__
-        return out
+        nv.call(("nvmlInit_v2", "nvmlInit"))
+    except NvmlFailure as exc:
+        return _fail(out, exc)
     try:
-        errors: dict[str, str] = {}
-        out["driver"] = _text(_field(errors, "driver", nvml.nvmlSystemGetDriverVersion) or "")
-        out["nvml_version"] = _text(_field(errors, "nvml_version", nvml.nvmlSystemGetNVMLVersion) or "")
-        out["cuda_driver_version"] = int(_field(errors, "cuda_driver_version",
-                                                nvml.nvmlSystemGetCudaDriverVersion) or 0)
-        count = _field(errors, "count", nvml.nvmlDeviceGetCount)
-        if count is None:
-            out["error"] = errors.get("count", "device count unavailable")
-            out["error_type"] = out["error"].split(":", 1)[0]
-            return out
-        out["gpus"] = [_gpu(nvml, i) for i in range(int(count))]
-        if errors:
-            out["errors"] = errors
-        out["ok"] = True
-    except Exception as exc:
-        out["error"] = str(exc)
-        out["error_type"] = type(exc).__name__
+        return _system(nv, out)
     finally:
         try:
-            nvml.nvmlShutdown()
+            nv.call(("nvmlShutdown",))
         except Exception:
             pass
-    return out
 
 
 def main() -> int:
     try:
         result = collect()
     except BaseException as exc:  # the one-JSON-object promise holds even here
-        result = {"ok": False, "error": str(exc), "error_type": type(exc).__name__, "driver": "",
-                  "nvml_version": "", "cuda_driver_version": 0, "gpus": []}
+        result = empty()
+        result.update(error=str(exc) or type(exc).__name__, error_type=type(exc).__name__)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     sys.stdout.flush()
     return 0

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from tests import fakes
+from tests.fakes import fake_nvml
 
 FIX = fakes.FIXTURES
-NVML_PATH = str(Path(fakes.__file__).resolve().parent / "nvml")
 
 TOOLS = ["nvidia-smi", "dmesg", "journalctl", "systemctl", "ibstat", "ip", "ofed_info"]
 
@@ -62,6 +62,19 @@ def healthy_h100(folder: Path, dmesg_text: str = CLEAN_DMESG) -> Path:
         "ofed_info": [{"match": "-s", "text": "MLNX_OFED_LINUX-24.04-0.6.6.0:\n"}],
     }
     return fakes.scenario(folder, spec, files)
+
+
+def nvml_env(env: dict[str, str], variant: str = "") -> dict[str, str]:
+    """`env` with the fake libnvidia-ml.so.1 first on LD_LIBRARY_PATH: the NVML probe reads the
+    scenario's nvml.json through it. Skips the test where it cannot be built (no gcc), fails
+    under CI=true."""
+    from tests.conftest import need
+
+    try:
+        return fake_nvml.with_library(env, variant)
+    except fake_nvml.Unavailable as exc:
+        need(False, str(exc))
+        raise
 
 
 def with_xid79(folder: Path) -> Path:

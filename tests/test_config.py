@@ -237,7 +237,8 @@ def test_prologue_uses_the_config_profile(tmp_path: Path) -> None:
     env = fakes.env_for(bin_dir, scenarios.healthy_h100(tmp_path / "sc"))
     for key in CONFIG_ENV:
         env.pop(key, None)
-    env.update(PYTHONPATH=scenarios.NVML_PATH, SLURMD_NODENAME="gpu017", XDG_DATA_HOME=str(tmp_path / "data"))
+    scenarios.nvml_env(env)
+    env.update(SLURMD_NODENAME="gpu017", XDG_DATA_HOME=str(tmp_path / "data"))
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     (profiles / "h100-16x.toml").write_text('[profile]\nname = "h100-16x"\nextends = "h100-sxm-8x"\n'

@@ -58,7 +58,7 @@ class Replay(Transport):
 def _record(tmp: Path, build) -> dict[str, Capture]:  # type: ignore[no-untyped-def]
     bin_dir = fakes.install(tmp / "bin", scenarios.TOOLS)
     env = fakes.env_for(bin_dir, build(tmp / "sc"))
-    env["PYTHONPATH"] = scenarios.NVML_PATH
+    scenarios.nvml_env(env)
     r = reg.load()
     from preflight.profile import load
 
@@ -227,7 +227,7 @@ def test_hostlist_keeps_names_it_cannot_compress() -> None:
 def test_cli_quiet_on_an_xid79_node(tmp_path: Path) -> None:
     bin_dir = fakes.install(tmp_path / "bin", scenarios.TOOLS)
     env = fakes.env_for(bin_dir, scenarios.with_xid79(tmp_path / "sc"))
-    env["PYTHONPATH"] = scenarios.NVML_PATH
+    scenarios.nvml_env(env)
     env.pop("PREFLIGHT_CONFIG", None)
     p = subprocess.run([sys.executable, "-m", "preflight.cli", "node", "-q", "--history", "off"], capture_output=True,
                        text=True, env=env, timeout=120)

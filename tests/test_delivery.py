@@ -76,7 +76,7 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Capture]:
     tmp = tmp_path_factory.mktemp("delivery")
     bin_dir = fakes.install(tmp / "bin", scenarios.TOOLS)
     env = fakes.env_for(bin_dir, scenarios.healthy_h100(tmp / "sc"))
-    env["PYTHONPATH"] = scenarios.NVML_PATH
+    scenarios.nvml_env(env)
     r = reg.load()
     checks = engine.select(r)
     bundles = {NODE: [p for p in engine.plan_node(checks, NODE, _profile(), _options()).probes()]}

@@ -16,7 +16,7 @@ from tests import fakes, scenarios
 def node_env(tmp: Path, build=scenarios.healthy_h100) -> dict[str, str]:
     bin_dir = fakes.install(tmp / "bin", scenarios.TOOLS)
     env = fakes.env_for(bin_dir, build(tmp / "sc"))
-    env["PYTHONPATH"] = scenarios.NVML_PATH
+    scenarios.nvml_env(env)
     env.pop("PREFLIGHT_CONFIG", None)
     return env
 

@@ -198,7 +198,8 @@ def _env(tmp: Path, warn: bool = False) -> dict[str, str]:
         lines[4] = lines[4].replace(", Enabled,", ", Disabled,", 1)
         q.write_text("".join(lines))
     env = fakes.env_for(bin_dir, sc)
-    env["PYTHONPATH"] = os.pathsep.join([scenarios.NVML_PATH, str(ROOT)])
+    scenarios.nvml_env(env)
+    env["PYTHONPATH"] = str(ROOT)
     env["PREFLIGHT_HISTORY"] = "off"
     env.pop("PREFLIGHT_CONFIG", None)
     return env

@@ -69,7 +69,7 @@ def healthy_node(tmp: Path) -> tuple[dict[str, str], Path]:
                         "exit 255\n")
         shim.chmod(0o755)
     env = fakes.env_for(bin_dir, scenarios.healthy_h100(tmp / "sc"))
-    env["PYTHONPATH"] = scenarios.NVML_PATH
+    scenarios.nvml_env(env)
     for var in [k for k in env if k.startswith("SLURM_")] + ["PREFLIGHT_CONFIG"]:
         env.pop(var, None)
     return env, calls

@@ -1,8 +1,11 @@
-"""The NVML probe's JSON (`python -m preflight.nvml_probe`) as facts.
+"""The NVML probe's JSON (`preflight.nvml_probe`, shipped to the node) as facts.
 
-Shape: {ok, error, error_type, driver, nvml_version, cuda_driver_version, gpus: [...]}. The
-probe prints one JSON object; anything around it (a warning a library printed) is skipped.
-Garbage gives ok False with the reason, never an exception.
+Shape: {ok, error, error_type, error_code, library, driver, nvml_version, cuda_driver_version,
+gpus: [...]}. The probe prints one JSON object; anything around it (a warning a library
+printed) is skipped. Garbage gives ok False with the reason, never an exception. `error_type`
+is the probe's LibraryNotFound / LibraryLoadError, or the name of NVML's return code
+(NVML_ERROR_DRIVER_NOT_LOADED ...) with NVML's own sentence in `error`; older probes printed
+pynvml's exception class (NVMLError_DriverNotLoaded): both are classified.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class NvmlReport:
     cuda_driver_version: int = 0
     gpus: list[NvmlGpu] = field(default_factory=list)
     recognised: bool = False  # the text held the probe's JSON object
+    library: str = ""  # the libnvidia-ml file the probe loaded ("" when none)
 
     @property
     def cuda(self) -> str:
@@ -67,8 +71,9 @@ class NvmlReport:
         """The probe's failure as a ToolError; None when it succeeded with GPUs."""
         if self.ok:
             return None if self.gpus else error_for("no_devices", "NVML: device count is 0")
-        line = f"NVML: {self.error or 'NVML probe failed'}" + (f" ({self.error_type})" if self.error_type else "")
-        # the exception's class names the kind (NVMLError_DriverNotLoaded ...), else its message does
+        where = f"NVML ({self.library})" if self.library else "NVML"
+        line = f"{where}: {self.error or 'NVML probe failed'}" + (f" ({self.error_type})" if self.error_type else "")
+        # the return code's name (NVML_ERROR_DRIVER_NOT_LOADED, NVMLError_...) names the kind, else the message does
         found = errors_in([f"{self.error_type} {self.error}"])
         kind = found[0].kind if found else "nvml_init"
         return error_for(kind, line)
@@ -95,7 +100,8 @@ def parse(doc: Doc) -> NvmlReport:
     rep = NvmlReport(ok=bool(data.get("ok")), error=str(data.get("error") or ""),
                      error_type=str(data.get("error_type") or ""), driver=str(data.get("driver") or ""),
                      nvml_version=str(data.get("nvml_version") or ""),
-                     cuda_driver_version=to_int(data.get("cuda_driver_version")) or 0, recognised=True)
+                     cuda_driver_version=to_int(data.get("cuda_driver_version")) or 0, recognised=True,
+                     library=str(data.get("library") or ""))
     for i, g in enumerate(data.get("gpus") or []):
         if not isinstance(g, dict):
             continue

@@ -57,18 +57,21 @@ LOST_REMEDY = ("the GPU fell off the bus or hung (Xid 79 class): drain the node 
                "if it happens again")
 # the device-handle message (group `handle`), or NVML's "GPU is lost" in any other shape
 _LOST = re.compile(rf"(?P<handle>Unable to (?:determine|detect) the device handle for)\s*(?:GPU\s*(?:\d+\s*:\s*)?)?"
-                   rf"(?P<bus>{_BUS})?(?:\s*:\s*(?P<detail>.*))?|\bGPU is lost\b|NVMLError_GpuIsLost", re.I)
+                   rf"(?P<bus>{_BUS})?(?:\s*:\s*(?P<detail>.*))?|\bGPU is lost\b|NVMLError_GpuIsLost|NVML_ERROR_GPU_IS_LOST",
+                   re.I)
 
 # (kind, pattern, summary, remedy). Order matters: the first pattern that matches a line wins.
 PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
     ("version_mismatch",
-     re.compile(r"Driver/library version mismatch|NVML/RM version mismatch|LibRmVersionMismatch", re.I),
+     re.compile(r"Driver/library version mismatch|NVML/RM version mismatch|LibRmVersionMismatch|"
+                r"NVML_ERROR_LIB_RM_VERSION_MISMATCH", re.I),
      "the loaded NVIDIA kernel module and the user-space driver library differ",
      "a driver upgrade without a reboot leaves the old kernel module loaded: drain and reboot the node "
      "(or, with no GPU process running, unload and reload the nvidia modules); if it persists after the reboot, "
      "reinstall the driver packages so kernel module and libraries are one version"),
     ("no_driver",
      re.compile(r"couldn'?t communicate with (?:the )?NVIDIA driver|NVMLError_DriverNotLoaded|\bDriver Not Loaded\b|"
+                r"NVML_ERROR_DRIVER_NOT_LOADED|"
                 r"Unable to load the NVIDIA kernel module|NVIDIA kernel module missing|"
                 r"could not open the device file /dev/nvidiactl", re.I),
      "the NVIDIA kernel driver is not loaded",
@@ -76,7 +79,7 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "then check dmesg for NVRM errors"),
     ("gpu_lost", _LOST, "a GPU does not answer the driver", LOST_REMEDY),
     ("needs_reset",
-     re.compile(r"\[GPU requires reset\]|GPU requires reset|NVMLError_ResetRequired", re.I),
+     re.compile(r"\[GPU requires reset\]|GPU requires reset|NVMLError_ResetRequired|NVML_ERROR_RESET_REQUIRED", re.I),
      "a GPU needs a reset before it can be used",
      "drain the node and reset the GPU (nvidia-smi -r -i <index>) once no process uses it, or reboot"),
     ("reset_failed",
@@ -93,7 +96,8 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "drain, power-cycle the node, reseat or RMA the GPU if it stays missing"),
     ("library_missing",
      re.compile(r"NVML Shared Library Not Found|NVMLError_LibraryNotFound|libnvidia-ml\.so\S*: cannot open|"
-                r"couldn'?t find libnvidia-ml\.so|nvidia-smi: (?:command )?not found", re.I),
+                r"couldn'?t find libnvidia-ml\.so|nvidia-smi: (?:command )?not found|"
+                r"libnvidia-ml\.so\S* (?:not found|cannot be loaded)|NVML_ERROR_LIBRARY_NOT_FOUND", re.I),
      "the NVML library (libnvidia-ml.so) or nvidia-smi is not installed or not visible",
      "install the NVIDIA driver's user-space libraries (or expose them to the container)"),
     ("inforom_corrupted",
@@ -102,7 +106,7 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "the GPU still works but its ECC and error records are not kept reliably: plan an RMA of the board; "
      "`nvidia-smi -q -d ECC` and the InfoROM version show the state"),
     ("nvml_init",
-     re.compile(r"Failed to initialize NVML: .*|NVMLError_\w+|pynvml cannot be imported.*|"
+     re.compile(r"Failed to initialize NVML: .*|NVMLError_\w+|NVML_ERROR_\w+|pynvml cannot be imported.*|"
                 r"NVIDIA-SMI has failed\b.*", re.I),
      "NVML could not be initialised",
      "run nvidia-smi by hand on the node; check dmesg for NVRM errors and that the user can open /dev/nvidia*"),

@@ -311,7 +311,7 @@ def test_profile_hint_picks_h100_profile() -> None:
 
 
 def test_probes_declared() -> None:
-    assert gpu.PROBE_NVML.commands[0][1:] == ("-m", "preflight.nvml_probe")
+    assert gpu.PROBE_NVML.commands[0][1] == "-c" and "def collect(" in gpu.PROBE_NVML.commands[0][2]  # shipped text
     q = gpu.PROBE_QUERY.commands[0]
     assert q[0] == "nvidia-smi" and q[-1] == "--format=csv" and "pci.bus_id" in q[1]
     assert gpu.PROBE_QUERY in engine.DETECT_PROBES
@@ -335,7 +335,7 @@ def test_nvlink_all_up() -> None:
 def test_nvlink_inactive_link_fails_with_lines() -> None:
     r = nvlink("nvidia-smi/nvlink_8xh100_gpu3_link7_down.txt")
     assert r.status is Status.FAIL and "GPU 3" in r.summary
-    assert "Link 7: <inactive>" in r.evidence and r.facts["links_down"] == 2
+    assert r.evidence[0].endswith(" / Link 7: <inactive>") and r.facts["links_down"] == 2  # GPU and link on one line
     assert "nvlink -e" in r.remedy
     # H100 SXM has 18 NVLinks by construction: a down link FAILs with the generic profile too
     g = nvlink("nvidia-smi/nvlink_8xh100_gpu3_link7_down.txt", "generic")

@@ -1,124 +1,212 @@
-"""The NVML probe: one JSON object on stdout, exit 0, whatever NVML does."""
+"""The NVML probe: the node's own libnvidia-ml through ctypes, one JSON object on stdout, exit 0,
+whatever NVML does. Run as it runs on a node: `python -I -S -c <the module's text>` (no site
+packages, nothing of preflight importable), against a real shared library built from
+tests/fakes/nvml/fake_nvml.c that speaks NVML's C API and return codes."""
 
 from __future__ import annotations
 
+import ast
+import copy
 import json
+import os
 import subprocess
 import sys
-import types
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from preflight import nvml_probe
-from preflight.checks import gpu
+from preflight.checks import gpu, gpu_health
+from preflight.framing import Doc
 from preflight.model import Status
+from preflight.parsers import nvml as nvml_parser
 from preflight.probes import run_probe
-from tests.conftest import ROOT, capture, grade
+from preflight.remote import module_text
+from tests import fakes, scenarios
+from tests.conftest import capture, grade
+
+FIX = fakes.FIXTURES / "nvidia-smi"
+HEALTHY = json.loads((FIX / "nvml_8xh100_ok.json").read_text())
 
 
-def _has_nvml() -> bool:
+def run_shipped(env: dict[str, str]) -> dict[str, Any]:
+    """The probe as a node runs it: its text, with an isolated python and no site packages."""
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", module_text(nvml_probe)], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stdout
+    data: dict[str, Any] = json.loads(lines[0])
+    assert set(data) >= {"ok", "error", "error_type", "error_code", "library", "driver", "nvml_version",
+                         "cuda_driver_version", "gpus"}
+    return data
+
+
+def probe(tmp_path: Path, data: dict[str, Any] | None, variant: str = "") -> dict[str, Any]:
+    """Run the probe against the fake library answering `data` (None: no data file, a machine
+    whose kernel driver is not loaded)."""
+    sc = tmp_path / f"sc{variant}"
+    sc.mkdir(exist_ok=True)
+    if data is not None:
+        fakes.scenario(sc, {}, {"nvml.json": json.dumps(data)})
+    env = scenarios.nvml_env({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PREFLIGHT_FAKE_DIR": str(sc)}, variant)
+    return run_shipped(env)
+
+
+def without(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in keys}
+
+
+def test_the_healthy_node_reads_back_exactly_what_the_library_holds(tmp_path: Path) -> None:
+    out = probe(tmp_path, HEALTHY)
+    assert out["ok"] is True and out["error"] == "" and out["error_type"] == ""
+    assert out["library"].endswith("/libnvidia-ml.so.1") and "preflight-fake-nvml-" in out["library"]
+    assert out["driver"] == "550.127.05" and out["nvml_version"] == "12.550.127.05"
+    assert out["cuda_driver_version"] == 12040
+    assert out["gpus"] == HEALTHY["gpus"]  # every field, every GPU, through the C structs and back
+    r = grade("gpu.inventory", {"nvml": capture("nvml", json.dumps(out))}, profile="h100-sxm-8x", mode="analyze")[0]
+    assert r.status is Status.PASS, r
+
+
+def test_a_field_the_gpu_does_not_support_is_null_with_nvmls_reason(tmp_path: Path) -> None:
+    data = json.loads((FIX / "nvml_1xh100_mig_notsupported.json").read_text())
+    out = probe(tmp_path, data)
+    g = out["gpus"][0]
+    assert out["ok"] is True and g["pcie_gen"] is None
+    assert g["errors"] == {"pcie_gen": "NVML_ERROR_NOT_SUPPORTED: Not Supported"}
+    assert g["mig_mode"] == "Enabled" and g["mig_mode_pending"] == "Disabled"
+    assert g["pcie_gen_max"] == 5 and g["memory_total_mib"] == 81559
+    r = grade("gpu.inventory", {"nvml": capture("nvml", json.dumps(out))}, profile="h100-sxm-8x", mode="analyze")[0]
+    assert r.status is Status.FAIL and "MIG enabled on GPU 0" in r.summary
+
+
+def test_a_lost_gpu_is_one_gpu_with_every_field_null(tmp_path: Path) -> None:
+    data = copy.deepcopy(HEALTHY)
+    data["gpus"][3] = {"index": 3, "errors": {"handle": "NVML_ERROR_GPU_IS_LOST: GPU is lost"}}
+    out = probe(tmp_path, data)
+    assert out["ok"] is True and len(out["gpus"]) == 8
+    lost = out["gpus"][3]
+    assert lost["errors"] == {"handle": "NVML_ERROR_GPU_IS_LOST: GPU is lost"}
+    assert all(lost[k] is None for k in ("name", "uuid", "pci_bus_id", "memory_total_mib", "mig_mode"))
+    assert [g["uuid"] for i, g in enumerate(out["gpus"]) if i != 3] == \
+        [g["uuid"] for i, g in enumerate(HEALTHY["gpus"]) if i != 3]
+
+
+@pytest.mark.parametrize(("error_type", "code", "text", "kind"), [
+    ("NVML_ERROR_LIB_RM_VERSION_MISMATCH", 18, "Driver/library version mismatch", "version_mismatch"),
+    ("NVML_ERROR_NO_PERMISSION", 4, "Insufficient Permissions", "nvml_init"),
+    ("NVML_ERROR_UNKNOWN", 999, "Unknown Error", "nvml_init"),
+])
+def test_an_init_error_carries_nvmls_code_and_sentence(tmp_path: Path, error_type: str, code: int, text: str,
+                                                        kind: str) -> None:
+    out = probe(tmp_path, {"ok": False, "error_type": error_type})
+    assert out["ok"] is False and out["gpus"] == [] and out["driver"] == ""
+    assert (out["error_type"], out["error_code"], out["error"]) == (error_type, code, text)
+    assert out["library"].endswith("libnvidia-ml.so.1")
+    err = nvml_parser.parse(Doc(json.dumps(out))).tool_error()
+    assert err is not None and err.kind == kind and error_type in err.line and out["library"] in err.line
+
+
+def test_no_data_is_a_machine_whose_driver_is_not_loaded(tmp_path: Path) -> None:
+    out = probe(tmp_path, None)
+    assert (out["ok"], out["error_type"], out["error_code"], out["error"]) == (
+        False, "NVML_ERROR_DRIVER_NOT_LOADED", 9, "Driver Not Loaded")
+    err = nvml_parser.parse(Doc(json.dumps(out))).tool_error()
+    assert err is not None and err.kind == "no_driver"
+    r = grade("gpu.driver", {"nvml": capture("nvml", json.dumps(out))}, mode="analyze")[0]
+    assert r.status is not Status.PASS and "Driver Not Loaded" in r.summary, r
+
+
+def test_a_device_count_failure_is_the_probes_error(tmp_path: Path) -> None:
+    out = probe(tmp_path, {**HEALTHY, "fake_kv": {"count": "!999"}})
+    assert out["ok"] is False and out["error_type"] == "NVML_ERROR_UNKNOWN" and out["error"] == "Unknown Error"
+    assert out["driver"] == "550.127.05"  # what was read before the failure is kept
+
+
+def test_an_old_driver_library_without_newer_functions_is_per_field(tmp_path: Path) -> None:
+    out = probe(tmp_path, HEALTHY, variant="old")
+    assert out["ok"] is True and len(out["gpus"]) == 8
+    assert out["cuda_driver_version"] == 12040  # nvmlSystemGetCudaDriverVersion, the older name
+    g = out["gpus"][0]
+    assert g["mig_mode"] is None and g["pci_bus_id"] is None and g["name"] == "NVIDIA H100 80GB HBM3"
+    assert g["errors"]["mig_mode"].startswith("NVML_ERROR_FUNCTION_NOT_FOUND: nvmlDeviceGetMigMode not in ")
+    assert g["errors"]["pci_bus_id"].startswith("NVML_ERROR_FUNCTION_NOT_FOUND: nvmlDeviceGetPciInfo_v3 not in ")
+
+
+def _real_nvml_loads() -> bool:
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
+        nvml_probe.load(())
         return True
-    except Exception:
+    except nvml_probe.NoLibrary:
         return False
 
 
-@pytest.mark.skipif(_has_nvml(), reason="this machine has a working NVML")
-def test_subprocess_without_gpu_reports_library_not_found() -> None:
-    proc = subprocess.run([sys.executable, "-m", "preflight.nvml_probe"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 0
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    assert len(lines) == 1
-    data = json.loads(lines[0])
-    assert data["ok"] is False
-    assert "LibraryNotFound" in data["error_type"] or "NVML" in data["error"]
-    assert data["gpus"] == [] and data["driver"] == ""
-    assert set(data) >= {"ok", "error", "error_type", "driver", "nvml_version", "cuda_driver_version", "gpus"}
+def test_no_library_names_it_and_where_it_looked(tmp_path: Path) -> None:
+    if _real_nvml_loads():
+        pytest.skip("this machine has a libnvidia-ml.so.1")
+    out = run_shipped({"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert out["ok"] is False and out["error_type"] == "LibraryNotFound" and out["library"] == ""
+    assert out["error"].startswith("libnvidia-ml.so.1 not found") and "/usr/lib64/nvidia" in out["error"]
+    assert "NVIDIA driver not installed?" in out["error"]
+    err = nvml_parser.parse(Doc(json.dumps(out))).tool_error()
+    assert err is not None and err.kind == "library_missing"
 
 
-def test_probe_through_the_runner_grades_cleanly() -> None:
+def test_a_library_that_cannot_be_loaded_says_why(tmp_path: Path) -> None:
+    if _real_nvml_loads():
+        pytest.skip("this machine has a libnvidia-ml.so.1")
+    (tmp_path / "libnvidia-ml.so.1").write_text("not an ELF file\n")
+    out = nvml_probe.collect((str(tmp_path),))
+    assert out["ok"] is False and out["error_type"] == "LibraryLoadError"
+    assert str(tmp_path / "libnvidia-ml.so.1") in out["error"] and "cannot be loaded" in out["error"]
+    err = nvml_parser.parse(Doc(json.dumps(out))).tool_error()
+    assert err is not None and err.kind == "library_missing"
+
+
+def test_the_library_is_found_in_a_driver_folder_off_the_loader_path(tmp_path: Path) -> None:
+    sc = tmp_path / "sc"
+    fakes.scenario(sc, {}, {"nvml.json": json.dumps(HEALTHY)})
+    from tests.fakes import fake_nvml
+
+    try:
+        folder = fake_nvml.library_dir()
+    except fake_nvml.Unavailable as exc:
+        scenarios.nvml_env({}, "")  # skips, or fails under CI
+        raise AssertionError(str(exc)) from exc
+    text = module_text(nvml_probe).replace('if __name__ == "__main__":\n    sys.exit(main())', "")
+    code = f"{text}\nprint(json.dumps(collect(({str(tmp_path / 'nowhere')!r}, {str(folder)!r}))))\n"
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ.get("PATH", ""), "PREFLIGHT_FAKE_DIR": str(sc)})
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["ok"] is True and out["library"] == str(folder / "libnvidia-ml.so.1"), out
+
+
+def test_the_probe_ships_as_its_own_text() -> None:
+    argv = gpu_health.PROBE_NVML.commands[0]
+    assert argv[0] == sys.executable and argv[1] == "-c" and argv[2] == Path(nvml_probe.__file__).read_text()
+    assert gpu.PROBE_NVML is gpu_health.PROBE_NVML
+
+
+def test_the_probe_module_needs_nothing_but_the_standard_library() -> None:
+    tree = ast.parse(Path(nvml_probe.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
+def test_probe_through_the_runner_grades_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sc = scenarios.healthy_h100(tmp_path / "sc")
+    env = scenarios.nvml_env({"LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH", "")})
+    monkeypatch.setenv("LD_LIBRARY_PATH", env["LD_LIBRARY_PATH"])
+    monkeypatch.setenv("PREFLIGHT_FAKE_DIR", str(sc))
     cap = run_probe(gpu.PROBE_NVML)
     assert cap.ok and cap.rc == 0
     data = json.loads(cap.stdout)
-    assert isinstance(data["ok"], bool)
-    r = grade("gpu.inventory", {"nvml": cap}, profile="generic", mode="analyze")[0]
-    assert r.status in (Status.PASS, Status.ERROR)  # ERROR (no GPU) names the NVML error
-    if not data["ok"]:
-        assert any(data["error_type"] in e for e in r.evidence)
-
-
-def test_probe_imports_nothing_heavy() -> None:
-    code = ("import sys, preflight.nvml_probe as p; p.collect(); "
-            "print(','.join(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == ""
-
-
-class _Err(Exception):
-    pass
-
-
-class NVMLError_NotSupported(_Err):  # noqa: N801 - the name NVML gives it
-    pass
-
-
-def _fake_nvml(count: int = 2, fail_init: bool = False) -> Any:
-    """A stand-in for pynvml with per-field NotSupported errors (as under MIG)."""
-    m = types.SimpleNamespace()
-
-    def init() -> None:
-        if fail_init:
-            raise _Err("Driver Not Loaded")
-
-    def not_supported(_h: object) -> None:
-        raise NVMLError_NotSupported("Not Supported")
-
-    m.nvmlInit = init
-    m.nvmlShutdown = lambda: None
-    m.nvmlSystemGetDriverVersion = lambda: "550.127.05"
-    m.nvmlSystemGetNVMLVersion = lambda: b"12.550.127.05"
-    m.nvmlSystemGetCudaDriverVersion = lambda: 12040
-    m.nvmlDeviceGetCount = lambda: count
-    m.nvmlDeviceGetHandleByIndex = lambda i: i
-    m.nvmlDeviceGetName = lambda h: b"NVIDIA H100 80GB HBM3"
-    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h:08d}"
-    m.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=f"00000000:{0x1B + h:02X}:00.0".encode())
-    m.nvmlDeviceGetVbiosVersion = lambda h: "96.00.99.00.01"
-    m.nvmlDeviceGetPersistenceMode = lambda h: 1
-    m.nvmlDeviceGetCurrPcieLinkGeneration = not_supported
-    m.nvmlDeviceGetMaxPcieLinkGeneration = lambda h: 5
-    m.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 16
-    m.nvmlDeviceGetMaxPcieLinkWidth = lambda h: 16
-    m.nvmlDeviceGetMigMode = lambda h: (1, 1) if h == 1 else (0, 0)
-    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=81559 * 1024 * 1024)
-    return m
-
-
-def test_collect_with_fake_nvml_tolerates_field_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml())
-    data = nvml_probe.collect()
-    assert data["ok"] is True and data["driver"] == "550.127.05" and data["nvml_version"] == "12.550.127.05"
-    assert data["cuda_driver_version"] == 12040
-    g0, g1 = data["gpus"]
-    assert g0["pcie_gen"] is None and "NotSupported" in g0["errors"]["pcie_gen"]
-    assert g0["pci_bus_id"] == "00000000:1B:00.0" and g0["memory_total_mib"] == 81559
-    assert g1["mig_mode"] == "Enabled" and g0["mig_mode"] == "Disabled"
-    # the JSON grades: MIG on GPU 1 fails the H100 profile, and 2 of 8 GPUs are there
-    r = grade("gpu.inventory", {"nvml": capture("nvml", json.dumps(data))}, profile="h100-sxm-8x", mode="analyze")[0]
-    assert r.status is Status.FAIL
-    assert "2 of 8 GPUs visible" in r.summary and "MIG enabled on GPU 1" in r.summary
-
-
-def test_collect_init_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(fail_init=True))
-    data = nvml_probe.collect()
-    assert data["ok"] is False and data["error"] == "Driver Not Loaded" and data["error_type"] == "_Err"
+    assert data["ok"] is True and data["driver"] == scenarios.DRIVER
+    r = grade("gpu.inventory", {"nvml": cap}, profile="h100-sxm-8x", mode="analyze")[0]
+    assert r.status is Status.PASS, r
 
 
 def test_main_prints_one_object_even_when_collect_explodes(monkeypatch: pytest.MonkeyPatch,
@@ -129,4 +217,14 @@ def test_main_prints_one_object_even_when_collect_explodes(monkeypatch: pytest.M
     monkeypatch.setattr(nvml_probe, "collect", boom)
     assert nvml_probe.main() == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["ok"] is False and data["error_type"] == "RuntimeError"
+    assert data["ok"] is False and data["error_type"] == "RuntimeError" and data["gpus"] == []
+
+
+def test_the_fake_data_file_keeps_the_scenario_shape() -> None:
+    from tests.fakes import fake_nvml
+
+    kv = fake_nvml.kv_text(HEALTHY)
+    assert "count=8\n" in kv and "gpu.7.memory_total=85520809984\n" in kv and "cuda=12040\n" in kv
+    assert fake_nvml.kv_text({"ok": False, "error_type": "NVMLError_DriverNotLoaded"}) == "init=9\n"
+    assert fake_nvml.kv_text({"ok": False, "error": "?"}) == "init=999\n"
+    assert without(HEALTHY, "gpus")["ok"] is True

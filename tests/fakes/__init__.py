@@ -33,6 +33,10 @@ def scenario(folder: Path, spec: dict[str, list[dict]], files: dict[str, str | P
             dest.write_text(content)
     for tool, rules in spec.items():
         (folder / f"{tool}.json").write_text(json.dumps({"rules": rules}))
+    if "nvml.json" in (files or {}):  # the fake libnvidia-ml reads its flat form
+        from tests.fakes import fake_nvml
+
+        fake_nvml.write_data(folder)
     return folder
 
 
