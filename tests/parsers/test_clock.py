@@ -1,0 +1,191 @@
+"""The clock parsers on text in the producers' real formats: chronyc tracking (chrony 1.x, 3.x,
+4.x, -c CSV, errors), timedatectl show / status (old and new wording, no systemd), ntpstat, date."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.parsers.clock import (
+    NtpStat,
+    Timedate,
+    Tracking,
+    WallClock,
+    detect_ntpstat,
+    detect_timedate,
+    detect_tracking,
+)
+from tests.conftest import facts_of
+
+CHRONY4 = """\
+Reference ID    : C0A80A01 (10.10.0.1)
+Stratum         : 3
+Ref time (UTC)  : Thu Nov 26 03:50:12 2026
+System time     : 0.000012345 seconds slow of NTP time
+Last offset     : -0.000004567 seconds
+RMS offset      : 0.000023456 seconds
+Frequency       : 12.345 ppm slow
+Residual freq   : +0.001 ppm
+Skew            : 0.012 ppm
+Root delay      : 0.001234567 seconds
+Root dispersion : 0.000456789 seconds
+Update interval : 64.2 seconds
+Leap status     : Normal
+"""
+CHRONY_FAST3 = CHRONY4.replace("0.000012345 seconds slow", "3.000214000 seconds fast")
+CHRONY_UNSYNC = """\
+Reference ID    : 00000000 ()
+Stratum         : 0
+Ref time (UTC)  : Thu Jan 01 00:00:00 1970
+System time     : 0.000000000 seconds fast of NTP time
+Last offset     : +0.000000000 seconds
+RMS offset      : 0.000000000 seconds
+Frequency       : 0.000 ppm slow
+Residual freq   : +0.000 ppm
+Skew            : 0.000 ppm
+Root delay      : 1.000000000 seconds
+Root dispersion : 1.000000000 seconds
+Update interval : 0.0 seconds
+Leap status     : Not synchronised
+"""
+# chrony 1.2x: a dotted reference, no leap line, no root fields
+CHRONY1 = """\
+Reference ID    : 10.10.0.1 (ntp1.example.com)
+Stratum         : 2
+Ref time (UTC)  : Mon Mar  3 10:11:12 2014
+System time     : 1.500000000 seconds slow of NTP time
+Last offset     : 0.000004 seconds
+RMS offset      : 0.000023 seconds
+Frequency       : 12.345 ppm slow
+Residual freq   : 0.001 ppm
+Skew            : 0.012 ppm
+"""
+CSV = "C0A80A01,10.10.0.1,3,1764129012.123456789,-2.500000000,+0.000004567,0.000023456,-12.345,+0.001,0.012,0.001234567,0.000456789,64.2,Normal\n"
+
+
+def test_chrony4_report() -> None:
+    t = facts_of("chronyc-tracking", CHRONY4)
+    assert isinstance(t, Tracking) and t.report and not t.no_daemon
+    assert t.ref_id == "C0A80A01" and t.ref_name == "10.10.0.1" and t.stratum == 3
+    assert t.offset_s == pytest.approx(-0.000012345)  # slow: behind NTP time
+    assert t.root_dispersion_s == pytest.approx(0.000456789) and t.update_interval_s == pytest.approx(64.2)
+    assert t.leap == "Normal" and t.synced is True and t.unrecognised == []
+    assert t.evidence("system time") == ["System time     : 0.000012345 seconds slow of NTP time"]
+
+
+def test_fast_is_ahead() -> None:
+    assert facts_of("chronyc-tracking", CHRONY_FAST3).offset_s == pytest.approx(3.000214)
+
+
+def test_unsynchronised_and_zero_reference() -> None:
+    t = facts_of("chronyc-tracking", CHRONY_UNSYNC)
+    assert t.synced is False and t.no_reference
+    t = facts_of("chronyc-tracking", CHRONY_UNSYNC.replace("Not synchronised", "Normal"))
+    assert t.synced is False  # refid 0: no source selected, whatever the leap line says
+
+
+def test_chrony1_without_leap_line() -> None:
+    t = facts_of("chronyc-tracking", CHRONY1)
+    assert t.synced is True and t.leap == "" and t.offset_s == pytest.approx(-1.5) and t.ref_id == "10.10.0.1"
+
+
+def test_csv_sign_is_the_correction() -> None:
+    t = facts_of("chronyc-tracking", CSV)
+    assert t.report and t.offset_s == pytest.approx(2.5)  # correction -2.5: the clock is 2.5 s fast
+    assert t.stratum == 3 and t.leap == "Normal" and t.synced is True
+    assert facts_of("chronyc-tracking", CSV.replace("Normal", "Not synchronised")).synced is False
+
+
+@pytest.mark.parametrize("text,daemon", [("506 Cannot talk to daemon\n", True), ("501 Not authorised\n", False)])
+def test_chronyc_errors(text: str, daemon: bool) -> None:
+    t = facts_of("chronyc-tracking", text)
+    assert not t.report and t.no_daemon is daemon and t.error == text.strip() and t.synced is None
+
+
+def test_chrony_framed_and_garbage() -> None:
+    framed = "".join(f"0: {ln}\n" for ln in CHRONY_FAST3.splitlines())  # srun -l
+    assert facts_of("chronyc-tracking", framed).offset_s == pytest.approx(3.000214)
+    t = facts_of("chronyc-tracking", "bash: syntax error\n")
+    assert not t.report and t.unrecognised == ["bash: syntax error"]
+    t = facts_of("chronyc-tracking", "System time     : garbage\n")
+    assert t.offset_s is None
+    assert facts_of("chronyc-tracking", "").report is False
+
+
+SHOW = "Timezone=Etc/UTC\nLocalRTC=no\nCanNTP=yes\nNTP=yes\nNTPSynchronized=yes\nTimeUSec=Thu 2026-11-26 03:59:11 UTC\n" \
+       "RTCTimeUSec=Thu 2026-11-26 03:59:11 UTC\n"
+STATUS_NEW = """\
+               Local time: Thu 2026-11-26 03:59:11 UTC
+           Universal time: Thu 2026-11-26 03:59:11 UTC
+                 RTC time: Thu 2026-11-26 03:59:11
+                Time zone: Etc/UTC (UTC, +0000)
+System clock synchronized: no
+              NTP service: inactive
+          RTC in local TZ: no
+"""
+STATUS_239 = STATUS_NEW.replace("              NTP service: inactive", "systemd-timesyncd.service active: yes")
+STATUS_OLD = """\
+      Local time: Thu 2026-11-26 03:59:11 UTC
+  Universal time: Thu 2026-11-26 03:59:11 UTC
+        RTC time: Thu 2026-11-26 03:59:11
+       Time zone: Etc/UTC (UTC, +0000)
+     NTP enabled: yes
+NTP synchronized: yes
+ RTC in local TZ: no
+      DST active: n/a
+"""
+STATUS_XENIAL = STATUS_OLD.replace("     NTP enabled: yes", " Network time on: yes")
+
+
+@pytest.mark.parametrize("text,synced,service", [
+    (SHOW, True, True), (SHOW.replace("NTPSynchronized=yes", "NTPSynchronized=no").replace("NTP=yes", "NTP=no"),
+                         False, False),
+    (STATUS_NEW, False, False), (STATUS_239, False, True), (STATUS_OLD, True, True), (STATUS_XENIAL, True, True),
+])
+def test_timedatectl_wordings(text: str, synced: bool, service: bool) -> None:
+    td = facts_of("timedatectl", text)
+    assert isinstance(td, Timedate) and td.available and td.synced is synced and td.service is service
+    assert td.unrecognised == []
+
+
+@pytest.mark.parametrize("text", [
+    "System has not been booted with systemd as init system (PID 1). Can't operate.\nFailed to connect to bus: Host is down\n",
+    "Failed to create bus connection: No such file or directory\n",
+])
+def test_timedatectl_without_systemd(text: str) -> None:
+    td = facts_of("timedatectl", text)
+    assert not td.available and td.synced is None and td.error
+
+
+NTPSTAT_OK = "synchronised to NTP server (10.10.0.1) at stratum 3\n   time correct to within 42 ms\n" \
+             "   polling server every 1024 s\n"
+
+
+def test_ntpstat_outputs() -> None:
+    s = facts_of("ntpstat", NTPSTAT_OK)
+    assert isinstance(s, NtpStat) and s.state == "synchronised" and s.stratum == 3 and s.within_ms == 42.0
+    assert s.source == "NTP server (10.10.0.1)" and s.unrecognised == []
+    assert facts_of("ntpstat", "synchronised to local net at stratum 11\n").state == "synchronised"
+    assert facts_of("ntpstat", "unsynchronised\n  time server re-starting\n   polling server every 8 s\n").state \
+        == "unsynchronised"
+    assert facts_of("ntpstat", "Unable to talk to NTP daemon. Is it running?\n").state == "no-daemon"
+    s = facts_of("ntpstat", "something else\n")
+    assert s.state == "" and s.unrecognised == ["something else"]
+
+
+def test_wall_clock() -> None:
+    w = facts_of("date-wall", "1764129551.123456789\n")
+    assert isinstance(w, WallClock) and w.epoch == pytest.approx(1764129551.123456789) and w.resolution == 1e-9
+    w = facts_of("date-wall", "1764129551.N\n")  # a date without %N
+    assert w.epoch == 1764129551.0 and w.resolution == 1.0
+    assert facts_of("date-wall", "0: 1764129551.5\n").epoch == pytest.approx(1764129551.5)
+    assert facts_of("date-wall", "date: invalid option\n").epoch is None
+
+
+def test_detectors() -> None:
+    from preflight.framing import Doc
+
+    assert detect_tracking(Doc(CHRONY4)) and not detect_tracking(Doc(SHOW))
+    assert detect_timedate(Doc(SHOW)) and detect_timedate(Doc(STATUS_NEW)) and detect_timedate(Doc(STATUS_OLD))
+    assert not detect_timedate(Doc(CHRONY4))
+    assert detect_ntpstat(Doc(NTPSTAT_OK)) and detect_ntpstat(Doc("unsynchronised\n   polling server every 8 s\n"))
+    assert not detect_ntpstat(Doc("unsynchronised\n"))
