@@ -198,6 +198,10 @@ def fabric_findings(blocks: list[FabricBlock], f: Findings) -> tuple[list[dict[s
     return gpus, on_fabric, all_ok
 
 
+_ACTIVE = ("ActiveState=", "Active:")  # the line that says a unit is not running (show / status)
+_NOT_FOUND = ("LoadState=not-found", "could not be found", "not-found")
+
+
 def service_findings(svc: UnitState, on_fabric_ok: bool, prov: str, f: Findings) -> None:
     """The service where the node needs a fabric manager."""
     if svc.installed is False:
@@ -207,18 +211,19 @@ def service_findings(svc: UnitState, on_fabric_ok: bool, prov: str, f: Findings)
         else:
             f.add("fabric.manager/not-installed", f"{UNIT} is not installed", [*svc.lines, prov],
                   f"install the nvidia-fabricmanager package of the driver's branch (same version as the driver) "
-                  f"and `systemctl enable --now {UNIT}`")
+                  f"and `systemctl enable --now {UNIT}`", proof=_NOT_FOUND)
     elif svc.load == "masked":
         f.add("fabric.manager/masked", f"{UNIT} is masked", [*svc.lines, prov],
-              f"systemctl unmask {UNIT} && systemctl enable --now {UNIT}")
+              f"systemctl unmask {UNIT} && systemctl enable --now {UNIT}", proof="masked")
     elif svc.active in ("activating", "reloading"):
         f.add("fabric.manager/service-starting", f"{UNIT} is still starting ({svc.describe()})", svc.lines,
               f"wait a minute and re-run; if it keeps restarting read journalctl -u {UNIT} and "
-              "/var/log/fabricmanager.log")
+              "/var/log/fabricmanager.log", proof=_ACTIVE)
     elif svc.active and svc.active != "active" or svc.sub in ("failed", "dead"):
         stale = " while the GPUs still show a stale Completed fabric state" if on_fabric_ok else ""
         what = f"starting {UNIT} failed" if svc.start_failed else f"{UNIT} is {svc.describe()}"
-        f.add("fabric.manager/service-not-running", what + stale, [*svc.lines, prov], RESTART)
+        f.add("fabric.manager/service-not-running", what + stale, [*svc.lines, prov], RESTART,
+              proof=_ACTIVE if svc.active and svc.active != "active" else ("SubState=", "Active:"))
 
 
 def _prov(prof: Profile) -> str:

@@ -538,7 +538,7 @@ def _down_findings(rep: NvlinkReport, prof: Profile, f: Findings) -> list[dict[s
         what += [f"{missing} missing"] if missing else []
         what += ["all inactive"] if g.all_inactive and not g.links and not missing else []
         bad.append((per_gpu, f"GPU {g.index} ({', '.join(what)})"))
-        ev += [g.line, *[ln.line for ln in g.down], *g.notes]
+        ev += [*([f"{g.line} / {ln.line}" for ln in g.down] or [g.line]), *g.notes]  # each down link's line first
         srcs += [src] if src and src not in srcs else []
     if bad:
         names = "; ".join(b[1] for b in bad)
@@ -625,7 +625,7 @@ def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, 
     without = [g for g in graded if not local[g]]
     if not without:
         return
-    evidence = [topo.header, *[topo.lines[g] for g in without]]
+    evidence = [*[topo.lines[g] for g in without], topo.header]  # the telling rows first
     if prof.get("topology.require_local_nic"):
         f.add("gpu.topology/gpu-without-local-nic-required", f"{len(without)} GPU(s) without a NIC at {levels}: "
               f"{', '.join(without)}" + ("" if topo.nics else " (no NIC in the matrix)"),
@@ -661,7 +661,7 @@ def _pair_findings(topo: TopoMatrix, pairs: dict[str, str], prof: Profile, f: Fi
         if found:
             rows = sorted({r for p in found for r in p.split("-")})
             f.add(code, f"{len(found)} GPU pair(s) {what}: " + ", ".join(f"{p} {c}" for p, c in list(found.items())[:8]),
-                  [topo.header, *[topo.lines[r] for r in rows], src], remedy)
+                  [*[topo.lines[r] for r in rows], topo.header, src], remedy)  # the telling rows first
 
 
 def _topo_expects(prof: Profile) -> bool:

@@ -1,7 +1,9 @@
 """Findings: what a grader found, folded into one Result per check.
 
 A grader adds findings (a code from the policy table, a one-line summary, the lines that prove
-it, a remedy) and notes (facts worth showing that are not problems). A finding's status is its
+it, a remedy) and notes. A finding's first evidence line is the one that proves it (the console
+shows that one): where the lines come in the tool's order (`LoadState=loaded` before
+`ActiveState=failed`), `proof=` names what the telling line holds and `prove` puts it first. (facts worth showing that are not problems). A finding's status is its
 code's in the active policy (`preflight.policy`): the table's, or the site's override. The
 Result takes the worst status, names the worst findings in its summary, keeps every finding's
 evidence and remedy, and carries the codes (`facts["codes"]`, worst first) and any override
@@ -33,6 +35,18 @@ def cap_evidence(lines: Iterable[str], limit: int = EVIDENCE_MAX) -> list[str]:
     return kept[:limit - 1] + [f"... {cut} more evidence lines"]
 
 
+def prove(lines: Iterable[str], proof: str | Sequence[str] = "") -> list[str]:
+    """`lines` with the line that proves a finding moved to the front: the first line holding
+    `proof` (a text, or the first of several texts, in order, that some line holds; case
+    ignored); unchanged when no line holds any."""
+    kept = [str(line) for line in lines]
+    for token in [proof] if isinstance(proof, str) else proof:
+        i = next((i for i, line in enumerate(kept) if token and token.lower() in line.lower()), None)
+        if i is not None:
+            return [kept[i], *kept[:i], *kept[i + 1:]]
+    return kept
+
+
 @dataclass
 class Finding:
     status: Status
@@ -48,9 +62,11 @@ class Findings:
     notes: list[str] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)  # codes a site's policy turned into PASS
 
-    def add(self, code: str | Status, summary: str, evidence: Iterable[str] = (), remedy: str = "") -> None:
+    def add(self, code: str | Status, summary: str, evidence: Iterable[str] = (), remedy: str = "",
+            proof: str | Sequence[str] = "") -> None:
         """A finding of policy code `code` (its status is the policy's); one whose status is
         PASS (a note by design, or by a site's override) is not a problem and is kept as a note.
+        `proof`: what the line that proves it holds, put first (see `prove`).
         (A bare Status instead of a code is the form from before codes: a finding without one.)"""
         if isinstance(code, Status):
             status, code = code, ""
@@ -61,7 +77,7 @@ class Findings:
             if code and policy.active().override(code) is not None:
                 self.passed.append(code)
             return
-        self.items.append(Finding(status, summary, [e for e in evidence if e], remedy, code))
+        self.items.append(Finding(status, summary, [e for e in prove(evidence, proof) if e], remedy, code))
 
     def note(self, text: str) -> None:
         if text and text not in self.notes:
@@ -116,4 +132,4 @@ def coded_result(code: str, check: str, node: str, summary: str, evidence: Itera
                   source=source)
 
 
-__all__ = ["EVIDENCE_MAX", "Finding", "Findings", "cap_evidence", "coded_result"]
+__all__ = ["EVIDENCE_MAX", "Finding", "Findings", "cap_evidence", "coded_result", "prove"]

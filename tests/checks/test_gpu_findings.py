@@ -434,8 +434,9 @@ def test_nvlink_down_and_missing() -> None:
     r = nvl(links("NVIDIA H100 80GB HBM3", 2, 18, down=((1, 7), (1, 9))))
     assert r.status is Status.FAIL and codes(r) == ["gpu.nvlink/link-down"]
     assert r.summary == "NVLink down: GPU 1 (2 inactive)" and r.remedy == gpu.NVLINK_DOWN_REMEDY
-    assert r.evidence[:3] == ["GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)", "Link 7: <inactive>", "Link 9: <inactive>"]
-    assert r.evidence[3].startswith("nvlink.model_links[H100 80GB HBM3] = 18 (") and len(r.evidence) == 4
+    assert r.evidence[:2] == ["GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1) / Link 7: <inactive>",
+                              "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1) / Link 9: <inactive>"]
+    assert r.evidence[2].startswith("nvlink.model_links[H100 80GB HBM3] = 18 (") and len(r.evidence) == 3
     assert r.facts["links_down"] == 2 and r.facts["gpus"][1]["links_down"] == 2
     short = nvl(links("NVIDIA H100 80GB HBM3", 1, 17), H100)
     assert short.summary == "NVLink down: GPU 0 (1 missing)"
@@ -576,7 +577,8 @@ def test_topology_pairs_on_an_nvswitch_board() -> None:
     r = topo("\n".join(lines) + "\n", H100)
     assert r.status is Status.FAIL and codes(r) == ["gpu.topology/pair-not-nvlink"]
     assert r.summary == "1 GPU pair(s) not on NVLink: GPU2-GPU5 SYS"
-    assert r.evidence[1].startswith("GPU2\t") and r.evidence[2].startswith("GPU5\t")
+    assert r.evidence[0].startswith("GPU2\t") and r.evidence[1].startswith("GPU5\t")  # the telling rows first
+    assert r.evidence[2].startswith("GPU0\tGPU1\t")  # then the header
     assert r.evidence[3].startswith("nvlink.links_per_gpu = 18 (")
     assert topo("\n".join(lines) + "\n").status is Status.PASS  # generic: no pair grading
     few = topo(matrix(pix, nv="NV17"), H100)

@@ -1,0 +1,81 @@
+"""The evidence line a finding shows is the one that proves it: for each check's typical failing
+capture (real tool formats), the first evidence line (the one the console shows) holds the
+telling token, not the first line the tool printed."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.findings import Findings, prove
+from preflight.model import Status
+from preflight.report.console import proof
+from tests.conftest import capture, fixture_text, grade
+
+HEALTHY_Q = "nvidia-smi-q/h100x8_535_healthy_idle_powerbrake.txt"
+L8 = "nvidia-smi/smi_L_8xh100.txt"
+
+CASES = [  # check, {probe: fixture}, the token the shown line must hold
+    ("fabric.manager", {"fm-service": "systemctl/show_fm_failed.txt", "nvidia-smi-q": HEALTHY_Q}, "ActiveState=failed"),
+    ("fabric.manager", {"fm-service": "systemctl/show_fm_inactive.txt", "nvidia-smi-q": HEALTHY_Q},
+     "ActiveState=inactive"),
+    ("fabric.manager", {"fm-service": "systemctl/status_fm_failed.txt", "nvidia-smi-q": HEALTHY_Q}, "don't match"),
+    ("fabric.manager", {"fm-service": "systemctl/show_fm_active.txt",
+                        "nvidia-smi-q": "nvidia-smi-q/h100x4_535_fabric_not_started.txt"}, "Not Started"),
+    ("gpu.driver", {"nvidia-smi-q": "nvidia-smi-q/err_version_mismatch.txt"}, "version mismatch"),
+    ("gpu.driver", {"nvidia-smi-q": "nvidia-smi-q/err_no_driver.txt"}, "couldn't communicate"),
+    ("gpu.health", {"nvidia-smi-q": "nvidia-smi-q/h100x8_535_ecc_uncorrectable.txt"}, "Uncorrectable : 2"),
+    ("gpu.health", {"nvidia-smi-q": "nvidia-smi-q/h100x2_535_remap_failure.txt"}, "Reset Required : Yes"),
+    ("gpu.health", {"nvidia-smi-q": "nvidia-smi-q/h100x2_535_busy_hw_slowdown.txt"}, "HW Slowdown : Active"),
+    ("gpu.health", {"nvidia-smi-q": "nvidia-smi-q/h100x8_535_gpu_lost.txt"}, "Unknown Error"),
+    ("gpu.inventory", {"nvidia-smi-query": "nvidia-smi/query_pcie_degraded.csv", "nvidia-smi-L": L8},
+     "width.current=8"),
+    ("gpu.inventory", {"nvidia-smi-query": "nvidia-smi/query_mig_persistence.csv", "nvidia-smi-L": L8},
+     "mig.mode.current=Enabled"),
+    ("gpu.inventory", {"nvidia-smi-query": "nvidia-smi/query_gpu3_requires_reset.csv", "nvidia-smi-L": L8},
+     "[GPU requires reset]"),
+    ("gpu.nvlink", {"nvidia-smi-nvlink": "nvidia-smi/nvlink_8xh100_gpu3_link7_down.txt"}, "<inactive>"),
+    ("gpu.nvlink", {"nvidia-smi-nvlink": "nvidia-smi/nvlink_8xh100_slow.txt"}, "13.281 GB/s"),
+    ("gpu.topology", {"nvidia-smi-topo": "topo/topo_8xh100_gpu2_gpu5_sys.txt"}, "GPU2\tNV18"),
+    ("gpu.topology", {"nvidia-smi-topo": "topo/topo_8xh100_gpu6_no_local_nic.txt"}, "GPU6\t"),
+    ("gpu.xid", {"kernel-log": "kernel-log/dmesg_T_xid79_fallen_off_bus.log"}, "): 79,"),
+    ("gpu.xid", {"kernel-log": "kernel-log/syslog_kern_xid62.log"}, "): 62,"),
+    ("ib.hca", {"ibstat": "ib/ibstat_8x_cx7_down_2_frontend_active.txt"}, "State: Down"),
+    ("ib.hca", {"ibstat": "ib/ibstat_mlx5_2_at_200.txt"}, "Rate: 200"),
+    ("net.nic", {"ip-addr": "ip/ip_j_d_addr_data_nic_down.json"}, "state DOWN"),
+    ("net.nic", {"ip-addr": "ip/ip_j_d_addr_data_mtu1500.json"}, "mtu 1500"),
+]
+
+
+@pytest.mark.parametrize("check,inputs,token", CASES, ids=[f"{c[0]}-{list(c[1].values())[0].split('/')[-1]}"
+                                                            for c in CASES])
+def test_the_shown_evidence_line_is_the_telling_one(check: str, inputs: dict[str, str], token: str) -> None:
+    res = grade(check, {p: capture(p, fixture_text(f)) for p, f in inputs.items()}, profile="h100-sxm-8x")
+    bad = [r for r in res if r.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+    assert len(bad) == 1, res
+    assert token in proof(bad[0]), (proof(bad[0]), bad[0].evidence)
+
+
+def test_cluster_versions_shows_the_differing_driver_first() -> None:
+    from tests.checks.test_cluster import NODES, ctx
+
+    from preflight.checks.cluster import grade_versions  # isort: skip
+
+    def q(driver: str, cuda: str) -> str:
+        return f"==============NVSMI LOG==============\n\nDriver Version : {driver}\nCUDA Version : {cuda}\n"
+
+    caps = {n: {"nvidia-smi-q": capture("nvidia-smi-q", q("550.90.07", "12.4"))} for n in NODES}
+    caps["n3"]["nvidia-smi-q"] = capture("nvidia-smi-q", q("535.161.08", "12.2"))
+    res = {r.node: r for r in grade_versions(ctx(caps))}
+    assert res["n3"].status is Status.FAIL and "cuda 12.2" in res["n3"].summary
+    assert proof(res["n3"]) == "n3: driver=535.161.08", res["n3"].evidence
+
+
+def test_prove_moves_the_first_line_holding_the_first_token_found() -> None:
+    lines = ["LoadState=loaded", "ActiveState=failed", "SubState=failed"]
+    assert prove(lines, "activestate=") == ["ActiveState=failed", "LoadState=loaded", "SubState=failed"]
+    assert prove(lines, ("nothing", "SubState")) == ["SubState=failed", "LoadState=loaded", "ActiveState=failed"]
+    assert prove(lines, ("SubState", "ActiveState")) == ["SubState=failed", "LoadState=loaded", "ActiveState=failed"]
+    assert prove(lines, "absent") == lines and prove(lines) == lines and prove([], "x") == []
+    f = Findings()
+    f.add(Status.FAIL, "dead", lines, proof="ActiveState")
+    assert f.items[0].evidence[0] == "ActiveState=failed"
