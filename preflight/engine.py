@@ -741,7 +741,8 @@ def _wanted(check_id: str, only: Sequence[str]) -> bool:
     cluster.mtu (the path matrix is the MTU check's cross-node half)."""
     if any(check_id == p or check_id.startswith(p.rstrip(".") + ".") for p in only):
         return True
-    return check_id == "cluster.mtu" and any("net.mtu".startswith(p) for p in only)
+    halves = {"cluster.mtu": "net.mtu", "cluster.clock": "node.clock"}  # a node check's cross-node half
+    return check_id in halves and any(halves[check_id].startswith(p) for p in only)
 
 
 def _nodes_and_transport(req: CheckRequest) -> tuple[list[str], Transport, bool]:

@@ -14,7 +14,7 @@ from tests.fakes import fake_nvml
 
 FIX = fakes.FIXTURES
 
-TOOLS = ["nvidia-smi", "dmesg", "journalctl", "systemctl", "ibstat", "ip", "ofed_info"]
+TOOLS = ["nvidia-smi", "dmesg", "journalctl", "systemctl", "ibstat", "ip", "ofed_info", "chronyc"]
 
 XID79 = ("[Mon Nov 23 09:12:44 2026] NVRM: GPU at PCI:0000:5d:00: GPU-2b1e4c7a-90d3-4f6e-b1a2-7c8d9e0f1a2b\n"
          "[Mon Nov 23 09:12:44 2026] NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus.\n"
@@ -46,6 +46,7 @@ def healthy_h100(folder: Path, dmesg_text: str = CLEAN_DMESG) -> Path:
         "ip-addr.out": FIX / "ip" / "ip_j_d_addr_h100_healthy.json",
         "nvml.json": _nvml_json(),
         "dmesg.out": dmesg_text,
+        "chrony.txt": FIX / "chrony" / "tracking_4x_synced.txt",
     }
     spec = {
         "nvidia-smi": [
@@ -60,6 +61,7 @@ def healthy_h100(folder: Path, dmesg_text: str = CLEAN_DMESG) -> Path:
         "ibstat": [{"match": ".*", "stdout": "ibstat.txt"}],
         "ip": [{"match": "addr", "stdout": "ip-addr.out"}],
         "ofed_info": [{"match": "-s", "text": "MLNX_OFED_LINUX-24.04-0.6.6.0:\n"}],
+        "chronyc": [{"match": "tracking", "stdout": "chrony.txt"}],
     }
     return fakes.scenario(folder, spec, files)
 
