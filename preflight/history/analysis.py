@@ -22,6 +22,7 @@ in transit, probe timed out): it is neither a failure nor a pass. SKIP is neithe
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -315,6 +316,28 @@ def _cause(summary: str) -> str:
     return line if len(line) <= 160 else line[:157] + "..."
 
 
+# what differs between two wordings of one cause: PCI ids, addresses, ids, hex, then any number
+# (node names, GPU indexes, ports, counts, durations)
+_VARIABLE = (
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<address>"),
+    (re.compile(r"\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?\b|\b[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b"),
+     "<pci>"),
+    (re.compile(r"(?<![\w:])[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}(?![\w:])"), "<address>"),
+    (re.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F-]{8,}"), "<uuid>"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{4,}\b"), "<hex>"),
+    (re.compile(r"\d+(?:\.\d+)*"), "#"),
+)
+
+
+def cause_template(cause: str) -> str:
+    """A cause with what varies between its occurrences masked, so that one cause on many
+    nodes, GPUs or ports counts once: `Xid 79 on GPU 0000:5d:00.0` and `... 0000:9b:00.0`
+    have one template."""
+    for pattern, mask in _VARIABLE:
+        cause = pattern.sub(mask, cause)
+    return cause
+
+
 def _unchecked(rows: Sequence[Row], runs: list[int], th: Thresholds,
                tally: dict[str, tuple[int, int]] | None = None) -> list[Unchecked]:
     """Nodes that were not checked (some or all checks ERROR) in at least `unchecked_runs` runs;
@@ -326,7 +349,8 @@ def _unchecked(rows: Sequence[Row], runs: list[int], th: Thresholds,
     out = []
     for node, by_run in sorted(per.items()):
         seq = []
-        causes: dict[str, int] = {}
+        causes: dict[str, int] = {}  # cause template -> runs it was the main cause of
+        example: dict[str, str] = {}  # cause template -> one wording of it
         whole = 0
         for i in runs:
             if i not in by_run:
@@ -340,8 +364,9 @@ def _unchecked(rows: Sequence[Row], runs: list[int], th: Thresholds,
             whole += not graded
             counted: dict[str, int] = {}
             for r in errors:
-                c = _cause(r.summary)
+                c = cause_template(_cause(r.summary))
                 counted[c] = counted.get(c, 0) + 1
+                example[c] = _cause(r.summary)  # the latest wording of the template, shown
             top = max(sorted(counted), key=lambda c: counted[c])  # this run's main cause
             causes[top] = causes.get(top, 0) + 1
         count = len(seq) - seq.count("G")
@@ -349,11 +374,12 @@ def _unchecked(rows: Sequence[Row], runs: list[int], th: Thresholds,
             tally[node] = (count, len(seq))
         if count < th.unchecked_runs:
             continue
-        cause = max(sorted(causes), key=lambda c: causes[c])
+        top_template = max(sorted(causes), key=lambda c: causes[c])
+        cause, count_of = example[top_template], causes[top_template]
         part = f"; {count - whole} of them in part (some checks graded)" if count > whole else ""
-        share = f" ({causes[cause]} of {count} runs)" if causes[cause] != count else ""
+        share = f" ({count_of} of {count} runs)" if count_of != count else ""
         out.append(Unchecked(node=node, count=count, runs=len(seq), whole=whole, cause=cause,
-                             cause_count=causes[cause], sequence="".join(seq),
+                             cause_count=count_of, sequence="".join(seq),
                              summary=f"{node} not checked in {count} of {len(seq)} runs: {cause}{share}{part}"))
     return out
 
