@@ -9,6 +9,12 @@
   recognised as the same black hole.
 - `cluster.nodes`: the expected node count answered.
 Graders read every node's parsed facts (`ClusterContext.facts`) and node-level results.
+
+Every node of the run has exactly one result of each per-node comparison (versions, NCCL
+environment), whatever was lost: a node that sent nothing back is ERROR "node not checked"
+(folded under node.reachable), a node whose inputs were lost or timed out is ERROR naming the
+probe unless what did arrive already proves a difference (FAIL). The path matrix and the node
+count are one result on `cluster`, also when no path could be measured (SKIP).
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.findings import coded_result
-from preflight.model import CLUSTER, Result, Status
+from preflight.findings import coded_result, prove
+from preflight.model import CLUSTER, CaptureState, Result, Status
 from preflight.probes import Probe
 from preflight.registry import ClusterCheck, ClusterContext, register_cluster
+
+from .network import PROBE_ENV
 
 PROBE_OFED = Probe.of("ofed", ["ofed_info", "-s"], timeout=5)
 PROBE_KERNEL = Probe.of("uname-r", ["uname", "-r"], timeout=5)
@@ -37,6 +45,38 @@ PROBE_NCCL_LIBS = Probe.of(
 
 MTU_FAULTS = ("silent_loss", "frag_needed")
 STALL_STAGES = ("kex", "auth", "command")
+VERSION_INPUTS = ("nvidia-smi-q", "nvidia-smi-query", "nccl-libs", "ofed", "ibstat", "uname-r")
+ENV_INPUTS = (PROBE_ENV.name,)
+
+
+def not_checked(ctx: ClusterContext, check: str, node: str, probes: Iterable[str]) -> Result | None:
+    """ERROR for a node that sent nothing back (no capture of `probes`, not even a lost one: the
+    node-level checks' own words, so the results fold under node.reachable); else None."""
+    err = ctx.node_errors.get(node)
+    if not err or any(ctx.input(node, p) is not None for p in probes):
+        return None
+    return Result(check=check, node=node, status=Status.ERROR, summary=f"node not checked: {err}", evidence=[err],
+                  remedy=f"make {node} reachable, or drain it", source="cross-node")
+
+
+def inputs_gone(ctx: ClusterContext, check: str, node: str, probes: Iterable[str]) -> Result | None:
+    """ERROR for a node one of whose inputs was sent but did not come back usable (lost, timed
+    out, not started), worded as the node-level checks word it so the results fold with theirs;
+    None when every input it ran is there (a tool that is not installed is no loss)."""
+    for name in probes:
+        i = ctx.input(node, name)
+        if i is None or i.state in (CaptureState.OK, CaptureState.MISSING):
+            continue
+        rerun = f"{check} was not compared on {node}: fix the cause and run it again"
+        if i.state is CaptureState.TIMEOUT:
+            return coded_result("run.probe/timed-out", check, node, f"probe {name} timed out after {i.timeout:g} s",
+                                [i.reason], rerun, source=i.source)
+        if i.state is CaptureState.FAILED:
+            return coded_result("run.probe/not-started", check, node, f"probe {name} could not run: {i.reason}",
+                                [i.reason], rerun, source=i.source)
+        return coded_result("run.probe/output-lost", check, node, f"output lost: {i.reason}",
+                            [f"probe {name}: sent, its output never came back", i.reason], rerun, source=i.source)
+    return None
 
 
 def _value(ctx: ClusterContext, node: str, probe: str) -> str | None:
@@ -77,7 +117,8 @@ def _majority(values: dict[str, str]) -> tuple[str | None, bool]:
 
 
 def grade_versions(ctx: ClusterContext) -> Iterable[Result]:
-    nodes = [n for n in ctx.nodes if not ctx.node_errors.get(n)]
+    unchecked = {n: r for n in ctx.nodes if (r := not_checked(ctx, "cluster.versions", n, VERSION_INPUTS)) is not None}
+    nodes = [n for n in ctx.nodes if n not in unchecked]
     per_node = {n: node_versions(ctx, n) for n in nodes}
     items = sorted({k for v in per_node.values() for k in v})
     problems: dict[str, list[str]] = {n: [] for n in nodes}
@@ -96,12 +137,19 @@ def grade_versions(ctx: ClusterContext) -> Iterable[Result]:
                 others = ", ".join(f"{val} on {cnt} node(s)" for val, cnt in groups.items() if val != v)
                 problems[n].append(f"{item} {v} differs from {'the majority ' + ref if clear else others}")
     out = []
-    for n in nodes:
+    for n in ctx.nodes:
+        if n in unchecked:
+            out.append(unchecked[n])
+            continue
         facts = {"versions": per_node[n], "reference": reference}
-        if problems[n]:
+        gone = inputs_gone(ctx, "cluster.versions", n, VERSION_INPUTS)
+        if gone is not None and not problems[n]:  # what arrived agrees, what did not may differ
+            out.append(gone)
+        elif problems[n]:
             out.append(coded_result(
                 "cluster.versions/version-differs", "cluster.versions", n, "; ".join(problems[n]),
-                [f"{n}: {k}={v}" for k, v in sorted(per_node[n].items())]
+                prove([f"{n}: {k}={v}" for k, v in sorted(per_node[n].items())],  # the differing item first
+                      sorted((f": {p.split()[0]}=" for p in problems[n]), key=lambda t: "driver" not in t))
                 + [f"majority: {k}={v}" for k, v in sorted(reference.items())],
                 f"bring {n} to the fleet's versions (reinstall the driver/OFED/NCCL packages, "
                 "update firmware with mlxfwmanager) or drain it", facts, "cross-node"))
@@ -124,7 +172,11 @@ def nccl_env(ctx: ClusterContext, node: str) -> dict[str, str] | None:
 
 
 def grade_nccl_env(ctx: ClusterContext) -> Iterable[Result]:
-    envs = {n: e for n in ctx.nodes if not ctx.node_errors.get(n) and (e := nccl_env(ctx, n)) is not None}
+    envs = {n: e for n in ctx.nodes if (e := nccl_env(ctx, n)) is not None}
+    # a node whose environment was sent but did not come back (a node never asked for it, as
+    # in analyze, is not compared)
+    unusable = [not_checked(ctx, "cluster.nccl_env", n, ENV_INPUTS) or inputs_gone(ctx, "cluster.nccl_env", n, ENV_INPUTS)
+                for n in ctx.nodes if n not in envs]
     nodes = list(envs)
     keys = sorted({k for e in envs.values() for k in e})
     reference: dict[str, str | None] = {}
@@ -151,6 +203,7 @@ def grade_nccl_env(ctx: ClusterContext) -> Iterable[Result]:
             out.append(Result(check="cluster.nccl_env", node=n, status=Status.PASS,
                               summary=f"same {len(envs[n])} NCCL variable(s) as every other node",
                               facts={"env": envs[n]}, source="cross-node"))
+    out.extend(r for r in unusable if r is not None)
     return out
 
 
@@ -228,7 +281,7 @@ def _culprit_result(ctx: ClusterContext, c: str, paths: _MtuPaths) -> Result:
     return coded_result("net.mtu/black-hole-at-node", "net.mtu", c, summary, evidence,
                         remedy=f"fix the MTU on {c}'s link (switch port or NIC) to match the fabric, or drain {c}",
                         facts={"outcome": outcome, "size": paths.size, "links": [list(x) for x in mine],
-                               "ssh_stalled": stalled, "culprit": True},
+                               "ssh_stalled": stalled, "culprit": True, "explains_lost": stalled},
                         source="cross-node")
 
 
@@ -253,7 +306,13 @@ def _explained(ctx: ClusterContext, n: str, culprits: list[str], matrix: dict[st
 def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:
     paths = _mtu_paths(ctx)
     if not paths.links:
-        return []
+        unmeasured = [f"{n}: net.mtu {r.status.value.upper()} {r.summary}" for n in ctx.nodes
+                      if (r := ctx.result_of("net.mtu", n)) is not None and r.status is not Status.PASS]
+        return [coded_result("cluster.mtu/not-measured", "cluster.mtu", CLUSTER,
+                             "no jumbo path between the nodes was measured: nothing to compare",
+                             unmeasured[:30] or ["no node's net.mtu pinged a peer"],
+                             "see net.mtu on each node (its pings did not run or did not come back)",
+                             source="cross-node")]
     matrix, bad = paths.matrix, paths.bad
     culprits = _culprits(ctx, bad)
     out = [_culprit_result(ctx, c, paths) for c in culprits]
@@ -294,6 +353,7 @@ register_cluster(ClusterCheck(id="cluster.versions", title="Same versions on eve
                               probes=(PROBE_OFED, PROBE_KERNEL, PROBE_NCCL_LIBS),
                               catches="a node with another driver, CUDA, NCCL, OFED, HCA firmware or kernel"))
 register_cluster(ClusterCheck(id="cluster.nccl_env", title="Identical NCCL environment", grade=grade_nccl_env,
+                              probes=(PROBE_ENV,),
                               catches="NCCL_* / TORCH_NCCL_* set differently on one node"))
 register_cluster(ClusterCheck(id="cluster.mtu", title="MTU path matrix", grade=grade_mtu,
                               catches="the node whose link drops jumbo frames (silent loss, frag needed), "

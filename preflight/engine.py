@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -273,7 +273,7 @@ def _grade_node(st: _Run, n: str) -> list[Result]:
             st.plans[n].per_check.setdefault(cid, probes)
         for cid, why in dplan.failed.items():
             st.plans[n].failed.setdefault(cid, why)
-    _mark_lost(out, st.plans[n])
+    _mark_lost(out, st.plans[n], [p for cc in st.cluster_checks for p in cc.probes])
     st.stores[n] = FactStore(st.registry, captures=out.captures)
     failed = st.plans[n].failed
     ran = {c.id: [pr.name for pr in st.plans[n].per_check.get(c.id, [])] for c in st.checks}
@@ -319,7 +319,7 @@ def run(
     bundles = _phase1_bundles(st)
     _expect(progress, bundles, st)
     arrivals = Arrivals(progress)  # the controller's times around each capture (node.clock's bracket)
-    st.outcomes = transport.collect(bundles, arrivals.phase())
+    st.outcomes = _collect(transport, bundles, arrivals.phase())
     _report_failed(progress, st.outcomes)
     if callable(peers):
         # a node that sent anything back is in the ring (a stalled one is what the pings must find)
@@ -330,7 +330,7 @@ def run(
     phase2 = _profiles_and_phase2(st)
     if phase2:
         _expect(progress, phase2, st)
-        more = transport.collect(phase2, arrivals.phase())
+        more = _collect(transport, phase2, arrivals.phase())
         _report_failed(progress, more)
         _merge(st, more)
     results: list[Result] = []
@@ -340,17 +340,88 @@ def run(
         results = grade_cluster(st.cluster_checks, nodes, st.stores, results, st.used, arrivals.into(options), st.peer_map,
                                 addresses or {}, node_errors={n: st.outcomes[n].error for n in nodes},
                                 node_detail={n: dict(st.outcomes[n].detail) for n in nodes})
+    results = complete(results, nodes, [c.id for c in st.checks], [c.id for c in st.cluster_checks],
+                       {n: st.outcomes[n].error for n in nodes})
     # one result per shared cause and node (a missing tool, a dead driver, an unreachable node)
     results = rootcause.fold(results, {n: st.outcomes[n].captures for n in nodes})
     return results, st.used
 
 
-def _mark_lost(out: NodeOutcome, plan: NodePlan) -> None:
-    """Every planned probe is present afterwards: what did not come back is a LOST capture
-    whose reason is the cause (the node's fault, or the transport's silence), so the checks
-    that needed it are ERROR with that cause instead of being graded on empty output."""
+def _collect(transport: Transport, bundles: dict[str, list[Probe]], progress: ProgressFn | None
+             ) -> dict[str, NodeOutcome]:
+    """The transport's outcomes, one per node of `bundles`: a transport that raises (a bug: it
+    must not) or leaves a node out makes those nodes' outcome an error naming that."""
+    try:
+        got = dict(transport.collect(bundles, progress))
+    except Exception as exc:
+        why = f"the {transport.name} transport failed: {type(exc).__name__}: {exc}"
+        return {n: NodeOutcome(node=n, error=why) for n in bundles}
+    for n in bundles:
+        got.setdefault(n, NodeOutcome(node=n, error=f"no result from the {transport.name} transport"))
+    return got
+
+
+def missing_result(check: str, node: str, node_error: str = "") -> Result:
+    """ERROR for a planned (node, check) that no grader gave a result for."""
+    from preflight.findings import coded_result
+
+    why = f" ({node_error})" if node_error else ""
+    where = "the cluster" if node == CLUSTER else node
+    return coded_result("run.result/missing", check, node, f"no result: {check} said nothing about {where}{why}",
+                        [f"{check} on {where}: planned, no result graded"],
+                        "report this as a preflight bug, with the report and the captures", source="engine")
+
+
+def complete(results: list[Result], nodes: Sequence[str], checks: Sequence[str], cluster_checks: Sequence[str],
+             node_errors: Mapping[str, str] | None = None) -> list[Result]:
+    """Exactly one result per planned (node, check), whatever was lost on the way.
+
+    Planned: every node check on every node; a cross-node check that speaks about nodes
+    (cluster.versions, cluster.nccl_env: it gave a result for at least one node) on every node,
+    and one that speaks about the nodes together (cluster.mtu, cluster.nodes, or any whose
+    only result is on `cluster`, e.g. its internal fault) once, on `cluster`. A (node, check)
+    with no result gets ERROR `run.result/missing`; a second result for the same (node, check)
+    is merged into the first (the worst status kept, the other's summary in its evidence), so
+    no finding is hidden and none counts twice."""
+    errors = node_errors or {}
+    out: list[Result] = []
+    seen: dict[tuple[str, str], Result] = {}
+    for r in results:
+        key = (r.node, r.check)
+        if key in seen:
+            _merge_into(seen[key], r)
+            continue
+        seen[key] = r
+        out.append(r)
+    for cid in cluster_checks:
+        on_nodes = any((n, cid) in seen for n in nodes)
+        for n in (nodes if on_nodes else [CLUSTER]):
+            if (n, cid) not in seen:
+                out.append(missing_result(cid, n, errors.get(n, "")))
+    for n in nodes:
+        out.extend(missing_result(cid, n, errors.get(n, "")) for cid in checks if (n, cid) not in seen)
+    return out
+
+
+def _merge_into(first: Result, other: Result) -> None:
+    """`other` (a second result of the same check and node) folded into `first`."""
+    if other.status.rank > first.status.rank:
+        first.evidence.insert(0, f"was: {first.status.value.upper()} {first.summary}")
+        first.status, first.summary, first.remedy = other.status, other.summary, other.remedy or first.remedy
+    else:
+        first.evidence.append(f"also: {other.status.value.upper()} {other.summary}")
+    codes = [*first.facts.get("codes", []), *other.facts.get("codes", [])]
+    if codes:
+        first.facts["codes"] = list(dict.fromkeys(codes))
+
+
+def _mark_lost(out: NodeOutcome, plan: NodePlan, extra: Sequence[Probe] = ()) -> None:
+    """Every planned probe (the checks' and `extra`, the cross-node checks') is present
+    afterwards: what did not come back is a LOST capture whose reason is the cause (the node's
+    fault, or the transport's silence), so the checks that needed it are ERROR with that cause
+    instead of being graded on empty output."""
     cause = out.error or "the transport returned no capture for it"
-    for probe in plan.probes():
+    for probe in [*plan.probes(), *extra]:
         if probe.name not in out.captures:
             out.captures[probe.name] = Capture(probe=probe.name, argv=list(probe.commands[0]) if probe.commands else [],
                                                state=CaptureState.LOST, reason=cause, timeout=probe.timeout,
@@ -808,6 +879,8 @@ def plan_run(req: CheckRequest, cfg: Config) -> RunPlan:
         plan.cluster_checks = list(reg.cluster_checks.values()) if not req.node_only else []
     elif req.expect_nodes:
         plan.cluster_checks = [c for c in reg.cluster_checks.values() if c.id == "cluster.nodes"]
+    if not req.expect_nodes:  # the node count is graded only against an expected count
+        plan.cluster_checks = [c for c in plan.cluster_checks if c.id != "cluster.nodes"]
     if req.only:
         plan.cluster_checks = [c for c in plan.cluster_checks if _wanted(c.id, req.only)]
     plan.disabled += [c.id for c in plan.cluster_checks if cfg.disabled(c.id)]

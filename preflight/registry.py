@@ -293,6 +293,9 @@ EMITTED: tuple[Emitted, ...] = (
     Emitted("node.reachable", "Node reachable", "run",
             "a node that could not be reached or logged in to: one ERROR with the cause, its checks SKIP "
             "\"depends on node.reachable\""),
+    Emitted("node.responsive", "Node tools responsive", "run",
+            "a node on which two or more tools hung (nvidia-smi, ibstat, ...): one ERROR naming each tool, "
+            "the checks that needed them SKIP \"depends on node.responsive\""),
     Emitted("profile.detect", "Profile detection", "run",
             "a node whose profile detection failed inside a check's hint: ERROR naming the exception, "
             "not a silent fall-back to the generic profile"),

@@ -10,6 +10,12 @@ causes folded:
 - a tool that is missing (the captures of the same tool MISSING): the check that owns the tool
   (gpu.driver for nvidia-smi) keeps the FAIL (or SKIP), with the package that brings the tool;
 - output that never arrived for the same reason (captures LOST with one cause);
+- a tool that hung (its captures TIMEOUT, or killed by the run's deadline while still running):
+  one ERROR on the check that owns the tool, "nvidia-smi did not finish within 20 s (hung)";
+  when two or more of a node's tools hung, one ERROR under `node.responsive` naming each (a node
+  whose tools all hang is one cause: a hung driver, kernel or file system);
+- output lost behind a FAIL that explains the loss (the MTU black hole at a node, whose SSH
+  session stalled: `net.mtu` with `explains_lost`): the lost output depends on that FAIL;
 - a driver that is not loaded, or whose library and kernel module differ: gpu.driver keeps it,
   the checks whose output is the same nvidia-smi / NVML error message depend on it;
 - a GPU that does not answer the driver (fallen off the bus): gpu.inventory keeps it, the checks
@@ -23,14 +29,23 @@ in, results out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from preflight.findings import coded_result
 from preflight.model import Capture, CaptureState, Result, Status
 from preflight.parsers.nvsmi_errors import errors_in
 
 NODE_CHECK = "node.reachable"  # the root of a node that could not be reached
-NODE_LEVEL = (NODE_CHECK, "analyze.node")  # results about the node itself, never folded into one
+RESPONSIVE_CHECK = "node.responsive"  # the root of a node on which several tools hung
+NODE_LEVEL = (NODE_CHECK, RESPONSIVE_CHECK, "analyze.node")  # results about the node itself, never folded into one
+TIMED_OUT = "run.probe/timed-out"  # the finding code of a check whose probe timed out
+OUTPUT_LOST = "run.probe/output-lost"  # the finding code of a check whose probe's output never came back
+EXPLAINS_LOST = "explains_lost"  # a FAIL's fact: it explains why the node's output was lost
+_TIMED_OUT_PROBE = re.compile(r"^probe (\S+) timed out after ")
+_STILL_RUNNING = "was still running"  # a deadline's LOST capture of a probe it killed (local transport)
+_NOT_TOOLS = ("sh", "bash", "env", "timeout")  # a probe run through these is its own tool
 DRIVER_CHECK = "gpu.driver"
 INVENTORY_CHECK = "gpu.inventory"  # the root of a GPU that does not answer the driver
 NOT_CHECKED = "node not checked: "
@@ -40,7 +55,18 @@ DRIVER_KINDS = ("no_driver", "version_mismatch", "library_missing", "nvml_init")
 # the check that owns a tool: the root when several checks lack it
 TOOL_OWNER = {"nvidia-smi": DRIVER_CHECK, "ibstat": "ib.hca", "ibv_devinfo": "ib.hca", "ofed_info": "ib.hca",
               "systemctl": "fabric.manager", "ip": "net.nic", "ping": "net.mtu", "dmesg": "gpu.xid",
-              "journalctl": "gpu.xid"}
+              "journalctl": "gpu.xid", "nvml": DRIVER_CHECK}
+
+
+def probe_tool(probe: str, argv: Sequence[str]) -> str:
+    """The tool a probe runs: its command's name (`nvidia-smi`), `nvml` for the NVML probe
+    (whatever interpreter runs it), the probe's own name for a shell or python snippet."""
+    if probe == "nvml":
+        return "nvml"
+    name = argv[0].rsplit("/", 1)[-1] if argv else ""
+    if not name or name in _NOT_TOOLS or name.startswith("python"):
+        return probe
+    return name
 
 
 @dataclass(frozen=True)
@@ -52,6 +78,8 @@ class Cause:
     kind: str
     key: str
     short: str
+    summary: str = ""  # the root's summary when the cause words it (a hung tool), else the root's own
+    evidence: tuple[str, ...] = ()
 
 
 def is_dependent(r: Result) -> bool:
@@ -75,7 +103,7 @@ def fold(results: Sequence[Result], captures: Mapping[str, Mapping[str, Capture]
             root, replaced = _root(cause, node, [results[p] for p in positions])
             for p, new in zip(positions, replaced, strict=True):
                 out[p] = new
-            if cause.kind == "unreachable":
+            if cause.kind in ("unreachable", "hung_node"):
                 extra[positions[0]] = root
     folded: list[Result] = []
     for i, r in enumerate(out):
@@ -92,7 +120,7 @@ def _groups(results: list[Result], captures: Mapping[str, Capture]) -> list[tupl
     driver)."""
     taken: set[int] = set()
     found: list[tuple[Cause, list[int]]] = []
-    for finder in (_unreachable, _inputs, _driver, _gpu_lost):
+    for finder in (_explained_loss, _unreachable, _hung, _inputs, _driver, _gpu_lost):
         for cause, members in finder(results, captures, taken):
             if len(members) >= 2 or cause.kind == "unreachable":  # an unreachable node: node.reachable always
                 found.append((cause, members))
@@ -110,6 +138,71 @@ def _unreachable(results: list[Result], captures: Mapping[str, Capture], taken: 
                 and r.check not in NODE_LEVEL:
             groups.setdefault(r.summary, []).append(i)
     return [(Cause("unreachable", s, "node not checked"), m) for s, m in groups.items()]
+
+
+def _is_lost(r: Result) -> bool:
+    """An ERROR only because output did not arrive: the node not checked, or a probe's output lost."""
+    return r.status is Status.ERROR and r.check not in NODE_LEVEL and (
+        r.summary.startswith(NOT_CHECKED) or OUTPUT_LOST in (r.facts.get("codes") or []))
+
+
+def _explained_loss(results: list[Result], captures: Mapping[str, Capture], taken: set[int]) -> Grouping:
+    """A FAIL that explains why the node's output was lost (the MTU black hole at the node whose
+    SSH session stalled), and the results that are ERROR only for that lost output."""
+    root = next((i for i, r in enumerate(results) if i not in taken and r.status is Status.FAIL
+                 and r.facts.get(EXPLAINS_LOST)), None)
+    if root is None:
+        return []
+    members = [root] + [i for i, r in enumerate(results) if i != root and i not in taken and _is_lost(r)]
+    return [(Cause("explained", results[root].check, "output lost"), members)]
+
+
+def _hung_capture(r: Result, captures: Mapping[str, Capture]) -> Capture | None:
+    """The capture of the hung tool a result is ERROR for: its probe timed out, or the run's
+    deadline killed it while it was still running; None for any other result."""
+    if r.status is not Status.ERROR:
+        return None
+    codes = r.facts.get("codes") or []
+    if TIMED_OUT in codes:
+        m = _TIMED_OUT_PROBE.match(r.summary)
+        cap = captures.get(m.group(1)) if m else None
+        return cap if cap is not None and cap.state is CaptureState.TIMEOUT else None
+    if OUTPUT_LOST in codes:
+        cap = _by_source(captures).get(r.source)
+        return cap if cap is not None and cap.state is CaptureState.LOST and _STILL_RUNNING in cap.reason else None
+    return None
+
+
+def _hung_words(tool: str, caps: list[Capture]) -> tuple[str, tuple[str, ...]]:
+    """(what the tool's hang says, its evidence) from the captures of its calls that hung."""
+    longest = max((c.timeout for c in caps), default=0.0)
+    within = f" within {longest:g} s" if longest else ""
+    probes = sorted({c.probe for c in caps})
+    calls = f"probe {probes[0]} timed out" if len(probes) == 1 else f"probes {', '.join(probes)} timed out"
+    return f"{tool} did not finish{within} (hung): {calls}", tuple(dict.fromkeys(c.reason for c in caps if c.reason))
+
+
+def _hung(results: list[Result], captures: Mapping[str, Capture], taken: set[int]) -> Grouping:
+    """Results that are ERROR because a tool hung, by tool; two or more tools hung on the node
+    are one cause, under node.responsive."""
+    members: dict[str, list[int]] = {}
+    caps: dict[str, dict[str, Capture]] = {}
+    for i, r in enumerate(results):
+        cap = None if i in taken else _hung_capture(r, captures)
+        if cap is not None:
+            tool = probe_tool(cap.probe, cap.argv)
+            members.setdefault(tool, []).append(i)
+            caps.setdefault(tool, {})[cap.probe] = cap
+    words = {tool: _hung_words(tool, list(caps[tool].values())) for tool in members}
+    if len(members) < 2:
+        return [(Cause("hung", tool, f"{tool} hung", *words[tool]), m) for tool, m in members.items()]
+    tools = sorted(members)
+    every = [c for t in tools for c in caps[t].values()]
+    limits = ", ".join(f"{t} {max(c.timeout for c in caps[t].values()):g} s" for t in tools)
+    summary = f"{len(tools)} tools hung (none of their calls finished within its timeout): {limits}"
+    evidence = tuple(w for t in tools for w in [words[t][0]]) + tuple(dict.fromkeys(c.reason for c in every))
+    return [(Cause("hung_node", ",".join(tools), f"{', '.join(tools)} hung", summary, evidence),
+             sorted(i for m in members.values() for i in m))]
 
 
 def _by_source(captures: Mapping[str, Capture]) -> dict[str, Capture]:
@@ -192,22 +285,31 @@ def _pick_root(cause: Cause, members: list[Result]) -> Result:
     gpu.driver), then the first check by id."""
     worst = max(r.status.rank for r in members)
     candidates = sorted((r for r in members if r.status.rank == worst), key=lambda r: r.check)
-    prefer = {"missing": TOOL_OWNER.get(cause.key, DRIVER_CHECK), "gpu_lost": INVENTORY_CHECK}.get(
-        cause.kind, DRIVER_CHECK)
+    prefer = {"missing": TOOL_OWNER.get(cause.key, DRIVER_CHECK), "hung": TOOL_OWNER.get(cause.key, DRIVER_CHECK),
+              "gpu_lost": INVENTORY_CHECK, "explained": cause.key}.get(cause.kind, DRIVER_CHECK)
     return next((r for r in candidates if r.check == prefer), candidates[0])
 
 
 def _root(cause: Cause, node: str, members: list[Result]) -> tuple[Result, list[Result]]:
     """The group's root result, and what each member becomes: the root itself, or a SKIP
     that depends on it."""
+    picked: Result | None = None
     if cause.kind == "unreachable":
         first = members[0]
-        picked: Result | None = None
         root = Result(check=NODE_CHECK, node=node, status=Status.ERROR, summary=first.summary,
                       evidence=list(first.evidence), remedy=first.remedy, source=first.source)
+    elif cause.kind == "hung_node":
+        root = coded_result("node.responsive/tools-hung", RESPONSIVE_CHECK, node, cause.summary,
+                            list(cause.evidence), remedy=f"run the tools by hand on {node}: several tools that hang "
+                            "together usually mean a hung driver, kernel or file system (check dmesg; reset the GPU "
+                            "or reboot the node)", facts={"tools": cause.key.split(",")})
+        root.status = max([root.status, *(r.status for r in members)], key=lambda s: s.rank)
     else:
         picked = _pick_root(cause, members)
         root = replace(picked, evidence=list(picked.evidence), facts=dict(picked.facts))
+        if cause.summary:
+            root.summary, root.evidence = cause.summary, list(cause.evidence)
+            root.facts["tool"] = cause.key
     names = sorted({r.check for r in members if r is not picked})
     root.facts["dependents"] = names
     head = f"{root.check} on {node}: {root.status.value.upper()} {root.summary}"

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,144 @@ def test_results_without_a_shared_cause_are_untouched() -> None:
     assert rootcause.fold(results, {}) == results
 
 
+def _hung(tools: set[str], deadline_killed: bool = False):
+    """Captures in which every call of `tools` hung: killed at its timeout (TIMEOUT), or by the
+    run's deadline while still running (LOST, the local transport's words)."""
+    def capture_for(probe) -> Capture:
+        argv = list(probe.commands[0])
+        if rootcause.probe_tool(probe.name, argv) in tools:
+            if deadline_killed:
+                why = (f"the 30 s deadline of the run passed while probe {probe.name} was still running "
+                       "(after 29.5 s); it was killed")
+                return Capture(probe=probe.name, argv=argv, state=CaptureState.LOST, reason=why,
+                               timeout=probe.timeout, source=f"probe:{probe.name}")
+            why = f"probe {probe.name} ({' '.join(argv)}) timed out after {probe.timeout:g} s"
+            return Capture(probe=probe.name, argv=argv, state=CaptureState.TIMEOUT, reason=why, timeout=probe.timeout,
+                           duration=probe.timeout, source=f"probe:{probe.name}")
+        return _no_nvidia_smi(probe) if argv[0] != "nvidia-smi" else Capture(
+            probe=probe.name, argv=argv, state=CaptureState.OK, stdout="", rc=0, source=f"probe:{probe.name}")
+    return capture_for
+
+
+def test_a_hung_nvidia_smi_is_one_error_on_gpu_driver_naming_it_and_the_drain_reason_names_it() -> None:
+    from preflight.history.gate import drain_summary
+
+    results, caps = _graded("gpu001", _hung({"nvidia-smi"}))
+    timed_out = [r for r in results if r.status is Status.ERROR and "timed out" in r.summary]
+    assert len(timed_out) >= 5, [(r.check, r.summary) for r in results]  # every nvidia-smi reader: its own ERROR
+    before = decide(results)
+    folded = rootcause.fold(results, {"gpu001": caps})
+    hung = [r for r in folded if r.status is Status.ERROR and "nvidia-smi" in r.summary]
+    assert [r.check for r in hung] == ["gpu.driver"], [(r.check, r.summary) for r in folded]
+    root = hung[0]
+    assert root.summary.startswith("nvidia-smi did not finish within 20 s (hung): probes ")
+    assert "nvidia-smi-q" in root.summary and root.facts["tool"] == "nvidia-smi"
+    assert root.facts["codes"] == ["run.probe/timed-out"]
+    assert any("timed out after 20 s" in e for e in root.evidence)
+    assert set(root.facts["dependents"]) >= {"fabric.manager", "gpu.health", "gpu.inventory", "gpu.nvlink",
+                                             "gpu.topology"}
+    for dep in (r for r in folded if r.check in root.facts["dependents"]):
+        assert dep.status is Status.SKIP and dep.summary == "depends on gpu.driver: nvidia-smi hung"
+        assert dep.facts["own_status"] == "error"
+    after = decide(folded)
+    assert (after.verdict, after.bad_nodes) == (before.verdict, before.bad_nodes)
+    assert len(folded) == len(results)
+    # what blocks because of the hang is the root alone (the other checks fail on their empty fakes)
+    hang = [r for r in after.blocking if "nvidia-smi" in r.summary or "timed out" in r.summary]
+    check, summary = drain_summary(hang)
+    assert check == "gpu.driver" and summary.startswith("nvidia-smi did not finish") and "(+" not in summary
+
+
+def test_two_hung_tools_are_one_node_responsive_error_naming_each() -> None:
+    results, caps = _graded("gpu002", _hung({"nvidia-smi", "ibstat"}))
+    folded = rootcause.fold(results, {"gpu002": caps})
+    errors = [r for r in folded if r.status is Status.ERROR and ("hung" in r.summary or "timed out" in r.summary)]
+    assert [r.check for r in errors] == ["node.responsive"], [(r.check, r.summary) for r in errors]
+    root = errors[0]
+    assert root.summary == ("2 tools hung (none of their calls finished within its timeout): "
+                            "ibstat 10 s, nvidia-smi 20 s")
+    assert root.facts["codes"] == ["node.responsive/tools-hung"] and root.facts["tools"] == ["ibstat", "nvidia-smi"]
+    assert "ib.hca" in root.facts["dependents"] and "gpu.driver" in root.facts["dependents"]
+    deps = [r for r in folded if rootcause.is_dependent(r)]
+    assert {r.summary for r in deps} == {"depends on node.responsive: ibstat, nvidia-smi hung"}
+    assert len(folded) == len(results) + 1  # the node's root, in front of what it folds
+    assert decide(folded).bad_nodes == decide(results).bad_nodes == ["gpu002"]
+    assert "node.responsive" in registry.load().known_ids()
+
+
+def test_a_tool_the_deadline_killed_while_it_ran_is_a_hung_tool() -> None:
+    results, caps = _graded("gpu003", _hung({"nvidia-smi"}, deadline_killed=True))
+    folded = rootcause.fold(results, {"gpu003": caps})
+    errors = [r for r in folded if r.status is Status.ERROR and ("hung" in r.summary or "lost" in r.summary)]
+    assert [r.check for r in errors] == ["gpu.driver"], [(r.check, r.summary) for r in errors]
+    assert errors[0].summary.startswith("nvidia-smi did not finish within 20 s (hung)")
+    assert any("was still running" in e for e in errors[0].evidence)
+
+
+def test_a_single_timed_out_probe_keeps_its_own_words() -> None:
+    results, caps = _graded("gpu004", _hung({"dmesg", "journalctl"}))
+    folded = rootcause.fold(results, {"gpu004": caps})
+    xid = next(r for r in folded if r.check == "gpu.xid")
+    assert xid.status is Status.ERROR and xid.summary.startswith("probe kernel-log timed out after")
+
+
+def test_the_tool_a_probe_runs() -> None:
+    assert rootcause.probe_tool("nvidia-smi-q", ["/usr/bin/nvidia-smi", "-q"]) == "nvidia-smi"
+    assert rootcause.probe_tool("nvml", ["/usr/bin/python3", "-c", "..."]) == "nvml"  # the library, not python
+    assert rootcause.probe_tool("env", ["sh", "-c", "env | grep NCCL"]) == "env"  # a snippet is its own tool
+    assert rootcause.probe_tool("x", []) == "x"
+    assert rootcause.TOOL_OWNER["nvml"] == "gpu.driver"
+
+
+def _stalled_node() -> list[Result]:
+    lost = "SSH stalled after authentication with node2 (10.9.0.2:22): the command was never acknowledged"
+    def gone(check: str, probe: str) -> Result:
+        return Result(check=check, node="node2", status=Status.ERROR, summary=f"output lost: {lost}",
+                      evidence=[f"probe {probe}: sent, its output never came back", lost], source=f"probe:{probe}",
+                      facts={"codes": ["run.probe/output-lost"]})
+    return [
+        Result(check="gpu.driver", node="node2", status=Status.PASS, summary="driver 535"),
+        gone("gpu.xid", "kernel-log"), gone("ib.hca", "ibstat"), gone("cluster.versions", "ofed"),
+        Result(check="gpu.health", node="node2", status=Status.WARN, summary="power brake"),
+        Result(check="net.mtu", node="node2", status=Status.FAIL, summary="jumbo frames to and from node2 are dropped",
+               facts={"codes": ["net.mtu/black-hole-at-node"], "ssh_stalled": True, "explains_lost": True}),
+        Result(check="net.mtu", node="node1", status=Status.PASS, summary="losses only towards node2"),
+        Result(check="gpu.xid", node="node1", status=Status.ERROR, summary="output lost: something else",
+               facts={"codes": ["run.probe/output-lost"]}),
+    ]
+
+
+def test_lost_output_a_fail_explains_depends_on_that_fail() -> None:
+    results = _stalled_node()
+    folded = rootcause.fold(results, {})
+    mine = {r.check: r for r in folded if r.node == "node2"}
+    assert [r.check for r in folded if r.node == "node2" and r.status is Status.ERROR] == []
+    assert mine["net.mtu"].status is Status.FAIL
+    assert sorted(mine["net.mtu"].facts["dependents"]) == ["cluster.versions", "gpu.xid", "ib.hca"]
+    for c in ("gpu.xid", "ib.hca", "cluster.versions"):
+        assert mine[c].summary == "depends on net.mtu: output lost" and mine[c].facts["own_status"] == "error"
+    assert mine["gpu.health"].status is Status.WARN and mine["gpu.driver"].status is Status.PASS
+    other = next(r for r in folded if r.node == "node1" and r.check == "gpu.xid")
+    assert other.status is Status.ERROR  # another node's loss is its own
+    assert decide(folded).bad_nodes == decide(results).bad_nodes == ["node1", "node2"]
+    # without the explaining fact the FAIL stands apart and the lost outputs stay ERROR
+    plain = [replace(r, facts={k: v for k, v in r.facts.items() if k != "explains_lost"}) for r in results]
+    folded = rootcause.fold(plain, {})
+    assert sum(r.node == "node2" and r.status is Status.ERROR for r in folded) == 3
+    assert "dependents" not in next(r for r in folded if r.check == "net.mtu" and r.node == "node2").facts
+
+
+def test_an_unreachable_node_that_a_fail_explains_folds_into_it() -> None:
+    checks = engine.select(registry.load(), node_only=True)
+    out = engine.NodeOutcome(node="node2", error="SSH stalled after key exchange with node2")
+    results = [r for r in engine.node_error_results(out, checks) if r.check != "net.mtu"] + [
+        Result(check="net.mtu", node="node2", status=Status.FAIL, summary="jumbo frames to and from node2 are dropped",
+               facts={"explains_lost": True})]
+    folded = rootcause.fold(results, {"node2": {}})
+    assert [(r.check, r.status) for r in folded if r.status is not Status.SKIP] == [("net.mtu", Status.FAIL)]
+    assert len(folded) == len(results)
+
+
 # ---- through the command line ---------------------------------------------------------------
 
 
@@ -189,7 +328,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_three_unreachable_hosts_are_three_error_lines(tmp_path: Path) -> None:
+def test_three_unreachable_hosts_are_one_error_line_with_their_host_list(tmp_path: Path) -> None:
     port = _closed_port()
     cfg = tmp_path / "ssh_config"
     cfg.write_text("".join(f"Host dead{i}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n" for i in (1, 2, 3)))
@@ -201,8 +340,7 @@ def test_three_unreachable_hosts_are_three_error_lines(tmp_path: Path) -> None:
     assert p.returncode == 1, p.stderr
     lines = p.stdout.splitlines()
     errors = [ln for ln in lines if ln.startswith("ERROR ")]
-    assert [ln.split()[1:3] for ln in errors] == [["dead1", "node.reachable:"], ["dead2", "node.reachable:"],
-                                                   ["dead3", "node.reachable:"]], p.stdout
+    assert [ln.split()[1:3] for ln in errors] == [["dead[1-3]", "node.reachable:"]], p.stdout
     assert all("refused" in ln and "dependent checks skipped" in ln for ln in errors)
     assert not [ln for ln in lines if "depends on" in ln]
     assert lines[-2].startswith("NO-GO ") and "(blocking: dead[1-3])" in lines[-2]

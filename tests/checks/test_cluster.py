@@ -52,12 +52,13 @@ def test_versions_tie_names_both_sides() -> None:
     assert all(r.status is Status.FAIL for r in res.values())
 
 
-def test_versions_unreachable_node_ignored() -> None:
-    caps = {n: {"nvidia-smi-q": capture("nvidia-smi-q", q("550.90.07"))} for n in NODES}
+def test_versions_unreachable_node_is_not_checked() -> None:
+    caps = {n: {"nvidia-smi-q": capture("nvidia-smi-q", q("550.90.07"))} for n in NODES if n != "n4"}
     errs = {n: "" for n in NODES}
     errs["n4"] = "unreachable"
     res = {r.node: r for r in grade_versions(ctx(caps, errors=errs))}
-    assert "n4" not in res and all(r.status is Status.PASS for r in res.values())
+    assert res.pop("n4").summary == "node not checked: unreachable"
+    assert all(r.status is Status.PASS for r in res.values()) and len(res) == len(NODES) - 1
 
 
 def test_parsers_odd_input() -> None:
@@ -132,7 +133,8 @@ def test_mtu_ssh_stall_breaks_a_tie_and_is_in_the_summary() -> None:
 def test_mtu_all_ok_and_no_data() -> None:
     res = list(grade_mtu(ctx(results=ring("none"), addresses=ADDR)))
     assert [r.status for r in res] == [Status.PASS]
-    assert list(grade_mtu(ctx())) == []
+    [none] = grade_mtu(ctx())
+    assert none.status is Status.SKIP and none.summary.startswith("no jumbo path between the nodes was measured")
 
 
 def test_expected_nodes() -> None:

@@ -99,10 +99,12 @@ def test_a_tie_flags_every_node_naming_the_other_side() -> None:
     assert all(r.status is Status.FAIL for r in out.values())
 
 
-def test_a_node_with_no_versions_is_skip_and_unreachable_nodes_are_left_out() -> None:
+def test_a_node_with_no_versions_is_skip_and_an_unreachable_node_is_not_checked() -> None:
     c = ctx({"n1": {"nvidia-smi-q": capture("nvidia-smi-q", q("550.1"))}}, errors={"n3": "ssh refused"})
     out = {r.node: r for r in grade_versions(c)}
-    assert set(out) == {"n1", "n2"}
+    assert set(out) == {"n1", "n2", "n3"}  # one result per node, whatever was lost
+    assert out["n3"].status is Status.ERROR and out["n3"].summary == "node not checked: ssh refused"
+    assert out["n3"].remedy == "make n3 reachable, or drain it" and out["n3"].evidence == ["ssh refused"]
     assert out["n2"].status is Status.SKIP and out["n2"].summary == "no versions reported: nothing to compare"
     assert out["n2"].facts["codes"] == ["cluster.versions/not-reported"]
     assert out["n1"].status is Status.PASS
@@ -144,8 +146,13 @@ def test_a_differing_or_unset_variable_is_named_per_node() -> None:
                                                  "n2": {"env": capture("env", many)},
                                                  "n3": {"env": capture("env", "")}}))}["n3"]
     assert len(odd.evidence) == 20 and len(odd.facts["differences"]) == 25
-    gone = grade_nccl_env(ctx({"n1": {"env": capture("env", "NCCL_A=1\n")}}, errors={"n1": "down"}))
-    assert gone == []
+    # what arrived from a node whose connection failed later is compared; a node that sent
+    # nothing is "node not checked"; a node never asked for its environment (analyze) is left out
+    gone = {r.node: r for r in grade_nccl_env(ctx({"n1": {"env": capture("env", "NCCL_A=1\n")},
+                                                   "n2": {"env": capture("env", "NCCL_A=1\n")}},
+                                                  errors={"n1": "stalled", "n3": "down"}))}
+    assert set(gone) == {"n1", "n2", "n3"} and gone["n1"].status is Status.PASS
+    assert gone["n3"].status is Status.ERROR and gone["n3"].summary == "node not checked: down"
 
 
 def test_the_expected_node_count() -> None:
@@ -243,7 +250,9 @@ def test_a_peer_with_its_own_other_loss_is_not_explained_and_a_clean_matrix_pass
     [r] = clean
     assert r.check == "cluster.mtu" and r.status is Status.PASS and r.summary == "2 node-to-peer jumbo path(s) tested"
     assert r.facts == {"matrix": {"n1": {"n2": "ok"}, "n2": {"n1": "ok"}}, "culprits": [], "size": 8972}
-    assert list(grade_mtu(mtu_ctx([], nodes=["n1"]))) == []
+    [none] = grade_mtu(mtu_ctx([], nodes=["n1"]))
+    assert (none.check, none.node, none.status) == ("cluster.mtu", "cluster", Status.SKIP)
+    assert none.facts["codes"] == ["cluster.mtu/not-measured"] and none.evidence == ["no node's net.mtu pinged a peer"]
 
 
 def test_peers_named_by_address_are_mapped_to_nodes() -> None:
