@@ -88,8 +88,14 @@ def thresholds(profile: Profile) -> tuple[float, float, str]:
     return fail, warn, line
 
 
+def seconds(value: float) -> str:
+    """A duration for a summary: milliseconds under a second."""
+    v = abs(value)
+    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
 def _ahead(offset: float) -> str:
-    return f"{abs(offset):.3g} s {'ahead of' if offset > 0 else 'behind'}"
+    return f"{seconds(offset)} {'ahead of' if offset > 0 else 'behind'}"
 
 
 def offset_findings(t: Tracking | None, profile: Profile, f: Findings) -> None:
@@ -207,7 +213,7 @@ def grade_clock(ctx: CheckContext, view: ControllerView | None = None) -> Result
             f.add("node.clock/not-checked", "no time tool answered (chronyc, timedatectl, ntpstat): clock "
                   "synchronisation not checked", _tried(ctx),
                   "install chrony (`chronyc tracking`) or run systemd-timesyncd so the clock's state can be read")
-    ok = f"clock synchronised ({source})" + (f", {abs(t.offset_s):.3g} s from NTP time" if t is not None and
+    ok = f"clock synchronised ({source})" + (f", {seconds(t.offset_s)} from NTP time" if t is not None and
                                              t.offset_s is not None else "")
     return f.result(ctx, ok, facts)
 
