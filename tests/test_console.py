@@ -22,7 +22,7 @@ from rich.console import Console
 from preflight import engine
 from preflight import registry as reg
 from preflight.inventory import compress
-from preflight.model import Capture, Result, Status
+from preflight.model import Capture, CaptureState, Result, Status
 from preflight.probes import Probe
 from preflight.registry import Options
 from preflight.report.base import Report
@@ -67,7 +67,8 @@ def _record(tmp: Path, build) -> dict[str, Capture]:  # type: ignore[no-untyped-
         for k, v in env.items():
             mp.setenv(k, v)
         out = LocalTransport().collect(bundles)["rec"]
-    assert not out.error and all(c.ok for c in out.captures.values()), out.error
+    # every probe ran, or its tool is not among the fakes (then the same on every node)
+    assert not out.error and all(c.ok or c.state is CaptureState.MISSING for c in out.captures.values()), out.error
     return out.captures
 
 
@@ -107,8 +108,9 @@ def test_a_64_node_fleet_with_one_bad_node_reads_in_one_screen(fleet: Report) ->
     assert len(piped) < 15, "\n".join(piped)
     fails = [ln for ln in piped if ln.startswith("FAIL ")]
     assert len(fails) == 1 and fails[0].startswith(f"FAIL {BAD} gpu.xid: ") and "| remedy: " in fails[0]
-    assert "PASS gpu[001-015,017-064]: 10 checks pass" in piped and f"PASS {BAD}: 9 checks pass" in piped
-    assert piped[-2].startswith("NO-GO pass 639, fail 1") and piped[-1] == "--exclude=gpu016"
+    n = sum(r.status is Status.PASS for r in fleet.results if r.node == "gpu001")  # the node checks in force
+    assert f"PASS gpu[001-015,017-064]: {n} checks pass" in piped and f"PASS {BAD}: {n - 1} checks pass" in piped
+    assert piped[-2].startswith(f"NO-GO pass {64 * n - 1}, fail 1") and piped[-1] == "--exclude=gpu016"
 
 
 def test_quiet_prints_only_the_failures_and_the_verdict(fleet: Report) -> None:
