@@ -1070,11 +1070,11 @@ class SweepReport:
         written.update(pages.write(folder, self.run.outcome, self.run.results, self.run.profile, written))
         return written
 
-    def console(self, report: Report) -> None:
+    def console(self, report: Report, per_node: bool = False) -> None:
         from preflight.report.console import render
         from preflight.sweep import report as pages
 
-        render(report)
+        render(report, per_node=per_node)
         if self.run.outcome.rows:
             sys.stdout.write(pages.markdown(self.run.outcome, self.run.results, self.run.profile, None))
 

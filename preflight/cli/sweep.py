@@ -52,6 +52,7 @@ def sweep_cmd(
     no_report: opt.NoReportOpt = False,
     warn_as_fail: opt.WarnOpt = False,
     bad_nodes: opt.BadNodesOpt = None,
+    per_node: opt.PerNodeOpt = False,
 ) -> None:
     """All-reduce sweep over message sizes, node-pair ping-pong and bad-node isolation (GO / NO-GO)."""
     from preflight import engine
@@ -75,7 +76,7 @@ def sweep_cmd(
     emit(swept.report, choose_sinks(Output(as_json=as_json, out=out, write_files=not no_report,
                                            history=cfg.resolve_history(None),
                                            bad_nodes=bad_nodes),
-                                    writer=swept.write, render=swept.console))
+                                    writer=swept.write, render=lambda r: swept.console(r, per_node)))
     no_torch = swept.no_torch()
     if no_torch is not None:  # asked for a sweep and none could run: not a GO
         opt.usage(no_torch)
