@@ -12,8 +12,8 @@ What each producer prints (read from their sources, not copied):
     does not answer: `506 Cannot talk to daemon` (exit 1); `501 Not authorised` when refused.
   - timedatectl (systemd timedatectl.c): `show` (systemd 239+) prints `NTPSynchronized=yes`,
     `NTP=yes`, `CanNTP=yes`, `TimeUSec=...`; `status` prints `System clock synchronized: yes` and
-    `NTP service: active` (239+; 239-241 wrote `systemd-timesyncd.service active: yes`), before
-    239 `NTP synchronized: yes` with `NTP enabled: yes` (or `Network time on: yes`). Without
+    `NTP service: active` (Ubuntu 18.04's 237 wrote `systemd-timesyncd.service active: yes`), older
+    ones `NTP synchronized: yes` with `NTP enabled: yes` (or `Network time on: yes`). Without
     systemd as PID 1 it says `System has not been booted with systemd ...` / `Failed to connect
     to bus` / `Failed to create bus connection`.
   - ntpstat (the C original and chrony's shell rewrite): `synchronised to NTP server (<addr>) at
@@ -151,9 +151,11 @@ def parse_tracking(doc: Doc) -> Tracking:
 
 
 def detect_tracking(doc: Doc) -> bool:
+    """A tracking report (text or CSV), or chronyc's answer that chronyd is not running."""
     heads = [ln.text.strip() for ln in doc.head(30)]
     return any(h.startswith("Reference ID") for h in heads) and any(
-        h.startswith(("System time", "Leap status", "Stratum")) for h in heads)
+        h.startswith(("System time", "Leap status", "Stratum")) for h in heads) or any(
+        h == "506 Cannot talk to daemon" or (_CSV.match(h) is not None and h.count(",") >= 12) for h in heads)
 
 
 # ---- timedatectl ------------------------------------------------------------------------------
@@ -232,10 +234,10 @@ def parse_ntpstat(doc: Doc) -> NtpStat:
     s = NtpStat()
     for text, raw in _lines(doc):
         low = text.strip().lower()
-        m = re.match(r"^synchroni[sz]ed to (.*?)(?: at stratum (\d+))?\s*$", low)
+        m = re.match(r"^synchroni[sz]ed to (.*?)(?: at stratum (\d+)|, stratum unknown)?\s*$", low)
         if m:
             s.state, s.line = "synchronised", short(raw)
-            s.source = text.strip()[len("synchronised to "):].split(" at stratum")[0]
+            s.source = re.split(r" at stratum|, stratum", text.strip()[len("synchronised to "):])[0]
             s.stratum = int(m.group(2)) if m.group(2) else None
         elif low.startswith(("unsynchronised", "unsynchronized")):
             s.state, s.line = "unsynchronised", short(raw)
@@ -243,7 +245,8 @@ def parse_ntpstat(doc: Doc) -> NtpStat:
             s.state, s.line = "no-daemon", short(raw)
         elif low.startswith("time correct to within"):
             s.within_ms = _num(low)
-        elif not low.startswith(("polling server every", "time server re-starting")):
+        elif not low.startswith(("polling server every", "time server re-starting", "accuracy unknown",
+                                 "poll interval unknown")):
             s.unrecognised.append(short(raw))
     return s
 
@@ -252,7 +255,8 @@ def detect_ntpstat(doc: Doc) -> bool:
     heads = [ln.text.strip().lower() for ln in doc.head(10)]
     return any(h.startswith(("synchronised to ", "synchronized to ")) and "stratum" in h for h in heads) or (
         any(h.startswith(("unsynchronised", "unsynchronized")) for h in heads)
-        and any(h.startswith(("polling server", "time server re-starting")) for h in heads))
+        and any(h.startswith(("polling server", "time server re-starting")) for h in heads)) or any(
+        h.startswith("unable to talk to ntp daemon") for h in heads)
 
 
 # ---- the wall clock ---------------------------------------------------------------------------

@@ -165,6 +165,8 @@ def test_ntpstat_outputs() -> None:
     assert isinstance(s, NtpStat) and s.state == "synchronised" and s.stratum == 3 and s.within_ms == 42.0
     assert s.source == "NTP server (10.10.0.1)" and s.unrecognised == []
     assert facts_of("ntpstat", "synchronised to local net at stratum 11\n").state == "synchronised"
+    s = facts_of("ntpstat", "synchronised to reference clock, stratum unknown\naccuracy unknown\npoll interval unknown\n")
+    assert s.state == "synchronised" and s.source == "reference clock" and s.stratum is None and s.unrecognised == []
     assert facts_of("ntpstat", "unsynchronised\n  time server re-starting\n   polling server every 8 s\n").state \
         == "unsynchronised"
     assert facts_of("ntpstat", "Unable to talk to NTP daemon. Is it running?\n").state == "no-daemon"
