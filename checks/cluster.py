@@ -171,12 +171,21 @@ def nccl_env(ctx: ClusterContext, node: str) -> dict[str, str] | None:
     return {k: v for k, v in getattr(env, "vars", {}).items() if re.fullmatch(r"(?:NCCL_|TORCH_NCCL_)[A-Z0-9_]+", k)}
 
 
+def _no_shell(ctx: ClusterContext, node: str) -> Result | None:
+    """SKIP for a node whose environment probe's tool (sh) is not there: nothing to compare."""
+    i = ctx.input(node, PROBE_ENV.name)
+    if i is None or i.state is not CaptureState.MISSING:
+        return None
+    return coded_result("run.tool/missing", "cluster.nccl_env", node, f"{i.tool} not found; cluster.nccl_env not checked",
+                        [i.reason], source=i.source)
+
+
 def grade_nccl_env(ctx: ClusterContext) -> Iterable[Result]:
     envs = {n: e for n in ctx.nodes if (e := nccl_env(ctx, n)) is not None}
     # a node whose environment was sent but did not come back (a node never asked for it, as
     # in analyze, is not compared)
     unusable = [not_checked(ctx, "cluster.nccl_env", n, ENV_INPUTS) or inputs_gone(ctx, "cluster.nccl_env", n, ENV_INPUTS)
-                for n in ctx.nodes if n not in envs]
+                or _no_shell(ctx, n) for n in ctx.nodes if n not in envs]
     nodes = list(envs)
     keys = sorted({k for e in envs.values() for k in e})
     reference: dict[str, str | None] = {}
