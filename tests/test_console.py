@@ -192,6 +192,14 @@ def test_nodes_are_in_natural_order() -> None:
     assert out[1] == "WARN node[1-2,9-11] net.nic: <node>: eno2 down"  # the node's own name abstracted
     assert hostlist(nodes) == "node[1-2,9-11]"
     assert hostlist(["n10", "login", "n9"]) == "n[9-10],login"
+    assert out[-1] == "--exclude=node[1-2,9-11]"
+    from preflight.report import html, junit
+
+    suites = re.findall(r'<testsuite name="([^"]+)"', junit.render(rep))
+    assert suites == ["node1", "node2", "node9", "node10", "node11"], suites
+    page = html.render(rep)
+    assert [page.index(f">{n}<") for n in ("node1", "node2", "node9", "node10")] == \
+        sorted(page.index(f">{n}<") for n in ("node1", "node2", "node9", "node10"))
 
 
 def test_a_wrapped_terminal_line_keeps_its_indent() -> None:

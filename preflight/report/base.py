@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -12,6 +13,13 @@ from typing import Any
 from preflight import __version__
 from preflight.grading import Verdict, decide, ordered
 from preflight.model import Result, is_node, real_nodes
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural(name: str) -> tuple[tuple[int, str, int], ...]:
+    """Sort key of a node name in natural order: node2 before node10, gpu009 before gpu010."""
+    return tuple((0, "", int(part)) if part.isdigit() else (1, part, 0) for part in _DIGITS.split(name) if part)
 
 # The version of every JSON document preflight writes (report.json, `--json` on stdout, the
 # history summary). It goes up when a key is removed or changes meaning; new keys keep it.

@@ -36,7 +36,7 @@ from rich.text import Text
 from preflight.grading import NO_EVIDENCE
 from preflight.inventory import compress, valid_node_name
 from preflight.model import Result, Status
-from preflight.report.base import Report
+from preflight.report.base import Report, natural
 from preflight.rootcause import is_dependent
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
@@ -50,7 +50,6 @@ _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _HERE = "\x00"  # where a group's node names go in its texts
 _ADDR = "\x01"  # where each node wrote its own address
-_DIGITS = re.compile(r"(\d+)")
 _IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?![\w.])")
 
 
@@ -84,11 +83,6 @@ class Group:
             return ""
         each = " on each" if len(self.nodes) > 1 and not one_node else ""
         return f" ({self.dependents} dependent check{'s' if self.dependents != 1 else ''} skipped{each})"
-
-
-def natural(name: str) -> tuple[tuple[int, str, int], ...]:
-    """Sort key of a node name in natural order: node2 before node10, gpu009 before gpu010."""
-    return tuple((0, "", int(part)) if part.isdigit() else (1, part, 0) for part in _DIGITS.split(name) if part)
 
 
 def hostlist(nodes: Iterable[str]) -> str:
@@ -163,7 +157,7 @@ def exclude_line(report: Report) -> str:
     if report.command == "analyze":
         return ""
     bad = [n for n in report.verdict.bad_nodes if n not in PSEUDO and valid_node_name(n)]
-    return f"--exclude={compress(bad)}" if bad else ""
+    return f"--exclude={compress(sorted(bad, key=natural))}" if bad else ""
 
 
 def _clean(text: str) -> str:

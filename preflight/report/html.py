@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from preflight.model import Result, Status, is_node
+from preflight.report.base import natural
 
 _COLORS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "error": "#8250df", "skip": "#6e7781"}
 _PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#bf3989", "#57606a")
@@ -270,7 +271,7 @@ def _node_table(results: Sequence[Result], nodes: Sequence[str]) -> str:
     def worst(rs: list[Result]) -> Status:
         return max((r.status for r in rs), key=lambda s: s.rank, default=Status.SKIP)
 
-    order = sorted(by, key=lambda n: (-worst(by[n]).rank, n))
+    order = sorted(by, key=lambda n: (-worst(by[n]).rank, natural(n)))
     rows = ["<table id=\"nodes\"><tr><th>node</th><th>status</th><th>fail/error</th><th>warn</th><th>pass</th>"
             "<th>blocking checks</th></tr>"]
     for n in order:

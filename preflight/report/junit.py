@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from preflight.model import Result, Status
-from preflight.report.base import Report
+from preflight.report.base import Report, natural
 
 
 def _outcome(r: Result, warn_as_fail: bool) -> str:
@@ -53,7 +53,7 @@ def render(report: Report) -> str:
     run_time = f"{report.duration_s:.3f}"
     suites = ET.Element("testsuites", {"name": f"preflight {report.command}",
                                        **_totals(report.results, warn_as_fail), "time": run_time, **stamp})
-    for node in sorted(by_node):
+    for node in sorted(by_node, key=natural):
         rs = sorted(by_node[node], key=lambda r: r.check)
         # nodes are checked in parallel: each node's suite spans the run
         suite = ET.SubElement(suites, "testsuite", {"name": node, **_totals(rs, warn_as_fail), "time": run_time,
