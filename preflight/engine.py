@@ -671,9 +671,15 @@ def select_nodes(hosts: str | None, partition: str | None = None, nodelist: str 
     return nodes if exclude is None else exclude_nodes(nodes, exclude)
 
 
-def exclude_nodes(nodes: list[str] | None, exclude: str) -> list[str]:
+def _stderr_line(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def exclude_nodes(nodes: list[str] | None, exclude: str, warn: Callable[[str], None] = _stderr_line) -> list[str]:
     """`nodes` without those of the `--exclude` hostlist; a usage error when the hostlist is
-    malformed, when there is no node list to take them from, or when no node is left."""
+    malformed, when there is no node list to take them from, or when no node is left. Nodes
+    it names that are not in the list are one warning line (`warn`, stderr by default): a
+    typo there would otherwise leave the node meant to be excluded in the run, unsaid."""
     from preflight import inventory
 
     try:
@@ -684,6 +690,9 @@ def exclude_nodes(nodes: list[str] | None, exclude: str) -> list[str]:
         raise UsageError("--exclude needs a node list: give --hosts, --partition or --nodelist, or run inside "
                          "an allocation")
     left = inventory.difference(nodes, gone)
+    unknown = inventory.difference(gone, nodes)
+    if unknown:
+        warn(f"preflight: --exclude names {inventory.compress(unknown)}, not among the nodes checked")
     if not left:
         raise UsageError(f"--exclude {exclude!r} leaves no node of the {len(nodes)} selected "
                          f"({inventory.compress(nodes)})")

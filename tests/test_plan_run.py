@@ -4,6 +4,7 @@ planning the command line used to do, tested without running a probe."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +127,28 @@ def test_sweep_launch_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_NODELIST", raising=False)
     with pytest.raises(engine.UsageError, match="--transport srun needs an allocation"):
         engine.sweep_launch("srun", [], None, 1)
+
+
+def test_an_exclude_naming_unknown_hosts_is_one_warning_and_the_run_goes_on() -> None:
+    said: list[str] = []
+    left = engine.exclude_nodes(["gpu1", "gpu2", "gpu3"], "gpu2,node9,node10,node11", warn=said.append)
+    assert left == ["gpu1", "gpu3"]
+    assert said == ["preflight: --exclude names node[9-11], not among the nodes checked"]
+    said.clear()
+    assert engine.exclude_nodes(["gpu1", "gpu2"], "gpu2", warn=said.append) == ["gpu1"] and said == []
+
+
+def test_the_cli_warns_on_stderr_about_an_unknown_excluded_host(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from preflight.transport.local import local_node_name
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFLIGHT_CONFIG", "SLURM_JOB_ID")}
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "run", "--hosts", local_node_name(), "--exclude",
+                        "node9", "--only", "gpu.xid", "--no-report", "--history", "off", "--no-sweep"],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert p.returncode != 2, p.stderr  # not a usage error: the run went on
+    assert p.stderr.splitlines().count("preflight: --exclude names node9, not among the nodes checked") == 1, p.stderr
+    assert f"{local_node_name()}" in p.stdout or "gpu.xid" in p.stdout, p.stdout

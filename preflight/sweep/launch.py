@@ -186,10 +186,18 @@ def classify(lines: Sequence[str], rc: int | None) -> tuple[str, str]:
     return f"exited with code {rc}", last
 
 
+STALLED = "ssh session stalled (MTU black hole?)"
+_STALL_STAGES = ("kex", "auth", "command")  # past the TCP connect and the banner: small packets got through
+
+
 def ssh_cause(failure: NodeOutcome) -> tuple[str, str]:
     """(cause, message) for an agent the SSH transport could not start or lost: the
-    transport's own sentence, under the cause its fault kind means."""
-    kind = failure.detail.get("kind", "")
+    transport's own sentence, under the cause its fault kind means. A session that timed out
+    after the TCP connect and the banner (key exchange, authentication, the command's start) or
+    that stalled while open is `STALLED`: large packets are dropped on the path."""
+    kind, stage = failure.detail.get("kind", ""), failure.detail.get("stage", "")
+    if (kind in ("timeout", "deadline") and stage in _STALL_STAGES) or failure.detail.get("connection") == "stalled":
+        return STALLED, failure.error[:600]
     return _SSH_CAUSES.get(kind, f"ssh failed ({kind or 'unknown fault'})"), failure.error[:600]
 
 

@@ -7,6 +7,7 @@ table and graded by the very `nccl.allreduce` grader that grades nccl-tests file
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.parsers.nccl_tests import NcclTestRow, NcclTests
 from preflight.profile import Profile
 from preflight.sweep import pairs as pairmod
-from preflight.sweep.launch import Failure, Launched
+from preflight.sweep.launch import STALLED, Failure, Launched
 from preflight.sweep.spec import NCCL_TESTS_DTYPE, SweepSpec
 
 GROUP = CLUSTER  # the node label of group-level results
@@ -372,23 +373,12 @@ def launch_failures(out: SweepOutcome) -> list[Result]:
     for f in fails:
         lines = [ln for ln in f.lines if ln.strip() and ln.strip() != f.message][-5:]
         when = "lost during the sweep" if f.started else "could not start"
-        remedy = {
-            "host key refused": f"{f.node}'s host key does not match known_hosts: if the node was reinstalled, "
-                                f"verify and update its key (ssh-keygen -R {f.node}; ssh {f.node}), else "
-                                "investigate before trusting it",
-            NO_TORCH: f"install torch for the python the sweep uses on {f.node}, or point the sweep at the job's "
-                      "python (--sweep-python PATH / --python PATH); every node needs the same environment",
-            "output stalled": f"check {f.node}'s path MTU end to end (ping -M do -s 8972 {f.node}), its NIC and "
-                              "switch port, and whether the node hangs",
-            "no answer": f"check that {f.node} answers (ssh {f.node} true) and is not hung; check its path MTU",
-        }.get(f.cause, f"check that {f.node} is reachable (ssh {f.node} true) and runs the sweep's python with "
-                       "torch and preflight importable; then rerun the sweep")
         results.append(Result(
             check="nccl.allreduce", node=f.node, status=Status.ERROR,
             summary=f"sweep agent {when} on {f.node} after {f.after_s:.1f} s: {f.summary()}",
             evidence=[f"{f.node}: {f.message}", *lines] + ([f"exit code {f.rc}"] if f.rc is not None else []),
-            remedy=remedy, facts={"cause": f.cause, "message": f.message, "rc": f.rc, "after_s": f.after_s,
-                                  "started": f.started}, source="sweep"))
+            remedy=failure_remedy(f), facts={"cause": f.cause, "message": f.message, "rc": f.rc, "after_s": f.after_s,
+                                             "started": f.started}, source="sweep"))
     fine = [n for n in out.nodes if n not in {f.node for f in fails}]
     results.append(Result(
         check="nccl.allreduce", node=GROUP, status=Status.SKIP,
@@ -399,6 +389,46 @@ def launch_failures(out: SweepOutcome) -> list[Result]:
         remedy="fix or drain the named node(s), then rerun the sweep",
         facts={"reason": "launch-failed", "failed": [f.node for f in fails], "rows_measured": len(out.rows)}, source="sweep"))
     return results
+
+
+_TARGET = re.compile(r"\(((?:\d{1,3}\.){3}\d{1,3}|\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d+)\)")
+
+
+def _path_to(f: Failure) -> str:
+    """The node's address as the launcher's message names it (`node2 (10.1.0.2:22)`), else its name."""
+    m = _TARGET.search(f.message)
+    return m.group(1).strip("[]") if m else f.node
+
+
+def failure_remedy(f: Failure) -> str:
+    """What to do about one node's agent that could not start or was lost, by its cause; an
+    SSH session that stalled past the handshake names the path and the check that finds the
+    node whose link drops jumbo frames (net.mtu)."""
+    addr = _path_to(f)
+    if f.cause == STALLED:
+        return (f"large packets between this machine and {f.node}" + (f" ({addr})" if addr != f.node else "")
+                + " are dropped (an MTU black hole: the SSH handshake's small packets got through, then the session "
+                f"stalled): check the MTU of every hop of that path (ping -M do -s 8972 {addr} must answer) and run "
+                "`preflight run --only net.mtu` over these nodes (its path matrix names the node whose link drops "
+                f"jumbo frames); drain {f.node} until it is fixed")
+    return {
+        "host key refused": f"{f.node}'s host key does not match known_hosts: if the node was reinstalled, "
+                            f"verify and update its key (ssh-keygen -R {f.node}; ssh {f.node}), else "
+                            "investigate before trusting it",
+        NO_TORCH: f"install torch for the python the sweep uses on {f.node}, or point the sweep at the job's "
+                  "python (--sweep-python PATH / --python PATH); every node needs the same environment",
+        "output stalled": f"check {f.node}'s path MTU end to end (ping -M do -s 8972 {addr}; net.mtu of "
+                          "`preflight run --only net.mtu` over these nodes names the node whose link drops jumbo "
+                          "frames), its NIC and switch port, and whether the node hangs",
+        "no answer": f"check that {f.node} answers (ssh {f.node} true) and is not hung; check its path MTU",
+        "ssh connection timed out": f"check that {f.node} is up and that this machine reaches it "
+                                    f"(ssh {f.node} true; ping {addr})",
+        "node unreachable": f"check that {f.node} is up and routed from this machine (ping {addr})",
+        "ssh connection refused (sshd not running?)": f"start sshd on {f.node}, or drain it",
+        "unknown host name": f"check the name {f.node} (DNS, /etc/hosts, the ssh configuration's HostName)",
+        "ssh login refused": f"check the key and the user the sweep logs in to {f.node} with (ssh {f.node} true)",
+    }.get(f.cause, f"check that {f.node} is reachable (ssh {f.node} true) and runs the sweep's python with "
+                   "torch and preflight importable; then rerun the sweep")
 
 
 def _stuck(out: SweepOutcome) -> dict[str, Any] | None:

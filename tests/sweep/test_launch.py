@@ -136,3 +136,34 @@ def test_the_path_check_line_comes_first_and_is_dropped() -> None:
     got = watched({"n1": argv}, start_s=5, stall_s=0)
     assert got.failures == [] and list(got.agents) == ["n1"] and got.rc == {"n1": 0}
     assert [e["ev"] for e in got.events] == ["agent"] and got.raw == {}
+
+
+STALL = ("SSH stalled after key exchange with n2 (10.9.0.2:22): no answer to authentication within 5 s while the "
+         "small handshake packets got through; large packets are probably dropped on the path (MTU black hole: "
+         "check the MTU of every hop)")
+
+
+@pytest.mark.parametrize(("detail", "cause"), [
+    ({"kind": "timeout", "stage": "auth"}, launch.STALLED),
+    ({"kind": "timeout", "stage": "kex"}, launch.STALLED),
+    ({"kind": "deadline", "stage": "command"}, launch.STALLED),
+    ({"kind": "disconnected", "stage": "running", "connection": "stalled"}, launch.STALLED),
+    ({"kind": "timeout", "stage": "connect"}, "ssh connection timed out"),  # nothing got through: not a stall
+    ({"kind": "refused", "stage": "connect"}, "ssh connection refused (sshd not running?)"),
+])
+def test_an_ssh_session_that_stalls_past_the_handshake_is_a_black_hole(detail: dict, cause: str) -> None:
+    from preflight.transport.base import NodeOutcome
+
+    assert launch.ssh_cause(NodeOutcome(node="n2", error=STALL, detail=detail)) == (cause, STALL)
+
+
+def test_the_black_hole_remedy_names_the_path_and_net_mtu_never_torch() -> None:
+    f = launch.Failure("n2", launch.STALLED, STALL, [], None, 5.2)
+    remedy = outcome.failure_remedy(f)
+    assert "between this machine and n2 (10.9.0.2)" in remedy and "ping -M do -s 8972 10.9.0.2" in remedy
+    assert "--only net.mtu" in remedy and "drain n2" in remedy and "torch" not in remedy
+    stalled = outcome.failure_remedy(launch.Failure("n2", "output stalled", "no bytes from n2 for 9 s", [], None, 9))
+    assert "net.mtu" in stalled and "torch" not in stalled
+    slow = outcome.failure_remedy(launch.Failure("n3", "ssh connection timed out", "no answer from n3 (10.9.0.3:22) "
+                                                 "within 5 s", [], None, 5))
+    assert "ping 10.9.0.3" in slow and "torch" not in slow
