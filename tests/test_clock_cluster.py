@@ -1,6 +1,6 @@
 """node.clock and cluster.clock across the namespace test cluster, over real sshd.
 
-Four faked 8xH100 nodes, each with a fake `chronyc` printing its own tracking report: n2's
+Four faked 8xH100 nodes (SSH, and srun under a real Slurm), each with a fake `chronyc` printing its own tracking report: n2's
 chronyd says the clock is 3 s fast (FAIL naming n2), n3's says "Not synchronised" (WARN), n1 and
 n4 are synchronised (PASS). The nodes share one kernel clock, so a skew the controller can see is
 made with a fake `date` (the tool, not our code): 30 s on one node is caught by the controller's
@@ -17,7 +17,7 @@ import pytest
 
 from tests import fakes, scenarios
 from tests.conftest import need
-from tests.netcluster import NetCluster, prerequisites
+from tests.netcluster import NetCluster, prerequisites, slurm_prerequisites
 
 pytestmark = pytest.mark.real
 
@@ -96,3 +96,25 @@ def test_the_controller_catches_thirty_seconds_not_a_tenth(cluster: NetCluster) 
     agree = by[("cluster.clock", "cluster")]
     assert agree["status"] == "fail" and agree["facts"]["ahead"] == "n1", agree
     assert rc == 1
+
+
+def test_over_srun_the_bracket_and_the_chrony_report_both_hold(cluster: NetCluster) -> None:
+    need(not slurm_prerequisites(), f"Slurm prerequisites: {slurm_prerequisites()}")
+    cluster.start_slurm()
+    skew(cluster, {"n4": 30.0})
+    try:
+        p = cluster.client("salloc", "-N4", "--time=5", sys.executable, "-m", "preflight.cli", "run",
+                           "--transport", "srun", "--deadline", "60", "--json", "--no-report", "--no-sweep",
+                           "--profile", "h100-sxm-8x", "--only", "node.clock", check=False, timeout=240,
+                           env=cluster.slurm_env())
+    finally:
+        skew(cluster, {})
+        cluster.stop_slurm()
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    by = {(r["check"], r["node"]): r for r in doc["results"]}
+    assert by[("node.clock", "n2")]["facts"]["codes"] == ["node.clock/offset-high"]
+    assert by[("node.clock", "n3")]["status"] == "warn"
+    assert by[("node.clock", "n1")]["status"] == "pass", by[("node.clock", "n1")]
+    n4 = by[("node.clock", "n4")]
+    assert n4["status"] == "fail" and n4["facts"]["codes"] == ["node.clock/controller-offset"], n4
