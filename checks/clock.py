@@ -168,7 +168,8 @@ def view_findings(view: ControllerView | None, profile: Profile, f: Findings) ->
     if fail and (low > fail or high < -fail):
         least = low if low > fail else high
         f.add("node.clock/controller-offset", f"clock at least {_ahead(least)} the controller's, past {fail:g} s",
-              [bound, prov], STEP)
+              [bound, prov], STEP + "; when every node is off by about the same amount, the controller's own clock "
+              "is the one to fix")
     else:
         f.note(bound)
     return {"controller_offset_s": [round(low, 3), round(high, 3)]}

@@ -255,3 +255,19 @@ def test_arrivals_note_each_capture_once_and_pass_it_on() -> None:
     opts = a.into(Options(extra={"x": 1}))
     assert opts.extra["x"] == 1 and opts.extra[KEY] == {"n1": {"date-wall": first}}
     Arrivals()("n2", capture("date-wall", "1\n"))  # without a display
+
+
+def test_only_node_clock_selects_its_cross_node_half() -> None:
+    from preflight.engine import _wanted
+
+    assert _wanted("cluster.clock", ["node.clock"]) and _wanted("cluster.clock", ["node"])
+    assert _wanted("cluster.clock", ["cluster.clock"]) and not _wanted("cluster.clock", ["gpu", "net.mtu"])
+    assert _wanted("cluster.mtu", ["net.mtu"]) and not _wanted("cluster.mtu", ["node.clock"])
+
+
+def test_controller_offset_remedy_points_at_the_controller_too() -> None:
+    from preflight.findings import Findings
+
+    f = Findings()
+    view_findings(_view(-30.0), load("generic"), f)
+    assert "the controller's own clock is the one to fix" in f.items[0].remedy
