@@ -79,7 +79,8 @@ def _table_failure(root: ChildFailure, crash: Crash | None, f: Findings) -> None
     cause = f": {crash.exception}: {crash.message[:_MSG]}" if crash is not None else _why(root.exitcode, root.signal)
     f.add("hang.watchdog/worker-failed", f"torchrun: rank {root.rank} on {root.host or 'its host'} failed with "
           f"{_exit_text(root.exitcode, root.signal)}{cause}",
-          root.lines[:_QUOTE] + (crash.lines[-_FEW:] if crash else []), REMEDY_FAILED)
+          root.lines[:_QUOTE] + (crash.lines[-_FEW:] if crash else []), REMEDY_FAILED,
+          proof=(f"{crash.exception}:" if crash else "", "exitcode"))  # the error, else the exit code
 
 
 def _who(x: AgentFailure, el: Elastic) -> str:

@@ -79,3 +79,18 @@ def test_prove_moves_the_first_line_holding_the_first_token_found() -> None:
     f = Findings()
     f.add(Status.FAIL, "dead", lines, proof="ActiveState")
     assert f.items[0].evidence[0] == "ActiveState=failed"
+
+
+@pytest.mark.parametrize("fixture,check,token", [
+    ("triage/rank3_crash.log", "hang.watchdog", "RuntimeError: shape"),
+    ("triage/rank5_sigkill.log", "hang.watchdog", "exitcode"),
+    ("watchdog/torch25_allreduce_timeout_rank3_missing.log", "hang.watchdog", "timeout"),
+    ("nccl/nccl_warn_qp_unreachable_then_proxy_and_socket.log", "nccl.transport", "ibv_modify_qp failed"),
+    ("nccl-tests/all_reduce_perf_1node_wrong_results.txt", "nccl.allreduce", " 4096 "),
+])
+def test_analysed_logs_show_the_telling_line(fixture: str, check: str, token: str) -> None:
+    from preflight import analyze, registry
+    from tests.conftest import FIXTURES
+
+    res = [r for r in analyze.analyze(registry.load(), [FIXTURES / fixture]) if r.check == check]
+    assert res and token in proof(res[0]), [r.evidence[:3] for r in res]

@@ -678,8 +678,8 @@ def test_p2p_remedy_and_torchrun_evidence() -> None:
            '[rank0]:   File "train.py", line 9, in <module>\n'
            "[rank0]: torch.OutOfMemoryError: CUDA out of memory.\n" + TORCHRUN)
     r = watchdog(text=oom)
-    assert r.evidence[-1] == "torch.OutOfMemoryError: CUDA out of memory."
-    assert r.evidence[0] == "time      : 2025-03-05_09:32:44"
+    assert r.evidence[0] == "torch.OutOfMemoryError: CUDA out of memory."  # the error first: it proves the failure
+    assert r.evidence[1] == "time      : 2025-03-05_09:32:44"
 
 
 def test_flight_recorder_remedies_and_several_culprits() -> None:
