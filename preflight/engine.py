@@ -706,7 +706,7 @@ class TransportOptions:
     ssh_config: Path | None = None
     accept_new: bool = False
     concurrency: int = 64
-    connect_timeout: float = 10.0
+    connect_timeout: float | None = None  # None: each host's ssh_config ConnectTimeout, else 10 s
     command_timeout: float = 60.0
     deadline: float | None = None
     partition: str | None = None

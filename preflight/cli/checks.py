@@ -35,7 +35,7 @@ def run(
     ssh_config: opt.SshConfigOpt = None,
     ssh_accept_new: opt.AcceptOpt = False,
     concurrency: opt.ConcOpt = 64,
-    connect_timeout: opt.ConnOpt = 10.0,
+    connect_timeout: opt.ConnOpt = None,
     command_timeout: Annotated[float, typer.Option("--command-timeout", help="Seconds for a node's probe bundle.")] = 60.0,
     deadline: opt.DeadlineOpt = None,
     mtu_all_pairs: Annotated[bool, typer.Option("--mtu-all-pairs", help="Ping every pair of nodes, not only ring neighbours.")] = False,

@@ -35,7 +35,7 @@ NoChecksOpt = Annotated[bool, typer.Option("--no-node-checks", help="Collect onl
 
 
 def _request(run_dir: str | None, log: list[str] | None, pattern: str | None, transport: str,
-             ssh_config: Path | None, accept: bool, concurrency: int, connect_timeout: float,
+             ssh_config: Path | None, accept: bool, concurrency: int, connect_timeout: float | None,
              command_timeout: float, deadline: float | None, no_node_checks: bool) -> Any:
     from preflight.engine import TransportOptions
     from preflight.triage.run import CollectRequest
@@ -59,7 +59,7 @@ def collect_cmd(
     ssh_config: opt.SshConfigOpt = None,
     ssh_accept_new: opt.AcceptOpt = False,
     concurrency: opt.ConcOpt = 64,
-    connect_timeout: opt.ConnOpt = 10.0,
+    connect_timeout: opt.ConnOpt = None,
     command_timeout: CmdOpt = 90.0,
     deadline: opt.DeadlineOpt = None,
     no_node_checks: NoChecksOpt = False,
@@ -92,7 +92,7 @@ def triage_cmd(
     ssh_config: opt.SshConfigOpt = None,
     ssh_accept_new: opt.AcceptOpt = False,
     concurrency: opt.ConcOpt = 64,
-    connect_timeout: opt.ConnOpt = 10.0,
+    connect_timeout: opt.ConnOpt = None,
     command_timeout: CmdOpt = 90.0,
     deadline: opt.DeadlineOpt = None,
     no_node_checks: NoChecksOpt = False,

@@ -4,7 +4,8 @@ Each node gets the probe bundle of `preflight.remote` as one `python3 -c PROGRAM
 over an SSH session and sends back one delimited line per capture as soon as it is done.
 Connections follow the OpenSSH client configuration (Host patterns, HostName, User, Port,
 IdentityFile, IdentitiesOnly, ProxyJump, UserKnownHostsFile, GlobalKnownHostsFile,
-StrictHostKeyChecking, HostKeyAlias), authenticate with keys and the ssh-agent only, and
+StrictHostKeyChecking, HostKeyAlias, ConnectTimeout: a host's own value, unless the caller
+gives one for every host, as --connect-timeout does), authenticate with keys and the ssh-agent only, and
 verify host keys against known_hosts. They stay open for the transport's lifetime, so the
 second phase of a run reuses them; `close()` (or leaving a `with` block) closes them.
 
@@ -56,6 +57,7 @@ DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 MTU_HINT = "large packets are probably dropped on the path (MTU black hole: check the MTU of every hop)"
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds per handshake stage when neither the caller nor ssh_config gives one
 _POLL = 0.1  # seconds between checks of a worker's abort flag
 _RECV_WAIT = 0.5  # a bundle's read wakes this often without data (an aborted node's closed channel wakes it at once)
 _BACKSTOP = 5.0
@@ -107,6 +109,7 @@ class HostSpec:
     strict: str = "ask"
     proxy_jump: tuple[str, ...] = ()
     host_key_alias: str = ""
+    connect_timeout: float | None = None  # the configuration's ConnectTimeout (seconds), None: not set
 
     @property
     def address(self) -> str:
@@ -177,6 +180,7 @@ def resolve_host(config: paramiko.SSHConfig, name: str, user: str | None = None)
     if command and command.lower() != "none":
         raise NodeFault("config", "connect", f"the SSH configuration gives {name} a ProxyCommand, which preflight does "
                         "not run; use ProxyJump instead")
+    connect_timeout = _connect_timeout(cfg.get("connecttimeout"), name)
     jump = str(cfg.get("proxyjump", "") or "")
     hops = () if jump.lower() in ("", "none") else tuple(h.strip() for h in jump.split(",") if h.strip())
     return HostSpec(
@@ -192,7 +196,19 @@ def resolve_host(config: paramiko.SSHConfig, name: str, user: str | None = None)
         strict=str(cfg.get("stricthostkeychecking", "ask")).lower(),
         proxy_jump=hops,
         host_key_alias=str(cfg.get("hostkeyalias", "") or ""),
+        connect_timeout=connect_timeout,
     )
+
+
+def _connect_timeout(value: object, name: str) -> float | None:
+    """The configuration's ConnectTimeout (whole seconds, as OpenSSH reads it); None when not
+    set or "none"; a fault naming the host for anything else."""
+    text = str(value if value is not None else "").strip()
+    if not text or text.lower() == "none":
+        return None
+    if not text.isdigit() or int(text) <= 0:
+        raise NodeFault("config", "connect", f"ConnectTimeout {text!r} for {name} is not a positive number of seconds")
+    return float(text)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -333,7 +349,7 @@ class SSHTransport(Transport):
         self,
         ssh_config: Path | None = None,
         concurrency: int = 64,
-        connect_timeout: float = 10,
+        connect_timeout: float | None = None,
         command_timeout: float = 60,
         deadline: float | None = None,
         accept_new_host_keys: bool = False,
@@ -350,7 +366,9 @@ class SSHTransport(Transport):
             self.config = paramiko.SSHConfig.from_path(str(path))
         self.config_path = path if path.is_file() else None
         self.concurrency = max(1, int(concurrency))
-        self.connect_timeout = float(connect_timeout)
+        # the caller's value wins for every host; None: each host's ConnectTimeout, else the default
+        self.connect_timeout_given = None if connect_timeout is None else float(connect_timeout)
+        self.connect_timeout = self.connect_timeout_given or DEFAULT_CONNECT_TIMEOUT
         self.command_timeout = float(command_timeout)
         # no bytes for this long while the session is open (the node ticks every _TICK s):
         # ask the connection for a new session; no answer means the output is stuck on the way
@@ -566,6 +584,13 @@ class SSHTransport(Transport):
             return NodeFault("deadline", job.stage, msg)
 
     # ---- connections ---------------------------------------------------------------------
+    def connect_timeout_for(self, spec: HostSpec) -> float:
+        """The seconds each handshake stage with this host gets: the caller's value (the
+        --connect-timeout flag), else the host's ConnectTimeout in ssh_config, else the default."""
+        if self.connect_timeout_given is not None:
+            return self.connect_timeout_given
+        return spec.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+
     def _spec(self, name: str) -> HostSpec:
         return resolve_host(self.config, name, self.user)
 
@@ -634,11 +659,12 @@ class SSHTransport(Transport):
         lock = self._key_lock(key)
         # another node may be building this very connection (a shared jump host): wait for it
         # as long as its whole handshake may take, then take a fresh connect budget
-        job.enter("connect", 4 * self.connect_timeout + 1)
+        ct = self.connect_timeout_for(spec)
+        job.enter("connect", 4 * ct + 1)
         while not lock.acquire(timeout=_POLL):
             job.check()
         try:
-            job.enter("connect", self.connect_timeout)
+            job.enter("connect", ct)
             with self._lock:
                 conn = self._conns.get(key)
             if conn is not None and conn.alive():
@@ -659,10 +685,11 @@ class SSHTransport(Transport):
 
     def _open_socket(self, job: _Job, spec: HostSpec, via: _Conn | None) -> Any:
         t = job.target
+        ct = self.connect_timeout_for(spec)
         if via is not None:
             try:
                 chan = via.transport.open_channel(
-                    "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self.connect_timeout)
+                    "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=ct)
             except paramiko.ChannelException as exc:
                 text = str(exc.text or "")
                 low = text.lower()
@@ -674,7 +701,7 @@ class SSHTransport(Transport):
             except paramiko.SSHException as exc:
                 job.check()
                 raise NodeFault("timeout", "connect", f"jump host {via.spec.alias} did not open a TCP connection to "
-                                f"{spec.address} for {t} within {self.connect_timeout:g} s ({exc})",
+                                f"{spec.address} for {t} within {ct:g} s ({exc})",
                                 via=via.spec.alias) from exc
             return chan
         try:
@@ -688,14 +715,14 @@ class SSHTransport(Transport):
             sock = socket.socket(family, stype, proto)
             job.set_closers(_shutdown(sock))
             with job.lock:
-                left = (job.stage_ends or time.monotonic() + self.connect_timeout) - time.monotonic()
+                left = (job.stage_ends or time.monotonic() + ct) - time.monotonic()
             sock.settimeout(max(0.05, left))
             try:
                 sock.connect(addr)
             except TimeoutError:
                 sock.close()
                 job.check()
-                last = NodeFault("timeout", "connect", self._stage_sentence(job, self.connect_timeout))
+                last = NodeFault("timeout", "connect", self._stage_sentence(job, ct))
                 continue
             except ConnectionRefusedError as exc:
                 sock.close()
@@ -719,10 +746,11 @@ class SSHTransport(Transport):
         sock = self._open_socket(job, spec, via)
         t = paramiko.Transport(sock)
         job.set_closers(t.close, _shutdown(sock))
+        ct = self.connect_timeout_for(spec)
         try:
-            t.banner_timeout = self.connect_timeout + _BACKSTOP
-            t.handshake_timeout = self.connect_timeout + _BACKSTOP
-            t.auth_timeout = self.connect_timeout + _BACKSTOP
+            t.banner_timeout = ct + _BACKSTOP
+            t.handshake_timeout = ct + _BACKSTOP
+            t.auth_timeout = ct + _BACKSTOP
             known = self._known_keys(spec)
             if known:
                 families = {_key_family(k.get_name()) for _, k in known}
@@ -730,14 +758,14 @@ class SSHTransport(Transport):
                 types = list(opts.key_types)
                 opts.key_types = tuple([k for k in types if _key_family(k) in families]
                                        + [k for k in types if _key_family(k) not in families])
-            job.enter("banner", self.connect_timeout)
+            job.enter("banner", ct)
             event = threading.Event()
             t.start_client(event=event)
             while not event.is_set():
                 event.wait(_POLL)
                 job.check()
                 if job.stage == "banner" and t.remote_version:
-                    job.enter("kex", self.connect_timeout)
+                    job.enter("kex", ct)
                 if not t.is_active():
                     break
             job.check()
@@ -748,7 +776,7 @@ class SSHTransport(Transport):
                     raise NodeFault("ssh", "banner", f"{job.target} did not speak SSH: {exc or 'connection closed'}")
                 raise NodeFault("ssh", stage, f"SSH key exchange with {job.target} failed: {exc or 'connection closed'}")
             self._verify_host_key(job, spec, t.get_remote_server_key(), known)
-            job.enter("auth", self.connect_timeout)
+            job.enter("auth", ct)
             self._authenticate(job, spec, t)
         except BaseException:
             _close_quietly([t.close, _shutdown(sock)])
@@ -928,7 +956,7 @@ class SSHTransport(Transport):
         job.via = conn.via
         job.enter("command", budget)
         try:
-            chan = t.open_session(timeout=self.connect_timeout)
+            chan = t.open_session(timeout=self.connect_timeout_for(conn.spec))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             job.check()
             _close_quietly([t.close])
@@ -949,7 +977,7 @@ class SSHTransport(Transport):
         chan = self._start_command(job, conn, f"{self.remote_python} -c {shlex.quote(script)}", self.command_timeout)
         # From here the worker enforces the command timeout itself (it polls every _RECV_WAIT s) so
         # that it can tell hung probes from a stalled connection; the supervisor keeps a backstop.
-        check_wait = min(_LIVENESS, self.connect_timeout)
+        check_wait = min(_LIVENESS, self.connect_timeout_for(conn.spec))
         with job.lock:
             job.acked = True
             until = job.stage_ends or time.monotonic() + self.command_timeout
@@ -1228,7 +1256,7 @@ class RemoteProcess:
         try:
             job.started = time.monotonic()
             conn = ssh._connect(job, job.node)
-            chan = ssh._start_command(job, conn, self.command, ssh.connect_timeout, combine_stderr=True)
+            chan = ssh._start_command(job, conn, self.command, ssh.connect_timeout_for(conn.spec), combine_stderr=True)
         finally:
             self._slots.release()
         with job.lock:

@@ -109,6 +109,90 @@ def test_resolve_addresses_from_the_config_never_raises(tmp_path: Path) -> None:
     assert t.resolve_addresses([]) == {}
 
 
+def test_connect_timeout_comes_from_the_hosts_config_unless_a_flag_gives_one(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "Host slow*\n  ConnectTimeout 30\nHost bad\n  ConnectTimeout soon\n"
+                            "Host none\n  ConnectTimeout none\nHost *\n  ConnectTimeout 4\n")
+    assert resolve_host(cfg, "slow1").connect_timeout == 30.0  # the first match wins, as in OpenSSH
+    assert resolve_host(cfg, "gpu1").connect_timeout == 4.0
+    assert resolve_host(cfg, "none").connect_timeout is None
+    with pytest.raises(NodeFault, match="ConnectTimeout 'soon' for bad is not a positive number") as fault:
+        resolve_host(cfg, "bad")
+    assert (fault.value.kind, fault.value.stage) == ("config", "connect")
+    path = tmp_path / "ssh_config"
+    t = SSHTransport(ssh_config=path)  # no flag: each host's own value, else 10 s
+    assert [t.connect_timeout_for(t._spec(h)) for h in ("slow1", "gpu1", "none")] == [30.0, 4.0, 10.0]
+    flag = SSHTransport(ssh_config=path, connect_timeout=2)  # --connect-timeout wins for every host
+    assert [flag.connect_timeout_for(flag._spec(h)) for h in ("slow1", "gpu1", "none")] == [2.0, 2.0, 2.0]
+    (tmp_path / "empty").mkdir()
+    assert resolve_host(_config(tmp_path / "empty", ""), "x").connect_timeout is None
+
+
+class _Silent:
+    """A TCP listener that accepts and never speaks: the SSH banner never comes (a bounded
+    wait on a real connection, on this machine's loopback)."""
+
+    def __enter__(self) -> int:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.held: list[Any] = []
+        self.stop = False
+
+        def accept() -> None:
+            self.sock.settimeout(0.2)
+            while not self.stop:
+                try:
+                    self.held.append(self.sock.accept()[0])
+                except OSError:
+                    continue
+
+        self.thread = threading.Thread(target=accept, daemon=True)
+        self.thread.start()
+        return int(self.sock.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop = True
+        self.thread.join(2)
+        for c in self.held:
+            c.close()
+        self.sock.close()
+
+
+def test_a_hosts_connect_timeout_bounds_a_real_connection_and_the_flag_wins(tmp_path: Path) -> None:
+    with _Silent() as port:
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text(f"Host quiet\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  ConnectTimeout 1\n")
+        probe = [Probe.of("hostname", ["hostname"])]
+        start = time.monotonic()
+        with SSHTransport(ssh_config=cfg, deadline=30) as t:
+            o = t.collect({"quiet": probe})["quiet"]
+        took = time.monotonic() - start
+        assert o.detail == {"kind": "timeout", "stage": "banner"}, o
+        assert "sent no SSH banner within 1 s" in o.error and took < 8, (took, o.error)  # not the default 10 s
+        with SSHTransport(ssh_config=cfg, connect_timeout=2, deadline=30) as t:
+            o = t.collect({"quiet": probe})["quiet"]
+        assert "sent no SSH banner within 2 s" in o.error, o.error
+
+
+def test_the_cli_takes_the_connect_timeout_from_the_ssh_config(tmp_path: Path) -> None:
+    import os
+
+    with _Silent() as port:
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text(f"Host quiet\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  ConnectTimeout 1\n")
+        env = {k: v for k, v in os.environ.items() if k not in ("PREFLIGHT_CONFIG", "SLURM_JOB_ID")}
+        base = [sys.executable, "-m", "preflight.cli", "run", "--hosts", "quiet", "--transport", "ssh", "--ssh-config",
+                str(cfg), "--no-sweep", "--no-report", "--history", "off", "--json"]
+        for extra, seconds in (([], 1), (["--connect-timeout", "2"], 2)):
+            p = subprocess.run(base + extra, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+            doc = json.loads(p.stdout)
+            root = next(r for r in doc["results"] if r["check"] == "node.reachable")
+            assert f"sent no SSH banner within {seconds} s" in root["summary"], root
+
+
 def _job() -> _Job:
     import threading
     from collections import deque
