@@ -10,9 +10,10 @@ Node side (the node's own tools, each optional):
     and its leap status (`Not synchronised`), or `506 Cannot talk to daemon`;
   - `timedatectl show` (or `status` on systemd < 239): NTPSynchronized / System clock
     synchronized, and whether an NTP service is enabled;
+  - `ntpq -pn` (ntpd): the system peer (`*`) and this host's offset from it;
   - `ntpstat`: synchronised (exit 0), unsynchronised (1), no daemon (2).
-The most specific source says whether the clock is synchronised: chrony, then ntpstat, then
-timedatectl. FAIL when chrony's offset is past `clock.max_offset_s`, WARN past
+The most specific source says whether the clock is synchronised: chrony, ntpd's peers, ntpstat,
+then timedatectl. FAIL when the daemon's offset is past `clock.max_offset_s`, WARN past
 `clock.warn_offset_s`; WARN when the clock is not synchronised or no time daemon runs; SKIP when
 no tool answered (a node without systemd, chrony or ntpstat: nothing says how its clock is kept).
 A tool whose output did not come back (timed out, lost) is ERROR, never read as "no daemon".
@@ -37,10 +38,12 @@ from preflight.findings import Findings, coded_result
 from preflight.model import CLUSTER, Result, Status
 from preflight.parsers.clock import (
     PROBE_CHRONY,
+    PROBE_NTPQ,
     PROBE_NTPSTAT,
     PROBE_TIMEDATE,
     PROBE_WALL,
     NtpStat,
+    Peers,
     Timedate,
     Tracking,
     WallClock,
@@ -54,6 +57,7 @@ PROBES = (
     Probe.of(PROBE_CHRONY, ["chronyc", "-n", "tracking"], timeout=5),
     Probe.of(PROBE_TIMEDATE, ["timedatectl", "show"], ["timedatectl", "status"], timeout=5),
     Probe.of(PROBE_NTPSTAT, ["ntpstat"], timeout=5),
+    Probe.of(PROBE_NTPQ, ["ntpq", "-pn"], timeout=5),
 )
 WALL = Probe.of(PROBE_WALL, ["date", "+%s.%N"], timeout=5)
 STEP = ("step the clock now (`chronyc makestep`, or restart the time service), then find why it drifted "
@@ -98,26 +102,40 @@ def _ahead(offset: float) -> str:
     return f"{seconds(offset)} {'ahead of' if offset > 0 else 'behind'}"
 
 
-def offset_findings(t: Tracking | None, profile: Profile, f: Findings) -> None:
-    """chrony's System time against the profile's levels."""
-    if t is None or t.offset_s is None:
+def daemon_offset(t: Tracking | None, peers: Peers | None) -> tuple[float | None, str, list[str]]:
+    """(the clock minus NTP time, by which daemon, the lines that say it): chrony's System time,
+    else ntpd's offset from its system peer; (None, "", []) when neither reports one."""
+    if t is not None and t.offset_s is not None:
+        return t.offset_s, "chronyd", t.evidence("system time", "reference id", "leap status")
+    if peers is not None and peers.offset_s is not None:
+        return peers.offset_s, "ntpd", [peers.line]
+    return None, "", []
+
+
+def offset_findings(offset: float | None, daemon: str, lines: list[str], profile: Profile, f: Findings) -> None:
+    """The time daemon's offset against the profile's levels."""
+    if offset is None:
         return
     fail, warn, prov = thresholds(profile)
-    ev = [*t.evidence("system time", "reference id", "leap status"), prov]
-    if fail and abs(t.offset_s) > fail:
-        f.add("node.clock/offset-high", f"clock {_ahead(t.offset_s)} NTP time (chronyd), past {fail:g} s", ev, STEP)
-    elif warn and abs(t.offset_s) > warn:
-        f.add("node.clock/offset-warn", f"clock {_ahead(t.offset_s)} NTP time (chronyd), past {warn:g} s", ev,
-              "chronyd is slewing the clock back; if the offset stays, check `chronyc sources -v`")
+    ev = [*lines, prov]
+    if fail and abs(offset) > fail:
+        f.add("node.clock/offset-high", f"clock {_ahead(offset)} NTP time ({daemon}), past {fail:g} s", ev, STEP)
+    elif warn and abs(offset) > warn:
+        f.add("node.clock/offset-warn", f"clock {_ahead(offset)} NTP time ({daemon}), past {warn:g} s", ev,
+              f"{daemon} is slewing the clock back; if the offset stays, check its sources (`chronyc sources -v`, "
+              "`ntpq -pn`)")
 
 
-def _states(t: Tracking | None, td: Timedate | None, ns: NtpStat | None, ns_rc: int | None
+def _states(t: Tracking | None, peers: Peers | None, td: Timedate | None, ns: NtpStat | None, ns_rc: int | None
             ) -> list[tuple[str, bool | None, bool, list[str]]]:
     """(source, synchronised or None, its daemon is down, evidence) per tool that answered, most specific first."""
     out: list[tuple[str, bool | None, bool, list[str]]] = []
     if t is not None and (t.report or t.error):
         out.append(("chronyd", t.synced if t.report else None, t.no_daemon,
                     t.evidence("reference id", "leap status") or [t.error]))
+    if peers is not None and (peers.table or peers.error):
+        out.append(("ntpd", peers.synced, peers.no_daemon,
+                    [peers.line or peers.error or f"ntpq -pn: {peers.peers} peer(s), none selected as system peer"]))
     if ns is not None and (ns.state or ns_rc in (0, 1, 2)):
         state = ns.state or {0: "synchronised", 1: "unsynchronised", 2: "no-daemon"}.get(ns_rc or 0, "")
         synced = {"synchronised": True, "unsynchronised": False}.get(state)
@@ -134,7 +152,7 @@ def sync_findings(ctx: CheckContext, f: Findings) -> tuple[str, str]:
     with state synchronised, unsynchronised, no-daemon or unknown."""
     t, td, ns = ctx.facts(PROBE_CHRONY), ctx.facts(PROBE_TIMEDATE), ctx.facts(PROBE_NTPSTAT)
     ns_in = ctx.input(PROBE_NTPSTAT)
-    states = _states(t, td, ns, ns_in.rc if ns_in is not None else None)
+    states = _states(t, ctx.facts(PROBE_NTPQ), td, ns, ns_in.rc if ns_in is not None else None)
     for source, synced, _down, ev in states:
         if synced is True:
             f.note(f"synchronised ({source}): {'; '.join(ev)}")
@@ -177,7 +195,7 @@ def view_findings(view: ControllerView | None, profile: Profile, f: Findings) ->
 
 def _unrecognised(ctx: CheckContext) -> list[str]:
     out: list[str] = []
-    for name in (PROBE_CHRONY, PROBE_TIMEDATE, PROBE_NTPSTAT):
+    for name in (PROBE_CHRONY, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT):
         facts = ctx.facts(name)
         out += [f"{name}: {line}" for line in (getattr(facts, "unrecognised", None) or [])[:3]]
     return out
@@ -186,7 +204,7 @@ def _unrecognised(ctx: CheckContext) -> list[str]:
 def _tried(ctx: CheckContext) -> list[str]:
     """What each tool said when none told the clock's state (evidence of the SKIP)."""
     out = []
-    for name in (PROBE_CHRONY, PROBE_TIMEDATE, PROBE_NTPSTAT):
+    for name in (PROBE_CHRONY, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT):
         inp = ctx.attempt(name)
         if inp is None:
             continue
@@ -199,10 +217,10 @@ def _tried(ctx: CheckContext) -> list[str]:
 def grade_clock(ctx: CheckContext, view: ControllerView | None = None) -> Result:
     f = Findings()
     t = ctx.facts(PROBE_CHRONY)
-    offset_findings(t, ctx.profile, f)
+    offset, daemon, lines = daemon_offset(t, ctx.facts(PROBE_NTPQ))
+    offset_findings(offset, daemon, lines, ctx.profile, f)
     state, source = sync_findings(ctx, f)
-    facts: dict[str, Any] = {"clock": state, "clock_source": source or None,
-                             "offset_s": t.offset_s if t is not None else None,
+    facts: dict[str, Any] = {"clock": state, "clock_source": source or None, "offset_s": offset,
                              "stratum": t.stratum if t is not None else None}
     facts.update(view_findings(view, ctx.profile, f))
     if state == "unknown" and not f.items:
@@ -211,11 +229,10 @@ def grade_clock(ctx: CheckContext, view: ControllerView | None = None) -> Result
             f.add("node.clock/output-unrecognised", "no time tool's output was understood", bad,
                   "run `chronyc tracking` / `timedatectl status` on the node and report the output")
         else:
-            f.add("node.clock/not-checked", "no time tool answered (chronyc, timedatectl, ntpstat): clock "
+            f.add("node.clock/not-checked", "no time tool answered (chronyc, ntpq, timedatectl, ntpstat): clock "
                   "synchronisation not checked", _tried(ctx),
                   "install chrony (`chronyc tracking`) or run systemd-timesyncd so the clock's state can be read")
-    ok = f"clock synchronised ({source})" + (f", {seconds(t.offset_s)} from NTP time" if t is not None and
-                                             t.offset_s is not None else "")
+    ok = f"clock synchronised ({source})" + (f", {seconds(offset)} from NTP time" if offset is not None else "")
     return f.result(ctx, ok, facts)
 
 
@@ -228,7 +245,7 @@ NODE_CHECK = register(Check(
     # Each time tool is optional (a missing one is skipped, the others grade); what must come back
     # is the wall-clock reading where the cross-node half planned it (multi-node runs).
     required=(PROBE_WALL,),
-    inputs=(PROBE_CHRONY, PROBE_TIMEDATE, PROBE_NTPSTAT),
+    inputs=(PROBE_CHRONY, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT),
     profile_keys={"clock.max_offset_s": (int, float), "clock.warn_offset_s": (int, float)},
     catches="a clock off NTP time (chrony offset, or proven by the controller's view), unsynchronised, or no time daemon",
 ))

@@ -19,6 +19,10 @@ What each producer prints (read from their sources, not copied):
   - ntpstat (the C original and chrony's shell rewrite): `synchronised to NTP server (<addr>) at
     stratum N`, `time correct to within X ms`, `polling server every N s`; `unsynchronised`;
     `Unable to talk to NTP daemon. Is it running?`. Exit 0 synchronised, 1 not, 2 indeterminate.
+  - ntpq -pn (ntpd's ntpq.c, the peers billboard): a header `remote refid st t when poll reach
+    delay offset jitter`, `====` and one row per peer whose first character is its tally (`*`
+    the system peer, `o` a PPS peer, `+` candidate, ...), offset in ms; `ntpq: read: Connection
+    refused` when ntpd is not running, `No association ID's returned` when it has no peers.
   - date +%s.%N: seconds since the epoch; a `date` without %N prints it literally (`...%N` or
     `...N`): whole seconds only.
 Every framing (srun labels, pdsh hosts, prompts) is peeled by `preflight.framing` first.
@@ -33,6 +37,7 @@ from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec, short
 
 PROBE_CHRONY, PROBE_TIMEDATE, PROBE_NTPSTAT, PROBE_WALL = "chronyc-tracking", "timedatectl", "ntpstat", "date-wall"
+PROBE_NTPQ = "ntpq-peers"
 UNSYNCED_LEAP = ("not synchronised", "not synchronized", "unsynchronised", "invalid")
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ()]*?)\s*:\s*(.*?)\s*$")
@@ -217,6 +222,78 @@ def detect_timedate(doc: Doc) -> bool:
     return any(h.startswith(("NTPSynchronized=", "System clock synchronized:", "NTP synchronized:")) for h in heads)
 
 
+# ---- ntpq -pn (ntpd) -----------------------------------------------------------------------------
+
+
+@dataclass
+class Peers:
+    """`ntpq -pn`: ntpd's peers. The system peer is the one tallied `*` (or `o`, PPS); ntpq's
+    offset is the peer's time minus this host's, in milliseconds, so the clock's own offset is
+    its negative. `table` says a peer table (its header) was printed."""
+
+    table: bool = False
+    peers: int = 0
+    system_peer: str = ""
+    offset_s: float | None = None  # this host's clock minus the system peer's (positive: ahead)
+    no_daemon: bool = False
+    error: str = ""
+    line: str = ""  # the system peer's line (evidence)
+    unrecognised: list[str] = field(default_factory=list)
+
+    @property
+    def synced(self) -> bool | None:
+        if self.system_peer:
+            return True
+        return False if self.table or "no association" in self.error.lower() else None
+
+
+_NTPQ_ERROR = re.compile(r"Connection refused|timed out, nothing received|Request timed out|No association ID|"
+                         r"^ntpq: ", re.I)
+
+
+def _peer_rows(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Rows with a remote name too long for its column (ntpq wraps it onto a line of its own) joined."""
+    out: list[tuple[str, str]] = []
+    for text, raw in rows:
+        if out and len(out[-1][0].split()) == 1 and text[:1].isspace():
+            out[-1] = (out[-1][0] + " " + text.strip(), out[-1][1] + " " + raw.strip())
+        else:
+            out.append((text, raw))
+    return out
+
+
+def _peer(p: Peers, text: str, raw: str) -> bool:
+    cols = text.split()
+    if len(cols) < 10 or not re.fullmatch(_NUM, cols[-2]):
+        return False
+    p.peers += 1
+    if cols[0][:1] in "*o":
+        p.system_peer, p.line = cols[0][1:], short(raw)
+        p.offset_s = -float(cols[-2]) / 1000.0
+    return True
+
+
+def parse_peers(doc: Doc) -> Peers:
+    p = Peers()
+    for text, raw in _peer_rows(_lines(doc)):
+        t = text.strip()
+        if t.startswith("remote") and "refid" in t:
+            p.table = True
+        elif set(t) == {"="} or _peer(p, text, raw):
+            continue
+        elif _NTPQ_ERROR.search(t):
+            p.error = p.error or short(raw)
+            p.no_daemon = p.no_daemon or "connection refused" in t.lower()
+        else:
+            p.unrecognised.append(short(raw))
+    return p
+
+
+def detect_peers(doc: Doc) -> bool:
+    heads = [ln.text.strip() for ln in doc.head(10)]
+    return any(h.startswith("remote") and "refid" in h and "offset" in h for h in heads)
+
+
 # ---- ntpstat ----------------------------------------------------------------------------------
 
 
@@ -287,9 +364,11 @@ FORMATS = [
     Format("chronyc-tracking", detect=detect_tracking, description="chronyc tracking report", priority=60),
     Format("timedatectl", detect=detect_timedate, description="timedatectl show / status", priority=60),
     Format("ntpstat", detect=detect_ntpstat, description="ntpstat", priority=60),
+    Format("ntpq-peers", detect=detect_peers, description="ntpq -pn (ntpd's peers)", priority=60),
 ]
 PARSERS = [ParserSpec(PROBE_CHRONY, parse_tracking), ParserSpec(PROBE_TIMEDATE, parse_timedate),
-           ParserSpec(PROBE_NTPSTAT, parse_ntpstat), ParserSpec(PROBE_WALL, parse_wall)]
+           ParserSpec(PROBE_NTPSTAT, parse_ntpstat), ParserSpec(PROBE_NTPQ, parse_peers),
+           ParserSpec(PROBE_WALL, parse_wall)]
 
-__all__ = ["FORMATS", "PARSERS", "NtpStat", "Timedate", "Tracking", "WallClock", "parse_ntpstat", "parse_timedate",
+__all__ = ["FORMATS", "PARSERS", "NtpStat", "Peers", "Timedate", "Tracking", "WallClock", "parse_ntpstat", "parse_peers", "parse_timedate",
            "parse_tracking", "parse_wall"]

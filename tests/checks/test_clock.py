@@ -22,7 +22,7 @@ from preflight.checks.clock import (  # isort: skip
 
 NO_SYSTEMD = "System has not been booted with systemd as init system (PID 1). Can't operate.\n" \
              "Failed to connect to bus: Host is down\n"
-PROBES = ["chronyc-tracking", "timedatectl", "ntpstat"]
+PROBES = ["chronyc-tracking", "ntpq-peers", "timedatectl", "ntpstat"]
 
 
 def missing(probe: str, tool: str) -> Capture:
@@ -30,9 +30,10 @@ def missing(probe: str, tool: str) -> Capture:
 
 
 def caps(chrony: str | Capture | None = None, timedate: str | Capture | None = None,
-         ntpstat: tuple[str, int] | Capture | None = None) -> dict[str, Capture]:
+         ntpstat: tuple[str, int] | Capture | None = None, ntpq: str | None = None) -> dict[str, Capture]:
     out = {"chronyc-tracking": missing("chronyc-tracking", "chronyc"), "timedatectl": capture(
-        "timedatectl", "", stderr=NO_SYSTEMD, rc=1), "ntpstat": missing("ntpstat", "ntpstat")}
+        "timedatectl", "", stderr=NO_SYSTEMD, rc=1), "ntpstat": missing("ntpstat", "ntpstat"),
+        "ntpq-peers": missing("ntpq-peers", "ntpq") if ntpq is None else capture("ntpq-peers", ntpq)}
     if isinstance(chrony, Capture):
         out["chronyc-tracking"] = chrony
     elif chrony is not None:
@@ -271,3 +272,24 @@ def test_controller_offset_remedy_points_at_the_controller_too() -> None:
     f = Findings()
     view_findings(_view(-30.0), load("generic"), f)
     assert "the controller's own clock is the one to fix" in f.items[0].remedy
+
+
+NTPQ = """\
+     remote           refid      st t when poll reach   delay   offset  jitter
+==============================================================================
+*10.10.0.1       .GPS.            1 u   33   64  377    0.123  {offset}   0.012
++10.10.0.2       10.10.0.1        2 u   12   64  377    0.201    0.120   0.030
+"""
+
+
+def test_ntpd_peers() -> None:
+    r = one(caps(ntpq=NTPQ.format(offset="-0.045")))
+    assert r.status is Status.PASS and r.facts["clock_source"] == "ntpd", r
+    assert r.facts["offset_s"] == pytest.approx(0.000045)  # the peer is behind: this clock is ahead
+    r = one(caps(ntpq=NTPQ.format(offset="-2500.5")))
+    assert r.status is Status.FAIL and codes(r) == ["node.clock/offset-high"] and "2.5 s ahead of NTP time (ntpd)" \
+        in r.summary, r
+    r = one(caps(ntpq=NTPQ.format(offset="-0.045").replace("*10.10.0.1", " 10.10.0.1")))
+    assert r.status is Status.WARN and codes(r) == ["node.clock/not-synchronised"] and "(ntpd)" in r.summary
+    r = one(caps(ntpq="ntpq: read: Connection refused\n"))
+    assert r.status is Status.WARN and codes(r) == ["node.clock/no-time-daemon"], r

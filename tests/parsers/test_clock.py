@@ -191,3 +191,21 @@ def test_detectors() -> None:
     assert not detect_timedate(Doc(CHRONY4))
     assert detect_ntpstat(Doc(NTPSTAT_OK)) and detect_ntpstat(Doc("unsynchronised\n   polling server every 8 s\n"))
     assert not detect_ntpstat(Doc("unsynchronised\n"))
+
+
+def test_ntpq_peers() -> None:
+    from preflight.parsers.clock import Peers
+
+    text = ("     remote           refid      st t when poll reach   delay   offset  jitter\n"
+            "==============================================================================\n"
+            "*2001:db8:100:200:300:400:500:600\n"
+            "                 .PPS.            1 u   33   64  377    0.123   12.500   0.012\n"
+            "+10.10.0.2       10.10.0.1        2 u   12   64  377    0.201    0.120   0.030\n")
+    p = facts_of("ntpq-peers", text)
+    assert isinstance(p, Peers) and p.table and p.peers == 2 and p.synced is True
+    assert p.system_peer == "2001:db8:100:200:300:400:500:600" and p.offset_s == pytest.approx(-0.0125)
+    assert p.unrecognised == []
+    p = facts_of("ntpq-peers", "ntpq: read: Connection refused\n")
+    assert p.no_daemon and p.synced is None and not p.table
+    assert facts_of("ntpq-peers", "No association ID's returned\n").synced is False
+    assert facts_of("ntpq-peers", "localhost: timed out, nothing received\n***Request timed out\n").error
