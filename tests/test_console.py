@@ -326,3 +326,17 @@ def test_sixteen_healthy_and_two_faulty_nodes_piped_read_in_a_few_lines(tmp_path
 
     quiet = _analyze(str(fleet), "-q").stdout.splitlines()
     assert [ln.split()[0] for ln in quiet] == ["FAIL", "FAIL", "NO-GO"], quiet
+
+
+def test_a_long_hostlist_on_a_narrow_terminal_is_whole_and_indented() -> None:
+    nodes = [f"gpu{i:03d}" for i in range(1, 200, 3)]
+    res = [Result("net.nic", n, Status.WARN, "eno2 MTU 1500, expected 9000", remedy="set MTU 9000") for n in nodes]
+    res += [Result("gpu.driver", n, Status.PASS, "ok") for n in nodes]
+    buf = io.StringIO()
+    render(Report.build("run", res), Console(file=buf, force_terminal=True, width=80, color_system=None))
+    out = buf.getvalue().splitlines()
+    assert "…" not in buf.getvalue()  # nothing cut off
+    assert "".join(ln.strip() for ln in out).count("net.nic") == 1
+    hosts = "".join(ln.strip() for ln in out[:next(i for i, ln in enumerate(out) if "net.nic" in ln)])
+    assert hosts == "WARN  " + hostlist(nodes), out
+    assert all(ln.startswith(" " * 6) for ln in out[1:next(i for i, ln in enumerate(out) if "remedy" in ln) + 1])

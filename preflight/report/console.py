@@ -44,6 +44,7 @@ ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, Status.SKIP: 3}
 FAILURES = (Status.FAIL, Status.ERROR, Status.WARN)
 QUIET = (Status.FAIL, Status.ERROR)  # what -q shows (and the verdict)
 INDENT = 6  # evidence and remedy lines under a group's line
+HOSTS_WIDTH = 24  # the hostlist column on a terminal at most
 BLOCKING_WIDTH = 60  # a longer hostlist of blocking nodes is a count on the verdict line
 PSEUDO = ("cluster", "job")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -206,16 +207,33 @@ def lines(report: Report, failures_only: bool = False, per_node: bool = False) -
     return out
 
 
-def _head(g: Group, width: int) -> Table:
-    """A group's first line as a grid row, so that a wrapped summary keeps its column."""
+def _row(status: Status, hosts: str, width: int, *rest: Text) -> Table:
+    """A line of the terminal view as a grid, so that wrapped text keeps its column: status,
+    hostlist, then the `rest` cells (the last one wraps); a hostlist longer than its column has
+    a line of its own (wrapped under itself), the `rest` cells under it."""
+    head = Text(f"{status.value.upper():5s} ", STYLE[status.value])
+    cells = Table.grid()
+    for _ in rest[:-1]:
+        cells.add_column(no_wrap=True)
+    cells.add_column(overflow="fold")
+    cells.add_row(*rest)
     grid = Table.grid()
-    for _ in range(3):
+    grid.add_column(no_wrap=True)
+    if len(hosts) <= width:
         grid.add_column(no_wrap=True)
+        grid.add_column()
+        grid.add_row(head, Text(f"{hosts:{width}s}  ", "bold"), cells)
+        return grid
     grid.add_column(overflow="fold")
-    st = g.status.value
-    grid.add_row(Text(f"{st.upper():5s} ", STYLE[st]), Text(f"{g.hosts:{width}s}  ", "bold"),
-                 Text(f"{g.check}  ", "cyan"), Text.assemble(_clean(g.text("summary")), (g.tail(), "dim")))
+    grid.add_row(head, Text(hosts, "bold"))
+    grid.add_row(Text(""), cells)
     return grid
+
+
+def _head(g: Group, width: int) -> Table:
+    """A group's first line: status, hostlist, check, summary (and its dependents)."""
+    return _row(g.status, g.hosts, width, Text(f"{g.check}  ", "cyan"),
+                Text.assemble(_clean(g.text("summary")), (g.tail(), "dim")))
 
 
 def _under(text: str, style: str = "") -> Padding:
@@ -226,8 +244,8 @@ def _under(text: str, style: str = "") -> Padding:
 def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -> None:
     """The grouped view with colour, for a terminal."""
     groups = [g for g in group(report.results) if shown(g.status, failures_only)]
-    width = max([len(g.hosts) for g in groups] + [len(h) for h, _ in passing(report.results)] + [4])
-    width = min(width, 24)  # a longer hostlist runs past the column
+    hostlists = [g.hosts for g in groups] + [h for h, _ in passing(report.results)]
+    width = max([len(h) for h in hostlists if len(h) <= HOSTS_WIDTH] + [4])  # a longer one has its own line
     for g in groups:
         console.print(_head(g, width), highlight=False)
         if g.status not in FAILURES:
@@ -241,8 +259,7 @@ def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -
             console.print(_under(f"remedy: {_clean(g.text('remedy'))}", "italic"), highlight=False)
     if not failures_only:
         for hosts, n in passing(report.results):
-            console.print(Text.assemble(("PASS  ", STYLE["pass"]), (f"{hosts:{width}s}  ", "bold"), _pass_text(n)),
-                          highlight=False)
+            console.print(_row(Status.PASS, hosts, width, Text(_pass_text(n))), highlight=False)
     color = "bold green" if report.verdict.verdict == "GO" else "bold red"
     console.print(Text(verdict_line(report), style=color), highlight=False)
     if exclude_line(report):
