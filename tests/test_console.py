@@ -177,6 +177,8 @@ def test_quiet_shows_fail_and_error_only_in_both_views() -> None:
         assert heads and set(heads) <= {"FAIL", "ERROR"}, out
         assert "net.nic" not in "\n".join(out) and out[-1] == "--exclude=gpu[002-003]", out
         assert out[-2].startswith("NO-GO") and "warn 1" in out[-2]  # the counts still say there was a WARN
+    strict = Report.build("run", rep.results, warn_as_fail=True)  # a WARN that blocks is shown
+    assert any(ln.startswith("WARN gpu002 net.nic") for ln in _piped(strict, failures_only=True))
 
 
 def test_nodes_are_in_natural_order() -> None:

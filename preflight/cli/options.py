@@ -34,7 +34,7 @@ ConnOpt = Annotated[float | None, typer.Option("--connect-timeout", help="Second
 DeadlineOpt = Annotated[float | None, typer.Option("--deadline", help="Seconds for the whole collection, every phase together; late nodes and probes are ERROR (run: the sweep does not start once it has passed).")]
 BadNodesOpt = Annotated[Path | None, typer.Option("--bad-nodes", help="Write the NO-GO nodes here as one Slurm hostlist line (empty file when none), e.g. for sbatch --exclude.")]
 ExcludeOpt = Annotated[str | None, typer.Option("--exclude", "-x", help="Leave these nodes out (hostlist or @file), after --hosts / --partition / the allocation.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only FAIL and ERROR findings and the verdict.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only FAIL and ERROR findings (and WARN with --warn-as-fail) and the verdict.")]
 PerNodeOpt = Annotated[bool, typer.Option("--per-node", help="One console line per node and finding (for grep), not one per group of nodes.")]
 SinceOpt = Annotated[str, typer.Option("--since", help="Window: an age (30m, 6h, 7d, 4w), an ISO time, or 'all'.")]
 PrometheusOpt = Annotated[Path | None, typer.Option("--prometheus", help="Write the metrics as a node_exporter "

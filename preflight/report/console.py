@@ -18,7 +18,8 @@ else (a pipe, a file, a log) every line is plain text, never wrapped, without co
 trailing spaces: one line per group (`FAIL gpu[003,016] gpu.xid: ... | evidence: ... | remedy:
 ...`). `per_node` (`--per-node`) writes one line per node and finding instead
 (`FAIL gpu016 gpu.xid: ...`, NHC style, so `grep gpu016` finds it). `failures_only` (`-q`)
-keeps only FAIL and ERROR, the verdict and the exclude line.
+keeps only FAIL and ERROR (and WARN under --warn-as-fail, where it blocks), the verdict and the
+exclude line.
 """
 
 from __future__ import annotations
@@ -166,9 +167,10 @@ def _clean(text: str) -> str:
     return " ".join(_ANSI.sub("", text).split())
 
 
-def shown(status: Status, failures_only: bool) -> bool:
-    """Whether a group of this status has a line (-q: FAIL and ERROR only)."""
-    return status in QUIET if failures_only else True
+def shown(status: Status, failures_only: bool, warn_as_fail: bool = False) -> bool:
+    """Whether a group of this status has a line (-q: FAIL and ERROR only, and WARN where it
+    blocks the verdict: --warn-as-fail)."""
+    return status in QUIET or (warn_as_fail and status is Status.WARN) if failures_only else True
 
 
 def proof(r: Result) -> str:
@@ -196,7 +198,7 @@ def lines(report: Report, failures_only: bool = False, per_node: bool = False) -
     finding), then the groups of passing nodes, the verdict and the exclude line."""
     out: list[str] = []
     for g in group(report.results):
-        if not shown(g.status, failures_only):
+        if not shown(g.status, failures_only, report.warn_as_fail):
             continue
         out += [_finding_line(g, r) for r in g.results] if per_node else [_finding_line(g, None)]
     if not failures_only:
@@ -243,7 +245,7 @@ def _under(text: str, style: str = "") -> Padding:
 
 def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -> None:
     """The grouped view with colour, for a terminal."""
-    groups = [g for g in group(report.results) if shown(g.status, failures_only)]
+    groups = [g for g in group(report.results) if shown(g.status, failures_only, report.warn_as_fail)]
     hostlists = [g.hosts for g in groups] + [h for h, _ in passing(report.results)]
     width = max([len(h) for h in hostlists if len(h) <= HOSTS_WIDTH] + [4])  # a longer one has its own line
     for g in groups:
