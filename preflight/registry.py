@@ -190,10 +190,14 @@ class CheckContext:
         remedy: str = "",
         facts: dict[str, Any] | None = None,
         source: str | None = None,
+        proof: str | Sequence[str] = "",
     ) -> Result:
         """A result that is one finding of policy code `code`: its status is the policy's
-        (the table's, or the site's override), and the result carries the code."""
-        ev = [str(e) for e in evidence]
+        (the table's, or the site's override), and the result carries the code. `proof`: what
+        the evidence line that proves it holds, put first (`preflight.findings.prove`)."""
+        from preflight.findings import prove
+
+        ev = prove((str(e) for e in evidence), proof)
         facts = dict(facts or {})
         status = policy.status(code)
         policy.code_facts([code] if status is not Status.PASS else [], facts, ev,

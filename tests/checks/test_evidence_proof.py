@@ -94,3 +94,16 @@ def test_analysed_logs_show_the_telling_line(fixture: str, check: str, token: st
 
     res = [r for r in analyze.analyze(registry.load(), [FIXTURES / fixture]) if r.check == check]
     assert res and token in proof(res[0]), [r.evidence[:3] for r in res]
+
+
+def test_ctx_finding_puts_the_proof_first() -> None:
+    from preflight import registry
+    from preflight.grading import FactStore
+    from preflight.profile import load
+    from preflight.registry import CheckContext, Options
+
+    r = registry.load()
+    ctx = CheckContext(check=r.checks["gpu.xid"], node="n1", store=FactStore(r, captures={}),
+                       profile=load("generic"), options=Options())
+    res = ctx.finding("gpu.xid/restart-bm", "Xid 79", ["boot line", "NVRM: Xid (PCI:0000:5d:00): 79"], proof="Xid (")
+    assert res.evidence[0] == "NVRM: Xid (PCI:0000:5d:00): 79" and res.status is Status.FAIL
