@@ -429,14 +429,19 @@ def _mark_lost(out: NodeOutcome, plan: NodePlan, extra: Sequence[Probe] = ()) ->
 
 
 def _expect(progress: object, bundles: dict[str, list[Probe]], st: _Run) -> None:
-    """Tell a progress display (if it wants to know) how many probes each node will send, and
-    which probes each check needs (`planned`: node -> check id -> probe names)."""
+    """Tell a progress display (if it wants to know) how many probes each node will send,
+    which probes each check needs (`planned`: node -> check id -> probe names) and the tool
+    each probe runs (`probe_tools`: probe name -> tool, as rootcause names it)."""
     expect = getattr(progress, "expect", None)
     if callable(expect):
         expect({n: len(ps) for n, ps in bundles.items()})
     planned = getattr(progress, "planned", None)
     if callable(planned):
         planned({n: {cid: [p.name for p in ps] for cid, ps in plan.per_check.items()} for n, plan in st.plans.items()})
+    tools = getattr(progress, "probe_tools", None)
+    if callable(tools):
+        tools({p.name: rootcause.probe_tool(p.name, list(p.commands[0]) if p.commands else [])
+               for ps in bundles.values() for p in ps})
 
 
 def _report_failed(progress: object, outcomes: dict[str, NodeOutcome]) -> None:

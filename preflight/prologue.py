@@ -40,6 +40,7 @@ from preflight.engine import (
 from preflight.grading import EXIT_NO_GO
 from preflight.probes import DEFAULT_CAP, DEFAULT_TIMEOUT, Probe, kill_live
 from preflight.report.base import Report
+from preflight.rootcause import TOOL_OWNER
 from preflight.transport.local import LocalTransport
 
 
@@ -127,6 +128,14 @@ def left(budget: float, reserve: float) -> float:
 HUNG_REMEDY = "a hung tool often means a hung driver or GPU: check dmesg, reset the GPU or reboot the node"
 
 
+def hung_tools(running: Sequence[str], tools: dict[str, str]) -> dict[str, list[str]]:
+    """The probes still running, by the tool they run (a probe whose tool is not known: its own name)."""
+    out: dict[str, list[str]] = {}
+    for probe in sorted(running):
+        out.setdefault(tools.get(probe, probe), []).append(probe)
+    return out
+
+
 @dataclass
 class Decided:
     """What the prologue has decided so far: its lines, exit code and drain reason (check, summary)."""
@@ -149,6 +158,7 @@ class Watchdog:
         self.stage = "loading the checks"
         self.transport: LocalTransport | None = None
         self.uses: dict[str, list[str]] = {}  # probe -> the checks that need it
+        self.tools: dict[str, str] = {}  # probe -> the tool it runs
         self.decided: Decided | None = None
         self.ended = 0  # probes that came back
         self.printed = False
@@ -173,6 +183,9 @@ class Watchdog:
                     uses.setdefault(probe, []).append(cid)
         self.uses = uses
 
+    def probe_tools(self, tools: dict[str, str]) -> None:
+        self.tools.update(tools)
+
     def say(self, lines: list[str], code: int) -> None:
         """Print the prologue's own lines (once: the watchdog prints nothing after them)."""
         with self._out:
@@ -190,12 +203,18 @@ class Watchdog:
         lines = [f"preflight prologue {self.node}: NO-GO (the {self.budget:g} s budget ran out while {self.stage}; "
                  f"{self.ended} probe(s) back, {len(running)} still running)"]
         first: tuple[str, str] | None = None
-        for probe in running:
-            summary = f"probe {probe} still running at the {self.budget:g} s budget"
-            for cid in self.uses.get(probe) or ["prologue"]:
-                lines += [f"  ERROR {cid}: {summary}",
-                          f"    remedy: run `preflight node --only {cid}` on {self.node}; {HUNG_REMEDY}"]
-                first = first or (cid, summary)
+        for tool, probes in hung_tools(running, self.tools).items():
+            # one line per hung tool, on the check that owns it; the others that need it depend on it
+            users = list(dict.fromkeys(c for p in probes for c in self.uses.get(p) or ["prologue"]))
+            owner = TOOL_OWNER.get(tool, "")
+            cid = owner if owner in users else users[0]
+            summary = (f"{tool} still running at the {self.budget:g} s budget (hung): "
+                       + (f"probe {probes[0]}" if len(probes) == 1 else f"probes {', '.join(probes)}"))
+            more = len(users) - 1
+            lines += [f"  ERROR {cid}: {summary}" + (f" ({more} dependent check{'s' * (more > 1)} not graded)"
+                                                     if more else ""),
+                      f"    remedy: run `preflight node --only {cid}` on {self.node}; {HUNG_REMEDY}"]
+            first = first or (cid, summary)
         if first is None:
             first = ("prologue", f"the {self.budget:g} s budget ran out while {self.stage}")
             lines.append(f"  ERROR {first[0]}: {first[1]}")
@@ -286,7 +305,10 @@ class PrologueOutcome:
 def _summary_lines(report: Report, node: str) -> list[str]:
     lines = [f"preflight prologue {node}: {report.verdict.verdict} ({report.duration_s:.1f} s)"]
     for r in report.verdict.blocking:
-        lines.append(f"  {r.status.value.upper()} {r.check}: {r.summary}")
+        deps = r.facts.get("dependents")
+        folded = f" ({len(deps)} dependent check{'s' * (len(deps) > 1)} skipped)" if isinstance(deps, list) and deps \
+            else ""
+        lines.append(f"  {r.status.value.upper()} {r.check}: {r.summary}{folded}")
         if r.remedy:
             lines.append(f"    remedy: {r.remedy}")
     return lines

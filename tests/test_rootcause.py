@@ -381,3 +381,39 @@ def test_a_gpu_off_the_bus_is_one_fail_on_inventory_and_listings_that_only_miss_
     # another node: no inventory root there, nothing folds
     assert folded[("gpu017", "gpu.nvlink")].status is Status.FAIL
     assert decide(rootcause.fold(results)).bad_nodes == decide(results).bad_nodes
+
+
+HUNG_CONFIG = "[check_timeouts]\n" + "".join(f'"{c}" = 2\n' for c in (
+    "gpu.driver", "gpu.health", "gpu.inventory", "gpu.nvlink", "gpu.topology", "fabric.manager", "gpu.xid", "ib.hca",
+    "net.nic", "net.mtu"))
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("hang", "line"), [
+    (["nvidia-smi"], " gpu.driver: nvidia-smi did not finish within 2 s (hung): probes "),
+    (["nvidia-smi", "dmesg", "journalctl", "ibstat", "ip", "systemctl"], " node.responsive: "),
+])
+def test_cli_node_with_hung_tools_prints_one_error_line_naming_them(tmp_path: Path, hang: list[str],
+                                                                    line: str) -> None:
+    """Fake tools of a healthy 8xH100 node, the named ones hanging on every call (their checks'
+    probes given 2 s by the site config): one ERROR line, naming the tools, piped."""
+    sc = scenarios.healthy_h100(tmp_path / "sc")
+    for tool in hang:
+        f = sc / f"{tool}.json"
+        rules = json.loads(f.read_text())["rules"] if f.exists() else [{"match": ".*"}]
+        f.write_text(json.dumps({"rules": [{**r, "hang": True} for r in rules]}))
+    env = fakes.env_for(fakes.install(tmp_path / "bin", scenarios.TOOLS), sc)
+    (tmp_path / "config.toml").write_text(HUNG_CONFIG)
+    env["PREFLIGHT_CONFIG"] = str(tmp_path / "config.toml")
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "node", "--profile", "h100-sxm-8x", "--history", "off",
+                        "--out", str(tmp_path / "r")], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    errors = [ln for ln in p.stdout.splitlines() if ln.startswith("ERROR ")]
+    assert len(errors) == 1 and line in errors[0], p.stdout
+    assert all(t in errors[0] for t in ("nvidia-smi", *(t for t in hang if t not in ("journalctl", "systemctl")))), \
+        errors[0]
+    assert "dependent checks skipped" in errors[0]
+    assert not [ln for ln in p.stdout.splitlines() if "timed out after" in ln and not ln.startswith("ERROR ")]
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert sum(r["status"] == "error" for r in doc["results"]) == 1, [(r["check"], r["summary"])
+                                                                       for r in doc["results"]]

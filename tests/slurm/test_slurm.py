@@ -201,9 +201,65 @@ def test_prologue_stays_within_its_budget_when_a_tool_hangs(tmp_path: Path) -> N
     assert p.stdout.startswith("preflight prologue gpu017: NO-GO"), p.stdout
     # the probe's shrunk timeout ends it first; on a loaded machine the watchdog may be first
     # (it fires a moment before the budget): either way the hung probe is named as ERROR
-    assert re.search(r"^  ERROR gpu\.xid: probe kernel-log (timed out|still running at the 4 s budget)", p.stdout,
-                     re.M), p.stdout
+    assert re.search(r"^  ERROR gpu\.xid: (probe kernel-log timed out|dmesg still running at the 4 s budget \(hung\): "
+                     r"probe kernel-log)", p.stdout, re.M), p.stdout
     assert "kernel-log 15s->" in p.stdout
+
+
+HUNG_CONFIG = "[check_timeouts]\n" + "".join(f'"{c}" = 2\n' for c in (
+    "gpu.driver", "gpu.health", "gpu.inventory", "gpu.nvlink", "gpu.topology", "fabric.manager"))
+
+
+@pytest.mark.real
+def test_a_hung_nvidia_smi_is_one_error_line_and_the_drain_reason_names_it(tmp_path: Path) -> None:
+    """Every nvidia-smi call hangs on a healthy 8xH100 node (fake tools): the prologue prints one
+    ERROR, on gpu.driver, naming nvidia-smi, and drains with that reason, never a dependent's."""
+    from tests import scenarios
+
+    sc = scenarios.healthy_h100(tmp_path / "sc")
+    rules = json.loads((sc / "nvidia-smi.json").read_text())["rules"]
+    (sc / "nvidia-smi.json").write_text(json.dumps({"rules": [{**r, "hang": True} for r in rules]}))
+    env = fakes.env_for(fakes.install(tmp_path / "bin", scenarios.TOOLS), sc)
+    show = _fake_scontrol(tmp_path, fixture_text("scontrol/show_node_o_mixed.txt"))
+    (tmp_path / "config.toml").write_text(HUNG_CONFIG)  # the GPU checks' probes: 2 s (their own 15-20 s)
+    env.update(PATH=f"{show.parent}:{env['PATH']}", SLURMD_NODENAME="gpu017", PREFLIGHT_HISTORY="off",
+               PREFLIGHT_CONFIG=str(tmp_path / "config.toml"))
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "prologue", "--profile", "h100-sxm-8x", "--only", "gpu",
+                        "--only", "fabric", "--budget", "30"], capture_output=True, text=True, timeout=60, env=env,
+                       cwd=tmp_path)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    errors = [ln for ln in p.stdout.splitlines() if ln.lstrip().startswith(("ERROR", "FAIL"))]
+    assert len(errors) == 1, p.stdout
+    assert errors[0].startswith("  ERROR gpu.driver: nvidia-smi did not finish within 2 s (hung): probes ")
+    assert "dependent checks skipped" in errors[0], errors[0]
+    update = (tmp_path / "calls.log").read_text().splitlines()[-1]
+    assert update.startswith("update NodeName=gpu017 State=DRAIN Reason=preflight: gpu.driver nvidia-smi did not "
+                             "finish within 2 s (hung)"), update
+    assert "more)" not in update  # one cause: nothing else to count
+
+
+def test_the_watchdog_names_a_hung_tool_once_on_its_owner_check() -> None:
+    from preflight.prologue import Watchdog
+
+    class Running:
+        def running(self, node: str | None = None) -> dict[str, float]:
+            return {"nvidia-smi-q": 1.0, "nvidia-smi-topo": 1.0, "kernel-log": 2.0}
+
+    w = Watchdog(8, "gpu017", no_drain=True)
+    w.transport = Running()  # type: ignore[assignment]
+    w.planned({"gpu017": {"gpu.driver": ["nvidia-smi-q"], "gpu.health": ["nvidia-smi-q"],
+                          "fabric.manager": ["nvidia-smi-q"], "gpu.topology": ["nvidia-smi-topo"],
+                          "gpu.xid": ["kernel-log"]}})
+    w.probe_tools({"nvidia-smi-q": "nvidia-smi", "nvidia-smi-topo": "nvidia-smi", "kernel-log": "dmesg"})
+    d = w.at_budget()
+    errors = [ln for ln in d.lines if ln.startswith("  ERROR")]
+    assert errors == ["  ERROR gpu.xid: dmesg still running at the 8 s budget (hung): probe kernel-log",
+                      "  ERROR gpu.driver: nvidia-smi still running at the 8 s budget (hung): probes nvidia-smi-q, "
+                      "nvidia-smi-topo (3 dependent checks not graded)"]
+    assert d.drain == ("gpu.xid", "dmesg still running at the 8 s budget (hung): probe kernel-log")
+    w.tools.clear()  # tools not told: each probe stands for itself
+    assert [ln for ln in w.at_budget().lines if ln.startswith("  ERROR")][0].startswith(
+        "  ERROR gpu.xid: kernel-log still running")
 
 
 def test_budget_transport_shrinks_timeouts() -> None:
