@@ -119,7 +119,8 @@ class DriverView:
         return {"driver": self.driver or None, "cuda": self.cuda or None,
                 "nvml": (nv.nvml_version or None) if nv is not None else None, "error": None,
                 "kernel_module": self.kernel_module or None, "installed": dv.installed if dv else [],
-                "nvml_library": self.library or None}
+                "nvml_library": self.library or None,
+                "nvml_file": (nv.library or None) if nv is not None else None}  # the libnvidia-ml the probe loaded
 
 
 def _mismatch(v: DriverView, facts: dict[str, Any]) -> tuple[str, list[str]]:

@@ -8,7 +8,14 @@ an `unreachable` route for the test subnet first, so nothing can leak to the rea
 every client command runs inside the client namespace. `down()` removes everything.
 
 Faults: `set_port_mtu(node, 1500)` on the bridge side (jumbo frames vanish silently),
-`rate_limit(node, "20mbit")` with tbf, `stop_sshd(node)`, per-node fake tool scenarios.
+`rate_limit(node, "20mbit")` with tbf, `stop_sshd(node)`, per-node fake tool scenarios,
+`remove_nvml(node)` (no driver library).
+
+Like a real GPU node, a node has nothing of preflight installed: its `python3` is a bare venv
+of the base interpreter (no preflight, no site packages), and its NVIDIA driver library is the
+fake libnvidia-ml.so.1 (tests/fakes/fake_nvml.py) in its own lib folder on LD_LIBRARY_PATH. The
+operator's own installs stay reachable by name after it: the preflight CLI (Prolog,
+HealthCheckProgram) and torchrun of the test environment.
 
 Usable by hand too: `python -m tests.netcluster up 4` / `down`.
 """
@@ -42,6 +49,8 @@ def prerequisites() -> list[str]:
     for tool in ("ip", "unshare", "nsenter", "ssh-keygen", "/usr/sbin/sshd", "ping", "tc"):
         if shutil.which(tool) is None:
             missing.append(tool)
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        missing.append("gcc (the fake libnvidia-ml.so.1)")
     return missing
 
 
@@ -169,9 +178,31 @@ class NetCluster:
 
         fakes.install(node.home / "bin", tools)
         (node.home / "scenario").mkdir(exist_ok=True)
+        self.install_nvml(node.name)
+
+    def install_nvml(self, name: str, variant: str = "") -> Path:
+        """Put the (fake) driver library into the node's lib folder."""
+        from tests.fakes import fake_nvml
+
+        return fake_nvml.install(self.node(name).home / "lib", variant)
+
+    def remove_nvml(self, name: str) -> None:
+        """The node loses its driver library (as a node without the NVIDIA driver)."""
+        (self.node(name).home / "lib" / "libnvidia-ml.so.1").unlink(missing_ok=True)
+
+    def node_python(self) -> Path:
+        """The nodes' python3: a bare venv of the base interpreter, made once per cluster (no
+        preflight, no nvidia-ml-py, no site packages)."""
+        venv = self.workdir / "nodepython"
+        if not (venv / "bin" / "python3").exists():
+            base = getattr(sys, "_base_executable", sys.executable)
+            sh(base, "-m", "venv", "--without-pip", str(venv), timeout=120)
+        return venv / "bin"
 
     def node_path(self, node: Node) -> str:
-        return f"{node.home / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+        # the node's own python3 first; the test environment's bin (preflight, torchrun) after it
+        return (f"{node.home / 'bin'}:{self.node_python()}:{Path(sys.executable).parent}:"
+                "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
 
     def start_sshd(self, node: Node) -> None:
         cfg = node.home / "sshd_config"
@@ -182,16 +213,29 @@ class NetCluster:
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "UsePAM no\nStrictModes no\nPrintMotd no\nMaxStartups 100:30:200\nMaxSessions 100\n"
             f"SetEnv PATH={self.node_path(node)} PREFLIGHT_FAKE_DIR={node.home / 'scenario'} "
-            f"PYTHONPATH={ROOT}:{ROOT / 'tests' / 'fakes' / 'nvml'}\n"
+            f"LD_LIBRARY_PATH={node.home / 'lib'}\n"
         )
         script = (f"hostname {node.name} && mount -t tmpfs tmpfs /run && mkdir -p /run/sshd && "
-                  f"exec /usr/sbin/sshd -D -e -f {cfg}")
+                  f"{self._plain_bashrc()}exec /usr/sbin/sshd -D -e -f {cfg}")
         log = open(node.home / "sshd.log", "ab")  # noqa: SIM115 - the daemon owns it
         node.sshd = subprocess.Popen(
             ["ip", "netns", "exec", node.ns, "unshare", "--uts", "--mount", "--propagation", "private",
              "sh", "-c", script],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         self._procs.append(node.sshd)
+
+    def _plain_bashrc(self) -> str:
+        """Shell words that hide this machine's ~/.bashrc from the node's sessions (bash reads
+        it for commands run over ssh): a developer's pyenv shims would otherwise come before the
+        node's PATH and pick its python3. Empty when there is none."""
+        import pwd
+
+        rc = Path(pwd.getpwnam("root").pw_dir) / ".bashrc"
+        if not rc.is_file():
+            return ""
+        plain = self.workdir / "node.bashrc"
+        plain.write_text("# a node's own shell start-up: nothing added to PATH\n")
+        return f"mount --bind {plain} {rc} && "
 
     def stop_sshd(self, node: Node) -> None:
         if node.sshd and node.sshd.poll() is None:
@@ -273,7 +317,7 @@ class NetCluster:
     # A real Slurm: munged with its own socket and key, slurmctld in the client namespace (as
     # host `login`), one slurmd per node namespace (`nsenter --net`, own UTS name nK). The
     # Prolog, HealthCheckProgram and every task see the node's PATH (fake tools first),
-    # PREFLIGHT_FAKE_DIR and PYTHONPATH, like the sshd sessions do.
+    # PREFLIGHT_FAKE_DIR and LD_LIBRARY_PATH (the node's driver library), like the sshd sessions do.
     def slurm_env(self) -> dict[str, str]:
         """Environment for Slurm client commands (srun, sbatch, scontrol, sinfo)."""
         env = dict(os.environ)
@@ -297,7 +341,8 @@ class NetCluster:
         script = self._slurm_dir() / name
         text = (f"#!/bin/sh\nexport PATH=\"{path}\"\n"
                 f"export PREFLIGHT_FAKE_DIR=\"{self.workdir}/{node}/scenario\"\n"
-                f"export PYTHONPATH=\"{ROOT}:{ROOT / 'tests' / 'fakes' / 'nvml'}\"\nexport SLURM_CONF=\"{self._slurm_dir() / 'slurm.conf'}\"\n{body}")
+                f"export LD_LIBRARY_PATH=\"{self.workdir}/{node}/lib\"\n"
+                f"export SLURM_CONF=\"{self._slurm_dir() / 'slurm.conf'}\"\n{body}")
         if target is not None:
             text += f"exec {target} \"$@\"\n"
         script.write_text(text)
@@ -331,7 +376,7 @@ class NetCluster:
             raise RuntimeError(f"munged did not start: {(d / 'munged.out').read_text()[-500:]}")
         task_prolog = self._node_env_script("task_prolog.sh", None, body=(
             'echo "export PATH=$PATH"\necho "export PREFLIGHT_FAKE_DIR=$PREFLIGHT_FAKE_DIR"\n'
-            'echo "export PYTHONPATH=$PYTHONPATH"\n'))
+            'echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"\n'))
         lines = [
             "ClusterName=pftest", f"SlurmctldHost=login({self.client_addr})",
             "SlurmctldPort=6817", "SlurmdPort=6818", "SlurmUser=root", "SlurmdUser=root",

@@ -8,6 +8,7 @@ net.mtu with outcome silent_loss, and pass net.mtu on every other node, over SSH
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -74,6 +75,61 @@ def test_ssh_healthy_cluster_is_go_and_a_ghost_node_is_error_only(cluster: NetCl
     assert took < 90
 
 
+def on_node(c: NetCluster, node: str, command: str) -> subprocess.CompletedProcess[str]:
+    """`command` in a login shell's environment on `node`, over the cluster's real sshd."""
+    return c.client("ssh", "-F", str(c.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", node, command,
+                    check=False, timeout=60)
+
+
+def test_nodes_have_nothing_of_preflight_and_the_fleet_is_go(cluster: NetCluster) -> None:
+    """The nodes' python3 has no preflight and no nvidia-ml-py (as on a real GPU node); the NVML
+    probe ships with the bundle and reads each node's own driver library: GO, and not one WARN
+    or ERROR from the probe itself."""
+    for module in ("preflight", "pynvml"):
+        p = on_node(cluster, "n1", f"python3 -c 'import {module}'")
+        assert p.returncode == 1 and f"No module named '{module}'" in p.stderr, (module, p.stdout, p.stderr)
+    p = on_node(cluster, "n2", "python3 -c 'import sys; print(sys.prefix)'")
+    assert p.stdout.strip() == str(cluster.workdir / "nodepython"), p.stdout + p.stderr
+    rc, doc, _ = run_json(cluster, ["run", "--hosts", "n[1-4]", "--ssh-config", str(cluster.ssh_config), *SSH_ARGS])
+    assert rc == 0 and doc["verdict"] == "GO", [r for r in doc["results"] if r["status"] in ("fail", "error")]
+    nvml_said = [r for r in doc["results"] if r["status"] in ("warn", "error", "fail")
+                 and ("NVML" in r["summary"] or r["check"].startswith("gpu."))]
+    assert nvml_said == []
+    driver = by(doc, "gpu.driver")
+    for node in cluster.nodes:
+        r = driver[node.name]
+        assert r["status"] == "pass" and r["facts"]["nvml"] == "12." + scenarios.DRIVER, r
+        assert r["facts"]["nvml_file"] == str(node.home / "lib" / "libnvidia-ml.so.1"), r["facts"]
+    assert by(doc, "gpu.inventory")["n3"]["status"] == "pass"
+
+
+def test_a_node_without_the_driver_library_or_with_an_nvml_init_error_says_which(cluster: NetCluster) -> None:
+    """n2 has no libnvidia-ml.so.1 at all; n3's library fails nvmlInit with a version mismatch.
+    nvidia-smi works on both, so the driver is fine and it is a WARN naming the cause."""
+    cluster.remove_nvml("n2")
+    broken = {"ok": False, "error_type": "NVML_ERROR_LIB_RM_VERSION_MISMATCH"}
+    (cluster.node("n3").home / "scenario" / "nvml.json").write_text(json.dumps(broken))
+    from tests.fakes import fake_nvml
+
+    fake_nvml.write_data(cluster.node("n3").home / "scenario")
+    try:
+        rc, doc, _ = run_json(cluster, ["run", "--hosts", "n[1-4]", "--ssh-config", str(cluster.ssh_config),
+                                        *SSH_ARGS])
+    finally:
+        cluster.install_nvml("n2")
+        scenarios.healthy_h100(cluster.node("n3").home / "scenario")
+    driver = by(doc, "gpu.driver")
+    n2, n3 = driver["n2"], driver["n3"]
+    assert n2["status"] == "warn" and "libnvidia-ml.so.1 not found" in n2["summary"], n2
+    assert "NVIDIA driver not installed?" in n2["summary"] and "(LibraryNotFound)" in n2["summary"], n2
+    assert n3["status"] == "warn" and "NVML_ERROR_LIB_RM_VERSION_MISMATCH" in n3["summary"], n3
+    assert "Driver/library version mismatch" in n3["summary"], n3
+    assert str(cluster.node("n3").home / "lib" / "libnvidia-ml.so.1") in n3["summary"], n3
+    for node in ("n1", "n4"):
+        assert driver[node]["status"] == "pass", driver[node]
+    assert doc["verdict"] == "GO" and rc == 0  # WARNs: the driver itself works (nvidia-smi proves it)
+
+
 def test_ssh_jumbo_black_hole_named(cluster: NetCluster) -> None:
     cluster.set_port_mtu("n3", 1500)
     try:
@@ -114,6 +170,10 @@ def lost_output_kind(doc: dict, node: str = "n3") -> str:
             continue
         if r["status"] == "pass":
             kinds.add("arrived")
+            continue
+        if r["status"] == "skip" and r["facts"].get("depends_on") == "net.mtu":  # lost output the black hole explains
+            assert r["facts"]["own_status"] == "error" and r["summary"] == "depends on net.mtu: output lost", r
+            kinds.add("stalled")
             continue
         if r["status"] == "skip" and r["facts"].get("depends_on"):  # the same cause, said once by its root
             assert mine[r["facts"]["depends_on"]]["status"] == "error", (r, mine[r["facts"]["depends_on"]])
@@ -166,4 +226,8 @@ def test_srun_jumbo_black_hole_named(cluster: NetCluster) -> None:
     assert mtu["n3"]["status"] == "fail" and mtu["n3"]["facts"]["outcome"] == "silent_loss", mtu["n3"]
     for n in ("n1", "n2", "n4"):
         assert mtu[n]["status"] == "pass", mtu[n]
+    # srun tasks run the shipped NVML probe with the node's own python3 and driver library
+    nv = by(doc, "gpu.driver")["n1"]
+    assert nv["status"] == "pass" and nv["facts"]["nvml_file"] == str(cluster.node("n1").home / "lib" /
+                                                                     "libnvidia-ml.so.1"), nv
     assert took < 150

@@ -527,7 +527,10 @@ def test_facts_exactly() -> None:
     r = one(grade("gpu.driver", {"nvml": nvml_cap()}, mode="analyze"))
     assert r.status is Status.PASS and r.summary == "driver 535.129.03, CUDA 12.2, NVML 12.535.129.03"
     assert r.facts == {"driver": "535.129.03", "cuda": "12.2", "nvml": "12.535.129.03", "error": None,
-                       "kernel_module": None, "installed": [], "nvml_library": None}
+                       "kernel_module": None, "installed": [], "nvml_library": None, "nvml_file": None}
+    loaded = json.dumps({**json.loads(nvml_cap().stdout), "library": "/usr/lib64/libnvidia-ml.so.535.129.03"})
+    r = one(grade("gpu.driver", {"nvml": capture("nvml", loaded)}, mode="analyze"))
+    assert r.facts["nvml_file"] == "/usr/lib64/libnvidia-ml.so.535.129.03"
 
 
 def test_disagree_remedy_and_no_version_summary() -> None:
