@@ -257,3 +257,60 @@ def test_the_cli_does_not_import_heavy_modules_for_help(command: list[str]) -> N
     p = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "HEAVY \n" in p.stdout or p.stdout.rstrip().endswith("HEAVY"), p.stdout[-500:]
+
+
+# ---- the node side: what runs on a node needs nothing of ours installed -----------------------
+
+NODE_SIDE = ("preflight.probe_runner", "preflight.nvml_probe", "preflight.triage.gather")
+
+
+def _shipped_modules() -> dict[str, str]:
+    """module -> where it is shipped: every `module_text(X)` call, X resolved through the calling
+    module's own imports."""
+    shipped: dict[str, str] = {}
+    for module, tree in TREES.items():
+        names: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for base, name in _imported(module, node):
+                    alias = next(a.asname or a.name for a in node.names if a.name == name)
+                    names[alias] = f"{base}.{name}"
+            elif isinstance(node, ast.Import):
+                names.update({(a.asname or a.name): a.name for a in node.names})
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "module_text"
+                    and node.args and isinstance(node.args[0], ast.Name)):
+                shipped[names.get(node.args[0].id, node.args[0].id)] = f"{module}:{node.lineno}"
+    return shipped
+
+
+def test_every_module_shipped_to_a_node_is_a_node_side_module() -> None:
+    shipped = _shipped_modules()
+    assert set(NODE_SIDE) <= set(shipped), shipped  # the runner, the NVML probe, triage's gatherer
+    assert {m: where for m, where in shipped.items() if m not in NODE_SIDE} == {}
+
+
+@pytest.mark.parametrize("module", NODE_SIDE)
+def test_a_node_side_module_imports_only_the_standard_library(module: str) -> None:
+    """Shipped verbatim as `python3 -c <text>` to a node whose python has nothing of ours."""
+    names = set()
+    for node in ast.walk(TREES[module]):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{module}: relative import"
+            names.add((node.module or "").split(".")[0])
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}, sorted(names - set(sys.stdlib_module_names))
+
+
+@pytest.mark.parametrize("module", NODE_SIDE)
+def test_a_node_side_module_runs_from_its_text_alone(module: str) -> None:
+    """`python -I -S -c <text>`: no site packages, no PYTHONPATH, nothing of preflight; it must
+    at least load (given no arguments, it exits on its own terms, never with an ImportError)."""
+    import subprocess
+
+    text = MODULES[module].read_text()
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", text], capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+    assert "ImportError" not in p.stderr and "ModuleNotFoundError" not in p.stderr, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
