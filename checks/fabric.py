@@ -149,7 +149,8 @@ def _state_finding(b: FabricBlock, state: str, status: str, f: Findings) -> bool
     if sl == "completed":
         f.add("fabric.manager/fabric-status-error", f"{b.label}: fabric registration finished with status {status!r}",
               ev, "restart nvidia-fabricmanager, then reset the GPU (or reboot); read /var/log/fabricmanager.log for "
-                  "the cause (on a multi-node NVLink system: the IMEX/NVLink domain's resources and partition)")
+                  "the cause (on a multi-node NVLink system: the IMEX/NVLink domain's resources and partition)",
+              proof="[Fabric] Status")
     elif sl == "in progress":
         f.add("fabric.manager/fabric-in-progress", f"{b.label}: fabric registration still in progress", ev,
               "CUDA cannot use the GPU yet: wait a minute and re-run; if it stays In Progress, restart "

@@ -76,7 +76,10 @@ def grade_flaps(events: LinkEvents, names: list[str], profile: Profile, f: Findi
         first, last = events.window(name) if not down_now else ("", "")
         # a flap is two events at least, and `last` has a time whenever `first` has one
         window = f" between {first} and {last}" if first else ""
-        f.add(code, summary + window, [*(e.line.raw for e in mine[:QUOTED]), src], remedy)
+        ev = [e.line.raw for e in mine[:QUOTED]]
+        if down_now:  # the event that left it down proves it, whatever came before
+            ev = [mine[-1].line.raw, *(x for x in ev if x != mine[-1].line.raw)][:QUOTED]
+        f.add(code, summary + window, [*ev, src], remedy)
     return out
 
 

@@ -141,7 +141,7 @@ def _retirement(h: GpuHealth, prof: Profile, f: Findings) -> None:
         return
     if h.retired_pending:
         f.add("gpu.health/retired-pages-pending", f"{h.label}: page retirement pending", ev,
-              f"drain; {_reset(h)} so the pending pages are retired")
+              f"drain; {_reset(h)} so the pending pages are retired", proof=h.lines("retired_pending"))
     max_pages = _num(prof, "gpu.max_retired_pages")
     if h.retired_dbe is not None and max_pages is not None and h.retired_dbe > max_pages:
         f.add("gpu.health/retired-pages-dbe", f"{h.label}: {h.retired_dbe} page(s) retired after double-bit ECC "

@@ -435,14 +435,16 @@ def _ethtool_link(link: EthLink, prof: Profile, strict: bool, f: Findings) -> No
     min_speed = int(prof.get("net.min_speed_mbps") or 0)  # pragma: no mutate (0 and 1 Mb/s both grade nothing)
     if link.link_detected is False:
         f.add("net.nic/declared-no-link" if strict else "net.nic/ethtool-no-link", f"{link.name}: no link detected",
-              link.lines, f"check the cable/transceiver and the switch port of {link.name}")
+              link.lines, f"check the cable/transceiver and the switch port of {link.name}", proof="Link detected")
     if min_speed and link.speed_mbps and link.speed_mbps < min_speed:
         f.add("net.nic/declared-link-slow" if strict else "net.nic/link-slow",
               f"{link.name} links at {link.speed_mbps} Mb/s, expected at least {min_speed}",
               [*link.lines, f"net.min_speed_mbps = {min_speed} ({prof.source('net.min_speed_mbps')})"],
-              f"the link of {link.name} negotiated a lower speed: check the cable/transceiver and the switch port")
+              f"the link of {link.name} negotiated a lower speed: check the cable/transceiver and the switch port",
+              proof="Speed:")
     if link.duplex.lower() == "half":
-        f.add("net.nic/half-duplex", f"{link.name} runs half duplex", link.lines, "fix auto-negotiation on both ends")
+        f.add("net.nic/half-duplex", f"{link.name} runs half duplex", link.lines, "fix auto-negotiation on both ends",
+              proof="Duplex:")
 
 
 def _grade_ethtool(eth: EthtoolFacts, prof: Profile, f: Findings) -> list[dict[str, Any]]:

@@ -87,6 +87,11 @@ def test_prove_moves_the_first_line_holding_the_first_token_found() -> None:
     ("watchdog/torch25_allreduce_timeout_rank3_missing.log", "hang.watchdog", "timeout"),
     ("nccl/nccl_warn_qp_unreachable_then_proxy_and_socket.log", "nccl.transport", "ibv_modify_qp failed"),
     ("nccl-tests/all_reduce_perf_1node_wrong_results.txt", "nccl.allreduce", " 4096 "),
+    ("nvidia-smi-q/h100x2_535_fabric_insufficient_resources.txt", "fabric.manager", "Status : Insufficient"),
+    ("nvidia-smi-q/v100x2_470_retired_pages_pending.txt", "gpu.health", "Pending Page Blacklist : Yes"),
+    ("nvidia-smi-q/v100x1_470_retired_pending.xml", "gpu.health", "<pending_blacklist>Yes"),
+    ("ethtool/ethtool_bond1_unknown_speed_no_link.txt", "net.nic", "Link detected: no"),
+    ("netlog/dmesg_mlx5_link_down_stays_down.log", "net.nic", "Link down"),
 ])
 def test_analysed_logs_show_the_telling_line(fixture: str, check: str, token: str) -> None:
     from preflight import analyze, registry

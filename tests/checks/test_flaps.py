@@ -189,7 +189,7 @@ def test_link_lost_has_no_window_and_quotes_at_most_six_lines():
     f = Findings()
     flaps.grade_flaps(events("\n".join(lines) + "\n"), ["ens6f0np0"], load_profile("generic"), f, "link")
     assert f.summaries(Status.FAIL) == ["link ens6f0np0 lost its link and did not get it back"]
-    assert len(f.items[0].evidence) == 7 and f.items[0].evidence[0].endswith("Link down")
+    assert len(f.items[0].evidence) == 7 and f.items[0].evidence[0] == lines[-1]  # the event that left it down
 
 
 def test_no_flap_threshold_in_a_profile(tmp_path):
