@@ -306,6 +306,13 @@ def _model_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
               "enable the persistence daemon (`systemctl enable --now nvidia-persistenced`) or run `nvidia-smi -pm 1`")
 
 
+def _mig_evidence(g: Any) -> str:
+    """The MIG mode of a GPU as its listing shows it (the CSV's cells, else what -q said)."""
+    if any(k in g.cells for k in MIG_KEYS):
+        return str(g.evidence(MIG_KEYS))
+    return f"{g.label}: MIG mode current={g.mig_mode or 'N/A'}, pending={g.mig_pending or 'N/A'}"
+
+
 def _mig_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
     on = [g for g in inv.gpus if to_bool(g.mig_mode) is True or g.mig_devices]
     pending = [g for g in inv.gpus if g not in on and to_bool(g.mig_pending)]
@@ -315,11 +322,11 @@ def _mig_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
         if inv.mig_devices else []
     if on:
         f.add("gpu.inventory/mig-enabled" if allowed else "gpu.inventory/mig-not-allowed",
-              f"MIG enabled on {_labels(on)}", [g.evidence(MIG_KEYS) for g in on] + devices + [src],
+              f"MIG enabled on {_labels(on)}", [_mig_evidence(g) for g in on] + devices + [src],
               MIG_REMEDY if allowed else "drain the node; " + MIG_REMEDY)
     if pending:
         f.add("gpu.inventory/mig-pending", f"MIG will turn on at the next reset of {_labels(pending)}",
-              [g.evidence(MIG_KEYS) for g in pending] + [src],
+              [_mig_evidence(g) for g in pending] + [src],
               "clear the pending MIG mode (`nvidia-smi -i <index> -mig 0`) before the next GPU reset")
 
 

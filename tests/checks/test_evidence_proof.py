@@ -91,6 +91,7 @@ def test_prove_moves_the_first_line_holding_the_first_token_found() -> None:
     ("nvidia-smi-q/v100x2_470_retired_pages_pending.txt", "gpu.health", "Pending Page Blacklist : Yes"),
     ("nvidia-smi-q/v100x1_470_retired_pending.xml", "gpu.health", "<pending_blacklist>Yes"),
     ("ethtool/ethtool_bond1_unknown_speed_no_link.txt", "net.nic", "Link detected: no"),
+    ("nvidia-smi-q/a100x1_550_mig_enabled.txt", "gpu.inventory", "MIG mode current=Enabled"),
     ("netlog/dmesg_mlx5_link_down_stays_down.log", "net.nic", "Link down"),
 ])
 def test_analysed_logs_show_the_telling_line(fixture: str, check: str, token: str) -> None:
