@@ -21,7 +21,7 @@ import pytest
 
 from preflight.sweep import launch
 from tests.conftest import need
-from tests.netcluster import NetCluster, prerequisites, sh
+from tests.netcluster import ROOT, NetCluster, prerequisites, sh
 
 HERE = Path(__file__).resolve().parent
 PREFLIGHT = [sys.executable, "-c", "from preflight.cli import main; main()"]
@@ -100,10 +100,19 @@ def test_refused_host_key_ends_within_seconds_naming_the_node(cluster: NetCluste
     print(f"refused host key: sweep ended in {times} s")
 
 
-def test_a_node_whose_python_lacks_torch_is_named_at_once(cluster: NetCluster, tmp_path: Path) -> None:
+def no_torch(tmp_path: Path) -> Path:
+    """The system python with preflight importable but no torch (the nodes' own python3 has no preflight)."""
     need(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3")
+    py = tmp_path / "python3-no-torch"
+    py.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec /usr/bin/python3 "$@"\n')
+    py.chmod(0o755)
+    return py
+
+
+def test_a_node_whose_python_lacks_torch_is_named_at_once(cluster: NetCluster, tmp_path: Path) -> None:
+    bare = no_torch(tmp_path)
     wrapper = tmp_path / "python"  # n3 runs a python without torch, the others the test's python
-    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n3 ]; then exec /usr/bin/python3 "$@"; fi\n'
+    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n3 ]; then exec {bare} "$@"; fi\n'
                        f'exec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     rc, doc, took, _ = sweep(cluster, "--python", str(wrapper))
@@ -112,7 +121,7 @@ def test_a_node_whose_python_lacks_torch_is_named_at_once(cluster: NetCluster, t
     assert rc == 1 and list(err) == ["n3"], err
     assert "torch" in err["n3"]["summary"] and "/usr/bin/python3" in err["n3"]["summary"]
     # no node has torch: the environment, not a node, is at fault; `preflight sweep` cannot run (exit 2)
-    rc, doc, took, stderr = sweep(cluster, "--python", "/usr/bin/python3")
+    rc, doc, took, stderr = sweep(cluster, "--python", str(bare))
     assert rc == 2 and "torch is not importable" in stderr and "--python PATH" in stderr, stderr
     assert took < 15, took
     print(f"python without torch on n3: named in {took:.1f} s")
@@ -140,17 +149,17 @@ def test_run_over_ssh_same_rule(cluster: NetCluster, tmp_path: Path) -> None:
     """`preflight run` over SSH: no torch on any node is SKIP; with --sweep-only nothing else
     was graded, so the verdict is NO-EVIDENCE (exit 3), never GO. One node without it is that
     node's ERROR, named at once."""
-    need(Path("/usr/bin/python3").is_file(), "no /usr/bin/python3")
+    bare = no_torch(tmp_path)
     base = [*PREFLIGHT, "run", "--hosts", ",".join(n.name for n in cluster.nodes), "--ssh-config",
             str(cluster.ssh_config), "--sweep-only", "--sweep-nproc", "1", "--sweep-backend", "gloo",
             "--sweep-profile", str(HERE / "gloo-test.toml"), "--json", "--no-report"]
-    p = cluster.client(*base, "--sweep-python", "/usr/bin/python3", check=False, timeout=120)
+    p = cluster.client(*base, "--sweep-python", str(bare), check=False, timeout=120)
     doc = json.loads(p.stdout)
     ar = next(r for r in doc["results"] if r["check"] == "nccl.allreduce")
     assert p.returncode == 3 and doc["verdict"] == "NO-EVIDENCE" and ar["status"] == "skip", p.stdout[-2000:]
     assert "--sweep-python PATH" in ar["remedy"] and "/usr/bin/python3" in ar["summary"]
     wrapper = tmp_path / "python"
-    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n1 ]; then exec /usr/bin/python3 "$@"; fi\n'
+    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n1 ]; then exec {bare} "$@"; fi\n'
                        f'exec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     t = time.monotonic()
