@@ -31,8 +31,9 @@ import pytest
 
 from preflight import engine, registry
 from preflight.grading import decide
-from preflight.model import CLUSTER, Capture, CaptureState, Result
+from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.probes import Probe, run_probe
+from preflight.registry import Options
 from preflight.transport.base import NodeOutcome, ProgressFn, Transport
 from tests import fakes, scenarios
 
@@ -175,7 +176,7 @@ def _run(recorded: Recorded, seed: int) -> tuple[list[Result], dict[str, str], l
     reg = registry.load()
     checks = engine.select(reg)
     cluster = [c for c in reg.cluster_checks.values()]
-    opts = engine.Options(extra={"expect_nodes": len(NODES)})
+    opts = Options(extra={"expect_nodes": len(NODES)})
     transport = LossyTransport(recorded, rnd, fates, raise_phase2=rnd.random() < 0.1)
     results, _ = engine.run(reg, checks, list(NODES), transport, profile_name="auto", options=opts, peers=_ring,
                             cluster_checks=cluster, addresses={a: n for n, a in ADDR.items()})
@@ -215,10 +216,10 @@ def test_the_seeds_cover_every_fate_and_a_raising_transport() -> None:
 
 
 def test_a_missing_result_is_filled_and_a_second_one_merged() -> None:
-    ok = Result(check="gpu.xid", node="n1", status=engine.Status.PASS, summary="no Xid")
-    twice = Result(check="gpu.xid", node="n1", status=engine.Status.FAIL, summary="Xid 79",
+    ok = Result(check="gpu.xid", node="n1", status=Status.PASS, summary="no Xid")
+    twice = Result(check="gpu.xid", node="n1", status=Status.FAIL, summary="Xid 79",
                    facts={"codes": ["gpu.xid/x79"]})
-    about = Result(check="cluster.versions", node="n1", status=engine.Status.PASS, summary="same")
+    about = Result(check="cluster.versions", node="n1", status=Status.PASS, summary="same")
     out = engine.complete([ok, twice, about], ["n1", "n2"], ["gpu.xid"], ["cluster.versions", "cluster.mtu"],
                           {"n2": "refused"})
     count = Counter((r.node, r.check) for r in out)
@@ -226,10 +227,10 @@ def test_a_missing_result_is_filled_and_a_second_one_merged() -> None:
     assert set(count) == {("n1", "gpu.xid"), ("n2", "gpu.xid"), ("n1", "cluster.versions"),
                           ("n2", "cluster.versions"), (CLUSTER, "cluster.mtu")}
     merged = next(r for r in out if (r.node, r.check) == ("n1", "gpu.xid"))
-    assert merged.status is engine.Status.FAIL and merged.summary == "Xid 79"  # the worst is kept
+    assert merged.status is Status.FAIL and merged.summary == "Xid 79"  # the worst is kept
     assert merged.evidence[0] == "was: PASS no Xid" and merged.facts["codes"] == ["gpu.xid/x79"]
     filled = next(r for r in out if (r.node, r.check) == ("n2", "gpu.xid"))
-    assert filled.status is engine.Status.ERROR and filled.facts["codes"] == ["run.result/missing"]
+    assert filled.status is Status.ERROR and filled.facts["codes"] == ["run.result/missing"]
     assert filled.summary == "no result: gpu.xid said nothing about n2 (refused)"
     mtu = next(r for r in out if r.check == "cluster.mtu")
     assert mtu.summary == "no result: cluster.mtu said nothing about the cluster"
@@ -266,3 +267,28 @@ def test_the_recorded_captures_are_real(recorded: Recorded) -> None:
                                                               "10.77.0.2"], timeout=5))
     assert "8980 bytes from 10.77.0.2" in ping.stdout and "8972(9000)" in ping.stdout
     assert Path(scenarios.FIX / "ping" / "jumbo_ok.txt").is_file()
+
+
+def test_a_node_whose_session_stalled_is_still_pinged_by_its_peers(recorded: Recorded) -> None:
+    """A stalled SSH session (the bundle too large for a black-holed path) sent nothing back, yet
+    its peers must ping it: that is how net.mtu finds the black hole. A node that refused the
+    connection is left out of the ring."""
+    fates = {"n1": "ok", "n2": "stall", "n3": "unreachable", "n4": "ok"}
+    class Nothing(random.Random):
+        def randrange(self, *args: object, **kw: object) -> int:  # type: ignore[override]
+            return 0  # the stall cuts n2's captures at the first: nothing arrives
+
+    transport = LossyTransport(recorded, Nothing(0), fates, raise_phase2=False)
+    rings: list[list[str]] = []
+
+    def ring(answered: list[str]) -> dict[str, list[str]]:
+        rings.append(list(answered))
+        return _ring(answered)
+
+    reg = registry.load()
+    engine.run(reg, engine.select(reg, only=["net.mtu", "gpu.xid"]), list(NODES), transport, profile_name="h100-sxm-8x",
+               peers=ring)
+    assert rings == [["n1", "n2", "n4"]]
+    stall = NodeOutcome(node="n2", error="stalled", detail={"kind": "timeout", "stage": "auth"})
+    assert engine.stalled(stall) and not engine.stalled(replace(stall, detail={"kind": "timeout", "stage": "connect"}))
+    assert not engine.stalled(replace(stall, detail={"kind": "timeout", "stage": "command", "connection": "alive"}))
