@@ -292,3 +292,15 @@ def test_a_node_whose_session_stalled_is_still_pinged_by_its_peers(recorded: Rec
     stall = NodeOutcome(node="n2", error="stalled", detail={"kind": "timeout", "stage": "auth"})
     assert engine.stalled(stall) and not engine.stalled(replace(stall, detail={"kind": "timeout", "stage": "connect"}))
     assert not engine.stalled(replace(stall, detail={"kind": "timeout", "stage": "command", "connection": "alive"}))
+
+
+def test_nothing_lost_is_go(recorded: Recorded) -> None:
+    """The double loses nothing: the same healthy fleet is GO, one result per planned check."""
+    reg = registry.load()
+    transport = LossyTransport(recorded, random.Random(0), dict.fromkeys(NODES, "ok"), raise_phase2=False)
+    results, _ = engine.run(reg, engine.select(reg), list(NODES), transport, options=Options(extra={"expect_nodes": 4}),
+                            peers=_ring, cluster_checks=list(reg.cluster_checks.values()),
+                            addresses={a: n for n, a in ADDR.items()})
+    verdict = decide(results)
+    assert verdict.verdict == "GO", [(r.node, r.check, r.summary) for r in verdict.blocking]
+    assert set(Counter((r.node, r.check) for r in results).values()) == {1}
