@@ -130,6 +130,28 @@ def test_a_node_without_the_driver_library_or_with_an_nvml_init_error_says_which
     assert doc["verdict"] == "GO" and rc == 0  # WARNs: the driver itself works (nvidia-smi proves it)
 
 
+def test_srun_tasks_ship_the_nvml_probe_to_the_nodes_python(cluster: NetCluster) -> None:
+    """Over srun the bundle runs with the node's own python3 (TaskProlog's PATH) and the NVML
+    probe loads the node's own library: GO, every node's library file named."""
+    need(not slurm_prerequisites(), f"Slurm prerequisites: {slurm_prerequisites()}")
+    import sys
+
+    cluster.start_slurm()
+    try:
+        p = cluster.client("salloc", "-N4", "--time=5", sys.executable, "-m", "preflight.cli", "run",
+                           "--transport", "srun", "--deadline", "60", "--json", "--no-report", "--no-sweep",
+                           "--profile", "h100-sxm-8x", check=False, timeout=180, env=cluster.slurm_env())
+    finally:
+        cluster.stop_slurm()
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    doc = json.loads(p.stdout[p.stdout.index("{"):])
+    assert doc["verdict"] == "GO", [r for r in doc["results"] if r["status"] in ("fail", "error")]
+    driver = by(doc, "gpu.driver")
+    for node in cluster.nodes:
+        assert driver[node.name]["status"] == "pass", driver[node.name]
+        assert driver[node.name]["facts"]["nvml_file"] == str(node.home / "lib" / "libnvidia-ml.so.1")
+
+
 def test_ssh_jumbo_black_hole_named(cluster: NetCluster) -> None:
     cluster.set_port_mtu("n3", 1500)
     try:

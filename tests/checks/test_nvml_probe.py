@@ -228,3 +228,21 @@ def test_the_fake_data_file_keeps_the_scenario_shape() -> None:
     assert fake_nvml.kv_text({"ok": False, "error_type": "NVMLError_DriverNotLoaded"}) == "init=9\n"
     assert fake_nvml.kv_text({"ok": False, "error": "?"}) == "init=999\n"
     assert without(HEALTHY, "gpus")["ok"] is True
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    ("NVML_ERROR_GPU_IS_LOST GPU is lost", "gpu_lost"),
+    ("NVML_ERROR_RESET_REQUIRED GPU requires reset", "needs_reset"),
+    ("NVML_ERROR_LIBRARY_NOT_FOUND NVML Shared Library Not Found", "library_missing"),
+    ("NVML_ERROR_DRIVER_NOT_LOADED Driver Not Loaded", "no_driver"),
+    ("NVML_ERROR_LIB_RM_VERSION_MISMATCH Driver/library version mismatch", "version_mismatch"),
+    ("NVML_ERROR_OPERATING_SYSTEM GPU access blocked by the operating system", "nvml_init"),
+    ("LibraryLoadError libnvidia-ml.so.1 cannot be loaded: /usr/lib64/libnvidia-ml.so.1: invalid ELF header",
+     "library_missing"),
+    ("LibraryNotFound libnvidia-ml.so.1 not found: not on the loader's path", "library_missing"),
+])
+def test_the_probes_error_names_are_classified(line: str, kind: str) -> None:
+    from preflight.parsers.nvsmi_errors import errors_in
+
+    found = errors_in([line])
+    assert [e.kind for e in found] == [kind]
