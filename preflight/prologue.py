@@ -208,8 +208,9 @@ class Watchdog:
             users = list(dict.fromkeys(c for p in probes for c in self.uses.get(p) or ["prologue"]))
             owner = TOOL_OWNER.get(tool, "")
             cid = owner if owner in users else users[0]
-            summary = (f"{tool} still running at the {self.budget:g} s budget (hung): "
-                       + (f"probe {probes[0]}" if len(probes) == 1 else f"probes {', '.join(probes)}"))
+            summary = (f"probe {probes[0]} still running at the {self.budget:g} s budget"
+                       + ("" if tool == probes[0] else f" ({tool} hung)") if len(probes) == 1 else
+                       f"{tool} still running at the {self.budget:g} s budget (hung): probes {', '.join(probes)}")
             more = len(users) - 1
             lines += [f"  ERROR {cid}: {summary}" + (f" ({more} dependent check{'s' * (more > 1)} not graded)"
                                                      if more else ""),

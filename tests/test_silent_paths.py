@@ -346,10 +346,11 @@ def test_prologue_watchdog_drains_with_the_probe_as_reason(tmp_path: Path) -> No
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert took < 4 + 1.0, took
     assert "ERROR gpu.xid: probe kernel-log still running at the 4 s budget" in p.stdout, p.stdout
-    assert "gpu017: drain reason='preflight: gpu.xid probe kernel-log still running at the 4 s budget'" in p.stdout
+    assert "gpu017: drain reason='preflight: gpu.xid probe kernel-log still running at the 4 s budget (dmesg hung)'" \
+        in p.stdout
     calls = (tmp_path / "scontrol.log").read_text().splitlines()
     assert calls == ["show node -o gpu017", "update NodeName=gpu017 State=DRAIN "
-                     "Reason=preflight: gpu.xid probe kernel-log still running at the 4 s budget"]
+                     "Reason=preflight: gpu.xid probe kernel-log still running at the 4 s budget (dmesg hung)"]
 
 
 # ---- over SSH: the namespace test cluster --------------------------------------------------------
