@@ -282,7 +282,9 @@ def _culprit_result(ctx: ClusterContext, c: str, paths: _MtuPaths) -> Result:
     if stalled:
         evidence.append(f"{c}: {ctx.node_errors.get(c) or 'SSH stalled after key exchange'}")
     stage = ctx.node_detail.get(c, {}).get("stage", "")
+    err = ctx.node_errors.get(c) or ""
     how = ("SSH to it stalled after key exchange" if stage in ("kex", "auth")
+           else "the command sent to it never got through" if "never acknowledged" in err
            else "its probe output stalled in transit")
     summary = (f"jumbo frames to and from {c} are dropped ({outcome}): "
                + ", ".join(f"{s}->{d}" for s, d, _ in mine)

@@ -232,9 +232,15 @@ def test_one_failing_link_names_the_end_whose_ssh_stalled() -> None:
         assert ("net.mtu", "n1") not in out or out[("net.mtu", "n1")].status is Status.PASS
         assert r.summary.endswith(f"; small pings pass; {how} (same MTU black hole)") and r.facts["ssh_stalled"]
         assert r.evidence[-1] == "n2: SSH stalled after key exchange"
+    c = mtu_ctx(rs, nodes=["n1", "n2"], detail={"n2": {"kind": "timeout", "stage": "command"}},
+                errors={"n2": "SSH stalled after authentication with n2: the command (40491 bytes) was never "
+                              "acknowledged within 20 s"})
+    r = by(list(grade_mtu(c)))[("net.mtu", "n2")]
+    assert r.summary.endswith("; the command sent to it never got through (same MTU black hole)")
+    assert r.facts["explains_lost"]  # what n2 did not send back depends on this FAIL (rootcause)
     c = mtu_ctx(rs, nodes=["n1", "n2"], errors={"n2": "output lost"})
     r = by(list(grade_mtu(c)))[("net.mtu", "n2")]
-    assert not r.facts["ssh_stalled"] and r.summary.endswith("; small pings pass")
+    assert not r.facts["ssh_stalled"] and r.summary.endswith("; small pings pass") and not r.facts["explains_lost"]
     assert sorted(by(list(grade_mtu(mtu_ctx(rs, nodes=["n1", "n2"])))).keys()) == [
         ("cluster.mtu", "cluster"), ("net.mtu", "n1"), ("net.mtu", "n2")]
 
