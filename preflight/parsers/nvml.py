@@ -11,6 +11,7 @@ pynvml's exception class (NVMLError_DriverNotLoaded): both are classified.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,10 @@ from preflight.parsers.nvsmi_errors import ToolError, error_for, errors_in
 
 _SCAN = 65536  # pragma: no mutate (how much of the text the cheap test reads: the probe's key is near the start)
 _CUDA_MIN = 1000  # CUDA versions are major * 1000 + minor * 10 (1.0 is 1000)
+# NVML's answer for a GPU that stopped answering (nvmlReturn_t GPU_IS_LOST, RESET_REQUIRED, UNKNOWN; the
+# probe writes "<code name>: <NVML's sentence>", older probes pynvml's class name)
+_STOPPED = re.compile(r"GPU_IS_LOST|GpuIsLost|GPU is lost|RESET_REQUIRED|ResetRequired|requires reset|"
+                      r"NVML_ERROR_UNKNOWN|Unknown Error", re.I)
 
 
 @dataclass
@@ -38,6 +43,12 @@ class NvmlGpu:
     mig_pending: str | None = None
     memory_total_mib: int | None = None
     errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def broken(self) -> list[str]:
+        """NVML's answers that say this GPU stopped answering (its handle, or any field): a lost GPU is
+        one GPU that does not answer, never a listed healthy one."""
+        return [f"[{k}: {v}]" for k, v in self.errors.items() if _STOPPED.search(v)]
 
 
 @dataclass
@@ -63,8 +74,9 @@ class NvmlReport:
         return [GpuRecord(index=g.index, name=g.name, uuid=g.uuid, bus_id=g.bus_id, vbios=g.vbios,
                           persistence=g.persistence, pcie_gen=g.pcie_gen, pcie_gen_max=g.pcie_gen_max,
                           pcie_width=g.pcie_width, pcie_width_max=g.pcie_width_max, mig_mode=g.mig_mode,
-                          mig_pending=g.mig_pending, memory_total_mib=g.memory_total_mib,
-                          line=f"NVML GPU {g.index}: {g.name or '?'} {g.bus_id or ''}".rstrip())
+                          mig_pending=g.mig_pending, memory_total_mib=g.memory_total_mib, broken=g.broken,
+                          line=f"NVML GPU {g.index}: {g.name or '?'} {g.bus_id or ''}".rstrip()
+                          + "".join(f" {b}" for b in g.broken))
                 for g in self.gpus] if self.ok else []
 
     def tool_error(self) -> ToolError | None:

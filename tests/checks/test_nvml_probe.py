@@ -91,6 +91,21 @@ def test_a_lost_gpu_is_one_gpu_with_every_field_null(tmp_path: Path) -> None:
     assert all(lost[k] is None for k in ("name", "uuid", "pci_bus_id", "memory_total_mib", "mig_mode"))
     assert [g["uuid"] for i, g in enumerate(out["gpus"]) if i != 3] == \
         [g["uuid"] for i, g in enumerate(HEALTHY["gpus"]) if i != 3]
+    # NVML alone shows it: the lost GPU is a FAIL naming it, never one of 8 healthy GPUs
+    r = grade("gpu.inventory", {"nvml": capture("nvml", json.dumps(out))}, profile="h100-sxm-8x", mode="analyze")[0]
+    assert r.status is Status.FAIL and r.facts["codes"] == ["gpu.inventory/gpu-lost"], r
+    assert "GPU 3" in r.summary and "GPU is lost" in r.summary, r.summary
+
+
+def test_a_gpu_that_needs_a_reset_is_named_from_any_field(tmp_path: Path) -> None:
+    data = copy.deepcopy(HEALTHY)
+    data["gpus"][5]["memory_total_mib"] = None
+    data["gpus"][5]["errors"] = {"memory_total_mib": "NVML_ERROR_RESET_REQUIRED: GPU requires reset"}
+    out = probe(tmp_path, data)
+    assert out["gpus"][5]["errors"] == {"memory_total_mib": "NVML_ERROR_RESET_REQUIRED: GPU requires reset"}
+    r = grade("gpu.inventory", {"nvml": capture("nvml", json.dumps(out))}, profile="h100-sxm-8x", mode="analyze")[0]
+    assert r.status is Status.FAIL and r.facts["codes"] == ["gpu.inventory/gpu-requires-reset"], r
+    assert "GPU 5 (00000000:C3:00.0)" in r.summary, r.summary
 
 
 @pytest.mark.parametrize(("error_type", "code", "text", "kind"), [
