@@ -1007,7 +1007,7 @@ def sweep_after_checks(results: Sequence[Result], nodes: Sequence[str] | None, r
     o = req.transport_options
     opts = SweepOptions(nproc_per_node=max(nproc, 1), max_bytes=sweep.max_bytes, deadline_s=sweep.deadline,
                         profile=sweep.profile or cfg.resolve_profile(req.profile), profile_dirs=tuple(cfg.profile_dirs),
-                        connect_timeout=float(o.connect_timeout or 10.0), accept_new=o.accept_new,
+                        connect_timeout=o.connect_timeout, accept_new=o.accept_new,
                         partition=o.partition, python=sweep.python, backend=sweep.backend)
     if local:
         from preflight.transport.local import local_node_name

@@ -24,7 +24,7 @@ def sweep_cmd(
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks per node (GPUs per node on NCCL).")] = 1,
     ssh_config: Annotated[Path | None, typer.Option("--ssh-config", help="OpenSSH config for the system ssh client.")] = None,
     ssh_accept_new: Annotated[bool, typer.Option("--ssh-accept-new", help="Accept unknown host keys (changed keys are refused).")] = False,
-    connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="Seconds for ssh to connect and log in; a node's agent must answer within this + 10 s.")] = 10.0,
+    connect_timeout: Annotated[float | None, typer.Option("--connect-timeout", help="Seconds for ssh to connect and log in (default: the host's ConnectTimeout in the ssh config, else 10); a node's agent must answer within this + 10 s.")] = None,
     backend: Annotated[str, typer.Option("--backend", help="nccl, gloo or auto (nccl where nvidia-smi exists).")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16, float64, int32, int64, uint8.")] = "float32",
     min_bytes: Annotated[str, typer.Option("--min-bytes", help="Smallest message (8, 64K, 1M).")] = "8",

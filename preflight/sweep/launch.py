@@ -504,12 +504,14 @@ def path_checked(agent: list[str]) -> list[str]:
 
 def launch_ssh(spec: SweepSpec, nodes: list[str], nproc_per_node: int, ssh_config: Path | None,
                python: str = "python3", master_addr: str | None = None, master_port: int | None = None,
-               connect_timeout: float = 10.0, accept_new: bool = False, start_s: float | None = None,
+               connect_timeout: float | None = None, accept_new: bool = False, start_s: float | None = None,
                stall_s: float = 20.0) -> Launched:
     """One agent per node over the SSH transport; node 0 hosts the rendezvous store (at the
     address its ssh configuration gives it). A node whose agent cannot start (host key, refused,
     unreachable, login refused, no python or torch, a stalled session) ends the launch within
-    seconds, named with the transport's own message."""
+    seconds, named with the transport's own message. `connect_timeout` None: each host's
+    ConnectTimeout in the ssh configuration (else 10 s); the agents' start deadline counts
+    from the longest of them."""
     from preflight.transport.ssh import SSHTransport  # paramiko loads only for an SSH launch
 
     for n in nodes:
@@ -518,16 +520,31 @@ def launch_ssh(spec: SweepSpec, nodes: list[str], nproc_per_node: int, ssh_confi
     port = master_port or free_port()
     spec.deadline_epoch = time.time() + spec.deadline_s - 2
     world = len(nodes) * nproc_per_node
-    watch = Watch(nodes={n: [n] for n in nodes}, start_s=start_s if start_s is not None else connect_timeout + 10,
-                  stall_s=stall_s)
     lines: _Lines = queue.Queue()
     with SSHTransport(ssh_config, connect_timeout=connect_timeout, accept_new_host_keys=accept_new) as ssh:
+        connect_s = _longest_connect(ssh, nodes)
+        watch = Watch(nodes={n: [n] for n in nodes}, start_s=start_s if start_s is not None else connect_s + 10,
+                      stall_s=stall_s)
         addr = master_addr or ssh.resolve_addresses(nodes[:1]).get(nodes[0], nodes[0])
         cmds = {n: path_checked(agent_argv(python, spec, n, i, nproc_per_node, world, addr, port))
                 for i, n in enumerate(nodes)}
         board = _board(cmds, watch)
         started = ssh.spawn(cmds, on_line=lambda node, line: lines.put((node, line)))
-        return watch_agents(board, dict(started), lines, spec.deadline_s + connect_timeout, 5.0)
+        return watch_agents(board, dict(started), lines, spec.deadline_s + connect_s, 5.0)
+
+
+def _longest_connect(ssh: Any, nodes: Sequence[str]) -> float:
+    """The longest connect timeout any of the nodes gets (a node whose configuration does not
+    read gets the transport's own: its fault is the spawn's)."""
+    from preflight.transport.ssh import NodeFault
+
+    each = []
+    for n in nodes:
+        try:
+            each.append(ssh.connect_timeout_for(ssh._spec(n)))
+        except NodeFault:
+            each.append(float(ssh.connect_timeout))
+    return max(each, default=float(ssh.connect_timeout))
 
 
 def launch_srun(spec: SweepSpec, nodes: list[str], nproc_per_node: int, python: str = "python3",

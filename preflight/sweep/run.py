@@ -43,7 +43,7 @@ class SweepOptions:
     expect_min_bytes: int | None = None
     master_addr: str | None = None
     master_port: int | None = None
-    connect_timeout: float = 10.0
+    connect_timeout: float | None = None  # None: each host's ssh_config ConnectTimeout, else 10 s
     accept_new: bool = False
     partition: str | None = None
     allreduce: bool = True

@@ -167,3 +167,16 @@ def test_the_black_hole_remedy_names_the_path_and_net_mtu_never_torch() -> None:
     slow = outcome.failure_remedy(launch.Failure("n3", "ssh connection timed out", "no answer from n3 (10.9.0.3:22) "
                                                  "within 5 s", [], None, 5))
     assert "ping 10.9.0.3" in slow and "torch" not in slow
+
+
+def test_the_agents_start_deadline_counts_from_the_longest_connect_timeout(tmp_path) -> None:  # noqa: ANN001
+    from preflight.transport.ssh import SSHTransport
+
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host slow\n  ConnectTimeout 25\nHost fast*\n  ConnectTimeout 2\n")
+    with SSHTransport(cfg) as ssh:
+        assert launch._longest_connect(ssh, ["fast1", "fast2"]) == 2.0  # the config's, not the default 10 s
+        assert launch._longest_connect(ssh, ["fast1", "slow"]) == 25.0
+        assert launch._longest_connect(ssh, ["fast1", "bad;name"]) == 10.0  # an unreadable one: the default
+    with SSHTransport(cfg, connect_timeout=4) as ssh:  # --connect-timeout wins
+        assert launch._longest_connect(ssh, ["fast1", "slow"]) == 4.0
