@@ -35,7 +35,7 @@ from .gpu_health_views import CLOCK_EVENTS, GpuHealth, from_csv, from_q, from_ta
 
 PROBE_Q = Probe.of("nvidia-smi-q", ["nvidia-smi", "-q"], timeout=20.0)
 # the stdlib-only probe ships with the bundle, as `python3 -c <its text>` (nothing of ours is installed on a node)
-PROBE_NVML = Probe.of("nvml", [sys.executable, "-c", module_text(nvml_probe)], timeout=20)
+PROBE_NVML = Probe.of("nvml", [sys.executable, "-c", nvml_probe.shipped(module_text(nvml_probe))], timeout=20)
 
 # Errors that mean the driver stack itself is broken (graded by gpu.driver).
 DRIVER_ERRORS = ("version_mismatch", "no_driver", "no_devices", "library_missing", "nvml_init")

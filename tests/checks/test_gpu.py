@@ -311,7 +311,7 @@ def test_profile_hint_picks_h100_profile() -> None:
 
 
 def test_probes_declared() -> None:
-    assert gpu.PROBE_NVML.commands[0][1] == "-c" and "def collect(" in gpu.PROBE_NVML.commands[0][2]  # shipped text
+    assert gpu.PROBE_NVML.commands[0][1] == "-c" and "b85decode" in gpu.PROBE_NVML.commands[0][2]  # shipped, packed
     q = gpu.PROBE_QUERY.commands[0]
     assert q[0] == "nvidia-smi" and q[-1] == "--format=csv" and "pci.bus_id" in q[1]
     assert gpu.PROBE_QUERY in engine.DETECT_PROBES

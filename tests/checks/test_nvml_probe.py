@@ -31,8 +31,10 @@ HEALTHY = json.loads((FIX / "nvml_8xh100_ok.json").read_text())
 
 
 def run_shipped(env: dict[str, str]) -> dict[str, Any]:
-    """The probe as a node runs it: its text, with an isolated python and no site packages."""
-    p = subprocess.run([sys.executable, "-I", "-S", "-c", module_text(nvml_probe)], env=env, capture_output=True,
+    """The probe as a node runs it: the program PROBE_NVML ships, with an isolated python and no
+    site packages."""
+    program = gpu_health.PROBE_NVML.commands[0][2]
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", program], env=env, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
@@ -198,9 +200,20 @@ def test_the_library_is_found_in_a_driver_folder_off_the_loader_path(tmp_path: P
     assert out["ok"] is True and out["library"] == str(folder / "libnvidia-ml.so.1"), out
 
 
-def test_the_probe_ships_as_its_own_text() -> None:
+def test_the_probe_ships_as_its_own_text_packed() -> None:
+    """The module's own text, zlib + base85 (a third of its size: the bundle is one SSH command,
+    and a black-holed path passes a smaller one), with nothing to escape in JSON or shell quotes."""
+    import base64
+    import re
+    import zlib
+
     argv = gpu_health.PROBE_NVML.commands[0]
-    assert argv[0] == sys.executable and argv[1] == "-c" and argv[2] == Path(nvml_probe.__file__).read_text()
+    assert argv[0] == sys.executable and argv[1] == "-c" and len(argv) == 3
+    packed = re.fullmatch(r"import base64,zlib;exec\(compile\(zlib\.decompress\(base64\.b85decode\('([^'\\\"]+)'\)\),"
+                          r"'nvml_probe\.py','exec'\)\)", argv[2])
+    assert packed is not None, argv[2][:200]
+    assert zlib.decompress(base64.b85decode(packed.group(1))).decode() == Path(nvml_probe.__file__).read_text()
+    assert len(argv[2]) < len(Path(nvml_probe.__file__).read_text()) / 2
     assert gpu.PROBE_NVML is gpu_health.PROBE_NVML
 
 
