@@ -3,7 +3,8 @@
 A grader adds findings (a code from the policy table, a one-line summary, the lines that prove
 it, a remedy) and notes. A finding's first evidence line is the one that proves it (the console
 shows that one): where the lines come in the tool's order (`LoadState=loaded` before
-`ActiveState=failed`), `proof=` names what the telling line holds and `prove` puts it first. (facts worth showing that are not problems). A finding's status is its
+`ActiveState=failed`), `proof=` names what the telling line holds and `prove` puts it first.
+Notes are facts worth showing that are not problems. A finding's status is its
 code's in the active policy (`preflight.policy`): the table's, or the site's override. The
 Result takes the worst status, names the worst findings in its summary, keeps every finding's
 evidence and remedy, and carries the codes (`facts["codes"]`, worst first) and any override
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from preflight import policy
-from preflight.model import Result, Status, worst
+from preflight.model import Result, Status, prove, worst
 
 if TYPE_CHECKING:
     from preflight.registry import CheckContext
@@ -33,18 +34,6 @@ def cap_evidence(lines: Iterable[str], limit: int = EVIDENCE_MAX) -> list[str]:
         return kept
     cut = len(kept) - limit + 1
     return kept[:limit - 1] + [f"... {cut} more evidence lines"]
-
-
-def prove(lines: Iterable[str], proof: str | Sequence[str] = "") -> list[str]:
-    """`lines` with the line that proves a finding moved to the front: the first line holding
-    `proof` (a text, or the first of several texts, in order, that some line holds; case
-    ignored); unchanged when no line holds any."""
-    kept = [str(line) for line in lines]
-    for token in [proof] if isinstance(proof, str) else proof:
-        i = next((i for i, line in enumerate(kept) if token and token.lower() in line.lower()), None)
-        if i is not None:
-            return [kept[i], *kept[:i], *kept[i + 1:]]
-    return kept
 
 
 @dataclass

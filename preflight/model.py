@@ -6,7 +6,7 @@ history) speaks `Result`. A `Capture` is what a transport brings back from one p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -45,6 +45,18 @@ def real_nodes(names: Iterable[str]) -> list[str]:
     several nodes carries them comma-separated (triage's verdict: its culprits); a node name
     never holds a comma, so each is counted on its own."""
     return sorted({part for n in names for part in n.split(",") if is_node(part)})
+
+
+def prove(lines: Iterable[str], proof: str | Sequence[str] = "") -> list[str]:
+    """`lines` with the line that proves a finding moved to the front: the first line holding
+    `proof` (a text, or the first of several texts, in order, that some line holds; case
+    ignored); unchanged when no line holds any."""
+    kept = [str(line) for line in lines]
+    for token in [proof] if isinstance(proof, str) else proof:
+        i = next((i for i, line in enumerate(kept) if token and token.lower() in line.lower()), None)
+        if i is not None:
+            return [kept[i], *kept[:i], *kept[i + 1:]]
+    return kept
 
 
 def worst(statuses: list[Status]) -> Status:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight import policy
-from preflight.model import CaptureState, Result, Status
+from preflight.model import CaptureState, Result, Status, prove
 from preflight.parsers.base import Format, Parser, ParserSpec
 from preflight.probes import Probe
 from preflight.profile import Profile
@@ -194,8 +194,7 @@ class CheckContext:
     ) -> Result:
         """A result that is one finding of policy code `code`: its status is the policy's
         (the table's, or the site's override), and the result carries the code. `proof`: what
-        the evidence line that proves it holds, put first (`preflight.findings.prove`)."""
-        from preflight.findings import prove
+        the evidence line that proves it holds, put first (`preflight.model.prove`)."""
 
         ev = prove((str(e) for e in evidence), proof)
         facts = dict(facts or {})
