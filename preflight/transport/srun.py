@@ -57,6 +57,11 @@ STARTUP_S = 30.0  # time allowed for the allocation and the step launch, on top 
 TICK_S = 1.0  # each node's bundle writes a tick this often while its probes run
 STALL_S = 8.0  # a started node silent this long (8 ticks missed) has stalled
 MTU_HINT = "large packets are probably dropped on the path (MTU black hole: check the MTU of every hop)"
+# srun's words for a task launch whose connection to the node's slurmd opened and then carried
+# nothing (slurm_strerror of SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT and of a send/recv timeout): the
+# node's slurmd is alive (its allocation came up), the launch message was too large for the path
+_LAUNCH_STALL = re.compile(r"Task launch for \S+ failed on node (\S+?):\s*"
+                           r"(Zero Bytes were transmitted or received|Socket timed out on send/recv operation)")
 
 class _Reader(threading.Thread):
     """Reads srun's stdout, puts each node's framed lines back together as they arrive."""
@@ -211,6 +216,11 @@ class _Step:
         quoted = ("; srun: " + " | ".join(about)) if about else ""
         if node in self.reader.nobundle:
             return "the step ran on the node but found no bundle for it (node name mismatch?)", {}
+        stall = next((m for m in map(_LAUNCH_STALL.search, about) if m and m.group(1) == node), None)
+        if stall is not None and not started:
+            return (f"srun's task launch to {node} was never acknowledged: the connection to its slurmd opened, "
+                    f"then carried nothing ({stall.group(2)}); {MTU_HINT}{quoted}",
+                    {"kind": "timeout", "stage": "command", "connection": "stalled"})
         if node in self.stalled:
             return (f"the output of {node} stalled while the probes ran: {len(caps)} of {len(self.good[node])} "
                     f"came back, then nothing for {self.stalled[node]:.0f} s although the bundle writes "

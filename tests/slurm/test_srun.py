@@ -345,3 +345,41 @@ print(json.dumps({r.node: [r.status.value, r.summary] for r in results}))
     res = in_client(clean, code, {})
     assert res["n2"][0] == "fail" and "Xid 79" in res["n2"][1]
     assert all(res[n][0] == "pass" for n in ("n1", "n3", "n4")), res
+
+
+# alpha runs locally; srun could not launch beta's task: `why` is what srun says about it
+_LAUNCH_FAIL_SRUN = r'''#!/usr/bin/env python3
+import os, subprocess, sys
+argv = sys.argv[1:]
+cmd = argv[argv.index("--job-name=preflight") + 1:]
+sys.stderr.write("srun: error: Task launch for StepId=7.0 failed on node beta: %s\n" % os.environ["WHY"])
+sys.stderr.write("srun: error: Application launch failed: %s\n" % os.environ["WHY"])
+p = subprocess.run(cmd, capture_output=True, env={**os.environ, "SLURMD_NODENAME": "alpha"})
+sys.stdout.write("".join("0: " + ln + "\n" for ln in p.stdout.decode().splitlines()))
+sys.exit(1)
+'''
+
+
+@pytest.mark.parametrize("why, stalled", [
+    ("Zero Bytes were transmitted or received", True),
+    ("Socket timed out on send/recv operation", True),
+    ("Communication connection failure", False),
+    ("Connection refused", False),
+])
+def test_a_task_launch_that_opened_and_carried_nothing_is_a_stall(tmp_path, monkeypatch, why, stalled) -> None:
+    """A launch whose connection to slurmd opened and then carried nothing is the black-hole
+    signature (the node stays in the MTU ping ring); a refused or failed connection is not."""
+    srun = tmp_path / "srun"
+    srun.write_text(_LAUNCH_FAIL_SRUN)
+    srun.chmod(0o755)
+    monkeypatch.setenv("WHY", why)
+    bundle = [Probe.of("hostname", ["echo", "up"])]
+    out = SrunTransport(srun=str(srun), python=sys.executable, deadline=60).collect({"alpha": bundle, "beta": bundle})
+    assert not out["alpha"].error and set(out["alpha"].captures) == {"hostname"}
+    beta = out["beta"]
+    assert why in beta.error and not beta.captures
+    if stalled:
+        assert beta.detail == {"kind": "timeout", "stage": "command", "connection": "stalled"}, beta
+        assert "never acknowledged" in beta.error and "MTU black hole" in beta.error
+    else:
+        assert beta.detail == {"kind": "lost", "stage": "launch"}, beta
