@@ -911,6 +911,8 @@ def plan_run(req: CheckRequest, cfg: Config) -> RunPlan:
         plan.cluster_checks = [c for c in plan.cluster_checks if c.id != "cluster.nodes"]
     if req.only:
         plan.cluster_checks = [c for c in plan.cluster_checks if _wanted(c.id, req.only)]
+    if req.skip:  # `--skip node.clock` skips its cross-node half too
+        plan.cluster_checks = [c for c in plan.cluster_checks if not _wanted(c.id, req.skip)]
     plan.disabled += [c.id for c in plan.cluster_checks if cfg.disabled(c.id)]
     plan.cluster_checks = [c for c in plan.cluster_checks if not cfg.disabled(c.id)]
     return plan

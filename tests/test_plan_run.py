@@ -66,6 +66,17 @@ def test_only_net_mtu_keeps_the_mtu_path_matrix(fake: FakeTransport) -> None:
     assert all(c.id.startswith("net.mtu") for c in plan.checks)
 
 
+def test_skip_drops_a_cross_node_check_and_the_half_of_a_skipped_node_check(fake: FakeTransport) -> None:
+    every = {c.id for c in engine.plan_run(engine.CheckRequest(nodes=["a", "b"], transport="ssh"),
+                                           engine.Config()).cluster_checks}
+    assert {"cluster.mtu", "cluster.clock", "cluster.versions"} <= every
+    for skip, gone in ((["node.clock"], {"cluster.clock"}), (["net.mtu"], {"cluster.mtu"}),
+                       (["cluster.versions"], {"cluster.versions"}), (["cluster"], every)):
+        plan = engine.plan_run(engine.CheckRequest(nodes=["a", "b"], transport="ssh", skip=skip), engine.Config())
+        assert {c.id for c in plan.cluster_checks} == every - gone, skip
+        assert not any(c.id in skip for c in plan.checks)
+
+
 def test_expect_nodes_alone_keeps_the_node_count_check() -> None:
     plan = engine.plan_run(engine.CheckRequest(command="node", node_only=True, expect_nodes=2), engine.Config())
     assert [c.id for c in plan.cluster_checks] == ["cluster.nodes"]
