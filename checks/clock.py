@@ -184,7 +184,7 @@ def view_findings(view: ControllerView | None, profile: Profile, f: Findings) ->
     fail, _warn, prov = thresholds(profile)
     bound = f"offset from the controller between {low:+.3f} s and {high:+.3f} s (node read {view.reading.line})"
     if fail and (low > fail or high < -fail):
-        least = low if low > fail else high
+        least = low if low > fail else high  # pragma: no mutate (low == fail cannot FAIL: then high >= low > -fail)
         f.add("node.clock/controller-offset", f"clock at least {_ahead(least)} the controller's, past {fail:g} s",
               [bound, prov], STEP + "; when every node is off by about the same amount, the controller's own clock "
               "is the one to fix")

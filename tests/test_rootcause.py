@@ -417,3 +417,148 @@ def test_cli_node_with_hung_tools_prints_one_error_line_naming_them(tmp_path: Pa
     doc = json.loads((tmp_path / "r" / "report.json").read_text())
     assert sum(r["status"] == "error" for r in doc["results"]) == 1, [(r["check"], r["summary"])
                                                                        for r in doc["results"]]
+
+
+# ---- the fold's rules one at a time, on hand-made results (each rule pinned) ------------------
+
+
+def _r(check: str, status: Status = Status.FAIL, summary: str = "x", node: str = "n1", source: str = "",
+       evidence: list[str] | None = None, **facts: object) -> Result:
+    return Result(check=check, node=node, status=status, summary=summary, evidence=evidence or [], source=source,
+                  facts=dict(facts))
+
+
+def test_probe_tool_shells_interpreters_and_paths() -> None:
+    for shell in ("sh", "bash", "env", "timeout", "/bin/bash", "python3.11"):
+        assert rootcause.probe_tool("snippet", [shell, "-c", "..."]) == "snippet", shell
+    assert rootcause.probe_tool("ib", ["/usr/sbin/ibstat"]) == "ibstat"
+    # RHEL's platform-python does not start with "python": the NVML probe is still the library
+    assert rootcause.probe_tool("nvml", ["/usr/libexec/platform-python", "-c", "..."]) == "nvml"
+
+
+@pytest.mark.parametrize(("tool", "owner"), [(t, o) for t, o in rootcause.TOOL_OWNER.items() if o != "gpu.driver"])
+def test_a_missing_tool_is_kept_by_the_check_that_owns_it(tool: str, owner: str) -> None:
+    """Its owner keeps the FAIL even when another check that lacks it sorts first; the tool is
+    named by its file name whatever its path, and a capture without a source is its probe."""
+    caps = {"p": Capture(probe="p", argv=[f"/usr/sbin/{tool}", "-x"], state=CaptureState.MISSING,
+                         reason=f"{tool} not found on PATH")}
+    results = [_r("aaa.first", Status.PASS, source="probe:p"),  # a PASS on the same capture is left alone
+               _r("aaa.first", source="probe:p"), _r(owner, source="probe:p")]
+    folded = rootcause.fold(results, {"n1": caps})
+    assert folded[0] == results[0]
+    assert [(r.check, r.status) for r in folded[1:]] == [("aaa.first", Status.SKIP), (owner, Status.FAIL)], folded
+    assert folded[1].summary == f"depends on {owner}: {tool} is missing"
+
+
+def test_checks_about_the_node_itself_are_never_folded() -> None:
+    gone = "node not checked: n1 refused the connection"
+    results = [_r("analyze.node", Status.ERROR, gone), _r("gpu.xid", Status.ERROR, gone),
+               _r("ib.hca", Status.ERROR, gone)]
+    folded = rootcause.fold(results, {})
+    assert [(r.check, r.status) for r in folded] == [("analyze.node", Status.ERROR), ("node.reachable", Status.ERROR),
+                                                     ("gpu.xid", Status.SKIP), ("ib.hca", Status.SKIP)]
+
+
+def test_results_not_about_one_node_are_never_folded() -> None:
+    gone = "node not checked: refused"
+    results = [_r(c, Status.ERROR, gone, node=n) for n in ("cluster", "job", "n1<->n2", "n1,n2", "")
+               for c in ("gpu.xid", "ib.hca")]
+    assert rootcause.fold(results, {}) == results
+
+
+def test_is_dependent_needs_all_three_marks() -> None:
+    dep = _r("gpu.xid", Status.SKIP, "depends on gpu.driver: x", depends_on="gpu.driver")
+    assert rootcause.is_dependent(dep)
+    assert not rootcause.is_dependent(_r("gpu.xid", Status.SKIP, "not run"))
+    assert not rootcause.is_dependent(_r("gpu.xid", Status.SKIP, "depends on gpu.driver: x"))
+    assert not rootcause.is_dependent(_r("gpu.xid", Status.FAIL, "depends on gpu.driver: x", depends_on="gpu.driver"))
+
+
+def _timed_out(check: str, probe: str) -> Result:
+    return _r(check, Status.ERROR, f"probe {probe} timed out after 10 s", source=f"probe:{probe}",
+              codes=["run.probe/timed-out"])
+
+
+def _hung_cap(probe: str, tool: str, timeout: float = 10.0) -> Capture:
+    return Capture(probe=probe, argv=[tool], state=CaptureState.TIMEOUT, timeout=timeout,
+                   reason=f"probe {probe} ({tool}) timed out after {timeout:g} s", source=f"probe:{probe}")
+
+
+def test_a_hung_tool_with_one_probe_is_kept_by_its_owner_in_its_own_words() -> None:
+    caps = {"ibstat": _hung_cap("ibstat", "ibstat")}
+    results = [_timed_out("gpu.aaa", "ibstat"), _timed_out("ib.hca", "ibstat")]
+    folded = rootcause.fold(results, {"n1": caps})
+    assert [(r.check, r.status) for r in folded] == [("gpu.aaa", Status.SKIP), ("ib.hca", Status.ERROR)]
+    assert folded[1].summary == "ibstat did not finish within 10 s (hung): probe ibstat timed out"
+    assert folded[0].summary == "depends on ib.hca: ibstat hung"
+    # two probes of the tool, no timeout known
+    caps = {p: _hung_cap(p, "ibstat", 0.0) for p in ("ibstat", "ibstat-v")}
+    results = [_timed_out("gpu.aaa", "ibstat"), _timed_out("ib.hca", "ibstat-v")]
+    root = rootcause.fold(results, {"n1": caps})[1]
+    assert root.summary == "ibstat did not finish (hung): probes ibstat, ibstat-v timed out", root
+
+
+def test_a_timed_out_result_whose_capture_did_not_time_out_is_not_a_hang() -> None:
+    caps = {"ibstat": Capture(probe="ibstat", argv=["ibstat"], state=CaptureState.LOST, reason="stalled",
+                              source="probe:ibstat")}
+    results = [_timed_out("gpu.aaa", "ibstat"), _timed_out("ib.hca", "ibstat"), _timed_out("net.nic", "gone")]
+    folded = rootcause.fold(results, {"n1": caps})
+    assert not any("hung" in r.summary for r in folded), folded
+
+
+def test_two_hung_tools_evidence_is_each_tools_words_then_the_reasons() -> None:
+    caps = {"ibstat": _hung_cap("ibstat", "ibstat"), "smi": _hung_cap("smi", "nvidia-smi", 20.0)}
+    results = [_timed_out("ib.hca", "ibstat"), _timed_out("gpu.driver", "smi")]
+    root = rootcause.fold(results, {"n1": caps})[0]
+    assert root.check == "node.responsive"
+    assert root.evidence == ["ibstat did not finish within 10 s (hung): probe ibstat timed out",
+                             "nvidia-smi did not finish within 20 s (hung): probe smi timed out",
+                             "probe ibstat (ibstat) timed out after 10 s", "probe smi (nvidia-smi) timed out after 20 s"]
+
+
+def test_missing_tool_fold_reads_captures_without_a_source() -> None:
+    caps = {"p": Capture(probe="p", argv=["ibstat"], state=CaptureState.MISSING, reason="ibstat not found")}
+    folded = rootcause.fold([_r("gpu.aaa", source="probe:p"), _r("ib.hca", source="probe:p")], {"n1": caps})
+    assert [r.status for r in folded] == [Status.SKIP, Status.FAIL]
+
+
+@pytest.mark.parametrize(("message", "short"), [
+    ("Failed to initialize NVML: Driver/library version mismatch",
+     "the loaded NVIDIA kernel module and the user-space driver library differ"),
+    ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.",
+     "the NVML library (libnvidia-ml.so) or nvidia-smi is not installed or not visible"),
+    ("Failed to initialize NVML: Unknown Error", "NVML could not be initialised"),
+])
+def test_each_driver_failure_is_kept_by_gpu_driver(message: str, short: str) -> None:
+    results = [_r("aaa.first", Status.PASS, "fine"), _r("gpu.health", Status.ERROR, message),
+               _r("gpu.driver", Status.FAIL, message), _r("gpu.topology", Status.SKIP, message)]
+    folded = rootcause.fold(results, {})
+    assert [(r.check, r.status) for r in folded] == [("aaa.first", Status.PASS), ("gpu.health", Status.SKIP),
+                                                     ("gpu.driver", Status.FAIL), ("gpu.topology", Status.SKIP)]
+    assert folded[1].summary == f"depends on gpu.driver: {short}"
+
+
+LOST_A = "Unable to determine the device handle for GPU0000:9D:00.0: Unknown Error"
+LOST_B = "Unable to determine the device handle for GPU0000:A0:00.0: Unknown Error"
+
+
+def test_two_lost_gpus_are_one_root_on_inventory_and_xid_keeps_its_own() -> None:
+    results = [
+        _r("gpu.health", summary="GPU 0000:9D:00.0: a GPU does not answer the driver", evidence=[LOST_A]),
+        _r("gpu.inventory", summary="2 GPU(s) do not answer: 0000:9D:00.0, 0000:A0:00.0", evidence=[LOST_A, LOST_B]),
+        _r("gpu.xid", summary="Xid 79 on 0000:9D:00.0", evidence=[LOST_A]),
+        _r("gpu.nvlink", summary="0000:9D:00.0 and 0000:A0:00.0 not listed", evidence=[LOST_A, LOST_B]),
+    ]
+    folded = {r.check: r for r in rootcause.fold(results, {})}
+    assert folded["gpu.inventory"].status is Status.FAIL and folded["gpu.xid"].status is Status.FAIL
+    assert folded["gpu.health"].status is Status.SKIP
+    assert folded["gpu.nvlink"].summary == ("depends on gpu.inventory: GPU 0000:9d:00, 0000:a0:00 does not answer "
+                                            "the driver")
+
+
+def test_another_gpu_error_naming_a_gpu_is_not_a_lost_gpu() -> None:
+    rom = "infoROM is corrupted at gpu 0000:52:00.0"
+    results = [_r("gpu.inventory", summary="1 GPU(s) do not answer: 0000:9D:00.0", evidence=[LOST_A, rom]),
+               _r("gpu.nvlink", summary="0000:9D:00.0 not listed", evidence=[LOST_A])]
+    folded = rootcause.fold(results, {})
+    assert folded[1].summary == "depends on gpu.inventory: GPU 0000:9d:00 does not answer the driver", folded

@@ -293,3 +293,221 @@ def test_ntpd_peers() -> None:
     assert r.status is Status.WARN and codes(r) == ["node.clock/not-synchronised"] and "(ntpd)" in r.summary
     r = one(caps(ntpq="ntpq: read: Connection refused\n"))
     assert r.status is Status.WARN and codes(r) == ["node.clock/no-time-daemon"], r
+
+
+# ---- the words and numbers each finding carries (each pinned so a wrong one is seen) ----------
+
+
+def test_a_profile_without_clock_levels_grades_no_offset() -> None:
+    from preflight.checks.clock import offset_findings, thresholds
+    from preflight.findings import Findings
+    from preflight.profile import Profile
+
+    fail, warn, line = thresholds(Profile(name="bare"))
+    assert (fail, warn) == (0.0, 0.0) and line.startswith("profile bare: clock.max_offset_s = 0 (")
+    f = Findings()
+    offset_findings(3600.0, "chronyd", [], Profile(name="bare"), f)
+    assert not f.items  # 0 = not graded, whatever the offset
+    f = Findings()
+    offset_findings(1.0, "chronyd", [], load("generic"), f)  # exactly at the level is not past it
+    assert f.codes() == ["node.clock/offset-warn"]
+
+
+def test_offset_remedy_and_evidence_words() -> None:
+    r = one(caps(CHRONY_FAST3, SHOW))
+    assert r.remedy.startswith("step the clock now (`chronyc makestep`") and r.remedy.endswith("stop lining up")
+    assert r.facts["stratum"] == 3 and r.facts["clock_source"] == "chronyd"
+    ok = one(caps(CHRONY4, SHOW))
+    assert ok.facts["stratum"] == 3
+    assert "synchronised (chronyd): Reference ID    : C0A80A01 (10.10.0.1); Leap status     : Normal" in ok.evidence
+
+
+def test_ntpstat_exit_status_alone_says_each_state() -> None:
+    r = one(caps(ntpstat=("", 0)))
+    assert r.status is Status.PASS and r.facts["clock_source"] == "ntpstat", r
+    assert "synchronised (ntpstat): ntpstat exit status 0" in r.evidence
+    r = one(caps(ntpstat=("", 1)))
+    assert codes(r) == ["node.clock/not-synchronised"] and "ntpstat exit status 1" in r.evidence
+    r = one(caps(ntpstat=("", 2)))
+    assert codes(r) == ["node.clock/no-time-daemon"] and "ntpstat exit status 2" in r.evidence, r
+    assert r.summary == "no time daemon answers (ntpstat)"
+    r = one(caps(ntpstat=("", 3)))  # an exit status ntpstat does not define says nothing
+    assert r.status is Status.SKIP and codes(r) == ["node.clock/not-checked"], r
+
+
+def test_no_daemon_summary_names_each_daemon_in_order() -> None:
+    r = one(caps("506 Cannot talk to daemon\n", None, ("Unable to talk to NTP daemon. Is it running?\n", 2)))
+    assert r.summary == "no time daemon answers (chronyd, ntpstat)", r
+    assert r.remedy.startswith("no time synchronisation daemon runs")
+
+
+def test_old_timedatectl_status_wording_is_the_evidence() -> None:
+    from tests.parsers.test_clock import STATUS_OLD
+
+    r = one(caps(None, STATUS_OLD))
+    assert r.status is Status.PASS and r.facts["clock_source"] == "timedatectl", r
+    assert "synchronised (timedatectl):      NTP enabled: yes; NTP synchronized: yes" in r.evidence  # lines as printed
+    r = one(caps(None, STATUS_OLD.replace("NTP synchronized: yes", "NTP synchronized: no")))
+    assert codes(r) == ["node.clock/not-synchronised"] and "NTP synchronized: no" in r.evidence
+
+
+def test_ntpd_with_peers_but_no_system_peer_says_so() -> None:
+    r = one(caps(ntpq=NTPQ.format(offset="-0.045").replace("*10.10.0.1", " 10.10.0.1")))
+    assert r.evidence[0] == "ntpq -pn: 2 peer(s), none selected as system peer", r
+    r = one(caps(ntpq=NTPQ.format(offset="-0.045")))
+    assert r.evidence[0].startswith("synchronised (ntpd): *10.10.0.1"), r
+    r = one(caps(ntpq="ntpq: read: Connection refused\n"))
+    assert r.evidence == ["ntpq: read: Connection refused"], r
+
+
+def test_unrecognised_output_names_three_lines_per_tool() -> None:
+    r = one(caps("".join(f"garbage line {i}\n" for i in range(5))))
+    assert codes(r) == ["node.clock/output-unrecognised"], r
+    assert [e for e in r.evidence if e.startswith("chronyc-tracking: ")] == [
+        f"chronyc-tracking: garbage line {i}" for i in range(3)]
+    assert r.summary == "no time tool's output was understood"
+    assert r.remedy.startswith("run `chronyc tracking` / `timedatectl status` on the node")
+
+
+def test_a_tool_not_planned_is_left_out_of_the_skip_evidence_the_others_stay() -> None:
+    c = caps()
+    del c["chronyc-tracking"]
+    r = one(c, planned=["ntpq-peers", "timedatectl", "ntpstat"])
+    assert r.status is Status.SKIP and codes(r) == ["node.clock/not-checked"], r
+    assert not any("chronyc" in e for e in r.evidence)
+    assert any("has not been booted with systemd" in e for e in r.evidence)
+    assert any("ntpstat not found on PATH" in e for e in r.evidence)
+
+
+def test_a_date_that_printed_no_time_says_so() -> None:
+    from preflight.findings import Findings
+
+    for line, shown in (("garbage", "garbage"), ("", "(no output)")):
+        f = Findings()
+        view_findings(ControllerView(WallClock(None, 1e-9, line)), load("generic"), f)
+        [item] = f.items
+        assert item.summary.startswith("the node's `date +%s.%N` printed no time") and item.evidence == [shown]
+        assert item.remedy == "run `date +%s.%N` on the node by hand"
+
+
+def test_a_bracket_exactly_at_the_threshold_is_not_past_it() -> None:
+    from preflight.findings import Findings
+
+    f = Findings()  # offset in [1.0, 2.0]: at least 1 s, not past 1 s
+    view_findings(ControllerView(WallClock(1002.0, 1e-9, "1002.0"), 1000.0, 1001.0), load("generic"), f)
+    assert not f.items, f.items
+    f = Findings()  # offset in [-2.5, -1.0]
+    view_findings(ControllerView(WallClock(999.0, 1.0, "999.N"), 1001.0, 1001.5), load("generic"), f)
+    assert not f.items, f.items
+    f = Findings()  # just past it, both ways
+    view_findings(ControllerView(WallClock(1002.25, 1e-9, "1002.25"), 1000.0, 1001.0), load("generic"), f)
+    assert f.codes() == ["node.clock/controller-offset"]
+    f = Findings()
+    view_findings(ControllerView(WallClock(999.0, 0.5, "999.0"), 1001.0, 1001.5), load("generic"), f)
+    assert f.codes() == ["node.clock/controller-offset"]
+
+
+def test_controller_offset_words_and_rounding() -> None:
+    from preflight.findings import Findings
+
+    f = Findings()
+    facts = view_findings(ControllerView(WallClock(1030.23456, 1e-9, "1030.23456"), 1000.0, 1000.5), load("generic"),
+                          f)
+    assert facts["controller_offset_s"] == [round(29.73456, 3), round(30.23456, 3)] == [29.735, 30.235]
+    remedy = f.items[0].remedy
+    assert remedy.startswith("step the clock now (`chronyc makestep`")
+    assert remedy.endswith("cross-node logs stop lining up; when every node is off by about the same amount, the "
+                           "controller's own clock is the one to fix")
+
+
+def test_agreement_words_facts_and_rounding() -> None:
+    prof = load("generic")
+    r = agreement({"n1": (-0.2, 0.3), "n3": (1.81234, 2.3)}, prof)
+    assert r.check == "cluster.clock" and r.status is Status.FAIL
+    assert r.facts["proven_spread_s"] == 1.512 and r.facts["ahead"] == "n3" and r.facts["behind"] == "n1"
+    assert r.remedy.startswith("step the clock now")
+    # the one ahead is the one whose offset is surely largest (its low end), not the widest bracket
+    r = agreement({"n1": (1.8, 3.5), "n2": (2.0, 2.3), "n3": (-0.2, 0.3)}, prof)
+    assert (r.facts["ahead"], r.facts["behind"], r.facts["proven_spread_s"]) == ("n2", "n3", 1.7), r.facts
+    r = agreement({"n1": (-0.2, 0.3), "n2": (0.81234, 0.9)}, prof)
+    assert r.check == "cluster.clock" and r.status is Status.PASS and r.facts["proven_spread_s"] == 0.512
+    assert r.summary == "no two of 2 nodes' clocks proven more than 1 s apart (readings bracketed within 0.5 s)"
+    r = agreement({"n1": (0.0, 0.5), "n2": (1.5, 2.0)}, prof)  # proven exactly 1 s apart: not past it
+    assert r.status is Status.PASS and r.facts["proven_spread_s"] == 1.0
+    r = agreement({"n1": (-0.2, 0.3)}, prof)
+    assert r.check == "cluster.clock" and r.evidence == ["readings from: n1"]
+    assert agreement({}, prof).evidence == ["readings from: none"]
+
+
+def test_a_node_without_a_reading_leaves_the_others_compared() -> None:
+    graded = [one(caps(CHRONY4, SHOW)) for _ in range(2)]
+    graded[0].node, graded[1].node = "n2", "n3"
+    t0 = 1764129000.0
+    ctx = _cluster({"n2": f"{t0 + 0.1:.9f}\n", "n3": f"{t0 + 30.3:.9f}\n"},
+                   {"n2": (t0, t0 + 0.4), "n3": (t0, t0 + 0.4)}, graded)
+    out = {(r.check, r.node): r for r in grade_cluster_clock(ctx)}
+    assert out[("cluster.clock", "cluster")].status is Status.FAIL, out
+    assert out[("node.clock", "n3")].status is Status.FAIL and ("node.clock", "n1") not in out
+
+
+def test_durations_read_in_the_unit_that_fits() -> None:
+    from preflight.checks.clock import seconds
+
+    assert seconds(0.5) == "500 ms" and seconds(-0.0125) == "12.5 ms"
+    assert seconds(1.0) == "1 s" and seconds(1.5) == "1.5 s" and seconds(-2.5) == "2.5 s"
+
+
+def test_warn_level_is_past_not_at() -> None:
+    from preflight.checks.clock import offset_findings
+    from preflight.findings import Findings
+
+    f = Findings()
+    offset_findings(0.2, "chronyd", [], load("generic"), f)  # generic: WARN past 200 ms
+    assert not f.items
+    offset_findings(0.5, "chronyd", ["System time : 0.5 seconds fast of NTP time"], load("generic"), f)
+    assert f.codes() == ["node.clock/offset-warn"] and f.items[0].summary.startswith("clock 500 ms ahead of NTP time")
+
+
+def test_the_offsets_evidence_is_chronys_lines_and_the_states_are_facts() -> None:
+    r = one(caps(CHRONY_FAST3, SHOW))
+    assert "(chronyd)" in r.summary
+    assert "Reference ID    : C0A80A01 (10.10.0.1)" in r.evidence and "Leap status     : Normal" in r.evidence
+    r = one(caps(CHRONY_UNSYNC, SHOW))
+    assert r.facts["clock"] == "unsynchronised" and r.facts["clock_source"] == "chronyd"
+    assert r.remedy.startswith("check the time service: `chronyc sources -v`")
+    r = one(caps("506 Cannot talk to daemon\n", None, ("Unable to talk to NTP daemon. Is it running?\n", 2)))
+    assert r.facts["clock"] == "no-daemon" and r.facts["clock_source"] == "chronyd"
+
+
+def test_timedatectl_evidence_is_its_sync_and_service_lines() -> None:
+    r = one(caps(None, SHOW))
+    assert r.status is Status.PASS and "synchronised (timedatectl): NTP=yes; NTPSynchronized=yes" in r.evidence, r
+    r = one(caps(None, STATUS_NEW))
+    assert "              NTP service: inactive" in r.evidence, r
+
+
+def test_nothing_answered_words() -> None:
+    r = one(caps())
+    assert r.summary == ("no time tool answered (chronyc, ntpq, timedatectl, ntpstat): clock synchronisation not "
+                         "checked"), r
+    assert r.remedy.startswith("install chrony (`chronyc tracking`)")
+
+
+def test_no_controller_time_is_a_note_saying_so() -> None:
+    from preflight.findings import Findings
+
+    f = Findings()
+    view_findings(ControllerView(WallClock(1000.0), 1000.0, None), load("generic"), f)
+    assert f.notes == ["offset from the controller not measured (no controller time for the date-wall capture)"]
+
+
+def test_a_node_whose_clock_check_did_not_grade_leaves_the_others_regraded() -> None:
+    graded = [one(caps(CHRONY4, SHOW)) for _ in range(2)]
+    graded[0].node, graded[1].node = "n2", "n3"
+    error = Result(check="node.clock", node="n1", status=Status.ERROR, summary="output lost")
+    t0 = 1764129000.0
+    ctx = _cluster({n: f"{t0 + 0.1:.9f}\n" for n in ("n1", "n2", "n3")},
+                   {n: (t0, t0 + 0.4) for n in ("n1", "n2", "n3")}, [error, *graded])
+    out = {(r.check, r.node): r for r in grade_cluster_clock(ctx)}
+    assert ("node.clock", "n1") not in out and out[("node.clock", "n2")].status is Status.PASS, out
+    assert out[("node.clock", "n3")].facts["controller_offset_s"] == [-0.3, 0.1]

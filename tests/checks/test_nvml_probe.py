@@ -274,3 +274,15 @@ def test_the_probes_error_names_are_classified(line: str, kind: str) -> None:
 
     found = errors_in([line])
     assert [e.kind for e in found] == [kind]
+
+
+@pytest.mark.parametrize("answer", [
+    "NVML_ERROR_GPU_IS_LOST", "NVMLError_GpuIsLost", "GPU is lost", "NVML_ERROR_RESET_REQUIRED",
+    "NVMLError_ResetRequired", "GPU requires reset", "NVML_ERROR_UNKNOWN", "Unknown Error",
+])
+def test_each_way_nvml_says_a_gpu_stopped_answering_marks_it_broken(answer: str) -> None:
+    """The code name alone (a probe that printed no sentence), pynvml's class, or NVML's sentence."""
+    text = json.dumps({"ok": True, "nvml_version": "12.535", "gpus": [
+        {"index": 0, "errors": {"handle": answer}}, {"index": 1, "errors": {"vbios": "NVML_ERROR_NOT_SUPPORTED"}}]})
+    rep = nvml_parser.parse(Doc(text))
+    assert rep.gpus[0].broken == [f"[handle: {answer}]"] and rep.gpus[1].broken == []

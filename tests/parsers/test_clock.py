@@ -209,3 +209,23 @@ def test_ntpq_peers() -> None:
     assert p.no_daemon and p.synced is None and not p.table
     assert facts_of("ntpq-peers", "No association ID's returned\n").synced is False
     assert facts_of("ntpq-peers", "localhost: timed out, nothing received\n***Request timed out\n").error
+
+
+def test_detect_ntpq_peers_by_its_header_only() -> None:
+    from preflight.framing import Doc
+    from preflight.parsers.clock import detect_peers
+
+    header = "     remote           refid      st t when poll reach   delay   offset  jitter\n"
+    assert detect_peers(Doc(header + "=" * 78 + "\n"))
+    assert detect_peers(Doc("\n" * 9 + header))  # the header within the first ten lines
+    assert not detect_peers(Doc("\n" * 10 + header))
+    assert not detect_peers(Doc(header.replace("refid", "ref")))
+    assert not detect_peers(Doc(header.replace("offset", "offs")))
+    assert not detect_peers(Doc(header.replace("remote", "peer  ")))
+    assert not detect_peers(Doc("ntpq: read: Connection refused\n"))
+
+
+def test_ntpstat_of_a_server_still_starting_leaves_nothing_unrecognised() -> None:
+    text = "unsynchronised\n  time server re-starting\n   poll interval unknown\n   accuracy unknown\n"
+    s = facts_of("ntpstat", text)
+    assert isinstance(s, NtpStat) and s.state == "unsynchronised" and s.unrecognised == []
