@@ -453,7 +453,7 @@ def test_a_node_without_a_reading_leaves_the_others_compared() -> None:
 def test_durations_read_in_the_unit_that_fits() -> None:
     from preflight.checks.clock import seconds
 
-    assert seconds(0.5) == "500 ms" and seconds(-0.0125) == "12.5 ms"
+    assert seconds(0.5) == "500 ms" and seconds(-0.0125) == "12.5 ms" and seconds(0.999) == "999 ms"
     assert seconds(1.0) == "1 s" and seconds(1.5) == "1.5 s" and seconds(-2.5) == "2.5 s"
 
 
