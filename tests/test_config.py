@@ -220,7 +220,8 @@ def test_only_and_skip_precedence(site: Site) -> None:
     assert set(by_check(got)) == {"site.beta"}
     got = node_json(site, ["--only", "site.beta"], {**env, "PREFLIGHT_SKIP": "site.beta"})
     assert set(by_check(got)) == {"site.beta"}
-    got = node_json(site, ["--skip", "gpu", "--skip", "net", "--skip", "ib", "--skip", "fabric"], env)
+    got = node_json(site, ["--skip", "gpu", "--skip", "net", "--skip", "ib", "--skip", "fabric", "--skip", "node"],
+                    env)
     assert set(by_check(got)) == {"site.alpha", "site.beta"}
     # built-in: every check (a no-GPU machine still lists the GPU checks)
     site.write_config("")
