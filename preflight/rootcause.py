@@ -55,7 +55,8 @@ DRIVER_KINDS = ("no_driver", "version_mismatch", "library_missing", "nvml_init")
 # the check that owns a tool: the root when several checks lack it
 TOOL_OWNER = {"nvidia-smi": DRIVER_CHECK, "ibstat": "ib.hca", "ibv_devinfo": "ib.hca", "ofed_info": "ib.hca",
               "systemctl": "fabric.manager", "ip": "net.nic", "ping": "net.mtu", "dmesg": "gpu.xid",
-              "journalctl": "gpu.xid", "nvml": DRIVER_CHECK}
+              "journalctl": "gpu.xid", "nvml": DRIVER_CHECK, "chronyc": "node.clock", "ntpq": "node.clock",
+              "ntpstat": "node.clock", "timedatectl": "node.clock", "date": "node.clock"}
 
 
 def probe_tool(probe: str, argv: Sequence[str]) -> str:
