@@ -29,6 +29,7 @@ from preflight.findings import coded_result, prove
 from preflight.model import CLUSTER, CaptureState, Result, Status
 from preflight.probes import Probe
 from preflight.registry import ClusterCheck, ClusterContext, register_cluster
+from preflight.transport.base import stalled
 
 from .network import PROBE_ENV
 
@@ -44,7 +45,6 @@ PROBE_NCCL_LIBS = Probe.of(
 )
 
 MTU_FAULTS = ("silent_loss", "frag_needed")
-STALL_STAGES = ("kex", "auth", "command")
 VERSION_INPUTS = ("nvidia-smi-q", "nvidia-smi-query", "nccl-libs", "ofed", "ibstat", "uname-r")
 ENV_INPUTS = (PROBE_ENV.name,)
 
@@ -217,8 +217,7 @@ def grade_nccl_env(ctx: ClusterContext) -> Iterable[Result]:
 
 
 def _stalled(ctx: ClusterContext, node: str) -> bool:
-    d = ctx.node_detail.get(node, {})
-    return d.get("kind") == "timeout" and d.get("stage") in STALL_STAGES
+    return stalled(ctx.node_detail.get(node, {}))
 
 
 @dataclass

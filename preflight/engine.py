@@ -41,7 +41,7 @@ from preflight.registry import (
     PlanContext,
     Registry,
 )
-from preflight.transport.base import NodeOutcome, ProgressFn, Transport
+from preflight.transport.base import NodeOutcome, ProgressFn, Transport, stalled
 
 if TYPE_CHECKING:
     from preflight.report.base import Report
@@ -325,7 +325,7 @@ def run(
         # a node that sent anything back is in the ring, and one whose SSH session stalled past
         # the TCP connect (its bundle too large for the path): that is what the pings must find
         st.peer_map = peers([n for n in nodes if n in st.outcomes and (st.outcomes[n].captures
-                                                                       or stalled(st.outcomes[n]))])
+                                                                       or stalled(st.outcomes[n].detail))])
         for n in nodes:
             st.node_opts[n].peers = list(st.peer_map.get(n, []))
     # Phase 2: probes that depend on the profile or the peers (e.g. MTU pings).
@@ -347,18 +347,6 @@ def run(
     # one result per shared cause and node (a missing tool, a dead driver, an unreachable node)
     results = rootcause.fold(results, {n: st.outcomes[n].captures for n in nodes})
     return results, st.used
-
-
-STALL_STAGES = ("kex", "auth", "command")  # an SSH session that timed out here got its small packets through
-
-
-def stalled(outcome: NodeOutcome) -> bool:
-    """The node answered the TCP connect and the banner, then its session stalled (timed out at
-    key exchange, authentication or the command): the signature of an MTU black hole, not of a
-    node that is down."""
-    d = outcome.detail
-    return d.get("kind") in ("timeout", "deadline") and d.get("stage") in STALL_STAGES \
-        and d.get("connection") != "alive"
 
 
 def _collect(transport: Transport, bundles: dict[str, list[Probe]], progress: ProgressFn | None

@@ -208,9 +208,11 @@ class Watchdog:
             users = list(dict.fromkeys(c for p in probes for c in self.uses.get(p) or ["prologue"]))
             owner = TOOL_OWNER.get(tool, "")
             cid = owner if owner in users else users[0]
-            summary = (f"probe {probes[0]} still running at the {self.budget:g} s budget"
-                       + ("" if tool == probes[0] else f" ({tool} hung)") if len(probes) == 1 else
-                       f"{tool} still running at the {self.budget:g} s budget (hung): probes {', '.join(probes)}")
+            if len(probes) > 1:
+                summary = f"{tool} still running at the {self.budget:g} s budget (hung): probes {', '.join(probes)}"
+            else:
+                summary = f"probe {probes[0]} still running at the {self.budget:g} s budget"
+                summary += "" if tool == probes[0] else f" ({tool} hung)"
             more = len(users) - 1
             lines += [f"  ERROR {cid}: {summary}" + (f" ({more} dependent check{'s' * (more > 1)} not graded)"
                                                      if more else ""),
@@ -378,8 +380,9 @@ def run_prologue(req: PrologueRequest, cfg: Config) -> PrologueOutcome:
         raise UsageError(f"invalid node name {name!r}")
     report, profile, transport = _check(req, name, cfg, watch)
     lines = _summary_lines(report, name)
-    if cut_and_timed_out(transport.shrunk, report):  # a note only where the cut may be the cause
-        lines.append("  probe timeouts cut to fit the budget: " + ", ".join(cut_and_timed_out(transport.shrunk, report)))
+    cut = cut_and_timed_out(transport.shrunk, report)  # a note only where the cut may be the cause
+    if cut:
+        lines.append("  probe timeouts cut to fit the budget: " + ", ".join(cut))
     blocking = report.verdict.blocking
     watch.decided = Decided(list(lines), report.verdict.exit_code if blocking else 0,
                             drain_summary(blocking) if blocking else None)

@@ -201,7 +201,7 @@ def _hung(results: list[Result], captures: Mapping[str, Capture], taken: set[int
     every = [c for t in tools for c in caps[t].values()]
     limits = ", ".join(f"{t} {max(c.timeout for c in caps[t].values()):g} s" for t in tools)
     summary = f"{len(tools)} tools hung (none of their calls finished within its timeout): {limits}"
-    evidence = tuple(w for t in tools for w in [words[t][0]]) + tuple(dict.fromkeys(c.reason for c in every))
+    evidence = tuple(words[t][0] for t in tools) + tuple(dict.fromkeys(c.reason for c in every))
     return [(Cause("hung_node", ",".join(tools), f"{', '.join(tools)} hung", summary, evidence),
              sorted(i for m in members.values() for i in m))]
 

@@ -28,6 +28,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -505,6 +507,22 @@ class NetCluster:
         found.discard(os.getpid())
         return sorted(found)
 
+
+
+@contextmanager
+def healthy_cluster(n: int, workdir: Path, prefix: str, subnet: str) -> Iterator[NetCluster]:
+    """An n-node cluster with every fake tool installed and a healthy 8xH100 scenario on each
+    node (`tests.scenarios.healthy_h100`), torn down at the end whatever happened."""
+    from tests import scenarios
+
+    c = NetCluster(n, workdir, prefix=prefix, subnet=subnet)
+    c.up(scenarios.TOOLS)
+    try:
+        for node in c.nodes:
+            scenarios.healthy_h100(node.home / "scenario")
+        yield c
+    finally:
+        c.down()
 
 def main() -> None:
     cmd = sys.argv[1] if len(sys.argv) > 1 else "up"

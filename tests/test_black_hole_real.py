@@ -19,9 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import scenarios
 from tests.conftest import need
-from tests.netcluster import NetCluster, prerequisites
+from tests.netcluster import NetCluster, healthy_cluster, prerequisites
 
 pytestmark = pytest.mark.real
 
@@ -32,14 +31,8 @@ ARGS = ["run", "--hosts", "n[1-4]", "--transport", "ssh", "--connect-timeout", "
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
     need(not prerequisites(), f"namespace cluster prerequisites: {prerequisites()}")
-    c = NetCluster(4, tmp_path_factory.mktemp("blackhole"), prefix="e4b", subnet="10.97.0")
-    c.up(scenarios.TOOLS)
-    try:
-        for node in c.nodes:
-            scenarios.healthy_h100(node.home / "scenario")
+    with healthy_cluster(4, tmp_path_factory.mktemp("blackhole"), prefix="e4b", subnet="10.97.0") as c:
         yield c
-    finally:
-        c.down()
 
 
 def _run(c: NetCluster, *extra: str) -> tuple[int, str]:

@@ -16,7 +16,7 @@ import pytest
 
 from tests import scenarios
 from tests.conftest import need
-from tests.netcluster import NetCluster, prerequisites, slurm_prerequisites
+from tests.netcluster import NetCluster, healthy_cluster, prerequisites, slurm_prerequisites
 
 pytestmark = pytest.mark.real
 
@@ -26,14 +26,8 @@ PREFLIGHT = ["python3", "-m", "preflight.cli"]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
     need(not prerequisites(), f"namespace cluster prerequisites: {prerequisites()}")
-    c = NetCluster(4, tmp_path_factory.mktemp("e2e"), prefix="pe", subnet="10.81.0")
-    c.up(scenarios.TOOLS)
-    try:
-        for node in c.nodes:
-            scenarios.healthy_h100(node.home / "scenario")
+    with healthy_cluster(4, tmp_path_factory.mktemp("e2e"), prefix="pe", subnet="10.81.0") as c:
         yield c
-    finally:
-        c.down()
 
 
 def run_json(c: NetCluster, args: list[str], env: dict[str, str] | None = None,

@@ -34,7 +34,7 @@ from preflight.grading import decide
 from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.probes import Probe, run_probe
 from preflight.registry import Options
-from preflight.transport.base import NodeOutcome, ProgressFn, Transport
+from preflight.transport.base import NodeOutcome, ProgressFn, Transport, stalled
 from tests import fakes, scenarios
 
 NODES = ["n1", "n2", "n3", "n4"]
@@ -289,9 +289,10 @@ def test_a_node_whose_session_stalled_is_still_pinged_by_its_peers(recorded: Rec
     engine.run(reg, engine.select(reg, only=["net.mtu", "gpu.xid"]), list(NODES), transport, profile_name="h100-sxm-8x",
                peers=ring)
     assert rings == [["n1", "n2", "n4"]]
-    stall = NodeOutcome(node="n2", error="stalled", detail={"kind": "timeout", "stage": "auth"})
-    assert engine.stalled(stall) and not engine.stalled(replace(stall, detail={"kind": "timeout", "stage": "connect"}))
-    assert not engine.stalled(replace(stall, detail={"kind": "timeout", "stage": "command", "connection": "alive"}))
+    assert stalled({"kind": "timeout", "stage": "auth"}) and stalled({"kind": "deadline", "stage": "kex"})
+    assert not stalled({"kind": "timeout", "stage": "connect"}) and not stalled({"kind": "refused", "stage": "auth"})
+    assert not stalled({"kind": "timeout", "stage": "command", "connection": "alive"})
+    assert stalled({"kind": "lost", "stage": "launch", "connection": "stalled"})  # stalled while open: any stage
 
 
 def test_nothing_lost_is_go(recorded: Recorded) -> None:

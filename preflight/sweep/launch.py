@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from preflight import inventory, procs
 from preflight.slurm import node_addresses
 from preflight.sweep.spec import SweepSpec, event_line, parse_event
-from preflight.transport.base import NodeOutcome
+from preflight.transport.base import NodeOutcome, stalled
 
 _SAFE_IFNAME = re.compile(r"^[A-Za-z0-9^_.:,=-]{1,200}$")
 _SAFE_PY = re.compile(r"^[A-Za-z0-9_./+-]{1,400}$")
@@ -187,7 +187,6 @@ def classify(lines: Sequence[str], rc: int | None) -> tuple[str, str]:
 
 
 STALLED = "ssh session stalled (MTU black hole?)"
-_STALL_STAGES = ("kex", "auth", "command")  # past the TCP connect and the banner: small packets got through
 
 
 def ssh_cause(failure: NodeOutcome) -> tuple[str, str]:
@@ -195,9 +194,9 @@ def ssh_cause(failure: NodeOutcome) -> tuple[str, str]:
     transport's own sentence, under the cause its fault kind means. A session that timed out
     after the TCP connect and the banner (key exchange, authentication, the command's start) or
     that stalled while open is `STALLED`: large packets are dropped on the path."""
-    kind, stage = failure.detail.get("kind", ""), failure.detail.get("stage", "")
-    if (kind in ("timeout", "deadline") and stage in _STALL_STAGES) or failure.detail.get("connection") == "stalled":
+    if stalled(failure.detail):
         return STALLED, failure.error[:600]
+    kind = failure.detail.get("kind", "")
     return _SSH_CAUSES.get(kind, f"ssh failed ({kind or 'unknown fault'})"), failure.error[:600]
 
 

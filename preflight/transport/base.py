@@ -10,6 +10,20 @@ from dataclasses import dataclass, field
 from preflight.model import Capture
 from preflight.probes import Probe
 
+STALL_STAGES = ("kex", "auth", "command")  # past the TCP connect and the banner: small packets got through
+
+
+def stalled(detail: Mapping[str, str]) -> bool:
+    """A node fault (`NodeOutcome.detail`) that is the signature of an MTU black hole, not of a
+    node that is down: the session stalled while open (`connection: stalled`), or it timed out
+    after the TCP connect and the banner (key exchange, authentication, the command) and its
+    connection did not answer a new session (`connection: alive` means the probes hang on the
+    node instead)."""
+    if detail.get("connection") == "stalled":
+        return True
+    return detail.get("kind") in ("timeout", "deadline") and detail.get("stage") in STALL_STAGES \
+        and detail.get("connection") != "alive"
+
 
 @dataclass
 class NodeOutcome:
