@@ -39,6 +39,9 @@ from preflight.parsers.base import Format, ParserSpec, short
 PROBE_CHRONY, PROBE_TIMEDATE, PROBE_NTPSTAT, PROBE_WALL = "chronyc-tracking", "timedatectl", "ntpstat", "date-wall"
 PROBE_NTPQ = "ntpq-peers"
 UNSYNCED_LEAP = ("not synchronised", "not synchronized", "unsynchronised", "invalid")
+SYNCED_LEAP = ("normal", "insert second", "delete second")  # chrony's leap statuses while synchronised
+# chronyd's reference: 8 hex digits (chrony 2 and later), or an IPv4/IPv6 address (chrony 1.x)
+_REF_ID = re.compile(r"^(?:[0-9A-Fa-f]{8}|\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:]*:[0-9A-Fa-f:]*)$")
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ()]*?)\s*:\s*(.*?)\s*$")
 _SYSTEM_TIME = re.compile(rf"({_NUM})\s*seconds?\s+(fast|slow)", re.I)
@@ -89,8 +92,13 @@ class Tracking:
     @property
     def synced(self) -> bool | None:
         """Whether chronyd has the clock synchronised; None when the report does not say."""
-        if self.leap:
-            return self.leap.lower() not in UNSYNCED_LEAP and not self.no_reference
+        leap = self.leap.lower()
+        if leap in UNSYNCED_LEAP:
+            return False
+        if leap in SYNCED_LEAP:
+            return not self.no_reference
+        if leap:  # a leap status this reader does not know says nothing
+            return None
         if self.ref_id:
             return not self.no_reference
         return None
@@ -99,17 +107,29 @@ class Tracking:
         return [self.lines[k] for k in keys if k in self.lines]
 
 
+def _unread(t: Tracking, raw: str) -> bool:
+    """A tracking field whose value is not in chrony's format: kept as unrecognised, never read."""
+    t.unrecognised.append(short(raw))
+    return True
+
+
 def _tracking_field(t: Tracking, key: str, value: str, raw: str) -> bool:
     """Read one `Name : value` line into `t`; False when the name is not a tracking field."""
     k = key.lower()
     if k == "reference id":
         ref, _, name = value.partition(" ")
+        if not _REF_ID.match(ref):
+            return _unread(t, raw)
         t.ref_id, t.ref_name = ref, name.strip().strip("()")
     elif k == "stratum":
-        t.stratum = int(value) if value.isdigit() else None
+        if not value.isdigit():
+            return _unread(t, raw)
+        t.stratum = int(value)
     elif k == "system time":
         m = _SYSTEM_TIME.search(value)
-        t.offset_s = None if m is None else float(m.group(1)) * (1 if m.group(2).lower() == "fast" else -1)
+        if m is None:
+            return _unread(t, raw)
+        t.offset_s = float(m.group(1)) * (1 if m.group(2).lower() == "fast" else -1)
     elif k in ("last offset", "root delay", "root dispersion", "update interval"):
         setattr(t, {"last offset": "last_offset_s", "root delay": "root_delay_s", "root dispersion":
                     "root_dispersion_s", "update interval": "update_interval_s"}[k], _num(value))

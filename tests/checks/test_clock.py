@@ -127,6 +127,13 @@ def test_output_not_understood_is_error() -> None:
     assert "chronyc-tracking: Welcome to the cluster!" in r.evidence
 
 
+def test_a_tracking_report_with_values_not_in_chronys_format_is_never_a_pass() -> None:
+    garbled = "Reference ID    : garbage\nSystem time     : lots of seconds\nLeap status     : ???\n"
+    r = one(caps(garbled))
+    assert r.status is Status.ERROR and codes(r) == ["node.clock/output-unrecognised"], r
+    assert "chronyc-tracking: Reference ID    : garbage" in r.evidence
+
+
 @pytest.mark.parametrize("state,code", [(CaptureState.TIMEOUT, "run.probe/timed-out"),
                                         (CaptureState.LOST, "run.probe/output-lost")])
 def test_output_that_did_not_arrive_is_error_not_no_daemon(state: CaptureState, code: str) -> None:

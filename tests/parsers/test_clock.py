@@ -229,3 +229,25 @@ def test_ntpstat_of_a_server_still_starting_leaves_nothing_unrecognised() -> Non
     text = "unsynchronised\n  time server re-starting\n   poll interval unknown\n   accuracy unknown\n"
     s = facts_of("ntpstat", text)
     assert isinstance(s, NtpStat) and s.state == "unsynchronised" and s.unrecognised == []
+
+
+@pytest.mark.parametrize("leap, ref, synced", [
+    ("Normal", "C0A80A01 (10.10.0.1)", True),
+    ("Insert second", "C0A80A01 (10.10.0.1)", True),
+    ("Delete second", "10.10.0.1 (ntp1)", True),
+    ("Normal", "00000000 ()", False),
+    ("Not synchronised", "C0A80A01 (10.10.0.1)", False),
+    ("Leap pending?", "C0A80A01 (10.10.0.1)", None),  # a status this reader does not know says nothing
+])
+def test_the_leap_status_decides_only_when_it_is_one_chrony_prints(leap: str, ref: str, synced: bool | None) -> None:
+    text = CHRONY4.replace("Normal", leap).replace("C0A80A01 (10.10.0.1)", ref)
+    assert facts_of("chronyc-tracking", text).synced is synced
+
+
+def test_tracking_values_not_in_chronys_format_are_unrecognised_not_read() -> None:
+    text = (CHRONY4.replace("C0A80A01 (10.10.0.1)", "garbage").replace("3\n", "three\n", 1)
+            .replace("0.000012345 seconds slow of NTP time", "lots of seconds"))
+    t = facts_of("chronyc-tracking", text)
+    assert (t.ref_id, t.stratum, t.offset_s) == ("", None, None)
+    assert [u.split(":")[0].strip() for u in t.unrecognised] == ["Reference ID", "Stratum", "System time"]
+    assert t.synced is True  # chrony says Normal only while synchronised: its own word stands
