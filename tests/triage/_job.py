@@ -15,6 +15,10 @@ flight-recorder dump in the run directory, and under the crash recorder
         its connections after the crash record and waits 3 s before it exits, and its peers exit
         at once on the lost connection, so the launcher sees a consequence end first;
   none  a clean run.
+  kill  the rank SIGKILLs itself before that step's all_reduce (as the OOM killer would).
+With `--ckpt-every N` the ranks save a checkpoint (preflight.runtime.CheckpointManager, under
+`<run_dir>/ckpt`) every N steps and resume from the newest one; `--fault-restart K` injects the
+fault only in torchrun's K-th attempt (TORCHELASTIC_RESTART_COUNT), so a restart can recover.
 The process group timeout is longer than the watchdog's, so the watchdog speaks first.
 """
 
@@ -37,12 +41,15 @@ def rank_main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--fault", choices=("skip", "stop", "crash", "none"), default="none")
+    ap.add_argument("--fault", choices=("skip", "stop", "crash", "kill", "none"), default="none")
     ap.add_argument("--fault-rank", type=int, default=2)
     ap.add_argument("--fault-step", type=int, default=10)
     ap.add_argument("--step-timeout", type=float, default=3.0)
     ap.add_argument("--pg-timeout", type=float, default=20.0)
     ap.add_argument("--block-s", type=float, default=40.0)
+    ap.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps and resume from it")
+    ap.add_argument("--fault-restart", type=int, default=None,
+                    help="inject the fault only in this torchrun attempt (TORCHELASTIC_RESTART_COUNT)")
     ap.add_argument("--keep-stuck-peers", action="store_true",
                     help="the watchdog leaves a stopped peer alone (as for a rank on another node)")
     ap.add_argument("--consequence-first", action="store_true",
@@ -67,18 +74,23 @@ def rank_main(argv: list[str]) -> None:
     import torch.distributed as dist
 
     with wd.section("setup"):
-        dist.init_process_group("gloo", timeout=timedelta(seconds=a.pg_timeout))
+        _init(timedelta(seconds=a.pg_timeout))
     rank = dist.get_rank()
     t = torch.ones(256)
-    for step in range(a.steps):
+    ckpt, start = _resume(a, t)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+    faulty = a.fault_restart is None or a.fault_restart == attempt
+    for step in range(start, a.steps):
         with wd.section("step", step=step):
             time.sleep(0.02)
-            if rank == a.fault_rank and step == a.fault_step:
+            if faulty and rank == a.fault_rank and step == a.fault_step:
                 if a.fault == "skip":
                     time.sleep(a.block_s)  # never joins this all_reduce; the watchdog ends it
                     continue
                 if a.fault == "stop":
                     os.kill(os.getpid(), signal.SIGSTOP)
+                if a.fault == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
                 if a.fault == "crash" and a.consequence_first:
                     _raise_late(step, rank)
                 if a.fault == "crash":
@@ -89,10 +101,44 @@ def rank_main(argv: list[str]) -> None:
                 if a.consequence_first:
                     os._exit(1)  # a peer that leaves at once on the lost connection, with no record
                 raise
+        if ckpt is not None and (step + 1) % a.ckpt_every == 0:
+            with wd.section("checkpoint"):
+                ckpt.save(step + 1, {"t": t})  # the step to resume at
     wd.close()
     dist.barrier()
     dist.destroy_process_group()
     rec.exit("clean", exit_code=0)
+
+
+def _init(timeout: timedelta) -> None:
+    """init_process_group; after a torchrun restart in a store namespace of that attempt (the
+    agent's store keeps the previous attempt's gloo addresses, which a restarted rank would dial)."""
+    import torch.distributed as dist
+
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt in (None, "0") or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group("gloo", timeout=timeout)
+        return
+    world = int(os.environ["WORLD_SIZE"])
+    agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                          timeout=timeout)
+    store = dist.PrefixStore(f"/triage_job/attempt_{attempt}", agent)
+    dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]), world_size=world, timeout=timeout)
+
+
+def _resume(a: argparse.Namespace, t: object) -> tuple[object | None, int]:
+    """(the checkpoint manager or None, the step to start at), the state restored into `t`."""
+    if a.ckpt_every <= 0:
+        return None, 0
+    from preflight.runtime.checkpoint import CheckpointManager
+
+    ckpt = CheckpointManager(a.run_dir / "ckpt", keep_last=2)
+    got = ckpt.load_latest()
+    if got is None:
+        return ckpt, 0
+    step, state = got
+    t.copy_(state["t"])  # type: ignore[attr-defined]
+    return ckpt, int(step)
 
 
 def _raise_late(step: int, rank: int) -> None:
@@ -110,7 +156,7 @@ def _raise_late(step: int, rank: int) -> None:
 
 
 def torchrun(nproc: int, args: Sequence[str], run_dir: Path, log: Path,
-             shutdown_timeout: float = 2.0) -> subprocess.Popen[bytes]:
+             shutdown_timeout: float = 2.0, max_restarts: int = 0) -> subprocess.Popen[bytes]:
     """Start `rank_main` under a real torchrun (standalone rendezvous on this machine); torchrun's
     own output, its failure summary included, goes to `log`."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +165,7 @@ def torchrun(nproc: int, args: Sequence[str], run_dir: Path, log: Path,
                                 "LOCAL_RANK", "MASTER_"))}
     env.update({"GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--monitor-interval=0.1", f"--shutdown-timeout={shutdown_timeout:g}", "-m", "tests.triage._job",
+            "--monitor-interval=0.1", f"--shutdown-timeout={shutdown_timeout:g}", f"--max-restarts={max_restarts}", "-m", "tests.triage._job",
             *args]
     with open(log, "wb") as out:
         return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
