@@ -1,6 +1,6 @@
 """The runtime resilience layer training jobs import.
 
-Public interface: Preemption, Watchdog, CheckpointManager, StragglerDetector, LossGuard,
+Public interface: Resilience (the one object for a training loop, wiring the rest), Preemption, Watchdog, CheckpointManager, StragglerDetector, LossGuard,
 nccl_env, check_env_consistency, EventWriter, CrashRecorder (`preflight.runtime.crash.install`
 records every way a rank ends), and the preemption marker (write_marker, read_marker). Submodules load lazily so that importing
 `preflight.runtime` stays cheap; torch is imported only where a component needs it.
@@ -23,6 +23,7 @@ _EXPORTS = {
     "StragglerDetector": "preflight.runtime.straggler",
     "LossGuard": "preflight.runtime.lossguard",
     "nccl_env": "preflight.runtime.ncclenv",
+    "Resilience": "preflight.runtime.resilience",
     "check_env_consistency": "preflight.runtime.ncclenv",
 }
 

@@ -64,6 +64,7 @@ class CrashRecorder:
         self.events = events if events is not None else EventWriter(self.run_dir, rank=self.rank, node=self.host)
         self.path = self.run_dir / f"crash-rank{self.rank}.json"
         self.recorded: dict[str, Any] | None = None
+        self._last_exc: BaseException | None = None
         self.exited: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._prev_sys: Any = None
@@ -132,6 +133,9 @@ class CrashRecorder:
                tb: TracebackType | None, thread: str = "MainThread") -> dict[str, Any]:
         """Write `crash-rank<R>.json` and a `runtime.crash` event; the first exception of the
         main thread wins (a later one from another thread does not overwrite it)."""
+        if exc is not None and self.recorded is not None and self._last_exc is exc:
+            return self.recorded  # the same exception again (recorded in the loop, then by the hook)
+        self._last_exc = exc
         now = time.time()
         step, section = self._where()
         section = getattr(exc, "__preflight_section__", None) or section

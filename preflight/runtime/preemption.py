@@ -124,6 +124,7 @@ class Preemption:
         self.caught_at: float | None = None  # time.time() of the first one
         self.stop_step: int | None = None  # the step boundary agreed on
         self.stop_rank: int | None = None  # the lowest rank that asked to stop
+        self.stop_signum: int | None = None  # the signal agreed on (caught on any rank)
         self.checks = 0  # collective checks done
         self.check_seconds = 0.0  # time spent in them
         self._requested = False
@@ -289,6 +290,7 @@ class Preemption:
         self._agreed = True
         self.stop_step = step
         self.stop_rank = first
+        self.stop_signum = signum or self.signum  # the signal the first rank caught, as agreed
         what = _signame(signum) if signum else (self._reason or "a stop request")
         at = f"step {step}" if step is not None else "this step"
         self._emit(Status.WARN, f"stop agreed at {at}: {what} on rank {first}", step=step,

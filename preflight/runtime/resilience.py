@@ -1,0 +1,360 @@
+"""One object for the training loop: the runtime layer wired in the right order.
+
+    with Resilience(run_dir, state={"model": model, "optimizer": opt}) as res:
+        for step in res.steps(total):          # resumes: state restored, the next step
+            with res.step():                   # watchdog section, heartbeat, step timing
+                loss = forward_backward(step)
+                res.average_gradients(model)   # all_reduce, timed as the collective wait
+                res.check_loss(loss)           # NaN/Inf stops, spikes warn
+                opt.step()
+
+`Resilience` owns the events, the watchdog, the crash recorder, preemption, checkpoints, the
+straggler detector and the loss guard, and sets them up in the order that makes each work:
+
+- the process group first (under torchrun in a store namespace of its own per restart, so a
+  restarted worker never reads the previous attempt's stale keys), then the event writer, the
+  watchdog, the crash recorder (which reads the watchdog's step and section), preemption;
+- `steps(total)` restores the newest valid checkpoint into `state` (every object's
+  `load_state_dict`, the RNG states) and yields from the step after the one saved: a checkpoint
+  saved after step `s` completed is saved as `s + 1`, the step to run next;
+- after each step: a checkpoint every `save_every` steps and at the end; the preemption check
+  is local every step and collective every `stop_check_every` steps (one small all_reduce
+  amortised over them); when every rank agreed to stop, every rank saves that step, rank 0
+  writes the `preempted` marker once all are saved, and the process exits 0 under torchrun
+  (a non-zero exit would make torchrun restart it in place) or 85 elsewhere;
+- a torchrun restart that finds the marker does not train (the allocation is going away; the
+  batch script requeues on the marker); a run that resumed removes it;
+- `close()` (the `with` block's end) records how the rank ended: clean after the last step,
+  the exception that left the block (`crash-rank<R>.json`), or preempted; the watchdog is
+  closed only on a clean end, so a rank that raised never looks finished to its peers.
+
+The parts stay usable alone (`Watchdog`, `Preemption`, `CheckpointManager`, ...); each is an
+attribute here (`res.watchdog`, `res.preemption`, `res.checkpoints`, `res.straggler`,
+`res.loss_guard`, `res.events`, `res.crash`). Monitoring never raises into the loop, except
+the verdicts it exists for (a non-finite loss, a failed checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from preflight.model import Status
+from preflight.runtime import crash
+from preflight.runtime.events import EventWriter
+from preflight.runtime.preemption import EXIT_PREEMPTED, Preemption, clear_marker, read_marker, write_marker
+
+log = logging.getLogger("preflight.runtime")
+
+CHECK = "runtime.train"
+STORE_PREFIX = "/preflight/attempt_"
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def restart_count() -> int:
+    try:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
+
+
+def init_process_group(backend: str | None = None, timeout_s: float = 600.0) -> bool:
+    """Initialise torch.distributed from the launcher's environment when WORLD_SIZE > 1.
+
+    Under torchrun the workers share the agent's store across restarts, and the keys a process
+    group publishes there (gloo's peer addresses, NCCL's unique id) carry no restart number: a
+    restarted worker can read the previous attempt's entries and fail to connect. Each attempt
+    gets a prefix of its own. Returns True when this call created the group."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1 or dist.is_initialized():
+        return False
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    timeout = timedelta(seconds=timeout_s)
+    rank = int(os.environ["RANK"])
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in os.environ:
+        agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                              is_master=False, timeout=timeout)
+        store = dist.PrefixStore(f"{STORE_PREFIX}{restart_count()}", agent)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
+    return True
+
+
+class Resilience:
+    """The runtime layer for one training rank; see the module docstring."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, state: Mapping[str, Any] | None = None,
+                 step_timeout: float = 60.0, warmup_timeout: float = 1800.0, checkpoint_timeout: float = 900.0,
+                 checkpoint_dir: str | os.PathLike[str] | None = None, save_every: int = 100, keep_last: int = 3,
+                 async_save: bool = False, stop_check_every: int = 10, straggler_interval: int = 50,
+                 monitors: bool = True, kill_stuck_peers: bool = True, backend: str | None = None,
+                 init_distributed: bool = True, pg_timeout_s: float = 600.0) -> None:
+        if save_every < 1 or stop_check_every < 1:
+            raise ValueError("save_every and stop_check_every must be at least 1")
+        self.run_dir = Path(run_dir)
+        self.state: dict[str, Any] = dict(state or {})
+        self.save_every = int(save_every)
+        self.created_group = init_process_group(backend, pg_timeout_s) if init_distributed else False
+        self.rank, self.world_size = _rank_world()
+        self.events = EventWriter(self.run_dir, rank=self.rank)
+        self.restart = restart_count()
+        self.preemption = Preemption(events=self.events, every=stop_check_every)
+        self.watchdog: Any = None
+        self.straggler: Any = None
+        self.loss_guard: Any = None
+        if monitors:
+            self._monitors(step_timeout, warmup_timeout, checkpoint_timeout, kill_stuck_peers, straggler_interval)
+        self.crash = crash.install(self.run_dir, rank=self.rank, watchdog=self.watchdog, events=self.events)
+        from preflight.runtime.checkpoint import CheckpointManager
+
+        self.checkpoints = CheckpointManager(Path(checkpoint_dir) if checkpoint_dir else self.run_dir / "checkpoints",
+                                             keep_last=keep_last, events=self.events, async_save=async_save)
+        self.start_step = 0
+        self.done = 0  # steps completed (the step to run next)
+        self.finished = False
+        self.stopped = False
+        self._current: int | None = None
+        self._closed = False
+
+    def _monitors(self, step_timeout: float, warmup_timeout: float, checkpoint_timeout: float,
+                  kill_stuck_peers: bool, interval: int) -> None:
+        from preflight.runtime.lossguard import LossGuard
+        from preflight.runtime.straggler import StragglerDetector
+        from preflight.runtime.watchdog import Watchdog
+
+        try:
+            self.watchdog = Watchdog(self.run_dir, timeouts={"step": "auto", "checkpoint": checkpoint_timeout},
+                                     auto_floor_s=step_timeout, auto_initial_s=warmup_timeout,
+                                     kill_stuck_peers=kill_stuck_peers, events=self.events, rank=self.rank)
+        except Exception as exc:  # noqa: BLE001 - train unwatched rather than not at all
+            log.warning("preflight: watchdog disabled: %s", exc)
+        self.straggler = StragglerDetector(interval_steps=interval, events=self.events, rank=self.rank)
+        self.loss_guard = LossGuard(events=self.events, rank=self.rank)
+
+    # ----- the loop ---------------------------------------------------------------------
+    def steps(self, total: int) -> Iterator[int]:
+        """Yield the steps still to run, from the one after the newest checkpoint to `total - 1`.
+
+        After each step: checkpoint when due, stop and save when preempted (SystemExit)."""
+        if self.restart > 0 and read_marker(self.run_dir) is not None:
+            self._not_restarted_in_place()
+        self.resume()
+        step = self.done
+        while step < total:
+            self._current = step
+            yield step
+            self._current = None
+            self.done = step = step + 1
+            stop = self.preemption.should_stop(step)
+            if stop or step % self.save_every == 0 or step == total:
+                self.save()
+            if stop:
+                self._stop_preempted()
+        self.finished = True
+        self.checkpoints.wait()  # an async save is complete before the loop says it finished
+        self.events.emit(CHECK, Status.PASS, f"rank {self.rank} finished {self.done} steps", step=self.done,
+                         facts={"step": self.done, "start_step": self.start_step, "world_size": self.world_size,
+                                "stop_checks": self.preemption.checks})
+
+    def step(self) -> AbstractContextManager[Any]:
+        """The context of one step: watchdog section, heartbeat, straggler timing."""
+        return _Step(self)
+
+    def waiting(self) -> AbstractContextManager[Any]:
+        """Time inside counts as waiting at a collective (what tells a straggler from its peers)."""
+        if self.straggler is None:
+            return nullcontext()
+        return self.straggler.waiting()
+
+    def average_gradients(self, model: Any) -> None:
+        """All-reduce every gradient of `model` (one flat buffer in parameter order) and divide by
+        the world size, timed as the collective wait. A fixed layout: a resumed run reduces in
+        the same order as an uninterrupted one (bitwise equal on CPU). No-op on one rank."""
+        if self.world_size <= 1:
+            return
+        import torch
+        import torch.distributed as dist
+
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        with self.waiting():
+            dist.all_reduce(flat)
+        flat.div_(self.world_size)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def check_loss(self, loss: Any) -> str:
+        """The loss guard's verdict for this step: "ok" or "spike"; a NaN/Inf raises NonFiniteLoss."""
+        if self.loss_guard is None:
+            return "ok"
+        step = self._current if self._current is not None else self.done
+        return str(self.loss_guard.check(step, loss))
+
+    # ----- checkpoints ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        from preflight.runtime.checkpoint import capture_rng_state
+
+        return {"state": {name: obj.state_dict() for name, obj in self.state.items()},
+                "rng": capture_rng_state(), "step": self.done}
+
+    def load_state_dict(self, saved: Mapping[str, Any]) -> None:
+        from preflight.runtime.checkpoint import restore_rng_state
+
+        missing = [name for name in self.state if name not in saved.get("state", {})]
+        if missing:
+            raise KeyError(f"checkpoint has no state for {', '.join(missing)}")
+        for name, obj in self.state.items():
+            obj.load_state_dict(saved["state"][name])
+        if saved.get("rng"):
+            restore_rng_state(saved["rng"])
+
+    def save(self) -> None:
+        """Checkpoint the state after `self.done` steps (collective: every rank calls it)."""
+        wd = self.watchdog
+        with wd.section("checkpoint") if wd is not None else nullcontext():
+            self.checkpoints.save(self.done, self.state_dict())
+
+    def resume(self) -> int:
+        """Restore the newest checkpoint valid on every rank; returns the step to run next."""
+        loaded = self.checkpoints.load_latest()
+        if loaded is not None:
+            step, saved = loaded
+            self.load_state_dict(saved)
+            self.done = self.start_step = int(step)
+        if self.rank == 0:
+            clear_marker(self.run_dir)  # resumed: a later end is judged afresh
+        how = f"resumed at step {self.start_step}" if loaded is not None else "started from step 0"
+        self.events.emit(CHECK, Status.PASS, f"rank {self.rank} {how}", step=self.start_step,
+                         facts={"pid": os.getpid(), "start_step": self.start_step, "world_size": self.world_size,
+                                "restart": self.restart, "resumed": loaded is not None})
+        return self.start_step
+
+    # ----- ends -------------------------------------------------------------------------
+    def _not_restarted_in_place(self) -> None:
+        """A torchrun restart of a preempted job inside its dying allocation: do not train."""
+        self.events.emit(CHECK, Status.WARN, f"rank {self.rank}: preempted job not restarted in place (restart "
+                         f"{self.restart}); waiting for the requeue", facts={"restart": self.restart})
+        self.stopped = True
+        code = 0 if under_torchrun() else EXIT_PREEMPTED
+        self.crash.exit("preempted", exit_code=code,
+                        summary=f"torchrun restart {self.restart} after a preemption: not trained")
+        raise SystemExit(code)
+
+    def _stop_preempted(self) -> None:
+        """Every rank agreed to stop and saved: the marker, then exit (0 under torchrun, else 85)."""
+        self.checkpoints.wait()
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # every rank's checkpoint is complete before the marker says so
+        pre = self.preemption
+        if self.rank == 0:
+            write_marker(self.run_dir, self.done, world_size=self.world_size, signum=pre.stop_signum,
+                         stop_rank=pre.stop_rank)
+        code = 0 if under_torchrun() else EXIT_PREEMPTED
+        self.events.emit(CHECK, Status.WARN, f"rank {self.rank} stopped at step {self.done} (checkpoint saved)",
+                         step=self.done, remedy="run again (requeue/restart) to resume",
+                         facts={"step": self.done, "exit_code": code, "stop_checks": pre.checks})
+        self.stopped = True
+        self.crash.exit("preempted", exit_code=code, signal=_signame(pre.stop_signum) if pre.stop_signum else None)
+        raise SystemExit(code)
+
+    def close(self, exc: BaseException | None = None, tb: TracebackType | None = None) -> None:
+        """Record how this rank ended and release everything (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if exc is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            self._record_exception(exc, tb)
+        with contextlib.suppress(Exception):
+            self.checkpoints.close()
+        clean = exc is None and self.finished
+        if self.watchdog is not None and (clean or self.stopped):
+            self.watchdog.close()  # "closed": peers and triage read a finished rank
+        if clean:
+            self.crash.exit("clean", exit_code=0)
+        self.preemption.close()
+        if self.created_group:
+            import torch.distributed as dist
+
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+    def _record_exception(self, exc: BaseException, tb: TracebackType | None) -> None:
+        self.crash.record(type(exc), exc, tb)
+        fired = getattr(self.watchdog, "fired", None)
+        if fired and fired.get("exit_code") is not None:
+            self.crash.exit("hang", exit_code=int(fired["exit_code"]),
+                            summary=f"after the watchdog fired: {type(exc).__name__}: {exc}")
+        else:
+            self.crash.exit("exception", exit_code=1, summary=f"{type(exc).__name__}: {str(exc)[:300]}")
+
+    def __enter__(self) -> Resilience:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close(ev, tb)
+
+
+class _Step:
+    """One step: a watchdog "step" section and the straggler's step clock."""
+
+    def __init__(self, res: Resilience) -> None:
+        self.res = res
+        self.section: Any = None
+
+    def __enter__(self) -> _Step:
+        res = self.res
+        step = res._current if res._current is not None else res.done
+        if res.straggler is not None:
+            res.straggler.step_start()
+        if res.watchdog is not None:
+            self.section = res.watchdog.section("step", step=step)
+            self.section.__enter__()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        if self.section is not None:
+            self.section.__exit__(et, ev, tb)
+        if et is None and self.res.straggler is not None:
+            self.res.straggler.step_end()
+
+
+def _rank_world() -> tuple[int, int]:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _signame(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+
+
+__all__ = ["Resilience", "init_process_group", "under_torchrun", "restart_count"]
