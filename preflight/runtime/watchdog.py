@@ -23,7 +23,8 @@ A loop may also call `heartbeat(step)` once per step instead of opening "step" s
 no section is open, the time since the last heartbeat is timed as an implicit "step".
 
 Peer progress: the monitor thread writes `heartbeat-rank<R>.json` (step, section, time) into
-the run directory every `heartbeat_interval_s`, atomically. A rank that is SIGSTOPped,
+the run directory every `heartbeat_interval_s` (0.5 s; under a 4 s step floor, floor / 8),
+atomically. A rank that is SIGSTOPped,
 dead or stuck holding the GIL stops writing; a rank that is slower stays at a lower step.
 The run directory should be on a shared filesystem for ranks of other nodes to be seen.
 
@@ -31,8 +32,11 @@ Stopped peers, warm-up or not: a "step" that has been open longer than the step'
 (`auto_floor_s`, or the fixed step timeout) while a peer went silent fires at once, before
 the warm-up or auto timeout. Silent means: the peer's heartbeat, written during this run,
 still says "running" in a step, at this rank's step or below (its peers moved on), and is
-older than `peer_stale_s` (default 5 s, or `stale_after_s` + 1 s when that is longer: a
-live rank starved of CPU for a moment must not look stopped). A SIGSTOPped or dead rank stops
+older than `peer_stale_s`: three quarters of the step floor, at most 5 s, at least 1 s and four
+beats (a live rank starved of CPU for a moment must not look stopped), so that a peer stopped
+as this rank entered its step is caught when the step reaches its floor, and never before it
+(`liveness_timing`; the values are derived from the step timeout given at construction).
+A SIGSTOPped or dead rank stops
 its monitor thread with it, so its heartbeat goes stale; a slow rank, a rank compiling its
 first step or writing a checkpoint keeps beating and is never a suspect this way (a peer
 that went silent inside a checkpoint is left to the checkpoint's timeout). Waiting for the
@@ -194,6 +198,50 @@ def read_heartbeats(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]
     return beats
 
 
+# Liveness timing. A peer's heartbeat is written by its monitor thread, which runs beside
+# (not inside) its training loop: a live rank that is slow or busy keeps beating, a stopped or
+# dead one does not. With a step floor of 5 s or more the historic values hold (a beat every
+# 0.5 s, a peer stopped after 5 s of silence); under it, both shrink with the floor so that a
+# stopped peer is caught at the floor itself, while a live peer still has several beats of slack.
+HEARTBEAT_S = 0.5  # the interval when the floor allows it
+HEARTBEATS_PER_FLOOR = 8  # under a 4 s floor, the interval is floor / 8 (0.25 s at 2 s) ...
+MIN_HEARTBEAT_S = 0.1  # ... never under this
+PEER_STALE_MAX_S = 5.0  # a silent peer is stopped after at most this much silence
+PEER_STALE_FRACTION = 0.75  # ... or three quarters of the floor when that is shorter ...
+PEER_STALE_MIN_S = 1.0  # ... never under this, nor under four beats (a live rank starved of CPU)
+STALE_LISTED_S = 1.5  # a hang record lists a peer stale after this much silence (or 3 beats)
+
+
+def liveness_timing(step_floor_s: float | None, poll_s: float, heartbeat_interval_s: float | None = None,
+                    stale_after_s: float | None = None,
+                    peer_stale_s: float | None = None) -> tuple[float, float, float]:
+    """(heartbeat interval, stale_after_s, peer_stale_s) for a step floor; given values are kept.
+
+    The heartbeat interval is 0.5 s, or floor / 8 under a 4 s floor (at least 0.1 s). A peer
+    is stopped after `peer_stale_s` of silence: three quarters of the floor, between 1 s (and
+    four beats, a beat being written on the monitor's poll) and 5 s, so that the silence of a
+    peer stopped when this rank entered its step is seen by the time the step reaches its floor.
+    A hang record lists a peer as stale after `stale_after_s`: 1.5 s (3 beats when that is
+    longer), never more than `peer_stale_s`. Pure.
+    """
+    floor = step_floor_s if step_floor_s is not None and step_floor_s > 0 else None
+    hb = heartbeat_interval_s
+    if hb is None:
+        hb = HEARTBEAT_S if floor is None else min(HEARTBEAT_S, max(MIN_HEARTBEAT_S, floor / HEARTBEATS_PER_FLOOR))
+    hb = float(hb)
+    period = max(hb, float(poll_s))  # the monitor writes a beat on its poll, at most this often
+    if peer_stale_s is None:
+        lo = max(PEER_STALE_MIN_S, 4 * period)
+        peer = PEER_STALE_MAX_S if floor is None else PEER_STALE_FRACTION * floor
+        peer = max(lo, min(PEER_STALE_MAX_S, peer))
+        if stale_after_s is not None:
+            peer = max(peer, float(stale_after_s))
+    else:
+        peer = float(peer_stale_s)
+    stale = float(stale_after_s) if stale_after_s is not None else max(3 * hb, min(STALE_LISTED_S, peer))
+    return hb, stale, peer
+
+
 def peer_progress(beats: Mapping[int, Mapping[str, Any]], now: float, stale_after_s: float,
                   self_rank: int | None = None) -> dict[str, Any]:
     """Which ranks are behind (lower step) or stale (no heartbeat for `stale_after_s`).
@@ -266,7 +314,7 @@ class Watchdog:
                  warmup_steps: int = 20, auto_factor: float = 5.0, auto_floor_s: float = 60.0,
                  auto_initial_s: float = 1800.0, default_timeout_s: float | None = 1800.0,
                  exit_code: int = EXIT_HANG, events: EventWriter | None = None,
-                 rank: int | None = None, poll_s: float = 0.25, heartbeat_interval_s: float = 0.5,
+                 rank: int | None = None, poll_s: float = 0.25, heartbeat_interval_s: float | None = None,
                  stale_after_s: float | None = None, exit_on_hang: bool = True, exit_grace_s: float = 2.0,
                  flight_recorder: bool = True, gil_backstop_s: float | None = None,
                  on_hang: Callable[[dict[str, Any]], None] | None = None, start: bool = True,
@@ -284,14 +332,13 @@ class Watchdog:
         self.host = socket.gethostname().split(".")[0]
         self.events = events if events is not None else EventWriter(self.run_dir, rank=self.rank)
         self.poll_s = float(poll_s)
-        self.heartbeat_interval_s = float(heartbeat_interval_s)
-        self.stale_after_s = float(stale_after_s) if stale_after_s is not None else 3 * self.heartbeat_interval_s
+        # how often this rank beats, when a silent peer is listed stale in a record, and when
+        # a peer silent while this rank waits in a step past the step floor is stopped or dead
+        # (fire, warm-up or not): scaled to the step floor unless given
+        self.heartbeat_interval_s, self.stale_after_s, self.peer_stale_s = liveness_timing(
+            self.step_floor_s(), self.poll_s, heartbeat_interval_s, stale_after_s, peer_stale_s)
         self.exit_on_hang = exit_on_hang
         self.exit_grace_s = float(exit_grace_s)
-        # a peer silent this long (its monitor writes every heartbeat_interval_s) while this rank
-        # waits in a step past the step floor is stopped or dead: fire, warm-up or not
-        self.peer_stale_s = (float(peer_stale_s) if peer_stale_s is not None
-                             else max(self.stale_after_s + 1.0, 3 * self.heartbeat_interval_s + 1.0, 5.0))
         self.kill_stuck_peers = kill_stuck_peers
         self.killed_peers: list[dict[str, Any]] = []
         self._started_wall = time.time()
@@ -465,9 +512,23 @@ class Watchdog:
     def peer_timeout_s(self, frame: _Frame) -> float:
         """How long a step must have been open before a silent peer makes it a hang: the
         step's floor (`auto_floor_s` for an auto timeout, the fixed timeout otherwise), never
-        under `peer_stale_s`. Before warm-up this is what catches a stopped rank."""
+        under `peer_stale_s` (which, unless given, is scaled under the floor: the floor is the
+        detection time). Before warm-up this is what catches a stopped rank."""
         floor = self.auto_floor_s if frame.timeout_kind in ("auto", "warmup") else (frame.timeout or 0.0)
         return max(self.peer_stale_s, floor)
+
+    def step_floor_s(self) -> float | None:
+        """The step's floor as configured: `auto_floor_s` for an auto step timeout, the fixed
+        step timeout otherwise, None when steps are not watched."""
+        spec = self.timeouts.get("step", self.default_timeout_s)
+        if spec is None:
+            return None
+        if spec == "auto":
+            return self.auto_floor_s
+        try:
+            return float(spec)
+        except (TypeError, ValueError):
+            return self.default_timeout_s
 
     def _stopped_peers(self) -> list[int]:
         """Peers that beat during this run and then went silent past `peer_stale_s` while

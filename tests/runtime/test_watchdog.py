@@ -184,6 +184,7 @@ def rank_train(argv: list[str]) -> None:
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-step", type=int, default=-1)
     ap.add_argument("--slow-s", type=float, default=0.0)
+    ap.add_argument("--slow-busy", action="store_true", help="the slow step spins the CPU in Python, not sleeps")
     a = ap.parse_args(argv)
     wd = Watchdog(a.run_dir, timeouts={"step": "auto", "checkpoint": 10.0}, warmup_steps=a.warmup,
                   auto_factor=5.0, auto_floor_s=a.floor, auto_initial_s=a.initial, exit_grace_s=1.0)
@@ -204,7 +205,7 @@ def rank_train(argv: list[str]) -> None:
         with wd.section("step", step=step):
             time.sleep(a.step_ms / 1000)
             if rank == a.slow_rank and step == a.slow_step:  # a slow step of a live rank (compiling)
-                time.sleep(a.slow_s)
+                _busy(a.slow_s) if a.slow_busy else time.sleep(a.slow_s)
             dist.all_reduce(t)
             if step == a.ckpt_at:  # nested in the step: every rank, rank 0 writes slowly
                 with wd.section("checkpoint"):
@@ -224,18 +225,26 @@ def rank_train(argv: list[str]) -> None:
     dist.destroy_process_group()
 
 
-def stop_rank_3_at(run: Path, procs: list[subprocess.Popen[bytes]], step: int) -> float:
-    """SIGSTOP rank 3 as soon as its heartbeat reaches `step` (bounded: 60 s); the time of the stop."""
+def _busy(seconds: float) -> None:
+    """Spin the CPU in Python (the GIL taken and given back as a training step's Python does)."""
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += sum(i * i for i in range(200))
+
+
+def stop_rank_3_at(run: Path, procs: list[subprocess.Popen[bytes]], step: int, rank: int = 3) -> float:
+    """SIGSTOP `rank` as soon as its heartbeat reaches `step` (bounded: 60 s); the time of the stop."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        beat = read_heartbeats(run).get(3)
+        beat = read_heartbeats(run).get(rank)
         if beat and int(beat.get("step") or 0) >= step:
             break
         assert all(p.poll() is None for p in procs), logs(run)
         time.sleep(0.02)
     else:
         pytest.fail("ranks did not start\n" + logs(run))
-    os.kill(procs[3].pid, signal.SIGSTOP)
+    os.kill(procs[rank].pid, signal.SIGSTOP)
     return time.time()
 
 
@@ -266,25 +275,27 @@ def test_sigstopped_rank_is_named_by_every_other_rank(tmp_path: Path) -> None:
     assert all(e["facts"]["suspects"] == [3] for e in events)
 
 
-def sigstop_before_warmup(run: Path, step_timeout: float = 5.0, at_step: int = 5) -> dict[str, Any]:
-    """4 gloo ranks, a 20-step warm-up with a 600 s warm-up timeout and `step_timeout` as the
-    step's floor; rank 3 is SIGSTOPped at `at_step`. Returns the ranks' exit codes, the hang
-    records and the detection latency of each waiting rank (hang record time - SIGSTOP time)."""
-    procs = launch("tests.runtime.test_watchdog:rank_train", 4,
+def sigstop_before_warmup(run: Path, step_timeout: float = 5.0, at_step: int = 5, world: int = 4) -> dict[str, Any]:
+    """`world` gloo ranks, a 20-step warm-up with a 600 s warm-up timeout and `step_timeout` as
+    the step's floor; the last rank is SIGSTOPped at `at_step`. Returns the ranks' exit codes,
+    the hang records and the detection latency of each waiting rank (hang record time - SIGSTOP
+    time)."""
+    last = world - 1
+    procs = launch("tests.runtime.test_watchdog:rank_train", world,
                    ["--run-dir", str(run), "--steps", "100000", "--step-ms", "100", "--max-s", "60",
                     "--floor", str(step_timeout), "--warmup", "20", "--initial", "600"], run)
     try:
-        stopped_at = stop_rank_3_at(run, procs, at_step)
-        rcs = wait_all(procs[:3], timeout=step_timeout + 30)
+        stopped_at = stop_rank_3_at(run, procs, at_step, rank=last)
+        rcs = wait_all(procs[:last], timeout=step_timeout + 30)
         try:
-            stopped_rc: int | None = procs[3].wait(timeout=10)
+            stopped_rc: int | None = procs[last].wait(timeout=10)
         except subprocess.TimeoutExpired:  # still stopped: reported as None
             stopped_rc = None
     finally:
         kill_all(procs)
-    recs = {r: json.loads(p.read_text()) for r, p in ((r, run / f"hang-rank{r}.json") for r in range(4))
+    recs = {r: json.loads(p.read_text()) for r, p in ((r, run / f"hang-rank{r}.json") for r in range(world))
             if p.exists()}
-    return {"rcs": rcs, "stopped_rc": stopped_rc, "pid": procs[3].pid, "records": recs,
+    return {"rcs": rcs, "stopped_rc": stopped_rc, "pid": procs[last].pid, "records": recs,
             "latency": [recs[r]["time"] - stopped_at for r in sorted(recs)]}
 
 
@@ -313,6 +324,45 @@ def test_sigstop_before_warmup_is_detected_within_the_step_timeout(tmp_path: Pat
     assert any("ended stopped rank 3" in e["summary"] for e in exits.values()), exits
     print(f"\nSIGSTOP at step 5 of warm-up, step timeout 5 s: detected after "
           f"{', '.join(f'{t:.2f}' for t in got['latency'])} s")
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("step_timeout", [2.0, 3.0])
+def test_sigstop_before_warmup_honours_a_step_timeout_under_5s(tmp_path: Path, step_timeout: float) -> None:
+    """A step timeout under 5 s is the detection time before warm-up too: SIGSTOP one of 3
+    ranks at step 5 of the warm-up; the two others write their hang records once their step has
+    been open for the step timeout (never before), not after a fixed 5 s of silence (before the
+    fix: timeout 5.0 s in the record, latency >= 4.9 s)."""
+    run = tmp_path / "run"
+    got = sigstop_before_warmup(run, step_timeout=step_timeout, world=3)
+    assert got["rcs"] == [EXIT_HANG] * 2, logs(run)
+    assert got["stopped_rc"] == -signal.SIGKILL, logs(run)
+    assert sorted(got["records"]) == [0, 1]
+    for rec in got["records"].values():
+        assert rec["timeout_kind"] == "peer-stale" and rec["step"] < 20, rec
+        assert rec["timeout_s"] == step_timeout, rec  # the step timeout, not a 5 s minimum
+        assert rec["elapsed_s"] >= step_timeout, rec  # never before it
+        assert rec["suspects"] == [2], rec["peers"]
+    # the waiting ranks may have entered that step a moment before the SIGSTOP (100 ms steps);
+    # the upper bound leaves a loaded machine slack and still fails the old 5 s minimum
+    assert all(step_timeout - 0.5 <= t <= step_timeout + 1.5 for t in got["latency"]), got["latency"]
+    print(f"\nSIGSTOP at step 5 of warm-up, step timeout {step_timeout:g} s: detected after "
+          f"{', '.join(f'{t:.2f}' for t in got['latency'])} s")
+
+
+@pytest.mark.real
+def test_busy_live_rank_at_a_2s_step_timeout_is_no_false_alarm(tmp_path: Path) -> None:
+    """Before warm-up, with a 2 s step timeout (a 1.5 s staleness), rank 0 spins the CPU in
+    Python for 6 s in step 3 while 2 peers wait for it: its monitor thread beats beside the
+    training thread, so nobody fires."""
+    run = tmp_path / "run"
+    procs = launch("tests.runtime.test_watchdog:rank_train", 3,
+                   ["--run-dir", str(run), "--steps", "30", "--floor", "2.0", "--warmup", "20",
+                    "--initial", "600", "--slow-rank", "0", "--slow-step", "3", "--slow-s", "6", "--slow-busy"], run)
+    rcs = wait_all(procs, timeout=90)
+    assert rcs == [0, 0, 0], logs(run)
+    assert not list(run.glob("hang-rank*.json"))
+    assert not [e for e in read_events(run) if e["check"] == "runtime.watchdog"]
 
 
 @pytest.mark.real
@@ -396,9 +446,45 @@ def test_stopped_peers_are_silent_ranks_in_a_step_at_or_below_ours(tmp_path: Pat
     with wd.section("step", step=10):
         assert wd._current is not None and wd.peer_timeout_s(wd._current) == 30.0
     wd.timeouts["step"] = 3.0
-    with wd.section("step", step=11):
+    with wd.section("step", step=11):  # the staleness was derived from the 60 s floor at construction
         assert wd._current is not None and wd.peer_timeout_s(wd._current) == wd.peer_stale_s == 5.0
     wd.close()
+
+
+def test_liveness_timing_scales_under_a_5s_step_floor() -> None:
+    from preflight.runtime.watchdog import liveness_timing
+
+    # 5 s and more: a beat every 0.5 s, a record lists a peer stale after 1.5 s, a silent peer
+    # stops the step after at most 5 s
+    assert liveness_timing(None, 0.25) == (0.5, 1.5, 5.0)
+    assert liveness_timing(60.0, 0.25) == (0.5, 1.5, 5.0)
+    assert liveness_timing(5.0, 0.25) == (0.5, 1.5, 3.75)
+    # under it: the floor decides, with several beats of slack for a live peer
+    for floor in (1.0, 2.0, 3.0, 4.0):
+        hb, listed, peer = liveness_timing(floor, 0.25)
+        period = max(hb, 0.25)
+        assert peer <= floor and peer >= 4 * period and peer >= 1.0, (floor, hb, peer)
+        assert listed <= peer and hb <= floor / 8 + 1e-9
+    assert liveness_timing(2.0, 0.25) == (0.25, 1.5, 1.5)
+    assert liveness_timing(3.0, 0.25) == (0.375, 1.5, 2.25)
+    # given values are kept; a given stale_after_s is never beyond the peer staleness
+    assert liveness_timing(3.0, 0.1, heartbeat_interval_s=0.3) == (0.3, 1.5, 2.25)
+    assert liveness_timing(2.0, 0.25, stale_after_s=2.0) == (0.25, 2.0, 2.0)
+    assert liveness_timing(2.0, 0.25, peer_stale_s=7.0)[2] == 7.0
+
+
+@pytest.mark.parametrize("floor", [2.0, 3.0])
+def test_step_timeout_under_5s_is_the_peer_timeout(tmp_path: Path, floor: float) -> None:
+    """Before the fix the silent-peer rule waited for max(5 s, floor) whatever the floor."""
+    wd = Watchdog(tmp_path, auto_floor_s=floor, rank=0, start=False, flight_recorder=False)
+    with wd.section("step", step=1):
+        assert wd._current is not None and wd._current.timeout_kind == "warmup"
+        assert wd.peer_timeout_s(wd._current) == floor
+    assert wd.peer_stale_s < floor
+    fixed = Watchdog(tmp_path, timeouts={"step": floor}, rank=0, start=False, flight_recorder=False)
+    assert fixed.peer_stale_s < floor and fixed.heartbeat_interval_s < 0.5
+    wd.close()
+    fixed.close()
 
 
 def test_stuck_peer_kill_checks_host_pid_start_time_and_rank(tmp_path: Path) -> None:
