@@ -525,3 +525,35 @@ class _CopyQueue:
                                  f"in {secs:.3f} s", step=step,
                     facts={"step": step, "bytes": size, "seconds": round(secs, 4), "peer_rank": target,
                            "peer": peer, "where": "peer", "skipped_before": self.skipped})
+
+
+def restore(local: LocalCheckpointer, shared: Any = None, map_location: Any = "cpu",
+            weights_only: bool = True) -> tuple[int, Any, str] | None:
+    """(step, state, "local" or "shared") of the newest checkpoint of the two tiers, or None.
+
+    `local` is asked for the newest step every rank can restore (`agree_step`); `shared`, a
+    `CheckpointManager` on shared storage, for its newest complete checkpoint (the smallest any
+    rank sees, so that every rank decides alike). The newer is loaded; when it cannot be, the
+    other. Collective when a process group is up: call it on every rank.
+    """
+    local_step = local.agree_step()
+    shared_step = None
+    if shared is not None:
+        info = shared.latest(verify=False)
+        seen = [info.step if info is not None else -1]
+        dist = _dist()
+        if dist is not None and local.world_size > 1:
+            seen = [None] * local.world_size  # type: ignore[list-item]
+            dist.all_gather_object(seen, info.step if info is not None else -1)
+        shared_step = min(seen) if min(seen) >= 0 else None
+    if shared_step is not None and (local_step is None or shared_step > local_step):
+        got = shared.load_latest(map_location=map_location, weights_only=weights_only)
+        if got is not None and (local_step is None or got[0] >= local_step):
+            return got[0], got[1], "shared"
+    loaded = local.load_latest(map_location=map_location, weights_only=weights_only)
+    if loaded is not None:
+        return loaded[0], loaded[1], "local"
+    if shared is not None and shared_step is not None and local_step is None:
+        return None  # the shared one was tried first and did not load
+    got = shared.load_latest(map_location=map_location, weights_only=weights_only) if shared is not None else None
+    return (got[0], got[1], "shared") if got is not None else None
