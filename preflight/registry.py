@@ -279,6 +279,9 @@ EMITTED: tuple[Emitted, ...] = (
     Emitted("runtime.watchdog", "Hang watchdog", "runtime",
             "a rank whose section (step, checkpoint, ...) ran past its timeout, or whose peers stopped progressing"),
     Emitted("runtime.loss", "Loss guard", "runtime", "the first non-finite loss, loss spikes"),
+    Emitted("runtime.replay", "Step replay", "runtime",
+            "a NaN or spike whose step, run again from the same inputs, differs (suspect hardware: the node) "
+            "or repeats (the data or the model)"),
     Emitted("runtime.preemption", "Preemption handler", "runtime",
             "a stop signal on any rank, and the step boundary at which every rank stopped"),
     Emitted("runtime.crash", "Crash record", "runtime", "an uncaught exception that ended a rank"),
