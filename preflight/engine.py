@@ -474,6 +474,8 @@ CONFIG_KEYS: dict[str, str] = {
     "only": "a list of check ids or families",
     "skip": "a list of check ids or families",
     "finding_status": "a table of finding code = status (pass, warn, fail, skip or error)",
+    "gpu_hour_cost": "a price per GPU-hour, a number 0 or more",
+    "currency": "a short currency label (\"$\", \"EUR\")",
 }
 ENV_PROFILE, ENV_HISTORY, ENV_ONLY, ENV_SKIP = "PREFLIGHT_PROFILE", "PREFLIGHT_HISTORY", "PREFLIGHT_ONLY", "PREFLIGHT_SKIP"
 
@@ -513,6 +515,8 @@ class Config:
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
     finding_status: dict[str, str] = field(default_factory=dict)  # finding code -> status (the site's policy)
+    gpu_hour_cost: float | None = None  # money per GPU-hour: downtime in triage, history and the runtime
+    currency: str = "$"
 
     def resolve_profile(self, flag: str | None) -> str:
         """The profile: --profile, else $PREFLIGHT_PROFILE, else the file's, else auto."""
@@ -608,7 +612,17 @@ def _config_from(data: dict[str, object], path: Path) -> Config:
         history=_history_target(history, base) if history else None,
         only=strings("only"), skip=strings("skip"),
         finding_status=_finding_status(data.get("finding_status", {}), path),
+        **_price(data, path),
     )
+
+
+def _price(data: dict[str, object], path: Path) -> dict[str, object]:
+    from preflight.runtime.downtime import check_price
+
+    cost, currency, problem = check_price(data.get("gpu_hour_cost"), data.get("currency"))
+    if problem:
+        raise UsageError(f"config file {path}: {problem}")
+    return {"gpu_hour_cost": cost, "currency": currency}
 
 
 def _finding_status(value: object, path: Path) -> dict[str, str]:

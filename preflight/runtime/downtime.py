@@ -549,7 +549,7 @@ def describe(n: Mapping[str, Any]) -> str:
             else f"last good at {n.get('last_good_iso')}")
     again = (f"training again at step {n['resumed_step']}" if n.get("until") == "training again"
              and n.get("resumed_step") is not None else f"not training again until {n.get('until')}")
-    return (f"lost {_dur(float(n.get('lost_s') or 0.0))} ({float(n.get('gpu_hours') or 0.0):.3g} GPU-h{money}) "
+    return (f"lost {duration_text(float(n.get('lost_s') or 0.0))} ({float(n.get('gpu_hours') or 0.0):.3g} GPU-h{money}) "
             f"to {cause}{who}: {last}, {again}")
 
 
@@ -561,13 +561,13 @@ def emit(events: Any, numbers: Mapping[str, Any]) -> dict[str, Any] | None:
         facts = {k: v for k, v in numbers.items() if k != "evidence"}
         return events.emit(CHECK, "warn", describe(numbers), evidence=ev[:20], facts=facts,
                            step=numbers.get("resumed_step"),
-                           remedy=_remedy(numbers))
+                           remedy=remedy_for(numbers))
     except Exception as exc:  # noqa: BLE001
         log.warning("preflight: downtime event not written: %s", exc)
         return None
 
 
-def _remedy(n: Mapping[str, Any]) -> str:
+def remedy_for(n: Mapping[str, Any]) -> str:
     cause = n.get("cause")
     if cause == "preempted":
         return "none: a preemption; checkpoint more often to lose fewer steps"
@@ -737,7 +737,7 @@ def money_text(cost: Any, currency: Any) -> str:
     return f"{label}{amount}" if len(label) == 1 else f"{amount} {label}"
 
 
-def _dur(s: float) -> str:
+def duration_text(s: float) -> str:
     if s < 120:
         return f"{s:.1f} s"
     if s < 7200:

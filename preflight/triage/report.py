@@ -1,7 +1,12 @@
 """Triage reports: the verdict first (category, culprits, action), then the usual results.
 
 JSON is the usual report document with the verdict's keys beside it:
-`{"category", "culprits": [{"node", "ranks"}], "evidence", "action", "triage": {...}, "results": [...]}`.
+`{"category", "culprits": [{"node", "ranks"}], "evidence", "action", "triage": {...}, "results": [...]}`,
+and `downtime`: `{"incidents": [{cause, nodes, ranks, last_good, training_again_at, until,
+from_step, resumed_step, lost_s, gpu_hours, cost, currency, notes, ...}], "total": {incidents,
+lost_s, gpu_hours, cost, by_cause, by_node}}` (the `runtime.downtime` results: each interruption
+of the run, from its last good step to training again, or to the job's end, the collection or
+the triage when it never trained again: `until` says which).
 """
 
 from __future__ import annotations
@@ -11,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from preflight.report import Report
+from preflight.runtime import downtime as dt
 from preflight.triage.attribute import Verdict
+from preflight.triage.downtime import from_report
 
 
 def to_dict(verdict: Verdict, report: Report) -> dict[str, Any]:
     doc = report.to_dict()
     doc.update({"category": verdict.category, "culprits": verdict.culprits, "evidence": verdict.evidence,
-                "action": verdict.action, "triage": verdict.to_dict()})
+                "action": verdict.action, "triage": verdict.to_dict(), "downtime": from_report(report.results)})
     return doc
 
 
@@ -70,6 +77,7 @@ def markdown(verdict: Verdict, report: Report) -> str:
         lines.append("")
     from preflight.report.markdown import render
 
+    lines += _downtime_markdown(from_report(report.results))
     lines += ["## Node checks", "", render(report)]
     return "\n".join(lines) + "\n"
 
@@ -89,9 +97,51 @@ def console(verdict: Verdict, report: Report) -> None:
     for e in verdict.evidence[:16]:
         con.print(f"    {e}", highlight=False, markup=False, soft_wrap=True)
     con.print(f"action: {verdict.action}", highlight=False, markup=False, soft_wrap=True)
+    for line in downtime_lines(from_report(report.results)):
+        con.print(line, highlight=False, markup=False, soft_wrap=True)
     bad = [r for r in report.results if r.check != "triage.verdict" and r.status.value in ("fail", "error")]
     for r in bad[:12]:
         con.print(f"  {r.status.value.upper()} {r.node} {r.check}: {r.summary}", highlight=False, markup=False, soft_wrap=True)
+
+
+def total_text(total: dict[str, Any]) -> str:
+    """"3 incidents: lost 4.2 min, 0.56 GPU-h, $1.40"."""
+    money = f", {dt.money_text(total['cost'], total.get('currency'))}" if total.get("cost") is not None else ""
+    n = total.get("incidents", 0)
+    return (f"{n} incident{'s' if n != 1 else ''}: lost {dt.duration_text(float(total.get('lost_s') or 0.0))}, "
+            f"{float(total.get('gpu_hours') or 0.0):.3g} GPU-h{money}")
+
+
+def downtime_lines(doc: dict[str, Any]) -> list[str]:
+    """The console's downtime lines (none when the run was never interrupted)."""
+    items = doc.get("incidents") or []
+    if not items:
+        return []
+    lines = [f"downtime: {total_text(doc['total'])}"]
+    for n in items:
+        lines.append(f"    {dt.describe(n)}")
+        lines += [f"      note: {x}" for x in (n.get("notes") or [])[:3]]
+    return lines
+
+
+def _downtime_markdown(doc: dict[str, Any]) -> list[str]:
+    items = doc.get("incidents") or []
+    if not items:
+        return []
+    lines = ["## Downtime", "", total_text(doc["total"]), "",
+             "| cause | ranks | nodes | last good | until | steps redone | lost | GPU-h | cost |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for n in items:
+        again = (f"training again at step {n.get('resumed_step')}" if n.get("until") == "training again"
+                 else str(n.get("until")))
+        cost = dt.money_text(n.get("cost"), n.get("currency")) or "-"
+        lines.append(f"| {n.get('cause')} | {', '.join(map(str, n.get('ranks') or [])) or '-'} | "
+                     f"{', '.join(n.get('nodes') or []) or '-'} | step {n.get('from_step')} at {n.get('last_good_iso')} "
+                     f"| {again} | {n.get('steps_redone') if n.get('steps_redone') is not None else '-'} | "
+                     f"{dt.duration_text(float(n.get('lost_s') or 0.0))} | {float(n.get('gpu_hours') or 0.0):.3g} | {cost} |")
+    notes = [x for n in items for x in n.get("notes") or []]
+    lines += [""] + [f"- note: {x}" for x in notes[:10]] + ([""] if notes else [])
+    return lines
 
 
 def write(verdict: Verdict, report: Report, out_dir: Path) -> dict[str, Path]:

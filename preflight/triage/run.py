@@ -239,6 +239,10 @@ def triage(target: str | None, hosts: str | None, req: CollectRequest, since: da
         except OSError as exc:
             raise UsageError(f"cannot write {save_bundle}: {exc.strerror or exc}") from None
     verdict, results = attribute.triage(bundle, registry.load(), since)
+    from preflight.engine import load_config
+    from preflight.triage import downtime
+
+    results = [*results, *downtime.results(bundle, load_config())]  # runtime.downtime: time lost per incident
     rep = Report.build("triage", results, duration_s=time.monotonic() - start,
                        nodes=sorted(set(bundle.nodes) | set(bundle.errors)))
     return Triaged(verdict=verdict, report=rep)
