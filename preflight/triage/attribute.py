@@ -41,7 +41,7 @@ from typing import Any
 from preflight import slurm, timeparse
 from preflight.framing import Doc, frame, syslog_year_fix
 from preflight.model import JOB, Capture, Result, Status
-from preflight.parsers import flight_recorder, nccl_log, py_spy, ras, torch_log
+from preflight.parsers import flight_recorder, nccl_log, oom_kill, py_spy, ras, torch_log
 from preflight.parsers.py_spy import PySpyProcess
 from preflight.parsers.torch_log import ChildFailure, Crash
 from preflight.triage.collect import (
@@ -56,6 +56,7 @@ from preflight.triage.collect import (
 )
 
 CHECK = "triage.verdict"
+KERNEL_LOG_PROBE = "kernel-log"  # the node checks' kernel log probe (checks/xid.py): dmesg -T, else journalctl -k
 # A node fault counts as the cause when it happened at most this long before the first failure
 # of the job (an Xid 79 takes the GPU off the bus at once; NCCL notices at its timeout, 10-30 min
 # by default in PyTorch), and no later than this after it.
@@ -96,6 +97,9 @@ class RankState:
     launcher_host: str = ""  # the host the launcher's table names (torchrun standalone: "localhost")
     suspected_by: dict[int, str] = field(default_factory=dict)  # peer rank -> "stale"/"behind" in its hang record
     stale_for: float | None = None  # the longest time without a heartbeat a peer's hang record saw
+    pids: set[int] = field(default_factory=set)  # every pid its records, its peers' and the launcher's name
+    ended_by_peer: int | None = None  # the peer whose watchdog SIGKILLed it (a stopped rank it ended)
+    oom: list[oom_kill.OomEvent] = field(default_factory=list)  # its node's OOM-killer lines naming its pid
 
     @property
     def root_cause(self) -> bool:
@@ -214,6 +218,8 @@ class Facts:
     nodes: list[str] = field(default_factory=list)
     file_times: list[float] = field(default_factory=list)  # log mtimes: only to place node faults in time
     run_dir_files: int = 0  # files the run-directory probes brought back, all nodes
+    oom: dict[str, oom_kill.OomLog] = field(default_factory=dict)  # node -> its kernel log's OOM-killer lines
+    kernel_log_missing: dict[str, str] = field(default_factory=dict)  # node -> why its kernel log was not read
 
     def rank(self, r: int) -> RankState:
         if r not in self.ranks:
@@ -245,6 +251,7 @@ def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any])
     st = facts.rank(r)
     st.reported = True
     st.host = str(doc.get("host") or st.host)
+    _add_pid(st, doc.get("pid"))
     st.step = doc.get("step") if isinstance(doc.get("step"), int) else st.step
     t = doc.get("time")
     if isinstance(t, (int, float)) and not isinstance(t, bool):
@@ -267,6 +274,7 @@ def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any])
             pst = facts.rank(peer["rank"])
             if peer.get("host") and not pst.host:
                 pst.host = str(peer["host"])
+            _add_pid(pst, peer.get("pid"))
             if peer["rank"] != r and (peer.get("stale") or peer.get("behind")):
                 pst.suspected_by[r] = "stale" if peer.get("stale") else "behind"
                 age = peer.get("age_s")
@@ -291,12 +299,22 @@ def _read_crash_record(facts: Facts, node: str, name: str, doc: dict[str, Any], 
                  "thread": doc.get("thread"), "stack": stack, "source": "event" if from_event else "record",
                  "file": _src(node, name), "secondary": bool(torch_log.SECONDARY.search(f"{etype}: {msg}"))}
     st.host = str(doc.get("host") or "") or st.host
+    _add_pid(st, doc.get("pid"))
     if isinstance(doc.get("step"), int) and not isinstance(doc.get("step"), bool):
         st.step = doc["step"]
     st.fail_at(when, "crash record" if not from_event else "runtime.crash event")
     where = f" at step {doc.get('step')}" if doc.get("step") is not None else ""
     where += f" in section '{doc.get('section')}'" if doc.get("section") else ""
     st.note(_src(node, name, f"rank {r} raised{where}: {etype}: {msg}"[:300]))
+
+
+def _add_pid(st: RankState, pid: Any) -> None:
+    if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+        st.pids.add(pid)
+
+
+# the watchdog's runtime.exit summary when it SIGKILLed stopped peers: "...; ended stopped rank 1 (pid 8688)"
+_ENDED_PEER = re.compile(r"rank (\d+) \(pid (\d+)\)")
 
 
 def _valid_rank(doc: Any) -> bool:
@@ -362,6 +380,7 @@ def _read_heartbeat(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -
     st = facts.rank(r)
     st.heartbeat = doc
     st.host = st.host or str(doc.get("host") or "")
+    _add_pid(st, doc.get("pid"))
     if isinstance(doc.get("step"), int) and st.step is None:
         st.step = doc["step"]
     if doc.get("state") == "hang":  # its watchdog fired (even if its hang record is missing)
@@ -432,6 +451,13 @@ def _event_exit(facts: Facts, node: str, f: NodeFile, ev: dict[str, Any], r: int
     if st.end is None:
         st.end = {"how": str(facts_.get("how") or ""), "exit_code": facts_.get("exit_code"),
                   "signal": facts_.get("signal"), "time": t, "step": facts_.get("step")}
+    _add_pid(st, facts_.get("pid"))
+    summary = str(ev.get("summary") or "")
+    if "ended stopped " in summary:
+        for m in _ENDED_PEER.finditer(summary.split("ended stopped ", 1)[1]):
+            victim = facts.rank(int(m.group(1)))
+            victim.ended_by_peer = r
+            _add_pid(victim, int(m.group(2)))
     how = st.end["how"]
     if how == "hang":
         st.reported = True
@@ -487,6 +513,7 @@ def _read_launcher_exit(facts: Facts, node: str, f: NodeFile, x: ChildFailure,
     st = facts.rank(x.rank)
     facts.world.add(x.rank)
     st.exits.append(x)
+    _add_pid(st, x.pid)
     if x.host in ("", "localhost", "127.0.0.1"):  # a local launcher: its ranks ran where its log is
         located[x.rank].add(node)
     else:
@@ -577,6 +604,7 @@ def _read_procs(facts: Facts, node: str, procs: list[dict[str, Any]], located: d
         located[r].add(node)
         st.proc_state = str(p.get("state", ""))
         st.pid = p.get("pid") if isinstance(p.get("pid"), int) else None
+        _add_pid(st, st.pid)
         what = {"T": "stopped (SIGSTOP or a debugger)", "D": "in uninterruptible sleep (I/O or driver)",
                 "Z": "a zombie", "R": "running", "S": "sleeping"}.get(st.proc_state, st.proc_state)
         st.note(_src(node, PROCS_PROBE, f"rank {r} pid {p.get('pid')} still alive on {node}: state "
@@ -734,12 +762,34 @@ def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: dateti
     for node, caps in sorted(bundle.nodes.items()):
         _read_node_files(facts, node, caps, census, seen_files, located)
         _read_procs(facts, node, decode_procs(caps.get(PROCS_PROBE)), located)
+        _read_oom(facts, node, caps.get(KERNEL_LOG_PROBE))
         if registry is not None:
             _node_faults(facts, node, caps, since, registry)
     for node, err in bundle.errors.items():
         facts.problems.append(f"{node}: not collected: {err}")
     _place_ranks(facts, located)
+    _match_oom(facts)
     return facts
+
+
+def _read_oom(facts: Facts, node: str, cap: Capture | None) -> None:
+    """The node's kernel log (the node checks' `kernel-log` probe: dmesg, else journalctl -k),
+    read for the OOM killer's lines; why it could not be read, when it could not."""
+    if cap is None:
+        facts.kernel_log_missing[node] = "not collected"
+    elif not cap.ok:
+        facts.kernel_log_missing[node] = cap.reason or cap.state.value
+    else:
+        facts.oom[node] = oom_kill.parse(cap.stdout, origin=f"{node}:{KERNEL_LOG_PROBE}")
+
+
+def _match_oom(facts: Facts) -> None:
+    """A rank whose pid the OOM killer named on its node (or, node unknown, on any node)."""
+    for st in facts.ranks.values():
+        logs = [facts.oom[st.node]] if st.node in facts.oom else list(facts.oom.values()) if not st.node else []
+        for log in logs:
+            for pid in sorted(st.pids):
+                st.oom += log.of(pid)
 
 
 def _read_file(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
@@ -1025,7 +1075,7 @@ def decide(facts: Facts, job: dict[str, Any] | None = None) -> Verdict:
     """The verdict: category, culprits (node, ranks), evidence lines with their sources, action.
     The rules are tried in order; the first that finds its evidence decides."""
     case = _case(facts, dict(job or {}))
-    for rule in (_hardware, _crash, _silent_failure, _communication_hang, _killed, _slowdown, _clean):
+    for rule in (_hardware, _crash, _silent_failure, _killed, _communication_hang, _slowdown, _clean):
         verdict = rule(facts, case)
         if verdict is not None:
             return verdict
@@ -1153,7 +1203,7 @@ def _add_ras(facts: Facts, case: _Case) -> None:
 
 
 def _communication_hang(facts: Facts, case: _Case) -> Verdict | None:
-    """4. communication hang: the ranks that never entered the collective the others wait in."""
+    """5. communication hang: the ranks that never entered the collective the others wait in."""
     if not (any(s.reported for s in case.ranks) or facts.fr_findings or facts.ras):
         return None
     _add_fr_findings(facts, case)
@@ -1182,19 +1232,81 @@ def _communication_hang(facts: Facts, case: _Case) -> Verdict | None:
 
 
 def _killed(facts: Facts, case: _Case) -> Verdict | None:
-    """5. killed from outside first, and nothing else failed: the OOM killer (SIGKILL)."""
-    killed = [s for s in case.ranks if s.outside_signal() == "SIGKILL" and s.root_cause]
-    if not killed:
+    """4. killed from outside first: a rank ended by SIGKILL (the launcher's first observed
+    failure, or a pid its node's OOM killer named) that recorded no failure and no hang of its
+    own, and that no peer's watchdog ended (a stopped rank the watchdog ends is a hang): the
+    other ranks' errors and timeouts follow from it."""
+    cands = [s for s in case.ranks if s.ended_by_peer is None and not s.primary() and s.hang_time is None
+             and not s.hang_exit() and (s.oom or (s.outside_signal() == "SIGKILL" and s.root_cause))]
+    if not cands:
         return None
-    head = killed[0]
-    ev = [f"rank {head.rank} on {head.node or '?'} was the first to end (the launcher's root cause): SIGKILL, "
-          "with no exception or hang record of its own"] + _bystanders(facts, head.rank) + head.evidence[:4] \
-        + case.inputs
-    action = (f"rank {head.rank} on {head.node or '?'} was killed (SIGKILL): check that node's kernel log for "
-              "the OOM killer (host memory) and the job's memory limits; requeue after the fix")
-    return Verdict(category="software crash", summary=f"rank {head.rank} on {head.node or '?'} crashed: exit code "
-                                                      "-9 (SIGKILL)",
-                   culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=action, **case.base)
+    head = min(cands, key=lambda s: (0 if s.oom else 1, 0 if s.root_cause else 1, s.rank))
+    node = head.node or "?"
+    how = "killed by the kernel's OOM killer (SIGKILL)" if head.oom else "killed by a signal (SIGKILL) from outside"
+    first = ("the launcher's Root Cause (first observed failure): exit code -9 (SIGKILL)" if head.root_cause
+             else "SIGKILL")
+    ev = [f"rank {head.rank} on {node} ended first, {how}: {first}, with no exception, crash record or hang "
+          "record of its own"]
+    ev += _oom_evidence(facts, head, case.ref)
+    if head.suspected_by:
+        ev.append(f"the hang records of {_ranks(sorted(head.suspected_by))} name rank {head.rank} as "
+                  f"{' and '.join(sorted(set(head.suspected_by.values())))}: its heartbeat stopped when it was killed")
+    ev += _bystanders(facts, head.rank) + head.evidence[:4] + case.inputs
+    return Verdict(category="software crash", summary=f"rank {head.rank} on {node} was {how}: the first failure; "
+                                                      "the other ranks' errors follow from it",
+                   culprits=_culprit_list(facts, [head.rank]), evidence=ev, action=_killed_action(head),
+                   **case.base)
+
+
+def _oom_near(log: oom_kill.OomLog, ref: float | None) -> list[tuple[oom_kill.OomEvent, float]]:
+    """The node's OOM kills (any pid) in the node-fault window around the first failure, with
+    their offset from it in seconds; every kill when the failure's time is not known."""
+    out = []
+    for e in log.events:
+        if e.kind != "killed" or e.pid is None:
+            continue
+        t = _epoch(syslog_year_fix(e.time, datetime.fromtimestamp(ref))) if e.time and ref else None
+        if ref is None or t is None:
+            out.append((e, 0.0))
+        elif -FAULT_WINDOW_BEFORE_S <= t - ref <= FAULT_WINDOW_AFTER_S:
+            out.append((e, t - ref))
+    return out
+
+
+def _oom_evidence(facts: Facts, st: RankState, ref: float | None) -> list[str]:
+    """The OOM killer's lines for the rank's pid, or what its node's kernel log says instead."""
+    node = st.node or "?"
+    if st.oom:
+        return [oom_kill.describe(st.oom)] + [f"{node}:{KERNEL_LOG_PROBE}: {e.line}"[:300] for e in st.oom[:4]]
+    pids = ", ".join(map(str, sorted(st.pids))) or "unknown"
+    log = facts.oom.get(st.node)
+    if log is None:
+        why = facts.kernel_log_missing.get(st.node, "not collected")
+        return [f"{node}: kernel log not read ({why}): the OOM killer is neither confirmed nor ruled out "
+                f"(rank {st.rank} pid {pids})"]
+    near = _oom_near(log, ref)
+    line = f"{node}:{KERNEL_LOG_PROBE}: no OOM-killer line for pid {pids}"
+    if near:
+        e, dt = near[-1]
+        line += (f"; it killed pid {e.pid} ({e.comm}) {abs(dt) / 60:.1f} min {'before' if dt <= 0 else 'after'} "
+                 "the first failure: that may be this rank if it ran in a container with a pid namespace of its own")
+    else:
+        line += " near the failure: the signal came from elsewhere (the scheduler, an operator, a kill -9)"
+    return [line]
+
+
+def _killed_action(st: RankState) -> str:
+    node = st.node or "?"
+    if st.oom:
+        cgroup = next((e.cgroup for e in st.oom if e.memcg and e.cgroup), "")
+        limit = f"the memory limit of {cgroup}" if cgroup else "the node's memory"
+        return (f"rank {st.rank} on {node} ran out of host memory and the kernel's OOM killer ended it: reduce the "
+                "job's host memory (data loader workers and prefetch, pinned buffers, CPU offload, checkpoint "
+                f"copies) or raise {limit}; requeue from the last checkpoint")
+    return (f"rank {st.rank} on {node} was killed (SIGKILL), the first failure: check {node}'s kernel log for the "
+            "OOM killer (dmesg -T | grep -iE 'killed process|oom-kill'), the scheduler's record of the job "
+            "(sacct -j <job> -o State,ExitCode) and who else may have sent kill -9; requeue once the cause is "
+            "known")
 
 
 def _slowdown(facts: Facts, case: _Case) -> Verdict | None:
