@@ -1,0 +1,116 @@
+"""Replay across real processes: 3 gloo ranks, the ranks agree on one branch and name the rank.
+
+- rank 1's local gradient is corrupted once: every rank replays the step, every rank takes the
+  hardware branch and exits 76, the events name rank 1 and its node, history holds that node;
+- rank 2's batch holds a NaN (every run of the step sees it): every rank takes the data branch,
+  skips the step's update and trains on, their weights stay identical, history holds nothing.
+Each rank is given its own node name (`n<rank>`), as if the ranks ran on three nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from preflight.runtime.events import EventWriter, read_events
+from preflight.runtime.replay import CHECK, EXIT_SUSPECT_HARDWARE, Replay, SuspectHardware
+from tests.runtime._wd_ranks import init_gloo, launch, logs, wait_all
+
+RANKS = 3
+STEPS = 30
+
+
+def rank_job(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", type=Path, required=True)
+    ap.add_argument("--history", required=True)
+    ap.add_argument("--corrupt", type=str, default="")  # "<rank>:<step>:<kind>"
+    ap.add_argument("--nan", type=str, default="")  # "<rank>:<step>"
+    ap.add_argument("--on-data", default="skip")
+    a = ap.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    from tests.runtime._replay_job import Corruption, Job
+
+    torch.set_num_threads(1)
+    init_gloo()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    corruption = nan_at = None
+    if a.corrupt:
+        r, s, kind = a.corrupt.split(":")
+        corruption = Corruption(step=int(s), rank=int(r), kind=kind, param=0, index=7)
+    if a.nan:
+        r, s = a.nan.split(":")
+        nan_at = int(s) if int(r) == rank else None
+    node = f"n{rank}"
+    replay = Replay(events=EventWriter(a.run_dir, rank=rank, node=node), on_data=a.on_data, history=a.history)
+    job = Job(seed=11, rank=rank, corruption=corruption, nan_at=nan_at)
+
+    def reduce(model: torch.nn.Module) -> None:
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world
+
+    result: dict[str, object] = {"rank": rank}
+    try:
+        job.train(STEPS, replay, reduce)
+    except SuspectHardware as exc:
+        result.update(verdict="hardware", step=exc.step, ranks=exc.ranks, nodes=exc.nodes, code=exc.code)
+        (a.run_dir / f"result-rank{rank}.json").write_text(json.dumps(result))
+        raise
+    flat = torch.cat([p.detach().reshape(-1) for p in job.model.parameters()])
+    result.update(verdict="trained", skipped=job.skipped, steps=len(job.losses), weights=flat.tolist(),
+                  replays=[(o.step, o.trigger, o.cause) for o in replay.replays])
+    (a.run_dir / f"result-rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def _results(run: Path) -> list[dict]:
+    return [json.loads((run / f"result-rank{r}.json").read_text()) for r in range(RANKS)]
+
+
+def _history(url: str) -> list:
+    from preflight.history.store import open_store
+
+    with open_store(url) as store:
+        return store.rows(checks=[CHECK])
+
+
+@pytest.mark.real
+def test_a_one_time_corruption_on_rank_1_is_its_node_on_every_rank(tmp_path: Path) -> None:
+    run, url = tmp_path / "run", f"sqlite:///{tmp_path / 'history.db'}"
+    procs = launch("tests.runtime.test_replay_gloo:rank_job", RANKS,
+                   ["--run-dir", str(run), "--history", url, "--corrupt", "1:17:nan"], run)
+    assert wait_all(procs, timeout=180) == [EXIT_SUSPECT_HARDWARE] * RANKS, logs(run)
+    for res in _results(run):
+        assert (res["verdict"], res["step"], res["ranks"], res["nodes"]) == ("hardware", 17, [1], ["n1"]), res
+    ev = {e["rank"]: e for e in read_events(run) if e["check"] == CHECK}
+    assert sorted(ev) == list(range(RANKS))
+    for e in ev.values():
+        assert e["status"] == "fail" and e["step"] == 17 and e["facts"]["suspect_nodes"] == ["n1"]
+        assert e["summary"].startswith("suspect hardware on n1: step 17 (nonfinite-grad)")
+        assert [r["first"] == r["second"] for r in e["facts"]["ranks"]] == [True, False, True]
+    rows = _history(url)
+    assert [(r.node, r.status.value) for r in rows] == [("n1", "fail")]  # recorded once, by the node's rank
+
+
+@pytest.mark.real
+def test_a_nan_in_rank_2s_batch_is_the_data_every_rank_skips_the_step(tmp_path: Path) -> None:
+    run, url = tmp_path / "run", f"sqlite:///{tmp_path / 'history.db'}"
+    procs = launch("tests.runtime.test_replay_gloo:rank_job", RANKS,
+                   ["--run-dir", str(run), "--history", url, "--nan", "2:19"], run)
+    assert wait_all(procs, timeout=180) == [0] * RANKS, logs(run)
+    res = _results(run)
+    for r in res:
+        assert r["verdict"] == "trained" and r["skipped"] == [19] and r["steps"] == STEPS - 1, r
+        assert r["replays"] == [[19, "nonfinite-loss", "data"]]
+        assert r["weights"] == res[0]["weights"]  # the ranks stayed in step
+    ev = [e for e in read_events(run) if e["check"] == CHECK]
+    assert len(ev) == RANKS and {e["status"] for e in ev} == {"warn"}
+    assert all(e["facts"]["trigger_ranks"] == [2] and e["facts"]["action"] == "skip" for e in ev)
+    assert _history(url) == []
