@@ -41,6 +41,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
@@ -107,10 +108,20 @@ class Resilience:
                  checkpoint_dir: str | os.PathLike[str] | None = None, save_every: int = 100, keep_last: int = 3,
                  async_save: bool = False, stop_check_every: int = 10, straggler_interval: int = 50,
                  monitors: bool = True, kill_stuck_peers: bool = True, backend: str | None = None,
-                 init_distributed: bool = True, pg_timeout_s: float = 600.0) -> None:
+                 init_distributed: bool = True, pg_timeout_s: float = 600.0,
+                 gpu_hour_cost: float | None = None) -> None:
         if save_every < 1 or stop_check_every < 1:
             raise ValueError("save_every and stop_check_every must be at least 1")
         self.run_dir = Path(run_dir)
+        self.gpu_hour_cost = gpu_hour_cost
+        # what stopped the previous attempt, read before this one writes anything (rank 0 reports it)
+        self.started_at = time.time()
+        self.incident: Any = None
+        if os.environ.get("RANK", "0") == "0":
+            from preflight.runtime import downtime
+
+            self.incident = downtime.last_good(self.run_dir, before=self.started_at)
+        self.downtime: dict[str, Any] | None = None
         self.state: dict[str, Any] = dict(state or {})
         self.save_every = int(save_every)
         self.created_group = init_process_group(backend, pg_timeout_s) if init_distributed else False
@@ -163,6 +174,8 @@ class Resilience:
             self._current = step
             yield step
             self._current = None
+            if step == self.start_step:
+                self._report_downtime()
             self.done = step = step + 1
             stop = self.preemption.should_stop(step)
             if stop or step % self.save_every == 0 or step == total:
@@ -251,6 +264,24 @@ class Resilience:
                          facts={"pid": os.getpid(), "start_step": self.start_step, "world_size": self.world_size,
                                 "restart": self.restart, "resumed": loaded is not None})
         return self.start_step
+
+    def _report_downtime(self) -> None:
+        """After this attempt's first step: what the interruption before it cost (rank 0, one
+        `runtime.downtime` event: last good step to training again, GPU-hours, money)."""
+        if self.incident is None or self.rank != 0:
+            return
+        from preflight.runtime import downtime
+
+        try:
+            price, currency = (self.gpu_hour_cost, downtime.DEFAULT_CURRENCY)
+            if price is None:
+                price, currency = downtime.price_from_config()
+            self.downtime = downtime.measure(self.incident, training_again_at=time.time(),
+                                             world_size=self.world_size, step=self.start_step,
+                                             cost_per_gpu_hour=price, currency=currency, run_dir=str(self.run_dir))
+            downtime.emit(self.events, self.downtime)
+        except Exception as exc:  # noqa: BLE001 - accounting never stops training
+            log.warning("preflight: downtime not measured: %s", exc)
 
     # ----- ends -------------------------------------------------------------------------
     def _not_restarted_in_place(self) -> None:

@@ -155,6 +155,9 @@ def test_preemption_saves_writes_the_marker_and_the_requeued_run_resumes_bitwise
     assert not (run / "preempted").exists()
     starts = [e["facts"] for e in read_events(run) if e["check"] == "runtime.train" and "resumed" in e["facts"]]
     assert sorted(f["start_step"] for f in starts if f["resumed"]) == [marker["step"]] * 2
+    lost = [e["facts"] for e in read_events(run) if e["check"] == "runtime.downtime"]
+    assert len(lost) == 1 and lost[0]["cause"] == "preempted" and lost[0]["resumed_step"] == marker["step"], lost
+    assert lost[0]["lost_s"] > 0 and lost[0]["gpu_hours"] == pytest.approx(2 * lost[0]["lost_s"] / 3600, rel=1e-3)
     a, b = _final(whole), _final(run)
     assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
 
