@@ -602,6 +602,7 @@ def _config_from(data: dict[str, object], path: Path) -> Config:
         return [v.strip() for v in value]
 
     prom, history = text("prometheus_textfile"), text("history")
+    cost, currency = _price(data, path)
     return Config(
         checks_dirs=[base / Path(p) for p in strings("checks_dirs")],
         profile_dirs=[base / Path(p) for p in strings("profile_dirs")],
@@ -612,17 +613,18 @@ def _config_from(data: dict[str, object], path: Path) -> Config:
         history=_history_target(history, base) if history else None,
         only=strings("only"), skip=strings("skip"),
         finding_status=_finding_status(data.get("finding_status", {}), path),
-        **_price(data, path),
+        gpu_hour_cost=cost, currency=currency,
     )
 
 
-def _price(data: dict[str, object], path: Path) -> dict[str, object]:
+def _price(data: dict[str, object], path: Path) -> tuple[float | None, str]:
+    """(gpu_hour_cost, currency): the price that turns downtime's GPU-hours into money."""
     from preflight.runtime.downtime import check_price
 
     cost, currency, problem = check_price(data.get("gpu_hour_cost"), data.get("currency"))
     if problem:
         raise UsageError(f"config file {path}: {problem}")
-    return {"gpu_hour_cost": cost, "currency": currency}
+    return cost, currency
 
 
 def _finding_status(value: object, path: Path) -> dict[str, str]:

@@ -86,10 +86,12 @@ class HistoryView:
     rows: list[Row]
     runs: list[Any]
     url: str
+    downtime: dict[str, Any] = field(default_factory=dict)  # history.downtime.summarize: lost time per cause, node
 
 
 def summarize(url: str | None, filters: Filters, thresholds: Any) -> HistoryView:
     """`preflight history`: failure counts, flapping and lemon nodes, trends for a window."""
+    from preflight.history import downtime
     from preflight.history.analysis import summarize as analyse
 
     since = window(filters.since)
@@ -97,7 +99,10 @@ def summarize(url: str | None, filters: Filters, thresholds: Any) -> HistoryView
         rows = store.rows(since=since, nodes=filters.nodes, checks=filters.checks, commands=filters.commands)
         runs = store.runs(since=since, commands=filters.commands)
         where = describe(store.url)
-    return HistoryView(summary=analyse(rows, thresholds, since=since), rows=rows, runs=runs, url=where)
+    # downtime is not a node's check result: totalled apart, never a failure count
+    checked = [r for r in rows if r.check != downtime.dt.CHECK]
+    return HistoryView(summary=analyse(checked, thresholds, since=since), rows=checked, runs=runs, url=where,
+                       downtime=downtime.summarize(rows))
 
 
 def summary_document(view: HistoryView) -> dict[str, Any]:
@@ -105,7 +110,7 @@ def summary_document(view: HistoryView) -> dict[str, Any]:
     preflight writes carries."""
     from preflight.report.base import SCHEMA_VERSION
 
-    return {"schema_version": SCHEMA_VERSION, **view.summary.to_dict()}
+    return {"schema_version": SCHEMA_VERSION, **view.summary.to_dict(), "downtime": view.downtime}
 
 
 def _write(path: Path, text: str) -> None:

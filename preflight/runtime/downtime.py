@@ -193,6 +193,11 @@ def _where(f: RunFile) -> str:
     return f"{f.node}:{f.name}" if f.node else f.name
 
 
+def _facts(ev: Mapping[str, Any]) -> dict[str, Any]:
+    facts = ev.get("facts")
+    return facts if isinstance(facts, dict) else {}
+
+
 def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -239,7 +244,7 @@ class Incident:
 
 def _is_start(ev: Mapping[str, Any]) -> bool:
     """An event a starting attempt writes: resumed or started at a step, or a measured downtime."""
-    facts = ev.get("facts") if isinstance(ev.get("facts"), dict) else {}
+    facts = _facts(ev)
     check = ev.get("check")
     if check == "runtime.train" and "start_step" in facts:
         return True
@@ -306,7 +311,7 @@ def _progress(recs: Records, lo: float, hi: float) -> list[tuple[float, int | No
         t = float(ev["time"])
         if not _within(t, lo, hi):
             continue
-        facts = ev.get("facts") if isinstance(ev.get("facts"), dict) else {}
+        facts = _facts(ev)
         if ev.get("check") == "runtime.watchdog":
             ran = _num(facts.get("ran_ms"))
             out.append((t - (ran or 0.0) / 1000.0, _int(ev.get("step")), f"hang event of rank {ev.get('rank')}"))
@@ -327,7 +332,7 @@ def _ended(recs: Records, lo: float, hi: float) -> dict[int, str]:
     """How each rank of the attempt ended, by its runtime.exit event (a closed heartbeat: clean)."""
     out: dict[int, str] = {}
     for ev in recs.events:
-        facts = ev.get("facts") if isinstance(ev.get("facts"), dict) else {}
+        facts = _facts(ev)
         if ev.get("check") == "runtime.exit" and lo <= float(ev["time"]) < hi and _int(ev.get("rank")) is not None:
             out.setdefault(int(ev["rank"]), str(facts.get("how") or "?"))
     for r, hb in recs.heartbeats.items():
@@ -349,7 +354,7 @@ def _hang_cause(recs: Records, lo: float, hi: float) -> tuple[float, list[int], 
             ev_lines.append(f"hang record of rank {r}: section {hr.get('section')} at step {hr.get('step')}, "
                             f"suspects {hr.get('suspects')}")
     for ev in recs.events:
-        facts = ev.get("facts") if isinstance(ev.get("facts"), dict) else {}
+        facts = _facts(ev)
         if ev.get("check") == "runtime.watchdog" and ev.get("status") == "fail" and lo <= float(ev["time"]) < hi:
             times.append(float(ev["time"]))
             suspects |= {int(s) for s in facts.get("suspects") or [] if _int(s) is not None}
@@ -364,14 +369,15 @@ def _crashes(recs: Records, lo: float, hi: float) -> list[tuple[float, int, str]
     out: dict[int, tuple[float, int, str]] = {}
     for r, cr in recs.crashes.items():
         t = _num(cr.get("time"))
-        exc = cr.get("exception") if isinstance(cr.get("exception"), dict) else {}
+        exc = _facts({"facts": cr.get("exception")})
         if _within(t, lo, hi) and t is not None:
             out[r] = (t, r, f"{exc.get('type', '?')}: {str(exc.get('message', ''))[:200]}")
     for ev in recs.events:
-        facts = ev.get("facts") if isinstance(ev.get("facts"), dict) else {}
-        r = _int(ev.get("rank"))
-        if ev.get("check") == "runtime.crash" and r is not None and lo <= float(ev["time"]) < hi and r not in out:
-            out[r] = (float(ev["time"]), r, f"{facts.get('exception_type', '?')}: {str(facts.get('message', ''))[:200]}")
+        facts = _facts(ev)
+        rk = _int(ev.get("rank"))
+        if ev.get("check") == "runtime.crash" and rk is not None and lo <= float(ev["time"]) < hi and rk not in out:
+            out[rk] = (float(ev["time"]), rk,
+                       f"{facts.get('exception_type', '?')}: {str(facts.get('message', ''))[:200]}")
     return sorted(out.values())
 
 
@@ -382,7 +388,7 @@ def _preempted(recs: Records, lo: float, hi: float) -> tuple[float, list[int], s
         return (_num(m.get("time")) or hi, [rank] if rank is not None else [],
                 f"{m.get('signal') or 'a stop request'} on rank {rank if rank is not None else '?'}")
     for ev in recs.events:
-        facts = ev.get("facts") if isinstance(ev.get("facts"), dict) else {}
+        facts = _facts(ev)
         agreed = ev.get("check") == "runtime.preemption" and str(ev.get("summary", "")).startswith("stop agreed")
         preempt_exit = ev.get("check") == "runtime.exit" and facts.get("how") == "preempted"
         if (agreed or preempt_exit) and lo <= float(ev["time"]) < hi:
@@ -425,7 +431,7 @@ def _cause(recs: Records, lo: float, hi: float) -> tuple[str, float | None, list
 
 def _world(recs: Records, lo: float, hi: float) -> int | None:
     for ev in recs.events:
-        facts = ev.get("facts") if isinstance(ev.get("facts"), dict) else {}
+        facts = _facts(ev)
         w = _int(facts.get("world_size"))
         if w and lo <= float(ev["time"]) < hi:
             return w
@@ -607,8 +613,8 @@ def incidents(files: Iterable[RunFile], *, run_dir: str = "", end: float | None 
         if inc is None or inc.key(run_dir) in seen:
             continue
         seen.add(inc.key(run_dir))
-        start_step = next((_int((e.get("facts") or {}).get("start_step")) for e in atts[i][2]
-                           if _int((e.get("facts") or {}).get("start_step")) is not None), None)
+        start_step = next((_int(_facts(e).get("start_step")) for e in atts[i][2]
+                           if _int(_facts(e).get("start_step")) is not None), None)
         if start_step is None:
             start_step = next((_int(e.get("step")) for e in atts[i][2] if _int(e.get("step")) is not None), None)
         out.append({**measure(inc, training_again_at=atts[i][1], world_size=_world_or_ranks(recs, inc),
