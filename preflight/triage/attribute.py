@@ -194,12 +194,39 @@ class Verdict:
     node_faults: list[dict[str, Any]] = field(default_factory=list)
     job: dict[str, Any] = field(default_factory=dict)
     input_errors: list[str] = field(default_factory=list)  # input that could not be read, and why
+    # a job its launcher restarted: each attempt's incident, the latest last ({attempt, category,
+    # summary, culprits, first_failure, collective, time}), and how the job went on
+    # ({restarts, recovered, state: "ended cleanly" / "training again" / "failed again", ...})
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    recovery: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"category": self.category, "summary": self.summary, "culprits": self.culprits,
                 "evidence": self.evidence, "action": self.action, "collective": self.collective,
                 "first_failure": self.first_failure, "ranks": self.ranks, "node_faults": self.node_faults,
-                "job": self.job, "input_errors": self.input_errors}
+                "job": self.job, "input_errors": self.input_errors, "incidents": self.incidents,
+                "recovery": self.recovery}
+
+
+@dataclass
+class Window:
+    """One attempt of a job that a launcher restarted (torchrun --max-restarts): only the records
+    of that attempt are read. A record that names its pid belongs to the attempt in which that
+    pid ended (its runtime.exit event); else its time decides: `lo` < time <= `hi`."""
+
+    attempt: int
+    lo: float | None
+    hi: float | None
+    pid_attempt: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, pid) -> attempt
+    logs: bool = False  # logs carry no reliable time: read in the last attempt only
+    live: bool = False  # the processes still running belong to this attempt
+
+    def keeps(self, rank: int | None, t: Any, pid: Any = None) -> bool:
+        if rank is not None and isinstance(pid, int) and (rank, pid) in self.pid_attempt:
+            return self.pid_attempt[(rank, pid)] == self.attempt
+        if not isinstance(t, (int, float)) or isinstance(t, bool):
+            return True
+        return (self.lo is None or t > self.lo) and (self.hi is None or t <= self.hi)
 
 
 @dataclass
@@ -220,6 +247,15 @@ class Facts:
     run_dir_files: int = 0  # files the run-directory probes brought back, all nodes
     oom: dict[str, oom_kill.OomLog] = field(default_factory=dict)  # node -> its kernel log's OOM-killer lines
     kernel_log_missing: dict[str, str] = field(default_factory=dict)  # node -> why its kernel log was not read
+    ends: list[dict[str, Any]] = field(default_factory=list)  # every runtime.exit event: rank, time, how, pid, step
+    sightings: list[tuple[int, int, float]] = field(default_factory=list)  # (rank, pid, time) of records with a pid
+    window: Window | None = None  # read one attempt of a restarted job only
+
+    def keeps(self, rank: int | None, t: Any, pid: Any = None) -> bool:
+        """Whether a record of `rank` at time `t` (by process `pid`) belongs to what is read."""
+        if isinstance(pid, int) and isinstance(t, (int, float)) and rank is not None:
+            self.sightings.append((rank, pid, float(t)))
+        return self.window is None or self.window.keeps(rank, t, pid)
 
     def rank(self, r: int) -> RankState:
         if r not in self.ranks:
@@ -248,6 +284,8 @@ def _src(node: str, name: str, line: str = "") -> str:
 
 def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -> None:
     r = doc["rank"]
+    if not facts.keeps(r, doc.get("time"), doc.get("pid")):
+        return
     st = facts.rank(r)
     st.reported = True
     st.host = str(doc.get("host") or st.host)
@@ -285,6 +323,8 @@ def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any])
 def _read_crash_record(facts: Facts, node: str, name: str, doc: dict[str, Any], from_event: bool = False) -> None:
     """A crash record (crash-rank<R>.json), or a runtime.crash event standing in for a missing one."""
     r = doc["rank"]
+    if not facts.keeps(r, doc.get("time"), doc.get("pid")):
+        return
     st = facts.rank(r)
     facts.world.add(r)
     if st.record is not None and (from_event or st.record.get("source") != "event"):
@@ -346,6 +386,9 @@ def _op(name: str) -> str:
 
 
 def _read_fr(facts: Facts, node: str, f: NodeFile, dump: flight_recorder.FRDump) -> None:
+    times = [e.time_created_ns for e in dump.entries if e.time_created_ns]
+    if not facts.keeps(dump.rank, max(times) / 1e9 if times else None):
+        return
     if dump.rank is None:
         facts.problems.append(_src(node, f.name, "flight-recorder dump without a rank in its name; not used"))
         return
@@ -374,7 +417,7 @@ def _read_fr(facts: Facts, node: str, f: NodeFile, dump: flight_recorder.FRDump)
 
 def _read_heartbeat(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any]) -> None:
     r = doc.get("rank")
-    if not isinstance(r, int):
+    if not isinstance(r, int) or not facts.keeps(r, doc.get("time"), doc.get("pid")):
         return
     facts.world.add(r)
     st = facts.rank(r)
@@ -403,6 +446,9 @@ def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
             continue
         r = ev.get("rank")
         check = str(ev.get("check", ""))
+        pid = _event_facts(ev).get("pid") if check == "runtime.exit" else None
+        if not facts.keeps(r if isinstance(r, int) else None, ev.get("time"), pid):
+            continue
         if check == "runtime.straggler":
             _event_straggler(facts, node, f, ev)
             continue
@@ -448,6 +494,8 @@ def _event_exit(facts: Facts, node: str, f: NodeFile, ev: dict[str, Any], r: int
     st = facts.rank(r)
     facts.world.add(r)
     st.host = st.host or str(ev.get("node") or "")
+    facts.ends.append({"rank": r, "time": t, "how": str(facts_.get("how") or ""), "step": facts_.get("step"),
+                       "pid": facts_.get("pid") if isinstance(facts_.get("pid"), int) else None})
     if st.end is None:
         st.end = {"how": str(facts_.get("how") or ""), "exit_code": facts_.get("exit_code"),
                   "signal": facts_.get("signal"), "time": t, "step": facts_.get("step")}
@@ -752,16 +800,19 @@ def _place_ranks(facts: Facts, located: dict[int, set[str]]) -> None:
             st.node = st.host or (st.launcher_host if st.launcher_host in facts.nodes else "")
 
 
-def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: datetime | None = None) -> Facts:
-    """Read every node's captures and run-directory files into per-rank facts."""
-    facts = Facts(nodes=sorted(set(bundle.nodes) | set(bundle.errors)))
+def read_bundle_facts(bundle: Bundle, registry: Any | None = None, since: datetime | None = None,
+                      window: Window | None = None) -> Facts:
+    """Read every node's captures and run-directory files into per-rank facts (of one attempt
+    of a restarted job with `window`)."""
+    facts = Facts(nodes=sorted(set(bundle.nodes) | set(bundle.errors)), window=window)
     located: dict[int, set[str]] = defaultdict(set)
     census = _count_files(facts, bundle)
     _missing_input(facts, census, bundle.run_dir)
     seen_files: set[tuple[str, bytes]] = set()
     for node, caps in sorted(bundle.nodes.items()):
         _read_node_files(facts, node, caps, census, seen_files, located)
-        _read_procs(facts, node, decode_procs(caps.get(PROCS_PROBE)), located)
+        if facts.window is None or facts.window.live:
+            _read_procs(facts, node, decode_procs(caps.get(PROCS_PROBE)), located)
         _read_oom(facts, node, caps.get(KERNEL_LOG_PROBE))
         if registry is not None:
             _node_faults(facts, node, caps, since, registry)
@@ -828,7 +879,8 @@ def _read_file(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]
         return
     if b"\x00" in f.data[:4096] or base.endswith((".json", ".jsonl", ".pt", ".bin")):
         return
-    _read_log(facts, node, f, located)
+    if facts.window is None or facts.window.logs:
+        _read_log(facts, node, f, located)
 
 
 # ----- deciding ---------------------------------------------------------------------------------
@@ -1046,6 +1098,9 @@ def _culprit_evidence(facts: Facts, culprit_ranks: list[int], ref: float | None)
     for r in culprit_ranks:
         st = facts.rank(r)
         rank_ev += st.evidence[:4]
+        if st.ended_by_peer is not None:
+            rank_ev.append(f"rank {r} (pid {', '.join(map(str, sorted(st.pids))) or '?'}) was ended by rank "
+                           f"{st.ended_by_peer}'s watchdog (SIGKILL): it was stopped or stuck, silent")
         hb = _heartbeat_note(st, ref)
         if hb:
             rank_ev.append(hb)
@@ -1381,7 +1436,9 @@ def triage(bundle: Bundle, registry: Any | None = None, since: datetime | None =
         except ValueError:
             since = None
     facts = read_bundle_facts(bundle, registry, since)
-    verdict = decide(facts, bundle.job)
+    from preflight.triage import restarts
+
+    verdict = restarts.decide_attempts(bundle, facts, since) or decide(facts, bundle.job)
     status = {"none": Status.PASS, "slowdown": Status.WARN, "unknown": Status.ERROR}.get(verdict.category,
                                                                                        Status.FAIL)
     # the culprits' nodes (a rank whose node is not known names none), else the job

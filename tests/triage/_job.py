@@ -15,7 +15,9 @@ flight-recorder dump in the run directory, and under the crash recorder
         its connections after the crash record and waits 3 s before it exits, and its peers exit
         at once on the lost connection, so the launcher sees a consequence end first;
   none  a clean run.
-  kill  the rank SIGKILLs itself before that step's all_reduce (as the OOM killer would).
+  kill  the rank SIGKILLs itself before that step's all_reduce (as the OOM killer would);
+  hog   the rank allocates `--hog-mb` MiB of host memory (touched) before that step's all_reduce,
+        then goes on (under a memory limit the kernel's OOM killer ends it);
 With `--ckpt-every N` the ranks save a checkpoint (preflight.runtime.CheckpointManager, under
 `<run_dir>/ckpt`) every N steps and resume from the newest one; `--fault-restart K` injects the
 fault only in torchrun's K-th attempt (TORCHELASTIC_RESTART_COUNT), so a restart can recover.
@@ -41,7 +43,7 @@ def rank_main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--fault", choices=("skip", "stop", "crash", "kill", "none"), default="none")
+    ap.add_argument("--fault", choices=("skip", "stop", "crash", "kill", "hog", "none"), default="none")
     ap.add_argument("--fault-rank", type=int, default=2)
     ap.add_argument("--fault-step", type=int, default=10)
     ap.add_argument("--step-timeout", type=float, default=3.0)
@@ -50,6 +52,9 @@ def rank_main(argv: list[str]) -> None:
     ap.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps and resume from it")
     ap.add_argument("--fault-restart", type=int, default=None,
                     help="inject the fault only in this torchrun attempt (TORCHELASTIC_RESTART_COUNT)")
+    ap.add_argument("--fault-ranks", default="",
+                    help="comma-separated: the faulty rank of each torchrun attempt (over --fault-rank)")
+    ap.add_argument("--hog-mb", type=int, default=1024)
     ap.add_argument("--keep-stuck-peers", action="store_true",
                     help="the watchdog leaves a stopped peer alone (as for a rank on another node)")
     ap.add_argument("--consequence-first", action="store_true",
@@ -80,6 +85,9 @@ def rank_main(argv: list[str]) -> None:
     ckpt, start = _resume(a, t)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
     faulty = a.fault_restart is None or a.fault_restart == attempt
+    by_attempt = [int(x) for x in a.fault_ranks.split(",") if x.strip()]
+    if by_attempt:
+        a.fault_rank = by_attempt[attempt] if attempt < len(by_attempt) else -1
     for step in range(start, a.steps):
         with wd.section("step", step=step):
             time.sleep(0.02)
@@ -91,6 +99,9 @@ def rank_main(argv: list[str]) -> None:
                     os.kill(os.getpid(), signal.SIGSTOP)
                 if a.fault == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                if a.fault == "hog":
+                    hog = [bytearray(8 << 20) for _ in range(max(1, a.hog_mb // 8))]  # zero-filled: touched
+                    del hog
                 if a.fault == "crash" and a.consequence_first:
                     _raise_late(step, rank)
                 if a.fault == "crash":
