@@ -1,0 +1,682 @@
+"""In-process restart: on a collective fault the surviving ranks re-form and go on.
+
+    rs = InProcessRestart(run_dir, timeout_s=3.0, max_restarts=3, max_faults_per_rank=1)
+    model, opt = build()                       # before start(): a spare called in restores at once
+    if not rs.start():                         # a warm spare the job never needed
+        sys.exit(0)
+    state = {"model": model, "opt": opt}
+    step = rs.restore(state, start_step)       # a spare called in receives the state here
+    while step < total:
+        try:
+            train_step(step, rs.rank, rs.world_size)   # shard by rs.rank / rs.world_size
+            step += 1
+        except Exception as exc:
+            if not rs.is_fault(exc):
+                raise
+            step = rs.recover(exc, step, state)   # the step to redo
+    rs.close()
+
+Detection. A rank that dies (a crash, SIGKILL, the OOM killer) resets its connections: the
+survivors' gloo collective raises within milliseconds, and each survivor that tears its group
+down breaks the collectives of the others. A rank that is stopped (SIGSTOP, a hung driver
+call) makes the survivors' collective wait for the process group's timeout, `timeout_s`. With
+NCCL, `abort()` (from the watchdog's `on_hang`, for instance) aborts the communicator so the
+blocked collective returns; a gloo collective cannot be aborted from another thread (torch
+2.13), its timeout is the bound.
+
+Agreement. Every survivor calls `recover(exc, step, state)` with the number of steps whose
+update it applied. Through the job's TCPStore, under a namespace of the launch attempt and a
+generation number, each survivor writes a join record; the first to arrive (`store.add`) leads:
+it waits until every member of the failed generation has joined or is known gone (a process of
+this host that is gone, a zombie or stopped, or one whose exit the launcher recorded), at most
+`join_timeout_s`, then writes the plan every survivor reads: the members of the new generation
+(a warm spare takes the failed rank's number, so the world size and the data sharding stay;
+without one the world shrinks and the ranks above the failed one move down), the rank to
+restore from (the survivor that applied the most steps), or the fallback with its reason. The
+leader fences the failed ranks of its host (SIGKILL, after checking the pid's start time and
+that it is still the registered process), the others those of theirs; a failed rank elsewhere
+that comes back finds itself excluded and exits with `EXIT_EXCLUDED`. Every wait is bounded:
+a leader that dies before writing the plan costs the survivors one generation, not a hang.
+
+Re-form and restore. The survivors destroy the broken process group and create the next one
+through a `PrefixStore` of the generation (gloo's connect is bounded by `timeout_s`); the
+state is broadcast from the source rank (tensors one by one, the structure of the state dicts
+with `broadcast_object_list`) and loaded on every other rank, a spare included; `recover`
+returns the step to redo. A fault during recovery moves to the next generation.
+
+Randomness. A peer's state dicts carry no per-rank random generator state: a run reproduces an
+uninterrupted one (a spare in the failed rank's place) when each rank derives its randomness
+from (seed, step, rank), for instance by reseeding at every step.
+
+Limits and the fallback. Past `max_restarts` re-forms, a rank number that failed more than
+`max_faults_per_rank` times with no spare left to fill it and a world under `min_world_size`,
+a store that cannot be reached, or a rank gone under a launcher that restarts every worker
+anyway (torchrun's agent does, when one worker dies), `recover` raises `RestartFallback`, a
+`SystemExit` with code 75 (EX_TEMPFAIL, the watchdog's hang code): uncaught, the process exits
+75 and the launcher (`torchrun --max-restarts`, `python -m preflight.runtime.launch
+--max-restarts`, Slurm's requeue) restarts the job from its checkpoint.
+
+Events: `runtime.restart` (WARN) from the new rank 0 after a re-form, with facts generation,
+failed ranks (rank, slot, host, pid, cause, fenced), cause, seconds from detection to re-form,
+old and new world size, spares used; FAIL from the leader when it decides the fallback.
+
+Other process groups (a CheckpointManager's `new_group`) belong to the destroyed generation:
+create them again after `recover` returns (`rs.generation` tells that it changed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from preflight.model import Status
+from preflight.runtime.events import EventWriter
+
+log = logging.getLogger("preflight.runtime")
+
+CHECK = "runtime.restart"
+EXIT_FALLBACK = 75  # EX_TEMPFAIL, as the watchdog's hang code: the launcher restarts the job
+EXIT_EXCLUDED = 76  # this process was fenced out of the group: the job goes on without it
+POLL_S = 0.02
+# environment set by `python -m preflight.runtime.launch`
+ENV_INPROCESS = "PREFLIGHT_INPROCESS"  # "1": the launcher keeps the survivors alive and hosts the store
+ENV_SLOT = "PREFLIGHT_SLOT"  # the process's number in its launch, stable for its life
+ENV_SPARE = "PREFLIGHT_SPARE"  # "1": a warm spare
+ENV_NPROC = "PREFLIGHT_NPROC"
+ENV_SPARES = "PREFLIGHT_SPARES"
+ENV_ATTEMPT = "PREFLIGHT_ATTEMPT"  # the launcher's restart count (fallback restarts)
+_FAULT_WORDS = ("gloo", "nccl", "connection reset", "connection closed", "timed out", "timeout",
+                "processgroup", "process group", "broken pipe", "aborted", "socket", "peer")
+
+
+class RestartFallback(SystemExit):
+    """In-process recovery is impossible or over its limits: exit 75 for the launcher's restart."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(EXIT_FALLBACK)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"in-process restart gave up: {self.reason} (exit {EXIT_FALLBACK})"
+
+
+class Excluded(SystemExit):
+    """This process was left out of the next generation (late, stopped, fenced): exit 76."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(EXIT_EXCLUDED)
+        self.reason = reason
+
+
+def namespace(attempt: str | int | None = None) -> str:
+    """The store prefix of one launch attempt (the launcher's or torchrun's restart count), so a
+    restarted job never reads the keys of the attempt before it."""
+    if attempt is None:
+        attempt = os.environ.get(ENV_ATTEMPT) or os.environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
+    run = os.environ.get("TORCHELASTIC_RUN_ID") or "run"
+    return f"preflight-ip/{run}/{attempt}"
+
+
+def exit_key(ns: str, slot: int) -> str:
+    """Where the launcher records a worker's exit code."""
+    return f"{ns}/exit/{slot}"
+
+
+def done_key(ns: str) -> str:
+    return f"{ns}/done"
+
+
+def latest_key(ns: str) -> str:
+    return f"{ns}/latest"
+
+
+def plan_key(ns: str, gen: int) -> str:
+    return f"{ns}/g{gen}/plan"
+
+
+def proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks after boot) of a process, or None when gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _host() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def _int_env(name: str, default: int) -> int:
+    v = os.environ.get(name, "")
+    return int(v) if v.strip().lstrip("-").isdigit() else default
+
+
+def _same_process(info: Mapping[str, Any]) -> str | None:
+    """For a member registered on this host: "gone", "stopped", "running" (the same process,
+    checked by its start time), or None when it is not on this host."""
+    if info.get("host") != _host() or not isinstance(info.get("pid"), int):
+        return None
+    st = proc_state(int(info["pid"]))
+    if st is None or st[1] != info.get("start_ticks") or st[0] in ("Z", "X"):
+        return "gone"
+    return "stopped" if st[0] in ("T", "t") else "running"
+
+
+def fence(info: Mapping[str, Any]) -> bool:
+    """SIGKILL a failed member when it is on this host and still the registered process
+    (pid and start time), never this process. True when a signal was sent."""
+    pid = info.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid() or _same_process(info) in (None, "gone"):
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        return False
+    log.warning("preflight: in-process restart fenced rank slot %s (pid %s on %s)", info.get("slot"), pid,
+                info.get("host"))
+    return True
+
+
+def describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+class InProcessRestart:
+    """Re-forms the process group of the surviving ranks on a fault; see the module docstring."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, backend: str = "gloo", timeout_s: float = 3.0,
+                 join_timeout_s: float | None = None, max_restarts: int = 3, max_faults_per_rank: int = 1,
+                 min_world_size: int = 1, events: EventWriter | None = None, store: Any = None,
+                 init_timeout_s: float = 120.0, spare_wait_s: float | None = None) -> None:
+        if timeout_s <= 0 or max_restarts < 0 or max_faults_per_rank < 0 or min_world_size < 1:
+            raise ValueError("timeout_s > 0, max_restarts >= 0, max_faults_per_rank >= 0, min_world_size >= 1")
+        self.run_dir = Path(run_dir)
+        self.backend = backend
+        self.timeout_s = float(timeout_s)
+        self.join_timeout_s = float(join_timeout_s) if join_timeout_s is not None else max(1.0, min(self.timeout_s, 2.0))
+        self.max_restarts = int(max_restarts)
+        self.max_faults_per_rank = int(max_faults_per_rank)
+        self.min_world_size = int(min_world_size)
+        self.init_timeout_s = float(init_timeout_s)
+        self.spare_wait_s = spare_wait_s
+        self._events = events
+        self._store = store
+        self.slot = _int_env(ENV_SLOT, _int_env("RANK", 0))
+        self.is_spare = os.environ.get(ENV_SPARE) == "1"
+        self.nproc = _int_env(ENV_NPROC, _int_env("WORLD_SIZE", 1))
+        self.nspares = _int_env(ENV_SPARES, 0)
+        self.keeps_survivors = os.environ.get(ENV_INPROCESS) == "1"
+        self.ns = namespace()
+        self.rank = -1 if self.is_spare else self.slot
+        self.world_size = self.nproc
+        self.generation = 0
+        self.restarts = 0
+        self.members: list[int] = list(range(self.nproc))
+        self.faults: dict[int, int] = {}
+        self.spares_used: list[int] = []
+        self.history: list[dict[str, Any]] = []
+        self.last_restart: dict[str, Any] | None = None
+        self._pending: dict[str, Any] | None = None
+        self._detected_at: float | None = None
+        self._formed = False
+
+    # ----- store and process group ---------------------------------------------------------
+    def _connect(self) -> Any:
+        if self._store is not None:
+            return self._store
+        import torch.distributed as dist
+
+        addr = os.environ.get("MASTER_ADDR")
+        port = _int_env("MASTER_PORT", -1)
+        if not addr or port < 0:
+            if self.nproc == 1:
+                self._store = dist.HashStore()
+                return self._store
+            raise ValueError("InProcessRestart needs MASTER_ADDR and MASTER_PORT (a launcher's store)")
+        hosted = self.keeps_survivors or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        self._store = dist.TCPStore(addr, port, is_master=not hosted and self.slot == 0,
+                                    wait_for_workers=False, timeout=timedelta(seconds=self.init_timeout_s))
+        return self._store
+
+    def _form(self, gen: int) -> None:
+        import torch.distributed as dist
+
+        self.rank = self.members.index(self.slot)
+        self.world_size = len(self.members)
+        self.generation = gen
+        os.environ["RANK"] = str(self.rank)
+        os.environ["WORLD_SIZE"] = str(self.world_size)
+        dist.init_process_group(self.backend, store=dist.PrefixStore(f"{self.ns}/pg{gen}", self._store),
+                                rank=self.rank, world_size=self.world_size,
+                                timeout=timedelta(seconds=self.init_timeout_s if gen == 0 else self.timeout_s))
+        if gen == 0:
+            self._set_pg_timeout(self.timeout_s)
+        self._formed = True
+
+    def _set_pg_timeout(self, seconds: float) -> None:
+        """Collectives after the first formation use `timeout_s` (the first one waited for every
+        process to start)."""
+        try:
+            import torch
+            import torch.distributed as dist
+
+            pg = dist.distributed_c10d._get_default_group()
+            device = torch.device("cuda" if self.backend == "nccl" else "cpu")
+            pg._get_backend(device)._set_default_timeout(timedelta(seconds=seconds))
+        except Exception as exc:  # noqa: BLE001 - older torch: the init timeout stays
+            log.debug("preflight: could not set the process-group timeout: %s", exc)
+
+    def _teardown(self) -> None:
+        if not self._formed:
+            return
+        self._formed = False
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception as exc:  # noqa: BLE001 - a broken group is expected here
+            log.debug("preflight: destroying the failed process group: %s", exc)
+
+    def _register(self) -> None:
+        from preflight.runtime.watchdog import _start_ticks
+
+        info = {"slot": self.slot, "host": _host(), "pid": os.getpid(), "start_ticks": _start_ticks()}
+        self._store.set(f"{self.ns}/member/{self.slot}", json.dumps(info))
+        if self.is_spare:
+            self._store.set(f"{self.ns}/spare/{self.slot}", "1")
+
+    def _member_info(self, slot: int) -> dict[str, Any]:
+        key = f"{self.ns}/member/{slot}"
+        try:
+            if self._store.check([key]):
+                info = json.loads(self._store.get(key))
+                return info if isinstance(info, dict) else {"slot": slot}
+        except Exception:  # noqa: BLE001
+            pass
+        return {"slot": slot}
+
+    # ----- public API --------------------------------------------------------------------
+    def start(self) -> bool:
+        """Form the first process group. A warm spare waits (polling the store) until it is
+        called in to replace a failed rank (True, with a restore pending) or the job ends (False).
+        Raises ValueError when the launch environment is unusable."""
+        self._connect()
+        self._register()
+        if not self.is_spare:
+            self._form(0)
+            return True
+        return self._wait_as_spare()
+
+    def _wait_as_spare(self) -> bool:
+        deadline = None if self.spare_wait_s is None else time.monotonic() + self.spare_wait_s
+        seen = 0
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                if self._store.check([done_key(self.ns)]):
+                    return False
+                if self._store.check([latest_key(self.ns)]):
+                    latest = int(self._store.get(latest_key(self.ns)))
+                    if latest > seen:
+                        seen = latest
+                        plan = json.loads(self._store.get(plan_key(self.ns, latest)))
+                        if plan.get("decision") == "go" and self.slot in plan["members"]:
+                            self._adopt(plan)
+                            self._form(int(plan["gen"]))
+                            self._pending = plan
+                            return True
+            except Exception as exc:  # noqa: BLE001 - the launcher (and its store) went away
+                log.warning("preflight: spare %s stops waiting: %s", self.slot, describe(exc))
+                return False
+            time.sleep(0.05)
+        return False
+
+    def is_fault(self, exc: BaseException) -> bool:
+        """Whether `exc` is a collective's failure (a peer gone or stopped, a timeout, an abort)
+        that `recover` handles; anything else is the training code's own error."""
+        if not isinstance(exc, Exception):
+            return False
+        if self._detected_at is not None:
+            return True  # abort() was called: whatever the collective raised is that fault
+        try:
+            import torch.distributed as dist
+
+            if isinstance(exc, dist.DistError):
+                return True
+        except (ImportError, AttributeError):
+            pass
+        if not isinstance(exc, RuntimeError):
+            return False
+        text = str(exc).lower()
+        return any(w in text for w in _FAULT_WORDS)
+
+    def abort(self, reason: str = "abort requested") -> None:
+        """From any thread (the watchdog's `on_hang`): mark the fault detected now and, with
+        NCCL, abort the communicator so the blocked collective returns. A gloo collective cannot
+        be aborted (it ends at its timeout); never raises."""
+        if self._detected_at is None:
+            self._detected_at = time.monotonic()
+            self._abort_reason = reason
+        if self.backend != "nccl":
+            return
+        try:
+            import torch.distributed as dist
+
+            dist.distributed_c10d._abort_process_group()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("preflight: could not abort the NCCL communicator: %s", exc)
+
+    def restore(self, stateful: Mapping[str, Any], step: int) -> int:
+        """Call once after start() with the state built (and loaded from a checkpoint, if any):
+        on a spare just called in, receives the survivors' state and returns the step to run;
+        otherwise returns `step` without communicating."""
+        plan, self._pending = self._pending, None
+        if plan is None:
+            return step
+        return self._restore_from(plan, stateful)
+
+    def recover(self, exc: BaseException | None, step: int, stateful: Mapping[str, Any]) -> int:
+        """After a fault: agree, fence, re-form, restore; returns the step to redo. `step` is the
+        number of steps whose update this rank applied. Raises RestartFallback (exit 75) when
+        recovery is impossible or over its limits, Excluded (exit 76) on a process left out."""
+        detected = self._detected_at if self._detected_at is not None else time.monotonic()
+        cause = describe(exc)
+        self._teardown()
+        gen = self.generation
+        while True:
+            gen += 1
+            plan = self._agree(gen, step, cause)
+            if plan is None:
+                if gen - self.generation > self.max_restarts + 1:
+                    raise RestartFallback("no plan was agreed in any generation")
+                continue  # the leader went away before writing it: the next generation
+            self._check_plan(plan)
+            self._adopt(plan)
+            self._fence_local(plan)
+            try:
+                self._form(gen)
+                new_step = self._restore_from(plan, stateful)
+            except Exception as again:  # noqa: BLE001 - a second fault during recovery
+                if not self.is_fault(again):
+                    raise
+                cause = describe(again)
+                self._teardown()
+                continue
+            self._detected_at = None
+            self._record(plan, detected, cause)
+            return new_step
+
+    def done(self) -> None:
+        """End of training: releases the waiting spares. Never raises."""
+        try:
+            if self._store is not None:
+                self._store.set(done_key(self.ns), "1")
+        except Exception as exc:  # noqa: BLE001
+            log.debug("preflight: could not mark the job done: %s", exc)
+
+    def close(self) -> None:
+        """done(), then destroy the process group."""
+        self.done()
+        self._teardown()
+
+    # ----- agreement -----------------------------------------------------------------------
+    def _agree(self, gen: int, step: int, cause: str) -> dict[str, Any] | None:
+        """Join generation `gen`; the first to join decides. The plan, or None when none was
+        written in time (the leader is gone)."""
+        st = self._store
+        try:
+            st.set(f"{self.ns}/g{gen}/join/{self.slot}", json.dumps({"step": step, "cause": cause}))
+            leader = st.add(f"{self.ns}/g{gen}/leader", 1) == 1
+            if leader:
+                plan = self._decide(gen)
+                st.set(plan_key(self.ns, gen), json.dumps(plan))
+                st.set(latest_key(self.ns), str(gen))
+                return plan
+            st.wait([plan_key(self.ns, gen)], timedelta(seconds=self.join_timeout_s + 2 * self.timeout_s + 5.0))
+            plan = json.loads(st.get(plan_key(self.ns, gen)))
+            return plan if isinstance(plan, dict) else None
+        except RestartFallback:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if "timeout" in str(exc).lower() or "timed out" in str(exc).lower():
+                return None
+            raise RestartFallback(f"the job's store cannot be reached: {describe(exc)}") from exc
+
+    def _joined(self, gen: int) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        for slot in self.members:
+            key = f"{self.ns}/g{gen}/join/{slot}"
+            if self._store.check([key]):
+                out[slot] = json.loads(self._store.get(key))
+        return out
+
+    def _gone(self, slot: int, info: Mapping[str, Any]) -> str | None:
+        """Why a member that did not join is known to be out (launcher's exit record, or this
+        host's /proc), or None when it may still join."""
+        if self._store.check([exit_key(self.ns, slot)]):
+            return f"exited (code {self._store.get(exit_key(self.ns, slot)).decode(errors='replace')})"
+        state = _same_process(info)
+        if state == "gone":
+            return "process gone"
+        if state == "stopped":
+            return "process stopped (SIGSTOP or traced)"
+        return None
+
+    def _wait_joins(self, gen: int) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+        """Wait until every member joined or is known out, at most join_timeout_s."""
+        infos = {s: self._member_info(s) for s in self.members}
+        deadline = time.monotonic() + self.join_timeout_s
+        while True:
+            joined = self._joined(gen)
+            out = {s: why for s in self.members if s not in joined
+                   for why in [self._gone(s, infos[s])] if why is not None}
+            missing = [s for s in self.members if s not in joined and s not in out]
+            if not missing:
+                return joined, out
+            if time.monotonic() >= deadline:
+                out.update({s: f"did not rejoin within {self.join_timeout_s:g} s" for s in missing})
+                return joined, out
+            time.sleep(POLL_S)
+
+    def _free_spares(self) -> list[int]:
+        out = []
+        for slot in range(self.nproc, self.nproc + self.nspares):
+            if slot in self.spares_used or slot in self.members:
+                continue
+            if not self._store.check([f"{self.ns}/spare/{slot}"]) or self._gone(slot, self._member_info(slot)):
+                continue
+            out.append(slot)
+        return out
+
+    def _decide(self, gen: int) -> dict[str, Any]:
+        """The leader's plan for generation `gen` (see the module docstring)."""
+        joined, out = self._wait_joins(gen)
+        faults = dict(self.faults)
+        failed = []
+        for rank, slot in enumerate(self.members):
+            if slot in out:
+                faults[rank] = faults.get(rank, 0) + 1
+                info = self._member_info(slot)
+                failed.append({"rank": rank, "slot": slot, "host": info.get("host"), "pid": info.get("pid"),
+                               "cause": out[slot], "fenced": fence(info)})
+        members: list[int | None] = list(self.members)
+        spares = self._free_spares()
+        used = list(self.spares_used)
+        for f in failed:
+            refill = faults[f["rank"]] <= self.max_faults_per_rank and spares
+            members[f["rank"]] = spares.pop(0) if refill else None
+            if members[f["rank"]] is not None:
+                used.append(members[f["rank"]])
+        new = [s for s in members if s is not None]
+        source_slot = max(joined, key=lambda s: (int(joined[s].get("step", -1)), -self.members.index(s)))
+        plan = {"gen": gen, "decision": "go", "reason": "", "members": new, "failed": failed, "faults": faults,
+                "spares_used": used, "restarts": self.restarts + 1, "leader": self.slot,
+                "old_world": len(self.members), "source": new.index(source_slot) if source_slot in new else 0,
+                "step": int(joined[source_slot].get("step", 0)),
+                "cause": next((j.get("cause") for j in joined.values() if j.get("cause")), "")}
+        reason = self._limit_reason(plan)
+        if reason:
+            plan.update(decision="fallback", reason=reason)
+            self._emit_fallback(plan)
+        return plan
+
+    def _limit_reason(self, plan: Mapping[str, Any]) -> str:
+        if plan["restarts"] > self.max_restarts:
+            return f"restart {plan['restarts']} is over max_restarts={self.max_restarts}"
+        if plan["failed"] and not self.keeps_survivors:
+            return ("a rank is gone and the launcher restarts every worker when one dies (torchrun): "
+                    "use `python -m preflight.runtime.launch` for in-process restarts")
+        if len(plan["members"]) < self.min_world_size:
+            over = [f["rank"] for f in plan["failed"] if plan["faults"].get(f["rank"], 0) > self.max_faults_per_rank]
+            why = f" (rank {', '.join(map(str, over))} over max_faults_per_rank={self.max_faults_per_rank})" if over else ""
+            return f"{len(plan['members'])} ranks left, under min_world_size={self.min_world_size}{why}"
+        return ""
+
+    def _check_plan(self, plan: Mapping[str, Any]) -> None:
+        if plan.get("decision") != "go":
+            raise RestartFallback(str(plan.get("reason") or "the leader decided the fallback"))
+        if self.slot not in plan.get("members", []):
+            raise Excluded(f"slot {self.slot} is not a member of generation {plan.get('gen')}")
+
+    def _adopt(self, plan: Mapping[str, Any]) -> None:
+        self.members = [int(s) for s in plan["members"]]
+        self.faults = {int(k): int(v) for k, v in dict(plan.get("faults") or {}).items()}
+        self.spares_used = [int(s) for s in plan.get("spares_used") or []]
+        self.restarts = int(plan.get("restarts", self.restarts))
+
+    def _fence_local(self, plan: Mapping[str, Any]) -> None:
+        """Fence the failed members of this host the leader (on another host) could not."""
+        for f in plan.get("failed") or []:
+            if not f.get("fenced") and f.get("host") == _host():
+                f["fenced"] = fence(self._member_info(int(f["slot"])))
+
+    # ----- state ---------------------------------------------------------------------------
+    def _restore_from(self, plan: Mapping[str, Any], stateful: Mapping[str, Any]) -> int:
+        broadcast_state(stateful, src=int(plan["source"]), backend=self.backend)
+        return int(plan["step"])
+
+    # ----- records -------------------------------------------------------------------------
+    def _writer(self) -> EventWriter:
+        if self._events is not None:
+            return self._events
+        return EventWriter(self.run_dir, rank=self.rank)
+
+    def _record(self, plan: Mapping[str, Any], detected: float, cause: str) -> None:
+        seconds = round(time.monotonic() - detected, 3)
+        failed = list(plan.get("failed") or [])
+        rec = {"generation": self.generation, "failed_ranks": [f["rank"] for f in failed], "failed": failed,
+               "cause": cause, "detect_to_reform_s": seconds, "old_world_size": plan.get("old_world"),
+               "new_world_size": self.world_size, "spares_used": list(plan.get("spares_used") or []),
+               "restarts": self.restarts, "step": plan.get("step"), "rank": self.rank}
+        self.last_restart = rec
+        self.history.append(rec)
+        if self.rank != 0:
+            return
+        try:
+            who = ", ".join(f"rank {f['rank']} (pid {f.get('pid')} on {f.get('host')}: {f['cause']}"
+                            f"{', fenced' if f.get('fenced') else ''})" for f in failed) or "no rank lost"
+            self._writer().emit(
+                CHECK, Status.WARN,
+                f"in-process restart {self.restarts} (generation {self.generation}): {who}; "
+                f"re-formed with {self.world_size} ranks in {seconds:.2f} s, redoing step {plan.get('step')}",
+                evidence=[f"collective fault: {cause}"] + [f"rank {f['rank']}: {f['cause']}" for f in failed],
+                remedy="training goes on; inspect the failed ranks' nodes (dmesg, GPU health) and drain a node "
+                       "that fails again",
+                facts=rec, step=plan.get("step"))
+        except Exception:  # noqa: BLE001 - a record must not stop training
+            log.exception("preflight: could not record the in-process restart")
+
+    def _emit_fallback(self, plan: Mapping[str, Any]) -> None:
+        try:
+            self._writer().emit(
+                CHECK, Status.FAIL,
+                f"in-process restart impossible: {plan['reason']}; every rank exits {EXIT_FALLBACK} for the "
+                "launcher to restart the job from its checkpoint",
+                evidence=[f"rank {f['rank']}: {f['cause']}" for f in plan.get("failed") or []],
+                remedy="the launcher's restart (torchrun --max-restarts, preflight.runtime.launch --max-restarts, "
+                       "Slurm requeue) resumes from the last checkpoint",
+                facts={"generation": plan.get("gen"), "reason": plan["reason"], "restarts": plan.get("restarts"),
+                       "failed_ranks": [f["rank"] for f in plan.get("failed") or []],
+                       "failed": list(plan.get("failed") or []), "exit_code": EXIT_FALLBACK},
+                step=plan.get("step"))
+        except Exception:  # noqa: BLE001
+            log.exception("preflight: could not record the fallback")
+
+
+# ----- state broadcast ----------------------------------------------------------------------------
+def _split(obj: Any, tensors: list[Any]) -> Any:
+    """The structure of `obj` with every tensor replaced by a marker (its index in `tensors`)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return {"__pf_tensor__": len(tensors) - 1, "shape": list(obj.shape), "dtype": str(obj.dtype).split(".")[-1]}
+    if isinstance(obj, dict):
+        return {k: _split(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        seq = [_split(v, tensors) for v in obj]
+        return seq if isinstance(obj, list) else tuple(seq)
+    return obj
+
+
+def _join(obj: Any, tensors: list[Any]) -> Any:
+    if isinstance(obj, dict):
+        if "__pf_tensor__" in obj and "dtype" in obj:
+            return tensors[int(obj["__pf_tensor__"])]
+        return {k: _join(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        seq = [_join(v, tensors) for v in obj]
+        return seq if isinstance(obj, list) else tuple(seq)
+    return obj
+
+
+def _specs(obj: Any, out: list[tuple[list[int], str]]) -> None:
+    if isinstance(obj, dict):
+        if "__pf_tensor__" in obj and "dtype" in obj:
+            out.append((list(obj["shape"]), str(obj["dtype"])))
+            return
+        for v in obj.values():
+            _specs(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _specs(v, out)
+
+
+def broadcast_state(stateful: Mapping[str, Any], src: int, backend: str = "gloo") -> None:
+    """Give every rank of the current process group the state of rank `src`: each value of
+    `stateful` has state_dict()/load_state_dict(); tensors travel by `broadcast`, the rest of the
+    structure by `broadcast_object_list`. Collective: every rank calls it."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    me = dist.get_rank()
+    tensors: list[Any] = []
+    skeleton = _split({k: v.state_dict() for k, v in stateful.items()}, tensors) if me == src else None
+    box = [skeleton]
+    dist.broadcast_object_list(box, src=src)
+    skeleton = box[0]
+    if me == src:
+        wire = [t.detach().to(device).contiguous() for t in tensors]
+    else:
+        specs: list[tuple[list[int], str]] = []
+        _specs(skeleton, specs)
+        wire = [torch.empty(shape, dtype=getattr(torch, dtype), device=device) for shape, dtype in specs]
+    for t in wire:
+        dist.broadcast(t, src=src)
+    if me != src:
+        states = _join(skeleton, wire)
+        for key, obj in stateful.items():
+            obj.load_state_dict(states[key])
