@@ -109,7 +109,8 @@ class Resilience:
                  async_save: bool = False, stop_check_every: int = 10, straggler_interval: int = 50,
                  monitors: bool = True, kill_stuck_peers: bool = True, backend: str | None = None,
                  init_distributed: bool = True, pg_timeout_s: float = 600.0,
-                 gpu_hour_cost: float | None = None) -> None:
+                 gpu_hour_cost: float | None = None, local_dir: str | os.PathLike[str] | None = None,
+                 local_every: int = 10, local_keep_last: int = 2, replicas: int = 1) -> None:
         if save_every < 1 or stop_check_every < 1:
             raise ValueError("save_every and stop_check_every must be at least 1")
         self.run_dir = Path(run_dir)
@@ -139,6 +140,11 @@ class Resilience:
 
         self.checkpoints = CheckpointManager(Path(checkpoint_dir) if checkpoint_dir else self.run_dir / "checkpoints",
                                              keep_last=keep_last, events=self.events, async_save=async_save)
+        self.local: Any = None
+        self.local_every = max(1, int(local_every))
+        if local_dir is not None:
+            self._local_tier(local_dir, local_keep_last, replicas, async_save)
+        self.restored_from: str | None = None
         self.start_step = 0
         self.done = 0  # steps completed (the step to run next)
         self.finished = False
@@ -161,6 +167,16 @@ class Resilience:
         self.straggler = StragglerDetector(interval_steps=interval, events=self.events, rank=self.rank)
         self.loss_guard = LossGuard(events=self.events, rank=self.rank)
 
+    def _local_tier(self, local_dir: str | os.PathLike[str], keep_last: int, replicas: int,
+                    async_save: bool) -> None:
+        """Node-local checkpoints every `local_every` steps, each rank's shard copied to the same
+        local rank on the next `replicas` nodes; addresses through the process group's store."""
+        from preflight.runtime.localckpt import LocalCheckpointer
+
+        self.local = LocalCheckpointer(local_dir, keep_last=keep_last, events=self.events, async_save=async_save,
+                                       replicas=replicas if self.world_size > 1 else 0, store=_job_store(),
+                                       rank=self.rank, world_size=self.world_size)
+
     # ----- the loop ---------------------------------------------------------------------
     def steps(self, total: int) -> Iterator[int]:
         """Yield the steps still to run, from the one after the newest checkpoint to `total - 1`.
@@ -180,6 +196,8 @@ class Resilience:
             stop = self.preemption.should_stop(step)
             if stop or step % self.save_every == 0 or step == total:
                 self.save()
+            elif self.local is not None and step % self.local_every == 0:
+                self.save_local()
             if stop:
                 self._stop_preempted()
         self.finished = True
@@ -250,11 +268,28 @@ class Resilience:
         with wd.section("checkpoint") if wd is not None else nullcontext():
             self.checkpoints.save(self.done, self.state_dict())
 
+    def save_local(self) -> None:
+        """A node-local checkpoint of this rank after `self.done` steps (not collective), copied
+        to its peers in the background."""
+        wd = self.watchdog
+        with wd.section("checkpoint") if wd is not None else nullcontext():
+            self.local.save(self.done, self.state_dict())
+
     def resume(self) -> int:
-        """Restore the newest checkpoint valid on every rank; returns the step to run next."""
-        loaded = self.checkpoints.load_latest()
+        """Restore the newest checkpoint every rank can load (the shared one, or the node-local
+        tier and its peer copies, whichever is newer); returns the step to run next."""
+        loaded: Any
+        if self.local is not None:
+            from preflight.runtime.localckpt import restore
+
+            loaded = restore(self.local, self.checkpoints)
+            if loaded is not None:
+                self.restored_from = loaded[2]
+        else:
+            loaded = self.checkpoints.load_latest()
+            self.restored_from = "shared" if loaded is not None else None
         if loaded is not None:
-            step, saved = loaded
+            step, saved = loaded[0], loaded[1]
             self.load_state_dict(saved)
             self.done = self.start_step = int(step)
         if self.rank == 0:
@@ -262,7 +297,8 @@ class Resilience:
         how = f"resumed at step {self.start_step}" if loaded is not None else "started from step 0"
         self.events.emit(CHECK, Status.PASS, f"rank {self.rank} {how}", step=self.start_step,
                          facts={"pid": os.getpid(), "start_step": self.start_step, "world_size": self.world_size,
-                                "restart": self.restart, "resumed": loaded is not None})
+                                "restart": self.restart, "resumed": loaded is not None,
+                                "restored_from": self.restored_from})
         return self.start_step
 
     def _report_downtime(self) -> None:
@@ -322,6 +358,9 @@ class Resilience:
             self._record_exception(exc, tb)
         with contextlib.suppress(Exception):
             self.checkpoints.close()
+        if self.local is not None:
+            with contextlib.suppress(Exception):
+                self.local.close()
         clean = exc is None and self.finished
         if self.watchdog is not None and (clean or self.stopped):
             self.watchdog.close()  # "closed": peers and triage read a finished rank
@@ -372,6 +411,19 @@ class _Step:
             self.section.__exit__(et, ev, tb)
         if et is None and self.res.straggler is not None:
             self.res.straggler.step_end()
+
+
+def _job_store() -> Any:
+    """The process group's key-value store (None without one)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not (dist.is_available() and dist.is_initialized()):
+        return None
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - a private API: without it there is no peer copy
+        return None
 
 
 def _rank_world() -> tuple[int, int]:

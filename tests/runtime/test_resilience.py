@@ -1,0 +1,90 @@
+"""`Resilience` beyond the README's program: node-local checkpoints with a peer copy under
+torchrun (two agents standing for two nodes), and bad arguments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight.runtime.events import read_events
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("_resilience_worker.py")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _two_nodes(tmp: Path, run: Path, steps: int, **extra: str) -> list[int]:
+    """Two torchrun agents on this machine, one rank each: node A (rank 0) and node B (rank 1),
+    each with its own node-local folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "SLURM_", "NCCL_"))}
+    env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+                "CUDA_VISIBLE_DEVICES": "", "LOCAL_EVERY": "10", **extra})
+    port = _port()
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+               "--node-rank", str(node), "--rdzv-backend", "static", "--master-addr", "127.0.0.1",
+               "--master-port", str(port), "--max-restarts", "0", str(WORKER), str(run), str(steps)]
+        log = open(tmp / f"node{node}-{run.name}.log", "ab")  # noqa: SIM115 - closed with the process
+        procs.append(subprocess.Popen(cmd, env={**env, "LOCAL_DIR": str(tmp / f"local-{node}")}, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=300))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                os.killpg(q.pid, signal.SIGKILL)
+            raise
+    return codes
+
+
+def _final(run: Path) -> dict:
+    import torch
+
+    return torch.load(run / "final.pt")
+
+
+@pytest.mark.real
+def test_a_lost_nodes_local_checkpoints_are_restored_from_its_peer_bitwise(tmp_path: Path) -> None:
+    """Rank 1 raises at step 37: the job stops with node-local checkpoints at 10, 20, 30 on both
+    nodes, each copied to the other. Node B's local folder is deleted (a replacement node); the
+    next run resumes at step 30 on both ranks, rank 1 from rank 0's copy, and ends with the
+    parameters of an uninterrupted run."""
+    whole = tmp_path / "whole"
+    assert _two_nodes(tmp_path, whole, 50) == [0, 0], (tmp_path / "node0-whole.log").read_text()[-3000:]
+    for node in (0, 1):
+        shutil.rmtree(tmp_path / f"local-{node}")
+    run = tmp_path / "run"
+    codes = _two_nodes(tmp_path, run, 50, CRASH_RANK="1", CRASH_AT="37")
+    assert codes != [0, 0]
+    assert (tmp_path / "local-0" / "peers" / "rank1").is_dir()
+    shutil.rmtree(tmp_path / "local-1")  # node B replaced: its NVMe is empty
+    assert _two_nodes(tmp_path, run, 50) == [0, 0], (tmp_path / "node1-run.log").read_text()[-3000:]
+    starts = [e["facts"] for e in read_events(run) if e["check"] == "runtime.train" and e["facts"].get("resumed")]
+    assert sorted((f["start_step"], f["restored_from"]) for f in starts) == [(30, "local"), (30, "local")]
+    restored = {e["rank"]: e["facts"]["restored_from"] for e in read_events(run)
+                if e["check"] == "runtime.checkpoint" and e["summary"].startswith("resumed from local checkpoint")}
+    assert restored[0] == "local" and restored[1].startswith("peer rank 0 "), restored
+    a, b = _final(whole), _final(run)
+    assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
+def test_bad_arguments_are_a_clear_error(tmp_path: Path) -> None:
+    from preflight.runtime.resilience import Resilience
+
+    for kw in ({"save_every": 0}, {"stop_check_every": 0}):
+        with pytest.raises(ValueError, match="at least 1"):
+            Resilience(tmp_path / "run", init_distributed=False, **kw)
