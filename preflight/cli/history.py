@@ -83,14 +83,26 @@ def history(
 
 @app.command()
 def record(
-    reports: Annotated[list[Path], typer.Argument(help="report.json files, or folders holding them.")],
+    reports: Annotated[list[Path] | None, typer.Argument(help="report.json files, or folders holding them.")] = None,
     history_url: opt.StoreOpt = None,
     command: Annotated[str | None, typer.Option("--command", help="Record under this command name "
                                                 "(default: the report's own).")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="A training run's directory: record the time "
+                                                 "its interruptions cost (runtime.downtime), as triage does.")] = None,
 ) -> None:
-    """Add JSON reports made elsewhere (sweep, triage, analyze, other hosts) to the results store."""
-    from preflight.history.query import record_reports
+    """Add JSON reports made elsewhere (sweep, triage, analyze, other hosts) to the results store;
+    with --run-dir, a training run's downtime."""
+    from preflight.history.query import record_reports, record_run_dir
 
+    if run_dir is not None:
+        run_id, results = record_run_dir(run_dir, _store(history_url))
+        sys.stdout.writelines(f"{r.summary}\n" for r in results)
+        sys.stdout.write(f"recorded {len(results)} incident(s) (run id {run_id})\n" if run_id is not None
+                         else f"{run_dir}: no interruption found, nothing recorded\n")
+        if not reports:
+            return
+    if not reports:
+        opt.usage("give report.json files or folders, or --run-dir")
     ids = record_reports(list(reports), _store(history_url), command)
     sys.stdout.write(f"recorded {len(ids)} run(s)" + (f" (ids {ids[0]}-{ids[-1]})" if ids else "") + "\n")
 

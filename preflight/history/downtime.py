@@ -43,15 +43,26 @@ def unique(rows: Iterable[Row]) -> list[Row]:
     return sorted(best.values(), key=lambda r: (float(r.facts.get("last_good") or r.ts), r.run_id))
 
 
-def summarize(rows: Sequence[Row]) -> dict[str, Any]:
-    """The downtime document of the rows in the window."""
+def priced(facts: dict[str, Any], cost_per_gpu_hour: float | None, currency: str) -> dict[str, Any]:
+    """An incident recorded without a price, priced at the configured one (said in `priced_at`)."""
+    if facts.get("cost") is not None or cost_per_gpu_hour is None:
+        return facts
+    gh = float(facts.get("gpu_hours") or 0.0)
+    return {**facts, "cost": round(gh * cost_per_gpu_hour, 4), "currency": currency,
+            "cost_per_gpu_hour": cost_per_gpu_hour, "priced_at": "history (config price)"}
+
+
+def summarize(rows: Sequence[Row], cost_per_gpu_hour: float | None = None,
+              currency: str = dt.DEFAULT_CURRENCY) -> dict[str, Any]:
+    """The downtime document of the rows in the window; incidents recorded without a price are
+    priced at `cost_per_gpu_hour` when one is given (those recorded with one keep theirs)."""
     kept = unique(rows)
-    items = [dict(r.facts) for r in kept]
+    items = [priced(dict(r.facts), cost_per_gpu_hour, currency) for r in kept]
     recorded = sum(1 for r in rows if r.check == dt.CHECK and r.status is not Status.ERROR)
     return {"incidents": len(items), "records": recorded, "total": dt.totals(items),
-            "recent": [{"summary": r.summary, "run_id": r.run_id, **{k: r.facts.get(k) for k in (
+            "recent": [{"summary": dt.describe(n), "run_id": r.run_id, **{k: n.get(k) for k in (
                 "incident", "cause", "nodes", "ranks", "lost_s", "gpu_hours", "cost", "currency", "until",
-                "last_good_iso")}} for r in reversed(kept[-RECENT:])]}
+                "last_good_iso")}} for r, n in reversed(list(zip(kept, items, strict=True))[-RECENT:])]}
 
 
 def _cost(row: dict[str, Any], currency: Any) -> str:

@@ -70,6 +70,28 @@ def record_reports(paths: Sequence[Path], url: str | None, command: str | None =
         return [store.record(doc, command) for doc in docs]
 
 
+def record_run_dir(run_dir: Path, url: str | None) -> tuple[int | None, list[Any]]:
+    """`preflight record --run-dir DIR`: measure the run directory's interruptions (as triage does)
+    and record them as one run of command "runtime"; (run id or None when there was none, results)."""
+    from preflight.engine import load_config
+    from preflight.runtime import downtime as dt
+    from preflight.triage.downtime import price, to_results
+
+    if not run_dir.is_dir():
+        raise UsageError(f"--run-dir {run_dir}: {'not a directory' if run_dir.exists() else 'no such directory'}")
+    files = dt.read_run_dir(run_dir)
+    if not files:
+        raise UsageError(f"--run-dir {run_dir}: no events, heartbeats, hang or crash records in it")
+    cost, currency = price(load_config())
+    doc = dt.incidents(files, run_dir=str(run_dir.resolve()), cost_per_gpu_hour=cost, currency=currency,
+                       end_label="record time")
+    results = to_results(doc["incidents"], source=str(run_dir))
+    if not results:
+        return None, []
+    with open_or_fail(url) as store:
+        return store.record(results, "runtime"), results
+
+
 @dataclass
 class Filters:
     since: datetime | None = None
@@ -102,7 +124,14 @@ def summarize(url: str | None, filters: Filters, thresholds: Any) -> HistoryView
     # downtime is not a node's check result: totalled apart, never a failure count
     checked = [r for r in rows if r.check != downtime.dt.CHECK]
     return HistoryView(summary=analyse(checked, thresholds, since=since), rows=checked, runs=runs, url=where,
-                       downtime=downtime.summarize(rows))
+                       downtime=downtime.summarize(rows, *_price()))
+
+
+def _price() -> tuple[float | None, str]:
+    from preflight.engine import load_config
+    from preflight.triage.downtime import price
+
+    return price(load_config())
 
 
 def summary_document(view: HistoryView) -> dict[str, Any]:
