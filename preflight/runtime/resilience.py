@@ -42,7 +42,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
@@ -110,7 +110,8 @@ class Resilience:
                  monitors: bool = True, kill_stuck_peers: bool = True, backend: str | None = None,
                  init_distributed: bool = True, pg_timeout_s: float = 600.0,
                  gpu_hour_cost: float | None = None, local_dir: str | os.PathLike[str] | None = None,
-                 local_every: int = 10, local_keep_last: int = 2, replicas: int = 1) -> None:
+                 local_every: int = 10, local_keep_last: int = 2, replicas: int = 1,
+                 replay: str | None = None) -> None:
         if save_every < 1 or stop_check_every < 1:
             raise ValueError("save_every and stop_check_every must be at least 1")
         self.run_dir = Path(run_dir)
@@ -135,6 +136,7 @@ class Resilience:
         self.loss_guard: Any = None
         if monitors:
             self._monitors(step_timeout, warmup_timeout, checkpoint_timeout, kill_stuck_peers, straggler_interval)
+        self._own_crash = crash.installed() is None
         self.crash = crash.install(self.run_dir, rank=self.rank, watchdog=self.watchdog, events=self.events)
         from preflight.runtime.checkpoint import CheckpointManager
 
@@ -144,6 +146,13 @@ class Resilience:
         self.local_every = max(1, int(local_every))
         if local_dir is not None:
             self._local_tier(local_dir, local_keep_last, replicas, async_save)
+        self.replay: Any = None
+        if replay is not None:
+            from preflight.runtime.lossguard import LossGuard
+            from preflight.runtime.replay import Replay
+
+            guard = LossGuard(events=self.events, rank=self.rank, raise_on_nonfinite=False)
+            self.replay = Replay(self.events, on_data=replay, guard=guard, rank=self.rank)  # type: ignore[arg-type]
         self.restored_from: str | None = None
         self.start_step = 0
         self.done = 0  # steps completed (the step to run next)
@@ -236,6 +245,22 @@ class Resilience:
         for g in grads:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
+
+    def forward_backward(self, compute: Callable[[], Any], model: Any) -> Any:
+        """Run this rank's forward and backward (`compute()` returns the loss; no collective in
+        it) and return a `StepOutcome` (`.loss`, `.apply`). With `replay=` set, a suspicious step
+        (NaN/Inf, a loss or gradient-norm spike) is run again from the same inputs: two different
+        results on a rank raise `SuspectHardware` (exit 76, its node recorded in history); a fault
+        that repeats is the data: stop, skip (`.apply` False: do not step the optimizer) or
+        report, as `replay=` says. Without replay: gradients set to None, `compute()`, apply."""
+        step = self._current if self._current is not None else self.done
+        if self.replay is not None:
+            return self.replay.step(step, compute, model)
+        from preflight.runtime.replay import StepOutcome
+
+        for p in model.parameters():
+            p.grad = None
+        return StepOutcome(step=step, loss=compute())
 
     def check_loss(self, loss: Any) -> str:
         """The loss guard's verdict for this step: "ok" or "spike"; a NaN/Inf raises NonFiniteLoss."""
@@ -356,6 +381,9 @@ class Resilience:
         self._closed = True
         if exc is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             self._record_exception(exc, tb)
+        elif isinstance(exc, SystemExit) and not self.stopped and exc.code not in (None, 0):
+            code = exc.code if isinstance(exc.code, int) else 1
+            self.crash.exit("exception", exit_code=code, summary=f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(Exception):
             self.checkpoints.close()
         if self.local is not None:
@@ -367,6 +395,8 @@ class Resilience:
         if clean:
             self.crash.exit("clean", exit_code=0)
         self.preemption.close()
+        if self._own_crash:
+            self.crash.uninstall()  # the end is recorded; a later Resilience in this process installs its own
         if self.created_group:
             import torch.distributed as dist
 

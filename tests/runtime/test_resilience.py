@@ -88,3 +88,65 @@ def test_bad_arguments_are_a_clear_error(tmp_path: Path) -> None:
     for kw in ({"save_every": 0}, {"stop_check_every": 0}):
         with pytest.raises(ValueError, match="at least 1"):
             Resilience(tmp_path / "run", init_distributed=False, **kw)
+
+
+def _loop(run: Path, total: int, corrupt_at: int = -1, nan_at: int = -1, **kw: object) -> list[tuple[int, bool]]:
+    import torch
+
+    from preflight.runtime.resilience import Resilience
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    applied = []
+    done = set()
+    with Resilience(run, state={"model": model, "optimizer": opt}, **kw) as res:  # type: ignore[arg-type]
+        for step in res.steps(total):
+            with res.step():
+                x = torch.randn(16, 8, generator=torch.Generator().manual_seed(step))
+                if step == nan_at:
+                    x[3, 2] = float("nan")  # the data: the same NaN on every run of this step
+
+                def compute(x: torch.Tensor = x, step: int = step) -> torch.Tensor:
+                    loss = model(x).pow(2).mean()
+                    loss.backward()
+                    if step == corrupt_at and step not in done:  # one flipped gradient, once
+                        done.add(step)
+                        model.weight.grad[0, 1] += 1e6
+                    return loss
+
+                out = res.forward_backward(compute, model)
+                if out.apply:
+                    opt.step()
+                applied.append((step, out.apply))
+    return applied
+
+
+def test_replay_skips_a_step_whose_nan_repeats_and_trains_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_HISTORY", f"sqlite:///{tmp_path / 'h.db'}")
+    applied = _loop(tmp_path / "run", 30, nan_at=20, replay="skip", save_every=1000)
+    assert [s for s, ok in applied if not ok] == [20] and len(applied) == 30
+    ev = [e for e in read_events(tmp_path / "run") if e["check"] == "runtime.replay"]
+    assert ev and ev[0]["status"] == "warn" and ev[0]["step"] == 20, ev
+    exits = [e["facts"]["how"] for e in read_events(tmp_path / "run") if e["check"] == "runtime.exit"]
+    assert exits == ["clean"]
+
+
+def test_replay_of_a_one_time_corruption_ends_with_76_and_names_the_node(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from preflight.runtime.replay import SuspectHardware
+
+    monkeypatch.setenv("PREFLIGHT_HISTORY", f"sqlite:///{tmp_path / 'h.db'}")
+    with pytest.raises(SuspectHardware) as caught:
+        _loop(tmp_path / "run", 30, corrupt_at=20, replay="skip", save_every=1000)
+    assert caught.value.code == 76
+    events = list(read_events(tmp_path / "run"))
+    fail = [e for e in events if e["check"] == "runtime.replay" and e["status"] == "fail"]
+    assert fail and fail[0]["step"] == 20, fail
+    exits = [(e["facts"]["how"], e["facts"]["exit_code"]) for e in events if e["check"] == "runtime.exit"]
+    assert exits == [("exception", 76)]
+    from preflight.history.store import open_store
+
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        rows = [r for r in store.rows() if r.check == "runtime.replay"]
+    assert [r.status for r in rows] == ["fail"], rows
