@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from preflight.runtime.replay import CHECK, EXIT_SUSPECT_HARDWARE, Replay, Suspe
 from tests.runtime._wd_ranks import init_gloo, launch, logs, wait_all
 
 RANKS = 3
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 30
 
 
@@ -97,6 +101,12 @@ def test_a_one_time_corruption_on_rank_1_is_its_node_on_every_rank(tmp_path: Pat
         assert [r["first"] == r["second"] for r in e["facts"]["ranks"]] == [True, False, True]
     rows = _history(url)
     assert [(r.node, r.status.value) for r in rows] == [("n1", "fail")]  # recorded once, by the node's rank
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFLIGHT_CONFIG", "PREFLIGHT_HISTORY")}
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "history", "--history", url, "--since", "all", "--json"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr
+    stats = json.loads(p.stdout)["stats"]
+    assert [(s["node"], s["check"], s["last_status"]) for s in stats] == [("n1", CHECK, "fail")]
 
 
 @pytest.mark.real
