@@ -171,6 +171,22 @@ def _same_process(info: Mapping[str, Any]) -> str | None:
     return "stopped" if st[0] in ("T", "t") else "running"
 
 
+def _zombie_cause(info: Mapping[str, Any]) -> str | None:
+    """How a member of this host that has not been reaped yet ended, from its /proc exit code."""
+    try:
+        fields = Path(f"/proc/{int(info['pid'])}/stat").read_text().rsplit(")", 1)[1].split()
+        if fields[0] != "Z" or int(fields[19]) != info.get("start_ticks"):
+            return None
+        status = int(fields[49])
+    except (OSError, IndexError, ValueError, KeyError, TypeError):
+        return None
+    if status & 0x7F:
+        name = signal.Signals(status & 0x7F).name if status & 0x7F in signal.valid_signals() else str(status & 0x7F)
+        oom = " (an outside kill or the OOM killer: check the kernel log)" if status & 0x7F == signal.SIGKILL else ""
+        return f"killed by {name}{oom}"
+    return f"exited (code {status >> 8})"
+
+
 def fence(info: Mapping[str, Any]) -> bool:
     """SIGKILL a failed member when it is on this host and still the registered process
     (pid and start time), never this process. True when a signal was sent."""
@@ -469,7 +485,7 @@ class InProcessRestart:
             return f"exited (code {self._store.get(exit_key(self.ns, slot)).decode(errors='replace')})"
         state = _same_process(info)
         if state == "gone":
-            return "process gone"
+            return _zombie_cause(info) or "process gone"
         if state == "stopped":
             return "process stopped (SIGSTOP or traced)"
         return None
@@ -504,7 +520,7 @@ class InProcessRestart:
         """The leader's plan for generation `gen` (see the module docstring)."""
         joined, out = self._wait_joins(gen)
         faults = dict(self.faults)
-        failed = []
+        failed: list[dict[str, Any]] = []
         for rank, slot in enumerate(self.members):
             if slot in out:
                 faults[rank] = faults.get(rank, 0) + 1
@@ -514,11 +530,14 @@ class InProcessRestart:
         members: list[int | None] = list(self.members)
         spares = self._free_spares()
         used = list(self.spares_used)
-        for f in failed:
-            refill = faults[f["rank"]] <= self.max_faults_per_rank and spares
-            members[f["rank"]] = spares.pop(0) if refill else None
-            if members[f["rank"]] is not None:
-                used.append(members[f["rank"]])
+        for rank in [int(f["rank"]) for f in failed]:
+            if faults[rank] <= self.max_faults_per_rank and spares:
+                spare = spares.pop(0)
+                members[rank] = spare
+                used.append(spare)
+                log.warning("preflight: spare slot %s takes rank %s", spare, rank)
+            else:
+                members[rank] = None
         new = [s for s in members if s is not None]
         source_slot = max(joined, key=lambda s: (int(joined[s].get("step", -1)), -self.members.index(s)))
         plan = {"gen": gen, "decision": "go", "reason": "", "members": new, "failed": failed, "faults": faults,
