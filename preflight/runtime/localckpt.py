@@ -36,7 +36,6 @@ step agreed by every rank, or the shared `CheckpointManager`'s newest valid chec
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
@@ -57,10 +56,9 @@ from preflight.runtime.checkpoint import (
     STAGING_PREFIX,
     CheckpointError,
     _dist,
-    _fsync_dir,
+    _HashingFile,
     _remove_tree,
     _shard_name,
-    _write_shard,
     snapshot_to_cpu,
 )
 from preflight.runtime.events import EventWriter
@@ -94,6 +92,28 @@ def job_address(master_addr: str | None = None) -> str:
             return str(s.getsockname()[0])
     except (OSError, IndexError):
         return "127.0.0.1"
+
+
+def _torch_save(state: Any, fh: Any) -> None:
+    """torch.save without torch's CRC32 of every record where this torch allows it (the sha256
+    computed while writing covers every byte; torch.load does not need the CRC32). The option
+    is process-wide in torch: it is set only for the duration of this call, under a lock."""
+    import torch
+
+    ser = torch.serialization
+    if not hasattr(ser, "set_crc32_options"):
+        torch.save(state, fh)
+        return
+    with _CRC_LOCK:
+        before = ser.get_crc32_options()
+        ser.set_crc32_options(False)
+        try:
+            torch.save(state, fh)
+        finally:
+            ser.set_crc32_options(before)
+
+
+_CRC_LOCK = threading.Lock()
 
 
 def _env_int(name: str, default: int) -> int:
@@ -283,9 +303,11 @@ class LocalCheckpointer:
         staging = self.own_dir / f"{STAGING_PREFIX}{step}-{secrets.token_hex(6)}"
         try:
             staging.mkdir(parents=True)
-            digest, size = _write_shard(staging / _shard_name(self.rank), state)
-            man = pc.make_manifest(step, self.rank, self.world_size, digest, size)
-            folder = pc.publish(staging, self.own_dir, step, man)
+            with open(staging / _shard_name(self.rank), "xb", buffering=0) as raw:
+                hf = _HashingFile(raw)  # sha256 while writing, the disk write started piece by piece
+                _torch_save(state, hf)
+                man = pc.make_manifest(step, self.rank, self.world_size, hf.sha.hexdigest(), hf.size)
+                folder = pc.publish(staging, self.own_dir, step, man, unsynced=[raw.fileno()])
         except Exception as exc:
             _remove_tree(staging)
             why = f"{type(exc).__name__}: {exc}"
@@ -295,14 +317,19 @@ class LocalCheckpointer:
                               "checkpoint and the shared checkpoints stay valid")
             raise CheckpointError(f"local checkpoint step {step} not saved: {why}") from exc
         secs = time.perf_counter() - t0
-        with contextlib.suppress(OSError):
-            pc.rotate(self.own_dir, self.keep_last, step)
+        size = hf.size
         self.stats.update(write_s=secs, bytes=float(size))
         self._emit(Status.PASS, f"local checkpoint step {step} saved ({size / 1e6:.1f} MB in {secs:.3f} s)",
                    step=step, facts={"step": step, "bytes": size, "seconds": round(secs, 4), "where": "local",
                                      "path": str(folder), "async": self.async_save})
-        if self.targets:
-            self._copy.submit(step, folder, man)
+        self._copy.submit(step, folder, man)  # the copies, then the rotation, in the background
+
+    def _rotate(self, step: int) -> None:
+        try:
+            pc.rotate(self.own_dir, self.keep_last, step)
+        except OSError as exc:
+            self._warn_once("rotate", str(exc), f"rotation of {self.own_dir} failed: {exc}", {"error": str(exc)},
+                            remedy=f"free space in {self.local_dir}")
 
     # ------------------------------------------------------------------ load internals
 
@@ -349,8 +376,7 @@ class LocalCheckpointer:
         staging.mkdir(parents=True)
         try:
             man = pc.get(*self._peer(holder), self.rank, step, staging, self.timeout_s)
-            _fsync_dir(staging)
-            return pc.publish(staging, self.own_dir, step, man)
+            return pc.publish_received(staging, self.own_dir, step, man, _shard_name(self.rank))
         except BaseException:
             _remove_tree(staging)
             raise
@@ -498,6 +524,7 @@ class _CopyQueue:
             try:
                 for target in self.owner.targets:
                     self._send(target, *job)
+                self.owner._rotate(job[0])
             finally:
                 with self._cv:
                     self._busy = False

@@ -33,7 +33,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from preflight.runtime.checkpoint import (
     _fsync_dir,
     _remove_tree,
     _shard_name,
-    _write_json_atomic,
+    _start_writeback,
 )
 
 log = logging.getLogger("preflight.runtime")
@@ -129,16 +129,36 @@ def validate_local(folder: Path, rank: int, hashes: bool = False) -> tuple[dict[
     return (None, why) if why else (man, "")
 
 
-def publish(staging: Path, root: Path, step: int, man: Mapping[str, Any]) -> Path:
-    """Write the manifest into `staging` (fsynced), rename it to `root/step-*` (replacing an
-    older folder of that step), fsync `root`."""
-    _write_json_atomic(staging / MANIFEST, dict(man))
-    target = step_dir(root, step)
-    if target.exists():
-        aside = root / f"{TRASH_PREFIX}{target.name}-{secrets.token_hex(4)}"
-        os.rename(target, aside)
-        _remove_tree(aside)
-    os.rename(staging, target)
+def publish(staging: Path, root: Path, step: int, man: Mapping[str, Any], unsynced: Sequence[int] = ()) -> Path:
+    """Make `staging` the step folder `root/step-*` with `man` as its manifest, durable on return.
+
+    The manifest is written and its disk write started, the folder renamed into place (an older
+    folder of that step is replaced), then the open files `unsynced`, the manifest and both
+    folders are fsynced. On a journaling filesystem the first fsync commits the whole save (the
+    data, the new files and the rename) and the others find nothing left: one commit instead of
+    one per step. A machine crash before the fsyncs return can leave the folder in place with a
+    torn manifest or shard; the manifest then does not parse, or the shard does not match its
+    size and sha256, so it is skipped and never loaded (the previous step stays).
+    """
+    data = (json.dumps(dict(man), indent=1, sort_keys=True) + "\n").encode()
+    fd = os.open(staging / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while len(view):
+            view = view[os.write(fd, view):]
+        _start_writeback(fd, 0, len(data))
+        target = step_dir(root, step)
+        if target.exists():
+            aside = root / f"{TRASH_PREFIX}{target.name}-{secrets.token_hex(4)}"
+            os.rename(target, aside)
+            _remove_tree(aside)
+        os.rename(staging, target)
+        for other in unsynced:
+            os.fsync(other)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(target)
     _fsync_dir(root)
     return target
 
@@ -306,13 +326,20 @@ def get(addr: tuple[str, int], token: str, rank: int, step: int, staging: Path, 
 
 
 def _receive_shard(sock: socket.socket, path: Path, size: int, deadline: float) -> str:
+    """Receive the shard into `path` (created); its sha256. `publish` makes it durable."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        digest = recv_to_file(sock, fd, size, deadline)
-        os.fsync(fd)
+        return recv_to_file(sock, fd, size, deadline)
     finally:
         os.close(fd)
-    return digest
+
+
+def publish_received(staging: Path, root: Path, step: int, man: Mapping[str, Any], name: str) -> Path:
+    fd = os.open(staging / name, os.O_RDONLY)
+    try:
+        return publish(staging, root, step, man, unsynced=[fd])
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------- server
@@ -422,8 +449,7 @@ class PeerServer:
                 self.report(f"copy of rank {rank} step {step} from {peer[0]} refused: sha256 {digest[:16]}... "
                             f"!= {meta['sha256'][:16]}... sent", {"rank": rank, "step": step, "peer": str(peer[0])})
                 raise PeerError("sha256 of the received bytes differs from the manifest")
-            _fsync_dir(staging)
-            publish(staging, root, step, man)  # type: ignore[arg-type]
+            publish_received(staging, root, step, man, _shard_name(rank))  # type: ignore[arg-type]
         except BaseException:
             _remove_tree(staging)
             raise

@@ -119,6 +119,7 @@ def test_rotation_keeps_the_last_k(tmp_path: Path) -> None:
     with solo(tmp_path, keep_last=2) as lc:
         for step in (1, 2, 3, 4):
             lc.save(step, make_state(0, step, 64))
+        assert lc.wait_copies(30)  # rotation runs in the background, after the copies
         assert lc.local_steps() == [4, 3]
         assert sorted(p.name for p in (tmp_path / "local" / "rank0").iterdir()) == ["step-00000003", "step-00000004"]
 

@@ -1,0 +1,120 @@
+"""Benchmark: a local checkpoint save against a raw write + fsync of the same bytes, per size; the
+peer copy over loopback and the restore from a peer after the local folder is deleted.
+
+A local save is torch.save into a staging folder through the sha256-while-writing file (no
+second pass over the data), fsync, the manifest (temp + fsync + rename), the rename of the
+folder, the parent's fsync and the rotation. The raw baseline writes the bytes that save
+produces (serialized once beforehand) in 16 MiB pieces to a new file and fsyncs it; a second
+baseline also starts each piece's disk write at once. Raw and save alternate, and which goes
+first alternates, so both see the same disk state; the ratio is the median of the paired
+ratios. Target: save <= 1.2x raw.
+
+The copy: a second LocalCheckpointer in this process stands for the peer node (its server on
+127.0.0.1); "copy" is from the end of the save to the copy's arrival, verified and renamed.
+"restore from peer" is `load_latest()` after the local folder is removed: list, fetch, verify,
+write back locally, torch.load.
+
+    .venv/bin/python benchmarks/bench_localckpt.py [--sizes 8,64,256] [--repeat 7] [--dir /path/on/the/disk]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+from bench_checkpoint import machine, make_state, raw_write  # noqa: E402
+
+from preflight.runtime.localckpt import LocalCheckpointer  # noqa: E402
+
+
+def measure_size(base: Path, mb: int, repeat: int) -> dict[str, float]:
+    state = make_state(mb)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = memoryview(buf.getbuffer())
+    peer = LocalCheckpointer(base / "peer", rank=1, world_size=2, local_world_size=1, keep_last=1, token="b")
+    lc = LocalCheckpointer(base / "local", rank=0, world_size=2, local_world_size=1, keep_last=1, token="b",
+                           peers={1: peer.address})
+    raw_s, early_s, save_s, ratios, copy_s = [], [], [], [], []
+    try:
+        lc.save(0, state)  # warm-up: allocator, page cache, first files, the connection
+        lc.wait_copies(120)
+        for i in range(1, repeat + 1):
+            order = ("raw", "save") if i % 2 else ("save", "raw")
+            got: dict[str, float] = {}
+            for what in order:
+                if what == "raw":
+                    got["raw"] = raw_write(base / f"raw-{i}.bin", data)
+                    (base / f"raw-{i}.bin").unlink()
+                else:
+                    t0 = time.perf_counter()
+                    lc.save(i, state)
+                    t1 = time.perf_counter()
+                    got["save"] = t1 - t0
+                    if not lc.wait_copies(300):
+                        raise RuntimeError("copy did not finish")
+                    copy_s.append(time.perf_counter() - t1)
+            raw_s.append(got["raw"])
+            save_s.append(got["save"])
+            ratios.append(got["save"] / got["raw"])
+            early_s.append(raw_write(base / f"early-{i}.bin", data, early=True))
+            (base / f"early-{i}.bin").unlink()
+        shutil.rmtree(base / "local" / "rank0")
+        t0 = time.perf_counter()
+        restored = lc.load_latest()
+        restore_s = time.perf_counter() - t0
+        if restored is None or restored[0] != repeat:
+            raise RuntimeError(f"restore from the peer gave {restored and restored[0]}")
+    finally:
+        lc.close()
+        peer.close()
+        shutil.rmtree(base / "local", ignore_errors=True)
+        shutil.rmtree(base / "peer", ignore_errors=True)
+    med = statistics.median
+    return {"bytes": len(data), "raw": med(raw_s), "early": med(early_s), "save": med(save_s),
+            "ratio": med(ratios), "worst": max(ratios), "copy": med(copy_s), "restore": restore_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="8,64,256", help="state sizes in MiB, comma-separated")
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temporary folder)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    base = Path(tempfile.mkdtemp(prefix="bench-localckpt-", dir=args.dir))
+    rows = []
+    try:
+        for mb in (int(s) for s in args.sizes.split(",")):
+            rows.append((mb, measure_size(base, mb, args.repeat)))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"local checkpoint save vs raw write + fsync, one rank, {args.repeat} alternating pairs per size")
+    for line in machine(args.dir or Path(tempfile.gettempdir())):
+        print(line)
+    print("| size | raw write + fsync | raw + early writeback | local save | save/raw (median, worst) "
+          "| copy to peer (loopback) | restore from peer |")
+    print("|---|---|---|---|---|---|---|")
+    ok = True
+    for mb, r in rows:
+        ok = ok and r["ratio"] <= 1.2
+        gbs = r["bytes"] / r["copy"] / 1e9
+        print(f"| {mb} MiB | {r['raw'] * 1e3:.1f} ms | {r['early'] * 1e3:.1f} ms | {r['save'] * 1e3:.1f} ms "
+              f"| {r['ratio']:.2f}x ({r['worst']:.2f}x) | {r['copy'] * 1e3:.1f} ms ({gbs:.2f} GB/s) "
+              f"| {r['restore'] * 1e3:.1f} ms |")
+    print(f"target: save <= 1.2x raw at every size: {'ok' if ok else 'NOT MET'}")
+
+
+if __name__ == "__main__":
+    main()
