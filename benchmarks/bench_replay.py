@@ -60,7 +60,7 @@ def classify(trials: int, rank: int, world: int) -> dict[str, list[bool]]:
         for name, kw in (("NaN in the batch", {"nan_at": at}), ("loss spike (x20 targets)", {"spike_at": at})):
             job = Job(seed=t, rank=rank, **(kw if rank == bad else {}))  # type: ignore[arg-type]
             try:
-                job.train(STEPS, Replay(history="off"), _reducer(world))
+                job.train(STEPS, Replay(history="off", on_spike="stop"), _reducer(world))
                 out[name].append(False)
             except ReproducibleFault as exc:
                 out[name].append(exc.step == at and exc.ranks == [bad])

@@ -15,7 +15,8 @@
             optimizer.step()
 
 `step()` sets the gradients to None, saves the RNG state (CPU, and the current CUDA device's)
-and the model's buffers, runs `compute()` and checks what it produced before the optimizer sees
+and the running statistics of its BatchNorm/InstanceNorm layers (the buffers a forward pass
+changes), runs `compute()` and checks what it produced before the optimizer sees
 it: the loss (NaN/Inf, and a spike by the `LossGuard`; the first step of a run of spikes), this rank's *local* gradients (NaN/Inf
 and a gradient-norm spike: `grad_spike_factor` x the median norm of the last `grad_window`
 steps; one fused `_foreach_norm` and one device-to-host copy). In a process group the ranks
@@ -35,11 +36,14 @@ inputs and parameters, digests again, and the ranks exchange their digests (all_
   which a training loop can catch and, uncaught, ends the process with that code and no
   traceback;
 - every rank reproduced its result bit for bit: **the data or the model** (a batch with a NaN,
-  a learning rate too high). `on_data="stop"` raises `ReproducibleFault` (FAIL event);
-  `"skip"` returns `apply=False`: the caller does not apply the step and trains on (WARN);
-  `"report"` returns `apply=True` for a spike (WARN) and `apply=False` for non-finite values
-  (NaN gradients are never applied). A reproduced gradient-norm spike or audit is no fault:
-  applied (a spike is a WARN event, an audit writes nothing).
+  a learning rate too high). What happens follows `on_data` for non-finite values and
+  `on_spike` for a loss spike: `"stop"` raises `ReproducibleFault` (FAIL event); `"skip"`
+  returns `apply=False`: the caller does not apply the step and trains on (WARN); `"report"`
+  returns `apply=True` for a spike (WARN) and `apply=False` for non-finite values (NaN
+  gradients are never applied). Defaults: a NaN stops (`on_data="stop"`), a spike is reported
+  (`on_spike="report"`: healthy runs have spikes, a spike alone never ends a job). A reproduced
+  gradient-norm spike or audit is no fault: applied (a spike is a WARN event, an audit writes
+  nothing). Events list the ranks that triggered, differed or lacked a digest (at most 16).
 - digests missing (a rank could not compute one): no verdict, an ERROR event naming why; the
   step is applied unless its values were non-finite.
 
@@ -57,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import numbers
 import os
 import socket
 import statistics
@@ -135,16 +140,19 @@ class Replay:
     """Runs each step through `step()`; see the module docstring."""
 
     def __init__(self, events: EventWriter | None = None, run_dir: str | os.PathLike[str] | None = None, *,
-                 on_data: OnData = "stop", history: str | None = None, exit_code: int = EXIT_SUSPECT_HARDWARE,
+                 on_data: OnData = "stop", on_spike: OnData = "report", history: str | None = None,
+                 exit_code: int = EXIT_SUSPECT_HARDWARE,
                  guard: LossGuard | None = None, grad_spike_factor: float | None = 100.0, grad_window: int = 50,
                  warmup_steps: int = 10, audit_every: int = 0, group: Any = None, rank: int | None = None,
                  node: str | None = None, record_history: bool = True) -> None:
-        if on_data not in ON_DATA:
-            raise ValueError(f"on_data must be one of {', '.join(ON_DATA)}, not {on_data!r}")
+        for name, value in (("on_data", on_data), ("on_spike", on_spike)):
+            if value not in ON_DATA:
+                raise ValueError(f"{name} must be one of {', '.join(ON_DATA)}, not {value!r}")
         if events is None and run_dir is not None:
             events = EventWriter(run_dir, rank=rank, node=node)
         self.events = events
         self.on_data: OnData = on_data
+        self.on_spike: OnData = on_spike
         self.history = history
         self.record_history = record_history
         self.exit_code = int(exit_code)
@@ -273,20 +281,22 @@ class Replay:
         nodes = sorted({str(r["node"]) for r in differ})
         summary = (f"suspect hardware on {', '.join(nodes)}: step {step} ({trigger}) replayed from the same inputs "
                    f"gave a different result on rank(s) {', '.join(map(str, bad))}")
-        evidence = [_line(r) for r in ranks]
+        evidence = [_line(r) for r in _notable(ranks)]
         remedy = (f"drain {', '.join(nodes)} and test its GPUs (`preflight run --hosts {','.join(nodes)}`, DCGM "
                   f"diagnostics level 3, ECC counters in `nvidia-smi -q`); resume from the last checkpoint "
                   f"without {'it' if len(nodes) == 1 else 'them'}")
         facts = {"step": step, "trigger": trigger, "cause": "hardware", "suspect_ranks": bad,
-                 "suspect_nodes": nodes, "ranks": ranks, "exit_code": self.exit_code}
+                 "suspect_nodes": nodes, "ranks": _notable(ranks),
+                 "world": len(ranks), "exit_code": self.exit_code}
         self._emit(Status.FAIL, summary, step, evidence=evidence, remedy=remedy, facts=facts)
         self._record(step, nodes, differ, summary, evidence, remedy, facts)
         raise SuspectHardware(step, bad, nodes, trigger, code=self.exit_code)
 
     def _reproduced(self, step: int, trigger: str, ranks: list[dict[str, Any]], loss: Any) -> StepOutcome:
         seen = sorted(int(r["rank"]) for r in ranks if r.get("trigger")) or [self.rank]
-        evidence = [_line(r) for r in ranks]
-        facts: dict[str, Any] = {"step": step, "trigger": trigger, "ranks": ranks, "trigger_ranks": seen}
+        evidence = [_line(r) for r in _notable(ranks)]
+        facts: dict[str, Any] = {"step": step, "trigger": trigger, "ranks": _notable(ranks), "world": len(ranks),
+                                 "trigger_ranks": seen}
         if trigger in BENIGN:
             if trigger == "grad-spike":
                 self._emit(Status.WARN, f"gradient-norm spike at step {step} on rank(s) {_join(seen)} repeated bit "
@@ -294,7 +304,8 @@ class Replay:
                            remedy="watch the loss; clip gradients or lower the learning rate if spikes repeat",
                            facts=dict(facts, cause="reproduced", action="apply"))
             return StepOutcome(step, loss, True, trigger, "reproduced", True, ranks)
-        action = {"stop": "stop", "skip": "skip"}.get(self.on_data, "skip" if trigger in NONFINITE else "apply")
+        policy = self.on_data if trigger in NONFINITE else self.on_spike
+        action = {"stop": "stop", "skip": "skip"}.get(policy, "skip" if trigger in NONFINITE else "apply")
         status = Status.FAIL if action == "stop" else Status.WARN
         summary = (f"{trigger} at step {step} on rank(s) {_join(seen)} repeated bit for bit on replay: the data or "
                    f"the model, not the hardware; " + {"stop": "training stops", "skip": "the step's update is skipped",
@@ -302,7 +313,7 @@ class Replay:
         self._emit(status, summary, step, evidence=evidence,
                    remedy=f"inspect the batch of step {step} on rank(s) {_join(seen)} (NaN/Inf in the inputs, "
                           "labels out of range) or lower the learning rate; restart from the last checkpoint",
-                   facts=dict(facts, cause="data", action=action, on_data=self.on_data))
+                   facts=dict(facts, cause="data", action=action, policy=policy))
         if action == "stop":
             raise ReproducibleFault(step, trigger, seen)
         return StepOutcome(step, loss, action == "apply", trigger, "data", True, ranks)
@@ -313,8 +324,10 @@ class Replay:
         apply = trigger not in NONFINITE
         self._emit(Status.ERROR, f"{trigger} at step {step}: replayed, but hardware or data cannot be told: {why}; "
                    + ("applied" if apply else "the step's update is skipped"), step,
-                   evidence=[_line(r) for r in ranks], remedy="see the warning in this rank's log for the cause",
-                   facts={"step": step, "trigger": trigger, "cause": "undetermined", "ranks": ranks, "why": why})
+                   evidence=[_line(r) for r in _notable(ranks)],
+                   remedy="see the warning in this rank's log for the cause",
+                   facts={"step": step, "trigger": trigger, "cause": "undetermined", "ranks": _notable(ranks),
+                          "world": len(ranks), "why": why})
         return StepOutcome(step, loss, apply, trigger, "undetermined", True, ranks)
 
     # ----- outputs -----------------------------------------------------------------------
@@ -375,8 +388,12 @@ def _run(compute: Callable[[], Any], tensors: list[Any]) -> Any:
 
 
 def _measure(loss: Any, tensors: list[Any]) -> tuple[float, float]:
-    """(loss, total local gradient norm) as floats, in one device-to-host copy; NaN when unreadable."""
+    """(loss, total local gradient norm) as floats, in one device-to-host copy."""
     import torch
+
+    if not hasattr(loss, "detach") and not isinstance(loss, numbers.Real):
+        raise TypeError(f"Replay.step: compute() must return the loss (a tensor or a number), not "
+                        f"{type(loss).__name__}")
 
     grads = [g.to_dense() if g.is_sparse else g for g in _grads(tensors)]
     try:
@@ -442,8 +459,11 @@ def _snapshot(params: Any) -> _Snapshot:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         snap.cuda_device = torch.cuda.current_device()
         snap.cuda_rng = torch.cuda.get_rng_state(snap.cuda_device)
-    if hasattr(params, "buffers"):
-        snap.buffers = [b for b in params.buffers() if b is not None]
+    if hasattr(params, "modules"):
+        from torch.nn.modules.batchnorm import _NormBase
+
+        snap.buffers = [b for m in params.modules() if isinstance(m, _NormBase)
+                        for b in m.buffers(recurse=False) if b is not None]
         snap.saved = [b.detach().clone() for b in snap.buffers]
     return snap
 
@@ -465,6 +485,17 @@ def _num(v: float) -> float | str:
 
 def _join(ranks: Iterable[int]) -> str:
     return ", ".join(map(str, ranks))
+
+
+NOTABLE = 16  # ranks listed in an event: those that triggered, differed or lack a digest
+
+
+def _notable(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def odd(r: dict[str, Any]) -> bool:
+        return bool(r.get("trigger")) or r.get("first") is None or r.get("first") != r.get("second") \
+            or bool(r.get("missing"))
+    picked = [r for r in ranks if odd(r)] or ranks[:1]
+    return picked[:NOTABLE]
 
 
 def _line(r: dict[str, Any]) -> str:

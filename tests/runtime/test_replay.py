@@ -74,6 +74,16 @@ def test_an_audit_replay_of_every_step_reproduces_dropout_and_buffers(tmp_path: 
     assert _events(tmp_path) == []  # an audit that reproduces writes nothing
 
 
+def test_only_the_buffers_a_forward_pass_changes_are_saved() -> None:
+    from preflight.runtime.replay import _snapshot
+
+    model = Job(seed=0, batchnorm=True).model
+    model.register_buffer("mask", torch.ones(256, 256))  # constant: never copied per step
+    snap = _snapshot(model)
+    bn = model[1]
+    assert [id(b) for b in snap.buffers] == [id(bn.running_mean), id(bn.running_var), id(bn.num_batches_tracked)]
+
+
 # ----- a one-time corruption: suspect hardware ------------------------------------------------
 
 
@@ -143,14 +153,24 @@ def test_skip_drops_the_bad_step_and_trains_on(tmp_path: Path) -> None:
     assert [(e["status"], e["facts"]["action"]) for e in ev] == [("warn", "skip")]
 
 
-def test_a_reproduced_loss_spike_is_reported_and_applied(tmp_path: Path) -> None:
-    rep = _replay(tmp_path, on_data="report")
+def test_a_reproduced_loss_spike_is_reported_and_applied_by_default(tmp_path: Path) -> None:
+    rep = _replay(tmp_path)  # on_data="stop" is for NaN/Inf; a spike follows on_spike="report"
     job = Job(seed=4, spike_at=30)
     job.train(STEPS, rep)
     assert job.skipped == [] and [(o.step, o.trigger, o.cause, o.apply) for o in rep.replays] == \
-        [(30, "loss-spike", "data", True)]
+        [(30, "loss-spike", "data", True)]  # once: the steps after it, still high, are one run of spikes
     ev = _events(tmp_path)
     assert len(ev) == 1 and ev[0]["status"] == "warn" and "reported, applied" in ev[0]["summary"]
+    assert ev[0]["facts"]["policy"] == "report"
+
+
+def test_a_loss_spike_can_skip_or_stop(tmp_path: Path) -> None:
+    job = Job(seed=4, spike_at=30)
+    job.train(STEPS, _replay(tmp_path, on_spike="skip"))
+    assert job.skipped == [30]
+    with pytest.raises(ReproducibleFault) as info:
+        Job(seed=4, spike_at=30).train(STEPS, _replay(tmp_path, on_spike="stop"))
+    assert (info.value.step, info.value.trigger) == (30, "loss-spike")
 
 
 def test_report_never_applies_non_finite_gradients(tmp_path: Path) -> None:
@@ -213,6 +233,10 @@ def test_one_bit_anywhere_changes_the_digest_and_nan_payloads_do_not() -> None:
 def test_bad_settings_and_odd_steps_give_clear_results(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="on_data must be one of stop, skip, report"):
         Replay(on_data="ignore")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="on_spike must be one of stop, skip, report"):
+        Replay(on_spike="warn")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="compute\\(\\) must return the loss"):
+        Replay(history="off").step(0, lambda: None, [])
     rep = Replay(history="off")
     assert rep.step(0, lambda: 1.5, []).apply  # a float loss, no parameters
     w = torch.nn.Parameter(torch.ones(2))
