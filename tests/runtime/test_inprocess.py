@@ -1,0 +1,299 @@
+"""In-process restart: agreement, fencing, re-forming and restoring with real gloo processes,
+the launcher that keeps survivors alive, warm spares, the limits and torchrun's fallback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preflight.runtime import inprocess as ip
+from preflight.runtime.events import read_events
+from preflight.runtime.launch import verdict
+from tests.conftest import need
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "tests" / "runtime" / "_inprocess_ranks.py"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TORCHELASTIC_", "SLURM_", "NCCL_", "PREFLIGHT_", "TORCH_FR_"))}
+    env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+                "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _run(cmd: list[str], log: Path, timeout: float = 150) -> int | None:
+    """Run a launcher command in its own session; on timeout its whole group is killed (None)."""
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=_env(), cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def launch(tmp: Path, nproc: int, *args: str, spares: int = 0, restarts: int = 0, name: str = "run",
+           timeout: float = 150) -> tuple[int | None, Path, str]:
+    run = tmp / name
+    cmd = [sys.executable, "-m", "preflight.runtime.launch", "--nproc", str(nproc), "--spares", str(spares),
+           "--max-restarts", str(restarts), str(WORKER), "--run-dir", str(run), *args]
+    rc = _run(cmd, tmp / f"{name}.log", timeout)
+    return rc, run, (tmp / f"{name}.log").read_text(errors="replace")
+
+
+def losses(run: Path) -> dict[int, dict[str, Any]]:
+    """The last record of every step (a redone step's second record wins)."""
+    out: dict[int, dict[str, Any]] = {}
+    for line in (run / "losses.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        out[int(rec["step"])] = rec
+    return out
+
+
+def restarts(run: Path, status: str = "warn") -> list[dict[str, Any]]:
+    return [e for e in read_events(run) if e["check"] == ip.CHECK and e["status"] == status]
+
+
+# ----- units ----------------------------------------------------------------------------------
+
+
+def test_state_structure_splits_and_joins_back_with_optimizer_state() -> None:
+    import torch
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    states = {"model": model.state_dict(), "opt": opt.state_dict()}
+    tensors: list[Any] = []
+    skeleton = ip._split(states, tensors)
+    specs: list[tuple[list[int], str]] = []
+    ip._specs(skeleton, specs)
+    assert len(specs) == len(tensors) >= 6 and ("float32" in {d for _, d in specs})
+    assert [list(t.shape) for t in tensors] == [s for s, _ in specs]
+    back = ip._join(skeleton, [t.clone() for t in tensors])
+    fresh = torch.optim.Adam(torch.nn.Linear(3, 2).parameters())
+    fresh.load_state_dict(back["opt"])  # the structure an optimizer that never stepped accepts
+    assert torch.equal(back["model"]["weight"], model.weight)
+    assert back["opt"]["param_groups"] == states["opt"]["param_groups"]
+
+
+def test_collective_faults_are_told_from_training_errors(tmp_path: Path) -> None:
+    rs = ip.InProcessRestart(tmp_path)
+    assert rs.is_fault(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
+    assert rs.is_fault(RuntimeError("Timed out waiting 3000ms for recv operation to complete"))
+    assert not rs.is_fault(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"))
+    assert not rs.is_fault(ValueError("bad batch"))
+    assert not rs.is_fault(KeyboardInterrupt())  # type: ignore[arg-type]
+    rs.abort("watchdog fired")  # once aborted, whatever the collective raises is the fault
+    assert rs.is_fault(ValueError("anything"))
+
+
+def test_bad_limits_are_refused(tmp_path: Path) -> None:
+    for kw in ({"timeout_s": 0}, {"max_restarts": -1}, {"min_world_size": 0}):
+        with pytest.raises(ValueError):
+            ip.InProcessRestart(tmp_path, **kw)  # type: ignore[arg-type]
+
+
+def test_the_verdict_is_taken_over_the_last_generation() -> None:
+    # slot 2 died (-9) and spare slot 3 took its rank: the members finished
+    assert verdict({0: 0, 1: 0, 2: -9, 3: 0}, [0, 1, 3]) == 0
+    assert verdict({0: 75, 1: 75, 2: -9}, [0, 1]) == ip.EXIT_FALLBACK
+    assert verdict({0: 0, 1: -9}, [0, 1]) == 128 + 9
+    assert verdict({0: 0, 1: 3}, [0, 1]) == 3
+    assert verdict({0: 0}, [0, 1]) == 1  # a member with no exit recorded is not a success
+
+
+def test_fencing_kills_only_the_registered_process_of_this_host() -> None:
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        st = ip.proc_state(victim.pid)
+        assert st is not None
+        info = {"slot": 2, "host": ip._host(), "pid": victim.pid, "start_ticks": st[1]}
+        assert not ip.fence(dict(info, start_ticks=st[1] + 1))  # a reused pid: another process
+        assert not ip.fence(dict(info, host="elsewhere"))
+        assert not ip.fence(dict(info, pid=os.getpid()))
+        assert ip._same_process(info) == "running"
+        os.kill(victim.pid, signal.SIGSTOP)
+        time.sleep(0.1)
+        assert ip._same_process(info) == "stopped"
+        assert ip.fence(info)
+        assert victim.wait(10) == -signal.SIGKILL
+        assert ip._zombie_cause(info) is None  # reaped: gone
+        assert ip._same_process(info) == "gone"
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait(10)
+
+
+def test_an_unreaped_member_reads_as_killed_by_its_signal() -> None:
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        st = ip.proc_state(victim.pid)
+        assert st is not None
+        info = {"slot": 1, "host": ip._host(), "pid": victim.pid, "start_ticks": st[1]}
+        os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (ip.proc_state(victim.pid) or ("",))[0] != "Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cause = ip._zombie_cause(info)
+        assert cause is not None and cause.startswith("killed by SIGKILL") and "OOM killer" in cause
+    finally:
+        victim.kill()
+        victim.wait(10)
+
+
+def _one_rank(tmp_path: Path, **kw: Any) -> ip.InProcessRestart:
+    import torch.distributed as dist
+
+    os.environ.pop("MASTER_ADDR", None)
+    rs = ip.InProcessRestart(tmp_path, store=dist.HashStore(), **kw)
+    rs.nproc = rs.world_size = 1
+    rs.slot, rs.rank, rs.members, rs.is_spare = 0, 0, [0], False
+    return rs
+
+
+def test_a_transient_fault_with_every_rank_alive_re_forms_the_same_group(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    rs = _one_rank(tmp_path, max_restarts=1)
+    assert rs.start()
+    model = torch.nn.Linear(2, 1)
+    try:
+        step = rs.recover(RuntimeError("Timed out waiting 3000ms for recv"), 7, {"model": model})
+        assert (step, rs.generation, rs.world_size, rs.restarts) == (7, 1, 1, 1)
+        ev = restarts(tmp_path)
+        assert len(ev) == 1 and ev[0]["facts"]["failed_ranks"] == [] and ev[0]["facts"]["new_world_size"] == 1
+        # over max_restarts: the fallback, exit 75, and the leader's FAIL event says why
+        with pytest.raises(ip.RestartFallback) as err:
+            rs.recover(RuntimeError("Connection reset by peer"), 8, {"model": model})
+        assert err.value.code == ip.EXIT_FALLBACK and "max_restarts=1" in err.value.reason
+        fail = restarts(tmp_path, "fail")
+        assert len(fail) == 1 and fail[0]["facts"]["exit_code"] == 75
+    finally:
+        rs.close()
+
+
+# ----- the launcher's bad input ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    ([], "no training script given"),
+    (["--nproc", "0", str(WORKER)], "must be between 1 and 1024"),
+    (["--nproc", "x", str(WORKER)], "not a whole number"),
+    (["--nproc", "2", "/nonexistent/train.py"], "training script not found"),
+    (["--nproc", "2", "--spares", "-1", str(WORKER)], "between 0 and 1000"),
+])
+def test_launcher_bad_input_is_a_clear_message(tmp_path: Path, args: list[str], words: str) -> None:
+    cmd = [sys.executable, "-m", "preflight.runtime.launch", *(["--nproc", "2"] if not args else []), *args]
+    p = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert words in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+# ----- real processes -------------------------------------------------------------------------
+
+
+@pytest.mark.real
+def test_sigkill_of_one_rank_survivors_re_form_and_finish(tmp_path: Path) -> None:
+    rc, run, log = launch(tmp_path, 3, "--steps", "25", "--fault", "KILL", "--fault-rank", "2")
+    assert rc == 0, log[-3000:]
+    ev = restarts(run)
+    assert len(ev) == 1, log[-3000:]
+    f = ev[0]["facts"]
+    assert f["failed_ranks"] == [2] and f["generation"] == 1 and f["old_world_size"] == 3
+    assert f["new_world_size"] == 2 and f["step"] == 10
+    assert f["failed"][0]["cause"].startswith(("killed by SIGKILL", "exited (code -9)")), f
+    assert "rank 2" in ev[0]["summary"]
+    curve = losses(run)
+    assert sorted(curve) == list(range(1, 26)) and curve[25]["world"] == 2 and curve[10]["world"] == 3
+    results = [json.loads((run / f"result-slot{s}.json").read_text()) for s in (0, 1)]
+    assert results[0]["params"] == results[1]["params"] and results[0]["step"] == 25
+    assert not (run / "result-slot2.json").exists()
+
+
+@pytest.mark.real
+def test_a_stopped_rank_is_fenced_and_the_group_re_forms(tmp_path: Path) -> None:
+    rc, run, log = launch(tmp_path, 3, "--steps", "22", "--fault", "STOP", "--fault-rank", "1")
+    assert rc == 0, log[-3000:]
+    ev = restarts(run)
+    assert len(ev) == 1, log[-3000:]
+    failed = ev[0]["facts"]["failed"]
+    assert [x["rank"] for x in failed] == [1] and failed[0]["fenced"] is True
+    assert "stopped" in failed[0]["cause"]
+    assert ip.proc_state(int(failed[0]["pid"])) is None  # the stopped process is gone
+    assert "in-process restart fenced" in log
+    assert losses(run)[22]["world"] == 2
+    timing = [json.loads(x) for x in (run / "timing-slot0.jsonl").read_text().splitlines()]
+    assert len(timing) == 1 and timing[0]["next_step"] > timing[0]["detected"]
+
+
+@pytest.mark.real
+def test_a_warm_spare_reproduces_the_uninterrupted_loss_curve(tmp_path: Path) -> None:
+    rc, run, log = launch(tmp_path, 3, "--steps", "25", "--fault", "KILL", "--fault-rank", "2", "--fault-step",
+                          "10", spares=1, name="spare")
+    assert rc == 0, log[-3000:]
+    rc0, base, log0 = launch(tmp_path, 3, "--steps", "25", name="base")
+    assert rc0 == 0, log0[-3000:]
+    ev = restarts(run)
+    assert len(ev) == 1 and ev[0]["facts"]["spares_used"] == [3] and ev[0]["facts"]["new_world_size"] == 3
+    got, want = losses(run), losses(base)
+    assert sorted(got) == sorted(want) == list(range(1, 26))
+    assert all(got[s]["world"] == 3 for s in got)
+    assert max(abs(got[s]["loss"] - want[s]["loss"]) for s in want) <= 1e-6, (got, want)
+    spare = json.loads((run / "result-slot3.json").read_text())
+    assert spare["rank"] == 2 and spare["step"] == 25
+    assert spare["params"] == json.loads((base / "result-slot2.json").read_text())["params"]
+
+
+@pytest.mark.real
+def test_over_the_limit_the_workers_take_the_fallback_and_the_launcher_restarts_from_the_checkpoint(
+        tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    args = ["--steps", "20", "--fault", "KILL", "--fault-rank", "1", "--max-restarts", "0", "--ckpt-dir", str(ckpt)]
+    rc, run, log = launch(tmp_path, 2, *args, name="spent")
+    assert rc == ip.EXIT_FALLBACK, log[-3000:]  # no launcher restart left: 75 for the next level up
+    fail = restarts(run, "fail")
+    assert len(fail) == 1 and "max_restarts=0" in fail[0]["facts"]["reason"], log[-3000:]
+    shutil.rmtree(ckpt)
+    rc, run, log = launch(tmp_path, 2, *args, restarts=1, name="restarted")
+    assert rc == 0, log[-3000:]
+    assert "workers took the fallback (exit 75); restart 1 of 1" in log
+    assert "starting at step 10" in log  # the restarted set resumed from the step-10 checkpoint
+    assert max(losses(run)) == 20 and losses(run)[20]["world"] == 2
+
+
+@pytest.mark.real
+def test_under_torchrun_a_killed_rank_falls_back_to_torchruns_restart_from_the_checkpoint(tmp_path: Path) -> None:
+    need(shutil.which("torchrun") is not None or (Path(sys.executable).parent / "torchrun").exists(),
+         "torchrun not installed")
+    run, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "--max-restarts", "1", str(WORKER), "--run-dir", str(run), "--steps", "20", "--fault", "KILL",
+           "--fault-rank", "1", "--ckpt-dir", str(ckpt)]
+    rc = _run(cmd, tmp_path / "torchrun.log")
+    text = (tmp_path / "torchrun.log").read_text(errors="replace")
+    assert rc == 0, text[-3000:]
+    assert "starting at step 10" in text, text[-3000:]  # torchrun's restart resumed from the checkpoint
+    assert max(losses(run)) == 20
+    assert not restarts(run)  # no in-process re-form: torchrun restarts every worker when one dies
