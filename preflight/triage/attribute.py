@@ -313,6 +313,7 @@ def _read_hang_record(facts: Facts, node: str, f: NodeFile, doc: dict[str, Any])
             if peer.get("host") and not pst.host:
                 pst.host = str(peer["host"])
             _add_pid(pst, peer.get("pid"))
+            _peer_sighting(facts, peer, t)
             if peer["rank"] != r and (peer.get("stale") or peer.get("behind")):
                 pst.suspected_by[r] = "stale" if peer.get("stale") else "behind"
                 age = peer.get("age_s")
@@ -346,6 +347,14 @@ def _read_crash_record(facts: Facts, node: str, name: str, doc: dict[str, Any], 
     where = f" at step {doc.get('step')}" if doc.get("step") is not None else ""
     where += f" in section '{doc.get('section')}'" if doc.get("section") else ""
     st.note(_src(node, name, f"rank {r} raised{where}: {etype}: {msg}"[:300]))
+
+
+def _peer_sighting(facts: Facts, peer: dict[str, Any], t: Any) -> None:
+    """A peer's process as a hang record saw it: alive at its last heartbeat (the record's time
+    less the heartbeat's age)."""
+    age = peer.get("age_s")
+    if isinstance(peer.get("pid"), int) and isinstance(t, (int, float)) and isinstance(age, (int, float)):
+        facts.sightings.append((peer["rank"], peer["pid"], float(t) - float(age)))
 
 
 def _add_pid(st: RankState, pid: Any) -> None:

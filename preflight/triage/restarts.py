@@ -6,10 +6,12 @@ crash records of the failed attempt stay beside the heartbeats of the new one. R
 a stopped rank that the restarted job ran cleanly looks clean, and its peers' hang records
 name nobody.
 
-The attempts are told apart by the ranks' own `runtime.exit` events: each process writes one,
-with its pid; a rank that ends again with another pid has started again, so a new attempt
-began. A record that names its pid (hang record, crash record, heartbeat) belongs to the
-attempt its pid ended in; any other record, to the attempt its time falls in. Logs carry no
+The attempts are told apart by the pids the records name: each process's `runtime.exit` event,
+hang record, crash record and heartbeat name its own pid, a hang record its peers' pids; in
+time order, a rank seen with another pid than before has started again, so a new attempt
+began. A record that names its pid belongs to its process's attempt; any other record (an
+event, a flight-recorder dump) to the attempt its time falls in, the border between two
+attempts half-way between the last sighting of one and the first of the next. Logs carry no
 reliable time and are read with the last attempt only. Each failed attempt is attributed by
 the same rules as a job that was never restarted (`attribute.decide`); the verdict is the
 latest incident's, with every incident named (the latest last), and says how the job went on:
@@ -18,6 +20,7 @@ ended cleanly, training again, or failed again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -27,69 +30,79 @@ from preflight.triage.collect import Bundle
 CLEAN = ("clean", "preempted")
 
 
-def attempts(facts: Facts) -> tuple[list[list[dict[str, Any]]], bool]:
-    """(the ends of each finished attempt in order, whether a later attempt is under way).
+@dataclass
+class Attempt:
+    """The processes of one attempt: (rank, pid) pairs, when they were seen, how they ended."""
 
-    Ends are taken in time order; a rank that ends again with another pid starts the next
-    attempt (a launcher restarts every rank together, after all of the last attempt ended)."""
-    groups: list[list[dict[str, Any]]] = []
-    current: list[dict[str, Any]] = []
-    seen: dict[int, dict[str, Any]] = {}
-    for e in sorted((e for e in facts.ends if e["time"] is not None), key=lambda e: e["time"]):
-        prev = seen.get(e["rank"])
-        if prev is not None and e["pid"] is not None and e["pid"] == prev["pid"]:
-            continue  # the same process's end written twice
-        if prev is not None:
-            groups.append(current)
-            current, seen = [], {}
-        current.append(e)
-        seen[e["rank"]] = e
-    if current:
-        groups.append(current)
-    return groups, _under_way(facts, groups)
+    procs: set[tuple[int, int]] = field(default_factory=set)
+    first: float = 0.0
+    last: float = 0.0
+    ends: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _under_way(facts: Facts, groups: list[list[dict[str, Any]]]) -> bool:
-    """A rank seen alive (a heartbeat, a record) with a new pid after its last end."""
-    if not groups:
-        return False
-    last_end: dict[int, dict[str, Any]] = {}
-    for g in groups:
-        for e in g:
-            last_end[e["rank"]] = e
-    ended = {(e["rank"], e["pid"]) for g in groups for e in g}
-    return any((r, pid) not in ended and r in last_end and t > last_end[r]["time"]
-               for r, pid, t in facts.sightings)
+def attempts(facts: Facts) -> list[Attempt]:
+    """The attempts of the job, in order.
+
+    Every record that names a rank's pid (its runtime.exit event, hang record, crash record,
+    heartbeat, or a peer's hang record naming it) is a sighting of that process at a time; in
+    time order, a rank seen with another pid than the one it had in the current attempt starts
+    the next attempt (a launcher restarts every rank together, after all of the last attempt
+    ended)."""
+    sightings = sorted(set(facts.sightings), key=lambda x: x[2])
+    out: list[Attempt] = []
+    cur: Attempt | None = None
+    pid_of: dict[int, int] = {}
+    for rank, pid, t in sightings:
+        if cur is None or pid_of.get(rank, pid) != pid:
+            cur = Attempt(first=t, last=t)
+            out.append(cur)
+            pid_of = {}
+        pid_of[rank] = pid
+        cur.procs.add((rank, pid))
+        cur.last = t
+    where = {p: k for k, a in enumerate(out) for p in a.procs}
+    for e in facts.ends:
+        k = where.get((e["rank"], e["pid"])) if e["pid"] is not None else None
+        if k is not None and all(x["pid"] != e["pid"] or x["rank"] != e["rank"] for x in out[k].ends):
+            out[k].ends.append(e)
+    return out
 
 
 def decide_attempts(bundle: Bundle, facts: Facts, since: datetime | None = None) -> Verdict | None:
     """The verdict of a restarted job (None when the job was not restarted)."""
-    groups, under_way = attempts(facts)
-    n = len(groups) + (1 if under_way else 0)
+    runs = attempts(facts)
+    n = len(runs)
     if n < 2:
         return None
-    bounds = [max(e["time"] for e in g) for g in groups]
-    pid_attempt = {(e["rank"], e["pid"]): k for k, g in enumerate(groups) for e in g if e["pid"] is not None}
+    # between two attempts: half-way from the last sighting of one to the first of the next
+    bounds = [(a.last + b.first) / 2 for a, b in zip(runs, runs[1:], strict=False)]
+    pid_attempt = {p: k for k, a in enumerate(runs) for p in a.procs}
 
     def read(k: int) -> Facts:
         last = k == n - 1
-        w = Window(attempt=k, lo=bounds[k - 1] if k else None, hi=bounds[k] if k < len(groups) else None,
+        w = Window(attempt=k, lo=bounds[k - 1] if k else None, hi=None if last else bounds[k],
                    pid_attempt=pid_attempt, logs=last, live=last)
         fk = read_bundle_facts(bundle, None, since, window=w)
         fk.node_faults = facts.node_faults
         return fk
 
     known = set(facts.ranks) | facts.world
-    final = groups[-1]
+    final = runs[-1].ends
     state = "failed again"
-    if not under_way and {e["rank"] for e in final} >= known and all(e["how"] in CLEAN for e in final):
+    if {e["rank"] for e in final} >= known and all(e["how"] in CLEAN for e in final):
         state = "ended cleanly"
     last_facts = read(n - 1) if state != "ended cleanly" else None
-    if last_facts is not None and under_way and not _failed(last_facts):
+    if last_facts is not None and not _failed(last_facts):
         state = "training again"
     failed = list(range(n - 1)) + ([n - 1] if state == "failed again" else [])
     verdicts = [(k, decide(last_facts if k == n - 1 and last_facts is not None else read(k), bundle.job))
                 for k in failed]
+    # an attempt that ended cleanly (preempted, then requeued into the same run directory) is no incident
+    verdicts = [(k, v) for k, v in verdicts if v.category != "none"]
+    if not verdicts:
+        return None
+    if len(verdicts) == 1 and verdicts[0][0] == n - 1:
+        return verdicts[0][1]  # only the last attempt failed: a job attributed as if it had run once
     recovery = {"restarts": n - 1, "attempts": n, "recovered": state != "failed again", "state": state,
                 "last_step": max((e["step"] for e in final if isinstance(e.get("step"), int)), default=None)
                 if state == "ended cleanly" else None}

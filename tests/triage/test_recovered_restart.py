@@ -1,0 +1,140 @@
+"""A torchrun restart that recovered the job: triage names the incident's culprit from the
+failed attempt's records, and says the job went on.
+
+Real: torchrun --max-restarts, 4 gloo ranks, checkpoints every 5 steps. In the first attempt
+rank 1 SIGSTOPs itself before step 10's all_reduce; the others' watchdogs (3 s step timeout)
+write hang records naming it stale, SIGKILL it and exit 75; torchrun restarts the job, which
+resumes from the step-10 checkpoint and ends cleanly. The run directory then holds both
+attempts at once: the old hang records, the new heartbeats, two runtime.exit per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from preflight.triage import attribute as at
+from preflight.triage import restarts
+from tests.conftest import need
+from tests.triage import _job
+from tests.triage.test_torchrun_real import _explain, _torch, triage
+
+HOST = socket.gethostname().split(".")[0]
+STOP_STEP = 10
+
+
+def _run(tmp: Path, fault_ranks: str, restarts_: int) -> tuple[Path, Path]:
+    need(_torch(), "torch with gloo")
+    run, log = tmp / "run", tmp / "torchrun.log"
+    p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "stop", "--fault-ranks", fault_ranks,
+                          "--fault-step", str(STOP_STEP), "--steps", "24", "--ckpt-every", "5"], run, log,
+                      max_restarts=restarts_)
+    rc = _job.end(p, timeout=240)
+    assert rc == 0, _explain(run, log)
+    return run, log
+
+
+def _ends(run: Path) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for r in range(4):
+        for line in (run / f"events-rank{r}.jsonl").read_text().splitlines():
+            ev = json.loads(line)
+            if ev["check"] == "runtime.exit":
+                out.setdefault(r, []).append(ev["facts"])
+    return out
+
+
+@pytest.mark.real
+def test_a_restart_that_recovered_names_the_stopped_rank(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    run, log = _run(tmp_path, "1", 1)
+    job_s = time.monotonic() - t0
+    ends = _ends(run)
+    # the drill happened as described: ranks 0, 2, 3 hung then ended cleanly; rank 1 (SIGKILLed
+    # while stopped) ended cleanly once; the restart resumed at the checkpoint, not at step 0
+    # (a rank torchrun SIGTERMs before its own end is written leaves no runtime.exit for that attempt)
+    assert any(e["how"] == "hang" for r in (0, 2, 3) for e in ends.get(r, [])), _explain(run, log)
+    assert [e["how"] for e in ends[1]] == ["clean"] and all(ends[r][-1]["how"] == "clean" for r in range(4))
+    assert sorted(p.name for p in (run / "ckpt").iterdir() if p.name.startswith("step-"))[-1] == "step-00000020"
+    assert all((run / f"hang-rank{r}.json").is_file() for r in (0, 2, 3))
+    for variant in ("run dir alone", "with torchrun's log"):
+        if variant != "run dir alone":
+            shutil.copy(log, run / "launcher.log")
+        code, doc, _, took = triage(run)
+        t = doc["triage"]
+        why = f"{variant}: {t['summary']}\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log)
+        assert code == 1, why
+        assert doc["category"] == "communication hang", why
+        assert doc["culprits"] == [{"node": HOST, "ranks": [1]}], why
+        assert t["collective"] == {"op": "all_reduce", "seq": STOP_STEP + 1}, why
+        assert "the job recovered: the launcher restarted it once and every rank (4) then ended cleanly" in \
+            t["summary"], why
+        assert t["recovery"] == {"restarts": 1, "attempts": 2, "recovered": True, "state": "ended cleanly",
+                                 "last_step": 23}, why
+        assert [(i["attempt"], i["category"], i["culprits"]) for i in t["incidents"]] == \
+            [(0, "communication hang", [{"node": HOST, "ranks": [1]}])], why
+        ev = " ".join(doc["evidence"])
+        assert "name rank 1 as stale" in ev and "was ended by rank" in ev, why
+        assert t["action"].startswith("nothing to restart"), why
+        print(f"\n{variant}: triage {took:.2f} s")
+    print(f"job with one restart: {job_s:.1f} s")
+
+
+@pytest.mark.real
+def test_two_incidents_across_restarts_are_each_named_the_latest_last(tmp_path: Path) -> None:
+    run, log = _run(tmp_path, "1,2", 2)
+    assert all(_ends(run)[r][-1]["how"] == "clean" for r in range(4)), _explain(run, log)
+    code, doc, _, _ = triage(run)
+    t = doc["triage"]
+    why = t["summary"] + "\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log)
+    assert code == 1 and doc["category"] == "communication hang", why
+    assert [(i["attempt"], i["culprits"]) for i in t["incidents"]] == \
+        [(0, [{"node": HOST, "ranks": [1]}]), (1, [{"node": HOST, "ranks": [2]}])], why
+    assert t["summary"].startswith("communication hang in all_reduce seq 1: rank 2 on"), why
+    assert doc["culprits"] == [{"node": HOST, "ranks": [1, 2]}], why
+    assert t["recovery"]["restarts"] == 2 and t["recovery"]["state"] == "ended cleanly", why
+    lines = [e for e in doc["evidence"] if e.startswith("incident ")]
+    assert len(lines) == 2 and "the first run" in lines[0] and "rank 1 on" in lines[0], why
+    assert "after restart 1" in lines[1] and "rank 2 on" in lines[1], why
+
+
+# ----- the attempts, over hand-made ends (pure) ---------------------------------------------------
+
+
+def _end(rank: int, t: float, how: str, pid: int) -> dict:
+    return {"rank": rank, "time": t, "how": how, "pid": pid, "step": 3}
+
+
+def test_attempts_are_told_apart_by_each_rank_ending_again_with_another_pid() -> None:
+    facts = at.Facts()
+    facts.ends = [_end(0, 10.0, "hang", 100), _end(2, 10.5, "hang", 102), _end(3, 10.2, "hang", 103),
+                  _end(0, 30.0, "clean", 200), _end(1, 30.1, "clean", 201), _end(2, 30.0, "clean", 202),
+                  _end(3, 30.3, "clean", 203)]
+    groups, under_way = restarts.attempts(facts)
+    assert [[e["rank"] for e in g] for g in groups] == [[0, 3, 2], [0, 2, 1, 3]] and not under_way
+    # one process's end read twice is one end, not a restart
+    facts.ends = [_end(0, 10.0, "clean", 100), _end(0, 10.0, "clean", 100), _end(1, 10.1, "clean", 101)]
+    assert len(restarts.attempts(facts)[0]) == 1
+
+
+def test_an_attempt_under_way_is_a_rank_alive_with_a_new_pid_after_its_end() -> None:
+    facts = at.Facts()
+    facts.ends = [_end(0, 10.0, "hang", 100), _end(1, 10.2, "hang", 101)]
+    facts.sightings = [(0, 100, 9.0), (1, 101, 9.5)]  # the same processes before their end
+    assert restarts.attempts(facts)[1] is False
+    facts.sightings.append((1, 301, 9.9))  # another pid, but before rank 1's end: not a new attempt
+    assert restarts.attempts(facts)[1] is False
+    facts.sightings.append((0, 300, 25.0))  # rank 0 alive again with a new pid
+    assert restarts.attempts(facts)[1] is True
+
+
+def test_a_window_keeps_a_record_by_its_pid_else_by_its_time() -> None:
+    w = at.Window(attempt=1, lo=10.0, hi=30.0, pid_attempt={(0, 100): 0, (0, 200): 1})
+    assert w.keeps(0, 35.0, 200) and not w.keeps(0, 20.0, 100)  # the pid decides over the time
+    assert w.keeps(1, 20.0) and not w.keeps(1, 10.0) and not w.keeps(1, 31.0)
+    assert w.keeps(1, None)  # no time: kept
