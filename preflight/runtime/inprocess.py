@@ -411,6 +411,8 @@ class InProcessRestart:
         cause = describe(exc)
         self._teardown()
         gen = self.generation
+        lost: list[dict[str, Any]] = []  # every rank lost since the last re-form that held
+        old_world = self.world_size
         while True:
             gen += 1
             plan = self._agree(gen, step, cause)
@@ -418,6 +420,7 @@ class InProcessRestart:
                 if gen - self.generation > self.max_restarts + 1:
                     raise RestartFallback("no plan was agreed in any generation")
                 continue  # the leader went away before writing it: the next generation
+            lost.extend(dict(f, generation=gen - 1) for f in plan.get("failed") or [])
             self._check_plan(plan)
             self._adopt(plan)
             self._fence_local(plan)
@@ -431,7 +434,7 @@ class InProcessRestart:
                 self._teardown()
                 continue
             self._detected_at = None
-            self._record(plan, detected, cause)
+            self._record(dict(plan, failed=lost, old_world=old_world), detected, cause)
             return new_step
 
     def done(self) -> None:

@@ -42,6 +42,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-world", type=int, default=1)
     p.add_argument("--ckpt-dir", default="")
     p.add_argument("--save-every", type=int, default=5)
+    p.add_argument("--die-in-recovery-slot", type=int, default=-1,
+                   help="this slot SIGKILLs itself while re-forming generation 1 (a second fault in recovery)")
     return p.parse_args(argv)
 
 
@@ -90,6 +92,15 @@ def main(argv: list[str]) -> int:
     state = {"model": model, "opt": opt}
     rs = InProcessRestart(run, timeout_s=a.timeout, max_restarts=a.max_restarts, max_faults_per_rank=a.max_faults,
                           min_world_size=a.min_world)
+    if a.die_in_recovery_slot == rs.slot:
+        form = rs._form
+
+        def dying_form(gen: int) -> None:
+            if gen == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            form(gen)
+
+        rs._form = dying_form  # type: ignore[method-assign]
     if not rs.start():
         print(f"slot {rs.slot}: spare not needed", flush=True)
         return 0
