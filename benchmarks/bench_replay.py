@@ -256,7 +256,9 @@ def gloo(args: argparse.Namespace) -> dict[str, Any] | str:
         rcs = wait_all(procs, timeout=240)
         if rcs != [0, 0]:
             return f"2 gloo ranks ended {rcs}:\n{logs(out)}"
-        return json.loads((out / "bench-rank0.json").read_text())
+        res = [json.loads((out / f"bench-rank{r}.json").read_text()) for r in (0, 1)]
+        res[0]["agree"] = res[0]["classes"] == res[1]["classes"]
+        return res[0]
 
 
 def _print(label: str, res: dict[str, Any], step_ms: float) -> None:
@@ -297,7 +299,8 @@ def main() -> None:
     if isinstance(res, str):
         print(res)
         sys.exit(1)
-    _print("2 gloo ranks (rank 0's view; the ranks agree on every verdict)", res, args.step_ms)
+    same = "the same on rank 1" if res["agree"] else "rank 1 DIFFERS"
+    _print(f"2 gloo ranks (rank 0's verdicts; {same})", res, args.step_ms)
     print(f"\nload average after {os.getloadavg()[0]:.1f}; {time.monotonic() - t0:.0f} s")
 
 
