@@ -157,6 +157,8 @@ class LocalCheckpointer:
         self._reported: set[tuple[str, str]] = set()
         self._closed = False
         self._last_load: dict[str, Any] = {}
+        self._last_saved: int | None = None
+        self._dir_lock = threading.Lock()
         self._copy = _CopyQueue(self)
         self.own_dir.mkdir(parents=True, exist_ok=True)
         pc.clean_leftovers(self.own_dir)
@@ -259,6 +261,9 @@ class LocalCheckpointer:
                 return None
             state, source, why = self._load_step(step, where.get(step, []), map_location, weights_only)
             if self._all_ok(why is None, group):
+                with self._dir_lock:
+                    self._last_saved = step
+                self._rotate()  # newer local steps are of an abandoned timeline
                 self._emit(Status.PASS, f"resumed from local checkpoint step {step} ({source})", step=step,
                            facts={"step": step, "restored_from": source, **self._last_load})
                 return step, state
@@ -307,7 +312,9 @@ class LocalCheckpointer:
                 hf = _HashingFile(raw)  # sha256 while writing, the disk write started piece by piece
                 _torch_save(state, hf)
                 man = pc.make_manifest(step, self.rank, self.world_size, hf.sha.hexdigest(), hf.size)
-                folder = pc.publish(staging, self.own_dir, step, man, unsynced=[raw.fileno()])
+                with self._dir_lock:
+                    folder = pc.publish(staging, self.own_dir, step, man, unsynced=[raw.fileno()])
+                    self._last_saved = step
         except Exception as exc:
             _remove_tree(staging)
             why = f"{type(exc).__name__}: {exc}"
@@ -324,9 +331,16 @@ class LocalCheckpointer:
                                      "path": str(folder), "async": self.async_save})
         self._copy.submit(step, folder, man)  # the copies, then the rotation, in the background
 
-    def _rotate(self, step: int) -> None:
+    def _rotate(self) -> None:
+        """Rotation of this rank's folder, relative to the newest save (a save in progress is
+        never touched: the folder lock orders rotation with the saves' renames)."""
         try:
-            pc.rotate(self.own_dir, self.keep_last, step)
+            with self._dir_lock:
+                if self._last_saved is None:
+                    return
+                trash = pc.set_aside(self.own_dir, self.keep_last, self._last_saved)
+            for folder in trash:
+                _remove_tree(folder)
         except OSError as exc:
             self._warn_once("rotate", str(exc), f"rotation of {self.own_dir} failed: {exc}", {"error": str(exc)},
                             remedy=f"free space in {self.local_dir}")
@@ -524,7 +538,7 @@ class _CopyQueue:
             try:
                 for target in self.owner.targets:
                     self._send(target, *job)
-                self.owner._rotate(job[0])
+                self.owner._rotate()
             finally:
                 with self._cv:
                     self._busy = False

@@ -163,16 +163,26 @@ def publish(staging: Path, root: Path, step: int, man: Mapping[str, Any], unsync
     return target
 
 
+def set_aside(root: Path, keep_last: int, just_saved: int) -> list[Path]:
+    """Rename out of the way (never a candidate again) every step folder rotation drops, and
+    return their new names for removal. Kept: `just_saved` and the newest older steps,
+    `keep_last` in all. Steps newer than `just_saved` go too: saving an older step means the
+    job went back to it (a restore), and those belong to a timeline that was abandoned."""
+    older = [(s, f) for s, f in step_folders(root) if s < just_saved]
+    doomed = [f for s, f in step_folders(root) if s > just_saved] + [f for _, f in older[max(0, keep_last - 1):]]
+    aside = []
+    for folder in doomed:
+        trash = root / f"{TRASH_PREFIX}{folder.name}-{secrets.token_hex(4)}"
+        with contextlib.suppress(OSError):
+            os.rename(folder, trash)
+            aside.append(trash)
+    return aside
+
+
 def rotate(root: Path, keep_last: int, just_saved: int) -> None:
-    """Keep the `keep_last` newest step folders (always `just_saved`); leftovers of crashed saves go
-    (only this process writes in `root`)."""
-    keep = {s for s, _ in step_folders(root)[:keep_last]} | {just_saved}
-    for step, folder in step_folders(root):
-        if step not in keep:
-            aside = root / f"{TRASH_PREFIX}{folder.name}-{secrets.token_hex(4)}"
-            with contextlib.suppress(OSError):
-                os.rename(folder, aside)
-                _remove_tree(aside)
+    """`set_aside`, then remove what was set aside (only this thread writes in `root`)."""
+    for trash in set_aside(root, keep_last, just_saved):
+        _remove_tree(trash)
 
 
 def clean_leftovers(root: Path) -> None:

@@ -124,6 +124,21 @@ def test_rotation_keeps_the_last_k(tmp_path: Path) -> None:
         assert sorted(p.name for p in (tmp_path / "local" / "rank0").iterdir()) == ["step-00000003", "step-00000004"]
 
 
+def test_saving_an_older_step_drops_the_newer_ones_locally_and_at_the_peer(tmp_path: Path) -> None:
+    """After the job went back to step 15 (a restore), steps 20 and 30 belong to an abandoned
+    timeline: they must not outlive the next save, locally or as copies."""
+    a, b = pair(tmp_path, keep_last=3)
+    try:
+        for step in (10, 20, 30, 15):
+            a.save(step, make_state(0, step, 64))
+            assert a.wait_copies(30)
+        assert a.local_steps() == [15, 10]
+        assert b.server.steps(0) == [15, 10]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_flipped_byte_is_skipped_with_an_event_and_the_previous_step_loads(tmp_path: Path) -> None:
     with solo(tmp_path) as lc:
         lc.save(1, make_state(0, 1))
@@ -133,6 +148,7 @@ def test_flipped_byte_is_skipped_with_an_event_and_the_previous_step_loads(tmp_p
         raw[len(raw) // 2] ^= 0x10  # same size: only the sha256 tells
         shard.write_bytes(bytes(raw))
         got = lc.load_latest()
+        assert lc.local_steps() == [1]  # the damaged newer step is gone: training goes on from 1
     assert got is not None and got[0] == 1
     assert_bitwise(got[1], make_state(0, 1))
     warns = [e for e in events_of(tmp_path / "run") if e["status"] == "warn"]
@@ -366,7 +382,8 @@ def test_two_processes_copy_to_each_other_and_restore_bitwise_after_a_node_loss(
     out = run_ranks(_two_rank_job, 2, args=(str(tmp_path), free_port()), timeout=120)
     assert out[0]["copied"] and out[1]["copied"]
     assert out[0]["step"] == out[1]["step"] == 30
-    assert out[0]["where"] == {30: [1], 20: [1]}  # only the peer's copies: keep_last=2 there
+    # only the peer's copies (a copy still pending when a newer save comes is skipped)
+    assert out[0]["where"][30] == [1] and all(v == [1] for v in out[0]["where"].values())
     assert out[1]["where"] == {30: [None], 20: [None]}  # its copies were on the lost node
     ev = events_of(tmp_path / "run")
     resumed = {e["rank"]: e["facts"]["restored_from"] for e in ev if "resumed" in e["summary"]}
