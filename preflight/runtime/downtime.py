@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,16 @@ log = logging.getLogger("preflight.runtime")
 
 CHECK = "runtime.downtime"
 CAUSES = ("hang", "crash", "signal", "preempted", "unknown")
-TAIL_BYTES = 8 * 1024 * 1024  # of each events file read at a restart (a long run's early events do not matter)
+# what is read of the events files at a restart: a rank's last events (its end, its crash, the
+# attempt's start) are at the end of its file, and a restart must not wait for a long run's history.
+# Each file's tail: TAIL_TOTAL shared by the files, at least TAIL_MIN and at most TAIL_BYTES.
+TAIL_BYTES = 512 * 1024
+TAIL_MIN = 64 * 1024
+TAIL_TOTAL = 8 * 1024 * 1024
+# the events that tell of attempts, stops and progress; others (stragglers, loss) are skipped unparsed
+_NEEDED = frozenset({"runtime.train", "runtime.checkpoint", "runtime.crash", "runtime.watchdog", "runtime.exit",
+                     "runtime.preemption", "runtime.restart", CHECK})
+_HEAD = re.compile(r'\{"check": "([^"\\]+)"')
 CONFIG_ENV = "PREFLIGHT_CONFIG"
 CONFIG_DEFAULT = "/etc/preflight/config.toml"
 PRICE_ENV = "PREFLIGHT_GPU_HOUR_COST"
@@ -72,11 +82,15 @@ class RunFile:
     node: str = ""
 
 
-def read_run_dir(run_dir: str | os.PathLike[str], tail_bytes: int = TAIL_BYTES) -> list[RunFile]:
+def read_run_dir(run_dir: str | os.PathLike[str], tail_bytes: int | None = None) -> list[RunFile]:
     """The run directory's files that tell about its attempts (events, heartbeats, hang and crash
-    records, the preemption marker); an events file longer than `tail_bytes` is read from its tail."""
+    records, the preemption marker); an events file longer than `tail_bytes` (default: TAIL_TOTAL
+    shared by the events files, within TAIL_MIN..TAIL_BYTES) is read from its tail."""
     root = Path(run_dir)
     out: list[RunFile] = []
+    if tail_bytes is None:
+        n = max(1, len(list(root.glob("events-rank*.jsonl"))))
+        tail_bytes = min(TAIL_BYTES, max(TAIL_MIN, TAIL_TOTAL // n))
     for pattern in ("events-rank*.jsonl", "heartbeat-rank*.json", "hang-rank*.json", "crash-rank*.json",
                     "preempted"):
         for path in sorted(root.glob(pattern)):
@@ -127,6 +141,9 @@ def _events_of(f: RunFile, recs: Records) -> None:
         line = line.strip()
         if not line:
             continue
+        head = _HEAD.match(line)
+        if head and head.group(1) not in _NEEDED and line.endswith("}"):
+            continue  # an event of another kind, whole: not needed here (and not parsed: a restart waits)
         try:
             ev = json.loads(line)
         except ValueError:
