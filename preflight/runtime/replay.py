@@ -47,10 +47,15 @@ inputs and parameters, digests again, and the ranks exchange their digests (all_
 - digests missing (a rank could not compute one): no verdict, an ERROR event naming why; the
   step is applied unless its values were non-finite.
 
-Requirements of `compute()`: deterministic given the parameters, the batch and the RNG state
+Requirements of `compute()`: it takes the batch it closes over (never `next(loader)` inside:
+a replay would see another batch), it is deterministic given the parameters, that batch and
+the RNG state
 (`torch.use_deterministic_algorithms(True)` on GPUs), and free of collectives (under DDP, run
 it in `no_sync()` and reduce after `step` returns). A fault that repeats identically on both
-runs (a stuck bit) reads as data; a nondeterministic `compute` reads as hardware.
+runs (a stuck bit) reads as data; a nondeterministic `compute` reads as hardware. A `compute()`
+that raises on the replay only is an ERROR event on every rank naming the rank (so no peer
+waits for it in the exchange) and its exception is re-raised. A replayed step takes about
+twice as long: leave that room in a fixed watchdog step timeout ("auto" allows 5x).
 
 Monitoring never breaks training: a failed digest, event, history write or agreement is logged
 and leaves a result that says so. torch is imported only when `step` runs.
@@ -189,13 +194,21 @@ class Replay:
             return StepOutcome(step, loss)
         first = _safe_digest(value, tensors)
         _restore(snap)
-        loss2 = _run(compute, tensors)
-        value2, norm2 = _measure(loss2, tensors)
-        second = _safe_digest(value2, tensors)
+        loss2, value2, norm2, failed = loss, math.nan, math.nan, None
+        try:
+            loss2 = _run(compute, tensors)
+            value2, norm2 = _measure(loss2, tensors)
+        except Exception as exc:  # the peers must still hear from this rank, then it is re-raised
+            failed = exc
+        second = None if failed is not None else _safe_digest(value2, tensors)
         mine = {"rank": self.rank, "node": self.node, "trigger": local, "first": first, "second": second,
                 "loss": [_num(value), _num(value2)], "grad_norm": [_num(norm), _num(norm2)]}
+        if failed is not None:
+            mine["missing"] = f"rank {mine['rank']}: the replay raised {type(failed).__name__}: {failed}"
         ranks = self._exchange(mine)
         outcome = self._decide(step, trigger, ranks, loss2)
+        if failed is not None:
+            raise failed
         if outcome.apply:
             self._remember(norm2)
         self.replays.append(outcome)

@@ -245,6 +245,26 @@ def test_bad_settings_and_odd_steps_give_clear_results(tmp_path: Path) -> None:
     assert info.value.trigger == "nonfinite-loss"
 
 
+def test_a_compute_that_raises_on_the_replay_only_is_said_and_re_raised(tmp_path: Path) -> None:
+    rep = _replay(tmp_path)
+    w = torch.nn.Parameter(torch.ones(3))
+    calls: list[int] = []
+
+    def compute() -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        loss = (w * float("nan")).sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        rep.step(7, compute, [w])
+    ev = _events(tmp_path)
+    assert len(ev) == 1 and ev[0]["status"] == "error" and ev[0]["facts"]["cause"] == "undetermined"
+    assert "rank 0: the replay raised RuntimeError: CUDA error" in ev[0]["summary"]
+
+
 def test_a_history_store_that_cannot_be_written_does_not_hide_the_verdict(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -34,6 +34,7 @@ def rank_job(argv: list[str]) -> None:
     ap.add_argument("--corrupt", type=str, default="")  # "<rank>:<step>:<kind>"
     ap.add_argument("--nan", type=str, default="")  # "<rank>:<step>"
     ap.add_argument("--on-data", default="skip")
+    ap.add_argument("--raise-on-replay", type=int, default=-1)  # this rank's compute raises when replayed
     a = ap.parse_args(argv)
     import torch
     import torch.distributed as dist
@@ -53,6 +54,19 @@ def rank_job(argv: list[str]) -> None:
     node = f"n{rank}"
     replay = Replay(events=EventWriter(a.run_dir, rank=rank, node=node), on_data=a.on_data, history=a.history)
     job = Job(seed=11, rank=rank, corruption=corruption, nan_at=nan_at)
+    if a.raise_on_replay == rank:
+        plain = job.compute_for
+
+        def compute_for(step: int) -> object:
+            inner, calls = plain(step), []
+
+            def compute() -> object:
+                calls.append(step)
+                if len(calls) == 2:
+                    raise RuntimeError(f"injected: the replay of step {step} failed")
+                return inner()
+            return compute
+        job.compute_for = compute_for  # type: ignore[method-assign]
 
     def reduce(model: torch.nn.Module) -> None:
         for p in model.parameters():
@@ -125,4 +139,20 @@ def test_a_nan_in_rank_2s_batch_is_the_data_every_rank_skips_the_step(tmp_path: 
     ev = [e for e in read_events(run) if e["check"] == CHECK]
     assert len(ev) == RANKS and {e["status"] for e in ev} == {"warn"}
     assert all(e["facts"]["trigger_ranks"] == [2] and e["facts"]["action"] == "skip" for e in ev)
+    assert _history(url) == []
+
+
+@pytest.mark.real
+def test_a_rank_whose_replay_raises_is_named_and_nobody_waits_for_it(tmp_path: Path) -> None:
+    run, url = tmp_path / "run", f"sqlite:///{tmp_path / 'history.db'}"
+    procs = launch("tests.runtime.test_replay_gloo:rank_job", RANKS,
+                   ["--run-dir", str(run), "--history", url, "--nan", "2:19", "--raise-on-replay", "2"], run)
+    rcs = wait_all(procs, timeout=150)
+    assert None not in rcs and rcs[2] == 1, (rcs, logs(run))  # every rank ended by itself; rank 2 on its error
+    assert "injected: the replay of step 19 failed" in (run / "rank2.log").read_text()
+    ev = {e["rank"]: e for e in read_events(run) if e["check"] == CHECK}
+    assert sorted(ev) == list(range(RANKS))
+    for e in ev.values():
+        assert e["status"] == "error" and e["step"] == 19 and e["facts"]["cause"] == "undetermined"
+        assert "rank 2: the replay raised RuntimeError: injected" in e["summary"]
     assert _history(url) == []
