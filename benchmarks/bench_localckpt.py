@@ -20,7 +20,9 @@ write back locally, torch.load.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
+import os
 import shutil
 import statistics
 import sys
@@ -46,7 +48,7 @@ def measure_size(base: Path, mb: int, repeat: int) -> dict[str, float]:
     peer = LocalCheckpointer(base / "peer", rank=1, world_size=2, local_world_size=1, keep_last=1, token="b")
     lc = LocalCheckpointer(base / "local", rank=0, world_size=2, local_world_size=1, keep_last=1, token="b",
                            peers={1: peer.address})
-    raw_s, early_s, save_s, ratios, copy_s = [], [], [], [], []
+    raw_s, early_s, save_s, ratios, copy_s, sha_s = [], [], [], [], [], []
     try:
         lc.save(0, state)  # warm-up: allocator, page cache, first files, the connection
         lc.wait_copies(120)
@@ -68,6 +70,9 @@ def measure_size(base: Path, mb: int, repeat: int) -> dict[str, float]:
             raw_s.append(got["raw"])
             save_s.append(got["save"])
             ratios.append(got["save"] / got["raw"])
+            t0 = time.perf_counter()
+            hashlib.sha256(data).digest()
+            sha_s.append(time.perf_counter() - t0)
             early_s.append(raw_write(base / f"early-{i}.bin", data, early=True))
             (base / f"early-{i}.bin").unlink()
         shutil.rmtree(base / "local" / "rank0")
@@ -83,7 +88,7 @@ def measure_size(base: Path, mb: int, repeat: int) -> dict[str, float]:
         shutil.rmtree(base / "peer", ignore_errors=True)
     med = statistics.median
     return {"bytes": len(data), "raw": med(raw_s), "early": med(early_s), "save": med(save_s),
-            "ratio": med(ratios), "worst": max(ratios), "copy": med(copy_s), "restore": restore_s}
+            "ratio": med(ratios), "worst": max(ratios), "sha": med(sha_s), "copy": med(copy_s), "restore": restore_s}
 
 
 def main() -> None:
@@ -94,23 +99,26 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     base = Path(tempfile.mkdtemp(prefix="bench-localckpt-", dir=args.dir))
+    load_before = os.getloadavg()[0]
     rows = []
     try:
         for mb in (int(s) for s in args.sizes.split(",")):
             rows.append((mb, measure_size(base, mb, args.repeat)))
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(f"local checkpoint save vs raw write + fsync, one rank, {args.repeat} alternating pairs per size")
+    print(f"local checkpoint save vs raw write + fsync, one rank, {args.repeat} alternating pairs per size; "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
     for line in machine(args.dir or Path(tempfile.gettempdir())):
         print(line)
-    print("| size | raw write + fsync | raw + early writeback | local save | save/raw (median, worst) "
+    print("| size | raw write + fsync | raw + early writeback | sha256 alone | local save | save/raw (median, worst) "
           "| copy to peer (loopback) | restore from peer |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     ok = True
     for mb, r in rows:
         ok = ok and r["ratio"] <= 1.2
         gbs = r["bytes"] / r["copy"] / 1e9
-        print(f"| {mb} MiB | {r['raw'] * 1e3:.1f} ms | {r['early'] * 1e3:.1f} ms | {r['save'] * 1e3:.1f} ms "
+        print(f"| {mb} MiB | {r['raw'] * 1e3:.1f} ms | {r['early'] * 1e3:.1f} ms | {r['sha'] * 1e3:.1f} ms "
+              f"| {r['save'] * 1e3:.1f} ms "
               f"| {r['ratio']:.2f}x ({r['worst']:.2f}x) | {r['copy'] * 1e3:.1f} ms ({gbs:.2f} GB/s) "
               f"| {r['restore'] * 1e3:.1f} ms |")
     print(f"target: save <= 1.2x raw at every size: {'ok' if ok else 'NOT MET'}")
