@@ -49,6 +49,7 @@ from typing import Any
 log = logging.getLogger("preflight.runtime")
 
 CHECK = "runtime.downtime"
+RESTART_CHECK = "runtime.restart"  # preflight.runtime.inprocess: the group re-formed without a process restart
 CAUSES = ("hang", "crash", "signal", "preempted", "unknown")
 # what is read of the events files at a restart: a rank's last events (its end, its crash, the
 # attempt's start) are at the end of its file, and a restart must not wait for a long run's history.
@@ -267,6 +268,8 @@ def _is_start(ev: Mapping[str, Any]) -> bool:
         return True
     if check == "runtime.checkpoint" and str(ev.get("summary", "")).startswith("resumed from checkpoint"):
         return True
+    if check == RESTART_CHECK and ev.get("status") == "warn":
+        return True  # an in-process restart re-formed the group: training goes on from here
     return check == CHECK or bool(facts.get("attempt_start"))
 
 
@@ -291,7 +294,8 @@ def attempts(recs: Records) -> list[tuple[float, float, list[dict[str, Any]]]]:
         if not _is_start(ev):
             continue
         t = float(ev["time"])
-        if out and not any(out[-1][1] <= f < t for f in failures) and not _same_rank_again(out[-1][2], ev):
+        if (out and not any(out[-1][1] <= f < t for f in failures) and not _same_rank_again(out[-1][2], ev)
+                and ev.get("check") != RESTART_CHECK):
             first, _, evs = out[-1]
             out[-1] = (first, t, [*evs, ev])
             continue
@@ -626,7 +630,8 @@ def incidents(files: Iterable[RunFile], *, run_dir: str = "", end: float | None 
         if measured:
             out.append(measured[0])
             continue
-        inc = incident_in(recs, lo, hi)
+        restart = next((e for e in atts[i][2] if e.get("check") == RESTART_CHECK), None)
+        inc = _restart_incident(recs, lo, restart) if restart is not None else incident_in(recs, lo, hi)
         if inc is None or inc.key(run_dir) in seen:
             continue
         seen.add(inc.key(run_dir))
@@ -639,6 +644,39 @@ def incidents(files: Iterable[RunFile], *, run_dir: str = "", end: float | None 
                               run_dir=run_dir), "source": "run directory"})
     out += _open_incident(recs, bounds[-1], end, end_label, run_dir, cost_per_gpu_hour, currency)
     return {"incidents": out, "total": totals(out), "notes": list(recs.problems)}
+
+
+def _restart_cause(text: str) -> str:
+    low = text.lower()
+    for words, cause in ((("exception", "error", "crash", "raised"), "crash"),
+                         (("stopped", "stuck", "did not rejoin", "hang", "timeout", "timed out"), "hang"),
+                         (("gone", "killed", "signal", "exited", "dead"), "signal")):
+        if any(w in low for w in words):
+            return cause
+    return "unknown"
+
+
+def _restart_incident(recs: Records, lo: float, ev: Mapping[str, Any]) -> Incident:
+    """An in-process restart that measured no downtime itself: its event names the failed ranks
+    and their hosts; the last good moment is the latest progress before the fault's detection."""
+    facts = _facts(ev)
+    failed = [f for f in facts.get("failed") or [] if isinstance(f, dict)]
+    reform = _num(facts.get("detect_to_reform_s"))
+    detected = float(ev["time"]) - (reform or 0.0)
+    progress = [p for p in _progress(recs, lo, detected + 1e-6)]
+    texts = "; ".join(str(f.get("cause") or "") for f in failed) or str(facts.get("cause") or "")
+    notes = []
+    last, step = None, _int(facts.get("step"))
+    if progress:
+        last, step, _ = max(progress, key=lambda p: (p[0], p[1] if p[1] is not None else -1))
+    else:
+        last = detected
+        notes.append(f"no progress recorded before the fault: lost time counted from its detection at {iso(detected)}")
+    return Incident(cause=_restart_cause(texts), last_good=last, step=step, stopped_at=detected,
+                    ranks=sorted(int(f["rank"]) for f in failed if _int(f.get("rank")) is not None),
+                    nodes=sorted({str(f["host"]) for f in failed if f.get("host")}), detail=texts[:300],
+                    evidence=[f"in-process restart: {str(ev.get('summary', ''))[:300]}"], notes=notes,
+                    attempt_started=lo, world_size=_int(facts.get("old_world_size")) or _world(recs, lo, detected))
 
 
 def _open_incident(recs: Records, lo: float, end: float | None, end_label: str, run_dir: str,

@@ -25,9 +25,9 @@ class Run:
         root.mkdir(parents=True, exist_ok=True)
 
     def event(self, t: float, rank: int, check: str, status: str, summary: str, step: int | None = None,
-              node: str | None = None, **facts: Any) -> None:
+              node: str | None = None, more: dict[str, Any] | None = None, **facts: Any) -> None:
         rec = {"check": check, "node": node or f"n{rank + 1}", "status": status, "summary": summary,
-               "evidence": [], "remedy": "", "facts": facts, "source": "runtime", "time": T0 + t, "rank": rank,
+               "evidence": [], "remedy": "", "facts": {**facts, **(more or {})}, "source": "runtime", "time": T0 + t, "rank": rank,
                "step": step}
         with (self.root / f"events-rank{rank}.jsonl").open("a") as fh:
             fh.write(json.dumps(rec) + "\n")
@@ -263,3 +263,32 @@ def test_the_price_comes_from_the_environment_or_the_config_file(tmp_path: Path,
     assert dt.price_from_config() == (None, "$")
     assert dt.check_price(-1)[2].startswith("gpu_hour_cost must be a number")
     assert dt.money_text(12.5, "EUR") == "12.50 EUR" and dt.money_text(0.14, "$") == "$0.14"
+
+
+def test_an_in_process_restart_event_is_an_incident_when_the_runtime_measured_none(tmp_path: Path) -> None:
+    """preflight.runtime.inprocess writes runtime.restart (the failed ranks, their hosts, the time from
+    the detection to the re-formed group); the processes go on, so no exit or crash record."""
+    run = Run(tmp_path / "run")
+    run.start(0, 4, 0)
+    run.heartbeat(0, 39.0, 30, 2.0)  # step 30 began at t=37; rank 3 killed meanwhile
+    run.event(41.0, 0, "runtime.restart", "warn", "in-process restart 1 (generation 1): rank 3 ...", 30,
+              failed=[{"rank": 3, "host": "n4", "pid": 7, "cause": "process gone"}], detect_to_reform_s=1.5,
+              old_world_size=4, new_world_size=4, more={"step": 30})
+    run.clean(90, 4, 100)
+    [n] = dt.incidents(dt.read_run_dir(run.root), run_dir="R")["incidents"]
+    assert (n["cause"], n["ranks"], n["nodes"], n["resumed_step"], n["world_size"]) == ("signal", [3], ["n4"], 30, 4)
+    assert n["lost_s"] == pytest.approx(4.0) and n["detail"] == "process gone"
+
+
+def test_a_long_events_file_is_read_from_its_tail_only(tmp_path: Path) -> None:
+    run = Run(tmp_path / "run")
+    run.start(0, 1, 0)
+    with (run.root / "events-rank0.jsonl").open("a") as fh:
+        for i in range(20000):
+            fh.write(json.dumps({"check": "runtime.straggler", "node": "n1", "status": "pass", "summary": "x" * 40,
+                                 "facts": {}, "time": T0 + 1 + i * 0.001, "rank": 0, "step": i}) + "\n")
+    size = (run.root / "events-rank0.jsonl").stat().st_size
+    [f] = [f for f in dt.read_run_dir(run.root) if f.name == "events-rank0.jsonl"]
+    assert size > dt.TAIL_BYTES and len(f.data) == dt.TAIL_BYTES
+    recs = dt.parse([f])
+    assert recs.problems == [] or recs.problems[0].endswith("left out")  # the cut first line at most
