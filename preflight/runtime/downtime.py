@@ -264,8 +264,8 @@ def _is_start(ev: Mapping[str, Any]) -> bool:
     """An event a starting attempt writes: resumed or started at a step, or a measured downtime."""
     facts = _facts(ev)
     check = ev.get("check")
-    if check == "runtime.train" and "start_step" in facts:
-        return True
+    if check == "runtime.train" and "start_step" in facts and "restart" in facts:
+        return True  # "started from / resumed at step N" (a finished event carries start_step too, not restart)
     if check == "runtime.checkpoint" and str(ev.get("summary", "")).startswith("resumed from checkpoint"):
         return True
     if check == RESTART_CHECK and ev.get("status") == "warn":

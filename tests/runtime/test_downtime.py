@@ -65,7 +65,9 @@ class Run:
                    exit_code=1)
 
     def clean(self, t: float, ranks: int, step: int) -> None:
-        for r in range(ranks):
+        for r in range(ranks):  # as preflight.runtime.resilience ends: "finished" (start_step in it), then the exit
+            self.event(t, r, "runtime.train", "pass", f"rank {r} finished {step} steps", step, more={"step": step},
+                       start_step=0, world_size=ranks, stop_checks=1)
             self.event(t, r, "runtime.exit", "pass", f"rank {r} ended cleanly", step, how="clean", exit_code=0)
 
 
