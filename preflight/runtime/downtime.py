@@ -603,6 +603,69 @@ def remedy_for(n: Mapping[str, Any]) -> str:
     return "see preflight triage --run-dir for the cause"
 
 
+class Downtime:
+    """The downtime of this (re)start, for a training loop: two calls.
+
+        down = Downtime(run_dir, events=ev, world_size=world)  # at the start, before this attempt
+                                                                # writes anything (watchdog included)
+        ...                                                    # restore the checkpoint, first step
+        down.training_again(step)                              # once: one runtime.downtime event
+
+    Rank 0 reads the previous attempt (`last_good`) and writes the event; the other ranks do
+    nothing. The price is `cost_per_gpu_hour`, else `price_from_config()`. An in-process restart,
+    which knows the cause, calls `restarted(...)` after the re-formed group's first step. Never
+    raises."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, events: Any = None, world_size: int = 1,
+                 rank: int | None = None, cost_per_gpu_hour: float | None = None, currency: str | None = None,
+                 started: float | None = None) -> None:
+        self.run_dir = str(Path(run_dir).resolve())
+        self.events = events
+        self.world_size = max(1, int(world_size))
+        self.rank = _env_rank() if rank is None else int(rank)
+        self.started = time.time() if started is None else float(started)
+        self.incident = last_good(self.run_dir, before=self.started) if self.rank == 0 else None
+        if cost_per_gpu_hour is None and self.rank == 0:
+            cost_per_gpu_hour, label = price_from_config()
+            currency = currency or label
+        self.price = cost_per_gpu_hour
+        self.currency = currency or DEFAULT_CURRENCY
+        self.numbers: dict[str, Any] | None = None
+
+    def training_again(self, step: int, at: float | None = None) -> dict[str, Any] | None:
+        """After the first step of this attempt: measure the previous stop (once) and emit it."""
+        if self.rank != 0 or self.incident is None or self.numbers is not None:
+            return None
+        self.numbers = measure(self.incident, training_again_at=time.time() if at is None else at,
+                               world_size=self.world_size, step=step, cost_per_gpu_hour=self.price,
+                               currency=self.currency, run_dir=self.run_dir)
+        if self.events is not None:
+            emit(self.events, self.numbers)
+        return self.numbers
+
+    def restarted(self, *, last_good_at: float, step: int, cause: str, nodes: Sequence[str] = (),
+                  ranks: Sequence[int] = (), world_size: int | None = None,
+                  at: float | None = None) -> dict[str, Any] | None:
+        """An in-process restart's downtime, its cause known: from `last_good_at` (the last step
+        completed before the fault) to now (the re-formed group's first step)."""
+        if self.rank != 0:
+            return None
+        n = measure(None, training_again_at=time.time() if at is None else at,
+                    world_size=world_size or self.world_size, step=step, cost_per_gpu_hour=self.price,
+                    currency=self.currency, cause=cause, nodes=list(nodes), ranks=list(ranks),
+                    run_dir=self.run_dir, last_good_at=last_good_at)
+        if self.events is not None:
+            emit(self.events, n)
+        return n
+
+
+def _env_rank() -> int:
+    for key in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
 # ----- after the fact: every incident of a run ---------------------------------------------------
 
 

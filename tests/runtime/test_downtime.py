@@ -294,3 +294,24 @@ def test_a_long_events_file_is_read_from_its_tail_only(tmp_path: Path) -> None:
     assert size > dt.TAIL_BYTES and len(f.data) == dt.TAIL_BYTES
     recs = dt.parse([f])
     assert recs.problems == [] or recs.problems[0].endswith("left out")  # the cut first line at most
+
+
+def test_the_loops_two_calls_measure_the_previous_stop_once_on_rank_0(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(dt.PRICE_ENV, raising=False)
+    monkeypatch.setenv("PREFLIGHT_CONFIG", str(tmp_path / "absent.toml"))
+    run = Run(tmp_path / "run")
+    _hang_then_restart(run)  # its restart at t=75 is the attempt starting now
+    ev = EventWriter(run.root, rank=0, node="n1")
+    down = dt.Downtime(run.root, events=ev, world_size=4, rank=0, started=T0 + 74.0, cost_per_gpu_hour=1.0)
+    assert down.incident is not None and down.incident.cause == "hang"
+    n = down.training_again(100, at=T0 + 80.0)
+    assert n is not None and n["lost_s"] == 20.0 and n["cost"] == pytest.approx(4 * 20 / 3600, abs=1e-4)
+    assert down.training_again(101, at=T0 + 81.0) is None  # once
+    assert [e["facts"]["lost_s"] for e in read_events(run.root) if e["check"] == "runtime.downtime"] == [20.0]
+    other = dt.Downtime(run.root, events=EventWriter(run.root, rank=1), world_size=4, rank=1, started=T0 + 74.0)
+    assert other.incident is None and other.training_again(100) is None
+    fresh = dt.Downtime(tmp_path / "new", events=None, world_size=4, rank=0)
+    assert fresh.incident is None and fresh.training_again(0) is None and fresh.price is None
+    n = fresh.restarted(last_good_at=T0, step=7, cause="signal", nodes=["n2"], ranks=[1], at=T0 + 2.5)
+    assert n is not None and (n["cause"], n["lost_s"], n["resumed_step"]) == ("signal", 2.5, 7)
