@@ -1,7 +1,13 @@
 """The cost of downtime: the time, GPU-hours and money an interruption of training cost.
 
-When a run starts again (a torchrun restart, a requeue, an in-process restart), before this
-attempt writes anything:
+In a training loop, two calls (rank 0 reads and writes; `Downtime` below):
+
+    down = downtime.Downtime(run_dir, events=ev, world_size=world)   # before this attempt writes
+    ...                                                              # restore, first step
+    down.training_again(start_step)                                  # one runtime.downtime event
+
+The same by hand. When a run starts again (a torchrun restart, a requeue, an in-process
+restart), before this attempt writes anything:
 
     incident = downtime.last_good(run_dir, before=started)    # None: no previous attempt
     ...                                                       # restore, then the first step
