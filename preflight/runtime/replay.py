@@ -30,8 +30,9 @@ inputs and parameters, digests again, and the ranks exchange their digests (all_
 - a rank whose two runs differ computed the same function of the same inputs twice and got two
   answers: **suspect hardware** (silent data corruption) on that rank's node. Every rank writes
   a FAIL `runtime.replay` event naming the ranks and nodes; the lowest rank of each suspect node
-  records a FAIL `runtime.replay` result for its node in the history store (command `runtime`;
-  `preflight history` lists the node), and every rank raises `SuspectHardware`: a `SystemExit`
+  records a FAIL `runtime.replay` result for its node in the history store (`history=`, else
+  $PREFLIGHT_HISTORY, else the site config's, else the default; command `runtime`; `preflight
+  history` lists the node; the event's `facts.history` says where, or why not), and every rank raises `SuspectHardware`: a `SystemExit`
   with code 76 (`EXIT_SUSPECT_HARDWARE`, distinct from the watchdog's 75 and preemption's 85),
   which a training loop can catch and, uncaught, ends the process with that code and no
   traceback;
@@ -301,8 +302,8 @@ class Replay:
         facts = {"step": step, "trigger": trigger, "cause": "hardware", "suspect_ranks": bad,
                  "suspect_nodes": nodes, "ranks": _notable(ranks),
                  "world": len(ranks), "exit_code": self.exit_code}
+        facts["history"] = self._record(nodes, differ, summary, evidence, remedy, facts)
         self._emit(Status.FAIL, summary, step, evidence=evidence, remedy=remedy, facts=facts)
-        self._record(step, nodes, differ, summary, evidence, remedy, facts)
         raise SuspectHardware(step, bad, nodes, trigger, code=self.exit_code)
 
     def _reproduced(self, step: int, trigger: str, ranks: list[dict[str, Any]], loss: Any) -> StepOutcome:
@@ -352,33 +353,39 @@ class Replay:
         except Exception as exc:  # noqa: BLE001
             log.warning("preflight: replay: could not write the event: %s", exc)
 
-    def _record(self, step: int, nodes: list[str], differ: list[dict[str, Any]], summary: str,
-                evidence: list[str], remedy: str, facts: dict[str, Any]) -> int | None:
-        """The lowest rank of each suspect node records a FAIL result for its node (once per node)."""
+    def _record(self, nodes: list[str], differ: list[dict[str, Any]], summary: str,
+                evidence: list[str], remedy: str, facts: dict[str, Any]) -> str:
+        """The lowest rank of each suspect node records a FAIL result for its node (once per
+        node); what happened, in words, for the event."""
         first = {n: min(int(r["rank"]) for r in differ if r["node"] == n) for n in nodes}
         mine = [n for n, r in first.items() if r == self.rank]
-        if not mine or not self.record_history:
-            return None
+        if not self.record_history:
+            return "not recorded (record_history=False)"
+        if not mine:
+            return "recorded by " + ", ".join(f"rank {r} ({n})" for n, r in first.items())
         return record_suspects(mine, summary, evidence, remedy, facts, self.history)
 
 
 def record_suspects(nodes: Iterable[str], summary: str, evidence: list[str], remedy: str, facts: dict[str, Any],
-                    url: str | None = None) -> int | None:
-    """Record a FAIL `runtime.replay` result per node in the history store (`url`, else
-    $PREFLIGHT_HISTORY, else the default); the run id, or None (off, or it failed: logged)."""
+                    url: str | None = None) -> str:
+    """Record a FAIL `runtime.replay` result per node in the history store: `url`, else
+    $PREFLIGHT_HISTORY, else the site config's (`history`), else the default. Returns what
+    happened in words ("recorded as run 3 in sqlite:///...", "not recorded: <why>"); never raises."""
     try:
-        from preflight.history.store import open_store, resolve_url
+        from preflight.engine import load_config
+        from preflight.history.store import describe, open_store, resolve_url
 
-        resolved = resolve_url(url)
+        resolved = resolve_url(load_config().resolve_history(url))
         if resolved is None:
-            return None
+            return "not recorded: history is off"
         results = [Result(check=CHECK, node=n, status=Status.FAIL, summary=summary, evidence=evidence, remedy=remedy,
                           facts=facts, source="runtime") for n in nodes]
         with open_store(resolved, timeout=5.0) as store:
-            return store.record(results, "runtime")
+            run = store.record(results, "runtime")
+        return f"recorded as run {run} in {describe(resolved)}"
     except Exception as exc:  # noqa: BLE001 - the verdict stands; the store is a convenience
         log.warning("preflight: replay: suspect node(s) not recorded in history: %s", exc)
-        return None
+        return f"not recorded: {type(exc).__name__}: {exc}"
 
 
 # ----- tensors ------------------------------------------------------------------------------

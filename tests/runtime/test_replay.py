@@ -106,6 +106,23 @@ def test_a_one_time_gradient_corruption_is_suspect_hardware(tmp_path: Path, kind
     rows = _history(tmp_path)
     assert [(r.node, r.status.value, r.command) for r in rows] == [("gpu007", "fail", "runtime")]
     assert rows[0].facts["step"] == 17
+    assert ev[0]["facts"]["history"] == f"recorded as run {rows[0].run_id} in sqlite:///{tmp_path / 'history.db'}"
+
+
+def test_the_suspect_goes_to_the_site_configs_store_when_none_is_named(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'history = "sqlite:///{tmp_path / "history.db"}"\n')
+    monkeypatch.setenv("PREFLIGHT_CONFIG", str(cfg))
+    monkeypatch.delenv("PREFLIGHT_HISTORY", raising=False)
+    with pytest.raises(SuspectHardware):
+        Job(seed=1, corruption=Corruption(step=15)).train(30, _replay(tmp_path, history=None))
+    assert [r.node for r in _history(tmp_path)] == ["gpu007"]
+    monkeypatch.setenv("PREFLIGHT_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(SuspectHardware):
+        Job(seed=1, corruption=Corruption(step=15)).train(30, _replay(tmp_path, history=None))
+    why = _events(tmp_path)[-1]["facts"]["history"]
+    assert why.startswith("not recorded: UsageError: config file") and "missing.toml" in why
 
 
 def test_an_uncaught_suspect_hardware_ends_the_process_with_its_code(tmp_path: Path) -> None:
@@ -271,4 +288,5 @@ def test_a_history_store_that_cannot_be_written_does_not_hide_the_verdict(tmp_pa
     rep = _replay(tmp_path, history=f"sqlite:///{blocker / 'h.db'}")
     with pytest.raises(SuspectHardware):
         Job(seed=1, corruption=Corruption(step=15)).train(30, rep)
-    assert _events(tmp_path)[0]["status"] == "fail"
+    ev = _events(tmp_path)[0]
+    assert ev["status"] == "fail" and ev["facts"]["history"].startswith("not recorded: HistoryError: ")

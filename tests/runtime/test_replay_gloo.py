@@ -115,6 +115,8 @@ def test_a_one_time_corruption_on_rank_1_is_its_node_on_every_rank(tmp_path: Pat
         listed = e["facts"]["ranks"]  # the ranks worth naming: rank 1, whose two runs differ
         assert [(r["rank"], r["node"], r["first"] != r["second"]) for r in listed] == [(1, "n1", True)]
         assert e["facts"]["world"] == RANKS
+        assert e["facts"]["history"].startswith("recorded as run 1 in sqlite:///") if e["rank"] == 1 else \
+            e["facts"]["history"] == "recorded by rank 1 (n1)"
     rows = _history(url)
     assert [(r.node, r.status.value) for r in rows] == [("n1", "fail")]  # recorded once, by the node's rank
     env = {k: v for k, v in os.environ.items() if k not in ("PREFLIGHT_CONFIG", "PREFLIGHT_HISTORY")}
