@@ -162,16 +162,15 @@ class LocalCheckpointer:
         self._copy = _CopyQueue(self)
         self.own_dir.mkdir(parents=True, exist_ok=True)
         pc.clean_leftovers(self.own_dir)
-        self.server = pc.PeerServer(self.local_dir, bind_host or job_address(), port, token=self.token,
-                                    keep_last=keep_last, timeout_s=timeout_s, report=self._server_report)
+        self.server = self._start_server(bind_host or job_address(), port)
         self._publish_address()
 
     # ------------------------------------------------------------------ public
 
     @property
     def address(self) -> str:
-        """host:port of this rank's peer server."""
-        return self.server.address
+        """host:port of this rank's peer server ('' when it could not start)."""
+        return self.server.address if self.server is not None else ""
 
     def save(self, step: int, state: Mapping[str, Any]) -> None:
         """Save this rank's `state` as local checkpoint `step` (not collective), then copy it to
@@ -284,7 +283,8 @@ class LocalCheckpointer:
         finally:
             self._closed = True
             self._copy.stop(self.timeout_s)
-            self.server.close()
+            if self.server is not None:
+                self.server.close()
 
     def __enter__(self) -> LocalCheckpointer:
         return self
@@ -408,8 +408,20 @@ class LocalCheckpointer:
     def _store_key(self, rank: int) -> str:
         return f"{self._key_prefix}/rank{rank}"
 
+    def _start_server(self, host: str, port: int) -> pc.PeerServer | None:
+        """This rank's peer server; when it cannot listen, an error event and local saves only."""
+        try:
+            return pc.PeerServer(self.local_dir, host, port, token=self.token, keep_last=self.keep_last,
+                                 timeout_s=self.timeout_s, report=self._server_report)
+        except OSError as exc:
+            self._emit(Status.ERROR, f"peer checkpoint server not started on {host}:{port}: {exc}",
+                       evidence=[repr(exc)], facts={"host": host, "port": port, "error": str(exc)},
+                       remedy="give bind_host= an address of this node (and a free port); local saves go on, "
+                              "but no peer can keep its copy here")
+            return None
+
     def _publish_address(self) -> None:
-        if self.store is None:
+        if self.store is None or self.server is None:
             return
         value = json.dumps({"host": self.server.host, "port": self.server.port, "token": self.token,
                             "node": socket.gethostname()})

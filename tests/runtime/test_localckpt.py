@@ -283,6 +283,16 @@ def test_a_silent_peer_is_abandoned_within_the_timeout(tmp_path: Path) -> None:
     assert len(failed) == 1 and "timed out" in failed[0]["facts"]["error"]
 
 
+def test_a_server_that_cannot_listen_is_an_error_event_and_local_saves_go_on(tmp_path: Path) -> None:
+    with solo(tmp_path, bind_host="192.0.2.1") as lc:  # TEST-NET-1: not an address of this machine
+        assert lc.server is None and lc.address == ""
+        lc.save(1, make_state(0, 1, 64))
+        got = lc.load_latest()
+    assert got is not None and got[0] == 1
+    errors = [e for e in events_of(tmp_path / "run") if e["status"] == "error"]
+    assert len(errors) == 1 and "not started on 192.0.2.1:0" in errors[0]["summary"]
+
+
 def test_an_unpublished_peer_address_is_waited_for_a_bounded_time(tmp_path: Path) -> None:
     store = torch.distributed.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=30))
     with LocalCheckpointer(tmp_path / "A", rank=0, world_size=2, local_world_size=1, store=store, lookup_s=0.5,
