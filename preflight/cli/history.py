@@ -74,9 +74,9 @@ def history(
     from preflight.report.history_console import render
 
     render(view.summary, view.url)
-    from preflight.history.downtime import lines as downtime_lines
+    from preflight.history.downtime import render as render_downtime
 
-    sys.stdout.write("".join(f"{line}\n" for line in downtime_lines(view.downtime)))
+    render_downtime(view.downtime)
     for p in written:
         sys.stderr.write(f"wrote {p}\n")
 

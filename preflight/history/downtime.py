@@ -85,3 +85,27 @@ def lines(doc: dict[str, Any]) -> list[str]:
                 f"{float(v['gpu_hours']):.3g} GPU-h{_cost(v, cur)}" for k, v in rows]
     out += [f"downtime-incident {r['summary']}" for r in doc.get("recent") or []]
     return out
+
+
+def render(doc: dict[str, Any], console: Any = None) -> None:
+    """On a terminal a table per cause and per node; anywhere else the plain `lines`."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console(force_terminal=sys.stdout.isatty())
+    if not con.is_terminal or not doc.get("incidents"):
+        con.file.write("".join(f"{line}\n" for line in lines(doc)))
+        con.file.flush()
+        return
+    total, cur = doc.get("total") or {}, (doc.get("total") or {}).get("currency")
+    con.print(lines(doc)[0], highlight=False, markup=False)
+    for table, title in (("by_cause", "downtime per cause"), ("by_node", "downtime per node")):
+        t = Table(title=title)
+        for col in ("cause" if table == "by_cause" else "node", "incidents", "lost", "GPU-h", "cost"):
+            t.add_column(col)
+        for k, v in sorted((total.get(table) or {}).items(), key=lambda kv: -float(kv[1].get("gpu_hours") or 0)):
+            t.add_row(k, str(v["incidents"]), dt.duration_text(float(v["lost_s"])), f"{float(v['gpu_hours']):.3g}",
+                      dt.money_text(v.get("cost"), cur) or "-")
+        con.print(t)

@@ -120,3 +120,18 @@ def test_the_incident_lines_carry_the_configured_price() -> None:
                    summary="as recorded", facts=_incident("/r@1.000", "hang", ["n3"], 3600.0).facts)]
     doc = hd.summarize(rows, cost_per_gpu_hour=2.0, currency="EUR")
     assert doc["recent"][0]["summary"].startswith("lost 60.0 min (8 GPU-h, 16.00 EUR) to a hang of rank 0 on n3")
+
+
+def test_on_a_terminal_downtime_is_a_table_per_cause_and_node(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    url = _store(tmp_path)
+    buf = io.StringIO()
+    hd.render(hd.summarize(s_rows(url)), Console(file=buf, force_terminal=True, width=120, color_system=None))
+    text = buf.getvalue()
+    assert "downtime per cause" in text and "downtime per node" in text and "preempted" in text and "n1" in text
+    empty = io.StringIO()
+    hd.render(hd.summarize([]), Console(file=empty, force_terminal=True, width=120))
+    assert empty.getvalue() == "downtime: no interruption recorded in this window\n"
