@@ -4,9 +4,11 @@
 ~/.local/share/preflight/history.db) and shows failure counts per node and check (graded
 failures out of the runs in which the check was graded, and apart from them the runs in which
 it was not checked: node unreachable, output lost), nodes often not checked, flapping and lemon
-nodes and each node's bandwidth against its own past; `--json`, `--html FILE` and
-`--prometheus FILE` (node_exporter textfile) export the same. `record` adds report.json files
-made elsewhere (sweeps, triage, analyze). `baseline learn` turns a fleet run into a profile of
+nodes and each node's bandwidth against its own past, and the time, GPU-hours and money lost to
+interruptions of training per cause and node (`runtime.downtime`, each incident once); `--json`
+exports all of it (downtime under `downtime`), `--html FILE` and `--prometheus FILE`
+(node_exporter textfile) the failure analysis. `record` adds report.json files made elsewhere (sweeps, triage, analyze), and
+with `--run-dir DIR` a training run's downtime. `baseline learn` turns a fleet run into a profile of
 expected values.
 
 Exit codes: 0 done, 2 could not run (bad arguments, store unreachable).
