@@ -173,6 +173,7 @@ class Replay:
         self.replays: list[StepOutcome] = []
         self._flag: Any = None
         self._spiking = False
+        self._walked: tuple[Any, list[Any], list[Any]] | None = None
 
     @property
     def rank(self) -> int:
@@ -184,8 +185,8 @@ class Replay:
     # ----- the step ----------------------------------------------------------------------
     def step(self, step: int, compute: Callable[[], Any], params: Any) -> StepOutcome:
         """Run `compute()` (zero grads first), check it, replay it on a trigger; see the docstring."""
-        tensors = _params(params)
-        snap = _snapshot(params)
+        tensors, norm_buffers = self._walk(params)
+        snap = _snapshot(norm_buffers)
         loss = _run(compute, tensors)
         value, norm = _measure(loss, tensors)
         local = self._local_trigger(step, value, norm)
@@ -214,6 +215,20 @@ class Replay:
             self._remember(norm2)
         self.replays.append(outcome)
         return outcome
+
+    def _walk(self, params: Any) -> tuple[list[Any], list[Any]]:
+        """(parameters, running-statistics buffers) of a module, read once per module object
+        (walking a large model every step costs milliseconds); a list is read every step."""
+        if self._walked is not None and self._walked[0] is params:
+            return self._walked[1], self._walked[2]
+        walked = _params(params), _norm_buffers(params)
+        if hasattr(params, "parameters"):
+            self._walked = (params, *walked)
+        return walked
+
+    def refresh(self) -> None:
+        """Read the model's parameters and buffers again at the next step (after adding layers)."""
+        self._walked = None
 
     def _local_trigger(self, step: int, value: float, norm: float) -> str:
         try:
@@ -392,9 +407,20 @@ def record_suspects(nodes: Iterable[str], summary: str, evidence: list[str], rem
 
 
 def _params(params: Any) -> list[Any]:
+    """Every parameter (a frozen one has no gradient and is skipped where gradients are read)."""
     if hasattr(params, "parameters"):
         params = params.parameters()
-    return [p for p in params if getattr(p, "requires_grad", False)]
+    return [p for p in params if hasattr(p, "grad")]
+
+
+def _norm_buffers(model: Any) -> list[Any]:
+    """The buffers a forward pass changes: BatchNorm/InstanceNorm running statistics."""
+    if not hasattr(model, "modules"):
+        return []
+    from torch.nn.modules.batchnorm import _NormBase
+
+    return [b for m in model.modules() if isinstance(m, _NormBase) for b in m.buffers(recurse=False)
+            if b is not None]
 
 
 def _grads(tensors: list[Any]) -> list[Any]:
@@ -472,19 +498,14 @@ def _safe_digest(loss: float, tensors: list[Any]) -> int | None:
         return None
 
 
-def _snapshot(params: Any) -> _Snapshot:
+def _snapshot(buffers: list[Any]) -> _Snapshot:
     import torch
 
-    snap = _Snapshot(cpu_rng=torch.get_rng_state())
+    snap = _Snapshot(cpu_rng=torch.get_rng_state(), buffers=buffers)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         snap.cuda_device = torch.cuda.current_device()
         snap.cuda_rng = torch.cuda.get_rng_state(snap.cuda_device)
-    if hasattr(params, "modules"):
-        from torch.nn.modules.batchnorm import _NormBase
-
-        snap.buffers = [b for m in params.modules() if isinstance(m, _NormBase)
-                        for b in m.buffers(recurse=False) if b is not None]
-        snap.saved = [b.detach().clone() for b in snap.buffers]
+    snap.saved = [b.detach().clone() for b in buffers]
     return snap
 
 

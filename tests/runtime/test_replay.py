@@ -74,14 +74,18 @@ def test_an_audit_replay_of_every_step_reproduces_dropout_and_buffers(tmp_path: 
     assert _events(tmp_path) == []  # an audit that reproduces writes nothing
 
 
-def test_only_the_buffers_a_forward_pass_changes_are_saved() -> None:
-    from preflight.runtime.replay import _snapshot
-
+def test_only_the_buffers_a_forward_pass_changes_are_saved_and_the_model_is_walked_once() -> None:
     model = Job(seed=0, batchnorm=True).model
     model.register_buffer("mask", torch.ones(256, 256))  # constant: never copied per step
-    snap = _snapshot(model)
+    rep = Replay(history="off")
+    tensors, buffers = rep._walk(model)
     bn = model[1]
-    assert [id(b) for b in snap.buffers] == [id(bn.running_mean), id(bn.running_var), id(bn.num_batches_tracked)]
+    assert [id(b) for b in buffers] == [id(bn.running_mean), id(bn.running_var), id(bn.num_batches_tracked)]
+    assert tensors == list(model.parameters())
+    model.add_module("head", torch.nn.Linear(1, 1))
+    assert rep._walk(model)[0] is tensors  # read once per model object ...
+    rep.refresh()
+    assert len(rep._walk(model)[0]) == len(tensors) + 2  # ... until refresh()
 
 
 # ----- a one-time corruption: suspect hardware ------------------------------------------------
