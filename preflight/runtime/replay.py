@@ -1,6 +1,6 @@
 """Replay: tell bad hardware from bad data by running a suspicious step a second time.
 
-    replay = Replay(events=ev, on_data="skip")          # history: $PREFLIGHT_HISTORY or the default
+    replay = Replay(events=ev, on_data="skip")          # a NaN that repeats: skip the step
     for step in range(start, total):
         batch = next(loader)
 
@@ -15,11 +15,13 @@
             optimizer.step()
 
 `step()` sets the gradients to None, saves the RNG state (CPU, and the current CUDA device's)
-and the running statistics of its BatchNorm/InstanceNorm layers (the buffers a forward pass
-changes), runs `compute()` and checks what it produced before the optimizer sees
-it: the loss (NaN/Inf, and a spike by the `LossGuard`; the first step of a run of spikes), this rank's *local* gradients (NaN/Inf
-and a gradient-norm spike: `grad_spike_factor` x the median norm of the last `grad_window`
-steps; one fused `_foreach_norm` and one device-to-host copy). In a process group the ranks
+and the running statistics of the model's BatchNorm/InstanceNorm layers (the buffers a
+forward pass changes; the model's parameters and these buffers are read once per model
+object, `refresh()` reads them again), runs `compute()` and checks what it produced before
+the optimizer sees it: the loss (NaN/Inf, and a spike by the `LossGuard`: the first step of a
+run of spikes), this rank's *local* gradients (NaN/Inf, and a gradient-norm spike:
+`grad_spike_factor` x the median norm of the last `grad_window` steps; one fused
+`_foreach_norm` and one device-to-host copy for loss and norm). In a process group the ranks
 agree on the trigger with one one-element all-reduce (MAX), so every rank takes the same
 branch and nobody waits alone in a collective.
 
@@ -31,10 +33,11 @@ inputs and parameters, digests again, and the ranks exchange their digests (all_
   answers: **suspect hardware** (silent data corruption) on that rank's node. Every rank writes
   a FAIL `runtime.replay` event naming the ranks and nodes; the lowest rank of each suspect node
   records a FAIL `runtime.replay` result for its node in the history store (`history=`, else
-  $PREFLIGHT_HISTORY, else the site config's, else the default; command `runtime`; `preflight
-  history` lists the node; the event's `facts.history` says where, or why not), and every rank raises `SuspectHardware`: a `SystemExit`
-  with code 76 (`EXIT_SUSPECT_HARDWARE`, distinct from the watchdog's 75 and preemption's 85),
-  which a training loop can catch and, uncaught, ends the process with that code and no
+  $PREFLIGHT_HISTORY, else the site config's, else the default; command `runtime`;
+  `preflight history` lists the node; the event's `facts.history` says where, or why not),
+  and every rank raises `SuspectHardware`: a `SystemExit` with code 76
+  (`EXIT_SUSPECT_HARDWARE`, distinct from the watchdog's 75 and preemption's 85), which a
+  training loop can catch and which, uncaught, ends the process with that code and no
   traceback;
 - every rank reproduced its result bit for bit: **the data or the model** (a batch with a NaN,
   a learning rate too high). What happens follows `on_data` for non-finite values and
@@ -48,11 +51,10 @@ inputs and parameters, digests again, and the ranks exchange their digests (all_
 - digests missing (a rank could not compute one): no verdict, an ERROR event naming why; the
   step is applied unless its values were non-finite.
 
-Requirements of `compute()`: it takes the batch it closes over (never `next(loader)` inside:
+Requirements of `compute()`: it uses the batch it closes over (never `next(loader)` inside:
 a replay would see another batch), it is deterministic given the parameters, that batch and
-the RNG state
-(`torch.use_deterministic_algorithms(True)` on GPUs), and free of collectives (under DDP, run
-it in `no_sync()` and reduce after `step` returns). A fault that repeats identically on both
+the RNG state (`torch.use_deterministic_algorithms(True)` on GPUs), and it is free of
+collectives (under DDP, run it in `no_sync()` and reduce after `step` returns). A fault that repeats identically on both
 runs (a stuck bit) reads as data; a nondeterministic `compute` reads as hardware. A `compute()`
 that raises on the replay only is an ERROR event on every rank naming the rank (so no peer
 waits for it in the exchange) and its exception is re-raised. A replayed step takes about
