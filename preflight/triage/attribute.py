@@ -1300,6 +1300,8 @@ def _killed(facts: Facts, case: _Case) -> Verdict | None:
     failure, or a pid its node's OOM killer named) that recorded no failure and no hang of its
     own, and that no peer's watchdog ended (a stopped rank the watchdog ends is a hang): the
     other ranks' errors and timeouts follow from it."""
+    for s in case.ranks:  # a pid the OOM killer named long before or after this failure is another process
+        s.oom = [e for e, _ in _oom_near(oom_kill.OomLog(events=s.oom), case.ref)] if s.oom else []
     cands = [s for s in case.ranks if s.ended_by_peer is None and not s.primary() and s.hang_time is None
              and not s.hang_exit() and (s.oom or (s.outside_signal() == "SIGKILL" and s.root_cause))]
     if not cands:
@@ -1322,12 +1324,15 @@ def _killed(facts: Facts, case: _Case) -> Verdict | None:
                    **case.base)
 
 
+_OOM_KILLS = ("killed", "chosen", "summary", "reaped")  # the lines that name the victim's pid
+
+
 def _oom_near(log: oom_kill.OomLog, ref: float | None) -> list[tuple[oom_kill.OomEvent, float]]:
     """The node's OOM kills (any pid) in the node-fault window around the first failure, with
     their offset from it in seconds; every kill when the failure's time is not known."""
     out = []
     for e in log.events:
-        if e.kind != "killed" or e.pid is None:
+        if e.kind not in _OOM_KILLS or e.pid is None:
             continue
         t = _epoch(syslog_year_fix(e.time, datetime.fromtimestamp(ref))) if e.time and ref else None
         if ref is None or t is None:

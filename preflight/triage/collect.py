@@ -9,7 +9,9 @@ health, fabric manager, IB ports...), plus
 - `triage-logs`: the files a `--log GLOB` names (NCCL_DEBUG logs, launcher output), same bounds;
 - `triage-procs`: the training processes still running (python processes whose command line
   names the run directory or `--pattern`): pid, state (a `T` is a stopped process), RANK, and a
-  `py-spy dump` of each where py-spy is installed.
+  `py-spy dump` of each where py-spy is installed;
+- `kernel-log` (a node check's probe, collected even with the node checks left out): the OOM
+  killer's lines that name a rank's pid.
 
 The bundle is a tar.gz: `manifest.json` (job, nodes, every capture's metadata) and one folder
 per node with each probe's output (`<probe>.out`) and the run directory's files unpacked under
@@ -69,8 +71,18 @@ def procs_probe(pattern: str, spy_timeout: float = 10.0) -> Probe:
                                                 str(MAX_PROCS)), timeout=PROCS_TIMEOUT)
 
 
-def triage_probes(run_dir: str | None, logs: Sequence[str] = (), pattern: str | None = None) -> list[Probe]:
-    """The triage-specific probes for one node."""
+def kernel_log_probe() -> Probe:
+    """The node checks' kernel-log probe (dmesg -T, else journalctl -k): the OOM killer's lines
+    that name a rank's pid."""
+    from preflight.checks import xid
+
+    return xid.PROBE
+
+
+def triage_probes(run_dir: str | None, logs: Sequence[str] = (), pattern: str | None = None,
+                  kernel_log: bool = False) -> list[Probe]:
+    """The triage-specific probes for one node; with `kernel_log` (when the node checks, which
+    read it too, are not collected) the kernel log beside the job's files."""
     probes: list[Probe] = []
     if run_dir:
         probes.append(files_probe(RUN_DIR_PROBE, "dir", run_dir))
@@ -79,6 +91,8 @@ def triage_probes(run_dir: str | None, logs: Sequence[str] = (), pattern: str | 
     pat = pattern or (re.escape(run_dir) if run_dir else "")
     if pat:
         probes.append(procs_probe(pat))
+    if kernel_log and probes:
+        probes.append(kernel_log_probe())
     return probes
 
 

@@ -87,7 +87,7 @@ def _probes(target: Target, req: CollectRequest) -> tuple[str | None, list[Any]]
             re.compile(req.pattern)
         except re.error as exc:
             raise UsageError(f"--pattern {req.pattern!r}: {exc}") from None
-    probes = collect.triage_probes(run_dir, req.logs, req.pattern)
+    probes = collect.triage_probes(run_dir, req.logs, req.pattern, kernel_log=not req.node_checks)
     if req.node_checks:
         probes = collect.node_check_probes(registry.load()) + probes
     if not probes:

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import need
+from preflight.triage import collect
+from tests.conftest import ROOT, need
 from tests.triage import _job
-from tests.triage.test_torchrun_real import _explain, _torch, triage
-
-pytestmark = pytest.mark.real
+from tests.triage.test_torchrun_real import PREFLIGHT, _explain, _torch
 
 HOST = socket.gethostname().split(".")[0]
 VICTIM = 2
@@ -45,8 +44,15 @@ def _beat(run: Path, rank: int, min_step: int, timeout: float = 90.0) -> dict:
     raise AssertionError(f"rank {rank} never reached step {min_step}")
 
 
-def _check(run: Path, log: Path, variant: str, oom: bool) -> dict:
-    code, doc, err, _ = triage(run)
+def _triage(run: Path, *extra: str) -> tuple[int, dict, str]:
+    p = subprocess.run([*PREFLIGHT, "triage", "--run-dir", str(run), "--json", *extra], capture_output=True,
+                       text=True, timeout=90, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    return p.returncode, json.loads(p.stdout), p.stderr
+
+
+def _check(run: Path, log: Path, variant: str, oom: bool, *extra: str) -> dict:
+    code, doc, err = _triage(run, *extra)
     t = doc["triage"]
     why = f"{variant}: {t['summary']}\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log) + err
     assert code == 1, why
@@ -59,6 +65,7 @@ def _check(run: Path, log: Path, variant: str, oom: bool) -> dict:
     return doc
 
 
+@pytest.mark.real
 def test_a_sigkilled_rank_is_the_first_failure_not_a_hang(tmp_path: Path) -> None:
     need(_torch(), "torch with gloo")
     run, log = tmp_path / "run", tmp_path / "torchrun.log"
@@ -95,6 +102,7 @@ def _dmesg_readable() -> bool:
         return False
 
 
+@pytest.mark.real
 def test_an_oom_killed_rank_is_named_with_the_kernels_line(tmp_path: Path) -> None:
     need(_torch(), "torch with gloo")
     parent = _memory_cgroup()
@@ -121,10 +129,18 @@ def test_an_oom_killed_rank_is_named_with_the_kernels_line(tmp_path: Path) -> No
             except OSError:
                 time.sleep(0.2)
     assert rc == 1, _explain(run, log)
-    for variant in ("run dir alone", "with torchrun's log"):
-        if variant != "run dir alone":
+    for variant in ("run dir alone", "without the node checks", "with torchrun's log"):
+        if variant == "with torchrun's log":
             shutil.copy(log, run / "launcher.log")
-        doc = _check(run, log, variant, oom=True)
+        extra = ["--no-node-checks"] if variant == "without the node checks" else []
+        doc = _check(run, log, variant, True, *extra)
         ev = " ".join(doc["evidence"])
         assert f"Memory cgroup out of memory: Killed process {pid} (" in ev, ev
         assert f"memory cgroup limit of /{group.relative_to('/sys/fs/cgroup/memory')}" in ev, ev
+
+
+def test_the_kernel_log_is_collected_for_triage_without_the_node_checks() -> None:
+    names = [p.name for p in collect.triage_probes("/scratch/run", kernel_log=True)]
+    assert names == ["triage-run-dir", "triage-procs", "kernel-log"]
+    assert collect.triage_probes(None, kernel_log=True) == []  # nothing else to collect: still nothing
+    assert "kernel-log" not in [p.name for p in collect.triage_probes("/scratch/run")]
