@@ -697,7 +697,9 @@ def incidents(files: Iterable[RunFile], *, run_dir: str = "", end: float | None 
     for i, (lo, hi) in enumerate(zip(bounds, [a[0] for a in atts], strict=False)):
         measured = [m for ev in atts[i][2] if (m := _measured(ev)) is not None]
         if measured:
-            out.append(measured[0])
+            if str(measured[0].get("incident")) not in seen:  # written twice: counted once
+                seen.add(str(measured[0].get("incident")))
+                out.append(measured[0])
             continue
         restart = next((e for e in atts[i][2] if e.get("check") == RESTART_CHECK), None)
         inc = _restart_incident(recs, lo, restart) if restart is not None else incident_in(recs, lo, hi)

@@ -232,6 +232,9 @@ def test_the_runtimes_own_measure_is_taken_as_is_and_counted_once(tmp_path: Path
     assert written["facts"]["lost_s"] == 16.0 and written["summary"].startswith("lost 16.0 s")
     doc = dt.incidents(dt.read_run_dir(run.root), run_dir="R")
     assert [(n["lost_s"], n["source"]) for n in doc["incidents"]] == [(16.0, "runtime")]
+    dt.emit(EventWriter(run.root, rank=0, node="n1"), n)  # the same measure written twice
+    doc = dt.incidents(dt.read_run_dir(run.root), run_dir="R")
+    assert [(n["lost_s"], n["source"]) for n in doc["incidents"]] == [(16.0, "runtime")]
 
 
 def test_an_in_process_restart_gives_the_cause_it_knows() -> None:
