@@ -11,10 +11,13 @@ Straggler detector (`preflight.runtime.straggler`):
       recorded and the same grid is evaluated over them, and the detector with its defaults
       runs live inside the ranks (its reports are counted too).
 Loss guard (`preflight.runtime.lossguard`):
-  (c) synthetic noisy, decreasing loss curves (fast early drop, multiplicative noise of 2-20%,
-      benign bumps): false alarms per 1000 steps, and detection of spikes of 2x to 15x the
-      typical loss at early and late steps, for the default rule and the old one
-      (10x the largest of the last 100 losses).
+  (c) synthetic loss curves (seeded): five shapes (a classic fast drop then slow decay, a fast
+      exponential, a power law, plateaus with sudden drops, a learning-rate warm-up bump) times
+      log-noise models (normal 2-20%, Student-t with 2 to 5 degrees of freedom at 1-5% scale):
+      the healthy curves with a warning; spikes of 3x, 5x and 10x the true loss injected early
+      (steps 15-120) and late (300-2000): detection at that step; for the default rule and the
+      rule before (3x the median of the last 100 losses and 6 robust sigmas); and the per-call
+      cost of LossGuard.check. `--parts c` runs this part alone (about 2 minutes).
 
     .venv/bin/python benchmarks/bench_detectors.py [--quick] [--skip-real]
 """
@@ -291,25 +294,18 @@ def part_b(quick: bool) -> dict[str, Any]:
 
 # ---- (c) loss curves ---------------------------------------------------------------------------
 
-
-def loss_curve(rng: random.Random, steps: int, noise: float) -> list[float]:
-    """Fast early drop (11 -> ~3 in the first ~100 steps), slow decay after, multiplicative noise,
-    and a few benign bumps (+30-60% for a few steps, e.g. a harder data shard)."""
-    out = []
-    bump_at = {rng.randrange(200, steps) for _ in range(3)}
-    bump = 0
-    for t in range(steps):
-        base = 2.0 + 6.0 * math.exp(-t / 30.0) + 3.0 * math.exp(-t / 800.0)
-        if t in bump_at:
-            bump = rng.randint(3, 8)
-        mult = 1.0 + (rng.uniform(0.3, 0.6) if bump > 0 else 0.0)
-        bump = max(0, bump - 1)
-        out.append(base * mult * math.exp(rng.gauss(0.0, noise)))
-    return out
+HEALTHY_NOISE = (("normal", 0.02), ("normal", 0.05), ("normal", 0.10), ("normal", 0.20),
+                 ("t2", 0.01), ("t2", 0.02), ("t3", 0.01), ("t3", 0.02), ("t3", 0.05),
+                 ("t4", 0.02), ("t4", 0.05), ("t5", 0.02), ("t5", 0.05))
+DETECT_NOISE = (("normal", 0.02), ("normal", 0.10), ("t3", 0.02), ("t5", 0.05))
+DETECT_CURVES = ("classic", "fast-exp", "power-law")
+SPIKES = (3.0, 5.0, 10.0)
+WHERE = (("early", 15, 120), ("late", 300, 2000))
 
 
 class OldRule:
-    """The rule before: a spike is above 10x the largest of the last 100 losses."""
+    """The rule before (kept here to compare): a spike is >= 3x the median of the last 100
+    losses and >= 6 robust sigmas above it, sigma from the MAD of successive log-differences."""
 
     def __init__(self) -> None:
         self.window: list[float] = []
@@ -317,41 +313,103 @@ class OldRule:
 
     def check(self, step: int, value: float) -> str:
         d = "ok"
-        if self.seen >= 10 and self.window and max(self.window) > 0 and value > 10 * max(self.window):
-            d = "spike"
-        self.window = (self.window + [value])[-100:]
+        w = self.window
+        if self.seen >= 10 and len(w) >= 2 and min(w) > 0 and value > 0:
+            logs = [math.log(v) for v in w]
+            diffs = [b - a for a, b in zip(logs, logs[1:], strict=False)]
+            med = statistics.median(diffs)
+            sigma = 1.4826 * statistics.median(abs(x - med) for x in diffs) / math.sqrt(2.0)
+            if math.log(value) - math.log(statistics.median(w)) >= max(math.log(3.0), 6.0 * sigma):
+                d = "spike"
+        self.window = (w + [value])[-100:]
         self.seen += 1
         return d
 
 
+def _rules() -> list[tuple[str, Any]]:
+    return [("new", LossGuard()), ("old", OldRule())]
+
+
 def part_c(quick: bool) -> dict[str, Any]:
-    rng = random.Random(5)
-    curves = 40 if quick else 100
-    steps = 2000
-    fa: dict[str, dict[float, int]] = {"new": {}, "old": {}}
-    for noise in (0.02, 0.05, 0.10, 0.20):
-        for _ in range(curves):
-            c = loss_curve(rng, steps, noise)
-            for rule, guard in (("new", LossGuard()), ("old", OldRule())):
-                flagged = sum(guard.check(i, v) == "spike" for i, v in enumerate(c))
-                fa[rule][noise] = fa[rule].get(noise, 0) + flagged
-    det: dict[str, dict[tuple[float, str], int]] = {"new": {}, "old": {}}
-    trials = 0
-    for factor in (2.0, 3.0, 5.0, 10.0, 15.0):
-        for where, lo, hi in (("early", 15, 120), ("late", 300, 2000)):
-            for _ in range(curves):
-                c = loss_curve(rng, steps, 0.10)
-                at = rng.randrange(lo, hi)
-                typical = statistics.median(c[max(0, at - 100):at])
-                c[at] = typical * factor
-                for rule, guard in (("new", LossGuard()), ("old", OldRule())):
-                    got = False
-                    for i, v in enumerate(c[:at + 1]):
-                        d = guard.check(i, v)
-                        got = d == "spike" and i == at
-                    det[rule][(factor, where)] = det[rule].get((factor, where), 0) + got
-                trials += 1
-    return {"curves": curves, "steps": steps, "false_alarms": fa, "detected": det, "per_cell": curves}
+    from tests.runtime.test_lossguard import CURVES, noisy_curve, trend
+
+    rng = random.Random(24)
+    n_healthy = 6 if quick else 16
+    n_detect = 8 if quick else 20
+    healthy = []
+    for model, scale in HEALTHY_NOISE:
+        for kind in CURVES:
+            row = {"noise": model, "scale": scale, "curve": kind, "curves": n_healthy, "natural10": 0,
+                   "new": 0, "old": 0, "new_below": 0, "old_below": 0}
+            for _ in range(n_healthy):
+                c = noisy_curve(rng, kind, model, scale)
+                mult = [v / trend(kind, t) for t, v in enumerate(c)]
+                row["natural10"] += max(mult) >= 10.0
+                for rule, guard in _rules():
+                    flagged = [t for t, v in enumerate(c) if guard.check(t, v) == "spike"]
+                    row[rule] += bool(flagged)
+                    # a warning at a step whose loss is under 2.5x its curve: wrong by any definition
+                    row[f"{rule}_below"] += any(mult[t] < 2.5 for t in flagged)
+            healthy.append(row)
+    detect = []
+    for model, scale in DETECT_NOISE:
+        for kind in DETECT_CURVES:
+            for where, lo, hi in WHERE:
+                for factor in SPIKES:
+                    cell = {"noise": model, "scale": scale, "curve": kind, "where": where, "factor": factor,
+                            "trials": n_detect, "new": 0, "old": 0}
+                    for _ in range(n_detect):
+                        at = rng.randrange(lo, hi)
+                        c = noisy_curve(rng, kind, model, scale, steps=at + 1)
+                        c[at] = factor * trend(kind, at)  # factor x the true loss at that step
+                        for rule, guard in _rules():
+                            got = [guard.check(t, v) for t, v in enumerate(c)]
+                            cell[rule] += got[at] == "spike"
+                    detect.append(cell)
+    return {"healthy": healthy, "detect": detect, "cost": check_cost()}
+
+
+def check_cost() -> dict[str, float]:
+    """Per-call cost of LossGuard.check over 2000-step curves (floats), in microseconds."""
+    from tests.runtime.test_lossguard import noisy_curve
+
+    rng = random.Random(3)
+    per: list[float] = []
+    for model in ("normal", "t3"):
+        c = noisy_curve(rng, "classic", model, 0.05)
+        guard = LossGuard()
+        for t, v in enumerate(c):
+            t0 = time.perf_counter()
+            guard.check(t, v)
+            per.append(time.perf_counter() - t0)
+    per.sort()
+    return {"mean_us": statistics.fmean(per) * 1e6, "median_us": per[len(per) // 2] * 1e6,
+            "p99_us": per[int(0.99 * len(per))] * 1e6, "max_us": per[-1] * 1e6, "calls": len(per)}
+
+
+def report_c(c: dict[str, Any]) -> None:
+    h = c["healthy"]
+    print(f"\n(c) loss guard, healthy curves ({h[0]['curves']} per cell, 2000 steps): curves with a warning, "
+          "new rule / old rule; in brackets: curves warned at a step under 2.5x its true loss; "
+          "'10x in noise': curves whose noise alone reaches 10x")
+    print("| noise | " + " | ".join(kind for kind in dict.fromkeys(r["curve"] for r in h)) + " | 10x in noise |")
+    print("|---|" + "---|" * (len({r["curve"] for r in h}) + 1))
+    for noise in dict.fromkeys((r["noise"], r["scale"]) for r in h):
+        rows = [r for r in h if (r["noise"], r["scale"]) == noise]
+        cells = [f"{r['new']} ({r['new_below']}) / {r['old']} ({r['old_below']})" for r in rows]
+        print(f"| {noise[0]} {noise[1]:.0%} | " + " | ".join(cells) + f" | {sum(r['natural10'] for r in rows)} |")
+    d = c["detect"]
+    print(f"\n(c) spikes of 3x, 5x, 10x the true loss, detected at that step, new rule / old rule "
+          f"({d[0]['trials']} trials per cell; early: steps 15-120, late: 300-2000)")
+    print("| noise | curve | where | " + " | ".join(f"{f:g}x" for f in SPIKES) + " |")
+    print("|---|---|---|" + "---|" * len(SPIKES))
+    for key in dict.fromkeys((r["noise"], r["scale"], r["curve"], r["where"]) for r in d):
+        rows = [r for r in d if (r["noise"], r["scale"], r["curve"], r["where"]) == key]
+        cells = [f"{r['new'] / r['trials']:.0%} / {r['old'] / r['trials']:.0%}" for r in rows]
+        print(f"| {key[0]} {key[1]:.0%} | {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
+    k = c["cost"]
+    print(f"\nLossGuard.check per call ({k['calls']} calls, floats): mean {k['mean_us']:.1f} us, median "
+          f"{k['median_us']:.1f} us, p99 {k['p99_us']:.1f} us, max {k['max_us']:.1f} us")
 
 
 # ---- report ----------------------------------------------------------------------------------
@@ -420,20 +478,8 @@ def main() -> None:
             a.json.write_text(json.dumps(result, indent=1, default=str))
         return
     c = part_c(a.quick)
-    result["loss"] = {"false_alarms": {k: {str(n): v for n, v in d.items()} for k, d in c["false_alarms"].items()},
-                      "detected": {k: {f"{f}x {w}": v for (f, w), v in d.items()} for k, d in c["detected"].items()},
-                      "curves": c["curves"], "steps": c["steps"]}
-    print(f"\n(c) loss guard: {c['curves']} curves of {c['steps']} steps per noise level")
-    print("| noise | false alarms, default rule | false alarms, old rule (10x window max) |")
-    print("|---|---|---|")
-    for noise in sorted(c["false_alarms"]["new"]):
-        total = c["curves"] * c["steps"]
-        print(f"| {noise:.0%} | {c['false_alarms']['new'][noise]} ({c['false_alarms']['new'][noise] / total * 1000:.3f}"
-              f" per 1000 steps) | {c['false_alarms']['old'][noise]} |")
-    print(f"| spike (x typical loss) | where | detected, default rule | detected, old rule |  (of {c['per_cell']})")
-    print("|---|---|---|---|")
-    for (factor, where), n in sorted(c["detected"]["new"].items()):
-        print(f"| {factor:g}x | {where} | {n / c['per_cell']:.0%} | {c['detected']['old'][(factor, where)] / c['per_cell']:.0%} |")
+    result["loss"] = c
+    report_c(c)
     print(f"\n{time.monotonic() - t0:.0f} s")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1, default=str))
