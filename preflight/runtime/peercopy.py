@@ -2,7 +2,7 @@
 
 A rank's local checkpoint is one folder `step-<step:08d>/` holding `rank<R>.pt` and a
 `manifest.json` (format `preflight-local-checkpoint`: step, rank, world size, host, time, and the
-shard's sha256 and size). Each rank runs a `PeerServer`: a TCP server thread that keeps the
+shard's size and digest: sha256 by 4 MiB pieces, hashed in parallel, see `piecehash`). Each rank runs a `PeerServer`: a TCP server thread that keeps the
 copies other nodes' ranks send into `<local_dir>/peers/rank<R>/step-*/`, in the same layout, and
 gives them back on request.
 
@@ -23,7 +23,6 @@ answers a bad request with an error and never raises; it accepts at most `max_co
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import json
 import logging
@@ -37,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from preflight.runtime import piecehash
 from preflight.runtime.checkpoint import (
     STAGING_PREFIX,
     STEP_RE,
@@ -85,7 +85,8 @@ def step_folders(root: Path) -> list[tuple[int, Path]]:
 
 
 def make_manifest(step: int, rank: int, world_size: int, digest: str, size: int) -> dict[str, Any]:
-    return {"format": LOCAL_FORMAT, "version": LOCAL_VERSION, "step": step, "rank": rank,
+    """The manifest of a local checkpoint; `digest` is the shard's piece digest (`piecehash`)."""
+    return {"format": LOCAL_FORMAT, "version": LOCAL_VERSION, "hash": piecehash.ALGORITHM, "step": step, "rank": rank,
             "world_size": world_size, "time": time.time(), "host": socket.gethostname(),
             "files": {_shard_name(rank): {"sha256": digest, "size": size}}}
 
@@ -96,6 +97,8 @@ def check_manifest(man: Any, step: int, rank: int) -> str:
         return "manifest.json is not a local checkpoint manifest"
     if man.get("version") != LOCAL_VERSION:
         return f"manifest.json format version {man.get('version')!r} unknown"
+    if man.get("hash") != piecehash.ALGORITHM:
+        return f"manifest.json hash {man.get('hash')!r} unknown (expected {piecehash.ALGORITHM})"
     if man.get("step") != step or man.get("rank") != rank:
         return (f"manifest.json is of step {man.get('step')!r} rank {man.get('rank')!r}, "
                 f"not step {step} rank {rank}")
@@ -109,9 +112,9 @@ def check_manifest(man: Any, step: int, rank: int) -> str:
     return ""
 
 
-def validate_local(folder: Path, rank: int, hashes: bool = False) -> tuple[dict[str, Any] | None, str]:
+def validate_local(folder: Path, rank: int) -> tuple[dict[str, Any] | None, str]:
     """(manifest, '') when `folder` holds a complete local checkpoint of `rank`, else (None, why).
-    Without `hashes` only the size is checked (the loader verifies the sha256 as it reads)."""
+    Only the shard's size is checked here: whoever reads the bytes verifies the digest."""
     m = STEP_RE.match(folder.name)
     if not m:
         return None, f"{folder.name} is not a step folder"
@@ -125,7 +128,7 @@ def validate_local(folder: Path, rank: int, hashes: bool = False) -> tuple[dict[
     if why:
         return None, why
     name = _shard_name(rank)
-    why = _check_file(folder, name, man["files"][name], hashes)
+    why = _check_file(folder, name, man["files"][name], False)
     return (None, why) if why else (man, "")
 
 
@@ -232,8 +235,8 @@ def recv_msg(sock: socket.socket) -> dict[str, Any]:
 
 
 def recv_to_file(sock: socket.socket, fd: int, size: int, deadline: float) -> str:
-    """Receive exactly `size` bytes into `fd` while hashing them; the sha256 hex."""
-    sha = hashlib.sha256()
+    """Receive exactly `size` bytes into `fd` while hashing them; the piece digest."""
+    sha = piecehash.PieceHash()
     buf = bytearray(min(_PIECE, max(size, 1)))
     view = memoryview(buf)
     left = size

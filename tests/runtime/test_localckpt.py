@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import socket
 import struct
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 from preflight.runtime import peercopy as pc
+from preflight.runtime import piecehash
 from preflight.runtime.checkpoint import CheckpointError, CheckpointManager
 from preflight.runtime.events import EventWriter, read_events
 from preflight.runtime.localckpt import LocalCheckpointer, job_address, restore, ring_targets
@@ -86,6 +88,32 @@ def test_job_address_is_the_interface_toward_master_addr() -> None:
     assert job_address("no-such-host.invalid") == "127.0.0.1"
 
 
+def reference_digest(data: bytes, piece: int = piecehash.PIECE) -> str:
+    """The piece digest computed the plain way: sha256 of each piece, then of their digests."""
+    parts = [hashlib.sha256(data[i:i + piece]).digest() for i in range(0, len(data), piece)] or \
+        [hashlib.sha256(b"").digest()]
+    return hashlib.sha256(b"".join(parts)).hexdigest()
+
+
+@pytest.mark.parametrize("size", [0, 1, piecehash.PIECE - 1, piecehash.PIECE, 3 * piecehash.PIECE + 12345])
+def test_the_piece_digest_does_not_depend_on_how_the_bytes_were_cut(tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+    want = reference_digest(data)
+    assert piecehash.digest_bytes(data) == want
+    rng = random.Random(size)
+    for _ in range(3):  # writes of random sizes, small (hashed inline) and large (the pool), across pieces
+        path = tmp_path / f"f{rng.random()}"
+        with open(path, "xb", buffering=0) as raw:
+            hf = piecehash.PieceHashingFile(raw)
+            pos = 0
+            while pos < size:
+                n = rng.choice([1, 100, 1 << 17, 1 << 20, 5 << 20, 9 << 20, 20 << 20])
+                hf.write(memoryview(data)[pos:pos + n])
+                pos += n
+        assert hf.hash.hexdigest() == want and hf.size == size
+        assert path.read_bytes() == data
+
+
 # ------------------------------------------------------------------ local saves
 
 
@@ -96,7 +124,8 @@ def test_save_layout_manifest_and_bitwise_load(tmp_path: Path) -> None:
         assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "rank0.pt"]
         man = json.loads((folder / "manifest.json").read_text())
         data = (folder / "rank0.pt").read_bytes()
-        assert man["files"]["rank0.pt"] == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        assert man["files"]["rank0.pt"] == {"sha256": reference_digest(data), "size": len(data)}
+        assert man["hash"] == "sha256-pieces-4MiB"
         assert man["step"] == 7 and man["rank"] == 0 and man["format"] == pc.LOCAL_FORMAT
         assert not [p for p in (tmp_path / "local" / "rank0").iterdir() if p.name.startswith(".")]
         got = lc.load_latest()
