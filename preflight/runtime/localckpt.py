@@ -18,7 +18,7 @@ memory (`snapshot_to_cpu`) and the writing runs in a daemon thread, one save in 
 
 The copy: after each local save, a daemon thread streams the shard over TCP to the same local
 rank on the next `replicas` nodes of the ring (node k sends to nodes k+1 .. k+R, mod the node
-count), where a `PeerServer` verifies the sha256 on arrival and renames it into place. Only the
+count), where a `PeerServer` verifies the digest on arrival and renames it into place. Only the
 newest pending copy is sent (a slow link skips steps, never queues them); the sender never
 blocks training, and a failed copy is a `runtime.checkpoint` warn event, not an exception.
 Addresses are exchanged through a key-value store (`store=`: anything with `set(key, value)`
@@ -28,9 +28,11 @@ The server binds to the address this node uses to reach MASTER_ADDR (or `bind_ho
 A restore (`load_latest`): each rank lists the steps it can restore (its own valid local
 checkpoints, then the copies its peers hold), the ranks agree on the newest step all of them
 can restore (`agree_step`: an all_gather of the step lists when a process group is up), and each
-rank loads it: from its local folder when valid (sha256 checked while reading), else fetched from
+rank loads it: from its local folder when valid (digest checked on the bytes read), else fetched from
 the peer holding its copy (verified, and written back to the local folder). Bytes are restored
-exactly. When a rank fails to load, all retry the next older common step.
+exactly. When a rank fails to load, all retry the next older common step. Local steps newer
+than the one restored (or than a step saved) are dropped: they belong to an abandoned timeline.
+The peer's copies of them go with the next copy.
 
 Combining with shared storage: `restore(local, shared)` loads the newest of the two (the local
 step agreed by every rank, or the shared `CheckpointManager`'s newest valid checkpoint).
@@ -96,9 +98,10 @@ def job_address(master_addr: str | None = None) -> str:
 
 
 def _torch_save(state: Any, fh: Any) -> None:
-    """torch.save without torch's CRC32 of every record where this torch allows it (the sha256
+    """torch.save without torch's CRC32 of every record where this torch allows it (the digest
     computed while writing covers every byte; torch.load does not need the CRC32). The option
-    is process-wide in torch: it is set only for the duration of this call, under a lock."""
+    is process-wide in torch: it is off only for the duration of this call, under a lock (a
+    torch.save in another thread meanwhile also skips it: its file still loads)."""
     import torch
 
     ser = torch.serialization
@@ -128,6 +131,13 @@ class LocalCheckpointer:
     Construct on every rank (each starts its peer server and publishes its address); call `save`
     every N steps and `load_latest` at start-up on every rank (collective when a process group
     is up). See the module docstring for the layout and the protocol.
+
+    rank, world_size: from the process group, else RANK / WORLD_SIZE. local_world_size: ranks per
+    node (LOCAL_WORLD_SIZE, as torchrun sets it), which decides what "another node" is.
+    replicas: how many next nodes keep a copy (0: none). store: a key-value store shared by the
+    job's ranks, where each rank publishes its server's address and a random token; or peers:
+    {rank: "host:port"} with a `token` shared by all. timeout_s bounds every socket wait (a
+    transfer also gets size / 10 MB/s); lookup_s bounds the wait for a peer's address.
     """
 
     def __init__(self, local_dir: str | os.PathLike[str], *, keep_last: int = 2, events: EventWriter | None = None,
