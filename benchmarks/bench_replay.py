@@ -3,7 +3,8 @@
 1. Classification, one process and 2 gloo ranks: `--trials` seeded one-time corruptions of one
    element of one rank's local gradient (NaN, Inf, or bit 30 flipped: the exponent jumps by
    128; a seeded step, rank, parameter and element) against `--trials` batches with a NaN and
-   `--trials` batches with a x20 target (a loss spike), each at a seeded step: right verdicts
+   `--trials` batches with a x20 target (a loss spike), each at a seeded step from 25 (the
+   loss guard judges no spike before it has its warm-up and noise residuals): right verdicts
    (hardware for the corruption, at its step and rank; data for the others).
 2. Cost when nothing triggers: `Replay.step` around a stub `compute()` that sets the same
    gradients a real step would (the bookkeeping alone: RNG state, one fused norm, the loss
@@ -14,7 +15,7 @@
    its noise is larger than the effect on a shared machine).
 3. Cost of one replay: a triggered step against a plain one.
 
-    .venv/bin/python benchmarks/bench_replay.py [--trials 10] [--step-ms 50] [--pairs 12]
+    .venv/bin/python benchmarks/bench_replay.py [--trials 10] [--step-ms 50] [--pairs 10] [--block 6]
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-STEPS = 30  # per classification trial
+STEPS = 60  # per classification trial
+FIRST_JUDGED = 25  # the loss guard judges spikes once it has its warm-up and enough noise residuals
 WIDTH = 512
 
 
@@ -56,7 +58,7 @@ def classify(trials: int, rank: int, world: int) -> dict[str, list[bool]]:
             out["one-time gradient corruption"].append(exc.step == c.step and exc.ranks == [c.rank])
         except ReproducibleFault:
             out["one-time gradient corruption"].append(False)
-        at, bad = 12 + (t * 7) % (STEPS - 14), t % world
+        at, bad = FIRST_JUDGED + (t * 7) % (STEPS - FIRST_JUDGED - 2), t % world
         for name, kw in (("NaN in the batch", {"nan_at": at}), ("loss spike (x20 targets)", {"spike_at": at})):
             job = Job(seed=t, rank=rank, **(kw if rank == bad else {}))  # type: ignore[arg-type]
             try:
@@ -286,8 +288,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--step-ms", type=float, default=50.0)
-    ap.add_argument("--pairs", type=int, default=12)
-    ap.add_argument("--block", type=int, default=8)
+    ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--block", type=int, default=6)
     args = ap.parse_args()
     import torch
 
