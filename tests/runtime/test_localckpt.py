@@ -281,6 +281,51 @@ def test_a_corrupt_peer_copy_is_refused_and_an_older_step_restores(tmp_path: Pat
     assert (tmp_path / "A" / "rank0" / "step-00000001" / "rank0.pt").exists()
 
 
+def test_two_replicas_and_a_restore_when_the_first_holder_is_gone(tmp_path: Path) -> None:
+    """Replication factor 2 over 3 nodes: rank 0's shard is kept by ranks 1 and 2; after node 0
+    is replaced and rank 1 is down, the restore fetches from rank 2."""
+    ev = [EventWriter(tmp_path / "run", rank=r) for r in range(3)]
+    cks = [LocalCheckpointer(tmp_path / f"n{r}", rank=r, world_size=3, local_world_size=1, replicas=2,
+                             events=ev[r], token=TOKEN) for r in range(3)]
+    try:
+        for c in cks:
+            c.peers = {r: cks[r].address for r in range(3) if r != c.rank}
+        assert cks[0].targets == [1, 2] and cks[2].targets == [0, 1]
+        cks[0].save(4, make_state(0, 4))
+        assert cks[0].wait_copies(30)
+        assert cks[1].server.steps(0) == [4] and cks[2].server.steps(0) == [4]
+        cks[1].close()
+        shutil.rmtree(tmp_path / "n0" / "rank0")
+        got = cks[0].load_latest()
+    finally:
+        for c in cks:
+            c.close()
+    assert got is not None and got[0] == 4
+    assert_bitwise(got[1], make_state(0, 4))
+    evs = events_of(tmp_path / "run")
+    assert any(e["rank"] == 0 and "copies held by rank 1 not listed" in e["summary"] for e in evs)
+    resumed = [e for e in evs if "resumed" in e["summary"]]
+    assert resumed[0]["facts"]["restored_from"].startswith("peer rank 2 (")
+
+
+def test_a_failed_background_write_is_raised_by_the_next_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with solo(tmp_path, async_save=True) as lc:
+        def disk_full(*a: Any, **k: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(pc, "publish", disk_full)
+        lc.save(1, make_state(0, 1, 64))  # returns once the state is copied
+        with pytest.raises(CheckpointError, match="No space left"):
+            lc.save(2, make_state(0, 2, 64))
+        monkeypatch.undo()
+        lc.save(3, make_state(0, 3, 64))
+        lc.wait()
+        assert lc.local_steps() == [3]
+        assert not [p for p in (tmp_path / "local" / "rank0").iterdir() if p.name.startswith(".staging")]
+    errors = [e for e in events_of(tmp_path / "run") if e["status"] == "error"]
+    assert errors and "step 1 not saved" in errors[0]["summary"]
+
+
 def test_a_dead_peer_is_an_event_and_saves_go_on(tmp_path: Path) -> None:
     dead = free_port()  # nothing listens there
     with solo(tmp_path, timeout_s=2.0) as lc:
