@@ -339,7 +339,8 @@ class Resilience:
                 price, currency = downtime.price_from_config()
             self.downtime = downtime.measure(self.incident, training_again_at=time.time(),
                                              world_size=self.world_size, step=self.start_step,
-                                             cost_per_gpu_hour=price, currency=currency, run_dir=str(self.run_dir))
+                                             cost_per_gpu_hour=price, currency=currency,
+                                             run_dir=str(self.run_dir.resolve()))
             downtime.emit(self.events, self.downtime)
         except Exception as exc:  # noqa: BLE001 - accounting never stops training
             log.warning("preflight: downtime not measured: %s", exc)
