@@ -250,9 +250,10 @@ class Resilience:
         """Run this rank's forward and backward (`compute()` returns the loss; no collective in
         it) and return a `StepOutcome` (`.loss`, `.apply`). With `replay=` set, a suspicious step
         (NaN/Inf, a loss or gradient-norm spike) is run again from the same inputs: two different
-        results on a rank raise `SuspectHardware` (exit 76, its node recorded in history); a fault
+        results on a rank raise `SuspectHardware` (exit 76, its node recorded in history); a NaN/Inf
         that repeats is the data: stop, skip (`.apply` False: do not step the optimizer) or
-        report, as `replay=` says. Without replay: gradients set to None, `compute()`, apply."""
+        report, as `replay=` says; a repeated spike is reported and applied. Without replay:
+        gradients set to None, `compute()`, apply."""
         step = self._current if self._current is not None else self.done
         if self.replay is not None:
             return self.replay.step(step, compute, model)
