@@ -89,10 +89,10 @@ def trend_reference(logs: Sequence[float], k: int = LEVEL_SPAN) -> float | None:
 
 def spike_bar(residuals: Sequence[float], spike_factor: float, spike_sigmas: float,
               false_alarm_rate: float = FALSE_ALARM_RATE,
-              sigma_gain: float = 1.0) -> tuple[float, float, float, float]:
-    """(bar, center, sigma, tail) in log-loss units from past one-step residuals (log-loss minus
-    the trend reference). Pure, O(n log n). A loss is a spike when its residual minus `center`
-    (their median) is at least `bar`, the largest of:
+              sigma_gain: float = 1.0) -> tuple[float, float, float]:
+    """(bar, sigma, tail) in log-loss units from noise residuals (a log-loss minus the median
+    around it; centred on zero by construction). Pure, O(n log n). A loss is a spike when its
+    excess over the expected log-loss is at least `bar`, the largest of:
       - log(spike_factor): at least that many times the expected loss;
       - spike_sigmas x sigma, sigma the MAD of the residuals scaled to a normal's sigma (times
         `sigma_gain`: the guard's noise residuals are narrower than a one-step prediction's);
@@ -105,9 +105,8 @@ def spike_bar(residuals: Sequence[float], spike_factor: float, spike_sigmas: flo
     """
     n = len(residuals)
     if n < 2:
-        return math.log(spike_factor), 0.0, 0.0, 0.0
-    center = statistics.median(residuals)
-    dev = sorted(abs(r - center) for r in residuals)
+        return math.log(spike_factor), 0.0, 0.0
+    dev = sorted(map(abs, residuals))
     sigma = MAD_TO_SIGMA * dev[n // 2] * sigma_gain
     tail = 0.0
     if n >= TAIL_MIN:
@@ -116,7 +115,7 @@ def spike_bar(residuals: Sequence[float], spike_factor: float, spike_sigmas: flo
             alpha = min(TAIL_ALPHA_MAX, max(TAIL_ALPHA_MIN, math.log(10.0) / math.log(q99 / q90)))
             tail = q99 * (0.01 / false_alarm_rate) ** (1.0 / alpha)
     bar = max(math.log(spike_factor), spike_sigmas * sigma, tail)
-    return bar, center, sigma, tail
+    return bar, sigma, tail
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -156,7 +155,7 @@ class LossGuard:
         self._logs: deque[float] = deque(maxlen=span)  # the last log-losses, for the reference
         self._flagged: deque[bool] = deque(maxlen=span)  # which of them were spikes
         self._resid: deque[float] = deque(maxlen=max(TAIL_MIN, int(tail_memory)))  # noise residuals
-        self._bar: tuple[float, float, float, float] | None = None
+        self._bar: tuple[float, float, float] | None = None
         self._bar_age = 0
         self.warmup_steps = int(warmup_steps)
         self.events = events
@@ -194,7 +193,7 @@ class LossGuard:
         resid = math.log(value) - ref if ref is not None else None
         if resid is not None and self.seen >= self.warmup_steps and len(self._resid) >= MIN_RESIDUALS:
             bar = self.bar()
-            if resid - bar[1] >= bar[0]:
+            if resid >= bar[0]:
                 decision = "spike"
                 self.spikes.append((step, value))
                 if not self._in_spike:
@@ -227,8 +226,8 @@ class LossGuard:
         self._resid.append(around[NOISE_HALF] - statistics.median(around))
         self._bar_age += 1
 
-    def bar(self) -> tuple[float, float, float, float]:
-        """(bar, center, sigma, tail) of `spike_bar` over the residuals kept, recomputed once
+    def bar(self) -> tuple[float, float, float]:
+        """(bar, sigma, tail) of `spike_bar` over the residuals kept, recomputed once
         every twentieth of their number (O(1) amortised per step; the noise is stationary on a
         log scale over that span)."""
         if self._bar is None or self._bar_age >= max(1, len(self._resid) // BAR_REFRESH_DIV):
@@ -237,9 +236,9 @@ class LossGuard:
             self._bar_age = 0
         return self._bar
 
-    def _warn(self, step: int, value: float, expected: float, bar: tuple[float, float, float, float]) -> None:
-        limit, center, sigma, tail = bar
-        threshold = expected * math.exp(center + limit)
+    def _warn(self, step: int, value: float, expected: float, bar: tuple[float, float, float]) -> None:
+        limit, sigma, tail = bar
+        threshold = expected * math.exp(limit)
         which = ("the tail of this run's noise" if limit == tail else
                  f"{self.spike_sigmas:g} robust sigmas" if limit > math.log(self.spike_factor) else
                  f"{self.spike_factor:g} x the expected loss")

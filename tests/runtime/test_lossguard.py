@@ -181,8 +181,8 @@ def test_spike_bar_follows_the_tail_and_the_reference_follows_the_trend() -> Non
     rng = random.Random(11)
     normal = [log_noise(rng, "normal", 0.05) for _ in range(1000)]
     heavy = [log_noise(rng, "t2", 0.05) for _ in range(1000)]
-    bar_n, _, sigma_n, tail_n = spike_bar(normal, 3.0, 6.0)
-    bar_h, _, sigma_h, tail_h = spike_bar(heavy, 3.0, 6.0)
+    bar_n, sigma_n, tail_n = spike_bar(normal, 3.0, 6.0)
+    bar_h, sigma_h, tail_h = spike_bar(heavy, 3.0, 6.0)
     assert bar_n == pytest.approx(math.log(3.0)) and 0.04 < sigma_n < 0.06 and tail_n < math.log(3.0)
     assert tail_h > 5 * tail_n and bar_h == tail_h  # a far longer tail
     assert spike_bar([], 3.0, 6.0)[0] == pytest.approx(math.log(3.0))
