@@ -888,8 +888,49 @@ def _read_file(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]
         return
     if b"\x00" in f.data[:4096] or base.endswith((".json", ".jsonl", ".pt", ".bin")):
         return
+    _read_text(facts, node, f, located)
+
+
+def _read_text(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
+    """A log: whole, or in an attempt of a restarted job other than the last only the launcher's
+    lines that name a pid (the rest of a log has no time that places it in an attempt)."""
     if facts.window is None or facts.window.logs:
         _read_log(facts, node, f, located)
+    if facts.window is not None:
+        _read_agent_failures(facts, node, f)
+
+
+def _read_agent_failures(facts: Facts, node: str, f: NodeFile) -> None:
+    """torchrun's line for the first failed worker of an attempt (`failed (exitcode: -9)
+    local_rank: 2 (pid: 4242) of binary: ...`), read in every attempt of a restarted job: its pid
+    says which rank and which attempt it was (else, on one node, its order and local rank), the
+    launcher's first observed failure there."""
+    w = facts.window
+    if w is None or b"failed (exitcode:" not in f.data:
+        return
+    from preflight.parsers import torch_elastic
+
+    lines = [ln for ln in f.text.splitlines() if "failed (exitcode:" in ln]
+    by_pid = {pid: r for (r, pid) in w.pid_attempt}
+    for i, x in enumerate(torch_elastic.parse_elastic(lines).failures):
+        r = by_pid.get(x.pid) if x.pid is not None else None
+        attempt = w.pid_attempt.get((r, x.pid)) if r is not None and x.pid is not None else None
+        if r is None and len(facts.nodes) == 1:
+            # a pid no record names (a rank killed before its peers could see it): one agent logs
+            # one such line per failed attempt, in order, and on one node its local rank is the rank
+            r, attempt = x.local_rank, i
+        if r is None or attempt != w.attempt:
+            continue
+        st = facts.rank(r)
+        if any(e.pid == x.pid for e in st.exits):
+            continue
+        _add_pid(st, x.pid)
+        st.exits.append(ChildFailure(rank=r, host="", exitcode=x.exitcode, pid=x.pid, signal=x.signal, time="",
+                                     lines=[x.line], root_cause=not any(s.root_cause for s in facts.ranks.values())))
+        if x.exitcode == EXIT_HANG:
+            st.reported = True
+        st.note(_src(node, f.name, f"launcher: rank {r} (pid {x.pid}) exitcode {x.exitcode}"
+                     + (f" ({x.signal})" if x.signal else "") + ": the first failure it saw in this attempt"))
 
 
 # ----- deciding ---------------------------------------------------------------------------------

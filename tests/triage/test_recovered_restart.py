@@ -103,6 +103,30 @@ def test_two_incidents_across_restarts_are_each_named_the_latest_last(tmp_path: 
     assert "after restart 1" in lines[1] and "rank 2 on" in lines[1], why
 
 
+@pytest.mark.real
+def test_a_restart_after_a_sigkill_names_the_killed_rank_from_the_launchers_line(tmp_path: Path) -> None:
+    """Rank 2 is SIGKILLed in the first attempt (as by the OOM killer) before any peer could
+    name it; torchrun's `failed (exitcode: -9) local_rank: 2 (pid: P)` line is the evidence."""
+    need(_torch(), "torch with gloo")
+    run, log = tmp_path / "run", tmp_path / "torchrun.log"
+    p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "kill", "--fault-rank", "2", "--fault-restart", "0",
+                          "--fault-step", str(STOP_STEP), "--steps", "24", "--ckpt-every", "5"], run, log,
+                      max_restarts=1)
+    assert _job.end(p, timeout=240) == 0, _explain(run, log)
+    assert "failed (exitcode: -9) local_rank: 2" in log.read_text(), _explain(run, log)
+    code, doc, _, _ = triage(run)  # the run directory alone: nothing names the killed rank
+    assert (code, doc["category"], doc["culprits"]) == (2, "unknown", []), doc["triage"]["summary"]
+    assert doc["triage"]["recovery"]["state"] == "ended cleanly"
+    shutil.copy(log, run / "launcher.log")
+    code, doc, _, _ = triage(run)
+    t = doc["triage"]
+    why = t["summary"] + "\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log)
+    assert code == 1 and doc["category"] == "software crash", why
+    assert doc["culprits"] == [{"node": HOST, "ranks": [2]}], why
+    assert t["summary"].startswith(f"rank 2 on {HOST} was killed by a signal (SIGKILL)"), why
+    assert "the job recovered" in t["summary"], why
+
+
 # ----- the attempts, over hand-made ends (pure) ---------------------------------------------------
 
 
