@@ -127,6 +127,40 @@ def test_a_restart_after_a_sigkill_names_the_killed_rank_from_the_launchers_line
     assert "the job recovered" in t["summary"], why
 
 
+@pytest.mark.real
+def test_a_restarted_job_still_training_is_training_again(tmp_path: Path) -> None:
+    """Triage while the restarted job trains: the incident named, the job training again."""
+    need(_torch(), "torch with gloo")
+    run, log = tmp_path / "run", tmp_path / "torchrun.log"
+    p = _job.torchrun(4, ["--run-dir", str(run), "--fault", "stop", "--fault-rank", "1", "--fault-restart", "0",
+                          "--fault-step", str(STOP_STEP), "--steps", "100000", "--ckpt-every", "5"], run, log,
+                      max_restarts=1)
+    try:
+        deadline = time.monotonic() + 120
+        old = None
+        while time.monotonic() < deadline:
+            try:
+                old = old or {x["rank"]: x["pid"] for x in json.loads((run / "hang-rank0.json").read_text())["peers"]}
+                beats = [json.loads((run / f"heartbeat-rank{r}.json").read_text()) for r in range(4)]
+                if all(b["pid"] != old[b["rank"]] and (b.get("step") or 0) > STOP_STEP for b in beats):
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            assert p.poll() is None, _explain(run, log)
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the restarted job did not train again\n" + _explain(run, log))
+        code, doc, _, _ = triage(run)
+    finally:
+        _job.end(p, timeout=0.1)
+    t = doc["triage"]
+    why = t["summary"] + "\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log)
+    assert code == 1 and doc["category"] == "communication hang", why
+    assert doc["culprits"] == [{"node": HOST, "ranks": [1]}], why
+    assert t["recovery"]["state"] == "training again" and t["recovery"]["restarts"] == 1, why
+    assert "it is training again" in t["summary"], why
+
+
 # ----- the attempts, over hand-made ends (pure) ---------------------------------------------------
 
 
