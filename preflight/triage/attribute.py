@@ -21,6 +21,13 @@ outweighed by them. A rank the launcher ended (SIGTERM or SIGKILL after another 
 watchdog's hang exit, never a crash; an exception that follows from another rank's failure
 (connection closed by peer, a collective timeout) is a consequence.
 
+A rank SIGKILLed first (the launcher's first observed failure, or a pid the OOM killer named in
+its node's kernel log) that recorded nothing of its own, and that no peer's watchdog ended, was
+killed from outside: the first failure, the other ranks' errors and timeouts its consequences;
+the kernel's OOM-killer lines for its pid (`preflight.parsers.oom_kill`) are the evidence, or
+their absence near the failure is said. A job its launcher restarted is read one attempt at a
+time (`preflight.triage.restarts`, through `Window`).
+
 Categories: hardware, software crash, communication hang, slowdown, none (only with positive
 evidence of a clean run: every rank ended cleanly) and unknown (not enough evidence to decide;
 never "none"). Input that could not be read (no run directory, an empty one, a corrupt hang or
