@@ -11,9 +11,10 @@ what makes a lost node's shard recoverable::
 A save: this rank's state is written with torch.save into a staging folder, its digest computed
 while writing (no second pass over the data: sha256 of 4 MiB pieces on several cores, then of
 their digests, `piecehash`; one sha256 stream is slower than an NVMe drive); the manifest (step,
-rank, digest, size) is written into the folder, which is renamed to `step-*`, and everything is
-fsynced (one journal commit, see `peercopy.publish`); the `keep_last` newest are kept, in the
-background. With `async_save` the blocking part is a copy of the state to CPU
+rank, digest, size) is written into the folder, which is renamed to `step-*`, and the shard is
+fsynced (one device flush, as a raw write pays; on a journaling filesystem it commits the whole
+step, see `peercopy.publish`); the other fsyncs, the copy and the rotation (`keep_last`) follow
+in the background. With `async_save` the blocking part is a copy of the state to CPU
 memory (`snapshot_to_cpu`) and the writing runs in a daemon thread, one save in flight.
 
 The copy: after each local save, a daemon thread streams the shard over TCP to the same local
@@ -185,7 +186,9 @@ class LocalCheckpointer:
 
     def save(self, step: int, state: Mapping[str, Any]) -> None:
         """Save this rank's `state` as local checkpoint `step` (not collective), then copy it to
-        the peers in the background. Sync: returns when the checkpoint is durable locally. Async:
+        the peers in the background. Sync: returns when the shard's bytes are fsynced (on a
+        journaling filesystem that commits the whole step; the manifest and folder fsyncs follow
+        in the background, before the copy and before any older step is removed). Async:
         returns once `state` is copied to CPU memory. A local write that fails raises
         `CheckpointError` (async: from the next `save` or `wait`); a failed copy is only an event."""
         if self._closed:
@@ -324,7 +327,8 @@ class LocalCheckpointer:
                 _torch_save(state, hf)
                 man = pc.make_manifest(step, self.rank, self.world_size, hf.hash.hexdigest(), hf.size)
                 with self._dir_lock:
-                    folder = pc.publish(staging, self.own_dir, step, man, unsynced=[raw.fileno()])
+                    folder = pc.publish(staging, self.own_dir, step, man, unsynced=[raw.fileno()],
+                                        settle_now=False)  # settled in the background, before the copy
                     self._last_saved = step
         except Exception as exc:
             _remove_tree(staging)
@@ -341,6 +345,17 @@ class LocalCheckpointer:
                    step=step, facts={"step": step, "bytes": size, "seconds": round(secs, 4), "where": "local",
                                      "path": str(folder), "async": self.async_save})
         self._copy.submit(step, folder, man)  # the copies, then the rotation, in the background
+
+    def _settle(self, step: int, folder: Path) -> bool:
+        """The remaining fsyncs of a save; False (with an event) when they failed."""
+        try:
+            pc.settle(folder, self.own_dir)
+            return True
+        except OSError as exc:
+            self._emit(Status.WARN, f"local checkpoint step {step} not made durable: {exc}", step=step,
+                       evidence=[repr(exc)], facts={"step": step, "path": str(folder), "error": str(exc)},
+                       remedy=f"check {self.local_dir}; the step is neither copied nor are older ones removed")
+            return False
 
     def _rotate(self) -> None:
         """Rotation of this rank's folder, relative to the newest save (a save in progress is
@@ -559,9 +574,10 @@ class _CopyQueue:
                     return
                 self._busy = True
             try:
-                for target in self.owner.targets:
-                    self._send(target, *job)
-                self.owner._rotate()
+                if self.owner._settle(job[0], job[1]):
+                    for target in self.owner.targets:
+                        self._send(target, *job)
+                    self.owner._rotate()
             finally:
                 with self._cv:
                     self._busy = False

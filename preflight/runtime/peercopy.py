@@ -132,16 +132,20 @@ def validate_local(folder: Path, rank: int) -> tuple[dict[str, Any] | None, str]
     return (None, why) if why else (man, "")
 
 
-def publish(staging: Path, root: Path, step: int, man: Mapping[str, Any], unsynced: Sequence[int] = ()) -> Path:
-    """Make `staging` the step folder `root/step-*` with `man` as its manifest, durable on return.
+def publish(staging: Path, root: Path, step: int, man: Mapping[str, Any], unsynced: Sequence[int] = (),
+            settle_now: bool = True) -> Path:
+    """Make `staging` the step folder `root/step-*` with `man` as its manifest.
 
     The manifest is written and its disk write started, the folder renamed into place (an older
-    folder of that step is replaced), then the open files `unsynced`, the manifest and both
-    folders are fsynced. On a journaling filesystem the first fsync commits the whole save (the
-    data, the new files and the rename) and the others find nothing left: one commit instead of
-    one per step. A machine crash before the fsyncs return can leave the folder in place with a
-    torn manifest or shard; the manifest then does not parse, or the shard does not match its
-    size and sha256, so it is skipped and never loaded (the previous step stays).
+    folder of that step is replaced), then the open files `unsynced` are fsynced: on a
+    journaling filesystem that one fsync commits the whole save (the data, the manifest written
+    back, the new files and the rename), and one device flush is what a raw write pays too.
+    `settle` (now, or later by the caller with `settle_now=False`) fsyncs the manifest and both
+    folders as POSIX asks; on a journaling filesystem they find nothing left to write.
+
+    A machine crash before that can leave the folder in place with a torn manifest or shard: the
+    manifest then does not parse, or the shard does not match its size and digest, so it is
+    skipped and never loaded (the previous step stays), or the folder is missing.
     """
     data = (json.dumps(dict(man), indent=1, sort_keys=True) + "\n").encode()
     fd = os.open(staging / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -150,20 +154,30 @@ def publish(staging: Path, root: Path, step: int, man: Mapping[str, Any], unsync
         while len(view):
             view = view[os.write(fd, view):]
         _start_writeback(fd, 0, len(data))
-        target = step_dir(root, step)
-        if target.exists():
-            aside = root / f"{TRASH_PREFIX}{target.name}-{secrets.token_hex(4)}"
-            os.rename(target, aside)
-            _remove_tree(aside)
-        os.rename(staging, target)
-        for other in unsynced:
-            os.fsync(other)
+    finally:
+        os.close(fd)
+    target = step_dir(root, step)
+    if target.exists():
+        aside = root / f"{TRASH_PREFIX}{target.name}-{secrets.token_hex(4)}"
+        os.rename(target, aside)
+        _remove_tree(aside)
+    os.rename(staging, target)
+    for other in unsynced:
+        os.fsync(other)
+    if settle_now:
+        settle(target, root)
+    return target
+
+
+def settle(folder: Path, root: Path) -> None:
+    """fsync the manifest of a published step folder, the folder and its parent."""
+    fd = os.open(folder / MANIFEST, os.O_RDONLY)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(target)
+    _fsync_dir(folder)
     _fsync_dir(root)
-    return target
 
 
 def set_aside(root: Path, keep_last: int, just_saved: int) -> list[Path]:

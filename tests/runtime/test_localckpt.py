@@ -326,6 +326,28 @@ def test_a_failed_background_write_is_raised_by_the_next_save(tmp_path: Path, mo
     assert errors and "step 1 not saved" in errors[0]["summary"]
 
 
+def test_a_step_not_made_durable_is_neither_copied_nor_rotates_older_ones_away(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = pair(tmp_path, keep_last=1)
+    try:
+        a.save(1, make_state(0, 1, 64))
+        assert a.wait_copies(30) and b.server.steps(0) == [1]
+
+        def io_error(*args: Any) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(pc, "settle", io_error)
+        a.save(2, make_state(0, 2, 64))
+        assert a.wait_copies(30)
+        assert a.local_steps() == [2, 1] and b.server.steps(0) == [1]
+    finally:
+        monkeypatch.undo()
+        a.close()
+        b.close()
+    warn = [e for e in events_of(tmp_path / "run") if "not made durable" in e["summary"]]
+    assert len(warn) == 1 and warn[0]["facts"]["step"] == 2
+
+
 def test_a_dead_peer_is_an_event_and_saves_go_on(tmp_path: Path) -> None:
     dead = free_port()  # nothing listens there
     with solo(tmp_path, timeout_s=2.0) as lc:
