@@ -66,6 +66,7 @@ create them again after `recover` returns (`rs.generation` tells that it changed
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -180,11 +181,20 @@ def _zombie_cause(info: Mapping[str, Any]) -> str | None:
         status = int(fields[49])
     except (OSError, IndexError, ValueError, KeyError, TypeError):
         return None
-    if status & 0x7F:
-        name = signal.Signals(status & 0x7F).name if status & 0x7F in signal.valid_signals() else str(status & 0x7F)
-        oom = " (an outside kill or the OOM killer: check the kernel log)" if status & 0x7F == signal.SIGKILL else ""
-        return f"killed by {name}{oom}"
-    return f"exited (code {status >> 8})"
+    return exit_words(-(status & 0x7F) if status & 0x7F else status >> 8)
+
+
+def exit_words(code: int) -> str:
+    """A process's end in words from its exit code (negative: the signal that killed it, as
+    subprocess reports it)."""
+    if code >= 0:
+        return f"exited (code {code})"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    oom = " (an outside kill or the OOM killer: check the kernel log)" if -code == signal.SIGKILL else ""
+    return f"killed by {name}{oom}"
 
 
 def fence(info: Mapping[str, Any]) -> bool:
@@ -200,6 +210,15 @@ def fence(info: Mapping[str, Any]) -> bool:
     log.warning("preflight: in-process restart fenced rank slot %s (pid %s on %s)", info.get("slot"), pid,
                 info.get("host"))
     return True
+
+
+def _drop_tracebacks(exc: BaseException | None) -> None:
+    """Let go of the frames of a failed collective (they hold its process group alive)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
 
 
 def describe(exc: BaseException | None) -> str:
@@ -221,7 +240,10 @@ class InProcessRestart:
         self.run_dir = Path(run_dir)
         self.backend = backend
         self.timeout_s = float(timeout_s)
-        self.join_timeout_s = float(join_timeout_s) if join_timeout_s is not None else max(1.0, min(self.timeout_s, 2.0))
+        # a survivor blocked on a failed rank raises at the latest timeout_s after its collective
+        # began: a window shorter than that could fence a healthy rank
+        self.join_timeout_s = (float(join_timeout_s) if join_timeout_s is not None
+                               else self.timeout_s + max(1.0, 0.5 * self.timeout_s))
         self.max_restarts = int(max_restarts)
         self.max_faults_per_rank = int(max_faults_per_rank)
         self.min_world_size = int(min_world_size)
@@ -295,6 +317,9 @@ class InProcessRestart:
             log.debug("preflight: could not set the process-group timeout: %s", exc)
 
     def _teardown(self) -> None:
+        """Destroy the process group. Its sockets close only when the last reference goes (the
+        failed collective's traceback held one), and that is what makes the collectives of the
+        survivors still blocked on this rank raise at once instead of at their timeout."""
         if not self._formed:
             return
         self._formed = False
@@ -305,6 +330,7 @@ class InProcessRestart:
                 dist.destroy_process_group()
         except Exception as exc:  # noqa: BLE001 - a broken group is expected here
             log.debug("preflight: destroying the failed process group: %s", exc)
+        gc.collect()  # a group held only by a reference cycle
 
     def _register(self) -> None:
         from preflight.runtime.watchdog import _start_ticks
@@ -409,6 +435,7 @@ class InProcessRestart:
         recovery is impossible or over its limits, Excluded (exit 76) on a process left out."""
         detected = self._detected_at if self._detected_at is not None else time.monotonic()
         cause = describe(exc)
+        _drop_tracebacks(exc)
         self._teardown()
         gen = self.generation
         lost: list[dict[str, Any]] = []  # every rank lost since the last re-form that held
@@ -485,7 +512,8 @@ class InProcessRestart:
         """Why a member that did not join is known to be out (launcher's exit record, or this
         host's /proc), or None when it may still join."""
         if self._store.check([exit_key(self.ns, slot)]):
-            return f"exited (code {self._store.get(exit_key(self.ns, slot)).decode(errors='replace')})"
+            raw = self._store.get(exit_key(self.ns, slot)).decode(errors="replace").strip()
+            return exit_words(int(raw)) if raw.lstrip("-").isdigit() else f"exited ({raw})"
         state = _same_process(info)
         if state == "gone":
             return _zombie_cause(info) or "process gone"

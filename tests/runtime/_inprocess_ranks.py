@@ -122,6 +122,7 @@ def main(argv: list[str]) -> int:
         try:
             if (a.fault != "NONE" and rs.rank == a.fault_rank and step == a.fault_step and rs.generation == 0
                     and first_attempt()):
+                append(run / "fault.jsonl", {"time": time.time(), "signal": a.fault, "slot": rs.slot})
                 os.kill(os.getpid(), signal.SIGKILL if a.fault == "KILL" else signal.SIGSTOP)
             loss = train_step(model, opt, step, rs.rank, rs.world_size)
         except Exception as exc:
