@@ -327,3 +327,34 @@ def test_a_second_fault_during_recovery_moves_to_the_next_generation(tmp_path: P
     assert f["old_world_size"] == 3
     assert [x["generation"] for x in f["failed"]] == [0, 1]  # the generation each rank number belongs to
     assert losses(run)[16]["world"] == 1 and losses(run)[10]["world"] == 3
+
+
+@pytest.mark.real
+def test_the_launcher_forwards_sigterm_and_does_not_restart_after_it(tmp_path: Path) -> None:
+    """A preemption's SIGTERM reaches every worker; they exit 0 on it and the launcher exits 0
+    with no restart, though --max-restarts allows one."""
+    script = tmp_path / "waits.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0 if os.environ['PREFLIGHT_SLOT'] else 3))\n"
+        "open(sys.argv[1] + os.environ['PREFLIGHT_SLOT'], 'w').close()\n"
+        "time.sleep(60)\n"
+        "sys.exit(5)\n")
+    with open(tmp_path / "launch.log", "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "preflight.runtime.launch", "--nproc", "2", "--max-restarts",
+                                 "1", str(script), str(tmp_path / "ready")], env=_env(), cwd=ROOT, stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready{s}").exists() for s in (0, 1)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all((tmp_path / f"ready{s}").exists() for s in (0, 1)), (tmp_path / "launch.log").read_text()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    text = (tmp_path / "launch.log").read_text(errors="replace")
+    assert rc == 0, text
+    assert "restart" not in text
