@@ -286,6 +286,8 @@ EMITTED: tuple[Emitted, ...] = (
             "a stop signal on any rank, and the step boundary at which every rank stopped"),
     Emitted("runtime.crash", "Crash record", "runtime", "an uncaught exception that ended a rank"),
     Emitted("runtime.exit", "Rank exit", "runtime", "how a rank ended (exit code or signal)"),
+    Emitted("runtime.train", "Training progress", "runtime",
+            "where each rank started or resumed (step, checkpoint tier), finished, or stopped for a preemption"),
     Emitted("runtime.restart", "In-process restart", "runtime",
             "ranks lost to a collective fault, fenced, and the group re-formed without a process restart "
             "(or the fallback to the launcher's restart)"),

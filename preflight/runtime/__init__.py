@@ -27,6 +27,7 @@ _EXPORTS = {
     "ReproducibleFault": "preflight.runtime.replay",
     "nccl_env": "preflight.runtime.ncclenv",
     "Resilience": "preflight.runtime.resilience",
+    "LocalCheckpointer": "preflight.runtime.localckpt",
     "check_env_consistency": "preflight.runtime.ncclenv",
 }
 
