@@ -21,7 +21,7 @@ and the tail of the noise. The noise is measured on each log-loss against the me
 `tail_memory` steps, spikes left out. Its sigma is their MAD; its tail, the power law through
 their 90th and 99th percentiles (of |residual|), carried out to `false_alarm_rate` per step:
 with heavy-tailed noise (Student-t, rare hard batches) a loss several MADs out is routine and
-the bar rises with the tail, with normal noise the tail bar stays near 8 sigmas (so 3x decides
+the bar rises with the tail, with normal noise the tail bar stays near 7 sigmas (so 3x decides
 under 10% noise). The tail is measured once `TAIL_MIN` (200) residuals are kept; before, the
 factor and sigma bars apply. Measured (`benchmarks/bench_detectors.py`, BENCHMARKS.md).
 Checked once `warmup_steps` losses have been seen and a few noise residuals exist; "spike" is
@@ -99,7 +99,7 @@ def spike_bar(residuals: Sequence[float], spike_factor: float, spike_sigmas: flo
       - the tail bar: heavy-tailed noise (Student-t, rare hard batches) puts a few losses far
         beyond any number of MADs. Its high quantiles (90th and 99th of |residual|) give the
         tail's decay, a power law, and that law carried out to `false_alarm_rate` (of steps,
-        both tails) is the bar: about 6 sigmas for a normal noise, about 100 times its scale
+        both tails) is the bar: about 7 sigmas for a normal noise, about 100 times its scale
         for a Student-t of 2 degrees of freedom. Measured once TAIL_MIN residuals are kept
         (before, a 99th percentile is a guess: one early outlier must not blind the guard).
     """
@@ -141,7 +141,12 @@ def _as_float(loss: Any) -> float:
 
 
 class LossGuard:
-    """Non-finite loss detection and spike warnings; see the module docstring."""
+    """Non-finite loss detection and spike warnings; see the module docstring.
+
+    `window`: how many recent losses `self.window` keeps, as given (for reading; the spike
+    reference uses the last 32 log-losses); `tail_memory`: how many noise residuals measure the
+    noise and its tail; `false_alarm_rate`: the per-step rate of the noise's tail taken for a
+    spike (lower: fewer warnings under heavy-tailed noise, fewer spikes caught there)."""
 
     def __init__(self, spike_factor: float = 3.0, window: int = 100, events: EventWriter | None = None, *,
                  warmup_steps: int = 10, sync: bool = False, raise_on_nonfinite: bool = True,
