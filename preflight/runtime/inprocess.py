@@ -490,7 +490,7 @@ class InProcessRestart:
                 st.set(plan_key(self.ns, gen), json.dumps(plan))
                 st.set(latest_key(self.ns), str(gen))
                 return plan
-            st.wait([plan_key(self.ns, gen)], timedelta(seconds=self.join_timeout_s + 2 * self.timeout_s + 5.0))
+            st.wait([plan_key(self.ns, gen)], timedelta(seconds=self.join_timeout_s + 2 * self.timeout_s + 2.0))
             plan = json.loads(st.get(plan_key(self.ns, gen)))
             return plan if isinstance(plan, dict) else None
         except RestartFallback:

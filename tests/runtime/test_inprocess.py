@@ -358,3 +358,58 @@ def test_the_launcher_forwards_sigterm_and_does_not_restart_after_it(tmp_path: P
     text = (tmp_path / "launch.log").read_text(errors="replace")
     assert rc == 0, text
     assert "restart" not in text
+
+
+def _three_and_a_spare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> ip.InProcessRestart:
+    """The leader (slot 0) of a 3-rank launch with one spare, over an in-memory store: slots 0
+    and 1 joined generation 1, slot 2's exit (SIGKILL) is recorded, spare slot 3 waits."""
+    import torch.distributed as dist
+
+    monkeypatch.setenv(ip.ENV_INPROCESS, "1")
+    rs = ip.InProcessRestart(tmp_path, store=dist.HashStore(), join_timeout_s=1.0, **kw)
+    rs.slot, rs.rank, rs.nproc, rs.nspares, rs.members = 0, 0, 3, 1, [0, 1, 2]
+    st = rs._store
+    me = {"host": ip._host(), "pid": os.getpid(), "start_ticks": (ip.proc_state(os.getpid()) or ("", 0))[1]}
+    for slot in (0, 1, 3):
+        st.set(f"{rs.ns}/member/{slot}", json.dumps(dict(me, slot=slot)))
+    st.set(f"{rs.ns}/member/2", json.dumps({"slot": 2, "host": "elsewhere", "pid": 1}))
+    st.set(f"{rs.ns}/spare/3", "1")
+    for slot in (0, 1):
+        st.set(f"{rs.ns}/g1/join/{slot}", json.dumps({"step": 10 + slot, "cause": "RuntimeError: reset"}))
+    st.set(ip.exit_key(rs.ns, 2), "-9")
+    return rs
+
+
+def test_the_leader_fills_the_failed_rank_with_a_spare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _three_and_a_spare(tmp_path, monkeypatch)._decide(1)
+    assert plan["decision"] == "go" and plan["members"] == [0, 1, 3] and plan["spares_used"] == [3]
+    assert plan["failed"][0]["rank"] == 2 and plan["failed"][0]["cause"].startswith("killed by SIGKILL")
+    assert plan["failed"][0]["fenced"] is False  # on another host: not ours to kill
+    assert (plan["source"], plan["step"]) == (1, 11)  # the survivor that applied the most steps
+
+
+def test_a_rank_over_max_faults_is_not_refilled_and_the_world_shrinks(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _three_and_a_spare(tmp_path, monkeypatch, max_faults_per_rank=0)._decide(1)
+    assert plan["decision"] == "go" and plan["members"] == [0, 1] and plan["spares_used"] == []
+    plan = _three_and_a_spare(tmp_path / "b", monkeypatch, max_faults_per_rank=0, min_world_size=3)._decide(1)
+    assert plan["decision"] == "fallback"
+    assert "under min_world_size=3" in plan["reason"] and "rank 2 over max_faults_per_rank=0" in plan["reason"]
+    assert restarts(tmp_path / "b", "fail")[0]["facts"]["failed_ranks"] == [2]
+
+
+def test_a_leader_gone_before_its_plan_costs_one_generation_not_a_hang(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    rs = _one_rank(tmp_path, timeout_s=0.2, join_timeout_s=0.2)
+    assert rs.start()
+    rs._store.add(f"{rs.ns}/g1/leader", 1)  # another process won generation 1 and died
+    t0 = time.monotonic()
+    try:
+        step = rs.recover(RuntimeError("Connection reset by peer"), 4, {"m": torch.nn.Linear(1, 1)})
+    finally:
+        rs.close()
+    assert (step, rs.generation) == (4, 2)
+    assert time.monotonic() - t0 < 30
