@@ -27,6 +27,7 @@ The process group timeout is longer than the watchdog's, so the watchdog speaks 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -199,6 +200,26 @@ def end(p: subprocess.Popen[bytes], timeout: float) -> int | None:
     except subprocess.TimeoutExpired:
         pass
     return None
+
+
+def stop(p: subprocess.Popen[bytes], run: Path) -> None:
+    """End a job that would train on: torchrun shuts its workers down on SIGTERM (its workers run
+    in sessions of their own: killing torchrun's would leave them); then whatever worker the
+    heartbeats name that is still torchrun's child is killed."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    for beat in run.glob("heartbeat-rank*.json"):
+        try:
+            pid = int(json.loads(beat.read_text())["pid"])
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(p.pid):
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+    end(p, timeout=10)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def test_a_sigkilled_rank_is_the_first_failure_not_a_hang(tmp_path: Path) -> Non
         os.kill(pid, signal.SIGKILL)  # from outside, as the OOM killer or a kill -9 would
         rc = _job.end(p, timeout=90)
     finally:
-        _job.end(p, timeout=0.1)
+        _job.stop(p, run)
     assert rc == 1, _explain(run, log)
     assert f"exitcode  : -9 (pid: {pid})" in log.read_text(), _explain(run, log)
     shutil.copy(log, run / "launcher.log")
@@ -120,7 +120,7 @@ def test_an_oom_killed_rank_is_named_with_the_kernels_line(tmp_path: Path) -> No
             (group / "cgroup.procs").write_text(str(pid))
             rc = _job.end(p, timeout=120)
         finally:
-            _job.end(p, timeout=0.1)
+            _job.stop(p, run)
     finally:
         deadline = time.monotonic() + 20
         while group.exists() and time.monotonic() < deadline:

@@ -152,7 +152,7 @@ def test_a_restarted_job_still_training_is_training_again(tmp_path: Path) -> Non
             raise AssertionError("the restarted job did not train again\n" + _explain(run, log))
         code, doc, _, _ = triage(run)
     finally:
-        _job.end(p, timeout=0.1)
+        _job.stop(p, run)
     t = doc["triage"]
     why = t["summary"] + "\n" + "\n".join(doc["evidence"]) + "\n" + _explain(run, log)
     assert code == 1 and doc["category"] == "communication hang", why
