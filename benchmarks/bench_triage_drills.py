@@ -77,7 +77,7 @@ def sigkill(tmp: Path, rank: int) -> tuple[bool, str, float]:
         os.kill(_beat(run, rank, 10)["pid"], signal.SIGKILL)
         _job.end(p, timeout=90)
     finally:
-        _job.end(p, timeout=0.1)
+        _job.stop(p, run)
     shutil.copy(log, run / "launcher.log")
     doc, took = _triage(run)
     t = doc.get("triage") or {}
@@ -109,7 +109,7 @@ def oom(tmp: Path, rank: int) -> tuple[bool, str, float]:
             (group / "cgroup.procs").write_text(str(_beat(run, rank, 1)["pid"]))
             _job.end(p, timeout=120)
         finally:
-            _job.end(p, timeout=0.1)
+            _job.stop(p, run)
     finally:
         for _ in range(100):
             try:
