@@ -47,7 +47,7 @@ from typing import Any
 
 from preflight import slurm, timeparse
 from preflight.framing import Doc, frame, syslog_year_fix
-from preflight.model import JOB, Capture, Result, Status
+from preflight.model import Capture, Result, Status
 from preflight.parsers import flight_recorder, nccl_log, oom_kill, py_spy, ras, torch_log
 from preflight.parsers.py_spy import PySpyProcess
 from preflight.parsers.torch_log import ChildFailure, Crash
@@ -1488,24 +1488,3 @@ def _unknown(facts: Facts, known: list[int], inputs: list[str], base: dict[str, 
               "records, heartbeats, events) and the launcher's log (--log); check the scheduler's record of the job "
               "(sacct -j <job> -o State,ExitCode) and the nodes' kernel logs for the OOM killer")
     return Verdict(category="unknown", summary=summary, evidence=ev, action=action, **base)
-
-
-def triage(bundle: Bundle, registry: Any | None = None, since: datetime | None = None) -> tuple[Verdict, list[Result]]:
-    """Bundle -> (verdict, results: the verdict as a Result plus the node checks' results)."""
-    if since is None and bundle.job.get("start"):
-        try:
-            since = datetime.fromisoformat(str(bundle.job["start"]))
-        except ValueError:
-            since = None
-    facts = read_bundle_facts(bundle, registry, since)
-    from preflight.triage import restarts
-
-    verdict = restarts.decide_attempts(bundle, facts, since) or decide(facts, bundle.job)
-    status = {"none": Status.PASS, "slowdown": Status.WARN, "unknown": Status.ERROR}.get(verdict.category,
-                                                                                       Status.FAIL)
-    # the culprits' nodes (a rank whose node is not known names none), else the job
-    node = ",".join(c["node"] for c in verdict.culprits if c["node"] != "unknown") or JOB
-    res = Result(check=CHECK, node=node, status=status, summary=f"[{verdict.category}] {verdict.summary}",
-                 evidence=verdict.evidence[:30], remedy=verdict.action, facts=verdict.to_dict(),
-                 source=bundle.source or "collect")
-    return verdict, [res, *facts.node_results]

@@ -229,7 +229,7 @@ def triage(target: str | None, hosts: str | None, req: CollectRequest, since: da
            save_bundle: Path | None = None) -> Triaged:
     """Name the culprit of a hang or crash from a bundle, a job or a run directory."""
     from preflight import registry
-    from preflight.triage import attribute, collect
+    from preflight.triage import collect, judge
 
     start = time.monotonic()
     bundle = _bundle_for(target, hosts, req)
@@ -238,7 +238,7 @@ def triage(target: str | None, hosts: str | None, req: CollectRequest, since: da
             collect.write_bundle(bundle, save_bundle)
         except OSError as exc:
             raise UsageError(f"cannot write {save_bundle}: {exc.strerror or exc}") from None
-    verdict, results = attribute.triage(bundle, registry.load(), since)
+    verdict, results = judge.triage(bundle, registry.load(), since)
     from preflight.engine import load_config
     from preflight.triage import downtime
 

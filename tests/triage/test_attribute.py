@@ -11,7 +11,7 @@ import pytest
 from preflight import registry as reg
 from preflight.model import Status
 from preflight.parsers import torch_log
-from preflight.triage import attribute, collect
+from preflight.triage import attribute, collect, judge
 from preflight.triage.collect import LOGS_PROBE
 from tests.triage._bundles import TRIAGE, files_capture, kernel_capture, make_bundle
 
@@ -47,7 +47,7 @@ def test_watchdog_formats_over_versions_parsed(rank: int) -> None:
 
 
 def test_hang_silent_rank_named_with_host_op_and_seq() -> None:
-    verdict, results = attribute.triage(make_bundle(_wd_nodes()))
+    verdict, results = judge.triage(make_bundle(_wd_nodes()))
     assert verdict.category == "communication hang"
     assert verdict.culprits == [{"node": "gpu018", "ranks": [4]}]
     assert verdict.collective == {"op": "ALLREDUCE", "seq": 7731}  # rank 5 had passed it (waits in 7732)
@@ -78,7 +78,7 @@ def test_xid79_on_the_culprit_node_minutes_before_is_the_cause() -> None:
     nodes = _wd_nodes({"gpu018": {"kernel-log": kernel_capture(_dmesg_at(T0 - 300))},
                        "gpu017": {"kernel-log": kernel_capture(_dmesg_at(T0 - 9000, 13)[:0] + "[Mon Nov 23 06:00:01 "
                                                                "2026] Linux version 6.8.0\n")}})
-    verdict, results = attribute.triage(make_bundle(nodes), reg.load())
+    verdict, results = judge.triage(make_bundle(nodes), reg.load())
     assert verdict.category == "hardware"
     assert [c["node"] for c in verdict.culprits] == ["gpu018"] and 4 in verdict.culprits[0]["ranks"]
     assert verdict.action.startswith("drain gpu018") and "--exclude=gpu018" in verdict.action
@@ -94,7 +94,7 @@ def test_a_fatal_pcie_error_without_an_xid_is_timed_like_one() -> None:
            "(Receiver ID)\n"
            f"[{stamp}] nvidia 0000:9b:00.0:   device [10de:2330] error status/mask=00040000/00000000\n")
     nodes = _wd_nodes({"gpu018": {"kernel-log": kernel_capture(aer)}})
-    verdict, _ = attribute.triage(make_bundle(nodes), reg.load())
+    verdict, _ = judge.triage(make_bundle(nodes), reg.load())
     assert verdict.category == "hardware", verdict
     assert [c["node"] for c in verdict.culprits] == ["gpu018"]
     assert any("min before the first failure" in e for e in verdict.evidence)
@@ -102,7 +102,7 @@ def test_a_fatal_pcie_error_without_an_xid_is_timed_like_one() -> None:
 
 def test_old_xid_outside_the_window_is_not_the_cause() -> None:
     nodes = _wd_nodes({"gpu018": {"kernel-log": kernel_capture(_dmesg_at(T0 - 3 * 86400))}})
-    verdict, _ = attribute.triage(make_bundle(nodes), reg.load())
+    verdict, _ = judge.triage(make_bundle(nodes), reg.load())
     assert verdict.category == "communication hang"
     assert any(f["node"] == "gpu018" and not f["correlated"] for f in verdict.node_faults)
 
@@ -113,7 +113,7 @@ def test_skipped_collective_from_flight_recorder_dumps() -> None:
              "b": {"triage-run-dir": files_capture({"fr-rank2.json": TRIAGE / "fr_gloo_rank2.json",
                                                     "hang-rank2.json": json.dumps({"rank": 2, "host": "b",
                                                                                    "section": "step", "time": T0})})}}
-    verdict, _ = attribute.triage(make_bundle(nodes))
+    verdict, _ = judge.triage(make_bundle(nodes))
     assert verdict.category == "communication hang"
     assert verdict.culprits == [{"node": "b", "ranks": [2]}]
     assert verdict.collective == {"op": "all_reduce", "seq": 3}
@@ -125,7 +125,7 @@ def test_crash_first_failure_and_consequences() -> None:
                                                         mtimes={"rank3.log": T0})},
              "gpu018": {"triage-run-dir": files_capture({"rank1.log": TRIAGE / "rank1_peer_closed.log"},
                                                         mtimes={"rank1.log": T0 + 5})}}
-    verdict, _ = attribute.triage(make_bundle(nodes))
+    verdict, _ = judge.triage(make_bundle(nodes))
     assert verdict.category == "software crash"
     assert verdict.culprits == [{"node": "gpu017", "ranks": [3]}]
     assert "RuntimeError" in verdict.summary and verdict.first_failure["rank"] == 3
@@ -134,7 +134,7 @@ def test_crash_first_failure_and_consequences() -> None:
 def test_sigkill_without_traceback_points_at_memory() -> None:
     nodes = {"gpu022": {"triage-logs": files_capture({"launcher.log": TRIAGE / "rank5_sigkill.log"},
                                                      probe=LOGS_PROBE)}}
-    verdict, _ = attribute.triage(make_bundle(nodes))
+    verdict, _ = judge.triage(make_bundle(nodes))
     assert verdict.category == "software crash" and "SIGKILL" in verdict.summary
     assert verdict.culprits[0]["ranks"] == [5] and "OOM" in verdict.action
 
@@ -143,7 +143,7 @@ def test_ras_and_fr_trace_outputs_name_ranks() -> None:
     nodes = {"login": {"triage-logs": files_capture({"ras.txt": TRIAGE / "ncclras_rank_behind.txt",
                                                      "fr_trace.txt": TRIAGE / "fr_trace_missing_rank.txt"},
                                                     probe=LOGS_PROBE)}}
-    verdict, _ = attribute.triage(make_bundle(nodes))
+    verdict, _ = judge.triage(make_bundle(nodes))
     assert verdict.category == "communication hang"
     named = {r for c in verdict.culprits for r in c["ranks"]}
     assert named == {6, 13, 21}
@@ -154,20 +154,20 @@ def test_stragglers_are_a_slowdown() -> None:
     ev = {"check": "runtime.straggler", "node": "gpu031", "status": "warn", "summary": "straggler at step 400: "
           "rank 9 (gpu031) score 1.62", "facts": {"stragglers": [9], "hosts": ["gpu031"]}, "rank": 0, "time": T0}
     nodes = {"gpu030": {"triage-run-dir": files_capture({"events-rank0.jsonl": json.dumps(ev) + "\n{torn"})}}
-    verdict, results = attribute.triage(make_bundle(nodes))
+    verdict, results = judge.triage(make_bundle(nodes))
     assert verdict.category == "slowdown" and verdict.culprits == [{"node": "gpu031", "ranks": [9]}]
     assert results[0].status is Status.WARN
 
 
 def test_nothing_and_garbage_never_raise(tmp_path: Path) -> None:
-    verdict, results = attribute.triage(make_bundle({}))
+    verdict, results = judge.triage(make_bundle({}))
     assert verdict.category == "unknown" and results[0].status is Status.ERROR
     junk = {"n1": {"triage-run-dir": files_capture({"fr-rank0.json": b"\x80\x04junk", "hang-rank1.json": "{",
                                                     "events-rank0.jsonl": "not json", "heartbeat-rank0.json": "[]",
                                                     "blob.bin": b"\x00\x01", "rank9.log": "\xff garbage"}),
                    "triage-procs": files_capture({})}}
     broken = collect.Bundle(nodes=junk, errors={"n2": "connection refused"})
-    verdict, _ = attribute.triage(broken)
+    verdict, _ = judge.triage(broken)
     assert verdict.category == "unknown"
     assert any("n2" in p for p in attribute.read_bundle_facts(broken).problems)
     assert verdict.input_errors == ["n1:hang-rank1.json: corrupt hang record: not JSON (Expecting property name "

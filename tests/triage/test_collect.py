@@ -16,7 +16,7 @@ import pytest
 from preflight import registry as reg
 from preflight.model import Capture, CaptureState
 from preflight.probes import run_probe
-from preflight.triage import attribute, collect, gather
+from preflight.triage import collect, gather, judge
 from tests.triage._bundles import TRIAGE
 
 
@@ -78,7 +78,7 @@ def test_bundle_round_trip_and_unpacked_folder(tmp_path: Path) -> None:
         tar.extractall(tmp_path / "unpacked", filter="data")
     again = collect.read_bundle(tmp_path / "unpacked")
     assert set(again.nodes) == {"gpu/1"}
-    verdict, _ = attribute.triage(again, reg.load())
+    verdict, _ = judge.triage(again, reg.load())
     assert verdict.category == "unknown"  # a log saying "hello" is no evidence of a clean run
 
 

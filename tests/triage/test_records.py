@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from preflight.model import Capture, CaptureState
-from preflight.triage import attribute
+from preflight.triage import judge
 from preflight.triage.collect import RUN_DIR_PROBE
 from tests.conftest import ROOT
 from tests.triage._bundles import make_bundle
@@ -289,10 +289,10 @@ def test_unreadable_files_are_input_errors() -> None:
            "skipped": [{"path": "/runs/exp/hang-rank0.json", "reason": "Permission denied", "error": True},
                        {"path": "/runs/exp/big.log", "reason": "over the total size limit"}]}
     cap = Capture(probe=RUN_DIR_PROBE, argv=["python3"], state=CaptureState.OK, stdout=json.dumps(doc), rc=0)
-    verdict, _ = attribute.triage(make_bundle({"gpu1": {RUN_DIR_PROBE: cap}}))
+    verdict, _ = judge.triage(make_bundle({"gpu1": {RUN_DIR_PROBE: cap}}))
     assert verdict.category == "unknown"
     assert "gpu1:/runs/exp/hang-rank0.json: unreadable: Permission denied" in verdict.input_errors
     assert not any("big.log" in e for e in verdict.input_errors)  # a size limit is not an error
     lost = Capture(probe=RUN_DIR_PROBE, argv=["python3"], state=CaptureState.LOST, reason="connection lost")
-    verdict, _ = attribute.triage(make_bundle({"gpu1": {RUN_DIR_PROBE: lost}}))
+    verdict, _ = judge.triage(make_bundle({"gpu1": {RUN_DIR_PROBE: lost}}))
     assert verdict.input_errors == ["/runs/exp: not read on any node (gpu1: connection lost)"]
