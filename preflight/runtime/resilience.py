@@ -111,37 +111,42 @@ class Resilience:
                  init_distributed: bool = True, pg_timeout_s: float = 600.0,
                  gpu_hour_cost: float | None = None, local_dir: str | os.PathLike[str] | None = None,
                  local_every: int = 10, local_keep_last: int = 2, replicas: int = 1,
-                 replay: str | None = None) -> None:
+                 replay: str | None = None, inprocess: bool = False, max_restarts: int = 3,
+                 max_faults_per_rank: int = 1, restart_timeout_s: float | None = None) -> None:
         if save_every < 1 or stop_check_every < 1:
             raise ValueError("save_every and stop_check_every must be at least 1")
         self.run_dir = Path(run_dir)
         self.gpu_hour_cost = gpu_hour_cost
-        # what stopped the previous attempt, read before this one writes anything (rank 0 reports it)
-        self.started_at = time.time()
-        self.incident: Any = None
-        if os.environ.get("RANK", "0") == "0":
-            from preflight.runtime import downtime
-
-            self.incident = downtime.last_good(self.run_dir, before=self.started_at)
-        self.downtime: dict[str, Any] | None = None
+        self._progress()
         self.state: dict[str, Any] = dict(state or {})
         self.save_every = int(save_every)
-        self.created_group = init_process_group(backend, pg_timeout_s) if init_distributed else False
+        self._monitor_args = (step_timeout, warmup_timeout, checkpoint_timeout, kill_stuck_peers, straggler_interval)
+        self._ckpt_args = (Path(checkpoint_dir) if checkpoint_dir else self.run_dir / "checkpoints", keep_last,
+                           async_save)
+        self.inprocess: Any = None
+        self.spare_unused = False
+        if inprocess:
+            self.created_group = self._start_inprocess(backend, restart_timeout_s or step_timeout, max_restarts,
+                                                       max_faults_per_rank)
+        else:
+            self.created_group = init_process_group(backend, pg_timeout_s) if init_distributed else False
         self.rank, self.world_size = _rank_world()
         self.events = EventWriter(self.run_dir, rank=self.rank)
+        if self.inprocess is not None:
+            self.inprocess._events = self.events
         self.restart = restart_count()
         self.preemption = Preemption(events=self.events, every=stop_check_every)
         self.watchdog: Any = None
         self.straggler: Any = None
         self.loss_guard: Any = None
-        if monitors:
-            self._monitors(step_timeout, warmup_timeout, checkpoint_timeout, kill_stuck_peers, straggler_interval)
+        self.monitors = monitors
+        if monitors and not self.spare_unused:
+            self._monitors(*self._monitor_args)
         self._own_crash = crash.installed() is None
         self.crash = crash.install(self.run_dir, rank=self.rank, watchdog=self.watchdog, events=self.events)
-        from preflight.runtime.checkpoint import CheckpointManager
-
-        self.checkpoints = CheckpointManager(Path(checkpoint_dir) if checkpoint_dir else self.run_dir / "checkpoints",
-                                             keep_last=keep_last, events=self.events, async_save=async_save)
+        self.checkpoints: Any = None
+        if self.inprocess is None or not self.inprocess.is_spare:  # a spare's comes after the restore
+            self._checkpoint_manager()
         self.local: Any = None
         self.local_every = max(1, int(local_every))
         if local_dir is not None:
@@ -153,13 +158,48 @@ class Resilience:
 
             guard = LossGuard(events=self.events, rank=self.rank, raise_on_nonfinite=False)
             self.replay = Replay(self.events, on_data=replay, guard=guard, rank=self.rank)  # type: ignore[arg-type]
+
+    def _progress(self) -> None:
+        """Where the loop stands; and what stopped the previous attempt, read before this one
+        writes anything (rank 0 reports it after the first step)."""
+        self.started_at = time.time()
+        self.incident: Any = None
+        if os.environ.get("RANK", "0") == "0":
+            from preflight.runtime import downtime
+
+            self.incident = downtime.last_good(self.run_dir, before=self.started_at)
+        self.downtime: dict[str, Any] | None = None
         self.restored_from: str | None = None
+        self._redo: int | None = None  # the step to run again after an in-process restart
+        self._recovered: dict[str, Any] | None = None
+        self._last_step_end = time.time()
         self.start_step = 0
         self.done = 0  # steps completed (the step to run next)
         self.finished = False
         self.stopped = False
         self._current: int | None = None
         self._closed = False
+
+    def _checkpoint_manager(self) -> None:
+        from preflight.runtime.checkpoint import CheckpointManager
+
+        folder, keep_last, async_save = self._ckpt_args
+        self.checkpoints = CheckpointManager(folder, keep_last=keep_last, events=self.events, async_save=async_save)
+
+    def _start_inprocess(self, backend: str | None, timeout_s: float, max_restarts: int,
+                         max_faults_per_rank: int) -> bool:
+        """Form the process group through `InProcessRestart` (a warm spare waits here until it
+        replaces a failed rank, or the job ends)."""
+        from preflight.runtime.inprocess import InProcessRestart
+
+        if backend is None:
+            import torch
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        self.inprocess = InProcessRestart(self.run_dir, backend=backend, timeout_s=timeout_s,
+                                          max_restarts=max_restarts, max_faults_per_rank=max_faults_per_rank)
+        self.spare_unused = not self.inprocess.start()
+        return True
 
     def _monitors(self, step_timeout: float, warmup_timeout: float, checkpoint_timeout: float,
                   kill_stuck_peers: bool, interval: int) -> None:
@@ -168,9 +208,12 @@ class Resilience:
         from preflight.runtime.watchdog import Watchdog
 
         try:
+            rs = self.inprocess
             self.watchdog = Watchdog(self.run_dir, timeouts={"step": "auto", "checkpoint": checkpoint_timeout},
                                      auto_floor_s=step_timeout, auto_initial_s=warmup_timeout,
-                                     kill_stuck_peers=kill_stuck_peers, events=self.events, rank=self.rank)
+                                     kill_stuck_peers=kill_stuck_peers, events=self.events, rank=self.rank,
+                                     exit_on_hang=rs is None,
+                                     on_hang=(lambda rec: rs.abort("watchdog: a peer stopped")) if rs else None)
         except Exception as exc:  # noqa: BLE001 - train unwatched rather than not at all
             log.warning("preflight: watchdog disabled: %s", exc)
         self.straggler = StragglerDetector(interval_steps=interval, events=self.events, rank=self.rank)
@@ -191,6 +234,8 @@ class Resilience:
         """Yield the steps still to run, from the one after the newest checkpoint to `total - 1`.
 
         After each step: checkpoint when due, stop and save when preempted (SystemExit)."""
+        if self.spare_unused:
+            self._spare_not_needed()
         if self.restart > 0 and read_marker(self.run_dir) is not None:
             self._not_restarted_in_place()
         self.resume()
@@ -199,8 +244,13 @@ class Resilience:
             self._current = step
             yield step
             self._current = None
+            if self._redo is not None:  # an in-process restart: the faulted step again, re-formed
+                step, self._redo = self._redo, None
+                continue
             if step == self.start_step:
                 self._report_downtime()
+            self._after_recovery()
+            self._last_step_end = time.time()
             self.done = step = step + 1
             stop = self.preemption.should_stop(step)
             if stop or step % self.save_every == 0 or step == total:
@@ -210,6 +260,8 @@ class Resilience:
             if stop:
                 self._stop_preempted()
         self.finished = True
+        if self.inprocess is not None:
+            self.inprocess.done()  # waiting spares are released
         self.checkpoints.wait()  # an async save is complete before the loop says it finished
         self.events.emit(CHECK, Status.PASS, f"rank {self.rank} finished {self.done} steps", step=self.done,
                          facts={"step": self.done, "start_step": self.start_step, "world_size": self.world_size,
@@ -305,6 +357,13 @@ class Resilience:
         """Restore the newest checkpoint every rank can load (the shared one, or the node-local
         tier and its peer copies, whichever is newer); returns the step to run next."""
         loaded: Any
+        rs = self.inprocess
+        if rs is not None and rs.is_spare:  # a spare called in: the survivors' state, their step
+            self.done = self.start_step = rs.restore(self.state, 0)
+            self._checkpoint_manager()  # its group is made after the restore, as the survivors' is
+            self.restored_from = "peer"
+            self._emit_start(True)
+            return self.start_step
         if self.local is not None:
             from preflight.runtime.localckpt import restore
 
@@ -320,12 +379,80 @@ class Resilience:
             self.done = self.start_step = int(step)
         if self.rank == 0:
             clear_marker(self.run_dir)  # resumed: a later end is judged afresh
-        how = f"resumed at step {self.start_step}" if loaded is not None else "started from step 0"
+        self._emit_start(loaded is not None)
+        return self.start_step
+
+    def _emit_start(self, resumed: bool) -> None:
+        how = f"resumed at step {self.start_step}" if resumed else "started from step 0"
         self.events.emit(CHECK, Status.PASS, f"rank {self.rank} {how}", step=self.start_step,
                          facts={"pid": os.getpid(), "start_step": self.start_step, "world_size": self.world_size,
-                                "restart": self.restart, "resumed": loaded is not None,
+                                "restart": self.restart, "resumed": resumed,
                                 "restored_from": self.restored_from})
-        return self.start_step
+
+    # ----- in-process restart -----------------------------------------------------------
+    def recover(self, exc: BaseException) -> bool:
+        """A collective fault inside a step: with in-process restart, re-form the group with the
+        survivors (and a spare), restore the state from the rank that applied the most steps and
+        run the faulted step again (True). False: not a fault we handle; the exception goes on.
+        Past the limits `RestartFallback` (exit 75) ends the process for the launcher to restart."""
+        rs = self.inprocess
+        if rs is None or not rs.is_fault(exc):
+            return False
+        last_good = self._last_step_end
+        self._redo = rs.recover(exc, self.done, self.state)
+        self.done = self._redo
+        self.rank, self.world_size = rs.rank, rs.world_size
+        self._regroup()
+        self._recovered = {"last_good_at": last_good, "restart": dict(rs.last_restart or {})}
+        return True
+
+    def _regroup(self) -> None:
+        """The parts bound to the old process group or rank number, made again."""
+        old_wd = self.watchdog
+        if old_wd is not None:
+            with contextlib.suppress(Exception):
+                old_wd.close()
+        self.events = EventWriter(self.run_dir, rank=self.rank)
+        self.inprocess._events = self.events
+        if self.monitors:
+            self._monitors(*self._monitor_args)
+        self.crash.rank, self.crash.events, self.crash.watchdog = self.rank, self.events, self.watchdog
+        self.crash.path = self.run_dir / f"crash-rank{self.rank}.json"
+        self.preemption.events = self.events
+        if self.checkpoints is not None:
+            with contextlib.suppress(Exception):
+                self.checkpoints._closed = True  # its group is gone: nothing of it is waited for
+        self._checkpoint_manager()
+
+    def _after_recovery(self) -> None:
+        """After the first step following an in-process restart: its downtime (rank 0)."""
+        rec, self._recovered = self._recovered, None
+        if rec is None or self.rank != 0:
+            return
+        from preflight.runtime import downtime
+
+        facts = rec["restart"]
+        failed = facts.get("failed") or []
+        try:
+            price, currency = (self.gpu_hour_cost, downtime.DEFAULT_CURRENCY)
+            if price is None:
+                price, currency = downtime.price_from_config()
+            numbers = downtime.measure(
+                None, training_again_at=time.time(), world_size=self.world_size, step=self.done,
+                cost_per_gpu_hour=price, currency=currency, cause=_restart_cause(failed),
+                nodes=sorted({str(f.get("host")) for f in failed if f.get("host")}),
+                ranks=[int(f["rank"]) for f in failed if isinstance(f.get("rank"), int)],
+                run_dir=str(self.run_dir.resolve()), last_good_at=rec["last_good_at"])
+            downtime.emit(self.events, numbers)
+        except Exception as exc:  # noqa: BLE001 - accounting never stops training
+            log.warning("preflight: downtime not measured: %s", exc)
+
+    def _spare_not_needed(self) -> None:
+        self.events.emit(CHECK, Status.PASS, "warm spare not needed: the job ended without calling it in",
+                         facts={"spare": True})
+        self.stopped = True
+        self.crash.exit("clean", exit_code=0, summary="warm spare, not called in")
+        raise SystemExit(0)
 
     def _report_downtime(self) -> None:
         """After this attempt's first step: what the interruption before it cost (rank 0, one
@@ -399,7 +526,10 @@ class Resilience:
         self.preemption.close()
         if self._own_crash:
             self.crash.uninstall()  # the end is recorded; a later Resilience in this process installs its own
-        if self.created_group:
+        if self.inprocess is not None:
+            with contextlib.suppress(Exception):
+                self.inprocess.close()
+        elif self.created_group:
             import torch.distributed as dist
 
             with contextlib.suppress(Exception):
@@ -438,11 +568,24 @@ class _Step:
             self.section.__enter__()
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> bool:
         if self.section is not None:
             self.section.__exit__(et, ev, tb)
         if et is None and self.res.straggler is not None:
             self.res.straggler.step_end()
+        if ev is not None and isinstance(ev, Exception):
+            return self.res.recover(ev)  # True: re-formed, the step runs again
+        return False
+
+
+def _restart_cause(failed: list[dict[str, Any]]) -> str:
+    """The downtime cause of an in-process restart, from the failed ranks' causes."""
+    text = " ".join(str(f.get("cause") or "") for f in failed).lower()
+    if "sigkill" in text or "signal" in text or "killed" in text:
+        return "signal"
+    if "stopped" in text or "did not rejoin" in text or "timed out" in text:
+        return "hang"
+    return "crash" if failed else "unknown"
 
 
 def _job_store() -> Any:

@@ -150,3 +150,86 @@ def test_replay_of_a_one_time_corruption_ends_with_76_and_names_the_node(tmp_pat
     with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
         rows = [r for r in store.rows() if r.check == "runtime.replay"]
     assert [r.status for r in rows] == ["fail"], rows
+
+
+def _launch(tmp: Path, run: Path, steps: int, *, nproc: int = 4, spares: int = 0, max_restarts: int = 0,
+            **extra: str) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "SLURM_", "NCCL_", "PREFLIGHT_"))}
+    env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+                "CUDA_VISIBLE_DEVICES": "", "INPROCESS": "1", "STEP_TIMEOUT": "3", **extra})
+    cmd = [sys.executable, "-m", "preflight.runtime.launch", "--nproc", str(nproc), "--spares", str(spares),
+           "--max-restarts", str(max_restarts), str(WORKER), str(run), str(steps)]
+    with open(tmp / f"launch-{run.name}.log", "ab") as log:
+        p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+
+
+def _losses(run: Path) -> dict[int, str]:
+    out = {}
+    for line in (run / "losses.txt").read_text().splitlines():
+        step, loss = line.split()
+        out[int(step)] = loss  # a step redone after a re-form: its last loss
+    return out
+
+
+@pytest.mark.real
+def test_in_process_restart_with_a_warm_spare_keeps_the_loss_curve_of_an_uninterrupted_run(tmp_path: Path) -> None:
+    """4 ranks and a spare under the in-process launcher; the process of slot 2 is SIGKILLed at
+    step 10. The survivors re-form with the spare as rank 2, restore the state and redo step 10:
+    every step's loss and the final parameters equal an uninterrupted run's, the processes never
+    restarted, and the restart and its downtime are events."""
+    whole = tmp_path / "whole"
+    assert _launch(tmp_path, whole, 30) == 0, (tmp_path / "launch-whole.log").read_text()[-3000:]
+    run = tmp_path / "run"
+    assert _launch(tmp_path, run, 30, spares=1, FAULT_SLOT="2", FAULT_AT="10") == 0, \
+        (tmp_path / "launch-run.log").read_text()[-3000:]
+    assert _losses(run) == _losses(whole) and len(_losses(run)) == 30
+    a, b = _final(whole), _final(run)
+    assert all(bool((a[k] == b[k]).all()) for k in a)
+    events = list(read_events(run))
+    restarts = [e["facts"] for e in events if e["check"] == "runtime.restart"]
+    assert len(restarts) == 1 and restarts[0]["new_world_size"] == 4, restarts
+    assert [f["rank"] for f in restarts[0]["failed"]] == [2] and "SIGKILL" in restarts[0]["failed"][0]["cause"]
+    lost = [e["facts"] for e in events if e["check"] == "runtime.downtime"]
+    assert len(lost) == 1 and lost[0]["cause"] == "signal" and lost[0]["ranks"] == [2], lost
+    spare = [e["facts"] for e in events if e["check"] == "runtime.train" and e["facts"].get("restored_from") == "peer"]
+    assert [(f["start_step"], f["world_size"]) for f in spare] == [(10, 4)]
+    assert not (run / "checkpoints").exists() or not [p for p in (run / "checkpoints").glob("step-*")
+                                                       if p.name != "step-00000030"]
+
+
+@pytest.mark.real
+def test_in_process_restart_fences_a_stopped_rank_and_trains_on_with_fewer(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert _launch(tmp_path, run, 30, FAULT_SLOT="2", FAULT_AT="10", FAULT_SIGNAL="STOP") == 0, \
+        (tmp_path / "launch-run.log").read_text()[-3000:]
+    assert len(_losses(run)) == 30
+    events = list(read_events(run))
+    restarts = [e["facts"] for e in events if e["check"] == "runtime.restart"]
+    assert len(restarts) == 1 and restarts[0]["new_world_size"] == 3, restarts
+    assert [f["rank"] for f in restarts[0]["failed"]] == [2] and restarts[0]["failed"][0].get("fenced"), restarts
+    ends = sorted(e["facts"]["how"] for e in events if e["check"] == "runtime.exit")
+    assert ends.count("clean") == 3, ends
+
+
+@pytest.mark.real
+def test_under_torchrun_a_killed_rank_falls_back_to_torchruns_restart(tmp_path: Path) -> None:
+    """torchrun's agent ends every worker when one dies: in-process restart cannot keep them, the
+    job restarts through torchrun and resumes from the node-local checkpoint."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "SLURM_", "NCCL_", "PREFLIGHT_"))}
+    env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "INPROCESS": "1",
+                "CUDA_VISIBLE_DEVICES": "", "LOCAL_DIR": str(tmp_path / "local"), "FAULT_SLOT": "1",
+                "FAULT_AT": "25"})
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "--max-restarts", "1", str(WORKER), str(run), "40"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    starts = sorted((e["facts"]["restart"], e["facts"]["start_step"]) for e in read_events(run)
+                    if e["check"] == "runtime.train" and "start_step" in e["facts"] and "resumed" in e["facts"])
+    assert starts == [(0, 0), (0, 0), (1, 20), (1, 20)], starts
+    assert len(_losses(run)) == 40
