@@ -267,6 +267,7 @@ class InProcessRestart:
         self.last_restart: dict[str, Any] | None = None
         self._pending: dict[str, Any] | None = None
         self._detected_at: float | None = None
+        self._abort_reason = ""
         self._formed = False
 
     # ----- store and process group ---------------------------------------------------------
@@ -390,8 +391,8 @@ class InProcessRestart:
         that `recover` handles; anything else is the training code's own error."""
         if not isinstance(exc, Exception):
             return False
-        if self._detected_at is not None:
-            return True  # abort() was called: whatever the collective raised is that fault
+        if self._aborted_at() is not None and isinstance(exc, RuntimeError):
+            return True  # abort() was called just now: what the aborted collective raised is that fault
         try:
             import torch.distributed as dist
 
@@ -404,11 +405,19 @@ class InProcessRestart:
         text = str(exc).lower()
         return any(w in text for w in _FAULT_WORDS)
 
+    def _aborted_at(self) -> float | None:
+        """When abort() was called, if recently enough to be the fault at hand (a watchdog alarm
+        whose step then completed must not turn a later training error into a restart)."""
+        at = self._detected_at
+        if at is None or time.monotonic() - at > 2 * self.timeout_s + self.join_timeout_s:
+            return None
+        return at
+
     def abort(self, reason: str = "abort requested") -> None:
         """From any thread (the watchdog's `on_hang`): mark the fault detected now and, with
         NCCL, abort the communicator so the blocked collective returns. A gloo collective cannot
         be aborted (it ends at its timeout); never raises."""
-        if self._detected_at is None:
+        if self._aborted_at() is None:
             self._detected_at = time.monotonic()
             self._abort_reason = reason
         if self.backend != "nccl":
@@ -433,8 +442,10 @@ class InProcessRestart:
         """After a fault: agree, fence, re-form, restore; returns the step to redo. `step` is the
         number of steps whose update this rank applied. Raises RestartFallback (exit 75) when
         recovery is impossible or over its limits, Excluded (exit 76) on a process left out."""
-        detected = self._detected_at if self._detected_at is not None else time.monotonic()
-        cause = describe(exc)
+        aborted = self._aborted_at()
+        detected = aborted if aborted is not None else time.monotonic()
+        self._detected_at = None
+        cause = describe(exc) if aborted is None else f"{self._abort_reason}; then {describe(exc)}"
         _drop_tracebacks(exc)
         self._teardown()
         gen = self.generation
@@ -460,7 +471,6 @@ class InProcessRestart:
                 cause = describe(again)
                 self._teardown()
                 continue
-            self._detected_at = None
             self._record(dict(plan, failed=lost, old_world=old_world), detected, cause)
             return new_step
 

@@ -102,8 +102,12 @@ def test_collective_faults_are_told_from_training_errors(tmp_path: Path) -> None
     assert not rs.is_fault(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"))
     assert not rs.is_fault(ValueError("bad batch"))
     assert not rs.is_fault(KeyboardInterrupt())  # type: ignore[arg-type]
-    rs.abort("watchdog fired")  # once aborted, whatever the collective raises is the fault
-    assert rs.is_fault(ValueError("anything"))
+    rs.abort("watchdog fired")  # just aborted: whatever runtime error the collective raises is the fault
+    assert rs.is_fault(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"))
+    assert not rs.is_fault(ValueError("bad batch"))
+    assert rs._detected_at is not None
+    rs._detected_at -= 2 * rs.timeout_s + rs.join_timeout_s + 1  # an old alarm whose step completed
+    assert not rs.is_fault(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"))
 
 
 def test_bad_limits_are_refused(tmp_path: Path) -> None:
@@ -413,3 +417,24 @@ def test_a_leader_gone_before_its_plan_costs_one_generation_not_a_hang(tmp_path:
         rs.close()
     assert (step, rs.generation) == (4, 2)
     assert time.monotonic() - t0 < 30
+
+
+def test_a_watchdog_abort_is_the_cause_and_the_start_of_the_recovery(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    rs = _one_rank(tmp_path)
+    assert rs.start()
+    try:
+        rs.abort("watchdog: a peer stopped")  # gloo: marks the detection, aborts nothing
+        time.sleep(0.2)
+        exc = RuntimeError("Timed out waiting 3000ms for recv operation to complete")
+        assert rs.is_fault(exc)
+        assert rs.recover(exc, 3, {"m": torch.nn.Linear(1, 1)}) == 3
+    finally:
+        rs.close()
+    f = restarts(tmp_path)[0]["facts"]
+    assert f["cause"].startswith("watchdog: a peer stopped; then RuntimeError: Timed out")
+    assert f["detect_to_reform_s"] >= 0.2  # counted from the watchdog's alarm, not from the exception
+    assert rs._aborted_at() is None  # spent by this recovery
