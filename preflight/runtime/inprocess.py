@@ -22,14 +22,17 @@ down breaks the collectives of the others. A rank that is stopped (SIGSTOP, a hu
 call) makes the survivors' collective wait for the process group's timeout, `timeout_s`. With
 NCCL, `abort()` (from the watchdog's `on_hang`, for instance) aborts the communicator so the
 blocked collective returns; a gloo collective cannot be aborted from another thread (torch
-2.13), its timeout is the bound.
+2.13), its timeout is the bound. A recent `abort()` is the recorded cause and the start of the
+recovery's clock. A watchdog next to this must not end the process on a hang
+(`Watchdog(exit_on_hang=False, on_hang=lambda rec: rs.abort("watchdog"))`).
 
 Agreement. Every survivor calls `recover(exc, step, state)` with the number of steps whose
 update it applied. Through the job's TCPStore, under a namespace of the launch attempt and a
 generation number, each survivor writes a join record; the first to arrive (`store.add`) leads:
 it waits until every member of the failed generation has joined or is known gone (a process of
 this host that is gone, a zombie or stopped, or one whose exit the launcher recorded), at most
-`join_timeout_s`, then writes the plan every survivor reads: the members of the new generation
+`join_timeout_s` (default: the process-group timeout + max(1 s, half of it), so that a healthy
+survivor still blocked in its collective is never taken for a failed one), then writes the plan every survivor reads: the members of the new generation
 (a warm spare takes the failed rank's number, so the world size and the data sharding stay;
 without one the world shrinks and the ranks above the failed one move down), the rank to
 restore from (the survivor that applied the most steps), or the fallback with its reason. The
@@ -38,7 +41,9 @@ that it is still the registered process), the others those of theirs; a failed r
 that comes back finds itself excluded and exits with `EXIT_EXCLUDED`. Every wait is bounded:
 a leader that dies before writing the plan costs the survivors one generation, not a hang.
 
-Re-form and restore. The survivors destroy the broken process group and create the next one
+Re-form and restore. `recover` lets go of the failed collective's traceback (it holds the
+process group alive; its sockets close when the group goes, and that is what makes a survivor
+still blocked on this rank fail at once). The survivors destroy the broken process group and create the next one
 through a `PrefixStore` of the generation (gloo's connect is bounded by `timeout_s`); the
 state is broadcast from the source rank (tensors one by one, the structure of the state dicts
 with `broadcast_object_list`) and loaded on every other rank, a spare included; `recover`
