@@ -89,7 +89,7 @@ log = logging.getLogger("preflight.runtime")
 
 CHECK = "runtime.restart"
 EXIT_FALLBACK = 75  # EX_TEMPFAIL, as the watchdog's hang code: the launcher restarts the job
-EXIT_EXCLUDED = 76  # this process was fenced out of the group: the job goes on without it
+EXIT_EXCLUDED = 77  # this process was fenced out of the group: the job goes on without it (76 is replay's suspect hardware)
 POLL_S = 0.02
 # environment set by `python -m preflight.runtime.launch`
 ENV_INPROCESS = "PREFLIGHT_INPROCESS"  # "1": the launcher keeps the survivors alive and hosts the store
@@ -114,7 +114,7 @@ class RestartFallback(SystemExit):
 
 
 class Excluded(SystemExit):
-    """This process was left out of the next generation (late, stopped, fenced): exit 76."""
+    """This process was left out of the next generation (late, stopped, fenced): exit 77."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(EXIT_EXCLUDED)
@@ -446,7 +446,7 @@ class InProcessRestart:
     def recover(self, exc: BaseException | None, step: int, stateful: Mapping[str, Any]) -> int:
         """After a fault: agree, fence, re-form, restore; returns the step to redo. `step` is the
         number of steps whose update this rank applied. Raises RestartFallback (exit 75) when
-        recovery is impossible or over its limits, Excluded (exit 76) on a process left out."""
+        recovery is impossible or over its limits, Excluded (exit 77) on a process left out."""
         aborted = self._aborted_at()
         detected = aborted if aborted is not None else time.monotonic()
         self._detected_at = None
