@@ -67,6 +67,17 @@ def _get_pool() -> _Pool:
         return _pool
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child (a DataLoader worker, a forked rank) has none of the parent's threads: work
+    handed to the parent's pool would wait forever. The child starts a pool of its own."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 _spares: list[bytearray] = []  # piece buffers kept between streams (fresh memory costs page faults)
 _spares_lock = threading.Lock()
 _MAX_SPARES = 8

@@ -547,3 +547,25 @@ def test_nothing_blocks_at_close_with_a_copy_pending(tmp_path: Path) -> None:
     finally:
         silent.close()
     assert os.path.exists(tmp_path / "local" / "rank0" / "step-00000001")
+
+
+def test_a_forked_child_hashes_with_a_pool_of_its_own() -> None:
+    """The pool's threads do not survive a fork: a child that used the parent's pool hung."""
+    data = os.urandom(9 << 20)
+    parent = piecehash.digest_bytes(data)  # the parent's pool exists before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: hash, report through the exit code
+        try:
+            os._exit(0 if piecehash.digest_bytes(data) == parent else 3)
+        except BaseException:
+            os._exit(4)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child hung hashing")
