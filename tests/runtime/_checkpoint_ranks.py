@@ -12,6 +12,7 @@ its own pid and the call fails.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -70,8 +71,16 @@ def run_ranks(fn: Callable[..., Any], world: int, args: Sequence[Any] = (), time
     port = free_port()
     procs = [ctx.Process(target=_child, args=(fn, r, world, port, init, tuple(args), queue), daemon=True)
              for r in range(world)]
-    for p in procs:
-        p.start()
+    # Process groups and stores of earlier tests left in reference cycles are collected here, in
+    # the parent: a forked child that garbage-collected them hung in their destructors (joining
+    # threads that exist only in the parent). What is left is frozen out of the children's GC.
+    gc.collect()
+    gc.freeze()
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        gc.unfreeze()
     results: dict[int, Any] = {}
     errors: dict[int, str] = {}
     deadline = time.monotonic() + timeout
