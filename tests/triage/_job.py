@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,7 +139,7 @@ def _init(timeout: timedelta) -> None:
     dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]), world_size=world, timeout=timeout)
 
 
-def _resume(a: argparse.Namespace, t: object) -> tuple[object | None, int]:
+def _resume(a: argparse.Namespace, t: object) -> tuple[Any, int]:
     """(the checkpoint manager or None, the step to start at), the state restored into `t`."""
     if a.ckpt_every <= 0:
         return None, 0
