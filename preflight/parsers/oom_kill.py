@@ -88,7 +88,7 @@ class OomLog:
         """pid -> the lines that name it as the OOM killer's victim (kill, choice, summary, reap)."""
         out: dict[int, list[OomEvent]] = {}
         for e in self.events:
-            if e.pid is not None and e.kind != "invoked":
+            if e.pid is not None:  # an "invoked" or "memcg_limit" line names no victim pid
                 out.setdefault(e.pid, []).append(e)
         return out
 
@@ -139,7 +139,7 @@ def parse_line(text: str) -> OomEvent | None:
     if m:
         return OomEvent(kind="reaped", line=text, pid=int(m["pid"]), comm=m["comm"], sizes_kb=_sizes(m["rest"]))
     m = _CHOSEN.search(text)
-    if m and ("score" in text or "sacrifice" in text or "sharing same memory" in text or m["why"]):
+    if m and (m["score"] or m["why"] or "sharing same memory" in text):  # the OOM killer's, not any "Kill process"
         why = (m["why"] or "").strip()
         return OomEvent(kind="killed" if "sharing same memory" in text else "chosen", line=text, pid=int(m["pid"]), comm=m["comm"], reason=why,
                         memcg=_memcg_reason(why), score=int(m["score"]) if m["score"] else None)

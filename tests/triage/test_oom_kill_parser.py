@@ -131,3 +131,47 @@ def test_nothing_to_read() -> None:
     assert oom_kill.parse("").events == []
     assert oom_kill.parse("\x00\x01 binary \xff").events == []
     assert oom_kill.describe([]) == ""
+
+
+# ----- odd cases and the exact words of each result ------------------------------------------------
+
+
+def test_a_whole_log_selects_the_old_choice_line_and_the_memcg_limit_line() -> None:
+    log = oom_kill.parse("[ 12.5] Out of memory: Kill process 4242 (python) score 903 or sacrifice child\n"
+                         "[ 12.6] Task in /slurm/uid_0/job_7 killed as a result of limit of /slurm/uid_0/job_7\n")
+    assert [e.kind for e in log.events] == ["chosen", "memcg_limit"]
+    assert log.events[0].score == 903 and log.events[0].pid == 4242
+    limit = log.memcg_limit
+    assert len(limit) == 1 and limit[0].cgroup == "/slurm/uid_0/job_7" and limit[0].memcg
+    assert limit[0].reason == "memory cgroup limit"
+    assert list(log.victims()) == [4242]  # the memcg line names no pid: no None key
+
+
+def test_the_choice_needs_a_score_or_a_reason() -> None:
+    assert oom_kill.parse_line("Kill process 7 (a) score 12").kind == "chosen"
+    assert oom_kill.parse_line("Kill process 7 (a) score 12 or sacrifice child").kind == "chosen"
+    assert oom_kill.parse_line("Out of memory: Kill process 7 (a)").reason == "Out of memory"
+    assert oom_kill.parse_line("Kill process 7 (a) sharing same memory").kind == "killed"
+    assert oom_kill.parse_line("Kill process 7 (a)") is None  # no sign of the OOM killer
+
+
+def test_a_summary_reads_its_constraint_and_either_memcg_sign() -> None:
+    ev = oom_kill.parse_line("oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+                             "task_memcg=/job_7,task=python,pid=4242,uid=0")
+    assert ev.reason == "CONSTRAINT_MEMCG" and ev.memcg and ev.cgroup == "/job_7" and ev.uid == 0
+    ev = oom_kill.parse_line("oom-kill:constraint=CONSTRAINT_NONE,oom_memcg=/job_8,task=python,pid=5,uid=1")
+    assert ev.memcg and ev.cgroup == "/job_8"
+    ev = oom_kill.parse_line("oom-kill:constraint=CONSTRAINT_NONE,task_memcg=/user.slice,task=python,pid=5,uid=1")
+    assert not ev.memcg and ev.n == 0
+
+
+def test_describe_words() -> None:
+    host = oom_kill.parse_line("Out of memory: Killed process 9 (python) total-vm:1kB, anon-rss:786432kB, "
+                               "file-rss:0kB")
+    assert oom_kill.describe([host]) == ("out of memory (host memory): the kernel's OOM killer killed python "
+                                         "(pid 9), anon-rss 0.8 GiB")
+    summary = oom_kill.parse_line("oom-kill:constraint=CONSTRAINT_NONE,task=train,pid=11,uid=0")
+    reaped = oom_kill.parse_line("oom_reaper: reaped process 12 (other), now anon-rss:0kB, file-rss:0kB")
+    assert "killed train (pid 11)" in oom_kill.describe([summary, reaped])  # no kill line: the first
+    nameless = oom_kill.OomEvent(kind="killed", line="", pid=3)
+    assert "killed ? (pid 3)" in oom_kill.describe([nameless])
