@@ -115,6 +115,10 @@ class Resilience:
                  max_faults_per_rank: int = 1, restart_timeout_s: float | None = None) -> None:
         if save_every < 1 or stop_check_every < 1:
             raise ValueError("save_every and stop_check_every must be at least 1")
+        for name, obj in (state or {}).items():
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise TypeError(f"state[{name!r}] ({type(obj).__name__}) has no state_dict()/load_state_dict(): "
+                                "give objects such as a model, an optimizer or an LR scheduler")
         self.run_dir = Path(run_dir)
         self.gpu_hour_cost = gpu_hour_cost
         self._progress()

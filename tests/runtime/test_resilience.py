@@ -88,6 +88,8 @@ def test_bad_arguments_are_a_clear_error(tmp_path: Path) -> None:
     for kw in ({"save_every": 0}, {"stop_check_every": 0}):
         with pytest.raises(ValueError, match="at least 1"):
             Resilience(tmp_path / "run", init_distributed=False, **kw)
+    with pytest.raises(TypeError, match=r"state\['step'\] \(int\) has no state_dict"):
+        Resilience(tmp_path / "run", init_distributed=False, state={"step": 3})
 
 
 def _loop(run: Path, total: int, corrupt_at: int = -1, nan_at: int = -1, **kw: object) -> list[tuple[int, bool]]:
