@@ -6,7 +6,7 @@
    `--trials` batches with a x20 target (a loss spike), each at a seeded step from 25 (the
    loss guard judges no spike before it has its warm-up and noise residuals): right verdicts
    (hardware for the corruption, at its step and rank; data for the others).
-2. Cost when nothing triggers: `Replay.step` around a stub `compute()` that sets the same
+2. Cost when nothing triggers: `Replay.step` around a `compute()` that only sets the same
    gradients a real step would (the bookkeeping alone: RNG state, one fused norm, the loss
    guard; training-thread CPU time), in 2 ranks the agreement (one one-element all-reduce,
    wall time), and end to end: an MLP step of about `--step-ms` (forward, backward, gradient
@@ -140,14 +140,15 @@ class Bench:
 
 
 def bookkeeping_us(bench: Bench, replay: Any, n: int) -> tuple[float, float]:
-    """Per-step microseconds of Replay.step around a stub compute that sets real-sized
-    gradients, and of the stub alone (its difference is the bookkeeping)."""
+    """Per-step microseconds of Replay.step around a compute that only sets real-sized
+    gradients (no forward or backward), and of that compute alone (the difference is the
+    bookkeeping)."""
     torch = bench.torch
     params = [p for p in bench.model.parameters()]
     grads = [torch.randn_like(p) for p in params]
     loss = torch.tensor(0.5)
 
-    def stub() -> Any:
+    def set_grads() -> Any:
         for p, g in zip(params, grads, strict=True):
             p.grad = g
         return loss
@@ -156,11 +157,11 @@ def bookkeeping_us(bench: Bench, replay: Any, n: int) -> tuple[float, float]:
     for rep in range(5):
         t0 = time.thread_time()
         for i in range(n):
-            replay.step(rep * n + i, stub, bench.model)
+            replay.step(rep * n + i, set_grads, bench.model)
         with_replay.append((time.thread_time() - t0) / n * 1e6)
         t0 = time.thread_time()
         for _ in range(n):
-            stub()
+            set_grads()
         alone.append((time.thread_time() - t0) / n * 1e6)
     return statistics.median(with_replay), statistics.median(alone)
 
@@ -187,7 +188,7 @@ def cost(step_ms: float, pairs: int, block: int, world: int) -> dict[str, Any]:
 
     bench = Bench(step_ms, world)
     replay = Replay(history="off", grad_spike_factor=None)  # a constant batch: no spike rule wanted here
-    book, stub = bookkeeping_us(bench, Replay(history="off", grad_spike_factor=None), 200)
+    book, grads_only = bookkeeping_us(bench, Replay(history="off", grad_spike_factor=None), 200)
     agree = agreement_us(replay, 300)
     for s in range(5):  # warm both paths
         bench.plain(s)
@@ -206,7 +207,7 @@ def cost(step_ms: float, pairs: int, block: int, world: int) -> dict[str, Any]:
         rep_ms.append(times["replay"] * 1e3)
     audit = Replay(history="off", audit_every=1, grad_spike_factor=None)
     trig = statistics.median(bench.replayed(audit, 10_000 + k) for k in range(max(3, block)))
-    return {"params": bench.params, "batch": bench.batch, "book_us": book - stub, "agree_us": agree,
+    return {"params": bench.params, "batch": bench.batch, "book_us": book - grads_only, "agree_us": agree,
             "plain_ms": statistics.median(plain_ms),
             "replay_ms": statistics.median(rep_ms), "overhead": statistics.median(ratios) - 1,
             "overhead_q": _quartiles(ratios), "triggered_ms": trig * 1e3}

@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from preflight.model import Status
-from preflight.runtime.events import EventWriter
+from preflight.runtime.events import EventWriter, emit_guarded
 
 log = logging.getLogger("preflight.runtime")
 
@@ -422,6 +422,33 @@ def _shard_name(rank: int) -> str:
 # ---------------------------------------------------------------------------- the manager
 
 
+def step_folders(root: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every `step-*` folder in `root`, newest first."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    found = []
+    for ent in entries:
+        m = STEP_RE.match(ent.name)
+        if m and ent.is_dir(follow_symlinks=False):
+            found.append((int(m.group(1)), Path(ent.path)))
+    return sorted(found, reverse=True)
+
+
+def join_background(owner: Any, timeout: float | None, what: str) -> None:
+    """Wait for `owner._thread` (a background save) and raise what it left in `owner._error`."""
+    th = owner._thread
+    if th is not None:
+        th.join(timeout)
+        if th.is_alive():
+            raise CheckpointError(f"{what} still running after {timeout} s")
+        owner._thread = None
+    err, owner._error = owner._error, None
+    if err is not None:
+        raise CheckpointError(f"background {what} failed: {err}") from err
+
+
 class CheckpointManager:
     """Saves and finds checkpoints in `directory`; see the module docstring for the protocol."""
 
@@ -488,15 +515,7 @@ class CheckpointManager:
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for an in-flight async save; raise `CheckpointError` if a background save failed."""
-        th = self._thread
-        if th is not None:
-            th.join(timeout)
-            if th.is_alive():
-                raise CheckpointError(f"checkpoint save still running after {timeout} s")
-            self._thread = None
-        err, self._error = self._error, None
-        if err is not None:
-            raise CheckpointError(f"background checkpoint save failed: {err}") from err
+        join_background(self, timeout, "checkpoint save")
 
     def latest(self, verify: bool = True) -> CheckpointInfo | None:
         """The newest complete checkpoint (every file present, size and sha256 as in the manifest).
@@ -782,16 +801,7 @@ class CheckpointManager:
         return self.directory / f"step-{step:08d}"
 
     def _step_folders(self) -> list[tuple[int, Path]]:
-        try:
-            entries = list(os.scandir(self.directory))
-        except OSError:
-            return []
-        found = []
-        for ent in entries:
-            m = STEP_RE.match(ent.name)
-            if m and ent.is_dir(follow_symlinks=False):
-                found.append((int(m.group(1)), Path(ent.path)))
-        return sorted(found, reverse=True)
+        return step_folders(self.directory)
 
     def _report_invalid(self, step: int, folder: Path, why: str) -> None:
         key = (str(folder), why)
@@ -803,16 +813,8 @@ class CheckpointManager:
                    remedy="an older checkpoint is used; inspect or delete the damaged folder",
                    facts={"step": step, "path": str(folder), "reason": why})
 
-    def _emit(self, status: Status, summary: str, *, step: int | None = None, evidence: list[str] | None = None,
-              remedy: str = "", facts: dict[str, Any] | None = None) -> None:
-        if status is not Status.PASS:
-            log.warning("preflight: %s", summary)
-        if self.events is None:
-            return
-        try:
-            self.events.emit(CHECK, status, summary, evidence=evidence, remedy=remedy, facts=facts, step=step)
-        except Exception as exc:  # events never break a save
-            log.warning("preflight: checkpoint event not written: %s", exc)
+    def _emit(self, status: Status, summary: str, **kw: Any) -> None:
+        emit_guarded(self.events, CHECK, status, summary, what="checkpoint", **kw)  # events never break a save
 
     @staticmethod
     def _d() -> Any:

@@ -65,6 +65,21 @@ class EventWriter:
         return rec
 
 
+def emit_guarded(events: EventWriter | None, check: str, status: Status | str, summary: str, *, what: str,
+                 log_pass: bool = False, step: int | None = None, evidence: list[str] | None = None,
+                 remedy: str = "", facts: dict[str, Any] | None = None) -> None:
+    """A runtime component's event: logged unless it is a pass (or `log_pass`), written when there
+    is an event writer, and a failure to write it only logged (`what` names the component)."""
+    if log_pass or Status(status) is not Status.PASS:
+        log.warning("preflight: %s", summary)
+    if events is None:
+        return
+    try:
+        events.emit(check, status, summary, evidence=evidence, remedy=remedy, facts=facts, step=step)
+    except Exception as exc:  # noqa: BLE001 - an event never breaks what it reports on
+        log.warning("preflight: %s event not written: %s", what, exc)
+
+
 def read_events(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Every event of every rank in a run directory; torn or garbage lines are skipped."""
     for path in sorted(Path(run_dir).glob("events-rank*.jsonl")):

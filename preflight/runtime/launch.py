@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -47,37 +47,30 @@ class LaunchError(Exception):
     """A launch that cannot start: the message is for the user."""
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if n < 1 or n > 1024:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 1024: {n}")
-    return n
-
-
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if n < 0 or n > 1000:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1000: {n}")
-    return n
+def _whole(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `lo` to `hi`."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if n < lo or n > hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}: {n}")
+        return n
+    return parse
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m preflight.runtime.launch",
                                 description="Start the workers of one node; survivors of a fault are kept "
                                             "alive for an in-process restart.")
-    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=_positive, required=True,
+    p.add_argument("--nproc", "--nproc-per-node", dest="nproc", type=_whole(1, 1024), required=True,
                    help="number of training ranks")
-    p.add_argument("--spares", type=_count, default=0, help="warm spare processes (default 0)")
-    p.add_argument("--max-restarts", type=_count, default=0,
+    p.add_argument("--spares", type=_whole(0, 1000), default=0, help="warm spare processes (default 0)")
+    p.add_argument("--max-restarts", type=_whole(0, 1000), default=0,
                    help="restarts of the whole set when the workers take the fallback (exit 75)")
     p.add_argument("--master-addr", default="127.0.0.1", help="address the store listens on")
-    p.add_argument("--master-port", type=_count, default=0, help="store port (0: a free one)")
+    p.add_argument("--master-port", type=_whole(0, 65535), default=0, help="store port (0: a free one)")
     p.add_argument("script", nargs="?", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     ns = p.parse_args(list(argv))

@@ -62,9 +62,10 @@ from preflight.runtime.checkpoint import (
     _dist,
     _remove_tree,
     _shard_name,
+    join_background,
     snapshot_to_cpu,
 )
-from preflight.runtime.events import EventWriter
+from preflight.runtime.events import EventWriter, emit_guarded
 from preflight.runtime.piecehash import PieceHashingFile, digest_bytes
 
 log = logging.getLogger("preflight.runtime")
@@ -208,15 +209,7 @@ class LocalCheckpointer:
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for an in-flight async local write; raise `CheckpointError` if it failed."""
-        th = self._thread
-        if th is not None:
-            th.join(timeout)
-            if th.is_alive():
-                raise CheckpointError(f"local checkpoint save still running after {timeout} s")
-            self._thread = None
-        err, self._error = self._error, None
-        if err is not None:
-            raise CheckpointError(f"background local checkpoint save failed: {err}") from err
+        join_background(self, timeout, "local checkpoint save")
 
     def wait_copies(self, timeout: float) -> bool:
         """Wait until no copy to a peer is pending or in flight; False when `timeout` passed first."""
@@ -517,16 +510,8 @@ class LocalCheckpointer:
                         {"step": step, "path": str(folder), "reason": why},
                         remedy="an older checkpoint or a peer's copy is used")
 
-    def _emit(self, status: Status, summary: str, *, step: int | None = None, evidence: list[str] | None = None,
-              remedy: str = "", facts: dict[str, Any] | None = None) -> None:
-        if status is not Status.PASS:
-            log.warning("preflight: %s", summary)
-        if self.events is None:
-            return
-        try:
-            self.events.emit(CHECK, status, summary, evidence=evidence, remedy=remedy, facts=facts, step=step)
-        except Exception as exc:
-            log.warning("preflight: local checkpoint event not written: %s", exc)
+    def _emit(self, status: Status, summary: str, **kw: Any) -> None:
+        emit_guarded(self.events, CHECK, status, summary, what="local checkpoint", **kw)
 
 
 class _CopyQueue:

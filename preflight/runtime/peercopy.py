@@ -46,6 +46,7 @@ from preflight.runtime.checkpoint import (
     _remove_tree,
     _shard_name,
     _start_writeback,
+    step_folders,
 )
 
 log = logging.getLogger("preflight.runtime")
@@ -68,20 +69,6 @@ class PeerError(RuntimeError):
 
 def step_dir(root: Path, step: int) -> Path:
     return root / f"step-{step:08d}"
-
-
-def step_folders(root: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every `step-*` folder in `root`, newest first."""
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return []
-    found = []
-    for ent in entries:
-        m = STEP_RE.match(ent.name)
-        if m and ent.is_dir(follow_symlinks=False):
-            found.append((int(m.group(1)), Path(ent.path)))
-    return sorted(found, reverse=True)
 
 
 def make_manifest(step: int, rank: int, world_size: int, digest: str, size: int) -> dict[str, Any]:

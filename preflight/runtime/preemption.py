@@ -85,7 +85,7 @@ from types import FrameType
 from typing import Any
 
 from preflight.model import Status
-from preflight.runtime.events import EventWriter, env_rank, flush_std_streams
+from preflight.runtime.events import EventWriter, emit_guarded, env_rank, flush_std_streams
 
 log = logging.getLogger("preflight.runtime")
 
@@ -310,15 +310,8 @@ class Preemption:
                    facts={"signal": what, "pid": os.getpid(), "caught_at": self.caught_at,
                           "delay_s": round(time.time() - (self.caught_at or time.time()), 6)})
 
-    def _emit(self, status: Status, summary: str, *, step: int | None = None, evidence: list[str] | None = None,
-              remedy: str = "", facts: dict[str, Any] | None = None) -> None:
-        log.warning("preflight: %s", summary)
-        if self.events is None:
-            return
-        try:
-            self.events.emit(CHECK, status, summary, evidence=evidence, remedy=remedy, facts=facts, step=step)
-        except Exception as exc:
-            log.warning("preflight: preemption event not written: %s", exc)
+    def _emit(self, status: Status, summary: str, **kw: Any) -> None:
+        emit_guarded(self.events, CHECK, status, summary, what="preemption", log_pass=True, **kw)
 
 
 def _dist(group: Any) -> Any:

@@ -214,6 +214,7 @@ def test_a_transient_fault_with_every_rank_alive_re_forms_the_same_group(tmp_pat
     (["--nproc", "x", str(WORKER)], "not a whole number"),
     (["--nproc", "2", "/nonexistent/train.py"], "training script not found"),
     (["--nproc", "2", "--spares", "-1", str(WORKER)], "between 0 and 1000"),
+    (["--nproc", "2", "--master-port", "70000", str(WORKER)], "between 0 and 65535"),
 ])
 def test_launcher_bad_input_is_a_clear_message(tmp_path: Path, args: list[str], words: str) -> None:
     cmd = [sys.executable, "-m", "preflight.runtime.launch", *(["--nproc", "2"] if not args else []), *args]
@@ -438,3 +439,9 @@ def test_a_watchdog_abort_is_the_cause_and_the_start_of_the_recovery(tmp_path: P
     assert f["cause"].startswith("watchdog: a peer stopped; then RuntimeError: Timed out")
     assert f["detect_to_reform_s"] >= 0.2  # counted from the watchdog's alarm, not from the exception
     assert rs._aborted_at() is None  # spent by this recovery
+
+
+def test_the_launcher_takes_a_usual_master_port() -> None:
+    from preflight.runtime import launch
+
+    assert launch.parse_args(["--nproc", "2", "--master-port", "29500", str(WORKER)]).master_port == 29500
