@@ -474,6 +474,10 @@ def _two_rank_job(rank: int, root: str, store_port: int) -> dict[str, Any]:
     # the job restarts: every rank constructs again and restores
     lc2 = LocalCheckpointer(local, store=store, local_world_size=1, events=EventWriter(run, rank=rank),
                             keep_last=3)
+    # every rank has published its new server before any asks (this stands for a new attempt of
+    # the job, whose keys are its own; here both run in one attempt, where the previous servers'
+    # addresses are still in the store until each rank publishes again)
+    dist.barrier()
     where = lc2.restorable()
     got = lc2.load_latest()
     dist.barrier()
