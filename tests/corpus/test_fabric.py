@@ -11,14 +11,17 @@ from preflight import registry
 from preflight.analyze import analyze
 from preflight.model import Result
 from tests.conftest import corpus_file
+from tests.corpus import Expected, accepts, cases
 
 _STALE = "fabricmanager/nvidia_smi_q_fabric_section_completed_but_stale_fm_dead.txt"
 _A40 = "fabricmanager/journal_fm_failed_nv_warn_nothing_to_do_2xA40_nvlink_bridge_gpuop610.txt"
 _NVTRUST = "fabricmanager/journalctl_xeu_fm_started_ok_then_restart_failed_8xH20_ppcie_nvtrust128.txt"
 _RESTART = "fabricmanager/fabricmanager_log_restart_hgxh100_535.161.08_nvswitch_nonfatal_gpud.log"
 _MULTICAST = "fabricmanager/fabricmanager_log_multicast_nvswitch_nonfatal_12028_gpud.log"
+_SXID_22013 = "fabricmanager/systemctl_status_fm_active_nvswitch_nonfatal_22013_port60_truncated_lines_aihub0007.txt"
+_FM_595_VS_590 = "fabricmanager/journal_fm_driver_interface_version_595_vs_loaded_590_crashloop_sprocket_index69459278002.txt"
 
-EXPECTED: dict[str, dict[str, str]] = {
+EXPECTED: dict[str, dict[str, Expected]] = {
     # 18 non-fatal SXid 12028 before a clean restart: WARN, not FAIL
     _RESTART: {"fabric.manager": "warn"},
     # multicast team setup/release is normal; one non-fatal 12028 at the end: WARN
@@ -50,7 +53,22 @@ EXPECTED: dict[str, dict[str, str]] = {
     "fabricmanager/systemctl_status_fm_active_running_nvlsm_guid_bottlerocket_pr142.txt": {"fabric.manager": "pass"},
     # Active: failed (Result: signal), code=killed, signal=KILL: the fabric manager is dead
     "fabricmanager/systemctl_status_fm_failed_signal_kill_while_fabric_completed.txt": {"fabric.manager": "fail"},
+    # batch 4
+    # non-fatal SXid 22013 on NVSwitch port 60 in the running unit's journal lines: WARN
+    _SXID_22013: {"fabric.manager": "warn"},
+    # the sibling node: running, NVSwitches configured, nothing in the journal lines
+    "fabricmanager/systemctl_status_fm_active_clean_pre_nvl5_aihub0008.txt": {"fabric.manager": "pass"},
+    # B300: the fabric manager and NVLSM running, the partition activated (the pager's "(END)" after it)
+    "fabricmanager/systemctl_status_fm_active_nvlsm_blackwell_b300_610_pager_end.txt": {"fabric.manager": "pass"},
+    # `nvidia-smi -q` Fabric State "In Progress": registration stuck, the GPUs cannot use the fabric
+    "fabricmanager/nvidia_smi_q_fabric_block_in_progress_580_wide_labels_gpuop2511.txt": {"fabric.manager": "fail"},
+    # active (running), "TriggeredBy" the NVSwitch device path, NVSwitches configured (prompts kept)
+    "fabricmanager/systemctl_status_fm_active_running_triggeredby_nvswitch_path_rhelai02_h100_vm_index66445594161.txt":
+        {"fabric.manager": "pass"},
+    # the fabric manager 595.71.05 refuses the loaded 590.48.01 kernel module and the unit crash-loops: FAIL
+    _FM_595_VS_590: {"fabric.manager": "fail"},
 }
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _result(rel: str) -> Result:
@@ -61,10 +79,10 @@ def _result(rel: str) -> Result:
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel", sorted(EXPECTED))
+@pytest.mark.parametrize("rel", cases(EXPECTED, KNOWN_GAPS))
 def test_corpus_expected(rel: str) -> None:
     r = _result(rel)
-    assert r.status.value == EXPECTED[rel]["fabric.manager"], (r.summary, r.evidence)
+    assert accepts(EXPECTED[rel]["fabric.manager"], r.status.value), (r.summary, r.evidence)
     assert r.summary and r.evidence
     assert r.remedy or r.status.value == "pass"
 
@@ -124,3 +142,15 @@ def test_corpus_talos_wrapper_is_not_a_verified_fabric() -> None:
                 "siderolabs893.log")
     assert "not verified" in r.summary and "4 NVSwitch management port(s)" in r.summary
     assert "0xcc40f3030027f630" in r.summary and r.node == "10.183.30.145"
+
+
+@pytest.mark.corpus
+def test_corpus_sxid_in_the_units_journal_names_switch_and_port() -> None:
+    r = _result(_SXID_22013)
+    assert "SXid 22013" in r.summary and "port 60" in r.summary and r.facts["log_nonfatal"] == 1
+
+
+@pytest.mark.corpus
+def test_corpus_version_refusal_names_both_versions() -> None:
+    r = _result(_FM_595_VS_590)
+    assert "595.71.05" in r.summary and "590.48.01" in r.summary and "failed" in r.summary

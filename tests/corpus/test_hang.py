@@ -8,10 +8,15 @@ from preflight import registry
 from preflight.analyze import analyze
 from preflight.model import Result
 from tests.conftest import corpus_file
+from tests.corpus import Expected, accepts, cases
 
 pytestmark = pytest.mark.corpus
 
-EXPECTED = {
+_WRAPPED = "pytorch/watchdog_timeout_broadcast_seq4_1800000ms_terminal_wrapped_lines_openr1_620.log"
+_TWO_PGS = "pytorch/watchdog_timeout_allreduce_two_pgs_ran_7h_progress_bar_prefix_pytorch118369.log"
+_MILABENCH = "pytorch/watchdog_timeout_reduce_seq2070_600000ms_milabench_host_stderr_prefix_wrapped_pr269.log"
+
+EXPECTED: dict[str, dict[str, Expected]] = {
     "pytorch/gloo_connection_closed_by_peer_barrier_ci_timestamp_prefix_pytorch61670.log": {"hang.watchdog": "fail"},
     "pytorch/gloo_recv_connection_closed_by_peer_traceback_pytorch78514.log": {"hang.watchdog": "fail"},
     "pytorch/watchdog_old_format_no_numel_allreduce_seq49_custom_timeout_18000000ms_instructglm3.log":
@@ -31,7 +36,22 @@ EXPECTED = {
     "flight-recorder/fr_trace_not_all_ranks_joining_allreduce_missing_3to7_pytorch_pr140969.txt":
         {"hang.watchdog": "fail"},
     "flight-recorder/torchfrtrace_missing_rank1_allreduce_tutorial_docexample.txt": {"hang.watchdog": "fail"},
+    # Batch 4: ranks stuck in a collective until the watchdog (or gloo) gave up: FAIL
+    # BROADCAST SeqNum 4 at 1800000 ms, lines wrapped by the terminal
+    _WRAPPED: {"hang.watchdog": "fail"},
+    # ALLREDUCE timeouts on two process groups, one after running for 7 h (a progress bar before each line)
+    _TWO_PGS: {"hang.watchdog": "fail"},
+    "pytorch/watchdog_timeout_allreduce_seq808_default_pg_guid_basicsr737.log": {"hang.watchdog": "fail"},
+    "pytorch/watchdog_terminate_distbackenderror_broadcast_seq880_stack_frames_catalyst15.log": {"hang.watchdog": "fail"},
+    # gloo: a send timed out after 1800000 ms inside all_gather
+    "pytorch/gloo_send_timeout_1800000ms_all_gather_traceback_detectron2_3243.log": {"hang.watchdog": "fail"},
+    # REDUCE SeqNum 2070 at 600000 ms, `host [stderr] ` prefixes and wrapped lines
+    _MILABENCH: {"hang.watchdog": "fail"},
+    "pytorch/watchdog_terminate_allgather_base_seq34397_1800000ms_h800_nccl1609.log": {"hang.watchdog": "fail"},
+    # the heartbeat monitor: the watchdog thread stuck for 480 s, no SeqNum
+    "pytorch/watchdog_heartbeat_monitor_stuck_480s_no_seqnum_wrapped_vlmr1_257.log": {"hang.watchdog": "fail"},
 }
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _hang(rel: str) -> Result:
@@ -39,10 +59,10 @@ def _hang(rel: str) -> Result:
     return r
 
 
-@pytest.mark.parametrize("rel", sorted(EXPECTED))
+@pytest.mark.parametrize("rel", cases(EXPECTED, KNOWN_GAPS))
 def test_expected(rel: str) -> None:
     r = _hang(rel)
-    assert r.status.value == EXPECTED[rel]["hang.watchdog"], r.summary
+    assert accepts(EXPECTED[rel]["hang.watchdog"], r.status.value), r.summary
     assert r.summary and r.evidence and r.remedy
 
 
@@ -115,3 +135,20 @@ def test_flight_recorder_colon_sequence_number_and_entry_wordings() -> None:
     t = _hang("flight-recorder/torchfrtrace_missing_rank1_allreduce_tutorial_docexample.txt")
     assert (t.facts["seq"], t.facts["missing_ranks"], t.facts["world_size"]) == (5, [1], 2)
     assert "rank 1 did not join all_reduce sequence number 5" in t.summary
+
+
+def test_wrapped_lines_are_joined() -> None:
+    r = _hang(_WRAPPED)
+    assert (r.facts["op"], r.facts["seq"], r.facts["timeout_ms"]) == ("BROADCAST", 4, 1800000)
+    assert r.facts["ranks"] == [1, 2, 3, 5, 6]
+
+
+def test_host_stderr_prefix_names_the_ranks() -> None:
+    r = _hang(_MILABENCH)
+    assert (r.facts["op"], r.facts["seq"], r.facts["timeout_ms"]) == ("REDUCE", 2070, 600000)
+    assert r.facts["ranks"] == [11, 12, 14, 15]
+
+
+def test_two_groups_timed_out() -> None:
+    r = _hang(_TWO_PGS)
+    assert r.facts["op"] == "ALLREDUCE" and r.facts["seq"] == 64088 and r.facts["timeout_ms"] == 1800000

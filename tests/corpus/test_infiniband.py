@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 
 from preflight.model import Result
-from tests.corpus import graded_one
+from tests.corpus import Expected, accepts, cases, either, graded_one
 
 pytestmark = pytest.mark.corpus
 
-EXPECTED = {
+_B300 = "ib/ibstat_b300_7x_cx8_down_disabled_4x_cx7_nvswitch_mgmt_active_100_dell.txt"
+_EVANS = "ib/ibv_devinfo_evans_2x_cx6_ib_both_port_init_lid65535_sm_lid0_index9171543546.txt"
+_TMUX = "ib/ibstatus_h20_mlx5_bond_roce_200_active_tmux_scroll_marker_deepep150.txt"
+
+EXPECTED: dict[str, dict[str, Expected]] = {
     "ib/ibstat_h100_roce400_all_active_gpud.txt": {"ib.hca": "pass"},
     "ib/ibstat_h100_roce_2ports_down_disabled_gpud.txt": {"ib.hca": "fail"},
     "ib/ibstat_h100_roce_some_down_polling_gpud.txt": {"ib.hca": "fail"},
@@ -34,28 +38,54 @@ EXPECTED = {
     "ib/ibv_devinfo_h100_cx7_ib_port_down_lid65535_deepep38.txt": {"ib.hca": "fail"},
     # PORT_ACTIVE, active_mtu 4096 = max_mtu, RoCE (LID 0 is normal on Ethernet)
     "ib/ibv_devinfo_h100_cx7_roce_port_active_mtu4096_deepep38.txt": {"ib.hca": "pass"},
+    # Batch 4, set B
+    # B300: all 7 compute CX-8 ports Down/Disabled (the 4 CX-7 NVSwitch management ports Active)
+    _B300: {"ib.hca": "fail"},
+    "ib/ibstat_cx7_mlx5_10_down_polling_rate10_guids_redacted_gpud482.txt": {"ib.hca": "fail"},
+    # Active at 400, the excerpt cut inside a CA block: nothing down
+    "ib/ibstat_h20_cx7_ndr400_active_truncated_mid_ca_deepep303.txt": {"ib.hca": "pass"},
+    "ib/ibstat_2x_cx6dx_roce_100_active_healthy_l2fwdnv6.txt": {"ib.hca": "pass"},
+    # Batch 4, set C (INDEX gives two statuses for most rows)
+    "ib/ibstat_cx7_mt4129_eth_down_disabled_rate40_truncated_mcnode28_index8905082393.txt":
+        {"ib.hca": either("fail", "warn")},
+    # mlx5_0 PORT_DOWN, the IB ports mlx5_2/3 PORT_INIT with LID 65535: no subnet manager
+    "ib/ibv_devinfo_neil_cx5_eth_down_active_cx6_ib_port_init_lid65535_no_sm_index9171543546.txt": {"ib.hca": "fail"},
+    _EVANS: {"ib.hca": "fail"},
+    # WARN (FAIL tolerated): the IB HCA is ACTIVE; an Ethernet port DOWN, RoCE MTU 1024
+    "ib/ibv_devinfo_tabs_cx6dx_eth_active_mtu1024_second_port_down_cx6_ib_active_lid7_deepep223.txt":
+        {"ib.hca": either("warn", "fail")},
+    # all ACTIVE; mlx5_0 at 200 HDR next to 400 NDR siblings: PASS/WARN
+    "ib/ibstatus_h20_bf3_roce_mlx5_0_hdr200_others_ndr400_active_deepep17.txt": {"ib.hca": either("pass", "warn")},
+    # all ACTIVE 200 (the last block cut after its sm lid line, a tmux scroll marker inside): PASS/WARN
+    _TMUX: {"ib.hca": either("pass", "warn")},
+    # one CA shown (the author's `...` before it): Active 400 IB
+    "ib/ibstat_ellipsis_then_cx7_mlx5_5_ndr400_active_ib_h100_gh3714u06_nccl1591.txt": {"ib.hca": either("pass", "warn")},
 }
+KNOWN_GAPS: dict[str, str] = {}
 
-# the H100 files, graded against the 8 x 400G profile as well (not the one-HCA ibv_devinfo excerpts: one block
-# cannot show the 8 compute NICs the profile counts)
-H100 = {rel: exp for rel, exp in EXPECTED.items() if "_h100_" in rel and not rel.startswith("ib/ibv_devinfo")}
+# the whole-node H100 ibstat files, graded against the 8 x 400G profile as well (not the one-HCA ibv_devinfo
+# excerpts nor the one-CA ibstat excerpt: they cannot show the 8 compute NICs the profile counts)
+H100 = {rel: EXPECTED[rel] for rel in (
+    "ib/ibstat_h100_roce400_all_active_gpud.txt", "ib/ibstat_h100_roce_2ports_down_disabled_gpud.txt",
+    "ib/ibstat_h100_roce_some_down_polling_gpud.txt", "ib/ibstat_h100_ib_3ports_down_disabled_gpud.txt",
+    "ib/ibstat_h100_ndr400_ib_plus_bond_all_active_gpud.txt")}
 
 
 def _ib(rel: str, profile: str = "auto") -> Result:
     return graded_one(rel, "ib.hca", profile)
 
 
-@pytest.mark.parametrize("rel", sorted(EXPECTED))
+@pytest.mark.parametrize("rel", cases(EXPECTED, KNOWN_GAPS))
 def test_expected_status(rel: str) -> None:
     r = _ib(rel)
-    assert r.status.value == EXPECTED[rel]["ib.hca"], r.summary
+    assert accepts(EXPECTED[rel]["ib.hca"], r.status.value), r.summary
     if r.status.value != "pass":
         assert r.summary and r.evidence and r.remedy
 
 
 @pytest.mark.parametrize("rel", sorted(H100))
 def test_expected_status_h100_profile(rel: str) -> None:
-    assert _ib(rel, "h100-sxm-8x").status.value == H100[rel]["ib.hca"]
+    assert accepts(H100[rel]["ib.hca"], _ib(rel, "h100-sxm-8x").status.value)
 
 
 def test_roce_all_active_12_ports() -> None:
@@ -155,3 +185,15 @@ def test_carrier_flaps_in_networkd_journal() -> None:
     r = _ib("ib/syslog_systemd_networkd_ib6_lost_gained_carrier_flaps_azure_vm_aznhc.log")
     assert "ib6" in r.summary and "6 times" in r.summary
     assert any("lost carrier" in e.lower() for e in r.evidence)
+
+
+def test_b300_compute_ports_down_and_management_ports_apart() -> None:
+    r = _ib(_B300)
+    assert r.facts["compute_total"] == 7 and r.facts["compute_active"] == 0
+    assert "mlx5_0 Down/Disabled" in r.summary and "4 other port(s) Active" in r.summary
+
+
+def test_ports_stuck_in_init_without_a_subnet_manager() -> None:
+    r = _ib(_EVANS)
+    assert "mlx5_0 Initializing" in r.summary and "mlx5_1 Initializing" in r.summary
+    assert "subnet manager" in r.remedy

@@ -7,8 +7,11 @@ import pytest
 from preflight import registry
 from preflight.analyze import analyze
 from tests.conftest import corpus_file
+from tests.corpus import Expected, assert_statuses, cases, either, statuses
 
-EXPECTED = {
+_A3HIGH = "nccl-tests/all_reduce_perf_table_only_8xH100_a3high_gke_263GBs_wrong_NA.txt"
+
+EXPECTED: dict[str, dict[str, Expected]] = {
     "nccl-tests/all_reduce_perf_2node_16xH100_gcp_a3mega.txt": {"nccl.allreduce": "pass"},
     # 2 ranks, 4 HCAs named, busbw plateaus near one 400G NIC; the table stops at 32 MiB
     "nccl-tests/all_reduce_perf_2node_1xH100_each_4nics_tree_40GBs_vs_200_prompt_mpirun_nccltests232.txt":
@@ -38,6 +41,34 @@ EXPECTED = {
     "nccl-tests/all_reduce_perf_2proc_x8gpu_16xH100_underperforming_220GBs.txt": {"nccl.allreduce": "fail"},
     # 4 x 8 H100 VMs (GPUs on one virtual PCIe bus), 365.84 GB/s: just under the ring figure 368
     "nccl-tests/all_reduce_perf_4node_32xH100_vmware_vms_366GBs_nccltests309.txt": {"nccl.allreduce": "warn"},
+    # Batch 4, set B
+    # 2 x 8 H200 over BlueField-3 400G RoCE: peak 485.66 GB/s (UCX warning lines around the table)
+    "nccl-tests/all_reduce_perf_2node_16xH200_roce_bf3_486GBs_ucx_warn_lines.txt": {"nccl.allreduce": "pass"},
+    # the same hosts, 12 data types x 3 sizes (10G-48G), float at 488.19
+    "nccl-tests/all_reduce_perf_2node_16xH200_datatype_all_10G_48G_repeated_sizes.txt": {"nccl.allreduce": "pass"},
+    # 2 x 8 A100-40GB on OCI RoCE: peak 237.94 (a dip at 512M)
+    "nccl-tests/all_reduce_perf_2node_16xA100_40GB_oci_oke_roce_238GBs_512M_dip.txt": {"nccl.allreduce": "pass"},
+    # rccl-tests, 8 MI300X on one node: 315.91 GB/s is normal for it
+    "nccl-tests/rccl_tests_all_reduce_perf_1node_8xMI300X_316GBs_amd.txt": {"nccl.allreduce": "pass"},
+    # the table only (no header): 16 ranks at 383-393 GB/s
+    "nccl-tests/all_reduce_perf_table_only_16xH100_8x400G_ib_392GBs_no_header_wutz.txt": {"nccl.allreduce": "pass"},
+    # the table only: 8 ranks of one H100 node at ~263 GB/s, below what one H100 node reaches (~360 on NVLink
+    # ring, ~470 with NVLS)
+    _A3HIGH: {"nccl.allreduce": either("warn", "fail")},
+    # Batch 4, set C
+    "nccl-tests/all_reduce_perf_2node_16xH200_oci_slurm_machinefile_preamble_486GBs_1G_16G_index39419071200.txt":
+        {"nccl.allreduce": "pass"},
+    "nccl-tests/all_reduce_perf_2node_16xH200_runai_mpi_logs_ssh_warnings_479GBs_nebius_index34012719961.txt":
+        {"nccl.allreduce": "pass"},
+    # INDEX: PASS/WARN. The table's tail only: 96.69 GB/s is the 4 x 200G target (the maintainer: "perfect"); the
+    # printed average covers rows the excerpt does not show
+    "nccl-tests/all_reduce_perf_table_tail_only_4x200G_nics_96GBs_step_increment_sizes_healthy_nccltests119.txt":
+        {"nccl.allreduce": either("pass", "warn")},
+}
+KNOWN_GAPS: dict[str, str] = {
+    _A3HIGH: "a table without its header names no GPU, so `auto` grades it on the generic profile, which has no "
+             "bandwidth floor for 8 ranks of an unknown GPU (graded with --profile h100-sxm-8x it WARNs: under the 330 GB/s "
+             "single-node floor)",
 }
 
 
@@ -47,11 +78,9 @@ def _one(rel: str, check: str):  # noqa: ANN202
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel", sorted(EXPECTED))
+@pytest.mark.parametrize("rel", cases(EXPECTED, KNOWN_GAPS))
 def test_corpus_conclusions(rel: str) -> None:
-    res = analyze(registry.load(), [corpus_file(rel)], profile_name="auto")
-    got = {r.check: r.status.value for r in res if r.check in EXPECTED[rel]}
-    assert got == EXPECTED[rel], [(r.check, r.status.value, r.summary) for r in res]
+    assert_statuses(rel, statuses(rel, EXPECTED[rel]), EXPECTED[rel])
 
 
 @pytest.mark.corpus
@@ -75,3 +104,11 @@ def test_plateau_at_one_nic() -> None:
     r = _one("nccl-tests/all_reduce_perf_2node_1xH100_each_4nics_tree_40GBs_vs_200_prompt_mpirun_nccltests232.txt",
              "nccl.allreduce")
     assert "plateaus at 41.52 GB/s" in r.summary and "4 HCAs" in r.summary
+
+
+@pytest.mark.corpus
+def test_table_without_header_on_the_h100_profile_is_under_the_floor() -> None:
+    [r] = [x for x in analyze(registry.load(), [corpus_file(_A3HIGH)], profile_name="h100-sxm-8x")
+           if x.check == "nccl.allreduce"]
+    assert r.status.value == "warn" and r.facts["codes"] == ["nccl.allreduce/peak-below-expected"]
+    assert r.facts["ranks"] == 8 and r.facts["peak_busbw"] == 263.55 and "below the expected 330" in r.summary

@@ -5,11 +5,16 @@ from __future__ import annotations
 import pytest
 
 from preflight.model import Result
-from tests.corpus import graded_one
+from tests.corpus import Expected, accepts, cases, either, graded_one
 
 pytestmark = pytest.mark.corpus
 
-EXPECTED = {
+_RESET_SICHEK = "xid/dmesg_T_nv_err_reset_required_gsprmalloc_failed_no_xid_sichek51.log"
+_OLD_XID32 = "xid/dmesg_raw_old_format_xid32_channel_id_intr_xid31_engmask_optimus_bumblebee677.log"
+_CMP40HX = "xid/dmesg_cmp40hx_rminitadapter_failed_0x22_0x56_894_repeated_cannot_attach_gpu_cmpunlocker4.log"
+
+
+EXPECTED: dict[str, dict[str, Expected]] = {
     "xid/xid119_gsp_rpc_timeout_xe9680.log": {"gpu.xid": "fail"},
     "xid/dmesg_iso_xid48_63_94_dbe_rowremap_peermem_gpud.log": {"gpu.xid": "fail"},
     "xid/dmesg_decode_xid13_43_app_fault_flood_gpud.log": {"gpu.xid": "warn"},
@@ -42,17 +47,51 @@ EXPECTED = {
     "xid/journal_k_xid62_pmu_halted_154_45_rtxpro6000_595_forum364958.log": {"gpu.xid": "fail"},
     "xid/journal_k_xid79_fallen_off_bus_rtx5080_ogkm1151.log": {"gpu.xid": "fail"},
     "xid/kmsg_xid62_154_gsp_watchdog_rtx5080_595_forum371272.log": {"gpu.xid": "fail"},
+    # Batch 4, set B
+    # Xid 48 (DBE) and 64 on 07:00; RmInitAdapter failed on 0a:00
+    "xid/syslog_xid48_dbe_xid64_blacklisting_failed_rminitadapter_gpuop1146.log": {"gpu.xid": "fail"},
+    # back-to-back GSP RPC timeouts, then Xid 154 "GPU Reset Required"
+    "xid/talos_kern_iso_ts_back_to_back_gsp_rpc_timeout_xid154_reset_required_ogkm446.log": {"gpu.xid": "fail"},
+    "xid/journal_xid120_gsp_task_exception_at_driver_init_crashcat_ogkm829.log": {"gpu.xid": "fail"},
+    # NV_ERR_RESET_REQUIRED from the driver, no Xid line: the GPU needs a reset
+    _RESET_SICHEK: {"gpu.xid": "fail"},
+    # application-level Xids only (13; 43 + 31): the job's fault, the GPUs stay usable
+    "xid/dmesg_T_xid13_mmu_fault_no_pid_field_b200_trtllm15610.log": {"gpu.xid": "warn"},
+    "xid/dmesg_xid13_graphics_exception_esr_8xA800_535_vllm5901.log": {"gpu.xid": "warn"},
+    "xid/dmesg_T_xid43_xid31_two_gpus_fault_pde_pytorch51382.log": {"gpu.xid": "warn"},
+    "xid/syslog_xid13_illegal_instruction_encoding_relion436.log": {"gpu.xid": "warn"},
+    # only a non-fatal NVSwitch SXid 22013 (Link 60), no GPU Xid
+    "xid/dmesg_nvswitch_sxid_22013_nonfatal_link60_no_gpu_xid_aihub0007.log": {"gpu.xid": "warn"},
+    # Batch 4, set C
+    "xid/dmesg_grep_xid48_dbe_63_row_remap_94_contained_52_00_550_index21335815681.log": {"gpu.xid": "fail"},
+    # the 2015 wording (`Channel ID ... intr`, `engmask`) of Xid 32 and 31: application-level
+    _OLD_XID32: {"gpu.xid": "warn"},
+    # no Xid, RmInitAdapter failed over and over: the GPU cannot be used
+    _CMP40HX: {"gpu.xid": "fail"},
+    "xid/dmesg_gb200_nv_err_reset_required_kernel_channel_single_line_no_xid_dradriver982.log": {"gpu.xid": "fail"},
+    # INDEX: WARN/PASS. Only non-fatal SXid 11004 (ingress invalid ACL) on 4 switches of a Service VM
+    "xid/dmesg_nvswitch_sxid_11004_nonfatal_ingress_invalid_acl_4_switches_service_vm_no_gpu_xid_index53190491635.log":
+        {"gpu.xid": either("warn", "pass")},
+    "xid/journal_fedora_nv_err_reset_required_fullchip_reset_asserts_pager_truncated_no_xid_ogkm1045.log":
+        {"gpu.xid": "fail"},
+    "xid/journal_mixed_app_lines_llama_swap_xid31_fault_pde_virt_read_illegal_memory_access_index17367881429.log":
+        {"gpu.xid": "warn"},
+    # INDEX: FAIL (WARN tolerated). GSP heartbeat timed out, no Xid
+    "xid/journalctl_k_no_hostname_gsp_heartbeat_timed_out_kgsp_1446_bazzite4449.log": {"gpu.xid": either("fail", "warn")},
+    # Xid 13 and 31 on one channel of one process (a deliberate bad access)
+    "xid/syslog_phx8_2fa_xid13_xid31_same_channel_fault_injection_python_index70602421390.log": {"gpu.xid": "warn"},
 }
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _xid(rel: str) -> Result:
     return graded_one(rel, "gpu.xid", "auto")
 
 
-@pytest.mark.parametrize("rel", sorted(EXPECTED))
+@pytest.mark.parametrize("rel", cases(EXPECTED, KNOWN_GAPS))
 def test_expected_status(rel: str) -> None:
     r = _xid(rel)
-    assert r.status.value == EXPECTED[rel]["gpu.xid"], r.summary
+    assert accepts(EXPECTED[rel]["gpu.xid"], r.status.value), r.summary
     if r.status.value != "pass":
         assert r.summary and r.evidence and r.remedy
 
@@ -146,3 +185,14 @@ def test_gsp_banners_are_part_of_their_xid119() -> None:
     r = _xid("xid/dmesg_T_xid119_gsp_timeout_45s_8xA100_vllm40652.log")
     assert r.facts["codes"] == ["gpu.xid/reset-gpu"] and not r.facts["faults"]
     assert "0001:6c:00 (GPU5)" in r.summary and "0001:96:00 (GPU6)" in r.summary
+
+
+def test_old_xid_wording_is_read() -> None:
+    r = _xid(_OLD_XID32)
+    assert r.facts["counts"] == {"0000:01:00": {"31": 1, "32": 2}}
+    assert "drain node" not in r.remedy
+
+
+def test_repeated_adapter_init_failure_without_an_xid() -> None:
+    r = _xid(_CMP40HX)
+    assert "GPU 0000:01:00: failed to initialise" in r.summary and not r.facts["events"]
