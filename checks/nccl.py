@@ -117,10 +117,27 @@ def _multi_node(procs: Sequence[NcclProc], gpus_per_node: int) -> list[str]:
     return list(dict.fromkeys(x for x in out if x))
 
 
+def _world_on_one_host(procs: Sequence[NcclProc]) -> list[str]:
+    """Every rank 0..N-1 of the largest communicator in the log printed by one named host: the job
+    is within that node (nccl-tests -g 8 prints all 8 ranks from one process)."""
+    size = max((n for p in procs for n in p.comm_ranks), default=0)
+    hosts = {p.host for p in procs if size in p.comm_ranks}
+    if size < 2 or len(hosts) != 1 or "" in hosts:
+        return []
+    mine = [p for p in procs if size in p.comm_ranks]
+    if set().union(*(p.comm_ranks[size] for p in mine)) != set(range(size)):
+        return []
+    return [f"all {size} ranks of the {size}-rank communicator are on {mine[0].host}",
+            mine[0].evidence.get(f"comm:{size}", "")]
+
+
 def _one_node(procs: Sequence[NcclProc]) -> list[str]:
     sized = [p for p in procs if p.local_ranks and p.nranks == p.local_ranks]  # nNodes 1 prints both equal
     if sized:
         return [sized[0].evidence.get("size", "")]
+    whole = _world_on_one_host(procs)
+    if whole:
+        return whole
     intra = [p for p in procs if p.intra]
     if len({p.host for p in procs}) == 1 and intra and not any(p.net_channels for p in procs):
         return [f"every channel in the log is within the node: {intra[0].evidence.get('intra', '')}"]
@@ -353,10 +370,16 @@ def _bad_networks(prof: Profile) -> list[ipaddress.IPv4Network | ipaddress.IPv6N
     return out
 
 
+# names only a host's own ports carry (IPoIB ib0/ibp*, udev's predictable enp*/ens*/eno*/enx*, bonds): an
+# address of theirs in Docker's default range is the site's own subnet (a container sees that bridge as eth0)
+_HOST_PORT = re.compile(r"^(?:ib|en[a-zA-Z]|bond|team)")
+
+
 def bad_interface(name: str, addr: str, prof: Profile) -> str:
     """Why NCCL cannot reach other nodes over this interface ("" when it can, or it is unknown):
     loopback, container and VM bridges (nccl.bad_interfaces), an address on a network that only
-    reaches the host itself (nccl.bad_networks, Docker's default bridge)."""
+    reaches the host itself (nccl.bad_networks, Docker's default bridge, unless the interface is
+    one of the host's own ports)."""
     prefixes = [p for p in (prof.get("nccl.bad_interfaces") or []) if isinstance(p, str)]
     if name and (name == "lo" or any(name.startswith(p) for p in prefixes)):
         return name
@@ -366,6 +389,8 @@ def bad_interface(name: str, addr: str, prof: Profile) -> str:
         return ""
     if ip.is_loopback:
         return f"{name} ({addr})"
+    if _HOST_PORT.match(name):
+        return ""
     hit = next((n for n in _bad_networks(prof) if ip.version == n.version and ip in n), None)
     return f"{name} ({addr} in {hit})" if hit is not None else ""
 
@@ -554,7 +579,8 @@ def nvls_findings(procs: Sequence[NcclProc], prof: Profile, f: Findings) -> None
 
 def gdr_findings(procs: Sequence[NcclProc], f: Findings) -> None:
     """GPUDirect RDMA off for an HCA (no nvidia-peermem, no DMA-BUF, a GPU without it): WARN; off
-    for a GPU/NIC pair by topology distance: NCCL's own choice, a note."""
+    by topology distance for every network channel a process shows (none via .../GDRDMA, no pair
+    Enabled): WARN; off by distance for some GPU/NIC pairs only: NCCL's own choice, a note."""
     off = [p for p in procs if p.gdr_off and p.net != "Socket"]
     if off:
         hcas = list(dict.fromkeys(h for p in off for h in p.gdr_off))
@@ -565,6 +591,16 @@ def gdr_findings(procs: Sequence[NcclProc], f: Findings) -> None:
               "kernel 5.12+, open GPU kernel modules); GPUs without GPUDirect RDMA (GeForce) cannot have it")
         return
     far = [p for p in procs if p.gdr_distance]
+    staged = [p for p in far if p.gdr is False and p.net_channels and p.net != "Socket"]
+    if staged:
+        f.add("nccl.transport/gdr-off-by-distance", f"GPUDirect RDMA is not used on {_labels(staged)}: NCCL finds "
+                                                    "the GPU and its NIC too far apart, and its network channels stage "
+                                                    "traffic through host memory",
+              [*[p.gdr_distance for p in staged[:QUOTED]], *[p.evidence.get("channel_net", "") for p in staged[:FOLLOW]]],
+              "the GPU and the HCA are not under one PCIe switch (nvidia-smi topo -m: PHB/NODE/SYS between them): "
+              "put a NIC under each GPU's PCIe switch (PIX/PXB), or, where the platform forwards peer-to-peer "
+              "traffic across the host bridge, raise NCCL_NET_GDR_LEVEL; check that ACS is off on the PCIe switches")
+        return
     if far:
         f.note(f"GPUDirect RDMA not used for some GPU/NIC pairs by topology distance (NCCL's choice, NCCL_NET_GDR_LEVEL) "
                f"on {_labels(far)}")

@@ -43,6 +43,11 @@ LINE = re.compile(
     _GLUED_TIME + r"(?P<host>" + _HOST + r"):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>[^:\s\[\]]+))? \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?|(?:[^\[\]]*?:\d+ )?NCCL )?"
     r"(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+# NCCL before 2.3 (`[dev] include/socket.h:185 WARN msg`, no word NCCL) with its `host:pid:tid` hidden behind
+# a placeholder of several words ("*server name*"), a time stamp or nothing: the source file after `[dev]` marks it,
+# and the line is one unnamed process (the prefix names no host)
+MASKED_LINE = re.compile(r"^(?:\S[^\[\]]{0,63}? )?\[(?P<dev>\d+)\] (?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?"
+                         r"(?P<level>INFO|WARN) (?P<msg>.*)$")
 # An NCCL line whose `host:pid:tid [dev]` prefix a paste left out: `init.cc:1247 NCCL WARN msg`,
 # `NCCL INFO msg` (the word NCCL is required: the 2.3 layout without it is read only with its prefix)
 BARE_LINE = re.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>[\w./-]{1,200}:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) "
@@ -195,6 +200,7 @@ class NcclProc:
     nranks: int | None = None
     nnodes: int | None = None
     local_ranks: int | None = None
+    comm_ranks: dict[int, set[int]] = field(default_factory=dict)  # communicator size -> the ranks this process printed
     mpi_rank: int | None = None  # the launcher's rank tag on its lines
     version: str = ""
     net: str = ""  # IB, Socket or a plugin network name ("" = the log does not say)
@@ -330,6 +336,9 @@ def _line(log: NcclLog, lines: list[Line], i: int, host: str = "") -> None:
     if m is not None:
         p = _proc(log, m.group("host"), m.group("pid"), ln)
         p.devs.add(m.group("dev"))
+    elif (m := MASKED_LINE.search(text)) is not None:
+        p = _proc(log, ln.host or host, "", ln)
+        p.devs.add(m.group("dev"))
     elif "NCCL " in text and (m := BARE_LINE.search(text)) is not None:
         p = _proc(log, ln.host or host, "", ln)
     else:
@@ -393,6 +402,9 @@ def _identity(p: NcclProc, msg: str, line: str) -> None:
     mc = _COMM.search(msg)
     if mc and (p.nranks is None or int(mc.group("nranks")) > p.nranks):  # the largest communicator is the world
         p.rank, p.nranks = int(mc.group("rank")), int(mc.group("nranks"))
+    if mc:  # a process driving several GPUs (nccl-tests -g 8) prints one line per rank
+        p.comm_ranks.setdefault(int(mc.group("nranks")), set()).add(int(mc.group("rank")))
+        p.evidence.setdefault(f"comm:{mc.group('nranks')}", line)
     if mc and mc.group("nnodes"):
         p.nnodes, p.local_ranks = int(mc.group("nnodes")), int(mc.group("local"))
         p.evidence.setdefault("size", line)
@@ -568,7 +580,12 @@ _DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::[^:\s\[\]]+)? \[\d+\] (?:[\w./-]+
 
 
 def _detected(text: str) -> bool:
-    return bool(_DETECT.search(text) and ("NCCL" in text or ".cu:" in text) or BARE_LINE.search(text))
+    """An NCCL line: its prefix with the word NCCL (or a .cu source), a bare `NCCL INFO|WARN`, or a
+    WARN in NCCL's layout of a version without the word (2.0 - 2.3) whose message is one NCCL prints."""
+    if _DETECT.search(text) and ("NCCL" in text or ".cu:" in text) or BARE_LINE.search(text):
+        return True
+    m = LINE.search(text) or MASKED_LINE.search(text)
+    return m is not None and m.group("level") == "WARN" and classify(m.group("msg"))[0] not in ("other", "benign")
 
 
 def detect(doc: Doc) -> bool:
@@ -579,5 +596,5 @@ FORMATS = [Format("nccl-log", detect=detect, priority=40,  # pragma: no mutate -
                   description="NCCL_DEBUG=INFO/WARN log (any NCCL era)")]
 PARSERS = [ParserSpec("nccl-log", parse)]
 
-__all__ = ["ERRORS", "FATAL", "FORMATS", "LINE", "PARSERS", "WC_STATUS", "NcclError", "NcclLog", "NcclProc", "classify",
+__all__ = ["ERRORS", "FATAL", "FORMATS", "LINE", "MASKED_LINE", "PARSERS", "WC_STATUS", "NcclError", "NcclLog", "NcclProc", "classify",
            "detect", "parse"]

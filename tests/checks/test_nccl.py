@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from preflight import registry as reg
+from preflight.framing import Doc
 from preflight.grading import FactStore, grade_check
 from preflight.model import Result, Status
 from preflight.profile import load as load_profile
@@ -88,12 +89,55 @@ def test_transport_lo_on_a_single_node_log_is_a_note() -> None:
 
 
 def test_transport_lo_without_single_node_proof_fails() -> None:
+    # rank 1's communicator lines are cut: only rank 0 of the 2-rank communicator is in view
+    text = "".join(ln + "\n" for ln in fixture_text("nccl/nccl_info_lo_bound_srun_prefix.log").splitlines()
+                   if "Channel" not in ln and "rank 1 n" not in ln.lower())
+    [r] = transport("", profile="generic", text=text)
+    assert r.status is Status.FAIL and codes(r) == ["bad-interface", "socket-single-host"]
+    assert r.summary.startswith("NCCL bound lo on dev-box3 rank 0, dev-box3 GPU1 pid 9901")
+    assert "NCCL_SOCKET_IFNAME" in r.remedy and r.facts["multi_node"] is None
+
+
+def test_every_rank_of_the_world_on_one_host_proves_one_node() -> None:
     text = "".join(ln + "\n" for ln in fixture_text("nccl/nccl_info_lo_bound_srun_prefix.log").splitlines()
                    if "Channel" not in ln)
     [r] = transport("", profile="generic", text=text)
-    assert r.status is Status.FAIL and codes(r) == ["bad-interface", "socket-single-host"]
-    assert r.summary.startswith("NCCL bound lo on dev-box3 rank 0, dev-box3 rank 1")
-    assert "NCCL_SOCKET_IFNAME" in r.remedy and r.facts["multi_node"] is None
+    assert r.status is Status.PASS and not codes(r)
+    assert any(e.startswith("NCCL lists lo on dev-box3 rank 0, dev-box3 rank 1; the log shows one node") for e in
+               r.evidence)
+    assert r.facts["multi_node"] is False
+    assert r.facts["scope_evidence"][0] == "all 2 ranks of the 2-rank communicator are on dev-box3"
+    assert r.facts["scope_evidence"][1].endswith("rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId "
+                                                 "0x4c1f9e03a7d2b816 - Init START")
+
+
+@pytest.mark.parametrize(("text", "one_node"), [
+    # nccl-tests -g 4: one process prints every rank of the 4-rank communicator
+    ("".join(f"g1:7:{8 + r} [{r}] NCCL INFO comm 0x{r} rank {r} nranks 4 cudaDev {r} - Init START\n" for r in range(4)),
+     True),
+    # rank 3 not in view
+    ("".join(f"g1:7:{8 + r} [{r}] NCCL INFO comm 0x{r} rank {r} nranks 4 cudaDev {r} - Init START\n" for r in range(3)),
+     False),
+    # two hosts share the ranks
+    ("g1:7:8 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 - Init START\n"
+     "g2:7:8 [0] NCCL INFO comm 0x1 rank 1 nranks 2 cudaDev 0 - Init START\n", False),
+    # every rank of a 2-rank group on g1, but the world is 4 ranks: its other ranks are out of view
+    ("g1:7:8 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 - Init START\n"
+     "g1:7:9 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 - Init START\n"
+     "g1:7:8 [0] NCCL INFO comm 0x3 rank 0 nranks 4 cudaDev 0 - Init START\n"
+     "g1:7:9 [1] NCCL INFO comm 0x4 rank 1 nranks 4 cudaDev 1 - Init START\n", False),
+    # a 1-rank communicator proves nothing of the job
+    ("g1:7:8 [0] NCCL INFO comm 0x1 rank 0 nranks 1 cudaDev 0 - Init START\n", False),
+    # lines without a host name
+    ("NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 - Init START\nNCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 - "
+     "Init START\n", False),
+])
+def test_world_on_one_host(text: str, one_node: bool) -> None:
+    from preflight.checks.nccl import job_scope
+    from preflight.parsers.nccl_log import parse as parse_nccl
+
+    procs = list(parse_nccl(Doc(text)).procs.values())
+    assert job_scope(procs, load_profile("generic")).one_node is one_node
 
 
 # ----------------------------------------------------------------------------- errors that end the job
@@ -436,6 +480,16 @@ def test_the_same_bad_interface_carried_by_one_process_and_listed_by_another() -
     ("veth3a", "", "veth3a"),
     ("br-5e1", "", "br-5e1"),
     ("eth0", "172.17.0.2", "eth0 (172.17.0.2 in 172.17.0.0/16)"),
+    ("net1", "172.17.0.3", "net1 (172.17.0.3 in 172.17.0.0/16)"),
+    # the host's own ports: a site subnet that happens to be 172.17.0.0/16
+    ("ib0", "172.17.120.71", ""),
+    ("ibp26s0", "172.17.1.1", ""),
+    ("enp67s0", "172.17.2.2", ""),
+    ("ens5f0", "172.17.2.2", ""),
+    ("eno1", "172.17.2.2", ""),
+    ("enx785ee8a015a1", "172.17.2.2", ""),
+    ("bond0", "172.17.2.2", ""),
+    ("ib0", "127.0.0.1", "ib0 (127.0.0.1)"),
     ("eth0", "127.0.1.1", "eth0 (127.0.1.1)"),
     ("eth0", "::1", "eth0 (::1)"),
     ("eth0", "172.18.0.2", ""),
@@ -1044,6 +1098,29 @@ def test_gdr_off_on_many_processes_and_by_distance() -> None:
     assert codes(sock) == ["socket-single-host"]
 
 
+@pytest.mark.parametrize(("extra", "staged"), [
+    ("g:1:2 [0] NCCL INFO Ring 00 : 1 -> 0 [receive] via NET/IB/0\n", True),
+    ("g:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA\n", False),
+    # another pair of the process has GDR: NCCL chose which pairs use it
+    ("g:1:2 [0] NCCL INFO GPU Direct RDMA Enabled for GPU 1b000 / HCA 1 (distance 2 <= 4), read 1\n"
+     "g:1:2 [0] NCCL INFO Ring 00 : 1 -> 0 [receive] via NET/IB/1\n", False),
+    ("", False),  # no network channel in view
+])
+def test_gdr_off_by_distance_on_every_network_channel_warns(extra: str, staged: bool) -> None:
+    r = one("g:1:2 [0] NCCL INFO Using network IB\n"
+            "g:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 3 >= 2)\n" + extra)
+    if staged:
+        assert r.status is Status.WARN and codes(r) == ["gdr-off-by-distance"]
+        assert r.summary == ("GPUDirect RDMA is not used on g GPU0 pid 1: NCCL finds the GPU and its NIC too far apart, "
+                             "and its network channels stage traffic through host memory")
+        assert r.evidence == ["g:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 3 >= 2)",
+                              "g:1:2 [0] NCCL INFO Ring 00 : 1 -> 0 [receive] via NET/IB/0"]
+        assert "NCCL_NET_GDR_LEVEL" in r.remedy and "PIX/PXB" in r.remedy
+    else:
+        assert r.status is Status.PASS and not codes(r)
+        assert any(e.startswith("GPUDirect RDMA not used for some GPU/NIC pairs by topology distance") for e in r.evidence)
+
+
 # ----------------------------------------------------------------------------- link layers
 
 def test_roce_port_among_ib_ports_warns() -> None:
@@ -1121,3 +1198,22 @@ def test_hosts_never_include_the_unnamed_process() -> None:
                ).summary.startswith("NCCL runs across nodes over TCP sockets on <cluster_name> GPU7 pid 926")
     anon_hcas = one("NCCL INFO NET/IB : Using [0]mlx5_10:1/IB ; OOB ib0:10.0.0.1<0>\n")
     assert anon_hcas.summary.startswith("NCCL uses 1 HCA(s) (mlx5_10) on a process the log does not name, fewer than")
+
+
+def test_nccl_20_connect_refused_with_a_masked_host_fails() -> None:
+    r = one(lines("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused",
+                  "NCCL failure *MyProgram*.cu:110 'unhandled system error'"))
+    assert r.status is Status.FAIL and codes(r) == ["connect-failed"]
+    assert r.summary == "NCCL could not connect to a peer from a process the log does not name GPU0 (Connection refused)"
+    assert r.evidence[0] == "*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused"
+
+
+def test_ipoib_in_dockers_default_range_is_the_sites_subnet() -> None:
+    text = "".join(f"dlv0{n}:{n}0:{n}0 [0] NCCL INFO Bootstrap : Using ib0:172.17.120.7{n}<0>\n"
+                   f"dlv0{n}:{n}0:{n}0 [0] NCCL INFO NET/IB : Using [0]mlx4_0:1/IB ; OOB ib0:172.17.120.7{n}<0>\n"
+                   f"dlv0{n}:{n}0:{n}0 [0] NCCL INFO Using network IB\n" for n in range(1, 5))
+    r = one(text)
+    assert r.status is Status.PASS and not codes(r), r.summary
+    assert r.summary == "NET/IB on 4 process(es) via mlx4_0:1/IB"
+    docker = one(text.replace("ib0:", "eth0:"))
+    assert codes(docker) == ["bad-interface"] and "eth0 (172.17.120.71 in 172.17.0.0/16)" in docker.summary

@@ -91,6 +91,13 @@ def test_every_corpus_file_has_an_expectation() -> None:
     assert not stale, f"expectations for files not in the corpus: {stale}"
 
 
+def test_known_gaps_are_expected_files_with_a_reason() -> None:
+    expected = expectations()
+    for rel, why in known_gaps().items():
+        assert rel in expected, f"known gap for a file with no expectation: {rel}"
+        assert len(why.split()) >= 5, f"{rel}: a known gap says why the tool misses it ({why!r})"
+
+
 @pytest.mark.corpus
 @pytest.mark.parametrize("rel", sorted(expectations()) or ["(no corpus)"])
 def test_corpus_file_conclusion(rel: str, graded: dict[str, dict[str, str]], request: pytest.FixtureRequest) -> None:

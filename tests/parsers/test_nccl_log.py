@@ -428,7 +428,14 @@ def test_garbage_gives_empty_facts(text: str) -> None:
 
 @pytest.mark.parametrize(("text", "hit"), [
     ("gpu01:2001:2001 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>\n", True),
-    ("seyun:17283:17549 [3] include/socket.h:371 WARN Connection closed by remote peer\n", False),
+    # 2.3 and older write no word NCCL: a WARN in NCCL's layout counts when its message is one NCCL prints
+    ("seyun:17283:17549 [3] include/socket.h:371 WARN Connection closed by remote peer\n", True),
+    ("seyun:17283:17549 [3] include/socket.h:371 WARN something of another program\n", False),
+    ("seyun:17283:17549 [3] include/socket.h:371 WARN Could not find real path of /sys/class/net/veth1\n", False),
+    ("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused\n", True),
+    ("*server name* [0] include/socket.h:185 INFO Call to connect failed : Connection refused\n", False),
+    ("2024-Sep-23 00:09:01.0809 1:26 [1] include/socket.h:270 CCOM WARN Call to connect failed : refused\n", False),
+    ("[0] WARN Call to connect failed : Connection refused\n", False),
     ("seyun:17283:17549 [3] misc/ibvwrap.cu:63 WARN Failed to open libibverbs.so\n", True),
     ("h:XXXXXX [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed\n", True),
     ("2024-01-01 12:00:00 INFO training step 5\n", False),
@@ -443,6 +450,17 @@ def test_garbage_gives_empty_facts(text: str) -> None:
 ])
 def test_detect(text: str, hit: bool) -> None:
     assert nccl_log.detect(Doc(text)) is hit
+
+
+def test_nccl_20_line_with_a_masked_host_is_one_unnamed_process() -> None:
+    log = parse("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused\n"
+                "NCCL failure *MyProgram*.cu:110 'unhandled system error'\n"
+                "2017-11-02 10:00:01 [3] init.cu:95 INFO Using internal Network Socket\n")
+    assert list(log.procs) == [("", "")] and log.procs[("", "")].devs == {"0", "3"}
+    assert log.procs[("", "")].net == "Socket" and log.lines == 2
+    [e] = log.errors
+    assert (e.kind, e.host, e.dev, e.fatal, e.detail) == ("socket_connect", "", "0", True, {"why": "Connection refused"})
+    assert log.job_errors == ["NCCL failure *MyProgram*.cu:110 'unhandled system error'"]
 
 
 def test_plugin_function_name_before_warn() -> None:
