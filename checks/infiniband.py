@@ -300,6 +300,10 @@ def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str,
     others_down = [p for p in others if not p.up and p.known]
     facts.update(compute_ports=[f"{p.ca}/{p.port}" for p in compute], compute_total=len(compute),
                  compute_active=len(up))
+    if rep.cut is not None:
+        facts["cut_port"] = f"{rep.cut.ca}/{rep.cut.port}"
+        f.note(f"{rep.cut.ca} port {rep.cut.port}: the capture ends inside its block, before its state line: "
+               "not graded")
     _tool_failure(ctx, rep, f)
     _unknown_states(rep.ports, f)
     _compute_findings(ctx.profile, exp, compute, f)
@@ -310,7 +314,8 @@ def _grade_ports(ctx: CheckContext, rep: IbReport, f: Findings, facts: dict[str,
     rates = sorted({p.fact()["rate"] for p in up if p.rate is not None})
     shape = f"{len(up)}/{len(compute)} compute ports Active ({'/'.join(layers) or '?'}, " \
             f"rate {'/'.join(map(str, rates)) or '?'})"
-    return shape + (f"; {len(others)} other port(s) Active" if others and not others_down else "")
+    return shape + (f"; {len(others)} other port(s) Active" if others and not others_down else "") + (
+        f"; {rep.cut.ca} port {rep.cut.port} cut before its state" if rep.cut is not None else "")
 
 
 _DRIVER_REMEDY = ("check the HCAs are visible (`lspci | grep -i mellanox`, `ls /sys/class/infiniband`), load "

@@ -4,7 +4,9 @@
 `ibv_devinfo [-v]`, `ibdev2netdev` ("mlx5_0 port 1 ==> ib0 (Up)") and the per-HCA status table
 some node checkers print (`PCI_addr | RDMA | Net | Numa | LnkStat | IpStat | Link | Rate |
 LnkCapWidth | LnkStaWidth | HCA_Type`). A tool that fails half-way keeps the ports it printed
-and its error lines (`ibpanic: ... stat of IB device 'mlx5_8' failed`).
+and its error lines (`ibpanic: ... stat of IB device 'mlx5_8' failed`). Output that ends inside the
+last port's block before its state line (a paste cut short) keeps that port apart (`cut`): it is not
+shown, rather than a port in a state nobody printed.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ class IbReport:
     missing_devices: list[str] = field(default_factory=list)
     no_devices: bool = False
     no_umad: bool = False  # ibstat could not open the umad interface (ib_umad not loaded): ports not read
+    cut: Port | None = None  # the last port, whose block the output ends in before its state line (not in ports)
     shows_rate: bool = True  # ibdev2netdev prints no rate or link layer
     nonblank: int = 0  # lines of output (0: the tool printed nothing)
 
@@ -297,6 +300,8 @@ def parse(doc: Doc) -> IbReport:
     for line in texts:
         if line.strip():
             reader.read(line)
+    if len(rep.ports) > 1 and not rep.ports[-1].state:
+        rep.cut = rep.ports.pop()  # a paste cut short: that port is not shown, not a port of unknown state
     return rep
 
 

@@ -1016,3 +1016,38 @@ def test_a_port_block_without_its_ca_line(text: str, state: str):
                                   "Port 1:\nPhysical state: Polling\n"])
 def test_other_port_lines_are_not_ibstat(text: str):
     assert not ibp.detect(Doc.join(frame(text).docs))
+
+
+def _ibstatus_block(ca: str, state: str | None = "4: ACTIVE") -> str:
+    head = (f"Infiniband device '{ca}' port 1 status:\n\tdefault gid:\t fe80:0000:0000:0000:5e25:73ff:fe94:212a\n"
+            "\tbase lid:\t 0x0\n\tsm lid:\t\t 0x0\n")
+    if state is None:
+        return head
+    return head + f"\tstate:\t\t {state}\n\tphys state:\t 5: LinkUp\n\trate:\t\t 200 Gb/sec (4X HDR)\n" \
+                  "\tlink_layer:\t Ethernet\n\n"
+
+
+def test_a_paste_cut_inside_the_last_port_before_its_state() -> None:
+    text = _ibstatus_block("mlx5_bond_0") + _ibstatus_block("mlx5_bond_1") + _ibstatus_block("mlx5_bond_2", None)
+    rep = parse(text)
+    assert [p.ca for p in rep.ports] == ["mlx5_bond_0", "mlx5_bond_1"] and rep.cut is not None
+    assert (rep.cut.ca, rep.cut.port, rep.cut.state) == ("mlx5_bond_2", 1, "")
+    r = one(text, argv=["ibstatus"])
+    assert r.status is Status.PASS, r.summary
+    assert r.summary == "2/2 compute ports Active (Ethernet, rate 200); mlx5_bond_2 port 1 cut before its state"
+    assert r.facts["cut_port"] == "mlx5_bond_2/1" and r.facts["compute_total"] == 2
+    assert "mlx5_bond_2 port 1: the capture ends inside its block, before its state line: not graded" in r.evidence
+
+
+@pytest.mark.parametrize("text", [
+    # a port without a state in the middle of the output: a state nobody printed, said
+    _ibstatus_block("mlx5_0") + _ibstatus_block("mlx5_1", None) + _ibstatus_block("mlx5_2"),
+    # the only port: nothing to grade it against, said
+    _ibstatus_block("mlx5_0", None),
+])
+def test_a_port_without_state_that_is_not_a_cut_end_is_not_recognised(text: str) -> None:
+    rep = parse(text)
+    assert rep.cut is None
+    r = one(text, argv=["ibstatus"])
+    assert "ib.hca/port-state-unknown" in r.facts["codes"] and r.status is not Status.PASS
+
