@@ -643,12 +643,40 @@ def _nic_findings(topo: TopoMatrix, local: dict[str, list[str]], prof: Profile, 
                "NICs hang off the CPU by design, GPU-NIC distance not graded")
     elif topo.nics and len(without) == len(graded):
         f.add("gpu.topology/no-gpu-near-a-nic", f"0 GPU(s) with a local NIC: all {len(topo.nics)} NIC(s) are across "
-              "a host bridge or the CPU interconnect, so GPUDirect RDMA crosses the CPU", evidence, NIC_REMEDY)
+              "a host bridge or the CPU interconnect, so GPUDirect RDMA crosses the CPU" + _other_socket(topo, graded),
+              evidence, NIC_REMEDY)
     elif topo.nics:
         f.add("gpu.topology/gpu-without-local-nic", f"{len(without)} GPU(s) without a NIC at {levels}: "
-              f"{', '.join(without)}: their inter-node traffic crosses the host bridge or the CPU interconnect",
-              evidence, "balance the NICs over the GPUs' PCIe switches (one per GPU or per GPU pair), or pin the "
+              f"{', '.join(without)}: their inter-node traffic crosses the host bridge or the CPU interconnect"
+              + _other_socket(topo, graded), evidence,
+              "balance the NICs over the GPUs' PCIe switches (one per GPU or per GPU pair), or pin the "
               "job's ranks so that those GPUs' traffic uses the nearest NIC; " + NIC_REMEDY)
+
+
+def _other_socket(topo: TopoMatrix, graded: list[str]) -> str:
+    """The GPUs whose every NIC is on the other CPU socket (SYS), where other GPUs have one nearer."""
+    far = [g for g in graded if all(topo.matrix[g].get(n, "").upper() == "SYS" for n in topo.nics)]
+    if not far or len(far) == len(graded):
+        return ""
+    return f"; {', '.join(far)} reach a NIC only across the CPU interconnect (SYS), the others nearer"
+
+
+def _numa_findings(topo: TopoMatrix, prof: Profile, f: Findings) -> None:
+    """Without a gpu.count in the profile (gpu.inventory grades a count), an odd number of GPUs split
+    unevenly over the NUMA nodes of their CPU affinity (gpu.expect_symmetric_sockets); not where the
+    tool's own lines name a GPU it could not list (tool_errors says that one)."""
+    columns = [d for d in topo.devices if d.startswith("GPU")]
+    numa = [topo.affinity.get(g, {}).get("NUMA Affinity", "") for g in topo.gpus]
+    if prof.get("gpu.count") or not prof.get("gpu.expect_symmetric_sockets") or len(topo.gpus) < len(columns) \
+            or topo.errors or not all(n.isdigit() for n in numa):
+        return
+    split = Counter(numa)
+    if len(split) > 1 and len(set(split.values())) > 1 and len(numa) % 2:
+        f.add("gpu.topology/gpu-missing-by-numa-layout", f"{len(numa)} GPUs, a GPU is probably missing ("
+              + ", ".join(f"{n} on NUMA node {node}" for node, n in sorted(split.items())) + ")",
+              [topo.header, *[topo.lines[g] for g in topo.gpus],
+               f"gpu.expect_symmetric_sockets = true ({prof.source('gpu.expect_symmetric_sockets')})"],
+              LOST_REMEDY + "; if the node really has an odd GPU count, set gpu.count in a site profile")
 
 
 def _pair_findings(topo: TopoMatrix, pairs: dict[str, str], prof: Profile, f: Findings) -> None:
@@ -712,6 +740,7 @@ def grade_topology(ctx: CheckContext) -> Result:
               f"level: {', '.join(topo.short)} (graded on the cells read)", [topo.header, *[topo.lines[g] for g in
                                                                                 topo.short]],
               "run `nvidia-smi topo -m` by hand and check the row(s)")
+    _numa_findings(topo, prof, f)
     _pair_findings(topo, pairs, prof, f)
     _nic_findings(topo, local, prof, f)
     tool_errors("gpu.topology", topo.errors, "nvidia-smi topo", _topo_expects(prof), f)
@@ -732,7 +761,7 @@ INVENTORY_KEYS: dict[str, Any] = {
 NVLINK_KEYS: dict[str, Any] = {"nvlink.links_per_gpu": int, "nvlink.min_link_gbps": (int, float),
                                "nvlink.model_links": dict}
 TOPOLOGY_KEYS: dict[str, Any] = {"topology.require_local_nic": bool, "topology.local_nic_levels": list,
-                                 "nvlink.links_per_gpu": int}
+                                 "nvlink.links_per_gpu": int, "gpu.count": int, "gpu.expect_symmetric_sockets": bool}
 
 register(Check(
     id="gpu.inventory", title="GPU inventory", grade=grade_inventory,  # pragma: no mutate (register metadata)
@@ -749,7 +778,8 @@ register(Check(
 register(Check(
     id="gpu.topology", title="GPU/NIC topology", grade=grade_topology,  # pragma: no mutate (register metadata)
     probes=(PROBE_TOPO,), required=(PROBE_TOPO.name,), inputs=(PROBE_TOPO.name,), profile_keys=TOPOLOGY_KEYS,
-    catches="GPU pairs off NVLink on an NVSwitch node, GPUs without a NIC under their PCIe switch",
+    catches="GPU pairs off NVLink on an NVSwitch node, GPUs without a NIC under their PCIe switch, a GPU missing "
+            "from the matrix (an odd count split unevenly over the NUMA nodes)",
 ))
 engine.register_profile_hint(profile_hint, probes=(PROBE_QUERY,))
 

@@ -807,7 +807,7 @@ def test_checks_declared() -> None:
     assert gpu.NVLINK_KEYS == {"nvlink.links_per_gpu": int, "nvlink.min_link_gbps": (int, float),
                                "nvlink.model_links": dict}
     assert gpu.TOPOLOGY_KEYS == {"topology.require_local_nic": bool, "topology.local_nic_levels": list,
-                                 "nvlink.links_per_gpu": int}
+                                 "nvlink.links_per_gpu": int, "gpu.count": int, "gpu.expect_symmetric_sockets": bool}
     assert (inv_c.profile_keys, nv_c.profile_keys, topo_c.profile_keys) == (gpu.INVENTORY_KEYS, gpu.NVLINK_KEYS,
                                                                           gpu.TOPOLOGY_KEYS)
     assert inv_c.inputs == gpu.LISTINGS and inv_c.required == ("nvidia-smi-query",)
@@ -1032,3 +1032,35 @@ def test_a_name_the_driver_could_not_read_is_no_model(unread: str) -> None:
     assert "gpu.inventory/wrong-model" in codes(r)
     assert "1 GPU(s) are not NVIDIA H100 80GB HBM3: NVIDIA A40" in r.summary
     assert f"are not NVIDIA H100 80GB HBM3: {unread}" not in r.summary
+
+
+@pytest.mark.parametrize(("n", "edit", "finding"), [
+    (7, None, "7 GPUs, a GPU is probably missing (4 on NUMA node 0, 3 on NUMA node 1)"),
+    (8, None, ""),  # 4 + 4
+    (6, None, ""),  # 4 + 2: an even count is a layout, not a loss
+    (3, None, ""),  # every GPU on NUMA node 0
+    (7, ("\t1\t\tN/A", "\tN/A\t\tN/A"), ""),  # a VM's matrix without NUMA nodes
+    (7, ("\nGPU6\t", "\nGPU9\t"), ""),  # a row not read: the matrix is not whole
+])
+def test_topology_odd_uneven_numa_split(n: int, edit: tuple[str, str] | None, finding: str) -> None:
+    text = matrix(lambda i, k: "SYS", nics=[], n=n)
+    if edit:
+        text = text.replace(*edit)
+    r = topo(text)
+    if finding:
+        assert r.status is Status.FAIL and codes(r) == ["gpu.topology/gpu-missing-by-numa-layout"]
+        assert r.summary == finding and r.evidence[0] == text.splitlines()[0].strip()
+        assert "set gpu.count in a site profile" in r.remedy
+        # a profile with a count: gpu.inventory grades the count
+        assert "gpu.topology/gpu-missing-by-numa-layout" not in codes(topo(text, H100))
+    else:
+        assert "gpu.topology/gpu-missing-by-numa-layout" not in codes(r)
+
+
+def test_topology_names_the_gpus_whose_nics_are_all_on_the_other_socket() -> None:
+    r = topo(matrix(lambda i, k: "NODE" if i < 4 else "SYS", n=8))
+    assert codes(r) == ["gpu.topology/no-gpu-near-a-nic"]
+    assert r.summary.endswith("; GPU4, GPU5, GPU6, GPU7 reach a NIC only across the CPU interconnect (SYS), the "
+                              "others nearer")
+    every = topo(matrix(lambda i, k: "SYS", n=8))
+    assert every.summary.endswith("so GPUDirect RDMA crosses the CPU")
