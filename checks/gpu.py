@@ -111,6 +111,7 @@ class Inventory:
     counts: dict[str, int] = field(default_factory=dict)  # GPU count per listing that had one
     notes: list[str] = field(default_factory=list)
     partial: bool = False  # the listing is a fragment (table rows without banner and header)
+    q_subset: list[str] = field(default_factory=list)  # nvidia-smi -q blocks that are not the whole listing
     nvml_error: ToolError | None = None  # the NVML probe could not load its library
 
     @property
@@ -148,6 +149,10 @@ def _listing_gpus(name: str, f: Any, inv: Inventory) -> list[GpuRecord]:
         return list(f.records)
     if name == "nvidia-smi-q":
         inv.driver, inv.cuda = inv.driver or f.driver, inv.cuda or f.cuda
+        if f.gpus and not f.listing:  # `-i N`, `-d` of one GPU, or an excerpt: not the node's GPUs
+            inv.q_subset = [f"nvidia-smi -q shows {len(f.gpus)} of {f.attached or '?'} attached GPU(s) (a -i "
+                            "selection or an excerpt)", f.header_lines.get("Attached GPUs", "(no Attached GPUs line)"),
+                            *[f"GPU {g.bus_id}" if g.bus_id else f"GPU block {g.index}" for g in f.gpus]]
         return list(f.records) if f.listing else []
     inv.driver = inv.driver or getattr(f, "driver", "")
     inv.cuda = inv.cuda or getattr(f, "cuda", "")
@@ -378,6 +383,9 @@ def _no_gpu_result(ctx: CheckContext, inv: Inventory, facts: dict[str, Any]) -> 
     if not f and inv.nvml_error is not None:
         f.add("gpu.inventory/nvml-unavailable", f"no GPU listed: NVML could not be loaded ({inv.nvml_error.line})",
               [inv.nvml_error.line, *inv.notes], f"{inv.nvml_error.remedy} (see gpu.driver)")
+    if not f and inv.q_subset:
+        f.add("gpu.inventory/not-a-listing", f"{inv.q_subset[0]}: the GPU count is not graded", inv.q_subset[1:],
+              "run `nvidia-smi -L` (or `--query-gpu=index,name,pci.bus_id --format=csv`) for the node's GPUs")
     if not f:
         f.add(unread_code(ctx), "not recognised: no GPU line, CSV row or table row could be read "
               "from the nvidia-smi output", inv.notes or ["no GPU line, CSV row or table row found"],

@@ -1064,3 +1064,28 @@ def test_topology_names_the_gpus_whose_nics_are_all_on_the_other_socket() -> Non
                               "others nearer")
     every = topo(matrix(lambda i, k: "SYS", n=8))
     assert every.summary.endswith("so GPUDirect RDMA crosses the CPU")
+
+
+def _q(blocks: list[str], attached: int) -> str:
+    head = ("==============NVSMI LOG==============\n\nTimestamp                                 : Fri Oct 24 11:07:12 2025\n"
+            "Driver Version                            : 550.90.07\nCUDA Version                              : 12.4\n\n"
+            f"Attached GPUs                             : {attached}\n")
+    return head + "".join(f"GPU 00000000:{b}:00.0\n    Product Name                          : NVIDIA H100 80GB HBM3\n"
+                          "    Remapped Rows\n        Pending                           : No\n" for b in blocks)
+
+
+@pytest.mark.parametrize(("blocks", "attached", "code"), [
+    (["52"], 8, "gpu.inventory/not-a-listing"),  # -i 52:00.0
+    (["18", "2A"], 8, "gpu.inventory/not-a-listing"),  # an excerpt of two blocks
+    (["18", "2A"], 2, ""),  # the whole listing
+])
+def test_q_blocks_of_some_gpus_are_not_a_listing(blocks: list[str], attached: int, code: str) -> None:
+    [r] = grade_text("gpu.inventory", {"nvidia-smi-q": _q(blocks, attached)}, "generic")
+    if code:
+        assert r.status is Status.SKIP and codes(r) == [code]
+        assert r.summary == (f"nvidia-smi -q shows {len(blocks)} of {attached} attached GPU(s) (a -i selection or an "
+                             "excerpt): the GPU count is not graded")
+        assert r.evidence == [f"Attached GPUs : {attached}", *[f"GPU 00000000:{b}:00.0" for b in blocks]]
+        assert "nvidia-smi -L" in r.remedy
+    else:
+        assert r.status is Status.PASS and r.facts["count"] == len(blocks)
