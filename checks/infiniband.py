@@ -281,7 +281,8 @@ def _adapter_findings(exp: _Expect, rep: IbReport, others_down: list[Port], f: F
     if others_down:
         f.add("ib.hca/other-port-down-required" if exp.require_all else "ib.hca/other-port-down",
               "non-compute port(s) down: " + ", ".join(
-                  f"{p.ca} ({p.link_layer or '?'} {p.state}/{p.physical_state})" for p in others_down),
+                  f"{p.ca} ({p.link_layer or '?'} {p.state}" + (f"/{p.physical_state})" if p.physical_state else ")")
+                  for p in others_down),
               [_port_line(p) for p in others_down],
               "front-end/storage port(s) down: " + "; ".join(_why_down(p) for p in others_down)
               + ("" if exp.require_all else " (the compute fabric is not affected)"))

@@ -1051,3 +1051,13 @@ def test_a_port_without_state_that_is_not_a_cut_end_is_not_recognised(text: str)
     r = one(text, argv=["ibstatus"])
     assert "ib.hca/port-state-unknown" in r.facts["codes"] and r.status is not Status.PASS
 
+
+
+def test_front_end_port_down_without_a_physical_state_reads_cleanly() -> None:
+    text = ("hca_id:\tmlx5_0\n\tvendor_part_id:\t\t\t4123\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"
+            "\t\t\tport_lid:\t\t7\n\t\t\tlink_layer:\t\tInfiniBand\n\n"
+            "hca_id:\tmlx5_1\n\tvendor_part_id:\t\t\t4125\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_DOWN (1)\n"
+            "\t\t\tlink_layer:\t\tEthernet\n")
+    r = one(text, argv=["ibv_devinfo"])
+    assert r.status is Status.WARN and r.facts["codes"] == ["ib.hca/other-port-down"]
+    assert r.summary.endswith("; non-compute port(s) down: mlx5_1 (Ethernet Down)")

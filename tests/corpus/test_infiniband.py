@@ -193,6 +193,11 @@ def test_b300_compute_ports_down_and_management_ports_apart() -> None:
     assert "mlx5_0 Down/Disabled" in r.summary and "4 other port(s) Active" in r.summary
 
 
+def test_devinfo_front_end_port_down_without_a_physical_state() -> None:
+    r = _ib("ib/ibv_devinfo_tabs_cx6dx_eth_active_mtu1024_second_port_down_cx6_ib_active_lid7_deepep223.txt")
+    assert "non-compute port(s) down: mlx5_1 (Ethernet Down)" in r.summary
+
+
 def test_ports_stuck_in_init_without_a_subnet_manager() -> None:
     r = _ib(_EVANS)
     assert "mlx5_0 Initializing" in r.summary and "mlx5_1 Initializing" in r.summary
