@@ -120,7 +120,7 @@ def _multi_node(procs: Sequence[NcclProc], gpus_per_node: int) -> list[str]:
 def _world_on_one_host(procs: Sequence[NcclProc]) -> list[str]:
     """Every rank 0..N-1 of the largest communicator in the log printed by one named host: the job
     is within that node (nccl-tests -g 8 prints all 8 ranks from one process)."""
-    size = max((n for p in procs for n in p.comm_ranks), default=0)
+    size = max((n for p in procs for n in p.comm_ranks), default=0)  # pragma: no mutate (any default < 2 is refused)
     hosts = {p.host for p in procs if size in p.comm_ranks}
     if size < 2 or len(hosts) != 1 or "" in hosts:
         return []

@@ -1115,6 +1115,7 @@ def test_gdr_off_by_distance_on_every_network_channel_warns(extra: str, staged: 
                              "and its network channels stage traffic through host memory")
         assert r.evidence == ["g:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 3 >= 2)",
                               "g:1:2 [0] NCCL INFO Ring 00 : 1 -> 0 [receive] via NET/IB/0"]
+        assert r.remedy.startswith("the GPU and the HCA are not under one PCIe switch")
         assert "NCCL_NET_GDR_LEVEL" in r.remedy and "PIX/PXB" in r.remedy
     else:
         assert r.status is Status.PASS and not codes(r)
@@ -1198,6 +1199,13 @@ def test_hosts_never_include_the_unnamed_process() -> None:
                ).summary.startswith("NCCL runs across nodes over TCP sockets on <cluster_name> GPU7 pid 926")
     anon_hcas = one("NCCL INFO NET/IB : Using [0]mlx5_10:1/IB ; OOB ib0:10.0.0.1<0>\n")
     assert anon_hcas.summary.startswith("NCCL uses 1 HCA(s) (mlx5_10) on a process the log does not name, fewer than")
+
+
+def test_gdr_distance_lines_on_the_socket_transport_are_not_a_gdr_finding() -> None:
+    r = one("g:1:2 [0] NCCL INFO Using network Socket\n"
+            "g:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 1b000 / HCA 0 (distance 5 > 4)\n"
+            "g:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0\n")
+    assert codes(r) == ["socket-transport"]  # the socket finding says it all: sockets never have GPUDirect RDMA
 
 
 def test_nccl_20_connect_refused_with_a_masked_host_fails() -> None:

@@ -436,6 +436,7 @@ def test_garbage_gives_empty_facts(text: str) -> None:
     ("*server name* [0] include/socket.h:185 INFO Call to connect failed : Connection refused\n", False),
     ("2024-Sep-23 00:09:01.0809 1:26 [1] include/socket.h:270 CCOM WARN Call to connect failed : refused\n", False),
     ("[0] WARN Call to connect failed : Connection refused\n", False),
+    ("h:1:2 [0] misc/group.cu:63 WARN a message of no known kind\n", True),  # a .cu source is NCCL's (2.3)
     ("seyun:17283:17549 [3] misc/ibvwrap.cu:63 WARN Failed to open libibverbs.so\n", True),
     ("h:XXXXXX [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed\n", True),
     ("2024-01-01 12:00:00 INFO training step 5\n", False),
@@ -461,6 +462,15 @@ def test_nccl_20_line_with_a_masked_host_is_one_unnamed_process() -> None:
     [e] = log.errors
     assert (e.kind, e.host, e.dev, e.fatal, e.detail) == ("socket_connect", "", "0", True, {"why": "Connection refused"})
     assert log.job_errors == ["NCCL failure *MyProgram*.cu:110 'unhandled system error'"]
+
+
+def test_a_framing_host_names_the_masked_process() -> None:
+    from preflight.framing import frame
+
+    [doc] = frame("gpu017: *server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused\n"
+                  "gpu017: NCCL failure *MyProgram*.cu:110 'unhandled system error'\n").docs
+    log = nccl_log.parse(doc)
+    assert list(log.procs) == [("gpu017", "")] and [(e.kind, e.host) for e in log.errors] == [("socket_connect", "gpu017")]
 
 
 def test_plugin_function_name_before_warn() -> None:
