@@ -679,7 +679,7 @@ def _numa_findings(topo: TopoMatrix, prof: Profile, f: Findings) -> None:
             or topo.errors or not all(n.isdigit() for n in numa):
         return
     split = Counter(numa)
-    if len(split) > 1 and len(set(split.values())) > 1 and len(numa) % 2:
+    if len(set(split.values())) > 1 and len(numa) % 2:  # two NUMA nodes at least, with different counts
         f.add("gpu.topology/gpu-missing-by-numa-layout", f"{len(numa)} GPUs, a GPU is probably missing ("
               + ", ".join(f"{n} on NUMA node {node}" for node, n in sorted(split.items())) + ")",
               [topo.header, *[topo.lines[g] for g in topo.gpus],

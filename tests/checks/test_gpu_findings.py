@@ -1040,7 +1040,8 @@ def test_a_name_the_driver_could_not_read_is_no_model(unread: str) -> None:
     (6, None, ""),  # 4 + 2: an even count is a layout, not a loss
     (3, None, ""),  # every GPU on NUMA node 0
     (7, ("\t1\t\tN/A", "\tN/A\t\tN/A"), ""),  # a VM's matrix without NUMA nodes
-    (7, ("\nGPU6\t", "\nGPU9\t"), ""),  # a row not read: the matrix is not whole
+    (8, ("\nGPU7\t", "\nGPU9\t"), ""),  # a row not read: the matrix is not whole (4 + 3 of 8 columns)
+    (10, None, ""),  # 4 + 6: an even count
 ])
 def test_topology_odd_uneven_numa_split(n: int, edit: tuple[str, str] | None, finding: str) -> None:
     text = matrix(lambda i, k: "SYS", nics=[], n=n)
@@ -1050,7 +1051,8 @@ def test_topology_odd_uneven_numa_split(n: int, edit: tuple[str, str] | None, fi
     if finding:
         assert r.status is Status.FAIL and codes(r) == ["gpu.topology/gpu-missing-by-numa-layout"]
         assert r.summary == finding and r.evidence[0] == text.splitlines()[0].strip()
-        assert "set gpu.count in a site profile" in r.remedy
+        assert r.evidence[-1].startswith("gpu.expect_symmetric_sockets = true (")
+        assert r.remedy == gpu.LOST_REMEDY + "; if the node really has an odd GPU count, set gpu.count in a site profile"
         # a profile with a count: gpu.inventory grades the count
         assert "gpu.topology/gpu-missing-by-numa-layout" not in codes(topo(text, H100))
     else:
@@ -1086,6 +1088,14 @@ def test_q_blocks_of_some_gpus_are_not_a_listing(blocks: list[str], attached: in
         assert r.summary == (f"nvidia-smi -q shows {len(blocks)} of {attached} attached GPU(s) (a -i selection or an "
                              "excerpt): the GPU count is not graded")
         assert r.evidence == [f"Attached GPUs : {attached}", *[f"GPU 00000000:{b}:00.0" for b in blocks]]
-        assert "nvidia-smi -L" in r.remedy
+        assert r.remedy == "run `nvidia-smi -L` (or `--query-gpu=index,name,pci.bus_id --format=csv`) for the node's GPUs"
     else:
         assert r.status is Status.PASS and r.facts["count"] == len(blocks)
+
+
+def test_q_blocks_without_the_header_are_not_a_listing() -> None:
+    text = _q(["52"], 8).split("Attached GPUs")[1].split("\n", 1)[1]  # an excerpt from the first GPU block on
+    [r] = grade_text("gpu.inventory", {"nvidia-smi-q": text}, "generic")
+    assert codes(r) == ["gpu.inventory/not-a-listing"]
+    assert r.summary.startswith("nvidia-smi -q shows 1 of ? attached GPU(s)")
+    assert r.evidence == ["(no Attached GPUs line)", "GPU 00000000:52:00.0"]

@@ -1061,3 +1061,8 @@ def test_front_end_port_down_without_a_physical_state_reads_cleanly() -> None:
     r = one(text, argv=["ibv_devinfo"])
     assert r.status is Status.WARN and r.facts["codes"] == ["ib.hca/other-port-down"]
     assert r.summary.endswith("; non-compute port(s) down: mlx5_1 (Ethernet Down)")
+
+
+def test_one_port_shown_and_the_next_cut() -> None:
+    rep = parse(_ibstatus_block("mlx5_0") + _ibstatus_block("mlx5_1", None))
+    assert [p.ca for p in rep.ports] == ["mlx5_0"] and rep.cut is not None and rep.cut.ca == "mlx5_1"
