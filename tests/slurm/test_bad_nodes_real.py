@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from preflight import slurm
+from preflight import registry, slurm
 from tests import scenarios
 from tests.conftest import need
 from tests.netcluster import NetCluster, prerequisites
@@ -63,6 +64,21 @@ def _aliases(c: NetCluster) -> Path:
     return cfg
 
 
+def _run(c: NetCluster, hosts: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`preflight run --bad-nodes` over the aliases. Sixteen names on two sshd nodes of a 2-vCPU
+    machine run some 240 probes at once: every probe gets 60 s (its own is 5-20 s), since a
+    healthy node whose chronyc is descheduled past 5 s by a loaded machine would be an ERROR,
+    and this test is about the file, not the timeouts."""
+    config = c.workdir / "config.toml"
+    reg = registry.load()
+    config.write_text("[check_timeouts]\n" + "".join(f'"{cid}" = 60\n' for cid in [*reg.checks, *reg.cluster_checks]))
+    return c.client(sys.executable, "-m", "preflight.cli", "run", "--hosts", hosts, *extra,
+                    "--ssh-config", str(_aliases(c)), "--transport", "ssh", "--connect-timeout", "10",
+                    "--command-timeout", "90", "--deadline", "200", "--no-sweep", "--profile", "h100-sxm-8x",
+                    "--json", "--no-report", "--bad-nodes", str(out), check=False, timeout=300,
+                    env={**os.environ, "PREFLIGHT_CONFIG": str(config)})
+
+
 def _slurm_conf(d: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     conf = d / "slurm.conf"
@@ -77,11 +93,7 @@ def test_bad_nodes_file_is_a_hostlist_slurm_expands_to_the_no_go_nodes(
         cluster: NetCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "bad.txt"
     out.write_text("stale contents from an earlier run\n")
-    p = cluster.client(sys.executable, "-m", "preflight.cli", "run",
-                       "--hosts", "gpu[001-012],rack1-node[01-03],login[1-2]", "--exclude", "gpu012",
-                       "--ssh-config", str(_aliases(cluster)), "--transport", "ssh", "--connect-timeout", "10",
-                       "--command-timeout", "60", "--deadline", "150", "--no-sweep", "--profile", "h100-sxm-8x",
-                       "--json", "--no-report", "--bad-nodes", str(out), check=False, timeout=240)
+    p = _run(cluster, "gpu[001-012],rack1-node[01-03],login[1-2]", out, "--exclude", "gpu012")
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
     doc = json.loads(p.stdout)
     want = BAD - EXCLUDED
@@ -107,10 +119,7 @@ def test_bad_nodes_file_is_a_hostlist_slurm_expands_to_the_no_go_nodes(
 def test_a_healthy_run_writes_an_empty_bad_nodes_file(cluster: NetCluster, tmp_path: Path) -> None:
     out = tmp_path / "bad.txt"
     out.write_text("gpu001\n")
-    p = cluster.client(sys.executable, "-m", "preflight.cli", "run", "--hosts", "gpu[004-006],login1",
-                       "--ssh-config", str(_aliases(cluster)), "--transport", "ssh", "--connect-timeout", "10",
-                       "--command-timeout", "60", "--deadline", "150", "--no-sweep", "--profile", "h100-sxm-8x",
-                       "--json", "--no-report", "--bad-nodes", str(out), check=False, timeout=240)
+    p = _run(cluster, "gpu[004-006],login1", out)
     doc = json.loads(p.stdout)
     assert p.returncode == 0 and doc["verdict"] == "GO", [(r["node"], r["check"], r["summary"])
                                                           for r in doc["results"] if r["status"] in ("fail", "error")]
