@@ -28,6 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
+def say(line: str) -> None:
+    """One line to the shared log in a single write: every rank writes into the same file, and a
+    print's text and its newline are two writes another rank's line can land between."""
+    os.write(1, (" ".join(line.splitlines()) + "\n").encode(errors="replace"))
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--run-dir", required=True)
@@ -104,7 +110,7 @@ def main(argv: list[str]) -> int:
 
         rs._form = dying_form  # type: ignore[method-assign]
     if not rs.start():
-        print(f"slot {rs.slot}: spare not needed", flush=True)
+        say(f"slot {rs.slot}: spare not needed")
         return 0
     step = 0
     ck = None
@@ -117,7 +123,7 @@ def main(argv: list[str]) -> int:
             step = got[0]
             model.load_state_dict(got[1]["model"])
             opt.load_state_dict(got[1]["opt"])
-        print(f"slot {rs.slot} rank {rs.rank}: starting at step {step}", flush=True)
+        say(f"slot {rs.slot} rank {rs.rank}: starting at step {step}")
     step = rs.restore(state, step)
     detected: float | None = None
     while step < a.steps:
@@ -131,7 +137,7 @@ def main(argv: list[str]) -> int:
             if not rs.is_fault(exc):
                 raise
             detected = time.time()
-            print(f"slot {rs.slot} rank {rs.rank}: fault at step {step}: {str(exc)[:120]}", flush=True)
+            say(f"slot {rs.slot} rank {rs.rank}: fault at step {step}: {str(exc)[:120]}")
             step = rs.recover(exc, step, state)
             continue
         step += 1
