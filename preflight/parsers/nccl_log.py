@@ -579,11 +579,20 @@ _DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::[^:\s\[\]]+)? \[\d+\] (?:[\w./-]+
                      r"(?:NCCL )?(?:INFO|WARN) ")
 
 
+# what _DETECT and the pre-2.3 WARN need (`[dev] `, `src.h:N WARN `): a cheap search that spares the full
+# patterns on the other INFO/WARN lines of a large application log
+_DEV_TAG = re.compile(r"\[\d+\] ")
+_SRC_WARN = re.compile(r"\.(?:cc|cu|c|h|cpp|hpp):\d+ WARN ")
+
+
 def _detected(text: str) -> bool:
     """An NCCL line: its prefix with the word NCCL (or a .cu source), a bare `NCCL INFO|WARN`, or a
     WARN in NCCL's layout of a version without the word (2.0 - 2.3) whose message is one NCCL prints."""
-    if _DETECT.search(text) and ("NCCL" in text or ".cu:" in text) or BARE_LINE.search(text):
+    tagged = _DEV_TAG.search(text) is not None
+    if tagged and _DETECT.search(text) and ("NCCL" in text or ".cu:" in text) or BARE_LINE.search(text):
         return True
+    if not tagged or _SRC_WARN.search(text) is None:
+        return False
     m = LINE.search(text) or MASKED_LINE.search(text)
     return m is not None and m.group("level") == "WARN" and classify(m.group("msg"))[0] not in ("other", "benign")
 

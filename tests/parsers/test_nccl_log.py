@@ -439,6 +439,8 @@ def test_garbage_gives_empty_facts(text: str) -> None:
     ("h:1:2 [0] misc/group.cu:63 WARN a message of no known kind\n", True),  # a .cu source is NCCL's (2.3)
     ("seyun:17283:17549 [3] misc/ibvwrap.cu:63 WARN Failed to open libibverbs.so\n", True),
     ("h:XXXXXX [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed\n", True),
+    ("h:1:2 [0] WARN Call to connect failed : Connection refused\n", False),  # no NCCL printed a WARN without its source
+    ("h:1:2 [0]  include/socket.h:185 WARN Call to connect failed : Connection refused\n", False),  # not its layout
     ("2024-01-01 12:00:00 INFO training step 5\n", False),
     ("host:123:456 [0] INFO something else\n", False),
     ("`init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls`\n", True),
