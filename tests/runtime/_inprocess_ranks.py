@@ -40,8 +40,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--timeout", type=float, default=3.0)
-    p.add_argument("--join-timeout", type=float, default=None,
-                   help="the leader's wait for survivors to join (default: InProcessRestart's, from --timeout)")
     p.add_argument("--fault", choices=("KILL", "STOP", "NONE"), default="NONE")
     p.add_argument("--fault-rank", type=int, default=2)
     p.add_argument("--fault-step", type=int, default=10)
@@ -98,8 +96,8 @@ def main(argv: list[str]) -> int:
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     state = {"model": model, "opt": opt}
-    rs = InProcessRestart(run, timeout_s=a.timeout, join_timeout_s=a.join_timeout, max_restarts=a.max_restarts,
-                          max_faults_per_rank=a.max_faults, min_world_size=a.min_world)
+    rs = InProcessRestart(run, timeout_s=a.timeout, max_restarts=a.max_restarts, max_faults_per_rank=a.max_faults,
+                          min_world_size=a.min_world)
     if a.die_in_recovery_slot == rs.slot:
         form = rs._form
 
