@@ -42,6 +42,10 @@ first step or writing a checkpoint keeps beating and is never a suspect this way
 that went silent inside a checkpoint is left to the checkpoint's timeout). Waiting for the
 floor, not only for the heartbeat to go stale, keeps a heartbeat that merely looks old (a peer
 holding the GIL for a moment, a shared filesystem's attribute cache) from ending a healthy job.
+Silence is counted over time this rank was running itself: when the whole job is paused
+(`scontrol suspend` and `resume`, every rank SIGSTOPped and continued, a VM its host did not
+run) or the wall clock steps forward, the time its own monitor lost is taken off every peer's
+silence, so that no rank takes its peers for stopped on resume before they had their turn.
 
 Ending a stuck peer: with `kill_stuck_peers` (the default) a rank whose watchdog fired
 SIGKILLs the silent peers that run on the same host, after its hang record is written and
@@ -76,6 +80,7 @@ goes on; every file it writes is bounded in time.
 from __future__ import annotations
 
 import atexit
+import collections
 import faulthandler
 import json
 import logging
@@ -210,6 +215,15 @@ PEER_STALE_MAX_S = 5.0  # a silent peer is stopped after at most this much silen
 PEER_STALE_FRACTION = 0.75  # ... or three quarters of the floor when that is shorter ...
 PEER_STALE_MIN_S = 1.0  # ... never under this, nor under four beats (a live rank starved of CPU)
 STALE_LISTED_S = 1.5  # a hang record lists a peer stale after this much silence (or 3 beats)
+# A pause of the whole job (SIGSTOP of every rank, Slurm's `scontrol suspend`/`resume`, a VM
+# its host did not run for a moment) or a forward step of the wall clock silences every rank
+# at once: on resume each monitor would find its peers silent before they had their turn to
+# beat. A peer's silence is therefore counted over time this rank's own monitor was running:
+# the time its polls came late by (a gap over `PAUSE_GAP_POLLS` polls, less the one poll it
+# waits anyway) and the wall clock's forward steps are taken off.
+PAUSE_GAP_POLLS = 2.0  # polls further apart than this many poll intervals: the rest was a pause
+CLOCK_STEP_S = 0.1  # the wall clock running ahead of the monotonic one by more than this: a step
+PAUSES_KEPT = 256  # the latest pauses remembered (older ones discount nothing)
 
 
 def liveness_timing(step_floor_s: float | None, poll_s: float, heartbeat_interval_s: float | None = None,
@@ -343,6 +357,9 @@ class Watchdog:
         self.killed_peers: list[dict[str, Any]] = []
         self._started_wall = time.time()
         self._next_peer_check = 0.0
+        self._last_poll: tuple[float, float] | None = None  # (monotonic, wall) of the previous poll
+        # (wall time of the resume, seconds this monitor lost): see PAUSE_GAP_POLLS
+        self.pauses: collections.deque[tuple[float, float]] = collections.deque(maxlen=PAUSES_KEPT)
         self.gil_backstop_s = gil_backstop_s
         self.on_hang = on_hang
         self.fired: dict[str, Any] | None = None
@@ -488,6 +505,7 @@ class Watchdog:
         while not self._stop.wait(self.poll_s):
             try:
                 now = time.monotonic()
+                self._note_pause(now, time.time())
                 if now >= next_beat:
                     self._write_heartbeat()
                     self._arm_backstop()
@@ -508,6 +526,26 @@ class Watchdog:
                 self.monitor_faults += 1
                 if self.monitor_faults <= 3:
                     log.exception("preflight: watchdog monitor fault (training continues)")
+
+    def _note_pause(self, mono: float, wall: float) -> None:
+        """Remember the time this monitor lost since its previous poll: a gap of more than
+        `PAUSE_GAP_POLLS` polls less the one poll it waits (the process or machine was paused
+        or starved), plus a forward step of the wall clock over `CLOCK_STEP_S`."""
+        prev, self._last_poll = self._last_poll, (mono, wall)
+        if prev is None:
+            return
+        gap = mono - prev[0]
+        lost = gap - self.poll_s if gap > PAUSE_GAP_POLLS * self.poll_s else 0.0
+        step = (wall - prev[1]) - gap
+        if step > CLOCK_STEP_S:
+            lost += step
+        if lost > 0.0:
+            self.pauses.append((wall, lost))
+
+    def paused_since(self, wall: float) -> float:
+        """Seconds this monitor lost to pauses after wall time `wall` (a pause that began
+        before it counts from it)."""
+        return sum(min(lost, resumed - wall) for resumed, lost in self.pauses if resumed > wall)
 
     def peer_timeout_s(self, frame: _Frame) -> float:
         """How long a step must have been open before a silent peer makes it a hang: the
@@ -535,7 +573,8 @@ class Watchdog:
         still "running" in a step, at this rank's step or below (a SIGSTOPped or dead process:
         its monitor thread stopped with it). A heartbeat older than this watchdog's start is a
         rank not started yet (a restart); a peer silent in another section (a checkpoint) is
-        left to that section's timeout; a peer at a later step has moved on, not stopped."""
+        left to that section's timeout; a peer at a later step has moved on, not stopped. The
+        time this monitor itself lost to pauses is not the peer's silence (`paused_since`)."""
         now = time.time()
         mine = self.step
         out = []
@@ -543,7 +582,7 @@ class Watchdog:
             t = float(b.get("time") or 0.0)
             step = b.get("step")
             if (rank != self.rank and str(b.get("state", "running")) == "running" and t >= self._started_wall
-                    and now - t > self.peer_stale_s and b.get("section") in ("step", None)
+                    and now - t - self.paused_since(t) > self.peer_stale_s and b.get("section") in ("step", None)
                     and (not isinstance(step, int) or step <= mine)):
                 out.append(rank)
         return out

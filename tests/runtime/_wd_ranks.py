@@ -77,9 +77,9 @@ def kill_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 def logs(run_dir: Path) -> str:
-    """Every rank's output, for assertion messages."""
+    """Every rank's output and hang record, for assertion messages."""
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                     for p in sorted(run_dir.glob("rank*.log")))
+                     for p in sorted(run_dir.glob("rank*.log")) + sorted(run_dir.glob("hang-rank*.json")))
 
 
 def init_gloo(timeout_s: float = 60.0) -> None:

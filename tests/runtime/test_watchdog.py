@@ -380,6 +380,79 @@ def test_slow_first_step_of_a_live_rank_is_no_false_alarm(tmp_path: Path) -> Non
 
 
 @pytest.mark.real
+def test_a_pause_of_the_whole_job_is_no_false_alarm(tmp_path: Path) -> None:
+    """Every rank SIGSTOPped for 4 s in its warm-up and continued (what `scontrol suspend` and
+    `resume` do to a job), with a 2 s step floor: on resume each rank's monitor finds its peers'
+    beats 4 s old, but it was paused as long itself, so nobody fires and the job finishes.
+    Before the fix every rank that resumed first took the others for stopped (exit 75)."""
+    run = tmp_path / "run"
+    procs = launch("tests.runtime.test_watchdog:rank_train", 4,
+                   ["--run-dir", str(run), "--steps", "300", "--step-ms", "20", "--floor", "2.0",
+                    "--warmup", "1000", "--initial", "600", "--max-s", "80"], run)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # every rank past step 10 (bounded)
+            beats = read_heartbeats(run)
+            if len(beats) == 4 and all(int(b.get("step") or 0) >= 10 for b in beats.values()):
+                break
+            assert all(p.poll() is None for p in procs), logs(run)
+            time.sleep(0.02)
+        else:
+            pytest.fail("ranks did not start\n" + logs(run))
+        for p in procs:
+            os.kill(p.pid, signal.SIGSTOP)
+        time.sleep(4.0)
+        for p in procs:
+            os.kill(p.pid, signal.SIGCONT)
+        rcs = wait_all(procs, timeout=90)
+    finally:
+        kill_all(procs)
+    assert rcs == [0, 0, 0, 0], logs(run)
+    assert not list(run.glob("hang-rank*.json"))
+    assert not [e for e in read_events(run) if e["check"] == "runtime.watchdog"]
+
+
+def test_time_this_monitor_lost_is_not_a_peers_silence(tmp_path: Path) -> None:
+    """A gap in the monitor's own polls (less the one poll it waits) and a forward step of the
+    wall clock are taken off a peer's silence; a normal poll, a late one under two polls and a
+    backward step are not; a peer silent since long before the pause is still stopped."""
+    wd = Watchdog(tmp_path, rank=0, start=False, flight_recorder=False, auto_floor_s=2.0, poll_s=0.25)
+    assert wd.peer_stale_s == 1.5
+    wd._started_wall = time.time() - 100
+    wd._step = 10
+    now = time.time()
+    wd._note_pause(50.0, now - 4.4)
+    wd._note_pause(50.25, now - 4.15)  # a normal poll
+    wd._note_pause(50.7, now - 3.7)  # late by 0.2 s: under two polls, nothing lost
+    assert not wd.pauses
+    wd._note_pause(50.7 + 3.7, now)  # paused: 3.7 s since the last poll, one poll of it waited anyway
+    assert len(wd.pauses) == 1 and wd.pauses[0][1] == pytest.approx(3.45)
+    assert wd.paused_since(now - 3.0) == pytest.approx(3.0)  # a pause that began before: from then on
+    assert wd.paused_since(now - 10.0) == pytest.approx(3.45)
+    assert wd.paused_since(now) == 0.0  # after the resume, nothing
+
+    def beat(rank: int, age: float) -> None:
+        (tmp_path / f"heartbeat-rank{rank}.json").write_text(json.dumps(
+            {"rank": rank, "host": "n", "pid": 1, "step": 10, "section": "step", "time": now - age,
+             "state": "running"}))
+
+    beat(1, 3.9)  # beat just before the pause: 3.9 s old, 0.45 s of it while this rank ran
+    beat(2, 6.0)  # silent 2.55 s while this rank ran: stopped
+    beat(3, 1.0)  # beating
+    assert wd._stopped_peers() == [2]
+
+    clock = Watchdog(tmp_path / "c", rank=0, start=False, flight_recorder=False, auto_floor_s=2.0)
+    clock._note_pause(10.0, now - 3.25)
+    clock._note_pause(10.25, now)  # the wall clock stepped 3 s ahead in a normal poll
+    assert [lost for _, lost in clock.pauses] == [pytest.approx(3.0)]
+    clock._note_pause(10.5, now - 2.0)  # a backward step makes beats look younger: nothing lost
+    clock._note_pause(10.75, now - 1.75 + 0.05)  # a slew under CLOCK_STEP_S
+    assert len(clock.pauses) == 1
+    wd.close()
+    clock.close()
+
+
+@pytest.mark.real
 def test_auto_timeout_clean_run_with_slow_checkpoint_has_no_false_alarm(tmp_path: Path) -> None:
     run = tmp_path / "run"
     procs = launch("tests.runtime.test_watchdog:rank_train", 4,
