@@ -68,6 +68,20 @@ class Findings:
             return
         self.items.append(Finding(status, summary, [e for e in prove(evidence, proof) if e], remedy, code))
 
+    def unread(self, check: str, producer: str, lines: Sequence[str], remedy: str = "") -> None:
+        """Lines `producer` printed at its error level that no rule of `check` reads: one finding
+        `<check>/unread-error` (WARN in the table; a site may change it) with every line as
+        evidence, never dropped (No silent PASS). `lines` are the lines as printed, in order."""
+        lines = list(dict.fromkeys(ln.strip() for ln in lines if ln.strip()))
+        if not lines:
+            return
+        more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+        self.add(f"{check}/unread-error",
+                 f"{producer} error line not in preflight's inventory of {producer} messages: "
+                 f"{lines[0][:160]}{more}",
+                 lines, remedy or f"Read the line in the node's context; {producer} prints it at error level, "
+                 "so it is a fault until shown otherwise. Report it to preflight so that a rule reads it.")
+
     def note(self, text: str) -> None:
         if text and text not in self.notes:
             self.notes.append(text)
