@@ -4,18 +4,20 @@ NVLink check, graded by finding codes.
 Every counter of an error kind (`preflight.parsers.nvlink.ERROR_KINDS`) above 0 is a finding of
 its kind's code (`KIND_CODES`): replays, recoveries, CRC errors, packet errors and errors FEC
 did not correct on a link are a marginal link (WARN by the policy), a recovery that failed is a
-link lost (FAIL). Rates (BER), the FEC histogram, the pre-FEC raw counters and traffic are not
+link lost (FAIL). `Total link recovery events` is the sum of the successful and the failed
+recoveries printed beside it: never added to them; on a link that shows no such split it is read as
+its recoveries. A total that is not the sum of its split is named in a note. Rates (BER), the FEC histogram, the pre-FEC raw counters and traffic are not
 error counts and are not graded; a counter of no known kind, or one that reads no number, is
 named in a note, never guessed at. The statuses are the policy's (`checks/policy.toml`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from preflight.findings import Findings
-from preflight.parsers.nvlink import ERROR_KINDS, Counter, NvlinkGpu
+from preflight.parsers.nvlink import ERROR_KINDS, TOTAL_KINDS, Counter, NvlinkGpu
 
 KIND_CODES = {
     "replay": "gpu.nvlink/replay-errors",
@@ -47,6 +49,7 @@ class CounterGrade:
     nonzero: dict[str, list[tuple[NvlinkGpu, Counter, int]]] = field(default_factory=dict)  # kind -> (.., count > 0)
     unread: list[Counter] = field(default_factory=list)  # error counters without a number (N/A)
     unknown: list[Counter] = field(default_factory=list)  # counters of no known kind, above 0
+    mismatched: list[tuple[Counter, int]] = field(default_factory=list)  # a total that is not its split's sum
     kinds: set[str] = field(default_factory=set)  # the error kinds read
 
     @property
@@ -54,11 +57,28 @@ class CounterGrade:
         return self.read > 0
 
 
+def _graded(g: NvlinkGpu, mismatched: list[tuple[Counter, int]]) -> list[Counter]:
+    """The GPU's counters with each total replaced: dropped where its link shows the counters it
+    sums (a total that is not their sum goes to `mismatched`), read as its kind's counter where not."""
+    out = []
+    for c in g.counters:
+        if c.kind not in TOTAL_KINDS:
+            out.append(c)
+            continue
+        as_kind, parts = TOTAL_KINDS[c.kind]
+        split = [p.value for p in g.counters if p.link == c.link and p.kind in parts and p.value is not None]
+        if not split:
+            out.append(replace(c, kind=as_kind))
+        elif c.value is not None and c.value != sum(split):
+            mismatched.append((c, sum(split)))
+    return out
+
+
 def read_counters(gpus: list[NvlinkGpu]) -> CounterGrade:
     cg = CounterGrade(gpus=len(gpus))
     for g in gpus:
         cg.links += len({c.link for c in g.counters})
-        for c in g.counters:
+        for c in _graded(g, cg.mismatched):
             if c.kind in ERROR_KINDS:
                 if c.value is None:
                     cg.unread.append(c)
@@ -92,6 +112,10 @@ def counter_findings(cg: CounterGrade, f: Findings) -> None:
         f.add(KIND_CODES[kind], f"{KIND_TITLES[kind]}: {_where(hits)}", evidence, remedy)
     if cg.unread:
         f.note(f"{len(cg.unread)} NVLink error counter(s) read no number, not graded: {cg.unread[0].line}")
+    if cg.mismatched:
+        c, parts = cg.mismatched[0]
+        f.note(f"{len(cg.mismatched)} NVLink recovery total(s) differ from the successful + failed events beside "
+               f"them ({c.text} against {parts}; the split is graded): {c.line}")
     if cg.unknown:
         f.note("NVLink counter(s) of no known kind above 0, not graded: "
                + ", ".join(f"{c.name} = {c.text}" for c in cg.unknown[:3]))

@@ -13,7 +13,7 @@ drivers print `Replay Errors`, `Recovery Errors`, `CRC Errors`; the NVLink5 driv
 later, Blackwell) print the port counters instead: `Malformed packet Errors`, `Buffer overrun
 Errors`, `Rx Errors`, `Rx remote Errors`, `Rx General Errors`, `Local link integrity Errors`,
 `Tx discards`, `Link recovery successful events`, `Link recovery failed events`, `Total link
-recovery events`, `Effective Errors`, `Symbol Errors`, the rates `Effective BER` / `Symbol BER`
+recovery events` (the sum of the two before it, kind `recovery_total`), `Effective Errors`, `Symbol Errors`, the rates `Effective BER` / `Symbol BER`
 (`15e-255` is the floor: no error), the FEC histogram `FEC Errors - N` (bucket 0 counts the
 clean codewords) and the pre-FEC `Raw BER ...` / `Raw Errors Lane N`, and the traffic
 counters `Tx packets` / `Tx bytes` / `Rx packets` / `Rx bytes`. `-ec` prints per-lane CRC
@@ -52,8 +52,8 @@ _PIPED = re.compile(r"\|\s*(?:sudo\s+)?(?:[efz]?grep|rg|head|tail|sed|awk)\b")
 _ONE_LINK = re.compile(r"(?:^|\s)(?:-l|--link)(?:\s+|=)\d+\b")
 
 # counter name (lower case) -> kind, first match wins: traffic (`-gt`: Data Tx, Raw Rx) before the
-# pre-FEC raw counters, those before the BER and CRC words they contain, a failed recovery before
-# the other recovery counters
+# pre-FEC raw counters, those before the BER and CRC words they contain, a failed recovery and the
+# total of recoveries before the other recovery counters
 COUNTER_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(?:tx|rx) (?:packets|bytes)$|^(?:data|raw) (?:tx|rx)\b"), "traffic"),
     (re.compile(r"^raw\b"), "raw"),
@@ -61,6 +61,7 @@ COUNTER_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^fec\b"), "fec"),
     (re.compile(r"\breplay"), "replay"),
     (re.compile(r"recovery failed|failed recovery"), "recovery_failed"),
+    (re.compile(r"^total\b.*\brecover"), "recovery_total"),
     (re.compile(r"\brecovery\b"), "recovery"),
     (re.compile(r"\bcrc\b|\becc\b|^lane \d+$"), "crc"),
     (re.compile(r"malformed|overrun|^rx (?:remote |general )?errors$|integrity|discard"), "packet"),
@@ -68,6 +69,9 @@ COUNTER_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 # the kinds that count errors (graded); the others are rates, histograms and traffic
 ERROR_KINDS = ("replay", "recovery", "recovery_failed", "crc", "packet", "symbol")
+# `Total link recovery events` is the sum of the successful and the failed recoveries of its link:
+# graded as recoveries only on a link that shows no such split (never added to it)
+TOTAL_KINDS = {"recovery_total": ("recovery", ("recovery", "recovery_failed"))}
 
 
 @dataclass
@@ -236,5 +240,5 @@ FORMATS = [Format("nvidia-smi-nvlink", detect=detect, priority=60,
                   description="nvidia-smi nvlink --status / -s, nvlink --errorcounters / -e / -ec")]
 PARSERS = [ParserSpec("nvidia-smi-nvlink", parse)]
 
-__all__ = ["COUNTER_KINDS", "Counter", "ERROR_KINDS", "FORMATS", "PARSERS", "Link", "NvlinkGpu", "NvlinkReport",
+__all__ = ["COUNTER_KINDS", "Counter", "ERROR_KINDS", "TOTAL_KINDS", "FORMATS", "PARSERS", "Link", "NvlinkGpu", "NvlinkReport",
            "counter_kind", "detect", "parse", "partial_reason"]

@@ -102,7 +102,7 @@ def test_the_command_above_the_listing_is_read() -> None:
     ("Rx remote Errors", "packet"), ("Rx General Errors", "packet"), ("Local link integrity Errors", "packet"),
     ("Tx discards", "packet"),
     ("Link recovery successful events", "recovery"), ("Link recovery failed events", "recovery_failed"),
-    ("Total link recovery events", "recovery"),
+    ("Total link recovery events", "recovery_total"), ("Total Recovery Errors", "recovery_total"),
     ("Effective Errors", "symbol"), ("Symbol Errors", "symbol"),
     ("Effective BER", "ber"), ("Symbol BER", "ber"),
     ("FEC Errors - 0", "fec"), ("FEC Errors - 15", "fec"),
@@ -326,6 +326,69 @@ def test_every_error_kind_read_is_named() -> None:
          "\t Link 0: Symbol Errors: 0\n")
     assert nvl(t).summary == ("NVLink error counters 0 on 1 link(s) of 1 GPU(s) (replay, recovery, failed recovery, "
                               "CRC, packet, effective/symbol)")
+
+
+def nvlink5_recoveries(per_link: list[tuple[int | str, int | str, int | str]]) -> str:
+    """`nvidia-smi nvlink -e` of a Blackwell/Hopper R550+ driver: successful, failed, total per link."""
+    out = ["GPU 0: NVIDIA B200 (UUID: GPU-4d5e6f70-8192-4a3b-9c4d-5e6f7a8b9c0d)"]
+    for k, (ok, failed, total) in enumerate(per_link):
+        out += [f"\t Link {k}: Rx Errors: 0", f"\t Link {k}: Link recovery successful events: {ok}",
+                f"\t Link {k}: Link recovery failed events: {failed}", f"\t Link {k}: Total link recovery events: {total}",
+                f"\t Link {k}: Effective Errors: 0"]
+    return "\n".join(out) + "\n"
+
+
+def test_recovery_total_is_not_added_to_its_split() -> None:
+    """2 successful, 0 failed, total 2 on each of two links: 2 recoveries per link, never 4."""
+    r = nvl(nvlink5_recoveries([(2, 0, 2), (2, 0, 2)]))
+    assert r.status is Status.WARN and codes(r) == ["gpu.nvlink/recovery-errors"]
+    assert r.summary == "NVLink link recoveries: GPU 0 link 0 (2), GPU 0 link 1 (2)"
+    assert r.facts["error_counters"]["nonzero"] == {"recovery": 4}
+    assert r.facts["error_counters"]["counters_read"] == 8  # Rx, successful, failed, Effective per link
+    assert "Link 0: Total link recovery events: 2" not in r.evidence
+    assert "Link 0: Link recovery successful events: 2" in r.evidence
+
+
+def test_recovery_total_beside_failed_events() -> None:
+    r = nvl(nvlink5_recoveries([(0, 0, 0), (1, 2, 3)]))
+    assert r.status is Status.FAIL
+    assert codes(r) == ["gpu.nvlink/recovery-failed", "gpu.nvlink/recovery-errors"]  # the FAIL first
+    assert r.summary == ("NVLink link recoveries that failed: GPU 0 link 1 (2); NVLink link recoveries: "
+                         "GPU 0 link 1 (1)")
+    assert r.facts["error_counters"]["nonzero"] == {"recovery": 1, "recovery_failed": 2}
+
+
+def test_recovery_total_all_zero() -> None:
+    r = nvl(nvlink5_recoveries([(0, 0, 0)]))
+    assert r.status is Status.PASS and r.evidence == []
+    assert r.summary == ("NVLink error counters 0 on 1 link(s) of 1 GPU(s) (recovery, failed recovery, packet, "
+                         "effective/symbol)")
+
+
+def test_recovery_total_without_its_split_is_read_as_the_total() -> None:
+    alone = "GPU 0: NVIDIA B200 (UUID: GPU-1)\n\t Link 3: Rx Errors: 0\n\t Link 3: Total link recovery events: 5\n"
+    r = nvl(alone)
+    assert r.status is Status.WARN and codes(r) == ["gpu.nvlink/recovery-errors"]
+    assert r.summary == "NVLink link recoveries: GPU 0 link 3 (5)"
+    assert r.evidence == ["GPU 0: NVIDIA B200 (UUID: GPU-1)", "Link 3: Total link recovery events: 5"]
+    assert r.facts["error_counters"]["counters_read"] == 2
+    # the split of another link is no split of this one
+    other = ("GPU 0: A (UUID: GPU-1)\n\t Link 0: Link recovery successful events: 1\n"
+             "\t Link 1: Total link recovery events: 4\n")
+    assert nvl(other).summary == "NVLink link recoveries: GPU 0 link 0 (1), GPU 0 link 1 (4)"
+    # a split that reads no number is no split: the total is read
+    na = nvl(nvlink5_recoveries([("N/A", "N/A", 2)]))
+    assert na.summary == "NVLink link recoveries: GPU 0 link 0 (2)"
+    clean = nvl("GPU 0: A (UUID: GPU-1)\n\t Link 0: Total link recovery events: 0\n")
+    assert clean.status is Status.PASS and clean.summary == "NVLink error counters 0 on 1 link(s) of 1 GPU(s) (recovery)"
+
+
+def test_recovery_total_that_is_not_the_sum_is_said() -> None:
+    r = nvl(nvlink5_recoveries([(2, 0, 2), (1, 0, 3)]))
+    assert codes(r) == ["gpu.nvlink/recovery-errors"]
+    assert r.summary == "NVLink link recoveries: GPU 0 link 0 (2), GPU 0 link 1 (1)"
+    assert ("1 NVLink recovery total(s) differ from the successful + failed events beside them (3 against 1; the "
+            "split is graded): Link 1: Total link recovery events: 3") in r.evidence
 
 
 def test_counters_that_are_not_graded() -> None:
