@@ -92,8 +92,6 @@ _LOG_KINDS = (
     ("nonfatal", "fabric.manager/nvswitch-nonfatal", "NVSwitch non-fatal error(s)",
      "non-fatal SXids are corrected by the switch: no drain needed; if they repeat on the same port, "
      "schedule a reset/reboot and check the NVLink error counters"),
-    ("error", "fabric.manager/log-error", "other fabric manager error line(s)",
-     "read /var/log/fabricmanager.log around these lines"),
 )
 
 
@@ -128,10 +126,25 @@ def log_findings(log: FmLog, f: Findings) -> dict[str, Any]:
     mismatch = [e for e in after if e.kind == "version-mismatch"]
     if mismatch:
         _version_findings(mismatch, f)
+    bad_option = [e for e in after if e.kind == "bad-option"]
+    if bad_option:
+        f.add("fabric.manager/bad-command-line", "the fabric manager refused its command line and printed its usage "
+              "text: it did not start", _quote(bad_option),
+              f"fix the options in the unit (`systemctl cat {UNIT}`: ExecStart, or the start script's arguments) to "
+              "those `nv-fabricmanager -h` lists, then `systemctl restart " + UNIT + "`")
+    explained = mismatch or bad_option or log.of("nothing-to-do") or log.of("abort")
+    script_failed = [e for e in after if e.kind == "start-failed"]
+    if script_failed and not explained:
+        f.add("fabric.manager/start-failed", "the fabric manager start script reports that nv-fabricmanager exited "
+              f"with code {script_failed[-1].values.get('exit_code')}: it is not running", _quote(script_failed),
+              RESTART)
     for kind, code, what, remedy in _LOG_KINDS:
         evs = log.of(kind)
         if evs:
             f.add(code, f"{len(evs)} x {what}{_sxids(evs) if kind == 'nonfatal' else ''}", _quote(evs), remedy)
+    f.unread("fabric.manager", "fabric manager", [e.quote for e in log.of("error")],
+             "read /var/log/fabricmanager.log around these lines (`journalctl -u " + UNIT + "` where it logs to the "
+             "journal); the fabric manager printed them as errors")
     return {"log_fatal": len(fatal_now) + len(fatal_before), "log_nonfatal": len(log.of("nonfatal")),
             "log_multicast_failures": len(log.of("multicast")), "log_errors": len(log.of("error") + log.of("abort")),
             "log_restarts": len(starts), "log_configured_after_last_start":

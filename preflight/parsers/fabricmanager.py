@@ -52,6 +52,23 @@ _VERSION_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface vers
 # the NVSwitch driver has no switch for the fabric manager to manage (no NVSwitch, or not passed through)
 _NOTHING_TO_DO = re.compile(r"NV_WARN_NOTHING_TO_DO|WARNING Nothing to do", re.I)
 _IDENTS = ("nv-fabricmanager", "nvidia-fabricmanager", "fabricmanager", "nvidia-fabricmanager-start.sh")
+# a journal message pasted without its time and host: "nv-fabricmanager[27360]: ..."
+_BARE_IDENT = re.compile(r"^(?P<ident>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?)\[\d+\]:\s*(?P<msg>.*)$")
+# the daemon's usage text (`nv-fabricmanager -h`, or after a command line it cannot read): its
+# title, "Usage: nv-fabricmanager [options]", "Options include:" and one line per option
+# ("[-c | --config]: Provides Fabric Manager config file path/name ...")
+_USAGE = re.compile(r"^(?:Usage: nv-fabricmanager\b|Options include:\s*$|\[-\w \| --[\w-]+\]:)")
+# what a command-line parser prints before the usage text about an option it refuses
+_BAD_OPTION = re.compile(r"(?:unrecognized|unrecognised|unknown|invalid|illegal) (?:command[- ]line )?(?:option|argument)|"
+                         r"option (?:'[^']*' )?requires an argument|missing (?:value|argument) for|"
+                         r"(?:error|failed) (?:while )?parsing (?:the )?command[- ]line", re.I)
+# the 550+ start script: the daemon it ran exited non-zero
+_SCRIPT_FAILED = re.compile(r'"[^"]*nv-fabricmanager[^"]*" failed! Exit code: (?P<rc>-?\d+)')
+# the daemon writes to the journal without its level: the words of its error messages
+_ERROR_WORDS = re.compile(r"\b(?:fail(?:ed|ure|s)?|error|unable|abort\w*|cannot|can't|could not|timed? ?out|"
+                          r"mismatch|not supported|invalid|exception|fatal)\b", re.I)
+_OWN_LINE = re.compile(r"\b(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)\[\d+\]:")
+_CONFIG_DUMP = re.compile(r"^[A-Za-z][\w .()/-]*\s=\s")  # "Logging level = 4": the start-up configuration dump
 _WRAPPER = "nvidia-fabricmanager-wrapper:"
 DETAIL_MAX = 6  # pragma: no mutate (continuation lines kept per event: a display limit)
 
@@ -81,10 +98,11 @@ class FmLog:
     lpf_found: list[tuple[str, str]] = field(default_factory=list)  # (device, guid) the wrapper found
     lpf_used: str = ""  # the management port GUID the wrapper picked
     wrapper_lines: list[str] = field(default_factory=list)
+    usage: bool = False  # the daemon's usage text after a command line it refused
 
     @property
     def recognised(self) -> bool:
-        return bool(self.records or self.wrapper_lines)
+        return bool(self.records or self.wrapper_lines or self.usage)
 
     def of(self, kind: str) -> list[FmEvent]:
         return [e for e in self.events if e.kind == kind]
@@ -115,9 +133,20 @@ def classify(msg: str, level: str, line: str, time: datetime | None = None, time
             return ev
     if _MULTICAST_FAIL.search(msg):
         return FmEvent("multicast", line, time, time_text)
-    if level in ("ERROR", "FATAL", "CRITICAL"):
+    sf = _SCRIPT_FAILED.search(msg)
+    if sf:
+        return FmEvent("start-failed", line, time, time_text, values={"exit_code": sf.group("rc")})
+    if _BAD_OPTION.search(msg):
+        return FmEvent("bad-option", line, time, time_text)
+    if level in ("ERROR", "FATAL", "CRITICAL") or (level == "" and error_words(msg)):
         return FmEvent("abort" if _ABORT.search(msg) else "error", line, time, time_text)
     return None
+
+
+def error_words(msg: str) -> bool:
+    """A message without its level (the journal prints none) that reads as one of the daemon's error
+    messages ("failed to ...", "... error ...", "unable to ..."); not a line of its configuration dump."""
+    return bool(_ERROR_WORDS.search(msg)) and not _CONFIG_DUMP.match(msg) and not msg.lower().startswith("success")
 
 
 def _add_wrapper(log: FmLog, msg: str, line: str) -> None:
@@ -140,6 +169,7 @@ def from_journal(items: Iterable[tuple[str, str, str]]) -> FmLog:
     """Events from journal messages (time text, message, line as printed) of the daemon; systemd's
     "Starting <the unit>..." among them marks a start (what came before it is history)."""
     log = FmLog()
+    usage: list[str] = []
     for time_text, msg, line in items:
         t = systemd.transition(msg)
         if t is not None:
@@ -149,11 +179,23 @@ def from_journal(items: Iterable[tuple[str, str, str]]) -> FmLog:
         if _WRAPPER in msg:
             _add_wrapper(log, msg, line)
             continue
+        if _USAGE.match(msg.strip()):
+            usage.append(line)
+            continue
         log.records += 1
         level, body = _split_prefix(msg.strip())
+        if not level and not _OWN_LINE.search(line):
+            level = "?"  # another program's line about the unit: systemd's own are read by parsers.systemd
         ev = classify(body, level, line, time_text=time_text)
         if ev is not None:
             log.events.append(ev)
+    if len(usage) >= 2:  # pragma: no mutate (the usage text in the unit's journal: it did not start)
+        bad = [e for e in log.events if e.kind == "bad-option"]
+        ev = bad[-1] if bad else FmEvent("bad-option", usage[0])
+        ev.detail.extend(usage[:DETAIL_MAX])
+        if not bad:
+            log.events.append(ev)
+        log.usage = True
     return log
 
 
@@ -162,6 +204,39 @@ def _unpeeled_journal(text: str) -> str | None:
     locale, "11月 15 14:15:47 host nv-fabricmanager[4177]: ..."), else None."""
     j = systemd.JOURNAL.match(text)
     return j.group("msg") if j and j.group("ident") in _IDENTS else None
+
+
+def _bare(text: str) -> str | None:
+    """The message of a daemon line pasted with its `nv-fabricmanager[pid]:` but without time and host."""
+    m = _BARE_IDENT.match(text)
+    return m.group("msg") if m else None
+
+
+def _known(text: str) -> bool:
+    """A message of the daemon's that says what it is without any framing (pasted bare)."""
+    return bool(_VERSION_MISMATCH.search(text) or _NOTHING_TO_DO.search(text) or _SCRIPT_FAILED.search(text))
+
+
+def _help_asked(lines: list[str]) -> bool:
+    """The usage text follows a command line that asked for it (`nv-fabricmanager -h`)."""
+    return any(re.search(r"nv-fabricmanager\S*\s+(?:.*\s)?(?:-h|--help)(?:\s|$)", t) for t in lines[-3:])
+
+
+def _usage(log: FmLog, doc: Doc) -> None:
+    """The daemon's usage text: printed after an option it refused (it did not start), unless it was asked for."""
+    texts = [ln.text.strip() for ln in doc.lines]
+    idx = [i for i, t in enumerate(texts) if _USAGE.match(_bare(t) or t)]
+    if len(idx) < 2:  # pragma: no mutate (a title or one option line alone is not the usage text)
+        return
+    first = idx[0]
+    bad = [e for e in log.events if e.kind == "bad-option"]
+    journal = any(doc.lines[i].ident in _IDENTS or _bare(texts[i]) is not None for i in idx)
+    if bad or (journal and not _help_asked(texts[:first])):
+        if not bad:
+            log.events.append(FmEvent("bad-option", doc.lines[first].raw.strip()))
+        ev = bad[-1] if bad else log.events[-1]
+        ev.detail.extend(re.sub(r"\s+", " ", _bare(texts[i]) or texts[i]) for i in idx[:DETAIL_MAX])
+        log.usage = True
 
 
 def parse(doc: Doc) -> FmLog:
@@ -176,20 +251,27 @@ def parse(doc: Doc) -> FmLog:
             _add_wrapper(log, text, ln.raw.strip())
             open_event = None
             continue
-        msg = None if ln.ident else _unpeeled_journal(text)
-        text = msg or text
-        is_record = (not ln.cont and ln.time is not None) or _INIT.match(text) or ln.ident in _IDENTS or msg
+        msg = None if ln.ident else (_unpeeled_journal(text) or _bare(text))
+        text = msg if msg is not None else text
+        own = ln.ident in _IDENTS or msg is not None  # the daemon's message, as the journal prints it
+        if _USAGE.match(text):
+            open_event = None
+            continue
+        is_record = ((not ln.cont and ln.time is not None) or _INIT.match(text) or own or _known(text)
+                     or (_BAD_OPTION.search(text) and "fabricmanager" in text))
         if not is_record:
             if open_event is not None:
                 open_event.detail.append(re.sub(r"\s+", " ", text))
             continue
         log.records += 1
         lm = _LEVEL.search(ln.raw)
-        open_event = classify(_TID.sub("", text), lm.group(1) if lm else "", ln.raw.strip(), ln.time, ln.time_text)
+        level = lm.group(1) if lm else ("" if own else "?")  # "?": a line of another program in the same log
+        open_event = classify(_TID.sub("", text), level, ln.raw.strip(), ln.time, ln.time_text)
         if open_event is not None and open_event.kind == "start" and log.events and log.events[-1].kind == "start":
             open_event = None  # "Log initializing" then "version X is running": one start
         if open_event is not None:
             log.events.append(open_event)
+    _usage(log, doc)
     return log
 
 
@@ -202,7 +284,15 @@ def detect(doc: Doc) -> bool:
         return True
     records = [ln.text for ln in head if (ln.time is not None and _TID.match(ln.text))
                or _INIT.match(ln.text.strip()) or ln.ident in _IDENTS]
-    records += [m for m in (_unpeeled_journal(ln.text.strip()) for ln in head if not ln.ident) if m]
+    records += [m for m in (_unpeeled_journal(ln.text.strip()) or _bare(ln.text.strip()) for ln in head
+                            if not ln.ident) if m]
+    texts = [ln.text.strip() for ln in head]
+    if any(_known(t) for t in texts):
+        return True
+    usage = [t for t in texts if _USAGE.match(_bare(t) or t)]
+    if len(usage) >= 2 and (any(_BAD_OPTION.search(t) for t in texts) or any(_bare(t) for t in usage)  # pragma: no mutate
+                            or any(ln.ident in _IDENTS for ln in head)):
+        return True
     return any(re.search(r"Fabric Manager|NVSwitch|multicast|inband message|NVLink|fabric|NV_WARN_NOTHING_TO_DO",
                          t, re.I) for t in records)
 

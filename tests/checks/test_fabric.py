@@ -377,8 +377,9 @@ def test_other_error_lines_warn() -> None:
     text = ("[Mar 05 2025 08:00:12] [INFO] [tid 1950] Fabric Manager version 535.230.02 is running\n"
             "[Mar 05 2025 08:00:13] [ERROR] [tid 1950] failed to read NVSwitch temperature sensor 2\n")
     r = fabric(mode="analyze", log=capture("fm-log", text))
-    assert r.status is Status.WARN and r.facts["codes"] == ["fabric.manager/log-error"]
-    assert r.facts["log_errors"] == 1 and "1 x other fabric manager error line(s)" in r.summary
+    assert r.status is Status.WARN and r.facts["codes"] == ["fabric.manager/unread-error"]
+    assert r.facts["log_errors"] == 1 and "failed to read NVSwitch temperature sensor 2" in r.summary
+    assert any("[ERROR] [tid 1950] failed to read NVSwitch temperature sensor 2" in e for e in r.evidence)
 
 
 def test_no_input_and_unverified_codes() -> None:
