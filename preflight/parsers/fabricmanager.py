@@ -195,7 +195,7 @@ def from_journal(items: Iterable[tuple[str, str, str]]) -> FmLog:
         ev.detail.extend(usage[:DETAIL_MAX])
         if not bad:
             log.events.append(ev)
-        log.usage = True
+        log.usage, log.records = True, log.records + len(usage)
     return log
 
 
@@ -236,7 +236,7 @@ def _usage(log: FmLog, doc: Doc) -> None:
             log.events.append(FmEvent("bad-option", doc.lines[first].raw.strip()))
         ev = bad[-1] if bad else log.events[-1]
         ev.detail.extend(re.sub(r"\s+", " ", _bare(texts[i]) or texts[i]) for i in idx[:DETAIL_MAX])
-        log.usage = True
+        log.usage, log.records = True, log.records + len(idx)
 
 
 def parse(doc: Doc) -> FmLog:
