@@ -38,12 +38,18 @@ from preflight.findings import Findings, coded_result
 from preflight.model import CLUSTER, Result, Status
 from preflight.parsers.clock import (
     PROBE_CHRONY,
+    PROBE_LOG,
     PROBE_NTPQ,
     PROBE_NTPSTAT,
+    PROBE_SOURCES,
+    PROBE_SOURCESTATS,
     PROBE_TIMEDATE,
     PROBE_WALL,
+    ClockLog,
     NtpStat,
     Peers,
+    Sources,
+    SourceStats,
     Timedate,
     Tracking,
     WallClock,
@@ -65,6 +71,11 @@ STEP = ("step the clock now (`chronyc makestep`, or restart the time service), t
         "past munge's 300 s credential TTL and cross-node logs stop lining up")
 SYNC = ("check the time service: `chronyc sources -v` or `timedatectl timesync-status` (an NTP server reachable on "
         "UDP 123, the service enabled: `systemctl enable --now chronyd` or `timedatectl set-ntp true`)")
+LOCAL = ("the time daemon runs on its own clock (ntpd's LOCAL(0) driver 127.127.1.0, chrony's `local` directive): "
+         "configure reachable NTP servers (chrony.conf `server`/`pool`, ntp.conf `server`) and check they answer "
+         "(`chronyc sources -v`, `ntpq -pn`); the local clock is a fallback for serving others, not a time source")
+BOUND = ("chronyd cannot vouch for the clock: its sources are far (root delay) or it has not heard from them for long "
+         "(root dispersion grows between updates); check `chronyc sources -v` and the path to the servers")
 DAEMON = ("no time synchronisation daemon runs: enable one (`systemctl enable --now chronyd`, or `timedatectl set-ntp "
           "true` for systemd-timesyncd); a free-running clock drifts seconds per day")
 
@@ -102,13 +113,43 @@ def _ahead(offset: float) -> str:
     return f"{seconds(offset)} {'ahead of' if offset > 0 else 'behind'}"
 
 
-def daemon_offset(t: Tracking | None, peers: Peers | None) -> tuple[float | None, str, list[str]]:
-    """(the clock minus NTP time, by which daemon, the lines that say it): chrony's System time,
-    else ntpd's offset from its system peer; (None, "", []) when neither reports one."""
-    if t is not None and t.offset_s is not None:
-        return t.offset_s, "chronyd", t.evidence("system time", "reference id", "leap status")
-    if peers is not None and peers.offset_s is not None:
-        return peers.offset_s, "ntpd", [peers.line]
+def _chrony_offset(t: Tracking | None, src: Sources | None, stats: SourceStats | None
+                   ) -> tuple[float | None, list[str]]:
+    """chronyd's view: tracking's System time is the system clock minus chronyd's NTP clock, and
+    sources / sourcestats give the NTP clock minus each source; together, the system clock minus
+    the sources'. Either alone is what it shows."""
+    base = t.offset_s if t is not None else None
+    base_ev = t.evidence("system time", "reference id", "leap status") if base is not None and t else []
+    rel: float | None = None
+    rel_ev: list[str] = []
+    if src is not None and src.rows:
+        rel, rel_ev = src.reading()
+    if rel is None and stats is not None and stats.rows:
+        rel, rel_ev = stats.reading()
+    if base is None and rel is None:
+        return None, []
+    return (base or 0.0) + (rel or 0.0), [*base_ev, *(rel_ev if rel is not None else [])]
+
+
+def daemon_offset(t: Tracking | None, peers: Peers | None, src: Sources | None = None,
+                  stats: SourceStats | None = None, log: ClockLog | None = None
+                  ) -> tuple[float | None, str, list[str]]:
+    """(the clock minus NTP time, by which daemon, the lines that say it): chronyd's (tracking's
+    System time, its sources' offsets), else ntpd's (the system peer, or what every reachable
+    peer proves when none is selected), else the last offset a daemon logged and did not step
+    away; (None, "", []) when none reports one."""
+    offset, lines = _chrony_offset(t, src, stats)
+    if offset is not None:
+        return offset, "chronyd", lines
+    if peers is not None:
+        offset, lines = peers.reading()
+        if offset is not None:
+            return offset, "ntpd" if peers.system_peer and not peers.local_peer else \
+                f"ntpd, no system peer: {len(lines)} reachable peer(s) agree", lines
+    if log is not None:
+        wrong = log.last("wrong-by", "stepped")
+        if wrong is not None and wrong.kind == "wrong-by":
+            return wrong.value, "logged by the time daemon", [wrong.line]
     return None, "", []
 
 
@@ -126,24 +167,39 @@ def offset_findings(offset: float | None, daemon: str, lines: list[str], profile
               "`ntpq -pn`)")
 
 
-def _states(t: Tracking | None, peers: Peers | None, td: Timedate | None, ns: NtpStat | None, ns_rc: int | None
-            ) -> list[tuple[str, bool | None, bool, list[str]]]:
-    """(source, synchronised or None, its daemon is down, evidence) per tool that answered, most specific first."""
-    out: list[tuple[str, bool | None, bool, list[str]]] = []
+State = tuple[str, bool | None, bool, list[str], bool]
+
+
+def _states(t: Tracking | None, peers: Peers | None, td: Timedate | None, ns: NtpStat | None, ns_rc: int | None,
+            src: Sources | None = None, log: ClockLog | None = None) -> list[State]:
+    """(source, synchronised or None, its daemon is down, evidence, its reference is the local
+    clock) per tool that answered, most specific first."""
+    out: list[State] = []
     if t is not None and (t.report or t.error):
-        out.append(("chronyd", t.synced if t.report else None, t.no_daemon,
-                    t.evidence("reference id", "leap status") or [t.error]))
+        local = t.report and t.local_reference
+        out.append(("chronyd", False if local else (t.synced if t.report else None), t.no_daemon,
+                    t.evidence("reference id", "leap status") or [t.error], local))
+    if src is not None and (src.table or src.error):
+        sel = src.selected
+        ev = [sel.line] if sel is not None else ([r.line for r in src.rows] or [src.header or src.error])
+        if src.table and sel is None:
+            ev = [f"chronyc sources: {len(src.rows)} source(s), none selected ('*')", *ev]
+        out.append(("chronyd sources", src.synced, src.no_daemon, ev, src.local_reference))
     if peers is not None and (peers.table or peers.error):
         out.append(("ntpd", peers.synced, peers.no_daemon,
-                    [peers.line or peers.error or f"ntpq -pn: {peers.peers} peer(s), none selected as system peer"]))
+                    [peers.line or peers.error or f"ntpq -pn: {peers.peers} peer(s), none selected as system peer"],
+                    peers.local_peer))
     if ns is not None and (ns.state or ns_rc in (0, 1, 2)):
         state = ns.state or {0: "synchronised", 1: "unsynchronised", 2: "no-daemon"}.get(ns_rc or 0, "")
         synced = {"synchronised": True, "unsynchronised": False}.get(state)
-        out.append(("ntpstat", synced, state == "no-daemon", [ns.line or f"ntpstat exit status {ns_rc}"]))
+        out.append(("ntpstat", synced, state == "no-daemon", [ns.line or f"ntpstat exit status {ns_rc}"], False))
     if td is not None and td.available:
         ev = [td.lines[k] for k in td.lines if k in ("ntpsynchronized", "ntp", "system clock synchronized",
                                                      "ntp synchronized", "ntp service", "ntp enabled")]
-        out.append(("timedatectl", td.synced, td.service is False, ev))
+        out.append(("timedatectl", td.synced, td.service is False, ev, False))
+    last = log.last("selected", "no-sources") if log is not None else None
+    if last is not None:
+        out.append(("chronyd log", last.kind == "selected", False, [last.line], False))
     return out
 
 
@@ -152,15 +208,20 @@ def sync_findings(ctx: CheckContext, f: Findings) -> tuple[str, str]:
     with state synchronised, unsynchronised, no-daemon or unknown."""
     t, td, ns = ctx.facts(PROBE_CHRONY), ctx.facts(PROBE_TIMEDATE), ctx.facts(PROBE_NTPSTAT)
     ns_in = ctx.input(PROBE_NTPSTAT)
-    states = _states(t, ctx.facts(PROBE_NTPQ), td, ns, ns_in.rc if ns_in is not None else None)
-    for source, synced, _down, ev in states:
+    states = _states(t, ctx.facts(PROBE_NTPQ), td, ns, ns_in.rc if ns_in is not None else None,
+                     ctx.facts(PROBE_SOURCES), ctx.facts(PROBE_LOG))
+    for source, synced, _down, ev, local in states:
+        if local:
+            f.add("node.clock/local-reference", f"clock synchronised only to its own local clock ({source}), not to "
+                  "a time source", ev, LOCAL)
+            return "unsynchronised", source
         if synced is True:
             f.note(f"synchronised ({source}): {'; '.join(ev)}")
             return "synchronised", source
         if synced is False:
             f.add("node.clock/not-synchronised", f"clock not synchronised ({source})", ev, SYNC)
             return "unsynchronised", source
-    down = [(s, ev) for s, _synced, d, ev in states if d]
+    down = [(s, ev) for s, _synced, d, ev, _local in states if d]
     if down:
         f.add("node.clock/no-time-daemon", "no time daemon answers (" + ", ".join(s for s, _ in down) + ")",
               [e for _, ev in down for e in ev], DAEMON)
@@ -195,7 +256,7 @@ def view_findings(view: ControllerView | None, profile: Profile, f: Findings) ->
 
 def _unrecognised(ctx: CheckContext) -> list[str]:
     out: list[str] = []
-    for name in (PROBE_CHRONY, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT):
+    for name in (PROBE_CHRONY, PROBE_SOURCES, PROBE_SOURCESTATS, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT):
         facts = ctx.facts(name)
         out += [f"{name}: {line}" for line in (getattr(facts, "unrecognised", None) or [])[:3]]
     return out
@@ -214,16 +275,54 @@ def _tried(ctx: CheckContext) -> list[str]:
     return out
 
 
+def bound_findings(t: Tracking | None, profile: Profile, f: Findings) -> None:
+    """chronyd's own bound on the error (root delay / 2 + root dispersion) while it says synchronised:
+    past clock.max_offset_s it cannot vouch for the clock within the limit (WARN: a bound, not a
+    measured offset); past clock.warn_offset_s, a note."""
+    if t is None or not t.report or t.synced is not True or t.local_reference:
+        return
+    bound = t.max_error_s
+    if bound is None:
+        return
+    fail, warn, prov = thresholds(profile)
+    ev = [*t.evidence("root delay", "root dispersion", "leap status"), prov]
+    what = f"chronyd's maximum error (root delay / 2 + root dispersion) {seconds(bound)}"
+    if fail and bound > fail:
+        f.add("node.clock/error-bound-high", f"{what}, past {fail:g} s: the clock is not known to be within it",
+              ev, BOUND)
+    elif warn and bound > warn:
+        f.note(f"{what}, past {warn:g} s")
+
+
+def log_findings(log: ClockLog | None, f: Findings) -> None:
+    """The daemons' logged faults: a daemon that exited and did not come back; error-level lines
+    no rule reads (unread-error)."""
+    if log is None:
+        return
+    for i, ev in enumerate(log.events):
+        if ev.kind == "exited" and not any(e.kind == "selected" for e in log.events[i + 1:]):
+            f.add("node.clock/daemon-exited", f"{ev.ident or 'the time daemon'} stopped: {ev.text[:120]}", [ev.line],
+                  DAEMON)
+    for ident in dict.fromkeys(e.ident for e in log.events if e.kind == "error"):
+        f.unread(CHECK_ID, ident, [e.line for e in log.events if e.kind == "error" and e.ident == ident])
+
+
 def grade_clock(ctx: CheckContext, view: ControllerView | None = None) -> Result:
     f = Findings()
     t = ctx.facts(PROBE_CHRONY)
-    offset, daemon, lines = daemon_offset(t, ctx.facts(PROBE_NTPQ))
+    log = ctx.facts(PROBE_LOG)
+    offset, daemon, lines = daemon_offset(t, ctx.facts(PROBE_NTPQ), ctx.facts(PROBE_SOURCES),
+                                          ctx.facts(PROBE_SOURCESTATS), log)
     offset_findings(offset, daemon, lines, ctx.profile, f)
+    bound_findings(t, ctx.profile, f)
+    log_findings(log, f)
     state, source = sync_findings(ctx, f)
     facts: dict[str, Any] = {"clock": state, "clock_source": source or None, "offset_s": offset,
                              "stratum": t.stratum if t is not None else None}
     facts.update(view_findings(view, ctx.profile, f))
-    if state == "unknown" and not f.items:
+    if state == "unknown" and offset is not None:
+        f.note(f"clock {_ahead(offset)} NTP time ({daemon}): {'; '.join(lines)}")
+    elif state == "unknown" and not f.items:
         bad = _unrecognised(ctx)
         if bad:
             f.add("node.clock/output-unrecognised", "no time tool's output was understood", bad,
@@ -233,6 +332,9 @@ def grade_clock(ctx: CheckContext, view: ControllerView | None = None) -> Result
                   "synchronisation not checked", _tried(ctx),
                   "install chrony (`chronyc tracking`) or run systemd-timesyncd so the clock's state can be read")
     ok = f"clock synchronised ({source})" + (f", {seconds(offset)} from NTP time" if offset is not None else "")
+    if state == "unknown" and offset is not None:
+        ok = (f"clock at least {seconds(offset)} from NTP time by its sources ({daemon}); whether it is "
+              "synchronised is not shown")
     return f.result(ctx, ok, facts)
 
 
@@ -245,7 +347,7 @@ NODE_CHECK = register(Check(
     # Each time tool is optional (a missing one is skipped, the others grade); what must come back
     # is the wall-clock reading where the cross-node half planned it (multi-node runs).
     required=(PROBE_WALL,),
-    inputs=(PROBE_CHRONY, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT),
+    inputs=(PROBE_CHRONY, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT, PROBE_SOURCES, PROBE_SOURCESTATS, PROBE_LOG),
     profile_keys={"clock.max_offset_s": (int, float), "clock.warn_offset_s": (int, float)},
     catches="a clock off NTP time (chrony offset, or proven by the controller's view), unsynchronised, or no time daemon",
 ))
@@ -312,5 +414,5 @@ register_cluster(ClusterCheck(
             "two nodes' clocks apart",
 ))
 
-__all__ = ["CHECK_ID", "ControllerView", "agreement", "grade_clock", "offset_findings", "sync_findings",
+__all__ = ["CHECK_ID", "ControllerView", "agreement", "bound_findings", "log_findings", "grade_clock", "offset_findings", "sync_findings",
            "thresholds", "view_findings", "views"]
