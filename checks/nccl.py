@@ -183,16 +183,23 @@ def _ib_async(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
 
 
 def _ib_completion(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
-    e = errs[0]
-    num = int(e.detail["code"])
-    meaning = WC_STATUS.get(num, "the RDMA operation failed")
+    """A failed IB work completion; NCCL 2.30's `Got CQE with error (...)` names no status, the
+    `Got completion ... status=N` line after it does: the line with a status is the one reported."""
+    e = next((x for x in errs if x.detail.get("code")), errs[0])
+    num = int(e.detail["code"]) if e.detail.get("code") else None
+    meaning = WC_STATUS.get(num or -1, "the RDMA operation failed")
     vendor = f", vendor err {e.detail['vendor']}" if e.detail.get("vendor") else ""
     hca = _hcas_of(log, e)
-    f.add("nccl.transport/ib-completion-error", f"NET/IB completion error {num} from peer {e.detail.get('peer', '?')} on "
-                                       f"{_who(errs)}" + (f" via {hca}" if hca else "") + f"{vendor}: {meaning}",
+    what = f"NET/IB completion error {num} from peer {e.detail.get('peer', '?')}" if num is not None else \
+        f"NET/IB work completion with error ({e.detail.get('dir', 'send/recv')}, status not in the log)"
+    f.add("nccl.transport/ib-completion-error", f"{what} on {_who(errs)}" + (f" via {hca}" if hca else "")
+          + f"{vendor}: {meaning}",
           [*[x.line for x in errs[:QUOTED]], *after],
           "error 4: check nvidia-peermem (lsmod | grep peermem), ACS disabled on the PCIe switches and the IOMMU "
           "setting, and memory registration limits (ulimit -l)" if num in (4, 10) else
+          "the IB transfer failed and NCCL aborts the communicator (ncclRemoteError): read the 'Got completion ... "
+          "status' line that follows for the status, check the HCA and link of both ends (ibstat, ibv_devinfo, the "
+          "switch port counters) and the peer's logs" if num is None else
           "check the HCA and link of both ends (ibstat, ibv_devinfo, the switch port counters) and the peer's logs")
 
 
@@ -222,6 +229,41 @@ def _ib_verbs(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
           "'Cannot allocate memory' on ibv_create_qp/create_cq/reg_mr: raise the locked-memory limit (ulimit -l "
           "unlimited in the job and the container) and check the HCA's resource limits; otherwise check the HCA "
           "(ibstat, ibv_devinfo) and that /dev/infiniband is visible to the job")
+
+
+_ERRNO_TEXT = re.compile(r"(?:error:?|failed ?:)\s*([A-Za-z][^(,:]*?)\s*(?:\(\d+\))?\s*$")
+
+
+def _shm(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    d = {k.rstrip("0123456789"): v for e in reversed(errs) for k, v in e.detail.items()}
+    why = d.get("why") or next((m.group(1) for e in errs if (m := _ERRNO_TEXT.search(_warn_text(e)))), "")
+    size = f" of {int(d['size']):,} bytes" if d.get("size", "").isdigit() else ""
+    f.add("nccl.transport/shm-failed", f"NCCL could not create its shared-memory segment{size}"
+          + (f" {d['path']}" if d.get("path") else "") + f" on {_who(errs)}" + (f" ({why})" if why else "")
+          + ": the communicator was not created",
+          [e.line for e in errs[:QUOTED]] + after,
+          "/dev/shm is too small or full (Docker's default is 64 MB): run the container with --shm-size=1g or more "
+          "(or --ipc=host), on Kubernetes mount an emptyDir with medium: Memory at /dev/shm; check df -h /dev/shm "
+          "and remove stale /dev/shm/nccl-* files of dead jobs")
+
+
+def _p2p_nvlink(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    pairs = list(dict.fromkeys(f"GPU{e.detail['a']}-GPU{e.detail['b']}" for e in errs))
+    f.add("nccl.transport/p2p-disabled-nvlink", f"P2P is disabled between NVLink-connected GPUs ({', '.join(pairs[:NAMED])}) "
+          f"on {_who(errs)}: NCCL refuses to create the communicator",
+          [e.line for e in errs[:QUOTED]] + after,
+          "the driver reports peer-to-peer read/write not supported across an NVLink: check nvidia-smi topo -p2p rw "
+          "and nvidia-smi nvlink --status (links down), the fabric manager on NVSwitch systems (systemctl status "
+          "nvidia-fabricmanager) and Xid in dmesg; NCCL_IGNORE_DISABLED_P2P=1 only hides it and sends the traffic "
+          "through host memory")
+
+
+def _peer_access(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
+    d = errs[0].detail
+    f.add("nccl.transport/peer-access-failed", f"CUDA peer access to GPU{d['peer']} could not be enabled on {_who(errs)}"
+          + (f": {d['why']}" if d.get("why") else ""), [e.line for e in errs[:QUOTED]] + after,
+          "cudaDeviceEnablePeerAccess failed between two GPUs of one process: check nvidia-smi topo -p2p rw, the "
+          "NVLink state (nvidia-smi nvlink --status), IOMMU/ACS settings for PCIe peer-to-peer, and Xid in dmesg")
 
 
 def _simple(code: str, what: str, remedy: str) -> Callable[[NcclLog, list[NcclError], Findings, list[str]], None]:
@@ -268,6 +310,9 @@ _NCCL_ERROR_REMEDY = ("read the NCCL WARN line and the lines before it (run with
 # root-cause kinds, most explanatory first, and how each is reported
 ROOTS: tuple[tuple[str, Callable[[NcclLog, list[NcclError], Findings, list[str]], None]], ...] = (
     ("cuda", _cuda),
+    ("shm", _shm),
+    ("p2p_nvlink_disabled", _p2p_nvlink),
+    ("peer_access", _peer_access),
     ("ib_async", _ib_async),
     ("ib_completion", _ib_completion),
     ("qp_setup", _qp_setup),
@@ -308,6 +353,7 @@ def error_findings(log: NcclLog, f: Findings) -> None:
               [*[e.line for e in oom[:QUOTED]], *[e.line for e in net[:FOLLOW]], *_consequences(log)],
               "the process ran out of GPU memory while NCCL set up its buffers: lower the job's memory use "
               "(batch size, NCCL_BUFFSIZE, NCCL_NCHANNELS) or free the GPU (another process?); not a network fault")
+        _unread(log, f, set())
         return
     found = False
     for kind, report in ROOTS:
@@ -315,29 +361,59 @@ def error_findings(log: NcclLog, f: Findings) -> None:
         if errs:
             report(log, errs, f, _consequences(log, later if not found else ()))
             found = True
+    said: set[str] = set()
     if not found:
-        _unexplained(log, later, f)
+        said = _unexplained(log, later, f)
+    elif log.connect_retries and not log.of("socket_connect"):
+        _retrying(log, f)
     _lesser(log, f)
+    _unread(log, f, said)
 
 
-def _unexplained(log: NcclLog, later: list[NcclError], f: Findings) -> None:
-    """No root-cause WARN: a lost peer, a failed NCCL call whose WARN is not one we know, or a
-    framework's report that NCCL failed."""
+def _unread(log: NcclLog, f: Findings, said: set[str]) -> None:
+    """Every WARN line no rule reads (kind "other") that no finding quotes already: said, never dropped."""
+    f.unread(CHECK, "NCCL", [e.line for e in log.of("other") if e.line not in said],
+             "read the NCCL WARN lines and the lines before them (NCCL_DEBUG=INFO): NCCL prints WARN for errors "
+             "('messages indicating a fatal error', src/debug.cc); the host, device and call named are where to look")
+
+
+def _retrying(log: NcclLog, f: Findings) -> None:
+    """Connects NCCL retried (INFO lines) whose outcome the capture does not show as a failure."""
+    r = log.connect_retries
+    d = r[-1].detail
+    peers = list(dict.fromkeys(e.detail["peer"] for e in r if e.detail.get("peer")))
+    n = f" (last: {d['n']}/{d['max']})" if d.get("max") else ""
+    f.add("nccl.transport/connect-retrying", f"NCCL retried {len(r)} {d.get('call', 'connect')}(s)"
+          + (f" to {', '.join(peers[:NAMED])}" if peers else "") + f" on {_who(r)}: {d.get('why', '')}{n}",
+          [e.line for e in r[:QUOTED]] + ([f"{len(r)} retry line(s) in all"] if len(r) > QUOTED else []),
+          "NCCL could not reach a peer (its bootstrap root or a rank) for a while: check that every process started, "
+          "that NCCL_SOCKET_IFNAME names an interface every host reaches (routes, firewalls: 'No route to host'), and "
+          "whether the job went on or failed after these lines")
+
+
+def _unexplained(log: NcclLog, later: list[NcclError], f: Findings) -> set[str]:
+    """No root-cause WARN: a lost peer, a connect NCCL kept retrying before the job failed, a failed
+    NCCL call whose WARN is not one we know, or a framework's report that NCCL failed. The lines
+    these findings read (not to be said again as unread)."""
     lost = log.of("peer_lost")
     if lost:
         _peer_lost(log, lost, f, _consequences(log))
-        return
+        return set()
     failed = [e for e in log.of("other", "proxy") if e.fatal]
-    if failed or log.job_errors or log.failed:
+    ended = bool(failed or log.job_errors or log.failed)
+    if log.connect_retries and ended:
+        _connect(log, log.connect_retries, f, [e.line for e in failed[:FOLLOW]] + log.job_errors[:FOLLOW]
+                 + list(log.failed.values())[:FOLLOW] + _consequences(log))
+        return {e.line for e in failed[:FOLLOW]}
+    if ended:
         lines = [e.line for e in failed[:QUOTED]] + log.job_errors[:FOLLOW] + list(log.failed.values())[:FOLLOW]
         what = _warn_text(failed[0])[:TEXT] if failed else (log.job_errors or ["an NCCL call returned an error"])[0][:TEXT]
         f.add("nccl.transport/nccl-error", f"NCCL call failed on {_who(failed) if failed else 'a rank'}: {what}",
               lines + _consequences(log), _NCCL_ERROR_REMEDY)
-        return
-    other = log.of("other")
-    if other:
-        f.add("nccl.transport/unclassified-warn", f"{len(other)} NCCL warning(s) not recognised: {_warn_text(other[0])[:TEXT]}",
-              [x.line for x in other[:QUOTED]], "read the NCCL WARN lines: they name the host, device and call that failed")
+        return {e.line for e in failed[:QUOTED]}
+    if log.connect_retries:
+        _retrying(log, f)
+    return set()
 
 
 def _lesser(log: NcclLog, f: Findings) -> None:
@@ -352,8 +428,13 @@ def _lesser(log: NcclLog, f: Findings) -> None:
     if events:
         f.add("nccl.transport/ib-async-event", f"IB async event on {_who(events)}: {events[0].detail['event']}",
               [e.line for e in events[:QUOTED]], "check the port (ibstat) and the subnet manager's log for that port")
-    for e in log.of("benign")[:FOLLOW]:
-        f.note(f"NCCL WARN that does not stop the job: {_warn_text(e)[:TEXT]}")
+    benign = log.of("benign")
+    if benign:
+        f.add("nccl.transport/nonfatal-warn", f"NCCL warned and carried on on {_who(benign)}: "
+              f"{_warn_text(benign[0])[:TEXT]}" + (f" (+{len(benign) - 1} more)" if len(benign) > 1 else ""),
+              [e.line for e in benign[:QUOTED]],
+              "NCCL ignored or clamped a setting (NCCL_* in the job's environment), could not use CollNet, or saw a "
+              "socket interface without a PCI device: fix the setting or the interface it names")
 
 
 # ---------------------------------------------------------------------------------------

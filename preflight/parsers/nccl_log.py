@@ -33,6 +33,9 @@ from preflight.parsers.base import Format, ParserSpec
 
 # the source before WARN is NCCL's __FILE__:__LINE__, or a plugin's function name (aws-ofi-nccl passes
 # __PRETTY_FUNCTION__: "int nccl_net_ofi_foo(bar*):1463")
+# NCCL 2.30.7+ writes the function after the source: `file:line (func) NCCL WARN` (src/debug.cc ncclDebugLogV;
+# a lambda's __func__ is `operator()`)
+_FUNC = r"(?: \((?:[^()\s]|\(\))*\))?"
 # The host: a name, or what a paste put in its place (`<cluster_name>`, `[hostname]`, `${HOST}`, `(host)`,
 # `***`, `gpu***`, `...`); a redacted pid or tid is any token (`host:XXXXXX [5]`, `host:<pid>:<tid> [0]`).
 _HOST = (r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\$?\{[^{}\s]{1,64}\}|\([^()\s]{1,64}\)|(?:\.\.\.|\u2026)[\w.-]*|"
@@ -41,16 +44,17 @@ _HOST = (r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\$?\{[^{}\s]{1,64}\}|\
 _GLUED_TIME = r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
 LINE = re.compile(
     _GLUED_TIME + r"(?P<host>" + _HOST + r"):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>[^:\s\[\]]+))? \[(?P<dev>\d+)\] "
-    r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?|(?:[^\[\]]*?:\d+ )?NCCL )?"
+    r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+)" + _FUNC + r" (?:NCCL )?|(?:[^\[\]]*?:\d+" + _FUNC + r" )?NCCL )?"
     r"(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 # NCCL before 2.3 (`[dev] include/socket.h:185 WARN msg`, no word NCCL) with its `host:pid:tid` hidden behind
 # a placeholder of several words ("*server name*"), a time stamp or nothing: the source file after `[dev]` marks it,
 # and the line is one unnamed process (the prefix names no host)
-MASKED_LINE = re.compile(r"^(?:\S[^\[\]]{0,63}? )?\[(?P<dev>\d+)\] (?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+) (?:NCCL )?"
+MASKED_LINE = re.compile(r"^(?:\S[^\[\]]{0,63}? )?\[(?P<dev>\d+)\] (?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+)" + _FUNC +
+                         r" (?:NCCL )?"
                          r"(?P<level>INFO|WARN) (?P<msg>.*)$")
 # An NCCL line whose `host:pid:tid [dev]` prefix a paste left out: `init.cc:1247 NCCL WARN msg`,
 # `NCCL INFO msg` (the word NCCL is required: the 2.3 layout without it is read only with its prefix)
-BARE_LINE = re.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>[\w./-]{1,200}:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) "
+BARE_LINE = re.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>[\w./-]{1,200}:\d+)" + _FUNC + r" )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) "
                        r"(?P<msg>.*)$")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
 _COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)"
@@ -98,6 +102,14 @@ _VIRTUAL_NIC = re.compile(r"Could not (?:find real path of|get speed from) /sys/
 # %s for HCA %d '%s''), or per GPU/NIC pair by topology ('(distance %d > %d)', a normal choice)
 _GDR = re.compile(r"(?:NET/(?P<net>[^:]+?)\s*:\s*)?GPU Direct RDMA (?P<state>Enabled|Disabled) for "
                   r"(?:GPU \S+ / )?HCA (?P<idx>[^\s']+)(?: '(?P<hca>[^']*)')?(?: \((?P<why>[^)]*)\))?")
+# A connect (or accept) NCCL retries: INFO lines. 2.4 - 2.23 socket.h/socket.cc "Call to connect returned %s,
+# retrying" (2.7+: every 1000th refused retry), 2.24 - 2.26 "%s: connect returned %s, retrying (%d/%ld) after sleep
+# for %u msec", 2.27+ "%s: connect to %s returned %s, retrying (%d/%ld) ..." (misc/socket.cc, 2.30 os/linux.cc);
+# "Call to accept returned %s, retrying" (2.24+). When the retries run out NCCL prints a WARN ("exceeded retries",
+# "exceeded error retry count"), read as socket_connect.
+CONNECT_RETRY = re.compile(
+    r"(?:Call to )?(?P<call>connect|accept) (?:to (?P<peer>[^\s<]+)(?:<\d+>)? )?returned (?P<why>[^,]+?),? retrying"
+    r"(?: \((?P<n>\d+)/(?P<max>\d+)\))?")
 _SERVICE_CLOSED = re.compile(r"\[Service thread\] Connection closed by localRank (\d+)")
 # A framework's message after NCCL returned an error (PyTorch: "NCCL error in: file:line, <string>,
 # NCCL version X" and "Last error:" followed by NCCL's last WARN text): proof that the job failed
@@ -113,7 +125,7 @@ ERRORS: list[tuple[str, re.Pattern[str]]] = [
     ("benign", re.compile(
         r"Could not find real path|greater than the maximum allowed|Cannot initialize CollNet|CollNet currently only|"
         r"(?:min|max)CTAs|NCCL_CGA_CLUSTER_SIZE|NCCL_WORK_FIFO|old driver, disabling|Profiler init failed|"
-        r"non-fatal async event|GID table changed|Failed to set CPU affinity|remote FLID configured|CC On,|"
+        r"GID table changed|Failed to set CPU affinity|remote FLID configured|CC On,|"
         r"Failed to open mlx5dv|splitShare \d+ is not a valid", re.I)),
     ("fallback", _FALLBACK),
     ("ofi_unavailable", OFI_UNAVAILABLE),
@@ -124,14 +136,31 @@ ERRORS: list[tuple[str, re.Pattern[str]]] = [
     ("rank_count_mismatch", re.compile(r"Bootstrap Root : mismatch in (?:rank count|info)", re.I)),
     ("cuda_oom", re.compile(r"Cuda failure (?:2 )?'?out of memory|Cuda failure 2\b|Failed to CUDA (?:calloc|malloc|host)|"
                             r"cudaMalloc.*failed|CUDA_ERROR_OUT_OF_MEMORY|cuMem\w+.* out of memory", re.I)),
+    # /dev/shm could not hold a shared-memory segment (src/misc/shmutils.cc ncclShmOpen(); 2.4 - 2.11 include/shm.h
+    # SYSCHECK "posix_fallocate"; 2.30 src/os/linux.cc): the communicator is not created
+    ("shm", re.compile(
+        r"Error while (?:creating|attaching to) shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)"
+        r"(?:, error: (?P<why>[^(]*?)\s*(?:\(\d+\))?$)?|"
+        r"Error: (?:failed to create shared memory file|failed to extend|Could not map) (?P<path2>\S+?),? "
+        r"(?:to (?P<size2>\d+) bytes|size \d+|error)(?:.*?error:? (?P<why2>[^(]*?)\s*(?:\(\d+\))?$)?|"
+        r"Call to (?:posix_fallocate|shm_open|fallocate) failed ?: ?(?P<why3>.*)$|Could not map (?P<path4>/\S+)", re.I)),
+    # NVML reports P2P read/write not OK between GPUs joined by NVLink (src/graph/paths.cc p2pCanConnect():
+    # ncclUnhandledCudaError unless NCCL_IGNORE_DISABLED_P2P=1, which silences it and stages through host memory)
+    ("p2p_nvlink_disabled", re.compile(r"P2P is disabled between NVLINK connected GPUs (?P<a>\d+) and (?P<b>\d+)", re.I)),
+    # cudaDeviceEnablePeerAccess failed (src/transport/p2p.cc, net.cc: ncclInternalError)
+    ("peer_access", re.compile(r"failed to peer with device (?P<peer>\d+)(?:\(=(?P<bus>[0-9a-fx]+)\))?:\s*(?P<err>\d+)?"
+                               r"\s*(?P<why>.*)$", re.I)),
     ("cuda", re.compile(r"Cuda failure|CUDA error|CUDA_ERROR_|Cuda API|Failed to (?:set|create) CUDA|"
                         r"Failed to set CUDA device|CUDA driver version is insufficient", re.I)),
     ("ib_async", re.compile(
-        r"NET/IB\s*:\s*(?:(?P<hca>[\w.-]+):(?P<port>\d+) )?(?:async fatal event|Got async (?:error )?event)"
+        r"NET/IB\s*:\s*(?:(?P<hca>[\w.-]+):(?P<port>\d+) )?(?:async fatal event|Got (?:non-fatal )?async (?:error )?event)"
         r"(?: on (?:CQ|QP|SRQ)[^:]*)?\s*:\s*(?P<event>.*?)\s*$|communicator encountered a fatal error", re.I)),
     ("ib_completion", re.compile(
         r"Got completion (?:from peer (?P<peer>[^\s<,]+)(?:<\d+>)? )?with (?:error |status=?)(?:(?P<status>\w+)\()?"
-        r"(?P<code>\d+)\)?(?:.*?vendor[ _]err[ =](?P<vendor>\d+))?(?:.*?\bhca (?P<hca>[\w.-]+))?", re.I)),
+        r"(?P<code>\d+)\)?(?:.*?vendor[ _]err[ =](?P<vendor>\d+))?(?:.*?\bhca (?P<hca>[\w.-]+))?|"
+        # 2.30 src/transport/net_ib/p2p.cc: a failed work completion without resiliency (ncclRemoteError); the
+        # status follows on its own "Got completion ... with status=" line
+        r"Got CQE with error \((?:devIndex=(?P<devidx>\d+))?.*?\((?P<dir>send|recv)\)", re.I)),
     ("qp_setup", re.compile(r"Call to ibv_modify_qp failed with (?:error )?(?P<errno>\d+)?\s*(?P<why>[^,]*?)"
                             r"(?: errno \d+)?(?:, on dev (?P<dev>[\w.-]+)(?::(?P<port>\d+))?)?"
                             r"(?:, curr state (?P<cur>\w+), next state (?P<next>\w+))?"
@@ -160,7 +189,7 @@ ERRORS: list[tuple[str, re.Pattern[str]]] = [
                          r"Proxy Service.*Poll failed|Error encountered progressing operation", re.I)),
 ]
 # WARN kinds that always end the job (NCCL returns an error right after printing them)
-FATAL = frozenset({"cuda_oom", "cuda", "ib_completion", "qp_setup", "ib_verbs", "ib_config", "plugin_error",
+FATAL = frozenset({"cuda_oom", "cuda", "shm", "p2p_nvlink_disabled", "peer_access", "ib_completion", "qp_setup", "ib_verbs", "ib_config", "plugin_error",
                    "no_interface", "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy",
                    "collective_mismatch", "rank_count_mismatch"})
 # ibv_event_type_str() strings of events that end the QP, CQ or port
@@ -248,6 +277,7 @@ class NcclLog:
     cascade: int = 0  # "-> N" return-code lines that follow an error
     failed: dict[tuple[str, str], str] = field(default_factory=dict)  # process -> first failure-cascade line
     service_closed: list[str] = field(default_factory=list)  # "[Service thread] Connection closed by localRank N"
+    connect_retries: list[NcclError] = field(default_factory=list)  # connects/accepts NCCL retried (INFO lines)
     versions: list[str] = field(default_factory=list)  # "NCCL version X" lines without a process prefix
     job_errors: list[str] = field(default_factory=list)  # a framework's "NCCL error in: ..." lines
     ofi_unavailable: list[str] = field(default_factory=list)  # the OFI plugin / libfabric found no provider
@@ -273,7 +303,7 @@ def classify(msg: str) -> tuple[str, dict[str, str]]:
         m = pattern.search(msg)
         if m:
             detail = {k: v.strip() for k, v in m.groupdict().items() if v and v.strip()}
-            if kind == "ib_async" and not _FATAL_EVENT.search(msg):
+            if kind == "ib_async" and (not _FATAL_EVENT.search(msg) or "non-fatal" in msg.lower()):
                 kind = "ib_event"
             return kind, detail
     return "other", {}
@@ -358,6 +388,11 @@ def _line(log: NcclLog, lines: list[Line], i: int, host: str = "") -> None:
         return
     if _SERVICE_CLOSED.search(msg):
         log.service_closed.append(text)
+        return
+    if (mr := CONNECT_RETRY.search(msg)) is not None:
+        detail = {k: v.strip() for k, v in mr.groupdict().items() if v and v.strip()}
+        log.connect_retries.append(NcclError("connect_retry", p.host, p.pid, m.groupdict().get("dev") or "", text,
+                                             detail=detail))
         return
     _info(p, msg, text)
 
@@ -560,6 +595,8 @@ def _finish(log: NcclLog) -> None:
         if not p.version and len(set(log.versions)) == 1:  # a bare "NCCL version" line belongs to them
             p.version = log.versions[0]
     ranks = {(p.host, p.pid): p.rank for p in log.procs.values()}
+    for e in log.connect_retries:
+        e.rank = ranks.get((e.host, e.pid))
     for e in log.errors:
         e.rank = ranks.get((e.host, e.pid))
         if (e.host, e.pid) in log.failed and e.kind not in ("benign", "fallback", "ib_event", "ofi_unavailable"):
@@ -575,7 +612,8 @@ def parse(doc: Doc) -> NcclLog:
     return log
 
 
-_DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::[^:\s\[\]]+)? \[\d+\] (?:[\w./-]+:\d+ |[^\[\]]*?:\d+ NCCL )?"
+_DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::[^:\s\[\]]+)? \[\d+\] (?:[\w./-]+:\d+" + _FUNC + r" |[^\[\]]*?:\d+" + _FUNC +
+                     r" NCCL )?"
                      r"(?:NCCL )?(?:INFO|WARN) ")
 
 
@@ -587,13 +625,17 @@ _SRC_WARN = re.compile(r"\.(?:cc|cu|c|h|cpp|hpp):\d+ WARN ")
 
 def _detected(text: str) -> bool:
     """An NCCL line: its prefix with the word NCCL (or a .cu source), a bare `NCCL INFO|WARN`, or a
-    WARN in NCCL's layout of a version without the word (2.0 - 2.3) whose message is one NCCL prints."""
+    WARN in NCCL's layout of a version without the word (2.0 - 2.2): with the whole `host:pid:tid`
+    prefix any message, behind a masked prefix only a message NCCL is known to print."""
     tagged = _DEV_TAG.search(text) is not None
     if tagged and _DETECT.search(text) and ("NCCL" in text or ".cu:" in text) or BARE_LINE.search(text):
         return True
     if not tagged or _SRC_WARN.search(text) is None:
         return False
-    m = LINE.search(text) or MASKED_LINE.search(text)
+    m = LINE.search(text)
+    if m is not None and m.group("tid") and m.group("src") and m.group("level") == "WARN":
+        return True  # NCCL's whole `host:pid:tid [dev] file:line WARN` prefix: any message is NCCL's
+    m = m or MASKED_LINE.search(text)
     return m is not None and m.group("level") == "WARN" and classify(m.group("msg"))[0] not in ("other", "benign")
 
 

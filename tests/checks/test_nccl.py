@@ -315,11 +315,27 @@ def test_unknown_warn_with_a_failure_cascade_is_nccl_error() -> None:
     assert "NCCL_DEBUG=INFO" in r.remedy
 
 
-def test_unknown_warn_alone_is_a_warning() -> None:
-    r = one("g:1:2 [0] NCCL WARN something NCCL 2.29 prints\ng:1:2 [0] NCCL WARN another\n")
-    assert codes(r) == ["unclassified-warn"] and r.status is Status.WARN
-    assert r.summary == "2 NCCL warning(s) not recognised: something NCCL 2.29 prints"
-    assert len(r.evidence) == 2 and "name the host" in r.remedy
+def test_unknown_warn_alone_is_unread_error() -> None:
+    r = one("g:1:2 [0] NCCL WARN something NCCL 2.31 prints\ng:1:2 [0] NCCL WARN another\n")
+    assert codes(r) == ["unread-error"] and r.status is Status.WARN
+    assert r.summary == ("NCCL error line not in preflight's inventory of NCCL messages: g:1:2 [0] NCCL WARN something "
+                         "NCCL 2.31 prints (+1 more)")
+    assert r.evidence == ["g:1:2 [0] NCCL WARN something NCCL 2.31 prints", "g:1:2 [0] NCCL WARN another"]
+    assert "host, device and call" in r.remedy
+
+
+def test_unknown_warn_beside_a_root_cause_is_still_said() -> None:
+    r = one(lines("g:1:2 [0] NCCL WARN Cuda failure 'unspecified launch failure'",
+                  "g:1:2 [0] NCCL WARN something NCCL 2.31 prints"))
+    assert codes(r) == ["cuda-error", "unread-error"] and r.status is Status.FAIL
+    assert "g:1:2 [0] NCCL WARN something NCCL 2.31 prints" in r.evidence
+    oom = one(lines("g:1:2 [0] NCCL WARN Cuda failure 'out of memory'", "g:1:2 [0] NCCL WARN another new line"))
+    assert codes(oom) == ["cuda-oom", "unread-error"]
+
+
+def test_unknown_warn_quoted_as_the_failed_call_is_not_said_twice() -> None:
+    r = one(lines("g:1:2 [0] misc/x.cc:3 NCCL WARN something NCCL 2.31 prints", "g:1:2 [0] NCCL INFO init.cc:1 -> 3"))
+    assert codes(r) == ["nccl-error"]
 
 
 def test_proxy_failure_alone_and_a_cascade_alone() -> None:
@@ -351,10 +367,11 @@ def test_warns_that_do_not_end_the_job() -> None:
                   "g:1:2 [0] NCCL WARN NET/IB : Got async event : SM change",
                   "g:1:2 [0] NCCL WARN NET/Socket : the total number of sockets is greater than the maximum allowed, "
                   "setting NCCL_NSOCKS_PERTHREAD to 2"))
-    assert r.status is Status.WARN and codes(r) == ["ib-device-unusable", "ib-async-event"]
+    assert r.status is Status.WARN and codes(r) == ["ib-device-unusable", "ib-async-event", "nonfatal-warn"]
     assert r.summary.startswith("NCCL could not open mlx5_5 on g GPU0 and runs without it; IB async event on g GPU0: "
                                 "SM change")
-    assert any(e.startswith("NCCL WARN that does not stop the job: NET/Socket : the total") for e in r.evidence)
+    assert "g:1:2 [0] NCCL WARN NET/Socket : the total number of sockets is greater than the maximum allowed, " \
+           "setting NCCL_NSOCKS_PERTHREAD to 2" in r.evidence
     assert "ibv_devinfo" in r.remedy and "subnet manager" in r.remedy
 
 
@@ -754,7 +771,7 @@ def test_remedies_start_with_what_to_do() -> None:
     assert remedy(w + "Cuda failure 'unspecified launch failure'\n").startswith("read the CUDA error; check the GPU")
     assert remedy(w + "Call to ibv_create_qp failed with error Cannot allocate memory\n").startswith(
         "'Cannot allocate memory' on ibv_create_qp/create_cq/reg_mr")
-    assert remedy(w + "something new\n").startswith("read the NCCL WARN lines: they name")
+    assert remedy(w + "something new\n").startswith("read the NCCL WARN lines and the lines before them")
     assert remedy(w + "NET/IB : Unable to open device mlx5_1\n").startswith("check the HCA (ibv_devinfo")
     assert remedy(w + "NET/IB : Got async event : LID change\n").startswith("check the port (ibstat)")
     assert remedy(w + "NET/IB : Got async event : port error\n").startswith("the HCA, its port or a queue")

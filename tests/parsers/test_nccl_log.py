@@ -65,7 +65,8 @@ def one(text: str) -> NcclProc:
     ("NET/IB : mlx5_3:1 Got async error event: port error", "ib_async", {"hca": "mlx5_3", "port": "1", "event": "port error"}),
     ("communicator encountered a fatal error (detected in ncclIbTest)", "ib_async", {}),
     ("NET/IB : Got async event : GID table change", "ib_event", {"event": "GID table change"}),
-    ("NET/IB : mlx5_3:1 Got non-fatal async event: port active(9)", "benign", {}),
+    ("NET/IB : mlx5_3:1 Got non-fatal async event: port active(9)", "ib_event",
+     {"hca": "mlx5_3", "port": "1", "event": "port active(9)"}),
     ("NET/IB : mlx5_3:1 GID table changed", "benign", {}),
     ("NET/IB : Attempted to connect incompatible devices: [0]mlx5_0:1/IB and [1]mlx5_4:1/RoCE. Try selecting NICs "
      "of only one link type using NCCL_IB_HCA", "ib_config", {}),
@@ -161,7 +162,7 @@ def test_classify_every_warn_wording(msg: str, kind: str, detail: dict[str, str]
 
 
 def test_fatal_kinds_are_the_job_ending_ones() -> None:
-    assert {"cuda_oom", "cuda", "ib_completion", "qp_setup", "ib_verbs", "ib_config", "plugin_error", "no_interface",
+    assert {"cuda_oom", "cuda", "shm", "p2p_nvlink_disabled", "peer_access", "ib_completion", "qp_setup", "ib_verbs", "ib_config", "plugin_error", "no_interface",
             "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy", "collective_mismatch",
             "rank_count_mismatch"} == nccl_log.FATAL
 
@@ -428,10 +429,16 @@ def test_garbage_gives_empty_facts(text: str) -> None:
 
 @pytest.mark.parametrize(("text", "hit"), [
     ("gpu01:2001:2001 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>\n", True),
-    # 2.3 and older write no word NCCL: a WARN in NCCL's layout counts when its message is one NCCL prints
+    # 2.0 - 2.2 write no word NCCL: a WARN behind NCCL's whole `host:pid:tid [dev] file:line` prefix is NCCL's,
+    # whatever its message (an unknown one is an unread NCCL error); behind a masked prefix only a known message
     ("seyun:17283:17549 [3] include/socket.h:371 WARN Connection closed by remote peer\n", True),
-    ("seyun:17283:17549 [3] include/socket.h:371 WARN something of another program\n", False),
-    ("seyun:17283:17549 [3] include/socket.h:371 WARN Could not find real path of /sys/class/net/veth1\n", False),
+    ("seyun:17283:17549 [3] include/socket.h:371 WARN a message of no known kind\n", True),
+    ("seyun:17283:17549 [3] include/socket.h:371 WARN Could not find real path of /sys/class/net/veth1\n", True),
+    ("seyun:17283 [3] include/socket.h:371 WARN a message of no known kind\n", False),  # no tid: not the whole prefix
+    ("*server name* [0] include/socket.h:185 WARN a message of no known kind\n", False),
+    ("seyun:17283:17549 [3] WARN a message of no known kind\n", False),  # no source file
+    # 2.30.7+: the function after the source
+    ("gpu017:12345:12399 [3] misc/socket.cc:483 (ncclSocketConnect) NCCL WARN a message\n", True),
     ("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused\n", True),
     ("*server name* [0] include/socket.h:185 INFO Call to connect failed : Connection refused\n", False),
     ("2024-Sep-23 00:09:01.0809 1:26 [1] include/socket.h:270 CCOM WARN Call to connect failed : refused\n", False),
