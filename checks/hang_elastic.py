@@ -187,7 +187,11 @@ def grade_workers(tl: TorchLog, f: Findings, facts: dict[str, Any]) -> None:
                              "signal": root.signal or None}
     if tl.elastic.recognised:
         facts["elastic"] = tl.elastic.to_dict()
-    if f:
+    said = bool(f)  # a collective's failure already says more than the workers' fate
+    f.unread("hang.watchdog", "torchelastic", tl.elastic.unread,
+             "read the agent's log around these lines (torchrun's own output, or the launcher's stderr); torchelastic "
+             "logged them as errors")
+    if said:
         return
     crash = _crash(tl)
     if root is not None:

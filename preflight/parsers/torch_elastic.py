@@ -58,12 +58,17 @@ _TITLE = re.compile(r"^\s*(\S.*) FAILED\s*$")
 _BORDER = re.compile(r"^\s*(?:={8,}|\*{8,})\s*$")
 _RESULT_SPAN = 14  # lines after "Rendezvous complete" that may hold its Result (10 keys, a Ray prefix, blanks)
 
-NEEDLES = ("failed (exitcode:", "FAILED with no error file", "attempts left; will restart", "exceeded max_restarts",
+# the agent's error level in either logging format: `ERROR:torch.distributed.elastic.<module>:` (logging's
+# default format, before 2.2) and glog-style `E1125 10:11:12.123000 123 torch/distributed/elastic/<file>.py:N] `
+_ERROR_LINE = re.compile(r"(?:ERROR|CRITICAL):torch\.distributed\.elastic[\w.]*:|"
+                         r"\b[EF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S*torch/distributed/elastic/\S+\.py:\d+\]")
+NEEDLES = ("ERROR:torch.distributed.elastic", "CRITICAL:torch.distributed.elastic", "torch/distributed/elastic/",
+           "failed (exitcode:", "FAILED with no error file", "attempts left; will restart", "exceeded max_restarts",
            "] Worker group failed",
            "Worker group in ", "Rendezvous complete for workers", "Starting worker group",
            "worker group successfully finished", "Local worker group finished", "Done waiting for other agents",
            "death signal, shutting down workers", "SignalException: Process")
-DETECT = re.compile(r"failed \(exitcode: (?:-?\d+|None)\) local_rank: \d+ \(pid: |FAILED with no error file|"
+DETECT = re.compile(_ERROR_LINE.pattern + r"|failed \(exitcode: (?:-?\d+|None)\) local_rank: \d+ \(pid: |FAILED with no error file|"
                     r"Worker group (?:FAILED|UNHEALTHY)\. \d+/\d+ attempts left|exceeded max_restarts=\d+|"
                     r"\] Worker group failed(?:; \d+ restarts remaining)?\s*$|"
                     r"Worker group in \w+ state|Rendezvous complete for workers\.|\] Starting worker group|"
@@ -120,13 +125,14 @@ class Elastic:
     failures: list[AgentFailure] = field(default_factory=list)
     events: list[AgentEvent] = field(default_factory=list)
     title: str = ""  # "train.py FAILED": the entrypoint of a ChildFailedError table
+    unread: list[str] = field(default_factory=list)  # the agent's ERROR lines no rule here reads
 
     def kind(self, k: str) -> list[AgentEvent]:
         return [e for e in self.events if e.kind == k]
 
     @property
     def recognised(self) -> bool:
-        return bool(self.failures or self.events)
+        return bool(self.failures or self.events or self.unread)
 
     def to_dict(self) -> dict[str, Any]:
         last = self.kind("rendezvous")[-1].result if self.kind("rendezvous") else {}
@@ -151,6 +157,8 @@ class _Reader:
         for read in (self._failed, self._group, self._healthy, self._signalled):
             if read(i, text):
                 return
+        if _ERROR_LINE.search(text):
+            self.out.unread.append(text.strip())
 
     def _result(self, text: str) -> bool:
         m = _RESULT.search(text)

@@ -280,3 +280,45 @@ def test_the_signal_table_is_linux_signal_7() -> None:
 def test_each_agent_line_alone_is_a_training_log(line: str) -> None:
     assert torch_log.detect(Doc(f"I1128 10:00:00.000 12 api.py:1 {line}\n"))
     assert parse_elastic([line]).events or parse_elastic([line]).failures
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent's ERROR lines no rule reads: kept (hang.watchdog/unread-error), never dropped
+
+UNREAD_ERRORS = [
+    # agent/server/api.py _exit_barrier (logging's default format, before 2.2)
+    "ERROR:torch.distributed.elastic.agent.server.local_elastic_agent:Error waiting on exit barrier. Elapsed: "
+    "300.0123 seconds",
+    # rendezvous/dynamic_rendezvous.py shutdown (glog style, 2.2+)
+    "E1125 10:11:12.123000 123 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1152] The node "
+    "'gpu017_123_0' has failed to shutdown the rendezvous 'job1' due to an error of type RendezvousConnectionError.",
+]
+
+
+@pytest.mark.parametrize("line", UNREAD_ERRORS)
+def test_unread_error_line_is_kept(line: str) -> None:
+    el = parse_elastic(["[INFO] something else", line])
+    assert el.unread == [line] and el.recognised
+    assert not el.failures and not el.events
+
+
+def test_read_error_line_is_not_unread() -> None:
+    el = parse_elastic(["E1125 10:11:12.123000 123 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+                        "(exitcode: 1) local_rank: 0 (pid: 123) of binary: /usr/bin/python"])
+    assert el.failures and el.unread == []
+
+
+@pytest.mark.parametrize("line", UNREAD_ERRORS)
+def test_unread_error_line_is_graded(line: str) -> None:
+    import io
+    from pathlib import Path
+
+    from preflight import registry
+    from preflight.analyze import analyze
+    from preflight.model import Status
+
+    results = analyze(registry.load(), [Path("-")], profile_name="auto",
+                      stdin=io.BytesIO(f"[root@gpu017 ~]# torchrun --nproc-per-node 8 train.py\n{line}\n".encode()))
+    hw = [r for r in results if r.check == "hang.watchdog"]
+    assert hw and hw[0].status is Status.WARN and hw[0].facts["codes"] == ["hang.watchdog/unread-error"]
+    assert any(line in e for e in hw[0].evidence)
