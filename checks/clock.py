@@ -199,7 +199,7 @@ def _states(t: Tracking | None, peers: Peers | None, td: Timedate | None, ns: Nt
         out.append(("timedatectl", td.synced, td.service is False, ev, False))
     last = log.last("selected", "no-sources") if log is not None else None
     if last is not None:
-        out.append(("chronyd log", last.kind == "selected", False, [last.line], False))
+        out.append((f"{last.ident} log", last.kind == "selected", False, [last.line], False))
     return out
 
 

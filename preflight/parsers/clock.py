@@ -34,11 +34,13 @@ What each producer prints (read from their sources, not copied):
   - chronyc sourcestats [-v] (process_cmd_sourcestats): `Name/IP Address NP NR Span Frequency
     Freq Skew Offset Std Dev`, the estimated offset of each source (positive: local fast,
     sourcestats.c) and its standard deviation; `-c`: `name,np,nr,span,freq,skew,offset,sd`.
-  - chronyd / ntpd log lines (journal or syslog, ident `chronyd` / `ntpd`): chronyd's "Selected
+  - chronyd / ntpd / ntpdate log lines (journal or syslog, by their ident): chronyd's "Selected
     source X", "Can't synchronise: ..." / "No suitable source for synchronisation", "System clock
     wrong by N seconds" (reference.c: N = -offset, positive: the clock is behind), "System clock
     was stepped by N seconds", "Fatal error : ..."; ntpd's "time correction of N seconds exceeds
-    sanity limit", "..., exiting"; any other line at the daemons' error level is kept as such.
+    sanity limit"; ntpdate's "adjust|step time server X offset N sec" and "no server suitable for
+    synchronization found" / "no servers can be used, exiting"; any other line at the daemons'
+    error level is kept as such.
   - date +%s.%N: seconds since the epoch; a `date` without %N prints it literally (`...%N` or
     `...N`): whole seconds only.
 Every framing (srun labels, pdsh hosts, prompts) is peeled by `preflight.framing` first.
@@ -592,9 +594,12 @@ def detect_sourcestats(doc: Doc) -> bool:
 
 # ---- chronyd / ntpd log lines -----------------------------------------------------------------
 
-LOG_IDENTS = ("chronyd", "ntpd")
-_SELECTED = re.compile(r"^Selected source (\S+)")
-_NO_SOURCES = re.compile(r"^(?:Can't synchronise: .*|No suitable source for synchronisation)$")
+LOG_IDENTS = ("chronyd", "ntpd", "ntpdate")
+# a source in use: chronyd's selection, ntpdate's adjustment or step (ntpdate.c: "adjust time server %s offset")
+_SELECTED = re.compile(r"^(?:Selected source \S+|(?:adjust|step) time server \S+ offset)")
+# no source: chronyd (sources.c, reference.c); ntpdate (ntpdate.c, LOG_ERR) found none it could use
+_NO_SOURCES = re.compile(r"^(?:Can't synchronise: .*|No suitable source for synchronisation|"
+                         r"no server suitable for synchronization found|no servers can be used, exiting)$")
 _WRONG_BY = re.compile(rf"^System clock wrong by ({_NUM}) seconds")
 _STEPPED = re.compile(r"^System clock was stepped by")
 _SANITY = re.compile(rf"time correction of ({_NUM}) seconds exceeds sanity limit", re.I)

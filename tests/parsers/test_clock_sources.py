@@ -220,3 +220,17 @@ def test_log_events_in_order() -> None:
     assert log.events[4].value == pytest.approx(-5000.0)
     assert log.last("selected", "no-sources") is log.events[3]
     assert not detect_log(frame("Nov 25 10:11:01 gpu017 kernel: eth0: link up\n").docs[0])
+
+
+def test_ntpdate_result_lines() -> None:
+    log = facts_of("clock-log", "May 11 13:20:56 gpu017 ntpdate[1725]: can't find host ntp.example.net\n"
+                                "May 11 13:20:56 gpu017 ntpdate[1725]: no servers can be used, exiting\n"
+                                "May 11 13:30:56 gpu017 ntpdate[1730]: adjust time server 10.0.0.1 offset -0.307928 sec\n")
+    assert [(e.kind, e.ident) for e in log.events] == [("error", "ntpdate"), ("no-sources", "ntpdate"),
+                                                      ("selected", "ntpdate")]
+
+
+def test_a_fatal_error_exits_a_normal_stop_does_not() -> None:
+    log = facts_of("clock-log", "Nov 25 10:16:00 gpu017 ntpd[900]: ntpd exiting on signal 15 (Terminated)\n"
+                                "Nov 25 10:16:01 gpu017 chronyd[901]: Fatal error : Could not open NTP sockets\n")
+    assert [e.kind for e in log.events] == ["exited"]
