@@ -327,6 +327,9 @@ def grade_clock(ctx: CheckContext, view: ControllerView | None = None) -> Result
         if bad:
             f.add("node.clock/output-unrecognised", "no time tool's output was understood", bad,
                   "run `chronyc tracking` / `timedatectl status` on the node and report the output")
+        elif log is not None and log.lines:
+            f.add("node.clock/not-checked", f"{log.lines} time daemon log line(s) read, none says whether the clock "
+                  "is synchronised or how far off it is", [], "run `chronyc tracking` (or `ntpq -pn`) on the node")
         else:
             f.add("node.clock/not-checked", "no time tool answered (chronyc, ntpq, timedatectl, ntpstat): clock "
                   "synchronisation not checked", _tried(ctx),

@@ -624,6 +624,7 @@ class ClockLog:
     """chronyd / ntpd lines of a journal or syslog, in order."""
 
     events: list[LogEvent] = field(default_factory=list)
+    lines: int = 0  # the daemons' lines read, events or not
 
     def last(self, *kinds: str) -> LogEvent | None:
         return next((e for e in reversed(self.events) if e.kind in kinds), None)
@@ -653,6 +654,7 @@ def parse_log(doc: Doc) -> ClockLog:
     for ln in doc.select(LOG_IDENTS):
         if ln.ident not in LOG_IDENTS or not ln.text.strip():
             continue
+        out.lines += 1
         ev = _log_event(ln.text, short(ln.raw))
         if ev is not None:
             ev.ident = ln.ident

@@ -167,3 +167,11 @@ def test_a_healthy_chronyd_log_passes_and_a_step_clears_the_offset() -> None:
 def test_a_live_offset_outranks_the_log() -> None:
     r = one(chronyc_tracking=CHRONY4, clock_log=LOG.split("Nov 25 10:16:00")[0])
     assert "node.clock/offset-high" not in codes(r) and r.facts["offset_s"] == pytest.approx(-0.000012345), r
+
+
+def test_a_log_of_info_lines_only_is_a_skip_saying_so() -> None:
+    info = ("Nov 25 10:11:01 gpu017 chronyd[812]: chronyd version 4.2 starting (+CMDMON +NTP)\n"
+            "Nov 25 10:11:01 gpu017 chronyd[812]: Frequency -12.345 +/- 0.100 ppm read from /var/lib/chrony/drift\n")
+    r = one(clock_log=info)
+    assert r.status is Status.SKIP and codes(r) == ["node.clock/not-checked"], r
+    assert r.summary.startswith("2 time daemon log line(s) read, none says whether the clock is synchronised")
