@@ -6,7 +6,10 @@ memory repair flags, ECC mode, hardware clock slowdowns, temperatures past the G
 thresholds, a power limit below the default, unreadable sensors and fields, refused resets.
 Sources (checks.gpu_health_views): `nvidia-smi -q` (whole or any `-d`/`-i`/grep fragment), the
 `--query-gpu` CSV (every health column it carries) and the default table. A source that shows
-no health fact at all is SKIP "nothing to grade", never PASS.
+no health fact at all is SKIP "nothing to grade", never PASS. A fragment is read for what it
+shows: its PASS names the groups it graded, the health sections it does not show (`-d ECC` shows
+no remapped rows) and what it cannot tell of the GPU count (no GPU headers, no `Attached GPUs`,
+one GPU of several); those are in the facts too (`not_shown`, `gpu_count`).
 
 Every finding has a code (checks/policy.toml gives its status); the thresholds come
 from the profile (`gpu.*` keys) or from the GPU's own readings (its slowdown temperature).
@@ -368,13 +371,51 @@ _GROUPS = {"recovery": "recovery action", "reset": "reset status", "remap": "rem
            "clocks": "clock event reasons", "temperature": "temperature", "power": "power limit"}
 
 
-def _ok_summary(source: str, views: list[GpuHealth]) -> str:
+# the -q sections gpu.health reads, as a summary names them when a fragment does not show them
+_Q_SECTIONS = (("GPU Recovery Action", "recovery action"), ("GPU Reset Status", "reset status"),
+               ("Remapped Rows", "remapped rows"), ("ECC Errors", "ECC errors"), ("Retired Pages", "retired pages"),
+               ("Clocks Event Reasons", "clock event reasons"), ("Temperature", "temperature"))
+
+
+def q_fragment(q: QReport) -> bool:
+    """The -q output is a part of the whole: a grep'd or elided excerpt, a block without its GPU
+    header, or a `-d SECTION` block (a whole block always starts with `Product Name`)."""
+    return q.excerpt or any(not g.bus_id or "Product Name" not in g.fields for g in q.gpus)
+
+
+def not_shown(q: QReport | None) -> list[str]:
+    """The health sections a -q fragment does not show on any GPU ([] for whole output, where a
+    section missing is one the driver does not print)."""
+    if q is None or not q.gpus or not q_fragment(q):
+        return []
+    present = {p.partition("/")[0] for g in q.gpus for p in g.fields}
+    return [name for section, name in _Q_SECTIONS if section not in present]
+
+
+def gpu_count_note(q: QReport | None) -> str:
+    """What the -q output cannot show of the node's GPUs ("" when it is a listing of them all)."""
+    if q is None or not q.gpus or q.listing:
+        return ""
+    if any(not g.bus_id for g in q.gpus):
+        return "GPU count not shown (an excerpt without GPU headers)"
+    if q.attached is None:
+        return "GPU count not shown (no Attached GPUs line)"
+    if len(q.gpus) < q.attached:
+        return f"{len(q.gpus)} of {q.attached} attached GPU(s) shown"
+    return ""
+
+
+def _ok_summary(source: str, views: list[GpuHealth], q: QReport | None = None) -> str:
     if source == "the nvidia-smi table":
         what = "volatile uncorrectable ECC and sensors (the table does not show row remapping; `nvidia-smi -q` does)"
     else:
         shown = {g for v in views for g in v.shown}
         what = ", ".join(name for g, name in _GROUPS.items() if g in shown)
-    return f"{len(views)} GPU(s) healthy in {source}: {what}"
+    out = f"{len(views)} GPU(s) healthy in {source}: {what}"
+    missing, count = not_shown(q), gpu_count_note(q)
+    if missing:
+        out += f"; not shown by this fragment: {', '.join(missing)}"
+    return out + (f"; {count}" if count else "")
 
 
 def grade_health(ctx: CheckContext) -> Result | list[Result]:
@@ -391,9 +432,14 @@ def grade_health(ctx: CheckContext) -> Result | list[Result]:
              "lost": [e.bus_id or e.line for e in errors if e.kind == "gpu_lost"]}
     if q is not None and q.command:
         facts["command"] = q.command
+    qshown = q if source == "nvidia-smi -q" else None
+    if not_shown(qshown):
+        facts["not_shown"] = not_shown(qshown)
+    if gpu_count_note(qshown):
+        facts["gpu_count"] = gpu_count_note(qshown)
     if not graded and not f:
         return _nothing(ctx, source, errors, q, facts)
-    return f.result(ctx, _ok_summary(source, graded), facts)
+    return f.result(ctx, _ok_summary(source, graded, qshown), facts)
 
 
 register(Check(
@@ -408,4 +454,4 @@ register(Check(
     node_local=True, in_run=True))
 
 __all__ = ["CLOCK_EVENTS", "DRIVER_ERRORS", "PROBE_NVML", "PROBE_Q", "GpuHealth", "from_csv", "from_q", "from_table",
-           "grade_gpu", "grade_health"]
+           "gpu_count_note", "grade_gpu", "grade_health", "not_shown", "q_fragment"]

@@ -16,7 +16,8 @@ the capture shows it, gives the GPU's index), and `grep` excerpts. A section sho
 header (`nvidia-smi -q | grep -A 12 "Remapped Rows"`) opens a block for a GPU whose bus id is not
 shown; the same section again opens the next GPU's block. A line whose label belongs to one
 section only (`Remapping Failure Occurred`, `Pending Page Blacklist`, `Reset Required`) is read
-under that section even when the excerpt dropped the section's own line. The same GPU shown by
+under that section even when the excerpt dropped the section's own line; an excerpt that starts at
+`Volatile` or `Aggregate` is read under `ECC Errors`. The same GPU shown by
 two runs in one paste (`-d ECC` then `-d ROW_REMAPPER`) is one GPU; the later reading wins. What
 a fragment does not show is absent from the facts, never filled in.
 """
@@ -55,6 +56,11 @@ IMPLIED: dict[str, str] = {
     "replays since reset": "PCI", "replay number rollovers": "PCI", "tx throughput": "PCI", "rx throughput": "PCI",
     "atomic caps inbound": "PCI", "atomic caps outbound": "PCI",
 }
+
+# Sections that at a GPU's level only `ECC Errors` holds: an excerpt that starts at one (`nvidia-smi
+# -q | grep -A6 Volatile`) is read under ECC Errors, each repeat of it as the next GPU. Not in
+# IMPLIED: inside a block a MIG device's own `ECC Errors/Volatile` keeps its place.
+EXCERPT_IMPLIED: dict[str, str] = {"volatile": "ECC Errors", "aggregate": "ECC Errors"}
 
 # Sections within sections (lower case), for a paste whose indentation was lost: a flattened block
 # is read by this schema instead of by its indentation.
@@ -210,13 +216,15 @@ class _Reader:
 
     def _flattened(self, ind: int, body: str) -> bool:
         """Whether this line shows that the block lost its indentation: a header's first field not
-        deeper than the header, or a known section's first line not deeper than the section."""
+        deeper than the header, or a known section's first field or subsection not deeper than the
+        section (a sibling section after it, `Aggregate` then `Volatile`, is no sign)."""
         fm = _FIELD.match(body)
         low = (fm.group("key").strip() if fm else body).lower()
         gpu, last = self.current, self.last_section
         if gpu is not None and gpu.bus_id and self.top is None and ind <= self.base and low in qr.GPU_LEVEL:
             self.flat, self.fpath = True, []
-        elif last is not None and ind <= last[0] and low not in qr.GPU_LEVEL and (fm is not None or _subsection(low)):
+        elif last is not None and ind <= last[0] and low not in qr.GPU_LEVEL and (
+                fm is not None or low in SUBSECTIONS.get(last[1].rpartition("/")[2].lower(), ())):
             self.flat, self.fpath = True, last[1].split("/")
         return self.flat
 
@@ -272,6 +280,10 @@ class _Reader:
             self.current = None
         elif key in qr.GPU_LEVEL or key in IMPLIED:
             self._nested(self._open_anonymous(ind), ind, body)
+        elif key in EXCERPT_IMPLIED and fm is None:
+            gpu = self._open_anonymous(ind)
+            self._excerpt_parent(key, ind)
+            self._nested(gpu, ind, body)
         else:
             self.current = None
 
@@ -283,7 +295,8 @@ class _Reader:
         key = fm.group("key").strip() if fm else body
         low = key.lower()
         if self.top is None or ind <= self.top:
-            if fm is None and not gpu.bus_id and low not in qr.GPU_LEVEL and low not in IMPLIED:
+            if fm is None and not gpu.bus_id and low not in qr.GPU_LEVEL and low not in IMPLIED \
+                    and not (low in EXCERPT_IMPLIED and self.stack):
                 self.current = None  # text that is no -q line ends an excerpt's block
                 return
             self.top = ind
@@ -296,7 +309,7 @@ class _Reader:
         path = f"{parent}/{key}" if parent else key
         if self.seen.get(path) and not gpu.bus_id and not path.startswith(REPEATING):
             gpu = self._open_anonymous(ind, self.flat)  # the same section again: the next GPU of the excerpt
-            parent = implied or ""
+            parent = implied or self._excerpt_parent(low, ind)
             path = f"{parent}/{key}" if parent else key
         value = _ANNOTATION.sub("", (fm.group("value") or "").strip()) if fm else None
         n = self.seen.get(path, 0) + 1
@@ -310,6 +323,14 @@ class _Reader:
         stored = path if n == 1 else f"{path}#{n}"
         gpu.fields[stored] = value
         gpu.lines[stored] = re.sub(r"\s{2,}", " ", body)
+
+
+    def _excerpt_parent(self, low: str, ind: int) -> str:
+        """The section an excerpt's first line belongs to (EXCERPT_IMPLIED), opened above it ("" when none)."""
+        parent = EXCERPT_IMPLIED.get(low, "")
+        if parent:
+            self.stack.append((ind - 1, parent))
+        return parent
 
 
 def _subsection(low: str) -> bool:
@@ -345,6 +366,9 @@ def detect(doc: Doc) -> bool:
         return True
     if _q_command(doc.command or "") and any(_ECC_COUNTER.match(t) for t in lines):
         return True  # counters grep'd out of -q, the command shown
+    if any(t.strip().lower() in EXCERPT_IMPLIED and _ECC_COUNTER.match(nxt)
+           for t, nxt in zip(lines, lines[1:], strict=False)):
+        return True  # `Volatile` / `Aggregate` over an SRAM/DRAM counter: ECC Errors grep'd out of -q
     return bool(any(re.match(r"^\s*Driver Version\s+:", t) for t in lines)
                 and any(re.match(r"^\s*Attached GPUs\s+:", t) for t in lines))
 
