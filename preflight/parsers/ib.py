@@ -6,7 +6,15 @@ some node checkers print (`PCI_addr | RDMA | Net | Numa | LnkStat | IpStat | Lin
 LnkCapWidth | LnkStaWidth | HCA_Type`). A tool that fails half-way keeps the ports it printed
 and its error lines (`ibpanic: ... stat of IB device 'mlx5_8' failed`). Output that ends inside the
 last port's block before its state line (a paste cut short) keeps that port apart (`cut`): it is not
-shown, rather than a port in a state nobody printed.
+shown, rather than a port in a state nobody printed. A fragment of their field lines without the
+device header (`ibstatus | grep -A1 rate`, `ibstat | grep -E 'State|Rate'`, pdsh-prefixed, grep `--`
+separators peeled by the framing) is read group by group: a field the current group already has
+starts the next port, unnamed (`(unnamed #N)`); a field grep dropped is not shown, never bad. The
+trained width comes from ibstatus's rate ("(2X HDR)") and ibv_devinfo -v's active_width. A line at
+error level that is none of the tools' known error lines is kept (`unread`).
+
+A second format reads the RDMA drivers' own error lines in a kernel log (mlx5_core, mlx5_ib,
+ib_core; see the section below): those that say the adapter stopped (`HCA_FATAL`) and the others.
 """
 
 from __future__ import annotations
@@ -65,6 +73,9 @@ STATES = frozenset(_STATE.values())
 PHYS_STATES = frozenset(_PHYS.values())
 # ibv_devinfo -v: active_width "4X (2)", active_speed "100.0 Gbps (128)"; rate = lanes x lane speed.
 _WIDTH = re.compile(r"^(?P<n>\d+)X")
+# ibstatus prints sysfs `rate` as the kernel formats it (drivers/infiniband/core/sysfs.c rate_show,
+# "%d%s Gb/sec (%dX%s)"): "200 Gb/sec (4X HDR)", "2.5 Gb/sec (1X)" (SDR has no name), "100 Gb/sec (2X HDR)"
+_RATE_WIDTH = re.compile(r"Gb/sec\s*\((?P<n>\d+)X\b")
 _SPEED = re.compile(r"^(?P<g>\d+(?:\.\d+)?)\s*Gbps")
 LID_UNASSIGNED = 65535  # 0xFFFF: the permissive LID a port reports before a subnet manager assigns one
 
@@ -86,16 +97,42 @@ class Port:
     sm_lid: int | None = None
     max_mtu: int | None = None  # ibv_devinfo: the port's largest and its active IB MTU
     active_mtu: int | None = None
+    width: int | None = None  # lanes the link trained at (ibstatus "(4X HDR)", ibv_devinfo -v active_width)
+    unnamed: int = 0  # N for the Nth port of a fragment that names no device (grep'd field lines); 0: named
     lines: list[str] = field(default_factory=list)  # the tool's own lines for this port
 
     @property
+    def label(self) -> str:
+        """The port as a finding names it: `mlx5_0 port 1`, or `(unnamed #2)` in a fragment."""
+        return self.ca if self.unnamed else f"{self.ca} port {self.port}"
+
+    @property
+    def shows_link(self) -> bool:
+        """A state or physical state was printed (a fragment may show neither: `grep rate`)."""
+        return bool(self.state or self.physical_state)
+
+    @property
     def up(self) -> bool:
+        if self.unnamed:  # a fragment shows what grep kept: a field it dropped is not shown, not bad
+            return self.shows_link and self.state in ("Active", "") and self.physical_state in ("LinkUp", "")
         return self.state == "Active" and self.physical_state in ("LinkUp", "")
 
     @property
     def known(self) -> bool:
-        """The tool printed a port state (and physical state) this parser knows."""
-        return self.state in STATES and self.physical_state in PHYS_STATES | {""}
+        """The tool printed a port state (and physical state) this parser knows; in a fragment,
+        a state it does not show is not unknown."""
+        states = STATES | {""} if self.unnamed else STATES
+        return self.state in states and self.physical_state in PHYS_STATES | {""}
+
+    @property
+    def down(self) -> bool:
+        """Shown in a state other than Active/LinkUp (one this parser knows)."""
+        return self.known and self.shows_link and not self.up
+
+    @property
+    def gradeable(self) -> bool:
+        """Shows a link state, a rate or a width: something ib.hca grades."""
+        return self.shows_link or self.rate is not None or self.width is not None
 
     def fact(self) -> dict[str, Any]:
         rate: float | int | None = self.rate
@@ -107,7 +144,9 @@ class Port:
             out["netdev"] = self.netdev
         if self.pcie_width is not None:
             out.update(pcie_width=self.pcie_width, pcie_width_cap=self.pcie_width_cap)
-        for key in ("lid", "sm_lid", "max_mtu", "active_mtu"):
+        if self.unnamed:
+            out["unnamed"] = True
+        for key in ("lid", "sm_lid", "max_mtu", "active_mtu", "width"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -115,7 +154,7 @@ class Port:
 
 @dataclass
 class IbReport:
-    kind: str = ""  # ibstat | ibstatus | ibv_devinfo | ibdev2netdev | table
+    kind: str = ""  # ibstat | ibstatus | ibv_devinfo | ibdev2netdev | table | fragment
     ports: list[Port] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     missing_devices: list[str] = field(default_factory=list)
@@ -124,6 +163,12 @@ class IbReport:
     cut: Port | None = None  # the last port, whose block the output ends in before its state line (not in ports)
     shows_rate: bool = True  # ibdev2netdev prints no rate or link layer
     nonblank: int = 0  # lines of output (0: the tool printed nothing)
+    unread: list[str] = field(default_factory=list)  # error-level lines no rule of ib.hca reads
+
+    @property
+    def fragment(self) -> bool:
+        """Field lines without the device header (`ibstatus | grep -A1 rate`): the ports are unnamed."""
+        return any(p.unnamed for p in self.ports)
 
 
 def _norm_state(val: str, table: dict[str, str]) -> str:
@@ -182,6 +227,23 @@ def _table(lines: list[str], rep: IbReport) -> bool:
     return header is not None
 
 
+# the fields of a port / of a CA as ibstat, ibstatus and ibv_devinfo name them (see _field): a
+# fragment of their output without the device header is read by these names
+_PORT_FIELDS = frozenset({"state", "phys state", "rate", "link layer", "base lid", "sm lid", "lmc", "capability mask",
+                          "port guid", "default gid", "port lid", "port lmc", "max mtu", "active mtu",
+                          "active width", "active speed", "max msg sz", "port cap flags", "gid"})
+_CA_FIELDS = frozenset({"ca type", "number of ports", "firmware version", "hardware version", "node guid",
+                        "system image guid", "fw ver", "vendor part id", "hca id"})
+# a line at error level, in output of the tools that is not one of their known error lines
+_ERRORISH = re.compile(r"\b(?:error|failed|failure|fatal|cannot|can't|couldn't|unable to)\b", re.IGNORECASE)
+
+
+def _field(key: str) -> str:
+    """A field's name in one spelling: `phys_state` / `Physical state` -> `phys state`."""
+    k = key.strip().lower().replace("_", " ")
+    return "phys state" if k == "physical state" else k
+
+
 NO_CA = "(CA not shown)"  # the CA of a port block pasted without its `CA '...'` line
 
 # the lines that start a CA's block, and the tool each one says printed it
@@ -198,6 +260,7 @@ class _Reader:
     firmware: str = ""
     cur: Port | None = None  # the port whose block this is (None: the CA's own lines)
     width: int | None = None  # the current port's lanes (ibv_devinfo -v `active_width`)
+    seen: set[str] = field(default_factory=set)  # the fields of the current fragment port
 
     def read(self, line: str) -> None:
         if _ERROR.search(line):
@@ -221,13 +284,46 @@ class _Reader:
             self.rep.ports.append(self.cur)
             return
         m = _KV.match(line)
-        if not m or not self.ca:
+        if not m:
+            self._other(line)
             return
         key, val = m.group("key").strip().lower(), m.group("val")
+        if not self.ca:
+            self._fragment_value(key, val, line)
+            return
         if self.cur is None:
             self._ca_value(key, val)
         elif self._port_value(self.cur, key, val):
             self.cur.lines.append(line.strip())
+
+    def _other(self, line: str) -> None:
+        """A line that is neither a header nor a field: an error-level line no rule reads is kept."""
+        if _ERRORISH.search(line):
+            self.rep.unread.append(line.strip())
+
+    def _fragment_value(self, key: str, val: str, line: str) -> None:
+        """A field line before any device header: grep'd ibstatus / ibstat / ibv_devinfo output.
+        Each group of fields is a port; a field the current group already has starts the next."""
+        name = _field(key)
+        if name in _CA_FIELDS:
+            if self.cur is not None:
+                self.cur = None  # `ibstat | grep -E 'CA type|State'`: a CA's line opens the next group
+            self._ca_value(key, val)
+            return
+        if name not in _PORT_FIELDS:
+            if _ERRORISH.search(line):
+                self.rep.unread.append(line.strip())
+            return
+        if self.cur is None or name in self.seen:
+            n = sum(1 for p in self.rep.ports if p.unnamed) + 1
+            self.cur = Port(ca=f"(unnamed #{n})", port=0, unnamed=n, ca_type=self.ca_type, firmware=self.firmware)
+            self.ca_type = self.firmware = ""
+            self.seen, self.width = set(), None
+            self.rep.kind = self.rep.kind or "fragment"
+            self.rep.ports.append(self.cur)
+        self.seen.add(name)
+        self._port_value(self.cur, key, val)
+        self.cur.lines.append(line.strip())
 
     def _error(self, line: str) -> None:
         rep = self.rep
@@ -269,6 +365,8 @@ class _Reader:
             port.physical_state = _norm_state(val, _PHYS)
         elif key == "rate":
             port.rate = _rate(val)
+            w = _RATE_WIDTH.search(val)
+            port.width = int(w.group("n")) if w else port.width
         elif key in ("link layer", "link_layer"):
             port.link_layer = "InfiniBand" if val.strip() == "IB" else val.strip()  # ibstatus's default
         elif key in ("base lid", "port_lid"):
@@ -280,6 +378,7 @@ class _Reader:
         elif key == "active_width":
             w = _WIDTH.match(val.strip())
             self.width = int(w.group("n")) if w else None
+            port.width = self.width
         elif key == "active_speed":
             s = _SPEED.match(val.strip())
             if s and self.width:
@@ -300,7 +399,7 @@ def parse(doc: Doc) -> IbReport:
     for line in texts:
         if line.strip():
             reader.read(line)
-    if len(rep.ports) > 1 and not rep.ports[-1].state:
+    if len(rep.ports) > 1 and not rep.ports[-1].state and not rep.ports[-1].unnamed:
         rep.cut = rep.ports.pop()  # a paste cut short: that port is not shown, not a port of unknown state
     return rep
 
@@ -316,9 +415,40 @@ def _tool_error_only(doc: Doc, head: list[str]) -> bool:
     lines = [t for t in head if t.strip()]
     if any(_LIBIBMAD.match(t) for t in lines):
         return True
-    if not lines or len(lines) > 3 or not all(_ERROR.search(t) for t in lines):
+    if not lines or len(lines) > 3 or not all(_ERROR.search(t) or _ERRORISH.search(t) for t in lines):
         return False
-    return bool(_TOOLS.search(doc.command or "")) or any(_DEVINFO_OWN.match(t) for t in lines)
+    if bool(_TOOLS.search(doc.command or "")):
+        return True  # the tools' own errors, or error lines no rule reads yet (said as unread)
+    return all(_ERROR.search(t) for t in lines) and any(_DEVINFO_OWN.match(t) for t in lines)
+
+
+# field lines only ibstatus (sysfs values), ibstat or ibv_devinfo print: one of them makes a
+# headerless run of field lines a fragment of their output
+_FRAGMENT_SIGNS = re.compile(
+    r"^\s*state:\s+\d:\s+(?:ACTIVE|DOWN|INIT|ARMED|ACTIVE_DEFER|NOP)\s*$"
+    r"|^\s*phys state:\s+\d+:\s+[A-Za-z]"
+    r"|^\s*rate:\s+\d+(?:\.\d+)?\s+Gb/sec\s+\(\d+X"
+    r"|^\s*link_layer:\s+(?:InfiniBand|Ethernet|IB)\s*$"
+    r"|^\s*(?:base|sm) lid:\s+0x[0-9a-fA-F]+\s*$"
+    r"|^\s*default gid:\s+[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){7}\s*$"
+    r"|^\s*Physical state:\s+(?:LinkUp|Polling|Disabled|Sleep|PortConfigurationTraining|LinkErrorRecovery|PhyTest"
+    r"|No state change)\s*$"
+    r"|^\s*Link layer:\s+(?:InfiniBand|Ethernet)\s*$"
+    r"|^\s*state:\s+PORT_[A-Z_]+\s+\(\d\)\s*$"
+    r"|^\s*phys_state:\s+[A-Z_ ]+\(\d+\)\s*$"
+    r"|^\s*active_width:\s+\d+X\b")
+_FRAGMENT_SHARE = 0.7  # pragma: no mutate (share of a headerless paste's lines that must be the tools' fields)
+
+
+def _fragment(doc: Doc, head: list[str]) -> bool:
+    """Field lines of ibstatus / ibstat / ibv_devinfo without a device header (`ibstatus | grep
+    -A1 rate`): mostly their port fields, one of them a line only these tools print (or the
+    command above it ran one of them)."""
+    lines = [t for t in head if t.strip()]
+    fields = [t for t in lines if (m := _KV.match(t)) and _field(m.group("key")) in _PORT_FIELDS | _CA_FIELDS]
+    if not fields or len(fields) < _FRAGMENT_SHARE * len(lines):
+        return False
+    return any(_FRAGMENT_SIGNS.match(t) for t in fields) or bool(_TOOLS.search(doc.command or ""))
 
 
 def detect(doc: Doc) -> bool:
@@ -338,13 +468,99 @@ def detect(doc: Doc) -> bool:
         return True
     if any("|" in t and "RDMA" in t and "LnkStat" in t for t in head):
         return True
-    return _tool_error_only(doc, head)
+    return _tool_error_only(doc, head) or _fragment(doc, head)
+
+
+# ---------------------------------------------------------------------------------------------
+# The RDMA drivers' own error lines in a kernel log (dmesg, journal, syslog)
+#
+# mlx5_core_err / mlx5_core_warn (include/linux/mlx5/driver.h, drivers/net/ethernet/mellanox/mlx5/
+# core/mlx5_core.h) print `mlx5_core <pci>: <function>:<line>:(pid <n>): <message>` (before Linux 4.x
+# `<name>:<function>:...`); mlx5_core_info prints without the function (an informational line).
+# mlx5_ib_err / ibdev_err print `infiniband mlx5_<n>: ...`. Link up/down and transceiver faults are
+# read by parsers.netlog, PCIe AER reports naming the HCA by parsers.kernel_hw: not here.
+
+_KDEV = re.compile(r"(?:^|\s)(?:(?P<drv>mlx5_core|mlx5_ib|mlx4_core|ib_core) (?P<pci>(?:[0-9a-fA-F]{4,8}:)?"
+                   r"[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])|infiniband (?P<ibdev>[\w.-]+)): (?P<msg>.*)$")
+# Linux 3.x pr_err form without the driver: `<pci>:<function>:<line>:(pid N): ...`
+_KDEV_OLD = re.compile(r"(?:^|\s)(?P<pci>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):"
+                       r"(?P<msg>\w+:\d+:\(pid \d+\): .*)$")
+_KFUNC = re.compile(r"^(?:[\w.-]+:)?(?P<func>\w+):\d+:\(pid \d+\): ")
+# health.c (poll_health, print_health_info, mlx5_health_try_recover), cmd.c (wait_func), main.c
+# (probe_one, mlx5_load_one): the device stopped answering its driver; its ports are gone until a reset
+HCA_FATAL = re.compile(r"device's health compromised|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: "
+                       r"|health recovery (?:flow aborted|failed)|FW is unable to respond to initialization segment"
+                       r"|timeout\. Will cause a leak of a command resource"
+                       r"|\b(?:mlx5_)?(?:init|load)_one failed with error code")
+# lines other parsers read: parsers.netlog (links, transceivers), parsers.kernel_hw (PCIe AER)
+_KOTHERS = re.compile(r"Port module event|\bLink (?:is )?(?:down|up)\b|PCIe Bus Error|error status/mask="
+                      r"|\bAER: |^\s*\[\s*\d+\] [A-Za-z]+", re.IGNORECASE)
+_KERROR = re.compile(r"\b(?:fail(?:ed|s|ure)?|errors?|err\(-?\d+\)|timeout|timed out|fatal|unrecoverable|abort(?:ed)?"
+                     r"|not responding|unable to|can't|cannot|couldn't|compromised)\b", re.IGNORECASE)
+KERNEL_NEEDLES = ("mlx5_core ", "mlx5_ib ", "mlx4_core ", "ib_core ", "infiniband ", ":(pid ")
+
+
+@dataclass
+class HcaKernelLine:
+    device: str  # the PCI function (mlx5_core) or RDMA device (infiniband mlx5_0) the line names
+    fatal: bool  # one of HCA_FATAL: the adapter stopped
+    text: str  # the line as the driver printed it (framing peeled)
+    message: str = ""  # what it says, without the device and the `function:line:(pid N): ` prefix
+
+
+@dataclass
+class RdmaKernelLog:
+    lines: list[HcaKernelLine] = field(default_factory=list)
+
+    @property
+    def fatal(self) -> list[HcaKernelLine]:
+        return [x for x in self.lines if x.fatal]
+
+    @property
+    def unread(self) -> list[HcaKernelLine]:
+        return [x for x in self.lines if not x.fatal]
+
+
+def kernel_line(text: str) -> HcaKernelLine | None:
+    """One kernel-log line of an RDMA driver at error level, or None (other lines, info lines,
+    lines another parser reads)."""
+    m = _KDEV.search(text) or _KDEV_OLD.search(text)
+    if m is None:
+        return None
+    got = m.groupdict()
+    msg = got["msg"]
+    fn = _KFUNC.match(msg)
+    body = msg[fn.end():] if fn else msg
+    device = got.get("pci") or got.get("ibdev") or ""
+    if HCA_FATAL.search(body):
+        return HcaKernelLine(device, True, text.strip(), body.strip())
+    if _KOTHERS.search(body) or not _KERROR.search(body):
+        return None
+    return HcaKernelLine(device, False, text.strip(), body.strip())
+
+
+def parse_kernel(doc: Doc) -> RdmaKernelLog:
+    """The RDMA drivers' error lines of a kernel log (see the section comment)."""
+    out = RdmaKernelLog()
+    for hit in doc.scan(KERNEL_NEEDLES):
+        got = kernel_line(doc.peel_hit(hit).text)
+        if got is not None:
+            out.lines.append(got)
+    return out
+
+
+def detect_kernel(doc: Doc) -> bool:
+    return any(kernel_line(doc.peel_hit(h).text) is not None for h in doc.scan(KERNEL_NEEDLES))
 
 
 FORMATS = [Format("ibstat", detect=detect,
                   priority=60,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
-                  description="ibstat, ibstatus, ibv_devinfo [-v], ibdev2netdev, HCA status tables")]
+                  description="ibstat, ibstatus, ibv_devinfo [-v], ibdev2netdev, HCA status tables"),
+           Format("rdma-kernel", detect=detect_kernel,
+                  priority=35,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
+                  description="mlx5_core / mlx5_ib / ib_core error lines in a kernel log")]
 
-PARSERS = [ParserSpec("ibstat", parse)]
+PARSERS = [ParserSpec("ibstat", parse), ParserSpec("rdma-kernel", parse_kernel)]
 
-__all__ = ["FORMATS", "NO_CA", "IbReport", "PARSERS", "Port", "detect", "parse"]
+__all__ = ["FORMATS", "HCA_FATAL", "NO_CA", "HcaKernelLine", "IbReport", "PARSERS", "Port", "RdmaKernelLog", "detect",
+           "detect_kernel", "kernel_line", "parse", "parse_kernel"]

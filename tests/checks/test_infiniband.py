@@ -575,7 +575,7 @@ def test_ibdev2netdev_grading_has_no_rate():
     ("\tPort 1:\n\t\tPhysical state: LinkUp\n", False),  # no CA line
     ("Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t 4: ACTIVE\n", False),
     ("infiniband device 'mlx5_0' port 1 status:\n\tphys state:\t 5: LinkUp\n", False),
-    ("\tphys state:\t 5: LinkUp\n", False),
+    ("\tphys state:\t 5: LinkUp\n", True),  # a headerless fragment (`ibstatus | grep phys`): read for what it shows
     ("hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n", False),
     ("\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n", False),
     ("mlx5_0 port 1 ==> ib0 (Up)\n", True),
@@ -627,7 +627,7 @@ THREE = (ca_block("mlx5_0", "MT4129", "Active", "LinkUp", 200) + ca_block("mlx5_
 def test_check_registration_and_probe():
     from preflight import registry
     assert registry.load().checks["ib.hca"] is ib.CHECK
-    assert ib.CHECK.inputs == ("ibstat", "link-events") and ib.CHECK.required == ("ibstat",)
+    assert ib.CHECK.inputs == ("ibstat", "link-events", "rdma-kernel") and ib.CHECK.required == ("ibstat",)
     assert ib.CHECK.node_local and ib.CHECK.in_run and ib.CHECK.probes == (ib.PROBE,)
     assert set(ib.CHECK.profile_keys) == {"ib.hca_count", "ib.rate", "ib.link_layer", "ib.require_all_ports",
                                           "ib.ca_type_rates", "net.link_flaps_fail"}
