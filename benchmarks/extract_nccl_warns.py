@@ -41,8 +41,9 @@ class Warn:
     fmt: str
 
 
-def blank_comments(text: str) -> str:
-    """The text with comments replaced by spaces (newlines kept), string and char literals untouched."""
+def blank_comments(text: str, literals: bool = False) -> str:
+    """The text with comments replaced by spaces (newlines kept); with `literals`, the insides of
+    string and char literals too (where a call may be searched for), else those are untouched."""
     out = list(text)
     i, n = 0, len(text)
     while i < n:
@@ -51,6 +52,8 @@ def blank_comments(text: str) -> str:
             j = i + 1
             while j < n and text[j] != c:
                 j += 2 if text[j] == "\\" else 1
+            if literals:
+                out[i + 1:j] = ["\n" if ch == "\n" else " " for ch in text[i + 1:j]]
             i = j + 1
         elif text.startswith("//", i):
             j = text.find("\n", i)
@@ -154,8 +157,9 @@ def _macro_params(text: str, offset: int) -> frozenset[str]:
 def warns_in(path: str, text: str) -> list[Warn]:
     clean = blank_comments(text)
     joined = clean.replace("\\\n", "  ")  # continued macro lines, offsets unchanged
+    code = blank_comments(text, literals=True)  # where calls are: not inside a literal
     out = []
-    for m in _WARN.finditer(joined):
+    for m in _WARN.finditer(code):
         line_start = joined.rfind("\n", 0, m.start()) + 1
         if re.match(r"\s*#\s*define\s+WARN\b", joined[line_start:m.end()]):
             continue  # the macro's own definition
