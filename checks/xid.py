@@ -97,6 +97,7 @@ GONE_SYMPTOMS = frozenset({"gpu_lost", "adapter_init_failed", "reset_required", 
 DATA_PATH_VENDORS = ("10de", "15b3")
 DATA_PATH_DRIVERS = frozenset({"nvidia", "nvidia-nvswitch", "mlx5_core", "mlx4_core"})
 UNPARSED_CODE = "gpu.xid/xid-layout-unknown"
+PRODUCER = "NVIDIA driver"
 DRIVER_NOT_BOUND = "gpu.xid/driver-not-bound"
 LOG_FILTERED = "gpu.xid/log-filtered"
 
@@ -420,6 +421,7 @@ def _facts(gr: _Graded, run: Input) -> dict[str, Any]:
         "hosts": log.hosts, "driver_module": log.module_version, "truncated": run.truncated,
         "excerpt": log.excerpt or bool(log.filter), "filter": log.filter,
         "unparsed": [ln.text for ln in log.unparsed[:5]],
+        "unread": [ln.text for ln in log.unread[:20]], "unread_count": len(log.unread),
     }
     facts: dict[str, Any] = {
         "events": [_event_fact(g, log.gpus) for g in gr.groups],
@@ -754,6 +756,7 @@ def _special_findings(gr: _Graded, f: Findings) -> None:
         f.add(UNPARSED_CODE, f"not recognised: {len(log.unparsed)} NVRM line(s) name an Xid in a layout not known "
                              "(expected `NVRM: Xid (PCI:dddd:bb:dd): N, ...`)",
               [short(ln.raw) for ln in log.unparsed[:3]], _SOFT_REMEDIES[cat.NOT_IN_CATALOG])
+    _unread(log, f)
     gpu_found = any(g.kind in GPU_KINDS for g in gr.faults) or bool(gr.groups)
     if log.driver_faults and not gpu_found:
         d = log.driver_faults[0]
@@ -763,6 +766,19 @@ def _special_findings(gr: _Graded, f: Findings) -> None:
     if _filtered(log):
         f.add(LOG_FILTERED, _filtered_text(log), [f"command: {log.filter}"],
               "capture the whole kernel log (`dmesg -T` or `journalctl -k`) to grade Xids")
+
+
+def _unread(log: KernelLog, f: Findings) -> None:
+    """NVRM lines at the driver's error level that no rule reads (No silent PASS): their own
+    WARN finding; beside a failure already found (a GPU to drain), the lines are shown with it
+    as a note, since they are most often that failure's trail (register dumps, RPC history)."""
+    lines = [short(ln.raw) for ln in log.unread]
+    if not lines:
+        return
+    if any(x.status is Status.FAIL for x in f.items):
+        f.note(f"{len(lines)} more {PRODUCER} error line(s) no rule reads, e.g. {lines[0]}")
+        return
+    f.unread("gpu.xid", PRODUCER, lines)
 
 
 def _quiet_summary(gr: _Graded) -> str:

@@ -83,6 +83,28 @@ _DRIVER_LINE = re.compile(r"NVRM|fallen off the bus|Unknown symbol|nvidia: probe
 _NEEDS_RESET = re.compile(r"needs to be reset|reset (?:the )?gpu|reboot", re.IGNORECASE)
 NAMED_GPU_REACH = 3  # lines after `The NVIDIA GPU <pci>` that continue its message
 
+# The driver's error level, told by the shape of an NVRM line that no rule above reads.
+# RM prints (`NV_PRINTF`) reach the kernel log in a release build only at LEVEL_ERROR and above
+# (nvlog_printf.c `nvDbg_PrintMsg`), with the prefix `NVRM: [GPU<n> ]<function>: `
+# (`RmMsgPrefix`); some captures show it without the colon after NVRM. So an NVRM line that
+# starts with a function name is an error. The kernel interface (`nv_printf`,
+# `NV_DEV_PRINTF`: `NVRM: ...`, `NVRM: GPU dddd:bb:dd.f: ...`) prints warnings and errors
+# alike: any such line is taken as an error unless it is one of its informational messages.
+_NVRM_REST = re.compile(r"NVRM(?::\s*|\s+)(?P<rest>.*)$")
+_RM_FUNCTION = re.compile(r"^(?:GPU\d+\s+)?[A-Za-z_]\w*(?:\(\))?:\s")
+_RM_FUNCTION_NO_COLON = re.compile(r"^NVRM\s+(?:GPU\d+\s+)?[A-Za-z_]\w*(?:\(\))?:\s")
+_NVRM_VERSION = re.compile(r"^NVRM version:")  # /proc/driver/nvidia/version, pasted with a log
+_DEV_PREFIX = re.compile(rf"^GPU (?:PCI:)?{_PCI}:\s*")
+# kernel-interface lines that say nothing is wrong: the module banner and the GPU identity lines
+# (read above), the notice that legacy persistence mode is deprecated (nv.c, printed at
+# NV_DBG_ERRORS all the same), nvidia-modeset's load note, banner rules. (The crash-dump notice
+# of osapi.c is no such line: a dump was taken because something crashed.)
+_NVRM_INFORMATIONAL = re.compile(
+    r"^(?:version: NVIDIA|loading NVIDIA UNIX|GPU at (?:PCI:)?|GPU Board Serial Number|"
+    r"Persistence mode is deprecated|will be removed in a future release|"
+    r"nvidia-modeset: Loading|Open nvidia\.ko is only ready for use|"
+    r"\**\s*$|[-=]+\s*$)")
+
 # GPU faults without an Xid number: (kind, pattern, what clears it). First match wins: a line
 # that names a lost GPU or a reset inside an assertion is that fault, not an assertion.
 GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -92,6 +114,9 @@ GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("power_cables", re.compile(r"does not have the necessary power cables connected", re.IGNORECASE),
      "CHECK_MECHANICALS"),
     ("adapter_init_failed", re.compile(r"RmInitAdapter failed|rm_init_adapter failed|"
+                                       r"RmInitAdapter: .*(?:fail|[Cc]annot|bailing)|RM cannot boot|"
+                                       r"FSP boot cmds failed|VBIOS boot failed|GSP boot failed|"
+                                       r"GSP-RM proxy boot command failed|"
                                        r"Cannot initialize GSP firmware RM|GPU Initialization Error|"
                                        r"probe routine failed for \d+ device|nvidia: probe of \S+ failed|"
                                        r"I/O region assigned to your NVIDIA device is invalid|request_mem_region failed|"
@@ -183,6 +208,7 @@ class KernelLog:
     hardware: list[KernelFault] = field(default_factory=list)  # the kernel's PCIe, machine-check and SXid reports
     driver_faults: list[DriverFault] = field(default_factory=list)
     unparsed: list[Line] = field(default_factory=list)  # NVRM lines naming an Xid in a layout not known
+    unread: list[Line] = field(default_factory=list)  # NVRM lines at the driver's error level no rule reads
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)  # pci -> {uuid, serial, index}
     reset_notes: dict[str, list[Line]] = field(default_factory=dict)  # pci -> "needs to be reset" lines
     module_version: str = ""
@@ -271,6 +297,10 @@ class _Reader:
     hosts: dict[str, None] = field(default_factory=dict)
     hw: kernel_hw.HwReader = field(default_factory=kernel_hw.HwReader)
     plugin: PluginReader = field(default_factory=lambda: PluginReader())
+    block: int = 0  # runs of NVRM lines one right after the other, counted
+    block_end: int = -1  # pragma: no mutate (any negative: no run yet): offset after the run's last line
+    read_blocks: set[int] = field(default_factory=set)  # runs holding a line a rule read
+    candidates: list[tuple[int, Line, bool]] = field(default_factory=list)  # (run, unread error line, RM shape)
 
     def read(self, hit: Hit) -> None:
         doc, log = self.doc, self.log
@@ -279,6 +309,7 @@ class _Reader:
         raw = doc.peel_hit(hit).text if hit.raw.startswith("{") else hit.raw  # a JSON record: its message
         if "NVRM" in raw:
             log.nvrm += 1
+            self._track_run(hit)
         if self._identity(raw):
             return
         line = doc.peel_hit(hit)
@@ -288,6 +319,7 @@ class _Reader:
         if line.host:
             self.hosts.setdefault(line.host)
         if "Xid" in msg and self._xid(msg, line):
+            self.read_blocks.add(self.block)
             return
         if self.plugin.read(msg, line, log):
             return
@@ -298,7 +330,27 @@ class _Reader:
         nm = _NAMED_GPU.search(msg)
         if nm:
             self.named = (pci_id(nm.group("pci")), line.n)
-        _fault(log, msg, line, self._named(line))
+        if _fault(log, msg, line, self._named(line)):
+            self.read_blocks.add(self.block)
+            return
+        shape = error_shape(msg)
+        if shape is not None and "NVRM" in raw:
+            self.candidates.append((self.block, line, shape))
+
+    def _track_run(self, hit: Hit) -> None:
+        """Count runs of driver lines: a line that does not follow the last one directly (another
+        line, a blank line between) starts a new run."""
+        gap = self.doc.text[self.block_end:hit.start] if self.block_end >= 0 else "x"
+        if gap.strip() or gap.count("\n") > 1:
+            self.block += 1
+        self.block_end = hit.start + len(hit.raw)
+
+    def unread(self) -> list[Line]:
+        """The error lines no rule read, less the lines of a multi-line kernel-interface message
+        (a run of NVRM lines, one after the other, without a function prefix) of which another
+        line was read: `The NVIDIA GPU ...` / `(PCI ID: ...) installed in this system has` /
+        `fallen off the bus ...` is one message."""
+        return [line for block, line, rm in self.candidates if rm or block not in self.read_blocks]
 
     def _xid(self, msg: str, line: Line) -> bool:
         """An Xid report (True), an NVRM line naming an Xid in a layout not known (kept, True),
@@ -415,24 +467,47 @@ class PluginReader:
                                               device=dev))
 
 
-def _fault(log: KernelLog, msg: str, line: Line, named: str = "") -> None:
+def _fault(log: KernelLog, msg: str, line: Line, named: str = "") -> bool:
     """A driver message that is no Xid: a driver fault, a GPU fault, or a note that a GPU needs
-    a reset. `named`: the GPU an earlier line of the same multi-line message named."""
+    a reset (True), or none of them (False). `named`: the GPU an earlier line of the same
+    multi-line message named."""
     for kind, pat, meaning in DRIVER_FAULTS:
         dm = pat.search(msg)
         if dm:
             detail = {k: v for k, v in dm.groupdict().items() if v}
             log.driver_faults.append(DriverFault(kind, line, meaning, detail))
-            return
+            return True
     pm = _PCI_ANY.search(msg)
     pci = pci_id(pm.group("pci")) if pm else named
     for kind, pat, action in GPU_FAULTS:
         if pat.search(msg):
             gm = _GPU_N.search(msg)
             log.faults.append(KernelFault(kind, pci, line, action, gpu=int(gm.group("n")) if gm else None))
-            return
+            return True
     if _NEEDS_RESET.search(msg) and pci:
         log.reset_notes.setdefault(pci, []).append(line)
+        return True
+    return False
+
+
+def error_shape(msg: str) -> bool | None:
+    """Whether an NVRM line is at the driver's error level by its shape: True for an RM print
+    (a function-name prefix), False for a kernel-interface line that is not one of the
+    informational ones, None for a line that is no error (informational, or no NVRM line)."""
+    if _RM_FUNCTION_NO_COLON.match(msg) and not _NVRM_VERSION.match(msg):
+        return True
+    m = _NVRM_REST.search(msg)
+    if m is None:
+        return None
+    rest = m.group("rest")
+    if not rest.strip() or _NVRM_INFORMATIONAL.match(rest):
+        return None
+    if _RM_FUNCTION.match(rest):
+        return True
+    dev = _DEV_PREFIX.match(rest)
+    if dev and _NVRM_INFORMATIONAL.match(rest[dev.end():]):
+        return None
+    return False
 
 
 def _resolve_indexes(log: KernelLog) -> None:
@@ -462,6 +537,7 @@ def parse(doc: Doc) -> KernelLog:
     for k in sorted(hits):
         reader.read(hits[k])
     reader.plugin.finish(log)
+    log.unread = reader.unread()
     log.hardware = reader.hw.faults
     _resolve_indexes(log)
     log.hosts = list(reader.hosts)
@@ -488,7 +564,7 @@ def detect(doc: Doc) -> bool:
         msg = ln.text.strip()
         if not msg:
             continue
-        if msg.startswith("NVRM: ") or _XID.search(msg) or _KERNEL_REPORT.search(msg) or plugin.shows_plugin(msg):
+        if msg.startswith("NVRM:") or _RM_FUNCTION_NO_COLON.match(msg) or _XID.search(msg) or _KERNEL_REPORT.search(msg) or plugin.shows_plugin(msg):
             return True
         total += 1
         if ln.ident == "kernel" or set(ln.layers) & _KERNEL_LAYERS:

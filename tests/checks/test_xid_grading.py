@@ -159,7 +159,7 @@ def test_classify():
     assert (g.severity, g.code) == ("fail", "gpu.xid/recovery-imex-domain")
     g = xm.Group(first=ev(154, recovery_code=9), last=ev(154), caused_by=62)
     xm._classify(g, set(), set())
-    assert g.severity == "skip"
+    assert g.severity == "warn"  # Xid 154 with an Unknown action: a problem, not a skip
     g = xm.Group(first=ev(31), last=ev(31))
     xm._classify(g, set(), set())
     assert g.severity == "warn"
@@ -425,7 +425,7 @@ def test_unparsed_xid_lines_are_not_recognised():
      "cleaned up a job's channels with no other Xid shown: check the job (killed, out of memory); no drain"),
     (145, "RLW Nonfatal XC0 i0 Link 2 (0x8)", "warn", "GPU 0000:3b:00: Xid 145 NVLINK_RLW_ERROR", "non-fatal NVLink5 "
      "errors: watch `nvidia-smi nvlink -e` counters; drain if they repeat or turn Fatal"),
-    (154, "GPU recovery action changed from 0x0 (None) to 0x8 (Unknown)", "skip", "GPU 0000:3b:00: Xid 154 "
+    (154, "GPU recovery action changed from 0x0 (None) to 0x8 (Unknown)", "warn", "GPU 0000:3b:00: Xid 154 "
      "GPU_RECOVERY_ACTION_CHANGED", "read the recovery action in the Xid 154 line and act on it; update preflight"),
     (190, "new", "skip", "GPU 0000:3b:00: Xid 190 not in catalog", "look the Xid up in NVIDIA's current Xid catalog "
      "(docs.nvidia.com/deploy/xid-errors)"),
@@ -752,12 +752,14 @@ def test_reset_command_without_an_address():
     assert xm._reset_cmd("0000:1b:00") == "`nvidia-smi -r -i 0000:1b:00.0`"
 
 
-def test_driver_notes_and_correctable_sxids_are_notes():
-    r = one("[ 1.0] NVRM: nvCheckOkFailedNoLog: Check failed: Invalid argument [NV_ERR_INVALID_ARGUMENT]\n"
-            "[ 2.0] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Correctable, Link 12 minion\n")
+def test_correctable_sxids_are_notes_and_driver_error_statuses_warn():
+    r = one("[ 2.0] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Correctable, Link 12 minion\n")
     assert r.status is Status.PASS
-    assert r.evidence == ["NVIDIA driver: driver error status (no Xid)",
-                          "NVSwitch nvswitch1 (0000:06:00): correctable NVSwitch error: SXid 22013 (Link 12 minion)"]
+    assert r.evidence == ["NVSwitch nvswitch1 (0000:06:00): correctable NVSwitch error: SXid 22013 (Link 12 minion)"]
+    # an RM line carrying an NV_ERR_* status is printed at the driver's error level: never a PASS
+    r = one("[ 1.0] NVRM: nvCheckOkFailedNoLog: Check failed: Invalid argument [NV_ERR_INVALID_ARGUMENT]\n")
+    assert r.status is Status.WARN and r.facts["codes"] == ["gpu.xid/driver-error-status"]
+    assert "NVIDIA driver: driver error status (no Xid)" in r.summary
 
 
 def test_fault_wording_fallbacks():
