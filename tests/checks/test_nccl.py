@@ -1242,3 +1242,117 @@ def test_ipoib_in_dockers_default_range_is_the_sites_subnet() -> None:
     assert r.summary == "NET/IB on 4 process(es) via mlx4_0:1/IB"
     docker = one(text.replace("ib0:", "eth0:"))
     assert codes(docker) == ["bad-interface"] and "eth0 (172.17.120.71 in 172.17.0.0/16)" in docker.summary
+
+
+# ----------------------------------------------------------------------------- connect retries, /dev/shm, GPU P2P
+
+RETRY = ("gpu017:4411:4480 [0] NCCL INFO socketPollConnect: connect to 10.8.1.18<43117> returned No route to host, "
+         "retrying ({n}/34) after sleep for {ms} msec")
+
+
+def test_connect_retries_alone_warn() -> None:
+    r = one(lines("gpu017:4411:4480 [0] NCCL INFO comm 0x5583 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000",
+                  *[RETRY.format(n=n, ms=100 * n) for n in (1, 2, 3, 4)]))
+    assert codes(r) == ["connect-retrying"] and r.status is Status.WARN
+    assert r.summary == ("NCCL retried 4 connect(s) to 10.8.1.18 on gpu017 GPU0 (rank 0): No route to host "
+                         "(last: 4/34)")
+    assert r.evidence == [RETRY.format(n=n, ms=100 * n) for n in (1, 2, 3)] + ["4 retry line(s) in all"]
+    assert r.remedy.startswith("NCCL could not reach a peer") and "NCCL_SOCKET_IFNAME" in r.remedy
+
+
+def test_old_connect_retries_warn() -> None:
+    r = one("h:1:2 [0] NCCL INFO Call to connect returned Connection refused, retrying\n")
+    assert codes(r) == ["connect-retrying"] and r.summary == "NCCL retried 1 connect(s) on h GPU0: Connection refused"
+
+
+@pytest.mark.parametrize("after", [
+    "gpu017:4411:4480 [0] NCCL INFO bootstrap.cc:181 -> 2",  # the call failed (the cascade)
+    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, unhandled system error",
+    "gpu017:4411:4480 [0] misc/x.cc:3 NCCL WARN a message of no known kind\ngpu017:4411:4480 [0] NCCL INFO "
+    "init.cc:1 -> 2",
+])
+def test_connect_retries_then_a_failure_fail(after: str) -> None:
+    r = one(lines(RETRY.format(n=1, ms=100), after))
+    assert codes(r) == ["connect-failed"] and r.status is Status.FAIL
+    assert r.summary == "NCCL could not connect to 10.8.1.18 from gpu017 GPU0 (No route to host)"
+    assert r.evidence[0] == RETRY.format(n=1, ms=100)
+
+
+def test_connect_retries_exhausted_fail() -> None:
+    r = one(lines(RETRY.format(n=33, ms=3300),
+                  "gpu017:4411:4480 [0] misc/socket.cc:590 NCCL WARN socketPollConnect: connect to 10.8.1.18<43117> "
+                  "returned No route to host, exceeded error retry count after 34 attempts"))
+    assert codes(r) == ["connect-failed"] and r.status is Status.FAIL
+
+
+def test_connect_retries_beside_another_root_cause_are_said() -> None:
+    r = one(lines(RETRY.format(n=1, ms=100), "gpu017:4411:4480 [0] NCCL WARN Cuda failure 'unspecified launch failure'"))
+    assert codes(r) == ["cuda-error", "connect-retrying"] and r.status is Status.FAIL
+
+
+SHM = ["gpu017:7310:7388 [1] NCCL INFO Channel 00 : 1[1] -> 0[0] via SHM/direct/direct",
+       "gpu017:7310:7388 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device",
+       "gpu017:7310:7388 [1] include/shm.h:48 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-Xb2k9q "
+       "(size 9637888)",
+       "gpu017:7310:7388 [1] NCCL INFO transport/shm.cc:100 -> 2",
+       "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, unhandled system error, "
+       "NCCL version 2.10.3"]
+
+
+def test_dev_shm_full_fails_with_the_shm_size_remedy() -> None:
+    r = one(lines(*SHM))
+    assert codes(r) == ["shm-failed"] and r.status is Status.FAIL
+    assert r.summary == ("NCCL could not create its shared-memory segment of 9,637,888 bytes /dev/shm/nccl-Xb2k9q on "
+                         "gpu017 GPU1 (No space left on device): the communicator was not created")
+    assert r.evidence[:2] == SHM[1:3]
+    assert r.remedy.startswith("/dev/shm is too small or full") and "--shm-size" in r.remedy and "emptyDir" in r.remedy
+
+
+def test_dev_shm_2_30_wording_names_the_errno() -> None:
+    r = one("g:1:2 [0] os/linux.cc:795 (ncclShmOpen) NCCL WARN Error: failed to extend /dev/shm/nccl-Ab to 4096 bytes, "
+            "error: No space left on device (28)\n")
+    assert codes(r) == ["shm-failed"]
+    assert r.summary == ("NCCL could not create its shared-memory segment of 4,096 bytes /dev/shm/nccl-Ab on g GPU0 "
+                         "(No space left on device): the communicator was not created")
+
+
+def test_p2p_disabled_between_nvlink_gpus_fails() -> None:
+    line = ("gpu017:7310:7388 [1] graph/paths.cc:396 NCCL WARN P2P is disabled between NVLINK connected GPUs 1 and 0. "
+            "This should not be the case given their connectivity, and is probably due to a hardware issue. If you "
+            "still want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.")
+    r = one(line + "\n")
+    assert codes(r) == ["p2p-disabled-nvlink"] and r.status is Status.FAIL
+    assert r.summary == ("P2P is disabled between NVLink-connected GPUs (GPU1-GPU0) on gpu017 GPU1: NCCL refuses to "
+                         "create the communicator")
+    assert r.evidence == [line] and "topo -p2p" in r.remedy and "host memory" in r.remedy
+
+
+def test_peer_access_failure_fails() -> None:
+    r = one("g:1:2 [0] NCCL WARN failed to peer with device 3(=1b000): 217 peer access is not supported between "
+            "these two devices\n")
+    assert codes(r) == ["peer-access-failed"] and r.status is Status.FAIL
+    assert r.summary == "CUDA peer access to GPU3 could not be enabled on g GPU0: peer access is not supported " \
+                        "between these two devices"
+    assert r.remedy.startswith("cudaDeviceEnablePeerAccess failed")
+
+
+def test_ib_cqe_with_error_fails_and_takes_the_status_line() -> None:
+    cqe = ("g:1:2 [0] NCCL WARN NET/IB: Got CQE with error (devIndex=0, req=0x7f3a, comm=0x7f3b (send), wr_id=12, "
+           "qp_num=4711)")
+    r = one(cqe + "\n")
+    assert codes(r) == ["ib-completion-error"] and r.status is Status.FAIL
+    assert r.summary == ("NET/IB work completion with error (send, status not in the log) on g GPU0: the RDMA operation "
+                         "failed")
+    assert "Got completion" in r.remedy
+    s = one(lines(cqe, "g:1:2 [0] NCCL WARN NET/IB: Got completion from peer 10.0.0.2<5001> with status=12 opcode=0 "
+                       "len=0 vendor err 129 (Send) hca mlx5_0"))
+    assert s.summary.startswith("NET/IB completion error 12 from peer 10.0.0.2 on g GPU0 via mlx5_0")
+
+
+def test_nonfatal_ib_event_and_clamped_settings_warn() -> None:
+    r = one(lines("g:1:2 [0] NCCL INFO Using network IB",
+                  "g:1:2 [0] NCCL WARN NET/IB : mlx5_3:1 Got non-fatal async event: port active(9)",
+                  "g:1:2 [0] NCCL WARN Cannot initialize CollNet, using point-to-point network instead"))
+    assert codes(r) == ["ib-async-event", "nonfatal-warn"] and r.status is Status.WARN
+    assert "IB async event on g GPU0: port active(9)" in r.summary
+    assert "NCCL warned and carried on on g GPU0: Cannot initialize CollNet" in r.summary

@@ -151,6 +151,33 @@ def one(text: str) -> NcclProc:
     ("NET/OFI No viable endpoint found for TCP provider. Try and relax the filters using OFI_NCCL_USE_IPV6_TCP",
      "ofi_unavailable", {}),
     ("NET/OFI EFA provider requires at least libfabric version 1.22.0.", "ofi_unavailable", {}),
+    # /dev/shm: every wording 2.4 - 2.30 (include/shm.h, misc/shmutils.cc, os/linux.cc)
+    ("Error while creating shared memory segment /dev/shm/nccl-Xb2k9q (size 9637888)", "shm",
+     {"path": "/dev/shm/nccl-Xb2k9q", "size": "9637888"}),
+    ("Error while attaching to shared memory segment /dev/shm/nccl-Xb2k9q (size 9637888), error: No space left on "
+     "device (28)", "shm", {"path": "/dev/shm/nccl-Xb2k9q", "size": "9637888", "why": "No space left on device"}),
+    ("Call to posix_fallocate failed : No space left on device", "shm", {"why3": "No space left on device"}),
+    ("Error: failed to extend /dev/shm/nccl-Xb2k9q to 9637892 bytes, error: No space left on device (28)", "shm",
+     {"path2": "/dev/shm/nccl-Xb2k9q", "size2": "9637892", "why2": "No space left on device"}),
+    ("Error: failed to create shared memory file /dev/shm/nccl-XXXXXX, error No space left on device (28)", "shm",
+     {"path2": "/dev/shm/nccl-XXXXXX"}),
+    ("Error: Could not map /dev/shm/nccl-Xb2k9q size 9637892, error: Cannot allocate memory (12)", "shm",
+     {"path2": "/dev/shm/nccl-Xb2k9q", "why2": "Cannot allocate memory"}),
+    ("Could not map /dev/shm/nccl-Xb2k9q", "shm", {"path4": "/dev/shm/nccl-Xb2k9q"}),
+    ("unlink shared memory /dev/shm/nccl-Xb2k9q failed, error: No such file or directory (2)", "other", {}),
+    # GPU peer-to-peer (graph/paths.cc, transport/p2p.cc, transport/net.cc)
+    ("P2P is disabled between NVLINK connected GPUs 1 and 0. This should not be the case given their connectivity, "
+     "and is probably due to a hardware issue.", "p2p_nvlink_disabled", {"a": "1", "b": "0"}),
+    ("failed to peer with device 3(=1b000): 217 peer access is not supported between these two devices",
+     "peer_access", {"peer": "3", "bus": "1b000", "err": "217", "why": "peer access is not supported between these "
+                                                                       "two devices"}),
+    ("failed to peer with device 3: 704 peer access is already enabled", "peer_access",
+     {"peer": "3", "err": "704", "why": "peer access is already enabled"}),
+    # 2.30 net_ib: a failed completion without resiliency; a non-fatal port event
+    ("NET/IB: Got CQE with error (devIndex=1, req=0x7f3a, comm=0x7f3b (recv), wr_id=12, qp_num=4711)",
+     "ib_completion", {"devidx": "1", "dir": "recv"}),
+    ("NET/IB : mlx5_3:1 Got non-fatal async event: GID table change(18)", "ib_event",
+     {"hca": "mlx5_3", "port": "1", "event": "GID table change(18)"}),
     # none of the above
     ("AllReduce : invalid root 9 (root should be in the 0..8 range)", "other", {}),
     ("Error : ring 0 does not loop back to start (3 != 0)", "other", {}),
@@ -168,6 +195,37 @@ def test_fatal_kinds_are_the_job_ending_ones() -> None:
 
 
 # ----------------------------------------------------------------------------- line layouts
+
+def test_nccl_2_30_7_function_after_the_source() -> None:
+    log = parse("gpu017:51200:51388 [2] misc/socket.cc:590 (socketPollConnect) NCCL WARN socketPollConnect: connect "
+                "to 10.8.1.18<43117> returned No route to host, exceeded error retry count after 34 attempts\n"
+                "gpu017:51200:51388 [2] transport/p2p.cc:300 (operator()) NCCL WARN a message of no known kind\n")
+    assert list(log.procs) == [("gpu017", "51200")] and log.procs[("gpu017", "51200")].devs == {"2"}
+    assert [(e.kind, e.host, e.dev) for e in log.errors] == [("socket_connect", "gpu017", "2"), ("other", "gpu017", "2")]
+
+
+@pytest.mark.parametrize(("line", "detail"), [
+    ("Call to connect returned Connection refused, retrying", {"call": "connect", "why": "Connection refused"}),
+    ("socketPollConnect: connect returned No route to host, retrying (2/34) after sleep for 200 msec",
+     {"call": "connect", "why": "No route to host", "n": "2", "max": "34"}),
+    ("socketStartConnect: connect to fe80::966d:ae03:a2:8cf0%ib1<17943> returned Connection timed out, retrying "
+     "(1/34) after sleep for 100 msec", {"call": "connect", "peer": "fe80::966d:ae03:a2:8cf0%ib1",
+                                          "why": "Connection timed out", "n": "1", "max": "34"}),
+    ("Call to accept returned Software caused connection abort, retrying",
+     {"call": "accept", "why": "Software caused connection abort"}),
+])
+def test_connect_retries_every_wording(line: str, detail: dict[str, str]) -> None:
+    log = parse(f"gpu017:4411:4480 [1] NCCL INFO {line}\n")
+    [r] = log.connect_retries
+    assert r.detail == detail and (r.host, r.pid, r.dev) == ("gpu017", "4411", "1") and not log.errors
+
+
+def test_retries_that_are_not_connects() -> None:
+    log = parse("g:1:2 [0] NCCL INFO fallocate: Failed to extend /dev/shm/nccl-x to 4096 bytes, error: No space left "
+                "on device (28) - retrying\ng:1:2 [0] NCCL INFO Call to ibv_modify_qp failed with 110 Connection timed "
+                "out, on dev mlx5_0:1, retrying 1/5 after 100 msec of sleep\n")
+    assert not log.connect_retries
+
 
 def test_line_layouts_of_every_era() -> None:
     log = parse(
