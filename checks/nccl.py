@@ -5,7 +5,8 @@ logs (the facts of `preflight.parsers.nccl_log`). The all-reduce measurements ar
 Errors: the WARN that ended the job is its root cause (a CUDA allocation failure explains the
 socket errors of the other ranks; an IB completion, queue-pair or verbs failure names the HCA;
 a failed connect names the peer and the interface); lost peers and proxy failures that only
-follow from it are kept as its evidence. Transport: the socket transport across nodes, bad
+follow from it are kept as its evidence; /dev/shm, GPU peer-to-peer and connects NCCL kept retrying
+have rules of their own, and a WARN no rule reads is said as unread-error (never dropped). Transport: the socket transport across nodes, bad
 interfaces (loopback, container and VM bridges, Docker's default network), HCAs per GPU,
 InfiniBand and RoCE ports in one list, plugins (aws-ofi-nccl without a libfabric provider), RoCE
 across subnets, NVLS and GPUDirect RDMA. Whether the job spans several nodes is
@@ -822,8 +823,9 @@ register(Check(
     inputs=("nccl-log",),
     profile_keys={"nccl.expect_net": str, "nccl.bad_interfaces": list, "nccl.bad_networks": list,
                   "nccl.min_hca_share": (int, float), "nccl.expect_nvls": bool, "nccl.max_gpus_per_node": int},
-    catches="NCCL errors with their root cause (CUDA OOM, IB completion errors, queue-pair setup, verbs calls, failed "
-            "connects, lost peers, ranks calling different collectives), TCP sockets across nodes, lo/docker/virbr "
+    catches="NCCL errors with their root cause (CUDA OOM, /dev/shm full, P2P disabled on NVLink, IB completion errors, "
+            "queue-pair setup, verbs calls, failed or retried connects, lost peers, ranks calling different collectives, "
+            "any WARN no rule reads), TCP sockets across nodes, lo/docker/virbr "
             "bound, fewer HCAs than GPUs, IB and RoCE ports mixed, hosts on different subnets, mixed versions, NVLS "
             "requested but unused, GPUDirect RDMA off, aws-ofi-nccl/libfabric without an EFA provider",
     node_local=False,
