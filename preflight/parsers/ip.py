@@ -196,6 +196,8 @@ _HEAD = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@(?P<parent>[^:\s]+))?:\s+<(?P
 # `ip -o addr`: `N: name    inet ADDR ... scope S`; the index may have been taken for an `srun -l` label
 _ONE_ADDR = re.compile(r"^(?:\d+:\s+)?(?P<name>[^:@\s]+)(?:@\S+)?\s+(?P<fam>inet6?)\s+(?P<addr>[0-9a-fA-F.:]+/\d+)\s.*"
                        r"\bscope\s")
+# what follows the MTU on iproute2's link line (print_linkinfo: qdisc, master, state, mode, group)
+_LINK_TAIL = re.compile(r"\smtu \d+ (?:.*\s)?(?:qdisc \S+|state [A-Z]+)\b")
 _IFCONFIG = re.compile(r"^(?P<name>\S+?):\s+flags=\w+<(?P<flags>[^>]*)>(?:\s+metric\s+\d+)?\s+mtu\s+(?P<mtu>\d+)")
 _IFCONFIG_OLD = re.compile(r"^(?P<name>\S+)\s+Link encap:\s*(?P<enc>.+?)(?:\s+HWaddr\s+\S+)?\s*$")
 _OLD_FLAGS = re.compile(r"^(?P<flags>(?:[A-Z]+\s+)*[A-Z]+)\s+MTU:\s*(?P<mtu>\d+)")
@@ -499,10 +501,11 @@ def detect(doc: Doc) -> bool:
     first = "\n".join(head[:200]).lstrip()  # pragma: no mutate (how far detection reads)
     if first.startswith("[") and '"ifname"' in first[:8192]:  # pragma: no mutate (how far detection reads)
         return True
-    heads = sum(1 for t in head if _HEAD.match(t.strip()) and "mtu " in t)
-    if heads and (any(t.strip().startswith("link/") for t in head) or any("\\" in t for t in head) or heads >= 2):
-        return True
-    if heads == 0 and any(_ONE_ADDR.match(t.strip()) for t in head):
+    heads = [t for t in head if _HEAD.match(t.strip()) and "mtu " in t]
+    if heads and (any(t.strip().startswith("link/") for t in head) or any("\\" in t for t in head) or len(heads) >= 2
+                  or any(_LINK_TAIL.search(t) for t in heads)):
+        return True  # one `N: name: <FLAGS> mtu M qdisc Q state S` line is enough (`ip link | grep ib0`, pdsh)
+    if not heads and any(_ONE_ADDR.match(t.strip()) for t in head):
         return True
     if any(_IFCONFIG.match(t) for t in head):
         return True

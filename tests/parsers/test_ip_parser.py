@@ -389,7 +389,8 @@ def test_garbage(text: str) -> None:
 @pytest.mark.parametrize(("text", "want"), [
     (ADDR, True),
     (json.dumps([{"ifname": "eth0", "mtu": 1500}]), True),
-    ("2: eno1: <BROADCAST,UP> mtu 1500 qdisc mq state UP\n", False),
+    ("2: eno1: <BROADCAST,UP> mtu 1500 qdisc mq state UP\n", True),  # one grep'd link line (`ip link | grep eno1`)
+    ("2: eno1: <BROADCAST,UP> mtu 1500\n", False),  # no qdisc / state after the MTU: not iproute2's whole line
     ("2: eno1: <BROADCAST,UP> mtu 1500 qdisc mq state UP\n3: eno2: <BROADCAST> mtu 1500 state DOWN\n", True),
     ("2: eno1: <BROADCAST,UP> mtu 1500 qdisc mq state UP\\    link/ether aa:bb\n", True),
     ("2: eno1: <BROADCAST,UP> mtu 1500 state UP\n    link/ether aa:bb\n", True),
@@ -529,6 +530,46 @@ def test_problems_keep_the_first_three_lines() -> None:
 
 @pytest.mark.parametrize("text", ["the mtu is 1500\nset mtu 9000 on the switch\n",
                                   "eth0 inet 10.0.0.1/24 brd 10.0.0.255 scope global eth0\n"
-                                  "2: eno1: <BROADCAST,UP> mtu 1500 qdisc mq state UP\n"])
+                                  "2: eno1: <BROADCAST,UP> mtu 1500\n"])
 def test_detect_needs_real_headers(text: str) -> None:
     assert not ip.detect(doc(text))
+
+
+# ---------------------------------------------------------------------------------------------
+# grep'd fragments: lines of `ip link` / `ip -o link` / `ip addr` kept by grep, read for what they show
+
+
+def test_one_grepped_link_line_is_read_for_mtu_and_state() -> None:
+    text = "6: ib0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 2044 qdisc mq state UP mode DEFAULT group default qlen 256\n"
+    assert ip.detect(doc(text))
+    i = by(text)["ib0"]
+    assert (i.mtu, i.state, i.up, i.link_type) == (2044, "UP", True, "")
+
+
+@pytest.mark.parametrize("tail", ["qdisc noop state DOWN qlen 1000", "qdisc mq master bond0 state UP",
+                                  "state UNKNOWN mode DEFAULT"])
+def test_link_tails_that_make_one_line_enough(tail: str) -> None:
+    assert ip.detect(doc(f"3: ens5f0: <BROADCAST,MULTICAST,UP> mtu 9000 {tail}\n"))
+
+
+def test_pdsh_prefixed_link_lines_are_one_document_per_host() -> None:
+    text = ("gpu001: 6: ib0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 2044 qdisc mq state UP group default qlen 256\n"
+            "gpu002: 6: ib0: <NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 4092 qdisc mq state DOWN group default qlen 256\n")
+    docs = frame(text).docs
+    assert [d.host for d in docs] == ["gpu001", "gpu002"]
+    assert all(ip.detect(d) for d in docs)
+    got = [ip.parse(d).by_name()["ib0"] for d in docs]
+    assert [(i.mtu, i.state, i.up) for i in got] == [(2044, "UP", True), (4092, "DOWN", False)]
+
+
+def test_grep_A1_of_ip_a_with_separators() -> None:
+    text = ("4: ib0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 2044 qdisc mq state UP group default qlen 256\n"
+            "    link/infiniband 00:00:10:49:fe:80:00:00:00:00:00:00:b8:59:9f:03:00:c4:2f:f0 brd "
+            "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff\n"
+            "--\n"
+            "5: ib1: <BROADCAST,MULTICAST> mtu 4092 qdisc noop state DOWN group default qlen 256\n"
+            "    inet 10.1.0.6/16 brd 10.1.255.255 scope global ib1\n")
+    got = by(text)
+    assert (got["ib0"].mtu, got["ib0"].up, got["ib0"].link_type) == (2044, True, "infiniband")
+    assert (got["ib1"].mtu, got["ib1"].up, got["ib1"].admin_up) == (4092, False, False)
+    assert got["ib1"].addresses == ["10.1.0.6/16"]
