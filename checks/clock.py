@@ -58,6 +58,8 @@ from preflight.probes import Probe
 from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, ClusterCheck, ClusterContext, register, register_cluster
 
+from .units import owns
+
 CHECK_ID = "node.clock"
 PROBES = (
     Probe.of(PROBE_CHRONY, ["chronyc", "-n", "tracking"], timeout=5),
@@ -345,7 +347,7 @@ def grade(ctx: CheckContext) -> Result:
     return grade_clock(ctx)
 
 
-NODE_CHECK = register(Check(
+NODE_CHECK = register(owns(Check(
     id=CHECK_ID, title="Clock synchronised", grade=grade, probes=PROBES,
     # Each time tool is optional (a missing one is skipped, the others grade); what must come back
     # is the wall-clock reading where the cross-node half planned it (multi-node runs).
@@ -353,7 +355,7 @@ NODE_CHECK = register(Check(
     inputs=(PROBE_CHRONY, PROBE_NTPQ, PROBE_TIMEDATE, PROBE_NTPSTAT, PROBE_SOURCES, PROBE_SOURCESTATS, PROBE_LOG),
     profile_keys={"clock.max_offset_s": (int, float), "clock.warn_offset_s": (int, float)},
     catches="a clock off NTP time (chrony offset, or proven by the controller's view), unsynchronised, or no time daemon",
-))
+)))
 
 
 # ---- the controller's view, across nodes ------------------------------------------------------

@@ -23,6 +23,7 @@ from preflight.parsers.nvsmi_q import QReport
 from preflight.registry import Check, CheckContext, register
 
 from .gpu_health import DRIVER_ERRORS, PROBE_NVML, PROBE_Q
+from .units import owns
 
 # the kind of an nvidia-smi / NVML error -> its code
 ERROR_CODES = {"version_mismatch": "gpu.driver/version-mismatch", "no_driver": "gpu.driver/driver-not-loaded",
@@ -280,12 +281,12 @@ def grade_driver(ctx: CheckContext) -> Result | list[Result]:
     return f.result(ctx, ", ".join(p for p in parts if p), facts, ok_ev)
 
 
-register(Check(
+register(owns(Check(
     id="gpu.driver", title="GPU driver, CUDA and NVML", grade=grade_driver,
     probes=(PROBE_Q, PROBE_NVML), required=(), inputs=("nvidia-smi-q", "nvml", "kernel-log", "driver-version"),
     profile_keys={"gpu.driver_version": str, "gpu.cuda_version": str},
     catches="driver/library version mismatch, driver not loaded, no devices, NVML library missing, kernel-log driver "
             "faults (probe not called, no adapter), loaded module older than the installed packages, version pins",
-    node_local=True, in_run=True))
+    node_local=True, in_run=True)))
 
 __all__ = ["ERROR_CODES", "KLOG_CODES", "SMI_EXIT", "DriverView", "grade_driver"]

@@ -37,6 +37,7 @@ _FM_DESC = "NVIDIA fabric manager service"
 _TRANSITIONS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     (re.compile(r"^Starting (?P<u>.+?)\.\.\.$"), "activating", "start", ""),
     (re.compile(r"^Started (?P<u>.+?)\.?$"), "active", "running", "success"),
+    (re.compile(r"^Finished (?P<u>.+?)\.?$"), "active", "exited", "success"),  # a oneshot unit (systemd 246+)
     (re.compile(r"^Stopping (?P<u>.+?)\.\.\.$"), "deactivating", "stop", ""),
     (re.compile(r"^Stopped (?P<u>.+?)\.?$"), "inactive", "dead", "success"),
     (re.compile(r"^Failed to start (?P<u>.+?)\.?$"), "failed", "failed", ""),
@@ -45,9 +46,14 @@ _TRANSITIONS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
     (re.compile(r"^(?P<u>\S+?): Failed with result '(?P<r>[\w-]+)'\.?$"), "failed", "failed", ""),
     (re.compile(r"^(?P<u>\S+?): Unit entered failed state\.?$"), "failed", "failed", ""),
     (re.compile(r"^(?P<u>\S+?): Start request repeated too quickly\.?$"), "failed", "failed", "start-limit-hit"),
+    # systemd before 236: "start request repeated too quickly for X", "Unit X entered failed state.", "X failed."
+    (re.compile(r"^[Ss]tart request repeated too quickly for (?P<u>\S+?)\.?$"), "failed", "failed", "start-limit-hit"),
+    (re.compile(r"^Unit (?P<u>\S+) entered failed state\.?$"), "failed", "failed", ""),
+    (re.compile(r"^(?P<u>\S+\.(?:service|socket|mount|timer|path)) failed\.?$"), "failed", "failed", ""),
     (re.compile(r"^(?P<u>\S+?): Scheduled restart job, restart counter is at \d+\.?$"), "activating", "auto-restart",
      ""),
-    (re.compile(r"^(?P<u>\S+?): (?:[Mm]ain|Control) process exited, code=(?P<c>\w+), status=(?P<s>\d+)"), "", "", ""),
+    (re.compile(r"^(?P<u>\S+?): (?:[Mm]ain|[Cc]ontrol) process exited, code=(?P<c>\w+),? status=(?P<s>\d+)"), "", "",
+     ""),
 )
 # systemd's journal lines on how the unit's process ended
 _UNIT_END = re.compile(rf"^{FM_UNIT}\.service: (?:Main|Control) process exited|^{FM_UNIT}\.service: Failed with result")
@@ -167,13 +173,13 @@ class State(NamedTuple):
     result: str
 
 
-def transition(message: str) -> State | None:
-    """(active, sub, result) a systemd journal message leaves the fabric manager unit in; None
-    when the message is not about the unit's state (a process that exited with status 0 does
-    not decide it)."""
+def unit_transition(message: str) -> tuple[str, State] | None:
+    """(the unit or its description as the message names it, the state the message leaves it
+    in) for systemd's journal messages about any unit; None when the message is not about a
+    unit's state (a process that exited with status 0 does not decide it)."""
     for pattern, active, sub, result in _TRANSITIONS:
         m = pattern.match(message.strip())
-        if m is None or not _about_unit(m.group("u")):
+        if m is None:
             continue
         if "r" in pattern.groupindex:
             result = m.group("r")
@@ -181,8 +187,19 @@ def transition(message: str) -> State | None:
             code, status = m.group("c"), m.group("s")
             if code == "exited" and status == "0":
                 return None
-            return State("failed", "failed", "signal" if code in ("killed", "dumped") else "exit-code")
-        return State(active, sub, result)
+            return m.group("u"), State("failed", "failed", "signal" if code in ("killed", "dumped") else "exit-code")
+        return m.group("u"), State(active, sub, result)
+    return None
+
+
+def transition(message: str) -> State | None:
+    """(active, sub, result) a systemd journal message leaves the fabric manager unit in; None
+    when the message is not about the unit's state."""
+    for pattern, _active, _sub, _result in _TRANSITIONS:
+        m = pattern.match(message.strip())
+        if m is not None and _about_unit(m.group("u")):
+            t = unit_transition(message)
+            return t[1] if t is not None else None
     return None
 
 
@@ -206,6 +223,17 @@ def _journal_state(svc: UnitState) -> None:
     svc.lines = lines[-3:]
 
 
+def _fm_row(svc: UnitState, lines: list[str]) -> bool:
+    """The fabric manager's row in a `list-units` table (`systemctl --failed`)."""
+    for s in lines:
+        r = ROW.match(s)
+        if r and _base(r.group("u")) == FM_UNIT:
+            svc.unit, svc.form, svc.lines = FM_UNIT, "list", [s]
+            svc.load, svc.active, svc.sub = r.group("load"), r.group("active"), r.group("sub")
+            return True
+    return False
+
+
 def parse(doc: Doc) -> UnitState:
     svc = UnitState()
     items = [ln for ln in doc.lines if ln.text.strip()]
@@ -216,7 +244,7 @@ def parse(doc: Doc) -> UnitState:
             svc.lines.append(s)
             return svc
     _show(svc, lines)
-    if svc.form == "show":
+    if svc.form == "show" or _fm_row(svc, lines):
         return svc
     for ln in items:
         s = ln.text.strip()
@@ -270,6 +298,8 @@ def detect(doc: Doc) -> bool:
     lines = [ln.text.strip() for ln in doc.head(60) if ln.text.strip()]  # pragma: no mutate (how far it reads)
     if not lines:
         return False
+    if any((r := ROW.match(ln)) and _base(r.group("u")) == FM_UNIT for ln in lines):
+        return True  # its row in a `list-units` table
     cmd = doc.command or ""
     if "systemctl" in cmd and FM_UNIT not in cmd and "fabricmanager" not in cmd:
         return False
@@ -290,10 +320,222 @@ def detect(doc: Doc) -> bool:
         and any(ln.startswith("Active:") for ln in lines)
 
 
+# ---- units of any kind: `systemctl list-units` / `--failed`, `status` of any unit, its journal ----------------------
+
+UNITS_PROBE = "systemd-units"
+_UNIT_NAME = r"[\w@:.\\-]+\.(?:service|socket|target|mount|automount|swap|timer|path|device|scope|slice)"
+# src/systemctl/systemctl-list-units.c: a row is UNIT LOAD ACTIVE SUB DESCRIPTION, a failed unit's
+# row led by a circle ("●", "*" without UTF-8); --plain drops the circle, --no-legend the header
+ROW = re.compile(rf"^(?:[●*×]\s*)?(?P<u>{_UNIT_NAME})\s+(?P<load>loaded|not-found|masked|bad-setting|error|merged|stub)"
+                 r"\s+(?P<active>[a-z-]+)\s+(?P<sub>[a-z-]+)(?:\s+(?P<d>.*))?$")
+_TABLE_HEAD = re.compile(r"^\s*UNIT\s+LOAD\s+ACTIVE\s+SUB(?:\s+(?:JOB\s+)?DESCRIPTION)?\s*$")
+_LISTED = re.compile(r"^(?P<n>\d+) loaded units? listed\b")
+_LEGEND = re.compile(r"^(?:Legend: )?(?:LOAD|ACTIVE|SUB|JOB)\s*(?:=|→|->)")
+# `systemctl status`'s first line: its state's glyph, the unit, its description
+_HEADER = re.compile(rf"^(?:[●*○×↻]\s*)?(?P<u>{_UNIT_NAME})(?: - (?P<d>.*))?$")
+
+
+def _base(name: str) -> str:
+    return name.removesuffix(".service")
+
+
+@dataclass
+class Units:
+    """Every unit a capture names with its state, by unit name ("openibd.service") or, for a
+    unit systemd's journal names only by description ("Failed to start NTP client/server."), by
+    that description."""
+
+    units: dict[str, UnitState] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)  # unit -> description
+    listing: bool = False  # a `list-units` table
+    listed: int | None = None  # "N loaded units listed."
+    error: str = ""  # systemd could not be asked
+
+    def unit(self, name: str) -> UnitState:
+        if name not in self.units:
+            self.units[name] = UnitState(unit=name)
+        return self.units[name]
+
+    def failed(self) -> list[UnitState]:
+        return [u for u in self.units.values() if u.active == "failed"]
+
+    def names(self, u: UnitState) -> list[str]:
+        """What identifies the unit: its name, its base name, its description."""
+        return [x for x in (u.unit, _base(u.unit), self.descriptions.get(u.unit, "")) if x]
+
+
+def _subject(units: Units, named: str, doc_unit: str) -> str:
+    """The unit a journal message's subject is: a unit name as is, a description of a unit seen
+    above, else the unit `journalctl -u` asked for, else the description itself."""
+    if re.fullmatch(_UNIT_NAME, named):
+        return named
+    for unit, desc in units.descriptions.items():
+        if desc == named:
+            return unit
+    return doc_unit or named
+
+
+def _doc_unit(doc: Doc) -> str:
+    """The unit of `journalctl -u X` / `systemctl status X`, as the prompt shows it."""
+    m = re.search(r"(?:-u|--unit(?:=|\s+)|\bstatus)\s+([\w@:.-]+)", doc.command or "")
+    if not m or m.group(1).startswith("-"):
+        return ""
+    name = m.group(1)
+    return name if re.fullmatch(_UNIT_NAME, name) else f"{name}.service"
+
+
+def _journal(doc: Doc) -> list[JournalLine]:
+    out = []
+    for ln in doc.lines:
+        s = ln.text.strip()
+        if not s:
+            continue
+        if ln.ident and not ln.cont:
+            out.append(JournalLine(ln.time_text, ln.ident, s, ln.raw.strip()))
+            continue
+        j = JOURNAL.match(s)
+        if j:
+            out.append(JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s))
+            continue
+        b = re.match(r"^(?P<ident>[\w.@-]+)\[\d+\]: (?P<msg>.*)$", s)
+        if b:
+            out.append(JournalLine("", b.group("ident"), b.group("msg"), s))
+        elif unit_transition(s) is not None:  # systemd's own message, its prefix cut off
+            out.append(JournalLine("", "systemd", s, s))
+    return out
+
+
+def parse_units(doc: Doc) -> Units:
+    """The units of a `list-units` table, of `systemctl status` blocks and of systemd's journal
+    lines about them (the last that decides counts, as for the fabric manager's journal)."""
+    out = Units()
+    if not _tables_and_status(doc, out):
+        return out
+    journal = _journal_units(doc, out)
+    _one_unit(out, {id(j): i for i, j in enumerate(journal)})
+    for u in out.units.values():
+        _settle(u)
+    return out
+
+
+def _tables_and_status(doc: Doc, out: Units) -> bool:
+    """`list-units` rows and `systemctl status` blocks into `out`; False when systemd could not be asked."""
+    cur: UnitState | None = None
+    for ln in doc.lines:
+        s = ln.text.strip()
+        if not s:
+            continue
+        if _SYSTEMD_DOWN.search(s):
+            out.error = s
+            return False
+        m = _LISTED.match(s)
+        if m or _TABLE_HEAD.match(s):
+            out.listing = True
+            out.listed = int(m.group("n")) if m else out.listed
+            continue
+        r = ROW.match(s)
+        if r and not ln.ident:
+            u = out.unit(r.group("u"))
+            u.form, u.load, u.active, u.sub, u.lines = "list", r.group("load"), r.group("active"), r.group("sub"), [s]
+            if r.group("d"):
+                out.descriptions[u.unit] = r.group("d").strip()
+            out.listing, cur = True, None
+            continue
+        h = _HEADER.match(s)
+        if h and not ln.ident:
+            cur = out.unit(h.group("u"))
+            if h.group("d"):
+                out.descriptions[cur.unit] = h.group("d").strip()
+            continue
+        if cur is not None and not ln.ident and not JOURNAL.match(s):
+            _status_line(cur, s)
+    return True
+
+
+def _journal_units(doc: Doc, out: Units) -> list[JournalLine]:
+    """systemd's journal lines about units, and each daemon's own lines, to their units."""
+    doc_unit = _doc_unit(doc)
+    journal = _journal(doc)
+    said = {id(j): unit_transition(j.message) for j in journal if j.ident == "systemd"}
+    for j in journal:
+        t = said.get(id(j))
+        if t is not None:
+            out.unit(_subject(out, t[0], doc_unit)).journal.append(j)
+    for j in journal:
+        own = f"{j.ident}.service"  # the daemon's own line: evidence of why its unit stopped
+        if id(j) not in said and (own in out.units or own == doc_unit):
+            out.unit(own).journal.append(j)
+    return journal
+    for u in out.units.values():
+        _settle(u)
+    return out
+
+
+def _one_unit(out: Units, order: dict[int, int]) -> None:
+    """One unit's journal (`journalctl -u X`): systemd names the unit in some lines ("X.service:
+    Failed with result ...") and by its description in others ("Failed to start <description>.");
+    with one of each, the description is the unit's. A dependency that failed is another unit."""
+    named = [k for k in out.units if re.fullmatch(_UNIT_NAME, k)]
+    described = [k for k, u in out.units.items() if k not in named
+                 and not any(j.message.startswith("Dependency failed for") for j in u.journal)]
+    if len(named) != 1 or len(described) != 1:
+        return
+    unit, desc = out.units[named[0]], out.units.pop(described[0])
+    out.descriptions.setdefault(unit.unit, described[0])
+    unit.journal = sorted(unit.journal + desc.journal, key=lambda j: order.get(id(j), 0))
+
+
+def _settle(u: UnitState) -> None:
+    """A unit's state: its status block's, else its journal's; its evidence: the state's lines,
+    then systemd's last lines on how it ended and the daemon's own last lines."""
+    said = [j for j in u.journal if unit_transition(j.message) is not None]
+    own = [j for j in u.journal if j not in said]
+    if u.form == "none" and said:
+        last: State | None = None
+        for j in said:
+            t = unit_transition(j.message)
+            state = t[1] if t is not None else None
+            if state is None:
+                continue
+            if last is not None and last.active == state.active == "failed" and not state.result:
+                state = state._replace(result=last.result)
+            last = state
+        if last is not None:
+            u.form, u.load = "journal", u.load or "loaded"
+            u.active, u.sub, u.result = last
+    if u.form == "status":
+        u.lines.sort(key=lambda ln: not ln.startswith("Active:"))
+    if u.active != "active":
+        u.lines += [j.line for j in own[-3:] + [j for j in said if j.line not in u.lines][-3:]]
+
+
+def detect_units(doc: Doc) -> bool:
+    """A `list-units` table (`systemctl --failed`), `systemctl status` of a unit, or systemd's
+    journal lines saying a unit failed."""
+    head = doc.head(80)  # pragma: no mutate (how far a detector reads)
+    lines = [ln.text.strip() for ln in head if ln.text.strip()]
+    if not lines:
+        return False
+    rows = sum(1 for ln in head if not ln.ident and ROW.match(ln.text.strip()))
+    if rows and any(_TABLE_HEAD.match(s) or _LISTED.match(s) or _LEGEND.match(s) for s in lines):
+        return True
+    if "systemctl" in (doc.command or "") and rows and rows == len(lines):  # --no-legend
+        return True
+    if any(_HEADER.match(s) for s in lines[:3]) and any(s.startswith("Loaded:") for s in lines) \
+            and any(s.startswith("Active:") for s in lines):
+        return True
+    return any(t is not None and t[1].active == "failed" for t in (
+        unit_transition(j.message) for j in _journal(doc) if j.ident == "systemd"))
+
+
 FORMATS = [Format("fm-service", detect=detect,
                   priority=55,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
                   description="systemctl show/status/is-active/start of nvidia-fabricmanager")]
-PARSERS = [ParserSpec("fm-service", parse)]
+FORMATS.append(Format(UNITS_PROBE, detect=detect_units,
+                      priority=50,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
+                      description="systemctl list-units/--failed, systemctl status of any unit, systemd's journal "
+                                  "lines saying a unit failed"))
+PARSERS = [ParserSpec("fm-service", parse), ParserSpec(UNITS_PROBE, parse_units)]
 
-__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "JournalLine", "PARSERS", "State", "UnitState", "detect", "journal_items",
-           "parse", "transition"]
+__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "ROW", "UNITS_PROBE", "JournalLine", "PARSERS", "State", "UnitState", "Units",
+           "detect", "detect_units", "journal_items", "parse", "parse_units", "transition", "unit_transition"]
