@@ -1,0 +1,101 @@
+"""Failed systemd units graded by the check that owns their concern (checks/units.py), through analyze."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.model import Result, Status
+from tests.conftest import analyze_text, fixture_text, grade_text
+
+
+def by_check(results: list[Result]) -> dict[str, Result]:
+    return {r.check: r for r in results}
+
+
+def codes(r: Result) -> list[str]:
+    return list(r.facts.get("codes", []))
+
+
+@pytest.mark.parametrize("name", ["failed-legacy-legend.txt", "failed-arrow-legend.txt"])
+def test_failed_listing_graded_by_each_owner(name: str) -> None:
+    got = by_check(analyze_text(fixture_text("systemd-units/" + name)))
+    assert "analyze.unrecognised" not in got
+    assert got["gpu.driver"].status is Status.WARN and codes(got["gpu.driver"]) == ["gpu.driver/unit-failed"]
+    assert "nvidia-persistenced.service" in got["gpu.driver"].summary and "nvidia-dcgm.service" in got["gpu.driver"].summary
+    assert got["ib.hca"].status is Status.FAIL and codes(got["ib.hca"]) == ["ib.hca/unit-failed"]
+    assert got["node.clock"].status is Status.WARN and codes(got["node.clock"]) == ["node.clock/unit-failed"]
+    assert got["fabric.manager"].status is Status.FAIL
+    assert "fabric.manager/service-not-running" in codes(got["fabric.manager"])
+    # the unit no check owns is said, not dropped
+    assert any("rasdaemon.service" in e for e in got["ib.hca"].evidence)
+    assert "rasdaemon" not in got["ib.hca"].summary
+
+
+@pytest.mark.parametrize("name,check,status", [
+    ("persistenced-failed-status.txt", "gpu.driver", Status.WARN),
+    ("openibd-failed-journal.txt", "ib.hca", Status.FAIL),
+    ("chronyd-failed-status-el7.txt", "node.clock", Status.WARN),
+])
+def test_failed_unit_graded_by_owner(name: str, check: str, status: Status) -> None:
+    got = by_check(analyze_text(fixture_text("systemd-units/" + name)))
+    assert got[check].status is status
+    assert f"{check}/unit-failed" in codes(got[check])
+    assert "analyze.unrecognised" not in got
+
+
+def test_persistenced_evidence_leads_with_its_state_and_its_reason() -> None:
+    r = by_check(analyze_text(fixture_text("systemd-units/persistenced-failed-status.txt")))["gpu.driver"]
+    assert r.evidence[0].startswith("Active: failed (Result: exit-code)")
+    assert any("Failed to query NVIDIA devices" in e for e in r.evidence)
+    assert "systemctl restart nvidia-persistenced.service" in r.remedy
+
+
+def test_chronyd_unit_failure_joins_the_logs_own_finding() -> None:
+    r = by_check(analyze_text(fixture_text("systemd-units/chronyd-failed-status-el7.txt")))["node.clock"]
+    assert codes(r)[:1] == ["node.clock/unit-failed"] and "node.clock/daemon-exited" in codes(r)
+    assert "chronyd stopped" in r.summary
+
+
+@pytest.mark.parametrize("name,check", [("persistenced-running-status.txt", "gpu.driver"),
+                                        ("chronyd-running-status-el7.txt", "node.clock"),
+                                        ("openibd-exited-status.txt", "ib.hca")])
+def test_running_units_pass(name: str, check: str) -> None:
+    results = analyze_text(fixture_text("systemd-units/" + name))
+    got = by_check(results)
+    assert got[check].status is Status.PASS, got[check]
+    assert all(r.status is Status.PASS for r in results)
+    assert any(e.startswith("Active: active") for e in got[check].evidence)
+
+
+def test_unit_journal_of_a_restart_loop() -> None:
+    text = ("Dec 05 10:00:01 gpu01 systemd[1]: nvidia-dcgm.service: Main process exited, code=killed, status=6/ABRT\n"
+            "Dec 05 10:00:02 gpu01 systemd[1]: nvidia-dcgm.service: Start request repeated too quickly.\n"
+            "Dec 05 10:00:02 gpu01 systemd[1]: nvidia-dcgm.service: Failed with result 'start-limit-hit'.\n")
+    r = by_check(analyze_text(text))["gpu.driver"]
+    assert r.status is Status.WARN and "start-limit-hit" in r.summary
+
+
+def test_timesyncd_and_ntpd_owned_by_clock() -> None:
+    text = ("  UNIT                      LOAD   ACTIVE SUB    DESCRIPTION\n"
+            "● systemd-timesyncd.service loaded failed failed Network Time Synchronization\n"
+            "● ntpd.service              loaded failed failed Network Time Service\n\n"
+            "2 loaded units listed.\n")
+    r = by_check(analyze_text(text))["node.clock"]
+    assert r.status is Status.WARN and "systemd-timesyncd.service" in r.summary and "ntpd.service" in r.summary
+
+
+def test_only_unowned_failed_units_grade_no_owner() -> None:
+    text = "  UNIT LOAD ACTIVE SUB DESCRIPTION\n● rasdaemon.service loaded failed failed RAS daemon\n1 loaded units listed.\n"
+    got = by_check(analyze_text(text))
+    assert not {"gpu.driver", "ib.hca", "node.clock"} & set(got)
+
+
+def test_unit_failure_beside_the_checks_own_input() -> None:
+    """ibstat all Active and openibd failed in the same node's captures: the unit's FAIL is not hidden."""
+    ibstat = ("CA 'mlx5_0'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n"
+              "\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tLink layer: InfiniBand\n")
+    units = "● openibd.service loaded failed failed openibd - configure Mellanox devices\n1 loaded units listed.\n"
+    [r] = [x for x in grade_text("ib.hca", {"ibstat": ibstat, "systemd-units": units}) if x.check == "ib.hca"]
+    assert r.status is Status.FAIL and codes(r)[0] == "ib.hca/unit-failed"
+    alone = grade_text("ib.hca", {"ibstat": ibstat})
+    assert alone[0].status is not Status.FAIL
