@@ -298,7 +298,7 @@ class _Reader:
     hw: kernel_hw.HwReader = field(default_factory=kernel_hw.HwReader)
     plugin: PluginReader = field(default_factory=lambda: PluginReader())
     block: int = 0  # runs of NVRM lines one right after the other, counted
-    block_end: int = -1  # pragma: no mutate (any negative: no run yet): offset after the run's last line
+    block_end: int = -2  # pragma: no mutate (any below -1: no run yet): the number of the run's last line
     read_blocks: set[int] = field(default_factory=set)  # runs holding a line a rule read
     candidates: list[tuple[int, Line, bool]] = field(default_factory=list)  # (run, unread error line, RM shape)
 
@@ -309,10 +309,11 @@ class _Reader:
         raw = doc.peel_hit(hit).text if hit.raw.startswith("{") else hit.raw  # a JSON record: its message
         if "NVRM" in raw:
             log.nvrm += 1
-            self._track_run(hit)
         if self._identity(raw):
             return
         line = doc.peel_hit(hit)
+        if "NVRM" in raw:
+            self._track_run(line.n)
         msg = line.text.strip()
         if not msg:
             return
@@ -327,23 +328,27 @@ class _Reader:
             if not self.hw.read(msg, line) and _TOOL_ERROR.search(msg) and len(log.tool_errors) < 5:
                 log.tool_errors.append(msg)
             return
+        self._driver_line(msg, line, "NVRM" in raw)
+
+    def _driver_line(self, msg: str, line: Line, nvrm: bool) -> None:
+        """A driver line that is no Xid: a fault, or (an NVRM line at error level) a candidate
+        unread error."""
         nm = _NAMED_GPU.search(msg)
         if nm:
             self.named = (pci_id(nm.group("pci")), line.n)
-        if _fault(log, msg, line, self._named(line)):
+        if _fault(self.log, msg, line, self._named(line)):
             self.read_blocks.add(self.block)
             return
         shape = error_shape(msg)
-        if shape is not None and "NVRM" in raw:
+        if shape is not None and nvrm:
             self.candidates.append((self.block, line, shape))
 
-    def _track_run(self, hit: Hit) -> None:
+    def _track_run(self, n: int) -> None:
         """Count runs of driver lines: a line that does not follow the last one directly (another
-        line, a blank line between) starts a new run."""
-        gap = self.doc.text[self.block_end:hit.start] if self.block_end >= 0 else "x"
-        if gap.strip() or gap.count("\n") > 1:
+        line, a blank line or an identity line between) starts a new run."""
+        if n != self.block_end + 1:
             self.block += 1
-        self.block_end = hit.start + len(hit.raw)
+        self.block_end = n
 
     def unread(self) -> list[Line]:
         """The error lines no rule read, less the lines of a multi-line kernel-interface message
@@ -564,7 +569,8 @@ def detect(doc: Doc) -> bool:
         msg = ln.text.strip()
         if not msg:
             continue
-        if msg.startswith("NVRM:") or _RM_FUNCTION_NO_COLON.match(msg) or _XID.search(msg) or _KERNEL_REPORT.search(msg) or plugin.shows_plugin(msg):
+        rm_no_colon = _RM_FUNCTION_NO_COLON.match(msg) and not _NVRM_VERSION.match(msg)
+        if msg.startswith("NVRM:") or rm_no_colon or _XID.search(msg) or _KERNEL_REPORT.search(msg) or plugin.shows_plugin(msg):
             return True
         total += 1
         if ln.ident == "kernel" or set(ln.layers) & _KERNEL_LAYERS:

@@ -242,3 +242,10 @@ def test_xid154_inventory_versions_start_where_the_message_does() -> None:
     assert xid154.pop("xid154-drain-and-reset").startswith("570.86.15")
     assert xid154.pop("xid154-imex").startswith("575")
     assert all(v.startswith("565.57.01") for v in xid154.values()), xid154
+
+
+def test_the_proc_version_file_alone_is_no_kernel_log() -> None:
+    text = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.173.02  Tue Jun 23 08:38:17 UTC 2026\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    assert not kernel_log.detect(Doc(text))
+    assert kernel_log.detect(Doc("NVRM kfspSendBootCommands_GH100: FSP boot cmds failed. RM cannot boot.\n"))
