@@ -46,8 +46,17 @@ def test_the_packaged_table_loads_and_every_code_belongs_to_a_check(registry) ->
         assert len(c.means) > 20 and len(c.reason) > 20 and len(c.source) > 10, f"{code}: say more"
 
 
+# Findings.unread(check, ...) names the code `<check>/unread-error`; check is a literal or a module constant
+UNREAD_CALL = re.compile(r"""\.unread\(\s*(?:["']([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)["']|([A-Z_]+)\b)""")
+
+
 def _literals(path: Path) -> set[str]:
-    return set(CODE_LITERAL.findall(path.read_text(encoding="utf-8")))
+    text = path.read_text(encoding="utf-8")
+    checks = set()
+    for literal, name in UNREAD_CALL.findall(text):
+        const = re.search(rf"""^{name}(?:: str)? = ["']([a-z0-9_.]+)["']""", text, re.M) if name else None
+        checks.add(literal or (const.group(1) if const else f"<{name} not a module constant>"))
+    return set(CODE_LITERAL.findall(text)) | {f"{c}/unread-error" for c in checks}
 
 
 def test_every_code_a_grader_names_is_in_the_table() -> None:
