@@ -434,7 +434,7 @@ def _tables_and_status(doc: Doc, out: Units) -> bool:
             out.listed = int(m.group("n")) if m else out.listed
             continue
         r = ROW.match(s)
-        if r and not ln.ident:
+        if r:
             u = out.unit(r.group("u"))
             u.form, u.load, u.active, u.sub, u.lines = "list", r.group("load"), r.group("active"), r.group("sub"), [s]
             if r.group("d"):
@@ -516,7 +516,7 @@ def detect_units(doc: Doc) -> bool:
     lines = [ln.text.strip() for ln in head if ln.text.strip()]
     if not lines:
         return False
-    rows = sum(1 for ln in head if not ln.ident and ROW.match(ln.text.strip()))
+    rows = sum(1 for s in lines if ROW.match(s))
     if rows and any(_TABLE_HEAD.match(s) or _LISTED.match(s) or _LEGEND.match(s) for s in lines):
         return True
     if "systemctl" in (doc.command or "") and rows and rows == len(lines):  # --no-legend
