@@ -125,6 +125,7 @@ class Expectation:
     tcp_src: str = ""
     sizes: list[dict[str, Any]] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (code, note) why bandwidth is not graded
+    board: dict[str, Any] | None = None  # the board whose table lacks the topology's figure
 
     @property
     def graded(self) -> bool:
@@ -200,7 +201,9 @@ def _board_expectation(board: dict[str, Any], topo: Topology, nvls: bool) -> Exp
                       latency_max_us=float(board.get(f"{table}_base_latency_max_us") or 0), latency_src=src,
                       tcp_max_busbw=float(board.get("tcp_fallback_max_busbw") or 0), tcp_src=src)
     if not (warn or fail):
-        exp.notes.append(("nccl.allreduce/no-table", f"peak not graded: {where} has no {table} figure"))
+        exp.notes.append(("nccl.allreduce/no-table", f"no expected busbw for {table.replace('_', '-')} runs of "
+                          f"{board.get('name', '?')}: peak not graded ({where} has no {table} figure)"))
+        exp.board = board
     return exp
 
 
@@ -239,8 +242,8 @@ def _table_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation
         board = board_for(prof, topo.models)
         if board is None:
             what = ", ".join(topo.models) or "GPUs the capture does not name"
-            return Expectation("none", notes=[("nccl.allreduce/no-table", f"bandwidth not graded: no busbw table for {what} "
-                                              f"in profile {prof.name} (correctness only)")])
+            return Expectation("none", notes=[("nccl.allreduce/no-table", f"no expected busbw for {what} in profile "
+                                              f"{prof.name}: bandwidth not graded (correctness only)")])
         exp = _board_expectation(board, topo, nvls)
     if exp.per_node and topo.per_host is not None and topo.per_host != exp.per_node:
         exp.notes.append(("nccl.allreduce/gpus-per-node-differ", f"peak not graded: {topo.per_host} GPU(s) per host, "
@@ -365,10 +368,69 @@ def _shared_bus(res: NcclTests) -> str:
             "GPUs with NICs there without NCCL_TOPO_FILE")
 
 
+def _known_figures(prof: Profile, topo: Topology, nvls: bool) -> list[tuple[float, str]]:
+    """(expected peak busbw, where it comes from) of every table the profile holds for the topology
+    the capture shows (both when it does not show it; the NVLS figures only when NVLS is shown in
+    use): the profile's own tables and every board's."""
+    tables = ["single_node", "multi_node"] if topo.multi is None else ["multi_node" if topo.multi else "single_node"]
+    kinds = ["peak_busbw_warn", *(["nvls_peak_busbw_warn"] if nvls else [])]
+    out = []
+    for t in tables:
+        for k in kinds:
+            v = prof.get(f"nccl.allreduce.{t}.{k}")
+            if isinstance(v, (int, float)) and v:
+                out.append((float(v), f"profile {prof.name} nccl.allreduce.{t}.{k}"))
+    for board in prof.get("nccl.allreduce.boards") or []:
+        for t in tables:
+            for k in kinds:
+                v = board.get(f"{t}_{k}") if isinstance(board, dict) else None
+                if isinstance(v, (int, float)) and v:
+                    out.append((float(v), f"board {board.get('name', '?')} {t}_{k}"))
+    return out
+
+
+def _untabled_findings(res: NcclTests, prof: Profile, exp: Expectation, peak: float | None, f: Findings) -> None:
+    """No table gives an expected busbw for what the capture shows: said (SKIP), unless a general rule
+    concludes: multi-node under what one NIC of the slowest fabric GPU nodes are built with gives
+    (WARN), or at least what the best table applicable gives (a multi-node run at its board's own
+    single-node figure, any other at every table's figure for the topology shown: PASS)."""
+    topo = topology(res)
+    slowest = _num(prof, "nccl.allreduce.inter_node_min_busbw")
+    plateau = int(_num(prof, "nccl.allreduce.plateau_min_bytes"))
+    bound = [bw for r in res.rows if r.bytes >= plateau for bw in [_best_bw(r)] if bw is not None]
+    if topo.multi and slowest and bound and max(bound) < slowest:
+        row = next(r.line for r in res.rows if r.bytes >= plateau and _best_bw(r) == max(bound))
+        f.add("nccl.allreduce/below-slowest-fabric", f"peak busbw {max(bound):g} GB/s across {len(res.hosts)} hosts is "
+              f"under what one NIC of the slowest fabric GPU nodes are built with gives ({slowest:g} GB/s)",
+              [row, f"nccl.allreduce.inter_node_min_busbw = {slowest:g} "
+                    f"({prof.source('nccl.allreduce.inter_node_min_busbw')})"],
+              "the inter-node path runs far under one 100 Gb/s NIC: check NCCL_DEBUG=INFO 'NET/IB : Using' or "
+              "'NET/Socket' (a TCP fallback), ibstat (ports Active, rate), the NIC count per node and "
+              "NCCL_IB_HCA; compare node pairs to find a slow one")
+    if exp.board is not None and topo.multi:
+        own = exp.board.get("single_node_peak_busbw_warn")
+        figures = [(float(own), f"board {exp.board.get('name', '?')} single_node_peak_busbw_warn")] \
+            if isinstance(own, (int, float)) and own else []
+    else:
+        figures = _known_figures(prof, topo, _nvls_in_use(res))
+    if peak is not None and figures and peak >= max(figures)[0]:
+        best, src = max(figures)
+        f.add("nccl.allreduce/above-known-tables", f"no expected busbw for what the capture shows, but peak busbw "
+              f"{peak:g} GB/s meets the highest applicable figure preflight holds ({best:g}, {src})")
+        return
+    shown = f"{_label(res, res.collective())} peak busbw {peak:g} GB/s, " if peak is not None else ""
+    for code, note in exp.notes:
+        f.add(code, shown + note)
+
+
 def _peak_gate(res: NcclTests, prof: Profile, exp: Expectation, f: Findings) -> bool:
     """Whether the peak can be graded against the table (else a note says why not)."""
     for code, note in exp.notes:
-        f.add(code, note)
+        if code != "nccl.allreduce/no-table":
+            f.add(code, note)
+    if any(code == "nccl.allreduce/no-table" for code, _ in exp.notes):
+        cells = res.busbw_cells()
+        _untabled_findings(res, prof, exp, max(cells) if cells else None, f)
     if not exp.graded:
         return False
     peak_min = int(_num(prof, "nccl.allreduce.peak_min_bytes"))
@@ -536,6 +598,14 @@ def _no_rows(ctx: CheckContext, res: NcclTests) -> Result:
     """No result row: a run that failed or died before its table, a layout this parser does not
     read, or output cut before the table."""
     facts = _allreduce_facts(res, topology(res))
+    unread = [ln for t in (res.tables or [res]) for ln in t.unread]
+    if unread and not (res.errors or res.warns):
+        f = Findings()
+        f.unread(CHECK, "nccl-tests", unread)
+        f.add("nccl.allreduce/no-rows", "no result row: nothing was measured",
+              [res.header or "no `size count type ... busbw` row found"],
+              "read the error line: the run stopped on it; capture the whole output of the *_perf binary")
+        return f.result(ctx, "", facts)
     if res.errors or res.warns:
         return ctx.finding("nccl.allreduce/test-failure", "nccl-tests failed before its first result row",
                            evidence=(res.errors + res.warns)[:SHOW],
@@ -654,6 +724,7 @@ def _grade_table(ctx: CheckContext, res: NcclTests) -> Result:
     _integrity_findings(res, computed, label, f)
     _ending_findings(res, label, f)
     _other_runs(res, f)
+    f.unread(CHECK, "nccl-tests", [ln for t in (res.tables or [res]) for ln in t.unread])
     shared = _shared_gpus(res)
     if _one_rank(res, topo, cells):
         f.add("nccl.allreduce/one-rank", "a single-rank run: it measures no communication" +
@@ -739,6 +810,7 @@ register(Check(
         "nccl.allreduce.nic_rate_gbps": float,
         "nccl.allreduce.pcie_min_busbw": float,
         "nccl.allreduce.pcie_min_bytes": int,
+        "nccl.allreduce.inter_node_min_busbw": float,
         "nccl.allreduce.boards": list,
         "nccl.allreduce.single_node.peak_busbw_warn": float,
         "nccl.allreduce.single_node.peak_busbw_fail": float,

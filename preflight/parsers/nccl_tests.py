@@ -96,6 +96,33 @@ _CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
 _TEST_FAIL = re.compile(r"Test (?:NCCL|CUDA|HIP) failure|Test failure\b|Test timeout\b|Invalid number of GPUs|"
                         r"\b(?:NCCL|Cuda) failure [\w./-]+:\d+|"
                         r"number of requested GPUs .* greater than|\bunhandled (?:system|cuda) error\b", re.I)
+# the binaries' own messages that end the run before or instead of a table (src/common.cu run() and
+# option parsing, src/all_reduce.cu, src/alltoall.cu, src/alltoallv.cu; each returns an error code)
+_USAGE_FAIL = re.compile(r"^(?:Incompatible NCCL versions\. nccl-tests was compiled with|"
+                         r"Device implementation \d+ is not supported by this test|"
+                         r"DeviceImplementation \d+ (?:and \d+ )?requires|"
+                         r"This test requires \w+ support, but|"
+                         r"NCCL [\d.]+ or later is needed for \w+|"
+                         r"(?:Invalid|Unable to \w+) alltoallv traffic matrix|"
+                         r"-b and -e options must be set to the same value|"
+                         r"invalid sizes? (?:specified )?for '|"
+                         r"invalid option\b|"
+                         r"Option -\w \([^)]*\) requires NCCL|"
+                         r"device implementation \(-D > 0\) requires|"
+                         r"device_cta_count \(-V\) must be)")
+# the binaries' own notes on options they ignore or replace: the run goes on (src/common.cu option
+# parsing, src/common.h getTestDatatype/getTestOp, src/util.cu writeDeviceReport())
+_OPTION_NOTE = re.compile(r"^(?:.*\. (?:Ignoring|Disabling)\.?$|invalid (?:type|op) \S+, defaulting to |"
+                          r"Please check the number of processes and GPUs per process|USAGE: )")
+# error-level wording on a line no rule of this parser reads
+_ERROR_WORDS = re.compile(r"\b(?:error|errors|fail|failed|failure|invalid|unable|incompatible|not supported|"
+                          r"abort(?:ed|ing)?|corrupt(?:ed|ion)?|cannot|timed out)\b", re.I)
+# lines of other producers in an nccl-tests capture: Open MPI (`[host:pid] ...`, its help blocks between
+# dashed lines), UCX, Slurm, ssh, a shell; their own checks read them
+_FOREIGN = re.compile(r"^(?:\[[\w.-]+:\d+\]|\[\d+\.\d+\]|\[[\w.-]+:\d+:\d+:\d+\]|\S*UCX\b|srun:|slurmstepd|sbatch:|"
+                      r"salloc:|ssh:|Warning: Permanently added|bash:|sh:|\+ |mpirun|prterun|orterun|mpiexec|"
+                      r"Primary job|Child job|Traceback|  File )", re.I)
+_HELP_RULE = re.compile(r"^-{20,}$")  # Open MPI's help blocks begin and end with a dashed line
 # an NCCL log record (`host:pid:tid [dev] NCCL INFO ...`), also where a row's numbers run into it
 _NCCL_LOG = re.compile(r"(?<![A-Za-z_.-])([A-Za-z][\w.-]*):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN|TRACE|ABORT)\b")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
@@ -170,6 +197,7 @@ class NcclTests:
     bad_rows: list[str] = field(default_factory=list)  # row-like lines no known layout reads
     notes: list[str] = field(default_factory=list)  # lines the binary prints about its own run
     edits: list[str] = field(default_factory=list)  # a paster's own `#` note among the rows (`# Truncated ...`)
+    unread: list[str] = field(default_factory=list)  # error-level lines no rule of this parser reads
     wrong_is_delta: bool = False  # the wrong column holds a max delta (before 2.13): not a count
     algo: str = ""  # NCCL_ALGO as the capture shows it
     nvls: bool | None = None  # NVLS in use (True), off (False), not shown (None)
@@ -480,6 +508,7 @@ class _Reader:
         self.groups = ""
         self.pending: _Pending | None = None
         self.launched = launched  # a launcher ran the output's processes (seen so far)
+        self.in_help = False  # inside an Open MPI help block (between dashed lines)
         self.next_program: tuple[str, int | None] | None = None
         # the binaries the command line(s) above the output ran, one per run in order
         found = list(_PROGRAM.finditer(command))
@@ -551,7 +580,7 @@ class _Reader:
         self._other(line)
 
     def _other(self, line: str) -> None:
-        if _TEST_FAIL.search(line):
+        if _TEST_FAIL.search(line) or _USAGE_FAIL.match(_TAG.sub(" ", line).strip()):
             self.cur.errors.append(line)
             self._after(line)
             return
@@ -583,10 +612,24 @@ class _Reader:
             self.cur.crashes.append(line)
             self._after(line)
             return
+        self._unread(line)
         self._env(line)
         self._program(line)
         if not self.cur.ib_hcas:
             self.cur.ib_hcas = _hcas(line)
+
+    def _unread(self, line: str) -> None:
+        """A line at error level that no rule reads (kept, never dropped); the binaries' own option
+        notes are notes; other producers' lines and Open MPI's help blocks are left to their checks."""
+        body = _TAG.sub(" ", line).strip()
+        if _HELP_RULE.match(body):
+            self.in_help = not self.in_help
+            return
+        if _OPTION_NOTE.match(body):
+            self.cur.notes.append(line)
+        elif not self.in_help and _ERROR_WORDS.search(body) and not _FOREIGN.match(body) \
+                and not _PROGRAM.search(body):
+            self.cur.unread.append(line)
 
     def _env(self, text: str) -> None:
         ma = _ALGO_ENV.search(text)

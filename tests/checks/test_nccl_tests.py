@@ -17,6 +17,7 @@ from tests.conftest import ROOT, capture, fixture_text, grade
 
 H100 = "h100-sxm-8x"
 H100_NAME = "NVIDIA H100 80GB HBM3"
+NO_TABLE = "nccl.allreduce/no-table"
 COLS = ("#                                                              out-of-place                       in-place\n"
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
         "busbw #wrong\n"
@@ -235,10 +236,15 @@ def test_unnamed_table_whose_columns_fit_no_collective_is_not_recognised() -> No
     assert "busbw/algbw = 0.875" in r.evidence and "ranks listed: 8" in r.evidence
 
 
-def test_rccl_mi300x_is_graded_for_correctness_only() -> None:
+def test_rccl_mi300x_is_graded_on_its_board() -> None:
     [r] = allreduce("rccl_all_reduce_perf_1node_8xMI300X_inplace_only.txt", profile="generic")
-    assert r.status is Status.PASS and r.facts["table"] == "none"
-    assert any("no busbw table for AMD Instinct MI300X in profile generic" in e for e in r.evidence)
+    assert r.status is Status.PASS and r.facts["table"] == "single_node" and r.facts["peak_busbw"] == 312.6
+    text = fixture_text("nccl-tests/rccl_all_reduce_perf_1node_8xMI300X_inplace_only.txt")
+    slow = re.sub(r"(\d+\.\d\d)  (\d{3}\.\d\d)(?=\s+0$)", lambda m: f"{float(m.group(1)) * 0.93:6.2f}  {float(m.group(2)) * 0.93:6.2f}",
+                  text, flags=re.M)
+    r = one(slow.replace("# Avg bus bandwidth", "# Avg bus-bandwidth"), "generic")
+    assert r.status is Status.WARN and "below the expected 300 (single_node)" in r.summary
+    assert any("board AMD Instinct MI300X platform" in e and "7 x 48 = 336" in e for e in r.evidence)
 
 
 def test_a100_board_single_node() -> None:
@@ -253,13 +259,28 @@ def test_a100_board_single_node() -> None:
 
 def test_a100_several_nodes_have_no_table() -> None:
     r = one(table(2, 8, 95.0, model="NVIDIA A100-SXM4-80GB"), "generic")
-    assert r.status is Status.PASS
-    assert any("board HGX/DGX A100 SXM4" in e and "has no multi_node figure" in e for e in r.evidence)
+    assert r.status is Status.SKIP and codes(r) == [NO_TABLE]
+    assert r.summary == (f"all-reduce peak busbw {r.facts['peak_busbw']:g} GB/s, "
+                         "no expected busbw for multi-node runs of HGX/DGX A100 SXM4, 8 GPUs on NVSwitch (single node "
+                         "only): peak not graded (board HGX/DGX A100 SXM4, 8 GPUs on NVSwitch (single node only) has no "
+                         "multi_node figure)")
+
+
+def test_a100_several_nodes_at_their_own_single_node_figure_pass() -> None:
+    """Across nodes the board's single-node (NVLink) figure is what the GPUs reach among themselves:
+    a multi-node run at it is not held back by the network."""
+    r = one(table(2, 8, 215.0, model="NVIDIA A100-SXM4-80GB"), "generic")
+    assert r.status is Status.PASS and r.facts["peak_busbw"] >= 210
+    assert (f"no expected busbw for what the capture shows, but peak busbw {r.facts['peak_busbw']:g} GB/s meets the "
+            "highest applicable figure preflight holds (210, board HGX/DGX A100 SXM4, 8 GPUs on NVSwitch (single node only) "
+            "single_node_peak_busbw_warn)") in r.evidence
+    r = one(table(2, 8, 205.0, model="NVIDIA A100-SXM4-80GB"), "generic")
+    assert r.facts["peak_busbw"] < 210 and r.status is Status.SKIP
 
 
 def test_1x_and_v2_9_layouts_grade() -> None:
     [r] = allreduce("all_reduce_perf_1.x_4xP100_ms_res.txt", profile="generic")
-    assert r.status is Status.PASS and r.facts["ranks"] == 4 and r.facts["rows"][0]["time_us"] == pytest.approx(121)
+    assert r.status is Status.SKIP and codes(r) == [NO_TABLE] and r.facts["ranks"] == 4 and r.facts["rows"][0]["time_us"] == pytest.approx(121)
 
 
 # ----------------------------------------------------------------------------- thresholds by topology
@@ -344,15 +365,17 @@ def test_a_profile_for_other_gpus_uses_the_board_table() -> None:
     r = one(table(2, 8, 300.0, lo=1 << 30, model="NVIDIA H200"), H100)
     assert r.status is Status.WARN and any("board HGX/DGX H100 or H200" in e for e in r.evidence)
     r = one(table(2, 8, 300.0, lo=1 << 30, model="NVIDIA B200"), H100)
-    assert r.status is Status.PASS and r.facts["table"] == "none"
-    assert any("no busbw table for NVIDIA B200 in profile h100-sxm-8x" in e for e in r.evidence)
+    assert r.status is Status.SKIP and r.facts["table"] == "none"
+    assert r.summary == (f"all-reduce peak busbw {r.facts['peak_busbw']:g} GB/s, "
+                         "no expected busbw for NVIDIA B200 in profile h100-sxm-8x: bandwidth not graded (correctness "
+                         "only)")
 
 
 def test_allreduce_generic_profile_grades_only_correctness() -> None:
     text = fixture_text("nccl-tests/all_reduce_perf_2node_16xH100_tcp_fallback.txt")
     [r] = allreduce("", text=text.replace(H100_NAME, "NVIDIA B200"), profile="generic")
-    assert r.status is Status.PASS
-    assert any("no busbw table for NVIDIA B200" in e for e in r.evidence)
+    assert r.status is Status.SKIP and codes(r) == [NO_TABLE]
+    assert "no expected busbw for NVIDIA B200" in r.summary
     [r] = allreduce("all_reduce_perf_1node_wrong_results.txt", profile="generic")
     assert r.status is Status.FAIL
 
@@ -474,12 +497,16 @@ def test_truncated_table_is_a_note() -> None:
     assert r.status is Status.PASS and "the table stops before its summary" in r.evidence
 
 
-def test_not_validated_is_a_note() -> None:
+def test_not_validated_is_a_warn() -> None:
+    """`#wrong` N/A: the run did not check its results, so it cannot show the data was right."""
     text = table(2, 8, 470.0).replace("validation: 1", "validation: 0")
     text = re.sub(r"      0(?=\s|$)", "    N/A", text)
     r = one(text)
-    assert r.status is Status.PASS
-    assert any(e.startswith("results not validated (-c 0") for e in r.evidence)
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/not-validated"]
+    assert r.summary.startswith("results not validated (-c 0")
+    # the N/A cells alone say it (a table without its parameter line)
+    r = one(re.sub(r"(?m)^# nThread.*\n", "", text))
+    assert codes(r) == ["nccl.allreduce/not-validated"]
 
 
 def test_min_bw_check_failed() -> None:
@@ -681,6 +708,8 @@ def test_topology() -> None:
 def test_every_code_the_grader_names_is_in_the_policy_table() -> None:
     source = (ROOT / "checks" / "nccl_tests.py").read_text()
     used = set(re.findall(r'"(nccl\.allreduce/[a-z0-9-]+)"', source))
+    assert 'f.unread(CHECK, "nccl-tests"' in source  # Findings.unread names <check>/unread-error
+    used.add("nccl.allreduce/unread-error")
     table_codes = {c for c in policy.builtin().codes if c.startswith("nccl.allreduce/")}
     assert used == table_codes
     statuses = {c: policy.builtin().entry(c).status for c in table_codes}
@@ -688,10 +717,14 @@ def test_every_code_the_grader_names_is_in_the_policy_table() -> None:
     assert statuses["nccl.allreduce/latency-spike"] is Status.WARN
     assert statuses["nccl.allreduce/collective-not-graded"] is Status.PASS
     assert statuses["nccl.allreduce/no-rows"] is Status.SKIP
+    assert statuses["nccl.allreduce/no-table"] is Status.SKIP  # no expectation is never a PASS
+    assert statuses["nccl.allreduce/not-validated"] is Status.WARN
+    assert statuses["nccl.allreduce/unread-error"] is Status.WARN
+    assert statuses["nccl.allreduce/below-slowest-fabric"] is Status.WARN
+    assert statuses["nccl.allreduce/above-known-tables"] is Status.PASS
     assert statuses["nccl.allreduce/crashed-before-rows"] is Status.ERROR
     assert statuses["nccl.allreduce/below-pcie-p2p"] is Status.WARN
     assert statuses["nccl.allreduce/ranks-share-gpu"] is Status.SKIP
-    assert statuses["nccl.allreduce/no-table"] is Status.PASS
 
 
 def test_profile_schema_validates(registry) -> None:  # noqa: ANN001
@@ -743,7 +776,8 @@ def test_a_board_without_name_or_gpu_count_or_figures() -> None:
     assert exp.warn == 100.0 and exp.fail == 0.0 and exp.per_node == 0 and exp.graded
     assert exp.warn_src.startswith("multi_node_peak_busbw_warn = 100.0 (board ?: ")
     bare = grader._board_expectation({"match": ["X1"]}, topo, False)
-    assert not bare.graded and bare.notes == [("nccl.allreduce/no-table", "peak not graded: board ? has no multi_node figure")]
+    assert not bare.graded and bare.notes == [(NO_TABLE, "no expected busbw for multi-node runs of ?: peak not graded "
+                                                          "(board ? has no multi_node figure)")]
     single = grader._board_expectation({"single_node_peak_busbw_warn": 50.0, "single_node_nvls_peak_busbw_warn": 90.0},
                                        grader.Topology(False, 8, [], 8), True)
     assert (single.name, single.warn) == ("single_node (NVLS)", 90.0)
@@ -799,9 +833,9 @@ def test_tcp_fallback_evidence_names_its_source() -> None:
 def test_tcp_fallback_by_time_alone(tmp_path: Path) -> None:
     prof = site(tmp_path, '[nccl.allreduce]\ntcp_fallback_max_time_us = { value = 30000.0, source = "site" }\n')
     r = one(table(2, 8, 10.0, lo=256 << 20, hi=1 << 30, model="NVIDIA B200"), prof)
-    assert codes(r) == ["nccl.allreduce/tcp-fallback"]
+    assert codes(r) == ["nccl.allreduce/tcp-fallback", NO_TABLE]
     r = one(table(2, 8, 40.0, lo=256 << 20, hi=1 << 30, model="NVIDIA B200"), prof)
-    assert codes(r) == []
+    assert codes(r) == [NO_TABLE]
 
 
 def test_the_latency_bound_rows_end_at_4_kb() -> None:
@@ -974,10 +1008,11 @@ def test_boards_quote_their_source_and_gpu_count() -> None:
 def test_no_table_names_the_gpus() -> None:
     r = one(re.sub(r"(device  7 \[\S+\]) NVIDIA B200", r"\1 NVIDIA X9", table(1, 8, 300.0, lo=1 << 30, model="NVIDIA B200")),
             "generic")
-    assert "bandwidth not graded: no busbw table for NVIDIA B200, NVIDIA X9 in profile generic (correctness only)" \
-        in r.evidence
+    assert r.summary == (f"all-reduce peak busbw {r.facts['peak_busbw']:g} GB/s, "
+                         "no expected busbw for NVIDIA B200, NVIDIA X9 in profile generic: bandwidth not graded "
+                         "(correctness only)")
     bare = "\n".join(ln for ln in table(1, 8, 300.0, lo=1 << 30).splitlines() if "Rank" not in ln)
-    assert any("no busbw table for GPUs the capture does not name" in e for e in one(bare, "generic").evidence)
+    assert "no expected busbw for GPUs the capture does not name" in one(bare, "generic").summary
 
 
 def test_summaries_and_remedies_of_each_finding() -> None:
@@ -1268,36 +1303,39 @@ def pcie(peak: float, coll: str = "all_reduce", n: int = 2, hi: int = 1 << 30, m
 
 def test_two_pcie_gpus_under_peer_to_peer_speed_warn_on_any_board() -> None:
     r = one(pcie(4.0), profile="generic")
-    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p"]
-    assert r.summary == ("all-reduce peak busbw 4 GB/s between the 2 GPUs of one host is under what PCIe peer-to-peer "
-                         "gives (6 GB/s)")
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p", NO_TABLE]
+    assert r.summary.startswith("all-reduce peak busbw 4 GB/s between the 2 GPUs of one host is under what PCIe "
+                                "peer-to-peer gives (6 GB/s); all-reduce peak busbw 4 GB/s, no expected busbw for")
     assert r.evidence[0].split()[:2] == ["67108864", "16777216"] and r.evidence[1].startswith(
         "nccl.allreduce.pcie_min_busbw = 6 (one PCIe Gen3 x16 link carries 15.75 GB/s")
     assert r.remedy.startswith("the GPUs exchange data through host memory") and r.remedy.endswith(
         "NCCL_P2P_DISABLE / NCCL_P2P_LEVEL and ACS")
-    assert ("bandwidth not graded: no busbw table for NVIDIA GeForce RTX 2080 Ti in profile generic (correctness "
-            "only)") in r.evidence
+    assert ("all-reduce peak busbw 4 GB/s, no expected busbw for NVIDIA GeForce RTX 2080 Ti in profile generic: "
+            "bandwidth not graded (correctness only)") in r.facts["problems"]
     # the same on the H100 profile: no table is for these GPUs
-    assert codes(one(pcie(4.0))) == ["nccl.allreduce/below-pcie-p2p"]
+    assert codes(one(pcie(4.0))) == ["nccl.allreduce/below-pcie-p2p", NO_TABLE]
 
 
-@pytest.mark.parametrize(("peak", "status"), [(6.0, Status.PASS), (5.99, Status.WARN), (24.0, Status.PASS)])
+# at or over the PCIe figure: no expected busbw for these GPUs (SKIP), under it: WARN
+@pytest.mark.parametrize(("peak", "status"), [(6.0, Status.SKIP), (5.99, Status.WARN), (24.0, Status.SKIP)])
 def test_pcie_floor_boundary(peak: float, status: Status) -> None:
     assert one(pcie(peak), profile="generic").status is status
 
 
 def test_pcie_figure_needs_one_host_of_gpus_and_a_sweep_to_its_plateau(tmp_path: Path) -> None:
-    assert one(pcie(4.0, hi=8 << 20), profile="generic").status is Status.PASS  # stops under pcie_min_bytes
+    # no table is for these GPUs: SKIP where the PCIe figure does not apply
+    assert one(pcie(4.0, hi=8 << 20), profile="generic").status is Status.SKIP  # stops under pcie_min_bytes
     assert one(pcie(4.0, hi=16 << 20), profile="generic").status is Status.WARN  # reaches it
-    assert one(pcie(4.0, n=4, hosts=2), profile="generic").status is Status.PASS  # across hosts: a network
-    assert one(pcie(4.0, model="cpu", bus=""), profile="generic").status is Status.PASS  # the sweep's gloo ranks
+    assert codes(one(pcie(4.0, n=4, hosts=2), profile="generic")) == [  # across hosts: a network
+        "nccl.allreduce/below-slowest-fabric", NO_TABLE]
+    assert one(pcie(4.0, model="cpu", bus=""), profile="generic").status is Status.SKIP  # the sweep's gloo ranks
     # a model other than "cpu", or a PCI bus id, shows GPUs
     assert one(pcie(4.0, model="cpu"), profile="generic").status is Status.WARN
     assert one(pcie(4.0, bus=""), profile="generic").status is Status.WARN
     site = tmp_path / "site.toml"
     site.write_text('[profile]\nname = "site"\nextends = "generic"\n[nccl.allreduce]\n'
                     'pcie_min_busbw = { value = 0.0, source = "site: not graded" }\n')
-    assert one(pcie(4.0), profile=str(site)).status is Status.PASS
+    assert one(pcie(4.0), profile=str(site)).status is Status.SKIP
 
 
 def test_a_graded_table_says_more_than_the_pcie_figure() -> None:
@@ -1329,12 +1367,12 @@ def test_a_command_line_with_g_shows_one_host() -> None:
     assert res.cmd_ranks == 4 and res.rank_count() == 4
     assert grader.topology(res) == grader.Topology(False, 4, [], 4)
     r = one(cmd + body, profile="generic")
-    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p"]
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/below-pcie-p2p", NO_TABLE]
     assert "(4 ranks on 1 host(s), none)" not in r.summary and "between the 4 GPUs of one host" in r.summary
     # under a launcher the -g is per process: the hosts are not shown
     for launched in ("mpirun -np 2 ./build/all_reduce_perf -g 4\n", "srun -N 2 \\\n./build/all_reduce_perf -g 4\n"):
         assert grader.topology(parse_nccl_tests(launched + body)).multi is None
-        assert one(launched + body, profile="generic").status is Status.PASS
+        assert one(launched + body, profile="generic").status is Status.SKIP
 
 
 def test_sendrecv_on_nvlink_passes_with_its_bandwidth_noted() -> None:
@@ -1411,7 +1449,7 @@ def test_headerless_rows_then_failure_lines_fail() -> None:
             "(GB/s)\n" + rows_text + "\nHCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with "
             "NCCL_DEBUG=INFO for details) / '\n .. HCA-128 pid 757466: Test failure common.cu:915\n")
     r = one(text, profile="generic")
-    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/test-failure"]
+    assert r.status is Status.FAIL and codes(r) == ["nccl.allreduce/test-failure", NO_TABLE]
     assert r.evidence[:2] == ["HCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with "
                               "NCCL_DEBUG=INFO for details) / '", ".. HCA-128 pid 757466: Test failure common.cu:915"]
 
@@ -1472,3 +1510,94 @@ def test_a_table_the_paster_cut_and_said_so_is_graded_on_its_rows() -> None:
     assert units.edits == []  # the header's units line `#  (B)  (elements) ...` is no note
     after = parse_nccl_tests(t + "# my comment after the summary\n")
     assert after.edits == []
+
+
+# ----------------------------------------------------------------------------- no expected busbw: said, never a PASS
+
+V100 = "all_reduce_perf_8node_64xV100_v2.11_error_column_4GBs.txt"
+
+
+def test_old_format_v100_across_eight_nodes_is_not_a_pass() -> None:
+    """8 x 8 V100 at 4.3 GB/s: no table is for V100 (said), and across nodes that is under what one
+    100 Gb/s NIC per node gives, whatever NIC the nodes have (the capture does not show it: WARN)."""
+    [r] = allreduce(V100, profile="generic")
+    assert r.status is Status.WARN
+    assert codes(r) == ["nccl.allreduce/below-slowest-fabric", NO_TABLE]
+    assert r.summary.startswith("peak busbw 4.33 GB/s across 8 hosts is under what one NIC of the slowest fabric GPU "
+                                "nodes are built with gives (7.5 GB/s)")
+    assert r.evidence[0].split()[:2] == ["536870912", "134217728"]
+    assert r.evidence[1].startswith("nccl.allreduce.inter_node_min_busbw = 7.5 (the slowest fabric")
+    assert "all-reduce peak busbw 4.33 GB/s, no expected busbw for Tesla V100-SXM2-32GB in profile generic" \
+        in r.summary
+    assert r.facts["ranks"] == 64 and len(r.facts["hosts"]) == 8 and r.facts["gpu_models"] == ["Tesla V100-SXM2-32GB"]
+    # the H100 profile's own socket-speed figure (30 GB/s at >= 256 MB) reads it as a TCP fallback
+    [r] = allreduce(V100, profile=H100)
+    assert r.status is Status.FAIL and codes(r)[0] == "nccl.allreduce/tcp-fallback"
+
+
+def test_slowest_fabric_rule_edges() -> None:
+    text = fixture_text(f"nccl-tests/{V100}")
+    # one 100G NIC's worth: no rule concludes, the bandwidth is not graded (SKIP)
+    fast = text.replace("    4.31  1e-06", "   11.00  1e-06").replace("    4.32  1e-06", "   11.00  1e-06").replace(
+        "    4.33  1e-06", "   11.00  1e-06").replace("2.19 ", "5.59 ").replace("2.20 ", "5.59 ")
+    r = one(fast.replace("# Avg bus bandwidth", "# Avg bus-bandwidth"), "generic")
+    assert r.status is Status.SKIP and codes(r) == [NO_TABLE]
+    # at the figure itself: not under it
+    at = table(2, 8, 7.5, lo=256 << 20, hi=1 << 30, model="Tesla V100-SXM2-32GB")
+    assert "nccl.allreduce/below-slowest-fabric" not in codes(one(at, "generic"))
+    under = table(2, 8, 7.4, lo=256 << 20, hi=1 << 30, model="Tesla V100-SXM2-32GB")
+    assert "nccl.allreduce/below-slowest-fabric" in codes(one(under, "generic"))
+    # only bandwidth-bound sizes count (plateau_min_bytes: 8 MB): a sweep that stops under it says nothing
+    small = table(2, 8, 2.0, lo=8, hi=4 << 20, model="Tesla V100-SXM2-32GB")
+    assert "nccl.allreduce/below-slowest-fabric" not in codes(one(small, "generic"))
+    # one host: a network is not in the path
+    one_host = table(1, 8, 4.0, lo=256 << 20, hi=1 << 30, model="Tesla V100-SXM2-32GB")
+    assert "nccl.allreduce/below-slowest-fabric" not in codes(one(one_host, "generic"))
+    # a table for the GPUs grades them instead
+    assert codes(one(table(2, 8, 4.0, lo=1 << 30, model=H100_NAME))) == ["nccl.allreduce/tcp-fallback",
+                                                                        "nccl.allreduce/peak-below-floor"]
+
+
+def test_no_gpu_named_meets_every_table_or_is_said() -> None:
+    """A table without its rank lines: at or over the highest figure of every table for the topology
+    it shows (the NVLS ones only when NVLS is shown) it passes; under it, no expectation (SKIP)."""
+    bare = "\n".join(ln for ln in table(2, 8, 380.0, lo=1 << 30).splitlines() if "Rank" not in ln)
+    r = one(bare, "generic")
+    assert r.status is Status.PASS and r.facts["table"] == "none"
+    assert any(e.startswith(f"no expected busbw for what the capture shows, but peak busbw {r.facts['peak_busbw']:g} "
+                            "GB/s meets the highest applicable figure preflight holds (368, board HGX/DGX H100 or "
+                            "H200") for e in r.evidence)
+    low = "\n".join(ln for ln in table(2, 8, 360.0, lo=1 << 30).splitlines() if "Rank" not in ln)
+    assert one(low, "generic").status is Status.SKIP
+    # NVLS shown in use: its figure (430) is the one to meet
+    assert one("NCCL_ALGO=NVLS\n" + bare, "generic").status is Status.SKIP
+    assert grader._known_figures(profiles.load("generic"), grader.Topology(None, None, [], 16), True)[0][0] == 330.0
+    assert max(grader._known_figures(profiles.load("generic"), grader.Topology(None, None, [], 16), True))[0] == 430.0
+    assert max(grader._known_figures(profiles.load("generic"), grader.Topology(False, 8, [], 8), False))[0] == 330.0
+
+
+def test_unread_nccl_tests_error_line_is_said() -> None:
+    line = "Unable to register symmetric memory window on rank 3: falling back to a regular buffer"
+    text = table(1, 8, 470.0, lo=1 << 30).replace("# Using devices\n", line + "\n# Using devices\n", 1)
+    r = one(text)
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/unread-error"]
+    assert r.summary == f"nccl-tests error line not in preflight's inventory of nccl-tests messages: {line}"
+    assert r.evidence[0] == line
+    # before any row: said with the run's missing rows
+    r = one("# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+            + line + "\n")
+    assert r.status is Status.WARN and codes(r) == ["nccl.allreduce/unread-error", "nccl.allreduce/no-rows"]
+    # a known failure of the binaries is read as one (no unread-error)
+    r = one(table(1, 8, 470.0, lo=1 << 30) + "Device implementation 2 is not supported by this test\n")
+    assert codes(r) == ["nccl.allreduce/test-failure"]
+    # an option note is not an error: the run passes
+    r = one("Option -m not supported before NCCL 2.2. Ignoring\n" + table(1, 8, 470.0, lo=1 << 30))
+    assert r.status is Status.PASS
+
+
+def test_healthy_tables_with_launcher_noise_stay_clean() -> None:
+    noise = ("[gpu01:1234] 7 more processes have sent help message help-mpi-btl-openib.txt / error in device init\n"
+             "--------------------------------------------------------------------------\n"
+             "WARNING: There was an error initializing an OpenFabrics device.\n"
+             "--------------------------------------------------------------------------\n")
+    assert one(noise + table(1, 8, 470.0, lo=1 << 30)).status is Status.PASS

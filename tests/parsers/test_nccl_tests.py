@@ -655,3 +655,88 @@ def test_the_primary_run_prefers_a_table_the_all_reduce_figures_apply_to() -> No
     assert parse_nccl_tests(ar + ag).program == "all_reduce_perf"
     assert parse_nccl_tests(a2a + a2a.replace("alltoall", "broadcast")).program == "broadcast_perf"
     assert nt.primary([NcclTests(), NcclTests(header="x")]).header == "x"
+
+
+# ----------------------------------------------------------------------------- old layout, unread lines
+
+V100 = "nccl-tests/all_reduce_perf_8node_64xV100_v2.11_error_column_4GBs.txt"
+
+
+def test_old_error_column_across_eight_nodes_of_v100() -> None:
+    """2.0-2.12: `error` holds the max delta (`%5.0le`), the rank lines carry a Pid and a one-byte bus."""
+    res = parsed(fixture_text(V100))
+    assert res.wrong_is_delta and res.validated and res.columns[3] == "error"
+    assert [cells(r) for r in res.rows] == [
+        (268435456, 67108864, "float", 122570.0, 2.19, 4.31, None, 122346.0, 2.19, 4.32, None, "sum", None),
+        (536870912, 134217728, "float", 244318.0, 2.20, 4.33, None, 244020.0, 2.20, 4.33, None, "sum", None)]
+    assert all(r.delta for r in res.rows)
+    assert len(res.hosts) == 8 and set(res.per_host.values()) == {8} and res.rank_count() == 64
+    assert res.complete_listing and {r["model"] for r in res.ranks} == {"Tesla V100-SXM2-32GB"}
+    assert res.ranks[9] == {"rank": 9, "group": 0, "pid": 41231, "host": "v100-n02", "device": 1, "bus": "0x07",
+                            "model": "Tesla V100-SXM2-32GB"}
+    assert (res.avg_busbw, res.oob_values) == (4.3225, 0)
+    # a delta printed with more digits (`0.000e+00`) is a delta too, never a count of wrong elements
+    wide = fixture_text(V100).replace("  1e-06", "  1.000e-06")
+    assert [r.wrong for r in parsed(wide).rows] == [None, None] and parsed(wide).wrong_is_delta
+
+
+def test_unread_error_lines_are_kept() -> None:
+    line = "Unable to register symmetric memory window on rank 3: falling back to a regular buffer"
+    res = parse_nccl_tests(PARAMS + line + "\n" + COLS + ROW_1G + "\n")
+    assert res.unread == [line] and not res.errors and len(res.rows) == 1
+
+
+@pytest.mark.parametrize("line", [
+    "Incompatible NCCL versions. nccl-tests was compiled with NCCL 22905, but is running with NCCL 22807. The 22905 "
+    "Device API is not compatible with versions before 2.29.",
+    "Device implementation 2 is not supported by this test",
+    "This test requires multimem support, but multimem support is not enabled for this communicator.",
+    "This test requires GIN support, but GIN support is not enabled for this communicator.",
+    "NCCL 2.7 or later is needed for alltoallv. This test was compiled with 2.6.",
+    "Unable to open alltoallv traffic matrix file /tmp/tm.txt.",
+    "Invalid alltoallv traffic matrix, file /tmp/tm.txt must be square (got 3x4).",
+    "invalid sizes for 'minbytes' and 'maxbytes': 8589934592 > 1073741824",
+    "invalid size specified for 'maxbytes'",
+    "invalid option 'Q'",
+    "Option -D (device implementation) requires NCCL >= 2.28.0",
+    "device implementation (-D > 0) requires enabling symmetric memory registration (-R 2)",
+])
+def test_the_binaries_usage_failures_are_failures(line: str) -> None:
+    res = parsed(PARAMS + line + "\n")
+    assert res.errors == [line] and res.unread == []
+
+
+@pytest.mark.parametrize("line", [
+    "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.",
+    "Option -m not supported before NCCL 2.2. Ignoring",
+    "invalid type bfloat17, defaulting to float .. ",
+    "invalid op prod2, defaulting to sum .. ",
+])
+def test_the_binaries_option_notes_are_notes(line: str) -> None:
+    res = parse_nccl_tests(line + "\n" + PARAMS + COLS + ROW_1G + "\n")
+    assert res.notes == [line.strip()] and res.unread == [] and res.errors == []
+
+
+def test_other_producers_error_lines_are_not_nccl_tests_own() -> None:
+    """Open MPI (`[host:pid]` lines, the text of its help blocks), UCX, Slurm and ssh lines are read by
+    their own checks, not taken for nccl-tests' error lines."""
+    others = ("[bm-h100-01:29250] 15 more processes have sent help message help-btl-vader.txt / xpmem-make-failed\n"
+              "--------------------------------------------------------------------------\n"
+              "WARNING: There was an error initializing an OpenFabrics device.\n"
+              "  Local device: mlx5_0\n"
+              "--------------------------------------------------------------------------\n"
+              "[1700000000.123456] [gpu01:1234:0]    ucp_context.c:1021 UCX  WARN  network device 'mlx5_4:1' is not "
+              "available\n"
+              "srun: error: gpu02: task 9: Exited with exit code 1\n"
+              "ssh: connect to host gpu03 port 22: Connection refused\n")
+    res = parse_nccl_tests(PARAMS + others + COLS + ROW_1G + "\n")
+    assert res.unread == [] and len(res.rows) == 1
+    # after a help block closes, an error line is read again
+    res = parse_nccl_tests(PARAMS + others + "Unable to pin host memory\n" + COLS + ROW_1G + "\n")
+    assert res.unread == ["Unable to pin host memory"]
+
+
+def test_unread_line_under_a_framing() -> None:
+    text = (PARAMS + "Unable to pin host memory\n" + COLS + ROW_1G + "\n")
+    framed = "".join(f"gpu01: {ln}\n" for ln in text.splitlines())
+    assert parsed(framed).unread == ["Unable to pin host memory"]
