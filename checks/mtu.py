@@ -9,7 +9,10 @@ frame that passed is not a fault when it only shows where the path ends: refused
 the passing frames reached with a payload at most that MTU (a boundary probe: 8972 passes,
 8973 "message too long, mtu=9000"), or larger than the profile's MTU when frames of that size
 passed. A transcript without statistics is graded on the replies and errors it shows; a
-passing ping that did not forbid fragmenting proves no MTU. Without peers, the data-plane
+passing ping that did not forbid fragmenting proves no MTU. A paste without the PING header
+(only the statistics, or only the error lines of a `-M do` probe) is graded as the same lines
+under a header: loss and errors are findings; its summary says the size and the target it
+does not show, and pings that came back with no size shown are SKIP (no MTU proven). Without peers, the data-plane
 interfaces' MTU is compared with the profile.
 """
 
@@ -127,6 +130,9 @@ def _loss_outcome(jumbo: PingRun, small: PingRun | None, jumbo_loss: float | Non
         seen = len(set(jumbo.replies))
         if seen:
             return "ok", f"{seen} jumbo repl{'y' if seen == 1 else 'ies'} seen (no statistics shown: loss not measured)"
+        if jumbo.rtt_avg_ms is not None:
+            return "ok", (f"round-trip times shown (avg {jumbo.rtt_avg_ms:g} ms): replies came back (no loss "
+                          "statistics shown)")
         if jumbo.timeouts:
             return _silent(small)
         return "unknown", "the jumbo ping printed no statistics (killed or truncated)"
@@ -174,11 +180,11 @@ def _remedy(outcome: str, peer: str, run: PingRun | None, size: int) -> str:
 
 
 _HEADS = {
-    "local_too_small": "local MTU too small for {size}-byte DF pings (to {names})",
-    "frag_needed": "a hop needs fragmentation for {size}-byte DF pings to {names}",
+    "local_too_small": "local MTU too small for {pings} (to {names})",
+    "frag_needed": "a hop needs fragmentation for {pings} to {names}",
     "silent_loss": "jumbo frames vanish silently on the path to {names} (MTU black hole)",
-    "lossy": "jumbo pings partly lost to {names}",
-    "no_reply": "no reply to jumbo pings from {names}",
+    "lossy": "{jumbo} partly lost to {names}",
+    "no_reply": "no reply to {jumbo} from {names}",
     "unreachable": "{names} unreachable even with small pings: not an MTU problem",
     "unresolved": "{names} does not resolve: MTU not tested",
     "unknown": "no usable ping result for {names}",
@@ -198,8 +204,20 @@ def _peer_facts(peer: str, outcome: str, jumbo: PingRun | None, small: PingRun |
 Pair = tuple[str, "PingRun | None", "PingRun | None", str]  # pragma: no mutate (a type alias: its text is not run)
 
 
+NO_TARGET = "?"  # the peer of a run whose header and command line are not shown
+_NO_TARGET_TEXT = "a target not shown"
+
+
 def _names(peers: list[dict[str, Any]]) -> str:
-    return ", ".join(p["peer"] for p in peers[:5]) + (f" (+{len(peers) - 5})" if len(peers) > 5 else "")
+    shown = [_NO_TARGET_TEXT if p["peer"] == NO_TARGET else p["peer"] for p in peers[:5]]
+    return ", ".join(shown) + (f" (+{len(peers) - 5})" if len(peers) > 5 else "")
+
+
+def _heads(size: int | None) -> dict[str, str]:
+    """How a summary names the pings: by their size, or as of a size the paste does not show."""
+    if size is None:
+        return {"pings": "DF pings of a size not shown", "jumbo": "pings of a size not shown"}
+    return {"pings": f"{size}-byte DF pings", "jumbo": "jumbo pings"}
 
 
 def _grade_peers(ctx: CheckContext, pairs: list[Pair], size: int | None, extra_evidence: list[str], mtu: int,
@@ -227,8 +245,8 @@ def _grade_peers(ctx: CheckContext, pairs: list[Pair], size: int | None, extra_e
             evidence.extend(line for r in runs[p["peer"]] if r is not None
                             for line in r.lines[:4])  # pragma: no mutate (lines quoted per run: a display limit)
         remedies = dict.fromkeys(_remedy(outcome, p["peer"], runs[p["peer"]][0], mtu) for p in bad)
-        f.add(CODES[outcome], _HEADS[outcome].format(size=size, names=_names(bad)), [*evidence, *extra_evidence],
-              "; ".join(remedies))
+        f.add(CODES[outcome], _HEADS[outcome].format(**_heads(size), names=_names(bad)),
+              [*evidence, *extra_evidence], "; ".join(remedies))
     facts = {"outcome": worst, "size": size, "mtu": mtu or None, "peers": peers}
     weak = " (replies seen, no loss statistics shown)" if any(p["statistics"] is False for p in peers) else ""
     ok = f"{size}-byte DF pings pass to {len(peers)} peer(s){weak}"
@@ -294,7 +312,7 @@ def _default_only(runs: list[PingRun], prof: Profile) -> bool:
 
 
 def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: str) -> Result:
-    runs = [r for r in transcript.runs if r.target or r.lines]
+    runs = [r for r in transcript.runs if r.target or r.lines or r.replies]
     if not runs:
         return ctx.finding("net.mtu/not-recognised", "not recognised: a ping transcript with a PING header, "
                            "replies, errors or statistics", evidence=["(no PING line or result)"],
@@ -306,7 +324,7 @@ def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: s
                            remedy="test the MTU with `ping -M do -s <MTU - 28> <peer>`")
     by_peer: dict[str, list[PingRun]] = {}
     for r in runs:
-        by_peer.setdefault(r.target or "?", []).append(r)
+        by_peer.setdefault(r.target or NO_TARGET, []).append(r)
     pairs: list[Pair] = []
     notes: list[str] = []
     for peer, rs in by_peer.items():
@@ -316,7 +334,38 @@ def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: s
     jumbos = [p[1] for p in pairs if p[1] is not None]
     size = max((r.size for r in jumbos if r.size is not None), default=None)
     frame = max((r.frame for r in jumbos if r.frame is not None), default=None)
+    if size is None and all(jumbo_outcome(j, s)[0] == "ok" for _, j, s, _ in pairs):
+        return _size_not_shown(ctx, runs)
     return _grade_peers(ctx, pairs, size, [src] if mtu else [], mtu or frame or 0, notes)
+
+
+def _read(run: PingRun) -> str:
+    """What a run without its header shows: its counts, loss and round-trip average."""
+    parts = []
+    if run.stats:
+        parts.append(f"{run.transmitted} transmitted, {run.received} received"
+                     + (f", +{run.errors} errors" if run.errors else "")
+                     + (f", {run.loss:g}% loss" if run.loss is not None else ""))
+    elif run.replies:
+        parts.append(f"{len(set(run.replies))} repl{'y' if len(set(run.replies)) == 1 else 'ies'}")
+    if run.rtt_avg_ms is not None:
+        parts.append(f"rtt avg {run.rtt_avg_ms:g} ms")
+    return ", ".join(parts) or "replies"
+
+
+def _size_not_shown(ctx: CheckContext, runs: list[PingRun]) -> Result:
+    """Pings that came back, pasted without the header and the command line: the size sent (and
+    often the target) is not shown, so no MTU is proven; what the paste shows is said."""
+    targets = sorted({r.target for r in runs if r.target})
+    what = "; ".join(_read(r) for r in runs[:3])  # pragma: no mutate (a display limit)
+    unknown = "the size sent is" if targets else "the size sent and the target are"
+    to = f" to {', '.join(targets)}" if targets else ""
+    return ctx.finding("net.mtu/size-not-shown", f"pings{to} answered ({what}); {unknown} not shown (no PING header "
+                       "or command line): MTU not graded", evidence=[ln for r in runs for ln in r.lines[:3]][:6],
+                       facts={"outcome": "size_not_shown", "size": None, "runs": len(runs),
+                              "loss": [r.loss for r in runs], "targets": targets},
+                       remedy="paste the whole `ping -M do -s <MTU - 28> <peer>` output, its PING line and command "
+                              "included")
 
 
 # ---------------------------------------------------------------------------------------
@@ -413,5 +462,5 @@ register(Check(
     catches="local MTU too small, a hop needing fragmentation, silent jumbo-frame black holes to peers",
 ))
 
-__all__ = ["CODES", "IPV4_ICMP_HEADERS", "IPV6_ICMP_HEADERS", "grade_mtu", "jumbo_outcome", "mtu_probes",
+__all__ = ["CODES", "IPV4_ICMP_HEADERS", "NO_TARGET", "IPV6_ICMP_HEADERS", "grade_mtu", "jumbo_outcome", "mtu_probes",
            "valid_peer"]

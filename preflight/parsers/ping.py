@@ -2,7 +2,11 @@
 
 A transcript may hold several runs (a saved session), may stop before the statistics (interrupted,
 or elided by the one who pasted it), and errors may come before any header (a name that does not
-resolve). Each run keeps the replies it saw by sequence number, the errors by kind (local
+resolve). A paste may also hold only the end of a run: the statistics and round-trip lines, or
+the error lines of a `-M do` probe (`ping: local error: message too long, mtu=1500`, `ping:
+sendmsg: Message too long`, `From <hop> icmp_seq=N Frag needed and DF set (mtu = M)`), without
+the header: such a run has no target and no size (`headed` False) unless the command line above
+it gives them, and each further statistics line starts the next headerless run. Each run keeps the replies it saw by sequence number, the errors by kind (local
 "message too long" with the MTU, a hop's "Frag needed" / "Packet too big" with its MTU, host or
 net unreachable, unresolved name), the probes that went unanswered ("no answer yet", "Request
 timeout") and the statistics when printed. Whether a run forbade fragmenting (`-M do`, BSD `-D`,
@@ -38,8 +42,16 @@ _HEAD_WIN = re.compile(_P + r"Pinging\s+(?P<target>\S+)\s+(?:\[(?P<addr>[^\]]+)\
                        re.I)
 _REPLY = re.compile(r"(?<![\w.])(?P<bytes>\d+) bytes from (?P<src>.+?)[:,]\s+(?:icmp_)?seq=(?P<seq>\d+)", re.I)
 _REPLY_WIN = re.compile(_P + r"Reply from (?P<src>[^:]+):\s+bytes[=<](?P<bytes>\d+)", re.I)
-_STATS = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) (?:packets )?received(?P<extra>(?:, \+\d+ \w+)*)"
+# iputils: `N packets transmitted, M received[, +D duplicates][, +C corrupted][, +E errors][, L% packet loss,
+# time Tms]` (no loss and time when nothing was sent); BSD/macOS `M packets received, +D duplicates, L% packet
+# loss`; BusyBox `M packets received, [D duplicates, ]L% packet loss` (no `+`)
+_STATS = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) (?:packets )?received(?P<extra>(?:, \+?\d+ \w+)*)"
                     r"(?:, (?P<loss>[\d.]+)% packet loss)?", re.I)
+# the round-trip line after the statistics (printed only when a reply came back): iputils `rtt
+# min/avg/max/mdev = a/b/c/d ms[, pipe N][, ipg/ewma x/y ms]`, BSD `round-trip min/avg/max/stddev =`,
+# BusyBox `round-trip min/avg/max =`
+_RTT = re.compile(r"(?:rtt|round-trip) min/avg/max(?:/(?:mdev|stddev|std-dev|jitter))? = "
+                  r"(?P<min>[\d.]+)/(?P<avg>[\d.]+)/(?P<max>[\d.]+)", re.I)
 _STATS_WIN = re.compile(r"Packets: Sent = (?P<tx>\d+), Received = (?P<rx>\d+), Lost = \d+ \((?P<loss>[\d.]+)% loss\)",
                         re.I)
 _LOCAL_TOO_LONG = re.compile(r"local error: message too long(?:,\s*mtu\s*[=:]\s*(\d+))?|"
@@ -96,6 +108,8 @@ class PingRun:
     df: bool | None = None  # fragmenting forbidden (`-M do`); None: command not shown
     flavor: str = "iputils"  # iputils | bsd | windows (the header's layout)
     stats: bool = False  # the statistics lines were printed
+    rtt_avg_ms: float | None = None  # the round-trip line's average (a reply came back)
+    headed: bool = False  # the run's PING header was shown (without it: target and size only from a command line)
     lines: list[str] = field(default_factory=list)
 
     @property
@@ -186,6 +200,7 @@ def _new_run(line: str) -> PingRun | None:
         else:
             return None
     run.frame = run.frame or _frame(run.size, run.address)
+    run.headed = True
     run.lines.append(line)
     return run
 
@@ -259,6 +274,11 @@ def _on_stats(run: PingRun, m: re.Match[str], line: str) -> None:
     run.lines.append(line)
 
 
+def _on_rtt(run: PingRun, m: re.Match[str], line: str) -> None:
+    run.rtt_avg_ms = float(m.group("avg"))
+    run.lines.append(line)
+
+
 Finder = Callable[[str], "re.Match[str] | None"]  # pragma: no mutate (a type alias: its text is not run)
 Handler = Callable[[PingRun, "re.Match[str]", str], None]  # pragma: no mutate (a type alias: its text is not run)
 # The lines of a run by kind, tried in order: (finder, handler)
@@ -266,7 +286,7 @@ _RUN_LINES: tuple[tuple[Finder, Handler], ...] = (
     (_REPLY.search, _on_reply), (_REPLY_WIN.search, _on_reply_win), (_LOCAL_TOO_LONG.search, _on_local_too_long),
     (_FRAG.search, _on_frag_needed), (_PKT_TOO_BIG.search, _on_frag_needed), (_UNRESOLVED.search, _on_unresolved),
     (_UNREACH.search, _on_unreachable), (_TIMEOUT.search, _on_timeout), (_STATS.search, _on_stats),
-    (_STATS_WIN.search, _on_stats),
+    (_STATS_WIN.search, _on_stats), (_RTT.search, _on_rtt),
 )
 _ORPHAN = (_UNRESOLVED, _UNREACH, _LOCAL_TOO_LONG)  # lines that make a run even before any header
 
@@ -363,14 +383,13 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
         if _UNRESOLVED.search(line) or _BEFORE_HEADER.search(line):
             cur = _orphan(line)  # a ping of its own that stopped before its header
             runs.append(cur)
-        elif cur is None:
-            started = _from_command(command) if len(_commands(command)) == 1 else None
-            if started is not None and _is_result(line):
-                cur = started  # the command's run, its header cut from the paste
-            elif not any(rx.search(line) for rx in _ORPHAN):
+        elif cur is None or (not cur.headed and cur.stats and _is_result(line)):
+            # no run yet, or a headerless run's statistics already read: this result starts the next one
+            started = _from_command(command) if len(_commands(command)) == 1 and not runs else None
+            if not (_is_result(line) or _RTT.search(line) or any(rx.search(line) for rx in _ORPHAN)):
                 continue
-            else:
-                cur = started or PingRun()  # errors printed before any header
+            # the command's run, its header cut from the paste; else results or errors without any header
+            cur = started or PingRun()
             runs.append(cur)
         for find, on_match in _RUN_LINES:  # the first kind that matches says what the line is
             mm = find(line)
@@ -402,15 +421,23 @@ def _is_result(t: str) -> bool:
                                        _UNREACH, _TIMEOUT))
 
 
+def _headless(t: str) -> bool:
+    """A line only ping prints, recognisable without the header above it: the statistics, the
+    round-trip line, a reply or a hop's error naming its icmp_seq."""
+    return bool(_STATS.search(t) or _RTT.search(t) or _FRAG.search(t) or _PKT_TOO_BIG.search(t)
+                or (_REPLY.search(t) and re.search(r"\bicmp_seq=\d", t)))
+
+
 def detect(doc: Doc) -> bool:
     head = segments([ln.text for ln in doc.head(400)])  # pragma: no mutate (how far detection reads)
     if not any(_is_header(t) for t in head):
         # errors of a ping that stopped before its header (the name did not resolve, no route):
-        # under a ping command line, or in ping's own `ping: ...` wording
+        # under a ping command line, or in ping's own `ping: ...` wording; the statistics or a
+        # reply / hop error pasted without the header
         own = [t for t in head if re.search(r"(?:^|\s)ping6?: ", t)]
         if _CMD.search(doc.command or ""):  # under its command: its errors, or results whose header was cut
             return any(rx.search(t) for t in head for rx in _ORPHAN) or any(_is_result(t) for t in head)
-        return any(rx.search(t) for t in own for rx in _ORPHAN)
+        return any(rx.search(t) for t in own for rx in _ORPHAN) or any(_headless(t) for t in head)
     return any(_is_result(t) for t in head) or doc.excerpt
 
 

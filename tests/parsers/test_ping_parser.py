@@ -71,9 +71,11 @@ def test_iputils_ipv4_run_facts() -> None:
         "target": "10.45.3.22", "address": "10.45.3.22", "size": 8972, "frame": 9000, "transmitted": 3,
         "received": 3, "errors": 0, "loss": 0.0, "replies": [1, 2, 3], "error_seqs": [], "timeouts": [],
         "local_too_long_mtu": None, "local_too_long": False, "frag_needed_mtu": None, "frag_from": "",
-        "unreachable": False, "unresolved": False, "df": True, "flavor": "iputils", "stats": True}
+        "unreachable": False, "unresolved": False, "df": True, "flavor": "iputils", "stats": True,
+        "rtt_avg_ms": 0.197, "headed": True}
     assert r.lines == ["PING 10.45.3.22 (10.45.3.22) 8972(9000) bytes of data.",
-                       "3 packets transmitted, 3 received, 0% packet loss, time 2043ms"]
+                       "3 packets transmitted, 3 received, 0% packet loss, time 2043ms",
+                       "rtt min/avg/max/mdev = 0.188/0.197/0.211/0.010 ms"]
     assert r.ok_replies == 3 and r.reported_mtu is None
 
 
@@ -236,7 +238,10 @@ def test_connect_error_is_a_run_of_its_own() -> None:
 def test_orphan_errors_before_any_header() -> None:
     [r] = parse_runs(["ping: local error: message too long, mtu=1500", "ping: local error: message too long, mtu=1500"])
     assert r.local_too_long and r.local_too_long_mtu == 1500 and r.target == "" and len(r.lines) == 2
-    assert parse_runs(["some other line", "64 bytes from 10.0.0.2: icmp_seq=1 ttl=64"]) == []
+    # a reply pasted without its header: a run of its own, its target and size not shown
+    [reply] = parse_runs(["some other line", "64 bytes from 10.0.0.2: icmp_seq=1 ttl=64"])
+    assert (reply.replies, reply.target, reply.size, reply.headed) == ([1], "", None, False)
+    assert parse_runs(["some other line", "64 bytes of data"]) == []
 
 
 @pytest.mark.parametrize(("line", "seq"), [
@@ -305,7 +310,13 @@ def test_parse_keeps_excerpt_and_command() -> None:
     ("ping: connect: Network is unreachable\n", True),
     ("ping: local error: message too long, mtu=1500\n", True),
     ("curl: (6) Could not resolve host: x; Name or service not known\n", False),
-    ("3 packets transmitted, 3 received, 0% packet loss\n", False),
+    ("3 packets transmitted, 3 received, 0% packet loss\n", True),
+    ("rtt min/avg/max/mdev = 0.190/0.205/0.223/0.013 ms\n", True),
+    ("round-trip min/avg/max = 0.190/0.205/0.223 ms\n", True),
+    ("From 10.0.0.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)\n", True),
+    ("64 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=0.2 ms\n", True),
+    ("64 bytes from 10.0.0.2: seq=1 ttl=64 time=0.2 ms\n", False),
+    ("3 packets transmitted\n", False),
     ("garbage\n", False),
     ("", False),
 ])
@@ -465,11 +476,13 @@ def test_the_run_a_command_starts(command: str, target: str, size: int | None) -
     assert ping._from_command("ls -l /tmp") is None
 
 
-def test_statistics_alone_are_a_run_only_under_one_ping_command() -> None:
+def test_statistics_alone_take_size_and_target_only_from_one_ping_command() -> None:
     stats = ["2 packets transmitted, 2 received, 0% packet loss"]
     [r] = parse_runs(stats, "ping -M do -s 8972 10.0.0.2")
-    assert (r.size, r.received, r.df) == (8972, 2, True)
-    assert parse_runs(stats, "") == []
-    assert parse_runs(stats, "ping -s 1 a ; ping -s 2 b") == []
+    assert (r.size, r.received, r.df, r.target, r.headed) == (8972, 2, True, "10.0.0.2", False)
+    [bare] = parse_runs(stats, "")
+    assert (bare.size, bare.target, bare.transmitted, bare.received, bare.loss, bare.df) == (None, "", 2, 2, 0.0, None)
+    [two] = parse_runs(stats, "ping -s 1 a ; ping -s 2 b")  # which of the two: not shown
+    assert (two.size, two.target) == (None, "")
     assert ping.detect(Doc(stats[0] + "\n", command="ping -M do -s 8972 10.0.0.2"))
-    assert not ping.detect(Doc(stats[0] + "\n", command="ls"))
+    assert ping.detect(Doc(stats[0] + "\n", command="ls"))
