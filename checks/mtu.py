@@ -12,7 +12,9 @@ passed. A transcript without statistics is graded on the replies and errors it s
 passing ping that did not forbid fragmenting proves no MTU. A paste without the PING header
 (only the statistics, or only the error lines of a `-M do` probe) is graded as the same lines
 under a header: loss and errors are findings; its summary says the size and the target it
-does not show, and pings that came back with no size shown are SKIP (no MTU proven). Without peers, the data-plane
+does not show, and pings that came back with no size shown are SKIP (no MTU proven). ping's own
+error lines that no rule reads (`ping: socket: Operation not permitted`) are said: WARN
+net.mtu/unread-error with the lines. Without peers, the data-plane
 interfaces' MTU is compared with the profile.
 """
 
@@ -220,12 +222,17 @@ def _heads(size: int | None) -> dict[str, str]:
     return {"pings": f"{size}-byte DF pings", "jumbo": "jumbo pings"}
 
 
+UNREAD_REMEDY = ("read the line with the ping around it: ping printed it as an error (it could not open its socket, "
+                 "send or receive), so the probe it belongs to proves nothing until it is understood")
+
+
 def _grade_peers(ctx: CheckContext, pairs: list[Pair], size: int | None, extra_evidence: list[str], mtu: int,
-                 notes: list[str] | None = None) -> Result:
+                 notes: list[str] | None = None, unread: list[str] | None = None) -> Result:
     """pairs: (peer, jumbo run, small run, note) -> one aggregated Result, a finding per outcome."""
     peers: list[dict[str, Any]] = []
     runs: dict[str, tuple[PingRun | None, PingRun | None]] = {}
     f = Findings()
+    f.unread("net.mtu", "ping", unread or [], UNREAD_REMEDY)
     for peer, jumbo, small, note in pairs:
         outcome, why = jumbo_outcome(jumbo, small)
         if outcome == "ok" and jumbo is not None and jumbo.df is False:
@@ -311,17 +318,28 @@ def _default_only(runs: list[PingRun], prof: Profile) -> bool:
     return all(r.size == default and r.df is None for r in runs)
 
 
+def _skip(ctx: CheckContext, unread: list[str], code: str, summary: str, evidence: list[str], remedy: str,
+          facts: dict[str, Any] | None = None) -> Result:
+    """A transcript that grades no MTU: its code alone, or with ping's unread error lines (WARN)."""
+    if not unread:
+        return ctx.finding(code, summary, evidence=evidence, remedy=remedy, facts=facts)
+    f = Findings()
+    f.unread("net.mtu", "ping", unread, UNREAD_REMEDY)
+    f.add(code, summary, evidence, remedy)
+    return f.result(ctx, summary, facts)
+
+
 def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: str) -> Result:
     runs = [r for r in transcript.runs if r.target or r.lines or r.replies]
+    unread = transcript.unread
     if not runs:
-        return ctx.finding("net.mtu/not-recognised", "not recognised: a ping transcript with a PING header, "
-                           "replies, errors or statistics", evidence=["(no PING line or result)"],
-                           remedy="paste the whole `ping -M do -s <size> <peer>` output")
+        return _skip(ctx, unread, "net.mtu/not-recognised", "not recognised: a ping transcript with a PING header, "
+                     "replies, errors or statistics", ["(no PING line or result)"],
+                     "paste the whole `ping -M do -s <size> <peer>` output")
     if _default_only(runs, ctx.profile) and not any(r.reported_mtu or r.local_too_long for r in runs):
         quoted = [ln for r in runs for ln in r.lines[:2]][:6]  # pragma: no mutate (a display limit)
-        return ctx.finding("net.mtu/not-mtu-test", f"not an MTU test: {runs[0].size}-byte pings (ping's default "
-                           "size, no -M do shown)", evidence=quoted,
-                           remedy="test the MTU with `ping -M do -s <MTU - 28> <peer>`")
+        return _skip(ctx, unread, "net.mtu/not-mtu-test", f"not an MTU test: {runs[0].size}-byte pings (ping's "
+                     "default size, no -M do shown)", quoted, "test the MTU with `ping -M do -s <MTU - 28> <peer>`")
     by_peer: dict[str, list[PingRun]] = {}
     for r in runs:
         by_peer.setdefault(r.target or NO_TARGET, []).append(r)
@@ -335,8 +353,8 @@ def _grade_transcript(ctx: CheckContext, transcript: PingFacts, mtu: int, src: s
     size = max((r.size for r in jumbos if r.size is not None), default=None)
     frame = max((r.frame for r in jumbos if r.frame is not None), default=None)
     if size is None and all(jumbo_outcome(j, s)[0] == "ok" for _, j, s, _ in pairs):
-        return _size_not_shown(ctx, runs)
-    return _grade_peers(ctx, pairs, size, [src] if mtu else [], mtu or frame or 0, notes)
+        return _size_not_shown(ctx, runs, unread)
+    return _grade_peers(ctx, pairs, size, [src] if mtu else [], mtu or frame or 0, notes, unread)
 
 
 def _read(run: PingRun) -> str:
@@ -353,19 +371,18 @@ def _read(run: PingRun) -> str:
     return ", ".join(parts) or "replies"
 
 
-def _size_not_shown(ctx: CheckContext, runs: list[PingRun]) -> Result:
+def _size_not_shown(ctx: CheckContext, runs: list[PingRun], unread: list[str]) -> Result:
     """Pings that came back, pasted without the header and the command line: the size sent (and
     often the target) is not shown, so no MTU is proven; what the paste shows is said."""
     targets = sorted({r.target for r in runs if r.target})
     what = "; ".join(_read(r) for r in runs[:3])  # pragma: no mutate (a display limit)
     unknown = "the size sent is" if targets else "the size sent and the target are"
     to = f" to {', '.join(targets)}" if targets else ""
-    return ctx.finding("net.mtu/size-not-shown", f"pings{to} answered ({what}); {unknown} not shown (no PING header "
-                       "or command line): MTU not graded", evidence=[ln for r in runs for ln in r.lines[:3]][:6],
-                       facts={"outcome": "size_not_shown", "size": None, "runs": len(runs),
-                              "loss": [r.loss for r in runs], "targets": targets},
-                       remedy="paste the whole `ping -M do -s <MTU - 28> <peer>` output, its PING line and command "
-                              "included")
+    return _skip(ctx, unread, "net.mtu/size-not-shown", f"pings{to} answered ({what}); {unknown} not shown (no PING "
+                 "header or command line): MTU not graded", [ln for r in runs for ln in r.lines[:3]][:6],
+                 "paste the whole `ping -M do -s <MTU - 28> <peer>` output, its PING line and command included",
+                 facts={"outcome": "size_not_shown", "size": None, "runs": len(runs),
+                        "loss": [r.loss for r in runs], "targets": targets})
 
 
 # ---------------------------------------------------------------------------------------

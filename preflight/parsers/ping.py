@@ -126,6 +126,19 @@ class PingRun:
 class PingFacts:
     runs: list[PingRun] = field(default_factory=list)
     excerpt: bool = False
+    unread: list[str] = field(default_factory=list)  # ping's own error lines no rule reads
+
+
+# ping's own messages on stderr (iputils error(): `ping: <text>`; older perror()/fprintf: the same
+# prefix), other than its warnings (`ping: Warning: ...`) and the texts the run lines read
+_OWN_ERROR = re.compile(r"(?:^|\s)ping6?: (?!warning\b)\S", re.I)
+
+
+def unread_errors(lines: list[str]) -> list[str]:
+    """ping's own error lines that no rule of this parser reads (`ping: socket: Operation not
+    permitted`, `ping: sendmsg: No buffer space available`, `ping: local error: <errno text>`)."""
+    return [t for t in segments(lines) if _OWN_ERROR.search(t) and not _BEFORE_HEADER.search(t)
+            and not any(find(t) for find, _ in _RUN_LINES)]
 
 
 def df_of(command: str, flavor: str = "iputils") -> bool | None:  # pragma: no mutate (any other default reads as iputils)
@@ -408,8 +421,8 @@ def parse(doc: Doc) -> PingFacts:
         for n, command in doc.parts:
             runs += parse_runs(texts[at:at + n], command)
             at += n
-        return PingFacts(runs=runs, excerpt=doc.excerpt)
-    return PingFacts(runs=parse_runs(texts, doc.command), excerpt=doc.excerpt)
+        return PingFacts(runs=runs, excerpt=doc.excerpt, unread=unread_errors(texts))
+    return PingFacts(runs=parse_runs(texts, doc.command), excerpt=doc.excerpt, unread=unread_errors(texts))
 
 
 def _is_header(t: str) -> bool:
@@ -436,7 +449,7 @@ def detect(doc: Doc) -> bool:
         # reply / hop error pasted without the header
         own = [t for t in head if re.search(r"(?:^|\s)ping6?: ", t)]
         if _CMD.search(doc.command or ""):  # under its command: its errors, or results whose header was cut
-            return any(rx.search(t) for t in head for rx in _ORPHAN) or any(_is_result(t) for t in head)
+            return any(rx.search(t) for t in head for rx in (*_ORPHAN, _OWN_ERROR)) or any(_is_result(t) for t in head)
         return any(rx.search(t) for t in own for rx in _ORPHAN) or any(_headless(t) for t in head)
     return any(_is_result(t) for t in head) or doc.excerpt
 
@@ -447,4 +460,4 @@ PARSERS = [ParserSpec("ping", parse), ParserSpec("ping-jumbo-", parse, prefix=Tr
            ParserSpec("ping-small-", parse, prefix=True)]
 
 __all__ = ["FORMATS", "IPV4_ICMP_HEADERS", "IPV6_ICMP_HEADERS", "PARSERS", "PingFacts", "PingRun", "detect", "df_of",
-           "parse", "parse_runs", "segments"]
+           "parse", "parse_runs", "segments", "unread_errors"]

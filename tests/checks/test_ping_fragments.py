@@ -134,3 +134,41 @@ def test_replies_without_header_or_statistics(tmp_path: Path) -> None:
                       "8980 bytes from 10.0.0.2: icmp_seq=2 ttl=64 time=0.498 ms\n")
     assert r.status is Status.SKIP and codes(r) == ["net.mtu/size-not-shown"]
     assert r.summary.startswith("pings answered (2 replies); the size sent and the target are not shown")
+
+
+# --------------------------------------------------------------------------- ping's own error lines no rule reads
+
+
+def test_unread_error_line_is_said_beside_the_grade(tmp_path: Path) -> None:
+    text = (HEADER + "8980 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=0.5 ms\n"
+            "ping: sendmsg: No buffer space available\n"
+            "ping: Warning: time of day goes back (-12us), taking countermeasures\n" + STATS_TAIL
+            + "3 packets transmitted, 1 received, +1 errors, 66.6667% packet loss, time 2003ms\n")
+    r = mtu(tmp_path, text)
+    assert r.status is Status.WARN and codes(r) == ["net.mtu/unread-error", "net.mtu/jumbo-lossy"]
+    assert r.summary == ("ping error line not in preflight's inventory of ping messages: ping: sendmsg: No buffer "
+                         "space available; jumbo pings partly lost to 10.0.0.2")
+    assert "ping: sendmsg: No buffer space available" in r.evidence
+    assert not any("Warning" in e for e in r.evidence)  # a warning is not an error line
+
+
+def test_unread_error_under_its_command_alone(tmp_path: Path) -> None:
+    r = mtu(tmp_path, "$ ping -M do -s 8972 10.0.0.2\nping: socket: Operation not permitted\n")
+    assert r.status is Status.WARN and codes(r) == ["net.mtu/unread-error", "net.mtu/not-recognised"]
+    assert r.evidence[0] == "ping: socket: Operation not permitted"
+
+
+def test_unread_error_beside_pings_of_no_size_shown(tmp_path: Path) -> None:
+    r = mtu(tmp_path, "ping: recvmsg: Connection refused\n3 packets transmitted, 3 received, 0% packet loss\n")
+    assert r.status is Status.WARN and codes(r) == ["net.mtu/unread-error", "net.mtu/size-not-shown"]
+
+
+def test_read_error_lines_are_not_unread() -> None:
+    from preflight.parsers.ping import unread_errors
+    assert unread_errors(["ping: local error: message too long, mtu=1500", "ping: sendmsg: Message too long",
+                          "ping: gpu-c099: Name or service not known", "ping: connect: Network is unreachable",
+                          "ping: Warning: time of day goes back (-12us), taking countermeasures",
+                          "pinging: nothing"]) == []
+    assert unread_errors(["ping: local error: Operation not permitted", "ping6: socket: Address family not supported"
+                          " by protocol"]) == ["ping: local error: Operation not permitted",
+                                               "ping6: socket: Address family not supported by protocol"]
