@@ -129,6 +129,22 @@ def test_no_format_grades_pass(framing: str) -> None:
         assert xid and all(r.status is not Status.PASS for r in xid), [r.summary for r in xid]
 
 
+@pytest.mark.parametrize("turn", range(len(FRAMINGS)))
+def test_each_format_alone_never_passes(turn: int) -> None:
+    """Each format alone through analyze, in one of the three framings in turn (format i in
+    framing i mod 3; the batches above put every format in every framing): gpu.xid is never PASS,
+    nothing is "not recognised". Alone, no neighbour's reading can hide a PASS."""
+    framing = list(FRAMINGS)[turn]
+    passed = []
+    rows = NVRM_ROWS[turn::len(FRAMINGS)]
+    for where, _macro, _level, fmt in rows:
+        results = _grade("\n".join(FRAMINGS[framing](fill(fmt))) + "\n")
+        xid = [r for r in results if r.check == "gpu.xid"]
+        if not xid or xid[0].status is Status.PASS or any("not recognised" in r.summary for r in results):
+            passed.append(f"{where}: {fill(fmt)[0]} -> {[r.summary for r in results]}")
+    assert len(rows) > 1000 and not passed, f"{len(passed)} of {len(rows)}: {passed[:5]}"
+
+
 @pytest.mark.parametrize("framing", list(FRAMINGS))
 @pytest.mark.parametrize("where", ["src/nvidia/src/kernel/gpu/fsp/arch/hopper/kern_fsp_gh100.c",
                                    "src/nvidia/src/kernel/gpu/gsp/arch/hopper/kernel_gsp_gh100.c"])
