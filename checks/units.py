@@ -18,8 +18,8 @@ from typing import Any
 
 from preflight.findings import Findings
 from preflight.model import Result, Status, worst
-from preflight.parsers.systemd import UNITS_PROBE, Units, UnitState
-from preflight.registry import Check, CheckContext
+from preflight.parsers.systemd import UNIT_NAME, UNITS_PROBE, Units, UnitState
+from preflight.registry import Check, CheckContext, register
 
 # check -> the units it owns: base names and descriptions as the vendors' unit files spell them
 OWNERS: dict[str, re.Pattern[str]] = {
@@ -31,6 +31,9 @@ OWNERS: dict[str, re.Pattern[str]] = {
                              r"^NTP client/server$|^Network Time (?:Service|Synchronization)$|^chrony\b", re.I),
     "fabric.manager": re.compile(r"^nvidia-fabricmanager$|fabric manager", re.I),
 }
+# check -> its code for a failed unit it owns
+UNIT_FAILED = {"gpu.driver": "gpu.driver/unit-failed", "ib.hca": "ib.hca/unit-failed",
+               "node.clock": "node.clock/unit-failed"}
 CONCERN = {
     "gpu.driver": "the GPU driver's daemons (persistence mode, DCGM health monitoring)",
     "ib.hca": "the InfiniBand/RDMA driver stack (HCA modules, GPUDirect RDMA)",
@@ -63,6 +66,13 @@ def unowned_failed(units: Units) -> list[UnitState]:
     return [u for u in units.failed() if not owner(units, u)]
 
 
+def _read(u: UnitState) -> str:
+    """How to read the unit's own account: by name, or (named only by its description) find it."""
+    if re.fullmatch(UNIT_NAME, u.unit):
+        return f"read `systemctl status {u.unit}` and `journalctl -u {u.unit} -b`"
+    return f"find the unit described as '{u.unit}' (`systemctl list-units --failed`) and read its `systemctl status`"
+
+
 def _label(units: Units, u: UnitState) -> str:
     desc = units.descriptions.get(u.unit, "")
     return f"{u.unit} ({desc})" if desc and desc != u.unit else u.unit
@@ -73,18 +83,14 @@ def unit_findings(check: str, units: Units, f: Findings) -> list[str]:
     ok: list[str] = []
     for u in owned(units, check):
         what = _label(units, u)
-        if u.active == "failed":
+        if u.active == "failed" and check in UNIT_FAILED:
             how = "failed" if u.form == "list" else u.describe()
-            f.add(f"{check}/unit-failed", f"{what} {how}: {CONCERN.get(check, check)} not served", u.lines,
-                  f"{REMEDY.get(check, '')}; read `systemctl status {u.unit}` and `journalctl -u {u.unit} -b`, fix "
-                  f"the cause, then `systemctl restart {u.unit}`", proof=("Active:", "failed"))
+            f.add(UNIT_FAILED[check], f"{what} {how}: {CONCERN.get(check, check)} not served", u.lines,
+                  f"{REMEDY.get(check, '')}; {_read(u)}, fix the cause, then restart the unit", proof=("Active:", "failed"))
         elif u.active == "active":
             ok.append(next((ln for ln in u.lines if ln.startswith("Active:")), f"{u.unit} {u.describe()}"))
         elif u.active:
             f.note(f"{what} {u.describe()}")
-    others = unowned_failed(units)
-    if others:
-        f.note("failed unit(s) no check reads: " + ", ".join(_label(units, u) for u in others))
     return ok
 
 
@@ -146,4 +152,32 @@ def owns(check: Check) -> Check:
     return OwningCheck(**{**fields, "grade": graded, "also": (UNITS_PROBE,)})
 
 
-__all__ = ["OWNERS", "OwningCheck", "owned", "owner", "owns", "unit_findings", "unowned_failed"]
+UNOWNED = "node.units"
+
+
+def grade_unowned(ctx: CheckContext) -> list[Result]:
+    """Failed units no check owns (`systemctl --failed` rows, a failed `status`, systemd's failure
+    lines): said as a WARN each, never dropped; nothing when every failed unit has its owner."""
+    units: Units | None = ctx.facts(UNITS_PROBE)
+    if units is None or units.error:
+        return []
+    others = unowned_failed(units)
+    if not others:
+        return []
+    f = Findings()
+    for u in others:
+        f.add("node.units/unit-failed", f"{_label(units, u)} {'failed' if u.form == 'list' else u.describe()}",
+              u.lines, f"{_read(u)}; no preflight check reads this unit: judge whether the node needs it",
+              proof=("Active:", "failed"))
+    return [f.result(ctx, "", {"units": [{"unit": u.unit, "active": u.active, "result": u.result} for u in others]},
+                     named=4)]
+
+
+register(Check(
+    id=UNOWNED, title="Failed systemd units no other check owns", grade=grade_unowned, probes=(),
+    inputs=(UNITS_PROBE,),
+    catches="a failed unit in `systemctl --failed`, `systemctl status` or systemd's journal that no check owns "
+            "(the GPU, RDMA and time daemons' units are graded by gpu.driver, ib.hca, node.clock, fabric.manager)",
+    node_local=False, in_run=False))
+
+__all__ = ["OWNERS", "UNOWNED", "OwningCheck", "grade_unowned", "owned", "owner", "owns", "unit_findings", "unowned_failed"]

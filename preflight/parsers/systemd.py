@@ -323,16 +323,16 @@ def detect(doc: Doc) -> bool:
 # ---- units of any kind: `systemctl list-units` / `--failed`, `status` of any unit, its journal ----------------------
 
 UNITS_PROBE = "systemd-units"
-_UNIT_NAME = r"[\w@:.\\-]+\.(?:service|socket|target|mount|automount|swap|timer|path|device|scope|slice)"
+UNIT_NAME = r"[\w@:.\\-]+\.(?:service|socket|target|mount|automount|swap|timer|path|device|scope|slice)"
 # src/systemctl/systemctl-list-units.c: a row is UNIT LOAD ACTIVE SUB DESCRIPTION, a failed unit's
 # row led by a circle ("●", "*" without UTF-8); --plain drops the circle, --no-legend the header
-ROW = re.compile(rf"^(?:[●*×]\s*)?(?P<u>{_UNIT_NAME})\s+(?P<load>loaded|not-found|masked|bad-setting|error|merged|stub)"
+ROW = re.compile(rf"^(?:[●*×]\s*)?(?P<u>{UNIT_NAME})\s+(?P<load>loaded|not-found|masked|bad-setting|error|merged|stub)"
                  r"\s+(?P<active>[a-z-]+)\s+(?P<sub>[a-z-]+)(?:\s+(?P<d>.*))?$")
 _TABLE_HEAD = re.compile(r"^\s*UNIT\s+LOAD\s+ACTIVE\s+SUB(?:\s+(?:JOB\s+)?DESCRIPTION)?\s*$")
 _LISTED = re.compile(r"^(?P<n>\d+) loaded units? listed\b")
 _LEGEND = re.compile(r"^(?:Legend: )?(?:LOAD|ACTIVE|SUB|JOB)\s*(?:=|→|->)")
 # `systemctl status`'s first line: its state's glyph, the unit, its description
-_HEADER = re.compile(rf"^(?:[●*○×↻]\s*)?(?P<u>{_UNIT_NAME})(?: - (?P<d>.*))?$")
+_HEADER = re.compile(rf"^(?:[●*○×↻]\s*)?(?P<u>{UNIT_NAME})(?: - (?P<d>.*))?$")
 
 
 def _base(name: str) -> str:
@@ -367,7 +367,7 @@ class Units:
 def _subject(units: Units, named: str, doc_unit: str) -> str:
     """The unit a journal message's subject is: a unit name as is, a description of a unit seen
     above, else the unit `journalctl -u` asked for, else the description itself."""
-    if re.fullmatch(_UNIT_NAME, named):
+    if re.fullmatch(UNIT_NAME, named):
         return named
     for unit, desc in units.descriptions.items():
         if desc == named:
@@ -381,7 +381,7 @@ def _doc_unit(doc: Doc) -> str:
     if not m or m.group(1).startswith("-"):
         return ""
     name = m.group(1)
-    return name if re.fullmatch(_UNIT_NAME, name) else f"{name}.service"
+    return name if re.fullmatch(UNIT_NAME, name) else f"{name}.service"
 
 
 def _journal(doc: Doc) -> list[JournalLine]:
@@ -475,7 +475,7 @@ def _one_unit(out: Units, order: dict[int, int]) -> None:
     """One unit's journal (`journalctl -u X`): systemd names the unit in some lines ("X.service:
     Failed with result ...") and by its description in others ("Failed to start <description>.");
     with one of each, the description is the unit's. A dependency that failed is another unit."""
-    named = [k for k in out.units if re.fullmatch(_UNIT_NAME, k)]
+    named = [k for k in out.units if re.fullmatch(UNIT_NAME, k)]
     described = [k for k, u in out.units.items() if k not in named
                  and not any(j.message.startswith("Dependency failed for") for j in u.journal)]
     if len(named) != 1 or len(described) != 1:
@@ -537,5 +537,5 @@ FORMATS.append(Format(UNITS_PROBE, detect=detect_units,
                                   "lines saying a unit failed"))
 PARSERS = [ParserSpec("fm-service", parse), ParserSpec(UNITS_PROBE, parse_units)]
 
-__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "ROW", "UNITS_PROBE", "JournalLine", "PARSERS", "State", "UnitState", "Units",
+__all__ = ["FM_UNIT", "FORMATS", "JOURNAL", "ROW", "UNIT_NAME", "UNITS_PROBE", "JournalLine", "PARSERS", "State", "UnitState", "Units",
            "detect", "detect_units", "journal_items", "parse", "parse_units", "transition", "unit_transition"]

@@ -26,9 +26,11 @@ def test_failed_listing_graded_by_each_owner(name: str) -> None:
     assert got["node.clock"].status is Status.WARN and codes(got["node.clock"]) == ["node.clock/unit-failed"]
     assert got["fabric.manager"].status is Status.FAIL
     assert "fabric.manager/service-not-running" in codes(got["fabric.manager"])
-    # the unit no check owns is said, not dropped
-    assert any("rasdaemon.service" in e for e in got["ib.hca"].evidence)
-    assert "rasdaemon" not in got["ib.hca"].summary
+    # the unit no check owns is said, not dropped, by node.units alone
+    assert got["node.units"].status is Status.WARN and codes(got["node.units"]) == ["node.units/unit-failed"]
+    assert got["node.units"].summary.startswith("rasdaemon.service (RAS daemon to log the RAS events) failed")
+    assert not any("rasdaemon" in e for check in ("gpu.driver", "ib.hca", "node.clock") for e in got[check].evidence)
+    assert "systemctl status rasdaemon.service" in got["node.units"].remedy
 
 
 @pytest.mark.parametrize("name,check,status", [
@@ -47,7 +49,7 @@ def test_persistenced_evidence_leads_with_its_state_and_its_reason() -> None:
     r = by_check(analyze_text(fixture_text("systemd-units/persistenced-failed-status.txt")))["gpu.driver"]
     assert r.evidence[0].startswith("Active: failed (Result: exit-code)")
     assert any("Failed to query NVIDIA devices" in e for e in r.evidence)
-    assert "systemctl restart nvidia-persistenced.service" in r.remedy
+    assert "`systemctl status nvidia-persistenced.service`" in r.remedy
 
 
 def test_chronyd_unit_failure_joins_the_logs_own_finding() -> None:
@@ -88,6 +90,19 @@ def test_only_unowned_failed_units_grade_no_owner() -> None:
     text = "  UNIT LOAD ACTIVE SUB DESCRIPTION\n● rasdaemon.service loaded failed failed RAS daemon\n1 loaded units listed.\n"
     got = by_check(analyze_text(text))
     assert not {"gpu.driver", "ib.hca", "node.clock"} & set(got)
+    assert got["node.units"].status is Status.WARN and "rasdaemon.service" in got["node.units"].summary
+
+
+def test_unowned_unit_named_by_description_only() -> None:
+    r = by_check(analyze_text("Dec 05 10:00:02 gpu01 systemd[1]: Failed to start Postfix Mail Transport Agent.\n"))
+    assert r["node.units"].status is Status.WARN
+    assert r["node.units"].evidence == ["Dec 05 10:00:02 gpu01 systemd[1]: Failed to start Postfix Mail Transport Agent."]
+    assert "described as 'Postfix Mail Transport Agent'" in r["node.units"].remedy
+
+
+def test_every_failed_unit_owned_leaves_node_units_silent() -> None:
+    got = by_check(analyze_text(fixture_text("systemd-units/persistenced-failed-status.txt")))
+    assert "node.units" not in got
 
 
 def test_unit_failure_beside_the_checks_own_input() -> None:
