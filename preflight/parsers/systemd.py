@@ -331,6 +331,9 @@ ROW = re.compile(rf"^(?:[●*×]\s*)?(?P<u>{UNIT_NAME})\s+(?P<load>loaded|not-fo
 _TABLE_HEAD = re.compile(r"^\s*UNIT\s+LOAD\s+ACTIVE\s+SUB(?:\s+(?:JOB\s+)?DESCRIPTION)?\s*$")
 _LISTED = re.compile(r"^(?P<n>\d+) loaded units? listed\b")
 _LEGEND = re.compile(r"^(?:Legend: )?(?:LOAD|ACTIVE|SUB|JOB)\s*(?:=|→|->)")
+# a failed `systemctl start`, its hint on the same line (systemd < 227: 'Job for X failed because
+# ... See "systemctl status X" ...') or the next (src/systemctl/systemctl-start-unit.c)
+_START_FAILED = re.compile(rf"^Job for ({UNIT_NAME}|[\w@:.-]+?) failed\b")
 # `systemctl status`'s first line: its state's glyph, the unit, its description
 _HEADER = re.compile(rf"^(?:[●*○×↻]\s*)?(?P<u>{UNIT_NAME})(?: - (?P<d>.*))?$")
 
@@ -441,6 +444,14 @@ def _tables_and_status(doc: Doc, out: Units) -> bool:
                 out.descriptions[u.unit] = r.group("d").strip()
             out.listing, cur = True, None
             continue
+        jf = _START_FAILED.search(s)
+        if jf:  # a failed `systemctl start X`: the unit exists and its start failed
+            u = out.unit(jf.group(1) if re.fullmatch(UNIT_NAME, jf.group(1)) else f"{jf.group(1)}.service")
+            if u.form == "none":
+                u.form, u.load, u.active, u.result = "start", "loaded", "failed", "start-failed"
+            u.start_failed = s
+            u.lines.append(s)
+            continue
         h = _HEADER.match(s)
         if h and not ln.ident:
             cur = out.unit(h.group("u"))
@@ -520,6 +531,8 @@ def detect_units(doc: Doc) -> bool:
     if rows and any(_TABLE_HEAD.match(s) or _LISTED.match(s) or _LEGEND.match(s) for s in lines):
         return True
     if "systemctl" in (doc.command or "") and rows and rows == len(lines):  # --no-legend
+        return True
+    if any(_START_FAILED.search(s) for s in lines):
         return True
     if any(_HEADER.match(s) for s in lines[:3]) and any(s.startswith("Loaded:") for s in lines) \
             and any(s.startswith("Active:") for s in lines):

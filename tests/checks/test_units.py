@@ -114,3 +114,18 @@ def test_unit_failure_beside_the_checks_own_input() -> None:
     assert r.status is Status.FAIL and codes(r)[0] == "ib.hca/unit-failed"
     alone = grade_text("ib.hca", {"ibstat": ibstat})
     assert alone[0].status is not Status.FAIL
+
+
+@pytest.mark.parametrize("text,check", [
+    ("[root@gpu01 ~]# systemctl start openibd\n"
+     "Job for openibd.service failed because the control process exited with error code.\n"
+     "See \"systemctl status openibd.service\" and \"journalctl -xeu openibd.service\" for details.\n", "ib.hca"),
+    ("Job for chronyd.service failed because the control process exited with error code. See \"systemctl status "
+     "chronyd.service\" and \"journalctl -xe\" for details.\n", "node.clock"),
+    ("Job for nvidia-persistenced.service failed. See \"systemctl status nvidia-persistenced.service\" and "
+     "\"journalctl -xe\" for details.\n", "gpu.driver"),
+])
+def test_failed_start_graded_by_owner(text: str, check: str) -> None:
+    r = by_check(analyze_text(text))[check]
+    assert r.status in (Status.WARN, Status.FAIL) and codes(r) == [f"{check}/unit-failed"]
+    assert "start-failed" in r.summary and r.evidence[0].startswith("Job for ")
