@@ -583,6 +583,8 @@ def test_every_code_the_grader_names_is_in_the_table_and_every_entry_is_used() -
                      for n in ("hang.py", "hang_fr.py", "hang_elastic.py", "hang_ras.py"))
     named = {"hang.watchdog/" + c for c in re.findall(r'C \+ "([a-z0-9-]+)"', source)}
     named |= set(re.findall(r'"(hang\.watchdog/[a-z0-9-]+)"', source))
+    # Findings.unread("hang.watchdog", ...) names hang.watchdog/unread-error
+    named |= {f"{c}/unread-error" for c in re.findall(r'\.unread\(\s*"(hang\.watchdog)"', source)}
     table = set(_table())
     assert named == table
 
