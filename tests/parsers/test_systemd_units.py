@@ -174,3 +174,17 @@ def test_not_systemd() -> None:
 def test_garbage_is_no_traceback() -> None:
     u = units("● \n   Loaded:\n   Active:\nUNIT LOAD\n12 loaded units listed.\n\x00\x01")
     assert isinstance(u, Units)
+
+
+def test_journal_line_under_a_localised_month_keeps_its_message() -> None:
+    # journalctl under a German locale: the framing does not take "Dez" for a month, the journal
+    # prefix stays on the line and systemd's message is read from behind it
+    text = ("Dez 05 10:00:01 gpu01 systemd[1]: chronyd.service: Failed with result 'exit-code'.\n"
+            "Dez 05 10:00:02 gpu01 chronyd[812]: Fatal error : Could not open configuration file\n")
+    assert detects(text)
+    u = units(text)
+    c = u.units["chronyd.service"]
+    assert (c.form, c.active, c.result) == ("journal", "failed", "exit-code")
+    assert [j.message for j in c.journal] == ["chronyd.service: Failed with result 'exit-code'.",
+                                              "Fatal error : Could not open configuration file"]
+    assert c.journal[0].time_text == "Dez 05 10:00:01"
