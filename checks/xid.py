@@ -57,6 +57,7 @@ FAULT_CODES: dict[str, str] = {
     "gsp_crash": "gpu.xid/gsp-crash",
     "memsys_error": "gpu.xid/memory-subsystem-error",
     "pmu_halted": "gpu.xid/pmu-halted",
+    "ecc_uncorrected": "gpu.xid/uncorrected-ecc",
     "nvlink_discovery_failed": "gpu.xid/nvlink-training-failed",
     "driver_assert": "gpu.xid/driver-assert",
     "rm_error": "gpu.xid/driver-error-status",
@@ -88,7 +89,7 @@ CORRECTED_OTHER = "gpu.xid/pcie-corrected-other"
 # of an Xid 119); one without an address is covered by any such finding.
 GPU_KINDS = frozenset({"fallen_off_bus", "gpu_lost", "adapter_init_failed", "power_cables", "wpr2_up", "reset_required",
                        "gsp_timeout", "gsp_crash", "memsys_error", "pmu_halted", "nvlink_discovery_failed",
-                       "driver_assert", "rm_error"})
+                       "driver_assert", "rm_error", "ecc_uncorrected"})
 # what a GPU that fell off the bus also makes the driver print about it
 GONE_SYMPTOMS = frozenset({"gpu_lost", "adapter_init_failed", "reset_required", "gsp_timeout", "driver_assert",
                            "rm_error"})
@@ -529,6 +530,8 @@ _FAULT_REMEDIES: dict[str, str] = {
     "memsys_error": "{label}'s memory subsystem failed: reset the GPU with {reset} or reboot, then run "
                     "`dcgmi diag -r 3`",
     "pmu_halted": "{label}'s PMU halted: reset the GPU with {reset} or reboot",
+    "ecc_uncorrected": "{label} reported an uncorrected ECC error in its own engine memory: reset the GPU with "
+                       "{reset} or reboot, then run `dcgmi diag -r 3`; drain it if the error comes back",
     "reset_required": "the driver asks for a reset of {label}: reset it with {reset} or reboot",
     "fallen_off_bus": "reboot clears the fallen-off-the-bus GPU {label}; if it returns after the reboot, reseat or "
                       "RMA the GPU",
@@ -706,7 +709,7 @@ KIND_WORDS = {
     "fallen_off_bus": "fallen off the bus", "gpu_lost": "lost to the driver", "adapter_init_failed": "failed to "
     "initialise", "power_cables": "auxiliary power cables not connected", "wpr2_up": "WPR2 left up, GSP cannot boot", "reset_required": "the driver asks for a reset",
     "gsp_timeout": "GSP firmware not answering", "gsp_crash": "GSP firmware crashed", "memsys_error": "memory "
-    "subsystem error", "pmu_halted": "PMU halted", "nvlink_discovery_failed": "NVLink discovery or training failed",
+    "subsystem error", "pmu_halted": "PMU halted", "ecc_uncorrected": "uncorrected ECC error", "nvlink_discovery_failed": "NVLink discovery or training failed",
     "driver_assert": "driver assertion failed", "rm_error": "driver error status", "pcie_fatal": "uncorrectable "
     "fatal PCIe error", "pcie_nonfatal": "uncorrectable non-fatal PCIe error", "pcie_corrected": "corrected PCIe "
     "errors", "pcie_recovery_failed": "not recovered after a PCIe error", "pcie_link_down": "PCIe link down",

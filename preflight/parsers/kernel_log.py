@@ -135,6 +135,11 @@ GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("memsys_error", re.compile(r"Memory Subsystem Error detected|memory subsystem timeout", re.IGNORECASE),
      "RESET_GPU"),
     ("pmu_halted", re.compile(r"PMU has halted", re.IGNORECASE), "RESET_GPU"),
+    # an uncorrected ECC error in a GPU engine's own memory (GSP falcon IMEM/DMEM/caches), reported
+    # without an Xid line (kernel_gsp_ecc_gb100.c kgspEccServiceUncorrError: `..._UNCORRECTED_ERR_<RAM>
+    # PENDING`), and the driver's other wordings of one
+    ("ecc_uncorrected", re.compile(r"ECC_STATUS_UNCORRECTED|EccServiceUncorrError|\bUNCORRECTED[ _]ECC\b|"
+                                   r"\buncorrect(?:ed|able) ECC error", re.IGNORECASE), "RESET_GPU"),
     ("nvlink_discovery_failed",
      re.compile(r"NVRM: (?:GPU\d+ )?knvlink\w*.*\bfail(?:ed)?\b|NVRM: .*NVLink.*(?:training|discovery).*fail", re.IGNORECASE),
      "WORKFLOW_NVLINK_ERR"),

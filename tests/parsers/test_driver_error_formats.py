@@ -265,3 +265,21 @@ def test_the_proc_version_file_alone_is_no_kernel_log() -> None:
             "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
     assert not kernel_log.detect(Doc(text))
     assert kernel_log.detect(Doc("NVRM kfspSendBootCommands_GH100: FSP boot cmds failed. RM cannot boot.\n"))
+
+
+# --- uncorrected ECC without an Xid -------------------------------------------------------------
+
+@pytest.mark.parametrize("line", [
+    "NVRM: GPU3 kgspEccServiceUncorrError_GB100: NV_PGSP_FALCON_ECC_STATUS_UNCORRECTED_ERR_DMEM PENDING",
+    "NVRM: GPU0 _kgspProcessRpcEvent: received event from GPU0: 0x1004 (GSP UNCORRECTED ECC) status: 0x0 size: 32",
+    "NVRM: GPU 0000:3b:00.0: uncorrectable ECC error detected in SRAM",
+])
+def test_an_uncorrected_ecc_error_without_an_xid_fails(line: str) -> None:
+    r = _xid(f"[   55.000001] {line}\n")
+    assert r.status is Status.FAIL and r.facts["codes"] == ["gpu.xid/uncorrected-ecc"], r.summary
+    assert "uncorrected ECC error" in r.summary and "reset" in r.remedy
+
+
+def test_corrected_ecc_words_are_no_uncorrected_error() -> None:
+    r = _xid("[   55.000001] NVRM: GPU0 someFunc_IMPL: corrected ECC error count 3 over threshold\n")
+    assert "gpu.xid/uncorrected-ecc" not in r.facts["codes"], r.summary
