@@ -1260,6 +1260,12 @@ def test_connect_retries_alone_warn() -> None:
     assert r.remedy.startswith("NCCL could not reach a peer") and "NCCL_SOCKET_IFNAME" in r.remedy
 
 
+def test_connect_retries_all_quoted_need_no_count() -> None:
+    r = one(lines(*[RETRY.format(n=n, ms=100 * n) for n in (1, 2, 3)]))
+    assert codes(r) == ["connect-retrying"] and r.summary.startswith("NCCL retried 3 connect(s) to 10.8.1.18 ")
+    assert r.evidence == [RETRY.format(n=n, ms=100 * n) for n in (1, 2, 3)]
+
+
 def test_old_connect_retries_warn() -> None:
     r = one("h:1:2 [0] NCCL INFO Call to connect returned Connection refused, retrying\n")
     assert codes(r) == ["connect-retrying"] and r.summary == "NCCL retried 1 connect(s) on h GPU0: Connection refused"
