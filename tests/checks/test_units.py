@@ -129,3 +129,130 @@ def test_failed_start_graded_by_owner(text: str, check: str) -> None:
     r = by_check(analyze_text(text))[check]
     assert r.status in (Status.WARN, Status.FAIL) and codes(r) == [f"{check}/unit-failed"]
     assert "start-failed" in r.summary and r.evidence[0].startswith("Job for ")
+
+
+IBSTAT_ACTIVE = ("CA 'mlx5_0'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n"
+                 "\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tLink layer: InfiniBand\n")
+
+
+def run_mode(check_id: str, inputs: dict[str, str]) -> list[Result]:
+    """Grade one check as `preflight run` does (the probes ran here: the check's own tools were asked)."""
+    from preflight import registry as reg
+    from preflight.framing import frame
+    from preflight.grading import FactStore, grade_check
+    from preflight.registry import Options
+    from tests.conftest import load_profile
+
+    r = reg.load()
+    docs = {probe: frame(text, origin=f"fixture:{probe}").docs for probe, text in inputs.items()}
+    return grade_check(r.checks[check_id], "node1", FactStore(r, docs=docs), load_profile("generic"), Options(), None)
+
+
+@pytest.mark.parametrize("row,check,concern,remedy", [
+    ("● nvidia-persistenced.service loaded failed failed NVIDIA Persistence Daemon", "gpu.driver",
+     "the GPU driver's daemons (persistence mode, DCGM health monitoring)", "persistence mode and DCGM health watches"),
+    ("● openibd.service loaded failed failed openibd - configure Mellanox devices", "ib.hca",
+     "the InfiniBand/RDMA driver stack (HCA modules, GPUDirect RDMA)", "the HCA driver stack is not (fully) loaded"),
+    ("● chronyd.service loaded failed failed NTP client/server", "node.clock",
+     "clock synchronisation", "nothing keeps the clock on time while it is down"),
+])
+def test_owned_unit_failure_names_the_concern_and_its_remedy(row: str, check: str, concern: str, remedy: str) -> None:
+    unit, desc = row.split()[1], row.split(None, 5)[5]
+    [r] = grade_text(check, {"systemd-units": f"  UNIT LOAD ACTIVE SUB DESCRIPTION\n{row}\n1 loaded units listed.\n"})
+    assert r.summary == f"{unit} ({desc}) failed: {concern} not served"
+    assert r.remedy.startswith(remedy)
+    assert r.remedy.endswith(f"read `systemctl status {unit}` and `journalctl -u {unit} -b`, fix the cause, "
+                             "then restart the unit")
+    assert r.facts["units"] == [{"unit": unit, "active": "failed", "sub": "failed", "result": ""}]
+
+
+def test_unit_failure_joined_to_the_checks_passing_result() -> None:
+    units = "● openibd.service loaded failed failed openibd - configure Mellanox devices\n1 loaded units listed.\n"
+    [r] = [x for x in grade_text("ib.hca", {"ibstat": IBSTAT_ACTIVE, "systemd-units": units}) if x.check == "ib.hca"]
+    [own] = grade_text("ib.hca", {"ibstat": IBSTAT_ACTIVE})
+    assert own.status is Status.PASS and own.summary
+    # the unit's finding first, then what ibstat showed; the unit's remedy kept
+    assert r.summary == ("openibd.service (openibd - configure Mellanox devices) failed: the InfiniBand/RDMA driver "
+                         f"stack (HCA modules, GPUDirect RDMA) not served; {own.summary}")
+    assert r.remedy.startswith("the HCA driver stack is not (fully) loaded")
+    assert r.facts["units"] == [{"unit": "openibd.service", "active": "failed", "sub": "failed", "result": ""}]
+    assert r.facts["compute_active"] == 1
+
+
+def test_running_owned_units_alone_are_one_pass() -> None:
+    text = ("  UNIT LOAD ACTIVE SUB DESCRIPTION\n"
+            "  nvidia-persistenced.service loaded active running NVIDIA Persistence Daemon\n"
+            "  nvidia-dcgm.service loaded active running NVIDIA DCGM service\n"
+            "2 loaded units listed.\n")
+    [r] = grade_text("gpu.driver", {"systemd-units": text})
+    assert r.status is Status.PASS
+    assert r.summary == "nvidia-persistenced.service active (running); nvidia-dcgm.service active (running)"
+    assert [u["unit"] for u in r.facts["units"]] == ["nvidia-persistenced.service", "nvidia-dcgm.service"]
+
+
+def test_unit_failure_stands_alone_where_the_checks_own_tool_gave_nothing() -> None:
+    """`preflight run` on a node without ibstat: ib.hca's own result is a SKIP; the failed openibd
+    unit is the result, not joined to that SKIP."""
+    units = "● openibd.service loaded failed failed openibd - configure Mellanox devices\n1 loaded units listed.\n"
+    [skip] = run_mode("ib.hca", {})
+    assert skip.status is Status.SKIP
+    [r] = run_mode("ib.hca", {"systemd-units": units})
+    assert r.status is Status.FAIL and codes(r) == ["ib.hca/unit-failed"]
+    assert skip.summary not in r.summary
+
+
+def test_owned_unit_journal_evidence_leads_with_systemds_failure_line() -> None:
+    text = ("Dec 05 10:00:02 gpu01 chronyd[812]: Fatal error : Could not open configuration file\n"
+            "Dec 05 10:00:02 gpu01 systemd[1]: chronyd.service: Failed with result 'exit-code'.\n")
+    r = by_check(analyze_text(text))["node.clock"]
+    assert r.evidence[:2] == ["Dec 05 10:00:02 gpu01 systemd[1]: chronyd.service: Failed with result 'exit-code'.",
+                              "Dec 05 10:00:02 gpu01 chronyd[812]: Fatal error : Could not open configuration file"]
+    assert r.summary.startswith("chronyd.service failed (result exit-code): clock synchronisation not served")
+
+
+def test_rdma_units_owned_by_their_unit_names() -> None:
+    text = ("  UNIT LOAD ACTIVE SUB DESCRIPTION\n"
+            "● rdma-load-modules@infiniband.service loaded failed failed Load RDMA modules from "
+            "/etc/rdma/modules/infiniband.conf\n"
+            "● nv_peer_mem.service loaded failed failed LSB: Activates/Deactivates nv_peer_mem\n"
+            "2 loaded units listed.\n")
+    got = by_check(analyze_text(text))
+    assert "node.units" not in got
+    assert [u["unit"] for u in got["ib.hca"].facts["units"]] == ["rdma-load-modules@infiniband.service",
+                                                                  "nv_peer_mem.service"]
+
+
+def test_fabric_manager_unit_owned_by_fabric_manager() -> None:
+    from preflight.checks.units import owner, unowned_failed
+    from tests.conftest import facts_of
+
+    u = facts_of("systemd-units", fixture_text("systemd-units/failed-legacy-legend.txt"))
+    assert owner(u, u.units["nvidia-fabricmanager.service"]) == "fabric.manager"  # type: ignore[attr-defined]
+    assert [x.unit for x in unowned_failed(u)] == ["rasdaemon.service"]  # type: ignore[arg-type]
+
+
+def test_unowned_unit_journal_says_how_it_ended() -> None:
+    text = ("Dec 05 10:00:02 gpu01 postfix[900]: fatal: bind 0.0.0.0 port 25: Address already in use\n"
+            "Dec 05 10:00:02 gpu01 systemd[1]: postfix.service: Failed with result 'exit-code'.\n")
+    r = by_check(analyze_text(text))["node.units"]
+    assert r.summary == "postfix.service failed (result exit-code)"
+    assert r.evidence == ["Dec 05 10:00:02 gpu01 systemd[1]: postfix.service: Failed with result 'exit-code'.",
+                          "Dec 05 10:00:02 gpu01 postfix[900]: fatal: bind 0.0.0.0 port 25: Address already in use"]
+    assert r.facts["units"] == [{"unit": "postfix.service", "active": "failed", "result": "exit-code"}]
+
+
+def test_unowned_failed_units_named_four_in_the_summary() -> None:
+    names = ["rasdaemon", "postfix", "cups", "smartd", "kdump"]
+    text = ("  UNIT LOAD ACTIVE SUB DESCRIPTION\n"
+            + "".join(f"● {n}.service loaded failed failed {n} daemon\n" for n in names) + "5 loaded units listed.\n")
+    [r] = grade_text("node.units", {"systemd-units": text})
+    assert r.summary == ("rasdaemon.service (rasdaemon daemon) failed; postfix.service (postfix daemon) failed; "
+                         "cups.service (cups daemon) failed; smartd.service (smartd daemon) failed (+1 more)")
+    assert len(r.evidence) == 5
+    assert [u["unit"] for u in r.facts["units"]] == [f"{n}.service" for n in names]
+
+
+def test_node_units_without_unit_facts_says_nothing() -> None:
+    assert grade_text("node.units", {}) == []
+    assert grade_text("node.units", {"systemd-units": "System has not been booted with systemd as init system "
+                                                      "(PID 1). Can't operate.\n"}) == []
