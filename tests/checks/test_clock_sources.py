@@ -175,3 +175,30 @@ def test_a_log_of_info_lines_only_is_a_skip_saying_so() -> None:
     r = one(clock_log=info)
     assert r.status is Status.SKIP and codes(r) == ["node.clock/not-checked"], r
     assert r.summary.startswith("2 time daemon log line(s) read, none says whether the clock is synchronised")
+
+
+def test_chrony_maximum_error_exactly_at_the_limit_is_not_past_it() -> None:
+    at = CHRONY4.replace("Root delay      : 0.001234567", "Root delay      : 0.000000000").replace(
+        "Root dispersion : 0.000456789", "Root dispersion : 1.000000000")
+    r = one(chronyc_tracking=at)
+    assert r.status is Status.PASS and codes(r) == [] and any("1 s, past 0.2 s" in e for e in r.evidence), r
+    r = one(chronyc_tracking=at.replace("Root dispersion : 1.000000000", "Root dispersion : 1.000001000"))
+    assert codes(r) == ["node.clock/error-bound-high"], r
+    assert r.remedy.startswith("chronyd cannot vouch for the clock: its sources are far (root delay)"), r.remedy
+
+
+def test_chronyc_sources_with_a_selected_source_or_no_table_does_not_say_none_selected() -> None:
+    r = one(chronyc_sources=SOURCES_OK)
+    assert not any("none selected" in e for e in r.evidence), r
+    r = one(chronyc_sources="506 Cannot talk to daemon\n")
+    assert codes(r) == ["node.clock/no-time-daemon"] and r.evidence == ["506 Cannot talk to daemon"], r
+
+
+def test_a_daemon_exit_counts_only_when_no_source_is_selected_after_it() -> None:
+    selected = "Nov 25 10:11:09 gpu017 chronyd[812]: Selected source 10.10.0.1 (ntp1.example.net)\n"
+    fatal = "Nov 25 10:16:01 gpu017 chronyd[812]: Fatal error : Could not open PID file /run/chrony/chronyd.pid\n"
+    r = one(clock_log=selected + fatal)  # selected before the exit: the daemon is gone
+    assert "node.clock/daemon-exited" in codes(r), r
+    restarted = "Nov 25 10:17:09 gpu017 chronyd[830]: Selected source 10.10.0.1 (ntp1.example.net)\n"
+    r = one(clock_log=fatal + restarted)  # a source selected after the exit: it came back
+    assert r.status is Status.PASS and codes(r) == [], r

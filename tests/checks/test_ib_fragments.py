@@ -75,6 +75,34 @@ def test_ibstat_fields_without_headers_and_a_ca_line_opening_a_group():
         ("MT4129", "Active", 400.0, 1), ("MT4129", "Active", 200.0, 2)]
 
 
+@pytest.mark.parametrize("ca_line", ["\tNumber of ports: 1\n", "\tNode GUID: 0x946dae0300d1a3b4\n"])
+def test_a_ca_line_closes_the_group_even_when_the_next_port_shows_other_fields(ca_line):
+    """`ibstat | grep -E 'Number of ports|Active|Polling'`: one CA's port shows its state line, the
+    next CA's its physical state line; the CA line between them separates the two ports."""
+    rep = parse(ca_line + "\t\tState: Active\n" + ca_line + "\t\tPhysical state: Polling\n")
+    assert [(p.unnamed, p.state, p.physical_state) for p in rep.ports] == [(1, "Active", ""), (2, "", "Polling")]
+
+
+def test_ibv_devinfo_fragment_keeps_the_vendor_part_id_and_the_lmc_line():
+    """`ibv_devinfo -v | grep -E 'vendor_part_id|state|port_lmc|link_layer'`."""
+    rep = parse("\tvendor_part_id:\t\t\t4123\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tport_lmc:\t\t0x00\n"
+                "\t\t\tlink_layer:\t\tInfiniBand\n\t\t\tphys_state:\t\tLINK_UP (5)\n")
+    assert [(p.ca_type, p.state, p.physical_state, p.link_layer) for p in rep.ports] == [
+        ("MT4123", "Active", "LinkUp", "InfiniBand")]
+    assert rep.ports[0].lines[1] == "port_lmc:\t\t0x00"
+
+
+def test_a_named_port_cut_before_its_state_after_a_fragment_is_the_cut_port():
+    """grep'd field lines, then ibstatus whose one block the paste ends inside: that block is the
+    port cut short (the fragment's port before it does not change that)."""
+    text = ("\n".join(_ibstatus("4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)")) + "\n"
+            "Infiniband device 'mlx5_1' port 1 status:\n\tdefault gid:\t fe80:0000:0000:0000:5e25:73ff:fe94:212a\n"
+            "\tbase lid:\t 0x0\n")
+    rep = parse(text)
+    assert [p.ca for p in rep.ports] == ["(unnamed #1)"]
+    assert rep.cut is not None and (rep.cut.ca, rep.cut.port) == ("mlx5_1", 1)
+
+
 def test_kernel_rate_spellings_give_the_width():
     for rate, width in (("2.5 Gb/sec (1X)", 1), ("10 Gb/sec (4X)", 4), ("56 Gb/sec (4X FDR)", 4),
                         ("300 Gb/sec (12X EDR)", 12), ("800 Gb/sec (4X XDR)", 4)):
@@ -253,6 +281,28 @@ def test_kernel_error_lines(line, fatal):
     got = ibp.kernel_line(line)
     assert got is not None and got.fatal is fatal
     assert got.device in ("0000:41:00.0", "0000:c1:00.0", "0000:03:00.0", "0000:d2:00.0", "mlx5_3", "0000:3b:00.0")
+
+
+# each line is found by one needle and one error word only (in brackets)
+@pytest.mark.parametrize("line,fatal", [
+    # Linux 4.x probe_one's dev_err, no `(pid N)` (mlx5_core)
+    ("[  812.113] mlx5_core 0000:41:00.0: mlx5_load_one failed with error code -110", True),
+    # ib_core cache.c's dev_warn on the RDMA device (infiniband; fail)
+    ("[  812.200] infiniband mlx5_2: ib_query_port failed (-110)", False),
+    # eq.c's mlx5_core_warn (err)
+    ("[  812.300] mlx5_core 0000:41:00.0: cq_err_event_notifier:517:(pid 0): CQ error on CQN 0x4c5, syndrome 0x1",
+     False),
+    # health.c's poll_health after the miss count (unable)
+    ("[  812.400] mlx5_core 0000:41:00.0: poll_health:852:(pid 0): FW is unable to respond to initialization segment "
+     "reads", True),
+    # sriov.c (cannot)
+    ("[  812.500] mlx5_core 0000:41:00.0: mlx5_core_sriov_configure:211:(pid 4431): cannot modify number of VFs while "
+     "VFs are assigned", False),
+])
+def test_kernel_lines_each_needle_and_error_word_finds(line, fatal):
+    doc = frame(line + "\n").docs[0]
+    got = ibp.parse_kernel(doc).lines
+    assert ibp.detect_kernel(doc) and [(x.text, x.fatal) for x in got] == [(line.split("] ", 1)[1], fatal)]
 
 
 @pytest.mark.parametrize("line", [
