@@ -292,6 +292,8 @@ UNREAD_ERRORS = [
     # rendezvous/dynamic_rendezvous.py shutdown (glog style, 2.2+)
     "E1125 10:11:12.123000 123 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1152] The node "
     "'gpu017_123_0' has failed to shutdown the rendezvous 'job1' due to an error of type RendezvousConnectionError.",
+    # logging's default format at CRITICAL (agent/server/api.py, before 2.2)
+    "CRITICAL:torch.distributed.elastic.agent.server.api:Error waiting on exit barrier. Elapsed: 300.0123 seconds",
 ]
 
 
