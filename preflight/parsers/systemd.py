@@ -477,9 +477,6 @@ def _journal_units(doc: Doc, out: Units) -> list[JournalLine]:
         if id(j) not in said and (own in out.units or own == doc_unit):
             out.unit(own).journal.append(j)
     return journal
-    for u in out.units.values():
-        _settle(u)
-    return out
 
 
 def _one_unit(out: Units, order: dict[int, int]) -> None:
