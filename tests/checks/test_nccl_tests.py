@@ -1576,6 +1576,20 @@ def test_no_gpu_named_meets_every_table_or_is_said() -> None:
     assert max(grader._known_figures(profiles.load("generic"), grader.Topology(False, 8, [], 8), False))[0] == 330.0
 
 
+def test_multi_node_run_of_untabled_gpus_meets_the_multi_node_figures() -> None:
+    """GPUs no table names across nodes: the figure to meet is the highest multi-node one (368), not
+    the single-node ones (330); between them no rule concludes."""
+    fast = one(table(2, 8, 380.0, lo=1 << 30, model="Tesla V100-SXM2-32GB"), "generic")
+    assert fast.status is Status.PASS and codes(fast) == []
+    assert fast.evidence[-1].endswith("meets the highest applicable figure preflight holds (368, board HGX/DGX H100 or "
+                                      "H200, 8 GPUs on NVSwitch, 8 x 400G NDR multi_node_peak_busbw_warn)")
+    between = one(table(2, 8, 350.0, lo=1 << 30, model="Tesla V100-SXM2-32GB"), "generic")
+    assert between.status is Status.SKIP and codes(between) == [NO_TABLE]
+    assert [src for _, src in grader._known_figures(profiles.load("generic"), grader.Topology(True, 8, [], 16),
+                                                    False)] == ["board HGX/DGX H100 or H200, 8 GPUs on NVSwitch, "
+                                                                "8 x 400G NDR multi_node_peak_busbw_warn"]
+
+
 def test_unread_nccl_tests_error_line_is_said() -> None:
     line = "Unable to register symmetric memory window on rank 3: falling back to a regular buffer"
     text = table(1, 8, 470.0, lo=1 << 30).replace("# Using devices\n", line + "\n# Using devices\n", 1)
