@@ -1079,3 +1079,90 @@ def test_bare_journal_lines_and_a_cut_version_mismatch() -> None:
 def test_a_bare_systemd_line_about_another_unit_is_not_the_fabric_manager() -> None:
     assert not looks_like_fm_service("sshd.service: Main process exited, code=exited, status=1/FAILURE\n")
     assert looks_like_fm_service("Started NVIDIA fabric manager service.\n")
+
+
+# ---------------------------------------------------------------------------------------
+# the daemon's lines without framing, its usage text, level-less journal messages: exactly
+# ---------------------------------------------------------------------------------------
+
+FM_USAGE = ["Usage: nv-fabricmanager [options]", "Options include:", "[-h | --help]: Displays help information",
+            "[-c | --config]: Provides Fabric Manager config file path/name which controls all the config options."]
+FM_JOURNAL = "Nov 25 10:11:12 gpu017 nv-fabricmanager[1234]: "
+
+
+def test_journal_messages_without_a_level_are_errors_of_the_daemons_own_lines_only() -> None:
+    unable = "unable to open NVSwitch device /dev/nvidia-nvswitch2"
+    dump = "Option when facing NVSwitch failure = 0"  # the start-up configuration dump
+    other = "Failed to initialize NVML: Driver/library version mismatch"  # an ExecStartPre program's line
+    items = [("t1", unable, FM_JOURNAL + unable), ("t2", dump, FM_JOURNAL + dump),
+             ("t3", other, "Nov 25 10:11:13 gpu017 nvidia-smi[2300]: " + other),
+             ("t4", unable, "Nov 25 10:11:14 gpu017 nvidia-fabricmanager-start.sh[2291]: " + unable)]
+    log_ = fabricmanager.from_journal(items)
+    assert [(e.kind, e.time_text) for e in log_.events] == [("error", "t1"), ("error", "t4")]
+    assert log_.records == 4
+    assert fabricmanager.error_words(unable) and not fabricmanager.error_words(dump)
+    assert fabricmanager.error_words("Abort CUDA jobs failed") and not fabricmanager.error_words(
+        "Abort CUDA jobs when FM exits = 1")
+
+
+def test_usage_text_in_the_units_journal_is_a_refused_command_line() -> None:
+    usage = [("t", u, FM_JOURNAL + u) for u in FM_USAGE]
+    log_ = fabricmanager.from_journal(usage)
+    [ev] = log_.events
+    assert (ev.kind, ev.line, ev.detail) == ("bad-option", FM_JOURNAL + FM_USAGE[0], [FM_JOURNAL + u for u in FM_USAGE])
+    assert log_.usage and log_.recognised and log_.records == 4
+    refusal = "unrecognized option '--foo'"
+    log_ = fabricmanager.from_journal([("t", refusal, FM_JOURNAL + refusal), *usage])
+    [ev] = log_.events  # the refusal's event, the usage text its detail
+    assert (ev.kind, ev.line, ev.detail) == ("bad-option", FM_JOURNAL + refusal, [FM_JOURNAL + u for u in FM_USAGE])
+    assert log_.records == 5
+
+
+def test_usage_text_pasted_with_the_daemons_prefix_is_a_refused_command_line() -> None:
+    log_ = facts_of("fm-log", "".join(f"nv-fabricmanager[27360]: {u}\n" for u in FM_USAGE))
+    [ev] = log_.events  # type: ignore[attr-defined]
+    assert (ev.kind, ev.line, ev.detail) == ("bad-option", "nv-fabricmanager[27360]: " + FM_USAGE[0], FM_USAGE)
+    assert log_.usage and log_.recognised and log_.records == 4  # type: ignore[attr-defined]
+
+
+def test_usage_text_alone_without_a_refusal_or_the_journal_is_no_event() -> None:
+    log_ = fabricmanager.parse(Doc("".join(u + "\n" for u in FM_USAGE)))
+    assert not log_.events and not log_.usage and log_.records == 0
+
+
+def test_usage_text_asked_for_just_before_is_no_event() -> None:
+    journal = "".join(FM_JOURNAL + u + "\n" for u in FM_USAGE)
+    assert not fabricmanager.parse(Doc("$ nv-fabricmanager -h\n" + journal)).events
+    # the help asked for four lines up (another command and its output between): the unit's own usage text
+    far = ("$ nv-fabricmanager -h > /dev/null\n$ journalctl -u nvidia-fabricmanager -n 5 --no-pager\n"
+           "-- Logs begin at Mon 2026-11-23 08:00:01 UTC, end at Wed 2026-11-25 10:11:12 UTC. --\n"
+           "Nov 25 10:11:11 gpu017 systemd[1]: Starting NVIDIA fabric manager service...\n")
+    assert [e.kind for e in fabricmanager.parse(Doc(far + journal)).events] == ["bad-option"]
+
+
+def test_usage_text_is_the_detail_of_the_last_refusal_or_its_own_event() -> None:
+    bare = "nv-fabricmanager[27360]: "
+    usage = "".join(f"{bare}{u}\n" for u in FM_USAGE)
+    log_ = facts_of("fm-log", f"{bare}unrecognized option '--foo'\n{bare}unrecognized option '--bar'\n"
+                              f"{bare}unrecognized option '--baz'\n" + usage)
+    assert [(e.kind, len(e.detail)) for e in log_.events] == [  # type: ignore[attr-defined]
+        ("bad-option", 0), ("bad-option", 0), ("bad-option", 4)]
+    log_ = facts_of("fm-log", f"{bare}unable to open NVSwitch device /dev/nvidia-nvswitch2\n"
+                              f"{bare}Fabric Manager Log initializing at: 11/25/2026 10:11:11.100\n" + usage)
+    assert [(e.kind, len(e.detail)) for e in log_.events] == [  # type: ignore[attr-defined]
+        ("error", 0), ("start", 0), ("bad-option", 4)]
+
+
+def test_a_daemon_line_pasted_with_its_prefix_only_is_its_record() -> None:
+    line = "nv-fabricmanager[27360]: unable to open NVSwitch device /dev/nvidia-nvswitch2"
+    log_ = facts_of("fm-log", line + "\n")
+    assert [(e.kind, e.line) for e in log_.events] == [("error", line)]  # type: ignore[attr-defined]
+    assert log_.records == 1  # type: ignore[attr-defined]
+    assert looks_like_fm_log("nv-fabricmanager[27360]: Successfully configured all the available NVSwitches to "
+                             "route GPU NVLink traffic.\n")
+
+
+def test_start_script_failure_keeps_the_exit_code() -> None:
+    line = '"/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg" failed! Exit code: 1'
+    ev = fabricmanager.classify(line, "", line)
+    assert ev is not None and (ev.kind, ev.values) == ("start-failed", {"exit_code": "1"})
