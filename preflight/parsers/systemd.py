@@ -387,25 +387,29 @@ def _doc_unit(doc: Doc) -> str:
     return name if re.fullmatch(UNIT_NAME, name) else f"{name}.service"
 
 
+def _journal_line(ln: Line) -> JournalLine | None:
+    s = ln.text.strip()
+    if not s:
+        return None
+    if ln.ident and not ln.cont:
+        return JournalLine(ln.time_text, ln.ident, s, ln.raw.strip())
+    j = JOURNAL.match(s)
+    if j:
+        return JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s)
+    b = re.match(r"^(?P<ident>[\w.@-]+)\[\d+\]: (?P<msg>.*)$", s)
+    if b:
+        return JournalLine("", b.group("ident"), b.group("msg"), s)
+    if unit_transition(s) is not None:  # systemd's own message, its prefix cut off
+        return JournalLine("", "systemd", s, s)
+    return None
+
+
 def _journal(doc: Doc) -> list[JournalLine]:
-    out = []
-    for ln in doc.lines:
-        s = ln.text.strip()
-        if not s:
-            continue
-        if ln.ident and not ln.cont:
-            out.append(JournalLine(ln.time_text, ln.ident, s, ln.raw.strip()))
-            continue
-        j = JOURNAL.match(s)
-        if j:
-            out.append(JournalLine(j.group("time"), j.group("ident"), j.group("msg"), s))
-            continue
-        b = re.match(r"^(?P<ident>[\w.@-]+)\[\d+\]: (?P<msg>.*)$", s)
-        if b:
-            out.append(JournalLine("", b.group("ident"), b.group("msg"), s))
-        elif unit_transition(s) is not None:  # systemd's own message, its prefix cut off
-            out.append(JournalLine("", "systemd", s, s))
-    return out
+    return [j for j in map(_journal_line, doc.lines) if j is not None]
+
+
+# words every failure message of _TRANSITIONS holds (found in the raw text before a line is peeled)
+_FAILURE_NEEDLES = ("ailed", "process exited", "repeated too quickly")
 
 
 def parse_units(doc: Doc) -> Units:
@@ -534,8 +538,11 @@ def detect_units(doc: Doc) -> bool:
     if any(_HEADER.match(s) for s in lines[:3]) and any(s.startswith("Loaded:") for s in lines) \
             and any(s.startswith("Active:") for s in lines):
         return True
+    # systemd's failure lines anywhere in the document: only the lines holding a failure word are
+    # peeled (a million-line log of other things costs a scan, not a peel)
+    said = (_journal_line(doc.peel_hit(h)) for h in doc.scan(_FAILURE_NEEDLES))
     return any(t is not None and t[1].active == "failed" for t in (
-        unit_transition(j.message) for j in _journal(doc) if j.ident == "systemd"))
+        unit_transition(j.message) for j in said if j is not None and j.ident == "systemd"))
 
 
 FORMATS = [Format("fm-service", detect=detect,
