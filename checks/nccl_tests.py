@@ -232,6 +232,10 @@ def expectation(res: NcclTests, prof: Profile, topo: Topology, coll: str = "all_
     return exp
 
 
+# the model the sweep's ranks name when they run on CPU tensors (preflight/sweep/worker.py, gloo)
+CPU_MODEL = "cpu"
+
+
 def _table_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation:
     """The profile's or a board's table for the GPUs and topology, or why there is none."""
     has_own = any(prof.get(f"nccl.allreduce.{t}.peak_busbw_{k}") for t in ("single_node", "multi_node")
@@ -240,6 +244,10 @@ def _table_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation
         exp = _profile_expectation(prof, topo, nvls)
     else:
         board = board_for(prof, topo.models)
+        if board is None and topo.models and all(m.lower() == CPU_MODEL for m in topo.models):
+            return Expectation("none", notes=[("nccl.allreduce/cpu-ranks", "ranks on CPU tensors (gloo): a host's "
+                                              "memory bandwidth is no GPU fabric's, so busbw is not graded; "
+                                              "correctness is")])
         if board is None:
             what = ", ".join(topo.models) or "GPUs the capture does not name"
             return Expectation("none", notes=[("nccl.allreduce/no-table", f"no expected busbw for {what} in profile "

@@ -1615,3 +1615,17 @@ def test_healthy_tables_with_launcher_noise_stay_clean() -> None:
              "WARNING: There was an error initializing an OpenFabrics device.\n"
              "--------------------------------------------------------------------------\n")
     assert one(noise + table(1, 8, 470.0, lo=1 << 30)).status is Status.PASS
+
+
+@pytest.mark.parametrize("models", [["cpu"], ["CPU"]])
+def test_ranks_on_cpu_are_graded_for_correctness_only_and_pass(models: list[str]) -> None:
+    """The sweep's gloo ranks name the model 'cpu': no GPU table applies by design, so the
+    bandwidth note is a PASS (cpu-ranks); an unknown GPU next to them is still no-table."""
+    exp = grader._table_expectation(profiles.load("generic"), grader.Topology(False, 4, models, 4), False)
+    assert not exp.graded and [c for c, _ in exp.notes] == ["nccl.allreduce/cpu-ranks"]
+    assert policy.status("nccl.allreduce/cpu-ranks") is Status.PASS
+    mixed = grader._table_expectation(profiles.load("generic"), grader.Topology(False, 4, ["cpu", "NVIDIA X9"], 4),
+                                      False)
+    assert [c for c, _ in mixed.notes] == [NO_TABLE]
+    none = grader._table_expectation(profiles.load("generic"), grader.Topology(False, 4, [], 4), False)
+    assert [c for c, _ in none.notes] == [NO_TABLE]
