@@ -452,3 +452,24 @@ def test_ray_and_skypilot_prefixes_are_peeled(prefix: str, host: str, rank: int 
     [doc] = frame(f"{prefix}| NVIDIA-SMI 570.172.08\n{prefix}| GPU  Name\n{prefix}|   0  NVIDIA H100\n").docs
     assert [ln.text for ln in doc.lines] == ["| NVIDIA-SMI 570.172.08", "| GPU  Name", "|   0  NVIDIA H100"]
     assert doc.lines[0].host == host and doc.lines[0].rank == rank
+
+
+def test_scan_words_finds_lines_with_a_needle_and_a_word_after_it_peeled_or_not():
+    import re as _re
+
+    text = ("[1.0] mlx5_core 0000:17:00.0: Port module event: module 0, Cable plugged\n"
+            "[2.0] failover01 mlx5_core 0000:17:00.0: link up\n"  # the word before the needle is no hit
+            "[3.0] mlx5_core 0000:17:00.0: mlx5_cmd_out_err:838:(pid 9): CREATE_QP(0x500) op_mod(0x0) failed\n"
+            "[4.0] infiniband mlx5_0: ib_register_device FAILED\n")
+    words = _re.compile("fail|err")
+    for peeled in (False, True):
+        d = frame(text).docs[0]
+        if peeled:
+            assert d.lines
+        hits = d.scan_words(("mlx5_core ", ":(pid ", "infiniband "), words)
+        assert [d.peel_hit(h).n for h in hits] == [3, 4], peeled
+        assert [d.peel_hit(h).text for h in hits][1] == "infiniband mlx5_0: ib_register_device FAILED"
+        assert hits[0].raw.endswith("failed")
+        if not peeled:
+            assert hits[0].raw[hits[0].at:].startswith("mlx5_core ")
+    assert frame(text).docs[0].scan_words((), words) == []

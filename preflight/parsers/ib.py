@@ -20,7 +20,6 @@ ib_core; see the section below): those that say the adapter stopped (`HCA_FATAL`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -503,6 +502,7 @@ KERNEL_NEEDLES = ("mlx5_core ", "mlx4_core ", ":(pid ", "infiniband ")
 # the words one of the patterns above needs, found in the lower-cased raw line before any regex
 _KWORDS = ("fail", "err", "timeout", "timed out", "fatal", "unrecoverable", "abort", "not responding", "unable",
            "can't", "cannot", "couldn't", "compromised", "synd 0x", "health recovery")
+_KWORDS_RX = re.compile("|".join(map(re.escape, _KWORDS)))
 
 
 @dataclass
@@ -544,17 +544,19 @@ def kernel_line(text: str) -> HcaKernelLine | None:
     return HcaKernelLine(device, False, text.strip(), body.strip())
 
 
-def _kernel_lines(doc: Doc) -> Iterator[HcaKernelLine]:
-    """The drivers' error lines, in order. A line is peeled only when its raw text holds an error
-    word (framing is a prefix: it cannot add one to a driver's message): a log of 100,000 mlx5
-    link lines peels none of them."""
-    for hit in doc.scan(KERNEL_NEEDLES):
-        low = hit.raw.lower()
-        if not any(w in low for w in _KWORDS):
-            continue
-        got = kernel_line(doc.peel_hit(hit).text)
-        if got is not None:
-            yield got
+def _kernel_lines(doc: Doc) -> list[HcaKernelLine]:
+    """The drivers' error lines, in order, read once per document (detection and parsing share
+    them). A line is peeled only when its raw text holds an error word (framing is a prefix: it
+    cannot add one to a driver's message): a log of 100,000 mlx5 link lines peels none of them."""
+    got: list[HcaKernelLine] | None = doc.memo.get("rdma-kernel")
+    if got is None:
+        got = []
+        for hit in doc.scan_words(KERNEL_NEEDLES, _KWORDS_RX):
+            line = kernel_line(doc.peel_hit(hit).text)
+            if line is not None:
+                got.append(line)
+        doc.memo["rdma-kernel"] = got
+    return got
 
 
 def parse_kernel(doc: Doc) -> RdmaKernelLog:
@@ -563,7 +565,7 @@ def parse_kernel(doc: Doc) -> RdmaKernelLog:
 
 
 def detect_kernel(doc: Doc) -> bool:
-    return next(_kernel_lines(doc), None) is not None
+    return bool(_kernel_lines(doc))
 
 
 FORMATS = [Format("ibstat", detect=detect,
