@@ -40,7 +40,7 @@ def once(tree: Path, log: Path) -> float:
     p = subprocess.run([sys.executable, "-m", "preflight.cli", "analyze", str(log)], env=env, cwd=tree,
                        capture_output=True, text=True, timeout=600)
     took = time.perf_counter() - t0
-    if "Traceback" in p.stderr:
+    if "Traceback" in p.stderr or "internal error" in p.stderr:  # a tree that cannot run times nothing
         raise SystemExit(f"{tree}: {p.stderr[-600:]}")
     return took
 
