@@ -226,25 +226,23 @@ def expectation(res: NcclTests, prof: Profile, topo: Topology, coll: str = "all_
         what = coll or " or ".join(res.candidates())
         return Expectation("none", notes=[("nccl.allreduce/collective-not-graded", f"bandwidth not graded: {what} has "
                                           "no busbw table (the tables are for all_reduce, all_gather, reduce_scatter)")])
-    exp = _table_expectation(prof, topo, coll == "all_reduce" and _nvls_in_use(res))
+    cpu = res.backend == "gloo" or bool(topo.models) and not _gpus_shown(res, topo)
+    exp = _table_expectation(prof, topo, coll == "all_reduce" and _nvls_in_use(res), cpu)
     if coll != "all_reduce":
         exp.sizes = []
     return exp
 
 
-# the model the sweep's ranks name when they run on CPU tensors (preflight/sweep/worker.py, gloo)
-CPU_MODEL = "cpu"
-
-
-def _table_expectation(prof: Profile, topo: Topology, nvls: bool) -> Expectation:
-    """The profile's or a board's table for the GPUs and topology, or why there is none."""
+def _table_expectation(prof: Profile, topo: Topology, nvls: bool, cpu: bool = False) -> Expectation:
+    """The profile's or a board's table for the GPUs and topology, or why there is none (`cpu`:
+    the ranks are the sweep's CPU ranks, for which no table is expected)."""
     has_own = any(prof.get(f"nccl.allreduce.{t}.peak_busbw_{k}") for t in ("single_node", "multi_node")
                   for k in ("warn", "fail"))
     if has_own and _profile_fits(prof, topo.models):
         exp = _profile_expectation(prof, topo, nvls)
     else:
         board = board_for(prof, topo.models)
-        if board is None and topo.models and all(m.lower() == CPU_MODEL for m in topo.models):
+        if board is None and cpu:
             return Expectation("none", notes=[("nccl.allreduce/cpu-ranks", "ranks on CPU tensors (gloo): a host's "
                                               "memory bandwidth is no GPU fabric's, so busbw is not graded; "
                                               "correctness is")])
@@ -660,11 +658,15 @@ def _shared_gpus(res: NcclTests) -> list[str]:
     return out
 
 
+# the model the sweep's ranks name when they run on CPU tensors (preflight/sweep/worker.py, gloo)
+CPU_MODEL = "cpu"
+
+
 def _gpus_shown(res: NcclTests, topo: Topology) -> bool:
     """The ranks are GPUs (the sweep's gloo ranks are CPUs): a GPU model or PCI bus id on the
     rank lines, or the binary's -g on its command line."""
     buses = any(_FULL_BUS.fullmatch(str(r.get("bus", "")).lower()) for r in res.ranks)
-    return buses or any(m.lower() != "cpu" for m in topo.models) or bool(res.cmd_ranks)
+    return buses or any(m.lower() != CPU_MODEL for m in topo.models) or bool(res.cmd_ranks)
 
 
 def _pcie_findings(res: NcclTests, prof: Profile, topo: Topology, label: str, peak: float | None,
