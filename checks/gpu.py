@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflight import engine
+from preflight import engine, lazyre
 from preflight.findings import Findings
 from preflight.model import Result, Status
 from preflight.parsers.base import GpuRecord, pci_id, to_bool
@@ -285,7 +285,7 @@ def _health_findings(inv: Inventory, f: Findings) -> None:
 
 
 # what nvidia-smi prints where it cannot read a GPU's name (gpu.health grades the unreadable GPU)
-_UNREAD_NAME = re.compile(r"ERR!|N/A|\[?(?:Unknown Error|GPU is lost|Not Supported)\]?|Unknown", re.IGNORECASE)
+_UNREAD_NAME = lazyre.compile(r"ERR!|N/A|\[?(?:Unknown Error|GPU is lost|Not Supported)\]?|Unknown", re.IGNORECASE)
 
 
 def _model_findings(inv: Inventory, prof: Profile, f: Findings) -> None:

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from preflight import lazyre
 from preflight.findings import Findings
 from preflight.model import Result, Status
 from preflight.parsers.ib import LID_UNASSIGNED, IbReport, Port, RdmaKernelLog
@@ -61,7 +62,7 @@ def _group_rate(ports: list[Port], nominal: dict[str, Any]) -> float | None:
 
 
 # a device named after its PCI function (rdma-core's predictable names, rocep1s0f1 / ibp12s0f1)
-_FUNCTION_NAME = re.compile(r"^(?P<stem>(?:roce|ib)[pP]\w*?)f(?P<fn>\d+)$")
+_FUNCTION_NAME = lazyre.compile(r"^(?P<stem>(?:roce|ib)[pP]\w*?)f(?P<fn>\d+)$")
 
 
 def _uncabled(groups: dict[str, list[tuple[int, Port]]]) -> set[tuple[str, int]]:

@@ -21,9 +21,9 @@ interfaces' MTU is compared with the profile.
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Any
 
+from preflight import lazyre
 from preflight.findings import Findings
 from preflight.model import CaptureState, Result
 from preflight.parsers.ip import IpFacts
@@ -35,7 +35,7 @@ from preflight.registry import Check, CheckContext, Input, PlanContext, register
 from .network import PROBE_IP_ADDR, classify, data_plane
 
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
+_HOSTNAME = lazyre.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
 
 
 def valid_peer(peer: str) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.findings import Findings
 from preflight.model import Result
 from preflight.parsers.nccl_log import WC_STATUS, NcclError, NcclLog, NcclProc
@@ -32,7 +33,7 @@ from preflight.profile import Profile
 from preflight.registry import Check, CheckContext, register
 
 CHECK = "nccl.transport"  # pragma: no mutate (the registration id; the tests grade the registered check)
-_MLX5 = re.compile(r"^mlx5_(\d+)$")
+_MLX5 = lazyre.compile(r"^mlx5_(\d+)$")
 NAMED = 4  # pragma: no mutate (hosts/processes named in a summary before "(+N)": a display limit)
 QUOTED = 3  # pragma: no mutate (evidence lines quoted per finding: a display limit)
 FOLLOW = 2  # pragma: no mutate (lines quoted of those that follow from a root cause: a display limit)
@@ -232,7 +233,7 @@ def _ib_verbs(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]
           "(ibstat, ibv_devinfo) and that /dev/infiniband is visible to the job")
 
 
-_ERRNO_TEXT = re.compile(r"(?:error:?|failed ?:)\s*([A-Za-z][^(,:]*?)\s*(?:\(\d+\))?\s*$")
+_ERRNO_TEXT = lazyre.compile(r"(?:error:?|failed ?:)\s*([A-Za-z][^(,:]*?)\s*(?:\(\d+\))?\s*$")
 
 
 def _shm(log: NcclLog, errs: list[NcclError], f: Findings, after: list[str]) -> None:
@@ -454,7 +455,7 @@ def _bad_networks(prof: Profile) -> list[ipaddress.IPv4Network | ipaddress.IPv6N
 
 # names only a host's own ports carry (IPoIB ib0/ibp*, udev's predictable enp*/ens*/eno*/enx*, bonds): an
 # address of theirs in Docker's default range is the site's own subnet (a container sees that bridge as eth0)
-_HOST_PORT = re.compile(r"^(?:ib|en[a-zA-Z]|bond|team)")
+_HOST_PORT = lazyre.compile(r"^(?:ib|en[a-zA-Z]|bond|team)")
 
 
 def bad_interface(name: str, addr: str, prof: Profile) -> str:

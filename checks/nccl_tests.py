@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.engine import register_profile_hint
 from preflight.findings import Findings
 from preflight.model import Result
@@ -37,7 +38,7 @@ SHOW = 5  # pragma: no mutate (how many example lines a finding quotes: display 
 SHOW_CMD = 300  # pragma: no mutate (characters of a command line quoted as evidence: display only)
 MIN_SWEEP = 3  # rows a sweep needs before one of them can be told slower than its neighbours
 MIN_GPUS = 2  # GPUs on one host for a peer-to-peer figure to apply
-_FULL_BUS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.\d)?")
+_FULL_BUS = lazyre.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.\d)?")
 
 
 def _fmt_bytes(n: int) -> str:

@@ -18,15 +18,15 @@ node, interfaces that carry the same traffic must agree:
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable
 
+from preflight import lazyre
 from preflight.findings import Findings
 from preflight.parsers.ip import Interface
 from preflight.profile import Profile
 
 # systemd.net-naming-scheme(7): en|ib + [P<domain>] + (s<slot> | p<bus>s<slot>) + [f<function>] + [n<port>|d<dev>]
-_ADAPTER = re.compile(r"^(?P<stem>(?:en|ib)(?:P\d+)?(?:p\d+s\d+|s\d+))(?:f\d+)?(?:n(?:p)?\d+|d\d+)?$")
+_ADAPTER = lazyre.compile(r"^(?P<stem>(?:en|ib)(?:P\d+)?(?:p\d+s\d+|s\d+))(?:f\d+)?(?:n(?:p)?\d+|d\d+)?$")
 
 
 def adapter_of(name: str) -> str:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from preflight import lazyre
 from preflight.findings import Findings
 from preflight.model import Result, Status, worst
 from preflight.parsers.systemd import UNIT_NAME, UNITS_PROBE, Units, UnitState
@@ -23,13 +24,13 @@ from preflight.registry import Check, CheckContext, register
 
 # check -> the units it owns: base names and descriptions as the vendors' unit files spell them
 OWNERS: dict[str, re.Pattern[str]] = {
-    "gpu.driver": re.compile(r"^(?:nvidia-persistenced|nvidia-dcgm|dcgm|nvidia-powerd)$|"
+    "gpu.driver": lazyre.compile(r"^(?:nvidia-persistenced|nvidia-dcgm|dcgm|nvidia-powerd)$|"
                              r"^NVIDIA Persistence Daemon$|^NVIDIA DCGM service$|DCGM", re.I),
-    "ib.hca": re.compile(r"^(?:openibd|rdma|rdma-load-modules@\S*|rdma-hw|rdma-ndd|ibacm|opensm|"
+    "ib.hca": lazyre.compile(r"^(?:openibd|rdma|rdma-load-modules@\S*|rdma-hw|rdma-ndd|ibacm|opensm|"
                          r"nv_peer_mem|nvidia-peermem)$|^openibd\b|Mellanox|^RDMA |Peer Memory", re.I),
-    "node.clock": re.compile(r"^(?:chronyd?|ntpd?|ntpsec|ntpdate|systemd-timesyncd|openntpd)$|"
+    "node.clock": lazyre.compile(r"^(?:chronyd?|ntpd?|ntpsec|ntpdate|systemd-timesyncd|openntpd)$|"
                              r"^NTP client/server$|^Network Time (?:Service|Synchronization)$|^chrony\b", re.I),
-    "fabric.manager": re.compile(r"^nvidia-fabricmanager$|fabric manager", re.I),
+    "fabric.manager": lazyre.compile(r"^nvidia-fabricmanager$|fabric manager", re.I),
 }
 # check -> its code for a failed unit it owns
 UNIT_FAILED = {"gpu.driver": "gpu.driver/unit-failed", "ib.hca": "ib.hca/unit-failed",

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from preflight import engine
+from preflight import engine, lazyre
 from preflight import profile as profiles
 from preflight.findings import coded_result
 from preflight.framing import Doc, frame
@@ -52,13 +52,13 @@ UNREACHABLE_CHECK = "analyze.node"
 # cross-node checks that need only facts, so a multi-node paste is compared across its nodes
 CROSS_NODE_IN_ANALYZE = ("cluster.versions", "cluster.nccl_env")
 # what pdsh, clush, ssh and srun print for a node they could not run the command on
-_NODE_FAILED = re.compile(
+_NODE_FAILED = lazyre.compile(
     r"ssh: connect to host \S+ port \d+: .*|ssh: Could not resolve hostname .*|Permission denied \(publickey.*|"
     r"Host key verification failed\.?|Connection (?:refused|timed out|closed by remote host)|No route to host|"
     r"ssh exited with exit code \d+|mcmd: connect .*|rcmd: .*(?:failed|refused).*|"
     r"srun: error: (?:\S+: )?task \d+: .*|clush: \S+: exited with exit code \d+|"
     r"Name or service not known|Could not resolve hostname .*", re.IGNORECASE)
-_PDSH_SELF = re.compile(r"^(?:pdsh|clush|pdcp)@\S+: (?P<host>[\w.\[\],-]+): (?P<msg>.*)$")
+_PDSH_SELF = lazyre.compile(r"^(?:pdsh|clush|pdcp)@\S+: (?P<host>[\w.\[\],-]+): (?P<msg>.*)$")
 STDIN = "-"
 
 

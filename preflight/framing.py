@@ -44,6 +44,8 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
+from preflight import lazyre
+
 MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
 _MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -164,6 +166,23 @@ class Doc:
         if self._head is None or (len(self._head) < n and len(self._head) >= SNIFF_LINES):
             self._head = list(self._peel_all(_head_lines(self.text, max(n, SNIFF_LINES)), self.first_line))
         return self._head[:n]
+
+    def head_folded(self, n: int = SNIFF_LINES) -> str:
+        """The command above the document and its first n lines' peeled text, lower-cased, every
+        run of white space one space, with a space at each end: what a format's cheap necessary
+        condition searches for its words (a message cut over two lines reads as one)."""
+        key = f"head_folded:{n}"
+        folded = self.memo.get(key)
+        if folded is None:
+            words = " ".join([self.command, *(ln.text for ln in self.head(n))]).lower().split()
+            folded = self.memo[key] = f" {' '.join(words)} "
+        return folded
+
+    def folded(self) -> str:
+        """The whole raw text, lower-cased (kept: several readers search it)."""
+        if self._folded is None:
+            self._folded = self.text.lower()
+        return self._folded
 
     @property
     def clean(self) -> str:
@@ -389,10 +408,10 @@ def _head_lines(text: str, n: int) -> list[str]:
 # Normalising: escapes, carriage returns
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
+_ANSI = lazyre.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
 
 
-_HTML_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#39|#x27|nbsp);")
+_HTML_ENTITY = lazyre.compile(r"&(?:lt|gt|amp|quot|#39|#x27|nbsp);")
 
 
 def normalise(text: str) -> str:
@@ -472,9 +491,9 @@ _KNOWN_IDENTS = frozenset({
 })
 
 # `host ident[pid]: ` or `host kernel: ` (or, sniffed, `host anything: `) after a syslog-style time
-_HOST_IDENT = re.compile(
+_HOST_IDENT = lazyre.compile(
     r"(?P<host>[A-Za-z0-9][\w.-]{0,253}) (?P<ident>[A-Za-z_][\w.@/-]{0,63}?)(?:\[(?P<pid>\d+)\])?: ?")
-_IDENT_ONLY = re.compile(r"(?P<ident>[A-Za-z_][\w.@/-]{0,63}?)(?:\[(?P<pid>\d+)\])?: ?")
+_IDENT_ONLY = lazyre.compile(r"(?P<ident>[A-Za-z_][\w.@/-]{0,63}?)(?:\[(?P<pid>\d+)\])?: ?")
 
 
 def _host_ident(rest: str, ln: Line, stack: Stack) -> str:
@@ -492,32 +511,32 @@ def _host_ident(rest: str, ln: Line, stack: Stack) -> str:
     return rest
 
 
-_CRI = re.compile(rf"({_ISO_T}) (stdout|stderr) [FP] ")
-_RFC5424 = re.compile(r"<(\d{1,3})>1 (\S+) (\S+) (\S+) (\S+) (\S+) (?:-|(?:\[[^\]]*\])+) ?")
-_PRIO = re.compile(r"<\d{1,3}>(?=\S)")
-_KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),[^;]{0,16};")
-_DECODE = re.compile(
+_CRI = lazyre.compile(rf"({_ISO_T}) (stdout|stderr) [FP] ")
+_RFC5424 = lazyre.compile(r"<(\d{1,3})>1 (\S+) (\S+) (\S+) (\S+) (\S+) (?:-|(?:\[[^\]]*\])+) ?")
+_PRIO = lazyre.compile(r"<\d{1,3}>(?=\S)")
+_KMSG = lazyre.compile(r"(\d{1,3}),(\d+),(\d+),[^;]{0,16};")
+_DECODE = lazyre.compile(
     r"(kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:\s*"
     r"(emerg|alert|crit|err|warn|warning|notice|info|debug)\s*:\s?")
-_CTIME = re.compile(rf"\[{_DOW} ({_MON}) +(\d{{1,2}}) (\d\d:\d\d:\d\d) (\d{{4}})\]\s?")
-_MONO = re.compile(r"\[\s*(\d+\.\d+)(?:\s*<\s*[+-]?\d+\.\d+\s*>)?\]\s?")
-_DELTA = re.compile(r"\[\s*(?:<\s*[+-]?\d+\.\d+\s*>|[+-]\s*\d+\.\d+)\]\s?")
-_RELTIME = re.compile(rf"\[({_MON}) +(\d{{1,2}}) (\d\d:\d\d)\]\s?")
+_CTIME = lazyre.compile(rf"\[{_DOW} ({_MON}) +(\d{{1,2}}) (\d\d:\d\d:\d\d) (\d{{4}})\]\s?")
+_MONO = lazyre.compile(r"\[\s*(\d+\.\d+)(?:\s*<\s*[+-]?\d+\.\d+\s*>)?\]\s?")
+_DELTA = lazyre.compile(r"\[\s*(?:<\s*[+-]?\d+\.\d+\s*>|[+-]\s*\d+\.\d+)\]\s?")
+_RELTIME = lazyre.compile(rf"\[({_MON}) +(\d{{1,2}}) (\d\d:\d\d)\]\s?")
 # journalctl -o short-full: `Mon 2024-06-03 10:12:01 UTC host ident: `
-_SHORT_FULL = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)"
+_SHORT_FULL = lazyre.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)"
                          r"(?: (?:[A-Z]{2,5}|[+-]\d{4}))? ")
-_BRACKET_ISO = re.compile(rf"\[({_ISO_T})\]:?\s?")
-_ISO = re.compile(rf"({_ISO_T})(?=\s|$)\s?")
+_BRACKET_ISO = lazyre.compile(rf"\[({_ISO_T})\]:?\s?")
+_ISO = lazyre.compile(rf"({_ISO_T})(?=\s|$)\s?")
 # journalctl/syslog under a CJK locale: `11月 15 14:15:47 host ident[pid]:` (Korean `11월`)
-_SYSLOG_CJK = re.compile(r"(\d{1,2})[月월] +(\d{1,2})日? (\d\d:\d\d:\d\d)(?: |$)")
-_ISO_MINUTES = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d)(?=\s)\s")  # a stamp without seconds
-_GO = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d:\d\d:\d\d)(\.\d+)?(?=\s|$)\s?")
-_UNIX = re.compile(r"(\d{10}\.\d{3,9}) ")
-_SYSLOG = re.compile(rf"({_MON}) ([ \d]\d) (\d\d:\d\d:\d\d)(\.\d{{1,9}})?(?: |$)")
-_SYSLOG_YEAR = re.compile(rf"({_MON}) ([ \d]\d) (\d{{4}}) (\d\d:\d\d:\d\d)(?: |$)")
+_SYSLOG_CJK = lazyre.compile(r"(\d{1,2})[月월] +(\d{1,2})日? (\d\d:\d\d:\d\d)(?: |$)")
+_ISO_MINUTES = lazyre.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d)(?=\s)\s")  # a stamp without seconds
+_GO = lazyre.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d:\d\d:\d\d)(\.\d+)?(?=\s|$)\s?")
+_UNIX = lazyre.compile(r"(\d{10}\.\d{3,9}) ")
+_SYSLOG = lazyre.compile(rf"({_MON}) ([ \d]\d) (\d\d:\d\d:\d\d)(\.\d{{1,9}})?(?: |$)")
+_SYSLOG_YEAR = lazyre.compile(rf"({_MON}) ([ \d]\d) (\d{{4}}) (\d\d:\d\d:\d\d)(?: |$)")
 # the fabric manager's own `[Jul 23 2024 07:53:55] ` record stamp
-_BRACKET_MDY = re.compile(rf"\[({_MON}) +(\d{{1,2}}) (\d{{4}}) (\d\d:\d\d:\d\d)\] ?")
-_KERNEL_IDENT = re.compile(r"kernel: ?")
+_BRACKET_MDY = lazyre.compile(rf"\[({_MON}) +(\d{{1,2}}) (\d{{4}}) (\d\d:\d\d:\d\d)\] ?")
+_KERNEL_IDENT = lazyre.compile(r"kernel: ?")
 
 
 # One handler per log-framing kind: it reads the match of its pattern at the start of `rest`,
@@ -696,19 +715,19 @@ class _Transport:
 
 _T_DOCKER = "docker-json"
 _TRANSPORTS: dict[str, _Transport] = {t.name: t for t in (
-    _Transport("quote", re.compile(r"> ?")),
+    _Transport("quote", lazyre.compile(r"> ?")),
     # pdsh/clush print `host: ` and the line as the tool printed it (an indented line keeps its indent)
-    _Transport("pdsh", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}(?:\[[\d,-]+\])?): ")),
-    _Transport("srun", re.compile(r" *(?P<rank>\d{1,6}):(?: |$)")),
-    _Transport("mpi-tag", re.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")),
-    _Transport("rank-tag", re.compile(r"\[(?P<rank>\d{1,6})\] ")),  # the line after it as printed (indent kept)
-    _Transport("torchrun", re.compile(r"\[(?:default|rank)(?P<rank>\d{1,6})\]: ?")),
-    _Transport("kubectl", re.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")),
+    _Transport("pdsh", lazyre.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62}(?:\[[\d,-]+\])?): ")),
+    _Transport("srun", lazyre.compile(r" *(?P<rank>\d{1,6}):(?: |$)")),
+    _Transport("mpi-tag", lazyre.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")),
+    _Transport("rank-tag", lazyre.compile(r"\[(?P<rank>\d{1,6})\] ")),  # the line after it as printed (indent kept)
+    _Transport("torchrun", lazyre.compile(r"\[(?:default|rank)(?P<rank>\d{1,6})\]: ?")),
+    _Transport("kubectl", lazyre.compile(r"\[pod/(?P<host>[^/\]\s]+)/[^\]\s]+\] ")),
     # Ray's task/actor prefix `(pid=N)`, `(Actor pid=N, ip=A)`; SkyPilot's `(task, pid=N)`,
     # `(worker1, rank=1, pid=N, ip=A)`; either indented by the job log's viewer
-    _Transport("ray", re.compile(r" *\((?:[\w.:-]+,? )?(?:rank=(?P<rank>\d{1,6}), )?pid=\d+(?:, ip=(?P<host>[\d.]+))?\) ")),
-    _Transport("compose", re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62})\s+\| ")),
-    _Transport("level", re.compile(r"(?:\[\s*(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|FATAL)\s*\]|"
+    _Transport("ray", lazyre.compile(r" *\((?:[\w.:-]+,? )?(?:rank=(?P<rank>\d{1,6}), )?pid=\d+(?:, ip=(?P<host>[\d.]+))?\) ")),
+    _Transport("compose", lazyre.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,62})\s+\| ")),
+    _Transport("level", lazyre.compile(r"(?:\[\s*(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|FATAL)\s*\]|"
                                    r"(?:DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|FATAL)(?::[\w.]+)?:|"
                                    r"(?:DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)(?: +-| +(?=\S)))\s?")),
 )}
@@ -731,12 +750,12 @@ _NOT_HOSTS = frozenset({
 
 # kernel drivers that start their own messages with `name: ` (`nvidia-nvswitch3: SXid ...`,
 # `nvidia-modeset: ...`, `mlx5_core: ...`): a device's name, never a host
-_KERNEL_PREFIX = re.compile(r"(?:nvidia(?:-[a-z]+)?|nvswitch|mlx\d_(?:core|ib)|ib_[a-z]+|rdma_[a-z]+)\d*")
+_KERNEL_PREFIX = lazyre.compile(r"(?:nvidia(?:-[a-z]+)?|nvswitch|mlx\d_(?:core|ib)|ib_[a-z]+|rdma_[a-z]+)\d*")
 
 
 # `ident[pid]: ` is a syslog/journal identifier with its process id, `name.service: ` a systemd
 # unit's message: neither is a host (a host list's brackets hold a range, `node[1-4]`)
-_IDENT_PID = re.compile(r"[A-Za-z][\w.-]*\[\d+\]")
+_IDENT_PID = lazyre.compile(r"[A-Za-z][\w.-]*\[\d+\]")
 _UNIT_SUFFIXES = (".service", ".socket", ".mount", ".timer", ".scope", ".slice", ".target", ".device", ".path")
 
 
@@ -791,9 +810,9 @@ def sniff(raws: Sequence[str]) -> Stack:
     return Stack(outer=tuple(outer), host_ident=host_ident, inner=inner)
 
 
-_IP_LINK = re.compile(r"[\w.@-]+: <[A-Z0-9_,-]*>")
-_IFCONFIG_HEAD = re.compile(r"flags=\d+<[A-Z0-9_,]*>")  # ifconfig's `name: flags=4163<UP,...>`
-_IP_ADDR_ONELINE = re.compile(r"[\w.@-]+\s+inet6?\s+\S+/\d+")
+_IP_LINK = lazyre.compile(r"[\w.@-]+: <[A-Z0-9_,-]*>")
+_IFCONFIG_HEAD = lazyre.compile(r"flags=\d+<[A-Z0-9_,]*>")  # ifconfig's `name: flags=4163<UP,...>`
+_IP_ADDR_ONELINE = lazyre.compile(r"[\w.@-]+\s+inet6?\s+\S+/\d+")
 _LEVEL_WORDS = frozenset({"DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "ERR", "CRITICAL", "FATAL", "TRACE"})
 
 
@@ -936,20 +955,20 @@ _COMMANDS = (
 _CMD_ALT = "|".join(re.escape(c) for c in _COMMANDS)
 _PROMPTS = (
     # user@host:cwd$ cmd   (venv) root@node1:~/x# cmd   user@host ~ % cmd
-    re.compile(r"^(?:\([^)\s]{1,64}\)\s*)?(?P<user>[\w.-]{1,64})@(?P<host>[\w.-]{1,253})"
+    lazyre.compile(r"^(?:\([^)\s]{1,64}\)\s*)?(?P<user>[\w.-]{1,64})@(?P<host>[\w.-]{1,253})"
                r"(?::(?P<cwd>[^\s$#%>]{0,256})|\s+[^\s$#%>]{1,256})?\s*[$#%>](?:\s(?P<cmd>.*)|$)"),
     # [user@host cwd]$ cmd
-    re.compile(r"^(?:\([^)\s]{1,64}\)\s*)?\[(?P<user>[\w.-]{1,64})@(?P<host>[\w.-]{1,253})(?:\s[^\]]{0,256})?\]"
+    lazyre.compile(r"^(?:\([^)\s]{1,64}\)\s*)?\[(?P<user>[\w.-]{1,64})@(?P<host>[\w.-]{1,253})(?:\s[^\]]{0,256})?\]"
                r"\s*[$#](?:\s(?P<cmd>.*)|$)"),
     # host:~ # cmd (SUSE)   bash-4.2$ cmd
-    re.compile(rf"^(?P<host>[\w.-]{{1,253}}):~?[\w/.~-]{{0,256}}\s?[$#]\s+(?P<cmd>(?:sudo\s+)?(?:{_CMD_ALT})\b.*)$"),
-    re.compile(r"^(?:bash|sh|zsh)-[\d.]+[$#]\s+(?P<cmd>.*)$"),
+    lazyre.compile(rf"^(?P<host>[\w.-]{{1,253}}):~?[\w/.~-]{{0,256}}\s?[$#]\s+(?P<cmd>(?:sudo\s+)?(?:{_CMD_ALT})\b.*)$"),
+    lazyre.compile(r"^(?:bash|sh|zsh)-[\d.]+[$#]\s+(?P<cmd>.*)$"),
     # $ cmd
-    re.compile(r"^\$\s+(?P<cmd>[\w./~-].*)$"),
+    lazyre.compile(r"^\$\s+(?P<cmd>[\w./~-].*)$"),
     # # cmd (root), only for known commands
-    re.compile(rf"^#\s+(?P<cmd>(?:sudo\s+)?(?:{_CMD_ALT})(?:\s.*)?)$"),
+    lazyre.compile(rf"^#\s+(?P<cmd>(?:sudo\s+)?(?:{_CMD_ALT})(?:\s.*)?)$"),
 )
-_PROMPT_HINT = re.compile(r"[$#%>]")
+_PROMPT_HINT = lazyre.compile(r"[$#%>]")
 
 
 @dataclass
@@ -1069,17 +1088,17 @@ def filter_allows(patterns: Sequence[str], words: Sequence[str]) -> bool:
     return False
 
 
-_ELISION = re.compile(r"^\s*(?:\.{3,}|…|\[\.\.\.\]|\[?(?:output )?(?:truncated|snipped|cut)\]?|<\s*snip\s*>)\s*$",
+_ELISION = lazyre.compile(r"^\s*(?:\.{3,}|…|\[\.\.\.\]|\[?(?:output )?(?:truncated|snipped|cut)\]?|<\s*snip\s*>)\s*$",
                       re.IGNORECASE)
-_ELISION_TEXT = re.compile(r"(?m)^\s*(?:\.{3,}|…|\[\.\.\.\]|<\s*snip\s*>)\s*$")
-_SEPARATOR = re.compile(r"^-{2}$")
-_JOURNAL_MARK = re.compile(r"^-- (?:Logs begin|Journal begins|No entries|Boot [0-9a-f]+|Reboot|Subject|Defined-By)"
+_ELISION_TEXT = lazyre.compile(r"(?m)^\s*(?:\.{3,}|…|\[\.\.\.\]|<\s*snip\s*>)\s*$")
+_SEPARATOR = lazyre.compile(r"^-{2}$")
+_JOURNAL_MARK = lazyre.compile(r"^-- (?:Logs begin|Journal begins|No entries|Boot [0-9a-f]+|Reboot|Subject|Defined-By)"
                            r".*$")
-_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
-_DASHES = re.compile(r"^-{5,}$")
-_HOSTLIST = re.compile(r"^(?P<hosts>[A-Za-z0-9][\w.,\[\]-]{0,1024})(?: \(\d+\))?$")
-_ANSIBLE = re.compile(r"^(?P<host>[\w.-]+) \| (?:CHANGED|SUCCESS|FAILED|UNREACHABLE!?) (?:\| rc=-?\d+ )?>>\s*$")
-_PSSH = re.compile(r"^\[\d+\] \d\d:\d\d:\d\d \[(?:SUCCESS|FAILURE)\] (?P<host>[\w.-]+)(?::\d+)?\b.*$")
+_FENCE = lazyre.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
+_DASHES = lazyre.compile(r"^-{5,}$")
+_HOSTLIST = lazyre.compile(r"^(?P<hosts>[A-Za-z0-9][\w.,\[\]-]{0,1024})(?: \(\d+\))?$")
+_ANSIBLE = lazyre.compile(r"^(?P<host>[\w.-]+) \| (?:CHANGED|SUCCESS|FAILED|UNREACHABLE!?) (?:\| rc=-?\d+ )?>>\s*$")
+_PSSH = lazyre.compile(r"^\[\d+\] \d\d:\d\d:\d\d \[(?:SUCCESS|FAILURE)\] (?P<host>[\w.-]+)(?::\d+)?\b.*$")
 
 
 @dataclass
@@ -1103,7 +1122,7 @@ class Part:
 
 
 # Lines that may be structure (a superset, found at C speed); `_structure` decides.
-_HINT = re.compile(r"\n(?=[-`~.\u2026$#(]|\[(?:[\w.-]+@|\d+\] \d\d:|\.\.\.\]|(?:output )?(?:truncated|snipped|cut)\])"
+_HINT = lazyre.compile(r"\n(?=[-`~.\u2026$#(]|\[(?:[\w.-]+@|\d+\] \d\d:|\.\.\.\]|(?:output )?(?:truncated|snipped|cut)\])"
                    r"|(?=(?P<w>[\w.-]+))(?P=w)(?:@|:[~/]| \| |\$ |# )|(?:bash|sh|zsh)-\d|<\s*snip)")
 
 

@@ -16,11 +16,13 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from preflight import lazyre
+
 MAX_HOSTS = 100_000
 
 # RFC 1123 labels (letters, digits, hyphen; underscores tolerated as sites use them), dotted.
-_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*$")
-_IPV4 = re.compile(r"^(?:\d{1,3}\.){3}\d{1,3}$")
+_NAME = lazyre.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*$")
+_IPV4 = lazyre.compile(r"^(?:\d{1,3}\.){3}\d{1,3}$")
 
 
 class HostlistError(ValueError):
@@ -221,7 +223,7 @@ def from_environment(env: dict[str, str] | None = None) -> list[str] | None:
 
 # a name's trailing number: the part a Slurm hostlist brackets (gpu[001-003], rack1-node[01-04]);
 # Slurm (22.05) accepts no suffix after a bracket, so a name not ending in digits is never bracketed
-_NUMBERED = re.compile(r"(.*?)(\d+)")
+_NUMBERED = lazyre.compile(r"(.*?)(\d+)")
 
 
 def _ranges(nums: list[int], width: int) -> str:

@@ -15,13 +15,13 @@ alone. Where a capture proves the job failed or the node cannot train, FAIL.
 from __future__ import annotations
 
 import contextvars
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from preflight import lazyre
 from preflight.model import Status
 
 if sys.version_info >= (3, 11):  # pragma: no mutate (3.11 and later: > and >= agree)
@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):  # pragma: no mutate (3.11 and later: > and >= a
 else:  # pragma: no cover
     import tomli as tomllib
 
-CODE_RE = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+/[a-z0-9]+(?:-[a-z0-9]+)*$")
+CODE_RE = lazyre.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+/[a-z0-9]+(?:-[a-z0-9]+)*$")
 FIELDS = {"status": "pass, warn, fail, skip or error", "means": "what the finding is, one sentence",
           "reason": "why it has this status", "source": "the vendor document or source it follows"}
 

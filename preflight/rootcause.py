@@ -29,10 +29,10 @@ in, results out.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from preflight import lazyre
 from preflight.findings import coded_result
 from preflight.model import Capture, CaptureState, Result, Status
 from preflight.parsers.nvsmi_errors import errors_in
@@ -43,7 +43,7 @@ NODE_LEVEL = (NODE_CHECK, RESPONSIVE_CHECK, "analyze.node")  # results about the
 TIMED_OUT = "run.probe/timed-out"  # the finding code of a check whose probe timed out
 OUTPUT_LOST = "run.probe/output-lost"  # the finding code of a check whose probe's output never came back
 EXPLAINS_LOST = "explains_lost"  # a FAIL's fact: it explains why the node's output was lost
-_TIMED_OUT_PROBE = re.compile(r"^probe (\S+) timed out after ")
+_TIMED_OUT_PROBE = lazyre.compile(r"^probe (\S+) timed out after ")
 _STILL_RUNNING = "was still running"  # a deadline's LOST capture of a probe it killed (local transport)
 _NOT_TOOLS = ("sh", "bash", "env", "timeout")  # a probe run through these is its own tool
 DRIVER_CHECK = "gpu.driver"

@@ -19,11 +19,11 @@ timeouts, and never raise for a Slurm fault: they return `Action`s that say what
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.inventory import HostlistError, compress, dedupe, valid_node_name
 from preflight.parsers.slurm_job import SlurmJob, parse_sacct, parse_scontrol_job
 from preflight.procs import TIMED_OUT, run_bounded
@@ -32,10 +32,10 @@ PREFIX = "preflight:"
 REASON_MAX = 160  # characters; Slurm keeps longer reasons, but sinfo/squeue views cut them
 SCONTROL_TIMEOUT = 15.0
 
-_KEY = re.compile(r"(?:^|(?<=\s))([A-Z][A-Za-z0-9_]*)=")
-_REASON = re.compile(r"(?:^|\s)Reason=(?P<text>.*?)(?:\s*\[(?P<user>[^\]@\s]*)@(?P<time>[^\]\s]*)\])?"
+_KEY = lazyre.compile(r"(?:^|(?<=\s))([A-Z][A-Za-z0-9_]*)=")
+_REASON = lazyre.compile(r"(?:^|\s)Reason=(?P<text>.*?)(?:\s*\[(?P<user>[^\]@\s]*)@(?P<time>[^\]\s]*)\])?"
                      r"(?=\s+[A-Z][A-Za-z0-9_]*=|\s*$)")
-_REASON_STAMPED = re.compile(r"(?:^|\s)Reason=(?P<text>.*?)\s*\[(?P<user>[^\]@\s]*)@(?P<time>[^\]\s]*)\]")
+_REASON_STAMPED = lazyre.compile(r"(?:^|\s)Reason=(?P<text>.*?)\s*\[(?P<user>[^\]@\s]*)@(?P<time>[^\]\s]*)\]")
 
 
 @dataclass
@@ -275,7 +275,7 @@ def hostnames(partition: str | None = None, nodelist: str | None = None, timeout
     return names
 
 
-JOB_ID = re.compile(r"\d+(?:_\d+)?")
+JOB_ID = lazyre.compile(r"\d+(?:_\d+)?")
 SACCT_FIELDS = "JobID,NodeList,Start,End,State,ExitCode"
 
 

@@ -13,14 +13,15 @@ its option.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from preflight import lazyre
+
 UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_AGE = lazyre.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
 
 def parse_age(text: str) -> float:

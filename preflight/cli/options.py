@@ -3,12 +3,13 @@ readers of option values that are more than a type (ages, sizes)."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+
+from preflight import lazyre
 
 ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Profile name or TOML file; 'auto' detects it from the GPUs (default $PREFLIGHT_PROFILE, else the config's profile, else auto).")]
 ChecksDirOpt = Annotated[list[Path] | None, typer.Option("--checks-dir", help="Folder of site checks (*.py); repeatable.")]
@@ -70,7 +71,7 @@ def since_time(value: str | None, option: str = "--since",
         usage(f"{option} {value!r}: use {forms}")
 
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgKMG]?)[iI]?[bB]?\s*$")
+_SIZE = lazyre.compile(r"^\s*(\d+)\s*([kmgKMG]?)[iI]?[bB]?\s*$")
 
 
 def size(text: str) -> int:

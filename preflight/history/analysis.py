@@ -22,7 +22,6 @@ in transit, probe timed out): it is neither a failure nor a pass. SKIP is neithe
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from preflight import facts as result_facts
+from preflight import lazyre
 from preflight.history.store import Row
 from preflight.model import CLUSTER, LINK_SEP, Result, Status, is_node, real_nodes
 
@@ -319,13 +319,13 @@ def _cause(summary: str) -> str:
 # what differs between two wordings of one cause: PCI ids, addresses, ids, hex, then any number
 # (node names, GPU indexes, ports, counts, durations)
 _VARIABLE = (
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<address>"),
-    (re.compile(r"\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?\b|\b[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b"),
+    (lazyre.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<address>"),
+    (lazyre.compile(r"\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?\b|\b[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b"),
      "<pci>"),
-    (re.compile(r"(?<![\w:])[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}(?![\w:])"), "<address>"),
-    (re.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F-]{8,}"), "<uuid>"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{4,}\b"), "<hex>"),
-    (re.compile(r"\d+(?:\.\d+)*"), "#"),
+    (lazyre.compile(r"(?<![\w:])[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}(?![\w:])"), "<address>"),
+    (lazyre.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F-]{8,}"), "<uuid>"),
+    (lazyre.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{4,}\b"), "<hex>"),
+    (lazyre.compile(r"\d+(?:\.\d+)*"), "#"),
 )
 
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec, short
 
@@ -59,7 +60,7 @@ PROBE_NTPQ = "ntpq-peers"
 PROBE_SOURCES, PROBE_SOURCESTATS, PROBE_LOG = "chronyc-sources", "chronyc-sourcestats", "clock-log"
 # a reference that is the host's own clock, not a time source: ntpd's local clock driver
 # (127.127.1.u, shown as LOCAL(u), refid .LOCL.), chrony's local mode (refid 7F7F0101, `local` directive)
-_LOCAL = re.compile(r"^(?:LOCAL(?:\(\d+\))?|127\.127\.1\.\d+|\.?LOCL\.?|7F7F0101)$", re.I)
+_LOCAL = lazyre.compile(r"^(?:LOCAL(?:\(\d+\))?|127\.127\.1\.\d+|\.?LOCL\.?|7F7F0101)$", re.I)
 
 
 def is_local(*names: str) -> bool:
@@ -81,13 +82,13 @@ def proven_offset(offsets: list[float]) -> float | None:
 UNSYNCED_LEAP = ("not synchronised", "not synchronized", "unsynchronised", "invalid")
 SYNCED_LEAP = ("normal", "insert second", "delete second")  # chrony's leap statuses while synchronised
 # chronyd's reference: 8 hex digits (chrony 2 and later), or an IPv4/IPv6 address (chrony 1.x)
-_REF_ID = re.compile(r"^(?:[0-9A-Fa-f]{8}|\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:]*:[0-9A-Fa-f:]*)$")
+_REF_ID = lazyre.compile(r"^(?:[0-9A-Fa-f]{8}|\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f:]*:[0-9A-Fa-f:]*)$")
 _NUM = r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
-_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ()]*?)\s*:\s*(.*?)\s*$")
-_SYSTEM_TIME = re.compile(rf"({_NUM})\s*seconds?\s+(fast|slow)", re.I)
-_CHRONY_ERROR = re.compile(r"^\s*(5\d\d\s+\S.*|Could not \S.*|chronyc: \S.*|.*Cannot talk to daemon.*)$")
-_CSV = re.compile(r"^[0-9A-Fa-f]{8},[^,]*,\d+,")
-_NO_BUS = re.compile(r"not been booted with systemd|Failed to (?:connect to|create) bus|Failed to query server|"
+_FIELD = lazyre.compile(r"^\s*([A-Za-z][A-Za-z ()]*?)\s*:\s*(.*?)\s*$")
+_SYSTEM_TIME = lazyre.compile(rf"({_NUM})\s*seconds?\s+(fast|slow)", re.I)
+_CHRONY_ERROR = lazyre.compile(r"^\s*(5\d\d\s+\S.*|Could not \S.*|chronyc: \S.*|.*Cannot talk to daemon.*)$")
+_CSV = lazyre.compile(r"^[0-9A-Fa-f]{8},[^,]*,\d+,")
+_NO_BUS = lazyre.compile(r"not been booted with systemd|Failed to (?:connect to|create) bus|Failed to query server|"
                      r"Failed to get properties|Unknown (?:operation|command verb)|Access denied", re.I)
 
 
@@ -357,7 +358,7 @@ class Peers:
         return proven_offset([r.offset_s for r in usable]), [r.line for r in usable]
 
 
-_NTPQ_ERROR = re.compile(r"Connection refused|timed out, nothing received|Request timed out|No association ID|"
+_NTPQ_ERROR = lazyre.compile(r"Connection refused|timed out, nothing received|Request timed out|No association ID|"
                          r"^ntpq: ", re.I)
 
 
@@ -415,18 +416,18 @@ def detect_peers(doc: Doc) -> bool:
 # print_signed_nanoseconds / print_nanoseconds (client.c): ns, us, ms, s, then minutes, hours, days, years
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "y": 365 * 86400.0}
 _DUR = r"[-+]?\d+(?:\.\d+)?(?:ns|us|ms|s|m|h|d|y)"
-_SOURCE_ROW = re.compile(
+_SOURCE_ROW = lazyre.compile(
     rf"^(?P<mode>[\^=#])(?P<state>[*+\-?x~ ])\s*(?P<name>\S+)\s+(?P<stratum>\d+)\s+(?P<poll>-?\d+)\s+"
     rf"(?P<reach>[0-7]{{1,3}})\s+(?P<lastrx>-|\d+[mhdy]?)\s+(?P<adj>{_DUR})\s*\[\s*(?P<meas>{_DUR})\s*\]"
     rf"\s*\+/-\s*(?P<err>{_DUR})\s*$")
-_SOURCE_CSV = re.compile(rf"^(?P<mode>[\^=#]),(?P<state>[*+\-?x~ ]),(?P<name>[^,]+),(?P<stratum>\d+),(?P<poll>-?\d+),"
+_SOURCE_CSV = lazyre.compile(rf"^(?P<mode>[\^=#]),(?P<state>[*+\-?x~ ]),(?P<name>[^,]+),(?P<stratum>\d+),(?P<poll>-?\d+),"
                          rf"(?P<reach>[0-7]{{1,3}}),(?P<lastrx>\d+),(?P<adj>{_NUM}),(?P<meas>{_NUM}),(?P<err>{_NUM})$")
-_STATS_ROW = re.compile(rf"^(?P<name>\S+)\s+(?P<np>\d+)\s+(?P<nr>\d+)\s+(?P<span>-|\d+[mhdy]?)\s+(?P<freq>{_NUM})\s+"
+_STATS_ROW = lazyre.compile(rf"^(?P<name>\S+)\s+(?P<np>\d+)\s+(?P<nr>\d+)\s+(?P<span>-|\d+[mhdy]?)\s+(?P<freq>{_NUM})\s+"
                         rf"(?P<skew>{_NUM})\s+(?P<offset>{_DUR})\s+(?P<sd>{_DUR})\s*$")
-_STATS_CSV = re.compile(rf"^(?P<name>[^,]+),(?P<np>\d+),(?P<nr>\d+),(?P<span>\d+),(?P<freq>{_NUM}),(?P<skew>{_NUM}),"
+_STATS_CSV = lazyre.compile(rf"^(?P<name>[^,]+),(?P<np>\d+),(?P<nr>\d+),(?P<span>\d+),(?P<freq>{_NUM}),(?P<skew>{_NUM}),"
                         rf"(?P<offset>{_NUM}),(?P<sd>{_NUM})$")
-_NUMBER_OF_SOURCES = re.compile(r"^210 Number of sources\s*=\s*(\d+)$")
-_CAPTION = re.compile(r"^(?:\.-|/|\||\\)")  # the -v caption lines above the header
+_NUMBER_OF_SOURCES = lazyre.compile(r"^210 Number of sources\s*=\s*(\d+)$")
+_CAPTION = lazyre.compile(r"^(?:\.-|/|\||\\)")  # the -v caption lines above the header
 
 
 def duration(text: str) -> float | None:
@@ -596,16 +597,16 @@ def detect_sourcestats(doc: Doc) -> bool:
 
 LOG_IDENTS = ("chronyd", "ntpd", "ntpdate")
 # a source in use: chronyd's selection, ntpdate's adjustment or step (ntpdate.c: "adjust time server %s offset")
-_SELECTED = re.compile(r"^(?:Selected source \S+|(?:adjust|step) time server \S+ offset)")
+_SELECTED = lazyre.compile(r"^(?:Selected source \S+|(?:adjust|step) time server \S+ offset)")
 # no source: chronyd (sources.c, reference.c); ntpdate (ntpdate.c, LOG_ERR) found none it could use
-_NO_SOURCES = re.compile(r"^(?:Can't synchronise: .*|No suitable source for synchronisation|"
+_NO_SOURCES = lazyre.compile(r"^(?:Can't synchronise: .*|No suitable source for synchronisation|"
                          r"no server suitable for synchronization found|no servers can be used, exiting)$")
-_WRONG_BY = re.compile(rf"^System clock wrong by ({_NUM}) seconds")
-_STEPPED = re.compile(r"^System clock was stepped by")
-_SANITY = re.compile(rf"time correction of ({_NUM}) seconds exceeds sanity limit", re.I)
-_EXITED = re.compile(r"^Fatal error\s*:|, exiting\.?$|^(?:ntpd )?exiting\b(?! on signal)", re.I)
+_WRONG_BY = lazyre.compile(rf"^System clock wrong by ({_NUM}) seconds")
+_STEPPED = lazyre.compile(r"^System clock was stepped by")
+_SANITY = lazyre.compile(rf"time correction of ({_NUM}) seconds exceeds sanity limit", re.I)
+_EXITED = lazyre.compile(r"^Fatal error\s*:|, exiting\.?$|^(?:ntpd )?exiting\b(?! on signal)", re.I)
 # what the daemons print at error level (chrony LOG(LOGS_ERR), LOG_FATAL; ntpd msyslog(LOG_ERR)), by its wording
-_ERROR_LEVEL = re.compile(r"^(?:Fatal error|Could not|Can't|Cannot|Failed|Failing|Error|Invalid|Unable to|"
+_ERROR_LEVEL = lazyre.compile(r"^(?:Fatal error|Could not|Can't|Cannot|Failed|Failing|Error|Invalid|Unable to|"
                           r"Another chronyd|CAP_SYS_TIME not present|Backward time jump|Forward time jump|"
                           r"no servers can be used)|\bfailed\b|\bexceeds\b|\bnot supported\b", re.I)
 

@@ -19,23 +19,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
 _VERSION = r"\d{3}\.\d{1,3}(?:\.\d{1,3})?"
 _NAME = r"(?:lib)?nvidia[\w.+:-]*|cuda-drivers[\w.:-]*|kmod-nvidia[\w.:-]*"
-_PROC = re.compile(rf"NVRM version:.*?Kernel Module(?: for \S+)?\s+({_VERSION})\b")
-_MODINFO = re.compile(rf"^version:\s+({_VERSION})\s*$")
-_BARE = re.compile(rf"^({_VERSION})$")
+_PROC = lazyre.compile(rf"NVRM version:.*?Kernel Module(?: for \S+)?\s+({_VERSION})\b")
+_MODINFO = lazyre.compile(rf"^version:\s+({_VERSION})\s*$")
+_BARE = lazyre.compile(rf"^({_VERSION})$")
 # dpkg -l: the first letter is the wanted state, the second the current one (i installed, c only
 # configuration files left, n not installed)
-_DPKG = re.compile(rf"^[uihrp](?P<state>[a-zA-Z])[a-zA-Z ]?\s+(?P<name>{_NAME})\s+(?:\d+:)?(?P<v>{_VERSION})\S*\s")
-_APT = re.compile(rf"^(?P<name>{_NAME})/\S+\s+(?:\d+:)?(?P<v>{_VERSION})\S*\s+\S+\s+\[installed")
-_RPM = re.compile(rf"^(?P<name>(?:lib)?nvidia[\w.+-]*?|cuda-drivers[\w-]*?|kmod-nvidia[\w.-]*?)-(?:\d+:)?"
+_DPKG = lazyre.compile(rf"^[uihrp](?P<state>[a-zA-Z])[a-zA-Z ]?\s+(?P<name>{_NAME})\s+(?:\d+:)?(?P<v>{_VERSION})\S*\s")
+_APT = lazyre.compile(rf"^(?P<name>{_NAME})/\S+\s+(?:\d+:)?(?P<v>{_VERSION})\S*\s+\S+\s+\[installed")
+_RPM = lazyre.compile(rf"^(?P<name>(?:lib)?nvidia[\w.+-]*?|cuda-drivers[\w-]*?|kmod-nvidia[\w.-]*?)-(?:\d+:)?"
                   rf"(?P<v>{_VERSION})-\S+$")
-_DNF = re.compile(rf"^(?P<name>{_NAME})\.(?:x86_64|aarch64|ppc64le|noarch|i686)\s+(?:\d+:)?(?P<v>{_VERSION})-\S+")
+_DNF = lazyre.compile(rf"^(?P<name>{_NAME})\.(?:x86_64|aarch64|ppc64le|noarch|i686)\s+(?:\d+:)?(?P<v>{_VERSION})-\S+")
 # packages whose version is not the driver's (toolkits, container runtime, firmware)
-_NOT_DRIVER = re.compile(r"container|docker|cuda-toolkit|nvidia-cuda|persistenced-doc|firmware-\d|modprobe|"
+_NOT_DRIVER = lazyre.compile(r"container|docker|cuda-toolkit|nvidia-cuda|persistenced-doc|firmware-\d|modprobe|"
                          r"nvidia-settings|nvidia-prime|dkms-tools|fabricmanager-dev", re.I)
 # dpkg current states of a package whose files are on disk (installed, unpacked, half-configured,
 # half-installed, awaiting or pending triggers); n (not installed) and c (configuration only) are not

@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
-_HEADER = re.compile(r"^Settings for (?P<dev>[^:\s]+):\s*$")
-_FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z -]*?)\s*:\s*(?P<val>.*?)\s*$")
-_SPEED = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[MG])b/s$", re.I)
+_HEADER = lazyre.compile(r"^Settings for (?P<dev>[^:\s]+):\s*$")
+_FIELD = lazyre.compile(r"^(?P<key>[A-Za-z][A-Za-z -]*?)\s*:\s*(?P<val>.*?)\s*$")
+_SPEED = lazyre.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[MG])b/s$", re.I)
 _KEYS = ("speed", "duplex", "lanes", "link detected", "port", "auto-negotiation")  # the fields the facts keep
 
 

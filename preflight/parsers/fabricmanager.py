@@ -27,48 +27,49 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import cast
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers import nvsmi_q, systemd
 from preflight.parsers.base import Format, ParserSpec, short
 
-_INIT = re.compile(r"^Fabric Manager Log initializing at:\s*(?P<time>.*)$")
-_LEVEL = re.compile(r"\[(INFO|WARNING|WARN|ERROR|FATAL|CRITICAL|DEBUG)\]")
-_TID = re.compile(r"^(?:\[(?:INFO|WARNING|WARN|ERROR|FATAL|CRITICAL|DEBUG)\]\s*)?\[tid \d+\]\s*")
-_FATAL = re.compile(r"detected NVSwitch fatal error (\d+)|detected GPU NVL Fatal error", re.I)
-_NONFATAL = re.compile(r"detected NVSwitch non-fatal error (\d+)|detected GPU NVL Non Fatal error", re.I)
-_ABORT = re.compile(r"aborting fabric manager|fabric manager (is )?(exiting|terminating)|"
+_INIT = lazyre.compile(r"^Fabric Manager Log initializing at:\s*(?P<time>.*)$")
+_LEVEL = lazyre.compile(r"\[(INFO|WARNING|WARN|ERROR|FATAL|CRITICAL|DEBUG)\]")
+_TID = lazyre.compile(r"^(?:\[(?:INFO|WARNING|WARN|ERROR|FATAL|CRITICAL|DEBUG)\]\s*)?\[tid \d+\]\s*")
+_FATAL = lazyre.compile(r"detected NVSwitch fatal error (\d+)|detected GPU NVL Fatal error", re.I)
+_NONFATAL = lazyre.compile(r"detected NVSwitch non-fatal error (\d+)|detected GPU NVL Non Fatal error", re.I)
+_ABORT = lazyre.compile(r"aborting fabric manager|fabric manager (is )?(exiting|terminating)|"
                     r"failed to (start|initialize) fabric manager", re.I)
-_MULTICAST_FAIL = re.compile(r"(?:fail\w*|error)\b.*\bmulticast team|multicast team.*\b(?:fail\w*|error)", re.I)
-_SWITCH = re.compile(r"pci bus id (\S+)(?: physical id (\d+))?(?: port (\d+))?", re.I)
-_LPF = re.compile(r"found NVSwitch LPF:\s*device=(?P<dev>\S+)\s+guid=(?P<guid>\S+)", re.I)
-_LPF_USED = re.compile(r"using NVSwitch management port GUID:\s*(?P<guid>\S+)", re.I)
+_MULTICAST_FAIL = lazyre.compile(r"(?:fail\w*|error)\b.*\bmulticast team|multicast team.*\b(?:fail\w*|error)", re.I)
+_SWITCH = lazyre.compile(r"pci bus id (\S+)(?: physical id (\d+))?(?: port (\d+))?", re.I)
+_LPF = lazyre.compile(r"found NVSwitch LPF:\s*device=(?P<dev>\S+)\s+guid=(?P<guid>\S+)", re.I)
+_LPF_USED = lazyre.compile(r"using NVSwitch management port GUID:\s*(?P<guid>\S+)", re.I)
 # a journal message's own prefix: the log's bracketed time, its level, its thread
-_PREFIX = re.compile(r"^(?:\[[^\]]*\d\d:\d\d:\d\d\]\s*)?(?:\[(?P<level>INFO|WARNING|WARN|ERROR|FATAL|CRITICAL|DEBUG)\]\s*)?"
+_PREFIX = lazyre.compile(r"^(?:\[[^\]]*\d\d:\d\d:\d\d\]\s*)?(?:\[(?P<level>INFO|WARNING|WARN|ERROR|FATAL|CRITICAL|DEBUG)\]\s*)?"
                      r"(?:\[tid \d+\]\s*)?")
 # the driver interface check at start-up; "don't" (470-535), "doesn't" (545+), a typographic quote in some
-_VERSION_MISMATCH = re.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\S+) "
+_VERSION_MISMATCH = lazyre.compile(r"fabric manager NVIDIA GPU driver interface version (?P<fm>\S+) "
                                r"(?:don't|doesn't|don’t|doesn’t|do not|does not) match(?: with driver version "
                                r"(?P<driver>\d[\w.-]*\d))?", re.I)
 # the NVSwitch driver has no switch for the fabric manager to manage (no NVSwitch, or not passed through)
-_NOTHING_TO_DO = re.compile(r"NV_WARN_NOTHING_TO_DO|WARNING Nothing to do", re.I)
+_NOTHING_TO_DO = lazyre.compile(r"NV_WARN_NOTHING_TO_DO|WARNING Nothing to do", re.I)
 _IDENTS = ("nv-fabricmanager", "nvidia-fabricmanager", "fabricmanager", "nvidia-fabricmanager-start.sh")
 # a journal message pasted without its time and host: "nv-fabricmanager[27360]: ..."
-_BARE_IDENT = re.compile(r"^(?P<ident>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?)\[\d+\]:\s*(?P<msg>.*)$")
+_BARE_IDENT = lazyre.compile(r"^(?P<ident>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?)\[\d+\]:\s*(?P<msg>.*)$")
 # the daemon's usage text (`nv-fabricmanager -h`, or after a command line it cannot read): its
 # title, "Usage: nv-fabricmanager [options]", "Options include:" and one line per option
 # ("[-c | --config]: Provides Fabric Manager config file path/name ...")
-_USAGE = re.compile(r"^(?:Usage: nv-fabricmanager\b|Options include:\s*$|\[-\w \| --[\w-]+\]:)")
+_USAGE = lazyre.compile(r"^(?:Usage: nv-fabricmanager\b|Options include:\s*$|\[-\w \| --[\w-]+\]:)")
 # what a command-line parser prints before the usage text about an option it refuses
-_BAD_OPTION = re.compile(r"(?:unrecognized|unrecognised|unknown|invalid|illegal) (?:command[- ]line )?(?:option|argument)|"
+_BAD_OPTION = lazyre.compile(r"(?:unrecognized|unrecognised|unknown|invalid|illegal) (?:command[- ]line )?(?:option|argument)|"
                          r"option (?:'[^']*' )?requires an argument|missing (?:value|argument) for|"
                          r"(?:error|failed) (?:while )?parsing (?:the )?command[- ]line", re.I)
 # the 550+ start script: the daemon it ran exited non-zero
-_SCRIPT_FAILED = re.compile(r'"[^"]*nv-fabricmanager[^"]*" failed! Exit code: (?P<rc>-?\d+)')
+_SCRIPT_FAILED = lazyre.compile(r'"[^"]*nv-fabricmanager[^"]*" failed! Exit code: (?P<rc>-?\d+)')
 # the daemon writes to the journal without its level: the words of its error messages
-_ERROR_WORDS = re.compile(r"\b(?:fail(?:ed|ure|s)?|error|unable|abort\w*|cannot|can't|could not|timed? ?out|"
+_ERROR_WORDS = lazyre.compile(r"\b(?:fail(?:ed|ure|s)?|error|unable|abort\w*|cannot|can't|could not|timed? ?out|"
                           r"mismatch|not supported|invalid|exception|fatal)\b", re.I)
-_OWN_LINE = re.compile(r"\b(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)\[\d+\]:")
-_CONFIG_DUMP = re.compile(r"^[A-Za-z][\w .()/-]*\s=\s")  # "Logging level = 4": the start-up configuration dump
+_OWN_LINE = lazyre.compile(r"\b(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)\[\d+\]:")
+_CONFIG_DUMP = lazyre.compile(r"^[A-Za-z][\w .()/-]*\s=\s")  # "Logging level = 4": the start-up configuration dump
 _WRAPPER = "nvidia-fabricmanager-wrapper:"
 DETAIL_MAX = 6  # pragma: no mutate (continuation lines kept per event: a display limit)
 
@@ -300,7 +301,7 @@ def detect(doc: Doc) -> bool:
 # ---------------------------------------------------------------------------------------------
 # The nvidia-smi -q Fabric block, alone or grep'd
 
-_FIELD = re.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s+(?P<value>.*?))?\s*$")
+_FIELD = lazyre.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s+(?P<value>.*?))?\s*$")
 
 
 @dataclass

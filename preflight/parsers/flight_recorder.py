@@ -23,11 +23,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)(?!.*rank[_-]?\d)", re.IGNORECASE)
-_TRAILING_NUM = re.compile(r"[_-](\d+)(?:\.(?:json|pkl|pickle|bin))?$")
+_RANK_IN_NAME = lazyre.compile(r"rank[_-]?(\d+)(?!.*rank[_-]?\d)", re.IGNORECASE)
+_TRAILING_NUM = lazyre.compile(r"[_-](\d+)(?:\.(?:json|pkl|pickle|bin))?$")
 
 
 def rank_from_name(name: str) -> int | None:
@@ -215,22 +216,22 @@ def _pg_ranks(cfg: dict[Any, Any], pg_names: dict[str, str]) -> dict[str, list[i
 
 # (kind, header): every wording a finding's first line has had
 _FRT_HEADS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("missing", re.compile(r"^Not all ranks joining collective[,:]? sequence number:\s*(\d+)")),
-    ("missing", re.compile(r"^Not all ranks joining collective (\d+) at entry (\d+)")),
-    ("missing", re.compile(r"^Not all ranks joining collective for group (\S+) collective (\S+)")),
-    ("size", re.compile(r"^Input/output mismatch in the collective(?: sequence number:)?\s*(\d+)(?: at entry (\d+))?")),
-    ("errors", re.compile(r"^Collective(?: sequence number:)?\s*(\d+)(?: at entry (\d+))? (?:has )?errors")),
-    ("undecided", re.compile(r"^We cannot decide what's wrong with this collective entry because we missed FR dumps "
+    ("missing", lazyre.compile(r"^Not all ranks joining collective[,:]? sequence number:\s*(\d+)")),
+    ("missing", lazyre.compile(r"^Not all ranks joining collective (\d+) at entry (\d+)")),
+    ("missing", lazyre.compile(r"^Not all ranks joining collective for group (\S+) collective (\S+)")),
+    ("size", lazyre.compile(r"^Input/output mismatch in the collective(?: sequence number:)?\s*(\d+)(?: at entry (\d+))?")),
+    ("errors", lazyre.compile(r"^Collective(?: sequence number:)?\s*(\d+)(?: at entry (\d+))? (?:has )?errors")),
+    ("undecided", lazyre.compile(r"^We cannot decide what's wrong with this collective entry because we missed FR dumps "
                              r"from ranks \(([^)]*)\)")),
-    ("no_errors", re.compile(r"^No errors found for this collective entry")),
-    ("dumps_missing", re.compile(r"Missing dump files from ranks (\{[^}]*\}|\S+)")),
+    ("no_errors", lazyre.compile(r"^No errors found for this collective entry")),
+    ("dumps_missing", lazyre.compile(r"Missing dump files from ranks (\{[^}]*\}|\S+)")),
 )
-_FRT_LOGGER = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG):Flight Recorder:")
-_FRT_FIELD = re.compile(r"^(internal record id|group info|collective|missing ranks|input sizes|output sizes|"
+_FRT_LOGGER = lazyre.compile(r"^(?:INFO|WARNING|ERROR|DEBUG):Flight Recorder:")
+_FRT_FIELD = lazyre.compile(r"^(internal record id|group info|collective|missing ranks|input sizes|output sizes|"
                         r"world size|expected ranks|collective state|error msg|error message|total input numel|"
                         r"total output numel): ?(.*)$")
-_OLD_MISSING = re.compile(r"Missing ranks are (\{[^}]*\}|set\(\))")
-_CULPRIT = re.compile(r"Culprit rank (\d+); (?:Error type: )?(?:MatchState\.)?(\w+)(?:, )?(.*)")
+_OLD_MISSING = lazyre.compile(r"Missing ranks are (\{[^}]*\}|set\(\))")
+_CULPRIT = lazyre.compile(r"Culprit rank (\d+); (?:Error type: )?(?:MatchState\.)?(\w+)(?:, )?(.*)")
 
 
 @dataclass
@@ -326,8 +327,8 @@ def parse_fr_trace_text(text: str) -> list[FRTraceFinding]:
 
 # fr_trace -j: the entries of every rank side by side
 
-_J_HEAD = re.compile(r"^\s*Rank\s+\d+(?:\s{2,}Rank\s+\d+)+\s*$")
-_J_ENTRY = re.compile(r"([a-z_]+)\(([^()]*(?:\([^()]*\)[^()]*)*)\)")
+_J_HEAD = lazyre.compile(r"^\s*Rank\s+\d+(?:\s{2,}Rank\s+\d+)+\s*$")
+_J_ENTRY = lazyre.compile(r"([a-z_]+)\(([^()]*(?:\([^()]*\)[^()]*)*)\)")
 
 
 @dataclass

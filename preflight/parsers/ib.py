@@ -23,21 +23,22 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
 # ibstat prints "<node type> '<name>'" (CA, Switch, Router, iWARP RNIC, ??? for an unknown type);
 # `ibstat <ca> <port>` prints "CA: '<name>'" and the port's lines without indentation
-_CA = re.compile(r"^\s*(?:CA|Switch|Router|iWARP RNIC|\?\?\?):? '(?P<ca>[^']+)'\s*$")
-_PORT = re.compile(r"^\s*Port (?P<port>\d+):\s*$")
-_KV = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z _]*?)\s*:\s*(?P<val>.*?)\s*$")
-_IBSTATUS = re.compile(r"^\s*Infiniband device '(?P<ca>[^']+)' port (?P<port>\d+) status:\s*$", re.IGNORECASE)
-_HCA_ID = re.compile(r"^\s*hca_id:\s*(?P<ca>\S+)\s*$")
-_DEVINFO_PORT = re.compile(r"^\s*port:\s*(?P<port>\d+)\s*$")
-_IBDEV2NETDEV = re.compile(r"^(?P<ca>[\w.-]+) port (?P<port>\d+) ==> (?P<net>\S+) \((?P<state>\w+)\)")
+_CA = lazyre.compile(r"^\s*(?:CA|Switch|Router|iWARP RNIC|\?\?\?):? '(?P<ca>[^']+)'\s*$")
+_PORT = lazyre.compile(r"^\s*Port (?P<port>\d+):\s*$")
+_KV = lazyre.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z _]*?)\s*:\s*(?P<val>.*?)\s*$")
+_IBSTATUS = lazyre.compile(r"^\s*Infiniband device '(?P<ca>[^']+)' port (?P<port>\d+) status:\s*$", re.IGNORECASE)
+_HCA_ID = lazyre.compile(r"^\s*hca_id:\s*(?P<ca>\S+)\s*$")
+_DEVINFO_PORT = lazyre.compile(r"^\s*port:\s*(?P<port>\d+)\s*$")
+_IBDEV2NETDEV = lazyre.compile(r"^(?P<ca>[\w.-]+) port (?P<port>\d+) ==> (?P<net>\S+) \((?P<state>\w+)\)")
 # the tools' own error lines: libibmad's ibpanic/ibwarn (ibstat), ibstatus's `fatal`, devinfo.c's
 # fprintf(stderr, ...) and perror(...), and a tool name followed by a failure
-_ERROR = re.compile(
+_ERROR = lazyre.compile(
     r"^\s*(?:ibpanic|ibwarn):"
     r"|^\s*(?:ibstat|ibstatus|ibv_devinfo|ibdev2netdev)\b.*"
     r"(?:fail|error|No such|cannot|can't|couldn't|not found|No IB devices)"
@@ -47,11 +48,11 @@ _ERROR = re.compile(
     r"|^\s*IB device '[^']+' wasn't found"
     r"|^\s*Invalid port requested for device"
     r"|^\s*0 HCAs found", re.IGNORECASE)
-_MISSING_DEV = re.compile(r"IB device '(?P<a>[^']+)' (?:failed|wasn't found)|'(?P<b>[^']+)' IB device can't be found"
+_MISSING_DEV = lazyre.compile(r"IB device '(?P<a>[^']+)' (?:failed|wasn't found)|'(?P<b>[^']+)' IB device can't be found"
                           r"|device '(?P<c>[^']+)': sys files not found")
-_NO_DEVICES = re.compile(r"No IB devices|Failed to get IB devices list|Fatal error:\s+No devices|^\s*0 HCAs found"
+_NO_DEVICES = lazyre.compile(r"No IB devices|Failed to get IB devices list|Fatal error:\s+No devices|^\s*0 HCAs found"
                          r"|can't list IB device names", re.IGNORECASE)
-_NO_UMAD = re.compile(r"can't init UMAD library", re.IGNORECASE)
+_NO_UMAD = lazyre.compile(r"can't init UMAD library", re.IGNORECASE)
 
 # Port states as ibstat (port_state_str), ibstatus (sysfs "4: ACTIVE"), ibv_devinfo (port_state_str
 # "PORT_ACTIVE"), ibdev2netdev ("Up") and status tables ("active") print them, keyed by the value in
@@ -72,11 +73,11 @@ _PHYS = {
 STATES = frozenset(_STATE.values())
 PHYS_STATES = frozenset(_PHYS.values())
 # ibv_devinfo -v: active_width "4X (2)", active_speed "100.0 Gbps (128)"; rate = lanes x lane speed.
-_WIDTH = re.compile(r"^(?P<n>\d+)X")
+_WIDTH = lazyre.compile(r"^(?P<n>\d+)X")
 # ibstatus prints sysfs `rate` as the kernel formats it (drivers/infiniband/core/sysfs.c rate_show,
 # "%d%s Gb/sec (%dX%s)"): "200 Gb/sec (4X HDR)", "2.5 Gb/sec (1X)" (SDR has no name), "100 Gb/sec (2X HDR)"
-_RATE_WIDTH = re.compile(r"Gb/sec\s*\((?P<n>\d+)X\b")
-_SPEED = re.compile(r"^(?P<g>\d+(?:\.\d+)?)\s*Gbps")
+_RATE_WIDTH = lazyre.compile(r"Gb/sec\s*\((?P<n>\d+)X\b")
+_SPEED = lazyre.compile(r"^(?P<g>\d+(?:\.\d+)?)\s*Gbps")
 LID_UNASSIGNED = 65535  # 0xFFFF: the permissive LID a port reports before a subnet manager assigns one
 
 
@@ -235,7 +236,7 @@ _PORT_FIELDS = frozenset({"state", "phys state", "rate", "link layer", "base lid
 _CA_FIELDS = frozenset({"ca type", "number of ports", "firmware version", "hardware version", "node guid",
                         "system image guid", "fw ver", "vendor part id", "hca id"})
 # a line at error level, in output of the tools that is not one of their known error lines
-_ERRORISH = re.compile(r"\b(?:error|failed|failure|fatal|cannot|can't|couldn't|unable to)\b", re.IGNORECASE)
+_ERRORISH = lazyre.compile(r"\b(?:error|failed|failure|fatal|cannot|can't|couldn't|unable to)\b", re.IGNORECASE)
 
 
 def _field(key: str) -> str:
@@ -404,9 +405,9 @@ def parse(doc: Doc) -> IbReport:
     return rep
 
 
-_LIBIBMAD = re.compile(r"^\s*(?:ibpanic|ibwarn): \[\d+\] \w+: ")
-_TOOLS = re.compile(r"\b(?:ibstat|ibstatus|ibv_devinfo)\b")
-_DEVINFO_OWN = re.compile(r"^\s*(?:No IB devices found|Failed to get IB devices list)")
+_LIBIBMAD = lazyre.compile(r"^\s*(?:ibpanic|ibwarn): \[\d+\] \w+: ")
+_TOOLS = lazyre.compile(r"\b(?:ibstat|ibstatus|ibv_devinfo)\b")
+_DEVINFO_OWN = lazyre.compile(r"^\s*(?:No IB devices found|Failed to get IB devices list)")
 
 
 def _tool_error_only(doc: Doc, head: list[str]) -> bool:
@@ -424,7 +425,7 @@ def _tool_error_only(doc: Doc, head: list[str]) -> bool:
 
 # field lines only ibstatus (sysfs values), ibstat or ibv_devinfo print: one of them makes a
 # headerless run of field lines a fragment of their output
-_FRAGMENT_SIGNS = re.compile(
+_FRAGMENT_SIGNS = lazyre.compile(
     r"^\s*state:\s+\d:\s+(?:ACTIVE|DOWN|INIT|ARMED|ACTIVE_DEFER|NOP)\s*$"
     r"|^\s*phys state:\s+\d+:\s+[A-Za-z]"
     r"|^\s*rate:\s+\d+(?:\.\d+)?\s+Gb/sec\s+\(\d+X"
@@ -480,29 +481,29 @@ def detect(doc: Doc) -> bool:
 # mlx5_ib_err / ibdev_err print `infiniband mlx5_<n>: ...`. Link up/down and transceiver faults are
 # read by parsers.netlog, PCIe AER reports naming the HCA by parsers.kernel_hw: not here.
 
-_KDEV = re.compile(r"(?:^|\s)(?:(?P<drv>mlx5_core|mlx4_core) (?P<pci>(?:[0-9a-fA-F]{4,8}:)?"
+_KDEV = lazyre.compile(r"(?:^|\s)(?:(?P<drv>mlx5_core|mlx4_core) (?P<pci>(?:[0-9a-fA-F]{4,8}:)?"
                    r"[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])|infiniband (?P<ibdev>[\w.-]+)): (?P<msg>.*)$")
 # Linux 3.x pr_err form without the driver: `<pci>:<function>:<line>:(pid N): ...`
-_KDEV_OLD = re.compile(r"(?:^|\s)(?P<pci>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):"
+_KDEV_OLD = lazyre.compile(r"(?:^|\s)(?P<pci>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):"
                        r"(?P<msg>\w+:\d+:\(pid \d+\): .*)$")
-_KFUNC = re.compile(r"^(?:[\w.-]+:)?(?P<func>\w+):\d+:\(pid \d+\): ")
+_KFUNC = lazyre.compile(r"^(?:[\w.-]+:)?(?P<func>\w+):\d+:\(pid \d+\): ")
 # health.c (poll_health, print_health_info, mlx5_health_try_recover), cmd.c (wait_func), main.c
 # (probe_one, mlx5_load_one): the device stopped answering its driver; its ports are gone until a reset
-HCA_FATAL = re.compile(r"device's health compromised|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: "
+HCA_FATAL = lazyre.compile(r"device's health compromised|Fatal error \d+ detected|\bsynd 0x[0-9a-fA-F]+: "
                        r"|health recovery (?:flow aborted|failed)|FW is unable to respond to initialization segment"
                        r"|timeout\. Will cause a leak of a command resource"
                        r"|\b(?:mlx5_)?(?:init|load)_one failed with error code")
 # lines other parsers read: parsers.netlog (links, transceivers), parsers.kernel_hw (PCIe AER)
-_KOTHERS = re.compile(r"Port module event|\bLink (?:is )?(?:down|up)\b|PCIe Bus Error|error status/mask="
+_KOTHERS = lazyre.compile(r"Port module event|\bLink (?:is )?(?:down|up)\b|PCIe Bus Error|error status/mask="
                       r"|\bAER: |^\s*\[\s*\d+\] [A-Za-z]+", re.IGNORECASE)
-_KERROR = re.compile(r"\b(?:fail(?:ed|s|ure)?|errors?|err\(-?\d+\)|timeout|timed out|fatal|unrecoverable|abort(?:ed)?"
+_KERROR = lazyre.compile(r"\b(?:fail(?:ed|s|ure)?|errors?|err\(-?\d+\)|timeout|timed out|fatal|unrecoverable|abort(?:ed)?"
                      r"|not responding|unable to|can't|cannot|couldn't|compromised)\b", re.IGNORECASE)
 # the drivers' prefixes (mlx5_ib_err and the Linux 3.x form print `:(pid N): ` after the function)
 KERNEL_NEEDLES = ("mlx5_core ", "mlx4_core ", ":(pid ", "infiniband ")
 # the words one of the patterns above needs, found in the lower-cased raw line before any regex
 _KWORDS = ("fail", "err", "timeout", "timed out", "fatal", "unrecoverable", "abort", "not responding", "unable",
            "can't", "cannot", "couldn't", "compromised", "synd 0x", "health recovery")
-_KWORDS_RX = re.compile("|".join(map(re.escape, _KWORDS)))
+_KWORDS_RX = lazyre.compile("|".join(map(re.escape, _KWORDS)))
 
 
 @dataclass

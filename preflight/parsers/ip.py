@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
@@ -192,16 +193,16 @@ def _from_json(text: str) -> list[Interface] | None:
 # ---------------------------------------------------------------------------------------
 # text layouts
 
-_HEAD = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@(?P<parent>[^:\s]+))?:\s+<(?P<flags>[^>]*)>\s*(?P<rest>.*)$")
+_HEAD = lazyre.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@(?P<parent>[^:\s]+))?:\s+<(?P<flags>[^>]*)>\s*(?P<rest>.*)$")
 # `ip -o addr`: `N: name    inet ADDR ... scope S`; the index may have been taken for an `srun -l` label
-_ONE_ADDR = re.compile(r"^(?:\d+:\s+)?(?P<name>[^:@\s]+)(?:@\S+)?\s+(?P<fam>inet6?)\s+(?P<addr>[0-9a-fA-F.:]+/\d+)\s.*"
+_ONE_ADDR = lazyre.compile(r"^(?:\d+:\s+)?(?P<name>[^:@\s]+)(?:@\S+)?\s+(?P<fam>inet6?)\s+(?P<addr>[0-9a-fA-F.:]+/\d+)\s.*"
                        r"\bscope\s")
 # what follows the MTU on iproute2's link line (print_linkinfo: qdisc, master, state, mode, group)
-_LINK_TAIL = re.compile(r"\smtu \d+ (?:.*\s)?(?:qdisc \S+|state [A-Z]+)\b")
-_IFCONFIG = re.compile(r"^(?P<name>\S+?):\s+flags=\w+<(?P<flags>[^>]*)>(?:\s+metric\s+\d+)?\s+mtu\s+(?P<mtu>\d+)")
-_IFCONFIG_OLD = re.compile(r"^(?P<name>\S+)\s+Link encap:\s*(?P<enc>.+?)(?:\s+HWaddr\s+\S+)?\s*$")
-_OLD_FLAGS = re.compile(r"^(?P<flags>(?:[A-Z]+\s+)*[A-Z]+)\s+MTU:\s*(?P<mtu>\d+)")
-_BRIEF = re.compile(r"^(?P<name>[^\s@]+)(?:@(?P<parent>\S+))?\s+(?P<state>" + "|".join(OPER_STATES)
+_LINK_TAIL = lazyre.compile(r"\smtu \d+ (?:.*\s)?(?:qdisc \S+|state [A-Z]+)\b")
+_IFCONFIG = lazyre.compile(r"^(?P<name>\S+?):\s+flags=\w+<(?P<flags>[^>]*)>(?:\s+metric\s+\d+)?\s+mtu\s+(?P<mtu>\d+)")
+_IFCONFIG_OLD = lazyre.compile(r"^(?P<name>\S+)\s+Link encap:\s*(?P<enc>.+?)(?:\s+HWaddr\s+\S+)?\s*$")
+_OLD_FLAGS = lazyre.compile(r"^(?P<flags>(?:[A-Z]+\s+)*[A-Z]+)\s+MTU:\s*(?P<mtu>\d+)")
+_BRIEF = lazyre.compile(r"^(?P<name>[^\s@]+)(?:@(?P<parent>\S+))?\s+(?P<state>" + "|".join(OPER_STATES)
                     + r")\b\s*(?P<rest>.*)$")
 _KINDS = ("veth", "bridge", "bond", "vlan", "tun", "tap", "dummy", "ifb", "vxlan", "geneve", "macvlan", "macvtap",
           "ipvlan", "ipvtap", "wireguard", "ipoib", "team", "gre", "gretap", "ip6gre", "ip6gretap", "ipip", "ip6tnl",
@@ -442,9 +443,9 @@ def _from_text(lines: list[str], facts: IpFacts) -> list[Interface]:
 # ---------------------------------------------------------------------------------------
 # the command line and the document
 
-_REQ_IP = re.compile(r"\bip\b(?:\s+-\S+)*\s+(?:a|ad|addr|address|l|li|link)\s+(?:(?:show|sh|s|list|ls|lst)\s+)?"
+_REQ_IP = lazyre.compile(r"\bip\b(?:\s+-\S+)*\s+(?:a|ad|addr|address|l|li|link)\s+(?:(?:show|sh|s|list|ls|lst)\s+)?"
                      r"(?:dev\s+)?([\w.@:-]+)\s*$")
-_REQ_IFCONFIG = re.compile(r"\bifconfig\s+([\w.:-]+)\s*$")
+_REQ_IFCONFIG = lazyre.compile(r"\bifconfig\s+([\w.:-]+)\s*$")
 _NOT_NAMES = ("show", "sh", "s", "list", "ls", "lst", "up", "dynamic", "permanent", "primary", "secondary")
 
 

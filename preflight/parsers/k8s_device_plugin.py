@@ -34,32 +34,34 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from preflight import lazyre
+
 NEEDLES = ("XidCriticalError", "unhealthy", "Processing event", "Skipping event", "healthcheck", "health check",
            "Ignoring event for unexpected device", "Ignoring malformed Xid", "for health checks")
 # what a scan of a whole log looks for: every line NEEDLES finds holds one of these
 SCAN_NEEDLES = ("Xid", "ealth", "ing event")
 
-_XID_CRITICAL = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+)(?: on (?:Device|GPU)=(?P<dev>[^\s,;]+))?"
+_XID_CRITICAL = lazyre.compile(r"XidCriticalError: Xid=(?P<xid>\d+)(?: on (?:Device|GPU)=(?P<dev>[^\s,;]+))?"
                            r"(?:,\s*uuid=(?P<uuid>[^\s,;]+))?")
-_EVENT = re.compile(r"\b(?P<verb>Processing|Skipping)(?P<non> non-nvmlEventTypeXidCriticalError)? event:?\s*&?\{")
-_EVENT_TYPE = re.compile(r"\b(?:EventType|Etype):(?P<type>\d+)")
-_EVENT_DATA = re.compile(r"\b(?:EventData|Edata):(?P<data>\d+)")
-_MARKED = re.compile(r"(?:'(?P<resource>[^']+)' )?device marked unhealthy: (?P<dev>\S+)")
+_EVENT = lazyre.compile(r"\b(?P<verb>Processing|Skipping)(?P<non> non-nvmlEventTypeXidCriticalError)? event:?\s*&?\{")
+_EVENT_TYPE = lazyre.compile(r"\b(?:EventType|Etype):(?P<type>\d+)")
+_EVENT_DATA = lazyre.compile(r"\b(?:EventData|Edata):(?P<data>\d+)")
+_MARKED = lazyre.compile(r"(?:'(?P<resource>[^']+)' )?device marked unhealthy: (?P<dev>\S+)")
 # a device marked unhealthy for a reason that is no Xid: (pattern with the device and the error)
 _UNHEALTHY: tuple[re.Pattern[str], ...] = (
-    re.compile(r"unable to get device handle from UUID: (?P<err>.*?); marking it as unhealthy", re.I),
-    re.compile(r"unabled? to determine the supported events for (?P<dev>\S+): (?P<err>.*?); marking it as unhealthy",
+    lazyre.compile(r"unable to get device handle from UUID: (?P<err>.*?); marking it as unhealthy", re.I),
+    lazyre.compile(r"unabled? to determine the supported events for (?P<dev>\S+): (?P<err>.*?); marking it as unhealthy",
                re.I),
-    re.compile(r"could not determine device placement for (?P<dev>\S+): (?P<err>.*?); Marking it unhealthy", re.I),
-    re.compile(r"Marking device (?P<dev>\S+) as unhealthy: (?P<err>.*)$"),
-    re.compile(r"(?P<err>Error waiting for event: .*?); Marking (?P<all>all) devices as unhealthy"),
-    re.compile(r"(?P<err>Failed to determine uuid for event) .*; Marking (?P<all>all) devices as unhealthy"),
-    re.compile(r"(?:Warning: )?(?P<dev>\S+) is too old to support healthchecking: (?P<err>.*?)\.? Marking it unhealthy"),
+    lazyre.compile(r"could not determine device placement for (?P<dev>\S+): (?P<err>.*?); Marking it unhealthy", re.I),
+    lazyre.compile(r"Marking device (?P<dev>\S+) as unhealthy: (?P<err>.*)$"),
+    lazyre.compile(r"(?P<err>Error waiting for event: .*?); Marking (?P<all>all) devices as unhealthy"),
+    lazyre.compile(r"(?P<err>Failed to determine uuid for event) .*; Marking (?P<all>all) devices as unhealthy"),
+    lazyre.compile(r"(?:Warning: )?(?P<dev>\S+) is too old to support healthchecking: (?P<err>.*?)\.? Marking it unhealthy"),
 )
-_CONTEXT = re.compile(r"Ignoring the following XIDs for health checks: .*|Device \S+ is too old to support "
+_CONTEXT = lazyre.compile(r"Ignoring the following XIDs for health checks: .*|Device \S+ is too old to support "
                       r"healthchecking\.?$|Failed to start health check: .*|Ignoring event for unexpected device: \S+|"
                       r"Ignoring malformed Xid value .*")
-_DEVICE_ID = re.compile(r"^(?:GPU|MIG)-[0-9A-Za-z./*-]+$")
+_DEVICE_ID = lazyre.compile(r"^(?:GPU|MIG)-[0-9A-Za-z./*-]+$")
 
 EVENT_XID = 8  # nvmlEventTypeXidCriticalError
 EVENT_DBE = 2  # nvmlEventTypeDoubleBitEccError

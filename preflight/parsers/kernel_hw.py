@@ -20,31 +20,32 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Line
 from preflight.parsers.base import pci_id
 
 _PCI_FULL = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 # `<driver> <domain:bus:dev.fn>: ` (dev_printk), `pciehp 0000:00:01.0:pcie004: ` (older port services)
-_DEV = re.compile(rf"(?:^|\s)(?P<drv>[\w.-]+) (?P<pci>{_PCI_FULL})(?::pcie\d+)?: ")
-_SEVERITY = re.compile(r"severity=(?P<sev>(?:Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))|Correct(?:ed|able))",
+_DEV = lazyre.compile(rf"(?:^|\s)(?P<drv>[\w.-]+) (?P<pci>{_PCI_FULL})(?::pcie\d+)?: ")
+_SEVERITY = lazyre.compile(r"severity=(?P<sev>(?:Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))|Correct(?:ed|able))",
                        re.IGNORECASE)
-_RECEIVED = re.compile(r"(?:Multiple )?(?P<sev>Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\)|Correct(?:ed|able)) "
+_RECEIVED = lazyre.compile(r"(?:Multiple )?(?P<sev>Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\)|Correct(?:ed|able)) "
                        r"error (?:message )?received(?: from|:)\s*(?:id=)?(?P<src>\S+)", re.IGNORECASE)
-_STATUS = re.compile(r"device \[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\] error status/mask="
+_STATUS = lazyre.compile(r"device \[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\] error status/mask="
                      r"(?P<status>[0-9a-fA-F]{8})/(?P<mask>[0-9a-fA-F]{8})")
-_SLOT = re.compile(r"Slot\((?P<slot>[^)]*)\): (?P<what>Link Down|Link Up|Card not present|Card present)",
+_SLOT = lazyre.compile(r"Slot\((?P<slot>[^)]*)\): (?P<what>Link Down|Link Up|Card not present|Card present)",
                    re.IGNORECASE)
-_MCE_BANK = re.compile(r"Machine Check(?P<exc> Exception)?: ?(?P<mcg>[0-9a-fA-F]+) Bank (?P<bank>\d+): "
+_MCE_BANK = lazyre.compile(r"Machine Check(?P<exc> Exception)?: ?(?P<mcg>[0-9a-fA-F]+) Bank (?P<bank>\d+): "
                        r"(?P<status>[0-9a-fA-F]{1,16})")
-_GHES_SEV = re.compile(r"(?P<rec>\{\d+\})?\[Hardware Error\]:\s+event severity: (?P<sev>\w+)")
-_GHES_REC = re.compile(r"(?P<rec>\{\d+\})\[Hardware Error\]:")
-_GHES_DEV = re.compile(rf"\[Hardware Error\]:\s+device_id: (?P<pci>{_PCI_FULL})")
-_GHES_VENDOR = re.compile(r"\[Hardware Error\]:\s+vendor_id: 0x(?P<vendor>[0-9a-fA-F]{4})")
-_EDAC = re.compile(r"EDAC \w*\s*MC\d+: (?P<n>\d+) (?P<kind>UE|CE)\b")
+_GHES_SEV = lazyre.compile(r"(?P<rec>\{\d+\})?\[Hardware Error\]:\s+event severity: (?P<sev>\w+)")
+_GHES_REC = lazyre.compile(r"(?P<rec>\{\d+\})\[Hardware Error\]:")
+_GHES_DEV = lazyre.compile(rf"\[Hardware Error\]:\s+device_id: (?P<pci>{_PCI_FULL})")
+_GHES_VENDOR = lazyre.compile(r"\[Hardware Error\]:\s+vendor_id: 0x(?P<vendor>[0-9a-fA-F]{4})")
+_EDAC = lazyre.compile(r"EDAC \w*\s*MC\d+: (?P<n>\d+) (?P<kind>UE|CE)\b")
 # the `nvidia-nvswitchN: ` prefix may be gone (read as a host label by a framing that peels `host: `)
-_SXID = re.compile(r"(?:nvidia-(?P<sw>nvswitch\d+): )?SXid \(PCI:(?P<pci>[^)]*)\): (?P<sxid>\d+), (?P<msg>.*)$")
-_SXID_WORD = re.compile(r"^(?P<word>Fatal|Non-fatal|Nonfatal|Correctable)\b,?\s*", re.IGNORECASE)
-_SXID_DETAIL = re.compile(r"^(?:Severity \d+ Engine instance|Data \{)")
+_SXID = lazyre.compile(r"(?:nvidia-(?P<sw>nvswitch\d+): )?SXid \(PCI:(?P<pci>[^)]*)\): (?P<sxid>\d+), (?P<msg>.*)$")
+_SXID_WORD = lazyre.compile(r"^(?P<word>Fatal|Non-fatal|Nonfatal|Correctable)\b,?\s*", re.IGNORECASE)
+_SXID_DETAIL = lazyre.compile(r"^(?:Severity \d+ Engine instance|Data \{)")
 
 # AER status register bits -> error names (drivers/pci/pcie/aer.c, aer_*_error_string)
 AER_CORRECTABLE = {0: "RxErr", 6: "BadTLP", 7: "BadDLLP", 8: "Rollover", 12: "Timeout", 13: "NonFatalErr",
@@ -56,16 +57,16 @@ AER_UNCORRECTABLE = {0: "Undefined", 4: "DLP", 5: "SDES", 12: "TLP", 13: "FCP", 
 MCI_STATUS_UC = 61  # IA32_MCi_STATUS bit 61: the error was not corrected (Intel SDM vol. 3B, 16.3.2.2)
 
 # what a machine-check line holds somewhere (one cheap search before the machine-check patterns)
-_MCE_HINT = re.compile(r"achine [cC]heck|mce:|Hardware Error|EDAC|Memory failure")
+_MCE_HINT = lazyre.compile(r"achine [cC]heck|mce:|Hardware Error|EDAC|Memory failure")
 # the port drivers whose "link down" is a PCIe link going away (not a network link)
 PORT_DRIVERS = frozenset({"pcieport", "pciehp"})
 
 # machine-check lines that say the error was not corrected, and those that say it was
-_MCE_UNCORRECTED = re.compile(r"Fatal (?:local )?machine check|Machine check: Processor context corrupt|"
+_MCE_UNCORRECTED = lazyre.compile(r"Fatal (?:local )?machine check|Machine check: Processor context corrupt|"
                               r"Machine check from unknown source|Uncorrected hardware memory error|"
                               r"\[Hardware Error\]: Uncorrected, |\[Hardware Error\]: System Fatal error|"
                               r"Memory failure: 0x[0-9a-fA-F]+: recovery action", re.IGNORECASE)
-_MCE_CORRECTED = re.compile(r"Machine check events logged|\[Hardware Error\]: Corrected error|"
+_MCE_CORRECTED = lazyre.compile(r"Machine check events logged|\[Hardware Error\]: Corrected error|"
                             r"\[Hardware Error\]: Deferred error", re.IGNORECASE)
 
 

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import DETECT_ENDS, Doc, Hit, Line
 from preflight.parsers import k8s_device_plugin as plugin
 from preflight.parsers import kernel_hw
@@ -50,37 +51,37 @@ NEEDLES = ("NVRM", "Xid", "fallen off the bus", "nvidia: Unknown symbol", "nvidi
 # the reading tool's own complaints: at the start or the end of what it printed
 TOOL_NEEDLES = ("dmesg: ", "journalctl: ", "Operation not permitted", "Permission denied", "No journal files")
 TOOL_ENDS = 256 * 1024  # pragma: no mutate (a scan window: a byte more or less reads the same lines)
-_TOOL_ERROR = re.compile(r"^(?:dmesg|journalctl): |Operation not permitted|Permission denied|No journal files were found")
+_TOOL_ERROR = lazyre.compile(r"^(?:dmesg|journalctl): |Operation not permitted|Permission denied|No journal files were found")
 
 _PCI = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
 # an address as printed or as masked by whoever pasted it (`0000:xx:00`, `0000:**:00.0`)
 _PCI_MASKED = r"[0-9A-Za-z*?#_]{1,8}:[0-9A-Za-z*?#_]{2}:[0-9A-Za-z*?#_]{2}(?:\.[0-7xX*])?"
-_XID = re.compile(r"(?<![\w])Xid\s*\((?P<attr>[^()]*)\)\s*:\s*(?P<code>\d+)\b\s*(?:[,:]\s*(?P<rest>.*))?$")
-_XID_BARE = re.compile(r"NVRM: Xid:?\s+(?P<code>\d+)\b\s*(?:[,:]\s*(?P<rest>.*))?$")
-_XID_WORD = re.compile(r"(?<![\w])Xid(?![\w])")
-_ATTR_PCI = re.compile(rf"(?:PCI:)?\s*(?P<pci>{_PCI_MASKED})")
-_ATTR_GI = re.compile(r"GPU-I:\s*(?P<gi>\d+)")
-_ATTR_CI = re.compile(r"GPU-CI:\s*(?P<ci>\d+)")
-_PID_NAME = re.compile(r"^pid=(?P<pid>[^,]*),\s*(?:name=(?P<name>[^,]*),\s*)?(?P<msg>.*)$")
-_CAUSED = re.compile(r"\s*caused by previous Xid (?P<xid>\d+)\s*\.?\s*$")
-_NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal|NonFatal)\b(?P<after>.*)$",
+_XID = lazyre.compile(r"(?<![\w])Xid\s*\((?P<attr>[^()]*)\)\s*:\s*(?P<code>\d+)\b\s*(?:[,:]\s*(?P<rest>.*))?$")
+_XID_BARE = lazyre.compile(r"NVRM: Xid:?\s+(?P<code>\d+)\b\s*(?:[,:]\s*(?P<rest>.*))?$")
+_XID_WORD = lazyre.compile(r"(?<![\w])Xid(?![\w])")
+_ATTR_PCI = lazyre.compile(rf"(?:PCI:)?\s*(?P<pci>{_PCI_MASKED})")
+_ATTR_GI = lazyre.compile(r"GPU-I:\s*(?P<gi>\d+)")
+_ATTR_CI = lazyre.compile(r"GPU-CI:\s*(?P<ci>\d+)")
+_PID_NAME = lazyre.compile(r"^pid=(?P<pid>[^,]*),\s*(?:name=(?P<name>[^,]*),\s*)?(?P<msg>.*)$")
+_CAUSED = lazyre.compile(r"\s*caused by previous Xid (?P<xid>\d+)\s*\.?\s*$")
+_NVLINK5 = lazyre.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal|NonFatal)\b(?P<after>.*)$",
                       re.IGNORECASE)
-_LINK = re.compile(r"\blink\s+(?P<link>-?\d+)", re.IGNORECASE)
-_HEX = re.compile(r"0x[0-9A-Fa-f]+")
-_GPU_N = re.compile(r"\bGPU(?P<n>\d{1,2})\b")
-_RECOVERY = re.compile(r"\bto\s+(?P<code>0x[0-9A-Fa-f]+|\d+)?\s*\((?P<what>[^)]*)\)")
+_LINK = lazyre.compile(r"\blink\s+(?P<link>-?\d+)", re.IGNORECASE)
+_HEX = lazyre.compile(r"0x[0-9A-Fa-f]+")
+_GPU_N = lazyre.compile(r"\bGPU(?P<n>\d{1,2})\b")
+_RECOVERY = lazyre.compile(r"\bto\s+(?P<code>0x[0-9A-Fa-f]+|\d+)?\s*\((?P<what>[^)]*)\)")
 # the names the driver prints for each recovery action (gpu.c `_gpuRecoveryActionName`)
 RECOVERY_NAMES = {"none": 0, "gpu reset required": 1, "node reboot required": 2, "drain p2p": 3,
                   "drain and reset": 4, "recover imex domain": 5}
-_PCI_ANY = re.compile(r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
-_GPU_AT = re.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{_PCI_MASKED}): (?P<uuid>GPU-[0-9a-zA-Z.*-]+)")
-_NAMED_GPU = re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI})")
-_SERIAL = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
-_MODULE = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open Kernel Module for )?\S+ Kernel Module\s+(?P<v>\d+\.\d+(?:\.\d+)?)"
+_PCI_ANY = lazyre.compile(r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?")
+_GPU_AT = lazyre.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{_PCI_MASKED}): (?P<uuid>GPU-[0-9a-zA-Z.*-]+)")
+_NAMED_GPU = lazyre.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI})")
+_SERIAL = lazyre.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S+)")
+_MODULE = lazyre.compile(r"NVRM: loading NVIDIA UNIX (?:Open Kernel Module for )?\S+ Kernel Module\s+(?P<v>\d+\.\d+(?:\.\d+)?)"
                      r"|NVRM: loading NVIDIA UNIX Open Kernel Module for \S+\s+(?P<v2>\d+\.\d+(?:\.\d+)?)")
 # lines of the NVIDIA driver (or about it) that are not Xid reports
-_DRIVER_LINE = re.compile(r"NVRM|fallen off the bus|Unknown symbol|nvidia: probe of", re.IGNORECASE)
-_NEEDS_RESET = re.compile(r"needs to be reset|reset (?:the )?gpu|reboot", re.IGNORECASE)
+_DRIVER_LINE = lazyre.compile(r"NVRM|fallen off the bus|Unknown symbol|nvidia: probe of", re.IGNORECASE)
+_NEEDS_RESET = lazyre.compile(r"needs to be reset|reset (?:the )?gpu|reboot", re.IGNORECASE)
 NAMED_GPU_REACH = 3  # lines after `The NVIDIA GPU <pci>` that continue its message
 
 # The driver's error level, told by the shape of an NVRM line that no rule above reads.
@@ -90,16 +91,16 @@ NAMED_GPU_REACH = 3  # lines after `The NVIDIA GPU <pci>` that continue its mess
 # starts with a function name is an error. The kernel interface (`nv_printf`,
 # `NV_DEV_PRINTF`: `NVRM: ...`, `NVRM: GPU dddd:bb:dd.f: ...`) prints warnings and errors
 # alike: any such line is taken as an error unless it is one of its informational messages.
-_NVRM_REST = re.compile(r"NVRM(?::\s*|\s+)(?P<rest>.*)$")
-_RM_FUNCTION = re.compile(r"^(?:GPU\d+\s+)?[A-Za-z_]\w*(?:\(\))?:\s")
-_RM_FUNCTION_NO_COLON = re.compile(r"^NVRM\s+(?:GPU\d+\s+)?[A-Za-z_]\w*(?:\(\))?:\s")
-_NVRM_VERSION = re.compile(r"^NVRM version:")  # /proc/driver/nvidia/version, pasted with a log
-_DEV_PREFIX = re.compile(rf"^GPU (?:PCI:)?{_PCI}:\s*")
+_NVRM_REST = lazyre.compile(r"NVRM(?::\s*|\s+)(?P<rest>.*)$")
+_RM_FUNCTION = lazyre.compile(r"^(?:GPU\d+\s+)?[A-Za-z_]\w*(?:\(\))?:\s")
+_RM_FUNCTION_NO_COLON = lazyre.compile(r"^NVRM\s+(?:GPU\d+\s+)?[A-Za-z_]\w*(?:\(\))?:\s")
+_NVRM_VERSION = lazyre.compile(r"^NVRM version:")  # /proc/driver/nvidia/version, pasted with a log
+_DEV_PREFIX = lazyre.compile(rf"^GPU (?:PCI:)?{_PCI}:\s*")
 # kernel-interface lines that say nothing is wrong: the module banner and the GPU identity lines
 # (read above), the notice that legacy persistence mode is deprecated (nv.c, printed at
 # NV_DBG_ERRORS all the same), nvidia-modeset's load note, banner rules. (The crash-dump notice
 # of osapi.c is no such line: a dump was taken because something crashed.)
-_NVRM_INFORMATIONAL = re.compile(
+_NVRM_INFORMATIONAL = lazyre.compile(
     r"^(?:version: NVIDIA|loading NVIDIA UNIX|GPU at (?:PCI:)?|GPU Board Serial Number|"
     r"Persistence mode is deprecated|will be removed in a future release|"
     r"nvidia-modeset: Loading|Open nvidia\.ko is only ready for use|"
@@ -108,12 +109,12 @@ _NVRM_INFORMATIONAL = re.compile(
 # GPU faults without an Xid number: (kind, pattern, what clears it). First match wins: a line
 # that names a lost GPU or a reset inside an assertion is that fault, not an assertion.
 GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("fallen_off_bus", re.compile(r"fallen off the bus", re.IGNORECASE), "RESTART_BM"),
-    ("gpu_lost", re.compile(r"NV_ERR_GPU_IS_LOST|GPU lost from the bus|\bGPU is lost\b|"
+    ("fallen_off_bus", lazyre.compile(r"fallen off the bus", re.IGNORECASE), "RESTART_BM"),
+    ("gpu_lost", lazyre.compile(r"NV_ERR_GPU_IS_LOST|GPU lost from the bus|\bGPU is lost\b|"
                             r"API_GPU_ATTACHED_SANITY_CHECK failed", re.IGNORECASE), "RESTART_BM"),
-    ("power_cables", re.compile(r"does not have the necessary power cables connected", re.IGNORECASE),
+    ("power_cables", lazyre.compile(r"does not have the necessary power cables connected", re.IGNORECASE),
      "CHECK_MECHANICALS"),
-    ("adapter_init_failed", re.compile(r"RmInitAdapter failed|rm_init_adapter failed|"
+    ("adapter_init_failed", lazyre.compile(r"RmInitAdapter failed|rm_init_adapter failed|"
                                        r"RmInitAdapter: .*(?:fail|[Cc]annot|bailing)|RM cannot boot|"
                                        r"FSP boot cmds failed|VBIOS boot failed|GSP boot failed|"
                                        r"GSP-RM proxy boot command failed|"
@@ -123,46 +124,46 @@ GPU_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
                                        r"Failed to re-allocate BAR1|attempting to resize PCIe BARs|"
                                        r"No interrupts of any type are available|Failed to copy vbios",
                                        re.IGNORECASE), "RESTART_BM"),
-    ("wpr2_up", re.compile(r"WPR2 already up|WPR2 is still up", re.IGNORECASE), "RESTART_BM"),
-    ("reset_required", re.compile(r"NV_ERR_RESET_REQUIRED|\bReset required\b|GPU marked for reset",
+    ("wpr2_up", lazyre.compile(r"WPR2 already up|WPR2 is still up", re.IGNORECASE), "RESTART_BM"),
+    ("reset_required", lazyre.compile(r"NV_ERR_RESET_REQUIRED|\bReset required\b|GPU marked for reset",
                                   re.IGNORECASE), "RESET_GPU"),
-    ("gsp_timeout", re.compile(r"Heartbeat timed out|GSP task watchdog timeout|"
+    ("gsp_timeout", lazyre.compile(r"Heartbeat timed out|GSP task watchdog timeout|"
                                r"waiting for RPC (?:response )?from (?:GPU\d+ )?GSP|GSP core unresponsive|"
                                r"GSP-RM unresponsive|_kgspLogRpcTimeout|_kgspLogXid119|"
                                r"_issueRpc\w*: rpc\w+ (?:failed|timedout)", re.IGNORECASE), "RESET_GPU"),
-    ("gsp_crash", re.compile(r"GSP-CrashCat Report|kgspHealthCheck|GSP crashed|IRQSTAT_FATAL_ERROR", re.IGNORECASE),
+    ("gsp_crash", lazyre.compile(r"GSP-CrashCat Report|kgspHealthCheck|GSP crashed|IRQSTAT_FATAL_ERROR", re.IGNORECASE),
      "RESET_GPU"),
-    ("memsys_error", re.compile(r"Memory Subsystem Error detected|memory subsystem timeout", re.IGNORECASE),
+    ("memsys_error", lazyre.compile(r"Memory Subsystem Error detected|memory subsystem timeout", re.IGNORECASE),
      "RESET_GPU"),
-    ("pmu_halted", re.compile(r"PMU has halted", re.IGNORECASE), "RESET_GPU"),
+    ("pmu_halted", lazyre.compile(r"PMU has halted", re.IGNORECASE), "RESET_GPU"),
     # an uncorrected ECC error in a GPU engine's own memory (GSP falcon IMEM/DMEM/caches), reported
     # without an Xid line (kernel_gsp_ecc_gb100.c kgspEccServiceUncorrError: `..._UNCORRECTED_ERR_<RAM>
     # PENDING`), and the driver's other wordings of one
-    ("ecc_uncorrected", re.compile(r"ECC_STATUS_UNCORRECTED|EccServiceUncorrError|\bUNCORRECTED[ _]ECC\b|"
+    ("ecc_uncorrected", lazyre.compile(r"ECC_STATUS_UNCORRECTED|EccServiceUncorrError|\bUNCORRECTED[ _]ECC\b|"
                                    r"\buncorrect(?:ed|able) ECC error", re.IGNORECASE), "RESET_GPU"),
     ("nvlink_discovery_failed",
-     re.compile(r"NVRM: (?:GPU\d+ )?knvlink\w*.*\bfail(?:ed)?\b|NVRM: .*NVLink.*(?:training|discovery).*fail", re.IGNORECASE),
+     lazyre.compile(r"NVRM: (?:GPU\d+ )?knvlink\w*.*\bfail(?:ed)?\b|NVRM: .*NVLink.*(?:training|discovery).*fail", re.IGNORECASE),
      "WORKFLOW_NVLINK_ERR"),
-    ("driver_assert", re.compile(r"Assertion failed|nvAssert\w*Failed", re.IGNORECASE), ""),
-    ("rm_error", re.compile(r"\bNV_ERR_[A-Z_]+"), ""),
+    ("driver_assert", lazyre.compile(r"Assertion failed|nvAssert\w*Failed", re.IGNORECASE), ""),
+    ("rm_error", lazyre.compile(r"\bNV_ERR_[A-Z_]+"), ""),
 )
 
 # Driver faults: the driver stack itself is broken (graded by gpu.driver)
 DRIVER_FAULTS: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("no_adapter", re.compile(r"No NVIDIA (?:graphics adapter|GPU|devices?|PCI devices) (?:probed|found)",
+    ("no_adapter", lazyre.compile(r"No NVIDIA (?:graphics adapter|GPU|devices?|PCI devices) (?:probed|found)",
                               re.IGNORECASE),
      "the nvidia kernel module found no GPU to drive"),
-    ("probe_not_called", re.compile(r"probe routine was not called for (?P<n>\d+) device", re.IGNORECASE),
+    ("probe_not_called", lazyre.compile(r"probe routine was not called for (?P<n>\d+) device", re.IGNORECASE),
      "another driver (nouveau, vfio) owns the GPUs, so the nvidia module did not bind them"),
-    ("api_mismatch", re.compile(r"API mismatch: the client has the version (?P<client>\S+?),? but"
+    ("api_mismatch", lazyre.compile(r"API mismatch: the client has the version (?P<client>\S+?),? but"
                                 r"(?:\s+this kernel module has the version)?\s*(?P<kernel>\d+(?:\.\d+)+)?", re.IGNORECASE),
      "the user-space driver and the loaded kernel module are different versions"),
-    ("unsupported_gpu", re.compile(r"installed in this system is not supported by the|"
+    ("unsupported_gpu", lazyre.compile(r"installed in this system is not supported by the|"
                                    r"is not supported by the NVIDIA \S+ driver release", re.IGNORECASE),
      "the installed driver branch does not support this GPU"),
-    ("module_symbols", re.compile(r"nvidia\S*: Unknown symbol", re.IGNORECASE),
+    ("module_symbols", lazyre.compile(r"nvidia\S*: Unknown symbol", re.IGNORECASE),
      "the nvidia kernel module does not match the running kernel (unknown symbols)"),
-    ("firmware_missing", re.compile(r"No firmware image found|GSP firmware image version mismatch|"
+    ("firmware_missing", lazyre.compile(r"No firmware image found|GSP firmware image version mismatch|"
                                     r"loading /lib/firmware/nvidia/\S+ failed", re.IGNORECASE),
      "the GSP firmware files do not match the kernel module"),
 )
@@ -558,11 +559,11 @@ def parse(doc: Doc) -> KernelLog:
 # Recognising a kernel log
 
 _KERNEL_LAYERS = frozenset({"dmesg", "dmesg-ctime", "kmsg", "facility", "printk-level"})  # `kernel: ` sets ident
-_KERNEL_MSG = re.compile(r"^(?:NVRM: |nvidia(?:-\w+)?: |pcieport |mlx5_core |ACPI|PCI: |pci \d|mce: |EDAC |"
+_KERNEL_MSG = lazyre.compile(r"^(?:NVRM: |nvidia(?:-\w+)?: |pcieport |mlx5_core |ACPI|PCI: |pci \d|mce: |EDAC |"
                          r"(?:\{\d+\})?\[Hardware Error\]|Memory failure: |"
                          r"[\w-]+ \d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d(?::pcie\d+)?: )")
 # one line of these is a kernel log by itself: a report no other tool prints
-_KERNEL_REPORT = re.compile(r"SXid \(PCI:|mce: Uncorrected hardware memory error|Memory failure: 0x|PCIe Bus Error: severity=|error (?:message )?received(?: from|:) |"
+_KERNEL_REPORT = lazyre.compile(r"SXid \(PCI:|mce: Uncorrected hardware memory error|Memory failure: 0x|PCIe Bus Error: severity=|error (?:message )?received(?: from|:) |"
                             r"mce: \[Hardware Error\]|\[Hardware Error\]:\s+event severity: |pciehp: Slot\(|"
                             r"DPC: containment event|EDAC \w*\s*MC\d+: \d+ [UC]E ")
 

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import DETECT_ENDS, Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
@@ -42,103 +43,103 @@ _HOST = (r"(?:<[^<>\s]{1,64}>|\[[A-Za-z][^\[\]\s]{0,63}\]|\$?\{[^{}\s]{1,64}\}|\
          r"[A-Za-z0-9*][\w.*-]*)")
 # a CloudWatch table export glues its ISO time stamp to the line: "...07:00ip-10-0-0-1:79:79 [0] NCCL"
 _GLUED_TIME = r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"
-LINE = re.compile(
+LINE = lazyre.compile(
     _GLUED_TIME + r"(?P<host>" + _HOST + r"):(?P<pid>[^:\s\[\]]+)(?::(?P<tid>[^:\s\[\]]+))? \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+)" + _FUNC + r" (?:NCCL )?|(?:[^\[\]]*?:\d+" + _FUNC + r" )?NCCL )?"
     r"(?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 # NCCL before 2.3 (`[dev] include/socket.h:185 WARN msg`, no word NCCL) with its `host:pid:tid` hidden behind
 # a placeholder of several words ("*server name*"), a time stamp or nothing: the source file after `[dev]` marks it,
 # and the line is one unnamed process (the prefix names no host)
-MASKED_LINE = re.compile(r"^(?:\S[^\[\]]{0,63}? )?\[(?P<dev>\d+)\] (?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+)" + _FUNC +
+MASKED_LINE = lazyre.compile(r"^(?:\S[^\[\]]{0,63}? )?\[(?P<dev>\d+)\] (?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp|hpp):\d+)" + _FUNC +
                          r" (?:NCCL )?"
                          r"(?P<level>INFO|WARN) (?P<msg>.*)$")
 # An NCCL line whose `host:pid:tid [dev]` prefix a paste left out: `init.cc:1247 NCCL WARN msg`,
 # `NCCL INFO msg` (the word NCCL is required: the 2.3 layout without it is read only with its prefix)
-BARE_LINE = re.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>[\w./-]{1,200}:\d+)" + _FUNC + r" )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) "
+BARE_LINE = lazyre.compile(r"(?:^|[\s`'\"|>(\[:])(?:(?P<src>[\w./-]{1,200}:\d+)" + _FUNC + r" )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) "
                        r"(?P<msg>.*)$")
-_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
-_COMM = re.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)"
+_VERSION = lazyre.compile(r"NCCL version (\d+\.\d+\.\d+)(?:[-+]cuda([\d.]+))?")
+_COMM = lazyre.compile(r"(?:\bcomm 0x[0-9a-f]+ )?\brank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                    r"(?: nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+))?", re.I)
-_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S(?:.*\S)?)")
-_NET_USING_IB = re.compile(r"NET/IB\s*:\s*Using (?!interface)(.*?)(?:;\s*OOB\s+(\S+?):([^<\s]*)(?:<\d+>)?)?\s*$")
-_OLD_IB_DEV = re.compile(r"NET/IB\s*:\s*\[\d+\]\s*([\w.-]+:\d+)/(\w+)")
-_OLD_IB_OOB = re.compile(r"NET/IB\s*:\s*Using interface ([\w.@-]+) for sideband")
-_NET_USING_SOCKET = re.compile(r"NET/Socket\s*:\s*Using(?! \d+ threads)\s*(.*)$")
-_OLD_IFACE = re.compile(r"^NET\s*:\s*Using interface ([\w.@-]+):([^<\s]*)")
-_INTERNAL_SOCKET = re.compile(r"NET/Socket\s*:\s*\d+ interfaces? found")
+_ENV = lazyre.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S(?:.*\S)?)")
+_NET_USING_IB = lazyre.compile(r"NET/IB\s*:\s*Using (?!interface)(.*?)(?:;\s*OOB\s+(\S+?):([^<\s]*)(?:<\d+>)?)?\s*$")
+_OLD_IB_DEV = lazyre.compile(r"NET/IB\s*:\s*\[\d+\]\s*([\w.-]+:\d+)/(\w+)")
+_OLD_IB_OOB = lazyre.compile(r"NET/IB\s*:\s*Using interface ([\w.@-]+) for sideband")
+_NET_USING_SOCKET = lazyre.compile(r"NET/Socket\s*:\s*Using(?! \d+ threads)\s*(.*)$")
+_OLD_IFACE = lazyre.compile(r"^NET\s*:\s*Using interface ([\w.@-]+):([^<\s]*)")
+_INTERNAL_SOCKET = lazyre.compile(r"NET/Socket\s*:\s*\d+ interfaces? found")
 # ' [0]mlx5_0:1/IB', and in a merged device (2.19+) ' [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE}'
-_HCA_ENTRY = re.compile(r"\[\d+\] ?([\w.+-]+:\d+)(?:/(\w+))?")
-_IF_ENTRY = re.compile(r"\[\d+\]([\w.@-]+):([^<\s]*)(?:<\d+>)?")
-_USING_NETWORK = re.compile(r"Using (?:network|(?:internal|external) Network) (.+?)\s*$")
-_BOOTSTRAP = re.compile(r"Bootstrap\s*:\s*Using\s*(?:\[\d+\])?([\w.@-]+):([^<\s]*)")
-_CHANNEL = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? : (\d+)(?:\[[0-9a-fx]+\])? -> (\d+)(?:\[[0-9a-fx]+\])?"
+_HCA_ENTRY = lazyre.compile(r"\[\d+\] ?([\w.+-]+:\d+)(?:/(\w+))?")
+_IF_ENTRY = lazyre.compile(r"\[\d+\]([\w.@-]+):([^<\s]*)(?:<\d+>)?")
+_USING_NETWORK = lazyre.compile(r"Using (?:network|(?:internal|external) Network) (.+?)\s*$")
+_BOOTSTRAP = lazyre.compile(r"Bootstrap\s*:\s*Using\s*(?:\[\d+\])?([\w.@-]+):([^<\s]*)")
+_CHANNEL = lazyre.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? : (\d+)(?:\[[0-9a-fx]+\])? -> (\d+)(?:\[[0-9a-fx]+\])?"
                       r"(?: \[\w+\])? via (.+?)\s*$")
-_COLLNET = re.compile(r"\bCollNet \d+(?:/\d+)? : \d+ \[\w+\] via COLLNET/")
-_NVLS_ON = re.compile(r"NVLS multicast support is available|NVLS comm 0x|\bNVLS Head\b|\b([1-9]\d*) nvls channels")
-_NVLS_OFF = re.compile(r"NVLS multicast support is not available|NCCL_NVLS_ENABLE set by environment to 0")
-_NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels")
-_CASCADE = re.compile(r"^(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp)):\d+ )?-> (?P<code>\d+)\b(?P<tag>.*)$")
+_COLLNET = lazyre.compile(r"\bCollNet \d+(?:/\d+)? : \d+ \[\w+\] via COLLNET/")
+_NVLS_ON = lazyre.compile(r"NVLS multicast support is available|NVLS comm 0x|\bNVLS Head\b|\b([1-9]\d*) nvls channels")
+_NVLS_OFF = lazyre.compile(r"NVLS multicast support is not available|NCCL_NVLS_ENABLE set by environment to 0")
+_NVLS_CHANNELS = lazyre.compile(r"\b(\d+) nvls channels")
+_CASCADE = lazyre.compile(r"^(?:(?P<src>[\w./-]+\.(?:cc|cu|c|h|cpp)):\d+ )?-> (?P<code>\d+)\b(?P<tag>.*)$")
 _FAILURE_SOURCES = {"init", "group", "enqueue", "proxy", "bootstrap", "transport", "collectives"}
 IN_PROGRESS = "7"  # ncclResult_t ncclInProgress (src/nccl.h.in)
-_PLUGIN = re.compile(r"NET/Plugin\s*:|Plugin Path|P2P plugin|Loaded net plugin")
-_FALLBACK = re.compile(r"NET/IB\s*:\s*No device found|Failed to open libibverbs|NET/IB\s*:\s*No IP interface found", re.I)
+_PLUGIN = lazyre.compile(r"NET/Plugin\s*:|Plugin Path|P2P plugin|Loaded net plugin")
+_FALLBACK = lazyre.compile(r"NET/IB\s*:\s*No device found|Failed to open libibverbs|NET/IB\s*:\s*No IP interface found", re.I)
 # aws-ofi-nccl could not start: no libfabric provider (EFA) fits, or its protocols failed to initialise
 # (src/nccl_ofi_net.cpp, nccl_ofi_rdma.cpp, nccl_ofi_sendrecv.cpp; NCCL_OFI_WARN/INFO prefix 'NET/OFI ')
-OFI_UNAVAILABLE = re.compile(
+OFI_UNAVAILABLE = lazyre.compile(
     r"NET/OFI\s+(?:No eligible providers|Could(?:n't| not) find (?:any|an) optimal provider|"
     r"Unable to find a (?:usable provider|protocol that worked)|OFI fi_getinfo\(\) call failed|"
     r"Failed to initiali[sz]e (?:\w+ )?protocol|\S+ initiali[sz]ation failed|No viable endpoint found|"
     r"EFA provider requires)", re.I)
-_OFI_SELECTED = re.compile(r"NET/OFI Selected [Pp]rovider is ([^,\s(]+)")
+_OFI_SELECTED = lazyre.compile(r"NET/OFI Selected [Pp]rovider is ([^,\s(]+)")
 # libfabric's own log (FI_LOG_LEVEL): "libfabric:PID:TIME:[DOMAIN:]PROV:SUBSYS:FUNC():LINE<LEVEL> MSG"
 # (src/log.c ofi_log(): 1.5 - 1.17 without the domain field, 1.18+ with it)
-LIBFABRIC = re.compile(r"libfabric:\d+:\d+:(?:[^:\s]*:){2,3}[^:\s]*\(\):\d+<(?P<level>\w+)> (?P<msg>.*)$")
+LIBFABRIC = lazyre.compile(r"libfabric:\d+:\d+:(?:[^:\s]*:){2,3}[^:\s]*\(\):\d+<(?P<level>\w+)> (?P<msg>.*)$")
 # src/fabric.c fi_getinfo_(): a provider that found no device (warn: always for an empty list, and for
 # an error when the hints named that provider)
-_OFI_NO_PROVIDER = re.compile(r"fi_getinfo: provider (?P<prov>\S+) (?:output empty list|returned -\d+)")
-_VIRTUAL_NIC = re.compile(r"Could not (?:find real path of|get speed from) /sys/class/net/([\w.@-]+)/")
+_OFI_NO_PROVIDER = lazyre.compile(r"fi_getinfo: provider (?P<prov>\S+) (?:output empty list|returned -\d+)")
+_VIRTUAL_NIC = lazyre.compile(r"Could not (?:find real path of|get speed from) /sys/class/net/([\w.@-]+)/")
 # GPUDirect RDMA: per HCA (2.3 'for GPU %d / HCA %s (no module)', 2.4 'for GPU %d[%d] / HCA %d '%s' (no
 # module or not supported by GPU)', 2.5 - 2.12 'for HCA %d '%s' (no module)', 2.13+ 'NET/%s : GPU Direct RDMA
 # %s for HCA %d '%s''), or per GPU/NIC pair by topology ('(distance %d > %d)', a normal choice)
-_GDR = re.compile(r"(?:NET/(?P<net>[^:]+?)\s*:\s*)?GPU Direct RDMA (?P<state>Enabled|Disabled) for "
+_GDR = lazyre.compile(r"(?:NET/(?P<net>[^:]+?)\s*:\s*)?GPU Direct RDMA (?P<state>Enabled|Disabled) for "
                   r"(?:GPU \S+ / )?HCA (?P<idx>[^\s']+)(?: '(?P<hca>[^']*)')?(?: \((?P<why>[^)]*)\))?")
 # A connect (or accept) NCCL retries: INFO lines. 2.4 - 2.23 socket.h/socket.cc "Call to connect returned %s,
 # retrying" (2.7+: every 1000th refused retry), 2.24 - 2.26 "%s: connect returned %s, retrying (%d/%ld) after sleep
 # for %u msec", 2.27+ "%s: connect to %s returned %s, retrying (%d/%ld) ..." (misc/socket.cc, 2.30 os/linux.cc);
 # "Call to accept returned %s, retrying" (2.24+). When the retries run out NCCL prints a WARN ("exceeded retries",
 # "exceeded error retry count"), read as socket_connect.
-CONNECT_RETRY = re.compile(
+CONNECT_RETRY = lazyre.compile(
     r"(?:Call to )?(?P<call>connect|accept) (?:to (?P<peer>[^\s<]+)(?:<\d+>)? )?returned (?P<why>[^,]+?),? retrying"
     r"(?: \((?P<n>\d+)/(?P<max>\d+)\))?")
-_SERVICE_CLOSED = re.compile(r"\[Service thread\] Connection closed by localRank (\d+)")
+_SERVICE_CLOSED = lazyre.compile(r"\[Service thread\] Connection closed by localRank (\d+)")
 # A framework's message after NCCL returned an error (PyTorch: "NCCL error in: file:line, <string>,
 # NCCL version X" and "Last error:" followed by NCCL's last WARN text): proof that the job failed
-_TORCH_NCCL_ERROR = re.compile(r"NCCL error in: \S+, (.+?)(?:, NCCL version [\d.]+\S*)?\s*$")
+_TORCH_NCCL_ERROR = lazyre.compile(r"NCCL error in: \S+, (.+?)(?:, NCCL version [\d.]+\S*)?\s*$")
 # nccl-tests' NCCLCHECK: "<host>: Test NCCL failure <file>:<line> '<ncclGetErrorString> / <ncclGetLastError>'"
-_TESTS_FAILURE = re.compile(r"Test NCCL failure \S+ '(?P<result>[^']*?) / (?P<last>[^']*)'")
-_NCCL_RESULT = re.compile(r"\b(ncclSystemError|ncclRemoteError|ncclInternalError|ncclUnhandledCudaError|"
+_TESTS_FAILURE = lazyre.compile(r"Test NCCL failure \S+ '(?P<result>[^']*?) / (?P<last>[^']*)'")
+_NCCL_RESULT = lazyre.compile(r"\b(ncclSystemError|ncclRemoteError|ncclInternalError|ncclUnhandledCudaError|"
                           r"ncclInvalidUsage|ncclInvalidArgument)\b|remote process exited or there was a network error|"
                           r"unhandled (?:system|cuda) error")
 
 # WARN messages by kind: (kind, pattern). The first that matches wins; "other" is none of them.
 ERRORS: list[tuple[str, re.Pattern[str]]] = [
-    ("benign", re.compile(
+    ("benign", lazyre.compile(
         r"Could not find real path|greater than the maximum allowed|Cannot initialize CollNet|CollNet currently only|"
         r"(?:min|max)CTAs|NCCL_CGA_CLUSTER_SIZE|NCCL_WORK_FIFO|old driver, disabling|Profiler init failed|"
         r"GID table changed|Failed to set CPU affinity|remote FLID configured|CC On,|"
         r"Failed to open mlx5dv|splitShare \d+ is not a valid", re.I)),
     ("fallback", _FALLBACK),
     ("ofi_unavailable", OFI_UNAVAILABLE),
-    ("collective_hang", re.compile(r"may be hanging, this may be caused by a collective mismatch"
+    ("collective_hang", lazyre.compile(r"may be hanging, this may be caused by a collective mismatch"
                                    r"(?: around rank (?P<rank>\d+))?", re.I)),
-    ("collective_mismatch", re.compile(r"Mismatched collective detected(?:.*? around rank (?P<rank>\d+))?|"
+    ("collective_mismatch", lazyre.compile(r"Mismatched collective detected(?:.*? around rank (?P<rank>\d+))?|"
                                        r"collective mismatch error", re.I)),
-    ("rank_count_mismatch", re.compile(r"Bootstrap Root : mismatch in (?:rank count|info)", re.I)),
-    ("cuda_oom", re.compile(r"Cuda failure (?:2 )?'?out of memory|Cuda failure 2\b|Failed to CUDA (?:calloc|malloc|host)|"
+    ("rank_count_mismatch", lazyre.compile(r"Bootstrap Root : mismatch in (?:rank count|info)", re.I)),
+    ("cuda_oom", lazyre.compile(r"Cuda failure (?:2 )?'?out of memory|Cuda failure 2\b|Failed to CUDA (?:calloc|malloc|host)|"
                             r"cudaMalloc.*failed|CUDA_ERROR_OUT_OF_MEMORY|cuMem\w+.* out of memory", re.I)),
     # /dev/shm could not hold a shared-memory segment (src/misc/shmutils.cc ncclShmOpen(); 2.4 - 2.11 include/shm.h
     # SYSCHECK "posix_fallocate"; 2.30 src/os/linux.cc): the communicator is not created
-    ("shm", re.compile(
+    ("shm", lazyre.compile(
         r"Error while (?:creating|attaching to) shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)"
         r"(?:, error: (?P<why>[^(]*?)\s*(?:\(\d+\))?$)?|"
         r"Error: (?:failed to create shared memory file|failed to extend|Could not map) (?P<path2>\S+?),? "
@@ -146,46 +147,46 @@ ERRORS: list[tuple[str, re.Pattern[str]]] = [
         r"Call to (?:posix_fallocate|shm_open|fallocate) failed ?: ?(?P<why3>.*)$|Could not map (?P<path4>/\S+)", re.I)),
     # NVML reports P2P read/write not OK between GPUs joined by NVLink (src/graph/paths.cc p2pCanConnect():
     # ncclUnhandledCudaError unless NCCL_IGNORE_DISABLED_P2P=1, which silences it and stages through host memory)
-    ("p2p_nvlink_disabled", re.compile(r"P2P is disabled between NVLINK connected GPUs (?P<a>\d+) and (?P<b>\d+)", re.I)),
+    ("p2p_nvlink_disabled", lazyre.compile(r"P2P is disabled between NVLINK connected GPUs (?P<a>\d+) and (?P<b>\d+)", re.I)),
     # cudaDeviceEnablePeerAccess failed (src/transport/p2p.cc, net.cc: ncclInternalError)
-    ("peer_access", re.compile(r"failed to peer with device (?P<peer>\d+)(?:\(=(?P<bus>[0-9a-fx]+)\))?:\s*(?P<err>\d+)?"
+    ("peer_access", lazyre.compile(r"failed to peer with device (?P<peer>\d+)(?:\(=(?P<bus>[0-9a-fx]+)\))?:\s*(?P<err>\d+)?"
                                r"\s*(?P<why>.*)$", re.I)),
-    ("cuda", re.compile(r"Cuda failure|CUDA error|CUDA_ERROR_|Cuda API|Failed to (?:set|create) CUDA|"
+    ("cuda", lazyre.compile(r"Cuda failure|CUDA error|CUDA_ERROR_|Cuda API|Failed to (?:set|create) CUDA|"
                         r"Failed to set CUDA device|CUDA driver version is insufficient", re.I)),
-    ("ib_async", re.compile(
+    ("ib_async", lazyre.compile(
         r"NET/IB\s*:\s*(?:(?P<hca>[\w.-]+):(?P<port>\d+) )?(?:async fatal event|Got (?:non-fatal )?async (?:error )?event)"
         r"(?: on (?:CQ|QP|SRQ)[^:]*)?\s*:\s*(?P<event>.*?)\s*$|communicator encountered a fatal error", re.I)),
-    ("ib_completion", re.compile(
+    ("ib_completion", lazyre.compile(
         r"Got completion (?:from peer (?P<peer>[^\s<,]+)(?:<\d+>)? )?with (?:error |status=?)(?:(?P<status>\w+)\()?"
         r"(?P<code>\d+)\)?(?:.*?vendor[ _]err[ =](?P<vendor>\d+))?(?:.*?\bhca (?P<hca>[\w.-]+))?|"
         # 2.30 src/transport/net_ib/p2p.cc: a failed work completion without resiliency (ncclRemoteError); the
         # status follows on its own "Got completion ... with status=" line
         r"Got CQE with error \((?:devIndex=(?P<devidx>\d+))?.*?\((?P<dir>send|recv)\)", re.I)),
-    ("qp_setup", re.compile(r"Call to ibv_modify_qp failed with (?:error )?(?P<errno>\d+)?\s*(?P<why>[^,]*?)"
+    ("qp_setup", lazyre.compile(r"Call to ibv_modify_qp failed with (?:error )?(?P<errno>\d+)?\s*(?P<why>[^,]*?)"
                             r"(?: errno \d+)?(?:, on dev (?P<dev>[\w.-]+)(?::(?P<port>\d+))?)?"
                             r"(?:, curr state (?P<cur>\w+), next state (?P<next>\w+))?"
                             r"(?:, local GID index (?P<gid>\d+))?(?:,.*)?$", re.I)),
-    ("ib_device_skipped", re.compile(r"NET/IB\s*:\s*Unable to (?:open|query) (?:device|port(?:_num)?) (?P<hca>[\w.-]+)",
+    ("ib_device_skipped", lazyre.compile(r"NET/IB\s*:\s*Unable to (?:open|query) (?:device|port(?:_num)?) (?P<hca>[\w.-]+)",
                                      re.I)),
-    ("ib_verbs", re.compile(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<why>.*?))?(?: errno \d+)?\s*$|"
+    ("ib_verbs", lazyre.compile(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<why>.*?))?(?: errno \d+)?\s*$|"
                             r"(?P<post>ibv_post_(?:send|recv))\(\) failed(?: with error (?P<pwhy>[^,]*))?", re.I)),
-    ("ib_config", re.compile(r"incompatible devices|Remote \S+ device is incompatible", re.I)),
-    ("plugin_error", re.compile(r"NET/OFI .*(?:completed with error|Couldn't open a fabric|error (?:entry|reading))|"
+    ("ib_config", lazyre.compile(r"incompatible devices|Remote \S+ device is incompatible", re.I)),
+    ("plugin_error", lazyre.compile(r"NET/OFI .*(?:completed with error|Couldn't open a fabric|error (?:entry|reading))|"
                                 r"NET/OFI .*fi_\w+ failed|Failed to initialize any NET plugin|Error: network .* not found|"
                                 r"Network returned 0 device", re.I)),
-    ("no_interface", re.compile(r"no socket interface found|no interface found|No usable listening interface|"
+    ("no_interface", lazyre.compile(r"no socket interface found|no interface found|No usable listening interface|"
                                 r"no device found (?:matching|after excluding)|Invalid NCCL_COMM_ID", re.I)),
-    ("socket_connect", re.compile(
+    ("socket_connect", lazyre.compile(
         r"[Cc]onnect(?: to (?P<peer>[^\s<]+)(?:<\d+>)?)?(?: poll\(\))? (?:failed|returned)(?: with error)?\s*:?\s*"
         r"(?P<why>[^,]*)|"
         r"exceeded (?:retries|timeouts|error retry count)|Accept failed:?\s*(?P<awhy>.*)$", re.I)),
-    ("duplicate_gpu", re.compile(r"Duplicate GPU detected", re.I)),
-    ("version_mismatch", re.compile(r"Mismatched NCCL version", re.I)),
-    ("peer_lost", re.compile(r"Connection closed by remote peer(?:\s+(?P<peer>[^\s<]+))?|Call to recv (?:from (?P<rpeer>"
+    ("duplicate_gpu", lazyre.compile(r"Duplicate GPU detected", re.I)),
+    ("version_mismatch", lazyre.compile(r"Mismatched NCCL version", re.I)),
+    ("peer_lost", lazyre.compile(r"Connection closed by remote peer(?:\s+(?P<peer>[^\s<]+))?|Call to recv (?:from (?P<rpeer>"
                              r"[^\s<]+)(?:<\d+>)? )?failed\s*:?\s*(?P<why>.*)$|Socket recv failed|socket progress error|"
                              r"[Mm]essage truncated|Could not receive type from localRank|Software caused connection abort",
                              re.I)),
-    ("proxy", re.compile(r"Proxy Call to rank|\[Proxy Service \d*\] Failed to execute|Failed to execute operation|"
+    ("proxy", lazyre.compile(r"Proxy Call to rank|\[Proxy Service \d*\] Failed to execute|Failed to execute operation|"
                          r"Proxy Service.*Poll failed|Error encountered progressing operation", re.I)),
 ]
 # WARN kinds that always end the job (NCCL returns an error right after printing them)
@@ -193,7 +194,7 @@ FATAL = frozenset({"cuda_oom", "cuda", "shm", "p2p_nvlink_disabled", "peer_acces
                    "no_interface", "socket_connect", "duplicate_gpu", "version_mismatch", "peer_lost", "proxy",
                    "collective_mismatch", "rank_count_mismatch"})
 # ibv_event_type_str() strings of events that end the QP, CQ or port
-_FATAL_EVENT = re.compile(r"fatal|catastrophic|CQ error|work queue.*error|port error|migration request error|"
+_FATAL_EVENT = lazyre.compile(r"fatal|catastrophic|CQ error|work queue.*error|port error|migration request error|"
                           r"communicator encountered", re.I)
 # IB work-completion status codes (ibv_wc_status) NCCL prints as "error N" / "status=N"
 WC_STATUS = {
@@ -612,15 +613,15 @@ def parse(doc: Doc) -> NcclLog:
     return log
 
 
-_DETECT = re.compile(_HOST + r":[^:\s\[\]]+(?::[^:\s\[\]]+)? \[\d+\] (?:[\w./-]+:\d+" + _FUNC + r" |[^\[\]]*?:\d+" + _FUNC +
+_DETECT = lazyre.compile(_HOST + r":[^:\s\[\]]+(?::[^:\s\[\]]+)? \[\d+\] (?:[\w./-]+:\d+" + _FUNC + r" |[^\[\]]*?:\d+" + _FUNC +
                      r" NCCL )?"
                      r"(?:NCCL )?(?:INFO|WARN) ")
 
 
 # what _DETECT and the pre-2.3 WARN need (`[dev] `, `src.h:N WARN `): a cheap search that spares the full
 # patterns on the other INFO/WARN lines of a large application log
-_DEV_TAG = re.compile(r"\[\d+\] ")
-_SRC_WARN = re.compile(r"\.(?:cc|cu|c|h|cpp|hpp):\d+ WARN ")
+_DEV_TAG = lazyre.compile(r"\[\d+\] ")
+_SRC_WARN = lazyre.compile(r"\.(?:cc|cu|c|h|cpp|hpp):\d+ WARN ")
 
 
 def _detected(text: str) -> bool:

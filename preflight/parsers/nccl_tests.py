@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import DETECT_ENDS, Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
@@ -76,29 +77,29 @@ _FACTORS: dict[str, Callable[[int], float]] = {"2(n-1)/n": lambda n: 2 * (n - 1)
 RATIO_MIN_ALGBW = 1.0
 RATIO_TOLERANCE = 0.02  # two printed decimals on cells of algbw >= 1 keep busbw/algbw within 1%
 
-_NUM_RE = re.compile(r"^(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|N/A|-?nan|-?inf)$", re.I)
-_PROGRAM = re.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf(?:_mpi)?\b")
-_PARAMS = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\s+\d+")
-_PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|step:|warmup iters:|agg iters:|(?<![a-z] )iters:|"
+_NUM_RE = lazyre.compile(r"^(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|N/A|-?nan|-?inf)$", re.I)
+_PROGRAM = lazyre.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf(?:_mpi)?\b")
+_PARAMS = lazyre.compile(r"^#?\s*nThread\s+\d+\s+nGpus\s+\d+")
+_PARAM = lazyre.compile(r"(nThread|nGpus|minBytes|maxBytes|step:|warmup iters:|agg iters:|(?<![a-z] )iters:|"
                     r"validation:|graph:|unalign:)\s*(\d+)")
 _PARAM_KEYS = {"nThread": "nthread", "nGpus": "ngpus", "minBytes": "min_bytes", "maxBytes": "max_bytes",
                "step:": "step", "warmup iters:": "warmup_iters", "agg iters:": "agg_iters", "iters:": "iters",
                "validation:": "validation", "graph:": "graph", "unalign:": "unalign"}
-_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)"
+_RANK_LINE = lazyre.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)"
                         r"\s+\[([^\]]*)\]\s*(.*?)\s*$")
-_COLUMNS = re.compile(r"^#\s*(size|bytes)\s+(count|N)\s+type\b")
-_GROUPS = re.compile(r"^#\s*(out-of-place|in-place)\b.*$")
-_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?")
-_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
-_STARTS = re.compile(r"^#\s*(?:Collective test starting:\s*(\S+)|nccl-tests version\s+(\S+)(.*))|"
+_COLUMNS = lazyre.compile(r"^#\s*(size|bytes)\s+(count|N)\s+type\b")
+_GROUPS = lazyre.compile(r"^#\s*(out-of-place|in-place)\b.*$")
+_AVG = lazyre.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?")
+_OOB = lazyre.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_STARTS = lazyre.compile(r"^#\s*(?:Collective test starting:\s*(\S+)|nccl-tests version\s+(\S+)(.*))|"
                      r"^rccl-tests:\s*Version\s+(\S+)")
-_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
-_TEST_FAIL = re.compile(r"Test (?:NCCL|CUDA|HIP) failure|Test failure\b|Test timeout\b|Invalid number of GPUs|"
+_CONCLUDED = lazyre.compile(r"^#\s*Collective test concluded:\s*(\S+)")
+_TEST_FAIL = lazyre.compile(r"Test (?:NCCL|CUDA|HIP) failure|Test failure\b|Test timeout\b|Invalid number of GPUs|"
                         r"\b(?:NCCL|Cuda) failure [\w./-]+:\d+|"
                         r"number of requested GPUs .* greater than|\bunhandled (?:system|cuda) error\b", re.I)
 # the binaries' own messages that end the run before or instead of a table (src/common.cu run() and
 # option parsing, src/all_reduce.cu, src/alltoall.cu, src/alltoallv.cu; each returns an error code)
-_USAGE_FAIL = re.compile(r"^(?:Incompatible NCCL versions\. nccl-tests was compiled with|"
+_USAGE_FAIL = lazyre.compile(r"^(?:Incompatible NCCL versions\. nccl-tests was compiled with|"
                          r"Device implementation \d+ is not supported by this test|"
                          r"DeviceImplementation \d+ (?:and \d+ )?requires|"
                          r"This test requires \w+ support, but|"
@@ -112,39 +113,39 @@ _USAGE_FAIL = re.compile(r"^(?:Incompatible NCCL versions\. nccl-tests was compi
                          r"device_cta_count \(-V\) must be)")
 # the binaries' own notes on options they ignore or replace: the run goes on (src/common.cu option
 # parsing, src/common.h getTestDatatype/getTestOp, src/util.cu writeDeviceReport())
-_OPTION_NOTE = re.compile(r"^(?:.*\. (?:Ignoring|Disabling)\.?$|invalid (?:type|op) \S+, defaulting to |"
+_OPTION_NOTE = lazyre.compile(r"^(?:.*\. (?:Ignoring|Disabling)\.?$|invalid (?:type|op) \S+, defaulting to |"
                           r"Please check the number of processes and GPUs per process|USAGE: )")
 # error-level wording on a line no rule of this parser reads
-_ERROR_WORDS = re.compile(r"\b(?:error|errors|fail|failed|failure|invalid|unable|incompatible|not supported|"
+_ERROR_WORDS = lazyre.compile(r"\b(?:error|errors|fail|failed|failure|invalid|unable|incompatible|not supported|"
                           r"abort(?:ed|ing)?|corrupt(?:ed|ion)?|cannot|timed out)\b", re.I)
 # lines of other producers in an nccl-tests capture: Open MPI (`[host:pid] ...`, its help blocks between
 # dashed lines), UCX, Slurm, ssh, a shell; their own checks read them
-_FOREIGN = re.compile(r"^(?:\[[\w.-]+:\d+\]|\[\d+\.\d+\]|\[[\w.-]+:\d+:\d+:\d+\]|\S*UCX\b|srun:|slurmstepd|sbatch:|"
+_FOREIGN = lazyre.compile(r"^(?:\[[\w.-]+:\d+\]|\[\d+\.\d+\]|\[[\w.-]+:\d+:\d+:\d+\]|\S*UCX\b|srun:|slurmstepd|sbatch:|"
                       r"salloc:|ssh:|Warning: Permanently added|bash:|sh:|\+ |mpirun|prterun|orterun|mpiexec|"
                       r"Primary job|Child job|Traceback|  File )", re.I)
-_HELP_RULE = re.compile(r"^-{20,}$")  # Open MPI's help blocks begin and end with a dashed line
+_HELP_RULE = lazyre.compile(r"^-{20,}$")  # Open MPI's help blocks begin and end with a dashed line
 # an NCCL log record (`host:pid:tid [dev] NCCL INFO ...`), also where a row's numbers run into it
-_NCCL_LOG = re.compile(r"(?<![A-Za-z_.-])([A-Za-z][\w.-]*):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN|TRACE|ABORT)\b")
-_NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
-_LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
-_TAG = re.compile(r"\[\d+(?:,\d+)?\](?:<std(?:out|err)>:)?")
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z]\w*)(?=\s|$)(.*)$")
-_STAMP = re.compile(r"^\d{4}-\d\d-\d\d(?:\s+\d\d:\d\d:\d\d)?$")
-_ALGO_ENV = re.compile(r"NCCL_ALGO(?:\s+set by environment to\s+|\s*=\s*|\s+)['\"]?([\w^,;:]+)", re.I)
-_NVLS_ENV = re.compile(r"NCCL_NVLS_ENABLE(?:\s+set by environment to\s+|\s*=\s*|\s+)['\"]?(\d)")
-_NVLS_OFF = re.compile(r"NVLS multicast support is not available|NVLS disabled", re.I)
-_NVLS_ON = re.compile(r"NVLS multicast support is available|\bNVLS comm 0x|nvlsSupport 1|NVLS enabled", re.I)
-_HCA_ARG = re.compile(r"NCCL_IB_HCA[= ]['\"]?\^?=?([\w.:,-]+)")
+_NCCL_LOG = lazyre.compile(r"(?<![A-Za-z_.-])([A-Za-z][\w.-]*):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN|TRACE|ABORT)\b")
+_NCCL_VERSION = lazyre.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+_LIBRARY_CODE = lazyre.compile(r"nccl-library=(\d+)")
+_TAG = lazyre.compile(r"\[\d+(?:,\d+)?\](?:<std(?:out|err)>:)?")
+_ROW = lazyre.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z]\w*)(?=\s|$)(.*)$")
+_STAMP = lazyre.compile(r"^\d{4}-\d\d-\d\d(?:\s+\d\d:\d\d:\d\d)?$")
+_ALGO_ENV = lazyre.compile(r"NCCL_ALGO(?:\s+set by environment to\s+|\s*=\s*|\s+)['\"]?([\w^,;:]+)", re.I)
+_NVLS_ENV = lazyre.compile(r"NCCL_NVLS_ENABLE(?:\s+set by environment to\s+|\s*=\s*|\s+)['\"]?(\d)")
+_NVLS_OFF = lazyre.compile(r"NVLS multicast support is not available|NVLS disabled", re.I)
+_NVLS_ON = lazyre.compile(r"NVLS multicast support is available|\bNVLS comm 0x|nvlsSupport 1|NVLS enabled", re.I)
+_HCA_ARG = lazyre.compile(r"NCCL_IB_HCA[= ]['\"]?\^?=?([\w.:,-]+)")
 # a wrapper's command line naming the collective (a test script's `-t all_gather`)
-_NAMED = re.compile(r"(?<![\w-])(" + "|".join(COLLECTIVES) + r")(?![\w-])")
+_NAMED = lazyre.compile(r"(?<![\w-])(" + "|".join(COLLECTIVES) + r")(?![\w-])")
 # the binary's own options: GPUs and threads per process (src/common.cu: -g/--ngpus, -t/--nthreads)
-_GPUS_OPT = re.compile(r"(?:^|\s)(?:-g\s*|--ngpus[=\s]\s*)(\d+)\b")
-_THREADS_OPT = re.compile(r"(?:^|\s)(?:-t\s*|--nthreads[=\s]\s*)(\d+)\b")
+_GPUS_OPT = lazyre.compile(r"(?:^|\s)(?:-g\s*|--ngpus[=\s]\s*)(\d+)\b")
+_THREADS_OPT = lazyre.compile(r"(?:^|\s)(?:-t\s*|--nthreads[=\s]\s*)(\d+)\b")
 # a launcher: the binary runs as several processes (one per rank or per node)
-_LAUNCHER = re.compile(r"\b(?:mpirun|mpiexec|orterun|prterun|srun|torchrun|jsrun|aprun|flux\s+run|horovodrun)\b|"
+_LAUNCHER = lazyre.compile(r"\b(?:mpirun|mpiexec|orterun|prterun|srun|torchrun|jsrun|aprun|flux\s+run|horovodrun)\b|"
                        r"\s-(?:np|n|N)\s+\d")
 # the process died (a signal, an abort) rather than reporting a failure of its own
-_CRASH = re.compile(r"Segmentation fault|core dumped|Bus error|Floating point exception|Illegal instruction|"
+_CRASH = lazyre.compile(r"Segmentation fault|core dumped|Bus error|Floating point exception|Illegal instruction|"
                     r"exited on signal \d+|killed by signal|terminate called after|Process received signal|"
                     r"\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b", re.I)
 SNIFF_LINES = 400  # lines of the top a detector reads before it searches the whole text
@@ -838,7 +839,7 @@ def parse(doc: Doc) -> NcclTests:
     return out
 
 
-_DETECT = re.compile(r"^(?:#?\s*Avg bus bandwidth\s*:|#?\s*nThread \d+ nGpus \d+|#\s*Using devices|#\s*\(B\)\s+\(elements\)|"
+_DETECT = lazyre.compile(r"^(?:#?\s*Avg bus bandwidth\s*:|#?\s*nThread \d+ nGpus \d+|#\s*Using devices|#\s*\(B\)\s+\(elements\)|"
                      r"#\s*Collective test (?:starting|concluded):|#\s*nccl-tests version|rccl-tests: Version|"
                      r"#\s*(?:size|bytes)\s+(?:count|N)\s+type\b.*\b(?:time|cputime)\s+algbw\s+busbw)")
 
@@ -847,7 +848,7 @@ _DETECT_NEEDLES = ("Avg bus bandwidth", "nThread ", "Using devices", "Collective
                    "rccl-tests: Version", "algbw", "(elements)")
 # the binaries' own failure messages (src/common.h CUDACHECK/NCCLCHECK/TESTCHECK, 1.x's, rccl-tests'
 # HIPCHECK; src/common.cu testStreamSynchronize(), src/util.cu writeDeviceReport())
-_FAIL_LINE = re.compile(r"\b(?:Test (?:NCCL|CUDA|HIP)|NCCL|Cuda) failure [\w./-]+\.(?:cu|cc|cpp|h):\d+|"
+_FAIL_LINE = lazyre.compile(r"\b(?:Test (?:NCCL|CUDA|HIP)|NCCL|Cuda) failure [\w./-]+\.(?:cu|cc|cpp|h):\d+|"
                         r"\bTest failure [\w./-]+\.(?:cu|cc|cpp|h):\d+|\bTest timeout \(\d+s\) [\w./-]+:\d+|"
                         r"Invalid number of GPUs: \d+ requested")
 _FAIL_NEEDLES = ("failure ", "Test timeout", "Invalid number of GPUs")

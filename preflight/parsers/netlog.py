@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from preflight import lazyre
 from preflight.framing import Doc, Hit, Line
 from preflight.parsers.base import Format, ParserSpec
 
@@ -27,17 +28,17 @@ NEEDLES = ("carrier", "link down", "link up", "link is down", "link is up", "lin
 _PCI = r"(?:(?P<pci>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d) )?"
 # (a word the line must hold, lower-cased: a C-speed test before the pattern; pattern; link up?)
 _EVENTS: tuple[tuple[str, re.Pattern[str], bool], ...] = (
-    ("lost carrier", re.compile(r"(?P<if>[\w.@-]+): lost carrier", re.I), False),
-    ("gained carrier", re.compile(r"(?P<if>[\w.@-]+): gained carrier", re.I), True),
-    ("carrier: link connected", re.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link connected", re.I), True),
+    ("lost carrier", lazyre.compile(r"(?P<if>[\w.@-]+): lost carrier", re.I), False),
+    ("gained carrier", lazyre.compile(r"(?P<if>[\w.@-]+): gained carrier", re.I), True),
+    ("carrier: link connected", lazyre.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link connected", re.I), True),
     ("carrier: link disconnected",
-     re.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link disconnected", re.I), False),
-    ("down", re.compile(_PCI + r"(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?down\b", re.I), False),
-    ("up", re.compile(_PCI + r"(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?up\b", re.I), True),
-    ("link becomes ready", re.compile(r"ADDRCONF\(NETDEV_CHANGE\): (?P<if>[\w.@-]+): link becomes ready", re.I), True),
+     lazyre.compile(r"device \((?P<if>[\w.@-]+)\): carrier: link disconnected", re.I), False),
+    ("down", lazyre.compile(_PCI + r"(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?down\b", re.I), False),
+    ("up", lazyre.compile(_PCI + r"(?P<if>[\w.@-]+): (?:NIC )?Link (?:is )?up\b", re.I), True),
+    ("link becomes ready", lazyre.compile(r"ADDRCONF\(NETDEV_CHANGE\): (?P<if>[\w.@-]+): link becomes ready", re.I), True),
 )
 # mlx5 core, drivers/net/ethernet/mellanox/mlx5/core/events.c: mlx5_port_module_event()
-_MODULE_ERROR = re.compile(r"(?P<pci>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)\b.*?Port module event\[error\]: "
+_MODULE_ERROR = lazyre.compile(r"(?P<pci>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)\b.*?Port module event\[error\]: "
                            r"module (?P<module>\d+), (?P<what>[^\r\n]*?)\s*$", re.I)
 
 

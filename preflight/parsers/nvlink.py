@@ -33,39 +33,40 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 from preflight.parsers.nvsmi_list import GPU_LINE
 
-_LINK = re.compile(r"^\s*Link\s+(\d+)\s*:\s*(.*?)\s*$")
-_STATE = re.compile(r"^(?:<\s*inactive\s*>|inactive|(\d+(?:\.\d+)?)\s*GB/s)$", re.I)
-_ALL_INACTIVE = re.compile(r"all links are inactive", re.I)
-_COUNTER = re.compile(r"^(?P<name>[A-Za-z][^:]*?)\s*:\s*(?P<value>\S.*?)?\s*$")
-_NUMBER = re.compile(r"^\d+$")
+_LINK = lazyre.compile(r"^\s*Link\s+(\d+)\s*:\s*(.*?)\s*$")
+_STATE = lazyre.compile(r"^(?:<\s*inactive\s*>|inactive|(\d+(?:\.\d+)?)\s*GB/s)$", re.I)
+_ALL_INACTIVE = lazyre.compile(r"all links are inactive", re.I)
+_COUNTER = lazyre.compile(r"^(?P<name>[A-Za-z][^:]*?)\s*:\s*(?P<value>\S.*?)?\s*$")
+_NUMBER = lazyre.compile(r"^\d+$")
 # a line the poster put in place of lines cut out of the paste
-_CUT = re.compile(r"\.{3}|…|\bsnip(?:ped)?\b|\btruncated\b|\bomitted\b|\belided\b|\bmore (?:lines|links)\b|^\W*cut\W*$",
+_CUT = lazyre.compile(r"\.{3}|…|\bsnip(?:ped)?\b|\btruncated\b|\bomitted\b|\belided\b|\bmore (?:lines|links)\b|^\W*cut\W*$",
                   re.I)
 # a command whose output is a subset of the listing: piped through a filter or a pager that cuts,
 # or restricted to one link (`-l N` / `--link N`)
-_PIPED = re.compile(r"\|\s*(?:sudo\s+)?(?:[efz]?grep|rg|head|tail|sed|awk)\b")
-_ONE_LINK = re.compile(r"(?:^|\s)(?:-l|--link)(?:\s+|=)\d+\b")
+_PIPED = lazyre.compile(r"\|\s*(?:sudo\s+)?(?:[efz]?grep|rg|head|tail|sed|awk)\b")
+_ONE_LINK = lazyre.compile(r"(?:^|\s)(?:-l|--link)(?:\s+|=)\d+\b")
 
 # counter name (lower case) -> kind, first match wins: traffic (`-gt`: Data Tx, Raw Rx) before the
 # pre-FEC raw counters, those before the BER and CRC words they contain, a failed recovery and the
 # total of recoveries before the other recovery counters
 COUNTER_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(?:tx|rx) (?:packets|bytes)$|^(?:data|raw) (?:tx|rx)\b"), "traffic"),
-    (re.compile(r"^raw\b"), "raw"),
-    (re.compile(r"\bber\b"), "ber"),
-    (re.compile(r"^fec\b"), "fec"),
-    (re.compile(r"\breplay"), "replay"),
-    (re.compile(r"recovery failed|failed recovery"), "recovery_failed"),
-    (re.compile(r"^total\b.*\brecover"), "recovery_total"),
-    (re.compile(r"\brecovery\b"), "recovery"),
-    (re.compile(r"\bcrc\b|\becc\b|^lane \d+$"), "crc"),
-    (re.compile(r"malformed|overrun|^rx (?:remote |general )?errors$|integrity|discard"), "packet"),
-    (re.compile(r"^(?:effective|symbol) errors$"), "symbol"),
+    (lazyre.compile(r"^(?:tx|rx) (?:packets|bytes)$|^(?:data|raw) (?:tx|rx)\b"), "traffic"),
+    (lazyre.compile(r"^raw\b"), "raw"),
+    (lazyre.compile(r"\bber\b"), "ber"),
+    (lazyre.compile(r"^fec\b"), "fec"),
+    (lazyre.compile(r"\breplay"), "replay"),
+    (lazyre.compile(r"recovery failed|failed recovery"), "recovery_failed"),
+    (lazyre.compile(r"^total\b.*\brecover"), "recovery_total"),
+    (lazyre.compile(r"\brecovery\b"), "recovery"),
+    (lazyre.compile(r"\bcrc\b|\becc\b|^lane \d+$"), "crc"),
+    (lazyre.compile(r"malformed|overrun|^rx (?:remote |general )?errors$|integrity|discard"), "packet"),
+    (lazyre.compile(r"^(?:effective|symbol) errors$"), "symbol"),
 )
 # the kinds that count errors (graded); the others are rates, histograms and traffic
 ERROR_KINDS = ("replay", "recovery", "recovery_failed", "crc", "packet", "symbol")

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, GpuRecord, ParserSpec, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, error_for, errors_in
@@ -23,7 +24,7 @@ _SCAN = 65536  # pragma: no mutate (how much of the text the cheap test reads: t
 _CUDA_MIN = 1000  # CUDA versions are major * 1000 + minor * 10 (1.0 is 1000)
 # NVML's answer for a GPU that stopped answering (nvmlReturn_t GPU_IS_LOST, RESET_REQUIRED, UNKNOWN; the
 # probe writes "<code name>: <NVML's sentence>", older probes pynvml's class name)
-_STOPPED = re.compile(r"GPU_IS_LOST|GpuIsLost|GPU is lost|RESET_REQUIRED|ResetRequired|requires reset|"
+_STOPPED = lazyre.compile(r"GPU_IS_LOST|GpuIsLost|GPU is lost|RESET_REQUIRED|ResetRequired|requires reset|"
                       r"NVML_ERROR_UNKNOWN|Unknown Error", re.I)
 
 

@@ -12,14 +12,14 @@ Looping queries (`-l N`) print the same GPU many times: the last sample of each 
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import BROKEN_VALUES, Format, GpuRecord, ParserSpec, clean, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
-_HEADER_CELL = re.compile(r"^([A-Za-z][A-Za-z0-9_.]*)(?:\s*\[[^\]]*\])?$")
+_HEADER_CELL = lazyre.compile(r"^([A-Za-z][A-Za-z0-9_.]*)(?:\s*\[[^\]]*\])?$")
 # fields of --query-gpu common enough that two of them in a header line make it one
 CORE_FIELDS = frozenset({
     "index", "name", "uuid", "pci.bus_id", "driver_version", "serial", "vbios_version", "memory.total",
@@ -27,7 +27,7 @@ CORE_FIELDS = frozenset({
     "mig.mode.current", "timestamp", "count", "pstate", "temperature.gpu", "utilization.gpu", "power.draw",
     "fan.speed", "memory.used", "clocks.sm", "ecc.errors.uncorrected.volatile.total", "gpu_name", "gpu_bus_id",
 })
-_QUERY_ARG = re.compile(r"--query-gpu[= ]+['\"]?([A-Za-z0-9_.,\s]+?)['\"]?(?=\s+-|\s*$|\s*\|)")
+_QUERY_ARG = lazyre.compile(r"--query-gpu[= ]+['\"]?([A-Za-z0-9_.,\s]+?)['\"]?(?=\s+-|\s*$|\s*\|)")
 
 
 @dataclass(frozen=True)

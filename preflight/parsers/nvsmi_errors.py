@@ -23,11 +23,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from preflight import lazyre
 from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, pci_id
 
 _BUS = r"[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
-_BUS_DETAIL = re.compile(rf"({_BUS})(?:\s*:\s*(.*))?")
+_BUS_DETAIL = lazyre.compile(rf"({_BUS})(?:\s*:\s*(.*))?")
 
 
 @dataclass(frozen=True)
@@ -56,21 +57,21 @@ class ToolError:
 LOST_REMEDY = ("the GPU fell off the bus or hung (Xid 79 class): drain the node and reboot it; reseat or RMA the GPU "
                "if it happens again")
 # the device-handle message (group `handle`), or NVML's "GPU is lost" in any other shape
-_LOST = re.compile(rf"(?P<handle>Unable to (?:determine|detect) the device handle for)\s*(?:GPU\s*(?:\d+\s*:\s*)?)?"
+_LOST = lazyre.compile(rf"(?P<handle>Unable to (?:determine|detect) the device handle for)\s*(?:GPU\s*(?:\d+\s*:\s*)?)?"
                    rf"(?P<bus>{_BUS})?(?:\s*:\s*(?P<detail>.*))?|\bGPU is lost\b|NVMLError_GpuIsLost|NVML_ERROR_GPU_IS_LOST",
                    re.I)
 
 # (kind, pattern, summary, remedy). Order matters: the first pattern that matches a line wins.
 PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
     ("version_mismatch",
-     re.compile(r"Driver/library version mismatch|NVML/RM version mismatch|LibRmVersionMismatch|"
+     lazyre.compile(r"Driver/library version mismatch|NVML/RM version mismatch|LibRmVersionMismatch|"
                 r"NVML_ERROR_LIB_RM_VERSION_MISMATCH", re.I),
      "the loaded NVIDIA kernel module and the user-space driver library differ",
      "a driver upgrade without a reboot leaves the old kernel module loaded: drain and reboot the node "
      "(or, with no GPU process running, unload and reload the nvidia modules); if it persists after the reboot, "
      "reinstall the driver packages so kernel module and libraries are one version"),
     ("no_driver",
-     re.compile(r"couldn'?t communicate with (?:the )?NVIDIA driver|NVMLError_DriverNotLoaded|\bDriver Not Loaded\b|"
+     lazyre.compile(r"couldn'?t communicate with (?:the )?NVIDIA driver|NVMLError_DriverNotLoaded|\bDriver Not Loaded\b|"
                 r"NVML_ERROR_DRIVER_NOT_LOADED|"
                 r"Unable to load the NVIDIA kernel module|NVIDIA kernel module missing|"
                 r"could not open the device file /dev/nvidiactl", re.I),
@@ -79,34 +80,34 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "then check dmesg for NVRM errors"),
     ("gpu_lost", _LOST, "a GPU does not answer the driver", LOST_REMEDY),
     ("needs_reset",
-     re.compile(r"\[GPU requires reset\]|GPU requires reset|NVMLError_ResetRequired|NVML_ERROR_RESET_REQUIRED", re.I),
+     lazyre.compile(r"\[GPU requires reset\]|GPU requires reset|NVMLError_ResetRequired|NVML_ERROR_RESET_REQUIRED", re.I),
      "a GPU needs a reset before it can be used",
      "drain the node and reset the GPU (nvidia-smi -r -i <index>) once no process uses it, or reboot"),
     ("reset_failed",
-     re.compile(rf"could not be reset|GPU (?P<bus>{_BUS}): (?P<detail>In use by another client|.*reset.*failed.*)|"
+     lazyre.compile(rf"could not be reset|GPU (?P<bus>{_BUS}): (?P<detail>In use by another client|.*reset.*failed.*)|"
                 r"Unable to reset (?:this )?GPU", re.I),
      "a GPU reset did not happen",
      "stop every process holding the GPU (nvidia-persistenced, DCGM, the device plugin, monitoring agents: "
      "`nvidia-smi --query-compute-apps=pid --format=csv`, `lsof /dev/nvidia*`), then reset again; reboot if it "
      "still refuses. Keep the node drained until the reset has applied"),
     ("no_devices",
-     re.compile(r"No devices were found|^No devices found\.?$|No NVIDIA GPU found|NVML: device count is 0", re.I),
+     lazyre.compile(r"No devices were found|^No devices found\.?$|No NVIDIA GPU found|NVML: device count is 0", re.I),
      "the driver is loaded but finds no GPU",
      "check the PCIe link (lspci -d 10de:), and dmesg for Xid 79 (GPU fell off the bus); "
      "drain, power-cycle the node, reseat or RMA the GPU if it stays missing"),
     ("library_missing",
-     re.compile(r"NVML Shared Library Not Found|NVMLError_LibraryNotFound|libnvidia-ml\.so\S*: cannot open|"
+     lazyre.compile(r"NVML Shared Library Not Found|NVMLError_LibraryNotFound|libnvidia-ml\.so\S*: cannot open|"
                 r"couldn'?t find libnvidia-ml\.so|nvidia-smi: (?:command )?not found|"
                 r"libnvidia-ml\.so\S* (?:not found|cannot be loaded)|NVML_ERROR_LIBRARY_NOT_FOUND", re.I),
      "the NVML library (libnvidia-ml.so) or nvidia-smi is not installed or not visible",
      "install the NVIDIA driver's user-space libraries (or expose them to the container)"),
     ("inforom_corrupted",
-     re.compile(rf"infoROM is corrupted at gpu\s*(?P<bus>{_BUS})?", re.I),
+     lazyre.compile(rf"infoROM is corrupted at gpu\s*(?P<bus>{_BUS})?", re.I),
      "a GPU's infoROM is corrupted",
      "the GPU still works but its ECC and error records are not kept reliably: plan an RMA of the board; "
      "`nvidia-smi -q -d ECC` and the InfoROM version show the state"),
     ("nvml_init",
-     re.compile(r"Failed to initialize NVML: .*|NVMLError_\w+|NVML_ERROR_\w+|pynvml cannot be imported.*|"
+     lazyre.compile(r"Failed to initialize NVML: .*|NVMLError_\w+|NVML_ERROR_\w+|pynvml cannot be imported.*|"
                 r"NVIDIA-SMI has failed\b.*", re.I),
      "NVML could not be initialised",
      "run nvidia-smi by hand on the node; check dmesg for NVRM errors and that the user can open /dev/nvidia*"),
@@ -115,23 +116,23 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
 # What NVML's error string after a GPU's bus id makes of the device-handle message. The default is
 # a GPU that does not answer (Unknown Error, GPU is lost, Not Found, Timeout).
 _DETAIL_KINDS: list[tuple[str, re.Pattern[str], str, str]] = [
-    ("needs_reset", re.compile(r"requires reset", re.I), "a GPU needs a reset before it can be used",
+    ("needs_reset", lazyre.compile(r"requires reset", re.I), "a GPU needs a reset before it can be used",
      "drain the node and reset the GPU (nvidia-smi -r -i <index>) once no process uses it, or reboot"),
-    ("insufficient_power", re.compile(r"Insufficient External Power|insufficiently powered", re.I),
+    ("insufficient_power", lazyre.compile(r"Insufficient External Power|insufficiently powered", re.I),
      "a GPU does not get enough power to start",
      "check the GPU's auxiliary power cables and the PSUs (nvidia-smi names the cables as not attached or not "
      "seated); drain the node until it is fixed"),
-    ("no_permission", re.compile(r"Insufficient Permissions|No Permission", re.I),
+    ("no_permission", lazyre.compile(r"Insufficient Permissions|No Permission", re.I),
      "the user that ran nvidia-smi may not open this GPU",
      "check the permissions of /dev/nvidia* (nvidia-modprobe / udev rules) and the cgroup device rules of the "
      "job or container that ran nvidia-smi; run it as root to see the GPU itself"),
 ]
 
 # Lines nvidia-smi prints under a message to explain it: part of that message.
-_MORE = re.compile(r"^(?:This may be because not all required external power|attached, or the attached cables|"
+_MORE = lazyre.compile(r"^(?:This may be because not all required external power|attached, or the attached cables|"
                    r"Reboot the system to recover)", re.I)
 # NVML's error string alone on a line: the device-handle message broken after the bus id
-_BARE = re.compile(r"^(?:GPU is lost|Unknown Error|GPU requires reset|Insufficient|Not Found|Timeout)", re.I)
+_BARE = lazyre.compile(r"^(?:GPU is lost|Unknown Error|GPU requires reset|Insufficient|Not Found|Timeout)", re.I)
 
 
 def _classify(line: str, reset_block: bool) -> tuple[str, re.Match[str], str, str] | None:
@@ -227,14 +228,14 @@ def error_for(kind: str, line: str) -> ToolError:
     return ToolError(kind, line, "GPU tooling error", "run nvidia-smi by hand on the node and check dmesg")
 
 
-_OWN = re.compile(r"Failed to initialize NVML:|NVIDIA-SMI has failed because|No devices were found|"
+_OWN = lazyre.compile(r"Failed to initialize NVML:|NVIDIA-SMI has failed because|No devices were found|"
                   r"^No devices found\.?$|couldn'?t find libnvidia-ml\.so|"
                   r"Unable to (?:determine|detect) the device handle for|could not be reset|GPU requires reset", re.I)
 
 
 # a listing's own parser reads its lost-GPU lines: -L, the table, --query-gpu CSV, -q, topo -m (a GPU row
 # meeting itself, "GPU0  X"), nvlink (a Link line)
-_LISTING = re.compile(r"^GPU \d+: .*\((?:UUID|S/N):|^\|=+|^\|\s+\d+\s+.*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|"
+_LISTING = lazyre.compile(r"^GPU \d+: .*\((?:UUID|S/N):|^\|=+|^\|\s+\d+\s+.*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:|"
                       r"^index,|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$|NVSMI LOG|^\s*GPU\d+\s+X\b|^\s*Link \d+: ")
 
 

@@ -16,16 +16,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, GpuRecord, ParserSpec
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
-GPU_LINE = re.compile(r"^GPU\s+(\d+):\s+(.*?)\s*(?:\((?:UUID|S/N):\s*([^)]*)\))?\s*$")
+GPU_LINE = lazyre.compile(r"^GPU\s+(\d+):\s+(.*?)\s*(?:\((?:UUID|S/N):\s*([^)]*)\))?\s*$")
 # a GPU line as -L prints it: the name, then the UUID or the serial number in parentheses
-LISTED = re.compile(r"^GPU\s+\d+:\s+\S.*\((?:UUID:\s*GPU-|S/N:)")
-MIG_LINE = re.compile(r"^\s*MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*([^)]*)\)\s*$")
-_LINK_LINE = re.compile(r"^\s*Link\s+\d+\s*:|all links are inactive", re.I)
-_COMMAND = re.compile(r"nvidia-smi(?:\.exe)?\b.*(?:\s-L\b|--list-gpus)")
+LISTED = lazyre.compile(r"^GPU\s+\d+:\s+\S.*\((?:UUID:\s*GPU-|S/N:)")
+MIG_LINE = lazyre.compile(r"^\s*MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*([^)]*)\)\s*$")
+_LINK_LINE = lazyre.compile(r"^\s*Link\s+\d+\s*:|all links are inactive", re.I)
+_COMMAND = lazyre.compile(r"nvidia-smi(?:\.exe)?\b.*(?:\s-L\b|--list-gpus)")
 
 
 @dataclass

@@ -28,6 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers import nvsmi_qreport as qr
 from preflight.parsers import nvsmi_xml
@@ -35,13 +36,13 @@ from preflight.parsers.base import Format, ParserSpec, clean, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 from preflight.parsers.nvsmi_qreport import BUS, GPU_LEVEL, HEADER_KEYS, QGpu, QReport
 
-_GPU_HEADER = re.compile(rf"^GPU\s+({BUS})$")
-_FIELD = re.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s*(?P<value>.*?))?\s*$")
+_GPU_HEADER = lazyre.compile(rf"^GPU\s+({BUS})$")
+_FIELD = lazyre.compile(r"^(?P<key>[^:]*?\S)\s*:(?:\s*(?P<value>.*?))?\s*$")
 # `nvidia-smi -r` refusing a reset: read with the GPU's other messages (gpu.health grades it)
 # a reader's mark after a value, pasted with it: `Pending : Yes   <===`, `<-- here`, `<<<`
-_ANNOTATION = re.compile(r"\s+(?:<[=-]+|<<+|\u2190|[=-]+>)(?:\s.*)?$")
-_RESET_REFUSED = re.compile(r"following GPUs could not be reset|Unable to reset GPU", re.IGNORECASE)
-_NVML_LIB = re.compile(r"NVML library version:?\s*(?P<v>\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+_ANNOTATION = lazyre.compile(r"\s+(?:<[=-]+|<<+|\u2190|[=-]+>)(?:\s.*)?$")
+_RESET_REFUSED = lazyre.compile(r"following GPUs could not be reset|Unable to reset GPU", re.IGNORECASE)
+_NVML_LIB = lazyre.compile(r"NVML library version:?\s*(?P<v>\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
 # Labels that belong to one section only: a grep excerpt that dropped the section's line still
@@ -104,9 +105,9 @@ def selected_gpu(command: str) -> str:
 
 
 # An ECC counter of the SRAM/DRAM layout (R470+): printed under both Volatile and Aggregate
-_ECC_COUNTER = re.compile(r"^\s*(?P<key>(?:SRAM|DRAM) (?:Correctable|Uncorrectable(?: Parity| SEC-DED)?))\s*:\s*"
+_ECC_COUNTER = lazyre.compile(r"^\s*(?P<key>(?:SRAM|DRAM) (?:Correctable|Uncorrectable(?: Parity| SEC-DED)?))\s*:\s*"
                           r"(?P<value>\d+)\s*$", re.IGNORECASE)
-_Q_COMMAND = re.compile(r"\bnvidia-smi(?:\.exe)?\s+(?:[^|;]*\s)?(?:-q|--query)(?:\s|$|\|)")
+_Q_COMMAND = lazyre.compile(r"\bnvidia-smi(?:\.exe)?\s+(?:[^|;]*\s)?(?:-q|--query)(?:\s|$|\|)")
 
 
 def _grepped_counters(rep: QReport, lines: list[str]) -> None:

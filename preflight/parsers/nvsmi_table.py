@@ -20,19 +20,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, GpuRecord, ParserSpec, clean, to_bool, to_int
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
-_TABLE_VERSION = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA Version:\s*(\S+))?")
+_TABLE_VERSION = lazyre.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA Version:\s*(\S+))?")
 _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 # the first row of a GPU's block: index and name, then the bus id cell
-GPU_ROW = re.compile(rf"^\|\s*(\d+)\s+(\S.*?)\s*\|\s*({_BUS})(?:\s+(\S+))?\s*\|")
-_FIRST_CELL = re.compile(r"^(\d+)\s+(.*?)(?:\s+(On|Off|N/A|TCC|WDDM|MCDM))?$")
-MIG_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s*\|")
+GPU_ROW = lazyre.compile(rf"^\|\s*(\d+)\s+(\S.*?)\s*\|\s*({_BUS})(?:\s+(\S+))?\s*\|")
+_FIRST_CELL = lazyre.compile(r"^(\d+)\s+(.*?)(?:\s+(On|Off|N/A|TCC|WDDM|MCDM))?$")
+MIG_ROW = lazyre.compile(r"^\|\s*(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s*\|")
 ROWS_PER_GPU = 3  # the most rows a GPU's block has (R450 and later: the third holds MIG M.)
-_RULE = re.compile(r"^[+|][-=+|]+[+|]?$")
-_SECTION = re.compile(r"\bBus-Id\b|\bProcesses:|(MIG devices:)")  # a section's header (group 1: the MIG one)
+_RULE = lazyre.compile(r"^[+|][-=+|]+[+|]?$")
+_SECTION = lazyre.compile(r"\bBus-Id\b|\bProcesses:|(MIG devices:)")  # a section's header (group 1: the MIG one)
 
 
 @dataclass

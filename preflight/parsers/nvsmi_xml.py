@@ -23,17 +23,18 @@ from dataclasses import dataclass, field
 from typing import cast
 from xml.etree.ElementTree import Element, ParseError, XMLPullParser
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers import nvsmi_qreport as qr
 from preflight.parsers.nvsmi_errors import errors_in
 from preflight.parsers.nvsmi_qreport import BUS, QGpu, QReport
 
 ROOT = "nvidia_smi_log"
-_ROOT_OPEN = re.compile(rf"<{ROOT}\s*>")
-_GPU_OPEN = re.compile(rf"<gpu\s+id\s*=\s*[\"']{BUS}[\"']\s*>")
-_NEW_DOC = re.compile(rf"<\?xml\b|<!DOCTYPE\b|<{ROOT}\s*>")
-_DTD = re.compile(r"<!DOCTYPE\s+nvidia_smi_log\b|nvsmi_device_v\d+\.dtd")
-_TAG = re.compile(r"<([A-Za-z_][\w.-]*)")
+_ROOT_OPEN = lazyre.compile(rf"<{ROOT}\s*>")
+_GPU_OPEN = lazyre.compile(rf"<gpu\s+id\s*=\s*[\"']{BUS}[\"']\s*>")
+_NEW_DOC = lazyre.compile(rf"<\?xml\b|<!DOCTYPE\b|<{ROOT}\s*>")
+_DTD = lazyre.compile(r"<!DOCTYPE\s+nvidia_smi_log\b|nvsmi_device_v\d+\.dtd")
+_TAG = lazyre.compile(r"<([A-Za-z_][\w.-]*)")
 
 # words spelt as the text form spells them
 _WORDS = {"gpu": "GPU", "mig": "MIG", "ecc": "ECC", "sram": "SRAM", "dram": "DRAM", "fb": "FB", "bar1": "BAR1",
@@ -80,8 +81,8 @@ NESTED: dict[str, str] = {
 }
 # clock event reasons (`clocks_event_reason_` or, before R535, `clocks_throttle_reason_` + this)
 REASONS = {"gpu_idle": "Idle", "display_clocks_setting": "Display Clock Setting"}
-_REASON = re.compile(r"^clocks_(?:event|throttle)_reason_(?P<name>\w+)$")
-_HISTOGRAM = re.compile(r"^row_remapper_histogram_(?P<name>\w+)$")
+_REASON = lazyre.compile(r"^clocks_(?:event|throttle)_reason_(?P<name>\w+)$")
+_HISTOGRAM = lazyre.compile(r"^row_remapper_histogram_(?P<name>\w+)$")
 # lists the text form does not print field by field (a retired page's address and time)
 SKIPPED = frozenset({"retired_pagelist"})
 

@@ -34,10 +34,10 @@ reports another number for itself.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from preflight import lazyre
 from preflight.framing import Line, frame
 
 NEEDLES = ("Killed process", "Kill process", "oom-kill:", "oom_reaper:", "invoked oom-killer",
@@ -46,17 +46,17 @@ NEEDLES = ("Killed process", "Kill process", "oom-kill:", "oom_reaper:", "invoke
 # the text after the pid and comm: "total-vm" (kill), ", UID" (5.x has it after the sizes),
 # " score" (a victim chosen), ", now" (reaped), " sharing" (an mm shared), or the end
 _COMM_END = r"(?=\s+total-vm:|,\s*(?:UID|total-vm|now)\b|\s+score\s+\d|\s+sharing\b|\s*,?\s*$)"
-_KILLED = re.compile(r"(?:(?P<why>[A-Za-z][A-Za-z ()_-]*?):\s+)?Killed process (?P<pid>\d+) \((?P<comm>.*?)\)"
+_KILLED = lazyre.compile(r"(?:(?P<why>[A-Za-z][A-Za-z ()_-]*?):\s+)?Killed process (?P<pid>\d+) \((?P<comm>.*?)\)"
                      + _COMM_END + r"(?P<rest>.*)$")
-_CHOSEN = re.compile(r"(?:(?P<why>[A-Za-z][A-Za-z ()_-]*?):\s+)?Kill process (?P<pid>\d+) \((?P<comm>.*?)\)"
+_CHOSEN = lazyre.compile(r"(?:(?P<why>[A-Za-z][A-Za-z ()_-]*?):\s+)?Kill process (?P<pid>\d+) \((?P<comm>.*?)\)"
                      + _COMM_END + r"(?:\s+score\s+(?P<score>\d+))?(?P<rest>.*)$")
-_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<comm>.*?)\)" + _COMM_END + r"(?P<rest>.*)$")
-_SUMMARY = re.compile(r"oom-kill:(?P<fields>.*)$")
-_INVOKED = re.compile(r"^(?P<comm>.*?) invoked oom-killer:(?P<rest>.*)$")
-_TASK_IN = re.compile(r"Task in (?P<memcg>\S+) killed as a result of limit of (?P<limit>\S+)")
-_SIZE = re.compile(r"(?P<key>total-vm|anon-rss|file-rss|shmem-rss|pgtables):\s*(?P<kb>\d+)\s*kB")
-_UID = re.compile(r"\bUID:?\s*(?P<uid>\d+)")
-_FIELD = re.compile(r"(?P<key>[a-z_]+)=(?P<value>[^,]*)")
+_REAPED = lazyre.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<comm>.*?)\)" + _COMM_END + r"(?P<rest>.*)$")
+_SUMMARY = lazyre.compile(r"oom-kill:(?P<fields>.*)$")
+_INVOKED = lazyre.compile(r"^(?P<comm>.*?) invoked oom-killer:(?P<rest>.*)$")
+_TASK_IN = lazyre.compile(r"Task in (?P<memcg>\S+) killed as a result of limit of (?P<limit>\S+)")
+_SIZE = lazyre.compile(r"(?P<key>total-vm|anon-rss|file-rss|shmem-rss|pgtables):\s*(?P<kb>\d+)\s*kB")
+_UID = lazyre.compile(r"\bUID:?\s*(?P<uid>\d+)")
+_FIELD = lazyre.compile(r"(?P<key>[a-z_]+)=(?P<value>[^,]*)")
 
 
 @dataclass

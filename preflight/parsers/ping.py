@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
@@ -34,56 +35,56 @@ IPV4_ICMP_HEADERS = 28
 IPV6_ICMP_HEADERS = 48
 
 _P = r"(?:^|(?<=[\s:\]>|)]))"  # a message starts a line or follows a prefix the framing left
-_HEAD = re.compile(_P + r"PING\s+(?P<target>[^\s(]+)\s*\((?P<addr>[^)]*)\)\s*(?:,\s*flow\s+0x[0-9a-f]+,\s*)?"
+_HEAD = lazyre.compile(_P + r"PING\s+(?P<target>[^\s(]+)\s*\((?P<addr>[^)]*)\)\s*(?:,\s*flow\s+0x[0-9a-f]+,\s*)?"
                    r"(?:from\s+\S+?(?:\s+[^\s:]+)?\s*:\s*)?:?\s*"
                    r"(?:(?P<size>\d+)\((?P<frame>\d+)\) bytes\b|(?P<size2>\d+) data bytes)", re.I)
-_HEAD_BSD6 = re.compile(_P + r"PING6\((?P<frame>\d+)=\d+\+\d+\+(?P<size>\d+) bytes\)\s+\S+\s+-->\s+(?P<target>\S+)")
-_HEAD_WIN = re.compile(_P + r"Pinging\s+(?P<target>\S+)\s+(?:\[(?P<addr>[^\]]+)\]\s+)?with\s+(?P<size>\d+)\s+bytes of data",
+_HEAD_BSD6 = lazyre.compile(_P + r"PING6\((?P<frame>\d+)=\d+\+\d+\+(?P<size>\d+) bytes\)\s+\S+\s+-->\s+(?P<target>\S+)")
+_HEAD_WIN = lazyre.compile(_P + r"Pinging\s+(?P<target>\S+)\s+(?:\[(?P<addr>[^\]]+)\]\s+)?with\s+(?P<size>\d+)\s+bytes of data",
                        re.I)
-_REPLY = re.compile(r"(?<![\w.])(?P<bytes>\d+) bytes from (?P<src>.+?)[:,]\s+(?:icmp_)?seq=(?P<seq>\d+)", re.I)
-_REPLY_WIN = re.compile(_P + r"Reply from (?P<src>[^:]+):\s+bytes[=<](?P<bytes>\d+)", re.I)
+_REPLY = lazyre.compile(r"(?<![\w.])(?P<bytes>\d+) bytes from (?P<src>.+?)[:,]\s+(?:icmp_)?seq=(?P<seq>\d+)", re.I)
+_REPLY_WIN = lazyre.compile(_P + r"Reply from (?P<src>[^:]+):\s+bytes[=<](?P<bytes>\d+)", re.I)
 # iputils: `N packets transmitted, M received[, +D duplicates][, +C corrupted][, +E errors][, L% packet loss,
 # time Tms]` (no loss and time when nothing was sent); BSD/macOS `M packets received, +D duplicates, L% packet
 # loss`; BusyBox `M packets received, [D duplicates, ]L% packet loss` (no `+`)
-_STATS = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) (?:packets )?received(?P<extra>(?:, \+?\d+ \w+)*)"
+_STATS = lazyre.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) (?:packets )?received(?P<extra>(?:, \+?\d+ \w+)*)"
                     r"(?:, (?P<loss>[\d.]+)% packet loss)?", re.I)
 # the round-trip line after the statistics (printed only when a reply came back): iputils `rtt
 # min/avg/max/mdev = a/b/c/d ms[, pipe N][, ipg/ewma x/y ms]`, BSD `round-trip min/avg/max/stddev =`,
 # BusyBox `round-trip min/avg/max =`
-_RTT = re.compile(r"(?:rtt|round-trip) min/avg/max(?:/(?:mdev|stddev|std-dev|jitter))? = "
+_RTT = lazyre.compile(r"(?:rtt|round-trip) min/avg/max(?:/(?:mdev|stddev|std-dev|jitter))? = "
                   r"(?P<min>[\d.]+)/(?P<avg>[\d.]+)/(?P<max>[\d.]+)", re.I)
-_STATS_WIN = re.compile(r"Packets: Sent = (?P<tx>\d+), Received = (?P<rx>\d+), Lost = \d+ \((?P<loss>[\d.]+)% loss\)",
+_STATS_WIN = lazyre.compile(r"Packets: Sent = (?P<tx>\d+), Received = (?P<rx>\d+), Lost = \d+ \((?P<loss>[\d.]+)% loss\)",
                         re.I)
-_LOCAL_TOO_LONG = re.compile(r"local error: message too long(?:,\s*mtu\s*[=:]\s*(\d+))?|"
+_LOCAL_TOO_LONG = lazyre.compile(r"local error: message too long(?:,\s*mtu\s*[=:]\s*(\d+))?|"
                              r"send(?:msg|to)(?:\(\))?: message too long|"
                              r"Packet needs to be fragmented but DF set", re.I)
 _FROM = r"(?:From\s+(?P<src>\S+?(?:\s+\([^)]*\))?):?\s+|(?P<bsd>\d+) bytes from (?P<bsdsrc>\S+?):\s+)"
-_FRAG = re.compile(_FROM + r"(?:icmp_seq=(?P<seq>\d+)\s+)?Frag(?:mentation)? needed(?: and DF set)?"
+_FRAG = lazyre.compile(_FROM + r"(?:icmp_seq=(?P<seq>\d+)\s+)?Frag(?:mentation)? needed(?: and DF set)?"
                    r"(?:\s*\((?:mtu|MTU)\s*=?\s*(?P<mtu>\d+)\))?", re.I)
-_PKT_TOO_BIG = re.compile(_FROM + r"(?:icmp_seq=(?P<seq>\d+)\s+)?Packet too big:?\s*mtu\s*[=:]?\s*(?P<mtu>\d+)", re.I)
-_UNREACH = re.compile(r"Destination (?:Host|Net|Network|Port|Protocol) (?:Unreachable|Unknown|Prohibited)|"
+_PKT_TOO_BIG = lazyre.compile(_FROM + r"(?:icmp_seq=(?P<seq>\d+)\s+)?Packet too big:?\s*mtu\s*[=:]?\s*(?P<mtu>\d+)", re.I)
+_UNREACH = lazyre.compile(r"Destination (?:Host|Net|Network|Port|Protocol) (?:Unreachable|Unknown|Prohibited)|"
                       r"Destination unreachable|Network is unreachable|No route to host|Host is down|"
                       r"Time to live exceeded|Time exceeded|Communication prohibited|Packet filtered|"
                       r"General failure", re.I)
-_UNRESOLVED = re.compile(r"Name or service not known|unknown host|Temporary failure in name resolution|"
+_UNRESOLVED = lazyre.compile(r"Name or service not known|unknown host|Temporary failure in name resolution|"
                          r"No address associated with hostname|cannot resolve|Name does not resolve|bad address|"
                          r"nodename nor servname provided|could not find host", re.I)
 # errors a ping prints before any header (its own invocation): a name that does not resolve, no route
-_BEFORE_HEADER = re.compile(r"connect: (?:Network is unreachable|No route to host)", re.I)
-_UNRESOLVED_NAME = re.compile(r"(?:unknown host|cannot resolve|bad address)\s+'?(?P<n1>[^\s:']+)|"
+_BEFORE_HEADER = lazyre.compile(r"connect: (?:Network is unreachable|No route to host)", re.I)
+_UNRESOLVED_NAME = lazyre.compile(r"(?:unknown host|cannot resolve|bad address)\s+'?(?P<n1>[^\s:']+)|"
                               r"ping6?: (?P<n2>[^\s:]+): ", re.I)
-_TIMEOUT = re.compile(r"no answer yet for icmp_seq=(?P<seq>\d+)|Request timeout for icmp_seq (?P<seq2>\d+)|"
+_TIMEOUT = lazyre.compile(r"no answer yet for icmp_seq=(?P<seq>\d+)|Request timeout for icmp_seq (?P<seq2>\d+)|"
                       r"(?P<win>Request timed out)", re.I)
-_CMD = re.compile(r"(?:^|[\s/;|&(])(?:ping6?|PING|ping\.exe)(?=\s|$)(?P<args>.*)$")
-_INLINE_CMD = re.compile(r"^(?:sudo\s+)?(?:ping6?|ping\.exe)\s+(?P<args>.+)$")
+_CMD = lazyre.compile(r"(?:^|[\s/;|&(])(?:ping6?|PING|ping\.exe)(?=\s|$)(?P<args>.*)$")
+_INLINE_CMD = lazyre.compile(r"^(?:sudo\s+)?(?:ping6?|ping\.exe)\s+(?P<args>.+)$")
 # where a message starts inside a line (a flattened paste joins several on one line): a header, a
 # reply, an error, the statistics, ping's own `ping: ...` messages, a ping command with options
-_STARTS = re.compile(r"\s+(?=PING6?(?:[\s(]|$)|Pinging\s|\d+ bytes from\s|From(?:\s|$)|Reply from\s|Request time|"
+_STARTS = lazyre.compile(r"\s+(?=PING6?(?:[\s(]|$)|Pinging\s|\d+ bytes from\s|From(?:\s|$)|Reply from\s|Request time|"
                      r"no answer yet|---\s+\S+\s+ping statistics|\d+ packets transmitted|Packets: Sent|ping6?:\s|(?:sudo\s+)?ping6?\s+-)")
-_OPENING = re.compile(r"^(?:PING6?(?:[\s(]|$)|Pinging\s|\d+ bytes from\s|From(?:\s|$)|Reply from\s|---\s+\S+\s+ping statistics|"
+_OPENING = lazyre.compile(r"^(?:PING6?(?:[\s(]|$)|Pinging\s|\d+ bytes from\s|From(?:\s|$)|Reply from\s|---\s+\S+\s+ping statistics|"
                       r"(?:sudo\s+)?ping6?\s+-)")
 # Markdown escapes a wiki or a rendered page puts before punctuation (`icmp\_seq`, `\-M`)
-_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!~$|<>])")
+_ESCAPE = lazyre.compile(r"\\([\\`*_{}\[\]()#+\-.!~$|<>])")
 
 
 @dataclass
@@ -131,7 +132,7 @@ class PingFacts:
 
 # ping's own messages on stderr (iputils error(): `ping: <text>`; older perror()/fprintf: the same
 # prefix), other than its warnings (`ping: Warning: ...`) and the texts the run lines read
-_OWN_ERROR = re.compile(r"(?:^|\s)ping6?: (?!warning\b)\S", re.I)
+_OWN_ERROR = lazyre.compile(r"(?:^|\s)ping6?: (?!warning\b)\S", re.I)
 
 
 def unread_errors(lines: list[str]) -> list[str]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-_PS_PROC = re.compile(r"^Process (\d+): (.*)$")
-_PS_THREAD = re.compile(r"^Thread (0x[0-9A-Fa-f]+|\d+) \(([^)]*)\)(?:: \"(.*)\")?")
+from preflight import lazyre
+
+_PS_PROC = lazyre.compile(r"^Process (\d+): (.*)$")
+_PS_THREAD = lazyre.compile(r"^Thread (0x[0-9A-Fa-f]+|\d+) \(([^)]*)\)(?:: \"(.*)\")?")
 FRAME_INDENT = 4  # py-spy indents a thread's frames by 4 spaces
-_PS_FRAME = re.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
+_PS_FRAME = lazyre.compile(r"^\s+(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
 
 
 @dataclass

@@ -18,37 +18,38 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import DETECT_ENDS, Doc
 from preflight.parsers.base import Format, ParserSpec
 from preflight.parsers.base import to_int as _int
 
 _STATUSES = r"NOCOMM|UNKNOWN|INIT|RUNNING|FINALIZE|ABORT"
-_PROCESS = re.compile(r"^Process (\d+) on node (\S+) managing GPUs? (.+)$")
-_RANK = re.compile(r"^Rank (\d+)(?: (?:has launched up to operation (\d+)|(has not launched any operations)|"
+_PROCESS = lazyre.compile(r"^Process (\d+) on node (\S+) managing GPUs? (.+)$")
+_RANK = lazyre.compile(r"^Rank (\d+)(?: (?:has launched up to operation (\d+)|(has not launched any operations)|"
                    r"has status (\w+)|reported (.+?)))? -- (?:GPU (.+?) managed by process (\d+) on node (\S+)|"
                    r"\[process information not found\])$")
-_RANK_STATUS_24 = re.compile(r"^Rank ([\d,]+) has status (\w+)$")  # 2.24 - 2.25: a rank with no data
-_RANK_LIST_24 = re.compile(r"^The (missing|unknown) ranks?: ([\d,]+)$")  # 2.24 - 2.25
-_COUNT = re.compile(r"^(\d+) ranks have (?:launched up to operation (\d+)|(not launched any operations))$")
-_STATUS_COUNT = re.compile(rf"^(\d+) ranks have status ({_STATUSES})$")
-_REPORTED = re.compile(r"^(\d+) ranks reported (.+)$")
-_ERRORS_ON = re.compile(r"^(Initialization|Asynchronous) errors? on (\d+) ranks?$")
-_DIFFER = re.compile(r"^Communicator ranks have different (?:(\w+) operation counts|status)$")
-_COMM = re.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-F]+)\) (INCOMPLETE|ERROR|MISMATCH)$")
-_GROUP_ROW = re.compile(rf"^(\d+)\s+(\d+)\s+(\d+)\s+(\d+(?:-\d+)?)\s+(\d+)\s+(\d+)\s+({_STATUSES})\s+([A-Z,]+)$")
-_MISSING_PROCS = re.compile(r"^Missing communicator data from (\d+) job process(?:es)?$")
-_MISSING_RANKS = re.compile(r"^Missing communicator data from (\d+) ranks?$")
-_DEAD = re.compile(r"^(\d+) job process(?:es are| is) considered dead \(unreachable via the RAS network\)$")
-_NOT_FOUND = re.compile(r"^\[could not find information on (\d+) process(?:es)?\]$")
-_TIMEOUTS = re.compile(r"^Encountered (\d+) communication timeouts? while gathering communicator data$")
-_OUTLIER = re.compile(r"^Node (\S+) running process(?:es)? ([\d,]+)$")
-_VERSION = re.compile(r"^NCCL version (\S+) compiled with CUDA (\S+)$")
-_EVENT = re.compile(r"\b(PEER_DEAD|PEER_NEW|PEER_CONNECTING): ?(.*)$")
-_CLIENT_ERROR = re.compile(r"^(?:(?:Connecting to|Resolving) \S+: (?!success)(.+)|(Failed to connect to the NCCL RAS service!)|"
+_RANK_STATUS_24 = lazyre.compile(r"^Rank ([\d,]+) has status (\w+)$")  # 2.24 - 2.25: a rank with no data
+_RANK_LIST_24 = lazyre.compile(r"^The (missing|unknown) ranks?: ([\d,]+)$")  # 2.24 - 2.25
+_COUNT = lazyre.compile(r"^(\d+) ranks have (?:launched up to operation (\d+)|(not launched any operations))$")
+_STATUS_COUNT = lazyre.compile(rf"^(\d+) ranks have status ({_STATUSES})$")
+_REPORTED = lazyre.compile(r"^(\d+) ranks reported (.+)$")
+_ERRORS_ON = lazyre.compile(r"^(Initialization|Asynchronous) errors? on (\d+) ranks?$")
+_DIFFER = lazyre.compile(r"^Communicator ranks have different (?:(\w+) operation counts|status)$")
+_COMM = lazyre.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-F]+)\) (INCOMPLETE|ERROR|MISMATCH)$")
+_GROUP_ROW = lazyre.compile(rf"^(\d+)\s+(\d+)\s+(\d+)\s+(\d+(?:-\d+)?)\s+(\d+)\s+(\d+)\s+({_STATUSES})\s+([A-Z,]+)$")
+_MISSING_PROCS = lazyre.compile(r"^Missing communicator data from (\d+) job process(?:es)?$")
+_MISSING_RANKS = lazyre.compile(r"^Missing communicator data from (\d+) ranks?$")
+_DEAD = lazyre.compile(r"^(\d+) job process(?:es are| is) considered dead \(unreachable via the RAS network\)$")
+_NOT_FOUND = lazyre.compile(r"^\[could not find information on (\d+) process(?:es)?\]$")
+_TIMEOUTS = lazyre.compile(r"^Encountered (\d+) communication timeouts? while gathering communicator data$")
+_OUTLIER = lazyre.compile(r"^Node (\S+) running process(?:es)? ([\d,]+)$")
+_VERSION = lazyre.compile(r"^NCCL version (\S+) compiled with CUDA (\S+)$")
+_EVENT = lazyre.compile(r"\b(PEER_DEAD|PEER_NEW|PEER_CONNECTING): ?(.*)$")
+_CLIENT_ERROR = lazyre.compile(r"^(?:(?:Connecting to|Resolving) \S+: (?!success)(.+)|(Failed to connect to the NCCL RAS service!)|"
                            r"(NCCL unexpectedly closed the connection)|"
                            r"(Connection timed out)(?:; retrying\.\.\.)?|(Connection closed by the NCCL job\.)|"
                            r"Unexpected response from NCCL: (.*))$")
-_INTS = re.compile(r"^\d+(?:\s+\d+)*$")
+_INTS = lazyre.compile(r"^\d+(?:\s+\d+)*$")
 
 
 @dataclass
@@ -271,8 +272,8 @@ _JOB_KEYS = {"job": ("nodes", "processes_per_node", "gpus_per_process", "process
 
 # (pattern, reader, whether the line is evidence); the patterns are disjoint, the first that matches reads the line
 _LINES: tuple[tuple[re.Pattern[str], Callable[[_Reader, Match], None], bool], ...] = (
-    (re.compile(r"^(INCOMPLETE|DEAD|TIMEOUT)$"), _section, True),
-    (re.compile(r"^(Errors|Warnings|Job summary)$"), _section, False),
+    (lazyre.compile(r"^(INCOMPLETE|DEAD|TIMEOUT)$"), _section, True),
+    (lazyre.compile(r"^(Errors|Warnings|Job summary)$"), _section, False),
     (_COMM, _comm, True),
     (_PROCESS, _process, True),
     (_RANK, _rank, True),
@@ -289,11 +290,11 @@ _LINES: tuple[tuple[re.Pattern[str], Callable[[_Reader, Match], None], bool], ..
     (_NOT_FOUND, _not_found, True),
     (_TIMEOUTS, _timeouts, True),
     (_GROUP_ROW, _group_row, False),
-    (re.compile(r"^(\(total\))|^per (?:node|process)\b"), _table_head, False),
+    (lazyre.compile(r"^(\(total\))|^per (?:node|process)\b"), _table_head, False),
     (_INTS, _numbers, False),
     (_VERSION, _version, False),
-    (re.compile(r"^No communicator data collected!$"), _no_comms, True),
-    (re.compile(r"^RAS Monitor Mode - watching for peer changes"), _monitor, False),
+    (lazyre.compile(r"^No communicator data collected!$"), _no_comms, True),
+    (lazyre.compile(r"^RAS Monitor Mode - watching for peer changes"), _monitor, False),
     (_OUTLIER, _outlier, True),
     (_EVENT, _event, False),
     (_CLIENT_ERROR, _client_error, True),
@@ -459,7 +460,7 @@ _NEEDLES = ("Communicators...", "Comms     Nodes", ") MISMATCH", ") INCOMPLETE",
             "Failed to connect to the NCCL RAS service", '"event": "PEER_', "NCCL unexpectedly closed the connection",
             "Connection closed by the NCCL job", "Unexpected response from NCCL:", "(total)", " running process",
             "while gathering communicator data")
-_STRICT = re.compile(r"^(?:Communicators\.\.\.|Group\s+Comms\s+Nodes\s+Ranks|#\d+-\d+ \([0-9a-fA-F]+\) "
+_STRICT = lazyre.compile(r"^(?:Communicators\.\.\.|Group\s+Comms\s+Nodes\s+Ranks|#\d+-\d+ \([0-9a-fA-F]+\) "
                      r"(?:INCOMPLETE|ERROR|MISMATCH)$|RAS Monitor Mode|Missing communicator data from \d+ |"
                      r"\d+ job process(?:es are| is) considered dead|\"communicators_count\": \d+|"
                      r"Failed to connect to the NCCL RAS service!|\"event\": \"PEER_\w+\"|NCCL unexpectedly closed the connection$|"

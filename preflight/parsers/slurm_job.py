@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from preflight import lazyre
+
 
 @dataclass
 class SlurmJob:
@@ -17,7 +19,7 @@ class SlurmJob:
     problem: str = ""
 
 
-_KV_SLURM = re.compile(r"(\w+)=(\S*)")
+_KV_SLURM = lazyre.compile(r"(\w+)=(\S*)")
 
 
 def parse_scontrol_job(text: str) -> SlurmJob:

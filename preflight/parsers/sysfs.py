@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 
-_SPEED = re.compile(r"^/sys/class/net/([^/\s]+)/speed:(-?\d+)\s*$")
-_ENV_LINE = re.compile(r"^(?:export\s+|declare -x\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_SPEED = lazyre.compile(r"^/sys/class/net/([^/\s]+)/speed:(-?\d+)\s*$")
+_ENV_LINE = lazyre.compile(r"^(?:export\s+|declare -x\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # Environment variables that steer NCCL and gloo onto interfaces (the only ones kept).
-ENV_KEEP = re.compile(r"^(NCCL_\w*|TORCH_NCCL_\w*|GLOO_SOCKET_IFNAME|GLOO_DEVICE_TRANSPORT|UCX_NET_DEVICES|"
+ENV_KEEP = lazyre.compile(r"^(NCCL_\w*|TORCH_NCCL_\w*|GLOO_SOCKET_IFNAME|GLOO_DEVICE_TRANSPORT|UCX_NET_DEVICES|"
                       r"CUDA_VISIBLE_DEVICES)$")
 
 

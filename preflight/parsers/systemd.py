@@ -16,47 +16,48 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from preflight import lazyre
 from preflight.framing import Doc, Line
 from preflight.parsers.base import Format, ParserSpec
 
-_SYSTEMD_DOWN = re.compile(r"System has not been booted with systemd|Failed to connect to bus|"
+_SYSTEMD_DOWN = lazyre.compile(r"System has not been booted with systemd|Failed to connect to bus|"
                            r"Failed to get D-Bus connection|systemd.*not running", re.I)
 _ACTIVE_WORDS = {"active", "inactive", "failed", "activating", "deactivating", "reloading", "maintenance"}
-_SHOW_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)=(.*)$")
-_NOT_FOUND = re.compile(r"Unit (\S+?)(?:\.service)? (?:could not be found|not found)", re.I)
-_START_OR_MISSING = re.compile(r"(?:Unit|Job for) nvidia-fabricmanager\S*\s+(?:could not be found|failed)")
-_JOB_FAILED = re.compile(r"Job for (\S+?)(?:\.service)? failed(?: because (.*?))?\.?\s*$", re.I)
+_SHOW_LINE = lazyre.compile(r"^([A-Za-z][A-Za-z0-9]*)=(.*)$")
+_NOT_FOUND = lazyre.compile(r"Unit (\S+?)(?:\.service)? (?:could not be found|not found)", re.I)
+_START_OR_MISSING = lazyre.compile(r"(?:Unit|Job for) nvidia-fabricmanager\S*\s+(?:could not be found|failed)")
+_JOB_FAILED = lazyre.compile(r"Job for (\S+?)(?:\.service)? failed(?: because (.*?))?\.?\s*$", re.I)
 # journalctl's short format, any locale's month ("Nov", "11月", "nov."): framing peels the English one
-JOURNAL = re.compile(r"^(?P<time>\S{1,8} +\d{1,2} \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
+JOURNAL = lazyre.compile(r"^(?P<time>\S{1,8} +\d{1,2} \d\d:\d\d:\d\d) (?P<host>\S+) (?P<ident>[\w.@-]+)"
                      r"(?:\[\d+\])?: (?P<msg>.*)$")
 # a journal line pasted without its time and host ("nv-fabricmanager[27360]: ...", "systemd[1]: ...")
-_BARE = re.compile(r"^(?P<ident>nv-fabricmanager|nvidia-fabricmanager|systemd)\[\d+\]: (?P<msg>.*)$")
+_BARE = lazyre.compile(r"^(?P<ident>nv-fabricmanager|nvidia-fabricmanager|systemd)\[\d+\]: (?P<msg>.*)$")
 FM_UNIT = "nvidia-fabricmanager"
 _FM_DESC = "NVIDIA fabric manager service"
 # systemd's lines about a unit, the state each leaves it in: (pattern, active, sub, result)
 _TRANSITIONS: tuple[tuple[re.Pattern[str], str, str, str], ...] = (
-    (re.compile(r"^Starting (?P<u>.+?)\.\.\.$"), "activating", "start", ""),
-    (re.compile(r"^Started (?P<u>.+?)\.?$"), "active", "running", "success"),
-    (re.compile(r"^Finished (?P<u>.+?)\.?$"), "active", "exited", "success"),  # a oneshot unit (systemd 246+)
-    (re.compile(r"^Stopping (?P<u>.+?)\.\.\.$"), "deactivating", "stop", ""),
-    (re.compile(r"^Stopped (?P<u>.+?)\.?$"), "inactive", "dead", "success"),
-    (re.compile(r"^Failed to start (?P<u>.+?)\.?$"), "failed", "failed", ""),
-    (re.compile(r"^Dependency failed for (?P<u>.+?)\.?$"), "failed", "failed", "dependency"),
-    (re.compile(r"^(?P<u>\S+?): (?:Succeeded|Deactivated successfully)\.?$"), "inactive", "dead", "success"),
-    (re.compile(r"^(?P<u>\S+?): Failed with result '(?P<r>[\w-]+)'\.?$"), "failed", "failed", ""),
-    (re.compile(r"^(?P<u>\S+?): Unit entered failed state\.?$"), "failed", "failed", ""),
-    (re.compile(r"^(?P<u>\S+?): Start request repeated too quickly\.?$"), "failed", "failed", "start-limit-hit"),
+    (lazyre.compile(r"^Starting (?P<u>.+?)\.\.\.$"), "activating", "start", ""),
+    (lazyre.compile(r"^Started (?P<u>.+?)\.?$"), "active", "running", "success"),
+    (lazyre.compile(r"^Finished (?P<u>.+?)\.?$"), "active", "exited", "success"),  # a oneshot unit (systemd 246+)
+    (lazyre.compile(r"^Stopping (?P<u>.+?)\.\.\.$"), "deactivating", "stop", ""),
+    (lazyre.compile(r"^Stopped (?P<u>.+?)\.?$"), "inactive", "dead", "success"),
+    (lazyre.compile(r"^Failed to start (?P<u>.+?)\.?$"), "failed", "failed", ""),
+    (lazyre.compile(r"^Dependency failed for (?P<u>.+?)\.?$"), "failed", "failed", "dependency"),
+    (lazyre.compile(r"^(?P<u>\S+?): (?:Succeeded|Deactivated successfully)\.?$"), "inactive", "dead", "success"),
+    (lazyre.compile(r"^(?P<u>\S+?): Failed with result '(?P<r>[\w-]+)'\.?$"), "failed", "failed", ""),
+    (lazyre.compile(r"^(?P<u>\S+?): Unit entered failed state\.?$"), "failed", "failed", ""),
+    (lazyre.compile(r"^(?P<u>\S+?): Start request repeated too quickly\.?$"), "failed", "failed", "start-limit-hit"),
     # systemd before 236: "start request repeated too quickly for X", "Unit X entered failed state.", "X failed."
-    (re.compile(r"^[Ss]tart request repeated too quickly for (?P<u>\S+?)\.?$"), "failed", "failed", "start-limit-hit"),
-    (re.compile(r"^Unit (?P<u>\S+) entered failed state\.?$"), "failed", "failed", ""),
-    (re.compile(r"^(?P<u>\S+\.(?:service|socket|mount|timer|path)) failed\.?$"), "failed", "failed", ""),
-    (re.compile(r"^(?P<u>\S+?): Scheduled restart job, restart counter is at \d+\.?$"), "activating", "auto-restart",
+    (lazyre.compile(r"^[Ss]tart request repeated too quickly for (?P<u>\S+?)\.?$"), "failed", "failed", "start-limit-hit"),
+    (lazyre.compile(r"^Unit (?P<u>\S+) entered failed state\.?$"), "failed", "failed", ""),
+    (lazyre.compile(r"^(?P<u>\S+\.(?:service|socket|mount|timer|path)) failed\.?$"), "failed", "failed", ""),
+    (lazyre.compile(r"^(?P<u>\S+?): Scheduled restart job, restart counter is at \d+\.?$"), "activating", "auto-restart",
      ""),
-    (re.compile(r"^(?P<u>\S+?): (?:[Mm]ain|[Cc]ontrol) process exited, code=(?P<c>\w+),? status=(?P<s>\d+)"), "", "",
+    (lazyre.compile(r"^(?P<u>\S+?): (?:[Mm]ain|[Cc]ontrol) process exited, code=(?P<c>\w+),? status=(?P<s>\d+)"), "", "",
      ""),
 )
 # systemd's journal lines on how the unit's process ended
-_UNIT_END = re.compile(rf"^{FM_UNIT}\.service: (?:Main|Control) process exited|^{FM_UNIT}\.service: Failed with result")
+_UNIT_END = lazyre.compile(rf"^{FM_UNIT}\.service: (?:Main|Control) process exited|^{FM_UNIT}\.service: Failed with result")
 
 
 @dataclass
@@ -326,16 +327,16 @@ UNITS_PROBE = "systemd-units"
 UNIT_NAME = r"[\w@:.\\-]+\.(?:service|socket|target|mount|automount|swap|timer|path|device|scope|slice)"
 # src/systemctl/systemctl-list-units.c: a row is UNIT LOAD ACTIVE SUB DESCRIPTION, a failed unit's
 # row led by a circle ("●", "*" without UTF-8); --plain drops the circle, --no-legend the header
-ROW = re.compile(rf"^(?:[●*×]\s*)?(?P<u>{UNIT_NAME})\s+(?P<load>loaded|not-found|masked|bad-setting|error|merged|stub)"
+ROW = lazyre.compile(rf"^(?:[●*×]\s*)?(?P<u>{UNIT_NAME})\s+(?P<load>loaded|not-found|masked|bad-setting|error|merged|stub)"
                  r"\s+(?P<active>[a-z-]+)\s+(?P<sub>[a-z-]+)(?:\s+(?P<d>.*))?$")
-_TABLE_HEAD = re.compile(r"^\s*UNIT\s+LOAD\s+ACTIVE\s+SUB(?:\s+(?:JOB\s+)?DESCRIPTION)?\s*$")
-_LISTED = re.compile(r"^(?P<n>\d+) loaded units? listed\b")
-_LEGEND = re.compile(r"^(?:Legend: )?(?:LOAD|ACTIVE|SUB|JOB)\s*(?:=|→|->)")
+_TABLE_HEAD = lazyre.compile(r"^\s*UNIT\s+LOAD\s+ACTIVE\s+SUB(?:\s+(?:JOB\s+)?DESCRIPTION)?\s*$")
+_LISTED = lazyre.compile(r"^(?P<n>\d+) loaded units? listed\b")
+_LEGEND = lazyre.compile(r"^(?:Legend: )?(?:LOAD|ACTIVE|SUB|JOB)\s*(?:=|→|->)")
 # a failed `systemctl start`, its hint on the same line (systemd < 227: 'Job for X failed because
 # ... See "systemctl status X" ...') or the next (src/systemctl/systemctl-start-unit.c)
-_START_FAILED = re.compile(rf"^Job for ({UNIT_NAME}|[\w@:.-]+?) failed\b")
+_START_FAILED = lazyre.compile(rf"^Job for ({UNIT_NAME}|[\w@:.-]+?) failed\b")
 # `systemctl status`'s first line: its state's glyph, the unit, its description
-_HEADER = re.compile(rf"^(?:[●*○×↻]\s*)?(?P<u>{UNIT_NAME})(?: - (?P<d>.*))?$")
+_HEADER = lazyre.compile(rf"^(?:[●*○×↻]\s*)?(?P<u>{UNIT_NAME})(?: - (?P<d>.*))?$")
 
 
 def _base(name: str) -> str:

@@ -16,17 +16,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.framing import Doc
 from preflight.parsers.base import Format, ParserSpec
 from preflight.parsers.nvsmi_errors import ToolError, errors_in
 
 _LEVELS = r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|PSB"
-_CELL = re.compile(rf"\s*({_LEVELS})(?=\s|$|{_LEVELS}|\d)")
+_CELL = lazyre.compile(rf"\s*({_LEVELS})(?=\s|$|{_LEVELS}|\d)")
 _AFFINITY_COLS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_LEGEND = lazyre.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 # device names run together in a header that lost its tabs
-_RUN_TOGETHER = re.compile(r"GPU\d+|NIC\d+|[a-z][a-z0-9]*(?:_[a-z]+)*_\d+")
-_SELF_ROW = re.compile(rf"^\s*GPU0\s*X(?=\s|$|{_LEVELS})")
+_RUN_TOGETHER = lazyre.compile(r"GPU\d+|NIC\d+|[a-z][a-z0-9]*(?:_[a-z]+)*_\d+")
+_SELF_ROW = lazyre.compile(rf"^\s*GPU0\s*X(?=\s|$|{_LEVELS})")
 
 
 @dataclass

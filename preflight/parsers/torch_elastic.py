@@ -28,39 +28,41 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
+
 # Linux signal numbers (signal(7), x86-64 and arm64): a worker's negative exit code is the signal
 # that ended it
 LINUX_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
                  8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE",
                  14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
 
-_FAILED = re.compile(r"failed \(exitcode: (-?\d+|None)\) local_rank: (\d+) \(pid: (\d+|None)\) of "
+_FAILED = lazyre.compile(r"failed \(exitcode: (-?\d+|None)\) local_rank: (\d+) \(pid: (\d+|None)\) of "
                      r"(?:binary: (.+?)|fn: (\S+?)(?: \(start_method: (\w+)\))?)\s*$")
 # an f-string before 2.2; later the format and the rank are logged as a tuple: "('local_rank %s FAILED ...', 3)"
-_NO_ERROR_FILE = re.compile(r"local_rank (?:(\d+)|%s) FAILED with no error file(?:[^)]*', (\d+)\))?")
-_GROUP_STATE = re.compile(r"\[([^\]]*)\] Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left; "
+_NO_ERROR_FILE = lazyre.compile(r"local_rank (?:(\d+)|%s) FAILED with no error file(?:[^)]*', (\d+)\))?")
+_GROUP_STATE = lazyre.compile(r"\[([^\]]*)\] Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts left; "
                           r"will restart worker group")
 # 1.9 - 1.10 LocalElasticAgent._monitor_workers() and torchelastic: "[role] Worker group failed" (with a
 # traceback in torchelastic); agents built on it: "[role] Worker group failed; N restarts remaining"
-_GROUP_FAILED = re.compile(r"\[([^\]]*)\] Worker group failed(?:; (\d+) restarts remaining)?\s*$")
-_EXCEEDED = re.compile(r"\[([^\]]*)\] exceeded max_restarts=(\d+)|\[([^\]]*)\] Worker group in (\w+) state")
-_RDZV = re.compile(r"\[([^\]]*)\] Rendezvous complete for workers\.(?:\s*Result:)?\s*$")
-_RESULT = re.compile(r"(?:^|\s)(restart_count|master_addr|master_port|group_rank|group_world_size|local_ranks|"
+_GROUP_FAILED = lazyre.compile(r"\[([^\]]*)\] Worker group failed(?:; (\d+) restarts remaining)?\s*$")
+_EXCEEDED = lazyre.compile(r"\[([^\]]*)\] exceeded max_restarts=(\d+)|\[([^\]]*)\] Worker group in (\w+) state")
+_RDZV = lazyre.compile(r"\[([^\]]*)\] Rendezvous complete for workers\.(?:\s*Result:)?\s*$")
+_RESULT = lazyre.compile(r"(?:^|\s)(restart_count|master_addr|master_port|group_rank|group_world_size|local_ranks|"
                      r"role_ranks|global_ranks|role_world_sizes|global_world_sizes|workers)=(.*?)\s*$")
-_STARTING = re.compile(r"\[([^\]]*)\] Starting worker group\s*$")
-_SUCCEEDED = re.compile(r"\[([^\]]*)\] worker group successfully finished\.|"
+_STARTING = lazyre.compile(r"\[([^\]]*)\] Starting worker group\s*$")
+_SUCCEEDED = lazyre.compile(r"\[([^\]]*)\] worker group successfully finished\.|"
                         r"Local worker group finished \((?:WorkerState\.)?(\w+)\)\.")
-_BARRIER = re.compile(r"Done waiting for other agents\. Elapsed")
-_SIGNALLED = re.compile(r"Received (?:Signals\.)?(\w+) death signal, shutting down workers|"
+_BARRIER = lazyre.compile(r"Done waiting for other agents\. Elapsed")
+_SIGNALLED = lazyre.compile(r"Received (?:Signals\.)?(\w+) death signal, shutting down workers|"
                         r"SignalException: Process (\d+) got signal: (?:Signals\.)?(\w+)|"
                         r"Got termination signal: (?:Signals\.)?(\w+)")
-_TITLE = re.compile(r"^\s*(\S.*) FAILED\s*$")
-_BORDER = re.compile(r"^\s*(?:={8,}|\*{8,})\s*$")
+_TITLE = lazyre.compile(r"^\s*(\S.*) FAILED\s*$")
+_BORDER = lazyre.compile(r"^\s*(?:={8,}|\*{8,})\s*$")
 _RESULT_SPAN = 14  # lines after "Rendezvous complete" that may hold its Result (10 keys, a Ray prefix, blanks)
 
 # the agent's error level in either logging format: `ERROR:torch.distributed.elastic.<module>:` (logging's
 # default format, before 2.2) and glog-style `E1125 10:11:12.123000 123 torch/distributed/elastic/<file>.py:N] `
-_ERROR_LINE = re.compile(r"(?:ERROR|CRITICAL):torch\.distributed\.elastic[\w.]*:|"
+_ERROR_LINE = lazyre.compile(r"(?:ERROR|CRITICAL):torch\.distributed\.elastic[\w.]*:|"
                          r"\b[EF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S*torch/distributed/elastic/\S+\.py:\d+\]")
 NEEDLES = ("ERROR:torch.distributed.elastic", "CRITICAL:torch.distributed.elastic", "torch/distributed/elastic/",
            "failed (exitcode:", "FAILED with no error file", "attempts left; will restart", "exceeded max_restarts",
@@ -68,7 +70,7 @@ NEEDLES = ("ERROR:torch.distributed.elastic", "CRITICAL:torch.distributed.elasti
            "Worker group in ", "Rendezvous complete for workers", "Starting worker group",
            "worker group successfully finished", "Local worker group finished", "Done waiting for other agents",
            "death signal, shutting down workers", "SignalException: Process")
-DETECT = re.compile(_ERROR_LINE.pattern + r"|failed \(exitcode: (?:-?\d+|None)\) local_rank: \d+ \(pid: |FAILED with no error file|"
+DETECT = lazyre.compile(_ERROR_LINE.pattern + r"|failed \(exitcode: (?:-?\d+|None)\) local_rank: \d+ \(pid: |FAILED with no error file|"
                     r"Worker group (?:FAILED|UNHEALTHY)\. \d+/\d+ attempts left|exceeded max_restarts=\d+|"
                     r"\] Worker group failed(?:; \d+ restarts remaining)?\s*$|"
                     r"Worker group in \w+ state|Rendezvous complete for workers\.|\] Starting worker group|"

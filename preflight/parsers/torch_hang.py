@@ -29,18 +29,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
+
 # The process group and rank a message names: "[Rank 3]", "[PG 3 Rank 5]", "[PG 0 (default_pg) Rank 5]",
 # "[PG ID 2 PG GUID 7(tp) Rank 1]"
-_TAG = re.compile(r"\[(?:PG (?:ID )?(?P<pg>[^\s()\]]+)(?: PG GUID (?P<guid>[^\s()\]]+))?\s*(?:\((?P<desc>[^)]*)\))?\s*)?"
+_TAG = lazyre.compile(r"\[(?:PG (?:ID )?(?P<pg>[^\s()\]]+)(?: PG GUID (?P<guid>[^\s()\]]+))?\s*(?:\((?P<desc>[^)]*)\))?\s*)?"
                   r"Rank (?P<rank>\d+)\]")
-_GLOBAL_TAG = re.compile(r"\[rank(\d+)\]:")  # torchrun / PyTorch's global-rank line prefix
+_GLOBAL_TAG = lazyre.compile(r"\[rank(\d+)\]:")  # torchrun / PyTorch's global-rank line prefix
 # a per-line prefix the framing left on a continuation: an elapsed time and the global-rank tag
-_LINE_TAG = re.compile(r"^(?:\d+(?:\.\d+)?s\s+)?\[rank(\d+)\]:\s?")
+_LINE_TAG = lazyre.compile(r"^(?:\d+(?:\.\d+)?s\s+)?\[rank(\d+)\]:\s?")
 # the rank tags a launcher puts before a line: srun -l "3: ", torchrun "[default3]:" / "[rank3]:", mpirun "[1,3]<stdout>:"
-_LAUNCHER_TAGS = re.compile(r"^\s*(\d+): |\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std\w+>:")
+_LAUNCHER_TAGS = lazyre.compile(r"^\s*(\d+): |\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std\w+>:")
 
 # a line that starts a record of its own (never the continuation of a wrapped message)
-_HEAD = re.compile(r"^(?:\[|[IWEF]\d{4} \d|[A-Z]{4,}[: ]|\d+(?:\.\d+)?s \[|\S+:\d+:\d+ \[\d+\] |Traceback|File \"|"
+_HEAD = lazyre.compile(r"^(?:\[|[IWEF]\d{4} \d|[A-Z]{4,}[: ]|\d+(?:\.\d+)?s \[|\S+:\d+:\d+ \[\d+\] |Traceback|File \"|"
                    r"terminate called|Exception raised from|frame #\d|#\d+ |[A-Za-z_][\w.]*(?:Error|Exception)\b|"
                    r"torch\.|what\(\):)")
 _MAX_JOIN = 6  # continuation lines joined to one message at most (a wrapped message is a few lines)
@@ -100,58 +102,58 @@ def _rank_list(text: str) -> list[int]:
 # ---------------------------------------------------------------------------------------------
 # Message patterns, each with the kind it gives and, for a message that wraps, when it is whole
 
-_WORK_FIELDS = (("seq", re.compile(r"SeqNum=(\d+)")), ("numel_in", re.compile(r"NumelIn=(\d+)")),
-                ("numel_out", re.compile(r"NumelOut=(\d+)")), ("timeout_ms", re.compile(r"Timeout\(ms\)=(\d+)")))
-_OPTYPE = re.compile(r"OpType=(\w+)")
-_RAN = re.compile(r"ran\s*for\s*(\d+)\s*(?:milliseconds|ms)\b")
-_LAST = re.compile(r"[Ll]ast\s*enqueued\s*(?:\w+\s*)?work:\s*(-?\d+),?\s*[Ll]ast\s*completed\s*(?:\w+\s*)?work:\s*(-?\d+)")
+_WORK_FIELDS = (("seq", lazyre.compile(r"SeqNum=(\d+)")), ("numel_in", lazyre.compile(r"NumelIn=(\d+)")),
+                ("numel_out", lazyre.compile(r"NumelOut=(\d+)")), ("timeout_ms", lazyre.compile(r"Timeout\(ms\)=(\d+)")))
+_OPTYPE = lazyre.compile(r"OpType=(\w+)")
+_RAN = lazyre.compile(r"ran\s*for\s*(\d+)\s*(?:milliseconds|ms)\b")
+_LAST = lazyre.compile(r"[Ll]ast\s*enqueued\s*(?:\w+\s*)?work:\s*(-?\d+),?\s*[Ll]ast\s*completed\s*(?:\w+\s*)?work:\s*(-?\d+)")
 
-_TIMEOUT = re.compile(r"Watchdog caught|[Cc]aught collective operation timeout|timed out in blocking wait|"
+_TIMEOUT = lazyre.compile(r"Watchdog caught|[Cc]aught collective operation timeout|timed out in blocking wait|"
                       r"timed out in call to wait\(\)")
-_STATUS = re.compile(r"(?:Timeout at NCCL work|detected by watchdog at work(?: sequence id)?):?\s*(-?\d+)")
-_DUMP = re.compile(r"Received a (?:dump signal(?: due to a collective timeout)? from\s+(?:(this local rank)|rank\s*(-?\d+))|"
+_STATUS = lazyre.compile(r"(?:Timeout at NCCL work|detected by watchdog at work(?: sequence id)?):?\s*(-?\d+)")
+_DUMP = lazyre.compile(r"Received a (?:dump signal(?: due to a collective timeout)? from\s+(?:(this local rank)|rank\s*(-?\d+))|"
                    r"(global timeout) from another rank)")
-_HEARTBEAT = re.compile(r"Heartbeat monitor timed out|watchdog got stuck for\s*(\d+)\s*seconds|"
+_HEARTBEAT = lazyre.compile(r"Heartbeat monitor timed out|watchdog got stuck for\s*(\d+)\s*seconds|"
                         r"NCCL monitor thread timeout|monitoring thread detects no heartbeat|"
                         r"No PGNCCL's watchdog heartbeat detected|due to ProcessGroupNCCL watchdog hang")
-_WD_EXCEPTION = re.compile(r"(?:NCCL|Process group) watchdog thread terminated with exception:\s*(.*)$")
-_NCCL_ERROR = re.compile(r"NCCL error(?: in: [^,]*,|:)\s*(.+?)(?:,\s*NCCL version\s*([\w.+-]+))?$|"
+_WD_EXCEPTION = lazyre.compile(r"(?:NCCL|Process group) watchdog thread terminated with exception:\s*(.*)$")
+_NCCL_ERROR = lazyre.compile(r"NCCL error(?: in: [^,]*,|:)\s*(.+?)(?:,\s*NCCL version\s*([\w.+-]+))?$|"
                          r"\b(ncclRemoteError|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|"
                          r"ncclInvalidUsage|ncclInvalidArgument):\s*(.*)$")
-_ABORTED = re.compile(r"NCCL communicator was aborted on rank (\d+)\.?\s*(?:Original reason for (?:failure|the abort|"
+_ABORTED = lazyre.compile(r"NCCL communicator was aborted on rank (\d+)\.?\s*(?:Original reason for (?:failure|the abort|"
                       r"aborting) was:?\s*(.*))?")
-_REMOTE = re.compile(r"remote error detected from rank:\s*(\d+)")
-_DESYNC_AT = re.compile(r"\[(\d+)\] Timeout at collective: (\w+), #(\d+)")
-_DESYNC_MISSING = re.compile(r"ranks \[([\d, ]*)\] are the lagging ranks that caused this timeout")
-_DESYNC_STARTED = re.compile(r"\[([\d, ]+)\] joined but didn't finish collective #(\d+)")
-_DESYNC_FINISHED = re.compile(r"\[([\d, ]+)\] finished collective #(\d+), but didn't join collective #(\d+)")
-_MISMATCH = re.compile(r"Detected mismatch between collectives on ranks")
-_RUNNING = re.compile(r"Rank (\d+) is running collective:")
-_BARRIER = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms|"
+_REMOTE = lazyre.compile(r"remote error detected from rank:\s*(\d+)")
+_DESYNC_AT = lazyre.compile(r"\[(\d+)\] Timeout at collective: (\w+), #(\d+)")
+_DESYNC_MISSING = lazyre.compile(r"ranks \[([\d, ]*)\] are the lagging ranks that caused this timeout")
+_DESYNC_STARTED = lazyre.compile(r"\[([\d, ]+)\] joined but didn't finish collective #(\d+)")
+_DESYNC_FINISHED = lazyre.compile(r"\[([\d, ]+)\] finished collective #(\d+), but didn't join collective #(\d+)")
+_MISMATCH = lazyre.compile(r"Detected mismatch between collectives on ranks")
+_RUNNING = lazyre.compile(r"Rank (\d+) is running collective:")
+_BARRIER = lazyre.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms|"
                       r"Rank (\d+) timed out in monitoredBarrier after (\d+) ms")
-_GLOO_TIMEOUT = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(?:Timed out waiting (\d+)ms for (recv|send) operation to complete|"
+_GLOO_TIMEOUT = lazyre.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(?:Timed out waiting (\d+)ms for (recv|send) operation to complete|"
                            r"(Application timeout caused pair closure))")
-_GLOO_CLOSED = re.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(Connection closed by peer|Read error|Read timeout|Write timeout|"
+_GLOO_CLOSED = lazyre.compile(r"\[([^\]]*gloo[^\]]*)\]\s*(Connection closed by peer|Read error|Read timeout|Write timeout|"
                           r"Socket unexpectedly closed|Socket closed|writev)\s*\[?([0-9A-Fa-f:.]+)\]?:(\d+)")
-_GLOO_ENFORCE = re.compile(r"\[enforce fail at ([^\]]*gloo[^\]]*)\]\s*(.*)$")
-_STORE = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined|"
+_GLOO_ENFORCE = lazyre.compile(r"\[enforce fail at ([^\]]*gloo[^\]]*)\]\s*(.*)$")
+_STORE = lazyre.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined|"
                     r"The client socket has timed out after (\d+)\s*(\w*) while trying to connect to \(([^,)]+),\s*(\d+)\)|"
                     r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: (\S+) "
                     r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([^)]*)\)|"
                     r"(?:DistStoreError|DistNetworkError|RuntimeError): (?:Socket Timeout|Wait timeout)|"
                     r"(RendezvousTimeoutError)")
-_STORE_LOST = re.compile(r"\[(\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[0\] via c10d "
+_STORE_LOST = lazyre.compile(r"\[(\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[0\] via c10d "
                          r"key-value store|The server socket has failed to (?:listen on any local network address|bind)|"
                          r"The client socket has failed to connect to any network address of \(([^,)]+),\s*(\d+)\)|"
                          r"The connection to the C10d store has failed")
-_SOME_FAILED = re.compile(r"Some NCCL operations have failed or timed out")
+_SOME_FAILED = lazyre.compile(r"Some NCCL operations have failed or timed out")
 # the store's server went away while this rank ran (ProcessGroupNCCL's heartbeat monitor, 2.2+;
 # the TCPStore client's socket calls, c10d/Utils.hpp)
-_STORE_GONE = re.compile(r"Failed to (?:check|get) the \"should dump\" flag on TCPStore.*?(?:with error: (.+))?$|"
+_STORE_GONE = lazyre.compile(r"Failed to (?:check|get) the \"should dump\" flag on TCPStore.*?(?:with error: (.+))?$|"
                          r"\b(?:sendBytes|recvBytes|recvValue) failed on SocketImpl\([^)]*\):\s*(.+)$")
 
 # a cheap gate: a line that names none of these is not read further
-_ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat|monitor thread timeout|NCCL error|nccl[A-Z]\w+Error|"
+_ANY = lazyre.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat|monitor thread timeout|NCCL error|nccl[A-Z]\w+Error|"
                   r"communicator was aborted|remote error detected|Timeout at collective|lagging|collective #|"
                   r"mismatch between collectives|monitoredBarrier|gloo|clients joined|socket has timed out|"
                   r"store based barrier|Socket Timeout|Wait timeout|RendezvousTimeoutError|NCCL operations|"
@@ -161,7 +163,7 @@ _ANY = re.compile(r"atchdog|NCCL work|[Dd]ump signal|global timeout|[Hh]eartbeat
 
 
 # a message of its own begins on the line (so it continues no other)
-_STARTS = re.compile(r"Watchdog caught|detected by watchdog|Timeout at NCCL work|Received a |Heartbeat monitor|"
+_STARTS = lazyre.compile(r"Watchdog caught|detected by watchdog|Timeout at NCCL work|Received a |Heartbeat monitor|"
                      r"terminated with exception|Some NCCL operations|To avoid data inconsistency|NCCL error|"
                      r"communicator was aborted|Detected mismatch|monitoredBarrier|Timed out|timed out in|"
                      r"watchdog got stuck|Terminating the process")
@@ -193,7 +195,7 @@ def _mismatch_whole(text: str) -> bool:
 # (start pattern, is the message whole): the messages that wrap and are joined before they are read
 _WRAPPING: tuple[tuple[re.Pattern[str], Callable[[str], bool]], ...] = (
     (_TIMEOUT, _timeout_whole), (_STATUS, _status_whole), (_DUMP, _status_whole),
-    (re.compile(r"watchdog got stuck|Heartbeat monitor timed out"), _heartbeat_whole),
+    (lazyre.compile(r"watchdog got stuck|Heartbeat monitor timed out"), _heartbeat_whole),
     (_MISMATCH, _mismatch_whole),
 )
 

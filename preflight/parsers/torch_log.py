@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from preflight import lazyre
 from preflight.framing import DETECT_ENDS, Doc
 from preflight.parsers import torch_elastic
 from preflight.parsers.base import Format, ParserSpec
@@ -25,18 +26,18 @@ from preflight.parsers.torch_hang import HangEvent, HangLog, hang_events, merge_
 # Tracebacks and launcher exit records
 
 _TB_START = "Traceback (most recent call last):"
-_EXC_LINE = re.compile(r"^(?:\[[^\]]*\]:?\s*)*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)"
+_EXC_LINE = lazyre.compile(r"^(?:\[[^\]]*\]:?\s*)*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)"
                        r"|KeyboardInterrupt|SystemExit)(?::\s*(.*))?$")
 # the fields of a failure record: "traceback" from 1.11, "msg" in 1.9 - 1.10 (no "host" then)
-_TORCHRUN_KV = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$")
-_SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
-_EXIT_SIGNAL = re.compile(r"\((SIG[A-Z]+)\)")
+_TORCHRUN_KV = lazyre.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback|msg)\s*:\s*(.*)$")
+_SIGNAL = lazyre.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
+_EXIT_SIGNAL = lazyre.compile(r"\((SIG[A-Z]+)\)")
 # "Root Cause (first observed failure):" from 1.11, "Root Cause:" then "Other Failures:" in 1.9 - 1.10
-_ROOT_CAUSE = re.compile(r"^\s*Root Cause(?: \(first observed failure\))?:\s*$")
-_OTHER_FAILURES = re.compile(r"^\s*(?:(?:Other )?Failures:|=====|\*{5})")
-_EXIT_PID = re.compile(r"(-?\d+) \(pid: (\d+)\)")
+_ROOT_CAUSE = lazyre.compile(r"^\s*Root Cause(?: \(first observed failure\))?:\s*$")
+_OTHER_FAILURES = lazyre.compile(r"^\s*(?:(?:Other )?Failures:|=====|\*{5})")
+_EXIT_PID = lazyre.compile(r"(-?\d+) \(pid: (\d+)\)")
 # exceptions that follow from another rank's failure, not a cause of their own
-SECONDARY = re.compile(r"Connection closed by peer|Connection reset by peer|Timed out waiting|timed out|"
+SECONDARY = lazyre.compile(r"Connection closed by peer|Connection reset by peer|Timed out waiting|timed out|"
                        r"DistBackendError|NCCL communicator was aborted|Broken pipe|ProcessGroup.*aborted|"
                        r"Watchdog caught collective operation timeout|Socket Timeout|Read error", re.IGNORECASE)
 
@@ -198,10 +199,10 @@ def _int(v: Any) -> int | None:
 
 
 # multiprocessing spawn / torch.multiprocessing: which process exited first, with what code
-_EXITING = re.compile(r"exiting process (\d+) with exit code:?\s*(-?\d+)")
-_TERMINATED = re.compile(r"[Pp]rocess (\d+) terminated with (?:exit code (-?\d+)|signal (\w+))")
-_RAISED = re.compile(r"-- Process (\d+) terminated with the following error:")  # spawn's ProcessRaisedException
-_P2P_CALL = re.compile(r"\bdist\.(recv|send|irecv|isend)\(|\bpg\.(recv|send)\(")
+_EXITING = lazyre.compile(r"exiting process (\d+) with exit code:?\s*(-?\d+)")
+_TERMINATED = lazyre.compile(r"[Pp]rocess (\d+) terminated with (?:exit code (-?\d+)|signal (\w+))")
+_RAISED = lazyre.compile(r"-- Process (\d+) terminated with the following error:")  # spawn's ProcessRaisedException
+_P2P_CALL = lazyre.compile(r"\bdist\.(recv|send|irecv|isend)\(|\bpg\.(recv|send)\(")
 
 
 @dataclass
@@ -251,7 +252,7 @@ def parse(doc: Doc) -> TorchLog:
     return out
 
 
-_DETECT = re.compile(
+_DETECT = lazyre.compile(
     r"Watchdog caught\b|Some NCCL operations have failed or timed out|Timeout at NCCL work: \d+|"
     r"detected by watchdog at work|watchdog thread terminated with exception|Heartbeat monitor timed out|"
     r"watchdog got stuck for|NCCL monitor thread timeout|Received a dump signal|Received a global timeout|"

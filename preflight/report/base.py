@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from preflight import __version__
+from preflight import __version__, lazyre
 from preflight.grading import Verdict, decide, ordered
 from preflight.model import Result, is_node, real_nodes
 
-_DIGITS = re.compile(r"(\d+)")
+_DIGITS = lazyre.compile(r"(\d+)")
 
 
 def natural(name: str) -> tuple[tuple[int, str, int], ...]:

@@ -34,6 +34,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from preflight import lazyre
 from preflight.grading import NO_EVIDENCE
 from preflight.inventory import compress, valid_node_name
 from preflight.model import Result, Status
@@ -48,11 +49,11 @@ INDENT = 6  # evidence and remedy lines under a group's line
 HOSTS_WIDTH = 24  # the hostlist column on a terminal at most
 BLOCKING_WIDTH = 60  # a longer hostlist of blocking nodes is a count on the verdict line
 PSEUDO = ("cluster", "job")
-_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_HOST = lazyre.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_ANSI = lazyre.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _HERE = "\x00"  # where a group's node names go in its texts
 _ADDR = "\x01"  # where each node wrote its own address
-_IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?![\w.])")
+_IPV4 = lazyre.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?![\w.])")
 
 
 @dataclass

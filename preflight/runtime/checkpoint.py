@@ -63,7 +63,6 @@ import json
 import logging
 import os
 import random
-import re
 import secrets
 import shutil
 import socket
@@ -75,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from preflight import lazyre
 from preflight.model import Status
 from preflight.runtime.events import EventWriter, emit_guarded
 
@@ -84,7 +84,7 @@ CHECK = "runtime.checkpoint"
 FORMAT = "preflight-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-STEP_RE = re.compile(r"^step-(\d+)$")
+STEP_RE = lazyre.compile(r"^step-(\d+)$")
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 _CHUNK = 16 << 20  # hash and write large buffers in pieces of this size, concurrently

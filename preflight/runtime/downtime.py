@@ -44,13 +44,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from preflight import lazyre
 
 log = logging.getLogger("preflight.runtime")
 
@@ -66,7 +67,7 @@ TAIL_TOTAL = 8 * 1024 * 1024
 # the events that tell of attempts, stops and progress; others (stragglers, loss) are skipped unparsed
 _NEEDED = frozenset({"runtime.train", "runtime.checkpoint", "runtime.crash", "runtime.watchdog", "runtime.exit",
                      "runtime.preemption", "runtime.restart", CHECK})
-_HEAD = re.compile(r'\{"check": "([^"\\]+)"')
+_HEAD = lazyre.compile(r'\{"check": "([^"\\]+)"')
 CONFIG_ENV = "PREFLIGHT_CONFIG"
 CONFIG_DEFAULT = "/etc/preflight/config.toml"
 PRICE_ENV = "PREFLIGHT_GPU_HOUR_COST"

@@ -23,20 +23,20 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from preflight import lazyre
 from preflight.model import Status
 from preflight.runtime.events import EventWriter
 
 log = logging.getLogger("preflight.runtime")
 
 CHECK = "runtime.nccl_env"
-_VAR = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_VAR = lazyre.compile(r"^[A-Z][A-Z0-9_]*$")
 
 _BASE: dict[str, str] = {
     # NCCL user guide: a leading ^ excludes interfaces by prefix; loopback and the Docker

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from preflight import inventory, procs
+from preflight import inventory, lazyre, procs
 from preflight.slurm import node_addresses
 from preflight.sweep.spec import SweepSpec, event_line, parse_event
 from preflight.transport.base import NodeOutcome, stalled
 
-_SAFE_IFNAME = re.compile(r"^[A-Za-z0-9^_.:,=-]{1,200}$")
-_SAFE_PY = re.compile(r"^[A-Za-z0-9_./+-]{1,400}$")
+_SAFE_IFNAME = lazyre.compile(r"^[A-Za-z0-9^_.:,=-]{1,200}$")
+_SAFE_PY = lazyre.compile(r"^[A-Za-z0-9_./+-]{1,400}$")
 
 
 class LaunchError(ValueError):
@@ -151,7 +151,7 @@ _SSH_CAUSES = {
 
 
 # The launcher's own words, mapped to a cause an operator acts on (first match wins).
-_CAUSES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), c) for p, c in (
+_CAUSES: list[tuple[re.Pattern[str], str]] = [(lazyre.compile(p, re.I), c) for p, c in (
     (r"host key verification failed|remote host identification has changed|host key for .* has changed|"
      r"no \S+ host key is known", "host key refused"),
     (r"connection refused", "ssh connection refused (sshd not running?)"),

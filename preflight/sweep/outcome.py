@@ -7,11 +7,11 @@ table and graded by the very `nccl.allreduce` grader that grades nccl-tests file
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight import lazyre
 from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
 from preflight.parsers.nccl_tests import NcclTestRow, NcclTests
 from preflight.profile import Profile
@@ -391,7 +391,7 @@ def launch_failures(out: SweepOutcome) -> list[Result]:
     return results
 
 
-_TARGET = re.compile(r"\(((?:\d{1,3}\.){3}\d{1,3}|\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d+)\)")
+_TARGET = lazyre.compile(r"\(((?:\d{1,3}\.){3}\d{1,3}|\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d+)\)")
 
 
 def _path_to(f: Failure) -> str:

@@ -41,6 +41,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from preflight import lazyre
 from preflight.inventory import compress, valid_node_name
 from preflight.model import Capture
 from preflight.probe_runner import SRUN_FRAME
@@ -60,7 +61,7 @@ MTU_HINT = "large packets are probably dropped on the path (MTU black hole: chec
 # srun's words for a task launch whose connection to the node's slurmd opened and then carried
 # nothing (slurm_strerror of SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT and of a send/recv timeout): the
 # node's slurmd is alive (its allocation came up), the launch message was too large for the path
-_LAUNCH_STALL = re.compile(r"Task launch for \S+ failed on node (\S+?):\s*"
+_LAUNCH_STALL = lazyre.compile(r"Task launch for \S+ failed on node (\S+?):\s*"
                            r"(Zero Bytes were transmitted or received|Socket timed out on send/recv operation)")
 
 class _Reader(threading.Thread):

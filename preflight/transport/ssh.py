@@ -34,7 +34,6 @@ import hashlib
 import logging
 import os
 import queue
-import re
 import shlex
 import socket
 import threading
@@ -47,6 +46,7 @@ from typing import Any
 
 import paramiko
 
+from preflight import lazyre
 from preflight.model import Capture
 from preflight.probes import DEFAULT_CAP, Probe
 from preflight.remote import build_script, parse_output
@@ -68,7 +68,7 @@ _MAX_HOPS = 8
 _GARBAGE_SHOWN = 3
 _STDERR_KEPT = 16384
 _LINE_MAX = 1_048_576  # a longer line of a spawned command comes back cut
-_NAME_OK = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
+_NAME_OK = lazyre.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
 
 log = logging.getLogger("preflight.transport.ssh")
 

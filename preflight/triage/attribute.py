@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from preflight import slurm, timeparse
+from preflight import lazyre, slurm, timeparse
 from preflight.framing import Doc, frame, syslog_year_fix
 from preflight.model import Capture, Result, Status
 from preflight.parsers import flight_recorder, nccl_log, oom_kill, py_spy, ras, torch_log
@@ -370,7 +370,7 @@ def _add_pid(st: RankState, pid: Any) -> None:
 
 
 # the watchdog's runtime.exit summary when it SIGKILLed stopped peers: "...; ended stopped rank 1 (pid 8688)"
-_ENDED_PEER = re.compile(r"rank (\d+) \(pid (\d+)\)")
+_ENDED_PEER = lazyre.compile(r"rank (\d+) \(pid (\d+)\)")
 
 
 def _valid_rank(doc: Any) -> bool:

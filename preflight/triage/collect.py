@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from preflight import lazyre
 from preflight.model import Capture, CaptureState
 from preflight.probes import Probe
 from preflight.remote import module_text
@@ -49,7 +50,7 @@ FILES_TIMEOUT = 30.0
 PROCS_TIMEOUT = 45.0
 MAX_PROCS = 64
 
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_SAFE_NAME = lazyre.compile(r"[^A-Za-z0-9_.-]")
 
 
 def gather_command(*args: str) -> list[str]:
