@@ -506,8 +506,8 @@ def part_startup(trees: list[Tree], rounds: int = 11) -> dict[str, Any]:
 # ----- chart -------------------------------------------------------------------------------------
 
 COLOURS = ("#c0392b", "#1f5fbf", "#2e8b57", "#8e44ad", "#d35400", "#16a085", "#7f8c8d")
-PW, PH = 440, 340  # one panel
-ML, MR, MT, MB = 64, 14, 44, 46
+PW, PH = 440, 350  # one panel
+ML, MR, MT, MB = 64, 14, 54, 46
 
 
 @dataclass
@@ -590,7 +590,7 @@ def fleet_svg(series: list[dict[str, Any]], title: str) -> str:
            'font-size="11">', f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="14">{escape(title)}</text>']
     if not any(s["points"] for s in series):
-        out.append(f'<text x="20" y="60">no data</text></svg>')
+        out.append('<text x="20" y="60">no data</text></svg>')
         return "\n".join(out) + "\n"
     out += _panel(0, "controller CPU per node", "CPU per node (ms)", series, "cpu_per_node_ms")
     out += _panel(PW + 20, "wall time", "wall (s)", series, "wall")
@@ -788,7 +788,7 @@ def main(argv: list[str] | None = None) -> int:
         data["history"] = part_history()
     data["machine"]["load_after"] = list(os.getloadavg())
     text = markdown(data)
-    print(text)
+    sys.stdout.write(text)
     for path, content in ((args.out, text), (args.svg, fleet_svg(chart_series(data), "preflight at fleet scale: "
                                                                    "controller cost against nodes (log-log)")),
                           (args.json_out, json.dumps(data, indent=1) + "\n")):
