@@ -120,7 +120,7 @@ def build_fleet(root: Path, n: int, healthy: Path = HEALTHY, faulty: Path = FAUL
     """N per-node folders under root whose files are hard links to one copy of each capture
     (copied under root first, so the links never cross file systems); (all names, faulty names)."""
     src = root / ".captures"
-    copies = {}
+    copies: dict[str, list[Path]] = {}
     for kind, folder in (("healthy", healthy), ("faulty", faulty)):
         dest = src / kind
         dest.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,7 @@ def measure(tree: Tree, args: list[str], out_dir: Path, timeout: float = RUN_TIM
 
 def report_head(path: Path) -> dict[str, Any]:
     """report.json's fields before its results, read without loading every result."""
-    head = []
+    head: list[str] = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip().startswith('"results"'):
@@ -346,7 +346,7 @@ def configs_for(trees: list[Tree]) -> list[Config]:
 
 
 def part_analyze(configs: list[Config], sizes: list[int], repeat: int, big: int | None,
-                 log: Any = print) -> dict[str, Any]:
+                 log: Any = print, big_repeat: int | None = None) -> dict[str, Any]:
     """Every config at every size (the big size for the trees after only), runs interleaved."""
     series: dict[str, dict[str, Any]] = {c.label: {"points": {}} for c in configs}
     identity: dict[str, Any] = {}
@@ -359,7 +359,7 @@ def part_analyze(configs: list[Config], sizes: list[int], repeat: int, big: int 
             names, faulty = build_fleet(Path(tmp), n)
             log(f"# {n} nodes ({len(faulty)} faulty) built in {time.perf_counter() - t0:.1f} s")
             runs: dict[str, list[dict[str, Any]]] = {c.label: [] for c in todo}
-            for rep in range(repeat):
+            for rep in range(repeat if n in sizes or big_repeat is None else big_repeat):
                 for c in todo:
                     out = c.out_dir(Path(tmp), rep)
                     r = measure(c.tree, c.args(Path(tmp) / "fleet", out), out)
@@ -430,15 +430,15 @@ def _json_of(argv: list[str], timeout: float) -> dict[str, Any]:
         return {"error": f"{' '.join(argv)}: rc {p.returncode}, no JSON: {(p.stderr or text)[-400:]}"}
 
 
-def part_run(repeat: int) -> dict[str, Any]:
+def part_run(repeat: int, nodes: int = 16, transports: tuple[str, ...] = ("ssh", "srun")) -> dict[str, Any]:
     """`preflight run` over ssh and srun, 1 vs 16 nodes, from bench_fanout.py --mode run --json."""
     if not _offers("bench_fanout.py", "--json", "--mode"):
         return {"message": RUN_MISSING}
     out: dict[str, Any] = {}
-    for transport in ("ssh", "srun"):
+    for transport in transports:
         try:
             out[transport] = _json_of(["benchmarks/bench_fanout.py", "--mode", "run", "--transport", transport,
-                                       "--nodes", "16", "--repeat", str(repeat), "--json"], timeout=3600)
+                                       "--nodes", str(nodes), "--repeat", str(repeat), "--json"], timeout=3600)
         except subprocess.TimeoutExpired:
             out[transport] = {"error": "timed out after 3600 s"}
     return out
@@ -451,6 +451,13 @@ def part_history() -> dict[str, Any]:
         return _json_of(["benchmarks/bench_history.py", "--fleet", "--json"], timeout=3600)
     except subprocess.TimeoutExpired:
         return {"error": "bench_history.py --fleet timed out after 3600 s"}
+
+
+def _verdict(text: str) -> str:
+    try:
+        return str(json.loads(text[text.index("{"):]).get("verdict", ""))
+    except ValueError:
+        return ""
 
 
 def part_startup(trees: list[Tree], rounds: int = 11) -> dict[str, Any]:
@@ -477,8 +484,8 @@ def part_startup(trees: list[Tree], rounds: int = 11) -> dict[str, Any]:
                     [str(ROOT / ".venv" / "bin" / "preflight"), "--help"], t.env, t.root, 0)
             penv = {**fake_env, **{k: v for k, v in t.env.items() if k == "PYTHONPATH"}}
             commands[f"{t.label}: prologue (GO, instant tools)"] = (
-                [sys.executable, "-m", "preflight.cli", "prologue", "--dry-run", "--history", "off", "--node", "gpu0001",
-                 "--profile", "h100-sxm-8x"], penv, t.root, 0)
+                [sys.executable, "-m", "preflight.cli", "prologue", "--dry-run", "--json", "--history", "off",
+                 "--node", "gpu0001", "--profile", "h100-sxm-8x"], penv, t.root, 0)
         times: dict[str, list[float]] = {k: [] for k in commands}
         failures: dict[str, str] = {}
         for r in range(rounds + 1):  # the first round warms caches and is not counted
@@ -488,6 +495,8 @@ def part_startup(trees: list[Tree], rounds: int = 11) -> dict[str, Any]:
                 took = time.perf_counter() - t0
                 if p.returncode != want:
                     failures[name] = f"rc {p.returncode}: {(p.stderr or p.stdout)[-300:]}"
+                elif "prologue" in name and _verdict(p.stdout) != "GO":  # a dry run exits 0 on NO-GO too
+                    failures[name] = f"verdict {_verdict(p.stdout) or 'missing'}: {p.stdout[-300:]}"
                 if r:
                     times[name].append(took)
     bare = times["python -c pass"]
@@ -643,7 +652,7 @@ def markdown(data: dict[str, Any]) -> str:
             for _, p in sorted(s["points"].items(), key=lambda kv: int(kv[0])):
                 lines.append(f"| {name} | {p['n']:,} | {_f(p['cpu_per_node_ms'], '.1f')} | {_f(p['cpu'])} | {_f(p['wall'])} | "
                              f"{_f(p['main_maxrss_mb'], '.0f')} | {_f(p['children_maxrss_mb'], '.0f')} | "
-                             f"{'as expected' if p['ok'] else 'WRONG'} |")
+                             f"{'as expected' if p['ok'] else 'WRONG'} ({p['runs']} run{'s' if p['runs'] > 1 else ''}) |")
             if s.get("projection"):
                 p = s["projection"]
                 lines.append(f"| {name} | {p['n']:,} (projected) | {_f(p['cpu_per_node_ms'], '.1f')} | {_f(p['cpu'])} | "
@@ -662,7 +671,9 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append("")
     run = data.get("run")
     if run:
-        lines += ["#### `preflight run`, 1 vs 16 nodes, instant fake tools (benchmarks/bench_fanout.py --mode run)", ""]
+        counts = sorted({int(c) for fig in run.values() if isinstance(fig, dict) for c in fig.get("median", {})})
+        vs = " vs ".join(map(str, counts)) or "1 vs 16"
+        lines += [f"#### `preflight run`, {vs} nodes, instant fake tools (benchmarks/bench_fanout.py --mode run)", ""]
         if "message" in run:
             lines += [run["message"], ""]
         else:
@@ -707,10 +718,10 @@ def _ratios(an: dict[str, Any]) -> list[str]:
         bp = an["series"][b]["points"]
         for a in after:
             ap = an["series"][a]["points"]
-            parts = [f"{int(k):,}: CPU {bp[k]['cpu'] / ap[k]['cpu']:.1f}x less, wall {bp[k]['wall'] / ap[k]['wall']:.1f}x less"
+            parts = [f"{int(k):,} nodes: CPU {bp[k]['cpu'] / ap[k]['cpu']:.2f}x, wall {bp[k]['wall'] / ap[k]['wall']:.2f}x"
                      for k in sorted(set(bp) & set(ap), key=int) if ap[k]["cpu"] and ap[k]["wall"]]
             if parts:
-                out.append(f"- {a} against {b}: " + "; ".join(parts))
+                out.append(f"- before / after ({b} / {a}): " + "; ".join(parts))
     return out
 
 
@@ -744,9 +755,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="node counts for analyze")
     ap.add_argument("--big", type=int, default=BIG, help="the extra size for the tree after only")
     ap.add_argument("--no-10k", action="store_true", help="leave the big size out")
+    ap.add_argument("--big-repeat", type=int, default=None, help="runs at the big size (default: --repeat)")
     ap.add_argument("--before", default=BEFORE_REF, help="the commit to compare against")
     ap.add_argument("--before-dir", type=Path, default=BEFORE_DIR)
     ap.add_argument("--rounds", type=int, default=11, help="start-up rounds")
+    ap.add_argument("--run-nodes", type=int, default=16, help="the run part's larger node count (against 1)")
+    ap.add_argument("--run-transports", default="ssh,srun")
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "bench_fleet.md")
     ap.add_argument("--svg", type=Path, default=ROOT / "reports" / "bench_fleet.svg")
     ap.add_argument("--json-out", type=Path, default=ROOT / "reports" / "bench_fleet.json")
@@ -771,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
         trees.insert(0, tree_before(args.before, args.before_dir))
     if "analyze" in parts or "before" in parts:
         chosen = [t for t in trees if ("before" in parts and t is not after) or ("analyze" in parts and t is after)]
-        an = part_analyze(configs_for(chosen), sizes, repeat, big, log)
+        an = part_analyze(configs_for(chosen), sizes, repeat, big, log, args.big_repeat)
         if args.reuse and data.get("analyze"):  # series this run did not measure stay
             for name, s in data["analyze"]["series"].items():
                 an["series"].setdefault(name, s)
@@ -781,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
                     s["projection"] = project(s["points"], sizes[-1], big)
         data["analyze"] = an
     if "run" in parts:
-        data["run"] = part_run(repeat)
+        data["run"] = part_run(repeat, args.run_nodes, tuple(t for t in args.run_transports.split(",") if t))
     if "startup" in parts:
         data["startup"] = part_startup(trees, args.rounds)
     if "history" in parts:
