@@ -68,7 +68,8 @@ def history(
     th = Thresholds(flap_episodes=flap_min, lemon_runs=lemon_runs, xid_repeat=xid_repeat, port_flaps=2,
                     trend_runs=trend_runs, trend_drop_pct=trend_drop, unchecked_runs=unchecked_runs)
     view = summarize(_store(history_url), Filters(since=start, nodes=list(node or []), checks=list(check or []),
-                                          commands=list(command or [])), th)
+                                          commands=list(command or [])), th,
+                     latest=html is not None or prometheus is not None)
     written = export(view, html, prometheus)
     if as_json:
         sys.stdout.write(json.dumps(summary_document(view), indent=2) + "\n")

@@ -269,25 +269,30 @@ def _check_lemons(runs: list[int], seqs: dict[tuple[str, str], dict[int, Status]
 
 
 def _port_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
-    states: dict[tuple[str, str], list[tuple[int, bool]]] = {}
-    for r in rows:
+    return _weighted_port_lemons(((r, 1) for r in rows), th)
+
+
+def _weighted_port_lemons(items: Iterable[tuple[Row, int]], th: Thresholds) -> list[Lemon]:
+    """Port lemons from rows in order, each standing for `n` runs in a row with its very facts."""
+    states: dict[tuple[str, str], list[tuple[bool, int]]] = {}
+    for r, times in items:
         if r.status is NOT_CHECKED:  # what a run that did not look says about ports is nothing
             continue
         for p in result_facts.ib_ports(r):
             if p["ca"]:
                 states.setdefault((r.node, f"{p['ca']}/{p['port']}"), []).append(
-                    (r.run_id, p["state"].lower() == "active"))
+                    (p["state"].lower() == "active", times))
         for itf in result_facts.nic_interfaces(r):
             if itf["name"]:
                 up = itf["state"].upper() in ("UP", "UNKNOWN")
-                states.setdefault((r.node, itf["name"]), []).append((r.run_id, up))
+                states.setdefault((r.node, itf["name"]), []).append((up, times))
     out = []
     for (node, port), seq in sorted(states.items()):
-        marks = [up for _, up in seq]
+        marks = [up for up, _ in seq]  # repeats of one state change nothing
         n = sum(1 for a, b in zip(marks, marks[1:], strict=False) if a != b)
         if n >= th.port_flaps:
             out.append(Lemon(node=node, kind="port", key=port, count=n,
-                             summary=f"port {port} went down and up {n} times in {len(marks)} runs"))
+                             summary=f"port {port} went down and up {n} times in {sum(k for _, k in seq)} runs"))
     return out
 
 
@@ -418,6 +423,101 @@ def summarize(rows: Sequence[Row], thresholds: Thresholds | None = None, since: 
                    flapping=[f for f in _flapping(runs, seqs, th) if is_node(f.node)],
                    lemons=sorted(lemons, key=lambda lm: (lm.node, lm.kind, lm.key)), trends=trends,
                    unchecked=unchecked, node_checked=tally)
+
+
+_STATUS_OF = {v: k for k, v in _LETTER.items()}
+_WORST_LETTER = {0: "F", 1: "W", 2: "P", 3: "E", 4: "S"}  # store._RANK_SQL's ranks
+
+
+def _letter_flaps(letters: str, th: Thresholds) -> tuple[int, int] | None:
+    """(episodes, transitions) when a letter sequence flaps, else None."""
+    statuses = [_STATUS_OF[c] for c in letters]
+    n = episodes(statuses)
+    if n >= th.flap_episodes:
+        t = transitions(statuses)
+        if t > n:
+            return n, t
+    return None
+
+
+def summarize_digest(digest: Any, thresholds: Thresholds | None = None, since: float | None = None) -> Summary:
+    """`summarize` from a store.Digest (the aggregation done by the store): the same Summary as
+    `summarize(rows)` over the rows the digest was read from."""
+    th = thresholds or Thresholds()
+    stats: list[CheckStats] = []
+    flapping: list[Flapper] = []
+    check_lemons: list[Lemon] = []
+    for node, check, seq, last_ts in sorted(digest.sequences):
+        letters = seq
+        bad, warn, unchecked = letters.count("F"), letters.count("W"), letters.count("E")
+        graded = bad + warn + letters.count("P")
+        stats.append(CheckStats(node=node, check=check, runs=len(letters), bad=bad, warn=warn,
+                                last_status=_STATUS_OF[letters[-1]].value, last_time=_iso(last_ts),
+                                sequence=letters, graded=graded, not_checked=unchecked))
+        flap = _letter_flaps(letters, th)
+        if flap is not None:
+            flapping.append(Flapper(node=node, check=check, episodes=flap[0], transitions=flap[1],
+                                    runs=len(letters), sequence=letters))
+        if bad >= th.lemon_runs:
+            check_lemons.append(Lemon(node=node, kind="check", key=check, count=bad,
+                                      summary=f"{check} failed in {bad} of {graded} runs in which it was checked"
+                                      + (f" (not checked in {unchecked} more)" if unchecked else "")))
+    named = {f.node for f in flapping}
+    for node, per in sorted(digest.node_runs.items()):
+        if node in named:
+            continue
+        letters = "".join(_WORST_LETTER[rank] for _, _, rank, _, _ in per)
+        flap = _letter_flaps(letters, th)
+        if flap is not None:
+            flapping.append(Flapper(node=node, check="*", episodes=flap[0], transitions=flap[1],
+                                    runs=len(letters), sequence=letters))
+    lemons = [lm for lm in _xid_lemons(digest.xid, th) + check_lemons + _weighted_port_lemons(digest.ports, th)
+              if is_node(lm.node)]
+    trends = [own_baseline(pts, label, kind, th) for (label, kind), pts in sorted(_series(digest.peaks).items())]
+    tally: dict[str, tuple[int, int]] = {}
+    unchecked_nodes = _digest_unchecked(digest, th, tally)
+    return Summary(since=since, runs=digest.runs, nodes=real_nodes(digest.node_runs), stats=stats,
+                   flapping=[f for f in flapping if is_node(f.node)],
+                   lemons=sorted(lemons, key=lambda lm: (lm.node, lm.kind, lm.key)), trends=trends,
+                   unchecked=unchecked_nodes, node_checked=tally)
+
+
+def _digest_unchecked(digest: Any, th: Thresholds, tally: dict[str, tuple[int, int]]) -> list[Unchecked]:
+    """`_unchecked` from a digest: the G/P/N sequence from the per-run flags, the causes from
+    the not-checked results."""
+    errors: dict[str, dict[int, list[Row]]] = {}
+    for r in digest.errors:
+        errors.setdefault(r.node, {}).setdefault(r.run_id, []).append(r)
+    out = []
+    for node, per in sorted(digest.node_runs.items()):
+        if not is_node(node):
+            continue
+        seq = "".join(("P" if graded else "N") if err else "G" for _, _, _, err, graded in per)
+        count = len(seq) - seq.count("G")
+        tally[node] = (count, len(seq))
+        if count < th.unchecked_runs:
+            continue
+        whole = seq.count("N")
+        causes: dict[str, int] = {}
+        example: dict[str, str] = {}
+        for _, i, _, err, _ in per:
+            if not err:
+                continue
+            counted: dict[str, int] = {}
+            for r in errors.get(node, {}).get(i, []):
+                c = cause_template(_cause(r.summary))
+                counted[c] = counted.get(c, 0) + 1
+                example[c] = _cause(r.summary)
+            top = max(sorted(counted), key=lambda c: counted[c])
+            causes[top] = causes.get(top, 0) + 1
+        top_template = max(sorted(causes), key=lambda c: causes[c])
+        cause, count_of = example[top_template], causes[top_template]
+        part = f"; {count - whole} of them in part (some checks graded)" if count > whole else ""
+        share = f" ({count_of} of {count} runs)" if count_of != count else ""
+        out.append(Unchecked(node=node, count=count, runs=len(seq), whole=whole, cause=cause,
+                             cause_count=count_of, sequence=seq,
+                             summary=f"{node} not checked in {count} of {len(seq)} runs: {cause}{share}{part}"))
+    return out
 
 
 _PROM_HELP = {

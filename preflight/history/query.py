@@ -105,26 +105,35 @@ class HistoryView:
     """The store's summary for a window, with what its exports need."""
 
     summary: Any
-    rows: list[Row]
+    latest: list[Any]  # the fleet's state as last seen (analysis.latest_results); empty unless asked for
     runs: list[Any]
     url: str
     downtime: dict[str, Any] = field(default_factory=dict)  # history.downtime.summarize: lost time per cause, node
 
 
-def summarize(url: str | None, filters: Filters, thresholds: Any) -> HistoryView:
-    """`preflight history`: failure counts, flapping and lemon nodes, trends for a window."""
+def summarize(url: str | None, filters: Filters, thresholds: Any, latest: bool = False) -> HistoryView:
+    """`preflight history`: failure counts, flapping and lemon nodes, trends for a window. The
+    store aggregates (Store.digest) and the analysis reads that, never every result; `latest`
+    also reads each node's last run for the exports."""
     from preflight.history import downtime
-    from preflight.history.analysis import summarize as analyse
+    from preflight.history.analysis import latest_results, summarize_digest
 
     since = window(filters.since)
+    picked = dict(since=since, nodes=filters.nodes, checks=filters.checks, commands=filters.commands)
     with open_or_fail(url) as store:
-        rows = store.rows(since=since, nodes=filters.nodes, checks=filters.checks, commands=filters.commands)
-        runs = store.runs(since=since, commands=filters.commands)
+        try:
+            # downtime is not a node's check result: totalled apart, never a failure count
+            digest = store.digest(**picked, skip_checks=[downtime.dt.CHECK])  # type: ignore[arg-type]
+            lost = [] if filters.checks and downtime.dt.CHECK not in filters.checks else \
+                store.rows(**{**picked, "checks": [downtime.dt.CHECK]})  # type: ignore[arg-type]
+            last = latest_results(store.latest_rows(digest, **picked, skip_checks=[downtime.dt.CHECK])) \
+                if latest else []  # type: ignore[arg-type]
+            runs = store.runs(since=since, commands=filters.commands)
+        except HistoryError as exc:
+            raise UsageError(str(exc)) from None
         where = describe(store.url)
-    # downtime is not a node's check result: totalled apart, never a failure count
-    checked = [r for r in rows if r.check != downtime.dt.CHECK]
-    return HistoryView(summary=analyse(checked, thresholds, since=since), rows=checked, runs=runs, url=where,
-                       downtime=downtime.summarize(rows, *_price()))
+    return HistoryView(summary=summarize_digest(digest, thresholds, since=since), latest=last, runs=runs, url=where,
+                       downtime=downtime.summarize(lost, *_price()))
 
 
 def _price() -> tuple[float | None, str]:
@@ -152,12 +161,12 @@ def _write(path: Path, text: str) -> None:
 
 def export(view: HistoryView, html: Path | None, prometheus: Path | None) -> list[Path]:
     """The latest state and the history as an HTML page and/or a node_exporter textfile."""
-    from preflight.history.analysis import latest_results, prometheus_text
+    from preflight.history.analysis import prometheus_text
     from preflight.report.base import Report
 
     if html is None and prometheus is None:
         return []
-    latest = latest_results(view.rows)
+    latest = view.latest
     if html is not None:
         from preflight.report.html import render as render_html
 

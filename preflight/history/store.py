@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from preflight.model import Result, Status, is_node, real_nodes
+from preflight.model import CLUSTER, Result, Status, is_node, real_nodes
 from preflight.timeparse import epoch
 
 ENV = "PREFLIGHT_HISTORY"
@@ -34,6 +34,7 @@ BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another writer's lock
 CONNECT_TIMEOUT_S = 5.0  # PostgreSQL connect timeout
 EVIDENCE_KEPT = 20  # evidence lines stored per result (the JSON report keeps them all)
 _PG_LOCK = 0x70726566  # advisory lock id that serialises migrations ("pref")
+COPY_ROWS = 1000  # a batch of this many results goes to PostgreSQL by COPY (fewer: executemany)
 
 
 class HistoryError(Exception):
@@ -133,6 +134,16 @@ _V2 = _both(
     "CREATE INDEX decisions_node_ts ON decisions (node, ts)",
 )
 
+# what `digest` and the gate read at fleet size: per (node, check) and per (node, run) from the
+# index alone, per check without scanning the others, the not-checked results apart. Not a
+# numbered migration: any store (older ones too) gets those it lacks when opened.
+INDEXES: tuple[tuple[str, str], ...] = (
+    ("results_node_check_run", "ON results (node, check_id, ts, run_id, status)"),
+    ("results_node_run", "ON results (node, run_id, ts, status, check_id)"),
+    ("results_check_ts", "ON results (check_id, ts)"),
+    ("results_not_checked", "ON results (ts) WHERE status NOT IN ('pass', 'warn', 'fail', 'skip')"),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "runs and their results", *_V1),
     Migration(2, "drain/resume decisions of the flap damping", *_V2),
@@ -191,7 +202,51 @@ class DecisionRow:
     detail: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
+@dataclass
+class Digest:
+    """What `preflight history` needs of a window, read with the aggregation in SQL (see
+    `Store.digest`). Sequences hold one letter per run, oldest first (P W F E S): the run's
+    worst status as history.analysis counts it."""
+
+    sequences: list[tuple[str, str, str, float]]  # (node, check, sequence, time of its last run)
+    node_runs: dict[str, list[tuple[float, int, int, bool, bool]]]  # node -> (ts, run id, worst rank,
+    #   some result not checked, some result graded), oldest first
+    errors: list[Row]  # the not-checked results (ERROR), oldest first
+    xid: list[Row]  # gpu.xid results with facts beyond an empty event list
+    ports: list[tuple[Row, int]]  # ib.hca / net.nic results (not ERROR), each with how many runs it stands
+    #   for (a node and check whose facts never changed: one row)
+    peaks: list[Row]  # nccl.allreduce / nccl.pingpong results (not ERROR), facts cut to what trends read
+
+    @property
+    def runs(self) -> int:
+        return len({i for per in self.node_runs.values() for _, i, _, _, _ in per})
+
+
+_LETTER_SQL = ("CASE r.status WHEN 'pass' THEN 'P' WHEN 'warn' THEN 'W' WHEN 'fail' THEN 'F' WHEN 'skip' THEN 'S' "
+               "ELSE 'E' END")
+_RANK_SQL = ("CASE r.status WHEN 'fail' THEN 0 WHEN 'warn' THEN 1 WHEN 'pass' THEN 2 WHEN 'skip' THEN 4 "
+             "ELSE 3 END")  # Status.rank's order as analysis._worst takes it: unknown statuses are ERROR
+_NOT_CHECKED_SQL = "r.status NOT IN ('pass', 'warn', 'fail', 'skip')"
+_EMPTY_XID = ("{}", '{"events": []}')  # facts that hold no Xid event (as `record` writes them)
+
+
 # ---- the store ------------------------------------------------------------------------------
+
+
+def _status(value: Any) -> Status:
+    try:
+        return Status(str(value))
+    except ValueError:
+        return Status.ERROR
+
+
+def _worst_letter(statuses: Sequence[Status]) -> str:
+    """The letter of a run's worst status (a graded one first, as history.analysis counts it)."""
+    for s, letter in ((Status.FAIL, "F"), (Status.WARN, "W"), (Status.PASS, "P"), (Status.ERROR, "E"),
+                      (Status.SKIP, "S")):
+        if s in statuses:
+            return letter
+    return "S"
 
 
 def _iso(ts: float) -> str:
@@ -311,11 +366,35 @@ class Store:
         rows = self._query("SELECT MAX(version) FROM schema_version")
         return int(rows[0][0] or 0) if rows else 0
 
+    def _missing_indexes(self) -> list[str]:
+        if self.dialect == "postgresql":
+            have = {str(r[0]) for r in self._query("SELECT indexname FROM pg_indexes WHERE tablename = 'results'")}
+        else:
+            have = {str(r[0]) for r in self._query("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        return [name for name, _ in INDEXES if name not in have]
+
+    def _ensure_indexes(self) -> None:
+        """Create the INDEXES this store lacks (a read when it has them all)."""
+        if not self._missing_indexes():
+            return
+        try:
+            with self._write() as cur:
+                if self.dialect == "postgresql":
+                    cur.execute(f"SELECT pg_advisory_xact_lock({_PG_LOCK})")
+                for name, spec in INDEXES:
+                    cur.execute(f"CREATE INDEX IF NOT EXISTS {name} {spec}")
+        except Exception:  # a store we may read but not change (read-only file, role): slower, not wrong
+            pass
+
     def migrate(self) -> int:
-        """Apply the migrations this store lacks; returns the schema version."""
+        """Apply the migrations this store lacks, and create the indexes it lacks; returns the
+        schema version."""
         try:
             if self.version() == SCHEMA_VERSION:  # the common case: no write lock needed
+                self._ensure_indexes()
                 return SCHEMA_VERSION
+        except HistoryError:
+            raise
         except Exception:  # no schema_version table yet
             if self.dialect == "postgresql":
                 self.conn.rollback()
@@ -336,6 +415,8 @@ class Store:
                     cur.execute(stmt)
                 cur.execute(self._sql("INSERT INTO schema_version (version, title, applied) VALUES (?, ?, ?)"),
                             (m.version, m.title, _iso(time.time())))
+            for name, spec in INDEXES:
+                cur.execute(f"CREATE INDEX IF NOT EXISTS {name} {spec}")
         return SCHEMA_VERSION
 
     # -- writing --
@@ -343,24 +424,40 @@ class Store:
     def record(self, report_or_results: Any, command: str | None = None, *, host: str | None = None,
                when: Any = None, job_id: str | None = None) -> int:
         """Record one run (a Report, a report.json dict, or Results); returns the run id."""
-        p = _parts(report_or_results, command, when)
+        return self.record_many([(report_or_results, command, when)], host=host, job_id=job_id)[0]
+
+    def record_many(self, batch: Iterable[tuple[Any, str | None, Any]], *, host: str | None = None,
+                    job_id: str | None = None) -> list[int]:
+        """Record many runs in one transaction, each `(report or results, command, when)` as
+        `record` takes them; returns their run ids in order. PostgreSQL receives the results
+        by COPY."""
         host = host or socket.gethostname()
         job = job_id if job_id is not None else os.environ.get("SLURM_JOB_ID", "")
         from preflight import __version__
 
+        ids: list[int] = []
         with self._write() as cur:
-            run_id = self._insert(cur, "INSERT INTO runs (ts, time, command, verdict, host, nodes, profile, "
-                                       "duration_s, version, job_id, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                  (p.ts, _iso(p.ts), p.command, p.verdict, host, json.dumps(p.nodes), p.profile,
-                                   p.duration_s, __version__, job, json.dumps(p.counts)))
-            rows = [(run_id, p.ts, r.check, r.node, r.status.value, r.summary, r.remedy,
-                     json.dumps(list(r.evidence)[:EVIDENCE_KEPT], default=str),
-                     json.dumps(r.facts, default=str, sort_keys=True), r.source) for r in p.results]
-            if rows:
+            rows: list[tuple[Any, ...]] = []
+            for report_or_results, command, when in batch:
+                p = _parts(report_or_results, command, when)
+                run_id = self._insert(cur, "INSERT INTO runs (ts, time, command, verdict, host, nodes, profile, "
+                                           "duration_s, version, job_id, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                      (p.ts, _iso(p.ts), p.command, p.verdict, host, json.dumps(p.nodes), p.profile,
+                                       p.duration_s, __version__, job, json.dumps(p.counts)))
+                ids.append(run_id)
+                rows += [(run_id, p.ts, r.check, r.node, r.status.value, r.summary, r.remedy,
+                          json.dumps(list(r.evidence)[:EVIDENCE_KEPT], default=str),
+                          json.dumps(r.facts, default=str, sort_keys=True), r.source) for r in p.results]
+            if self.dialect == "postgresql" and len(rows) >= COPY_ROWS and hasattr(cur, "copy"):
+                with cur.copy("COPY results (run_id, ts, check_id, node, status, summary, remedy, evidence, facts, "
+                              "source) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            elif rows:
                 cur.executemany(self._sql("INSERT INTO results (run_id, ts, check_id, node, status, summary, "
                                           "remedy, evidence, facts, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                                 rows)
-        return run_id
+        return ids
 
     def record_decision(self, run_id: int | None, node: str, action: str, reason: str,
                         detail: Mapping[str, Any] | None = None, when: Any = None) -> None:
@@ -404,6 +501,174 @@ class Store:
                 status = Status.ERROR
             out.append(Row(run_id=int(r[0]), ts=float(r[1]), command=str(r[2]), check=str(r[3]), node=str(r[4]),
                            status=status, summary=str(r[6]), facts=_loads(r[7]), remedy=str(r[8])))
+        return out
+
+    def _filtered(self, since: float | None, nodes: Iterable[str], checks: Iterable[str],
+                  commands: Iterable[str], skip_checks: Iterable[str] = ()) -> tuple[str, list[Any]]:
+        """`FROM ... WHERE ...` over results `r` with `rows`' filters (`skip_checks` left out)."""
+        cmds = list(commands)
+        sql = "FROM results r WHERE r.ts >= ?"
+        params: list[Any] = [since if since is not None else float("-inf")]
+        for col, values in (("r.node", list(nodes)), ("r.check_id", list(checks))):
+            if values:
+                sql += f" AND {col} IN (" + ", ".join("?" for _ in values) + ")"
+                params += values
+        if cmds:  # a run's results are kept or left out with it; the scan stays on results' indexes
+            sql += " AND r.run_id IN (SELECT u.id FROM runs u WHERE u.command IN (" + ", ".join("?" for _ in cmds) + "))"
+            params += cmds
+        skipped = list(skip_checks)
+        if skipped:
+            sql += " AND r.check_id NOT IN (" + ", ".join("?" for _ in skipped) + ")"
+            params += skipped
+        return sql, params
+
+    def _rows_of(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        """Rows from `SELECT r.run_id, r.ts, check, node, status, summary, facts` (no command)."""
+        return self._rows_of_values(self._query(sql, params))
+
+    @staticmethod
+    def _rows_of_values(values: Iterable[Sequence[Any]]) -> list[Row]:
+        out = []
+        for r in values:
+            try:
+                status = Status(str(r[4]))
+            except ValueError:
+                status = Status.ERROR
+            facts = r[6] if isinstance(r[6], dict) else _loads(r[6])
+            out.append(Row(run_id=int(r[0]), ts=float(r[1]), command="", check=str(r[2]), node=str(r[3]),
+                           status=status, summary=str(r[5]), facts=facts, remedy=str(r[7]) if len(r) > 7 else ""))
+        return out
+
+    def digest(self, since: float | None = None, nodes: Iterable[str] = (), checks: Iterable[str] = (),
+               commands: Iterable[str] = (), skip_checks: Iterable[str] = ()) -> Digest:
+        """The results `rows` would return (less `skip_checks`), aggregated in SQL to what the
+        history's analysis reads: per (node, check) its status sequence, per (node, run) its
+        worst status and whether it was (partly) not checked, and only the results whose facts
+        or summaries a finding reads. Runs are ordered by (time, id) as `rows` orders them (the
+        results of one run share its time)."""
+        nodes, checks, commands, skip_checks = list(nodes), list(checks), list(commands), list(skip_checks)
+        where, params = self._filtered(since, nodes, checks, commands, skip_checks)
+        node_runs: dict[str, list[tuple[float, int, int, bool, bool]]] = {}
+        doubled: set[str] = set()  # nodes with two results of one check in one run
+        for r in self._query(f"SELECT r.node, r.run_id, MIN(r.ts), MIN({_RANK_SQL}), "
+                             f"MAX(CASE WHEN {_NOT_CHECKED_SQL} THEN 1 ELSE 0 END), "
+                             "MAX(CASE WHEN r.status IN ('pass', 'warn', 'fail') THEN 1 ELSE 0 END), "
+                             f"COUNT(*) - COUNT(DISTINCT r.check_id) {where} GROUP BY r.node, r.run_id", params):
+            node_runs.setdefault(str(r[0]), []).append((float(r[2]), int(r[1]), int(r[3]), bool(r[4]), bool(r[5])))
+            if r[6]:
+                doubled.add(str(r[0]))
+        for per in node_runs.values():
+            per.sort(key=lambda x: (x[0], x[1]))
+        sequences = self._sequences(where, params, doubled)
+        cols = "SELECT r.run_id, r.ts, r.check_id, r.node, r.status, r.summary"
+        rows_order = "ORDER BY r.ts, r.run_id, r.node, r.check_id, r.id"
+        errors = self._rows_of(f"{cols}, '' {where} AND {_NOT_CHECKED_SQL} {rows_order}", params)
+
+        def of(check_list: Sequence[str]) -> tuple[str, list[Any]]:
+            wanted = [c for c in check_list if (not checks or c in checks) and c not in skip_checks]
+            return self._filtered(since, nodes, wanted, commands) if wanted else ("", [])
+
+        w, p = of(["gpu.xid"])
+        xid = self._rows_of(f"{cols}, r.facts {w} AND r.facts NOT IN (?, ?) {rows_order}", [*p, *_EMPTY_XID]) \
+            if w else []
+        w, p = of(["ib.hca", "net.nic"])
+        ports = self._ports(w, p, cols, rows_order) if w else []
+        w, p = of(["nccl.allreduce", "nccl.pingpong"])
+        peaks = self._peaks(w, p, cols, rows_order) if w else []
+        return Digest(sequences=sequences, node_runs=node_runs, errors=errors, xid=xid, ports=ports, peaks=peaks)
+
+    def _sequences(self, where: str, params: list[Any], doubled: set[str]) -> list[tuple[str, str, str, float]]:
+        """(node, check, one letter per run oldest first, time of the last run). SQLite
+        concatenates in the order of the (node, check, ts, run_id) index it scans (no sort: the
+        plan is checked, else the order is made by a window); a node with two results of one
+        check in one run is read row by row."""
+        letter = _LETTER_SQL
+        if self.dialect == "postgresql":
+            sql = (f"SELECT r.node, r.check_id, string_agg({letter}, '' ORDER BY r.ts, r.run_id, r.id), MAX(r.ts) "
+                   f"{where} GROUP BY r.node, r.check_id")
+        else:
+            sql = (f"SELECT r.node, r.check_id, group_concat({letter}, ''), MAX(r.ts) "
+                   f"{where.replace('FROM results r', 'FROM results r INDEXED BY results_node_check_run', 1)} "
+                   "GROUP BY r.node, r.check_id")
+            try:
+                plan = " ".join(str(p[-1]) for p in self.conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+            except sqlite3.Error:  # the index is missing (a store that could not be given it)
+                plan = ""
+            if "TEMP B-TREE" in plan or "results_node_check_run" not in plan:
+                sql = ("SELECT node, check_id, seq, ts FROM (SELECT node, check_id, ts, group_concat(l, '') OVER w AS seq, "
+                       f"lead(1) OVER w AS nx FROM (SELECT r.node, r.check_id, r.ts, r.run_id, r.id, {letter} AS l "
+                       f"{where}) t WINDOW w AS (PARTITION BY node, check_id ORDER BY ts, run_id, id ROWS BETWEEN "
+                       "UNBOUNDED PRECEDING AND CURRENT ROW)) s WHERE nx IS NULL")
+        out = [(str(r[0]), str(r[1]), str(r[2]), float(r[3])) for r in self._query(sql, params)
+               if str(r[0]) not in doubled]
+        for node in sorted(doubled):
+            per: dict[str, dict[int, list[Status]]] = {}
+            last: dict[str, float] = {}
+            for r in self._query(f"SELECT r.check_id, r.run_id, r.ts, r.status {where} AND r.node = ? "
+                                 "ORDER BY r.ts, r.run_id, r.id", [*params, node]):
+                try:
+                    status = Status(str(r[3]))
+                except ValueError:
+                    status = Status.ERROR
+                per.setdefault(str(r[0]), {}).setdefault(int(r[1]), []).append(status)
+                last[str(r[0])] = float(r[2])
+            for check, runs in per.items():
+                out.append((node, check, "".join(_worst_letter(v) for v in runs.values()), last[check]))
+        return out
+
+    def _ports(self, where: str, params: list[Any], cols: str, rows_order: str) -> list[tuple[Row, int]]:
+        """The port results (not ERROR): a node whose results of one check all hold the very
+        same facts as one row standing for all its runs, the others row by row."""
+        out: list[tuple[Row, int]] = []
+        changing: list[tuple[str, str]] = []
+        for r in self._query(f"SELECT r.node, r.check_id, MIN(r.facts), MAX(r.facts), COUNT(*), MIN(r.ts), "
+                             f"MIN(r.run_id) {where} AND NOT {_NOT_CHECKED_SQL} GROUP BY r.node, r.check_id", params):
+            if r[2] == r[3]:
+                out += [(row, int(r[4])) for row in self._rows_of_values(
+                    [(r[6], r[5], r[1], r[0], "pass", "", r[2])])]
+            else:
+                changing.append((str(r[0]), str(r[1])))
+        for node, check in changing:
+            out += [(row, 1) for row in self._rows_of(
+                f"{cols}, r.facts {where} AND NOT {_NOT_CHECKED_SQL} AND r.node = ? AND r.check_id = ? {rows_order}",
+                [*params, node, check])]
+        return out
+
+    def _peaks(self, where: str, params: list[Any], cols: str, rows_order: str) -> list[Row]:
+        """The bandwidth results (not ERROR); SQLite gives a node's own all-reduce peak alone
+        (a JSON number, as facts.peak_busbw reads it), the rest their whole facts."""
+        if self.dialect == "postgresql":
+            return self._rows_of(f"{cols}, r.facts {where} AND NOT {_NOT_CHECKED_SQL} {rows_order}", params)
+        out = []
+        for r in self._query(f"SELECT r.run_id, r.ts, r.check_id, r.node, r.status, r.summary, CASE WHEN "
+                             f"r.check_id = 'nccl.allreduce' AND r.node != ? THEN NULL ELSE r.facts END, CASE WHEN "
+                             "r.check_id = 'nccl.allreduce' AND json_valid(r.facts) AND json_type(r.facts, "
+                             "'$.peak_busbw') IN ('integer', 'real') THEN json_extract(r.facts, '$.peak_busbw') END "
+                             f"{where} AND NOT {_NOT_CHECKED_SQL} {rows_order}", [CLUSTER, *params]):
+            if r[6] is None:
+                out.append(Row(run_id=int(r[0]), ts=float(r[1]), command="", check=str(r[2]), node=str(r[3]),
+                               status=_status(r[4]), summary=str(r[5]),
+                               facts={} if r[7] is None else {"peak_busbw": r[7]}))
+            else:
+                out += self._rows_of_values([r[:7]])
+        return out
+
+    def latest_rows(self, digest: Digest, since: float | None = None, nodes: Iterable[str] = (),
+                    checks: Iterable[str] = (), commands: Iterable[str] = (),
+                    skip_checks: Iterable[str] = ()) -> list[Row]:
+        """The digest's rows of each node's last run (what analysis.latest_results reads), with
+        the filters the digest was read with."""
+        last = {node: per[-1][1] for node, per in digest.node_runs.items() if per}
+        ids = sorted(set(last.values()))
+        out: list[Row] = []
+        where, params = self._filtered(since, nodes, checks, commands, skip_checks)
+        for k in range(0, len(ids), 500):
+            chunk = ids[k:k + 500]
+            out += [r for r in self._rows_of(
+                f"SELECT r.run_id, r.ts, r.check_id, r.node, r.status, r.summary, r.facts, r.remedy {where} "
+                "AND r.run_id IN ("
+                + ", ".join("?" for _ in chunk) + ") ORDER BY r.ts, r.run_id, r.node, r.check_id, r.id",
+                [*params, *chunk]) if last.get(r.node) == r.run_id]
         return out
 
     def node_runs(self, node: str, commands: Iterable[str] = ("prologue", "node", "run"),
