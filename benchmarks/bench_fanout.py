@@ -14,6 +14,16 @@ holds the GIL, so its CPU time adds up on one core whatever the concurrency; the
 is at least that and at least one 1-node round per wave of `concurrency` (64) nodes.
 
     .venv/bin/python benchmarks/bench_fanout.py [--repeat 5] [--nodes 16]   # also --nodes 64
+
+`--mode run` times `preflight run` end to end as a user runs it (a subprocess of the CLI with
+`--json --no-report --no-sweep`): its wall time and the controller's CPU from os.wait4's
+rusage of that process (its threads, and its children such as srun; the nodes' sshd, slurmd
+and probes are other processes). Over ssh: `run --hosts n[1-K] --transport ssh`; over srun:
+`salloc -N K` around a measurer that starts `run --transport srun` inside the allocation.
+`--json` prints the figures; `run_figures()` returns them to other benchmarks.
+
+    .venv/bin/python benchmarks/bench_fanout.py --mode run --transport ssh --repeat 3 [--json]
+    .venv/bin/python benchmarks/bench_fanout.py --mode run --transport srun --repeat 3 [--json]
 """
 
 from __future__ import annotations
@@ -105,8 +115,123 @@ def inner(spec: dict[str, Any]) -> None:
     print(json.dumps(out))
 
 
+RUN_ARGS = ["--json", "--no-report", "--no-sweep", "--profile", "h100-sxm-8x", "--deadline", "300",
+            "--command-timeout", "120"]
+
+
+def measure(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Start argv, wait for it with os.wait4: wall, its CPU (user + system, its threads and the
+    children it waited for), peak memory, exit status and the verdict its JSON gives."""
+    import subprocess
+
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        text, errtext = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    verdict, nodes, bad = "", 0, 0
+    try:
+        doc = json.loads(text[text.index("{"):])
+        verdict = doc.get("verdict", "")
+        nodes = len({r["node"] for r in doc.get("results", [])})
+        bad = sum(1 for r in doc.get("results", []) if r.get("status") in ("error", "fail"))
+    except (ValueError, KeyError, TypeError):
+        pass
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss, "rc": proc.returncode,
+            "verdict": verdict, "nodes": nodes, "bad": bad, "stderr": errtext[-800:] if proc.returncode not in (0, 1) else ""}
+
+
+def inner_run(spec: dict[str, Any]) -> None:
+    """Inside the client namespace: `preflight run` over ssh, or salloc + measurer over srun."""
+    py = sys.executable
+    out: dict[str, Any] = {}
+    for count in spec["counts"]:
+        runs = []
+        for _ in range(spec["repeat"]):
+            if spec["transport"] == "ssh":
+                hosts = ",".join(spec["nodes"][:count])
+                argv = [py, "-m", "preflight.cli", "run", "--hosts", hosts, "--transport", "ssh",
+                        "--ssh-config", spec["config"], "--concurrency", str(spec["concurrency"]), *RUN_ARGS]
+                runs.append(measure(argv))
+            else:
+                argv = [py, "-m", "preflight.cli", "run", "--transport", "srun", *RUN_ARGS]
+                p = __import__("subprocess").run(
+                    ["salloc", f"-N{count}", "--time=10", py, str(Path(__file__).resolve()), "--measure",
+                     json.dumps(argv)], capture_output=True, text=True, timeout=900)
+                try:
+                    runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+                except (ValueError, IndexError):
+                    runs.append({"wall": float("nan"), "cpu": float("nan"), "rc": p.returncode, "verdict": "",
+                                 "nodes": 0, "bad": 0, "maxrss_kb": 0, "stderr": p.stderr[-800:]})
+        out[str(count)] = runs
+    print(json.dumps(out))
+
+
+def run_figures(nodes: list[int], transport: str = "ssh", repeat: int = 3, concurrency: int = CONCURRENCY) -> dict[str, Any]:
+    """`preflight run` end to end on a fresh namespace cluster of max(nodes) nodes: for each
+    count, every run's wall, controller CPU, peak memory, verdict; the medians; and the
+    marginal controller CPU per added node against the smallest count. Needs root."""
+    from tests.netcluster import NetCluster, prerequisites, slurm_prerequisites
+    from tests.scenarios import TOOLS, healthy_h100
+
+    missing = prerequisites() + (slurm_prerequisites() if transport == "srun" else [])
+    if missing:
+        raise RuntimeError(f"cannot build the test cluster: {', '.join(missing)}")
+    size = max(nodes)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = NetCluster(size, Path(tmp), prefix="pfr", subnet="10.82.0")
+        try:
+            cluster.up(TOOLS)
+            for node in cluster.nodes:
+                healthy_h100(node.home / "scenario")
+            spec = {"config": str(cluster.ssh_config), "nodes": [n.name for n in cluster.nodes],
+                    "counts": sorted(set(nodes)), "repeat": repeat, "transport": transport,
+                    "concurrency": concurrency, "mode": "run"}
+            env = None
+            if transport == "srun":
+                cluster.start_slurm()
+                env = cluster.slurm_env()
+            p = cluster.client(sys.executable, str(Path(__file__).resolve()), "--inner", json.dumps(spec),
+                               timeout=3000, env=env)
+            data = json.loads(p.stdout.strip().splitlines()[-1])
+        finally:
+            cluster.down()
+    counts_ = sorted(set(nodes))
+    result: dict[str, Any] = {"transport": transport, "repeat": repeat, "concurrency": concurrency,
+                              "loop_10m_s": loop_time(), "load_before": load_before,
+                              "load_after": os.getloadavg()[0], "runs": data, "median": {}}
+    for c in counts_:
+        runs = data[str(c)]
+        result["median"][str(c)] = {k: med([r[k] for r in runs]) for k in ("wall", "cpu", "maxrss_kb")}
+        result["median"][str(c)]["verdicts"] = sorted({r["verdict"] or f"rc {r['rc']}" for r in runs})
+    base = counts_[0]
+    for c in counts_[1:]:
+        a, b = result["median"][str(base)], result["median"][str(c)]
+        b["cpu_per_added_node_ms"] = (b["cpu"] - a["cpu"]) / (c - base) * 1000
+        b["wall_ratio"] = b["wall"] / a["wall"]
+    return result
+
+
+def loop_time() -> float:
+    """Seconds for a 10M-iteration Python loop on this machine (the yardstick for CPU figures)."""
+    start = time.perf_counter()
+    for _ in range(10_000_000):
+        pass
+    return time.perf_counter() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("transport", "run"), default="transport",
+                    help="transport: the transport's collect alone; run: `preflight run` end to end")
+    ap.add_argument("--json", action="store_true", help="--mode run: print the figures as JSON")
+    ap.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    ap.add_argument("--measure", default="", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--inner", default="")
@@ -114,8 +239,22 @@ def main() -> None:
     ap.add_argument("--remote-python", default="python3",
                     help="interpreter on the nodes (a version-manager shim costs CPU on every node)")
     args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(json.loads(args.measure))))
+        return
     if args.inner:
-        inner(json.loads(args.inner))
+        spec = json.loads(args.inner)
+        if spec.get("mode") == "run":
+            inner_run(spec)
+        else:
+            inner(spec)
+        return
+    if args.mode == "run":
+        fig = run_figures(counts(args.nodes), args.transport, args.repeat, args.concurrency)
+        if args.json:
+            print(json.dumps(fig, indent=2))
+        else:
+            report_run(fig)
         return
     from tests.netcluster import NetCluster, prerequisites
     from tests.scenarios import TOOLS, healthy_h100
@@ -193,6 +332,17 @@ def report(args: argparse.Namespace, data: dict[str, Any], load_before: float) -
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+
+
+def report_run(fig: dict[str, Any]) -> None:
+    """A short table of --mode run's medians."""
+    print(f"preflight run over {fig['transport']}, concurrency {fig['concurrency']}, median of {fig['repeat']}; "
+          f"10M-iteration loop {fig['loop_10m_s']:.2f} s; load {fig['load_before']:.1f} -> {fig['load_after']:.1f}")
+    for c, m in fig["median"].items():
+        extra = (f" | +{m['cpu_per_added_node_ms']:.1f} ms CPU per added node | wall {m['wall_ratio']:.2f}x"
+                 if "wall_ratio" in m else "")
+        print(f"  {c:>4} nodes: wall {m['wall']:.2f} s | controller CPU {m['cpu']:.2f} s | "
+              f"peak RSS {m['maxrss_kb'] / 1024:.0f} MiB | {','.join(m['verdicts'])}{extra}")
 
 
 def counts(nodes: int) -> list[int]:

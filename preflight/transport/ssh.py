@@ -211,6 +211,18 @@ def _connect_timeout(value: object, name: str) -> float | None:
     return float(text)
 
 
+AEAD_CIPHERS = ("aes256-gcm@openssh.com", "aes128-gcm@openssh.com")
+
+
+def _prefer_aead(t: paramiko.Transport) -> None:
+    """Offer AES-GCM first (OpenSSH's servers accept it by default): an AEAD cipher needs no
+    separate MAC, which paramiko computes and compares in Python for every packet. The other
+    ciphers stay offered, after it, for servers without it."""
+    opts = t.get_security_options()
+    ciphers = list(opts.ciphers)
+    opts.ciphers = tuple([c for c in AEAD_CIPHERS if c in ciphers] + [c for c in ciphers if c not in AEAD_CIPHERS])
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
@@ -383,6 +395,8 @@ class SSHTransport(Transport):
         self._key_locks: dict[str, threading.Lock] = {}
         self._keys: dict[Path, paramiko.PKey | str] = {}
         self._accepted: dict[str, paramiko.PKey] = {}
+        self._specs: dict[str, HostSpec | NodeFault] = {}  # a name's settings, resolved once per transport
+        self._known_files: dict[Path, tuple[tuple[int, int], paramiko.HostKeys]] = {}  # (mtime, size) -> parsed
         self._agent: paramiko.Agent | None = None
         self._closed = False
 
@@ -592,7 +606,20 @@ class SSHTransport(Transport):
         return spec.connect_timeout or DEFAULT_CONNECT_TIMEOUT
 
     def _spec(self, name: str) -> HostSpec:
-        return resolve_host(self.config, name, self.user)
+        """The settings for `name`, read from the configuration once per transport (a node is
+        resolved by every phase and by the address map; the lookup expands tokens each time)."""
+        with self._lock:
+            got = self._specs.get(name)
+        if got is None:
+            try:
+                got = resolve_host(self.config, name, self.user)
+            except NodeFault as fault:
+                got = fault
+            with self._lock:
+                self._specs[name] = got
+        if isinstance(got, NodeFault):
+            raise NodeFault(got.kind, got.stage, got.message, **got.extra)
+        return got
 
     def resolve_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
         """node -> the address its peers reach it at: the HostName the SSH configuration gives
@@ -758,6 +785,7 @@ class SSHTransport(Transport):
                 types = list(opts.key_types)
                 opts.key_types = tuple([k for k in types if _key_family(k) in families]
                                        + [k for k in types if _key_family(k) not in families])
+            _prefer_aead(t)
             job.enter("banner", ct)
             event = threading.Event()
             t.start_client(event=event)
@@ -791,12 +819,8 @@ class SSHTransport(Transport):
         found: list[tuple[Path, paramiko.PKey]] = []
         names = spec.host_key_names()
         for path in (*spec.known_hosts, *spec.global_known_hosts):
-            if not path.is_file():
-                continue
-            hk = paramiko.HostKeys()
-            try:
-                hk.load(str(path))
-            except (OSError, UnicodeDecodeError):
+            hk = self._host_keys(path)
+            if hk is None:
                 continue
             for name in names:
                 entry = hk.lookup(name)
@@ -810,6 +834,29 @@ class SSHTransport(Transport):
                 if accepted is not None:
                     found.append((Path("(accepted this run)"), accepted))
         return found
+
+    def _host_keys(self, path: Path) -> paramiko.HostKeys | None:
+        """A known-hosts file parsed once while it stays the same (mtime and size): every node
+        looks its keys up in the same files. None when the file is missing or unreadable."""
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        if not path.is_file():
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            cached = self._known_files.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        hk = paramiko.HostKeys()
+        try:
+            hk.load(str(path))
+        except (OSError, UnicodeDecodeError):
+            return None
+        with self._lock:
+            self._known_files[path] = (stamp, hk)
+        return hk
 
     def _verify_host_key(self, job: _Job, spec: HostSpec, key: paramiko.PKey,
                          known: list[tuple[Path, paramiko.PKey]]) -> None:
