@@ -639,10 +639,13 @@ def _f(v: Any, fmt: str = ".2f") -> str:
 def markdown(data: dict[str, Any]) -> str:
     m = data["machine"]
     lines = [f"### Fleet benchmark (`benchmarks/bench_fleet.py`), {m['date']}", "",
-             f"- machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}; a 10M-iteration Python loop "
-             f"takes {m['loop_10m_s']:.2f} s",
-             f"- load average (1, 5, 15 min): before {', '.join(f'{x:.2f}' for x in m['load_before'])}; after "
-             f"{', '.join(f'{x:.2f}' for x in m.get('load_after', []))}", ""]
+             f"- machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}"]
+    for inv in data.get("invocations", [m]):
+        lines.append(f"- {inv['date']} ({', '.join(inv.get('parts', [])) or 'all'}): a 10M-iteration Python loop takes "
+                     f"{inv['loop_10m_s']:.2f} s; load average (1, 5, 15 min) before "
+                     f"{', '.join(f'{x:.2f}' for x in inv['load_before'])}, after "
+                     f"{', '.join(f'{x:.2f}' for x in inv.get('load_after', []))}")
+    lines.append("")
     an = data.get("analyze")
     if an:
         lines += [f"#### `preflight analyze` of N per-node folders (median of {an['repeat']}; {an['faulty_rule']})", "",
@@ -778,10 +781,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse and args.json_out.exists():
         data = json.loads(args.json_out.read_text())
     data["machine"] = machine()
+    data["machine"]["parts"] = parts
+    data["invocations"] = [*data.get("invocations", []), data["machine"]]
     log = (lambda s: print(s, file=sys.stderr, flush=True))  # noqa: E731
     after = tree_after()
     trees = [after]
-    if "before" in parts:
+    if "before" in parts or "startup" in parts:  # start-up compares both trees too
         trees.insert(0, tree_before(args.before, args.before_dir))
     if "analyze" in parts or "before" in parts:
         chosen = [t for t in trees if ("before" in parts and t is not after) or ("analyze" in parts and t is after)]
