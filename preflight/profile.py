@@ -148,17 +148,36 @@ def validate(profile: Profile, schema: Mapping[str, Any]) -> None:
         raise ProfileError(f"profile {profile.name} ({profile.path}): " + "; ".join(problems))
 
 
+_TOML_CACHE: dict[str, dict[str, Any]] = {}  # a profile file's text -> the TOML parsed
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of parsed TOML that the caller may change (tables and arrays new, scalars shared)."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    return value
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The file parsed. One run loads the same profiles many times: the file is read each time
+    (a rewrite is always seen, whatever its timestamps), its text parsed once per process. Each
+    call gets its own copy."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ProfileError(f"profile {path} is not UTF-8 text") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"profile {path} is not valid TOML: {exc}") from None
+    parsed = _TOML_CACHE.get(text)
+    if parsed is None:
+        try:
+            parsed = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ProfileError(f"profile {path} is not valid TOML: {exc}") from None
+        _TOML_CACHE[text] = parsed
+    return _fresh(parsed)  # type: ignore[no-any-return]
 
 
 def available(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Path]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from preflight.model import Status, is_node, real_nodes
 from preflight.report.base import Report
 
@@ -14,7 +12,20 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _matrix(report: Report, nodes: list[str], checks: list[str]) -> list[list[str]]:
+    """One row per node: its worst status in each check ("" where the check has no result there)."""
+    worst: dict[tuple[str, str], Status] = {}
+    for r in report.results:
+        if is_node(r.node):
+            seen = worst.get((r.node, r.check))
+            if seen is None or r.status.rank > seen.rank:
+                worst[(r.node, r.check)] = r.status
+    return [[node, *[_MARK[worst[(node, c)].value] if (node, c) in worst else "" for c in checks]] for node in nodes]
+
+
 def render(report: Report) -> str:
+    from tabulate import tabulate  # loaded only when a Markdown report is written
+
     v = report.verdict
     lines = [f"# preflight {report.command}: {v.verdict}", ""]
     lines.append(f"- started: {report.started}, took {report.duration_s:.2f} s")
@@ -30,13 +41,7 @@ def render(report: Report) -> str:
     checks = sorted({r.check for r in report.results if is_node(r.node)})
     nodes = real_nodes(r.node for r in report.results)
     if checks and nodes:
-        import pandas as pd  # the report path may be heavy; the prologue path never comes here
-
-        frame = pd.DataFrame([{"node": r.node, "check": r.check, "status": r.status.rank, "s": r.status.value}
-                              for r in report.results if is_node(r.node)])
-        worst = frame.sort_values("status").groupby(["node", "check"])["s"].last().unstack("check")
-        worst = worst.reindex(index=nodes, columns=checks).fillna("")
-        rows = [[node, *[_MARK.get(str(x), str(x)) for x in worst.loc[node]]] for node in nodes]
+        rows = _matrix(report, nodes, checks)
         lines += ["## Matrix", "", tabulate(rows, headers=["node", *checks], tablefmt="github"), ""]
     bad = [r for r in report.results if r.status is not Status.PASS]
     if bad:
