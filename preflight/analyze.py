@@ -19,14 +19,19 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import itertools
 import lzma
+import multiprocessing as mp
 import os
 import re
 import stat
 import sys
 import tarfile
 import zipfile
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -334,9 +339,9 @@ def classify(doc: Doc, registry: Registry) -> list[Format]:
     """Every registered format whose detector recognises the document, one per probe, most
     specific (highest priority) first."""
     found: list[Format] = []
-    for fmt in sorted(registry.formats.values(), key=lambda f: -f.priority):
+    for fmt in _by_priority(registry):
         try:
-            if fmt.detect(doc):
+            if fmt.recognises(doc):
                 found.append(fmt)
         except Exception:  # a broken detector (site code) recognises nothing
             continue
@@ -344,6 +349,16 @@ def classify(doc: Doc, registry: Registry) -> list[Format]:
     for f in found:
         by_probe.setdefault(f.probe_name, f)
     return list(by_probe.values())
+
+
+def _by_priority(registry: Registry) -> list[Format]:
+    """The registry's formats, most specific first (sorted once per registry)."""
+    key = tuple(map(id, registry.formats.values()))
+    cached = getattr(registry, "_formats_by_priority", None)
+    if cached is None or cached[0] != key:
+        cached = (key, sorted(registry.formats.values(), key=lambda f: -f.priority))
+        registry._formats_by_priority = cached  # type: ignore[attr-defined]
+    return cached[1]
 
 
 @dataclass
@@ -461,7 +476,10 @@ def _unrecognised(node: str, display: str, why: str, evidence: list[str], readab
 
 def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
             options: Options | None = None, extra_profile_dirs: tuple = (),
-            stdin: io.BufferedIOBase | None = None) -> list[Result]:
+            stdin: io.BufferedIOBase | None = None, jobs: int | None = 1) -> list[Result]:
+    """Every input graded: each group of files (a node's folder, a multi-host paste) read,
+    classified and graded in turn, by `jobs` processes (None: the usable CPUs; 1: this process),
+    the results in the same order whatever the number."""
     options = options or Options(mode="analyze")
     options.mode = "analyze"
     schema = registry.profile_schema()
@@ -469,17 +487,97 @@ def analyze(registry: Registry, paths: list[Path], profile_name: str = "auto",
     if profile_name != "auto":
         fixed = profiles.load(profile_name, extra_profile_dirs)
         profiles.validate(fixed, schema)
-    results: list[Result] = []
     checks = sorted(registry.checks.values(), key=lambda c: c.id)
-    for group, group_entries in _groups(entries(paths, stdin)):
+    groups = _groups(entries(paths, stdin))
+    work = _Work(registry, checks, fixed, options, extra_profile_dirs, groups)
+    results: list[Result] = []
+    for graded in _each_group(work, _jobs_for(jobs, groups)):
+        results.extend(graded)  # a group's captures are gone once graded: only its findings are kept
+    return results
+
+
+@dataclass
+class _Work:
+    """What every group is graded with (inherited by the pool's forked workers, never pickled)."""
+
+    registry: Registry
+    checks: list[Check]
+    fixed: Profile | None
+    options: Options
+    extra_profile_dirs: tuple
+    groups: list[tuple[str, list[Entry]]]
+
+    def grade(self, i: int) -> list[Result]:
+        """Group i read, classified and graded: its results, in order."""
+        group, group_entries = self.groups[i]
+        results: list[Result] = []
         classified: list[Classified] = []
         for e in group_entries:
-            c = _classify_entry(registry, group, e, results)
+            c = _classify_entry(self.registry, group, e, results)
             if c is not None:
                 classified.append(c)
-        graded = _grade_group(registry, group, classified, checks, fixed, options, extra_profile_dirs)
-        results.extend(graded)
-    return results
+        results.extend(_grade_group(self.registry, group, classified, self.checks, self.fixed, self.options,
+                                    self.extra_profile_dirs))
+        return results
+
+
+_WORK: _Work | None = None  # the forked pool workers' copy of the parent's work
+POOL_MIN_GROUPS = 4  # fewer groups than this are graded in this process (a pool costs more than it saves)
+POOL_CHUNK = 8  # groups per task sent to a worker
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, e.g. a cgroup or taskset limit), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _jobs_for(jobs: int | None, groups: list[tuple[str, list[Entry]]]) -> int:
+    """Worker processes for these groups: `jobs` (None: the usable CPUs), 1 where a pool would not
+    pay (few groups) or cannot serve (standard input is read by this process only)."""
+    n = usable_cpus() if jobs is None else max(1, jobs)
+    if len(groups) < POOL_MIN_GROUPS or any(e.display == "<stdin>" for _, es in groups for e in es):
+        return 1
+    return min(n, len(groups))
+
+
+def _grade_chunk(lo: int, hi: int) -> list[list[Result]]:
+    assert _WORK is not None  # pragma: no mutate (set before the pool forks)
+    return [_WORK.grade(i) for i in range(lo, hi)]
+
+
+def _each_group(work: _Work, jobs: int) -> Iterator[list[Result]]:
+    """Each group's results in the groups' order: graded here (jobs 1) or by `jobs` forked worker
+    processes, a bounded number of chunks in flight so that finished results, not pending
+    captures, are what is held."""
+    if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+        for i in range(len(work.groups)):
+            yield work.grade(i)
+        return
+    global _WORK
+    _WORK = work
+    bounds = [(lo, min(lo + POOL_CHUNK, len(work.groups))) for lo in range(0, len(work.groups), POOL_CHUNK)]
+    done = 0  # groups whose results were given
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
+            pending: deque[Future[list[list[Result]]]] = deque()
+            todo = iter(bounds)
+            for lo, hi in itertools.islice(todo, 2 * jobs):
+                pending.append(pool.submit(_grade_chunk, lo, hi))
+            while pending:
+                for graded in pending.popleft().result():
+                    done += 1
+                    yield graded
+                for lo, hi in itertools.islice(todo, 1):
+                    pending.append(pool.submit(_grade_chunk, lo, hi))
+    except BrokenProcessPool:
+        pass  # a worker died (killed, out of memory): the groups not yet given are graded here
+    finally:
+        _WORK = None
+    for i in range(done, len(work.groups)):
+        yield work.grade(i)
 
 
 def _load_entry(group: str, e: Entry, results: list[Result]) -> tuple[str, str, str] | None:

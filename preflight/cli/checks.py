@@ -170,6 +170,10 @@ def analyze(
     bad_nodes: opt.BadNodesOpt = None,
     quiet: opt.QuietOpt = False,
     per_node: opt.PerNodeOpt = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1,
+        help="Processes that grade the inputs' node folders side by side (default: the CPUs this process may "
+             "use; 1: one process). The report is the same whatever the number.")] = None,
 ) -> None:
     """Grade captured tool outputs and logs (classified by content) with the same checks."""
     from preflight import engine, offline
@@ -178,7 +182,7 @@ def analyze(
     cfg = engine.load_config()
     report = offline.analyze_paths(list(paths), cfg, cfg.resolve_profile(profile), list(checks_dir or []),
                                   opt.xid_since(xid_since),
-                                  warn_as_fail)
+                                  warn_as_fail, jobs=jobs)
     emit(report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None, history=history,
                                      bad_nodes=bad_nodes, failures_only=quiet, per_node=per_node)))
     raise typer.Exit(report.verdict.exit_code)

@@ -24,13 +24,19 @@ class Format:
     `detect` reads a document (its clean lines; `doc.head()` is cheap) and says whether it is
     this kind; the document then stands in for the capture of probe `probe` (default: `name`).
     A document may match several formats of different probes (a training log with NCCL INFO
-    lines and a watchdog timeout feeds two checks); per probe the highest priority wins."""
+    lines and a watchdog timeout feeds two checks); per probe the highest priority wins.
+    `could`, where given, is a cheap necessary condition of `detect` (words its detector cannot
+    do without, searched at C speed): a document it refuses is not handed to `detect`."""
 
     name: str
     detect: Callable[[Doc], bool]
     description: str = ""
     priority: int = 50
     probe: str = ""
+    could: Callable[[Doc], bool] | None = None
+
+    def recognises(self, doc: Doc) -> bool:
+        return (self.could is None or self.could(doc)) and self.detect(doc)
 
     @property
     def probe_name(self) -> str:

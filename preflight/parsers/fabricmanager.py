@@ -389,7 +389,20 @@ def detect_fabric(doc: Doc) -> bool:
     return False
 
 
-FORMATS = [Format("fm-log", detect=detect,
+# Words without which `detect` cannot say yes: the wrapper's prefix, the daemon's bare messages
+# (`_known`), its usage text (`_USAGE`: the title, "Options include:", a "[-x | --xx]:" option
+# line) and the subjects its records must name.
+_COULD = ("fabric", "nvswitch", "multicast", "inband message", "nvlink", "nv_warn_nothing_to_do", "nothing to do",
+          "options include:", "usage: nv-fabricmanager", " | --")
+
+
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect` (one C-speed search per word of the head)."""
+    head = doc.head_folded(400)  # pragma: no mutate (the same lines detect reads)
+    return any(w in head for w in _COULD)
+
+
+FORMATS = [Format("fm-log", detect=detect, could=could,
                   priority=55,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
                   description="fabric manager log (/var/log/fabricmanager.log, its journal, the Talos wrapper)"),
            Format("nvidia-smi-fabric", detect=detect_fabric,

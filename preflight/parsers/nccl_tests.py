@@ -896,7 +896,26 @@ def detect(doc: Doc) -> bool:
     return _own_lines([doc.peel_hit(h) for h in doc.scan(_FAIL_NEEDLES + _ROW_NEEDLES, ends=DETECT_ENDS)])
 
 
-FORMATS = [Format("nccl-tests", detect=detect, priority=65, description="nccl-tests / rccl-tests *_perf output")]
+# What `detect` cannot say yes without, lower-cased: its header and summary words, the binaries'
+# failure words, or a count followed by a data type (a result row).
+_COULD_WORDS = tuple(dict.fromkeys(w.lower() for w in (*_DETECT_NEEDLES, *_FAIL_NEEDLES)))
+_COULD_ROW = lazyre.compile(r"\d[^\S\n]+(?:" + "|".join(map(re.escape, WORD_SIZE)) + r")(?=\s|$)", re.M)
+
+
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect`: its words in the peeled head, or in the raw
+    text where `detect` searches it (the whole text, or its two ends), letter case aside."""
+    head = doc.head_folded(SNIFF_LINES)
+    if any(w in head for w in _COULD_WORDS) or _COULD_ROW.search(head):
+        return True
+    for a, b in doc._scan_ranges(DETECT_ENDS):  # the ranges `detect`'s scans read
+        part = doc.text[a:b].lower()
+        if any(w in part for w in _COULD_WORDS) or _COULD_ROW.search(part):
+            return True
+    return False
+
+
+FORMATS = [Format("nccl-tests", detect=detect, could=could, priority=65, description="nccl-tests / rccl-tests *_perf output")]
 PARSERS = [ParserSpec("nccl-tests", parse)]
 
 __all__ = ["AVG_RELATIVE_SLACK", "AVG_ROUNDING_SLACK", "COLLECTIVES", "COLUMNS_OF", "FORMATS", "PARSERS", "RING",

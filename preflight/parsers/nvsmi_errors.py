@@ -135,7 +135,16 @@ _MORE = lazyre.compile(r"^(?:This may be because not all required external power
 _BARE = lazyre.compile(r"^(?:GPU is lost|Unknown Error|GPU requires reset|Insufficient|Not Found|Timeout)", re.I)
 
 
+# A word that every alternative of every pattern in PATTERNS holds one of (letter case aside): a
+# line without any is none of the messages, and costs one search instead of one per pattern.
+_ANY_WORD = lazyre.compile(r"mismatch|driver|kernel module|nvidiactl|device handle|is lost|gpuislost|reset|"
+                           r"in use by another client|no devices|no nvidia gpu|device count is 0|librar|"
+                           r"libnvidia-ml|nvidia-smi|inforom|nvml", re.I)
+
+
 def _classify(line: str, reset_block: bool) -> tuple[str, re.Match[str], str, str] | None:
+    if _ANY_WORD.search(line) is None:
+        return None
     for kind, pattern, summary, remedy in PATTERNS:
         m = pattern.search(line)
         if m is None:
@@ -249,7 +258,18 @@ def detect(doc: Doc) -> bool:
     return any(_OWN.search(t) for t in head) and not any(_LISTING.search(t) for t in head)
 
 
-FORMATS = [Format("nvidia-smi-error", detect=detect, probe="nvidia-smi-q", priority=30,
+# the words each alternative of `_OWN` holds, lower-cased: `detect` cannot say yes without one
+_COULD = ("failed to initialize nvml:", "nvidia-smi has failed because", "no devices were found", "no devices found",
+          "find libnvidia-ml.so", "the device handle for", "could not be reset", "gpu requires reset")
+
+
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect` (one C-speed search per word of the head)."""
+    head = doc.head_folded(DETECT_LINES)
+    return any(w in head for w in _COULD)
+
+
+FORMATS = [Format("nvidia-smi-error", detect=detect, could=could, probe="nvidia-smi-q", priority=30,
                   description="nvidia-smi / NVML failure messages (driver not loaded, version mismatch, no "
                               "devices, GPU lost, reset refused), alone or inside another log")]
 
