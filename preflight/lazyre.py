@@ -11,12 +11,14 @@ on the object, so a hot loop pays no more than it would with the compiled patter
 `pattern` is answered without compiling (patterns are often built from another's `.pattern`).
 A lazy pattern is not an `re.Pattern` instance: hand `re.search(...)` and friends the pattern
 string, or call the object's own method. `compile_all()` compiles every lazy pattern created so
-far (the tests use it to check that none is malformed).
+far (the tests use it to check that none is malformed); `compiled_origins()` names the modules
+whose patterns a process has used.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, cast
 
 _METHODS = ("search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split", "scanner")
@@ -26,8 +28,9 @@ _CREATED: list[LazyPattern] = []
 class LazyPattern:
     """A pattern and its flags, compiled by `re.compile` on first use."""
 
-    def __init__(self, pattern: str, flags: int = 0) -> None:
+    def __init__(self, pattern: str, flags: int = 0, origin: str = "") -> None:
         self._args = (pattern, flags)
+        self.origin = origin  # the module that made it
         _CREATED.append(self)
 
     def _load(self) -> re.Pattern[str]:
@@ -71,7 +74,7 @@ class LazyPattern:
         return self._load().scanner(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # flags, groups, groupindex, ...
-        if name.startswith("__") or name in ("_args", "_rx"):
+        if name.startswith("__") or name in ("_args", "_rx", "origin"):
             raise AttributeError(name)
         return getattr(self._load(), name)
 
@@ -84,11 +87,18 @@ class LazyPattern:
 
 def compile(pattern: str, flags: int | re.RegexFlag = 0) -> re.Pattern[str]:  # noqa: A001 - re's name, on purpose
     """`re.compile(pattern, flags)`, compiled when first used (typed as the pattern it stands for)."""
-    return cast("re.Pattern[str]", LazyPattern(pattern, int(flags)))
+    return cast("re.Pattern[str]", LazyPattern(pattern, int(flags), sys._getframe(1).f_globals.get("__name__", "")))
 
 
-def compile_all() -> int:
-    """Compile every lazy pattern created so far; the count. A malformed one raises re.error."""
-    for lazy in _CREATED:
+def compiled_origins() -> list[str]:
+    """The module of each lazy pattern compiled so far (one entry per pattern)."""
+    return [lazy.origin for lazy in _CREATED if "_rx" in lazy.__dict__]
+
+
+def compile_all(origins: tuple[str, ...] = ()) -> int:
+    """Compile every lazy pattern created so far (only those made by modules whose names start
+    with one of `origins`, where given); the count. A malformed one raises re.error."""
+    chosen = [lazy for lazy in _CREATED if not origins or lazy.origin.startswith(origins)]
+    for lazy in chosen:
         lazy._load()
-    return len(_CREATED)
+    return len(chosen)
