@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -257,6 +258,65 @@ def test_the_cli_does_not_import_heavy_modules_for_help(command: list[str]) -> N
     p = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "HEAVY \n" in p.stdout or p.stdout.rstrip().endswith("HEAVY"), p.stdout[-500:]
+
+
+LIGHT_PATH_HEAVY = ("pandas", "paramiko", "torch", "tabulate", "numpy", "rich")
+_REPORT_LOADED = (
+    "from preflight import lazyre\n"
+    f"print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in {LIGHT_PATH_HEAVY!r}), file=sys.stderr)\n"
+    "print('PATTERNS', sorted(lazyre.compiled_origins()), len(lazyre._CREATED), file=sys.stderr)\n"
+    "print('MODULES', sorted(m for m in sys.modules if m.startswith('preflight.')), file=sys.stderr)\n")
+
+
+def _loaded(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, dict[str, Any]]:
+    """Run `preflight ARGS` in a fresh interpreter; its exit code and what it had loaded: heavy
+    third-party modules, the modules of each lazy pattern it compiled, preflight's modules."""
+    import subprocess
+
+    code = ("import sys, runpy\nsys.argv = ['preflight', *sys.argv[1:]]\nrc = 0\n"
+            "try:\n    runpy.run_module('preflight.cli', run_name='__main__')\n"
+            "except SystemExit as exc:\n    rc = exc.code\n" + _REPORT_LOADED + "print('RC', rc, file=sys.stderr)\n")
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                       env=env, cwd=cwd or ROOT)
+    seen = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in p.stderr.splitlines()
+            if line.split(" ", 1)[0] in ("HEAVY", "PATTERNS", "MODULES", "RC")}
+    assert set(seen) == {"HEAVY", "PATTERNS", "MODULES", "RC"}, p.stderr[-2000:]
+    import ast as _ast
+
+    patterns = seen["PATTERNS"].rsplit(" ", 1)
+    return int(seen["RC"]), {"heavy": _ast.literal_eval(seen["HEAVY"]), "patterns": _ast.literal_eval(patterns[0]),
+                             "created": int(patterns[1]), "modules": _ast.literal_eval(seen["MODULES"])}
+
+
+@pytest.mark.parametrize("command", [["--help"], ["node", "--help"], ["prologue", "--help"]])
+def test_help_loads_no_heavy_module_no_engine_and_compiles_no_pattern(command: list[str]) -> None:
+    """`--help` is the command line alone: no third-party heavyweight (rich included), none of the
+    engine, grading, framing or parsers, not one regular expression compiled."""
+    rc, got = _loaded(command)
+    assert rc == 0
+    assert got["heavy"] == []
+    assert got["patterns"] == []
+    engine_side = [m for m in got["modules"] if m.split(".")[1] in ("engine", "grading", "framing", "registry", "parsers")]
+    assert engine_side == []
+
+
+def test_a_go_prologue_loads_no_heavy_module_and_only_the_patterns_it_reads(tmp_path: Path) -> None:
+    """The prologue gate (`--only gpu.xid`, a clean kernel log): no pandas, torch, paramiko, numpy,
+    rich or tabulate, and no regular expressions of parsers its checks do not read."""
+    from tests import fakes
+    from tests.slurm.test_slurm import KMSG_CLEAN
+
+    bin_dir = fakes.install(tmp_path / "bin", ["dmesg", "nvidia-smi"])
+    fakes.scenario(tmp_path / "sc", {"dmesg": [{"match": ".*", "stdout": "kmsg.txt"}]}, {"kmsg.txt": KMSG_CLEAN})
+    env = fakes.env_for(bin_dir, tmp_path / "sc")
+    env.update(SLURMD_NODENAME="gpu017", XDG_DATA_HOME=str(tmp_path / "data"))
+    rc, got = _loaded(["prologue", "--only", "gpu.xid", "--no-drain"], env=env, cwd=tmp_path)
+    assert rc == 0
+    assert got["heavy"] == []
+    unread = {f"preflight.parsers.{m}" for m in ("nccl_log", "nccl_tests", "torch_hang", "torch_log", "flight_recorder",
+                                                 "ping", "systemd", "ib", "fabricmanager", "torch_elastic", "ras")}
+    assert sorted(set(got["patterns"]) & unread) == []
+    assert 0 < len(got["patterns"]) < got["created"] // 4
 
 
 # ---- the node side: what runs on a node needs nothing of ours installed -----------------------
