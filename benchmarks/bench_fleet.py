@@ -666,7 +666,7 @@ def markdown(data: dict[str, Any]) -> str:
             lines += ratios + [""]
         for key, diffs in an.get("identity", {}).items():
             tree, n = key.rsplit("/", 1)
-            lines.append(f"- {tree}, {int(n):,} nodes: `--jobs 1` and `--jobs 2` reports (report.json, report.md, "
+            lines.append(f"- {tree}, {_nodes(int(n))}: `--jobs 1` and `--jobs 2` reports (report.json, report.md, "
                          f"bad-nodes, console; start time and duration masked) "
                          + ("byte-identical" if not diffs else f"DIFFER: {diffs[0]}"))
         for p in an.get("problems", []):
@@ -711,8 +711,12 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _nodes(n: int) -> str:
+    return f"{n:,} node{'' if n == 1 else 's'}"
+
+
 def _ratios(an: dict[str, Any]) -> list[str]:
-    """After against before at each size both ran, and the before tree's projection."""
+    """Before over after (CPU, wall) at each size both trees ran."""
     names = list(an["series"])
     before = [n for n in names if n.startswith("before")]
     after = [n for n in names if n.startswith("after")]
@@ -721,7 +725,7 @@ def _ratios(an: dict[str, Any]) -> list[str]:
         bp = an["series"][b]["points"]
         for a in after:
             ap = an["series"][a]["points"]
-            parts = [f"{int(k):,} nodes: CPU {bp[k]['cpu'] / ap[k]['cpu']:.2f}x, wall {bp[k]['wall'] / ap[k]['wall']:.2f}x"
+            parts = [f"{_nodes(int(k))}: CPU {bp[k]['cpu'] / ap[k]['cpu']:.2f}x, wall {bp[k]['wall'] / ap[k]['wall']:.2f}x"
                      for k in sorted(set(bp) & set(ap), key=int) if ap[k]["cpu"] and ap[k]["wall"]]
             if parts:
                 out.append(f"- before / after ({b} / {a}): " + "; ".join(parts))
@@ -768,6 +772,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--svg", type=Path, default=ROOT / "reports" / "bench_fleet.svg")
     ap.add_argument("--json-out", type=Path, default=ROOT / "reports" / "bench_fleet.json")
     ap.add_argument("--reuse", action="store_true", help="keep the parts of --json-out that this run does not redo")
+    ap.add_argument("--render", action="store_true", help="measure nothing: write the table and chart from --json-out")
     args = ap.parse_args(argv)
     unknown = [p for p in args.parts if p not in PARTS]
     if unknown:
@@ -778,8 +783,13 @@ def main(argv: list[str] | None = None) -> int:
     big = None if (args.quick or args.no_10k) else args.big
 
     data: dict[str, Any] = {}
-    if args.reuse and args.json_out.exists():
+    if (args.reuse or args.render) and args.json_out.exists():
         data = json.loads(args.json_out.read_text())
+    if args.render:
+        if not data:
+            ap.error(f"--render: no figures in {args.json_out}")
+        write_outputs(data, args.out, args.svg, None)
+        return 0
     data["machine"] = machine()
     data["machine"]["parts"] = parts
     data["invocations"] = [*data.get("invocations", []), data["machine"]]
@@ -806,16 +816,23 @@ def main(argv: list[str] | None = None) -> int:
     if "history" in parts:
         data["history"] = part_history()
     data["machine"]["load_after"] = list(os.getloadavg())
-    text = markdown(data)
-    sys.stdout.write(text)
-    for path, content in ((args.out, text), (args.svg, fleet_svg(chart_series(data), "preflight at fleet scale: "
-                                                                   "controller cost against nodes (log-log)")),
-                          (args.json_out, json.dumps(data, indent=1) + "\n")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-    log(f"wrote {args.out}, {args.svg}, {args.json_out}")
+    write_outputs(data, args.out, args.svg, args.json_out)
     an = data.get("analyze") or {}
     return 1 if an.get("problems") else 0
+
+
+def write_outputs(data: dict[str, Any], out: Path, svg: Path, json_out: Path | None) -> None:
+    """The table on stdout and in `out`, the chart in `svg`, the figures in `json_out`."""
+    text = markdown(data)
+    sys.stdout.write(text)
+    files = [(out, text), (svg, fleet_svg(chart_series(data), "preflight at fleet scale: controller cost against nodes "
+                                                              "(log-log)"))]
+    if json_out is not None:
+        files.append((json_out, json.dumps(data, indent=1) + "\n"))
+    for path, content in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    print(f"wrote {', '.join(str(p) for p, _ in files)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,9 @@ def test_quick_run_end_to_end(tmp_path: Path) -> None:
     assert "| 2 |" in text and "as expected" in text and "WRONG" not in text
     assert data["machine"]["loop_10m_s"] > 0 and len(data["machine"]["load_after"]) == 3
     ET.fromstring(svg.read_text())
+    again = tmp_path / "again.md"  # --render: the same table from the saved figures, nothing measured
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fleet.py"), "--render", "--out", str(again),
+                        "--svg", str(tmp_path / "again.svg"), "--json-out", str(js)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert again.read_text() == text and (tmp_path / "again.svg").read_text() == svg.read_text()
