@@ -388,6 +388,25 @@ def part_analyze(configs: list[Config], sizes: list[int], repeat: int, big: int 
             "faulty_rule": f"node i (from 1) faulty when i % {FAULTY_EVERY} == {FAULTY_AT}", "repeat": repeat}
 
 
+def merge_analyze(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The sizes and series of an earlier run that this one did not measure, kept; this run's
+    figures win where both have a size. Problems are this run's and those of the kept sizes."""
+    out = dict(new)
+    series = {name: {"points": dict(s["points"]), **{k: v for k, v in s.items() if k != "points"}}
+              for name, s in old.get("series", {}).items()}
+    for name, s in new["series"].items():
+        merged = series.setdefault(name, {"points": {}})
+        merged["points"].update(s["points"])
+        merged.update({k: v for k, v in s.items() if k != "points"})
+    out["series"] = series
+    out["identity"] = {**old.get("identity", {}), **new["identity"]}
+    redone = set(new["sizes"])
+    out["problems"] = [p for p in old.get("problems", []) if not any(f", {n} nodes:" in p for n in redone)]
+    out["problems"] += new["problems"]
+    out["sizes"] = sorted(set(old.get("sizes", [])) | redone)
+    return out
+
+
 def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
     def med(key: str) -> float | None:
         vals = [r[key] for r in runs if r.get(key) is not None]
@@ -648,7 +667,7 @@ def markdown(data: dict[str, Any]) -> str:
     lines.append("")
     an = data.get("analyze")
     if an:
-        lines += [f"#### `preflight analyze` of N per-node folders (median of {an['repeat']}; {an['faulty_rule']})", "",
+        lines += [f"#### `preflight analyze` of N per-node folders (medians; {an['faulty_rule']})", "",
                   "| tree | N | CPU per node (ms) | CPU (s) | wall (s) | peak RSS main (MB) | peak RSS workers (MB) | outcome |",
                   "|---|---:|---:|---:|---:|---:|---:|---|"]
         for name, s in an["series"].items():
@@ -801,13 +820,13 @@ def main(argv: list[str] | None = None) -> int:
     if "analyze" in parts or "before" in parts:
         chosen = [t for t in trees if ("before" in parts and t is not after) or ("analyze" in parts and t is after)]
         an = part_analyze(configs_for(chosen), sizes, repeat, big, log, args.big_repeat)
-        if args.reuse and data.get("analyze"):  # series this run did not measure stay
-            for name, s in data["analyze"]["series"].items():
-                an["series"].setdefault(name, s)
-        if big and len(sizes) and sizes[-1] < big:
+        if args.reuse and data.get("analyze"):
+            an = merge_analyze(data["analyze"], an)
+        if big:
             for name, s in an["series"].items():
-                if name.startswith("before") and str(big) not in s["points"]:
-                    s["projection"] = project(s["points"], sizes[-1], big)
+                measured = sorted(int(k) for k in s["points"])
+                if name.startswith("before") and measured and measured[-1] < big:
+                    s["projection"] = project(s["points"], measured[-1], big)
         data["analyze"] = an
     if "run" in parts:
         data["run"] = part_run(repeat, args.run_nodes, tuple(t for t in args.run_transports.split(",") if t))

@@ -111,6 +111,29 @@ def test_report_comparison_masks_only_the_run_time_and_says_what_differs(tmp_pat
     assert bf.check_report(tmp_path / "missing", 1, nodes, ["gpu0002"])[0].startswith("no readable report.json")
 
 
+def test_reused_figures_keep_the_sizes_and_series_not_measured_again() -> None:
+    def pt(n: int, cpu: float) -> dict[str, object]:
+        return {"n": n, "cpu": cpu, "wall": cpu, "cpu_per_node_ms": cpu / n * 1000}
+
+    old = {"series": {"before": {"points": {"1": pt(1, 2.0), "1000": pt(1000, 300.0)}},
+                      "after, --jobs 1": {"points": {"1": pt(1, 1.0), "1000": pt(1000, 50.0)}}},
+           "identity": {"after/1000": []}, "problems": ["after, --jobs 1, 1000 nodes: exit code 0, expected 1"],
+           "sizes": [1, 1000]}
+    new = {"series": {"after, --jobs 1": {"points": {"1000": pt(1000, 40.0), "10000": pt(10000, 400.0)}}},
+           "identity": {"after/10000": ["report.md line 9: differs"]}, "problems": ["after, 10000 nodes: differ"],
+           "sizes": [1000, 10000]}
+    got = bf.merge_analyze(old, new)
+    assert sorted(got["series"]) == ["after, --jobs 1", "before"]
+    assert got["series"]["before"]["points"] == old["series"]["before"]["points"]
+    after = got["series"]["after, --jobs 1"]["points"]
+    assert sorted(after, key=int) == ["1", "1000", "10000"] and after["1000"]["cpu"] == 40.0
+    assert got["identity"] == {"after/1000": [], "after/10000": ["report.md line 9: differs"]}
+    assert got["problems"] == ["after, 10000 nodes: differ"]  # 1,000 nodes measured again
+    assert got["sizes"] == [1, 1000, 10000]
+    assert bf.project(got["series"]["before"]["points"], 1000, 10000) == {
+        "n": 10000, "cpu": 3000.0, "wall": 3000.0, "cpu_per_node_ms": 300.0, "projected": True}
+
+
 def test_quick_run_end_to_end(tmp_path: Path) -> None:
     out, svg, js = tmp_path / "fleet.md", tmp_path / "fleet.svg", tmp_path / "fleet.json"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fleet.py"), "--quick", "--out", str(out),
