@@ -216,12 +216,13 @@ def tree_before(ref: str, where: Path = BEFORE_DIR) -> Tree:
 # ----- one measured run ------------------------------------------------------------------------
 
 
-def measure(tree: Tree, args: list[str], out_dir: Path, timeout: float = RUN_TIMEOUT_S) -> dict[str, Any]:
+def measure(tree: Tree, args: list[str], out_dir: Path, timeout: float | None = None) -> dict[str, Any]:
     """Run the CLI with args, its console to out_dir/console.txt; wall, CPU (os.wait4: the
     process and the children it reaped), the main process's and its children's peak RSS."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rusage_file = out_dir / "rusage.json"
     rusage_file.unlink(missing_ok=True)
+    timeout = RUN_TIMEOUT_S if timeout is None else timeout
     with open(out_dir / "console.txt", "wb") as out, open(out_dir / "stderr.txt", "wb") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(tree.argv(rusage_file, *args), cwd=tree.root, env=tree.env, stdout=out, stderr=err)
@@ -346,7 +347,7 @@ def configs_for(trees: list[Tree]) -> list[Config]:
 
 
 def part_analyze(configs: list[Config], sizes: list[int], repeat: int, big: int | None,
-                 log: Any = print, big_repeat: int | None = None) -> dict[str, Any]:
+                 log: Any = print, big_repeat: int | None = None, timeout: float = RUN_TIMEOUT_S) -> dict[str, Any]:
     """Every config at every size (the big size for the trees after only), runs interleaved."""
     series: dict[str, dict[str, Any]] = {c.label: {"points": {}} for c in configs}
     identity: dict[str, Any] = {}
@@ -362,7 +363,7 @@ def part_analyze(configs: list[Config], sizes: list[int], repeat: int, big: int 
             for rep in range(repeat if n in sizes or big_repeat is None else big_repeat):
                 for c in todo:
                     out = c.out_dir(Path(tmp), rep)
-                    r = measure(c.tree, c.args(Path(tmp) / "fleet", out), out)
+                    r = measure(c.tree, c.args(Path(tmp) / "fleet", out), out, timeout)
                     bad = check_report(out, r["rc"], names, faulty)
                     if bad:
                         problems.append(f"{c.label}, {n} nodes: " + "; ".join(bad) + (f" | {r['stderr']}" if r["stderr"] else ""))
@@ -781,6 +782,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="node counts for analyze")
     ap.add_argument("--big", type=int, default=BIG, help="the extra size for the tree after only")
     ap.add_argument("--no-10k", action="store_true", help="leave the big size out")
+    ap.add_argument("--timeout", type=float, default=RUN_TIMEOUT_S, help="seconds one analyze run may take")
     ap.add_argument("--big-repeat", type=int, default=None, help="runs at the big size (default: --repeat)")
     ap.add_argument("--before", default=BEFORE_REF, help="the commit to compare against")
     ap.add_argument("--before-dir", type=Path, default=BEFORE_DIR)
@@ -819,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         trees.insert(0, tree_before(args.before, args.before_dir))
     if "analyze" in parts or "before" in parts:
         chosen = [t for t in trees if ("before" in parts and t is not after) or ("analyze" in parts and t is after)]
-        an = part_analyze(configs_for(chosen), sizes, repeat, big, log, args.big_repeat)
+        an = part_analyze(configs_for(chosen), sizes, repeat, big, log, args.big_repeat, args.timeout)
         if args.reuse and data.get("analyze"):
             an = merge_analyze(data["analyze"], an)
         if big:

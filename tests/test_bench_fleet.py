@@ -12,6 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SVG = "{http://www.w3.org/2000/svg}"
@@ -115,11 +116,11 @@ def test_reused_figures_keep_the_sizes_and_series_not_measured_again() -> None:
     def pt(n: int, cpu: float) -> dict[str, object]:
         return {"n": n, "cpu": cpu, "wall": cpu, "cpu_per_node_ms": cpu / n * 1000}
 
-    old = {"series": {"before": {"points": {"1": pt(1, 2.0), "1000": pt(1000, 300.0)}},
+    old: dict[str, Any] = {"series": {"before": {"points": {"1": pt(1, 2.0), "1000": pt(1000, 300.0)}},
                       "after, --jobs 1": {"points": {"1": pt(1, 1.0), "1000": pt(1000, 50.0)}}},
            "identity": {"after/1000": []}, "problems": ["after, --jobs 1, 1000 nodes: exit code 0, expected 1"],
            "sizes": [1, 1000]}
-    new = {"series": {"after, --jobs 1": {"points": {"1000": pt(1000, 40.0), "10000": pt(10000, 400.0)}}},
+    new: dict[str, Any] = {"series": {"after, --jobs 1": {"points": {"1000": pt(1000, 40.0), "10000": pt(10000, 400.0)}}},
            "identity": {"after/10000": ["report.md line 9: differs"]}, "problems": ["after, 10000 nodes: differ"],
            "sizes": [1000, 10000]}
     got = bf.merge_analyze(old, new)
