@@ -193,6 +193,7 @@ class _Run:
     used: dict[str, Profile] = field(default_factory=dict)
     stores: dict[str, FactStore] = field(default_factory=dict)
     profile_faults: dict[str, list[str]] = field(default_factory=dict)  # node -> profile hints that raised
+    hinted: dict[str, FactStore] = field(default_factory=dict)  # node -> the facts its profile was detected from
 
     @property
     def dynamic(self) -> list[Check]:
@@ -240,7 +241,7 @@ def _profiles_and_phase2(st: _Run) -> dict[str, list[Probe]]:
         if st.fixed is not None:
             st.used[n] = st.fixed
         else:
-            hint_store = FactStore(st.registry, captures=out.captures)
+            hint_store = st.hinted[n] = FactStore(st.registry, captures=out.captures)
             faults: list[str] = []
             st.used[n] = profiles.load(detect_profile_name(hint_store, st.extra_dirs, faults), st.extra_dirs)
             if faults:
@@ -274,7 +275,8 @@ def _grade_node(st: _Run, n: str) -> list[Result]:
         for cid, why in dplan.failed.items():
             st.plans[n].failed.setdefault(cid, why)
     _mark_lost(out, st.plans[n], [p for cc in st.cluster_checks for p in cc.probes])
-    st.stores[n] = FactStore(st.registry, captures=out.captures)
+    hinted = st.hinted.pop(n, None)  # the listings parsed for the profile are not parsed again
+    st.stores[n] = hinted.with_captures(out.captures) if hinted else FactStore(st.registry, captures=out.captures)
     failed = st.plans[n].failed
     ran = {c.id: [pr.name for pr in st.plans[n].per_check.get(c.id, [])] for c in st.checks}
     got = [planning_error(c, n, failed[c.id]) for c in st.checks if c.id in failed]

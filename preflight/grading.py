@@ -95,6 +95,13 @@ class FactStore(FactSource):
             if name not in self._inputs:
                 self._inputs[name] = self._make_input(name)
 
+    def with_captures(self, captures: Mapping[str, Capture]) -> FactStore:
+        """A store of these captures that keeps what this one parsed from the very same
+        captures (a node's phase-1 listings, parsed to detect its profile, are not parsed again
+        after phase 2 added its captures)."""
+        same = [k for k, cap in captures.items() if self.captures.get(k) is cap and k in self._facts]
+        return FactStore(self.registry, captures=captures, facts={k: self._facts[k] for k in same})
+
     def _make_input(self, name: str) -> Input:
         cap = self.captures.get(name)
         docs = self.docs.get(name, [])

@@ -314,3 +314,34 @@ def test_a_cluster_result_replaces_the_node_result_and_a_fault_is_error() -> Non
 def test_every_status_has_a_verdict(status: Status) -> None:
     want = {Status.PASS: "GO", Status.WARN: "GO", Status.SKIP: "NO-EVIDENCE"}.get(status, "NO-GO")
     assert decide([R(status)]).verdict == want
+
+
+def test_a_store_for_more_captures_keeps_what_was_parsed_from_the_same_ones():
+    """Phase 2 adds captures to a node: the listings parsed for its profile are not parsed again,
+    a capture that changed is."""
+    from preflight.engine import Config, load_registry
+    from preflight.grading import FactStore
+    from preflight.model import Capture, CaptureState
+
+    reg = load_registry([], Config())
+    calls: list[str] = []
+    real = reg.parser_for
+
+    def counting(probe):
+        parse = real(probe)
+        return None if parse is None else (lambda doc: (calls.append(probe), parse(doc))[1])
+
+    reg.parser_for = counting  # type: ignore[method-assign]
+    smi = Capture(probe="nvidia-smi-L", argv=["nvidia-smi", "-L"], state=CaptureState.OK, rc=0,
+                  stdout="GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0b0a6b8f-0000-0000-0000-000000000000)\n")
+    first = FactStore(reg, captures={"nvidia-smi-L": smi})
+    facts = first.facts("nvidia-smi-L")
+    assert calls == ["nvidia-smi-L"]
+    ver = Capture(probe="driver-version", argv=["cat", "/proc/driver/nvidia/version"], state=CaptureState.OK, rc=0,
+                  stdout="x\n")
+    second = first.with_captures({"nvidia-smi-L": smi, "driver-version": ver})
+    assert second.facts("nvidia-smi-L") is facts and calls == ["nvidia-smi-L"]
+    assert second.input("driver-version") is not None and second.input("nvidia-smi-L") == first.input("nvidia-smi-L")
+    changed = Capture(probe="nvidia-smi-L", argv=["nvidia-smi", "-L"], state=CaptureState.OK, rc=0, stdout=smi.stdout)
+    third = first.with_captures({"nvidia-smi-L": changed})
+    assert third.facts("nvidia-smi-L") is not facts and calls == ["nvidia-smi-L", "nvidia-smi-L"]
