@@ -396,7 +396,7 @@ class SSHTransport(Transport):
         self._keys: dict[Path, paramiko.PKey | str] = {}
         self._accepted: dict[str, paramiko.PKey] = {}
         self._specs: dict[str, HostSpec | NodeFault] = {}  # a name's settings, resolved once per transport
-        self._known_files: dict[Path, tuple[tuple[int, int], paramiko.HostKeys]] = {}  # (mtime, size) -> parsed
+        self._known_files: dict[Path, tuple[tuple[int, ...], paramiko.HostKeys]] = {}  # file -> (its stat, parsed)
         self._agent: paramiko.Agent | None = None
         self._closed = False
 
@@ -836,7 +836,7 @@ class SSHTransport(Transport):
         return found
 
     def _host_keys(self, path: Path) -> paramiko.HostKeys | None:
-        """A known-hosts file parsed once while it stays the same (mtime and size): every node
+        """A known-hosts file parsed once while it stays the same (inode, times, size): every node
         looks its keys up in the same files. None when the file is missing or unreadable."""
         try:
             st = path.stat()
@@ -844,7 +844,7 @@ class SSHTransport(Transport):
             return None
         if not path.is_file():
             return None
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
         with self._lock:
             cached = self._known_files.get(path)
         if cached is not None and cached[0] == stamp:

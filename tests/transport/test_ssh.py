@@ -225,6 +225,47 @@ def test_host_key_unknown_changed_and_accept_new(tmp_path: Path) -> None:
     assert again.value.kind == "hostkey-changed"
 
 
+def test_a_hosts_settings_are_resolved_once_and_a_fault_is_given_every_time(tmp_path: Path) -> None:
+    """The transport reads a host's settings once (every phase and the address map ask again);
+    a host whose settings are wrong gets the same fault on every ask, never a cached success."""
+    cfg = tmp_path / "config"
+    cfg.write_text("Host n1\n  HostName 10.0.0.1\nHost bad\n  Port twenty\n")
+    t = SSHTransport(ssh_config=cfg)
+    first = t._spec("n1")
+    assert t._spec("n1") is first and first.hostname == "10.0.0.1"
+    faults = []
+    for _ in range(2):
+        with pytest.raises(NodeFault) as got:
+            t._spec("bad")
+        faults.append((got.value.kind, got.value.stage, got.value.message))
+    assert faults[0] == faults[1] == ("config", "connect", "Port 'twenty' for bad is not a number")
+    with pytest.raises(NodeFault, match="refusing the host name"):
+        t._spec("a;b")
+
+
+def test_known_hosts_parsed_once_while_unchanged_and_again_after_an_edit(tmp_path: Path) -> None:
+    """Every node looks its key up in the same known_hosts files: one parse serves them all
+    until the file changes (an edit, a replacement of the same size, a key accepted this run)."""
+    kh = tmp_path / "known_hosts"
+    a, b = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    kh.write_text(f"n1 {a.get_name()} {a.get_base64()}\n")
+    t = SSHTransport(ssh_config=None)
+    spec = HostSpec(alias="n1", hostname="n1", known_hosts=(kh,), global_known_hosts=())
+    parsed = t._host_keys(kh)
+    assert parsed is not None and t._host_keys(kh) is parsed
+    assert [k.get_base64() for _, k in t._known_keys(spec)] == [a.get_base64()]
+    replacement = tmp_path / "known_hosts.new"  # same length, other key, moved into place
+    replacement.write_text(f"n1 {b.get_name()} {b.get_base64()}\n")
+    assert replacement.stat().st_size == kh.stat().st_size
+    replacement.replace(kh)
+    assert [k.get_base64() for _, k in t._known_keys(spec)] == [b.get_base64()]
+    with pytest.raises(NodeFault) as changed:
+        t._verify_host_key(_job(), spec, a, t._known_keys(spec))
+    assert changed.value.kind == "hostkey-changed"
+    kh.unlink()
+    assert t._host_keys(kh) is None and t._known_keys(spec) == []
+
+
 # ---- the real cluster -------------------------------------------------------------------------
 
 GPU_LINE = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5e1f0c7a-{i}b2d-4c1e-9a77-0f3d2c1b{i}e44)\n"
