@@ -420,14 +420,22 @@ def summarize(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:
             "walls": [round(r["wall"], 3) for r in runs], "cpus": [round(r["cpu"], 3) for r in runs]}
 
 
-def project(points: dict[str, Any], n_from: int, n_to: int) -> dict[str, Any] | None:
-    """Linear projection from the largest measured size: the same CPU and wall per node."""
-    p = points.get(str(n_from))
-    if not p or not p.get("wall"):
+def project(points: dict[str, Any], n_to: int) -> dict[str, Any] | None:
+    """CPU and wall at n_to on the line through the two largest sizes measured (the cost per
+    added node between them; start-up is paid once), or in proportion from a single size."""
+    sizes = sorted(int(k) for k, p in points.items() if p.get("wall") and p.get("cpu"))
+    if not sizes:
         return None
-    k = n_to / n_from
-    return {"n": n_to, "cpu": p["cpu"] * k, "wall": p["wall"] * k, "cpu_per_node_ms": p["cpu_per_node_ms"],
-            "projected": True}
+    hi = points[str(sizes[-1])]
+    if len(sizes) == 1:
+        k = n_to / sizes[-1]
+        cpu, wall = hi["cpu"] * k, hi["wall"] * k
+    else:
+        lo = points[str(sizes[-2])]
+        span = sizes[-1] - sizes[-2]
+        cpu = hi["cpu"] + (hi["cpu"] - lo["cpu"]) / span * (n_to - sizes[-1])
+        wall = hi["wall"] + (hi["wall"] - lo["wall"]) / span * (n_to - sizes[-1])
+    return {"n": n_to, "cpu": cpu, "wall": wall, "cpu_per_node_ms": cpu / n_to * 1000, "projected": True}
 
 
 # ----- parts run by other benchmarks -------------------------------------------------------------
@@ -679,7 +687,7 @@ def markdown(data: dict[str, Any]) -> str:
             if s.get("projection"):
                 p = s["projection"]
                 lines.append(f"| {name} | {p['n']:,} (projected) | {_f(p['cpu_per_node_ms'], '.1f')} | {_f(p['cpu'])} | "
-                             f"{_f(p['wall'])} | | | linear from the largest size run |")
+                             f"{_f(p['wall'])} | | | projected: the cost per added node between the two largest sizes |")
         lines.append("")
         ratios = _ratios(an)
         if ratios:
@@ -824,11 +832,10 @@ def main(argv: list[str] | None = None) -> int:
         an = part_analyze(configs_for(chosen), sizes, repeat, big, log, args.big_repeat, args.timeout)
         if args.reuse and data.get("analyze"):
             an = merge_analyze(data["analyze"], an)
-        if big:
-            for name, s in an["series"].items():
-                measured = sorted(int(k) for k in s["points"])
-                if name.startswith("before") and measured and measured[-1] < big:
-                    s["projection"] = project(s["points"], measured[-1], big)
+        for name, s in an["series"].items():  # the tree before is projected to --big even with --no-10k
+            measured = sorted(int(k) for k in s["points"])
+            if name.startswith("before") and measured and measured[-1] < args.big:
+                s["projection"] = project(s["points"], args.big)
         data["analyze"] = an
     if "run" in parts:
         data["run"] = part_run(repeat, args.run_nodes, tuple(t for t in args.run_transports.split(",") if t))

@@ -131,8 +131,11 @@ def test_reused_figures_keep_the_sizes_and_series_not_measured_again() -> None:
     assert got["identity"] == {"after/1000": [], "after/10000": ["report.md line 9: differs"]}
     assert got["problems"] == ["after, 10000 nodes: differ"]  # 1,000 nodes measured again
     assert got["sizes"] == [1, 1000, 10000]
-    assert bf.project(got["series"]["before"]["points"], 1000, 10000) == {
-        "n": 10000, "cpu": 3000.0, "wall": 3000.0, "cpu_per_node_ms": 300.0, "projected": True}
+    proj = bf.project(got["series"]["before"]["points"], 10000)  # 298 s more for 999 more nodes
+    assert proj["projected"] and proj["n"] == 10000
+    assert math.isclose(proj["cpu"], 300 + 9000 * 298 / 999) and math.isclose(proj["wall"], proj["cpu"])
+    assert math.isclose(proj["cpu_per_node_ms"], proj["cpu"] / 10)
+    assert bf.project({"1000": pt(1000, 300.0)}, 10000)["cpu"] == 3000.0  # one size: in proportion
 
 
 def test_quick_run_end_to_end(tmp_path: Path) -> None:
