@@ -18,7 +18,8 @@ Parts (run all, or name some):
   issue 31), a git worktree at /tmp/bench_fleet_before (reused when it is there; nothing is
   removed), run with cwd and PYTHONPATH that tree and a link preflight/checks -> ../checks
   (the editable install maps preflight.checks to this checkout's checks/ otherwise). Its
-  10,000-node figure is a projection from 1,000 (linear), not a run.
+  10,000-node figure is a projection (the cost per added node between its two largest
+  sizes), not a run.
 - `run`: `preflight run` over real ssh and srun, 1 vs 16 nodes with instant fake tools, from
   benchmarks/bench_fanout.py --mode run --json.
 - `startup`: `preflight --help` and a GO `preflight prologue` (instant fake tools, --dry-run)
@@ -33,6 +34,8 @@ CPU per node and wall against N, before and after) and the figures as JSON (--js
     .venv/bin/python benchmarks/bench_fleet.py [PART ...] [--repeat 3] [--sizes 1,10,100,1000]
         [--no-10k] [--before 80a51c4] [--out reports/bench_fleet.md] [--svg reports/bench_fleet.svg]
     .venv/bin/python benchmarks/bench_fleet.py --quick        # smoke run: analyze of 1 and 2 nodes
+    .venv/bin/python benchmarks/bench_fleet.py run startup history --reuse   # add parts to the saved figures
+    .venv/bin/python benchmarks/bench_fleet.py --render       # table and chart again from the saved figures
 """
 
 from __future__ import annotations
