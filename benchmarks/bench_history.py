@@ -25,6 +25,7 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -118,7 +119,8 @@ def fleet_run(k: int, node: str, i: int, runs: int) -> list[Result]:
                        "Connection refused") for c in FLEET_CHECKS]
     out = []
     for c in FLEET_CHECKS:
-        status, summary, facts = Status.PASS, f"{c} ok", {}  # type: ignore[var-annotated]
+        status, summary = Status.PASS, f"{c} ok"
+        facts: dict[str, Any] = {}
         if c == "net.mtu" and k % 97 == 1 and i % 3 == 0:
             status, summary = Status.FAIL, "mlx5_2 MTU 1500, expected 4096"
         elif c == "ib.hca":
@@ -171,6 +173,11 @@ def _size(url: str, backend: str) -> int:
         return int(s._query("SELECT pg_database_size(current_database())")[0][0])
 
 
+def _size_note(view: object) -> str:
+    s = view.summary  # type: ignore[attr-defined]
+    return f"{sum(st.runs for st in s.stats)} results in {s.runs} runs"
+
+
 def _views(url: str, repeat: int, tmp: Path) -> list[tuple[str, float, str]]:
     import io
     from contextlib import redirect_stdout
@@ -190,7 +197,7 @@ def _views(url: str, repeat: int, tmp: Path) -> list[tuple[str, float, str]]:
 
     view = timed("summary (store read + flapping, lemons, trends, not checked, downtime)",
                  lambda: query.summarize(url, query.Filters(since=week), th),
-                 lambda v: f"{len(v.rows)} rows, {v.summary.runs} runs")
+                 _size_note)
     s = view.summary  # type: ignore[attr-defined]
     out.append(("  lemons found", 0.0, f"{len(s.lemon_nodes)} nodes ({len(s.lemons)} findings)"))
     out.append(("  flapping found", 0.0, f"{len(s.flapping_nodes)} nodes"))
@@ -204,13 +211,14 @@ def _views(url: str, repeat: int, tmp: Path) -> list[tuple[str, float, str]]:
     timed("console (`preflight history`)", console)
     timed("--json document", lambda: json.dumps(query.summary_document(query.summarize(url, query.Filters(
         since=week), th))))
-    timed("--html", lambda: query.export(query.summarize(url, query.Filters(since=week), th), tmp / "h.html", None))
-    timed("--prometheus", lambda: query.export(query.summarize(url, query.Filters(since=week), th), None,
-                                                 tmp / "h.prom"))
+    timed("--html", lambda: query.export(query.summarize(url, query.Filters(since=week), th, latest=True),
+                                         tmp / "h.html", None))
+    timed("--prometheus", lambda: query.export(query.summarize(url, query.Filters(since=week), th, latest=True),
+                                                 None, tmp / "h.prom"))
     timed("--node gpu0002 (one node)", lambda: query.summarize(url, query.Filters(since=week, nodes=["gpu0002"]), th),
-          lambda v: f"{len(v.rows)} rows")
+          _size_note)
     timed("--check net.mtu (one check)", lambda: query.summarize(url, query.Filters(since=week, checks=["net.mtu"]),
-                                                                  th), lambda v: f"{len(v.rows)} rows")
+                                                                  th), _size_note)
     timed("baseline learn's store read", lambda: query._store_rows(url, week), lambda r: f"{len(r[0])} rows")
     env = {k: v for k, v in os.environ.items() if k not in ("PREFLIGHT_CONFIG",)}
     t = time.perf_counter()
@@ -251,7 +259,8 @@ def fleet(nodes: int, runs: int, backend: str, repeat: int) -> None:
         build = _build(url, nodes, runs, start)
         if backend == "postgres":
             with open_store(url) as s:
-                s._query("ANALYZE")
+                s.conn.execute("ANALYZE")
+                s.conn.commit()
         size = _size(url, backend)
         with open_store(url) as s:
             counts = s.counts()

@@ -106,7 +106,7 @@ class HistoryView:
 
     summary: Any
     latest: list[Any]  # the fleet's state as last seen (analysis.latest_results); empty unless asked for
-    runs: list[Any]
+    runs: list[Any]  # the window's runs (for the Prometheus textfile); empty unless `latest` was asked for
     url: str
     downtime: dict[str, Any] = field(default_factory=dict)  # history.downtime.summarize: lost time per cause, node
 
@@ -119,16 +119,16 @@ def summarize(url: str | None, filters: Filters, thresholds: Any, latest: bool =
     from preflight.history.analysis import latest_results, summarize_digest
 
     since = window(filters.since)
-    picked = dict(since=since, nodes=filters.nodes, checks=filters.checks, commands=filters.commands)
+    nodes, checks, commands = filters.nodes, filters.checks, filters.commands
+    skip = [downtime.dt.CHECK]  # downtime is not a node's check result: totalled apart, never a failure count
     with open_or_fail(url) as store:
         try:
-            # downtime is not a node's check result: totalled apart, never a failure count
-            digest = store.digest(**picked, skip_checks=[downtime.dt.CHECK])  # type: ignore[arg-type]
-            lost = [] if filters.checks and downtime.dt.CHECK not in filters.checks else \
-                store.rows(**{**picked, "checks": [downtime.dt.CHECK]})  # type: ignore[arg-type]
-            last = latest_results(store.latest_rows(digest, **picked, skip_checks=[downtime.dt.CHECK])) \
-                if latest else []  # type: ignore[arg-type]
-            runs = store.runs(since=since, commands=filters.commands)
+            digest = store.digest(since, nodes, checks, commands, skip_checks=skip)
+            lost = [] if checks and downtime.dt.CHECK not in checks else \
+                store.rows(since=since, nodes=nodes, checks=[downtime.dt.CHECK], commands=commands)
+            last = latest_results(store.latest_rows(digest, since, nodes, checks, commands, skip_checks=skip)) \
+                if latest else []
+            runs = store.runs(since=since, commands=commands) if latest else []  # the exports' meta
         except HistoryError as exc:
             raise UsageError(str(exc)) from None
         where = describe(store.url)

@@ -436,23 +436,37 @@ class Store:
         from preflight import __version__
 
         ids: list[int] = []
+        parts = [_parts(report_or_results, command, when) for report_or_results, command, when in batch]
+        copy = self.dialect == "postgresql" and len(parts) > 1
         with self._write() as cur:
             rows: list[tuple[Any, ...]] = []
-            for report_or_results, command, when in batch:
-                p = _parts(report_or_results, command, when)
-                run_id = self._insert(cur, "INSERT INTO runs (ts, time, command, verdict, host, nodes, profile, "
-                                           "duration_s, version, job_id, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                      (p.ts, _iso(p.ts), p.command, p.verdict, host, json.dumps(p.nodes), p.profile,
-                                       p.duration_s, __version__, job, json.dumps(p.counts)))
-                ids.append(run_id)
+            if copy:  # the ids from the sequence first, then the runs by COPY
+                cur.execute("SELECT nextval(pg_get_serial_sequence('runs', 'id')) FROM generate_series(1, %s)",
+                            (len(parts),))
+                ids = [int(r[0]) for r in cur.fetchall()]
+                with cur.copy("COPY runs (id, ts, time, command, verdict, host, nodes, profile, duration_s, version, "
+                              "job_id, counts) FROM STDIN") as out:
+                    for run_id, p in zip(ids, parts, strict=True):
+                        out.write_row((run_id, p.ts, _iso(p.ts), p.command, p.verdict, host, json.dumps(p.nodes),
+                                       p.profile, p.duration_s, __version__, job, json.dumps(p.counts)))
+            for k, p in enumerate(parts):
+                if copy:
+                    run_id = ids[k]
+                else:
+                    run_id = self._insert(cur, "INSERT INTO runs (ts, time, command, verdict, host, nodes, profile, "
+                                               "duration_s, version, job_id, counts) VALUES "
+                                               "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                          (p.ts, _iso(p.ts), p.command, p.verdict, host, json.dumps(p.nodes),
+                                           p.profile, p.duration_s, __version__, job, json.dumps(p.counts)))
+                    ids.append(run_id)
                 rows += [(run_id, p.ts, r.check, r.node, r.status.value, r.summary, r.remedy,
                           json.dumps(list(r.evidence)[:EVIDENCE_KEPT], default=str),
                           json.dumps(r.facts, default=str, sort_keys=True), r.source) for r in p.results]
             if self.dialect == "postgresql" and len(rows) >= COPY_ROWS and hasattr(cur, "copy"):
                 with cur.copy("COPY results (run_id, ts, check_id, node, status, summary, remedy, evidence, facts, "
-                              "source) FROM STDIN") as copy:
+                              "source) FROM STDIN") as sink:
                     for row in rows:
-                        copy.write_row(row)
+                        sink.write_row(row)
             elif rows:
                 cur.executemany(self._sql("INSERT INTO results (run_id, ts, check_id, node, status, summary, "
                                           "remedy, evidence, facts, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
@@ -590,10 +604,9 @@ class Store:
             sql = (f"SELECT r.node, r.check_id, group_concat({letter}, ''), MAX(r.ts) "
                    f"{where.replace('FROM results r', 'FROM results r INDEXED BY results_node_check_run', 1)} "
                    "GROUP BY r.node, r.check_id")
-            try:
+            plan = ""
+            if "results_node_check_run" not in self._missing_indexes():  # else a store that could not be given it
                 plan = " ".join(str(p[-1]) for p in self.conn.execute("EXPLAIN QUERY PLAN " + sql, params))
-            except sqlite3.Error:  # the index is missing (a store that could not be given it)
-                plan = ""
             if "TEMP B-TREE" in plan or "results_node_check_run" not in plan:
                 sql = ("SELECT node, check_id, seq, ts FROM (SELECT node, check_id, ts, group_concat(l, '') OVER w AS seq, "
                        f"lead(1) OVER w AS nx FROM (SELECT r.node, r.check_id, r.ts, r.run_id, r.id, {letter} AS l "
