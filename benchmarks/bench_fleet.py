@@ -476,12 +476,24 @@ def part_run(repeat: int, nodes: int = 16, transports: tuple[str, ...] = ("ssh",
 
 
 def part_history() -> dict[str, Any]:
-    if not _offers("bench_history.py", "--fleet", "--json"):
+    """bench_history.py --fleet's figures per store backend: its JSON, or its printed table
+    when it has no --json."""
+    if not _offers("bench_history.py", "--fleet"):
         return {"message": "history figures: benchmarks/bench_history.py --fleet --json not available"}
-    try:
-        return _json_of(["benchmarks/bench_history.py", "--fleet", "--json"], timeout=3600)
-    except subprocess.TimeoutExpired:
-        return {"error": "bench_history.py --fleet timed out after 3600 s"}
+    as_json = _offers("bench_history.py", "--json")
+    out: dict[str, Any] = {}
+    for backend in (("sqlite", "postgres") if _offers("bench_history.py", "--backend") else ("default",)):
+        argv = ["benchmarks/bench_history.py", "--fleet", *(["--backend", backend] if backend != "default" else [])]
+        try:
+            if as_json:
+                out[backend] = _json_of([*argv, "--json"], timeout=3600)
+                continue
+            p = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=3600)
+            out[backend] = ({"text": p.stdout.strip()} if p.returncode == 0 else
+                            {"error": f"{' '.join(argv)}: rc {p.returncode}: {(p.stderr or p.stdout)[-400:]}"})
+        except subprocess.TimeoutExpired:
+            out[backend] = {"error": f"{' '.join(argv)} timed out after 3600 s"}
+    return out
 
 
 def _verdict(text: str) -> str:
@@ -738,7 +750,11 @@ def markdown(data: dict[str, Any]) -> str:
     hi = data.get("history")
     if hi:
         lines += ["#### History at fleet size (benchmarks/bench_history.py --fleet --json)", ""]
-        lines += ([hi["message"]] if "message" in hi else _flat(hi)) + [""]
+        if "message" in hi:
+            lines += [hi["message"], ""]
+        for backend, fig in hi.items():
+            if isinstance(fig, dict):
+                lines += [f"{backend}:", "", *([fig["text"]] if "text" in fig else _flat(fig)), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
