@@ -134,6 +134,7 @@ class Doc:
         self._stack: Stack | None = None
         self._lines: list[Line] | None = None
         self._head: list[Line] | None = None
+        self._head_whole = False
         self._clean: str | None = None
         self._folded: str | None = None
         self._marks: list[tuple[int, int]] = [(0, first_line)]  # (offset, line number) of lines numbered
@@ -156,7 +157,12 @@ class Doc:
     def lines(self) -> list[Line]:
         """Every line, peeled (blank lines kept as empty text)."""
         if self._lines is None:
-            self._lines = list(self._peel_all(self.text.split("\n"), self.first_line))
+            head = self._head
+            if head is not None and self._head_whole:  # the head already peeled every line
+                last = [""] if not self.text or self.text.endswith("\n") else []  # what split() gives after the last newline
+                self._lines = head + list(self._peel_all(last, self.first_line + len(head)))
+            else:
+                self._lines = list(self._peel_all(self.text.split("\n"), self.first_line))
         return self._lines
 
     def head(self, n: int = SNIFF_LINES) -> list[Line]:
@@ -164,7 +170,10 @@ class Doc:
         if self._lines is not None:
             return self._lines[:n]
         if self._head is None or (len(self._head) < n and len(self._head) >= SNIFF_LINES):
-            self._head = list(self._peel_all(_head_lines(self.text, max(n, SNIFF_LINES)), self.first_line))
+            want = max(n, SNIFF_LINES)
+            raws = _head_lines(self.text, want)
+            self._head_whole = len(raws) < want  # the whole text: `lines` reuses it
+            self._head = list(self._peel_all(raws, self.first_line))
         return self._head[:n]
 
     def head_folded(self, n: int = SNIFF_LINES) -> str:
@@ -352,8 +361,13 @@ class Doc:
 def _covering(needles: Sequence[str]) -> list[str]:
     """The needles without those that contain another (a line holding "XidCriticalError" holds
     "Xid"): the same lines, one pass less over the text for each."""
+    return list(_covering_of(tuple(needles)))
+
+
+@lru_cache(maxsize=256)
+def _covering_of(needles: tuple[str, ...]) -> tuple[str, ...]:
     uniq = list(dict.fromkeys(needles))
-    return [nd for nd in uniq if not any(other != nd and other in nd for other in uniq)]
+    return tuple(nd for nd in uniq if not any(other != nd and other in nd for other in uniq))
 
 
 @lru_cache(maxsize=64)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -473,3 +474,24 @@ def test_scan_words_finds_lines_with_a_needle_and_a_word_after_it_peeled_or_not(
         if not peeled:
             assert hits[0].raw[hits[0].at:].startswith("mlx5_core ")
     assert frame(text).docs[0].scan_words((), words) == []
+
+
+@pytest.mark.parametrize("text", ["", "a", "a\n", "a\n\n", "\n", "x\ny", "[  1.000000] NVRM: Xid 79\n",
+                                  "Dec 05 10:00:01 n1 kernel: a\n  continued\nDec 05 10:00:02 n1 kernel: b\n",
+                                  "2026-12-05T10:00:00+0000\nnext line dated by the one above\n"])
+def test_lines_after_a_head_are_the_lines_without_one(text):
+    """A document whose head already covers every line reuses it for `lines`: the very same
+    lines (numbers, text, framing, the empty line after a final newline) as peeling anew."""
+    fresh = Doc(text).lines
+    headed = Doc(text)
+    headed.head(400)
+    assert headed.lines == fresh
+
+
+def test_lines_after_a_head_are_the_same_for_every_fixture():
+    root = Path(__file__).resolve().parent / "fixtures"
+    for p in sorted(root.rglob("*.txt"))[:120]:
+        text = p.read_text(errors="replace")
+        for d, e in zip(frame(text).docs, frame(text).docs, strict=True):
+            e.head(400)
+            assert e.lines == d.lines, p
