@@ -71,7 +71,7 @@ class LazyPattern:
         return self._load().split(*args, **kwargs)
 
     def scanner(self, *args: Any, **kwargs: Any) -> Any:
-        return self._load().scanner(*args, **kwargs)
+        return self._load().scanner(*args, **kwargs)  # type: ignore[attr-defined]  # not in the stubs
 
     def __getattr__(self, name: str) -> Any:  # flags, groups, groupindex, ...
         if name.startswith("__") or name in ("_args", "_rx", "origin"):
