@@ -24,6 +24,12 @@ and probes are other processes). Over ssh: `run --hosts n[1-K] --transport ssh`;
 
     .venv/bin/python benchmarks/bench_fanout.py --mode run --transport ssh --repeat 3 [--json]
     .venv/bin/python benchmarks/bench_fanout.py --mode run --transport srun --repeat 3 [--json]
+
+`--mode width` measures the fan-out width one controller sustains: one SSH collect of the
+hostname bundle over new connections to every node (--nodes, e.g. 64) at each --widths
+(`--concurrency`), its wall and the controller's CPU (process CPU time around the collect).
+
+    .venv/bin/python benchmarks/bench_fanout.py --mode width --nodes 64 --widths 8,16,32,64 --repeat 2
 """
 
 from __future__ import annotations
@@ -145,6 +151,49 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any
             "verdict": verdict, "nodes": nodes, "bad": bad, "stderr": errtext[-800:] if proc.returncode not in (0, 1) else ""}
 
 
+def inner_width(spec: dict[str, Any]) -> None:
+    """Inside the client namespace: one cold collect of the hostname bundle per width."""
+    from preflight.transport.ssh import SSHTransport
+
+    out: dict[str, Any] = {}
+    for width in spec["widths"]:
+        rows = []
+        for _ in range(spec["repeat"]):
+            with SSHTransport(ssh_config=Path(spec["config"]), concurrency=width, connect_timeout=20,
+                              command_timeout=120, remote_python=spec.get("python", "python3")) as t:
+                start, cpu = time.perf_counter(), time.process_time()
+                res = t.collect({n: [Probe.of("hostname", ["hostname"])] for n in spec["nodes"]})
+                rows.append({"wall": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+                             "errors": sum(1 for o in res.values() if o.error)})
+        out[str(width)] = rows
+    print(json.dumps(out))
+
+
+def width_figures(nodes: int, widths: list[int], repeat: int = 2, remote_python: str = "python3") -> dict[str, Any]:
+    """Wall and controller CPU of a cold SSH collect over `nodes` nodes at each width."""
+    from tests.netcluster import NetCluster, prerequisites
+
+    missing = prerequisites()
+    if missing:
+        raise RuntimeError(f"cannot build the test cluster: {', '.join(missing)}")
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = NetCluster(nodes, Path(tmp), prefix="pfw", subnet="10.84.0")
+        try:
+            cluster.up(["nvidia-smi"])
+            spec = {"config": str(cluster.ssh_config), "nodes": [n.name for n in cluster.nodes], "widths": widths,
+                    "repeat": repeat, "mode": "width", "python": remote_python}
+            p = cluster.client(sys.executable, str(Path(__file__).resolve()), "--inner", json.dumps(spec), timeout=3000)
+            data = json.loads(p.stdout.strip().splitlines()[-1])
+        finally:
+            cluster.down()
+    return {"nodes": nodes, "repeat": repeat, "load_before": load_before, "load_after": os.getloadavg()[0],
+            "loop_10m_s": loop_time(), "runs": data,
+            "median": {w: {"wall": med([r["wall"] for r in rows]), "cpu": med([r["cpu"] for r in rows]),
+                           "cpu_per_node_ms": med([r["cpu"] for r in rows]) / nodes * 1000,
+                           "errors": sum(r["errors"] for r in rows)} for w, rows in data.items()}}
+
+
 def inner_run(spec: dict[str, Any]) -> None:
     """Inside the client namespace: `preflight run` over ssh, or salloc + measurer over srun."""
     py = sys.executable
@@ -227,8 +276,10 @@ def loop_time() -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("transport", "run"), default="transport",
-                    help="transport: the transport's collect alone; run: `preflight run` end to end")
+    ap.add_argument("--mode", choices=("transport", "run", "width"), default="transport",
+                    help="transport: the transport's collect alone; run: `preflight run` end to end; "
+                         "width: a cold collect over --nodes at each of --widths")
+    ap.add_argument("--widths", default="8,16,32,64", help="--mode width: the concurrencies measured")
     ap.add_argument("--json", action="store_true", help="--mode run: print the figures as JSON")
     ap.add_argument("--concurrency", type=int, default=CONCURRENCY)
     ap.add_argument("--measure", default="", help=argparse.SUPPRESS)
@@ -246,8 +297,21 @@ def main() -> None:
         spec = json.loads(args.inner)
         if spec.get("mode") == "run":
             inner_run(spec)
+        elif spec.get("mode") == "width":
+            inner_width(spec)
         else:
             inner(spec)
+        return
+    if args.mode == "width":
+        fig = width_figures(args.nodes, [int(w) for w in args.widths.split(",")], args.repeat, args.remote_python)
+        if args.json:
+            print(json.dumps(fig, indent=2))
+            return
+        print(f"cold SSH collect of the hostname bundle over {fig['nodes']} nodes, median of {fig['repeat']}; "
+              f"10M-iteration loop {fig['loop_10m_s']:.2f} s; load {fig['load_before']:.1f} -> {fig['load_after']:.1f}")
+        for w, m in fig["median"].items():
+            print(f"  width {w:>3}: wall {m['wall']:.2f} s | controller CPU {m['cpu']:.2f} s "
+                  f"({m['cpu_per_node_ms']:.1f} ms/node) | node errors {m['errors']}")
         return
     if args.mode == "run":
         fig = run_figures(counts(args.nodes), args.transport, args.repeat, args.concurrency)
