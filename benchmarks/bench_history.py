@@ -56,9 +56,10 @@ def main() -> None:
     ap.add_argument("--fleet", action="store_true", help="a fleet-size store and every history view timed")
     ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite", help="--fleet: the store")
     ap.add_argument("--repeat", type=int, default=3, help="--fleet: timings per view (median)")
+    ap.add_argument("--store", default=None, help="--fleet: time the views on this existing store (no build)")
     a = ap.parse_args()
     if a.fleet:
-        fleet(a.nodes or 1000, a.runs or 100, a.backend, a.repeat)
+        fleet(a.nodes or 1000, a.runs or 100, a.backend, a.repeat, a.store)
         return
     a.nodes, a.runs = a.nodes or 16, a.runs or 120
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,19 +245,23 @@ def _views(url: str, repeat: int, tmp: Path) -> list[tuple[str, float, str]]:
     return out
 
 
-def fleet(nodes: int, runs: int, backend: str, repeat: int) -> None:
+def fleet(nodes: int, runs: int, backend: str, repeat: int, store: str | None = None) -> None:
     from contextlib import ExitStack
 
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        if backend == "postgres":
+        build = float("nan")
+        if store:
+            url = store
+            backend = "postgres" if store.startswith("postgres") else "sqlite"
+        elif backend == "postgres":
             from tests.history import postgres_server
 
             url = stack.enter_context(postgres_server())
         else:
             url = f"sqlite:///{tmp / 'fleet.db'}"
-        start = time.time() - runs * RUN_GAP_S
-        build = _build(url, nodes, runs, start)
+        if not store:
+            build = _build(url, nodes, runs, time.time() - runs * RUN_GAP_S)
         if backend == "postgres":
             with open_store(url) as s:
                 s.conn.execute("ANALYZE")

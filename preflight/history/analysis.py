@@ -473,7 +473,10 @@ def summarize_digest(digest: Any, thresholds: Thresholds | None = None, since: f
                                     runs=len(letters), sequence=letters))
     lemons = [lm for lm in _xid_lemons(digest.xid, th) + check_lemons + _weighted_port_lemons(digest.ports, th)
               if is_node(lm.node)]
-    trends = [own_baseline(pts, label, kind, th) for (label, kind), pts in sorted(_series(digest.peaks).items())]
+    series = _series(digest.peaks)
+    for node, ts, peak in digest.points:  # what _series makes of a node's own all-reduce result
+        series.setdefault((node, "allreduce"), []).append((ts, peak))
+    trends = [own_baseline(pts, label, kind, th) for (label, kind), pts in sorted(series.items())]
     tally: dict[str, tuple[int, int]] = {}
     unchecked_nodes = _digest_unchecked(digest, th, tally)
     return Summary(since=since, runs=digest.runs, nodes=real_nodes(digest.node_runs), stats=stats,

@@ -48,7 +48,7 @@ def prologue_gate(report: Any, node: str, history_url: str | None, damp: str | N
             gate.lines.append("  history: off; damping needs it: not damped")
         return gate
     try:
-        with open_store(url, timeout=timeout) as store:
+        with open_store(url, timeout=timeout, indexes=False) as store:  # the views build them, not the gate
             past = store.node_runs(node, DAMPED_COMMANDS, limit=max(damping.fail_runs, damping.pass_runs) + 1) \
                 if damping else []
             gate.run_id = store.record(report, "prologue")

@@ -215,7 +215,9 @@ class Digest:
     xid: list[Row]  # gpu.xid results with facts beyond an empty event list
     ports: list[tuple[Row, int]]  # ib.hca / net.nic results (not ERROR), each with how many runs it stands
     #   for (a node and check whose facts never changed: one row)
-    peaks: list[Row]  # nccl.allreduce / nccl.pingpong results (not ERROR), facts cut to what trends read
+    peaks: list[Row]  # the cluster's nccl.allreduce and the nccl.pingpong results (not ERROR)
+    points: list[tuple[str, float, float]] = field(default_factory=list)  # (node, time, peak busbw) of a real
+    #   node's own all-reduce results (not ERROR) whose peak is a number
 
     @property
     def runs(self) -> int:
@@ -386,12 +388,13 @@ class Store:
         except Exception:  # a store we may read but not change (read-only file, role): slower, not wrong
             pass
 
-    def migrate(self) -> int:
-        """Apply the migrations this store lacks, and create the indexes it lacks; returns the
-        schema version."""
+    def migrate(self, indexes: bool = True) -> int:
+        """Apply the migrations this store lacks, and (`indexes`) create the indexes it lacks;
+        returns the schema version."""
         try:
             if self.version() == SCHEMA_VERSION:  # the common case: no write lock needed
-                self._ensure_indexes()
+                if indexes:
+                    self._ensure_indexes()
                 return SCHEMA_VERSION
         except HistoryError:
             raise
@@ -588,8 +591,9 @@ class Store:
         w, p = of(["ib.hca", "net.nic"])
         ports = self._ports(w, p, cols, rows_order) if w else []
         w, p = of(["nccl.allreduce", "nccl.pingpong"])
-        peaks = self._peaks(w, p, cols, rows_order) if w else []
-        return Digest(sequences=sequences, node_runs=node_runs, errors=errors, xid=xid, ports=ports, peaks=peaks)
+        points, peaks = self._peaks(w, p, cols, rows_order) if w else ([], [])
+        return Digest(sequences=sequences, node_runs=node_runs, errors=errors, xid=xid, ports=ports, peaks=peaks,
+                      points=points)
 
     def _sequences(self, where: str, params: list[Any], doubled: set[str]) -> list[tuple[str, str, str, float]]:
         """(node, check, one letter per run oldest first, time of the last run). SQLite
@@ -647,24 +651,33 @@ class Store:
                 [*params, node, check])]
         return out
 
-    def _peaks(self, where: str, params: list[Any], cols: str, rows_order: str) -> list[Row]:
-        """The bandwidth results (not ERROR); SQLite gives a node's own all-reduce peak alone
-        (a JSON number, as facts.peak_busbw reads it), the rest their whole facts."""
+    def _peaks(self, where: str, params: list[Any], cols: str,
+               rows_order: str) -> tuple[list[tuple[str, float, float]], list[Row]]:
+        """The bandwidth results (not ERROR): a real node's own all-reduce peak as (node, time,
+        GB/s) when it is a number (as facts.peak_busbw reads it), the cluster's and the
+        ping-pong results as rows."""
+        points: list[tuple[str, float, float]] = []
+        rows: list[Row] = []
         if self.dialect == "postgresql":
-            return self._rows_of(f"{cols}, r.facts {where} AND NOT {_NOT_CHECKED_SQL} {rows_order}", params)
-        out = []
-        for r in self._query(f"SELECT r.run_id, r.ts, r.check_id, r.node, r.status, r.summary, CASE WHEN "
-                             f"r.check_id = 'nccl.allreduce' AND r.node != ? THEN NULL ELSE r.facts END, CASE WHEN "
-                             "r.check_id = 'nccl.allreduce' AND json_valid(r.facts) AND json_type(r.facts, "
-                             "'$.peak_busbw') IN ('integer', 'real') THEN json_extract(r.facts, '$.peak_busbw') END "
-                             f"{where} AND NOT {_NOT_CHECKED_SQL} {rows_order}", [CLUSTER, *params]):
-            if r[6] is None:
-                out.append(Row(run_id=int(r[0]), ts=float(r[1]), command="", check=str(r[2]), node=str(r[3]),
-                               status=_status(r[4]), summary=str(r[5]),
-                               facts={} if r[7] is None else {"peak_busbw": r[7]}))
+            facts_sql, peak_sql = "r.facts", "NULL"
+        else:  # SQLite reads the peak itself; json_type tells a number from true/false
+            facts_sql = "CASE WHEN r.check_id = 'nccl.allreduce' AND r.node != ? THEN NULL ELSE r.facts END"
+            peak_sql = ("CASE WHEN r.check_id = 'nccl.allreduce' AND json_valid(r.facts) AND json_type(r.facts, "
+                        "'$.peak_busbw') IN ('integer', 'real') THEN json_extract(r.facts, '$.peak_busbw') END")
+            params = [CLUSTER, *params]
+        for r in self._query(f"SELECT r.run_id, r.ts, r.check_id, r.node, r.status, r.summary, {facts_sql}, "
+                             f"{peak_sql} {where} AND NOT {_NOT_CHECKED_SQL} {rows_order}", params):
+            own = str(r[2]) == "nccl.allreduce" and str(r[3]) != CLUSTER
+            if own and self.dialect == "postgresql":
+                peak = _loads(r[6]).get("peak_busbw") if isinstance(_loads(r[6]), dict) else None
+                if isinstance(peak, (int, float)) and not isinstance(peak, bool):
+                    points.append((str(r[3]), float(r[1]), float(peak)))
+            elif own:
+                if r[7] is not None:
+                    points.append((str(r[3]), float(r[1]), float(r[7])))
             else:
-                out += self._rows_of_values([r[:7]])
-        return out
+                rows += self._rows_of_values([r[:7]])
+        return points, rows
 
     def latest_rows(self, digest: Digest, since: float | None = None, nodes: Iterable[str] = (),
                     checks: Iterable[str] = (), commands: Iterable[str] = (),
@@ -754,8 +767,11 @@ def _wal(conn: sqlite3.Connection, timeout: float) -> str:
         delay = min(delay * 2, 0.1)
 
 
-def open_store(url: str | None = None, timeout: float = BUSY_TIMEOUT_S, migrate: bool = True) -> Store:
-    """Open (and create or upgrade) the store at `url` (None: the default). Raises HistoryError."""
+def open_store(url: str | None = None, timeout: float = BUSY_TIMEOUT_S, migrate: bool = True,
+               indexes: bool = True) -> Store:
+    """Open (and create or upgrade) the store at `url` (None: the default). Raises HistoryError.
+    `indexes=False` leaves an existing store's missing INDEXES to the next opener that builds
+    them (the prologue: building them on a large store holds the write lock for seconds)."""
     resolved = resolve_url(url)
     if resolved is None:
         raise HistoryError("history is switched off (--history off / PREFLIGHT_HISTORY=off)")
@@ -783,7 +799,7 @@ def open_store(url: str | None = None, timeout: float = BUSY_TIMEOUT_S, migrate:
                                                               CONNECT_TIMEOUT_S)))
             store = Store(resolved, conn, "postgresql")
         if migrate:
-            store.migrate()
+            store.migrate(indexes)
         return store
     except HistoryError:
         raise
