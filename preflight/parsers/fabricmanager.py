@@ -389,17 +389,18 @@ def detect_fabric(doc: Doc) -> bool:
     return False
 
 
-# Words without which `detect` cannot say yes: the wrapper's prefix, the daemon's bare messages
-# (`_known`), its usage text (`_USAGE`: the title, "Options include:", a "[-x | --xx]:" option
-# line) and the subjects its records must name.
-_COULD = ("fabric", "nvswitch", "multicast", "inband message", "nvlink", "nv_warn_nothing_to_do", "nothing to do",
-          "options include:", "usage: nv-fabricmanager", " | --")
+# Words without which `detect` cannot say yes (lower-cased): the daemon's name (the wrapper's
+# prefix, `nv-fabricmanager[pid]:`, the start script's failure, the usage title), a record's
+# `[tid N]`, "Fabric Manager Log initializing" and the version-mismatch message, "nothing to do",
+# and the usage text's other lines ("Options include:", a "[-x | --xx]:" option line).
+_COULD = ("fabricmanager", "[tid ", "fabric manager", "nothing to do", "options include:", " | --")
 
 
 def could(doc: Doc) -> bool:
-    """A cheap necessary condition of `detect` (one C-speed search per word of the head)."""
+    """A cheap necessary condition of `detect`: one of its words in the head, or a head line
+    the framing named as the daemon's."""
     head = doc.head_folded(400)  # pragma: no mutate (the same lines detect reads)
-    return any(w in head for w in _COULD)
+    return any(w in head for w in _COULD) or any(ln.ident in _IDENTS for ln in doc.head(400))
 
 
 FORMATS = [Format("fm-log", detect=detect, could=could,

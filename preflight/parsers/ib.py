@@ -19,6 +19,7 @@ ib_core; see the section below): those that say the adapter stopped (`HCA_FATAL`
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -569,7 +570,23 @@ def detect_kernel(doc: Doc) -> bool:
     return bool(_kernel_lines(doc))
 
 
-FORMATS = [Format("ibstat", detect=detect,
+# Words `detect` cannot say yes without (lower-cased): a port's state line of each tool, a device
+# header, ibdev2netdev's arrow, a status table's column, libibmad's errors, a fragment's signs
+# (`_FRAGMENT_SIGNS`) or a command that ran one of the tools.
+_COULD = ("state:", "hca_id:", "==>", "lnkstat", "ibpanic", "ibwarn", "rate:", "link_layer:", " lid:",
+          "default gid:", "link layer:", "active_width:", "ibstat", "ibv_devinfo")
+
+
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect`: one of its words in the head, or a head of at
+    most three lines (a tool's error alone)."""
+    head = doc.head_folded(600)  # pragma: no mutate (the lines detect reads)
+    if any(w in head for w in _COULD):
+        return True
+    return next(itertools.islice((ln for ln in doc.head(600) if ln.text.strip()), 3, None), None) is None
+
+
+FORMATS = [Format("ibstat", detect=detect, could=could,
                   priority=60,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
                   description="ibstat, ibstatus, ibv_devinfo [-v], ibdev2netdev, HCA status tables"),
            Format("rdma-kernel", detect=detect_kernel,

@@ -898,21 +898,21 @@ def detect(doc: Doc) -> bool:
 
 # What `detect` cannot say yes without, lower-cased: its header and summary words, the binaries'
 # failure words, or a count followed by a data type (a result row).
-_COULD_WORDS = tuple(dict.fromkeys(w.lower() for w in (*_DETECT_NEEDLES, *_FAIL_NEEDLES)))
+_COULD_FAIL = ("NCCL failure ", "CUDA failure ", "HIP failure ", "Cuda failure ", "Test failure ", "Test timeout",
+               "Invalid number of GPUs")  # what `_FAIL_LINE` holds (its "failure " is always after one of these)
+_COULD_WORDS = tuple(dict.fromkeys(w.lower() for w in (*_DETECT_NEEDLES, *_COULD_FAIL)))
 _COULD_ROW = lazyre.compile(r"\d[^\S\n]+(?:" + "|".join(map(re.escape, WORD_SIZE)) + r")(?=\s|$)", re.M)
 
 
 def could(doc: Doc) -> bool:
-    """A cheap necessary condition of `detect`: its words in the peeled head, or in the raw
-    text where `detect` searches it (the whole text, or its two ends), letter case aside."""
+    """A cheap necessary condition of `detect`: its words in the peeled head (letter case
+    aside), or the needles its scans look for where they look (the raw text, or its two ends)."""
     head = doc.head_folded(SNIFF_LINES)
     if any(w in head for w in _COULD_WORDS) or _COULD_ROW.search(head):
         return True
-    for a, b in doc._scan_ranges(DETECT_ENDS):  # the ranges `detect`'s scans read
-        part = doc.text[a:b].lower()
-        if any(w in part for w in _COULD_WORDS) or _COULD_ROW.search(part):
-            return True
-    return False
+    text = doc.text
+    return any(text.find(nd, a, b) >= 0 for a, b in doc._scan_ranges(DETECT_ENDS)  # the ranges detect's scans read
+               for nd in (*_DETECT_NEEDLES, *_COULD_FAIL, *_ROW_NEEDLES))
 
 
 FORMATS = [Format("nccl-tests", detect=detect, could=could, priority=65, description="nccl-tests / rccl-tests *_perf output")]
