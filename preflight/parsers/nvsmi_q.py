@@ -127,7 +127,7 @@ def _grepped_counters(rep: QReport, lines: list[str]) -> None:
         n = nth[key.lower()] = nth.get(key.lower(), 0) + 1
         scope = ("Volatile" if n == 1 else "Aggregate") if seen[key.lower()] == 2 else "Aggregate"
         path = f"ECC Errors/{scope}/{key}" + (f"#{n}" if seen[key.lower()] > 2 else "")
-        gpu.fields[path], gpu.lines[path] = value, re.sub(r"\s{2,}", " ", line)
+        gpu.fields[path], gpu.lines[path] = value, _SPACES.sub(" ", line)
     rep.gpus.append(gpu)
     rep.recognised = True
 
@@ -276,7 +276,7 @@ class _Reader:
         if fm and key in qr.HEADER_KEYS:
             name = qr.HEADER_KEYS[key]
             self.report.header[name] = (fm.group("value") or "").strip()
-            self.report.header_lines[name] = re.sub(r"\s{2,}", " ", body)
+            self.report.header_lines[name] = _SPACES.sub(" ", body)
             self.report.recognised = self.report.recognised or name == "Driver Version"
             self.current = None
         elif key in qr.GPU_LEVEL or key in IMPLIED:
@@ -323,7 +323,7 @@ class _Reader:
                 return
         stored = path if n == 1 else f"{path}#{n}"
         gpu.fields[stored] = value
-        gpu.lines[stored] = re.sub(r"\s{2,}", " ", body)
+        gpu.lines[stored] = _SPACES.sub(" ", body)
 
 
     def _excerpt_parent(self, low: str, ind: int) -> str:
@@ -334,8 +334,14 @@ class _Reader:
         return parent
 
 
+_SPACES = lazyre.compile(r"\s{2,}")  # a field line's runs of spaces, one in the evidence
+
+
 def _subsection(low: str) -> bool:
-    return any(low in subs for subs in SUBSECTIONS.values())
+    return low in _ALL_SUBSECTIONS
+
+
+_ALL_SUBSECTIONS = frozenset(k for subs in SUBSECTIONS.values() for k in subs)
 
 
 def _distinctive(text: str) -> bool:

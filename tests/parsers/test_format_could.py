@@ -61,16 +61,17 @@ def test_the_costly_detectors_have_a_cheap_condition(registry):
 
 
 def test_a_line_without_any_word_is_no_tool_error(docs):
-    """`nvsmi_errors._ANY_WORD` lets every line through that one of the error patterns reads."""
-    from preflight.parsers.nvsmi_errors import _ANY_WORD, PATTERNS
+    """`nvsmi_errors.any_word` lets every line through that one of the error patterns reads."""
+    from preflight.parsers.nvsmi_errors import PATTERNS, any_word
 
     lines = {ln.text.strip() for _, d in docs for ln in d.lines}
     lines |= {"couldn't communicate with the NVIDIA driver", "NVML: device count is 0", "Unable to reset this GPU",
               "nvidia-smi: command not found", "infoROM is corrupted at gpu 0000:17:00.0", "GPU is lost",
               "GPU 00000000:55:00.0: In use by another client", "NVML_ERROR_LIB_RM_VERSION_MISMATCH"}
-    missed = [t for t in lines if any(p.search(t) for _, p, _, _ in PATTERNS) and not _ANY_WORD.search(t)]
+    missed = [t for t in lines if any(p.search(t) for _, p, _, _ in PATTERNS) and not any_word(t)]
     assert missed == []
-    assert not _ANY_WORD.search("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)")
+    assert not any_word("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)")
+    assert any_word("NVML_ERROR_LIB_RM_VERSION_MISMATCH") and any_word("gpu requires RESET")
 
 
 @pytest.fixture(scope="module")
