@@ -908,8 +908,12 @@ def could(doc: Doc) -> bool:
     """A cheap necessary condition of `detect`: its words in the peeled head (letter case
     aside), or the needles its scans look for where they look (the raw text, or its two ends)."""
     head = doc.head_folded(SNIFF_LINES)
-    if any(w in head for w in _COULD_WORDS) or _COULD_ROW.search(head):
+    if any(w in head for w in _COULD_WORDS):
         return True
+    if any(t in head for t in _ROW_NEEDLES) and _COULD_ROW.search(head):  # a type word alone first: no regex
+        return True
+    if doc.count() <= SNIFF_LINES:
+        return False  # the head is the whole text: its lines were searched above (framing only takes away)
     text = doc.text
     return any(text.find(nd, a, b) >= 0 for a, b in doc._scan_ranges(DETECT_ENDS)  # the ranges detect's scans read
                for nd in (*_DETECT_NEEDLES, *_COULD_FAIL, *_ROW_NEEDLES))
