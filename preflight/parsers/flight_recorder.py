@@ -383,7 +383,18 @@ def detect(doc: Doc) -> bool:
     return any(_head(_FRT_LOGGER.sub("", t.strip())) is not None for t in head) or any(_J_HEAD.match(t) for t in head)
 
 
-FORMATS = [Format("fr-trace", detect=detect, priority=60,
+# Words `detect` cannot say yes without (lower-cased): each `_FRT_HEADS` message names a
+# collective or the missing dump files; `_J_HEAD` is a row of "Rank N" columns.
+_COULD = ("collective", "missing dump files", "rank ")
+
+
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect` (C-speed searches of the head)."""
+    head = doc.head_folded(200)  # pragma: no mutate (the lines detect reads)
+    return any(w in head for w in _COULD)
+
+
+FORMATS = [Format("fr-trace", detect=detect, could=could, priority=60,
                   description="fr_trace output: findings, or the -j side-by-side view of every rank's entries")]
 PARSERS = [ParserSpec("fr-trace", parse)]
 

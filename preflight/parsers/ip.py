@@ -515,7 +515,21 @@ def detect(doc: Doc) -> bool:
     return _is_brief(doc, head) and (_brief_command(doc.command) or len([t for t in head if t.strip()]) >= 2)
 
 
-FORMATS = [Format("ip-addr", detect=detect, priority=60,
+# Words `detect` cannot say yes without (lower-cased): `ip -j`'s key, a link line's or ifconfig's
+# MTU, an address line's scope, old ifconfig's encapsulation, `-br` in the command.
+_COULD = ('"ifname"', "mtu ", "scope ", "link encap:", "-br")
+
+
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect`: one of its words in the head, or a first line
+    that is `ip -br`'s (every line of it must be)."""
+    if any(w in doc.head_folded(400) for w in _COULD):  # pragma: no mutate (the lines detect reads)
+        return True
+    first = next((ln.text.strip() for ln in doc.head(400) if ln.text.strip()), "")
+    return _BRIEF.match(first) is not None
+
+
+FORMATS = [Format("ip-addr", detect=detect, could=could, priority=60,
                   description="ip [-j] [-d] [-s] [-o] [-br] addr|link [show DEV], ifconfig (net-tools, BSD)")]
 PARSERS = [ParserSpec("ip-addr", parse)]
 

@@ -546,7 +546,14 @@ def detect_units(doc: Doc) -> bool:
         unit_transition(j.message) for j in said if j is not None and j.ident == "systemd"))
 
 
-FORMATS = [Format("fm-service", detect=detect,
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect`: every way it says yes names the unit (or its
+    command does), its description, or is `systemctl show`'s LoadState/ActiveState."""
+    head = doc.head_folded(60)  # pragma: no mutate (the lines detect reads)
+    return "fabricmanager" in head or _FM_DESC.lower() in head or "loadstate" in head
+
+
+FORMATS = [Format("fm-service", detect=detect, could=could,
                   priority=55,  # pragma: no mutate (the only format of its probe: its rank decides nothing)
                   description="systemctl show/status/is-active/start of nvidia-fabricmanager")]
 FORMATS.append(Format(UNITS_PROBE, detect=detect_units,
