@@ -71,12 +71,55 @@ def packaged_tables() -> list[Path]:
     return [base / "policy.toml"]
 
 
+_SIMPLE_HEADER = lazyre.compile(r'\["([^"\\\x00-\x08\x0a-\x1f\x7f]+)"\]|\[([A-Za-z0-9_-]+)\]')
+_CONTROL = lazyre.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)")
+_SIMPLE_PAIR = lazyre.compile(r'([A-Za-z0-9_-]+)[ \t]*=[ \t]*"((?:[^"\\\x00-\x08\x0a-\x1f\x7f]|\\.)*)"')
+
+
+def _simple_toml(text: str) -> dict[str, Any] | None:
+    """The table read line by line when it is written in the plain shape of the packaged one
+    (comments, blank lines, `["code"]` headers, `key = "string"` lines under a header, each
+    table and key once); None for anything else, which `tomllib` then reads. A string with an
+    escape is decoded by `tomllib` itself, its line alone. The packaged table is 200 KB that
+    every node and prologue run loads: this reads it in a fraction of tomllib's time."""
+    if _CONTROL.search(text):  # TOML allows no other control character, even in a comment
+        return None
+    data: dict[str, Any] = {}
+    table: dict[str, Any] | None = None
+    for line in text.split("\n"):
+        line = line.removesuffix("\r")
+        if not line or line.startswith("#"):
+            continue
+        m = _SIMPLE_PAIR.fullmatch(line)
+        if m is not None:
+            key, value = m.group(1), m.group(2)
+            if table is None or key in table:
+                return None
+            if "\\" in value:
+                try:
+                    value = tomllib.loads(line)[key]
+                except tomllib.TOMLDecodeError:
+                    return None
+            table[key] = value
+            continue
+        m = _SIMPLE_HEADER.fullmatch(line)
+        if m is None:
+            return None
+        name = m.group(1) or m.group(2)
+        if name in data:
+            return None
+        table = data[name] = {}
+    return data
+
+
 def parse_table(text: str, origin: str) -> dict[str, Code]:
     """Codes from one TOML table; a PolicyError naming the code and the field when malformed."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{origin}: {exc}") from None
+    data = _simple_toml(text)
+    if data is None:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"{origin}: {exc}") from None
     out: dict[str, Code] = {}
     for code, entry in data.items():
         if not CODE_RE.match(code):
