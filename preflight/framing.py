@@ -778,6 +778,20 @@ def _hostlike(tok: str) -> bool:
         and not _KERNEL_PREFIX.fullmatch(tok) and not _IDENT_PID.fullmatch(tok)
 
 
+def _matches(pattern: re.Pattern[str], lines: list[str], misses: int) -> list[re.Match[str] | None] | None:
+    """Each line's match of `pattern`, or None as soon as more than `misses` lines do not match."""
+    out: list[re.Match[str] | None] = []
+    match = pattern.match
+    for r in lines:
+        m = match(r)
+        if m is None:
+            misses -= 1
+            if misses < 0:
+                return None
+        out.append(m)
+    return out
+
+
 def sniff(raws: Sequence[str]) -> Stack:
     """The transport layers most of these lines carry, outermost first."""
     lines = [r for r in raws if r.strip()]
@@ -788,10 +802,11 @@ def sniff(raws: Sequence[str]) -> Stack:
         for name in ("quote", "pdsh", "srun", "rank-tag", "ray", "compose"):
             if name in outer:
                 continue
-            t = _TRANSPORTS[name]
-            ms = [t.pattern.match(r) for r in residues]
-            hits = [m for m in ms if m]
             need = max(2, (len(residues) + 1) // 2) if len(residues) > 2 else len(residues)
+            ms = _matches(_TRANSPORTS[name].pattern, residues, len(residues) - need)
+            if ms is None:
+                continue  # more lines without it than it may have
+            hits = [m for m in ms if m]
             if not hits or len(hits) < need or not _guard(name, hits, residues):
                 continue
             if best is None or len(hits) > best[0]:
@@ -800,28 +815,45 @@ def sniff(raws: Sequence[str]) -> Stack:
             break
         outer.append(best[1])
         residues = [r for r in best[2] if r.strip()] or best[2]
-    # syslog lines `host ident: ` with identifiers we do not know: the same host on most lines
-    host_ident = False
+    host_ident = _same_host(residues[:400])
+    # a logger's level word after the time stamp on most lines (a harness's own log format)
+    inner: tuple[str, ...] = ()
+    if _leveled(residues[:400], Stack(outer=(), host_ident=host_ident)):
+        inner = ("level",)
+    return Stack(outer=tuple(outer), host_ident=host_ident, inner=inner)
+
+
+def _same_host(lines: list[str]) -> bool:
+    """Syslog lines `host ident: ` with identifiers we do not know: the same host on most lines."""
     firsts: Counter[str] = Counter()
     n = 0
-    for r in residues[:400]:
+    for r in lines:
         m = _SYSLOG.match(r) or _ISO.match(r)
         if m:
             n += 1
             hm = _HOST_IDENT.match(r[m.end():])
             if hm and hm.group("host") not in _LEVEL_WORDS:
                 firsts[hm.group("host")] += 1
-    if n >= 3 and firsts and firsts.most_common(1)[0][1] >= 0.8 * n:
-        host_ident = True
-    # a logger's level word after the time stamp on most lines (a harness's own log format)
-    inner: tuple[str, ...] = ()
-    base = Stack(outer=(), host_ident=host_ident)
-    peeled = [peel_line(r, 0, base) for r in residues[:400]]
+    return n >= 3 and bool(firsts) and firsts.most_common(1)[0][1] >= 0.8 * n
+
+
+def _leveled(lines: list[str], base: Stack) -> bool:
+    """Most of these lines (or the one, time-stamped) carry a logger's level word after their
+    log framing; stops as soon as most cannot."""
     level = _TRANSPORTS["level"].pattern
-    leveled = sum(1 for ln in peeled if level.match(ln.text))
-    if (len(peeled) >= 2 and leveled * 2 > len(peeled)) or (len(peeled) == 1 and leveled and peeled[0].time_text):
-        inner = ("level",)
-    return Stack(outer=tuple(outer), host_ident=host_ident, inner=inner)
+    n = len(lines)
+    leveled = misses = 0
+    for r in lines:
+        ln = peel_line(r, 0, base)
+        if level.match(ln.text):
+            if n == 1:
+                return bool(ln.time_text)
+            leveled += 1
+        else:
+            misses += 1
+            if misses * 2 >= n:
+                return False  # no longer most lines
+    return n >= 2 and leveled * 2 > n
 
 
 _IP_LINK = lazyre.compile(r"[\w.@-]+: <[A-Z0-9_,-]*>")
