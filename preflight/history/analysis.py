@@ -275,14 +275,19 @@ def _port_lemons(rows: Sequence[Row], th: Thresholds) -> list[Lemon]:
 def _weighted_port_lemons(items: Iterable[tuple[Row, int]], th: Thresholds) -> list[Lemon]:
     """Port lemons from rows in order, each standing for `n` runs in a row with its very facts."""
     states: dict[tuple[str, str], list[tuple[bool, int]]] = {}
+    seen: dict[tuple[str, int], tuple[list[Any], list[Any]]] = {}  # rows sharing one facts object read it once
     for r, times in items:
         if r.status is NOT_CHECKED:  # what a run that did not look says about ports is nothing
             continue
-        for p in result_facts.ib_ports(r):
+        key = (r.check, id(r.facts))
+        if key not in seen:
+            seen[key] = (result_facts.ib_ports(r), result_facts.nic_interfaces(r))
+        ib, nic = seen[key]
+        for p in ib:
             if p["ca"]:
                 states.setdefault((r.node, f"{p['ca']}/{p['port']}"), []).append(
                     (p["state"].lower() == "active", times))
-        for itf in result_facts.nic_interfaces(r):
+        for itf in nic:
             if itf["name"]:
                 up = itf["state"].upper() in ("UP", "UNKNOWN")
                 states.setdefault((r.node, itf["name"]), []).append((up, times))
@@ -426,15 +431,18 @@ def summarize(rows: Sequence[Row], thresholds: Thresholds | None = None, since: 
 
 
 _STATUS_OF = {v: k for k, v in _LETTER.items()}
-_WORST_LETTER = {0: "F", 1: "W", 2: "P", 3: "E", 4: "S"}  # store._RANK_SQL's ranks
+_WORST_LETTER = {0: "F", 1: "W", 2: "P", 3: "E", 4: "S"}  # store._RANK's ranks
 
 
 def _letter_flaps(letters: str, th: Thresholds) -> tuple[int, int] | None:
-    """(episodes, transitions) when a letter sequence flaps, else None."""
-    statuses = [_STATUS_OF[c] for c in letters]
-    n = episodes(statuses)
+    """(episodes, transitions) when a letter sequence flaps, else None: `episodes` and
+    `transitions` over the graded runs (P W F; E and S are no evidence either way)."""
+    if "F" not in letters:
+        return None
+    marks = letters.replace("E", "").replace("S", "").replace("W", "P")
+    n = sum(1 for part in marks.split("P") if part)  # runs of consecutive failures
     if n >= th.flap_episodes:
-        t = transitions(statuses)
+        t = marks.count("PF") + marks.count("FP")
         if t > n:
             return n, t
     return None

@@ -142,6 +142,7 @@ INDEXES: tuple[tuple[str, str], ...] = (
     ("results_node_run", "ON results (node, run_id, ts, status, check_id)"),
     ("results_check_ts", "ON results (check_id, ts)"),
     ("results_not_checked", "ON results (ts) WHERE status NOT IN ('pass', 'warn', 'fail', 'skip')"),
+    ("results_not_passed", "ON results (ts) WHERE status != 'pass'"),
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -226,9 +227,8 @@ class Digest:
 
 _LETTER_SQL = ("CASE r.status WHEN 'pass' THEN 'P' WHEN 'warn' THEN 'W' WHEN 'fail' THEN 'F' WHEN 'skip' THEN 'S' "
                "ELSE 'E' END")
-_RANK_SQL = ("CASE r.status WHEN 'fail' THEN 0 WHEN 'warn' THEN 1 WHEN 'pass' THEN 2 WHEN 'skip' THEN 4 "
-             "ELSE 3 END")  # Status.rank's order as analysis._worst takes it: unknown statuses are ERROR
 _NOT_CHECKED_SQL = "r.status NOT IN ('pass', 'warn', 'fail', 'skip')"
+_RANK = {"fail": 0, "warn": 1, "pass": 2, "skip": 4}  # a run's worst first (as analysis._worst); others: 3 (ERROR)
 _EMPTY_XID = ("{}", '{"events": []}')  # facts that hold no Xid event (as `record` writes them)
 
 
@@ -545,13 +545,22 @@ class Store:
 
     @staticmethod
     def _rows_of_values(values: Iterable[Sequence[Any]]) -> list[Row]:
+        """Rows; those with the very same facts text share one facts object (read-only here)."""
         out = []
+        parsed: dict[str, Any] = {}
         for r in values:
             try:
                 status = Status(str(r[4]))
             except ValueError:
                 status = Status.ERROR
-            facts = r[6] if isinstance(r[6], dict) else _loads(r[6])
+            if isinstance(r[6], dict):
+                facts = r[6]
+            elif isinstance(r[6], str):
+                facts = parsed.get(r[6])
+                if facts is None:
+                    facts = parsed.setdefault(r[6], _loads(r[6]))
+            else:
+                facts = _loads(r[6])
             out.append(Row(run_id=int(r[0]), ts=float(r[1]), command="", check=str(r[2]), node=str(r[3]),
                            status=status, summary=str(r[5]), facts=facts, remedy=str(r[7]) if len(r) > 7 else ""))
         return out
@@ -567,13 +576,21 @@ class Store:
         where, params = self._filtered(since, nodes, checks, commands, skip_checks)
         node_runs: dict[str, list[tuple[float, int, int, bool, bool]]] = {}
         doubled: set[str] = set()  # nodes with two results of one check in one run
-        for r in self._query(f"SELECT r.node, r.run_id, MIN(r.ts), MIN({_RANK_SQL}), "
-                             f"MAX(CASE WHEN {_NOT_CHECKED_SQL} THEN 1 ELSE 0 END), "
-                             "MAX(CASE WHEN r.status IN ('pass', 'warn', 'fail') THEN 1 ELSE 0 END), "
-                             f"COUNT(*) - COUNT(DISTINCT r.check_id) {where} GROUP BY r.node, r.run_id", params):
-            node_runs.setdefault(str(r[0]), []).append((float(r[2]), int(r[1]), int(r[3]), bool(r[4]), bool(r[5])))
-            if r[6]:
-                doubled.add(str(r[0]))
+        # the results that did not pass (few), then each (node, run) counted: the flags follow
+        odd: dict[tuple[str, int], list[str]] = {}
+        for r in self._query(f"SELECT r.node, r.run_id, r.status {where} AND r.status != 'pass'", params):
+            odd.setdefault((str(r[0]), int(r[1])), []).append(str(r[2]))
+        for r in self._query(f"SELECT r.node, r.run_id, MIN(r.ts), COUNT(*), COUNT(DISTINCT r.check_id) {where} "
+                             "GROUP BY r.node, r.run_id", params):
+            node, run = str(r[0]), int(r[1])
+            others = odd.get((node, run), [])
+            ranks = [_RANK.get(st, 3) for st in others]
+            passed = int(r[3]) > len(others)
+            node_runs.setdefault(node, []).append(
+                (float(r[2]), run, min([*ranks, *([2] if passed else [])]), any(k == 3 for k in ranks),
+                 passed or any(k < 2 for k in ranks)))
+            if int(r[3]) != int(r[4]):
+                doubled.add(node)
         for per in node_runs.values():
             per.sort(key=lambda x: (x[0], x[1]))
         sequences = self._sequences(where, params, doubled)
@@ -637,14 +654,15 @@ class Store:
         """The port results (not ERROR): a node whose results of one check all hold the very
         same facts as one row standing for all its runs, the others row by row."""
         out: list[tuple[Row, int]] = []
+        stable: list[tuple[tuple[Any, ...], int]] = []
         changing: list[tuple[str, str]] = []
         for r in self._query(f"SELECT r.node, r.check_id, MIN(r.facts), MAX(r.facts), COUNT(*), MIN(r.ts), "
                              f"MIN(r.run_id) {where} AND NOT {_NOT_CHECKED_SQL} GROUP BY r.node, r.check_id", params):
             if r[2] == r[3]:
-                out += [(row, int(r[4])) for row in self._rows_of_values(
-                    [(r[6], r[5], r[1], r[0], "pass", "", r[2])])]
+                stable.append(((r[6], r[5], r[1], r[0], "pass", "", r[2]), int(r[4])))
             else:
                 changing.append((str(r[0]), str(r[1])))
+        out += list(zip(self._rows_of_values([v for v, _ in stable]), [n for _, n in stable], strict=True))
         for node, check in changing:
             out += [(row, 1) for row in self._rows_of(
                 f"{cols}, r.facts {where} AND NOT {_NOT_CHECKED_SQL} AND r.node = ? AND r.check_id = ? {rows_order}",
