@@ -143,10 +143,12 @@ ANY_WORDS = ("mismatch", "driver", "kernel module", "nvidiactl", "device handle"
              "nvidia-smi", "inforom", "nvml")
 
 
+_ANY_WORD = lazyre.compile("|".join(map(re.escape, ANY_WORDS)))  # on the lower case: no case folding per character
+
+
 def any_word(line: str) -> bool:
-    """Whether the line holds one of ANY_WORDS, letter case aside (C-speed searches)."""
-    low = line.lower()
-    return any(w in low for w in ANY_WORDS)
+    """Whether the line holds one of ANY_WORDS, letter case aside."""
+    return _ANY_WORD.search(line.lower()) is not None
 
 
 def _classify(line: str, reset_block: bool) -> tuple[str, re.Match[str], str, str] | None:
