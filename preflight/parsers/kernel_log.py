@@ -595,16 +595,17 @@ def _plugin_health_lines(doc: Doc) -> bool:
 
 # Words `detect` cannot say yes without when no line of the head is framed as a log line: NVRM,
 # an Xid, a report of `_KERNEL_REPORT`, the device plugin's lines (`plugin.NEEDLES`), lower-cased.
-_COULD = lazyre.compile(r"nvrm|xid|mce: |memory failure: |pcie bus error: |received|\[hardware error\]|pciehp: |"
-                        r"dpc: containment|edac |unhealthy|processing event|skipping event|healthcheck|health check|"
-                        r"ignoring event for unexpected device")
+_COULD = ("nvrm", "xid", "mce: ", "memory failure: ", "pcie bus error: ", "received", "[hardware error]", "pciehp: ",
+          "dpc: containment", "edac ", "unhealthy", "processing event", "skipping event", "healthcheck", "health check",
+          "ignoring event for unexpected device")
 
 
 def could(doc: Doc) -> bool:
     """A cheap necessary condition of `detect`: a head line framed as a log line (which may be
     a kernel one), one of its words in the head, or a device plugin's line where it scans."""
     head = doc.head(2000)  # pragma: no mutate (the lines detect reads)
-    return (any(ln.layers or ln.ident for ln in head) or _COULD.search(doc.head_folded(2000)) is not None
+    folded = doc.head_folded(2000)
+    return (any(ln.layers or ln.ident for ln in head) or any(w in folded for w in _COULD)
             or bool(doc.scan(PLUGIN_DETECT, ends=DETECT_ENDS)))
 
 

@@ -381,7 +381,22 @@ def detect(doc: Doc) -> bool:
 
 
 _PRIORITY = 60  # pragma: no mutate (any value above nvidia-smi-error's 30 picks this format for the probe)
-FORMATS = [Format("nvidia-smi-q", detect=detect, priority=_PRIORITY,
+# What `detect` cannot say yes without (lower-cased): the XML root, DTD or GPU element; the
+# report's title; a GPU header (`GPU <bus id>`); a distinctive section or field; a refused reset;
+# an ECC counter; the header's "Attached GPUs".
+_COULD_WORDS = ("nvidia_smi_log", "nvsmi_device_v", "<gpu", "nvsmi log", *DISTINCTIVE, "could not be reset",
+                "unable to reset gpu", "sram correctable", "sram uncorrectable", "dram correctable",
+                "dram uncorrectable", "attached gpus")
+_COULD_HEADER = lazyre.compile(r"gpu\s+[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
+
+
+def could(doc: Doc) -> bool:
+    """A cheap necessary condition of `detect` (C-speed searches of the head)."""
+    head = doc.head_folded(_HEAD)  # pragma: no mutate (the lines detect reads)
+    return any(w in head for w in _COULD_WORDS) or _COULD_HEADER.search(head) is not None
+
+
+FORMATS = [Format("nvidia-smi-q", detect=detect, could=could, priority=_PRIORITY,
                   description="nvidia-smi -q (whole, -d SECTION, -i N, or a section; -q -x XML)")]
 PARSERS = [ParserSpec("nvidia-smi-q", parse)]
 

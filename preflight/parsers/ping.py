@@ -459,12 +459,14 @@ def detect(doc: Doc) -> bool:
 # `ping:` errors or a ping command line (the folded head holds the command), and the headless
 # lines `_headless` reads (statistics, round-trip line, replies, fragmentation errors).
 # The word ping starts a message, follows a prefix (`_P`) or starts a command (`_CMD`).
-_COULD = lazyre.compile(r"(?<![^\s:\]>|)/;&(])ping|packets transmitted|min/avg/max|frag|packet too big|bytes from")
+_COULD_PING = lazyre.compile(r"(?<![^\s:\]>|)/;&(])ping")
+_COULD = ("packets transmitted", "min/avg/max", "frag", "packet too big", "bytes from")
 
 
 def could(doc: Doc) -> bool:
-    """A cheap necessary condition of `detect` (one C-speed search of the head)."""
-    return _COULD.search(doc.head_folded(400)) is not None  # pragma: no mutate (the same lines detect reads)
+    """A cheap necessary condition of `detect` (C-speed searches of the head)."""
+    head = doc.head_folded(400)  # pragma: no mutate (the same lines detect reads)
+    return any(w in head for w in _COULD) or ("ping" in head and _COULD_PING.search(head) is not None)
 
 
 FORMATS = [Format("ping", detect=detect, could=could, priority=55,

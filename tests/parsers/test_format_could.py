@@ -57,7 +57,7 @@ def _guarded(registry) -> list[Format]:
 
 def test_the_costly_detectors_have_a_cheap_condition(registry):
     names = {f.name for f in _guarded(registry)}
-    assert {"ping", "nccl-tests", "fm-log", "nvidia-smi-error", "kernel-log", "ibstat", "fm-service", "ip-addr", "fr-trace"} <= names
+    assert {"ping", "nccl-tests", "fm-log", "nvidia-smi-error", "kernel-log", "ibstat", "fm-service", "ip-addr", "fr-trace", "nvidia-smi-q"} <= names
 
 
 def test_a_line_without_any_word_is_no_tool_error(docs):
