@@ -6,10 +6,37 @@ history) speaks `Result`. A `Capture` is what a transport brings back from one p
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def plain(obj: Any) -> Any:
+    """What `dataclasses.asdict` makes of `obj` (dataclasses as dicts, containers rebuilt, other
+    values deep-copied), without copying the strings and numbers that are most of a result:
+    a report of 10,000 nodes writes every result once."""
+    if isinstance(obj, _ATOMS):
+        return obj
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, list):
+        return [plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return type(obj)((plain(k), plain(v)) for k, v in obj.items())
+    if isinstance(obj, tuple):
+        return _tuple(obj)
+    return copy.deepcopy(obj)
+
+
+def _tuple(obj: tuple[Any, ...]) -> Any:
+    """A tuple as `asdict` rebuilds it (a named tuple by its fields)."""
+    if hasattr(obj, "_fields"):
+        return type(obj)(*[plain(v) for v in obj])
+    return type(obj)(plain(v) for v in obj)
 
 
 class Status(str, Enum):
@@ -78,7 +105,7 @@ class Result:
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d: dict[str, Any] = plain(self)
         d["status"] = self.status.value
         return d
 

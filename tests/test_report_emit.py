@@ -119,3 +119,30 @@ def test_cli_with_a_bad_node_list_and_no_reports_prints_no_reports_line(tmp_path
                         "--bad-nodes", str(tmp_path / "bad.txt")], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 1 and (tmp_path / "bad.txt").read_text() == "faulty-node\n", p.stderr
     assert "reports:" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_result_as_a_dict_is_what_asdict_makes_of_it():
+    """`Result.to_dict` (written once per result into every report) gives what
+    `dataclasses.asdict` gives, for the results of the example captures and odd facts."""
+    import dataclasses
+    from collections import namedtuple
+    from datetime import datetime
+    from pathlib import Path
+
+    from preflight.analyze import analyze
+    from preflight.engine import Config, load_registry
+    from preflight.model import Result, Status
+
+    root = Path(__file__).resolve().parent.parent / "examples" / "captures"
+    results = analyze(load_registry([], Config()), [root / "healthy-node", root / "faulty-node"], jobs=1)
+    Pair = namedtuple("Pair", "a b")
+    odd = Result("x.y", "n1", Status.WARN, "s", ["e"], facts={
+        "when": datetime(2026, 12, 5), "pair": Pair(1, [2, 3]), "t": (1, "a"), "nested": {"k": [{"v": 1.5}]},
+        "status": Status.FAIL, "none": None})
+    for r in [*results, odd]:
+        expected = dataclasses.asdict(r)
+        expected["status"] = r.status.value
+        got = r.to_dict()
+        assert got == expected
+        assert got["facts"] is not r.facts and got["evidence"] is not r.evidence
+    assert len(results) > 20
