@@ -553,6 +553,7 @@ class Store:
                 status = Status(str(r[4]))
             except ValueError:
                 status = Status.ERROR
+            facts: Any
             if isinstance(r[6], dict):
                 facts = r[6]
             elif isinstance(r[6], str):
