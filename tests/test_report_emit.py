@@ -146,3 +146,27 @@ def test_a_result_as_a_dict_is_what_asdict_makes_of_it():
         assert got == expected
         assert got["facts"] is not r.facts and got["evidence"] is not r.evidence
     assert len(results) > 20
+
+
+def test_the_json_written_in_pieces_is_the_json_document():
+    """`Report.json_chunks` (what report.json and --json write, one result at a time) is
+    `json.dumps(to_dict(), indent=2)` byte for byte: no results, one, many, odd values."""
+    import json
+    from datetime import datetime
+    from pathlib import Path
+
+    from preflight.analyze import analyze
+    from preflight.engine import Config, load_registry
+    from preflight.model import Result, Status
+    from preflight.report.base import Report
+
+    root = Path(__file__).resolve().parent.parent / "examples" / "captures"
+    results = analyze(load_registry([], Config()), [root / "healthy-node", root / "faulty-node"], jobs=1)
+    odd = Result("x.y", "n1", Status.WARN, "line\nbreak \"quoted\" ünï \t", ["e\n2"], "r",
+                 facts={"when": datetime(2026, 12, 5), "empty": {}, "none": [], "t": (1, "a")})
+    for rs in ([], [odd], [*results, odd]):
+        rep = Report.build("analyze", rs, profiles={"n1": "generic"})
+        whole = json.dumps(rep.to_dict(), indent=2, default=str)
+        assert "".join(rep.json_chunks()) == whole
+        assert rep.to_json() == whole
+        assert json.loads(whole)["results"] == [json.loads(json.dumps(r.to_dict(), default=str)) for r in rep.results]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -50,6 +50,10 @@ class Report:
                    warn_as_fail=warn_as_fail)
 
     def to_dict(self) -> dict[str, Any]:
+        return {**self._head(), "results": [r.to_dict() for r in self.results]}
+
+    def _head(self) -> dict[str, Any]:
+        """Every key of the document but the results (which come last)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict.verdict,
@@ -62,7 +66,6 @@ class Report:
             "duration_s": self.duration_s,
             "nodes": self.nodes,
             "profiles": self.profiles,
-            "results": [r.to_dict() for r in self.results],
         }
 
     def bad_hostlist(self) -> str:
@@ -80,7 +83,25 @@ class Report:
         return compress(names)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=str)
+        return "".join(self.json_chunks())
+
+    def json_chunks(self) -> Iterator[str]:
+        """The JSON document (`json.dumps(to_dict(), indent=2)`, byte for byte) in pieces, one
+        result at a time: a report of 10,000 nodes is written without holding it twice more
+        (as dictionaries and as one string)."""
+        head = {**self._head(), "results": []}  # the results, last, are made one at a time below
+        results = self.results
+        text = json.dumps(head, indent=2, default=str)
+        if not results:
+            yield text
+            return
+        cut = text.rfind("[]")  # the empty results list, the document's last value
+        yield text[:cut] + "[\n"
+        last = len(results) - 1
+        for i, r in enumerate(results):
+            item = json.dumps(r.to_dict(), indent=2, default=str)
+            yield "    " + item.replace("\n", "\n    ") + (",\n" if i < last else "\n")  # strings hold no raw newline
+        yield "  ]" + text[cut + 2:]
 
 
 def default_out_dir(base: Path = Path("reports")) -> Path:

@@ -109,7 +109,11 @@ class JsonSink:
     text: Callable[[Report], str] | None = None
 
     def write(self, report: Report) -> list[Path]:
-        sys.stdout.write((self.text(report) if self.text else report.to_json()) + "\n")
+        if self.text:
+            sys.stdout.write(self.text(report) + "\n")
+        else:
+            sys.stdout.writelines(report.json_chunks())
+            sys.stdout.write("\n")
         return []
 
 

@@ -34,6 +34,11 @@ def write_all(report: Report, out_dir: Path, formats: Sequence[str] = FORMATS) -
     for fmt in FORMATS:
         if fmt in formats:
             path = out_dir / FILE_NAMES[fmt]
-            path.write_text(_render(fmt, report), encoding="utf-8")
+            if fmt == "json":  # written as it is made: the largest file, never held whole
+                with path.open("w", encoding="utf-8") as fh:
+                    fh.writelines(report.json_chunks())
+                    fh.write("\n")
+            else:
+                path.write_text(_render(fmt, report), encoding="utf-8")
             written[fmt] = path
     return written
