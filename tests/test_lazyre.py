@@ -75,8 +75,10 @@ def test_every_module_level_pattern_of_the_package_compiles() -> None:
     import checks
     import preflight
 
-    for pkg in (preflight, checks):
-        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+    # the check modules under the name the registry imports them by (preflight.checks.<name>): a
+    # second copy named checks.<name> would register every check again next to a loaded registry
+    for path, prefix in ((preflight.__path__, "preflight."), (checks.__path__, "preflight.checks.")):
+        for info in pkgutil.walk_packages(path, prefix):
             if not info.name.endswith("__main__"):
                 importlib.import_module(info.name)
     assert lazyre.compile_all(("preflight.", "checks.")) > 500  # the parsers' and framing's tables
