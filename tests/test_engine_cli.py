@@ -305,3 +305,11 @@ def test_analyze_reads_a_bundle_archive(tmp_path: Path) -> None:
     p = cli(["analyze", str(tmp_path / "broken.tar.gz"), "--json"])
     assert "Traceback" not in p.stderr and p.returncode == 3  # NO-EVIDENCE: nothing in it could be graded
     assert json.loads(p.stdout)["verdict"] == "NO-EVIDENCE"
+
+
+@pytest.mark.parametrize("command", [["run", "--hosts", "n1"], ["collect", "--hosts", "n1"]])
+def test_a_concurrency_under_one_is_refused(command):
+    """`--concurrency 0` (or less) is a usage error (exit 2) naming the option, not a run at width 1."""
+    p = cli([*command, "--concurrency", "0"])
+    assert p.returncode == 2
+    assert "--concurrency" in p.stderr and "greater than or equal to 1" in p.stderr
