@@ -27,6 +27,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench_fleet import loop_time  # noqa: E402  (the one yardstick; run as a script, benchmarks/ is on the path)
 
 from tests import fakes  # noqa: E402
 from tests.fakes import fake_nvml  # noqa: E402
@@ -164,13 +165,6 @@ def main() -> None:
         print(f"{k:<{width}}  {v}")
 
 
-def loop_time() -> float:
-    """Seconds of a 10M-iteration Python loop (`i += 1`, as benchmarks/bench_fleet.py times it)."""
-    i = 0
-    t0 = time.perf_counter()
-    for _ in range(10_000_000):
-        i += 1
-    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

@@ -33,18 +33,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench_fleet import loop_time  # noqa: E402  (the one yardstick; run as a script, benchmarks/ is on the path)
 
 REFERENCE_LOOP_S = 0.8  # the 10M-iteration loop on the machine the goals are stated for
 GOALS_S = {"help": 0.1, "prologue": 0.5}
 
 
-def loop_time() -> float:
-    """Seconds of a 10M-iteration Python loop (`i += 1`, as benchmarks/bench_fleet.py times it)."""
-    i = 0
-    t0 = time.perf_counter()
-    for _ in range(10_000_000):
-        i += 1
-    return time.perf_counter() - t0
 
 
 def _prologue_env(work: Path) -> tuple[dict[str, str], dict[str, str]]:

@@ -562,7 +562,7 @@ def _each_group(work: _Work, jobs: int) -> Iterator[list[Result]]:
     global _WORK
     _WORK = work
     bounds = [(lo, min(lo + POOL_CHUNK, len(work.groups))) for lo in range(0, len(work.groups), POOL_CHUNK)]
-    done = 0  # groups whose results were given
+    done = 0  # groups whose results were given; a broken pool leaves the rest to this process
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
             pending: deque[Future[list[list[Result]]]] = deque()
@@ -575,12 +575,10 @@ def _each_group(work: _Work, jobs: int) -> Iterator[list[Result]]:
                     yield graded
                 for lo, hi in itertools.islice(todo, 1):
                     pending.append(pool.submit(_grade_chunk, lo, hi))
-    except BrokenProcessPool:
-        pass  # a worker died (killed, out of memory): the groups not yet given are graded here
+    except BrokenProcessPool:  # a worker died (killed, out of memory)
+        yield from (work.grade(i) for i in range(done, len(work.groups)))
     finally:
         _WORK = None
-    for i in range(done, len(work.groups)):
-        yield work.grade(i)
 
 
 def _load_entry(group: str, e: Entry, results: list[Result]) -> tuple[str, str, str] | None:

@@ -4,10 +4,7 @@ analysis.summarize), on stores with known answers, with every filter, in SQLite 
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import subprocess
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -18,9 +15,7 @@ from preflight.history import downtime, query
 from preflight.history.analysis import Thresholds, latest_results, summarize, summarize_digest
 from preflight.history.store import INDEXES, SCHEMA_VERSION, open_store
 from preflight.model import Result, Status
-from tests.conftest import need
-from tests.history import HOUR, T0, postgres_server, res, ten_runs
-from tests.history import pg_bin as find_pg
+from tests.history import HOUR, T0, res, ten_runs
 
 REFUSED = "node not checked: ssh: connect to host n5 port 22: Connection refused"
 LOST = "output lost: connection lost mid-bundle after 4 of 10 captures"
@@ -186,20 +181,6 @@ def test_record_many_is_record_in_one_transaction(tmp_path: Path) -> None:
         assert a.counts() == b.counts()
         assert [r.to_dict() for r in a.runs()] == [r.to_dict() for r in b.runs()]
         assert a.rows() == b.rows() and [r.facts for r in a.rows()] == [r.facts for r in b.rows()]
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    need(find_pg() is not None, "PostgreSQL server binaries (apt-get install -y postgresql)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        need(False, "the psycopg package (pip install 'psycopg[binary]')")
-    if os.geteuid() == 0:
-        need(subprocess.run(["id", "postgres"], capture_output=True).returncode == 0,
-             "a postgres user to run the server as (Debian's postgresql package creates it)")
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.mark.real

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,8 @@ from preflight.history.analysis import summarize
 from preflight.history.damping import Damping, decide
 from preflight.history.store import SCHEMA_VERSION, open_store
 from preflight.model import Result
-from tests.conftest import ROOT, need
-from tests.history import HOUR, T0, postgres_server, ten_runs
-from tests.history import pg_bin as find_pg
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    need(find_pg() is not None, "PostgreSQL server binaries (apt-get install -y postgresql)")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        need(False, "the psycopg package (pip install 'psycopg[binary]')")
-    if os.geteuid() == 0:
-        need(subprocess.run(["id", "postgres"], capture_output=True).returncode == 0,
-             "a postgres user to run the server as (Debian's postgresql package creates it)")
-    with postgres_server() as url:
-        yield url
+from tests.conftest import ROOT
+from tests.history import HOUR, T0, ten_runs
 
 
 def _fill(url: str) -> None:
