@@ -99,6 +99,21 @@ def read_events(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             continue
 
 
+def say(text: str, *, rank: int | None = None, stream: Any = None) -> str:
+    """One console line where the job owner looks (the rank's stderr, which torchrun, srun and
+    the launcher prefix and collect): `preflight[rank R]: text`. The runtime says each start,
+    resume, restart and preemption once, here. Returns the line; never raises."""
+    who = f"[rank {rank}]" if rank is not None else ""
+    line = f"preflight{who}: {' '.join(str(text).split())}"
+    try:
+        out = stream if stream is not None else sys.stderr
+        out.write(line + "\n")
+        out.flush()
+    except Exception:  # noqa: BLE001 - a closed stream never breaks training
+        pass
+    return line
+
+
 def flush_std_streams() -> None:
     """Flush stdout and stderr before the process ends without Python's own shutdown
     (`os._exit`, a re-raised fatal signal); a broken stream is ignored."""
