@@ -1,0 +1,632 @@
+"""The story of a run, read once: what a run directory says happened, attempt by attempt.
+
+A run directory holds what every rank of every attempt wrote (`preflight.runtime`): events
+(`events-rank<R>.jsonl`), heartbeats, hang records, crash records and the preemption marker.
+This module is their one reader. `parse` turns the files into records (what cannot be read is
+named, never taken as nothing); `tell` turns the records into the story of the run:
+
+- its attempts, in order: an attempt starts where the ranks record a start (`runtime.train`
+  with `start_step`, a checkpoint resume, a measured `runtime.downtime`, an in-process
+  `runtime.restart`), or, for jobs that record no start, where a rank is seen with another pid
+  than before (its exit events, heartbeats, hang and crash records name their pids);
+- for each attempt: its ranks and nodes; why it stopped (a crash, a hang, a rank killed from
+  outside and by which signal, a preemption, suspect hardware or bad data as replay and the loss
+  guard judged, or unknown), the culprit ranks and their nodes, the evidence, when it was last
+  good, and how it ended (restarted, in-process restart, finished, failed, running, preempted);
+- for the job: where it stands now (finished, recovered and finished, recovered and training
+  again, failed, running, preempted) and the downtime of each interruption
+  (`preflight.runtime.downtime` measures it).
+
+A killed rank is named from the run directory alone: SIGTERM, SIGINT and SIGUSR1 are caught by
+the runtime and recorded (`runtime.exit` how=signal); a rank that left no end record while its
+peers recorded theirs (the launcher ended them, or they lost the connection to it) ended by a
+signal that cannot be caught: SIGKILL (sent by someone, or by the kernel's OOM killer).
+
+Triage (`preflight.triage`), the runtime's downtime event, `preflight record --run-dir` and the
+history read runs through this module. Standard library only; reading never raises on bad
+input (torn lines, corrupt records, a clock that runs backwards are named in `problems`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from preflight import lazyre
+
+log = logging.getLogger("preflight.runtime")
+
+DOWNTIME_CHECK = "runtime.downtime"
+RESTART_CHECK = "runtime.restart"  # preflight.runtime.inprocess: the group re-formed without a process restart
+CHECK = DOWNTIME_CHECK
+DEFAULT_CURRENCY = "$"
+# what is read of the events files at a restart: a rank's last events (its end, its crash, the
+# attempt's start) are at the end of its file, and a restart must not wait for a long run's history.
+# Each file's tail: TAIL_TOTAL shared by the files, at least TAIL_MIN and at most TAIL_BYTES.
+TAIL_BYTES = 512 * 1024
+TAIL_MIN = 64 * 1024
+TAIL_TOTAL = 8 * 1024 * 1024
+# the events that tell of attempts, stops and progress; others (stragglers, loss) are skipped unparsed
+_NEEDED = frozenset({"runtime.train", "runtime.checkpoint", "runtime.crash", "runtime.watchdog", "runtime.exit",
+                     "runtime.preemption", "runtime.restart", CHECK})
+_HEAD = lazyre.compile(r'\{"check": "([^"\\]+)"')
+# a crash whose exception says the connection to a peer was lost is a consequence of that peer's end
+_CONSEQUENCE = ("connection reset", "connection closed", "broken pipe", "connection refused", "socket closed",
+                "end of file", "timed out", "timeout")
+
+
+# ----- the run directory's files ---------------------------------------------------------------
+
+
+@dataclass
+class RunFile:
+    """One file of a run directory: its name, its bytes, the node it came from ("" when local)."""
+
+    name: str
+    data: bytes
+    node: str = ""
+
+
+def read_run_dir(run_dir: str | os.PathLike[str], tail_bytes: int | None = None) -> list[RunFile]:
+    """The run directory's files that tell about its attempts (events, heartbeats, hang and crash
+    records, the preemption marker); an events file longer than `tail_bytes` (default: TAIL_TOTAL
+    shared by the events files, within TAIL_MIN..TAIL_BYTES) is read from its tail."""
+    root = Path(run_dir)
+    out: list[RunFile] = []
+    if tail_bytes is None:
+        n = max(1, len(list(root.glob("events-rank*.jsonl"))))
+        tail_bytes = min(TAIL_BYTES, max(TAIL_MIN, TAIL_TOTAL // n))
+    for pattern in ("events-rank*.jsonl", "heartbeat-rank*.json", "hang-rank*.json", "crash-rank*.json",
+                    "preempted"):
+        for path in sorted(root.glob(pattern)):
+            try:
+                with path.open("rb") as fh:
+                    size = fh.seek(0, os.SEEK_END)
+                    fh.seek(max(0, size - tail_bytes))
+                    data = fh.read()
+            except OSError as exc:
+                out.append(RunFile(path.name, b"", f"!{type(exc).__name__}: {exc}"))
+                continue
+            out.append(RunFile(path.name, data))
+    return out
+
+
+@dataclass
+class Records:
+    """The parsed files: events (time order), per-rank records, and what could not be read."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    heartbeats: dict[int, dict[str, Any]] = field(default_factory=dict)
+    hangs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    crashes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    marker: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def hosts(self) -> dict[int, str]:
+        """Each rank's host, from its own records."""
+        out: dict[int, str] = {}
+        for e in self.events:
+            if isinstance(e.get("rank"), int) and e.get("node"):
+                out.setdefault(e["rank"], str(e["node"]))
+        for recs in (self.heartbeats, self.hangs, self.crashes):
+            for r, doc in recs.items():
+                if doc.get("host"):
+                    out[r] = str(doc["host"])
+        return out
+
+
+def _rank_of(name: str, prefix: str) -> int | None:
+    digits = name[len(prefix):].split(".", 1)[0]
+    return int(digits) if name.startswith(prefix) and digits.isdigit() else None
+
+
+def _events_of(f: RunFile, recs: Records) -> None:
+    torn = 0
+    for line in f.data.decode("utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        head = _HEAD.match(line)
+        if head and head.group(1) not in _NEEDED and line.endswith("}"):
+            continue  # an event of another kind, whole: not needed here (and not parsed: a restart waits)
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            torn += 1
+            continue
+        if isinstance(ev, dict) and "check" in ev and _num(ev.get("time")) is not None:
+            recs.events.append(ev)
+        else:
+            torn += 1
+    if torn:
+        recs.problems.append(f"{_where(f)}: {torn} unreadable line{'s' if torn > 1 else ''} (torn or not an "
+                             "event), left out")
+
+
+def _record_of(f: RunFile, recs: Records) -> None:
+    for prefix, into, need in (("heartbeat-rank", recs.heartbeats, "time"), ("hang-rank", recs.hangs, "time"),
+                               ("crash-rank", recs.crashes, "exception")):
+        rank = _rank_of(f.name, prefix)
+        if rank is None:
+            continue
+        try:
+            doc = json.loads(f.data.decode("utf-8", errors="replace"))
+        except ValueError as exc:
+            recs.problems.append(f"{_where(f)}: not JSON ({exc}), left out")
+            return
+        if not isinstance(doc, dict) or need not in doc or (need == "time" and _num(doc.get("time")) is None):
+            recs.problems.append(f"{_where(f)}: not a {prefix[:-5]} record (no '{need}'), left out")
+            return
+        if rank in into and _num(into[rank].get("time")) is not None and (
+                _num(doc.get("time")) or 0.0) <= (_num(into[rank].get("time")) or 0.0):
+            return  # the same rank's file on several nodes: the newest
+        into[rank] = doc
+        return
+
+
+def parse(files: Iterable[RunFile]) -> Records:
+    """Read the files into records; what cannot be read is named in `problems`."""
+    recs = Records()
+    seen: set[tuple[str, bytes]] = set()
+    for f in files:
+        if f.node.startswith("!"):
+            recs.problems.append(f"{f.name}: unreadable ({f.node[1:]}), left out")
+            continue
+        key = (f.name, f.data)
+        if key in seen:  # a shared run directory seen from several nodes
+            continue
+        seen.add(key)
+        if f.name.startswith("events-") and f.name.endswith(".jsonl"):
+            _events_of(f, recs)
+        elif f.name == "preempted":
+            try:
+                doc = json.loads(f.data.decode("utf-8", errors="replace"))
+                recs.marker = doc if isinstance(doc, dict) else {}
+            except ValueError:
+                recs.marker = {}
+                recs.problems.append(f"{_where(f)}: preemption marker is not JSON (its time is unknown)")
+        elif f.name.endswith(".json"):
+            _record_of(f, recs)
+    recs.events.sort(key=lambda e: float(e["time"]))
+    return recs
+
+
+def _where(f: RunFile) -> str:
+    return f"{f.node}:{f.name}" if f.node else f.name
+
+
+def _facts(ev: Mapping[str, Any]) -> dict[str, Any]:
+    facts = ev.get("facts")
+    return facts if isinstance(facts, dict) else {}
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+# ----- incidents -------------------------------------------------------------------------------
+
+
+@dataclass
+class Incident:
+    """One interruption of training: when it was last good, at which step, and why it stopped."""
+
+    cause: str  # one of CAUSES
+    last_good: float | None  # epoch seconds; None when nothing recorded progress
+    step: int | None  # the steps completed at last_good (the step that was running)
+    stopped_at: float | None = None  # when the stop was first recorded
+    ranks: list[int] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    detail: str = ""  # the cause in a few words ("RuntimeError: ...", "SIGUSR1 on rank 0")
+    evidence: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what is uncertain, and the input left out
+    attempt_started: float | None = None  # when the attempt that stopped had started
+    world_size: int | None = None
+
+    @property
+    def start(self) -> float | None:
+        """The start of the lost time: the last good moment, else the stop."""
+        return self.last_good if self.last_good is not None else self.stopped_at
+
+    def key(self, run_dir: str = "") -> str:
+        """Identifies the incident (run directory + its start) to count it once in history."""
+        return f"{run_dir}@{self.start:.3f}" if self.start is not None else f"{run_dir}@unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cause": self.cause, "last_good": self.last_good, "step": self.step, "stopped_at": self.stopped_at,
+                "ranks": list(self.ranks), "nodes": list(self.nodes), "detail": self.detail,
+                "evidence": list(self.evidence), "notes": list(self.notes), "world_size": self.world_size}
+
+
+def _is_start(ev: Mapping[str, Any]) -> bool:
+    """An event a starting attempt writes: resumed or started at a step, or a measured downtime."""
+    facts = _facts(ev)
+    check = ev.get("check")
+    if check == "runtime.train" and "start_step" in facts and "restart" in facts:
+        return True  # "started from / resumed at step N" (a finished event carries start_step too, not restart)
+    if check == "runtime.checkpoint" and str(ev.get("summary", "")).startswith("resumed from checkpoint"):
+        return True
+    if check == RESTART_CHECK and ev.get("status") == "warn":
+        return True  # an in-process restart re-formed the group: training goes on from here
+    return check == CHECK or bool(facts.get("attempt_start"))
+
+
+def _failure_events(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    out = []
+    for ev in events:
+        check, facts = ev.get("check"), ev.get("facts") or {}
+        how = facts.get("how") if isinstance(facts, dict) else None
+        if (check in ("runtime.crash", "runtime.watchdog") and ev.get("status") == "fail") or (
+                check == "runtime.exit" and how not in (None, "clean")) or (
+                check == "runtime.preemption" and str(ev.get("summary", "")).startswith("stop agreed")):
+            out.append(ev)
+    return out
+
+
+def attempts(recs: Records) -> list[tuple[float, float, list[dict[str, Any]]]]:
+    """The attempts of the run: (start, the last of its start events, its start events), oldest
+    first. Start events with no failure between them belong to one attempt (its ranks)."""
+    out: list[tuple[float, float, list[dict[str, Any]]]] = []
+    failures = [float(e["time"]) for e in _failure_events(recs.events)]
+    for ev in recs.events:
+        if not _is_start(ev):
+            continue
+        t = float(ev["time"])
+        if (out and not any(out[-1][1] <= f < t for f in failures) and not _same_rank_again(out[-1][2], ev)
+                and ev.get("check") != RESTART_CHECK):
+            first, _, evs = out[-1]
+            out[-1] = (first, t, [*evs, ev])
+            continue
+        out.append((t, t, [ev]))
+    return out
+
+
+def _same_rank_again(evs: Sequence[Mapping[str, Any]], ev: Mapping[str, Any]) -> bool:
+    """A rank's second start event of the same kind: a new attempt (an in-process restart)."""
+    return any(e.get("rank") == ev.get("rank") and e.get("check") == ev.get("check") for e in evs)
+
+
+def _within(t: float | None, lo: float, hi: float) -> bool:
+    return t is not None and lo <= t < hi
+
+
+def _progress(recs: Records, lo: float, hi: float) -> list[tuple[float, int | None, str]]:
+    """(time, steps completed, source) of every sign of progress between lo and hi."""
+    out: list[tuple[float, int | None, str]] = []
+    for r, hb in recs.heartbeats.items():
+        t, el = _num(hb.get("time")), _num(hb.get("section_elapsed_s"))
+        if _within(t, lo, hi) and t is not None:
+            start = t - el if el is not None else t
+            out.append((start, _int(hb.get("step")), f"heartbeat of rank {r}"))
+    for r, hr in recs.hangs.items():
+        t, el = _num(hr.get("time")), _num(hr.get("elapsed_s"))
+        if _within(t, lo, hi) and t is not None:
+            out.append((t - (el or 0.0), _int(hr.get("step")), f"hang record of rank {r} (its section's start)"))
+    for r, cr in recs.crashes.items():
+        t = _num(cr.get("time"))
+        if _within(t, lo, hi) and t is not None:
+            out.append((t, _int(cr.get("step")), f"crash record of rank {r}"))
+    for ev in recs.events:
+        t = float(ev["time"])
+        if not _within(t, lo, hi):
+            continue
+        facts = _facts(ev)
+        if ev.get("check") == "runtime.watchdog":
+            ran = _num(facts.get("ran_ms"))
+            out.append((t - (ran or 0.0) / 1000.0, _int(ev.get("step")), f"hang event of rank {ev.get('rank')}"))
+        elif ev.get("check") == "runtime.crash":
+            out.append((t, _int(ev.get("step")), f"crash event of rank {ev.get('rank')}"))
+        elif ev.get("check") != "runtime.exit" and _int(ev.get("step")) is not None:
+            out.append((t, _int(ev.get("step")), f"{ev.get('check')} event of rank {ev.get('rank')}"))
+    return out
+
+
+def _attempt_ranks(recs: Records, lo: float, hi: float) -> set[int]:
+    ranks = {int(e["rank"]) for e in recs.events if _int(e.get("rank")) is not None and lo <= float(e["time"]) < hi}
+    ranks |= {r for r, hb in recs.heartbeats.items() if _within(_num(hb.get("time")), lo, hi)}
+    return ranks
+
+
+def _ended(recs: Records, lo: float, hi: float) -> dict[int, str]:
+    """How each rank of the attempt ended, by its runtime.exit event (a closed heartbeat: clean)."""
+    out: dict[int, str] = {}
+    for ev in recs.events:
+        facts = _facts(ev)
+        if ev.get("check") == "runtime.exit" and lo <= float(ev["time"]) < hi and _int(ev.get("rank")) is not None:
+            out.setdefault(int(ev["rank"]), str(facts.get("how") or "?"))
+    for r, hb in recs.heartbeats.items():
+        if hb.get("state") == "closed" and _within(_num(hb.get("time")), lo, hi):
+            out.setdefault(r, "clean")
+    return out
+
+
+def _hang_cause(recs: Records, lo: float, hi: float) -> tuple[float, list[int], list[str]] | None:
+    """(first hang time, suspects, evidence) from hang records and watchdog events in the window."""
+    times: list[float] = []
+    suspects: set[int] = set()
+    ev_lines: list[str] = []
+    for r, hr in sorted(recs.hangs.items()):
+        t = _num(hr.get("time"))
+        if _within(t, lo, hi) and t is not None:
+            times.append(t)
+            suspects |= {int(s) for s in hr.get("suspects") or [] if _int(s) is not None}
+            ev_lines.append(f"hang record of rank {r}: section {hr.get('section')} at step {hr.get('step')}, "
+                            f"suspects {hr.get('suspects')}")
+    for ev in recs.events:
+        facts = _facts(ev)
+        if ev.get("check") == "runtime.watchdog" and ev.get("status") == "fail" and lo <= float(ev["time"]) < hi:
+            times.append(float(ev["time"]))
+            suspects |= {int(s) for s in facts.get("suspects") or [] if _int(s) is not None}
+            ev_lines.append(str(ev.get("summary", ""))[:200])
+    if not times:
+        return None
+    return min(times), sorted(suspects), ev_lines[:6]
+
+
+def _crashes(recs: Records, lo: float, hi: float) -> list[tuple[float, int, str]]:
+    """(time, rank, "Type: message") of each crash in the window, first first."""
+    out: dict[int, tuple[float, int, str]] = {}
+    for r, cr in recs.crashes.items():
+        t = _num(cr.get("time"))
+        exc = _facts({"facts": cr.get("exception")})
+        if _within(t, lo, hi) and t is not None:
+            out[r] = (t, r, f"{exc.get('type', '?')}: {str(exc.get('message', ''))[:200]}")
+    for ev in recs.events:
+        facts = _facts(ev)
+        rk = _int(ev.get("rank"))
+        if ev.get("check") == "runtime.crash" and rk is not None and lo <= float(ev["time"]) < hi and rk not in out:
+            out[rk] = (float(ev["time"]), rk,
+                       f"{facts.get('exception_type', '?')}: {str(facts.get('message', ''))[:200]}")
+    return sorted(out.values())
+
+
+def _preempted(recs: Records, lo: float, hi: float) -> tuple[float, list[int], str] | None:
+    m = recs.marker
+    if m is not None and (_within(_num(m.get("time")), lo, hi) or (_num(m.get("time")) is None and hi == float("inf"))):
+        rank = _int(m.get("rank"))
+        return (_num(m.get("time")) or hi, [rank] if rank is not None else [],
+                f"{m.get('signal') or 'a stop request'} on rank {rank if rank is not None else '?'}")
+    for ev in recs.events:
+        facts = _facts(ev)
+        agreed = ev.get("check") == "runtime.preemption" and str(ev.get("summary", "")).startswith("stop agreed")
+        preempt_exit = ev.get("check") == "runtime.exit" and facts.get("how") == "preempted"
+        if (agreed or preempt_exit) and lo <= float(ev["time"]) < hi:
+            first = _int(facts.get("first_rank"))
+            return (float(ev["time"]), [first] if first is not None else [],
+                    f"{facts.get('signal') or 'a stop request'} on rank {first if first is not None else '?'}")
+    return None
+
+
+def _cause(recs: Records, lo: float, hi: float) -> tuple[str, float | None, list[int], str, list[str]]:
+    """(cause, stop time, ranks, detail, evidence) of the stop of the attempt in [lo, hi)."""
+    pre = _preempted(recs, lo, hi)
+    if pre is not None:
+        return "preempted", pre[0], pre[1], pre[2], [f"preemption: {pre[2]}"]
+    ended = _ended(recs, lo, hi)
+    hang = _hang_cause(recs, lo, hi)
+    crashes = _crashes(recs, lo, hi)
+    silent = sorted(_attempt_ranks(recs, lo, hi) - set(ended) - {c[1] for c in crashes})
+    primary = [c for c in crashes if not any(k in c[2].lower() for k in _CONSEQUENCE)]
+    if primary and (hang is None or primary[0][0] <= hang[0]):
+        t, r, what = primary[0]
+        return "crash", t, [r], what, [f"crash of rank {r}: {what}"]
+    if hang is not None:
+        return "hang", hang[0], hang[1], "stopped progressing", hang[2]
+    if silent and (crashes or "signal" in ended.values()):
+        t = min([c[0] for c in crashes] + [float(e["time"]) for e in _failure_events(recs.events)
+                                             if lo <= float(e["time"]) < hi] or [hi])
+        return ("signal", t, silent, "ended without a record (killed by a signal: SIGKILL, the OOM killer?)",
+                [f"rank {r} left no end record while its peers lost it" for r in silent]
+                + [f"crash of rank {c[1]} (a consequence): {c[2]}" for c in crashes][:4])
+    if crashes:
+        t, r, what = crashes[0]
+        return "crash", t, [r], what, [f"crash of rank {r}: {what}"]
+    signalled = sorted(r for r, how in ended.items() if how == "signal")
+    if signalled:
+        stops = [float(e["time"]) for e in _failure_events(recs.events) if lo <= float(e["time"]) < hi]
+        return "signal", min(stops or [hi]), signalled, "ended by a signal from outside", []
+    return "unknown", None, [], "nothing recorded why training stopped", []
+
+
+def _world(recs: Records, lo: float, hi: float) -> int | None:
+    for ev in recs.events:
+        facts = _facts(ev)
+        w = _int(facts.get("world_size"))
+        if w and lo <= float(ev["time"]) < hi:
+            return w
+    w = _int((recs.marker or {}).get("world_size"))
+    return w or None
+
+
+def _clean_end(recs: Records, lo: float, hi: float) -> bool:
+    """Every rank of the attempt ended cleanly (no incident)."""
+    ranks = _attempt_ranks(recs, lo, hi)
+    ended = _ended(recs, lo, hi)
+    return bool(ranks) and all(ended.get(r) == "clean" for r in ranks)
+
+
+def _anything_in(recs: Records, lo: float, hi: float) -> bool:
+    """Whether the window holds any record of a rank (an attempt ran in it)."""
+    return bool(_attempt_ranks(recs, lo, hi)) or any(
+        _within(_num(doc.get("time")), lo, hi) for doc in [*recs.hangs.values(), *recs.crashes.values()])
+
+
+def incident_in(recs: Records, lo: float, hi: float) -> Incident | None:
+    """The incident that ended the attempt running in [lo, hi), or None when it ended cleanly or
+    left nothing in that window."""
+    if _clean_end(recs, lo, hi):
+        return None
+    if not _anything_in(recs, lo, hi):
+        return None
+    cause, stopped, ranks, detail, evidence = _cause(recs, lo, hi)
+    bound = stopped if stopped is not None else hi
+    progress = [p for p in _progress(recs, lo, hi) if p[0] <= bound + 1e-6]
+    notes: list[str] = []
+    last, step = None, None
+    if progress:
+        last, step, source = max(progress, key=lambda p: (p[0], p[1] if p[1] is not None else -1))
+        evidence = [*evidence, f"last good: {source}, step {step} at {iso(last)}"]
+    elif stopped is not None:
+        notes.append(f"no progress recorded before the stop: lost time counted from the stop at {iso(stopped)}")
+    else:
+        notes.append("nothing recorded when training was last good")
+    hosts = recs.hosts()
+    nodes = [] if cause == "preempted" else sorted({hosts[r] for r in ranks if r in hosts})
+    if ranks and not nodes and cause != "preempted":
+        notes.append(f"the node of rank{'s' if len(ranks) > 1 else ''} {_list(ranks)} is not recorded")
+    return Incident(cause=cause, last_good=last, step=step, stopped_at=stopped, ranks=ranks, nodes=nodes,
+                    detail=detail, evidence=evidence, notes=notes + list(recs.problems), attempt_started=lo,
+                    world_size=_world(recs, lo, hi))
+
+
+def last_good(run_dir: str | os.PathLike[str], *, before: float | None = None) -> Incident | None:
+    """The incident that ended the previous attempt of the run in `run_dir` (see the module
+    docstring), from what was written before `before` (default: now; give this attempt's start,
+    so that what its ranks already wrote is not taken for the previous attempt's). None when there
+    was no previous attempt, or it ended cleanly. Never raises (a fault is logged: None)."""
+    try:
+        recs = parse(read_run_dir(run_dir))
+        hi = time.time() if before is None else float(before)
+        starts = [a for a in attempts(recs) if a[0] < hi]
+        lo = starts[-1][0] if starts else float("-inf")
+        return incident_in(recs, lo, hi)
+    except Exception as exc:  # noqa: BLE001 - the runtime never raises into training
+        log.warning("preflight: cannot read the previous attempt of %s: %s", run_dir, exc)
+        return None
+
+
+
+# ----- after the fact: every incident of a run ---------------------------------------------------
+
+
+def _measured(ev: Mapping[str, Any]) -> dict[str, Any] | None:
+    facts = ev.get("facts")
+    if ev.get("check") != CHECK or not isinstance(facts, dict) or _num(facts.get("lost_s")) is None:
+        return None
+    return {**facts, "source": "runtime"}
+
+
+def incidents(files: Iterable[RunFile], *, run_dir: str = "", end: float | None = None, end_label: str = "",
+              cost_per_gpu_hour: float | None = None, currency: str = DEFAULT_CURRENCY) -> dict[str, Any]:
+    """Every interruption of a run, measured: {"incidents": [numbers...], "total": {...}, "notes"}.
+
+    Between two attempts: to the next attempt's start (its last rank's start event), or the
+    runtime's own `runtime.downtime` event when there is one. After the last attempt, when it
+    stopped: to `end` (named by `end_label`: "job end", "collect time", ...)."""
+    from preflight.runtime.downtime import measure, totals
+
+    recs = parse(files)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    atts = attempts(recs)
+    bounds = [float("-inf")] + [a[0] for a in atts]
+    for i, (lo, hi) in enumerate(zip(bounds, [a[0] for a in atts], strict=False)):
+        measured = [m for ev in atts[i][2] if (m := _measured(ev)) is not None]
+        if measured:
+            if str(measured[0].get("incident")) not in seen:  # written twice: counted once
+                seen.add(str(measured[0].get("incident")))
+                out.append(measured[0])
+            continue
+        restart = next((e for e in atts[i][2] if e.get("check") == RESTART_CHECK), None)
+        inc = _restart_incident(recs, lo, restart) if restart is not None else incident_in(recs, lo, hi)
+        if inc is None or inc.key(run_dir) in seen:
+            continue
+        seen.add(inc.key(run_dir))
+        start_step = next((_int(_facts(e).get("start_step")) for e in atts[i][2]
+                           if _int(_facts(e).get("start_step")) is not None), None)
+        if start_step is None:
+            start_step = next((_int(e.get("step")) for e in atts[i][2] if _int(e.get("step")) is not None), None)
+        out.append({**measure(inc, training_again_at=atts[i][1], world_size=_world_or_ranks(recs, inc),
+                              step=start_step, cost_per_gpu_hour=cost_per_gpu_hour, currency=currency,
+                              run_dir=run_dir), "source": "run directory"})
+    out += _open_incident(recs, bounds[-1], end, end_label, run_dir, cost_per_gpu_hour, currency)
+    return {"incidents": out, "total": totals(out), "notes": list(recs.problems)}
+
+
+def _restart_cause(text: str) -> str:
+    low = text.lower()
+    for words, cause in ((("exception", "error", "crash", "raised"), "crash"),
+                         (("stopped", "stuck", "did not rejoin", "hang", "timeout", "timed out"), "hang"),
+                         (("gone", "killed", "signal", "exited", "dead"), "signal")):
+        if any(w in low for w in words):
+            return cause
+    return "unknown"
+
+
+def _restart_incident(recs: Records, lo: float, ev: Mapping[str, Any]) -> Incident:
+    """An in-process restart that measured no downtime itself: its event names the failed ranks
+    and their hosts; the last good moment is the latest progress before the fault's detection."""
+    facts = _facts(ev)
+    failed = [f for f in facts.get("failed") or [] if isinstance(f, dict)]
+    reform = _num(facts.get("detect_to_reform_s"))
+    detected = float(ev["time"]) - (reform or 0.0)
+    progress = [p for p in _progress(recs, lo, detected + 1e-6)]
+    texts = "; ".join(str(f.get("cause") or "") for f in failed) or str(facts.get("cause") or "")
+    notes = []
+    last, step = None, _int(facts.get("step"))
+    if progress:
+        last, step, _ = max(progress, key=lambda p: (p[0], p[1] if p[1] is not None else -1))
+    else:
+        last = detected
+        notes.append(f"no progress recorded before the fault: lost time counted from its detection at {iso(detected)}")
+    return Incident(cause=_restart_cause(texts), last_good=last, step=step, stopped_at=detected,
+                    ranks=sorted(int(f["rank"]) for f in failed if _int(f.get("rank")) is not None),
+                    nodes=sorted({str(f["host"]) for f in failed if f.get("host")}), detail=texts[:300],
+                    evidence=[f"in-process restart: {str(ev.get('summary', ''))[:300]}"], notes=notes,
+                    attempt_started=lo, world_size=_int(facts.get("old_world_size")) or _world(recs, lo, detected))
+
+
+def _open_incident(recs: Records, lo: float, end: float | None, end_label: str, run_dir: str,
+                   price: float | None, currency: str) -> list[dict[str, Any]]:
+    """The last attempt's stop, when nothing trained after it: the lost time runs to `end`."""
+    from preflight.runtime.downtime import measure
+
+    inc = incident_in(recs, lo, float("inf"))
+    if inc is None or (inc.cause == "unknown" and not inc.ranks and not _failure_events(
+            [e for e in recs.events if float(e["time"]) >= lo]) and recs.marker is None):
+        return []  # a run still going, or one that left no sign of a stop
+    until = end if end is not None else time.time()
+    label = end_label or ("given end" if end is not None else "triage time")
+    n = measure(inc, training_again_at=until, world_size=_world_or_ranks(recs, inc), step=None,
+                cost_per_gpu_hour=price, currency=currency, run_dir=run_dir, until=label)
+    n["open"] = True
+    n["source"] = "run directory"
+    return [n]
+
+
+def _world_or_ranks(recs: Records, inc: Incident) -> int:
+    if inc.world_size:
+        return inc.world_size
+    ranks = {int(e["rank"]) for e in recs.events if _int(e.get("rank")) is not None}
+    ranks |= set(recs.heartbeats) | set(recs.hangs) | set(recs.crashes)
+    inc.notes.append(f"world size not recorded: {len(ranks) or 1} rank(s) seen in the run directory")
+    return len(ranks) or 1
+
+
+# ----- words ----------------------------------------------------------------------------------------
+
+
+def iso(t: float | None) -> str:
+    if t is None:
+        return "?"
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def _list(xs: Sequence[int]) -> str:
+    return ", ".join(str(x) for x in xs)
