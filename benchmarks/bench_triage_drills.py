@@ -12,7 +12,19 @@ Real torchrun, 4 gloo ranks (`tests/triage/_job.py`), 3 s step timeout:
   killer ends it. Right: rank R killed by the OOM killer, its kernel-log line quoted; judged on
   the run directory alone (no launcher log).
 
-    python benchmarks/bench_triage_drills.py [--runs 3]
+The story drills (`tests/triage/test_story_drills.py`, whose judges decide right or wrong here:
+triage's `story`, culprits and exit code), the fault at a random moment:
+- recovered kill: the README's program, `--max-restarts 2`; the bench SIGKILLs rank R at a
+  random step mid-run; torchrun restarts, the job finishes. Right: attempt 1 killed (SIGKILL),
+  rank R and node, restarted; the job "recovered, finished", exit code 3; judged on the run
+  directory alone and again with `--log torchrun.log` (two rows, one drill);
+- replay 76: replay="stop", rank R's local gradient NaN once at step 17: every rank exits 76.
+  Right: suspect hardware, rank R and node, category hardware, exit code 1;
+- NaN batch: replay="stop", rank R's batch of step 19 holds a NaN. Right: bad data, rank R;
+- outside kill: the README's program, `--max-restarts 0`, rank R SIGKILLed mid-run; the run
+  directory alone. Right: attempt 1 killed, rank R, the job failed, exit code 1.
+
+    python benchmarks/bench_triage_drills.py [--runs 3] [--drills restart,sigkill,oom,recovered_kill,...]
 """
 
 from __future__ import annotations
@@ -124,23 +136,71 @@ def oom(tmp: Path, rank: int) -> tuple[bool, str, float]:
     return ok, str(t.get("summary", doc))[:110], took
 
 
+def _judged(judge: Any, *args: Any) -> tuple[bool, str, float]:
+    """A story judge's verdict: right, or the first line of what it found wrong."""
+    t0 = time.monotonic()
+    try:
+        return True, str(judge(*args))[:110], time.monotonic() - t0
+    except AssertionError as exc:
+        return False, (str(exc).strip().splitlines() or ["wrong"])[0][:160], time.monotonic() - t0
+
+
+def story_drill(name: str, tmp: Path, rank: int) -> list[tuple[str, bool, str, float]]:
+    """One story drill; a row (name, right, what triage said or what was wrong, triage seconds)
+    per judgement. A drill that did not happen as described is a row "drill failed"."""
+    import random
+
+    from tests.triage import test_story_drills as sd
+
+    if name in ("recovered_kill", "outside_kill"):
+        dr = _job.kill_drill(tmp, rank, 2 if name == "recovered_kill" else 0, random.Random())
+    else:
+        dr = _job.replay_drill(tmp, "corrupt" if name == "replay76" else "nan", rank, 17 if name == "replay76" else 19)
+    happened = {"recovered_kill": sd.recovered_kill_happened, "outside_kill": sd.outside_kill_happened,
+                "replay76": sd.replay76_happened, "nan_batch": sd.nan_batch_happened}[name]
+    try:
+        happened(dr)
+    except AssertionError as exc:
+        return [(name, False, "drill failed: " + (str(exc).splitlines() or [""])[0][:140], 0.0)]
+    if name == "recovered_kill":
+        return [("recovered_kill (run dir)", *_judged(sd.judge_recovered_kill, dr, False)),
+                ("recovered_kill (--log)", *_judged(sd.judge_recovered_kill, dr, True))]
+    judge = {"outside_kill": sd.judge_outside_kill, "replay76": sd.judge_replay76, "nan_batch": sd.judge_nan_batch}
+    return [(name, *_judged(judge[name], dr))]
+
+
+STORY = ("recovered_kill", "replay76", "nan_batch", "outside_kill")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3, help="runs per drill (the faulty rank cycles 1, 2, 3, 0)")
+    ap.add_argument("--drills", default="", help="comma-separated drills to run (default all): restart, sigkill, oom, "
+                                                 + ", ".join(STORY))
     a = ap.parse_args()
-    drills = [("restart", restart), ("sigkill", sigkill)] + ([("oom", oom)] if _memcg() else [])
+    drills: list[tuple[str, Any]] = [("restart", restart), ("sigkill", sigkill)] + ([("oom", oom)] if _memcg() else [])
+    drills += [(name, None) for name in STORY]
+    if a.drills:
+        chosen = [x.strip() for x in a.drills.split(",") if x.strip()]
+        drills = [d for d in drills if d[0] in chosen]
+    print(f"load average at the start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
     rows = []
     start = time.monotonic()
     for name, drill in drills:
-        right, times, last = 0, [], ""
+        tally: dict[str, tuple[int, list[float]]] = {}
         for i in range(a.runs if name != "oom" else max(1, a.runs // 2)):
             rank = (i % 4 + 1) % 4
             with tempfile.TemporaryDirectory(prefix=f"bench-triage-{name}-") as d:
-                ok, last, took = drill(Path(d), rank)
-            right += ok
-            times.append(took)
-            print(f"{name} rank {rank}: {'right' if ok else 'WRONG'}: {last}", flush=True)
-        rows.append((name, len(times), right, statistics.median(times)))
+                if drill is None:
+                    judged = story_drill(name, Path(d), rank)
+                else:
+                    judged = [(name, *drill(Path(d), rank))]
+            for row, ok, last, took in judged:
+                right, times = tally.setdefault(row, (0, []))
+                tally[row] = (right + ok, times + [took])
+                print(f"{row} rank {rank}: {'right' if ok else 'WRONG'}: {last}", flush=True)
+        rows += [(row, len(times), right, statistics.median(times)) for row, (right, times) in tally.items()]
+    print(f"load average at the end: {Path('/proc/loadavg').read_text().strip()}", flush=True)
     print(f"\n{time.monotonic() - start:.0f} s in all\n")
     print("| drill | runs | culprit and category right | triage (median) |")
     print("|---|---|---|---|")

@@ -22,6 +22,11 @@ With `--ckpt-every N` the ranks save a checkpoint (preflight.runtime.CheckpointM
 `<run_dir>/ckpt`) every N steps and resume from the newest one; `--fault-restart K` injects the
 fault only in torchrun's K-th attempt (TORCHELASTIC_RESTART_COUNT), so a restart can recover.
 The process group timeout is longer than the watchdog's, so the watchdog speaks first.
+
+The drills of the triage story (`kill_drill`, `replay_drill`) run the runtime layer as a job
+owner does: the README's program as written (`readme_program`), or `resilient_main` (the same
+program through `Resilience(replay=...)`: `python -m tests.triage._job resilient ...`), with
+the fault from outside (a SIGKILL to the pid a rank's heartbeat names) or injected once.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -169,20 +177,114 @@ def _raise_late(step: int, rank: int) -> None:
 
 
 def torchrun(nproc: int, args: Sequence[str], run_dir: Path, log: Path,
-             shutdown_timeout: float = 2.0, max_restarts: int = 0) -> subprocess.Popen[bytes]:
-    """Start `rank_main` under a real torchrun (standalone rendezvous on this machine); torchrun's
-    own output, its failure summary included, goes to `log`."""
+             shutdown_timeout: float = 2.0, max_restarts: int = 0, script: Path | None = None,
+             env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start `rank_main` (or the program `script`, given `args`) under a real torchrun (standalone
+    rendezvous on this machine); torchrun's own output, its failure summary included, goes to
+    `log`. `env`: more variables for torchrun and its workers."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NCCL_", "TORCH_NCCL_", "TORCH_FR_", "TORCHELASTIC_", "RANK", "WORLD_SIZE",
-                                "LOCAL_RANK", "MASTER_"))}
-    env.update({"GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("NCCL_", "TORCH_NCCL_", "TORCH_FR_", "TORCHELASTIC_", "RANK", "WORLD_SIZE",
+                                    "LOCAL_RANK", "MASTER_"))}
+    environ.update({"GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                    "PYTHONUNBUFFERED": "1", **(env or {})})
+    target = [str(script)] if script is not None else ["-m", "tests.triage._job"]
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--monitor-interval=0.1", f"--shutdown-timeout={shutdown_timeout:g}", f"--max-restarts={max_restarts}", "-m", "tests.triage._job",
-            *args]
+            "--monitor-interval=0.1", f"--shutdown-timeout={shutdown_timeout:g}", f"--max-restarts={max_restarts}",
+            *target, *args]
     with open(log, "wb") as out:
-        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        return subprocess.Popen(argv, env=environ, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+
+
+def readme_program(dest: Path) -> Path:
+    """The README's training program (its runtime section's python block, as written) in `dest`."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Runtime resilience layer"):]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    if match is None:
+        raise AssertionError("the README's runtime section has no python block")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(match.group(1))
+    return dest
+
+
+def beat(run: Path, rank: int, min_step: int, timeout: float = 120.0,
+         p: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
+    """The rank's heartbeat once it names `min_step` or later (AssertionError after `timeout`, or
+    when the launcher `p` has ended)."""
+    path = run / f"heartbeat-rank{rank}.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = json.loads(path.read_text())
+            if (got.get("step") or 0) >= min_step:
+                return dict(got)
+        except (OSError, ValueError):
+            pass
+        if p is not None and p.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise AssertionError(f"rank {rank} never reached step {min_step}")
+
+
+def resilient_main(argv: list[str]) -> None:
+    """The README's program (one `Resilience`, the same model, batches and loop) with knobs for the
+    drills: replay (`res.forward_backward`), a one-time gradient corruption or a NaN batch on one
+    rank at one step, and a pause per step (so that an outside signal lands mid-run)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--save-every", type=int, default=10)
+    ap.add_argument("--step-timeout", type=float, default=60.0)
+    ap.add_argument("--step-sleep", type=float, default=0.0, help="seconds each step sleeps (a slower device)")
+    ap.add_argument("--replay", choices=("stop", "skip", "report"), default=None)
+    ap.add_argument("--corrupt", default="", help="<rank>:<step>: one element of that rank's local gradient "
+                                                  "becomes NaN once (the replay of the step is clean)")
+    ap.add_argument("--nan", default="", help="<rank>:<step>: that rank's batch of that step holds a NaN")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from preflight.runtime import Resilience
+
+    def at(spec: str) -> tuple[int, int]:
+        r, s = spec.split(":") if spec else ("-1", "-1")
+        return int(r), int(s)
+
+    corrupt, nan = at(a.corrupt), at(a.nan)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    fired: list[int] = []
+    with Resilience(a.run_dir, state={"model": model, "optimizer": opt}, step_timeout=a.step_timeout,
+                    save_every=a.save_every, replay=a.replay) as res:
+        for step in res.steps(a.steps):
+            with res.step():
+                data = torch.Generator().manual_seed(step * res.world_size + res.rank)
+                x = torch.randn(256, 64, generator=data)
+                if (res.rank, step) == nan:
+                    x[3, 5] = float("nan")
+                if a.step_sleep:
+                    time.sleep(a.step_sleep)
+
+                def compute(x: Any = x, step: int = step) -> Any:
+                    loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+                    loss.backward()
+                    if (res.rank, step) == corrupt and not fired:
+                        fired.append(step)
+                        next(model.parameters()).grad.view(-1)[7] = float("nan")  # type: ignore[union-attr]
+                    return loss
+
+                out = res.forward_backward(compute, model)
+                if not out.apply:
+                    continue
+                res.average_gradients(model)
+                res.check_loss(out.loss)
+                opt.step()
 
 
 def end(p: subprocess.Popen[bytes], timeout: float) -> int | None:
@@ -223,5 +325,103 @@ def stop(p: subprocess.Popen[bytes], run: Path) -> None:
     end(p, timeout=10)
 
 
+# ----- the triage drills: real torchrun, 4 gloo ranks, one fault each ---------------------------
+
+HOST = socket.gethostname().split(".")[0]
+DRILL_HISTORY = "PREFLIGHT_HISTORY"
+
+
+@dataclass
+class Drill:
+    """What a drill did: its run directory and the launcher's log beside it, torchrun's exit
+    code, the faulty rank, its node and (for a kill) its pid and the step it had reached."""
+
+    name: str
+    run: Path
+    log: Path
+    rc: int | None
+    rank: int
+    node: str = HOST
+    pid: int | None = None
+    step: int | None = None
+    command: str = ""
+    took_s: float = 0.0
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def _history_env(tmp: Path) -> dict[str, str]:
+    return {DRILL_HISTORY: f"sqlite:///{tmp / 'history.db'}"}
+
+
+def _command(nproc: int, restarts: int, target: str, args: Sequence[str]) -> str:
+    return (f"torchrun --standalone --nproc-per-node {nproc} --max-restarts {restarts} --monitor-interval 0.1 "
+            f"--shutdown-timeout 2 {target} " + " ".join(args))
+
+
+def kill_drill(tmp: Path, rank: int, restarts: int, rng: random.Random, steps: int = 200,
+               timeout: float = 300.0) -> Drill:
+    """The README's program, 4 ranks under torchrun `--max-restarts restarts`; `rank` is SIGKILLed
+    from outside (the pid its heartbeat names) once it reached a random step between 60 and
+    `steps` - 60, a random 0-40 ms later (anywhere in a step). With restarts the job resumes
+    from the newest checkpoint (every 50 steps) and finishes (torchrun exit 0); without, it fails."""
+    program = readme_program(tmp / "train.py")
+    run, log = tmp / "run", tmp / "torchrun.log"
+    args = [str(run), str(steps)]
+    t0 = time.monotonic()
+    p = torchrun(4, args, run, log, max_restarts=restarts, script=program, env=_history_env(tmp))
+    try:
+        at = rng.randrange(60, steps - 60)
+        pid = int(beat(run, rank, at, p=p)["pid"])
+        time.sleep(rng.uniform(0.0, 0.04))
+        try:
+            step = int(json.loads((run / f"heartbeat-rank{rank}.json").read_text()).get("step") or at)
+        except (OSError, ValueError):
+            step = at
+        os.kill(pid, signal.SIGKILL)  # from outside, as the OOM killer or a kill -9 would
+        rc = end(p, timeout=timeout)
+    finally:
+        stop(p, run)
+    name = "recovered_kill" if restarts else "outside_kill"
+    return Drill(name, run, log, rc, rank, pid=pid, step=step, took_s=time.monotonic() - t0,
+                 command=_command(4, restarts, "train.py", args) + f"  # then kill -9 <rank {rank}'s pid>")
+
+
+def replay_drill(tmp: Path, kind: str, rank: int, step: int, timeout: float = 240.0) -> Drill:
+    """`resilient_main` with `replay="stop"`, 4 ranks under torchrun, no restart. `kind`
+    "corrupt": one element of `rank`'s local gradient becomes NaN once at `step` (its replay is
+    clean: every rank exits 76, suspect hardware on this node); "nan": `rank`'s batch of `step`
+    holds a NaN (every run of the step sees it: the data; every rank raises ReproducibleFault)."""
+    run, log = tmp / "run", tmp / "torchrun.log"
+    args = ["resilient", "--run-dir", str(run), "--steps", "40", "--save-every", "10", "--replay", "stop",
+            f"--{kind}", f"{rank}:{step}"]
+    t0 = time.monotonic()
+    p = torchrun(4, args, run, log, max_restarts=0, env=_history_env(tmp))
+    try:
+        rc = end(p, timeout=timeout)
+    finally:
+        stop(p, run)
+    name = "replay76" if kind == "corrupt" else "nan_batch"
+    return Drill(name, run, log, rc, rank, step=step, took_s=time.monotonic() - t0,
+                 command=_command(4, 0, "-m tests.triage._job", args))
+
+
+def exits(run: Path) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's runtime.exit facts, in the order written."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted(run.glob("events-rank*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("check") == "runtime.exit":
+                facts = ev.get("facts") or {}
+                out.setdefault(int(facts.get("rank", ev.get("rank", -1))), []).append(facts)
+    return out
+
+
 if __name__ == "__main__":
-    rank_main(sys.argv[1:])
+    if sys.argv[1:2] == ["resilient"]:
+        resilient_main(sys.argv[2:])
+    else:
+        rank_main(sys.argv[1:])
