@@ -3,8 +3,8 @@
 In a training loop, two calls (rank 0 reads and writes; `Downtime` below):
 
     down = downtime.Downtime(run_dir, events=ev, world_size=world)   # before this attempt writes
-    ...                                                              # restore, first step
-    down.training_again(start_step)                                  # one runtime.downtime event
+    ...                                                              # restore; after each step:
+    down.training_again(step)      # once past the failed step again: one runtime.downtime event
 
 The same by hand. When a run starts again (a torchrun restart, a requeue, an in-process
 restart), before this attempt writes anything:
@@ -12,22 +12,26 @@ restart), before this attempt writes anything:
     incident = downtime.last_good(run_dir, before=started)    # None: no previous attempt
     ...                                                       # restore, then the first step
     if incident is not None and rank == 0:
-        numbers = downtime.measure(incident, training_again_at=time.time(), world_size=world,
-                                   step=start_step, cost_per_gpu_hour=price)
+        numbers = downtime.measure(incident, training_again_at=first_step_end, world_size=world,
+                                   step=start_step, cost_per_gpu_hour=price,
+                                   passed_at=time.time())    # once past incident.step again
         downtime.emit(events, numbers)                        # one runtime.downtime event
 
-`last_good` reads what the previous attempt left in the run directory: the events of every
+`last_good` (`preflight.runtime.story`, the run directory's one reader) reads what the previous attempt left in the run directory: the events of every
 rank (`events-rank<R>.jsonl`), the watchdog's heartbeats and hang records, the crash records
 and the preemption marker. It returns when training was last good (the latest moment a rank
 recorded a completed step: a heartbeat's step start, a hang record's section start, an event
 carrying a step, a crash) with that step, and why training stopped: a hang (the stale or
 behind ranks the hang records name), a crash (the first crash record), a preemption (the
 marker), a rank killed by a signal (a rank that left no end record while its peers lost their
-connection or were ended by the launcher), or unknown. The lost time runs from the last good
-moment to training again; GPU-hours are world size x lost time; a price per GPU-hour
+connection or were ended by the launcher: SIGKILL), suspect hardware or bad data (replay and
+the loss guard's verdicts), or unknown. The lost time runs from the last good moment to the
+moment training passed the failed step again: the gap until training again plus the steps
+redone from the checkpoint, which were lost work too (`redo_s`, `steps_redone`); GPU-hours are
+world size x lost time; a price per GPU-hour
 (`gpu_hour_cost` in the preflight config file, or the caller's) turns them into money.
 
-`incidents(files)` reconstructs every interruption of a run from its files after the fact
+`incidents(files)` (in the story module) reconstructs every interruption of a run from its files after the fact
 (what `preflight triage` reports): each attempt's start (`runtime.train` events with a
 `start_step`, `resumed from checkpoint` events, `runtime.downtime` events) closes the incident
 before it; a `runtime.downtime` event the runtime wrote is taken as measured. An attempt that
@@ -71,7 +75,7 @@ from preflight.runtime.story import (  # noqa: F401 - re-exported
 log = logging.getLogger("preflight.runtime")
 
 CHECK = "runtime.downtime"
-CAUSES = ("hang", "crash", "signal", "preempted", "unknown")
+CAUSES = ("hang", "crash", "killed", "suspect hardware", "bad data", "preempted", "unknown")
 CONFIG_ENV = "PREFLIGHT_CONFIG"
 CONFIG_DEFAULT = "/etc/preflight/config.toml"
 PRICE_ENV = "PREFLIGHT_GPU_HOUR_COST"
@@ -83,11 +87,16 @@ PRICE_KEY, CURRENCY_KEY = "gpu_hour_cost", "currency"
 def measure(incident: Incident | None, *, training_again_at: float, world_size: int, step: int | None,
             cost_per_gpu_hour: float | None = None, currency: str = DEFAULT_CURRENCY, cause: str | None = None,
             nodes: Sequence[str] | None = None, ranks: Sequence[int] | None = None, run_dir: str = "",
-            until: str = "training again", last_good_at: float | None = None) -> dict[str, Any]:
-    """The numbers of one incident: lost_s (last good to `training_again_at`, clamped at 0),
-    gpu_hours (world_size x lost_s / 3600), cost (with a price), cause, nodes, ranks, from_step,
-    resumed_step (`step`), steps_redone. `cause`/`nodes`/`ranks`/`last_good_at` override the
-    incident's (an in-process restart knows them); `until` says what ended the lost time."""
+            until: str = "training again", last_good_at: float | None = None,
+            passed_at: float | None = None) -> dict[str, Any]:
+    """The numbers of one incident: lost_s, gpu_hours (world_size x lost_s / 3600), cost (with a
+    price), cause, nodes, ranks, from_step, resumed_step (`step`), steps_redone, redo_s.
+
+    The lost time runs from the last good moment to `passed_at`, when training passed the failed
+    step again (so the steps redone from the checkpoint count: they were lost work), else to
+    `training_again_at` with a note that the redone steps are not in it; clamped at 0.
+    `cause`/`nodes`/`ranks`/`last_good_at` override the incident's (an in-process restart knows
+    them); `until` says what ended the lost time."""
     inc = incident or Incident(cause="unknown", last_good=None, step=None)
     start = last_good_at if last_good_at is not None else inc.start
     notes = list(inc.notes)
@@ -96,24 +105,30 @@ def measure(incident: Incident | None, *, training_again_at: float, world_size: 
         notes.append("the start of the lost time is unknown: nothing recorded when training was last good or "
                      "stopped; counted as 0")
     else:
-        lost = float(training_again_at) - start
+        lost = float(passed_at if passed_at is not None else training_again_at) - start
         if lost < 0:
             notes.append(f"clock: {until} at {iso(training_again_at)} is {-lost:.1f} s before the last good "
                          f"moment {iso(start)} (clocks of different nodes, or a clock step); clamped to 0")
             lost = 0.0
+    if passed_at is None and inc.step is not None and step is not None and inc.step > step \
+            and until == "training again":
+        notes.append(f"the {inc.step - step} redone step(s) ({step} to {inc.step}) are not in the lost time: nothing "
+                     "recorded when training passed the failed step again")
     world = max(1, int(world_size))
     gpu_h = world * lost / 3600.0
     price = cost_per_gpu_hour if cost_per_gpu_hour is not None and cost_per_gpu_hour >= 0 else None
     from_step = inc.step
     return {
         "incident": inc.key(run_dir) if last_good_at is None else f"{run_dir}@{start:.3f}",
-        "cause": cause or inc.cause, "detail": inc.detail,
+        "cause": cause or inc.cause, "detail": inc.detail, "signal": inc.signal,
         "nodes": list(nodes) if nodes is not None else list(inc.nodes),
         "ranks": list(ranks) if ranks is not None else list(inc.ranks),
         "last_good": start, "last_good_iso": iso(start), "stopped_at": inc.stopped_at,
         "training_again_at": float(training_again_at), "until": until,
         "from_step": from_step, "resumed_step": step,
         "steps_redone": max(0, from_step - step) if from_step is not None and step is not None else None,
+        "passed_failed_step_at": passed_at,
+        "redo_s": round(max(0.0, passed_at - float(training_again_at)), 3) if passed_at is not None else None,
         "lost_s": round(lost, 3), "world_size": world, "gpu_hours": round(gpu_h, 6),
         "cost": round(gpu_h * price, 4) if price is not None else None,
         "cost_per_gpu_hour": price, "currency": currency if price is not None else None,
@@ -130,12 +145,16 @@ def describe(n: Mapping[str, Any]) -> str:
         who = f" of rank{'s' if len(n['ranks']) > 1 else ''} {_list(n['ranks'])}"
     if n.get("nodes"):
         who += f" on {', '.join(n['nodes'])}"
-    cause = {"hang": "a hang", "crash": "a crash", "signal": "a kill by a signal", "preempted": "a preemption",
-             "unknown": "an unknown cause"}.get(str(n.get("cause")), str(n.get("cause")))
+    sig = f" ({n['signal']})" if n.get("signal") else ""
+    cause = {"hang": "a hang", "crash": "a crash", "killed": f"a kill by a signal{sig}", "signal": "a kill by a signal",
+             "preempted": "a preemption", "suspect hardware": "suspect hardware (replay)",
+             "bad data": "bad data", "unknown": "an unknown cause"}.get(str(n.get("cause")), str(n.get("cause")))
     last = (f"last good step {n['from_step']} at {n.get('last_good_iso')}" if n.get("from_step") is not None
             else f"last good at {n.get('last_good_iso')}")
     again = (f"training again at step {n['resumed_step']}" if n.get("until") == "training again"
              and n.get("resumed_step") is not None else f"not training again until {n.get('until')}")
+    if n.get("redo_s") is not None and n.get("from_step") is not None:
+        again += f", past step {n['from_step']} again {duration_text(float(n['redo_s']))} later (redone steps counted)"
     return (f"lost {duration_text(float(n.get('lost_s') or 0.0))} ({float(n.get('gpu_hours') or 0.0):.3g} GPU-h{money}) "
             f"to {cause}{who}: {last}, {again}")
 
@@ -158,7 +177,9 @@ def remedy_for(n: Mapping[str, Any]) -> str:
     cause = n.get("cause")
     if cause == "preempted":
         return "none: a preemption; checkpoint more often to lose fewer steps"
-    if n.get("nodes") and cause in ("hang", "crash", "signal"):
+    if cause == "bad data":
+        return "inspect the batch of the failed step on the ranks named; restart from the last checkpoint"
+    if n.get("nodes") and cause in ("hang", "crash", "signal", "killed", "suspect hardware"):
         return f"check the node(s) {', '.join(n['nodes'])} (preflight triage / preflight run --hosts ...)"
     return "see preflight triage --run-dir for the cause"
 
@@ -191,14 +212,24 @@ class Downtime:
         self.price = cost_per_gpu_hour
         self.currency = currency or DEFAULT_CURRENCY
         self.numbers: dict[str, Any] | None = None
+        self._again: tuple[float, int] | None = None  # (time, step) of this attempt's first step
 
     def training_again(self, step: int, at: float | None = None) -> dict[str, Any] | None:
-        """After the first step of this attempt: measure the previous stop (once) and emit it."""
+        """After each step of this attempt (`step`: the step just completed; the first call is
+        training again): once training has passed the step that failed, measure the previous stop
+        (once, the redone steps included) and emit it. When the failed step is not known, the
+        first call measures it."""
         if self.rank != 0 or self.incident is None or self.numbers is not None:
             return None
-        self.numbers = measure(self.incident, training_again_at=time.time() if at is None else at,
-                               world_size=self.world_size, step=step, cost_per_gpu_hour=self.price,
-                               currency=self.currency, run_dir=self.run_dir)
+        now = time.time() if at is None else at
+        if self._again is None:
+            self._again = (now, step)
+        failed = self.incident.step
+        if failed is not None and step < failed:
+            return None
+        self.numbers = measure(self.incident, training_again_at=self._again[0], world_size=self.world_size,
+                               step=self._again[1], cost_per_gpu_hour=self.price, currency=self.currency,
+                               run_dir=self.run_dir, passed_at=now if failed is not None else None)
         if self.events is not None:
             emit(self.events, self.numbers)
         return self.numbers

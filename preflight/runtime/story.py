@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ TAIL_MIN = 64 * 1024
 TAIL_TOTAL = 8 * 1024 * 1024
 # the events that tell of attempts, stops and progress; others (stragglers, loss) are skipped unparsed
 _NEEDED = frozenset({"runtime.train", "runtime.checkpoint", "runtime.crash", "runtime.watchdog", "runtime.exit",
-                     "runtime.preemption", "runtime.restart", CHECK})
+                     "runtime.preemption", "runtime.restart", "runtime.replay", "runtime.loss", CHECK})
 _HEAD = lazyre.compile(r'\{"check": "([^"\\]+)"')
 # a crash whose exception says the connection to a peer was lost is a consequence of that peer's end
 _CONSEQUENCE = ("connection reset", "connection closed", "broken pipe", "connection refused", "socket closed",
@@ -108,6 +109,7 @@ class Records:
     crashes: dict[int, dict[str, Any]] = field(default_factory=dict)
     marker: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
+    sightings: list[tuple[int, int, float]] = field(default_factory=list)  # (rank, pid, time) a record names
 
     def hosts(self) -> dict[int, str]:
         """Each rank's host, from its own records."""
@@ -127,52 +129,114 @@ def _rank_of(name: str, prefix: str) -> int | None:
     return int(digits) if name.startswith(prefix) and digits.isdigit() else None
 
 
-def _events_of(f: RunFile, recs: Records) -> None:
+def load_events(data: bytes | str, needed: frozenset[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The events of one events file (JSON lines: objects with a `check` and a numeric `time`),
+    and how many lines could not be read (torn, not JSON, not an event). With `needed`, a whole
+    line of another check is skipped unparsed (what a restart does not need, it does not wait for)."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    out: list[dict[str, Any]] = []
     torn = 0
-    for line in f.data.decode("utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
-        head = _HEAD.match(line)
-        if head and head.group(1) not in _NEEDED and line.endswith("}"):
-            continue  # an event of another kind, whole: not needed here (and not parsed: a restart waits)
+        if needed is not None:
+            head = _HEAD.match(line)
+            if head and head.group(1) not in needed and line.endswith("}"):
+                continue
         try:
             ev = json.loads(line)
         except ValueError:
             torn += 1
             continue
         if isinstance(ev, dict) and "check" in ev and _num(ev.get("time")) is not None:
-            recs.events.append(ev)
+            out.append(ev)
         else:
             torn += 1
+    return out, torn
+
+
+# the per-rank record files: name prefix -> (kind, a key the record must hold)
+RECORD_FILES = {"heartbeat-rank": ("heartbeat", "rank"), "hang-rank": ("hang record", "rank"),
+                "crash-rank": ("crash record", "exception")}
+
+
+def record_kind(name: str) -> str:
+    """What a run directory's file is by its name: "events", "heartbeat", "hang record", "crash
+    record", "marker", or "" (not a record of the runtime)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    if base.startswith("events-") and base.endswith(".jsonl"):
+        return "events"
+    if base == "preempted":
+        return "marker"
+    for prefix, (kind, _) in RECORD_FILES.items():
+        if base.startswith(prefix) and base.endswith(".json"):
+            return kind
+    return ""
+
+
+def load_record(name: str, data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """One per-rank record (heartbeat, hang or crash record): (the record, "") or (None, why it
+    cannot be used). Its rank is its own `rank`, else the one its file name gives."""
+    kind = record_kind(name)
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    if not data.strip():
+        return None, "empty file"
+    try:
+        doc = json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    if not isinstance(doc, dict):
+        return None, f"not a {kind} (a JSON {type(doc).__name__}, not an object)"
+    rank = doc.get("rank")
+    if not (isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0):
+        named = next((_rank_of(base, prefix) for prefix in RECORD_FILES if base.startswith(prefix)), None)
+        if named is None or "rank" in doc:
+            return None, f"not a {kind} (no integer 'rank')"
+        doc = {**doc, "rank": named}
+    if kind == "crash record" and not isinstance(doc.get("exception"), dict):
+        return None, "not a crash record (no 'exception' object)"
+    return doc, ""
+
+
+def _events_of(f: RunFile, recs: Records, needed: frozenset[str] | None) -> None:
+    events, torn = load_events(f.data, needed)
+    recs.events += events
     if torn:
         recs.problems.append(f"{_where(f)}: {torn} unreadable line{'s' if torn > 1 else ''} (torn or not an "
                              "event), left out")
 
 
 def _record_of(f: RunFile, recs: Records) -> None:
-    for prefix, into, need in (("heartbeat-rank", recs.heartbeats, "time"), ("hang-rank", recs.hangs, "time"),
-                               ("crash-rank", recs.crashes, "exception")):
-        rank = _rank_of(f.name, prefix)
-        if rank is None:
-            continue
-        try:
-            doc = json.loads(f.data.decode("utf-8", errors="replace"))
-        except ValueError as exc:
-            recs.problems.append(f"{_where(f)}: not JSON ({exc}), left out")
-            return
-        if not isinstance(doc, dict) or need not in doc or (need == "time" and _num(doc.get("time")) is None):
-            recs.problems.append(f"{_where(f)}: not a {prefix[:-5]} record (no '{need}'), left out")
-            return
-        if rank in into and _num(into[rank].get("time")) is not None and (
-                _num(doc.get("time")) or 0.0) <= (_num(into[rank].get("time")) or 0.0):
-            return  # the same rank's file on several nodes: the newest
-        into[rank] = doc
+    kind = record_kind(f.name)
+    into = {"heartbeat": recs.heartbeats, "hang record": recs.hangs, "crash record": recs.crashes}.get(kind)
+    if into is None:
         return
+    doc, why = load_record(f.name, f.data)
+    if doc is None:
+        recs.problems.append(f"{_where(f)}: {why}, left out")
+        return
+    if kind != "crash record" and _num(doc.get("time")) is None:
+        recs.problems.append(f"{_where(f)}: not a {kind} (no 'time'), left out")
+        return
+    rank = int(doc["rank"])
+    pid = _int(doc.get("pid"))
+    t = _num(doc.get("time"))
+    if pid is not None and t is not None:
+        recs.sightings.append((rank, pid, t))
+    if kind == "hang record":
+        for peer in doc.get("peers") or []:
+            if isinstance(peer, dict) and _int(peer.get("rank")) is not None and _int(peer.get("pid")) is not None \
+                    and t is not None and _num(peer.get("age_s")) is not None:
+                recs.sightings.append((int(peer["rank"]), int(peer["pid"]), t - float(peer["age_s"])))
+    if rank in into and _num(into[rank].get("time")) is not None and (t or 0.0) <= (_num(into[rank].get("time")) or 0.0):
+        return  # the same rank's file on several nodes: the newest
+    into[rank] = doc
 
 
-def parse(files: Iterable[RunFile]) -> Records:
-    """Read the files into records; what cannot be read is named in `problems`."""
+def parse(files: Iterable[RunFile], every_event: bool = False) -> Records:
+    """Read the files into records; what cannot be read is named in `problems`. Events of other
+    checks than those that tell of attempts and stops are skipped unless `every_event`."""
     recs = Records()
     seen: set[tuple[str, bytes]] = set()
     for f in files:
@@ -184,7 +248,7 @@ def parse(files: Iterable[RunFile]) -> Records:
             continue
         seen.add(key)
         if f.name.startswith("events-") and f.name.endswith(".jsonl"):
-            _events_of(f, recs)
+            _events_of(f, recs, None if every_event else _NEEDED)
         elif f.name == "preempted":
             try:
                 doc = json.loads(f.data.decode("utf-8", errors="replace"))
@@ -195,6 +259,10 @@ def parse(files: Iterable[RunFile]) -> Records:
         elif f.name.endswith(".json"):
             _record_of(f, recs)
     recs.events.sort(key=lambda e: float(e["time"]))
+    for ev in recs.events:
+        pid = _int(_facts(ev).get("pid"))
+        if ev.get("check") == "runtime.exit" and pid is not None and _int(ev.get("rank")) is not None:
+            recs.sightings.append((int(ev["rank"]), pid, float(ev["time"])))
     return recs
 
 
@@ -235,6 +303,7 @@ class Incident:
     notes: list[str] = field(default_factory=list)  # what is uncertain, and the input left out
     attempt_started: float | None = None  # when the attempt that stopped had started
     world_size: int | None = None
+    signal: str | None = None  # a kill: by which signal (SIGKILL when the rank left no record)
 
     @property
     def start(self) -> float | None:
@@ -248,7 +317,8 @@ class Incident:
     def to_dict(self) -> dict[str, Any]:
         return {"cause": self.cause, "last_good": self.last_good, "step": self.step, "stopped_at": self.stopped_at,
                 "ranks": list(self.ranks), "nodes": list(self.nodes), "detail": self.detail,
-                "evidence": list(self.evidence), "notes": list(self.notes), "world_size": self.world_size}
+                "evidence": list(self.evidence), "notes": list(self.notes), "world_size": self.world_size,
+                "signal": self.signal}
 
 
 def _is_start(ev: Mapping[str, Any]) -> bool:
@@ -502,7 +572,7 @@ def last_good(run_dir: str | os.PathLike[str], *, before: float | None = None) -
         hi = time.time() if before is None else float(before)
         starts = [a for a in attempts(recs) if a[0] < hi]
         lo = starts[-1][0] if starts else float("-inf")
-        return incident_in(recs, lo, hi)
+        return _incident(recs, lo, hi)
     except Exception as exc:  # noqa: BLE001 - the runtime never raises into training
         log.warning("preflight: cannot read the previous attempt of %s: %s", run_dir, exc)
         return None
@@ -516,10 +586,11 @@ def _measured(ev: Mapping[str, Any]) -> dict[str, Any] | None:
     facts = ev.get("facts")
     if ev.get("check") != CHECK or not isinstance(facts, dict) or _num(facts.get("lost_s")) is None:
         return None
-    return {**facts, "source": "runtime"}
+    cause = "killed" if facts.get("cause") == "signal" else facts.get("cause")  # the older runtime's word
+    return {**facts, "cause": cause, "source": "runtime"}
 
 
-def incidents(files: Iterable[RunFile], *, run_dir: str = "", end: float | None = None, end_label: str = "",
+def incidents(files: Iterable[RunFile] | Records, *, run_dir: str = "", end: float | None = None, end_label: str = "",
               cost_per_gpu_hour: float | None = None, currency: str = DEFAULT_CURRENCY) -> dict[str, Any]:
     """Every interruption of a run, measured: {"incidents": [numbers...], "total": {...}, "notes"}.
 
@@ -528,31 +599,33 @@ def incidents(files: Iterable[RunFile], *, run_dir: str = "", end: float | None 
     stopped: to `end` (named by `end_label`: "job end", "collect time", ...)."""
     from preflight.runtime.downtime import measure, totals
 
-    recs = parse(files)
+    recs = files if isinstance(files, Records) else parse(files, every_event=True)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    atts = attempts(recs)
-    bounds = [float("-inf")] + [a[0] for a in atts]
-    for i, (lo, hi) in enumerate(zip(bounds, [a[0] for a in atts], strict=False)):
-        measured = [m for ev in atts[i][2] if (m := _measured(ev)) is not None]
+    wins = _windows(recs)
+    for k, (lo, hi, _) in enumerate(wins[:-1]):
+        nxt = wins[k + 1][2]
+        measured = [m for ev in nxt if (m := _measured(ev)) is not None]
         if measured:
             if str(measured[0].get("incident")) not in seen:  # written twice: counted once
                 seen.add(str(measured[0].get("incident")))
                 out.append(measured[0])
             continue
-        restart = next((e for e in atts[i][2] if e.get("check") == RESTART_CHECK), None)
-        inc = _restart_incident(recs, lo, restart) if restart is not None else incident_in(recs, lo, hi)
+        restart = next((e for e in nxt if e.get("check") == RESTART_CHECK), None)
+        inc = _restart_incident(recs, lo, restart) if restart is not None else _incident(recs, lo, hi)
         if inc is None or inc.key(run_dir) in seen:
             continue
         seen.add(inc.key(run_dir))
-        start_step = next((_int(_facts(e).get("start_step")) for e in atts[i][2]
+        start_step = next((_int(_facts(e).get("start_step")) for e in nxt
                            if _int(_facts(e).get("start_step")) is not None), None)
         if start_step is None:
-            start_step = next((_int(e.get("step")) for e in atts[i][2] if _int(e.get("step")) is not None), None)
-        out.append({**measure(inc, training_again_at=atts[i][1], world_size=_world_or_ranks(recs, inc),
+            start_step = next((_int(e.get("step")) for e in nxt if _int(e.get("step")) is not None), None)
+        again = max((float(e["time"]) for e in nxt), default=hi)
+        out.append({**measure(inc, training_again_at=again, world_size=_world_or_ranks(recs, inc),
                               step=start_step, cost_per_gpu_hour=cost_per_gpu_hour, currency=currency,
-                              run_dir=run_dir), "source": "run directory"})
-    out += _open_incident(recs, bounds[-1], end, end_label, run_dir, cost_per_gpu_hour, currency)
+                              run_dir=run_dir, passed_at=_passed(recs, inc, again, wins[k + 1][1], start_step)),
+                    "source": "run directory"})
+    out += _open_incident(recs, wins[-1][0] if wins else float("-inf"), end, end_label, run_dir, cost_per_gpu_hour, currency)
     return {"incidents": out, "total": totals(out), "notes": list(recs.problems)}
 
 
@@ -560,7 +633,7 @@ def _restart_cause(text: str) -> str:
     low = text.lower()
     for words, cause in ((("exception", "error", "crash", "raised"), "crash"),
                          (("stopped", "stuck", "did not rejoin", "hang", "timeout", "timed out"), "hang"),
-                         (("gone", "killed", "signal", "exited", "dead"), "signal")):
+                         (("gone", "killed", "signal", "exited", "dead"), "killed")):
         if any(w in low for w in words):
             return cause
     return "unknown"
@@ -594,7 +667,7 @@ def _open_incident(recs: Records, lo: float, end: float | None, end_label: str, 
     """The last attempt's stop, when nothing trained after it: the lost time runs to `end`."""
     from preflight.runtime.downtime import measure
 
-    inc = incident_in(recs, lo, float("inf"))
+    inc = _incident(recs, lo, float("inf"))
     if inc is None or (inc.cause == "unknown" and not inc.ranks and not _failure_events(
             [e for e in recs.events if float(e["time"]) >= lo]) and recs.marker is None):
         return []  # a run still going, or one that left no sign of a stop
@@ -630,3 +703,248 @@ def iso(t: float | None) -> str:
 
 def _list(xs: Sequence[int]) -> str:
     return ", ".join(str(x) for x in xs)
+
+
+# ----- the story: attempt by attempt ---------------------------------------------------------------
+
+STORY_CAUSES = ("crash", "hang", "killed", "oom", "suspect hardware", "bad data", "preempted", "unknown", "none")
+ENDINGS = ("restarted", "in-process restart", "finished", "failed", "running", "preempted")
+STATES = ("finished", "recovered, finished", "recovered, training again", "failed", "running", "preempted")
+# what the runtime writes when replay or the loss guard stopped training, as a cause
+_REPLAY_CAUSES = {"hardware": "suspect hardware", "data": "bad data"}
+
+
+@dataclass
+class Attempt:
+    """One attempt of a run (a launch, a launcher's restart, an in-process re-form)."""
+
+    index: int  # 1, 2, ...
+    lo: float  # its window in time: the records of [lo, hi) are its
+    hi: float
+    members: list[int] = field(default_factory=list)  # the ranks that recorded anything in it
+    hosts: list[str] = field(default_factory=list)
+    cause: str = "none"  # one of STORY_CAUSES: why it stopped ("none": it did not fail)
+    signal: str | None = None  # a rank killed from outside: by which signal
+    culprits: list[int] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # the culprits' nodes
+    detail: str = ""
+    evidence: list[str] = field(default_factory=list)
+    ended: str = "running"  # one of ENDINGS
+    incident: Incident | None = None
+    start_step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        inc = self.incident
+        return {"attempt": self.index, "start": None if self.lo == float("-inf") else self.lo,
+                "cause": self.cause, "signal": self.signal, "ranks": list(self.culprits), "nodes": list(self.nodes),
+                "detail": self.detail, "evidence": list(self.evidence), "ended": self.ended,
+                "members": list(self.members), "hosts": list(self.hosts), "start_step": self.start_step,
+                "last_good": inc.last_good if inc else None, "failed_step": inc.step if inc else None,
+                "stopped_at": inc.stopped_at if inc else None, "world_size": inc.world_size if inc else None}
+
+    def failed(self) -> bool:
+        return self.cause not in ("none", "preempted")
+
+    def words(self) -> str:
+        """"killed (SIGKILL): rank 1 on n2" and the like."""
+        what = f"{self.cause} ({self.signal})" if self.signal else self.cause
+        if self.culprits:
+            what += f": rank{'s' if len(self.culprits) > 1 else ''} {_list(self.culprits)}"
+            what += f" on {', '.join(self.nodes)}" if self.nodes else ""
+        return what
+
+
+@dataclass
+class Story:
+    """A run, read once: its attempts (oldest first), where it stands now, and its downtime."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    state: str = "running"  # one of STATES
+    downtime: dict[str, Any] = field(default_factory=dict)  # {"incidents", "total", "notes"}
+    problems: list[str] = field(default_factory=list)
+    pid_attempt: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, pid) -> attempt index
+
+    @property
+    def recovered(self) -> bool:
+        return self.state.startswith("recovered")
+
+    def incidents(self) -> list[Attempt]:
+        """The attempts that failed (a crash, a hang, a kill, ...), oldest first."""
+        return [a for a in self.attempts if a.failed()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attempts": [a.to_dict() for a in self.attempts], "state": self.state, "recovered": self.recovered,
+                "problems": list(self.problems)}
+
+    def line(self) -> str:
+        """One line: "attempt 1: killed (SIGKILL): rank 1 on n2, restarted; attempt 2: finished;
+        the job: recovered, finished"."""
+        parts = [f"attempt {a.index}: " + (f"{a.words()}, {a.ended}" if a.failed() or a.cause == "preempted"
+                                           else a.ended) for a in self.attempts]
+        return "; ".join([*parts, f"the job: {self.state}"])
+
+
+def _windows(recs: Records) -> list[tuple[float, float, list[dict[str, Any]]]]:
+    """The attempts' windows [lo, hi) with their start events: by the starts the ranks recorded,
+    else (a job that records no start) by the pids its records name: a rank seen with another pid
+    than before has started again, the border half-way between the two sightings."""
+    inf = float("inf")
+    starts = attempts(recs)
+    if starts:
+        out = [(a[0], starts[k + 1][0] if k + 1 < len(starts) else inf, a[2]) for k, a in enumerate(starts)]
+        if _anything_in(recs, -inf, starts[0][0]):
+            out.insert(0, (-inf, starts[0][0], []))
+        return out
+    bounds: list[float] = []
+    pid_of: dict[int, int] = {}
+    last = None
+    for rank, pid, t in sorted(set(recs.sightings), key=lambda x: x[2]):
+        if rank in pid_of and pid_of[rank] != pid and last is not None:
+            bounds.append((last + t) / 2)
+            pid_of = {}
+        pid_of[rank] = pid
+        last = t
+    edges = [-inf, *bounds, inf]
+    return [(lo, hi, []) for lo, hi in zip(edges, edges[1:], strict=False)]
+
+
+def _judged(recs: Records, lo: float, hi: float) -> tuple[str, list[int], list[str], str, list[str]] | None:
+    """A stop replay or the loss guard judged: (cause, ranks, nodes, detail, evidence)."""
+    for ev in recs.events:
+        t = float(ev["time"])
+        if not lo <= t < hi or ev.get("status") != "fail":
+            continue
+        facts = _facts(ev)
+        summary = str(ev.get("summary") or "")[:300]
+        if ev.get("check") == "runtime.replay" and facts.get("cause") in _REPLAY_CAUSES:
+            cause = _REPLAY_CAUSES[str(facts["cause"])]
+            ranks = facts.get("suspect_ranks") if cause == "suspect hardware" else facts.get("trigger_ranks")
+            nodes = facts.get("suspect_nodes") if cause == "suspect hardware" else []
+            ranks_ = sorted({int(r) for r in ranks or [] if _int(r) is not None})
+            return (cause, ranks_, sorted({str(n) for n in nodes or []}), summary,
+                    [f"replay (rank {ev.get('rank')}): {summary}"])
+        if ev.get("check") == "runtime.loss" and facts.get("nonfinite"):
+            ranks_ = sorted({int(r) for r in facts.get("ranks") or [] if _int(r) is not None})
+            return ("bad data", ranks_, [], f"{summary} (not replayed: the batch or the model most likely; a GPU "
+                    "fault is not ruled out)", [f"loss guard (rank {ev.get('rank')}): {summary}"])
+    return None
+
+
+def _signal_of(recs: Records, lo: float, hi: float, ranks: Sequence[int], detail: str) -> str | None:
+    """The signal that ended the killed ranks: as their runtime.exit says, else SIGKILL (a rank
+    that left no end record: the runtime records every signal it can catch)."""
+    if "without a record" in detail:
+        return "SIGKILL"
+    for ev in recs.events:
+        facts = _facts(ev)
+        if (ev.get("check") == "runtime.exit" and facts.get("how") == "signal" and lo <= float(ev["time"]) < hi
+                and _int(ev.get("rank")) in ranks):
+            if facts.get("signal"):
+                return str(facts["signal"])
+            code = _int(facts.get("exit_code"))
+            if code is not None and code < 0:
+                try:
+                    return signal.Signals(-code).name
+                except ValueError:
+                    return f"signal {-code}"
+    return None
+
+
+def _attempt(recs: Records, k: int, lo: float, hi: float, starts: list[dict[str, Any]]) -> Attempt:
+    hosts = recs.hosts()
+    members = sorted(_attempt_ranks(recs, lo, hi))
+    a = Attempt(index=k, lo=lo, hi=hi, members=members, hosts=sorted({hosts[r] for r in members if r in hosts}))
+    a.start_step = next((_int(_facts(e).get("start_step")) for e in starts
+                         if _int(_facts(e).get("start_step")) is not None), None)
+    inc = _incident(recs, lo, hi)
+    a.incident = inc
+    if inc is None:
+        return a
+    a.cause, a.signal = inc.cause, inc.signal
+    a.culprits, a.nodes, a.detail, a.evidence = list(inc.ranks), list(inc.nodes), inc.detail, list(inc.evidence)
+    return a
+
+
+def _incident(recs: Records, lo: float, hi: float) -> Incident | None:
+    """The incident that ended the attempt in [lo, hi) (`incident_in`), its cause as the story
+    names it: a kill with its signal, or what replay and the loss guard judged."""
+    inc = incident_in(recs, lo, hi)
+    if inc is None:
+        return None
+    judged = _judged(recs, lo, hi)
+    if judged is not None:
+        hosts = recs.hosts()
+        inc.cause, inc.ranks, nodes, inc.detail, ev = judged
+        inc.nodes = nodes or sorted({hosts[r] for r in inc.ranks if r in hosts})
+        inc.evidence = ev + [e for e in inc.evidence if e.startswith("last good")]
+    elif inc.cause == "signal":
+        inc.cause = "killed"
+        inc.signal = _signal_of(recs, lo, hi, inc.ranks, inc.detail)
+    return inc
+
+
+def _passed(recs: Records, inc: Incident, again: float, until: float, resumed: int | None) -> float | None:
+    """When training passed the failed step again, in the next attempt (from `again`, at step
+    `resumed`, to its end `until`): interpolated at that attempt's pace between training again
+    and the first record of a later step (records are sparse; a heartbeat is overwritten)."""
+    if inc.step is None:
+        return None
+    later = [(float(e["time"]), int(e["step"])) for e in recs.events if again <= float(e["time"]) < until
+             and _int(e.get("step")) is not None and int(e["step"]) > inc.step]
+    later += [(t, int(hb["step"])) for hb in recs.heartbeats.values() if (t := _num(hb.get("time"))) is not None
+              and again <= t < until and _int(hb.get("step")) is not None and int(hb["step"]) > inc.step]
+    if not later:
+        return None
+    t1, s1 = min(later)
+    if resumed is None or resumed >= inc.step or s1 <= resumed:
+        return again if resumed is not None and resumed >= inc.step else t1
+    return again + (inc.step - resumed) * (t1 - again) / (s1 - resumed)
+
+
+def _ending(recs: Records, a: Attempt, nxt: tuple[float, float, list[dict[str, Any]]] | None) -> str:
+    if nxt is not None:
+        return "in-process restart" if any(e.get("check") == RESTART_CHECK for e in nxt[2]) else "restarted"
+    if a.cause == "preempted":
+        return "preempted"
+    if a.incident is None:
+        return "finished" if _clean_end(recs, a.lo, a.hi) else "running"
+    stopped = _failure_events([e for e in recs.events if float(e["time"]) >= a.lo])
+    if a.cause == "unknown" and not a.culprits and not stopped and recs.marker is None:
+        return "running"  # nothing says it stopped: still going, or it left no sign
+    return "failed"
+
+
+def tell(files: Iterable[RunFile] | Records, *, run_dir: str = "", end: float | None = None, end_label: str = "",
+         cost_per_gpu_hour: float | None = None, currency: str = DEFAULT_CURRENCY) -> Story:
+    """The story of a run from its files (or their records): attempts, causes, culprits, how each
+    ended, where the job stands, and the downtime of each interruption (see `incidents`)."""
+    recs = files if isinstance(files, Records) else parse(files, every_event=True)
+    wins = _windows(recs)
+    story = Story(problems=list(recs.problems))
+    for k, (lo, hi, starts) in enumerate(wins):
+        a = _attempt(recs, k + 1, lo, hi, starts)
+        if a.incident is None and not a.members and not _anything_in(recs, lo, hi) and len(wins) > 1:
+            continue
+        a.ended = _ending(recs, a, wins[k + 1] if k + 1 < len(wins) else None)
+        if a.ended == "running" and a.incident is not None and a.cause == "unknown":
+            a.cause, a.incident = "none", None  # still training: no stop to explain
+        story.attempts.append(a)
+    for n, a in enumerate(story.attempts, 1):
+        a.index = n
+    for rank, pid, t in recs.sightings:
+        for a in story.attempts:
+            if a.lo <= t < a.hi:
+                story.pid_attempt.setdefault((rank, pid), a.index)
+    last = story.attempts[-1] if story.attempts else None
+    earlier = any(a.failed() for a in story.attempts[:-1])
+    if last is None:
+        story.state = "running"
+    elif last.ended == "finished":
+        story.state = "recovered, finished" if earlier else "finished"
+    elif last.ended == "running":
+        story.state = "recovered, training again" if earlier else "running"
+    else:
+        story.state = last.ended if last.ended in ("failed", "preempted") else "failed"
+    story.downtime = incidents(recs, run_dir=run_dir, end=end, end_label=end_label,
+                               cost_per_gpu_hour=cost_per_gpu_hour, currency=currency)
+    return story

@@ -37,7 +37,6 @@ still used.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -51,6 +50,7 @@ from preflight.model import Capture, Result, Status
 from preflight.parsers import flight_recorder, nccl_log, oom_kill, py_spy, ras, torch_log
 from preflight.parsers.py_spy import PySpyProcess
 from preflight.parsers.torch_log import ChildFailure, Crash
+from preflight.runtime import story
 from preflight.triage.collect import (
     LOGS_PROBE,
     PROCS_PROBE,
@@ -70,7 +70,7 @@ KERNEL_LOG_PROBE = "kernel-log"  # the node checks' kernel log probe (checks/xid
 FAULT_WINDOW_BEFORE_S = 3600.0
 FAULT_WINDOW_AFTER_S = 120.0
 HARDWARE_FAMILIES = ("gpu.", "fabric.", "ib.")
-CATEGORIES = ("hardware", "software crash", "communication hang", "slowdown", "none", "unknown")
+CATEGORIES = ("hardware", "software crash", "communication hang", "bad data", "slowdown", "none", "unknown")
 EXIT_HANG = 75  # the runtime watchdog's exit code (EX_TEMPFAIL): a hang, never a crash
 # signals a launcher (or an operator, or the node) ends a rank with from outside
 OUTSIDE_SIGNALS = {"SIGTERM": 15, "SIGKILL": 9, "SIGINT": 2, "SIGHUP": 1}
@@ -206,13 +206,15 @@ class Verdict:
     # ({restarts, recovered, state: "ended cleanly" / "training again" / "failed again", ...})
     incidents: list[dict[str, Any]] = field(default_factory=list)
     recovery: dict[str, Any] = field(default_factory=dict)
+    # the run read attempt by attempt (preflight.runtime.story: {attempts, state, recovered})
+    story: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"category": self.category, "summary": self.summary, "culprits": self.culprits,
                 "evidence": self.evidence, "action": self.action, "collective": self.collective,
                 "first_failure": self.first_failure, "ranks": self.ranks, "node_faults": self.node_faults,
                 "job": self.job, "input_errors": self.input_errors, "incidents": self.incidents,
-                "recovery": self.recovery}
+                "recovery": self.recovery, "story": self.story}
 
 
 @dataclass
@@ -271,13 +273,6 @@ class Facts:
 
 
 # ----- reading ----------------------------------------------------------------------------------
-
-
-def _json(f: NodeFile) -> Any:
-    try:
-        return json.loads(f.data)
-    except ValueError:
-        return None
 
 
 def _base(name: str) -> str:
@@ -373,30 +368,6 @@ def _add_pid(st: RankState, pid: Any) -> None:
 _ENDED_PEER = lazyre.compile(r"rank (\d+) \(pid (\d+)\)")
 
 
-def _valid_rank(doc: Any) -> bool:
-    return isinstance(doc, dict) and isinstance(doc.get("rank"), int) and not isinstance(doc.get("rank"), bool) \
-        and doc["rank"] >= 0
-
-
-def _corrupt(data: bytes, doc: Any, kind: str) -> str:
-    """Why a record is unusable ("" when it is fine)."""
-    if not data.strip():
-        return "empty file"
-    if doc is None:
-        try:
-            json.loads(data)
-        except ValueError as exc:
-            return f"not JSON ({exc})"
-        return "not JSON"
-    if not isinstance(doc, dict):
-        return f"not a {kind} (a JSON {type(doc).__name__}, not an object)"
-    if not _valid_rank(doc):
-        return f"not a {kind} (no integer 'rank')"
-    if kind == "crash record" and not isinstance(doc.get("exception"), dict):
-        return "not a crash record (no 'exception' object)"
-    return ""
-
-
 def _op(name: str) -> str:
     return name.partition(":")[2] if ":" in name else name
 
@@ -453,13 +424,8 @@ def _event_time(ev: dict[str, Any]) -> float | None:
 
 def _read_events(facts: Facts, node: str, f: NodeFile) -> None:
     """A rank's events-*.jsonl: stragglers, watchdog firings, crashes and ends."""
-    for line in f.text.splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(ev, dict):
-            continue
+    events, _ = story.load_events(f.data)  # torn lines: the story names them
+    for ev in events:
         r = ev.get("rank")
         check = str(ev.get("check", ""))
         pid = _event_facts(ev).get("pid") if check == "runtime.exit" else None
@@ -861,29 +827,23 @@ def _match_oom(facts: Facts) -> None:
 
 def _read_file(facts: Facts, node: str, f: NodeFile, located: dict[int, set[str]]) -> None:
     base = _base(f.name)
-    for prefix, kind in (("hang-", "hang record"), ("crash-", "crash record")):
-        if base.startswith(prefix) and base.endswith(".json"):
-            doc = _json(f)
-            why = _corrupt(f.data, doc, kind) or ("truncated in collection (over the per-file limit)"
-                                                  if f.truncated else "")
-            if why:
-                facts.input_errors.append(f"{_src(node, f.name)}: corrupt {kind}: {why}; not used")
-                return
-            if kind == "hang record":
-                _read_hang_record(facts, node, f, doc)
+    kind = story.record_kind(base)
+    if kind in ("hang record", "crash record", "heartbeat"):
+        doc, why = story.load_record(base, f.data)  # the run directory's one reader
+        if doc is not None and f.truncated:
+            doc, why = None, "truncated in collection (over the per-file limit)"
+        if doc is None:
+            if kind == "heartbeat":
+                facts.problems.append(f"{_src(node, f.name)}: unreadable heartbeat ({why}); not used")
             else:
-                _read_crash_record(facts, node, f.name, doc)
-            located[doc["rank"]].add(node)
+                facts.input_errors.append(f"{_src(node, f.name)}: corrupt {kind}: {why}; not used")
             return
-    if base.startswith("heartbeat-") and base.endswith(".json"):
-        doc = _json(f)
-        if _valid_rank(doc):
-            _read_heartbeat(facts, node, f, doc)
-            located[doc["rank"]].add(node)
-        else:
-            facts.problems.append(f"{_src(node, f.name)}: unreadable heartbeat; not used")
+        {"hang record": lambda: _read_hang_record(facts, node, f, doc),
+         "crash record": lambda: _read_crash_record(facts, node, f.name, doc),
+         "heartbeat": lambda: _read_heartbeat(facts, node, f, doc)}[kind]()
+        located[doc["rank"]].add(node)
         return
-    if base.startswith("events-") and base.endswith(".jsonl"):
+    if kind == "events":
         _read_events(facts, node, f)
         return
     head = f.data[:1]
@@ -1424,6 +1384,53 @@ def _killed_action(st: RankState) -> str:
             "OOM killer (dmesg -T | grep -iE 'killed process|oom-kill'), the scheduler's record of the job "
             "(sacct -j <job> -o State,ExitCode) and who else may have sent kill -9; requeue once the cause is "
             "known")
+
+
+_STORY_CATEGORY = {"crash": "software crash", "hang": "communication hang", "killed": "software crash",
+                   "oom": "software crash", "suspect hardware": "hardware", "bad data": "bad data",
+                   "preempted": "none", "unknown": "unknown"}
+
+
+def from_story(a: story.Attempt, facts: Facts, job: dict[str, Any], rules: Verdict) -> Verdict:
+    """An attempt's verdict as the story of the run tells it (`preflight.runtime.story`): the
+    cause, the culprit ranks and nodes the run directory names, when the rules found less (no
+    launcher log for a killed rank) or replay and the loss guard judged the stop."""
+    case = _case(facts, job)
+    ranks = list(a.culprits)
+    for r, node in zip(ranks, a.nodes if len(a.nodes) == len(ranks) else [], strict=False):
+        facts.rank(r).node = facts.rank(r).node or node
+    culprits = _culprit_list(facts, ranks)
+    if len(a.nodes) == 1:
+        culprits = [{"node": c["node"] if c["node"] != "unknown" else a.nodes[0], "ranks": c["ranks"]}
+                    for c in culprits]
+    where = ", ".join(c["node"] for c in culprits) or "?"
+    who = f"rank{'s' if len(ranks) > 1 else ''} {_list(ranks)} on {where}" if ranks else "no rank named"
+    if a.cause == "killed":
+        sig = a.signal or "a signal"
+        summary = f"{who} was killed ({sig}) from outside: the first failure; the other ranks' errors follow from it"
+        why = ("it left no end record while its peers recorded theirs: the runtime records every signal it can "
+               "catch, so only SIGKILL (sent by someone, or the kernel's OOM killer) ends a rank this way"
+               if sig == "SIGKILL" else f"its runtime.exit says {sig}")
+        ev = [f"{who}: {why}"]
+        action = _killed_action(facts.rank(ranks[0])) if ranks else rules.action
+    elif a.cause == "suspect hardware":
+        summary = f"suspect hardware: {who}: {a.detail}"
+        ev = []
+        action = (f"drain {where} and test its GPUs (`preflight run --hosts {where}`, DCGM diagnostics level 3, "
+                  "ECC counters); requeue from the last checkpoint without it")
+    elif a.cause == "bad data":
+        summary = f"bad data: {who}: {a.detail}"
+        ev = []
+        action = (f"inspect the batch of the failed step on {who} (NaN/Inf in the inputs, labels out of range) or "
+                  "lower the learning rate; restart from the last checkpoint, skipping that batch")
+    else:
+        summary = f"{a.cause} of {who}: {a.detail}"
+        ev = []
+        action = rules.action
+    ev += a.evidence + case.rank_ev[:6] + case.inputs
+    ev += [f"the rules alone: [{rules.category}] {rules.summary}"[:300]]
+    return Verdict(category=_STORY_CATEGORY.get(a.cause, "unknown"), summary=summary, culprits=culprits,
+                   evidence=ev, action=action, **case.base)
 
 
 def _slowdown(facts: Facts, case: _Case) -> Verdict | None:

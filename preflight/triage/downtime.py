@@ -1,7 +1,8 @@
 """The downtime of a triaged run: each interruption's lost time, GPU-hours and money, as results.
 
 `results(bundle)` reads the run directory's files from every node of the bundle (a shared
-run directory is read once) through `preflight.runtime.downtime.incidents` and gives one
+run directory is read once) through `preflight.runtime.story` (the story triage's verdict
+reads too) and gives one
 `runtime.downtime` Result per incident (status WARN, node: the nodes it names, else "job";
 facts: the numbers, with `incident`, the key that counts it once in history). The triage
 report shows them (JSON key `downtime`), and the history records them with the triage run.
@@ -22,6 +23,7 @@ from typing import Any
 
 from preflight.model import JOB, Result, Status
 from preflight.runtime import downtime as dt
+from preflight.runtime import story
 from preflight.triage.collect import RUN_DIR_PROBE, Bundle, decode_files
 
 
@@ -69,13 +71,21 @@ def price(config: Any = None) -> tuple[float | None, str]:
     return getattr(config, "gpu_hour_cost", None), getattr(config, "currency", dt.DEFAULT_CURRENCY)
 
 
+def story_of(bundle: Bundle, config: Any = None, now: float | None = None) -> story.Story:
+    """The story of the bundle's run (`preflight.runtime.story`): attempts, causes, where the job
+    stands, and each interruption's downtime, priced."""
+    cost, currency = price(config)
+    end, label = end_of(bundle, now)
+    return story.tell(run_files(bundle), run_dir=bundle.run_dir, end=end, end_label=label,
+                      cost_per_gpu_hour=cost, currency=currency)
+
+
 def measure_bundle(bundle: Bundle, cost_per_gpu_hour: float | None = None, currency: str = dt.DEFAULT_CURRENCY,
                    now: float | None = None) -> dict[str, Any]:
     """{"incidents", "total", "notes"} of the bundle's run directory."""
     end, label = end_of(bundle, now)
-    doc = dt.incidents(run_files(bundle), run_dir=bundle.run_dir, end=end, end_label=label,
-                       cost_per_gpu_hour=cost_per_gpu_hour, currency=currency)
-    return doc
+    return story.tell(run_files(bundle), run_dir=bundle.run_dir, end=end, end_label=label,
+                      cost_per_gpu_hour=cost_per_gpu_hour, currency=currency).downtime
 
 
 def to_results(items: Iterable[Mapping[str, Any]], source: str = "") -> list[Result]:
@@ -89,12 +99,13 @@ def to_results(items: Iterable[Mapping[str, Any]], source: str = "") -> list[Res
     return out
 
 
-def results(bundle: Bundle, config: Any = None, now: float | None = None) -> list[Result]:
-    """The bundle's incidents as runtime.downtime Results (none when the run was never interrupted).
-    Never raises: a fault here must not cost the triage its verdict (it is one ERROR result)."""
+def results(bundle: Bundle, config: Any = None, now: float | None = None,
+            told: story.Story | None = None) -> list[Result]:
+    """The bundle's incidents (of `told`, its story when already read) as runtime.downtime Results
+    (none when the run was never interrupted). Never raises: a fault here must not cost the triage
+    its verdict (it is one ERROR result)."""
     try:
-        cost, currency = price(config)
-        doc = measure_bundle(bundle, cost, currency, now)
+        doc = (told or story_of(bundle, config, now)).downtime
         return to_results(doc["incidents"], bundle.source or "collect")
     except Exception as exc:  # noqa: BLE001
         return [Result(check=dt.CHECK, node=JOB, status=Status.ERROR,

@@ -1,112 +1,79 @@
-"""A job its launcher restarted (torchrun --max-restarts): one incident per failed attempt.
+"""A run read attempt by attempt: one incident per failed attempt, and where the job stands.
 
 A run directory outlives the processes that wrote it. After a restart it holds the records of
-every attempt at once: the events files grow (one `runtime.exit` per process), the hang and
-crash records of the failed attempt stay beside the heartbeats of the new one. Read as one job,
-a stopped rank that the restarted job ran cleanly looks clean, and its peers' hang records
-name nobody.
-
-The attempts are told apart by the pids the records name: each process's `runtime.exit` event,
-hang record, crash record and heartbeat name its own pid, a hang record its peers' pids; in
-time order, a rank seen with another pid than before has started again, so a new attempt
-began. A record that names its pid belongs to its process's attempt; any other record (an
-event, a flight-recorder dump) to the attempt its time falls in, the border between two
-attempts half-way between the last sighting of one and the first of the next. Logs carry no
-reliable time and are read with the last attempt only. Each failed attempt is attributed by
-the same rules as a job that was never restarted (`attribute.decide`); the verdict is the
-latest incident's, with every incident named (the latest last), and says how the job went on:
-ended cleanly, training again, or failed again.
+every attempt at once: the events files grow, the hang and crash records of a failed attempt
+stay beside the heartbeats of the next. The attempts, their causes and how each ended come from
+the story of the run (`preflight.runtime.story`, the run directory's one reader: the starts the
+ranks recorded, else the pids their records name). Each failed attempt is then read alone
+(`attribute.Window`: a record that names its pid belongs to its process's attempt, any other to
+the attempt its time falls in; logs carry no reliable time and are read with the last attempt)
+and attributed by the same rules as a job that ran once (`attribute.decide`); where those rules
+find less than the story (a rank killed from outside with no launcher log, replay's or the loss
+guard's verdict), the story's attempt decides (`attribute.from_story`). The verdict is the
+latest incident's, every incident named, with how the job went on: recovered and finished,
+recovered and training again, failed, running, preempted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from preflight.triage.attribute import Facts, Verdict, Window, decide, read_bundle_facts
+from preflight.runtime.story import Attempt, Story
+from preflight.triage.attribute import Facts, Verdict, Window, decide, from_story, read_bundle_facts
 from preflight.triage.collect import Bundle
 
 CLEAN = ("clean", "preempted")
 
 
-@dataclass
-class Attempt:
-    """The processes of one attempt: (rank, pid) pairs, when they were seen, how they ended."""
-
-    procs: set[tuple[int, int]] = field(default_factory=set)
-    first: float = 0.0
-    last: float = 0.0
-    ends: list[dict[str, Any]] = field(default_factory=list)
-
-
-def attempts(facts: Facts) -> list[Attempt]:
-    """The attempts of the job, in order.
-
-    Every record that names a rank's pid (its runtime.exit event, hang record, crash record,
-    heartbeat, or a peer's hang record naming it) is a sighting of that process at a time; in
-    time order, a rank seen with another pid than the one it had in the current attempt starts
-    the next attempt (a launcher restarts every rank together, after all of the last attempt
-    ended)."""
-    sightings = sorted(set(facts.sightings), key=lambda x: x[2])
-    out: list[Attempt] = []
-    cur: Attempt | None = None
-    pid_of: dict[int, int] = {}
-    for rank, pid, t in sightings:
-        if cur is None or pid_of.get(rank, pid) != pid:
-            cur = Attempt(first=t, last=t)
-            out.append(cur)
-            pid_of = {}
-        pid_of[rank] = pid
-        cur.procs.add((rank, pid))
-        cur.last = t
-    where = {p: k for k, a in enumerate(out) for p in a.procs}
-    for e in facts.ends:
-        k = where.get((e["rank"], e["pid"])) if e["pid"] is not None else None
-        if k is not None and all(x["pid"] != e["pid"] or x["rank"] != e["rank"] for x in out[k].ends):
-            out[k].ends.append(e)
-    return out
+def choose(v: Verdict, a: Attempt | None, facts: Facts, job: dict[str, Any]) -> Verdict:
+    """The attempt's verdict: the rules' (richer: collectives, logs, node faults, the kernel's
+    OOM lines), unless the story knows more: a judged cause (suspect hardware, bad data), a
+    killed rank the rules did not name, or any cause where the rules found none."""
+    if a is None or not a.failed() or v.category == "hardware":
+        return v
+    named = sorted({r for c in v.culprits for r in c["ranks"]})
+    if a.cause in ("suspect hardware", "bad data"):
+        return from_story(a, facts, job, v)
+    if a.cause == "killed" and (v.category == "unknown" or (a.culprits and named != a.culprits)):
+        return from_story(a, facts, job, v)
+    if v.category == "unknown" and a.cause not in ("unknown", "none"):
+        return from_story(a, facts, job, v)
+    return v
 
 
-def decide_attempts(bundle: Bundle, facts: Facts, since: datetime | None = None) -> Verdict | None:
-    """The verdict of a restarted job (None when the job was not restarted)."""
-    runs = attempts(facts)
+def decide_attempts(bundle: Bundle, facts: Facts, story: Story, since: datetime | None = None) -> Verdict | None:
+    """The verdict of a run of several attempts (None when it ran once)."""
+    runs = story.attempts
     n = len(runs)
     if n < 2:
         return None
-    # between two attempts: half-way from the last sighting of one to the first of the next
-    bounds = [(a.last + b.first) / 2 for a, b in zip(runs, runs[1:], strict=False)]
-    pid_attempt = {p: k for k, a in enumerate(runs) for p in a.procs}
 
     def read(k: int) -> Facts:
         last = k == n - 1
-        w = Window(attempt=k, lo=bounds[k - 1] if k else None, hi=None if last else bounds[k],
-                   pid_attempt=pid_attempt, logs=last, live=last)
+        a = runs[k]
+        w = Window(attempt=a.index, lo=None if a.lo == float("-inf") else a.lo,
+                   hi=None if a.hi == float("inf") else a.hi, pid_attempt=story.pid_attempt, logs=last, live=last)
         fk = read_bundle_facts(bundle, None, since, window=w)
         fk.node_faults = facts.node_faults
         return fk
 
     known = set(facts.ranks) | facts.world
-    final = runs[-1].ends
-    state = "failed again"
-    if {e["rank"] for e in final} >= known and all(e["how"] in CLEAN for e in final):
-        state = "ended cleanly"
-    last_facts = read(n - 1) if state != "ended cleanly" else None
-    if last_facts is not None and not _failed(last_facts):
-        state = "training again"
-    failed = list(range(n - 1)) + ([n - 1] if state == "failed again" else [])
-    verdicts = [(k, decide(last_facts if k == n - 1 and last_facts is not None else read(k), bundle.job))
-                for k in failed]
-    # an attempt that ended cleanly (preempted, then requeued into the same run directory) is no incident
+    failed = [k for k, a in enumerate(runs) if a.failed()]
+    verdicts = []
+    for k in failed:
+        fk = read(k)
+        verdicts.append((k, choose(decide(fk, bundle.job), runs[k], fk, bundle.job)))
     verdicts = [(k, v) for k, v in verdicts if v.category != "none"]
     if not verdicts:
         return None
-    if len(verdicts) == 1 and verdicts[0][0] == n - 1:
-        return verdicts[0][1]  # only the last attempt failed: a job attributed as if it had run once
-    recovery = {"restarts": n - 1, "attempts": n, "recovered": state != "failed again", "state": state,
-                "last_step": max((e["step"] for e in final if isinstance(e.get("step"), int)), default=None)
-                if state == "ended cleanly" else None}
-    return combine(verdicts, recovery, sorted(known))
+    last = runs[-1]
+    recovery = {"restarts": n - 1, "attempts": n, "recovered": story.recovered, "state": story.state,
+                "last_step": None, "story": story.line()}
+    if last.ended == "finished":
+        steps = [e["step"] for e in facts.ends if isinstance(e.get("step"), int)]
+        recovery["last_step"] = max(steps) if steps else None
+    return combine(verdicts, recovery, sorted(known), story)
 
 
 def _failed(facts: Facts) -> bool:
@@ -138,23 +105,24 @@ def _merge_culprits(verdicts: list[tuple[int, Verdict]]) -> list[dict[str, Any]]
 
 def _went_on(recovery: dict[str, Any], known: list[int]) -> str:
     n = recovery["restarts"]
-    restarted = f"the launcher restarted it {'once' if n == 1 else f'{n} times'}"
-    if recovery["state"] == "ended cleanly":
+    restarted = f"it was restarted {'once' if n == 1 else f'{n} times'}"
+    if recovery["state"] == "recovered, finished":
         step = f" at step {recovery['last_step']}" if recovery.get("last_step") is not None else ""
-        return f"the job recovered: {restarted} and every rank ({len(known)}) then ended cleanly{step}"
-    if recovery["state"] == "training again":
-        return f"the job recovered: {restarted} and it is training again (restart {n} under way, no failure recorded)"
-    return f"{restarted} and it failed again"
+        return f"the job recovered, finished: {restarted} and every rank ({len(known)}) then ended cleanly{step}"
+    if recovery["state"] == "recovered, training again":
+        return f"the job recovered, training again: {restarted} (attempt {n + 1} under way, no failure recorded)"
+    return f"{restarted}; the job: {recovery['state']}"
 
 
-def combine(verdicts: list[tuple[int, Verdict]], recovery: dict[str, Any], known: list[int]) -> Verdict:
+def combine(verdicts: list[tuple[int, Verdict]], recovery: dict[str, Any], known: list[int],
+            story: Story) -> Verdict:
     """One verdict for a restarted job: the latest incident's, every incident named."""
     k_last, latest = verdicts[-1]
     went_on = _went_on(recovery, known)
-    lines = [f"incident {i} of {len(verdicts)}, {_attempt_name(k)}"
+    lines = [f"incident {i} of {len(verdicts)}, attempt {k + 1} ({_attempt_name(k)})"
              + (f" ({v.first_failure['iso']})" if v.first_failure.get("iso") else "") + f": [{v.category}] {v.summary}"
              for i, (k, v) in enumerate(verdicts, 1)]
-    summary = f"{latest.summary}; {went_on}"
+    summary = f"{latest.summary}; {story.line()}"
     if len(verdicts) > 1:
         summary += f" ({len(verdicts)} incidents, one per failed attempt, the latest last in the evidence)"
     action = latest.action
@@ -168,4 +136,4 @@ def combine(verdicts: list[tuple[int, Verdict]], recovery: dict[str, Any], known
             if k in ("first_failure", "ranks", "node_faults", "job", "input_errors", "collective")}
     return Verdict(category=latest.category, summary=summary, culprits=_merge_culprits(verdicts),
                    evidence=[went_on, *lines, *latest.evidence], action=action,
-                   incidents=[_incident(k, v) for k, v in verdicts], recovery=recovery, **base)
+                   incidents=[_incident(k, v) for k, v in verdicts], recovery=recovery, story=story.to_dict(), **base)

@@ -220,9 +220,15 @@ class Triaged:
 
     @property
     def exit_code(self) -> int:
-        if self.verdict.input_errors or self.verdict.category == "unknown":
+        """0 a clean run; 1 a failure, its culprit or fault named (input that could not be read is
+        said beside it); 3 the same, but the job recovered (finished or training again after it);
+        2 unknown, or a clean verdict with input that could not be read."""
+        v = self.verdict
+        if v.category == "unknown":
             return 2
-        return 0 if self.verdict.category == "none" else 1
+        if v.category == "none":
+            return 2 if v.input_errors else 0
+        return 3 if v.recovery.get("recovered") else 1
 
 
 def triage(target: str | None, hosts: str | None, req: CollectRequest, since: datetime | None = None,
@@ -238,11 +244,12 @@ def triage(target: str | None, hosts: str | None, req: CollectRequest, since: da
             collect.write_bundle(bundle, save_bundle)
         except OSError as exc:
             raise UsageError(f"cannot write {save_bundle}: {exc.strerror or exc}") from None
-    verdict, results = judge.triage(bundle, registry.load(), since)
     from preflight.engine import load_config
     from preflight.triage import downtime
 
-    results = [*results, *downtime.results(bundle, load_config())]  # runtime.downtime: time lost per incident
+    told = downtime.story_of(bundle, load_config())  # the run, read once: the verdict and the downtime
+    verdict, results = judge.triage(bundle, registry.load(), since, told)
+    results = [*results, *downtime.results(bundle, told=told)]  # runtime.downtime: time lost per incident
     rep = Report.build("triage", results, duration_s=time.monotonic() - start,
                        nodes=sorted(set(bundle.nodes) | set(bundle.errors)))
     return Triaged(verdict=verdict, report=rep)

@@ -102,9 +102,53 @@ def test_after_the_fact_the_incident_runs_to_the_next_attempts_start(tmp_path: P
     run.clean(130, 4, 200)
     doc = dt.incidents(dt.read_run_dir(run.root), run_dir="R")
     [n] = doc["incidents"]
-    assert n["cause"] == "hang" and n["lost_s"] == pytest.approx(15.0) and n["until"] == "training again"
+    # training again at t=75 (step 100); the first record past the failed step 120 is the clean end
+    # (step 200 at t=130): at that pace step 120 was passed at t=86; the redone steps are lost work too
+    assert n["cause"] == "hang" and n["lost_s"] == pytest.approx(26.0) and n["until"] == "training again"
+    assert n["redo_s"] == pytest.approx(11.0) and n["steps_redone"] == 20
     assert n["incident"] == f"R@{T0 + 60.0:.3f}" and not n.get("open")
-    assert doc["total"]["by_cause"]["hang"]["incidents"] == 1 and doc["total"]["by_node"]["n3"]["lost_s"] == 15.0
+    assert doc["total"]["by_cause"]["hang"]["incidents"] == 1 and doc["total"]["by_node"]["n3"]["lost_s"] == 26.0
+
+
+def test_the_redone_steps_count_when_a_record_shows_training_passed_the_failed_step(tmp_path: Path) -> None:
+    """A fault between checkpoints: checkpoint at step 100 (t=50), rank 2 stops in step 120 (t=60),
+    training again at step 100 (t=75); an event at step 125 (t=100) is the first record past step
+    120: at that pace (25 steps in 25 s) step 120 was passed at t=95: lost = 95 - 60 = 35 s (the
+    15 s gap and the 20 s of the 20 steps redone), not 15 s."""
+    run = Run(tmp_path / "run")
+    _hang_then_restart(run)
+    run.event(86, 0, "runtime.checkpoint", "pass", "checkpoint step 120 saved", 120, world_size=4)
+    run.event(100, 0, "runtime.straggler", "pass", "no straggler", 125)
+    [n] = dt.incidents(dt.read_run_dir(run.root), run_dir="R")["incidents"]
+    assert n["lost_s"] == pytest.approx(35.0) and n["redo_s"] == pytest.approx(20.0)
+    assert n["passed_failed_step_at"] == pytest.approx(T0 + 95.0) and n["steps_redone"] == 20
+    assert "past step 120 again 20.0 s later (redone steps counted)" in dt.describe(n)
+    # nothing past the failed step yet: the gap only, and the note says the redone steps are not in it
+    run2 = Run(tmp_path / "run2")
+    _hang_then_restart(run2)
+    [m] = dt.incidents(dt.read_run_dir(run2.root), run_dir="R")["incidents"]
+    assert m["lost_s"] == pytest.approx(15.0) and m["redo_s"] is None
+    assert any("redone step(s) (100 to 120) are not in the lost time" in x for x in m["notes"])
+
+
+def test_the_loops_call_after_each_step_measures_once_past_the_failed_step(tmp_path: Path) -> None:
+    """Downtime.training_again after every step: nothing until the failed step (120) is passed."""
+    run = Run(tmp_path / "run")
+    _hang_then_restart(run)
+    written: list[dict[str, Any]] = []
+
+    class Events:
+        def emit(self, check: str, status: str, summary: str, **kw: Any) -> dict[str, Any]:
+            written.append({"check": check, "summary": summary, **kw})
+            return written[-1]
+
+    down = dt.Downtime(run.root, events=Events(), world_size=4, rank=0, cost_per_gpu_hour=0.0, started=T0 + 74)
+    assert down.training_again(100, at=T0 + 76) is None  # the first step: training again, not yet past
+    assert down.training_again(119, at=T0 + 90) is None and not written
+    n = down.training_again(120, at=T0 + 91)
+    assert n is not None and n["lost_s"] == pytest.approx(31.0) and n["redo_s"] == pytest.approx(15.0)
+    assert n["training_again_at"] == pytest.approx(T0 + 76) and n["resumed_step"] == 100
+    assert down.training_again(121, at=T0 + 92) is None and len(written) == 1
 
 
 def test_a_killed_rank_is_the_cause_not_the_peer_that_lost_its_connection(tmp_path: Path) -> None:
@@ -114,8 +158,8 @@ def test_a_killed_rank_is_the_cause_not_the_peer_that_lost_its_connection(tmp_pa
     run.event(9, 0, "runtime.checkpoint", "pass", "checkpoint step 20 saved", 20, world_size=2)
     run.crash(0, 10.3, 32, "RuntimeError", "[pair.cc:537] Read error [127.0.0.1]:1450: Connection reset by peer")
     inc = dt.last_good(run.root, before=T0 + 12)
-    assert inc is not None and inc.cause == "signal" and inc.ranks == [1] and inc.nodes == ["n2"]
-    assert "killed by a signal" in inc.detail and inc.last_good == pytest.approx(T0 + 10.3) and inc.step == 32
+    assert inc is not None and inc.cause == "killed" and inc.signal == "SIGKILL" and inc.ranks == [1]
+    assert inc.nodes == ["n2"] and "killed by a signal" in inc.detail and inc.last_good == pytest.approx(T0 + 10.3) and inc.step == 32
 
 
 def test_a_real_crash_names_the_first_raiser(tmp_path: Path) -> None:
@@ -164,7 +208,7 @@ def test_heartbeats_say_when_the_stopped_step_began_and_this_attempts_files_are_
     run.event(41.5, 1, "runtime.exit", "warn", "rank 1 was terminated by SIGTERM", 70, how="signal",
               exit_code=-15)
     inc = dt.last_good(run.root, before=T0 + 50)
-    assert inc is not None and inc.cause == "signal" and inc.ranks == [0, 1]
+    assert inc is not None and inc.cause == "killed" and inc.signal == "SIGTERM" and inc.ranks == [0, 1]
     assert inc.last_good == pytest.approx(T0 + 35.0) and inc.step == 70
     run.heartbeat(0, 60.0, 0, 0.1)  # the new attempt's rank 0 beat before rank 1 looked
     inc = dt.last_good(run.root, before=T0 + 50)
@@ -178,7 +222,8 @@ def test_no_heartbeats_the_last_event_with_a_step_is_the_last_good(tmp_path: Pat
     run.event(80, 0, "runtime.exit", "warn", "rank 0 was terminated by SIGTERM", 90, how="signal", exit_code=-15)
     inc = dt.last_good(run.root, before=T0 + 100)
     assert inc is not None and inc.last_good == pytest.approx(T0 + 30) and inc.step == 50
-    assert inc.cause == "signal" and inc.ranks == [1]  # rank 1 left no end: the one killed from outside
+    assert inc.cause == "killed" and inc.ranks == [1]  # rank 1 left no end: the one killed from outside
+    assert inc.signal == "SIGKILL"
 
 
 def test_a_torn_line_and_a_corrupt_record_are_named_and_the_rest_is_used(tmp_path: Path) -> None:
@@ -212,12 +257,15 @@ def test_several_restarts_are_several_incidents_and_their_total(tmp_path: Path) 
     doc = dt.incidents(dt.read_run_dir(run.root), run_dir="R", end=T0 + 460.0, end_label="job end",
                        cost_per_gpu_hour=3.6)
     got = [(n["cause"], n["ranks"], n["lost_s"], n["until"]) for n in doc["incidents"]]
-    assert got == [("hang", [2], 15.0, "training again"), ("crash", [3], 30.0, "training again"),
+    # the redone steps at each attempt's pace: attempt 2 ran steps 100 -> 400 in t=75 -> 200, so it
+    # passed step 120 at t=83.33; attempt 3 ran 300 -> 500 in t=230 -> 400: step 400 at t=315
+    assert got == [("hang", [2], 23.333, "training again"), ("crash", [3], 115.0, "training again"),
                    ("crash", [1], 60.0, "job end")]
     assert doc["incidents"][-1]["open"] is True
     tot = doc["total"]
-    assert tot["incidents"] == 3 and tot["lost_s"] == 105.0 and tot["gpu_hours"] == pytest.approx(4 * 105 / 3600, abs=1e-5)
-    assert tot["cost"] == pytest.approx(4 * 105 / 3600 * 3.6, abs=1e-3)
+    assert tot["incidents"] == 3 and tot["lost_s"] == 198.333
+    assert tot["gpu_hours"] == pytest.approx(4 * 198.333 / 3600, abs=1e-5)
+    assert tot["cost"] == pytest.approx(4 * 198.333 / 3600 * 3.6, abs=1e-3)
     assert tot["by_cause"]["crash"]["incidents"] == 2 and set(tot["by_node"]) == {"n2", "n3", "n4"}
 
 
@@ -281,7 +329,7 @@ def test_an_in_process_restart_event_is_an_incident_when_the_runtime_measured_no
               old_world_size=4, new_world_size=4, more={"step": 30})
     run.clean(90, 4, 100)
     [n] = dt.incidents(dt.read_run_dir(run.root), run_dir="R")["incidents"]
-    assert (n["cause"], n["ranks"], n["nodes"], n["resumed_step"], n["world_size"]) == ("signal", [3], ["n4"], 30, 4)
+    assert (n["cause"], n["ranks"], n["nodes"], n["resumed_step"], n["world_size"]) == ("killed", [3], ["n4"], 30, 4)
     assert n["lost_s"] == pytest.approx(4.0) and n["detail"] == "process gone"
 
 
@@ -308,10 +356,12 @@ def test_the_loops_two_calls_measure_the_previous_stop_once_on_rank_0(tmp_path: 
     ev = EventWriter(run.root, rank=0, node="n1")
     down = dt.Downtime(run.root, events=ev, world_size=4, rank=0, started=T0 + 74.0, cost_per_gpu_hour=1.0)
     assert down.incident is not None and down.incident.cause == "hang"
-    n = down.training_again(100, at=T0 + 80.0)
-    assert n is not None and n["lost_s"] == 20.0 and n["cost"] == pytest.approx(4 * 20 / 3600, abs=1e-4)
-    assert down.training_again(101, at=T0 + 81.0) is None  # once
-    assert [e["facts"]["lost_s"] for e in read_events(run.root) if e["check"] == "runtime.downtime"] == [20.0]
+    assert down.training_again(100, at=T0 + 80.0) is None  # training again; the failed step 120 not yet passed
+    n = down.training_again(120, at=T0 + 95.0)
+    assert n is not None and n["lost_s"] == 35.0 and n["cost"] == pytest.approx(4 * 35 / 3600, abs=1e-4)
+    assert n["training_again_at"] == T0 + 80.0 and n["redo_s"] == 15.0
+    assert down.training_again(121, at=T0 + 96.0) is None  # once
+    assert [e["facts"]["lost_s"] for e in read_events(run.root) if e["check"] == "runtime.downtime"] == [35.0]
     other = dt.Downtime(run.root, events=EventWriter(run.root, rank=1), world_size=4, rank=1, started=T0 + 74.0)
     assert other.incident is None and other.training_again(100) is None
     fresh = dt.Downtime(tmp_path / "new", events=None, world_size=4, rank=0)
