@@ -14,7 +14,8 @@ Usage in a training loop::
 
 The handler only sets a flag (it never does I/O: a signal can arrive while the main thread holds
 a lock); the event "signal caught" is written at the next `should_stop()` call, the event
-"stop agreed" when the ranks agree. A signal arriving while a previous Python handler was
+"stop agreed" when the ranks agree (on every rank; the console gets one line for it, from rank
+0: `preflight[rank 0]: stop agreed at step N: SIGUSR1 on rank R ...`). A signal arriving while a previous Python handler was
 installed is passed on to it after the flag is set (default actions and SIG_IGN are replaced:
 terminating would defeat the point); `close()` (or leaving the `with` block) puts the previous
 handlers back, unless someone installed another handler after this one.
@@ -85,7 +86,7 @@ from types import FrameType
 from typing import Any
 
 from preflight.model import Status
-from preflight.runtime.events import EventWriter, emit_guarded, env_rank, flush_std_streams
+from preflight.runtime.events import EventWriter, emit_guarded, env_rank, flush_std_streams, say
 
 log = logging.getLogger("preflight.runtime")
 
@@ -110,7 +111,7 @@ class Preemption:
     """Catches `signals` on this rank; `should_stop()` tells every rank together to stop."""
 
     def __init__(self, signals: Iterable[int] = DEFAULT_SIGNALS, events: EventWriter | None = None, *,
-                 every: int = 1, group: Any = None, end_victims: bool = True) -> None:
+                 every: int = 1, group: Any = None, end_victims: bool = True, announce: bool = True) -> None:
         if every < 1:
             raise ValueError("every must be at least 1")
         self.signals = tuple(signal.Signals(s) for s in signals)
@@ -120,11 +121,16 @@ class Preemption:
         # a signal caught while the ranks cannot agree (a peer is gone) ends this rank as the
         # signal would have: a launcher ending the survivors after a failure, not a preemption
         self.end_victims = end_victims
+        # the console: a caught signal logged by its rank, the agreement one line said by the
+        # group's rank 0. False: events only, the caller says what happened once it has saved
+        # (as Resilience does; under torchrun every rank catches the forwarded signal)
+        self.announce = announce
         self.signum: int | None = None  # the first signal caught
         self.caught_at: float | None = None  # time.time() of the first one
         self.stop_step: int | None = None  # the step boundary agreed on
         self.stop_rank: int | None = None  # the lowest rank that asked to stop
         self.stop_signum: int | None = None  # the signal agreed on (caught on any rank)
+        self.stop_what = ""  # what asked for the stop, in words ("SIGUSR1", a request's reason)
         self.checks = 0  # collective checks done
         self.check_seconds = 0.0  # time spent in them
         self._requested = False
@@ -218,7 +224,7 @@ class Preemption:
         dist = _dist(self.group)
         if dist is None:
             if self._requested:
-                self._agree(step, env_rank(), self.signum)
+                self._agree(step, env_rank(), self.signum, here=env_rank())
             return self._agreed
         tick = step if step is not None else self._calls
         if tick % self.every:
@@ -235,7 +241,7 @@ class Preemption:
             self.checks += 1
             self.check_seconds += time.perf_counter() - t0
         if agreed:
-            self._agree(step, first, signum or None)
+            self._agree(step, first, signum or None, here=_group_rank(dist, self.group))
         return self._agreed
 
     def _all_reduce(self, dist: Any) -> tuple[bool, int, int]:
@@ -286,17 +292,23 @@ class Preemption:
         finally:
             os._exit(128 + signum)
 
-    def _agree(self, step: int | None, first: int, signum: int | None) -> None:
+    def _agree(self, step: int | None, first: int, signum: int | None, *, here: int | None) -> None:
+        """Every rank reached the same answer: recorded on each (an event, not logged: every
+        rank has one), said once on the console by rank 0 (`here`: this rank in the group)."""
         self._agreed = True
         self.stop_step = step
         self.stop_rank = first
         self.stop_signum = signum or self.signum  # the signal the first rank caught, as agreed
         what = _signame(signum) if signum else (self._reason or "a stop request")
+        self.stop_what = what
         at = f"step {step}" if step is not None else "this step"
-        self._emit(Status.WARN, f"stop agreed at {at}: {what} on rank {first}", step=step,
+        summary = f"stop agreed at {at}: {what} on rank {first}"
+        self._emit(Status.WARN, summary, step=step, quiet=True,
                    evidence=[f"{what} first seen on rank {first}; all ranks stop at {at}"],
                    remedy="none: the job saves a checkpoint and exits; a requeue or restart resumes from it",
                    facts={"step": step, "first_rank": first, "signal": what, "requested_here": self._requested})
+        if self.announce and here == 0:
+            say(f"{summary} (every rank stops there)", rank=0)
 
     def _flush_event(self, step: int | None) -> None:
         if not self._pending_event:
@@ -305,13 +317,30 @@ class Preemption:
         what = self._reason or "stop request"
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.caught_at or time.time()))
         self._emit(Status.WARN, f"{what} caught on rank {env_rank()} (pid {os.getpid()})", step=step,
+                   quiet=not self.announce,
                    evidence=[f"{what} at {when}"],
                    remedy="none: the job checkpoints at the next agreed step and exits",
                    facts={"signal": what, "pid": os.getpid(), "caught_at": self.caught_at,
                           "delay_s": round(time.time() - (self.caught_at or time.time()), 6)})
 
-    def _emit(self, status: Status, summary: str, **kw: Any) -> None:
-        emit_guarded(self.events, CHECK, status, summary, what="preemption", log_pass=True, **kw)
+    def _emit(self, status: Status, summary: str, *, quiet: bool = False, **kw: Any) -> None:
+        """An event of this rank, also logged unless `quiet` (a line every rank would repeat)."""
+        if not quiet:
+            emit_guarded(self.events, CHECK, status, summary, what="preemption", log_pass=True, **kw)
+            return
+        if self.events is None:
+            return
+        try:
+            self.events.emit(CHECK, status, summary, **kw)
+        except Exception as exc:  # noqa: BLE001 - an event never breaks what it reports on
+            log.warning("preflight: preemption event not written: %s", exc)
+
+
+def _group_rank(dist: Any, group: Any) -> int | None:
+    try:
+        return int(dist.get_rank(group))
+    except Exception:  # noqa: BLE001 - only decides who says the line
+        return None
 
 
 def _dist(group: Any) -> Any:
@@ -354,10 +383,11 @@ def read_marker(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     path = Path(run_dir) / MARKER
     if not path.exists():
         return None
+    from preflight.runtime.story import load_marker  # the run directory's one reader
+
     try:
-        doc = json.loads(path.read_text())
-        return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
+        return load_marker(path.read_bytes())
+    except OSError:
         return {}
 
 

@@ -51,7 +51,7 @@ from typing import Any
 
 from preflight.model import Status
 from preflight.runtime import crash
-from preflight.runtime.events import EventWriter
+from preflight.runtime.events import EventWriter, say
 from preflight.runtime.preemption import EXIT_PREEMPTED, Preemption, clear_marker, read_marker, write_marker
 
 log = logging.getLogger("preflight.runtime")
@@ -139,7 +139,7 @@ class Resilience:
         if self.inprocess is not None:
             self.inprocess._events = self.events
         self.restart = restart_count()
-        self.preemption = Preemption(events=self.events, every=stop_check_every)
+        self.preemption = Preemption(events=self.events, every=stop_check_every, announce=False)
         self.watchdog: Any = None
         self.straggler: Any = None
         self.loss_guard: Any = None
@@ -384,7 +384,25 @@ class Resilience:
         if self.rank == 0:
             clear_marker(self.run_dir)  # resumed: a later end is judged afresh
         self._emit_start(loaded is not None)
+        self._say_start(loaded is not None)
         return self.start_step
+
+    def _say_start(self, resumed: bool) -> None:
+        """The console line of this start (rank 0, once): a first start, a resume after a rerun,
+        or a launcher's restart (torchrun's or preflight's), with the previous attempt's end."""
+        if self.rank != 0:
+            return
+        try:
+            step_timeout = self._monitor_args[0] if self.watchdog is not None else None
+            rs = self.inprocess
+            say(start_line(self.run_dir, step=self.start_step, resumed=resumed, restored_from=self.restored_from,
+                           world_size=self.world_size, restart=launch_restart(), save_every=self.save_every,
+                           step_timeout=step_timeout, inprocess_timeout=getattr(rs, "timeout_s", None),
+                           local_every=self.local_every if self.local is not None else None,
+                           replay=self.replay.on_data if self.replay is not None else None,
+                           incident=self.incident), rank=0)
+        except Exception as exc:  # noqa: BLE001 - a console line never stops training
+            log.warning("preflight: start line not written: %s", exc)
 
     def _emit_start(self, resumed: bool) -> None:
         how = f"resumed at step {self.start_step}" if resumed else "started from step 0"
@@ -482,6 +500,9 @@ class Resilience:
         """A torchrun restart of a preempted job inside its dying allocation: do not train."""
         self.events.emit(CHECK, Status.WARN, f"rank {self.rank}: preempted job not restarted in place (restart "
                          f"{self.restart}); waiting for the requeue", facts={"restart": self.restart})
+        if self.rank == 0:
+            say(f"restart {self.restart} of a preempted job: not training in the allocation that is going away "
+                f"(marker {self.run_dir / 'preempted'}); the requeued job resumes", rank=0)
         self.stopped = True
         code = 0 if under_torchrun() else EXIT_PREEMPTED
         self.crash.exit("preempted", exit_code=code,
@@ -496,10 +517,12 @@ class Resilience:
 
             dist.barrier()  # every rank's checkpoint is complete before the marker says so
         pre = self.preemption
-        if self.rank == 0:
-            write_marker(self.run_dir, self.done, world_size=self.world_size, signum=pre.stop_signum,
-                         stop_rank=pre.stop_rank)
         code = 0 if under_torchrun() else EXIT_PREEMPTED
+        if self.rank == 0:
+            marker = write_marker(self.run_dir, self.done, world_size=self.world_size, signum=pre.stop_signum,
+                                  stop_rank=pre.stop_rank)
+            say(preempted_line(pre.stop_what or "a stop request", pre.stop_rank, self.done, self.world_size,
+                               code, marker), rank=0)
         self.events.emit(CHECK, Status.WARN, f"rank {self.rank} stopped at step {self.done} (checkpoint saved)",
                          step=self.done, remedy="run again (requeue/restart) to resume",
                          facts={"step": self.done, "exit_code": code, "stop_checks": pre.checks})
@@ -582,6 +605,93 @@ class _Step:
         return False
 
 
+def launch_restart() -> int:
+    """Which restart of its launcher this process is: torchrun's TORCHELASTIC_RESTART_COUNT,
+    else the preflight launcher's PREFLIGHT_ATTEMPT; 0 for a first start (or a new launch)."""
+    if under_torchrun():
+        return restart_count()
+    try:
+        return max(0, int(os.environ.get("PREFLIGHT_ATTEMPT", "0")))
+    except ValueError:
+        return 0
+
+
+_CAUSE_WORDS = {"hang": "a hang", "crash": "a crash", "killed": "a kill", "signal": "a kill by a signal",
+                "suspect hardware": "suspect hardware (replay)", "bad data": "bad data (replay)",
+                "unknown": "an unknown cause"}
+
+
+def start_line(run_dir: str | os.PathLike[str], *, step: int, resumed: bool, restored_from: str | None,
+               world_size: int, restart: int, save_every: int, step_timeout: float | None,
+               inprocess_timeout: float | None = None, local_every: int | None = None, replay: str | None = None,
+               incident: Any = None, now: float | None = None) -> str:
+    """The console line of a start: "training RUN from step 0, 4 ranks, checkpoint every 50 steps,
+    step timeout 60 s, in-process restart off" for a new launch; for a launcher's restart
+    "restart N: resumed RUN at step S ..., 4 ranks", and for either, when the previous attempt
+    did not end cleanly, how it ended and the time lost so far (the downtime event follows once
+    training is past the failed step)."""
+    ranks = f"{world_size} rank{'s' if world_size != 1 else ''}"
+    where = "" if restored_from in (None, "shared") else f"{restored_from} "
+    head = (f"resumed {run_dir} at step {step} ({where}checkpoint)" if resumed
+            else f"training {run_dir} {'again ' if restart else ''}from step {step}"
+                 f"{' (no checkpoint)' if restart or incident is not None else ''}")
+    parts = [f"restart {restart}: {head}" if restart else head, ranks]
+    if not restart:  # a new launch: what is on (a restart runs with its launch's settings)
+        parts.append(f"checkpoint every {save_every} step{'s' if save_every != 1 else ''}")
+        if local_every is not None:
+            parts.append(f"node-local checkpoint every {local_every} steps")
+        parts.append(f"step timeout {step_timeout:g} s" if step_timeout is not None else "no watchdog")
+        parts.append(f"in-process restart on (timeout {inprocess_timeout:g} s)" if inprocess_timeout is not None
+                     else "in-process restart off")
+        if replay is not None:
+            parts.append(f"replay on ({replay})")
+    text = ", ".join(parts)
+    if incident is not None:
+        text += "; " + _before_text(incident, step, time.time() if now is None else now)
+    return text
+
+
+def _before_text(inc: Any, step: int, now: float) -> str:
+    """How the previous attempt ended, as known at this start."""
+    cause_key = str(getattr(inc, "cause", "unknown"))
+    at, ranks, nodes = getattr(inc, "step", None), list(getattr(inc, "ranks", [])), list(getattr(inc, "nodes", []))
+    detail = " ".join(str(getattr(inc, "detail", "") or "").split())
+    detail = f" ({detail[:80]}{'...' if len(detail) > 80 else ''})" if detail else ""
+    if cause_key == "preempted":  # it saved and stopped: nothing to redo; the detail names signal and rank
+        text = f"the previous attempt was preempted{detail}"
+    else:
+        cause = _CAUSE_WORDS.get(cause_key, cause_key)
+        if getattr(inc, "signal", None) and cause_key in ("killed", "signal"):
+            cause = f"a kill by {inc.signal}"
+        who = f" of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else ""
+        if nodes:
+            who += f" on {', '.join(map(str, nodes))}"
+        text = f"the previous attempt ended in {cause}{who}{detail}"
+        if at is not None:
+            text += f" at step {at}"
+    start = getattr(inc, "start", None)
+    if start is not None:
+        text += f", down {max(0.0, now - start):.1f} s so far"
+    if cause_key != "preempted" and at is not None and at > step:
+        n = at - step
+        text += f", {n} step{'s' if n != 1 else ''} to redo"
+    return text
+
+
+def preempted_line(what: str, rank: int | None, step: int, world_size: int, exit_code: int,
+                   marker: Path | None) -> str:
+    """The console line of a preemption, once every rank saved: the signal, its rank, the step
+    saved, how the job ends."""
+    on = f" on rank {rank}" if rank is not None and rank >= 0 else ""
+    saved = f"{'all ' + str(world_size) + ' ranks' if world_size > 1 else 'the rank'} saved step {step}"
+    if exit_code == 0:  # under torchrun: the marker tells the batch script
+        end = (f"exiting 0 for the requeue (marker {marker})" if marker is not None
+               else "exiting 0; the marker could not be written: requeue by hand")
+    else:
+        end = f"exiting {exit_code} (preempted): run again to resume"
+    return f"preempted: {what}{on}; {saved}, {end}"
+
+
 def _restart_cause(failed: list[dict[str, Any]]) -> str:
     """The downtime cause of an in-process restart, from the failed ranks' causes."""
     text = " ".join(str(f.get("cause") or "") for f in failed).lower()
@@ -619,4 +729,4 @@ def _signame(signum: int) -> str:
         return str(signum)
 
 
-__all__ = ["Resilience", "init_process_group", "under_torchrun", "restart_count"]
+__all__ = ["Resilience", "init_process_group", "under_torchrun", "restart_count", "launch_restart"]

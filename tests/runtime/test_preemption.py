@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,30 @@ def test_signal_sets_flag_and_local_stop_with_events(tmp_path: Path) -> None:
     assert [e["summary"].split(" ")[0] for e in evs] == ["SIGUSR1", "stop"]
     assert evs[0]["facts"]["pid"] == os.getpid() and evs[0]["status"] == "warn"
     assert evs[1]["facts"]["step"] == 2 and evs[1]["facts"]["signal"] == "SIGUSR1"
+
+
+@pytest.mark.parametrize("announce", [True, False])
+def test_the_agreement_is_one_console_line_unless_the_caller_says_it(
+        tmp_path: Path, announce: bool, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """Standalone, the stop is said once (rank 0) and the caught signal logged by its rank; with
+    announce=False (Resilience, which says the preemption once it has saved) neither reaches the
+    console, and the events are written either way."""
+    ev = EventWriter(tmp_path, rank=0)
+    with Preemption(events=ev, announce=announce) as pre:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while not pre.requested:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert pre.should_stop(5) and pre.should_stop(6)
+    assert pre.stop_what == "SIGUSR1"
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("preflight")]
+    assert said == (["preflight[rank 0]: stop agreed at step 5: SIGUSR1 on rank 0 (every rank stops there)"]
+                    if announce else [])
+    logged = [r.getMessage() for r in caplog.records if r.name == "preflight.runtime"]
+    assert [m for m in logged if "caught" in m or "agreed" in m] == (
+        [f"preflight: SIGUSR1 caught on rank 0 (pid {os.getpid()})"] if announce else [])
+    assert [e["summary"].split(" ")[0] for e in events_of(tmp_path, "runtime.preemption")] == ["SIGUSR1", "stop"]
 
 
 def test_previous_handlers_chained_and_restored() -> None:
@@ -179,6 +204,9 @@ def test_sigusr1_to_one_rank_stops_all_and_resume_equals_uninterrupted(tmp_path:
             proc.wait(10)
     log_text = (tmp_path / "torchrun.log").read_text(errors="replace")
     assert rc == 0, log_text[-3000:]
+    said = [line for line in log_text.splitlines() if "stop agreed" in line]  # 4 ranks agreed, one said it
+    assert len(said) == 1 and re.fullmatch(r"preflight\[rank 0\]: stop agreed at step \d+: SIGUSR1 on rank 2 "
+                                           r"\(every rank stops there\)", said[0]), said
 
     agreed = [e for e in events_of(run, "runtime.preemption") if e["summary"].startswith("stop agreed")]
     assert len(agreed) == 4 and {e["rank"] for e in agreed} == {0, 1, 2, 3}

@@ -3,7 +3,8 @@
 Faults come from outside the program, as on a cluster: a signal to one rank (preemption), and
 a `sitecustomize` module on the ranks' PYTHONPATH that makes one rank raise in its optimizer
 step (a crash) or compute 1.67x slower (a straggler, as a throttled GPU would). The program's
-text is never changed.
+text is never changed. What the job says on the console (one `preflight[rank R]:` line per
+start, resume, restart and preemption) is read from torchrun's output.
 """
 
 from __future__ import annotations
@@ -81,9 +82,10 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _torchrun(program: Path, run: Path, steps: int, nproc: int = 2, **extra: str) -> subprocess.Popen[bytes]:
+def _torchrun(program: Path, run: Path, steps: int, nproc: int = 2, max_restarts: int = 0,
+              **extra: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           "--max-restarts", "0", str(program), str(run), str(steps)]
+           "--max-restarts", str(max_restarts), str(program), str(run), str(steps)]
     log = open(program.parent / f"torchrun-{run.name}.log", "ab")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(cmd, env=_env(program.parent, **extra), cwd=program.parent, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -100,6 +102,27 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float = 300) -> int:
 
 def _log(program: Path, run: Path) -> str:
     return (program.parent / f"torchrun-{run.name}.log").read_text(errors="replace")[-3000:]
+
+
+def _said(program: Path, run: Path, since: int = 0) -> list[str]:
+    """The job's console lines (`preflight[rank R]: ...`) in torchrun's output, from byte `since`."""
+    text = (program.parent / f"torchrun-{run.name}.log").read_bytes()[since:].decode(errors="replace")
+    return [line for line in text.splitlines() if line.startswith("preflight[rank ")]
+
+
+def _log_size(program: Path, run: Path) -> int:
+    return (program.parent / f"torchrun-{run.name}.log").stat().st_size
+
+
+def _one(lines: list[str], pattern: str) -> re.Match[str]:
+    """The one line matching `pattern` (a regex, from the line's start): exactly one, said by rank 0."""
+    found = [m for m in (re.match(pattern, line) for line in lines) if m]
+    assert len(found) == 1, f"{len(found)} lines match {pattern!r}:\n" + "\n".join(lines)
+    return found[0]
+
+
+START = r"preflight\[rank 0\]: training {run} from step 0, 2 ranks, checkpoint every 50 steps, step timeout 60 s, " \
+        r"in-process restart off$"
 
 
 def _triage(run: Path) -> tuple[int, dict]:
@@ -125,6 +148,9 @@ def test_the_program_is_complete_and_a_healthy_run_triages_as_clean(program: Pat
     assert sorted((e["facts"]["rank"], e["facts"]["how"]) for e in exits) == [(0, "clean"), (1, "clean")]
     code, doc = _triage(run)
     assert code == 0 and doc["category"] == "none", doc
+    said = _said(program, run)
+    _one(said, START.format(run=re.escape(str(run))))  # the start, once, and nothing else happened
+    assert not [line for line in said if re.search(r"resumed|restart \d|preempted|stop agreed", line)], said
 
 
 def test_preemption_saves_writes_the_marker_and_the_requeued_run_resumes_bitwise(program: Path,
@@ -144,6 +170,11 @@ def test_preemption_saves_writes_the_marker_and_the_requeued_run_resumes_bitwise
     os.kill(pid, signal.SIGUSR1)
     assert _wait(proc) == 0, _log(program, run)
     marker = json.loads((run / "preempted").read_text())
+    said = _said(program, run)
+    _one(said, START.format(run=re.escape(str(run))))
+    _one(said, rf"preflight\[rank 0\]: preempted: SIGUSR1 on rank 1; all 2 ranks saved step {marker['step']}, "
+               rf"exiting 0 for the requeue \(marker {re.escape(str(run / 'preempted'))}\)$")
+    assert not [line for line in said if re.search(r"stop agreed|resumed|restart \d", line)], said
     assert 50 <= marker["step"] < steps and marker["signal"] == "SIGUSR1" and marker["rank"] == 1
     saved = sorted(p.name for p in (run / "checkpoints").glob("step-*"))
     assert f"step-{marker['step']:08d}" in saved
@@ -151,8 +182,14 @@ def test_preemption_saves_writes_the_marker_and_the_requeued_run_resumes_bitwise
     exits = [e["facts"] for e in read_events(run) if e["check"] == "runtime.exit"]
     assert sorted((f["rank"], f["how"], f["exit_code"]) for f in exits) == [(0, "preempted", 0), (1, "preempted", 0)]
 
+    before = _log_size(program, run)
     assert _wait(_torchrun(program, run, steps)) == 0, _log(program, run)
     assert not (run / "preempted").exists()
+    said = _said(program, run, since=before)  # the requeued run: a resume, said once
+    _one(said, rf"preflight\[rank 0\]: resumed {re.escape(str(run))} at step {marker['step']} \(checkpoint\), 2 ranks, "
+               r"checkpoint every 50 steps, step timeout 60 s, in-process restart off; the previous attempt was "
+               r"preempted \(SIGUSR1 on rank 1\), down \d+\.\d s so far$")
+    assert len(said) == 1, said
     starts = [e["facts"] for e in read_events(run) if e["check"] == "runtime.train" and "resumed" in e["facts"]]
     assert sorted(f["start_step"] for f in starts if f["resumed"]) == [marker["step"]] * 2
     lost = [e["facts"] for e in read_events(run) if e["check"] == "runtime.downtime"]
@@ -196,3 +233,47 @@ def _pid_of(run: Path, rank: int, proc: subprocess.Popen[bytes]) -> int:
                 return int(e["facts"]["pid"])
         time.sleep(0.05)
     raise AssertionError(f"rank {rank} never started")
+
+
+def test_a_killed_worker_restarted_by_torchrun_is_said_once_as_restart_1(program: Path, tmp_path: Path) -> None:
+    """SIGKILL of rank 1 after the checkpoint of step 50, under --max-restarts 2 as the README runs
+    it: torchrun restarts both workers, and the job says so once: "restart 1: resumed ... at step
+    S", with the attempt that ended and the time down so far; the start is said once too."""
+    run = tmp_path / "killed"
+    proc = _torchrun(program, run, 120, max_restarts=2)
+    pid = _pid_of(run, rank=1, proc=proc)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not (run / "checkpoints" / "step-00000050").exists():
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    assert _wait(proc) == 0, _log(program, run)
+    assert (run / "final.pt").exists()
+    said = _said(program, run)
+    _one(said, START.format(run=re.escape(str(run))))
+    m = _one(said, rf"preflight\[rank 0\]: restart 1: resumed {re.escape(str(run))} at step (\d+) \(checkpoint\), "
+                   r"2 ranks; the previous attempt ended in (.*), down \d+\.\d s so far")
+    starts = {e["facts"]["start_step"] for e in read_events(run) if e["check"] == "runtime.train"
+              and e["facts"].get("restart") == 1}
+    assert starts == {int(m.group(1))} and int(m.group(1)) >= 50, (starts, said)
+    assert not [line for line in said if re.search(r"restart [02-9]|preempted|stop agreed", line)], said
+    assert len(said) == 2, said
+
+
+def test_sigterm_to_torchrun_is_one_preemption_line_though_every_rank_caught_it(program: Path,
+                                                                                  tmp_path: Path) -> None:
+    """SIGTERM to the agent (what scancel --signal=TERM does): torchrun forwards it to every worker,
+    each catches it, and the job says one line, from rank 0: the signal, the step saved, the exit."""
+    run = tmp_path / "term"
+    proc = _torchrun(program, run, 2000)
+    _pid_of(run, rank=1, proc=proc)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not (run / "checkpoints" / "step-00000050").exists():
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    _wait(proc)  # torchrun's own exit code after a signal is not the job's word; the marker is
+    marker = json.loads((run / "preempted").read_text())
+    assert marker["signal"] == "SIGTERM" and marker["rank"] == 0, marker
+    said = _said(program, run)
+    _one(said, rf"preflight\[rank 0\]: preempted: SIGTERM on rank 0; all 2 ranks saved step {marker['step']}, "
+               rf"exiting 0 for the requeue \(marker {re.escape(str(run / 'preempted'))}\)$")
+    assert len(said) == 2, said  # the start and the preemption

@@ -1,9 +1,10 @@
 """`Resilience` beyond the README's program: node-local checkpoints with a peer copy under
-torchrun (two agents standing for two nodes), and bad arguments."""
+torchrun (two agents standing for two nodes), bad arguments, and the console line of each start."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -235,3 +236,56 @@ def test_under_torchrun_a_killed_rank_falls_back_to_torchruns_restart(tmp_path: 
                     if e["check"] == "runtime.train" and "start_step" in e["facts"] and "resumed" in e["facts"])
     assert starts == [(0, 0), (0, 0), (1, 20), (1, 20)], starts
     assert len(_losses(run)) == 40
+
+
+def _alone(run: Path, steps: int, **extra: str) -> subprocess.CompletedProcess[str]:
+    """The worker as one process without a launcher (one rank), its stderr captured."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TORCHELASTIC_", "SLURM_", "NCCL_", "PREFLIGHT_", "RANK", "WORLD_SIZE"))}
+    env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **extra})
+    return subprocess.run([sys.executable, str(WORKER), str(run), str(steps)], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _said(p: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in p.stderr.splitlines() if line.startswith("preflight[")]
+
+
+@pytest.mark.real
+def test_each_start_is_one_line_what_is_on_then_the_restart_and_the_rerun_with_the_attempt_before(
+        tmp_path: Path) -> None:
+    """A first start says what is on; a launcher's restart (PREFLIGHT_ATTEMPT, as the in-process
+    launcher numbers its attempts) says which restart, where it resumed and how the previous
+    attempt ended; a new launch (a rerun) says both. One line each, nothing else."""
+    run = tmp_path / "run"
+    local = {"LOCAL_DIR": str(tmp_path / "local"), "LOCAL_EVERY": "10", "STEP_TIMEOUT": "30"}
+    first = _alone(run, 30, CRASH_RANK="0", CRASH_AT="15", **local)
+    assert first.returncode == 1 and "injected fault at step 15" in first.stderr, first.stderr[-2000:]
+    assert _said(first) == [f"preflight[rank 0]: training {run} from step 0, 1 rank, checkpoint every 1000 steps, "
+                            "node-local checkpoint every 10 steps, step timeout 30 s, in-process restart off"]
+    again = _alone(run, 30, CRASH_RANK="0", CRASH_AT="22", PREFLIGHT_ATTEMPT="1", **local)
+    assert again.returncode == 1, again.stderr[-2000:]
+    said = _said(again)
+    assert len(said) == 1 and re.fullmatch(
+        rf"preflight\[rank 0\]: restart 1: resumed {re.escape(str(run))} at step 10 \(local checkpoint\), 1 rank; "
+        r"the previous attempt ended in a crash of rank 0 on \S+ \(RuntimeError: injected fault at step 15\) at "
+        r"step 15, down \d+\.\d s so far, 5 steps to redo", said[0]), said
+    rerun = _alone(run, 30, **local)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    said = _said(rerun)
+    assert len(said) == 1 and re.fullmatch(
+        rf"preflight\[rank 0\]: resumed {re.escape(str(run))} at step 20 \(local checkpoint\), 1 rank, checkpoint "
+        r"every 1000 steps, node-local checkpoint every 10 steps, step timeout 30 s, in-process restart off; the "
+        r"previous attempt ended in a crash of rank 0 on \S+ \(RuntimeError: injected fault at step 22\) at step "
+        r"22, down \d+\.\d s so far, 2 steps to redo", said[0]), said
+
+
+def test_the_preemption_line_names_the_signal_the_step_saved_and_the_end() -> None:
+    from preflight.runtime.resilience import preempted_line
+
+    marker = Path("/r/preempted")
+    assert preempted_line("SIGUSR1", 1, 60, 4, 0, marker) == \
+        "preempted: SIGUSR1 on rank 1; all 4 ranks saved step 60, exiting 0 for the requeue (marker /r/preempted)"
+    assert preempted_line("SIGTERM", 0, 7, 1, 85, None) == \
+        "preempted: SIGTERM on rank 0; the rank saved step 7, exiting 85 (preempted): run again to resume"
+    assert preempted_line("SIGTERM", 0, 7, 2, 0, None).endswith("the marker could not be written: requeue by hand")
