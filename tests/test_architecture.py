@@ -374,3 +374,38 @@ def test_a_node_side_module_runs_from_its_text_alone(module: str) -> None:
                        stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
     assert "ImportError" not in p.stderr and "ModuleNotFoundError" not in p.stderr, p.stderr[-2000:]
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
+_RUN_DIR_RECORDS = re.compile(r"^(events|heartbeat|hang|crash)-(rank)?|^preempted$")
+# modules that parse JSON of another kind beside writing a record: (module, what they parse)
+_OTHER_JSON = {"preflight.runtime.watchdog": "a flight-recorder dump's entries (its own JSON dump format)"}
+
+
+def _parses_json(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("loads", "load")
+               and isinstance(n.func.value, ast.Name) and n.func.value.id == "json" for n in ast.walk(tree))
+
+
+def _names_records(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and _RUN_DIR_RECORDS.search(n.value)
+               for n in ast.walk(tree))
+
+
+def _record_parsers(trees: dict[str, ast.AST]) -> list[str]:
+    return sorted(m for m, tree in trees.items() if _names_records(tree) and _parses_json(tree))
+
+
+def test_a_run_directory_has_one_reader() -> None:
+    """The records of a run directory (events, heartbeats, hang and crash records, the marker) are
+    parsed by preflight.runtime.story alone: triage, the downtime, history, the watchdog's peer
+    heartbeats, the crash records and the marker all take them from it."""
+    others = [m for m in _record_parsers(TREES) if m != "preflight.runtime.story" and m not in _OTHER_JSON]
+    assert others == []
+    assert "preflight.runtime.story" in _record_parsers(TREES)
+
+
+def test_the_one_reader_check_finds_a_second_parser() -> None:
+    second = ast.parse("import json\ndef read(p):\n    return json.loads((p / 'hang-rank0.json').read_text())\n")
+    assert _record_parsers({"m": second}) == ["m"]
+    assert _record_parsers({"m": ast.parse("def f(p):\n    return p.loads('heartbeat-rank0.json')\n")}) == []
+    assert _record_parsers({"m": ast.parse("import json\nx = json.loads('{}')\n")}) == []

@@ -74,18 +74,18 @@ def record_run_dir(run_dir: Path, url: str | None) -> tuple[int | None, list[Any
     """`preflight record --run-dir DIR`: measure the run directory's interruptions (as triage does)
     and record them as one run of command "runtime"; (run id or None when there was none, results)."""
     from preflight.engine import load_config
-    from preflight.runtime import downtime as dt
+    from preflight.runtime import story
     from preflight.triage.downtime import price, to_results
 
     if not run_dir.is_dir():
         raise UsageError(f"--run-dir {run_dir}: {'not a directory' if run_dir.exists() else 'no such directory'}")
-    files = dt.read_run_dir(run_dir)
+    files = story.read_run_dir(run_dir)
     if not files:
         raise UsageError(f"--run-dir {run_dir}: no events, heartbeats, hang or crash records in it")
     cost, currency = price(load_config())
-    doc = dt.incidents(files, run_dir=str(run_dir.resolve()), cost_per_gpu_hour=cost, currency=currency,
-                       end_label="record time")
-    results = to_results(doc["incidents"], source=str(run_dir))
+    told = story.tell(files, run_dir=str(run_dir.resolve()), cost_per_gpu_hour=cost, currency=currency,
+                      end_label="record time")  # the run, read as triage reads it
+    results = to_results(told.downtime["incidents"], source=str(run_dir))
     if not results:
         return None, []
     with open_or_fail(url) as store:

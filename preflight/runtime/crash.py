@@ -37,6 +37,7 @@ from typing import Any
 
 from preflight.model import Status
 from preflight.runtime.events import EventWriter, env_rank
+from preflight.runtime.story import load_record
 
 log = logging.getLogger("preflight.runtime")
 
@@ -219,12 +220,11 @@ def read_crash_records(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, A
             continue
         rank = int(digits)
         try:
-            doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, ValueError) as exc:
-            out[rank] = {"rank": rank, "corrupt": f"{type(exc).__name__}: {exc}", "path": str(path)}
-            continue
-        if not isinstance(doc, dict) or not isinstance(doc.get("exception"), dict):
-            out[rank] = {"rank": rank, "corrupt": "not a crash record (no 'exception' object)", "path": str(path)}
+            doc, why = load_record(path.name, path.read_bytes())  # the run directory's one reader
+        except OSError as exc:
+            doc, why = None, f"{type(exc).__name__}: {exc}"
+        if doc is None:
+            out[rank] = {"rank": rank, "corrupt": why, "path": str(path)}
             continue
         doc.setdefault("rank", rank)
         doc["path"] = str(path)

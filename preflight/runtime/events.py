@@ -81,22 +81,16 @@ def emit_guarded(events: EventWriter | None, check: str, status: Status | str, s
 
 
 def read_events(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Every event of every rank in a run directory; torn or garbage lines are skipped."""
+    """Every event of every rank in a run directory (read by `preflight.runtime.story`, the run
+    directory's one reader); torn or garbage lines are skipped."""
+    from preflight.runtime.story import load_events
+
     for path in sorted(Path(run_dir).glob("events-rank*.jsonl")):
         try:
-            with path.open(encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict) and "check" in rec:
-                        yield rec
+            data = path.read_bytes()
         except OSError:
             continue
+        yield from load_events(data)[0]
 
 
 def say(text: str, *, rank: int | None = None, stream: Any = None) -> str:

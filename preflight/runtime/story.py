@@ -199,6 +199,15 @@ def load_record(name: str, data: bytes) -> tuple[dict[str, Any] | None, str]:
     return doc, ""
 
 
+def load_marker(data: bytes) -> dict[str, Any]:
+    """The preemption marker's content ({} when it cannot be read: present, its time unknown)."""
+    try:
+        doc = json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def _events_of(f: RunFile, recs: Records, needed: frozenset[str] | None) -> None:
     events, torn = load_events(f.data, needed)
     recs.events += events
@@ -250,11 +259,8 @@ def parse(files: Iterable[RunFile], every_event: bool = False) -> Records:
         if f.name.startswith("events-") and f.name.endswith(".jsonl"):
             _events_of(f, recs, None if every_event else _NEEDED)
         elif f.name == "preempted":
-            try:
-                doc = json.loads(f.data.decode("utf-8", errors="replace"))
-                recs.marker = doc if isinstance(doc, dict) else {}
-            except ValueError:
-                recs.marker = {}
+            recs.marker = load_marker(f.data)
+            if not recs.marker:
                 recs.problems.append(f"{_where(f)}: preemption marker is not JSON (its time is unknown)")
         elif f.name.endswith(".json"):
             _record_of(f, recs)

@@ -192,14 +192,18 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def read_heartbeats(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
-    """Every rank's last heartbeat in a run directory (unreadable files are skipped)."""
+    """Every rank's last heartbeat in a run directory (unreadable files are skipped; read by
+    `preflight.runtime.story.load_record`, the run directory's one reader)."""
+    from preflight.runtime.story import load_record
+
     beats: dict[int, dict[str, Any]] = {}
     for path in Path(run_dir).glob("heartbeat-rank*.json"):
         try:
-            rec = json.loads(path.read_text())
-            beats[int(rec["rank"])] = rec
-        except (OSError, ValueError, KeyError, TypeError):
+            rec, _ = load_record(path.name, path.read_bytes())
+        except OSError:
             continue
+        if rec is not None:
+            beats[int(rec["rank"])] = rec
     return beats
 
 
