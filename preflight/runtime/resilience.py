@@ -173,6 +173,7 @@ class Resilience:
 
             self.incident = downtime.last_good(self.run_dir, before=self.started_at)
         self.downtime: dict[str, Any] | None = None
+        self._again_at: float | None = None  # this attempt's first step: training again
         self.restored_from: str | None = None
         self._redo: int | None = None  # the step to run again after an in-process restart
         self._recovered: dict[str, Any] | None = None
@@ -251,8 +252,8 @@ class Resilience:
             if self._redo is not None:  # an in-process restart: the faulted step again, re-formed
                 step, self._redo = self._redo, None
                 continue
-            if step == self.start_step:
-                self._report_downtime()
+            if self.incident is not None and self.downtime is None:
+                self._report_downtime(step, total)
             self._after_recovery()
             self._last_step_end = time.time()
             self.done = step = step + 1
@@ -476,10 +477,14 @@ class Resilience:
         self.crash.exit("clean", exit_code=0, summary="warm spare, not called in")
         raise SystemExit(0)
 
-    def _report_downtime(self) -> None:
-        """After this attempt's first step: what the interruption before it cost (rank 0, one
-        `runtime.downtime` event: last good step to training again, GPU-hours, money)."""
-        if self.incident is None or self.rank != 0:
+    def _report_downtime(self, step: int, total: int) -> None:
+        """After each step of this attempt until it is measured: what the interruption before it
+        cost (rank 0, one `runtime.downtime` event), from the last good moment to when training
+        passed the failed step again (the redone steps are lost work too), GPU-hours, money."""
+        if step == self.start_step:
+            self._again_at = time.time()
+        failed = getattr(self.incident, "step", None)
+        if self.rank != 0 or (isinstance(failed, int) and step < failed and step + 1 < total):
             return
         from preflight.runtime import downtime
 
@@ -487,12 +492,15 @@ class Resilience:
             price, currency = (self.gpu_hour_cost, downtime.DEFAULT_CURRENCY)
             if price is None:
                 price, currency = downtime.price_from_config()
-            self.downtime = downtime.measure(self.incident, training_again_at=time.time(),
+            now = time.time()
+            self.downtime = downtime.measure(self.incident, training_again_at=self._again_at or now,
                                              world_size=self.world_size, step=self.start_step,
                                              cost_per_gpu_hour=price, currency=currency,
-                                             run_dir=str(self.run_dir.resolve()))
+                                             run_dir=str(self.run_dir.resolve()),
+                                             passed_at=now if isinstance(failed, int) and step >= failed else None)
             downtime.emit(self.events, self.downtime)
         except Exception as exc:  # noqa: BLE001 - accounting never stops training
+            self.downtime = {}  # tried once
             log.warning("preflight: downtime not measured: %s", exc)
 
     # ----- ends -------------------------------------------------------------------------
