@@ -150,6 +150,8 @@ def judge_nan_batch(dr: _job.Drill) -> str:
     story = story_of(doc)
     last = story["attempts"][-1]
     assert (last["cause"], last["ranks"]) == ("bad data", [dr.rank]), why
+    # replay ran the step again and it repeated: that verdict is the evidence, not a guess
+    assert any("replay" in str(e) for e in last["evidence"]) and "not replayed" not in last["detail"], why
     assert (story["state"], story["recovered"]) == ("failed", False), why
     assert doc["culprits"] == [{"node": HOST, "ranks": [dr.rank]}], why  # the rank whose batch it was, not rank 0
     assert code == 1, why
