@@ -144,6 +144,20 @@ class _Snapshot:
     saved: list[Any] = field(default_factory=list)
 
 
+@dataclass
+class Pending:
+    """A step begun by `Replay.begin`: what `settle` needs. `local`: this rank's trigger."""
+
+    step: int
+    compute: Callable[[], Any]
+    tensors: list[Any]
+    snap: _Snapshot
+    loss: Any
+    value: float
+    norm: float
+    local: str
+
+
 class Replay:
     """Runs each step through `step()`; see the module docstring."""
 
@@ -176,6 +190,8 @@ class Replay:
         self._flag: Any = None
         self._spiking = False
         self._walked: tuple[Any, list[Any], list[Any]] | None = None
+        self._decision = "ok"
+        self.judged: tuple[int, Any, str] | None = None  # (step, loss, the guard's verdict), the last step begun
 
     @property
     def rank(self) -> int:
@@ -187,17 +203,34 @@ class Replay:
     # ----- the step ----------------------------------------------------------------------
     def step(self, step: int, compute: Callable[[], Any], params: Any) -> StepOutcome:
         """Run `compute()` (zero grads first), check it, replay it on a trigger; see the docstring."""
+        pending = self.begin(step, compute, params)
+        return self.settle(pending, self._agree(pending.local))
+
+    def begin(self, step: int, compute: Callable[[], Any], params: Any) -> Pending:
+        """This rank's part of a step, no collective: snapshot, `compute()`, the local trigger.
+        `settle(pending, trigger)` ends the step once the ranks agree on the trigger: `step()`
+        agrees with one one-element all-reduce; a caller whose own collective follows (the
+        gradient all-reduce) can carry `pending.local` in it (`TRIGGERS.index`, the highest
+        wins) and must leave this rank's gradients unchanged until `settle` returns."""
         tensors, norm_buffers = self._walk(params)
         snap = _snapshot(norm_buffers)
         loss = _run(compute, tensors)
         value, norm = _measure(loss, tensors)
         local = self._local_trigger(step, value, norm)
-        trigger = self._agree(local)
+        self.judged = (step, loss, self._decision)
+        return Pending(step, compute, tensors, snap, loss, value, norm, local)
+
+    def settle(self, pending: Pending, trigger: str) -> StepOutcome:
+        """End the step begun by `begin` under the trigger every rank agreed on ("" when none):
+        nothing to do, or the replay, the exchange of digests (collective) and the verdict."""
+        step, compute, tensors, loss, value, norm = (pending.step, pending.compute, pending.tensors, pending.loss,
+                                                     pending.value, pending.norm)
         if not trigger:
             self._remember(norm)
             return StepOutcome(step, loss)
+        local = pending.local
         first = _safe_digest(value, tensors)
-        _restore(snap)
+        _restore(pending.snap)
         loss2, value2, norm2, failed = loss, math.nan, math.nan, None
         try:
             loss2 = _run(compute, tensors)
@@ -240,6 +273,7 @@ class Replay:
         except Exception as exc:  # noqa: BLE001 - a monitoring fault never stops training
             log.warning("preflight: replay: the loss guard failed at step %s: %s", step, exc)
             decision = "ok"
+        self._decision = str(decision)
         if not math.isfinite(value) or decision == "nonfinite":
             return "nonfinite-loss"
         if not math.isfinite(norm):

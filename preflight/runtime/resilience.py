@@ -155,6 +155,7 @@ class Resilience:
         self.local_every = max(1, int(local_every))
         if local_dir is not None:
             self._local_tier(local_dir, local_keep_last, replicas, async_save)
+        self._averaged: tuple[int, int] | None = None  # (step, id(model)) averaged by forward_backward
         self.replay: Any = None
         if replay is not None:
             from preflight.runtime.lossguard import LossGuard
@@ -285,46 +286,96 @@ class Resilience:
     def average_gradients(self, model: Any) -> None:
         """All-reduce every gradient of `model` (one flat buffer in parameter order) and divide by
         the world size, timed as the collective wait. A fixed layout: a resumed run reduces in
-        the same order as an uninterrupted one (bitwise equal on CPU). No-op on one rank."""
-        if self.world_size <= 1:
+        the same order as an uninterrupted one (bitwise equal on CPU). No-op on one rank, and
+        after `forward_backward(..., average=True)` of this step (already averaged)."""
+        if self.world_size <= 1 or self._averaged == (self._step_now(), id(model)):
             return
+        self._all_reduce_grads([p.grad for p in model.parameters() if p.grad is not None])
+
+    def _all_reduce_grads(self, grads: list[Any], trigger: str | None = None) -> str:
+        """Average `grads` in one flat all-reduce. With `trigger` (replay's local one), the flat
+        buffer carries one count per trigger kind and the highest kind any rank saw is returned:
+        then the gradients are left as they were (this rank's own, for the replay)."""
+        if not grads:
+            return ""
         import torch
         import torch.distributed as dist
 
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        if not grads:
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        parts = [g.reshape(-1) for g in grads]
+        size = sum(int(x.numel()) for x in parts)
+        if trigger is not None:
+            from preflight.runtime.replay import TRIGGERS
+
+            counts = torch.zeros(len(TRIGGERS) - 1, dtype=parts[0].dtype, device=parts[0].device)
+            if TRIGGERS.index(trigger):
+                counts[TRIGGERS.index(trigger) - 1] = 1
+            parts.append(counts)
+        flat = torch.cat(parts)
         with self.waiting():
             dist.all_reduce(flat)
-        flat.div_(self.world_size)
+        if trigger is not None:
+            seen = flat[size:].tolist()
+            agreed = next((TRIGGERS[i + 1] for i in reversed(range(len(seen))) if seen[i] > 0), "")
+            if agreed:
+                return agreed
+        flat = flat[:size].div_(self.world_size)
         offset = 0
         for g in grads:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
+        return ""
 
-    def forward_backward(self, compute: Callable[[], Any], model: Any) -> Any:
+    def _step_now(self) -> int:
+        return self._current if self._current is not None else self.done
+
+    def forward_backward(self, compute: Callable[[], Any], model: Any, average: bool = False) -> Any:
         """Run this rank's forward and backward (`compute()` returns the loss; no collective in
         it) and return a `StepOutcome` (`.loss`, `.apply`). With `replay=` set, a suspicious step
         (NaN/Inf, a loss or gradient-norm spike) is run again from the same inputs: two different
         results on a rank raise `SuspectHardware` (exit 76, its node recorded in history); a NaN/Inf
         that repeats is the data: stop, skip (`.apply` False: do not step the optimizer) or
         report, as `replay=` says; a repeated spike is reported and applied. Without replay:
-        gradients set to None, `compute()`, apply."""
-        step = self._current if self._current is not None else self.done
-        if self.replay is not None:
-            return self.replay.step(step, compute, model)
-        from preflight.runtime.replay import StepOutcome
+        gradients set to None, `compute()`, apply. `average=True` also averages the gradients
+        (`average_gradients`) when the step applies; with replay, that all-reduce carries the
+        ranks' agreement on the trigger, so watching costs no collective of its own."""
+        step = self._step_now()
+        self._averaged = None
+        if self.replay is not None and average and self.world_size > 1:
+            grads_of = lambda: [p.grad for p in model.parameters() if p.grad is not None]  # noqa: E731
+            pending = self.replay.begin(step, compute, model)
+            grads = grads_of()
+            if grads:
+                agreed = self._all_reduce_grads(grads, pending.local)
+                out = self.replay.settle(pending, agreed)
+                if agreed and out.apply:
+                    self._all_reduce_grads(grads_of())  # the replayed step's gradients, averaged
+            else:
+                out = self.replay.settle(pending, self.replay._agree(pending.local))
+        elif self.replay is not None:
+            out = self.replay.step(step, compute, model)
+            if average and out.apply:
+                self.average_gradients(model)
+        else:
+            from preflight.runtime.replay import StepOutcome
 
-        for p in model.parameters():
-            p.grad = None
-        return StepOutcome(step=step, loss=compute())
+            for p in model.parameters():
+                p.grad = None
+            out = StepOutcome(step=step, loss=compute())
+            if average:
+                self.average_gradients(model)
+        if average:
+            self._averaged = (step, id(model))
+        return out
 
     def check_loss(self, loss: Any) -> str:
-        """The loss guard's verdict for this step: "ok" or "spike"; a NaN/Inf raises NonFiniteLoss."""
+        """The loss guard's verdict for this step: "ok" or "spike"; a NaN/Inf raises NonFiniteLoss.
+        With replay, the verdict its guard gave this step's loss in `forward_backward` (judged once)."""
         if self.loss_guard is None:
             return "ok"
-        step = self._current if self._current is not None else self.done
+        step = self._step_now()
+        judged = self.replay.judged if self.replay is not None else None
+        if judged is not None and judged[0] == step and judged[1] is loss and judged[2] != "nonfinite":
+            return str(judged[2])
         return str(self.loss_guard.check(step, loss))
 
     # ----- checkpoints ------------------------------------------------------------------

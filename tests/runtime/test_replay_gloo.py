@@ -158,3 +158,104 @@ def test_a_rank_whose_replay_raises_is_named_and_nobody_waits_for_it(tmp_path: P
         assert e["status"] == "error" and e["step"] == 19 and e["facts"]["cause"] == "undetermined"
         assert "rank 2: the replay raised RuntimeError: injected" in e["summary"]
     assert _history(url) == []
+
+
+# ----- through Resilience: the gradient all-reduce carries the agreement --------------------------------
+
+
+def rank_resilience(argv: list[str]) -> None:
+    """One rank of a job written as the README's: `res.forward_backward(compute, model,
+    average=...)`; counts the all_reduce calls each forward_backward makes (with
+    `--average 0` the caller averages after it, as before)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", type=Path, required=True)
+    ap.add_argument("--history", required=True)
+    ap.add_argument("--corrupt", type=str, default="")  # "<rank>:<step>:<kind>"
+    ap.add_argument("--nan", type=str, default="")  # "<rank>:<step>"
+    ap.add_argument("--average", type=int, default=1)
+    a = ap.parse_args(argv)
+    os.environ["PREFLIGHT_HISTORY"] = a.history
+    import torch
+    import torch.distributed as dist
+
+    from preflight.runtime import Resilience
+    from tests.runtime._replay_job import Corruption, Job
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    corruption = nan_at = None
+    if a.corrupt:
+        r, s, kind = a.corrupt.split(":")
+        corruption = Corruption(step=int(s), rank=int(r), kind=kind, param=0, index=7)
+    if a.nan:
+        r, s = a.nan.split(":")
+        nan_at = int(s) if int(r) == rank else None
+    job = Job(seed=11, rank=rank, corruption=corruption, nan_at=nan_at)
+    real, count = dist.all_reduce, [0]
+
+    def counting(*args: object, **kw: object) -> object:
+        count[0] += 1
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    dist.all_reduce = counting  # type: ignore[assignment]
+    calls: list[int] = []
+    result: dict[str, object] = {"rank": rank}
+    try:
+        with Resilience(a.run_dir, state={"model": job.model, "optimizer": job.opt}, replay="skip",
+                        save_every=10**6) as res:
+            for step in res.steps(STEPS):
+                with res.step():
+                    job.step_now = step
+                    before = count[0]
+                    out = res.forward_backward(job.compute_for(step), job.model, average=bool(a.average))
+                    if out.apply and not a.average:
+                        res.average_gradients(job.model)
+                    calls.append(count[0] - before)
+                    if out.apply:
+                        job.opt.step()
+                    else:
+                        job.skipped.append(step)
+    except SuspectHardware as exc:
+        result.update(verdict="hardware", step=exc.step, ranks=exc.ranks, code=exc.code)
+        (a.run_dir / f"result-rank{rank}.json").write_text(json.dumps(result))
+        raise
+    flat = torch.cat([p.detach().reshape(-1) for p in job.model.parameters()])
+    result.update(verdict="trained", skipped=job.skipped, weights=flat.tolist(), calls=calls,
+                  replays=[(o.step, o.trigger, o.cause) for o in res.replay.replays])
+    (a.run_dir / f"result-rank{rank}.json").write_text(json.dumps(result))
+
+
+@pytest.mark.real
+def test_through_resilience_the_gradient_all_reduce_carries_the_agreement(tmp_path: Path) -> None:
+    """average=True: one all_reduce per step (the gradients', carrying the trigger), where the
+    caller's own averaging after forward_backward makes two; the same skipped step and
+    bitwise the same weights either way (2 ranks, a NaN in rank 1's batch at step 19)."""
+    runs = {}
+    for average in (1, 0):
+        run = tmp_path / f"run{average}"
+        procs = launch("tests.runtime.test_replay_gloo:rank_resilience", 2,
+                       ["--run-dir", str(run), "--history", f"sqlite:///{tmp_path / 'h.db'}", "--nan", "1:19",
+                        "--average", str(average)], run)
+        assert wait_all(procs, timeout=180) == [0, 0], logs(run)
+        runs[average] = [json.loads((run / f"result-rank{r}.json").read_text()) for r in range(2)]
+    for average, res in runs.items():
+        for r in res:
+            assert r["skipped"] == [19] and r["replays"] == [[19, "nonfinite-loss", "data"]], r
+            plain = [c for s, c in enumerate(r["calls"]) if s != 19]
+            assert plain == [1 if average else 2] * (STEPS - 1), (average, r["calls"])
+        assert res[1]["weights"] == res[0]["weights"]
+    assert runs[1][0]["weights"] == runs[0][0]["weights"]  # the same averaging, bit for bit
+
+
+@pytest.mark.real
+def test_through_resilience_a_one_time_corruption_still_ends_every_rank_with_76(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    procs = launch("tests.runtime.test_replay_gloo:rank_resilience", 2,
+                   ["--run-dir", str(run), "--history", f"sqlite:///{tmp_path / 'h.db'}", "--corrupt", "1:17:bitflip"],
+                   run)
+    assert wait_all(procs, timeout=180) == [EXIT_SUSPECT_HARDWARE] * 2, logs(run)
+    for r in range(2):
+        res = json.loads((run / f"result-rank{r}.json").read_text())
+        assert (res["verdict"], res["step"], res["ranks"]) == ("hardware", 17, [1]), res
+    ev = [e for e in read_events(run) if e["check"] == CHECK]
+    assert sorted(e["rank"] for e in ev) == [0, 1] and {(e["status"], e["step"]) for e in ev} == {("fail", 17)}
