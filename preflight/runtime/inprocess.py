@@ -76,6 +76,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -83,7 +84,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.model import Status
-from preflight.runtime.events import EventWriter
+from preflight.runtime.events import EventWriter, say
 
 log = logging.getLogger("preflight.runtime")
 
@@ -91,6 +92,7 @@ CHECK = "runtime.restart"
 EXIT_FALLBACK = 75  # EX_TEMPFAIL, as the watchdog's hang code: the launcher restarts the job
 EXIT_EXCLUDED = 77  # this process was fenced out of the group: the job goes on without it (76 is replay's suspect hardware)
 POLL_S = 0.02
+WATCH_S = 0.1  # how often a rank looks in the store for a member's recorded exit
 # environment set by `python -m preflight.runtime.launch`
 ENV_INPROCESS = "PREFLIGHT_INPROCESS"  # "1": the launcher keeps the survivors alive and hosts the store
 ENV_SLOT = "PREFLIGHT_SLOT"  # the process's number in its launch, stable for its life
@@ -216,6 +218,80 @@ def fence(info: Mapping[str, Any]) -> bool:
     return True
 
 
+def _socket_fds() -> dict[int, int]:
+    """This process's sockets: inode -> file descriptor (Linux /proc)."""
+    out: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
+            out[int(target[8:-1])] = int(name)
+    return out
+
+
+def _tcp_sockets() -> dict[int, tuple[int, int, str]]:
+    """Every TCP socket of this network namespace: inode -> (local port, remote port, state),
+    the state as the kernel's hex code ("0A" listening, "01" established)."""
+    out: dict[int, tuple[int, int, str]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            try:
+                out[int(f[9])] = (int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), f[3])
+            except (IndexError, ValueError):
+                continue
+    return out
+
+
+def shut_connections(inodes: set[int], keep_port: int = -1) -> int:
+    """Shut down (both ways) this process's TCP connections among `inodes`, never a listening
+    socket (gloo's accept thread ends the process on one) nor one to or from `keep_port` (the
+    store). A thread blocked on such a connection's receive (a gloo collective) fails at once,
+    and the peer at the other end sees the connection close. Each socket is checked, on a
+    duplicate of its descriptor, to be the one named (a descriptor closed and reused meanwhile
+    is left alone). Returns how many were shut down; never raises."""
+    if not inodes:
+        return 0
+    table = _tcp_sockets()
+    n = 0
+    for ino, fd in _socket_fds().items():
+        row = table.get(ino)
+        if ino not in inodes or row is None or row[2] == "0A" or keep_port in (row[0], row[1]):
+            continue
+        try:
+            dup = os.dup(fd)
+        except OSError:
+            continue
+        try:
+            if os.fstat(dup).st_ino != ino:
+                continue
+            sock = socket.socket(fileno=dup)
+            dup = -1  # the socket object owns the duplicate now
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                n += 1
+            except OSError:
+                pass
+            finally:
+                sock.close()
+        except OSError:
+            continue
+        finally:
+            if dup >= 0:
+                os.close(dup)
+    return n
+
+
 def _drop_tracebacks(exc: BaseException | None) -> None:
     """Let go of the frames of a failed collective (they hold its process group alive)."""
     seen: set[int] = set()
@@ -238,7 +314,8 @@ class InProcessRestart:
     def __init__(self, run_dir: str | os.PathLike[str], *, backend: str = "gloo", timeout_s: float = 3.0,
                  join_timeout_s: float | None = None, max_restarts: int = 3, max_faults_per_rank: int = 1,
                  min_world_size: int = 1, events: EventWriter | None = None, store: Any = None,
-                 init_timeout_s: float = 120.0, spare_wait_s: float | None = None) -> None:
+                 init_timeout_s: float = 120.0, spare_wait_s: float | None = None,
+                 watch_s: float | None = WATCH_S) -> None:
         if timeout_s <= 0 or max_restarts < 0 or max_faults_per_rank < 0 or min_world_size < 1:
             raise ValueError("timeout_s > 0, max_restarts >= 0, max_faults_per_rank >= 0, min_world_size >= 1")
         self.run_dir = Path(run_dir)
@@ -274,6 +351,15 @@ class InProcessRestart:
         self._detected_at: float | None = None
         self._abort_reason = ""
         self._formed = False
+        self.attempts = 0  # re-forms tried (the limit max_restarts counts these)
+        # the death watch: a member's exit recorded by the launcher breaks this rank's collective
+        self.watch_s = float(watch_s) if watch_s else 0.0
+        self._watch_store: Any = None
+        self._watch_stop = threading.Event()
+        self._watch_thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._group_sockets: set[int] = set()  # inodes of the current process group's connections
+        self._death: str | None = None  # what the watch saw, until recover() takes it
 
     # ----- store and process group ---------------------------------------------------------
     def _connect(self) -> Any:
@@ -301,12 +387,16 @@ class InProcessRestart:
         self.generation = gen
         os.environ["RANK"] = str(self.rank)
         os.environ["WORLD_SIZE"] = str(self.world_size)
+        before = set(_socket_fds())
         dist.init_process_group(self.backend, store=dist.PrefixStore(f"{self.ns}/pg{gen}", self._store),
                                 rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=self.init_timeout_s if gen == 0 else self.timeout_s))
         if gen == 0:
             self._set_pg_timeout(self.timeout_s)
-        self._formed = True
+        with self._lock:
+            # gloo connects every pair while the group is created: the sockets that appeared are its own
+            self._group_sockets = set(_socket_fds()) - before
+            self._formed = True
 
     def _set_pg_timeout(self, seconds: float) -> None:
         """Collectives after the first formation use `timeout_s` (the first one waited for every
@@ -327,9 +417,11 @@ class InProcessRestart:
         survivors still blocked on this rank raise at once instead of at their timeout. (No
         gc.collect() for a group held by a reference cycle: it costs 0.4-0.8 s on a loaded
         2-core VM; such a group leaves its peers to their timeout, which is slower, not wrong.)"""
-        if not self._formed:
-            return
-        self._formed = False
+        with self._lock:
+            if not self._formed:
+                return
+            self._formed = False
+            self._group_sockets = set()
         try:
             import torch.distributed as dist
 
@@ -346,11 +438,12 @@ class InProcessRestart:
         if self.is_spare:
             self._store.set(f"{self.ns}/spare/{self.slot}", "1")
 
-    def _member_info(self, slot: int) -> dict[str, Any]:
+    def _member_info(self, slot: int, store: Any = None) -> dict[str, Any]:
         key = f"{self.ns}/member/{slot}"
+        store = store if store is not None else self._store
         try:
-            if self._store.check([key]):
-                info = json.loads(self._store.get(key))
+            if store.check([key]):
+                info = json.loads(store.get(key))
                 return info if isinstance(info, dict) else {"slot": slot}
         except Exception:  # noqa: BLE001
             pass
@@ -363,10 +456,92 @@ class InProcessRestart:
         Raises ValueError when the launch environment is unusable."""
         self._connect()
         self._register()
+        self._start_watch()
         if not self.is_spare:
             self._form(0)
             return True
         return self._wait_as_spare()
+
+    # ----- the death watch -----------------------------------------------------------------
+    def _start_watch(self) -> None:
+        """Under the launcher (which records every worker's exit in its store), a daemon thread
+        with a connection of its own to the store looks every `watch_s` seconds whether the
+        store's key count changed, and then whether a member of the current generation has an
+        exit recorded: one small request per look, nothing else while no key is added."""
+        if not self.watch_s or not self.keeps_survivors or self.nproc + self.nspares < 2:
+            return
+        addr, port = os.environ.get("MASTER_ADDR"), _int_env("MASTER_PORT", -1)
+        if not addr or port < 0:
+            return
+        try:
+            import torch.distributed as dist
+
+            # made here, before any process group: its socket is never taken for one of the group's
+            self._watch_store = dist.TCPStore(addr, port, is_master=False, wait_for_workers=False,
+                                              timeout=timedelta(seconds=max(5.0, self.timeout_s)))
+        except Exception as exc:  # noqa: BLE001 - without the watch a dead rank costs the timeout
+            log.warning("preflight: no watch for dead ranks (%s); a dead rank is seen at the collective's timeout",
+                        describe(exc))
+            return
+        self._watch_thread = threading.Thread(target=self._watch, name="preflight-death-watch", daemon=True)
+        self._watch_thread.start()
+
+    def _watch(self) -> None:
+        seen: tuple[int, int] | None = None
+        while not self._watch_stop.wait(self.watch_s):
+            try:
+                now = (int(self._watch_store.num_keys()), self.generation)
+                if now == seen:
+                    continue
+                seen = now
+                gen, members = self.generation, list(self.members)
+                dead = self._recorded_exits(members)
+                if not dead:
+                    continue
+                if self._watch_store.check([done_key(self.ns)]):
+                    return  # the job is ending: ranks that finished leave, nothing to break
+                self._on_death(gen, members, dead)
+            except Exception as exc:  # noqa: BLE001 - the store went away: the launcher is ending
+                log.debug("preflight: the death watch stops: %s", describe(exc))
+                return
+
+    def _recorded_exits(self, members: list[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for slot in members:
+            key = exit_key(self.ns, slot)
+            if slot != self.slot and self._watch_store.check([key]):
+                raw = self._watch_store.get(key).decode(errors="replace").strip()
+                out[slot] = exit_words(int(raw)) if raw.lstrip("-").isdigit() else f"exited ({raw})"
+        return out
+
+    def _on_death(self, gen: int, members: list[int], dead: Mapping[int, str]) -> None:
+        """A member of generation `gen` is dead: the fault is detected now, its cause is that
+        death, and this rank's collective is broken (gloo: its connections shut down; NCCL: the
+        communicator aborted) so that recover() starts at once instead of at the timeout."""
+        with self._lock:
+            if gen != self.generation or not self._formed or self._death is not None:
+                return
+            words = []
+            for slot, why in sorted(dead.items()):
+                info = self._member_info(slot, self._watch_store)
+                where = f" on {info['host']}" if info.get("host") else ""
+                words.append(f"rank {members.index(slot)} (slot {slot}, pid {info.get('pid')}{where}) died: {why}")
+            self._death = "; ".join(words)
+            self._detected_at = time.monotonic()
+            self._abort_reason = self._death
+            sockets = set(self._group_sockets)
+        log.warning("preflight: %s", self._death)
+        if self.backend == "nccl":
+            self.abort(self._death)
+            return
+        shut = shut_connections(sockets, keep_port=_int_env("MASTER_PORT", -1))
+        log.debug("preflight: %d connections of generation %d shut down", shut, gen)
+
+    def _stop_watch(self) -> None:
+        self._watch_stop.set()
+        t = self._watch_thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=2 * self.watch_s + 1.0)
 
     def _wait_as_spare(self) -> bool:
         deadline = None if self.spare_wait_s is None else time.monotonic() + self.spare_wait_s
@@ -382,6 +557,7 @@ class InProcessRestart:
                         plan = json.loads(self._store.get(plan_key(self.ns, latest)))
                         if plan.get("decision") == "go" and self.slot in plan["members"]:
                             self._adopt(plan)
+                            self.restarts = int(plan.get("restarts", self.restarts))  # the restart that calls it in
                             self._form(int(plan["gen"]))
                             self._pending = plan
                             return True
@@ -443,18 +619,25 @@ class InProcessRestart:
             return step
         return self._restore_from(plan, stateful)
 
-    def recover(self, exc: BaseException | None, step: int, stateful: Mapping[str, Any]) -> int:
+    def recover(self, exc: BaseException | None, step: int, stateful: Mapping[str, Any], *,
+                last_good_at: float | None = None) -> int:
         """After a fault: agree, fence, re-form, restore; returns the step to redo. `step` is the
-        number of steps whose update this rank applied. Raises RestartFallback (exit 75) when
-        recovery is impossible or over its limits, Excluded (exit 77) on a process left out."""
-        aborted = self._aborted_at()
+        number of steps whose update this rank applied; `last_good_at` (wall clock), when the
+        caller knows it, the end of its last completed step: the console line's downtime counts
+        from there. Raises RestartFallback (exit 75) when recovery is impossible or over its
+        limits, Excluded (exit 77) on a process left out."""
+        with self._lock:
+            aborted = self._aborted_at()
+            self._detected_at = None
+            death, self._death = self._death, None
         detected = aborted if aborted is not None else time.monotonic()
-        self._detected_at = None
         cause = describe(exc) if aborted is None else f"{self._abort_reason}; then {describe(exc)}"
         _drop_tracebacks(exc)
         self._teardown()
         gen = self.generation
         lost: list[dict[str, Any]] = []  # every rank lost since the last re-form that held
+        before = list(self.members)  # the world before this restart: the failed ranks are named in it
+        spares_before = set(self.spares_used)
         old_world = self.world_size
         while True:
             gen += 1
@@ -463,7 +646,7 @@ class InProcessRestart:
                 if gen - self.generation > self.max_restarts + 1:
                     raise RestartFallback("no plan was agreed in any generation")
                 continue  # the leader went away before writing it: the next generation
-            lost.extend(dict(f, generation=gen - 1) for f in plan.get("failed") or [])
+            lost.extend(_named_in(f, before, gen - 1) for f in plan.get("failed") or [])
             self._check_plan(plan)
             self._adopt(plan)
             self._fence_local(plan)
@@ -473,14 +656,23 @@ class InProcessRestart:
             except Exception as again:  # noqa: BLE001 - a second fault during recovery
                 if not self.is_fault(again):
                     raise
-                cause = describe(again)
+                with self._lock:
+                    death, self._death = self._death, None
+                    self._detected_at = None
+                cause = f"{death}; then {describe(again)}" if death else describe(again)
                 self._teardown()
                 continue
-            self._record(dict(plan, failed=lost, old_world=old_world), detected, cause)
+            self.restarts = int(plan.get("restarts", self.restarts + 1))
+            cause = _fault_cause(lost, cause)
+            called = [s for s in self.spares_used if s not in spares_before]
+            self._record(dict(plan, failed=lost, old_world=old_world, spares_called=called), detected, cause,
+                         since=_downtime_start(detected, last_good_at, cause, death, self.timeout_s))
             return new_step
 
     def done(self) -> None:
-        """End of training: releases the waiting spares. Never raises."""
+        """End of training: releases the waiting spares and ends the death watch (ranks that
+        finished leave). Never raises."""
+        self._watch_stop.set()
         try:
             if self._store is not None:
                 self._store.set(done_key(self.ns), "1")
@@ -490,6 +682,7 @@ class InProcessRestart:
     def close(self) -> None:
         """done(), then destroy the process group."""
         self.done()
+        self._stop_watch()
         self._teardown()
 
     # ----- agreement -----------------------------------------------------------------------
@@ -587,7 +780,8 @@ class InProcessRestart:
         new = [s for s in members if s is not None]
         source_slot = max(joined, key=lambda s: (int(joined[s].get("step", -1)), -self.members.index(s)))
         plan = {"gen": gen, "decision": "go", "reason": "", "members": new, "failed": failed, "faults": faults,
-                "spares_used": used, "restarts": self.restarts + 1, "leader": self.slot,
+                "spares_used": used, "restarts": self.restarts + 1, "attempts": self.attempts + 1,
+                "leader": self.slot,
                 "old_world": len(self.members), "source": new.index(source_slot) if source_slot in new else 0,
                 "step": int(joined[source_slot].get("step", 0)),
                 "cause": next((j.get("cause") for j in joined.values() if j.get("cause")), "")}
@@ -598,8 +792,8 @@ class InProcessRestart:
         return plan
 
     def _limit_reason(self, plan: Mapping[str, Any]) -> str:
-        if plan["restarts"] > self.max_restarts:
-            return f"restart {plan['restarts']} is over max_restarts={self.max_restarts}"
+        if plan["attempts"] > self.max_restarts:
+            return f"restart {plan['attempts']} is over max_restarts={self.max_restarts}"
         if plan["failed"] and not self.keeps_survivors:
             return ("a rank is gone and the launcher restarts every worker when one dies (torchrun): "
                     "use `python -m preflight.runtime.launch` for in-process restarts")
@@ -619,7 +813,7 @@ class InProcessRestart:
         self.members = [int(s) for s in plan["members"]]
         self.faults = {int(k): int(v) for k, v in dict(plan.get("faults") or {}).items()}
         self.spares_used = [int(s) for s in plan.get("spares_used") or []]
-        self.restarts = int(plan.get("restarts", self.restarts))
+        self.attempts = int(plan.get("attempts", self.attempts + 1))
 
     def _fence_local(self, plan: Mapping[str, Any]) -> None:
         """Fence the failed members of this host the leader (on another host) could not."""
@@ -638,17 +832,23 @@ class InProcessRestart:
             return self._events
         return EventWriter(self.run_dir, rank=self.rank)
 
-    def _record(self, plan: Mapping[str, Any], detected: float, cause: str) -> None:
-        seconds = round(time.monotonic() - detected, 3)
+    def _record(self, plan: Mapping[str, Any], detected: float, cause: str, since: float | None = None) -> None:
+        """The restart's record on every rank; its event and its console line once, by the new
+        rank 0. `since` (monotonic): where its downtime starts (default: the detection)."""
+        now = time.monotonic()
+        seconds = round(now - detected, 3)
+        down = round(now - (detected if since is None else min(since, detected)), 3)
         failed = list(plan.get("failed") or [])
         rec = {"generation": self.generation, "failed_ranks": [f["rank"] for f in failed], "failed": failed,
-               "cause": cause, "detect_to_reform_s": seconds, "old_world_size": plan.get("old_world"),
+               "cause": cause, "detect_to_reform_s": seconds, "down_s": down, "old_world_size": plan.get("old_world"),
                "new_world_size": self.world_size, "spares_used": list(plan.get("spares_used") or []),
-               "restarts": self.restarts, "step": plan.get("step"), "rank": self.rank}
+               "spares_called": list(plan.get("spares_called") or []),
+               "restarts": self.restarts, "attempts": self.attempts, "step": plan.get("step"), "rank": self.rank}
         self.last_restart = rec
         self.history.append(rec)
         if self.rank != 0:
             return
+        say(console_line(rec, self.members), rank=self.rank)
         try:
             who = ", ".join(f"rank {f['rank']} (pid {f.get('pid')} on {f.get('host')}: {f['cause']}"
                             f"{', fenced' if f.get('fenced') else ''})" for f in failed) or "no rank lost"
@@ -678,6 +878,69 @@ class InProcessRestart:
                 step=plan.get("step"))
         except Exception:  # noqa: BLE001
             log.exception("preflight: could not record the fallback")
+
+
+def _named_in(failed: Mapping[str, Any], before: list[int], gen: int) -> dict[str, Any]:
+    """A failed member named by its rank in the world before the restart (the number the job
+    knew it by); `generation_rank` keeps its number in generation `gen`, where it failed. A
+    spare called in during the recovery keeps the number it was to take."""
+    out = dict(failed, generation=gen, generation_rank=failed.get("rank"))
+    slot = failed.get("slot")
+    if isinstance(slot, int) and slot in before:
+        out["rank"] = before.index(slot)
+    return out
+
+
+def _fault_cause(lost: list[dict[str, Any]], cause: str) -> str:
+    """The restart's cause: the ranks lost and how (a death the launcher recorded, a stop, a
+    rank that did not rejoin), then what the collective raised; the collective's error alone
+    when no rank was lost or the death watch already named them."""
+    if not lost or cause.startswith("rank "):
+        return cause
+    words = []
+    for f in lost:
+        why = str(f.get("cause") or "failed")
+        verb = "died" if why.startswith(("killed", "exited", "process gone")) else "failed"
+        where = f" on {f['host']}" if f.get("host") else ""
+        words.append(f"rank {f.get('rank')} (slot {f.get('slot')}, pid {f.get('pid')}{where}) {verb}: {why}")
+    return f"{'; '.join(words)}; then {cause}"
+
+
+def _downtime_start(detected: float, last_good_at: float | None, cause: str, death: str | None,
+                    timeout_s: float) -> float:
+    """Where a restart's downtime starts (monotonic): the end of the last completed step when
+    the caller gave it; else, for a collective that timed out (a stopped rank), the start of
+    its wait, `timeout_s` before the detection; else the detection itself (a death seen by the
+    watch, or a closed connection, is seen within a fraction of a second)."""
+    if last_good_at is not None:
+        return min(detected, time.monotonic() - max(0.0, time.time() - last_good_at))
+    if death is None and "timed out" in cause.lower():
+        return detected - timeout_s
+    return detected
+
+
+def _why(cause: str) -> str:
+    """A failed rank's cause for the console: the words without the advice in brackets."""
+    return cause.split(" (an outside kill")[0]
+
+
+def console_line(rec: Mapping[str, Any], members: list[int]) -> str:
+    """The one console line of a restart: which ranks on which nodes and why, the world before
+    and after, the spare used or not, the downtime, the step redone."""
+    failed = list(rec.get("failed") or [])
+    who = "; ".join(f"rank {f.get('rank')}" + (f" on {f['host']}" if f.get("host") else "")
+                    + f" {_why(str(f.get('cause') or 'failed'))}" + (", fenced" if f.get("fenced") else "")
+                    for f in failed)
+    if not who:
+        who = f"no rank lost ({str(rec.get('cause') or 'a collective fault')[:160]})"
+    called = [int(s) for s in rec.get("spares_called") or [] if s in members]
+    if called:
+        spare = ", ".join(f"spare slot {s} is rank {members.index(s)}" for s in called)
+    else:
+        spare = "no spare" if failed else "same ranks"
+    return (f"in-process restart {rec.get('restarts')}: {who}; world {rec.get('old_world_size')} -> "
+            f"{rec.get('new_world_size')} ({spare}); down {float(rec.get('down_s') or 0):.2f} s; "
+            f"redoing step {rec.get('step')}")
 
 
 # ----- state broadcast ----------------------------------------------------------------------------

@@ -10,7 +10,8 @@ with one all_reduce per step. The fault (`--fault KILL|STOP`: the rank signals i
 start of `--fault-step`) happens only in the first generation of the first attempt, so neither a
 spare taking the rank's number nor a restarted job repeats it.
 
-Writes into the run directory: `losses.jsonl` (new rank 0: step, loss, world size, generation),
+Writes into the run directory: `pid-slot<S>` (the process id, for a fault sent from outside),
+`losses.jsonl` (new rank 0: step, loss, world size, generation, wall time),
 `timing-slot<S>.jsonl` (each restart: wall time of the fault's detection, of the next step
 completed, and `recover`'s own detect-to-re-form seconds), `result-slot<S>.json` at the end.
 """
@@ -110,6 +111,7 @@ def main(argv: list[str]) -> int:
     if not rs.start():
         say(f"slot {rs.slot}: spare not needed")
         return 0
+    (run / f"pid-slot{rs.slot}").write_text(str(os.getpid()))  # for a fault sent from outside
     step = 0
     ck = None
     if a.ckpt_dir:
@@ -140,7 +142,8 @@ def main(argv: list[str]) -> int:
             continue
         step += 1
         if rs.rank == 0:
-            append(run / "losses.jsonl", {"step": step, "loss": loss, "world": rs.world_size, "gen": rs.generation})
+            append(run / "losses.jsonl", {"step": step, "loss": loss, "world": rs.world_size, "gen": rs.generation,
+                                              "time": time.time()})
         if detected is not None:
             append(run / f"timing-slot{rs.slot}.jsonl",
                    {"detected": detected, "next_step": time.time(), "rank": rs.rank,

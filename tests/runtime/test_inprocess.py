@@ -446,3 +446,105 @@ def test_the_launcher_takes_a_usual_master_port() -> None:
     from preflight.runtime import launch
 
     assert launch.parse_args(["--nproc", "2", "--master-port", "29500", str(WORKER)]).master_port == 29500
+
+
+# ----- a dead rank seen when its process ends -------------------------------------------------
+
+
+def _start(tmp: Path, nproc: int, *args: str, spares: int = 0, name: str = "run") -> tuple[subprocess.Popen[bytes], Path, Path]:
+    run, log = tmp / name, tmp / f"{name}.log"
+    cmd = [sys.executable, "-m", "preflight.runtime.launch", "--nproc", str(nproc), "--spares", str(spares),
+           str(WORKER), "--run-dir", str(run), *args]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=_env(), cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, run, log
+
+
+def _wait_for(what: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if what():
+            return True
+        time.sleep(0.02)
+    return bool(what())
+
+
+def _steps_done(run: Path) -> int:
+    try:
+        return len((run / "losses.jsonl").read_text().splitlines())
+    except OSError:
+        return 0
+
+
+def _finish(proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> tuple[int | None, str]:
+    try:
+        rc: int | None = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return rc, log.read_text(errors="replace")
+
+
+def _kill_slot_at_random(run: Path, slot: int, after_steps: int, rng: Any) -> float:
+    """SIGKILL one worker from outside once `after_steps` steps are done, at a random moment of
+    a 50 ms step; the wall time of the kill."""
+    assert _wait_for(lambda: (run / f"pid-slot{slot}").exists() and _steps_done(run) >= after_steps, 90), \
+        "the job did not start training"
+    pid = int((run / f"pid-slot{slot}").read_text())
+    time.sleep(rng.uniform(0.0, 0.05))
+    t = time.time()
+    os.kill(pid, signal.SIGKILL)
+    return t
+
+
+@pytest.mark.real
+def test_an_outside_sigkill_is_seen_at_once_under_a_long_restart_timeout(tmp_path: Path) -> None:
+    """4 ranks with a 60 s process-group timeout: rank 2 SIGKILLed from outside at a random
+    moment of a step. The survivors learn of the death from the launcher's exit record (not
+    from a collective's timeout), re-form with 3 and go on within seconds; the restart's cause
+    names rank 2 and SIGKILL, and rank 0 prints one console line saying so."""
+    import random
+
+    proc, run, log = _start(tmp_path, 4, "--steps", "400", "--timeout", "60")
+    killed_at = _kill_slot_at_random(run, 2, 5, random.Random())
+    rc, text = _finish(proc, log)
+    assert rc == 0, text[-3000:]
+    ev = restarts(run)
+    assert len(ev) == 1, text[-3000:]
+    f = ev[0]["facts"]
+    assert f["failed_ranks"] == [2] and (f["old_world_size"], f["new_world_size"]) == (4, 3), f
+    assert f["cause"].startswith("rank 2 (slot 2") and "died: killed by SIGKILL" in f["cause"], f
+    assert "Timed out" not in f["cause"], f
+    again = min(r["time"] for r in losses(run).values() if r["gen"] >= 1)
+    assert again - killed_at < 20, f"training again {again - killed_at:.2f} s after the kill"
+    assert f["detect_to_reform_s"] < 15, f
+    lines = [x for x in text.splitlines() if "in-process restart" in x and x.startswith("preflight[rank 0]:")]
+    assert len(lines) == 1, text[-3000:]
+    assert re.search(r"in-process restart 1: rank 2 on \S+ killed by SIGKILL; world 4 -> 3 \(no spare\); "
+                     r"down \d+\.\d\d s; redoing step \d+", lines[0]), lines
+
+
+@pytest.mark.real
+def test_two_outside_kills_give_restart_events_numbered_without_gaps(tmp_path: Path) -> None:
+    """Rank 2 SIGKILLed from outside, then, once the job trains again, rank 1: two restarts,
+    events 1 and 2, each naming its own rank, each with its console line."""
+    import random
+
+    rng = random.Random()
+    proc, run, log = _start(tmp_path, 4, "--steps", "400", "--timeout", "60")
+    _kill_slot_at_random(run, 2, 5, rng)
+    assert _wait_for(lambda: any(r["gen"] >= 1 for r in losses(run).values()) if _steps_done(run) else False, 60)
+    time.sleep(rng.uniform(0.0, 0.05))
+    os.kill(int((run / "pid-slot1").read_text()), signal.SIGKILL)
+    rc, text = _finish(proc, log)
+    assert rc == 0, text[-3000:]
+    ev = sorted(restarts(run), key=lambda e: e["facts"]["restarts"])
+    assert [e["facts"]["restarts"] for e in ev] == [1, 2], text[-3000:]
+    assert [e["facts"]["failed_ranks"] for e in ev] == [[2], [1]]
+    assert [(e["facts"]["old_world_size"], e["facts"]["new_world_size"]) for e in ev] == [(4, 3), (3, 2)]
+    assert all("SIGKILL" in e["facts"]["cause"] for e in ev), [e["facts"]["cause"] for e in ev]
+    lines = [x for x in text.splitlines() if "in-process restart" in x and x.startswith("preflight[rank 0]:")]
+    assert [re.search(r"restart (\d+): rank (\d+)", x).groups() for x in lines] == [("1", "2"), ("2", "1")], lines  # type: ignore[union-attr]
