@@ -77,7 +77,8 @@ def story_of(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _why(doc: dict[str, Any], dr: _job.Drill, variant: str = "") -> str:
     t = doc.get("triage") or {}
-    return (f"{variant} (rank {dr.rank}, pid {dr.pid}, killed at step {dr.step})\nsummary: {t.get('summary', doc.get('summary'))}\nstory: "
+    return (f"{dr.name} {variant} (rank {dr.rank}, pid {dr.pid}, fault at step {dr.step})\n"
+            f"summary: {t.get('summary', doc.get('summary'))}\nstory: "
             f"{json.dumps(doc.get('story') or t.get('story'), indent=1)[:3000]}\nculprits: {doc.get('culprits')}\n"
             + "\n".join(doc.get("evidence") or []) + "\n" + _explain(dr.run, dr.log))
 
