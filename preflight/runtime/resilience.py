@@ -473,7 +473,7 @@ class Resilience:
         if rs is None or not rs.is_fault(exc):
             return False
         last_good = self._last_step_end
-        self._redo = rs.recover(exc, self.done, self.state)
+        self._redo = rs.recover(exc, self.done, self.state, last_good_at=last_good)
         self.done = self._redo
         self.rank, self.world_size = rs.rank, rs.world_size
         self._regroup()
