@@ -322,16 +322,21 @@ def test_under_torchrun_a_killed_rank_falls_back_to_torchruns_restart_from_the_c
 def test_a_second_fault_during_recovery_moves_to_the_next_generation(tmp_path: Path) -> None:
     """Rank 2 is SIGKILLed at step 10; while the survivors re-form, rank 1 dies too (before its
     process group joins generation 1): rank 0's re-form fails within the timeout, it agrees on
-    generation 2 alone and finishes, never hanging."""
+    generation 2 alone and finishes, never hanging. The two faults are folded into one restart
+    (restart 1, the first that held; two re-forms tried), naming both ranks by their numbers
+    in the world before it."""
     rc, run, log = launch(tmp_path, 3, "--steps", "16", "--fault", "KILL", "--fault-rank", "2",
                           "--die-in-recovery-slot", "1", timeout=120)
     assert rc == 0, log[-3000:]
     ev = restarts(run)
     assert len(ev) == 1, log[-3000:]
     f = ev[0]["facts"]
-    assert (f["generation"], f["restarts"], f["failed_ranks"], f["new_world_size"]) == (2, 2, [2, 1], 1), f
-    assert f["old_world_size"] == 3
-    assert [x["generation"] for x in f["failed"]] == [0, 1]  # the generation each rank number belongs to
+    assert (f["generation"], f["restarts"], f["failed_ranks"], f["new_world_size"]) == (2, 1, [2, 1], 1), f
+    assert f["old_world_size"] == 3 and f["attempts"] == 2
+    assert [x["generation"] for x in f["failed"]] == [0, 1]  # the generation each rank failed in
+    lines = [x for x in log.splitlines() if x.startswith("preflight[rank 0]: in-process restart")]
+    assert len(lines) == 1 and "restart 1: rank 2 on" in lines[0] and "; rank 1 on" in lines[0], lines
+    assert "world 3 -> 1 (no spare)" in lines[0], lines
     assert losses(run)[16]["world"] == 1 and losses(run)[10]["world"] == 3
 
 
