@@ -298,8 +298,8 @@ EMITTED: tuple[Emitted, ...] = (
     Emitted("runtime.straggler", "Straggler detection", "runtime",
             "ranks whose step times stay slower than their peers' over several intervals"),
     Emitted("runtime.downtime", "Cost of downtime", "runtime",
-            "the time, GPU-hours and money an interruption cost (last good step to training again), its cause "
-            "and nodes"),
+            "the time, GPU-hours and money an interruption cost (last good step to training past the failed "
+            "step again), its cause and nodes"),
     Emitted("analyze.node", "Analyze: node not gradable", "analyze",
             "a node whose pasted captures could not be read"),
     Emitted("analyze.unrecognised", "Analyze: unrecognised input", "analyze",

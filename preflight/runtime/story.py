@@ -815,21 +815,23 @@ def _windows(recs: Records) -> list[tuple[float, float, list[dict[str, Any]]]]:
 
 
 def _judged(recs: Records, lo: float, hi: float) -> tuple[str, list[int], list[str], str, list[str]] | None:
-    """A stop replay or the loss guard judged: (cause, ranks, nodes, detail, evidence)."""
-    for ev in recs.events:
-        t = float(ev["time"])
-        if not lo <= t < hi or ev.get("status") != "fail":
-            continue
+    """A stop replay or the loss guard judged: (cause, ranks, nodes, detail, evidence). Replay's
+    verdict (it ran the step again) outweighs the loss guard's (it saw a non-finite loss)."""
+    evs = [e for e in recs.events if lo <= float(e["time"]) < hi and e.get("status") == "fail"]
+    for ev in evs:
         facts = _facts(ev)
-        summary = str(ev.get("summary") or "")[:300]
         if ev.get("check") == "runtime.replay" and facts.get("cause") in _REPLAY_CAUSES:
+            summary = str(ev.get("summary") or "")[:300]
             cause = _REPLAY_CAUSES[str(facts["cause"])]
             ranks = facts.get("suspect_ranks") if cause == "suspect hardware" else facts.get("trigger_ranks")
             nodes = facts.get("suspect_nodes") if cause == "suspect hardware" else []
             ranks_ = sorted({int(r) for r in ranks or [] if _int(r) is not None})
             return (cause, ranks_, sorted({str(n) for n in nodes or []}), summary,
                     [f"replay (rank {ev.get('rank')}): {summary}"])
+    for ev in evs:
+        facts = _facts(ev)
         if ev.get("check") == "runtime.loss" and facts.get("nonfinite"):
+            summary = str(ev.get("summary") or "")[:300]
             ranks_ = sorted({int(r) for r in facts.get("ranks") or [] if _int(r) is not None})
             return ("bad data", ranks_, [], f"{summary} (not replayed: the batch or the model most likely; a GPU "
                     "fault is not ruled out)", [f"loss guard (rank {ev.get('rank')}): {summary}"])

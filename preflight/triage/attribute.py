@@ -69,6 +69,9 @@ KERNEL_LOG_PROBE = "kernel-log"  # the node checks' kernel log probe (checks/xid
 # by default in PyTorch), and no later than this after it.
 FAULT_WINDOW_BEFORE_S = 3600.0
 FAULT_WINDOW_AFTER_S = 120.0
+# an OOM kill of another pid (a container's own pid namespace) is offered as the killed rank only
+# this close to the first failure: the peers fail within seconds of a rank's SIGKILL
+OOM_HINT_WINDOW_S = 30.0
 HARDWARE_FAMILIES = ("gpu.", "fabric.", "ib.")
 CATEGORIES = ("hardware", "software crash", "communication hang", "bad data", "slowdown", "none", "unknown")
 EXIT_HANG = 75  # the runtime watchdog's exit code (EX_TEMPFAIL): a hang, never a crash
@@ -1361,12 +1364,14 @@ def _oom_evidence(facts: Facts, st: RankState, ref: float | None) -> list[str]:
         why = facts.kernel_log_missing.get(st.node, "not collected")
         return [f"{node}: kernel log not read ({why}): the OOM killer is neither confirmed nor ruled out "
                 f"(rank {st.rank} pid {pids})"]
-    near = _oom_near(log, ref)
+    # a kill in another pid namespace (a container) is this rank only if it came with the failure,
+    # not one of an earlier job that the node-fault window still holds
+    near = [(e, d) for e, d in _oom_near(log, ref) if ref is not None and abs(d) <= OOM_HINT_WINDOW_S]
     line = f"{node}:{KERNEL_LOG_PROBE}: no OOM-killer line for pid {pids}"
     if near:
         e, dt = near[-1]
-        line += (f"; it killed pid {e.pid} ({e.comm}) {abs(dt) / 60:.1f} min {'before' if dt <= 0 else 'after'} "
-                 "the first failure: that may be this rank if it ran in a container with a pid namespace of its own")
+        line += (f"; it killed pid {e.pid} ({e.comm}) {abs(dt):.0f} s {'before' if dt <= 0 else 'after'} the first "
+                 "failure: that may be this rank if it ran in a container with a pid namespace of its own")
     else:
         line += " near the failure: the signal came from elsewhere (the scheduler, an operator, a kill -9)"
     return [line]

@@ -35,6 +35,10 @@ def choose(v: Verdict, a: Attempt | None, facts: Facts, job: dict[str, Any]) -> 
     named = sorted({r for c in v.culprits for r in c["ranks"]})
     if a.cause in ("suspect hardware", "bad data"):
         return from_story(a, facts, job, v)
+    # every rank ended by a signal it caught (scancel, a time limit: SIGTERM to all) names no culprit
+    everyone = a.cause == "killed" and a.signal != "SIGKILL" and set(a.culprits) >= set(a.members)
+    if everyone:
+        return v
     if a.cause == "killed" and (v.category == "unknown" or (a.culprits and named != a.culprits)):
         return from_story(a, facts, job, v)
     if v.category == "unknown" and a.cause not in ("unknown", "none"):

@@ -179,6 +179,12 @@ def _bundle_for(target: str | None, hosts: str | None, req: CollectRequest) -> B
             raise UsageError(str(exc)) from None
     if target and slurm.JOB_ID.match(target):
         return collect_bundle(target_for(target, None), req)
+    if target and not Path(target).exists() and ("/" in target or target.endswith((".tar.gz", ".tgz", ".tar"))):
+        raise UsageError(f"{target}: no such bundle file (give a bundle written by `preflight collect`, or a "
+                         "Slurm job id)")
+    if target and Path(target).is_dir():
+        raise UsageError(f"{target}: a folder, not a bundle (no manifest.json in it); for a run directory use "
+                         "--run-dir")
     if target:
         raise UsageError(f"{target!r} is neither a bundle file nor a Slurm job id")
     allocation = os.environ.get("SLURM_JOB_ID")

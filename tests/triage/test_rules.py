@@ -121,3 +121,29 @@ def test_a_traceback_in_a_log_counts_when_no_crash_record_exists() -> None:
                                                         lines=["x.py:3"], secondary=False, rank=4)])
     v = at.decide(_facts(st))
     assert v.category == "software crash" and v.summary == "rank 4 on n2 crashed: RuntimeError: CUDA error"
+
+
+def _kernel_log_kill(pid: int, t: float) -> str:
+    from datetime import datetime
+
+    stamp = datetime.fromtimestamp(t).strftime("%a %b %d %H:%M:%S %Y")
+    return (f"[{stamp}] Out of memory: Killed process {pid} (python) total-vm:98211044kB, anon-rss:64179832kB, "
+            "file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:126512kB oom_score_adj:0\n")
+
+
+def test_an_oom_kill_of_another_pid_is_offered_only_when_it_came_with_the_failure() -> None:
+    """A SIGKILLed rank whose pid the kernel log does not name: an OOM kill of another pid (a
+    container's pid namespace) seconds before the failure may be it; one 50 minutes before is an
+    earlier job's and is not offered."""
+    from preflight.parsers import oom_kill
+
+    for before, offered in ((50 * 60.0, False), (8.0, True)):
+        killed = at.RankState(rank=2, node="n2", exits=[_exit(2, -9, "SIGKILL", root=True)], pids={4242})
+        killed.fail_at(T0, "launcher")
+        termed = at.RankState(rank=0, node="n1", exits=[_exit(0, -15, "SIGTERM")])
+        facts = _facts(killed, termed)
+        facts.oom["n2"] = oom_kill.parse(_kernel_log_kill(777, T0 - before), origin="n2:kernel-log")
+        v = at.decide(facts)
+        line = next(e for e in v.evidence if "no OOM-killer line for pid 4242" in e)
+        assert ("it killed pid 777 (python) 8 s before the first failure" in line) is offered, line
+        assert ("the signal came from elsewhere" in line) is not offered, line

@@ -39,6 +39,12 @@ def test_triage_input_that_names_nothing_is_a_usage_error(tmp_path: Path, monkey
         run.triage(str(bundle), "n1", req)
     with pytest.raises(UsageError):
         run.triage(str(bundle), None, req)  # unreadable bundle: named, not a traceback
+    with pytest.raises(UsageError, match=r"missing\.tar\.gz: no such bundle file"):
+        run.triage(str(tmp_path / "missing.tar.gz"), None, req)
+    with pytest.raises(UsageError, match="no such bundle file"):
+        run.triage("job42.tgz", None, req)
+    with pytest.raises(UsageError, match="a folder, not a bundle .* use --run-dir"):
+        run.triage(str(tmp_path), None, req)
 
 
 def test_collect_checks_the_run_dir_and_pattern_first(tmp_path: Path) -> None:
