@@ -31,6 +31,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--timeout", type=float, default=3.0)
+    p.add_argument("--ip-max-restarts", type=int, default=3, help="InProcessRestart's max_restarts (0: every fault "
+                                                                   "takes the fallback, exit 75)")
     return p.parse_args(argv)
 
 
@@ -74,7 +76,7 @@ def main(argv: list[str]) -> int:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     state = {"model": model, "opt": opt}
-    rs = InProcessRestart(run, timeout_s=a.timeout, max_restarts=3)
+    rs = InProcessRestart(run, timeout_s=a.timeout, max_restarts=a.ip_max_restarts)
     me = {"slot": rs.slot, "pid": os.getpid(), "host": socket.gethostname(),
           "attempt": os.environ.get("PREFLIGHT_ATTEMPT", "")}
     write(run / f"pid-slot{rs.slot}.json", me)

@@ -92,16 +92,18 @@ def _steps_done(run: Path) -> int:
 
 
 def run_job(c: NetCluster, work: Path, name: str, port: int, spares: int, kill_slot: int | None = None,
-            kill_after: int = 10) -> Job:
+            kill_after: int = 10, kill_node: int | None = None, extra: tuple[str, ...] = (),
+            worker_args: tuple[str, ...] = (), steps: int = STEPS) -> Job:
     """One launcher per node inside its namespace (its own hostname); with `kill_slot`, that
-    process gets SIGKILL from outside once `kill_after` steps are done, at a random point of a step."""
+    process gets SIGKILL from outside once `kill_after` steps are done, at a random point of a
+    step; with `kill_node`, that node's launcher and every process under it (a lost node)."""
     run = work / name
     procs = []
     for k, node in enumerate(c.nodes):
         argv = [sys.executable, "-m", "preflight.runtime.launch", "--nnodes", str(len(c.nodes)), "--node-rank",
                 str(k), "--master-addr", c.nodes[0].addr, "--master-port", str(port), "--nproc", "2",
-                "--spares", str(spares), "--node-timeout", "30", str(WORKER), "--run-dir", str(run),
-                "--steps", str(STEPS), "--step-s", str(STEP_S)]
+                "--spares", str(spares), "--node-timeout", "30", *extra, str(WORKER), "--run-dir", str(run),
+                "--steps", str(steps), "--step-s", str(STEP_S), *worker_args]
         cmd = ["ip", "netns", "exec", node.ns, "unshare", "--uts", "sh", "-c",
                f'hostname {node.name} && exec "$@"', "sh", *argv]
         log = work / f"{name}-n{k + 1}.log"
@@ -111,7 +113,7 @@ def run_job(c: NetCluster, work: Path, name: str, port: int, spares: int, kill_s
     deadline = time.monotonic() + JOB_LIMIT_S
     pids: dict[int, dict[str, Any]] = {}
     try:
-        if kill_slot is not None:
+        if kill_slot is not None or kill_node is not None:
             while _steps_done(run) < kill_after:
                 assert time.monotonic() < deadline, f"no {kill_after} steps within {JOB_LIMIT_S:g} s"
                 assert all(p.poll() is None for _, p in procs), "a launcher ended before the fault"
@@ -119,7 +121,10 @@ def run_job(c: NetCluster, work: Path, name: str, port: int, spares: int, kill_s
             time.sleep(random.uniform(0.0, STEP_S))
             pids = {int(p.stem.removeprefix("pid-slot")): json.loads(p.read_text())
                     for p in run.glob("pid-slot*.json")}
-            os.kill(int(pids[kill_slot]["pid"]), signal.SIGKILL)
+            if kill_slot is not None:
+                os.kill(int(pids[kill_slot]["pid"]), signal.SIGKILL)
+            if kill_node is not None:
+                os.killpg(procs[kill_node][1].pid, signal.SIGKILL)
         rcs: list[int | None] = []
         for _, p in procs:
             try:
@@ -192,6 +197,38 @@ def test_without_a_spare_the_world_shrinks_from_4_to_3_across_the_nodes(cluster:
     (ev,) = restart_events(job.run)
     assert ev["facts"]["old_world_size"] == 4 and ev["facts"]["new_world_size"] == 3, ev["facts"]
     assert ev["facts"]["failed"][0]["host"] == "n2" and ev["facts"]["spares_used"] == []
+
+
+@pytest.mark.real
+def test_a_fallback_restarts_the_workers_of_every_node(cluster: NetCluster, tmp_path: Path) -> None:
+    """The in-process restart is over its limit (max_restarts=0): every survivor exits 75, node
+    0's launcher decides one restart for the whole job, and both nodes start their workers again."""
+    job = run_job(cluster, tmp_path, "fallback", 29614, spares=0, kill_slot=3, kill_after=5, steps=15,
+                  extra=("--max-restarts", "1"), worker_args=("--ip-max-restarts", "0"))
+    assert job.rcs == [0, 0], job.why()
+    for log in job.logs:
+        assert "restart 1 of 1 on 2 nodes" in log, job.why()
+    results = job.results()
+    assert sorted(results) == [0, 1, 2, 3]
+    for slot, res in results.items():
+        assert res["attempt"] == "1" and res["world"] == 4 and res["generation"] == 0 and res["step"] == 15, res
+        assert res["pid"] != job.pids_before_kill[slot]["pid"]  # a new process on each node
+    assert [e for e in read_events(job.run) if e["check"] == ip.CHECK and e["status"] == "fail"]
+
+
+@pytest.mark.real
+def test_a_lost_node_does_not_hold_the_others(cluster: NetCluster, tmp_path: Path) -> None:
+    """Node n2's launcher and its workers vanish: n1's ranks re-form alone, finish, and n1's
+    launcher ends once n2 has been silent for --node-timeout, with the survivors' verdict."""
+    began = time.monotonic()
+    job = run_job(cluster, tmp_path, "lost", 29615, spares=0, kill_node=1, kill_after=8,
+                  extra=("--node-timeout", "5"))
+    assert job.rcs[0] == 0 and job.rcs[1] == -signal.SIGKILL, job.why()
+    assert "node 1 is lost (its launcher silent for 5 s)" in job.logs[0], job.why()
+    results = job.results()
+    assert sorted(results) == [0, 1] and {r["world"] for r in results.values()} == {2}, results
+    assert_n1_kept_its_processes(job)
+    assert time.monotonic() - began < JOB_LIMIT_S
 
 
 # ----- the launchers' layout, bad input and disagreements (loopback, no torch in the workers) -----
