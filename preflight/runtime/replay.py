@@ -156,6 +156,17 @@ class Pending:
     value: float
     norm: float
     local: str
+    flat: FlatGrads | None = None
+
+
+@dataclass
+class FlatGrads:
+    """This rank's gradients copied into one flat buffer in parameter order (`size` elements),
+    followed by `flat.numel() - size` slots for what rides along in the same all-reduce."""
+
+    grads: list[Any]
+    flat: Any
+    size: int
 
 
 class Replay:
@@ -206,19 +217,22 @@ class Replay:
         pending = self.begin(step, compute, params)
         return self.settle(pending, self._agree(pending.local))
 
-    def begin(self, step: int, compute: Callable[[], Any], params: Any) -> Pending:
+    def begin(self, step: int, compute: Callable[[], Any], params: Any, flat_extra: int | None = None) -> Pending:
         """This rank's part of a step, no collective: snapshot, `compute()`, the local trigger.
         `settle(pending, trigger)` ends the step once the ranks agree on the trigger: `step()`
         agrees with one one-element all-reduce; a caller whose own collective follows (the
         gradient all-reduce) can carry `pending.local` in it (`TRIGGERS.index`, the highest
-        wins) and must leave this rank's gradients unchanged until `settle` returns."""
+        wins) and must leave this rank's gradients unchanged until `settle` returns. With
+        `flat_extra`, the gradients are also copied into one flat buffer (`pending.flat`, with
+        that many zeroed slots after them) and measured there: the all-reduce's own copy."""
         tensors, norm_buffers = self._walk(params)
         snap = _snapshot(norm_buffers)
         loss = _run(compute, tensors)
-        value, norm = _measure(loss, tensors)
+        flat = _flatten(tensors, flat_extra) if flat_extra is not None else None
+        value, norm = _measure_flat(loss, flat) if flat is not None else _measure(loss, tensors)
         local = self._local_trigger(step, value, norm)
         self.judged = (step, loss, self._decision)
-        return Pending(step, compute, tensors, snap, loss, value, norm, local)
+        return Pending(step, compute, tensors, snap, loss, value, norm, local, flat)
 
     def settle(self, pending: Pending, trigger: str) -> StepOutcome:
         """End the step begun by `begin` under the trigger every rank agreed on ("" when none):
@@ -492,6 +506,34 @@ def _measure(loss: Any, tensors: list[Any]) -> tuple[float, float]:
         total = math.fsum(float(g.detach().float().norm()) ** 2 for g in grads)
         value = float(loss.detach().float().sum()) if hasattr(loss, "detach") else float(loss)
         return value, math.sqrt(total)
+
+
+def _flatten(tensors: list[Any], extra: int) -> FlatGrads | None:
+    """The gradients in one flat buffer (dense, one dtype and device) with `extra` zeroed slots
+    after them; None when there is none or they cannot share one buffer."""
+    import torch
+
+    grads = _grads(tensors)
+    if not grads or any(g.is_sparse or g.dtype != grads[0].dtype or g.device != grads[0].device for g in grads):
+        return None
+    parts = [g.reshape(-1) for g in grads]
+    size = sum(int(x.numel()) for x in parts)
+    if extra:
+        parts.append(torch.zeros(extra, dtype=grads[0].dtype, device=grads[0].device))
+    return FlatGrads(grads, torch.cat(parts), size)
+
+
+def _measure_flat(loss: Any, fg: FlatGrads) -> tuple[float, float]:
+    """(loss, local gradient norm) from the flat copy: one norm, one device-to-host copy."""
+    import torch
+
+    if not hasattr(loss, "detach"):
+        return _measure(loss, [])[0], float(torch.linalg.vector_norm(fg.flat[:fg.size], dtype=torch.float32))
+    norm = torch.linalg.vector_norm(fg.flat[:fg.size], dtype=torch.float32)
+    lt = loss.detach().float()
+    lt = (lt.sum() if lt.numel() != 1 else lt.reshape(())).to(norm.device)
+    value, total = torch.stack([lt, norm]).tolist()
+    return float(value), float(total)
 
 
 _INT_VIEW = {2: "int16", 4: "int32", 8: "int64", 1: "uint8"}

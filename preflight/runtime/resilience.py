@@ -292,25 +292,28 @@ class Resilience:
             return
         self._all_reduce_grads([p.grad for p in model.parameters() if p.grad is not None])
 
-    def _all_reduce_grads(self, grads: list[Any], trigger: str | None = None) -> str:
-        """Average `grads` in one flat all-reduce. With `trigger` (replay's local one), the flat
-        buffer carries one count per trigger kind and the highest kind any rank saw is returned:
-        then the gradients are left as they were (this rank's own, for the replay)."""
+    def _all_reduce_grads(self, grads: list[Any]) -> None:
         if not grads:
-            return ""
+            return
         import torch
+
+        from preflight.runtime.replay import FlatGrads
+
+        self._all_reduce_flat(FlatGrads(grads, torch.cat([g.reshape(-1) for g in grads]), -1))
+
+    def _all_reduce_flat(self, fg: Any, trigger: str | None = None) -> str:
+        """Average the gradients of `fg` (a `FlatGrads`) in one all-reduce of its flat buffer.
+        With `trigger` (replay's local one), its slots after the gradients carry one count per
+        trigger kind and the highest kind any rank saw is returned: then the gradients are left
+        as they were (this rank's own, for the replay)."""
         import torch.distributed as dist
 
-        parts = [g.reshape(-1) for g in grads]
-        size = sum(int(x.numel()) for x in parts)
+        flat, size = fg.flat, fg.size if fg.size >= 0 else fg.flat.numel()
         if trigger is not None:
             from preflight.runtime.replay import TRIGGERS
 
-            counts = torch.zeros(len(TRIGGERS) - 1, dtype=parts[0].dtype, device=parts[0].device)
             if TRIGGERS.index(trigger):
-                counts[TRIGGERS.index(trigger) - 1] = 1
-            parts.append(counts)
-        flat = torch.cat(parts)
+                flat[size + TRIGGERS.index(trigger) - 1] = 1
         with self.waiting():
             dist.all_reduce(flat)
         if trigger is not None:
@@ -320,7 +323,7 @@ class Resilience:
                 return agreed
         flat = flat[:size].div_(self.world_size)
         offset = 0
-        for g in grads:
+        for g in fg.grads:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
         return ""
@@ -341,16 +344,18 @@ class Resilience:
         step = self._step_now()
         self._averaged = None
         if self.replay is not None and average and self.world_size > 1:
-            grads_of = lambda: [p.grad for p in model.parameters() if p.grad is not None]  # noqa: E731
-            pending = self.replay.begin(step, compute, model)
-            grads = grads_of()
-            if grads:
-                agreed = self._all_reduce_grads(grads, pending.local)
+            from preflight.runtime.replay import TRIGGERS
+
+            pending = self.replay.begin(step, compute, model, flat_extra=len(TRIGGERS) - 1)
+            if pending.flat is not None:
+                agreed = self._all_reduce_flat(pending.flat, pending.local)
                 out = self.replay.settle(pending, agreed)
-                if agreed and out.apply:
-                    self._all_reduce_grads(grads_of())  # the replayed step's gradients, averaged
-            else:
+                if agreed and out.apply:  # the replayed step's gradients, averaged
+                    self._all_reduce_grads([p.grad for p in model.parameters() if p.grad is not None])
+            else:  # no gradients, or not one buffer: the agreement of its own, then the average
                 out = self.replay.settle(pending, self.replay._agree(pending.local))
+                if out.apply:
+                    self._all_reduce_grads([p.grad for p in model.parameters() if p.grad is not None])
         elif self.replay is not None:
             out = self.replay.step(step, compute, model)
             if average and out.apply:
