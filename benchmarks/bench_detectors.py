@@ -18,7 +18,11 @@ Loss guard (`preflight.runtime.lossguard`):
       (steps 15-120) and late (300-2000): detection at that step; for the default rule and the
       rule before (3x the median of the last 100 losses and 6 robust sigmas); and the per-call
       cost of LossGuard.check. `--parts c` runs this part alone (about 70 s on an idle 2-core
-      VM; 4 minutes at load 10).
+      VM; 4 minutes at load 10);
+  (d) 10x spikes at fixed steps 60, 250 (just after the noise's tail is first measured) and
+      1000 in every Student-t cell of (c)'s healthy table, 30 curves per cell and step, and
+      false alarms on clean curves of the same cells, for the default guard and the rule
+      before `catch_factor` (`--parts d`).
 
     .venv/bin/python benchmarks/bench_detectors.py [--quick] [--skip-real]
 """
@@ -373,6 +377,69 @@ def part_c(quick: bool) -> dict[str, Any]:
     return {"healthy": healthy, "detect": detect, "cost": check_cost()}
 
 
+STUDENT_NOISE = tuple(n for n in HEALTHY_NOISE if n[0] != "normal")
+FIXED_AT = (60, 250, 1000)  # before the tail is measured, just after (from about step 215), late
+
+
+def part_d(trials: int, healthy_per_shape: int) -> dict[str, Any]:
+    """10x spikes at fixed steps (60, 250, 1000) in every Student-t cell of the healthy table,
+    `trials` seeded curves per cell and step (the shapes in turn), detected at that step; and,
+    on `healthy_per_shape` clean 2000-step curves per shape and cell, the curves with any
+    warning, warned at a loss under 2.5x its curve, and warned after step 300 under 10x. The
+    default guard against `catch_factor=None` (the rule before: no loss is a spike by its size
+    alone once the tail bar is higher)."""
+    from tests.runtime.test_lossguard import CURVES, noisy_curve, trend
+
+    rules = (("default", lambda: LossGuard()), ("before", lambda: LossGuard(catch_factor=None)))
+    rows = []
+    for model, scale in STUDENT_NOISE:
+        row: dict[str, Any] = {"noise": model, "scale": scale, "trials": trials}
+        for at in FIXED_AT:
+            rng = random.Random(f"d-{model}-{scale}-{at}")
+            for rule, _ in rules:
+                row[f"{rule}@{at}"] = 0
+            for t in range(trials):
+                kind = CURVES[t % len(CURVES)]
+                c = noisy_curve(rng, kind, model, scale, steps=at + 1)
+                c[at] = 10.0 * trend(kind, at)
+                for rule, make in rules:
+                    guard = make()
+                    got = [guard.check(i, v) for i, v in enumerate(c)]
+                    row[f"{rule}@{at}"] += got[at] == "spike"
+        rng = random.Random(f"d-clean-{model}-{scale}")
+        row["clean"] = 0
+        for rule, _ in rules:
+            row.update({f"{rule}_warned": 0, f"{rule}_below": 0, f"{rule}_late": 0})
+        for kind in CURVES:
+            for _ in range(healthy_per_shape):
+                c = noisy_curve(rng, kind, model, scale)
+                mult = [v / trend(kind, t) for t, v in enumerate(c)]
+                row["clean"] += 1
+                for rule, make in rules:
+                    guard = make()
+                    flagged = [t for t, v in enumerate(c) if guard.check(t, v) == "spike"]
+                    row[f"{rule}_warned"] += bool(flagged)
+                    row[f"{rule}_below"] += any(mult[t] < 2.5 for t in flagged)
+                    row[f"{rule}_late"] += any(t >= 300 and mult[t] < 10.0 for t in flagged)
+        rows.append(row)
+    return {"rows": rows}
+
+
+def report_d(d: dict[str, Any]) -> None:
+    rows = d["rows"]
+    print(f"\n(d) 10x spikes at fixed steps, {rows[0]['trials']} curves per cell and step (the five shapes in "
+          f"turn), caught at that step, default / before (catch_factor=None); clean curves ({rows[0]['clean']} "
+          "per cell): warned at all, warned under 2.5x its curve, warned after step 300 under 10x, default / before")
+    print("| noise | " + " | ".join(f"10x at {at}" for at in FIXED_AT)
+          + " | clean: warned | clean: under 2.5x | clean: after 300 under 10x |")
+    print("|---|" + "---|" * (len(FIXED_AT) + 3))
+    for r in rows:
+        n = r["trials"]
+        cells = [f"{r[f'default@{at}']}/{n} / {r[f'before@{at}']}/{n}" for at in FIXED_AT]
+        clean = [f"{r[f'default_{k}']} / {r[f'before_{k}']}" for k in ("warned", "below", "late")]
+        print(f"| {r['noise']} {r['scale'] * 100:g}% | " + " | ".join(cells + clean) + " |")
+
+
 def check_cost() -> dict[str, float]:
     """Per-call cost of LossGuard.check over 2000-step curves (floats), in microseconds: the
     mean (best of 5 passes, the least disturbed by other load), the per-call median, p99 and
@@ -454,7 +521,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer trials and shorter real runs")
     ap.add_argument("--skip-real", action="store_true", help="leave out the real gloo runs")
-    ap.add_argument("--parts", default="abc", help="which parts to run (a, b, c; default abc)")
+    ap.add_argument("--parts", default="abcd", help="which parts to run (a, b, c, d; default abcd)")
     ap.add_argument("--json", type=Path, help="also write every number as JSON here")
     a = ap.parse_args()
     print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
@@ -504,6 +571,10 @@ def main() -> None:
         for name, lv in b["live"].items():
             print(f"| {name} | {lv['runs']} | {lv['intervals']} | "
                   f"{'-' if lv['slow_reported'] is None else lv['slow_reported']} | {lv['healthy_reported']} |")
+    if "d" in a.parts:
+        d = part_d(6 if a.quick else 30, 2 if a.quick else 10)
+        result["fixed"] = d
+        report_d(d)
     if "c" not in a.parts:
         print(f"\n{time.monotonic() - t0:.0f} s")
         if a.json:

@@ -5,8 +5,9 @@ block's model and batch, forward and backward with a sleep standing for the devi
 the step (on a GPU the host waits for the device), the gradient all-reduce (one flat buffer),
 SGD: about 50 ms. "bare" runs it with torch.distributed only; "layer" inside `Resilience`
 as the README does (process group, events, watchdog, crash recorder, preemption agreed every
-`stop_check_every` steps, `res.step()`, `res.forward_backward`, `res.average_gradients` timed
-for the straggler detector, `res.check_loss`; checkpoints only at the end, outside the timed
+`stop_check_every` steps, `res.step()`, `res.forward_backward(compute, model, average=True)`:
+forward, backward and the gradient all-reduce timed for the straggler detector,
+`res.check_loss`; checkpoints only at the end, outside the timed
 steps); "replay" the same with `replay="skip"` (nothing triggers: the cost of watching);
 "layer-every-step" agrees on preemption every step (the old default). Each pair runs the modes
 in order and the next pair in reverse (ABBA), so that load drifts hit every mode alike; the
@@ -34,16 +35,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP = 20
+BLOCK = 30  # steps per block of the in-job replay comparison
 
 
 def worker(mode: str, steps: int, step_ms: float, out: Path, run_dir: Path) -> None:
     """One rank. Every mode runs the README block's step: this rank's batch, forward and
     backward with a sleep standing for the device's share of the step, the gradient all-reduce
     (one flat buffer), the optimizer step. "bare": torch.distributed only; "layer": inside
-    `Resilience` (`res.step()`, `res.forward_backward`, `res.average_gradients`,
-    `res.check_loss`); "replay": the same with `replay="skip"`; "layer-every-step": "layer"
-    with the preemption agreement every step. Rank 0 writes the timed span's per-step time and,
-    for "replay", what `forward_backward` cost besides `compute()` (median per step)."""
+    `Resilience` (`res.step()`, `res.forward_backward(..., average=True)`, `res.check_loss`); "replay": the same with `replay="skip"`; "layer-every-step": "layer"
+    with the preemption agreement every step. Rank 0 writes the timed span's per-step time and
+    what `forward_backward` cost besides `compute()` (median per step: the all-reduce's wait
+    for the slower rank included)."""
     import torch
     import torch.distributed as dist
 
@@ -87,6 +89,9 @@ def worker(mode: str, steps: int, step_ms: float, out: Path, run_dir: Path) -> N
         marks.append(time.perf_counter())
         dist.destroy_process_group()
         extra: dict[str, float] = {}
+    elif mode == "replay-blocks":
+        replay_blocks(model, opt, compute_of, batch, steps, run_dir, out)
+        return
     else:
         from preflight.runtime import Resilience
 
@@ -101,10 +106,9 @@ def worker(mode: str, steps: int, step_ms: float, out: Path, run_dir: Path) -> N
                 with res.step():
                     inside.clear()
                     t0 = time.perf_counter()
-                    outcome = res.forward_backward(compute_of(batch(step, rank, world)), model)
+                    outcome = res.forward_backward(compute_of(batch(step, rank, world)), model, average=True)
                     fb.append(time.perf_counter() - t0 - sum(inside))
                     if outcome.apply:
-                        res.average_gradients(model)
                         res.check_loss(outcome.loss)
                         opt.step()
                 if step == steps - 1:
@@ -114,7 +118,44 @@ def worker(mode: str, steps: int, step_ms: float, out: Path, run_dir: Path) -> N
         out.write_text(json.dumps({"per_step_ms": (marks[1] - marks[0]) / (steps - WARMUP) * 1000.0, **extra}))
 
 
-def one_run(mode: str, nproc: int, steps: int, step_ms: float, tmp: Path, tag: str) -> dict[str, float]:
+def replay_blocks(model: Any, opt: Any, compute_of: Any, batch: Any, pairs: int, run_dir: Path, out: Path) -> None:
+    """Replay's cost inside one job: `Resilience(replay="skip")` running the README block's step
+    with `res.forward_backward(compute, model, average=True)`, in blocks of BLOCK steps with
+    replay watching (`res.replay` set) or not (None: the same call without it), ABBA: pair i runs
+    on/off when i is even, off/on when odd (the same schedule on every rank). Rank 0 writes the
+    per-step time of each block. With $BENCH_REPLAY_SEPARATE=1 the job averages after
+    `forward_backward` (`res.average_gradients`): replay then agrees in an all-reduce of its own."""
+    from preflight.runtime import Resilience
+
+    total = WARMUP + pairs * 2 * BLOCK
+    separate = os.environ.get("BENCH_REPLAY_SEPARATE") == "1"  # the call before: average after forward_backward
+    marks: dict[int, float] = {}
+    with Resilience(run_dir, state={"model": model, "optimizer": opt}, save_every=10**9, replay="skip") as res:
+        watching, rank, world = res.replay, res.rank, res.world_size
+        for step in res.steps(total):
+            if step >= WARMUP and (step - WARMUP) % BLOCK == 0:
+                marks[step] = time.perf_counter()
+                b = (step - WARMUP) // BLOCK
+                on = (b % 2 == 0) == ((b // 2) % 2 == 0)  # on, off | off, on | on, off ...
+                res.replay = watching if on else None
+            with res.step():
+                outcome = res.forward_backward(compute_of(batch(step, rank, world)), model, average=not separate)
+                if outcome.apply:
+                    if separate:
+                        res.average_gradients(model)
+                    res.check_loss(outcome.loss)
+                    opt.step()
+        marks[total] = time.perf_counter()
+        res.replay = watching
+    if rank == 0:
+        starts = sorted(marks)
+        per = [(marks[b] - marks[a]) / BLOCK * 1000.0 for a, b in zip(starts, starts[1:], strict=False)]
+        on_ms = [per[2 * i] if i % 2 == 0 else per[2 * i + 1] for i in range(pairs)]
+        off_ms = [per[2 * i + 1] if i % 2 == 0 else per[2 * i] for i in range(pairs)]
+        out.write_text(json.dumps({"on": on_ms, "off": off_ms, "replays": len(watching.replays)}))
+
+
+def one_run(mode: str, nproc: int, steps: int, step_ms: float, tmp: Path, tag: str) -> dict[str, Any]:
     out = tmp / f"{tag}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "SLURM_", "NCCL_"))}
     env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
@@ -127,10 +168,10 @@ def one_run(mode: str, nproc: int, steps: int, step_ms: float, tmp: Path, tag: s
         raise SystemExit(f"{mode} run failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     res = json.loads(out.read_text())
     res["load"] = os.getloadavg()[0]
-    return {k: float(v) for k, v in res.items()}
+    return {k: v if isinstance(v, list) else float(v) for k, v in res.items()}
 
 
-MODES = ("bare", "layer", "replay", "layer-every-step")
+MODES = ("bare", "layer", "replay", "layer-every-step", "replay-blocks")
 
 
 def main() -> None:
@@ -144,9 +185,17 @@ def main() -> None:
                     help="the first is the baseline; each pair runs them in order, then reversed (ABBA)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--run-dir", type=Path)
+    ap.add_argument("--separate", action="store_true", help="with --replay-in-job: average after forward_backward")
+    ap.add_argument("--replay-in-job", type=int, default=0, metavar="PAIRS",
+                    help=f"instead: replay's cost inside one job, PAIRS ABBA pairs of blocks of {BLOCK} steps")
     a = ap.parse_args()
     if a.worker:
         worker(a.worker, a.steps, a.step_ms, a.out, a.run_dir)
+        return
+    if a.replay_in_job:
+        if a.separate:
+            os.environ["BENCH_REPLAY_SEPARATE"] = "1"
+        in_job(a)
         return
     modes = list(dict.fromkeys(a.modes))
     base = modes[0]
@@ -175,6 +224,26 @@ def main() -> None:
                       f"{statistics.median(times[m]):.2f} | {each} | {over} | "
                       f"{f'{statistics.median(fb):.0f}' if fb else '-'} | {min(loads):.1f}-{max(loads):.1f} |",
                       flush=True)
+
+
+def in_job(a: argparse.Namespace) -> None:
+    print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')} {platform.node()} {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.1f}; replay watching or not inside one torchrun job, blocks of {BLOCK} steps, "
+          f"{a.replay_in_job} ABBA pairs, sleep {a.step_ms} ms + forward/backward + all_reduce + SGD per step; "
+          + ("res.average_gradients after forward_backward (replay agrees on its own)" if a.separate else
+             "forward_backward(..., average=True) (the agreement rides on the gradient all-reduce)"))
+    print("| ranks | without replay, ms per step (each pair) | with replay | each pair | median of paired ratios "
+          "| replays | load |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        for nproc in a.ranks:
+            r = one_run("replay-blocks", nproc, a.replay_in_job, a.step_ms, tmp, f"blocks-{nproc}")
+            on, off = r["on"], r["off"]
+            ratios = [x / y - 1 for x, y in zip(on, off, strict=True)]  # type: ignore[arg-type]
+            print(f"| {nproc} | {', '.join(f'{t:.2f}' for t in off)} | {', '.join(f'{t:.2f}' for t in on)} | "  # type: ignore[attr-defined]
+                  f"{', '.join(f'{x * 100:+.1f}' for x in ratios)} | {statistics.median(ratios) * 100:+.2f}% | "
+                  f"{r['replays']:.0f} | {r['load']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

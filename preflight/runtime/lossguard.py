@@ -23,7 +23,11 @@ their 90th and 99th percentiles (of |residual|), carried out to `false_alarm_rat
 with heavy-tailed noise (Student-t, rare hard batches) a loss several MADs out is routine and
 the bar rises with the tail, with normal noise the tail bar stays near 7 sigmas (so 3x decides
 under 10% noise). The tail is measured once `TAIL_MIN` (200) residuals are kept; before, the
-factor and sigma bars apply. Measured (`benchmarks/bench_detectors.py`, BENCHMARKS.md).
+factor and sigma bars apply. Whatever the noise, a loss `catch_factor` (8) times the expected
+one is a spike: the sigma and tail bars stop there (just after the tail is first measured, a
+few large residuals of heavy noise put it at 15-150x, which let 10x spikes pass; 8 rather than
+10 so that a loss 10x its true curve clears the bar despite the expected loss's own error;
+None: no cap). Measured (`benchmarks/bench_detectors.py`, BENCHMARKS.md).
 Checked once `warmup_steps` losses have been seen and a few noise residuals exist; "spike" is
 returned and a warning event written for the first step of each run of spikes (every spike
 is kept in `spikes`); otherwise "ok". A non-positive loss leaves the spike test out (it is a
@@ -66,6 +70,12 @@ NOISE_SIGMA_GAIN = 1.28
 MIN_RESIDUALS = 5  # noise residuals needed before any loss is judged a spike
 BAR_REFRESH_DIV = 20  # the bar is recomputed after len(residuals) / 20 new ones
 FALSE_ALARM_RATE = 1e-4  # the tail bar: a noise this rare per step (both tails) is taken for a spike
+# a loss this many times the expected one is a spike whatever the noise: the tail bar of a
+# Student-t noise of 2 degrees of freedom at 5% is about 150x, and just after it is first
+# measured (about step 215) from a few large residuals it overshoots, which let 10x spikes pass;
+# 8, not 10: the expected loss has its own error (a few % under heavy noise), and a loss 10x
+# the true curve must clear the bar every time, not half of the time
+CATCH_FACTOR = 8.0
 
 
 def trend_reference(logs: Sequence[float], k: int = LEVEL_SPAN) -> float | None:
@@ -89,7 +99,7 @@ def trend_reference(logs: Sequence[float], k: int = LEVEL_SPAN) -> float | None:
 
 def spike_bar(residuals: Sequence[float], spike_factor: float, spike_sigmas: float,
               false_alarm_rate: float = FALSE_ALARM_RATE,
-              sigma_gain: float = 1.0) -> tuple[float, float, float]:
+              sigma_gain: float = 1.0, catch_factor: float | None = None) -> tuple[float, float, float]:
     """(bar, sigma, tail) in log-loss units from noise residuals (a log-loss minus the median
     around it; centred on zero by construction). Pure, O(n log n). A loss is a spike when its
     excess over the expected log-loss is at least `bar`, the largest of:
@@ -102,6 +112,8 @@ def spike_bar(residuals: Sequence[float], spike_factor: float, spike_sigmas: flo
         both tails) is the bar: about 7 sigmas for a normal noise, about 100 times its scale
         for a Student-t of 2 degrees of freedom. Measured once TAIL_MIN residuals are kept
         (before, a 99th percentile is a guess: one early outlier must not blind the guard).
+    With `catch_factor`, the sigma and tail bars stop at log(catch_factor): a loss that many
+    times the expected one is a spike however heavy the noise (None: no such cap).
     """
     n = len(residuals)
     if n < 2:
@@ -115,6 +127,8 @@ def spike_bar(residuals: Sequence[float], spike_factor: float, spike_sigmas: flo
             alpha = min(TAIL_ALPHA_MAX, max(TAIL_ALPHA_MIN, math.log(10.0) / math.log(q99 / q90)))
             tail = q99 * (0.01 / false_alarm_rate) ** (1.0 / alpha)
     bar = max(math.log(spike_factor), spike_sigmas * sigma, tail)
+    if catch_factor is not None:
+        bar = min(bar, max(math.log(spike_factor), math.log(catch_factor)))
     return bar, sigma, tail
 
 
@@ -151,10 +165,12 @@ class LossGuard:
     def __init__(self, spike_factor: float = 3.0, window: int = 100, events: EventWriter | None = None, *,
                  warmup_steps: int = 10, sync: bool = False, raise_on_nonfinite: bool = True,
                  group: Any = None, rank: int | None = None, spike_sigmas: float = 6.0,
-                 tail_memory: int = TAIL_MEMORY, false_alarm_rate: float = FALSE_ALARM_RATE) -> None:
+                 tail_memory: int = TAIL_MEMORY, false_alarm_rate: float = FALSE_ALARM_RATE,
+                 catch_factor: float | None = CATCH_FACTOR) -> None:
         self.spike_factor = max(1.0, float(spike_factor))
         self.spike_sigmas = max(0.0, float(spike_sigmas))
         self.false_alarm_rate = min(0.01, max(1e-12, float(false_alarm_rate)))
+        self.catch_factor = None if catch_factor is None else max(1.0, float(catch_factor))
         self.window: deque[float] = deque(maxlen=max(1, int(window)))  # the last losses, as given
         span = max(2 * LEVEL_SPAN, 2 * NOISE_HALF + 1)
         self._logs: deque[float] = deque(maxlen=span)  # the last log-losses, for the reference
@@ -237,14 +253,16 @@ class LossGuard:
         log scale over that span)."""
         if self._bar is None or self._bar_age >= max(1, len(self._resid) // BAR_REFRESH_DIV):
             self._bar = spike_bar(self._resid, self.spike_factor, self.spike_sigmas, self.false_alarm_rate,
-                                  NOISE_SIGMA_GAIN)
+                                  NOISE_SIGMA_GAIN, self.catch_factor)
             self._bar_age = 0
         return self._bar
 
     def _warn(self, step: int, value: float, expected: float, bar: tuple[float, float, float]) -> None:
         limit, sigma, tail = bar
         threshold = expected * math.exp(limit)
-        which = ("the tail of this run's noise" if limit == tail else
+        caught = self.catch_factor is not None and limit == math.log(self.catch_factor) < max(tail, sigma * self.spike_sigmas)
+        which = (f"{self.catch_factor:g} x the expected loss (always a spike, whatever the noise)" if caught else
+                 "the tail of this run's noise" if limit == tail else
                  f"{self.spike_sigmas:g} robust sigmas" if limit > math.log(self.spike_factor) else
                  f"{self.spike_factor:g} x the expected loss")
         self._emit(Status.WARN, f"loss spike at step {step}: {value:.4g} is {value / expected:.1f} x the "

@@ -23,7 +23,11 @@ run of spikes), this rank's *local* gradients (NaN/Inf, and a gradient-norm spik
 `grad_spike_factor` x the median norm of the last `grad_window` steps; one fused
 `_foreach_norm` and one device-to-host copy for loss and norm). In a process group the ranks
 agree on the trigger with one one-element all-reduce (MAX), so every rank takes the same
-branch and nobody waits alone in a collective.
+branch and nobody waits alone in a collective. Through `Resilience.forward_backward(compute,
+model, average=True)` there is no such all-reduce: the gradients are copied into one flat
+buffer (measured there), its tail carries a count per trigger kind, and the gradient
+all-reduce is the agreement (`begin`, then `settle` with the agreed trigger); on a trigger the
+rank's own gradients are still in place for the replay, and the replayed ones are averaged.
 
 On a trigger (or every `audit_every` steps) every rank digests its gradients and loss bitwise
 (an exact sum of the raw bits and a position-weighted sum per tensor, hashed; NaN payloads
