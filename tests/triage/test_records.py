@@ -236,14 +236,14 @@ def test_missing_run_dir_is_exit_2(tmp_path: Path) -> None:
     assert code == 2 and "not a directory" in err
 
 
-def test_a_log_glob_that_matches_nothing_is_exit_2(tmp_path: Path) -> None:
+def test_a_log_glob_that_matches_nothing_is_said_and_the_named_culprit_is_exit_1(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     crash(run, 1, T0, "ValueError", "loss is NaN")
     p = subprocess.run([sys.executable, "-c", "from preflight.cli import main; main()", "triage", "--run-dir", str(run),
                         "--log", str(tmp_path / "nope-*.log"), "--json", "--no-node-checks"], capture_output=True,
                        text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert p.returncode == 2 and f"--log {tmp_path / 'nope-*.log'}: no such folder or no file matched" in p.stderr
+    assert p.returncode == 1 and f"--log {tmp_path / 'nope-*.log'}: no such folder or no file matched" in p.stderr
     assert json.loads(p.stdout)["culprits"] == [{"node": HOST, "ranks": [1]}]  # the rest is still used
 
 
@@ -262,7 +262,7 @@ def test_corrupt_hang_record_is_named_and_the_rest_still_used(tmp_path: Path) ->
     beat(run, 1, T0 + 3, state="hang")  # its watchdog did fire
     beat(run, 2, T0 - 0.2)
     code, doc, err = triage(run)
-    assert code == 2
+    assert code == 1  # a culprit is named; the input that could not be read is said beside it
     assert "input: " in err and "hang-rank1.json: corrupt hang record: not JSON (Unterminated string" in err
     assert doc["category"] == "communication hang" and names(doc) == [{"node": HOST, "ranks": [2]}]
     assert any("hang-rank1.json: corrupt hang record" in e for e in doc["triage"]["input_errors"])
@@ -277,7 +277,7 @@ def test_corrupt_crash_record_is_named_and_the_event_stands_in(tmp_path: Path) -
                                                 "message": "shard 17 missing", "time": T0})
     crash(run, 1, T0 + 0.5, *LOST)
     code, doc, err = triage(run)
-    assert code == 2
+    assert code == 1  # a culprit is named; the input that could not be read is said beside it
     assert "crash-rank3.json: corrupt crash record: not a crash record (a JSON list, not an object)" in err
     assert "crash-rank0.json: corrupt crash record: empty file" in err
     assert doc["category"] == "software crash" and names(doc) == [{"node": HOST, "ranks": [3]}]
