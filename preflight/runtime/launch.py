@@ -53,7 +53,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -265,12 +265,13 @@ class Launcher:
         except Exception:  # noqa: BLE001 - the store went with node 0: seen where it matters
             pass
 
-    def lost_nodes(self) -> set[int]:
-        """The nodes whose launcher has been silent for node_timeout_s (never heard of counts from
-        the first look). Node 0's store gone: every other node is lost to this one."""
+    def lost_nodes(self, nodes: Iterable[int] | None = None) -> set[int]:
+        """Of `nodes` (default all), those whose launcher has been silent for node_timeout_s
+        (never heard of counts from the first look). Node 0's store gone: every other node is
+        lost to this one."""
         now = time.monotonic()
         out = set()
-        for k in range(self.nnodes):
+        for k in sorted(set(range(self.nnodes) if nodes is None else nodes)):
             if k == self.node_rank:
                 continue
             try:
@@ -402,7 +403,7 @@ class Launcher:
         try:
             if self.store.check([ip.exit_key(ns, s) for s in slots]):
                 return True
-            lost = self.lost_nodes()
+            lost = self.lost_nodes({self.node_of(s) for s in slots})
             rest = [s for s in slots if self.node_of(s) not in lost]
             return not rest or bool(self.store.check([ip.exit_key(ns, s) for s in rest]))
         except Exception:  # noqa: BLE001 - the store went with node 0: no member there is left to wait for
@@ -464,7 +465,7 @@ class Launcher:
                 if self.store.check([key]):
                     pending.discard(k)
                     stopping = stopping or bool(json.loads(self.store.get(key)).get("stopping"))
-            newly = self.lost_nodes() & pending if pending else set()
+            newly = self.lost_nodes(pending) if pending else set()
             for k in sorted(newly):
                 say_launch(f"node {k} is lost (its launcher silent for {self.node_timeout_s:g} s); "
                            "its members count as failed")
@@ -503,7 +504,7 @@ class Launcher:
                     decision = json.loads(self.store.get(key))
                     self.store.add(launch_key(self.attempt, "ack"), 1)
                     return int(decision["rc"]), bool(decision["restart"])
-                gone = 0 in self.lost_nodes()
+                gone = 0 in self.lost_nodes([0])
             except Exception:  # noqa: BLE001 - the store went with node 0
                 gone = True
             if gone:
