@@ -92,11 +92,13 @@ def _steps_done(run: Path) -> int:
 
 
 def run_job(c: NetCluster, work: Path, name: str, port: int, spares: int, kill_slot: int | None = None,
-            kill_after: int = 10, kill_node: int | None = None, extra: tuple[str, ...] = (),
+            kill_after: int = 10, kill_node: int | None = None, stop_slots: tuple[int, ...] = (),
+            extra: tuple[str, ...] = (),
             worker_args: tuple[str, ...] = (), steps: int = STEPS) -> Job:
     """One launcher per node inside its namespace (its own hostname); with `kill_slot`, that
     process gets SIGKILL from outside once `kill_after` steps are done, at a random point of a
-    step; with `kill_node`, that node's launcher and every process under it (a lost node)."""
+    step; with `kill_node`, that node's launcher and every process under it (a lost node); the
+    `stop_slots` get SIGSTOP at the same moment."""
     run = work / name
     procs = []
     for k, node in enumerate(c.nodes):
@@ -113,7 +115,7 @@ def run_job(c: NetCluster, work: Path, name: str, port: int, spares: int, kill_s
     deadline = time.monotonic() + JOB_LIMIT_S
     pids: dict[int, dict[str, Any]] = {}
     try:
-        if kill_slot is not None or kill_node is not None:
+        if kill_slot is not None or kill_node is not None or stop_slots:
             while _steps_done(run) < kill_after:
                 assert time.monotonic() < deadline, f"no {kill_after} steps within {JOB_LIMIT_S:g} s"
                 assert all(p.poll() is None for _, p in procs), "a launcher ended before the fault"
@@ -125,6 +127,8 @@ def run_job(c: NetCluster, work: Path, name: str, port: int, spares: int, kill_s
                 os.kill(int(pids[kill_slot]["pid"]), signal.SIGKILL)
             if kill_node is not None:
                 os.killpg(procs[kill_node][1].pid, signal.SIGKILL)
+            for slot in stop_slots:
+                os.kill(int(pids[slot]["pid"]), signal.SIGSTOP)
         rcs: list[int | None] = []
         for _, p in procs:
             try:
@@ -229,6 +233,22 @@ def test_a_lost_node_does_not_hold_the_others(cluster: NetCluster, tmp_path: Pat
     assert sorted(results) == [0, 1] and {r["world"] for r in results.values()} == {2}, results
     assert_n1_kept_its_processes(job)
     assert time.monotonic() - began < JOB_LIMIT_S
+
+
+@pytest.mark.real
+def test_a_node_whose_ranks_all_stopped_is_fenced_by_its_own_launcher(cluster: NetCluster, tmp_path: Path) -> None:
+    """Both ranks of n2 are SIGSTOPped: no survivor is left on n2 to fence them and n1's leader
+    may not signal another host's pids; n2's launcher SIGKILLs its own two children once the
+    plan names them failed, so the job ends (n1's ranks go on with a world of 2)."""
+    job = run_job(cluster, tmp_path, "stopped", 29616, spares=0, stop_slots=(2, 3), kill_after=8)
+    assert job.rcs == [0, 0], job.why()
+    for slot in (2, 3):
+        assert f"node 1 fenced slot {slot} (pid {job.pids_before_kill[slot]['pid']})" in job.logs[1], job.why()
+    results = job.results()
+    assert sorted(results) == [0, 1] and {r["world"] for r in results.values()} == {2}, results
+    assert_n1_kept_its_processes(job)
+    (ev,) = restart_events(job.run)
+    assert sorted(f["slot"] for f in ev["facts"]["failed"]) == [2, 3] and ev["facts"]["new_world_size"] == 2
 
 
 # ----- the launchers' layout, bad input and disagreements (loopback, no torch in the workers) -----
