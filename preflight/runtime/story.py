@@ -507,9 +507,15 @@ def _cause(recs: Records, lo: float, hi: float) -> tuple[str, float | None, list
         return ("signal", t, silent, "ended without a record (killed by a signal: SIGKILL, the OOM killer?)",
                 [f"rank {r} left no end record while its peers lost it" for r in silent]
                 + [f"crash of rank {c[1]} (a consequence): {c[2]}" for c in crashes][:4])
-    if crashes:
+    if crashes and primary:
         t, r, what = crashes[0]
         return "crash", t, [r], what, [f"crash of rank {r}: {what}"]
+    if crashes:  # every crash followed from a lost peer, and no rank of the attempt is known silent
+        t, r, what = crashes[0]
+        lost = sorted({c[1] for c in crashes})
+        return ("unknown", t, [], f"rank{'s' if len(lost) > 1 else ''} {_list(lost)} failed on a lost peer; the rank "
+                "that left first recorded nothing the run directory shows", [f"crash of rank {c[1]} (a consequence): "
+                                                                            f"{c[2]}" for c in crashes][:4])
     signalled = sorted(r for r, how in ended.items() if how == "signal")
     if signalled:
         stops = [float(e["time"]) for e in _failure_events(recs.events) if lo <= float(e["time"]) < hi]
@@ -931,7 +937,8 @@ def tell(files: Iterable[RunFile] | Records, *, run_dir: str = "", end: float | 
     story = Story(problems=list(recs.problems))
     for k, (lo, hi, starts) in enumerate(wins):
         a = _attempt(recs, k + 1, lo, hi, starts)
-        if a.incident is None and not a.members and not _anything_in(recs, lo, hi) and len(wins) > 1:
+        if a.incident is None and not a.members and not _anything_in(recs, lo, hi) and len(wins) > 1 \
+                and not any(lo <= t < hi for _, _, t in recs.sightings):
             continue
         a.ended = _ending(recs, a, wins[k + 1] if k + 1 < len(wins) else None)
         if a.ended == "running" and a.incident is not None and a.cause == "unknown":

@@ -179,6 +179,38 @@ def judge_outside_kill(dr: _job.Drill) -> str:
     return str((doc.get("triage") or {}).get("summary", ""))
 
 
+def _named(items: list[dict[str, Any]]) -> list[tuple[str, list[int], list[str]]]:
+    return [(str(n["cause"]), list(n["ranks"]), list(n["nodes"])) for n in items]
+
+
+def one_story(dr: _job.Drill, tmp: Path) -> None:
+    """One story of a run: `preflight triage`, the `runtime.downtime` event the restarted job's
+    rank 0 wrote while training (measured once training passed the failed step again) and
+    `preflight record --run-dir` into a fresh history store name the same attempts, culprit and
+    cause; the downtime counts the steps redone from the checkpoint."""
+    from preflight.runtime import downtime as dt
+    from preflight.runtime.events import read_events
+    from tests.history.test_downtime_history import _cli, s_rows
+
+    want = [("killed", [dr.rank], [HOST])]
+    code, doc, _ = triage(dr.run)
+    story = story_of(doc)
+    failed = [a for a in story["attempts"] if a["cause"] not in ("none", "preempted")]
+    assert _named(failed) == want and failed[0]["signal"] == "SIGKILL", story
+    assert [a["ended"] for a in story["attempts"]] == ["restarted", "finished"] and code == EXIT_RECOVERED, story
+    assert _named(doc["downtime"]["incidents"]) == want, doc["downtime"]
+    measured = [e["facts"] for e in read_events(dr.run) if e["check"] == dt.CHECK]
+    assert _named(measured) == want, measured
+    m = measured[0]
+    assert m["steps_redone"] > 0 and m["redo_s"] is not None and m["redo_s"] > 0, m  # a fault between checkpoints
+    assert m["lost_s"] >= m["redo_s"] and m["passed_failed_step_at"] > m["training_again_at"], m
+    assert doc["downtime"]["incidents"][0]["lost_s"] == m["lost_s"]  # triage takes the runtime's own measure
+    url = f"sqlite:///{tmp / 'record.db'}"
+    p = _cli("record", "--run-dir", str(dr.run), "--history", url)
+    assert p.returncode == 0, p.stderr
+    assert _named([r.facts for r in s_rows(url) if r.check == dt.CHECK]) == want
+
+
 # ----- the drills ---------------------------------------------------------------------------------
 
 
@@ -188,6 +220,7 @@ def test_a_killed_rank_that_torchrun_recovered_is_named_and_the_job_recovered(tm
     recovered_kill_happened(dr)
     judge_recovered_kill(dr, with_log=False)
     judge_recovered_kill(dr, with_log=True)
+    one_story(dr, tmp_path)  # the same run: triage, the runtime's downtime and record agree
 
 
 def test_replays_exit_76_is_suspect_hardware_on_the_rank_and_its_node(tmp_path: Path) -> None:
