@@ -32,6 +32,7 @@ from tests.netcluster import ROOT, NetCluster, prerequisites
 
 WORKER = ROOT / "tests" / "runtime" / "_nodes_ranks.py"
 PREFIX, SUBNET = "ipn", "10.66.32"  # apart from the other cluster tests' namespaces and subnets
+SLURM_PREFIX, SLURM_SUBNET = "ips", "10.66.33"
 STEPS, STEP_S = 40, 0.05
 JOB_LIMIT_S = 300.0  # a loaded 2-core machine starts 8 torch processes slowly; a hang still ends here
 
@@ -293,6 +294,27 @@ def test_the_srun_step_gives_the_layout_and_the_options_win() -> None:
         launch.parse_args(["--nproc", "8", script], env={**step, "SLURM_STEP_NUM_TASKS": "32"})
     with pytest.raises(SystemExit):
         launch.parse_args(["--nproc", "8", script], env={**step, "SLURM_STEP_NODELIST": "gpu[07-"})
+
+
+@pytest.mark.real
+def test_under_a_real_srun_each_launcher_reads_its_node_from_the_step(tmp_path: Path) -> None:
+    """One task per node of a real Slurm (one slurmd per namespace node): the launcher's options
+    as srun's step variables fill them, and a task per GPU instead is refused."""
+    from tests.slurm import slurm_cluster
+
+    code = ("import json, sys; from preflight.runtime import launch; "
+            "ns = launch.parse_args(['--nproc', '2', sys.argv[1]]); "
+            "print(json.dumps([ns.nnodes, ns.node_rank, ns.master_addr, ns.master_port]))")
+    with slurm_cluster(tmp_path / "cluster", SLURM_PREFIX, SLURM_SUBNET, n=2) as c:
+        env = {**c.slurm_env(), "PYTHONPATH": str(ROOT)}
+        p = c.client("srun", "-N2", "--ntasks-per-node=1", "--label", sys.executable, "-c", code, str(WORKER),
+                     check=False, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        got = sorted(json.loads(line.split(":", 1)[1]) for line in p.stdout.splitlines() if line.strip())
+        assert got == [[2, 0, "n1", launch.DEFAULT_PORT], [2, 1, "n1", launch.DEFAULT_PORT]], p.stdout
+        p = c.client("srun", "-N2", "--ntasks-per-node=2", sys.executable, "-c", code, str(WORKER),
+                     check=False, timeout=120, env=env)
+        assert p.returncode != 0 and "start one launcher per node (srun --ntasks-per-node=1)" in p.stderr, p.stderr
 
 
 def test_global_slots_and_the_workers_environment() -> None:
