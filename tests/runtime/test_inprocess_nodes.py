@@ -299,7 +299,8 @@ def test_the_srun_step_gives_the_layout_and_the_options_win() -> None:
 @pytest.mark.real
 def test_under_a_real_srun_each_launcher_reads_its_node_from_the_step(tmp_path: Path) -> None:
     """One task per node of a real Slurm (one slurmd per namespace node): the launcher's options
-    as srun's step variables fill them, and a task per GPU instead is refused."""
+    as srun's step variables fill them, and a task per GPU instead is refused; then a whole job
+    under srun, where a rank of n2 is SIGKILLed and n1's processes go on."""
     from tests.slurm import slurm_cluster
 
     code = ("import json, sys; from preflight.runtime import launch; "
@@ -315,6 +316,33 @@ def test_under_a_real_srun_each_launcher_reads_its_node_from_the_step(tmp_path: 
         p = c.client("srun", "-N2", "--ntasks-per-node=2", sys.executable, "-c", code, str(WORKER),
                      check=False, timeout=120, env=env)
         assert p.returncode != 0 and "start one launcher per node (srun --ntasks-per-node=1)" in p.stderr, p.stderr
+        # the whole job under srun: a rank of n2 SIGKILLed, a spare takes its number, n1 goes on
+        run = tmp_path / "srun-run"
+        cmd = ["ip", "netns", "exec", c.client_ns, "srun", "-N2", "--ntasks-per-node=1", sys.executable, "-m",
+               "preflight.runtime.launch", "--nproc", "2", "--spares", "1", "--master-port", "29617",
+               str(WORKER), "--run-dir", str(run), "--steps", str(STEPS), "--step-s", str(STEP_S)]
+        with open(tmp_path / "srun.log", "wb") as fh:
+            job = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**env, **_env("eth0")},
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + JOB_LIMIT_S
+            while _steps_done(run) < 10:
+                assert time.monotonic() < deadline and job.poll() is None, (tmp_path / "srun.log").read_text()[-3000:]
+                time.sleep(0.02)
+            time.sleep(random.uniform(0.0, STEP_S))
+            before = {s: json.loads((run / f"pid-slot{s}.json").read_text()) for s in (0, 1, 3)}
+            assert before[3]["host"] == "n2" and before[0]["host"] == before[1]["host"] == "n1", before
+            os.kill(int(before[3]["pid"]), signal.SIGKILL)
+            rc = job.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait(10)
+        assert rc == 0, (tmp_path / "srun.log").read_text()[-3000:]
+        res = {s: json.loads((run / f"result-slot{s}.json").read_text()) for s in (0, 1)}
+        assert all(res[s]["pid"] == before[s]["pid"] and res[s]["generation"] == 1 for s in (0, 1)), res
+        (ev,) = restart_events(run)
+        assert ev["facts"]["failed"][0]["host"] == "n2" and ev["facts"]["new_world_size"] == 4, ev["facts"]
 
 
 def test_global_slots_and_the_workers_environment() -> None:
