@@ -166,6 +166,49 @@ def bookkeeping_us(bench: Bench, replay: Any, n: int) -> tuple[float, float]:
     return statistics.median(with_replay), statistics.median(alone)
 
 
+def fused_bookkeeping_us(model: Any, n: int) -> tuple[float, float]:
+    """Training-thread CPU microseconds per step of what `Resilience.forward_backward(...,
+    average=True)` does around `compute()` and the all-reduce, without replay and with it
+    (nothing triggering), in one process: a compute that only sets real-sized gradients;
+    without: zero the gradients, the flat copy, the loss read and the loss guard (check_loss);
+    with: `Replay.begin(flat_extra=5)` (RNG state, flat copy, one norm, one host copy, the
+    loss guard, the trigger), reading the trigger counts, `settle`. Medians of 5 passes."""
+    import torch
+
+    from preflight.runtime.lossguard import LossGuard
+    from preflight.runtime.replay import TRIGGERS, Replay
+
+    params = list(model.parameters())
+    grads = [torch.randn_like(p) for p in params]
+    loss = torch.tensor(0.5)
+
+    def set_grads() -> Any:
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        return loss
+
+    replay, guard = Replay(history="off", grad_spike_factor=100.0), LossGuard()
+    off, on = [], []
+    for rep in range(5):
+        t0 = time.thread_time()
+        for i in range(n):
+            for p in params:
+                p.grad = None
+            set_grads()
+            torch.cat([p.grad.reshape(-1) for p in params])
+            guard.check(rep * n + i, loss)
+        off.append((time.thread_time() - t0) / n * 1e6)
+        t0 = time.thread_time()
+        for i in range(n):
+            pending = replay.begin(rep * n + i, set_grads, model, flat_extra=len(TRIGGERS) - 1)
+            assert pending.flat is not None
+            pending.flat.flat[pending.flat.size:].tolist()
+            replay.settle(pending, "")
+            del pending  # as at the end of forward_backward: the flat copy is freed before the next one
+        on.append((time.thread_time() - t0) / n * 1e6)
+    return statistics.median(off), statistics.median(on)
+
+
 def agreement_us(replay: Any, n: int) -> float:
     """Wall microseconds of the ranks' agreement (one one-element all-reduce); 0 alone."""
     if bench_world() < 2:
@@ -291,8 +334,24 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=50.0)
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--block", type=int, default=6)
+    ap.add_argument("--bookkeeping", action="store_true",
+                    help="only the per-step CPU of replay through Resilience(average=True), one process")
     args = ap.parse_args()
     import torch
+
+    if args.bookkeeping:
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        readme = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+        big = Bench(args.step_ms, 1).model
+        print(f"load average {os.getloadavg()[0]:.1f}; training-thread CPU per step, without replay / with replay "
+              f"(nothing triggers) / the difference, against a {args.step_ms:g} ms step")
+        for name, model in (("the README block's model", readme), ("MLP 4 x 512", big)):
+            n_params = sum(p.numel() for p in model.parameters())
+            off, on = fused_bookkeeping_us(model, 400)
+            print(f"  {name} ({n_params / 1e6:.3f} M parameters): {off:.1f} / {on:.1f} / {on - off:+.1f} us "
+                  f"({(on - off) / 10 / args.step_ms:+.3f} %)")
+        return
 
     t0 = time.monotonic()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; Python {platform.python_version()}, torch "
