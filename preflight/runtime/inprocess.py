@@ -16,14 +16,22 @@
             step = rs.recover(exc, step, state)   # the step to redo
     rs.close()
 
-Detection. A rank that dies (a crash, SIGKILL, the OOM killer) resets its connections: the
-survivors' gloo collective raises within milliseconds, and each survivor that tears its group
-down breaks the collectives of the others. A rank that is stopped (SIGSTOP, a hung driver
-call) makes the survivors' collective wait for the process group's timeout, `timeout_s`. With
-NCCL, `abort()` (from the watchdog's `on_hang`, for instance) aborts the communicator so the
-blocked collective returns; a gloo collective cannot be aborted from another thread (torch
-2.13), its timeout is the bound. A recent `abort()` is the recorded cause and the start of the
-recovery's clock. A watchdog next to this must not end the process on a hang
+Detection. A rank that dies (a crash, SIGKILL, the OOM killer) is seen when its process ends:
+the launcher records every worker's exit code in the store it hosts, and each rank's death
+watch (a daemon thread with its own store connection, `watch_s`, 0.1 s by default) reads the
+store's key count at that rate and, when it changed, the exit records of the current
+generation's members: one small request per look. On a member's recorded exit it marks the
+fault detected with the cause "rank R (slot, pid on host) died: killed by SIGKILL" (or its exit
+code) and breaks this rank's collective: gloo's, which cannot be aborted from another thread
+(torch 2.13), by shutting down the process group's connections (the TCP sockets that appeared
+while the group was created; never the listening one, never the store's), so the blocked
+receive fails at once; NCCL's by aborting the communicator. A rank's own collective with the
+dead rank may fail first on the closed connection; the cause is still the death, named from
+the leader's plan. The watch ends with `done()`. A rank that is stopped (SIGSTOP, a hung
+driver call) makes the survivors' collective wait for the process group's timeout,
+`timeout_s`. `abort()` (from the watchdog's `on_hang`, for instance) marks the fault detected
+and, with NCCL, aborts the communicator; a recent `abort()` is the recorded cause and the start
+of the recovery's clock. A watchdog next to this must not end the process on a hang
 (`Watchdog(exit_on_hang=False, on_hang=lambda rec: rs.abort("watchdog"))`).
 
 Agreement. Every survivor calls `recover(exc, step, state)` with the number of steps whose
@@ -53,7 +61,7 @@ Randomness. A peer's state dicts carry no per-rank random generator state: a run
 uninterrupted one (a spare in the failed rank's place) when each rank derives its randomness
 from (seed, step, rank), for instance by reseeding at every step.
 
-Limits and the fallback. Past `max_restarts` re-forms, a rank number that failed more than
+Limits and the fallback. Past `max_restarts` re-forms tried, a rank number that failed more than
 `max_faults_per_rank` times with no spare left to fill it and a world under `min_world_size`,
 a store that cannot be reached, or a rank gone under a launcher that restarts every worker
 anyway (torchrun's agent does, when one worker dies), `recover` raises `RestartFallback`, a
@@ -61,16 +69,27 @@ anyway (torchrun's agent does, when one worker dies), `recover` raises `RestartF
 75 and the launcher (`torchrun --max-restarts`, `python -m preflight.runtime.launch
 --max-restarts`, Slurm's requeue) restarts the job from its checkpoint.
 
-Events: `runtime.restart` (WARN) from the new rank 0 after a re-form, with facts generation,
-failed ranks (rank, slot, host, pid, cause, fenced), cause, seconds from detection to re-form,
-old and new world size, spares used; FAIL from the leader when it decides the fallback.
+Events and the console: after a re-form the new rank 0 prints one line
+(`preflight[rank 0]: in-process restart N: rank R on HOST killed by SIGKILL; world 4 -> 3 (no
+spare); down 0.31 s; redoing step S`; the downtime from the end of the last completed step
+when `recover` is given `last_good_at`, else from the detection, or for a collective that timed
+out from the start of its wait) and writes one `runtime.restart` event (WARN) with facts
+generation, failed ranks (rank, slot, host, pid, cause, fenced), cause, seconds from detection
+to re-form, the downtime, old and new world size, spares used and called in; FAIL from the
+leader when it decides the fallback. Restarts are numbered by the re-forms that held, without
+gaps: a fault during a recovery (a second rank dies while the group re-forms) is folded into
+that restart, whose event names every rank lost since the last re-form, by its rank in the
+world before the restart (`generation_rank`: its number where it failed); `attempts` counts
+the re-forms tried, and `max_restarts` bounds those.
 
 Other process groups (a CheckpointManager's `new_group`) belong to the destroyed generation:
-create them again after `recover` returns (`rs.generation` tells that it changed).
+create them again after `recover` returns (`rs.generation` tells that it changed), inside
+`with rs.track():` so that a member's death breaks their collectives too (Resilience does).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -78,7 +97,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -536,6 +555,20 @@ class InProcessRestart:
             return
         shut = shut_connections(sockets, keep_port=_int_env("MASTER_PORT", -1))
         log.debug("preflight: %d connections of generation %d shut down", shut, gen)
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        """Process groups created inside this block (`dist.new_group`, a CheckpointManager's)
+        belong to the current generation: when a member dies their connections are shut down
+        with the default group's, so a collective blocked on one of them fails at once too."""
+        before = set(_socket_fds())
+        try:
+            yield
+        finally:
+            new = set(_socket_fds()) - before
+            with self._lock:
+                if self._formed:
+                    self._group_sockets |= new
 
     def _stop_watch(self) -> None:
         self._watch_stop.set()

@@ -190,7 +190,9 @@ class Resilience:
         from preflight.runtime.checkpoint import CheckpointManager
 
         folder, keep_last, async_save = self._ckpt_args
-        self.checkpoints = CheckpointManager(folder, keep_last=keep_last, events=self.events, async_save=async_save)
+        with self.inprocess.track() if self.inprocess is not None else nullcontext():  # its group: broken on a death
+            self.checkpoints = CheckpointManager(folder, keep_last=keep_last, events=self.events,
+                                                 async_save=async_save)
 
     def _start_inprocess(self, backend: str | None, timeout_s: float, max_restarts: int,
                          max_faults_per_rank: int) -> bool:
@@ -258,11 +260,17 @@ class Resilience:
             self._after_recovery()
             self._last_step_end = time.time()
             self.done = step = step + 1
-            stop = self.preemption.should_stop(step)
-            if stop or step % self.save_every == 0 or step == total:
-                self.save()
-            elif self.local is not None and step % self.local_every == 0:
-                self.save_local()
+            try:
+                stop = self.preemption.should_stop(step)
+                if stop or step % self.save_every == 0 or step == total:
+                    self.save()
+                elif self.local is not None and step % self.local_every == 0:
+                    self.save_local()
+            except Exception as exc:  # a rank lost between steps (agreement, save): re-formed as within one
+                if not self.recover(exc):
+                    raise
+                step, self._redo = (step if self._redo is None else self._redo), None
+                continue
             if stop:
                 self._stop_preempted()
         self.finished = True

@@ -553,3 +553,39 @@ def test_two_outside_kills_give_restart_events_numbered_without_gaps(tmp_path: P
     assert all("SIGKILL" in e["facts"]["cause"] for e in ev), [e["facts"]["cause"] for e in ev]
     lines = [x for x in text.splitlines() if "in-process restart" in x and x.startswith("preflight[rank 0]:")]
     assert [re.search(r"restart (\d+): rank (\d+)", x).groups() for x in lines] == [("1", "2"), ("2", "1")], lines  # type: ignore[union-attr]
+
+
+def test_shutting_the_groups_connections_ends_a_blocked_receive_at_once() -> None:
+    """A thread blocked in a receive on one of the named connections returns at once; a
+    listening socket and a connection to the kept port (the store's) stay as they were."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    store = socket.create_server(("127.0.0.1", 0))
+    group = socket.create_connection(listener.getsockname())
+    peer, _ = listener.accept()
+    kept = socket.create_connection(store.getsockname())
+    kept_peer, _ = store.accept()
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(group.recv(10)), daemon=True)
+    try:
+        reader.start()
+        time.sleep(0.1)
+        assert reader.is_alive()  # blocked: nothing was sent
+        inodes = {os.fstat(s.fileno()).st_ino for s in (listener, group, kept)}
+        t0 = time.monotonic()
+        assert ip.shut_connections(inodes, keep_port=store.getsockname()[1]) == 1
+        reader.join(10)
+        assert not reader.is_alive() and got == [b""] and time.monotonic() - t0 < 5
+        assert peer.recv(10) == b""  # the other end sees the connection closed
+        kept_peer.sendall(b"x")
+        assert kept.recv(10) == b"x"  # the store's connection still works
+        listener.settimeout(5)
+        extra = socket.create_connection(listener.getsockname())  # still listening
+        listener.accept()[0].close()
+        extra.close()
+        assert ip.shut_connections(set()) == 0 and ip.shut_connections({1}) == 0
+    finally:
+        for s in (listener, store, group, peer, kept, kept_peer):
+            s.close()
