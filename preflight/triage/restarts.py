@@ -53,11 +53,13 @@ def decide_attempts(bundle: Bundle, facts: Facts, story: Story, since: datetime 
     if n < 2:
         return None
 
+    pid_attempt = {p: i - 1 for p, i in story.pid_attempt.items()}  # the story counts from 1, a Window from 0
+
     def read(k: int) -> Facts:
         last = k == n - 1
         a = runs[k]
-        w = Window(attempt=a.index, lo=None if a.lo == float("-inf") else a.lo,
-                   hi=None if a.hi == float("inf") else a.hi, pid_attempt=story.pid_attempt, logs=last, live=last)
+        w = Window(attempt=k, lo=None if a.lo == float("-inf") else a.lo,
+                   hi=None if a.hi == float("inf") else a.hi, pid_attempt=pid_attempt, logs=last, live=last)
         fk = read_bundle_facts(bundle, None, since, window=w)
         fk.node_faults = facts.node_faults
         return fk
