@@ -513,31 +513,34 @@ def _measure(loss: Any, tensors: list[Any]) -> tuple[float, float]:
 
 
 def _flatten(tensors: list[Any], extra: int) -> FlatGrads | None:
-    """The gradients in one flat buffer (dense, one dtype and device) with `extra` zeroed slots
-    after them; None when there is none or they cannot share one buffer."""
+    """The gradients in one flat buffer with `extra` zeroed slots after them (mixed dtypes are
+    promoted, as the all-reduce of `Resilience.average_gradients` does); None when there is no
+    gradient or they cannot share one buffer (sparse, several devices)."""
     import torch
 
     grads = _grads(tensors)
-    if not grads or any(g.is_sparse or g.dtype != grads[0].dtype or g.device != grads[0].device for g in grads):
+    if not grads:
         return None
-    parts = [g.reshape(-1) for g in grads]
-    size = sum(int(x.numel()) for x in parts)
-    if extra:
-        parts.append(torch.zeros(extra, dtype=grads[0].dtype, device=grads[0].device))
-    return FlatGrads(grads, torch.cat(parts), size)
+    try:
+        parts = [g.reshape(-1) for g in grads]
+        size = sum(int(x.numel()) for x in parts)
+        if extra:
+            parts.append(torch.zeros(extra, dtype=grads[0].dtype, device=grads[0].device))
+        return FlatGrads(grads, torch.cat(parts), size)
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        log.debug("preflight: replay: the gradients do not fit one buffer (%s): measured one by one", exc)
+        return None
 
 
 def _measure_flat(loss: Any, fg: FlatGrads) -> tuple[float, float]:
-    """(loss, local gradient norm) from the flat copy: one norm, one device-to-host copy."""
+    """(loss, local gradient norm) from the flat copy: one norm, read with the loss."""
     import torch
 
+    norm = float(torch.linalg.vector_norm(fg.flat[:fg.size], dtype=torch.float32))
     if not hasattr(loss, "detach"):
-        return _measure(loss, [])[0], float(torch.linalg.vector_norm(fg.flat[:fg.size], dtype=torch.float32))
-    norm = torch.linalg.vector_norm(fg.flat[:fg.size], dtype=torch.float32)
-    lt = loss.detach().float()
-    lt = (lt.sum() if lt.numel() != 1 else lt.reshape(())).to(norm.device)
-    value, total = torch.stack([lt, norm]).tolist()
-    return float(value), float(total)
+        return _measure(loss, [])[0], norm
+    lt = loss.detach()
+    return float(lt.sum() if lt.numel() != 1 else lt), norm
 
 
 _INT_VIEW = {2: "int16", 4: "int32", 8: "int64", 1: "uint8"}
