@@ -32,10 +32,12 @@ the failed step again (the gap until training again plus the steps redone from t
       (straggler and checkpoint events, a hang record, heartbeats), as a restarting rank calls it
       before training (each events file read from its tail; events of kinds it does not need are
       skipped unparsed); and `incidents()` over the same files (every event parsed: it needs the
-      steps of all events to place the passing moment).
+      steps of all events to place the passing moment). Each measured in a process of its own;
+      with `--against DIR` (another version's tree: `git archive REV preflight | tar -x -C DIR`)
+      both versions over the same files, in ABBA order, two blocks.
 
     .venv/bin/python benchmarks/bench_downtime.py [--runs 2] [--events 20000,100000] [--no-64]
-                                                  [--keep DIR] [--only example|readme]
+                                                  [--keep DIR] [--only example|readme|cost] [--against DIR]
 
 About 5 minutes with the defaults on a 2-core VM.
 """
@@ -303,21 +305,56 @@ def _big_run_dir(root: Path, per_rank: int, ranks: int, needed_every: int) -> No
         "suspects": [2]}))
 
 
-def cost(per_rank: int, ranks: int = 4, needed_every: int = 10, reps: int = 3) -> dict[str, float]:
+_MEASURE = r"""
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+from preflight.runtime import downtime as dt
+lg, inc = [], []
+for _ in range(int(sys.argv[3])):
+    t = time.perf_counter()
+    got = dt.last_good(sys.argv[2])
+    lg.append(time.perf_counter() - t)
+    assert got is not None and got.cause == "hang", got
+    t = time.perf_counter()
+    dt.incidents(dt.read_run_dir(sys.argv[2]))
+    inc.append(time.perf_counter() - t)
+print(json.dumps([statistics.median(lg), statistics.median(inc), dt.__file__]))
+"""
+
+
+def _measure(code: Path, root: Path, reps: int) -> tuple[float, float]:
+    """(last_good s, incidents s), medians of `reps`, by the preflight tree under `code`, in a
+    process of its own."""
+    out = subprocess.run([sys.executable, "-c", _MEASURE, str(code), str(root), str(reps)], capture_output=True,
+                         text=True, timeout=900, cwd="/")
+    try:
+        lg, inc, where = json.loads(out.stdout)
+    except ValueError:
+        raise SystemExit(f"measuring with {code} failed: {out.stderr.strip()[-400:]}") from None
+    if not str(where).startswith(str(code)):
+        raise SystemExit(f"{code}: imported {where} instead")
+    return float(lg), float(inc)
+
+
+def cost(per_rank: int, ranks: int = 4, needed_every: int = 10, reps: int = 3,
+         against: Path | None = None) -> dict[str, float]:
+    """Median times of last_good and incidents over one generated run directory; with `against`
+    (another version's tree), the two versions measured in ABBA order, two blocks."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "run"
         _big_run_dir(root, per_rank, ranks, needed_every)
         size = sum(p.stat().st_size for p in root.iterdir())
-        lg, inc = [], []
-        for _ in range(reps):
-            t = time.perf_counter()
-            got = dt.last_good(root)
-            lg.append(time.perf_counter() - t)
-            assert got is not None and got.cause == "hang"
-            t = time.perf_counter()
-            dt.incidents(dt.read_run_dir(root))
-            inc.append(time.perf_counter() - t)
-        return {"mb": size / 1e6, "last_good_s": statistics.median(lg), "incidents_s": statistics.median(inc)}
+        got: dict[str, list[tuple[float, float]]] = {"now": [], "other": []}
+        order = ("now", "other", "other", "now") * 2 if against is not None else ("now",)
+        for which in order:
+            got[which].append(_measure(ROOT if which == "now" else against or ROOT, root, reps))
+        out = {"mb": size / 1e6}
+        for which, vals in got.items():
+            if vals:
+                prefix = "" if which == "now" else "other_"
+                out[prefix + "last_good_s"] = statistics.median(v[0] for v in vals)
+                out[prefix + "incidents_s"] = statistics.median(v[1] for v in vals)
+        return out
 
 
 def _fmt(m: dict[str, Any] | None) -> str:
@@ -346,6 +383,9 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep each run's directory under DIR")
     ap.add_argument("--only", choices=("example", "readme", "cost"), default=None)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--against", type=Path, default=None,
+                    help="(b): also measure the preflight tree under DIR (another version: git archive REV preflight), "
+                         "ABBA with this one, each in a process of its own")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     if a.keep is not None:
@@ -397,14 +437,22 @@ def main() -> None:
         return
     print("\n(b) cost: R ranks, N events each; 'needed' = the share of checkpoint/exit/... events among the "
           "stragglers' (median of 3)")
-    print(f"{'ranks':>5} {'events/rank':>11} {'needed':>6} {'files MB':>8} {'last_good ms':>12} {'incidents ms':>12}")
+    head = f"{'ranks':>5} {'events/rank':>11} {'needed':>6} {'files MB':>8} {'last_good ms':>12} {'incidents ms':>12}"
+    if a.against is not None:
+        head += f" | {a.against} (ABBA, 2 blocks): {'last_good ms':>12} {'incidents ms':>12}"
+    print(head)
     cases = [(4, int(x), 10) for x in a.events.split(",")] + [(4, 100000, 1)]
     if not a.no_64:
         cases += [(64, 20000, 10), (64, 20000, 1)]
     for ranks, n, every in cases:
-        c = cost(n, ranks, every)
-        print(f"{ranks:>5} {n:>11} {f'1/{every}':>6} {c['mb']:8.1f} {1e3 * c['last_good_s']:12.1f} "
-              f"{1e3 * c['incidents_s']:12.1f}", flush=True)
+        c = cost(n, ranks, every, against=a.against)
+        line = (f"{ranks:>5} {n:>11} {f'1/{every}':>6} {c['mb']:8.1f} {1e3 * c['last_good_s']:12.1f} "
+                f"{1e3 * c['incidents_s']:12.1f}")
+        if "other_last_good_s" in c:
+            line += (f" | {1e3 * c['other_last_good_s']:12.1f} {1e3 * c['other_incidents_s']:12.1f} "
+                     f"(now/other: x{c['last_good_s'] / c['other_last_good_s']:.2f}, "
+                     f"x{c['incidents_s'] / c['other_incidents_s']:.2f})")
+        print(line, flush=True)
     print(f"load average {Path('/proc/loadavg').read_text().split()[:3]}")
 
 
