@@ -900,7 +900,8 @@ def _incident(recs: Records, lo: float, hi: float) -> Incident | None:
 def _passed(recs: Records, inc: Incident, again: float, until: float, resumed: int | None) -> float | None:
     """When training passed the failed step again, in the next attempt (from `again`, at step
     `resumed`, to its end `until`): interpolated at that attempt's pace between training again
-    and the first record of a later step (records are sparse; a heartbeat is overwritten)."""
+    and the first record of a later step (records are sparse; a heartbeat is overwritten), at the
+    end of the failed step itself, as the runtime measures it live."""
     if inc.step is None:
         return None
     later = [(float(e["time"]), int(e["step"])) for e in recs.events if again <= float(e["time"]) < until
@@ -912,7 +913,7 @@ def _passed(recs: Records, inc: Incident, again: float, until: float, resumed: i
     t1, s1 = min(later)
     if resumed is None or resumed >= inc.step or s1 <= resumed:
         return again if resumed is not None and resumed >= inc.step else t1
-    return again + (inc.step - resumed) * (t1 - again) / (s1 - resumed)
+    return again + (inc.step + 1 - resumed) * (t1 - again) / (s1 - resumed)  # the end of the failed step
 
 
 def _ending(recs: Records, a: Attempt, nxt: tuple[float, float, list[dict[str, Any]]] | None) -> str:

@@ -106,9 +106,9 @@ def test_record_run_dir_imports_a_runs_downtime_once(tmp_path: Path) -> None:
     for _ in range(2):
         p = _cli("record", "--run-dir", str(run.root), "--history", url, env={dt.PRICE_ENV: "3"})
         assert p.returncode == 0, p.stderr
-        assert "lost 26.0 s (0.0289 GPU-h, $0.09) to a hang of rank 2 on n3" in p.stdout  # redone steps in
+        assert "lost 26.6 s (0.0295 GPU-h, $0.09) to a hang of rank 2 on n3" in p.stdout  # redone steps in
     doc = hd.summarize(s_rows(url))
-    assert doc["incidents"] == 1 and doc["records"] == 2 and doc["total"]["by_node"]["n3"]["lost_s"] == 26.0
+    assert doc["incidents"] == 1 and doc["records"] == 2 and doc["total"]["by_node"]["n3"]["lost_s"] == 26.55
     empty = tmp_path / "empty"
     empty.mkdir()
     p = _cli("record", "--run-dir", str(empty), "--history", url)

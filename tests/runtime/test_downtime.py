@@ -103,26 +103,26 @@ def test_after_the_fact_the_incident_runs_to_the_next_attempts_start(tmp_path: P
     doc = dt.incidents(dt.read_run_dir(run.root), run_dir="R")
     [n] = doc["incidents"]
     # training again at t=75 (step 100); the first record past the failed step 120 is the clean end
-    # (step 200 at t=130): at that pace step 120 was passed at t=86; the redone steps are lost work too
-    assert n["cause"] == "hang" and n["lost_s"] == pytest.approx(26.0) and n["until"] == "training again"
-    assert n["redo_s"] == pytest.approx(11.0) and n["steps_redone"] == 20
+    # (step 200 at t=130): at that pace step 120 ended at t=86.55; the redone steps are lost work too
+    assert n["cause"] == "hang" and n["lost_s"] == pytest.approx(26.55) and n["until"] == "training again"
+    assert n["redo_s"] == pytest.approx(11.55) and n["steps_redone"] == 20
     assert n["incident"] == f"R@{T0 + 60.0:.3f}" and not n.get("open")
-    assert doc["total"]["by_cause"]["hang"]["incidents"] == 1 and doc["total"]["by_node"]["n3"]["lost_s"] == 26.0
+    assert doc["total"]["by_cause"]["hang"]["incidents"] == 1 and doc["total"]["by_node"]["n3"]["lost_s"] == 26.55
 
 
 def test_the_redone_steps_count_when_a_record_shows_training_passed_the_failed_step(tmp_path: Path) -> None:
     """A fault between checkpoints: checkpoint at step 100 (t=50), rank 2 stops in step 120 (t=60),
     training again at step 100 (t=75); an event at step 125 (t=100) is the first record past step
-    120: at that pace (25 steps in 25 s) step 120 was passed at t=95: lost = 95 - 60 = 35 s (the
-    15 s gap and the 20 s of the 20 steps redone), not 15 s."""
+    120: at that pace (25 steps in 25 s) step 120 ended at t=96: lost = 96 - 60 = 36 s (the 15 s
+    gap and the 21 s of the steps redone, the failed one included), not 15 s."""
     run = Run(tmp_path / "run")
     _hang_then_restart(run)
     run.event(86, 0, "runtime.checkpoint", "pass", "checkpoint step 120 saved", 120, world_size=4)
     run.event(100, 0, "runtime.straggler", "pass", "no straggler", 125)
     [n] = dt.incidents(dt.read_run_dir(run.root), run_dir="R")["incidents"]
-    assert n["lost_s"] == pytest.approx(35.0) and n["redo_s"] == pytest.approx(20.0)
-    assert n["passed_failed_step_at"] == pytest.approx(T0 + 95.0) and n["steps_redone"] == 20
-    assert "past step 120 again 20.0 s later (redone steps counted)" in dt.describe(n)
+    assert n["lost_s"] == pytest.approx(36.0) and n["redo_s"] == pytest.approx(21.0)
+    assert n["passed_failed_step_at"] == pytest.approx(T0 + 96.0) and n["steps_redone"] == 20
+    assert "past step 120 again 21.0 s later (redone steps counted)" in dt.describe(n)
     # nothing past the failed step yet: the gap only, and the note says the redone steps are not in it
     run2 = Run(tmp_path / "run2")
     _hang_then_restart(run2)
@@ -257,15 +257,15 @@ def test_several_restarts_are_several_incidents_and_their_total(tmp_path: Path) 
     doc = dt.incidents(dt.read_run_dir(run.root), run_dir="R", end=T0 + 460.0, end_label="job end",
                        cost_per_gpu_hour=3.6)
     got = [(n["cause"], n["ranks"], n["lost_s"], n["until"]) for n in doc["incidents"]]
-    # the redone steps at each attempt's pace: attempt 2 ran steps 100 -> 400 in t=75 -> 200, so it
-    # passed step 120 at t=83.33; attempt 3 ran 300 -> 500 in t=230 -> 400: step 400 at t=315
-    assert got == [("hang", [2], 23.333, "training again"), ("crash", [3], 115.0, "training again"),
+    # the redone steps at each attempt's pace: attempt 2 ran steps 100 -> 400 in t=75 -> 200, so
+    # step 120 ended at t=83.75; attempt 3 ran 300 -> 500 in t=230 -> 400: step 400 ended at 315.85
+    assert got == [("hang", [2], 23.75, "training again"), ("crash", [3], 115.85, "training again"),
                    ("crash", [1], 60.0, "job end")]
     assert doc["incidents"][-1]["open"] is True
     tot = doc["total"]
-    assert tot["incidents"] == 3 and tot["lost_s"] == 198.333
-    assert tot["gpu_hours"] == pytest.approx(4 * 198.333 / 3600, abs=1e-5)
-    assert tot["cost"] == pytest.approx(4 * 198.333 / 3600 * 3.6, abs=1e-3)
+    assert tot["incidents"] == 3 and tot["lost_s"] == 199.6
+    assert tot["gpu_hours"] == pytest.approx(4 * 199.6 / 3600, abs=1e-5)
+    assert tot["cost"] == pytest.approx(4 * 199.6 / 3600 * 3.6, abs=1e-3)
     assert tot["by_cause"]["crash"]["incidents"] == 2 and set(tot["by_node"]) == {"n2", "n3", "n4"}
 
 

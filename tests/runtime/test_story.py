@@ -161,3 +161,21 @@ def test_a_record_without_its_rank_takes_the_file_names_and_events_count_torn_li
     events, torn = story.load_events(text, frozenset({"runtime.train"}))
     assert [e["check"] for e in events] == ["runtime.train"] and torn == 2
     assert story.load_marker(b"not json") == {} and story.load_marker(b'{"rank": 1}') == {"rank": 1}
+
+
+def test_the_older_runtimes_signal_reads_as_killed_and_a_rank_seen_again_with_its_pid_is_one_attempt(
+        tmp_path: Path) -> None:
+    run = Run(tmp_path / "run")
+    _killed_then_restarted(run)
+    run.event(15.5, 0, "runtime.downtime", "warn", "lost 5 s to a kill by a signal of rank 1", 20,
+              cause="signal", ranks=[1], nodes=["n2"], lost_s=5.0, incident="R@1.000")
+    [n] = _told(run).downtime["incidents"]
+    assert (n["cause"], n["source"], n["lost_s"]) == ("killed", "runtime", 5.0)
+    recs = story.Records()
+    recs.sightings = [(0, 100, 5.0), (1, 101, 6.0), (0, 100, 9.0), (1, 101, 9.5), (1, 101, 12.0)]
+    told = story.tell(recs)
+    assert len(told.attempts) == 1 and told.pid_attempt == {(0, 100): 1, (1, 101): 1}
+    d = told.attempts[0].to_dict()
+    assert (d["attempt"], d["start"], d["start_step"], d["members"]) == (1, None, None, [])
+    inc = story.Incident(cause="hang", last_good=1.0, step=3, ranks=[2], nodes=["n3"]).to_dict()
+    assert (inc["ranks"], inc["nodes"], inc["step"]) == ([2], ["n3"], 3)

@@ -45,18 +45,18 @@ def test_a_recovered_hang_is_reported_with_its_time_gpu_hours_and_money(tmp_path
     doc = _triage_json(run.root, env={dt.PRICE_ENV: "2.5"})
     [n] = doc["downtime"]["incidents"]
     # lost: from t=60 to when training passed step 120 again (the clean end at t=130 had step 200:
-    # at that pace, t=86): the gap and the redone steps
-    assert (n["cause"], n["ranks"], n["nodes"], n["lost_s"], n["until"]) == ("hang", [2], ["n3"], 26.0,
+    # at that pace, step 120 ended at t=86.55): the gap and the redone steps
+    assert (n["cause"], n["ranks"], n["nodes"], n["lost_s"], n["until"]) == ("hang", [2], ["n3"], 26.55,
                                                                            "training again")
     assert (n["from_step"], n["resumed_step"], n["steps_redone"], n["world_size"]) == (120, 100, 20, 4)
-    assert n["gpu_hours"] == pytest.approx(4 * 26 / 3600, abs=1e-5) and n["cost"] == pytest.approx(0.0722, abs=1e-4)
+    assert n["gpu_hours"] == pytest.approx(4 * 26.55 / 3600, abs=1e-5) and n["cost"] == pytest.approx(0.0737, abs=1e-4)
     assert doc["downtime"]["total"]["by_node"]["n3"]["incidents"] == 1
     [res] = [r for r in doc["results"] if r["check"] == "runtime.downtime"]
     assert res["node"] == "n3" and res["status"] == "warn"
-    assert res["summary"].startswith("lost 26.0 s (0.0289 GPU-h, $0.07) to a hang of rank 2 on n3: last good step 120")
+    assert res["summary"].startswith("lost 26.6 s (0.0295 GPU-h, $0.07) to a hang of rank 2 on n3: last good step 120")
     p = _cli("triage", "--run-dir", str(run.root), "--no-node-checks", "--out", str(tmp_path / "out"),
              env={dt.PRICE_ENV: "2.5"})
-    assert "downtime: 1 incident: lost 26.0 s, 0.0289 GPU-h, $0.07" in p.stdout, p.stdout
+    assert "downtime: 1 incident: lost 26.6 s, 0.0295 GPU-h, $0.07" in p.stdout, p.stdout
     md = (tmp_path / "out" / "triage.md").read_text()
     assert "## Downtime" in md and "| hang | 2 | n3 | step 120 at " in md and "| training again at step 100 | 20 |" in md
 
@@ -92,7 +92,7 @@ def test_triaging_a_run_twice_counts_its_downtime_once_in_history(tmp_path: Path
     for _ in range(2):
         _triage_json(run.root, env={"PREFLIGHT_HISTORY": url})
     doc = json.loads(_cli("history", "--history", url, "--since", "all", "--json").stdout)["downtime"]
-    assert doc["incidents"] == 1 and doc["records"] == 2 and doc["total"]["by_cause"]["hang"]["lost_s"] == 26.0
+    assert doc["incidents"] == 1 and doc["records"] == 2 and doc["total"]["by_cause"]["hang"]["lost_s"] == 26.55
 
 
 def _torch() -> bool:
