@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +68,10 @@ from preflight.runtime.story import (  # noqa: F401 - re-exported
     incidents,
     iso,
     last_good,
+    measure,
     parse,
     read_run_dir,
+    totals,
 )
 
 log = logging.getLogger("preflight.runtime")
@@ -82,58 +84,6 @@ PRICE_ENV = "PREFLIGHT_GPU_HOUR_COST"
 PRICE_KEY, CURRENCY_KEY = "gpu_hour_cost", "currency"
 
 # ----- measuring -------------------------------------------------------------------------------
-
-
-def measure(incident: Incident | None, *, training_again_at: float, world_size: int, step: int | None,
-            cost_per_gpu_hour: float | None = None, currency: str = DEFAULT_CURRENCY, cause: str | None = None,
-            nodes: Sequence[str] | None = None, ranks: Sequence[int] | None = None, run_dir: str = "",
-            until: str = "training again", last_good_at: float | None = None,
-            passed_at: float | None = None) -> dict[str, Any]:
-    """The numbers of one incident: lost_s, gpu_hours (world_size x lost_s / 3600), cost (with a
-    price), cause, nodes, ranks, from_step, resumed_step (`step`), steps_redone, redo_s.
-
-    The lost time runs from the last good moment to `passed_at`, when training passed the failed
-    step again (so the steps redone from the checkpoint count: they were lost work), else to
-    `training_again_at` with a note that the redone steps are not in it; clamped at 0.
-    `cause`/`nodes`/`ranks`/`last_good_at` override the incident's (an in-process restart knows
-    them); `until` says what ended the lost time."""
-    inc = incident or Incident(cause="unknown", last_good=None, step=None)
-    start = last_good_at if last_good_at is not None else inc.start
-    notes = list(inc.notes)
-    lost = 0.0
-    if start is None:
-        notes.append("the start of the lost time is unknown: nothing recorded when training was last good or "
-                     "stopped; counted as 0")
-    else:
-        lost = float(passed_at if passed_at is not None else training_again_at) - start
-        if lost < 0:
-            notes.append(f"clock: {until} at {iso(training_again_at)} is {-lost:.1f} s before the last good "
-                         f"moment {iso(start)} (clocks of different nodes, or a clock step); clamped to 0")
-            lost = 0.0
-    if passed_at is None and inc.step is not None and step is not None and inc.step > step \
-            and until == "training again":
-        notes.append(f"the {inc.step - step} redone step(s) ({step} to {inc.step}) are not in the lost time: nothing "
-                     "recorded when training passed the failed step again")
-    world = max(1, int(world_size))
-    gpu_h = world * lost / 3600.0
-    price = cost_per_gpu_hour if cost_per_gpu_hour is not None and cost_per_gpu_hour >= 0 else None
-    from_step = inc.step
-    return {
-        "incident": inc.key(run_dir) if last_good_at is None else f"{run_dir}@{start:.3f}",
-        "cause": cause or inc.cause, "detail": inc.detail, "signal": inc.signal,
-        "nodes": list(nodes) if nodes is not None else list(inc.nodes),
-        "ranks": list(ranks) if ranks is not None else list(inc.ranks),
-        "last_good": start, "last_good_iso": iso(start), "stopped_at": inc.stopped_at,
-        "training_again_at": float(training_again_at), "until": until,
-        "from_step": from_step, "resumed_step": step,
-        "steps_redone": max(0, from_step - step) if from_step is not None and step is not None else None,
-        "passed_failed_step_at": passed_at,
-        "redo_s": round(max(0.0, passed_at - float(training_again_at)), 3) if passed_at is not None else None,
-        "lost_s": round(lost, 3), "world_size": world, "gpu_hours": round(gpu_h, 6),
-        "cost": round(gpu_h * price, 4) if price is not None else None,
-        "cost_per_gpu_hour": price, "currency": currency if price is not None else None,
-        "notes": notes, "evidence": list(inc.evidence),
-    }
 
 
 def describe(n: Mapping[str, Any]) -> str:
@@ -256,34 +206,6 @@ def _env_rank() -> int:
             return int(os.environ[key])
     return 0
 
-
-
-def totals(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Sum of lost time, GPU-hours and cost, and per cause and per node (an incident with several
-    nodes counts on each; its cost is not split)."""
-    tot: dict[str, Any] = {"incidents": 0, "lost_s": 0.0, "gpu_hours": 0.0, "cost": None, "currency": None,
-                           "by_cause": {}, "by_node": {}}
-    for n in items:
-        tot["incidents"] += 1
-        lost, gh = float(n.get("lost_s") or 0.0), float(n.get("gpu_hours") or 0.0)
-        tot["lost_s"] += lost
-        tot["gpu_hours"] += gh
-        if n.get("cost") is not None:
-            tot["cost"] = (tot["cost"] or 0.0) + float(n["cost"])
-            tot["currency"] = tot["currency"] or n.get("currency")
-        keys = [("by_cause", str(n.get("cause") or "unknown"))] + [("by_node", str(x)) for x in n.get("nodes") or []]
-        for table, key in keys:
-            row = tot[table].setdefault(key, {"incidents": 0, "lost_s": 0.0, "gpu_hours": 0.0, "cost": None})
-            row["incidents"] += 1
-            row["lost_s"] = round(row["lost_s"] + lost, 3)
-            row["gpu_hours"] = round(row["gpu_hours"] + gh, 6)
-            if n.get("cost") is not None:
-                row["cost"] = round((row["cost"] or 0.0) + float(n["cost"]), 4)
-    tot["lost_s"] = round(tot["lost_s"], 3)
-    tot["gpu_hours"] = round(tot["gpu_hours"], 6)
-    if tot["cost"] is not None:
-        tot["cost"] = round(tot["cost"], 4)
-    return tot
 
 
 # ----- the price ---------------------------------------------------------------------------------

@@ -609,8 +609,6 @@ def incidents(files: Iterable[RunFile] | Records, *, run_dir: str = "", end: flo
     Between two attempts: to the next attempt's start (its last rank's start event), or the
     runtime's own `runtime.downtime` event when there is one. After the last attempt, when it
     stopped: to `end` (named by `end_label`: "job end", "collect time", ...)."""
-    from preflight.runtime.downtime import measure, totals
-
     recs = files if isinstance(files, Records) else parse(files, every_event=True)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -677,8 +675,6 @@ def _restart_incident(recs: Records, lo: float, ev: Mapping[str, Any]) -> Incide
 def _open_incident(recs: Records, lo: float, end: float | None, end_label: str, run_dir: str,
                    price: float | None, currency: str) -> list[dict[str, Any]]:
     """The last attempt's stop, when nothing trained after it: the lost time runs to `end`."""
-    from preflight.runtime.downtime import measure
-
     inc = _incident(recs, lo, float("inf"))
     if inc is None or (inc.cause == "unknown" and not inc.ranks and not _failure_events(
             [e for e in recs.events if float(e["time"]) >= lo]) and recs.marker is None):
@@ -699,6 +695,89 @@ def _world_or_ranks(recs: Records, inc: Incident) -> int:
     ranks |= set(recs.heartbeats) | set(recs.hangs) | set(recs.crashes)
     inc.notes.append(f"world size not recorded: {len(ranks) or 1} rank(s) seen in the run directory")
     return len(ranks) or 1
+
+
+# ----- measuring: the numbers of an incident (preflight.runtime.downtime re-exports them) -------
+
+
+def measure(incident: Incident | None, *, training_again_at: float, world_size: int, step: int | None,
+            cost_per_gpu_hour: float | None = None, currency: str = DEFAULT_CURRENCY, cause: str | None = None,
+            nodes: Sequence[str] | None = None, ranks: Sequence[int] | None = None, run_dir: str = "",
+            until: str = "training again", last_good_at: float | None = None,
+            passed_at: float | None = None) -> dict[str, Any]:
+    """The numbers of one incident: lost_s, gpu_hours (world_size x lost_s / 3600), cost (with a
+    price), cause, nodes, ranks, from_step, resumed_step (`step`), steps_redone, redo_s.
+
+    The lost time runs from the last good moment to `passed_at`, when training passed the failed
+    step again (so the steps redone from the checkpoint count: they were lost work), else to
+    `training_again_at` with a note that the redone steps are not in it; clamped at 0.
+    `cause`/`nodes`/`ranks`/`last_good_at` override the incident's (an in-process restart knows
+    them); `until` says what ended the lost time."""
+    inc = incident or Incident(cause="unknown", last_good=None, step=None)
+    start = last_good_at if last_good_at is not None else inc.start
+    notes = list(inc.notes)
+    lost = 0.0
+    if start is None:
+        notes.append("the start of the lost time is unknown: nothing recorded when training was last good or "
+                     "stopped; counted as 0")
+    else:
+        lost = float(passed_at if passed_at is not None else training_again_at) - start
+        if lost < 0:
+            notes.append(f"clock: {until} at {iso(training_again_at)} is {-lost:.1f} s before the last good "
+                         f"moment {iso(start)} (clocks of different nodes, or a clock step); clamped to 0")
+            lost = 0.0
+    if passed_at is None and inc.step is not None and step is not None and inc.step > step \
+            and until == "training again":
+        notes.append(f"the {inc.step - step} redone step(s) ({step} to {inc.step}) are not in the lost time: nothing "
+                     "recorded when training passed the failed step again")
+    world = max(1, int(world_size))
+    gpu_h = world * lost / 3600.0
+    price = cost_per_gpu_hour if cost_per_gpu_hour is not None and cost_per_gpu_hour >= 0 else None
+    from_step = inc.step
+    return {
+        "incident": inc.key(run_dir) if last_good_at is None else f"{run_dir}@{start:.3f}",
+        "cause": cause or inc.cause, "detail": inc.detail, "signal": inc.signal,
+        "nodes": list(nodes) if nodes is not None else list(inc.nodes),
+        "ranks": list(ranks) if ranks is not None else list(inc.ranks),
+        "last_good": start, "last_good_iso": iso(start), "stopped_at": inc.stopped_at,
+        "training_again_at": float(training_again_at), "until": until,
+        "from_step": from_step, "resumed_step": step,
+        "steps_redone": max(0, from_step - step) if from_step is not None and step is not None else None,
+        "passed_failed_step_at": passed_at,
+        "redo_s": round(max(0.0, passed_at - float(training_again_at)), 3) if passed_at is not None else None,
+        "lost_s": round(lost, 3), "world_size": world, "gpu_hours": round(gpu_h, 6),
+        "cost": round(gpu_h * price, 4) if price is not None else None,
+        "cost_per_gpu_hour": price, "currency": currency if price is not None else None,
+        "notes": notes, "evidence": list(inc.evidence),
+    }
+
+
+def totals(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Sum of lost time, GPU-hours and cost, and per cause and per node (an incident with several
+    nodes counts on each; its cost is not split)."""
+    tot: dict[str, Any] = {"incidents": 0, "lost_s": 0.0, "gpu_hours": 0.0, "cost": None, "currency": None,
+                           "by_cause": {}, "by_node": {}}
+    for n in items:
+        tot["incidents"] += 1
+        lost, gh = float(n.get("lost_s") or 0.0), float(n.get("gpu_hours") or 0.0)
+        tot["lost_s"] += lost
+        tot["gpu_hours"] += gh
+        if n.get("cost") is not None:
+            tot["cost"] = (tot["cost"] or 0.0) + float(n["cost"])
+            tot["currency"] = tot["currency"] or n.get("currency")
+        keys = [("by_cause", str(n.get("cause") or "unknown"))] + [("by_node", str(x)) for x in n.get("nodes") or []]
+        for table, key in keys:
+            row = tot[table].setdefault(key, {"incidents": 0, "lost_s": 0.0, "gpu_hours": 0.0, "cost": None})
+            row["incidents"] += 1
+            row["lost_s"] = round(row["lost_s"] + lost, 3)
+            row["gpu_hours"] = round(row["gpu_hours"] + gh, 6)
+            if n.get("cost") is not None:
+                row["cost"] = round((row["cost"] or 0.0) + float(n["cost"]), 4)
+    tot["lost_s"] = round(tot["lost_s"], 3)
+    tot["gpu_hours"] = round(tot["gpu_hours"], 6)
+    if tot["cost"] is not None:
+        tot["cost"] = round(tot["cost"], 4)
+    return tot
 
 
 # ----- words ----------------------------------------------------------------------------------------
