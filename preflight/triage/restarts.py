@@ -39,6 +39,8 @@ def choose(v: Verdict, a: Attempt | None, facts: Facts, job: dict[str, Any]) -> 
     everyone = a.cause == "killed" and a.signal != "SIGKILL" and set(a.culprits) >= set(a.members)
     if everyone:
         return v
+    if a.cause == "killed" and named and set(named) < set(a.culprits):
+        return v  # several ranks left no record; the rules (the launcher's line, the OOM killer's) single one out
     if a.cause == "killed" and (v.category == "unknown" or (a.culprits and named != a.culprits)):
         return from_story(a, facts, job, v)
     if v.category == "unknown" and a.cause not in ("unknown", "none"):
