@@ -107,8 +107,8 @@ def _steps_of(path: Path) -> list[tuple[float, int]]:
         if len(parts) == 2:
             try:
                 out.append((float(parts[0]), int(parts[1])))
-            except ValueError:
-                pass  # a line torn by the kill
+            except ValueError:  # a line torn by the kill: left out, and said
+                print(f"{path}: unreadable step line {line!r} left out", file=sys.stderr)
     return out
 
 
