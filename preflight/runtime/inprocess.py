@@ -876,7 +876,8 @@ class InProcessRestart:
                "cause": cause, "detect_to_reform_s": seconds, "down_s": down, "old_world_size": plan.get("old_world"),
                "new_world_size": self.world_size, "spares_used": list(plan.get("spares_used") or []),
                "spares_called": list(plan.get("spares_called") or []),
-               "restarts": self.restarts, "attempts": self.attempts, "step": plan.get("step"), "rank": self.rank}
+               "restarts": self.restarts, "attempts": self.attempts, "step": plan.get("step"),
+               "source_rank": plan.get("source"), "rank": self.rank}
         self.last_restart = rec
         self.history.append(rec)
         if self.rank != 0:
