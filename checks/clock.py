@@ -45,6 +45,7 @@ from preflight.parsers.clock import (
     PROBE_SOURCESTATS,
     PROBE_TIMEDATE,
     PROBE_WALL,
+    UNSYNCED_LEAP,
     ClockLog,
     NtpStat,
     Peers,
@@ -78,6 +79,9 @@ LOCAL = ("the time daemon runs on its own clock (ntpd's LOCAL(0) driver 127.127.
          "(`chronyc sources -v`, `ntpq -pn`); the local clock is a fallback for serving others, not a time source")
 BOUND = ("chronyd cannot vouch for the clock: its sources are far (root delay) or it has not heard from them for long "
          "(root dispersion grows between updates); check `chronyc sources -v` and the path to the servers")
+# timedatectl's synchronised flag in each systemd's spelling: the line that proves "not synchronised"
+# (`NTP=yes` / `NTP enabled: yes`, the service's flag, is printed above it)
+SYNC_FLAGS = ("NTPSynchronized=", "System clock synchronized:", "NTP synchronized:", "NTP synchronised:")
 DAEMON = ("no time synchronisation daemon runs: enable one (`systemctl enable --now chronyd`, or `timedatectl set-ntp "
           "true` for systemd-timesyncd); a free-running clock drifts seconds per day")
 
@@ -179,8 +183,12 @@ def _states(t: Tracking | None, peers: Peers | None, td: Timedate | None, ns: Nt
     out: list[State] = []
     if t is not None and (t.report or t.error):
         local = t.report and t.local_reference
+        # the line that decides comes first: the leap status where it says so, the reference id where
+        # that is what is unset (or local)
+        said = ("leap status", "reference id") if t.leap.lower() in UNSYNCED_LEAP and not local else \
+            ("reference id", "leap status")
         out.append(("chronyd", False if local else (t.synced if t.report else None), t.no_daemon,
-                    t.evidence("reference id", "leap status") or [t.error], local))
+                    t.evidence(*said) or [t.error], local))
     if src is not None and (src.table or src.error):
         sel = src.selected
         ev = [sel.line] if sel is not None else ([r.line for r in src.rows] or [src.header or src.error])
@@ -221,7 +229,7 @@ def sync_findings(ctx: CheckContext, f: Findings) -> tuple[str, str]:
             f.note(f"synchronised ({source}): {'; '.join(ev)}")
             return "synchronised", source
         if synced is False:
-            f.add("node.clock/not-synchronised", f"clock not synchronised ({source})", ev, SYNC)
+            f.add("node.clock/not-synchronised", f"clock not synchronised ({source})", ev, SYNC, proof=SYNC_FLAGS)
             return "unsynchronised", source
     down = [(s, ev) for s, _synced, d, ev, _local in states if d]
     if down:
@@ -386,10 +394,14 @@ def agreement(spans: dict[str, tuple[float, float]], profile: Profile) -> Result
     proven = spans[ahead][0] - spans[behind][1]
     ev = [f"{n}: offset from the controller {lo:+.3f} s .. {hi:+.3f} s" for n, (lo, hi) in sorted(spans.items())]
     if fail and proven > fail:
+        # the pair's readings prove it: first the node further from the controller's clock (the
+        # one that is off, when the other agrees with the controller), then the other, then the rest
+        pair = sorted((ahead, behind), key=lambda n: -min(abs(spans[n][0]), abs(spans[n][1])))
+        shown = [ev[sorted(spans).index(n)] for n in pair]
         return coded_result("cluster.clock/nodes-disagree", "cluster.clock", CLUSTER,
                             f"{ahead}'s clock is at least {proven:.3g} s ahead of {behind}'s, past {fail:g} s",
-                            [*ev, prov], STEP, facts={"proven_spread_s": round(proven, 3), "ahead": ahead,
-                                                      "behind": behind})
+                            [*shown, *(e for e in ev if e not in shown), prov], STEP,
+                            facts={"proven_spread_s": round(proven, 3), "ahead": ahead, "behind": behind})
     width = max(hi - lo for lo, hi in spans.values())
     return Result(check="cluster.clock", node=CLUSTER, status=Status.PASS,
                   summary=f"no two of {len(spans)} nodes' clocks proven more than {fail:g} s apart "

@@ -77,8 +77,10 @@ def grade_flaps(events: LinkEvents, names: list[str], profile: Profile, f: Findi
         # a flap is two events at least, and `last` has a time whenever `first` has one
         window = f" between {first} and {last}" if first else ""
         ev = [e.line.raw for e in mine[:QUOTED]]
-        if down_now:  # the event that left it down proves it, whatever came before
-            ev = [mine[-1].line.raw, *(x for x in ev if x != mine[-1].line.raw)][:QUOTED]
+        # the loss that proves it comes first, whatever came before: the one that left the link down,
+        # else the latest loss the link came back from (a log's first event is often a link up)
+        proof = mine[-1] if down_now else next(e for e in reversed(mine) if e.up is False)
+        ev = [proof.line.raw, *(x for x in ev if x != proof.line.raw)][:QUOTED]
         f.add(code, summary + window, [*ev, src], remedy)
     return out
 

@@ -223,9 +223,13 @@ def _count_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
     elif expected and inv.seen < expected:
         idx = sorted(g.index for g in inv.gpus)
         gaps = sorted(set(range(max(idx) + 1)) - set(idx))
+        # what proves the absence: the count the listing shows against the profile's (and the index
+        # that is not there); the GPUs present follow
+        count = f"{inv.source}: {inv.seen} GPU(s) listed where gpu.count expects {expected}" + (
+            f"; no GPU at index {', '.join(map(str, gaps))}" if gaps else "")
         f.add("gpu.inventory/gpus-missing", f"{inv.seen} of {expected} GPUs visible"
               + (f" (index {', '.join(map(str, gaps))} missing)" if gaps else ""),
-              [present, src, *[g.line for g in inv.gpus][:12]], LOST_REMEDY)
+              [count, present, src, *[g.line for g in inv.gpus][:12]], LOST_REMEDY)
     elif expected and inv.seen > expected:
         f.add("gpu.inventory/extra-gpus", f"{inv.seen} GPUs visible, profile expects {expected}", [present, src],
               "grade this node with the profile that matches its hardware (--profile)")

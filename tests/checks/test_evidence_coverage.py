@@ -145,8 +145,7 @@ WRONG = "shown line wrong: "
 
 KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "analyze.node/not-reached": NO_CASE,
-    "cluster.clock/nodes-disagree":
-        WRONG + "shows the first node's offset rather than the line of the node that is ahead (checks/cluster.py)",
+    "cluster.clock/nodes-disagree": NO_CASE,  # cross-node: test_evidence_proof.py::test_cluster_clock_shows_...
     "cluster.mtu/black-hole": NO_CASE,
     "cluster.nccl_env/env-differs": NO_CASE,
     "cluster.nodes/short": NO_CASE,
@@ -216,7 +215,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "gpu.inventory/gpu-insufficient-power": NO_CASE,
     "gpu.inventory/gpu-missing-by-socket-layout":
         WRONG + "shows the first present GPU's row (the 'present' list), not what says a GPU is missing (checks/gpu.py)",
-    "gpu.inventory/gpus-missing": NO_CASE,
     "gpu.inventory/inforom-corrupted": NO_CASE,
     "gpu.inventory/listings-disagree": NO_CASE,
     "gpu.inventory/mig-pending": NO_CASE,
@@ -323,8 +321,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "hang.watchdog/worker-restarted": NO_CASE,
     "ib.hca/compute-ports-missing": NO_CASE,
     "ib.hca/hca-fatal": NO_CASE,
-    "ib.hca/link-flapped": WRONG + "shows the flap's first event, not the line that tells the flap (IB flap lines)",
-    "ib.hca/link-flapping": WRONG + "shows the flap's first event, not the line that tells the flap (IB flap lines)",
     "ib.hca/link-lost": NO_CASE,
     "ib.hca/module-error": NO_CASE,
     "ib.hca/no-devices": NO_CASE,

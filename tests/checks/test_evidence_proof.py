@@ -43,6 +43,22 @@ CASES = [  # check, {probe: fixture}, the token the shown line must hold
     ("ib.hca", {"ibstat": "ib/ibstat_mlx5_2_at_200.txt"}, "Rate: 200"),
     ("net.nic", {"ip-addr": "ip/ip_j_d_addr_data_nic_down.json"}, "state DOWN"),
     ("net.nic", {"ip-addr": "ip/ip_j_d_addr_data_mtu1500.json"}, "mtu 1500"),
+    # not synchronised: each time tool's telling line (the leap status, the sync flag), not the
+    # reference id or the service flag printed above it
+    ("node.clock", {"chronyc-tracking": "chrony/tracking_4x_not_synchronised.txt"}, "Leap status     : Not synch"),
+    ("node.clock", {"timedatectl": "timedatectl/show_ntp_on_not_synchronised.txt"}, "NTPSynchronized=no"),
+    ("node.clock", {"timedatectl": "timedatectl/status_not_synchronised.txt"}, "System clock synchronized: no"),
+    ("node.clock", {"timedatectl": "timedatectl/status_systemd229_not_synchronised.txt"}, "NTP synchronized: no"),
+    ("node.clock", {"ntpstat": "ntpstat/unsynchronised_restarting.txt"}, "unsynchronised"),
+    ("node.clock", {"ntpq-peers": "ntpq/pn_no_system_peer_init.txt"}, "none selected as system peer"),
+    # a GPU missing: the count against the profile's (and the index that is gone), not the list of those present
+    ("gpu.inventory", {"nvidia-smi-query": "nvidia-smi/query_7of8_gpu5_missing.csv"}, "no GPU at index 5"),
+    ("gpu.inventory", {"nvidia-smi-table": "nvidia-smi/table_550_7of8.txt"}, "7 GPU(s) listed where gpu.count"),
+    # a flap: the latest loss of the link that came back, not the first event of the log (an up)
+    ("ib.hca", {"ibstat": "ib/ibstat_8x400_ib_2fe_all_active.txt",
+                "link-events": "netlog/journal_networkd_ib0_flapping_then_up.log"}, "11:43:55 gpu-c114"),
+    ("ib.hca", {"ibstat": "ib/ibstat_8x400_ib_2fe_all_active.txt",
+                "link-events": "netlog/dmesg_mlx5_module_error_and_flaps.log"}, "ibp193s0: Link down"),
 ]
 
 
@@ -68,6 +84,21 @@ def test_cluster_versions_shows_the_differing_driver_first() -> None:
     res = {r.node: r for r in grade_versions(ctx(caps))}
     assert res["n3"].status is Status.FAIL and "cuda 12.2" in res["n3"].summary
     assert proof(res["n3"]) == "n3: driver=535.161.08", res["n3"].evidence
+
+
+def test_cluster_clock_shows_the_node_that_is_off_then_the_one_it_is_off_from() -> None:
+    from preflight.checks.clock import agreement
+    from preflight.profile import load
+
+    spans = {"node1": (-0.05, 0.05), "node2": (29.55, 29.7), "node3": (0.0, 0.1), "node4": (0.01, 0.08)}
+    r = agreement(spans, load("h100-sxm-8x"))
+    assert r.status is Status.FAIL and r.summary.startswith("node2's clock is at least 29.5 s ahead of node1's")
+    assert proof(r).startswith("node2: offset from the controller +29.550"), r.evidence
+    assert r.evidence[1].startswith("node1: offset from the controller -0.050"), r.evidence
+    assert len([e for e in r.evidence if "offset from the controller" in e]) == 4  # every node's reading kept
+    behind = agreement({"node1": (0.0, 0.1), "node7": (-40.0, -39.9)}, load("h100-sxm-8x"))
+    assert behind.summary.startswith("node1's clock is at least 39.9 s ahead of node7's"), behind.summary
+    assert behind.evidence[0].startswith("node7: offset from the controller -40.000"), behind.evidence
 
 
 def test_prove_moves_the_first_line_holding_the_first_token_found() -> None:

@@ -176,7 +176,8 @@ def test_count_against_the_profile() -> None:
     r = inv(csv([row(i) for i in (0, 1, 2, 3, 4, 6, 7)]), H100)
     assert r.status is Status.FAIL and codes(r) == ["gpu.inventory/gpus-missing"]
     assert r.summary == "7 of 8 GPUs visible (index 5 missing)"
-    assert r.evidence[0].startswith("present: GPU 0 (00000000:18:00.0), GPU 1") and r.evidence[1].startswith("gpu.count = 8 (")
+    assert r.evidence[0] == "nvidia-smi-query: 7 GPU(s) listed where gpu.count expects 8; no GPU at index 5"
+    assert r.evidence[1].startswith("present: GPU 0 (00000000:18:00.0), GPU 1") and r.evidence[2].startswith("gpu.count = 8 (")
     tail = inv(csv([row(i) for i in range(7)]), H100)
     assert tail.summary == "7 of 8 GPUs visible"
     extra = inv(csv([row(i) for i in range(8)] + [row(7).replace("7, ", "8, ", 1).replace(":DB:", ":E1:")]), H100)
@@ -983,7 +984,7 @@ def test_many_gpus_missing_quote_twelve_rows() -> None:
     r = bare("gpu.inventory", {"nvidia-smi-query": csv([row(i % 8, bus=f"00000000:{i + 16:02X}:00.0")
                                                         .replace(f"{i % 8}, ", f"{i}, ", 1) for i in range(13)])},
              {"gpu.count": 16})
-    assert r.summary == "13 of 16 GPUs visible" and len(r.evidence) == 2 + 12
+    assert r.summary == "13 of 16 GPUs visible" and len(r.evidence) == 3 + 12
 
 
 def test_topology_profiles_without_the_keys() -> None:
