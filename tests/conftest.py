@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,70 @@ IN_CI = os.environ.get("CI") == "true"
 # Runs made by the tests are not recorded in the user's history store (tests that exercise
 # the store pass their own --history URL or set the variable themselves).
 os.environ.setdefault("PREFLIGHT_HISTORY", "off")
+
+
+# ---- processes a test leaves behind ---------------------------------------------------------
+# Every process this session starts inherits PREFLIGHT_TEST_SESSION=<id> (what sshd starts in a
+# test node is tied by the node's namespace or the session's temporary folder instead, see
+# tests/leaks.py). After each test module and at the end of the session, a process of this
+# session that is still alive fails the run, named with the test that likely started it, and
+# is ended so that it cannot disturb what follows.
+from tests import leaks  # noqa: E402
+
+SESSION = uuid.uuid4().hex
+os.environ[leaks.MARK] = SESSION
+_STARTED: list[tuple[float, int, str]] = []  # (boot ticks, last pid, test id) as each test starts
+_SESSION_BEFORE: set[tuple[int, int]] = set()
+_SESSION_LEAKS: list[str] = []
+
+
+def _session_tmp(config: pytest.Config) -> str | None:
+    factory = getattr(config, "_tmp_path_factory", None)
+    try:
+        return str(factory.getbasetemp()) if factory is not None else None
+    except OSError:
+        return None
+
+
+def _report_and_end(found: list[leaks.Leak], where: str) -> str:
+    text = (f"{len(found)} process(es) started by the tests outlived {where}:\n"
+            f"{leaks.describe(found, _STARTED)}")
+    left = leaks.end([lk.pid for lk in found], grace=1.0)
+    if left:
+        text += f"\n  still alive after SIGKILL: {left}"
+    return text
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_BEFORE.update(leaks.snapshot())
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _STARTED.append((leaks.boot_ticks(), leaks.last_pid(), nodeid))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_outlives_its_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    before = leaks.snapshot()
+    yield
+    found = leaks.settle(before, SESSION, _session_tmp(request.config))
+    if found:
+        pytest.fail(_report_and_end(found, f"their module {request.node.nodeid}"), pytrace=False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    found = leaks.settle(_SESSION_BEFORE, SESSION, _session_tmp(session.config))
+    if found:
+        _SESSION_LEAKS.append(_report_and_end(found, "the test session"))
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for text in _SESSION_LEAKS:
+        terminalreporter.write_sep("=", "processes left behind", red=True)
+        terminalreporter.write_line(text)
 
 
 @pytest.fixture(autouse=True)

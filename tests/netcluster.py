@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests import leaks
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -112,6 +114,7 @@ class NetCluster:
     def _build(self, tools: list[str]) -> None:
         self._cleanup_stale()
         sh("ip", "netns", "add", self.sw_ns)
+        leaks.register_namespace(self.sw_ns)
         sh("ip", "-n", self.sw_ns, "link", "set", "lo", "up")
         sh("ip", "-n", self.sw_ns, "link", "add", "br0", "type", "bridge")
         sh("ip", "-n", self.sw_ns, "link", "set", "br0", "mtu", str(self.mtu), "up")
@@ -134,13 +137,26 @@ class NetCluster:
 
     def _cleanup_stale(self) -> None:
         listed = sh("ip", "netns", "list", check=False).stdout
-        for line in listed.splitlines():
-            name = line.split()[0] if line.split() else ""
-            if name.startswith(f"{self.prefix}-"):
-                sh("ip", "netns", "del", name, check=False)
+        names = [w[0] for line in listed.splitlines() if (w := line.split()) and w[0].startswith(f"{self.prefix}-")]
+        self._remove_namespaces(names)
+
+    def _remove_namespaces(self, names: list[str]) -> None:
+        """End every process that runs in these namespaces (sshd's session children, slurmstepd,
+        job tasks, whatever a test started there: not only the daemons we started), then
+        delete the namespaces. A process left in one would keep it alive after `ip netns del`."""
+        inodes = {ino: name for name in names if (ino := leaks.named_netns_inode(name)) is not None}
+        if inodes:
+            left = leaks.end(leaks.in_namespaces(set(inodes)))
+            if left:
+                print(f"netcluster: processes still alive in {sorted(inodes.values())}: {left}", file=sys.stderr)
+        for name in names:
+            sh("ip", "netns", "del", name, check=False)
+        for ino in inodes:
+            leaks.namespace_deleted(ino)
 
     def _attach(self, ns: str, inner: str, outer: str, addr: str) -> None:
         sh("ip", "netns", "add", ns)
+        leaks.register_namespace(ns)
         sh("ip", "link", "add", inner, "type", "veth", "peer", "name", outer)
         sh("ip", "link", "set", inner, "netns", ns)
         sh("ip", "link", "set", outer, "netns", self.sw_ns)
@@ -307,9 +323,9 @@ class NetCluster:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
-        for ns in [n.ns for n in self.nodes] + [self.client_ns, self.sw_ns]:
-            if ns:
-                sh("ip", "netns", "del", ns, check=False)
+        # the daemons are gone; what they started in a namespace of their own session (sshd's
+        # session children) is not: end everything that runs in the cluster's namespaces
+        self._remove_namespaces([ns for ns in [n.ns for n in self.nodes] + [self.client_ns, self.sw_ns] if ns])
         self._cleanup_stale()
         if self._route_added:
             sh("ip", "route", "del", "unreachable", f"{self.subnet}.0/24", check=False)
