@@ -5,8 +5,10 @@
 - `cluster.nccl_env`: identical NCCL_* / TORCH_NCCL_* environment on every node.
 - `cluster.mtu`: the MTU path matrix from every node's DF pings to its peers; the node
   whose link drops jumbo frames is named (a jumbo loss seen by its peers is their symptom,
-  not their fault), and an SSH session that stalled after key exchange next to it is
-  recognised as the same black hole.
+  not their fault), and an ssh or srun connection that stalled next to it (after key
+  exchange, or while the probes ran) is recognised as the same black hole. A node left with no
+  peer to ping because no other node answered is SKIP naming those nodes, whatever its own
+  listing shows.
 - `cluster.nodes`: the expected node count answered.
 Graders read every node's parsed facts (`ClusterContext.facts`) and node-level results.
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from preflight.findings import coded_result, prove
+from preflight.inventory import compress
 from preflight.model import CLUSTER, CaptureState, Result, Status
 from preflight.probes import Probe
 from preflight.registry import ClusterCheck, ClusterContext, register_cluster
@@ -253,7 +256,7 @@ def _mtu_paths(ctx: ClusterContext) -> _MtuPaths:
 
 
 def _culprits(ctx: ClusterContext, bad: list[tuple[str, str, str]]) -> list[str]:
-    """The nodes on the most failing links; for one failing link, the end whose SSH stalled."""
+    """The nodes on the most failing links; for one failing link, the end whose connection stalled."""
     incidence: Counter[str] = Counter()
     for s, d, _ in bad:
         incidence[s] += 1
@@ -263,7 +266,7 @@ def _culprits(ctx: ClusterContext, bad: list[tuple[str, str, str]]) -> list[str]
     top = max(incidence.values())
     culprits = [n for n, c in incidence.items() if c == top]
     if len(culprits) > 1:
-        # one failing link: the end whose SSH stalled (or that could not be reached) is the one
+        # one failing link: the end whose connection stalled (or that could not be reached) is the one
         marked = [n for n in culprits if _stalled(ctx, n) or ctx.node_errors.get(n)]
         if marked:
             culprits = marked
@@ -274,6 +277,7 @@ def _culprit_result(ctx: ClusterContext, c: str, paths: _MtuPaths) -> Result:
     mine = [(s, d, o) for s, d, o in paths.bad if c in (s, d)]
     outcome = Counter(o for _, _, o in mine).most_common(1)[0][0]
     stalled = _stalled(ctx, c)
+    transport = ctx.node_detail.get(c, {}).get("transport", "")
     evidence = [f"{s} -> {d}: {o} ({paths.size}-byte DF ping)" for s, d, o in mine]
     for s, d, _o, p in paths.links:
         if c in (s, d) and (s, d, _o) in mine and p.get("reason"):
@@ -291,7 +295,9 @@ def _culprit_result(ctx: ClusterContext, c: str, paths: _MtuPaths) -> Result:
     return coded_result("net.mtu/black-hole-at-node", "net.mtu", c, summary, evidence,
                         remedy=f"fix the MTU on {c}'s link (switch port or NIC) to match the fabric, or drain {c}",
                         facts={"outcome": outcome, "size": paths.size, "links": [list(x) for x in mine],
-                               "ssh_stalled": stalled, "culprit": True, "explains_lost": stalled},
+                               "connection_stalled": stalled, **({"transport": transport} if stalled and transport
+                                                                 else {}),
+                               "culprit": True, "explains_lost": stalled},
                         source="cross-node")
 
 
@@ -313,12 +319,30 @@ def _explained(ctx: ClusterContext, n: str, culprits: list[str], matrix: dict[st
                   facts={**r.facts, "outcome": "ok", "explained_by": towards}, source="cross-node")
 
 
+def _no_peer_answered(ctx: ClusterContext, n: str) -> Result | None:
+    """SKIP for a node that pinged no peer because none answered (the ring is drawn over the
+    nodes that answered): its net.mtu said only that it has no data-plane interface of its own
+    to read, which is not why the path went untested. None for any other node."""
+    r = ctx.result_of("net.mtu", n)
+    silent = [m for m in ctx.nodes if m != n and ctx.node_errors.get(m)]
+    if r is None or "net.mtu/no-data-nic" not in (r.facts.get("codes") or []) or ctx.peers.get(n) or not silent:
+        return None
+    hosts = compress(silent)
+    return coded_result("net.mtu/no-peer-answered", "net.mtu", n,
+                        f"no peer answered: {hosts} sent nothing back, so no jumbo path was pinged; MTU not graded",
+                        [f"{m}: {ctx.node_errors[m]}" for m in silent][:10] + list(r.evidence),  # pragma: no mutate
+                        f"make {hosts} answer (see node.reachable), then run again to test the jumbo path",
+                        {"unanswered": silent}, "cross-node")
+
+
 def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:
     paths = _mtu_paths(ctx)
     if not paths.links:
+        alone = [s for n in ctx.nodes if (s := _no_peer_answered(ctx, n)) is not None]
+        said = {s.node: s for s in alone}
         unmeasured = [f"{n}: net.mtu {r.status.value.upper()} {r.summary}" for n in ctx.nodes
-                      if (r := ctx.result_of("net.mtu", n)) is not None and r.status is not Status.PASS]
-        return [coded_result("cluster.mtu/not-measured", "cluster.mtu", CLUSTER,
+                      if (r := said.get(n) or ctx.result_of("net.mtu", n)) is not None and r.status is not Status.PASS]
+        return alone + [coded_result("cluster.mtu/not-measured", "cluster.mtu", CLUSTER,
                              "no jumbo path between the nodes was measured: nothing to compare",
                              unmeasured[:30] or ["no node's net.mtu pinged a peer"],
                              "see net.mtu on each node (its pings did not run or did not come back)",
@@ -367,6 +391,6 @@ register_cluster(ClusterCheck(id="cluster.nccl_env", title="Identical NCCL envir
                               catches="NCCL_* / TORCH_NCCL_* set differently on one node"))
 register_cluster(ClusterCheck(id="cluster.mtu", title="MTU path matrix", grade=grade_mtu,
                               catches="the node whose link drops jumbo frames (silent loss, frag needed), "
-                                      "SSH stalls after key exchange"))
+                                      "an ssh or srun connection that stalls behind it"))
 register_cluster(ClusterCheck(id="cluster.nodes", title="Expected node count", grade=grade_nodes, min_nodes=1,
                               catches="an allocation that came up short"))

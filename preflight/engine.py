@@ -343,7 +343,7 @@ def run(
     if st.cluster_checks:
         results = grade_cluster(st.cluster_checks, nodes, st.stores, results, st.used, arrivals.into(options), st.peer_map,
                                 addresses or {}, node_errors={n: st.outcomes[n].error for n in nodes},
-                                node_detail={n: dict(st.outcomes[n].detail) for n in nodes})
+                                node_detail={n: {"transport": transport.name, **st.outcomes[n].detail} for n in nodes})
     results = complete(results, nodes, [c.id for c in st.checks], [c.id for c in st.cluster_checks],
                        {n: st.outcomes[n].error for n in nodes})
     # one result per shared cause and node (a missing tool, a dead driver, an unreachable node)

@@ -14,8 +14,10 @@ causes folded:
   one ERROR on the check that owns the tool, "nvidia-smi did not finish within 20 s (hung)";
   when two or more of a node's tools hung, one ERROR under `node.responsive` naming each (a node
   whose tools all hang is one cause: a hung driver, kernel or file system);
-- output lost behind a FAIL that explains the loss (the MTU black hole at a node, whose SSH
-  session stalled: `net.mtu` with `explains_lost`): the lost output depends on that FAIL;
+- output lost behind a FAIL that explains the loss (the MTU black hole at a node, whose ssh or
+  srun connection stalled: `net.mtu` with `explains_lost`): the lost output is folded into that
+  FAIL, and says what happened to it ("output lost: the ssh connection to n2 stalled behind the
+  MTU black hole at n2"), not a dependency on another check;
 - a driver that is not loaded, or whose library and kernel module differ: gpu.driver keeps it,
   the checks whose output is the same nvidia-smi / NVML error message depend on it;
 - a GPU that does not answer the driver (fallen off the bus): gpu.inventory keeps it, the checks
@@ -43,6 +45,8 @@ NODE_LEVEL = (NODE_CHECK, RESPONSIVE_CHECK, "analyze.node")  # results about the
 TIMED_OUT = "run.probe/timed-out"  # the finding code of a check whose probe timed out
 OUTPUT_LOST = "run.probe/output-lost"  # the finding code of a check whose probe's output never came back
 EXPLAINS_LOST = "explains_lost"  # a FAIL's fact: it explains why the node's output was lost
+CONNECTION_STALLED = "connection_stalled"  # the black hole's fact: the run's connection to the node stalled
+OLD_SSH_STALLED = "ssh_stalled"  # its name in results written before it was named for any transport
 _TIMED_OUT_PROBE = lazyre.compile(r"^probe (\S+) timed out after ")
 _STILL_RUNNING = "was still running"  # a deadline's LOST capture of a probe it killed (local transport)
 _NOT_TOOLS = ("sh", "bash", "env", "timeout")  # a probe run through these is its own tool
@@ -84,8 +88,21 @@ class Cause:
 
 
 def is_dependent(r: Result) -> bool:
-    """A result folded into another one's root cause (SKIP "depends on ...")."""
-    return r.status is Status.SKIP and bool(r.facts.get("depends_on")) and r.summary.startswith(DEPENDS)
+    """A result folded into another one's root cause (SKIP "depends on ...", or output lost
+    behind the FAIL that explains the loss): it names the root (`depends_on`) and keeps what it
+    said before the fold (`own_status`)."""
+    return r.status is Status.SKIP and bool(r.facts.get("depends_on")) and (
+        r.summary.startswith(DEPENDS) or bool(r.facts.get("own_status")))
+
+
+def connection_stalled(facts: Mapping[str, object]) -> tuple[bool, str]:
+    """(whether the run's connection to the node stalled, the transport that carried it: "ssh",
+    "srun", or "" when not told) from a black hole's facts; a result of an older run says
+    `ssh_stalled` (its transport then was ssh)."""
+    if CONNECTION_STALLED in facts:
+        return bool(facts[CONNECTION_STALLED]), str(facts.get("transport") or "") if facts[CONNECTION_STALLED] else ""
+    old = bool(facts.get(OLD_SSH_STALLED))
+    return old, "ssh" if old else ""
 
 
 def fold(results: Sequence[Result], captures: Mapping[str, Mapping[str, Capture]] | None = None) -> list[Result]:
@@ -155,7 +172,11 @@ def _explained_loss(results: list[Result], captures: Mapping[str, Capture], take
     if root is None:
         return []
     members = [root] + [i for i, r in enumerate(results) if i != root and i not in taken and _is_lost(r)]
-    return [(Cause("explained", results[root].check, "output lost"), members)]
+    node = results[root].node
+    stalled, transport = connection_stalled(results[root].facts)
+    short = (f"output lost: the {transport + ' ' if transport else ''}connection to {node} stalled behind the MTU "
+             f"black hole at {node}" if stalled else f"output lost behind {results[root].check} on {node}")
+    return [(Cause("explained", results[root].check, short), members)]
 
 
 def _hung_capture(r: Result, captures: Mapping[str, Capture]) -> Capture | None:
@@ -314,8 +335,10 @@ def _root(cause: Cause, node: str, members: list[Result]) -> tuple[Result, list[
     names = sorted({r.check for r in members if r is not picked})
     root.facts["dependents"] = names
     head = f"{root.check} on {node}: {root.status.value.upper()} {root.summary}"
+    # output lost behind the FAIL that explains it says what happened to it; the rest depend on the root
+    label = cause.short if cause.kind == "explained" else f"{DEPENDS}{root.check}: {cause.short}"
     return root, [root if r is picked else replace(
-        r, status=Status.SKIP, summary=f"{DEPENDS}{root.check}: {cause.short}",
+        r, status=Status.SKIP, summary=label,
         evidence=[head] + ([] if r.summary == root.summary else [f"was: {r.status.value.upper()} {r.summary}"]),
         remedy=f"see {root.check} on {node}", facts={**r.facts, "depends_on": root.check,
                                                      "own_status": r.status.value}) for r in members]

@@ -188,7 +188,8 @@ def lost_output_kind(doc: dict, node: str = "n3") -> str:
             kinds.add("arrived")
             continue
         if r["status"] == "skip" and r["facts"].get("depends_on") == "net.mtu":  # lost output the black hole explains
-            assert r["facts"]["own_status"] == "error" and r["summary"] == "depends on net.mtu: output lost", r
+            assert r["facts"]["own_status"] == "error" and r["summary"] == (
+                f"output lost: the ssh connection to {node} stalled behind the MTU black hole at {node}"), r
             kinds.add("stalled")
             continue
         if r["status"] == "skip" and r["facts"].get("depends_on"):  # the same cause, said once by its root

@@ -252,7 +252,7 @@ def _stalled_node() -> list[Result]:
     ]
 
 
-def test_lost_output_a_fail_explains_depends_on_that_fail() -> None:
+def test_lost_output_a_fail_explains_is_folded_into_that_fail() -> None:
     results = _stalled_node()
     folded = rootcause.fold(results, {})
     mine = {r.check: r for r in folded if r.node == "node2"}
@@ -260,7 +260,8 @@ def test_lost_output_a_fail_explains_depends_on_that_fail() -> None:
     assert mine["net.mtu"].status is Status.FAIL
     assert sorted(mine["net.mtu"].facts["dependents"]) == ["cluster.versions", "gpu.xid", "ib.hca"]
     for c in ("gpu.xid", "ib.hca", "cluster.versions"):
-        assert mine[c].summary == "depends on net.mtu: output lost" and mine[c].facts["own_status"] == "error"
+        assert mine[c].summary == ("output lost: the ssh connection to node2 stalled behind the MTU black hole at "
+                                   "node2") and mine[c].facts["own_status"] == "error"
     assert mine["gpu.health"].status is Status.WARN and mine["gpu.driver"].status is Status.PASS
     other = next(r for r in folded if r.node == "node1" and r.check == "gpu.xid")
     assert other.status is Status.ERROR  # another node's loss is its own
@@ -562,3 +563,35 @@ def test_another_gpu_error_naming_a_gpu_is_not_a_lost_gpu() -> None:
                _r("gpu.nvlink", summary="0000:9D:00.0 not listed", evidence=[LOST_A])]
     folded = rootcause.fold(results, {})
     assert folded[1].summary == "depends on gpu.inventory: GPU 0000:9d:00 does not answer the driver", folded
+
+
+def test_output_lost_behind_a_black_hole_says_the_connection_stalled_not_a_dependency() -> None:
+    """ib.hca's output lost behind the MTU black hole at node2 is labelled with what happened: its
+    capture was lost, the run's connection to node2 (ssh or srun) stalled behind the black hole;
+    not "depends on net.mtu", a dependency no check has. It is still folded (a count on the
+    FAIL's line, not a line of its own)."""
+    for transport, words in (("ssh", "the ssh connection"), ("srun", "the srun connection"), (None, "the connection")):
+        results = _stalled_node()
+        mtu = next(r for r in results if r.check == "net.mtu" and r.node == "node2")
+        mtu.facts = {"codes": ["net.mtu/black-hole-at-node"], "connection_stalled": True, "explains_lost": True,
+                     **({"transport": transport} if transport else {})}
+        mine = {r.check: r for r in rootcause.fold(results, {}) if r.node == "node2"}
+        for c in ("gpu.xid", "ib.hca", "cluster.versions"):
+            r = mine[c]
+            assert r.summary == f"output lost: {words} to node2 stalled behind the MTU black hole at node2", r.summary
+            assert r.status is Status.SKIP and rootcause.is_dependent(r) and r.facts["depends_on"] == "net.mtu"
+            assert r.evidence[0].startswith("net.mtu on node2: FAIL jumbo frames")
+            assert r.remedy == "see net.mtu on node2"
+
+
+def test_a_black_hole_result_of_an_older_run_with_the_ssh_stall_fact_is_read() -> None:
+    """Results written before the stall fact was named for any transport say `ssh_stalled`
+    (history, a saved JSON report): they fold with the same words, the transport being ssh."""
+    results = _stalled_node()  # its net.mtu FAIL carries the old fact
+    assert next(r for r in results if r.check == "net.mtu" and r.node == "node2").facts["ssh_stalled"] is True
+    mine = {r.check: r for r in rootcause.fold(results, {}) if r.node == "node2"}
+    assert mine["ib.hca"].summary == "output lost: the ssh connection to node2 stalled behind the MTU black hole at node2"
+    assert rootcause.connection_stalled({"ssh_stalled": True}) == (True, "ssh")
+    assert rootcause.connection_stalled({"connection_stalled": True, "transport": "srun"}) == (True, "srun")
+    assert rootcause.connection_stalled({"connection_stalled": False, "ssh_stalled": True}) == (False, "")
+    assert rootcause.connection_stalled({}) == (False, "")

@@ -209,7 +209,7 @@ def test_the_node_on_every_failing_link_is_the_culprit_and_its_peers_are_explain
                           "n3 -> n1: silent_loss (8972-byte DF ping)", "n3 -> n2: frag_needed (8972-byte DF ping)",
                           "n3 -> n1: 100% loss"]
     assert c.facts["outcome"] == "silent_loss" and c.facts["size"] == 8972 and c.facts["culprit"] is True
-    assert c.facts["ssh_stalled"] is False and ["n3", "n1", "silent_loss"] in c.facts["links"]
+    assert c.facts["connection_stalled"] is False and ["n3", "n1", "silent_loss"] in c.facts["links"]
     assert c.remedy == "fix the MTU on n3's link (switch port or NIC) to match the fabric, or drain n3"
     for peer in ("n1", "n2"):
         e = out[("net.mtu", peer)]
@@ -222,7 +222,7 @@ def test_the_node_on_every_failing_link_is_the_culprit_and_its_peers_are_explain
     assert cl.evidence[0] == "n1 -> n3: silent_loss" and len(cl.evidence) == 4
 
 
-def test_one_failing_link_names_the_end_whose_ssh_stalled() -> None:
+def test_one_failing_link_names_the_end_whose_connection_stalled() -> None:
     rs = [mtu("n1", {"n2": "silent_loss"}), mtu("n2", {"n1": "ok"})]
     for stage, how in (("kex", "SSH to it stalled after key exchange"),
                        ("command", "its probe output stalled in transit")):
@@ -230,7 +230,7 @@ def test_one_failing_link_names_the_end_whose_ssh_stalled() -> None:
         out = by(list(grade_mtu(c)))
         r = out[("net.mtu", "n2")]
         assert ("net.mtu", "n1") not in out or out[("net.mtu", "n1")].status is Status.PASS
-        assert r.summary.endswith(f"; small pings pass; {how} (same MTU black hole)") and r.facts["ssh_stalled"]
+        assert r.summary.endswith(f"; small pings pass; {how} (same MTU black hole)") and r.facts["connection_stalled"]
         assert r.evidence[-1] == "n2: SSH stalled after key exchange"
     c = mtu_ctx(rs, nodes=["n1", "n2"], detail={"n2": {"kind": "timeout", "stage": "command"}},
                 errors={"n2": "SSH stalled after authentication with n2: the command (40491 bytes) was never "
@@ -240,7 +240,7 @@ def test_one_failing_link_names_the_end_whose_ssh_stalled() -> None:
     assert r.facts["explains_lost"]  # what n2 did not send back depends on this FAIL (rootcause)
     c = mtu_ctx(rs, nodes=["n1", "n2"], errors={"n2": "output lost"})
     r = by(list(grade_mtu(c)))[("net.mtu", "n2")]
-    assert not r.facts["ssh_stalled"] and r.summary.endswith("; small pings pass") and not r.facts["explains_lost"]
+    assert not r.facts["connection_stalled"] and r.summary.endswith("; small pings pass") and not r.facts["explains_lost"]
     assert sorted(by(list(grade_mtu(mtu_ctx(rs, nodes=["n1", "n2"])))).keys()) == [
         ("cluster.mtu", "cluster"), ("net.mtu", "n1"), ("net.mtu", "n2")]
 
@@ -297,9 +297,49 @@ def test_where_results_come_from_and_how_their_parts_are_joined() -> None:
     for detail in ({"kind": "timeout", "stage": "connect"}, {"kind": "refused", "stage": "kex"}):
         r = by(list(grade_mtu(mtu_ctx([mtu("n1", {"n2": "silent_loss"}), mtu("n2", {"n1": "ok"})],
                                       nodes=["n1", "n2"], detail={"n2": detail}))))
-        assert all(not x.facts.get("ssh_stalled") for x in r.values() if x.check == "net.mtu")
+        assert all(not x.facts.get("connection_stalled") for x in r.values() if x.check == "net.mtu")
 
 
 def test_the_node_count_facts() -> None:
     ok = grade_nodes(ctx(extra={"expect_nodes": 2}))
     assert ok[0].facts == {"expected": 2, "ok": ["n1", "n2", "n3"]}
+
+
+def _no_data_nic(node: str) -> Result:
+    """net.mtu of a node with no peer to ping and only a veth (the namespace cluster's eth0)."""
+    from preflight.findings import coded_result
+    return coded_result("net.mtu/no-data-nic", "net.mtu", node, "no Ethernet data-plane interface up: MTU not graded",
+                        ["2: eth0@if7: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc noqueue state UP (veth)"])
+
+
+def test_a_node_with_no_peer_because_no_other_node_answered_says_so() -> None:
+    """In a run over several nodes, a node whose peers all failed to answer pinged nobody: its
+    net.mtu SKIP names that cause (the nodes that sent nothing back), not a missing data-plane
+    NIC, and so does the path matrix's evidence."""
+    errors = {"n2": "n2 (10.0.0.2:22) refused the connection", "n3": "no route to host n3 (10.0.0.3)"}
+    out = by(list(grade_mtu(mtu_ctx([_no_data_nic("n1")], errors=errors))))
+    r = out[("net.mtu", "n1")]
+    assert (r.status, r.facts["codes"]) == (Status.SKIP, ["net.mtu/no-peer-answered"]), r
+    assert r.summary == "no peer answered: n[2-3] sent nothing back, so no jumbo path was pinged; MTU not graded"
+    assert r.evidence[:2] == [f"{n}: {e}" for n, e in errors.items()]
+    assert r.evidence[2].startswith("2: eth0@if7:") and "n[2-3]" in r.remedy
+    assert r.facts["unanswered"] == ["n2", "n3"] and r.source == "cross-node"
+    cl = out[("cluster.mtu", "cluster")]
+    assert cl.evidence == [f"n1: net.mtu SKIP {r.summary}"]
+    # every node answered (no ring was drawn: analyze, or a single node): the node's own words stand
+    out = by(list(grade_mtu(mtu_ctx([_no_data_nic("n1")]))))
+    assert ("net.mtu", "n1") not in out
+
+
+def test_the_stall_fact_is_named_for_any_transport() -> None:
+    """The culprit's fact says its connection stalled, whichever transport carried it (ssh or
+    srun), and names that transport when the run told it."""
+    rs = [mtu("n1", {"n2": "silent_loss"}), mtu("n2", {"n1": "ok"})]
+    for transport in ("ssh", "srun"):
+        c = mtu_ctx(rs, nodes=["n1", "n2"], detail={"n2": {"kind": "timeout", "stage": "command",
+                                                           "connection": "stalled", "transport": transport}})
+        r = by(list(grade_mtu(c)))[("net.mtu", "n2")]
+        assert r.facts["connection_stalled"] is True and r.facts["transport"] == transport, r.facts
+        assert "ssh_stalled" not in r.facts
+    r = by(list(grade_mtu(mtu_ctx(rs, nodes=["n1", "n2"]))))[("net.mtu", "n2")]
+    assert r.facts["connection_stalled"] is False and "transport" not in r.facts
