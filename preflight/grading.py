@@ -29,11 +29,13 @@ from preflight.registry import (
 GO = "GO"
 NO_GO = "NO-GO"
 NO_EVIDENCE = "NO-EVIDENCE"  # nothing was graded: every result is SKIP (or there is none)
+INTERRUPTED = "INTERRUPTED"  # a signal (SIGINT, SIGTERM) ended the run: what finished is reported, not GO
 
 EXIT_GO = 0
 EXIT_NO_GO = 1
 EXIT_USAGE = 2  # could not run: bad arguments, bad profile, broken site check
 EXIT_NO_EVIDENCE = 3  # nothing graded: not GO, not NO-GO (a file nothing recognises, every check skipped)
+EXIT_SIGNAL_BASE = 128  # interrupted: 128 + the signal (130 for SIGINT, 143 for SIGTERM), as a shell says it
 
 BLOCKING = (Status.FAIL, Status.ERROR)
 
@@ -44,10 +46,22 @@ class Verdict:
     counts: dict[str, int] = field(default_factory=dict)
     blocking: list[Result] = field(default_factory=list)  # the results that made it NO-GO
     bad_nodes: list[str] = field(default_factory=list)
+    signal: int = 0  # INTERRUPTED: the signal that ended the run
 
     @property
     def exit_code(self) -> int:
+        if self.verdict == INTERRUPTED:
+            return EXIT_SIGNAL_BASE + self.signal
         return {GO: EXIT_GO, NO_EVIDENCE: EXIT_NO_EVIDENCE}.get(self.verdict, EXIT_NO_GO)
+
+
+def interrupted(verdict: Verdict, signum: int) -> Verdict:
+    """The verdict of a run that signal `signum` ended: INTERRUPTED, whatever was found. The
+    results the interruption itself made ERROR (facts `interrupted`) block nothing and name no
+    bad node: a node that was cut off is not known to be bad; a FAIL found before stays."""
+    blocking = [r for r in verdict.blocking if not r.facts.get("interrupted")]
+    return Verdict(verdict=INTERRUPTED, counts=dict(verdict.counts), blocking=blocking,
+                   bad_nodes=real_nodes(r.node for r in blocking), signal=signum)
 
 
 def decide(results: Iterable[Result], warn_as_fail: bool = False) -> Verdict:

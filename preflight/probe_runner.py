@@ -55,6 +55,8 @@ STDIN_GONE = 3  # exit status: the caller's session went away (stdin reached EOF
 # processes of probes still running (so a bundle whose caller went away can end them)
 LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
+_ENDED = threading.Event()  # set by end_live: a probe started afterwards is ended at once, none is started
+END_GRACE_S = 1.0  # end_live: how long the probes' groups have after SIGTERM before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,9 @@ class _Running:
     def watch(cls, proc: subprocess.Popen[bytes], cap: int) -> _Running:
         with _LIVE_LOCK:
             LIVE.add(proc)
+            ended = _ENDED.is_set()
+        if ended:  # started as end_live took its list: not left behind
+            _kill_group(proc)
         run = cls(proc, _CappedReader(proc.stdout, cap), _CappedReader(proc.stderr, cap))
         run.out.start()
         run.err.start()
@@ -234,6 +239,8 @@ def run_command(
     full_env = {**os.environ, **(env or {})}
     if shutil.which(argv[0], path=full_env.get("PATH")) is None:
         return Result(name, argv, MISSING, reason=f"{argv[0]} not found on PATH", timeout=timeout)
+    if _ENDED.is_set():
+        return Result(name, argv, FAILED, reason=f"{argv[0]} not started: the run was ended", timeout=timeout)
     start = time.monotonic()
     try:
         proc = _start(argv, full_env)
@@ -257,6 +264,42 @@ def kill_live() -> None:
         procs = list(LIVE)
     for proc in procs:
         _kill_group(proc)
+
+
+def _group_running(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def end_live(grace: float = END_GRACE_S) -> int:
+    """End every probe this process started and start no more (until `reopen`): SIGTERM to
+    each probe's process group, up to `grace` seconds for them to leave, then SIGKILL to the
+    groups still there. Never raises; the number of probes that were running."""
+    with _LIVE_LOCK:
+        _ENDED.set()
+        procs = list(LIVE)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except OSError:
+            pass
+    until = time.monotonic() + max(0.0, grace)
+    while time.monotonic() < until and any(proc.poll() is None for proc in procs):
+        time.sleep(0.02)
+    for proc in procs:
+        if proc.poll() is None or _group_running(proc.pid):
+            _kill_group(proc)
+    return len(procs)
+
+
+def reopen() -> None:
+    """Probes may start again (a new run in the same process, after `end_live`)."""
+    _ENDED.clear()
 
 
 # ----- probes and bundles ---------------------------------------------------------------------

@@ -10,10 +10,12 @@ import typer
 
 from preflight.cli import options as opt
 from preflight.cli.app import app
+from preflight.interrupt import guarded
 from preflight.report.progress import live_progress
 
 
 @app.command()
+@guarded  # SIGINT/SIGTERM: its probes ended, what finished reported INTERRUPTED, exit 128 + the signal
 def run(
     profile: opt.ProfileOpt = None,
     checks_dir: opt.ChecksDirOpt = None,
@@ -80,6 +82,7 @@ def run(
 
 
 @app.command()
+@guarded  # SIGINT/SIGTERM: its probes ended, what finished reported INTERRUPTED, exit 128 + the signal
 def node(
     profile: opt.ProfileOpt = None,
     checks_dir: opt.ChecksDirOpt = None,

@@ -83,3 +83,11 @@ class Transport(ABC):
 
     def close(self) -> None:  # noqa: B027 - a deliberate no-op default, not an abstract method
         """Let go of what the transport holds open (connections, control sockets). Idempotent."""
+
+    def abort(self) -> None:
+        """The run was interrupted (SIGINT, SIGTERM): end every probe process this transport
+        started, local or remote, now; a collect in progress is abandoned. Never raises."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - ending what runs is best effort and must not raise
+            pass

@@ -107,6 +107,13 @@ class LocalTransport(Transport):
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], float] = {}  # (node, probe) -> when it started
 
+    def abort(self) -> None:
+        """End every probe still running with its whole process group (SIGTERM, a short grace,
+        SIGKILL), and start none after."""
+        from preflight.probe_runner import end_live
+
+        end_live()
+
     def fit(self, probes: Sequence[Probe]) -> list[Probe]:
         """The probes as they will run (a subclass may shrink their timeouts)."""
         return list(probes)

@@ -265,6 +265,7 @@ class SrunTransport(Transport):
         self.env = dict(env) if env is not None else None
         self.argv_limit = argv_limit
         self.stall_timeout = max(float(stall_timeout), 2 * TICK_S)
+        self._live: subprocess.Popen[bytes] | None = None  # the srun step in flight
         self.last_argv: list[str] = []  # for reports and tests
 
     def _environ(self) -> dict[str, str]:
@@ -321,8 +322,12 @@ class SrunTransport(Transport):
             why = f"cannot run {self.srun}: {exc.strerror or exc}"
             out.update({n: NodeOutcome(node=n, error=why) for n in good})
             return out
-        step = self._run_step(proc, program if on_stdin else None, _Step(good, nonce, limit, _Reader(
-            proc.stdout, nonce, progress), deadline=self.deadline))
+        self._live = proc
+        try:
+            step = self._run_step(proc, program if on_stdin else None, _Step(good, nonce, limit, _Reader(
+                proc.stdout, nonce, progress), deadline=self.deadline))
+        finally:
+            self._live = None
         out.update({node: step.outcome(node) for node in good})
         return out
 
@@ -381,6 +386,13 @@ class SrunTransport(Transport):
             stalled = {n: s for n, s in silent.items() if s >= self.stall_timeout}
             if stalled and all(n in done or n in stalled for n in nodes):
                 return stalled
+
+    def abort(self) -> None:
+        """Cancel the step in flight (its nodes' runners end their probes as srun signals them)."""
+        proc = self._live
+        if proc is not None and proc.poll() is None:
+            self._abort(proc)
+        self.close()
 
     @staticmethod
     def _abort(proc: subprocess.Popen[bytes]) -> None:

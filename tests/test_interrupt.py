@@ -1,0 +1,115 @@
+"""SIGINT / SIGTERM during `preflight node` and `preflight run` (real processes, a hung fake
+`nvidia-smi`): every probe process the run started is ended, one line says which nodes were
+still pending, the report of what finished is written with the verdict INTERRUPTED, and the
+exit code is 128 + the signal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import fakes, scenarios
+
+HUNG_NVIDIA_SMI = [{"match": ".", "hang": True}]
+
+
+def hung_node_env(tmp: Path) -> tuple[dict[str, str], str]:
+    """A healthy faked node whose nvidia-smi hangs on every call; (environment, the marker
+    that the hung tools' environments hold: their tool name and this test's scenario folder)."""
+    bin_dir = fakes.install(tmp / "bin", scenarios.TOOLS)
+    sc = scenarios.healthy_h100(tmp / "sc")
+    (sc / "nvidia-smi.json").write_text(json.dumps({"rules": HUNG_NVIDIA_SMI}))
+    env = fakes.env_for(bin_dir, sc)
+    env.pop("PREFLIGHT_CONFIG", None)
+    env["PREFLIGHT_HISTORY"] = "off"
+    return env, f"PREFLIGHT_FAKE_DIR={sc}\0"
+
+
+def procs_with(marker: str) -> list[int]:
+    """The pids of live (not zombie) fake nvidia-smi processes whose environment holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().decode(errors="replace") + "\0"
+            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ and "PREFLIGHT_FAKE_TOOL=nvidia-smi\0" in environ and state != b"Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_for(cond, limit: float) -> bool:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return bool(cond())
+
+
+def kill_left(marker: str) -> None:
+    for pid in procs_with(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+COMMANDS = {
+    "node": ["node", "--probe-timeout", "120"],
+    "run": ["run", "--transport", "local", "--no-sweep", "--probe-timeout", "120"],
+}
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("command", ["node", "run"])
+def test_signal_ends_hung_probes_and_writes_an_interrupted_report(tmp_path: Path, command: str,
+                                                                   sig: signal.Signals) -> None:
+    env, marker = hung_node_env(tmp_path)
+    out = tmp_path / "reports"
+    proc = subprocess.Popen([sys.executable, "-m", "preflight.cli", *COMMANDS[command], "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        # the hung nvidia-smi probes are running (several of them, each in a session of its own)
+        assert wait_for(lambda: len(procs_with(marker)) >= 2, 60), "the hung nvidia-smi probes never started"
+        time.sleep(1.0)  # the other probes come back
+        proc.send_signal(sig)
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"preflight {command} did not end within 30 s of {sig.name}: {stderr[-2000:]}")
+        gone = wait_for(lambda: not procs_with(marker), 5)
+        left = procs_with(marker)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        kill_left(marker)
+    assert gone, f"{len(left)} hung nvidia-smi probe(s) outlived preflight {command} ({sig.name}): {left}"
+    assert proc.returncode == 128 + sig, (proc.returncode, stderr[-2000:])
+    assert "Traceback" not in stderr, stderr[-2000:]
+    node = next(line for line in stderr.splitlines() if line.startswith("interrupted: "))
+    assert node.startswith("interrupted: 0 of 1 nodes answered; pending: "), node
+    assert node.split("pending: ", 1)[1].strip(), node
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"] == "INTERRUPTED", doc["verdict"]
+    # what finished is graded; what needed the hung tool is ERROR, interrupted before it answered
+    assert any(r["status"] == "pass" for r in doc["results"]), [(r["check"], r["status"]) for r in doc["results"]]
+    cut = [r for r in doc["results"] if r["status"] == "error"]
+    assert cut and all("interrupted before it answered" in r["summary"] + " ".join(r["evidence"]) for r in cut), cut
+    assert "gpu.driver" in {r["check"] for r in cut}, cut
+    assert doc["bad_nodes"] == [], doc["bad_nodes"]
+    assert "INTERRUPTED" in stdout
