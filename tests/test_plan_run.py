@@ -163,3 +163,19 @@ def test_the_cli_warns_on_stderr_about_an_unknown_excluded_host(tmp_path: Path) 
     assert p.returncode != 2, p.stderr  # not a usage error: the run went on
     assert p.stderr.splitlines().count("preflight: --exclude names node9, not among the nodes checked") == 1, p.stderr
     assert f"{local_node_name()}" in p.stdout or "gpu.xid" in p.stdout, p.stdout
+
+
+def test_a_disabled_cross_node_check_is_one_skip_for_the_cluster(fake: FakeTransport,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kill switch over a cross-node check (cluster.versions, the MTU path matrix): one SKIP
+    for the cluster, not one per node; a disabled node check is still a SKIP on each node."""
+    cfg = engine.Config(disabled_checks=["cluster.versions", "cluster.mtu", "ib.hca"], path="/etc/preflight.toml")
+    plan = engine.plan_run(engine.CheckRequest(nodes=["a", "b", "c"], transport="ssh"), cfg)
+    assert not {"cluster.versions", "cluster.mtu"} & {c.id for c in plan.cluster_checks}
+    monkeypatch.setattr(engine, "run", lambda *a, **k: ([], {}))
+    report = engine.execute(plan, "run")
+    got = sorted((r.check, r.node, r.status.value) for r in report.results)
+    assert got == [("cluster.mtu", "cluster", "skip"), ("cluster.versions", "cluster", "skip"),
+                   ("ib.hca", "a", "skip"), ("ib.hca", "b", "skip"), ("ib.hca", "c", "skip")], got
+    assert {r.summary for r in report.results} == {"disabled by config (/etc/preflight.toml)"}
+    assert fake.closed
