@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from preflight import facts as result_facts
+from preflight import interrupt, rootcause
 from preflight import profile as profiles
-from preflight import rootcause
 from preflight.arrivals import Arrivals
 from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
@@ -321,22 +322,31 @@ def run(
     bundles = _phase1_bundles(st)
     _expect(progress, bundles, st)
     arrivals = Arrivals(progress)  # the controller's times around each capture (node.clock's bracket)
-    st.outcomes = _collect(transport, bundles, arrivals.phase())
-    _report_failed(progress, st.outcomes)
-    if callable(peers):
-        # a node that sent anything back is in the ring, and one whose SSH session stalled past
-        # the TCP connect (its bundle too large for the path): that is what the pings must find
-        st.peer_map = peers([n for n in nodes if n in st.outcomes and (st.outcomes[n].captures
-                                                                       or stalled(st.outcomes[n].detail))])
-        for n in nodes:
-            st.node_opts[n].peers = list(st.peer_map.get(n, []))
-    # Phase 2: probes that depend on the profile or the peers (e.g. MTU pings).
-    phase2 = _profiles_and_phase2(st)
-    if phase2:
-        _expect(progress, phase2, st)
-        more = _collect(transport, phase2, arrivals.phase())
-        _report_failed(progress, more)
-        _merge(st, more)
+    received = _Received(arrivals)  # what came back, kept should a signal end the collection
+    phases = [bundles]
+    try:
+        with interrupt.armed():
+            st.outcomes = _collect(transport, bundles, received.phase(arrivals))
+        _report_failed(progress, st.outcomes)
+        if callable(peers):
+            # a node that sent anything back is in the ring, and one whose SSH session stalled past
+            # the TCP connect (its bundle too large for the path): that is what the pings must find
+            st.peer_map = peers([n for n in nodes if n in st.outcomes and (st.outcomes[n].captures
+                                                                           or stalled(st.outcomes[n].detail))])
+            for n in nodes:
+                st.node_opts[n].peers = list(st.peer_map.get(n, []))
+        # Phase 2: probes that depend on the profile or the peers (e.g. MTU pings).
+        phase2 = _profiles_and_phase2(st)
+        if phase2:
+            phases.append(phase2)
+            _expect(progress, phase2, st)
+            with interrupt.armed():
+                more = _collect(transport, phase2, received.phase(arrivals))
+            _report_failed(progress, more)
+            _merge(st, more)
+    except interrupt.Interrupted:
+        _interrupted(st, transport, received, phases)
+    pending = [n for n in nodes if st.outcomes[n].error == interrupt.WHY]
     results: list[Result] = []
     for n in nodes:
         results.extend(_grade_node(st, n))
@@ -348,7 +358,71 @@ def run(
                        {n: st.outcomes[n].error for n in nodes})
     # one result per shared cause and node (a missing tool, a dead driver, an unreachable node)
     results = rootcause.fold(results, {n: st.outcomes[n].captures for n in nodes})
+    if interrupt.signum():
+        interrupt.note(nodes, [n for n in nodes if not st.outcomes[n].error], pending)
+        _tag_interrupted(results, pending)
     return results, st.used
+
+
+class _Received:
+    """The run's progress callback in front of `Arrivals`: keeps each node's captures as they
+    come back, until `freeze` (the run was interrupted: later captures are of killed probes)."""
+
+    def __init__(self, inner: ProgressFn) -> None:
+        self.inner = inner
+        self.captures: dict[str, dict[str, Capture]] = {}
+        self.frozen = False
+        self._lock = threading.Lock()
+
+    def phase(self, arrivals: Arrivals) -> _Received:
+        arrivals.phase()
+        return self
+
+    def __call__(self, node: str, capture: Capture) -> None:
+        with self._lock:
+            if self.frozen:
+                return
+            self.captures.setdefault(node, {}).setdefault(capture.probe, capture)
+        self.inner(node, capture)
+
+    def freeze(self) -> dict[str, dict[str, Capture]]:
+        with self._lock:
+            self.frozen = True
+            return {n: dict(c) for n, c in self.captures.items()}
+
+
+def _interrupted(st: _Run, transport: Transport, received: _Received,
+                 phases: list[dict[str, list[Probe]]]) -> None:
+    """A signal ended the collection: what came back stays, every probe still running is
+    ended (the transport's abort), and a node that had not sent all its planned captures is
+    pending, its outcome's error `interrupt.WHY` (its checks ERROR with that cause)."""
+    got = received.freeze()
+    transport.abort()
+    for n in st.nodes:
+        out = st.outcomes.get(n)
+        if out is None:
+            out = st.outcomes[n] = NodeOutcome(node=n)
+        for name, cap in got.get(n, {}).items():
+            out.captures.setdefault(name, cap)
+    if len(phases) == 1:  # the profiles the nodes' grading needs (phase 2 is not sent)
+        for n, probes in _profiles_and_phase2(st).items():
+            phases.append({n: probes})
+    for n in st.nodes:
+        out = st.outcomes[n]
+        planned = {p.name for bundle in phases for p in bundle.get(n, [])}
+        if not out.error and not planned <= set(out.captures):
+            out.error = interrupt.WHY
+            out.detail = {"kind": "interrupted"}
+
+
+def _tag_interrupted(results: list[Result], pending: Sequence[str]) -> None:
+    """Mark the ERRORs that the interruption made (on a pending node, saying so): they block
+    nothing; the verdict is INTERRUPTED."""
+    waiting = set(pending)
+    for r in results:
+        if r.status is Status.ERROR and r.node in waiting and \
+                interrupt.WHY in " ".join([r.summary, *map(str, r.evidence)]):
+            r.facts["interrupted"] = True
 
 
 def _collect(transport: Transport, bundles: dict[str, list[Probe]], progress: ProgressFn | None
@@ -940,8 +1014,18 @@ def execute(plan: RunPlan, command: str, progress: ProgressFn | None = None, war
     finally:
         plan.transport.close()
     results += disabled_results(plan.disabled, plan.nodes, plan.disabled_reason, plan.registry.cluster_checks)
-    return Report.build(command, results, warn_as_fail, profiles={n: p.name for n, p in used.items()},
-                        duration_s=time.monotonic() - start, nodes=plan.nodes)
+    return mark_interrupted(Report.build(command, results, warn_as_fail, profiles={n: p.name for n, p in used.items()},
+                                         duration_s=time.monotonic() - start, nodes=plan.nodes))
+
+
+def mark_interrupted(report: Report) -> Report:
+    """The report with the verdict INTERRUPTED when a signal ended the command's run."""
+    from preflight.grading import interrupted
+
+    signum = interrupt.signum()
+    if signum:
+        report.verdict = interrupted(report.verdict, signum)
+    return report
 
 
 def check_nodes(req: CheckRequest, cfg: Config, progress: ProgressFn | None = None) -> Report:
@@ -1051,10 +1135,16 @@ def run_checks(req: CheckRequest, sweep: SweepRequest, cfg: Config, progress: Pr
         results, profiles_used, nodes = list(checked.results), checked.profiles, checked.nodes
     if sweep.enabled and not req.only and cfg.disabled("nccl.allreduce"):
         results.extend(_sweep_skipped(f"collective sweep (nccl.allreduce) {cfg.disabled_reason()}"))
+    elif sweep.enabled and not req.only and interrupt.signum():
+        results.extend(_sweep_skipped(f"{interrupt.WHY}: collective sweep not run"))
     elif sweep.enabled and not req.only:
-        results.extend(sweep_after_checks(results, nodes, req, sweep, cfg, until))
-    return Report.build(req.command, results, req.warn_as_fail, profiles_used, time.monotonic() - start,
-                        nodes or sorted({r.node for r in results}))
+        try:
+            with interrupt.armed():
+                results.extend(sweep_after_checks(results, nodes, req, sweep, cfg, until))
+        except interrupt.Interrupted:
+            results.extend(_sweep_skipped(f"collective sweep {interrupt.WHY}"))
+    return mark_interrupted(Report.build(req.command, results, req.warn_as_fail, profiles_used,
+                                         time.monotonic() - start, nodes or sorted({r.node for r in results})))
 
 
 def check_table(checks_dirs: Sequence[Path], cfg: Config) -> list[dict[str, object]]:
