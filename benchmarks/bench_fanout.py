@@ -30,6 +30,14 @@ hostname bundle over new connections to every node (--nodes, e.g. 64) at each --
 (`--concurrency`), its wall and the controller's CPU (process CPU time around the collect).
 
     .venv/bin/python benchmarks/bench_fanout.py --mode width --nodes 64 --widths 8,16,32,64 --repeat 2
+
+`--mode aliases` measures many host names on one server (aliases of one sshd, as behind a
+bastion): one cold collect of the hostname bundle over --nodes aliases of a 1-node cluster at
+each --per-server (the transport's handshakes at once per server; 0: leave the transport's
+default, for a tree whose transport has no such bound). Its wall, the controller's CPU, the
+node errors, and the connections sshd accepted.
+
+    .venv/bin/python benchmarks/bench_fanout.py --mode aliases --nodes 32 --per-server 1,4,8,64 --repeat 3
 """
 
 from __future__ import annotations
@@ -194,6 +202,60 @@ def width_figures(nodes: int, widths: list[int], repeat: int = 2, remote_python:
                            "errors": sum(r["errors"] for r in rows)} for w, rows in data.items()}}
 
 
+def inner_aliases(spec: dict[str, Any]) -> None:
+    """Inside the client namespace: one cold collect over every alias, at each per-server bound."""
+    from preflight.transport.ssh import SSHTransport
+
+    out: dict[str, Any] = {}
+    for per in spec["per_server"]:
+        rows = []
+        opts: dict[str, Any] = {"handshakes_per_server": per} if per else {}
+        for _ in range(spec["repeat"]):
+            with SSHTransport(ssh_config=Path(spec["config"]), connect_timeout=20, command_timeout=120, **opts) as t:
+                start, cpu = time.perf_counter(), time.process_time()
+                res = t.collect({n: [Probe.of("hostname", ["hostname"])] for n in spec["nodes"]})
+                rows.append({"wall": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+                             "errors": sum(1 for o in res.values() if o.error),
+                             "said": sorted({o.error for o in res.values() if o.error})[:3]})
+        out[str(per)] = rows
+    print(json.dumps(out))
+
+
+def alias_figures(aliases: int, per_server: list[int], repeat: int = 3) -> dict[str, Any]:
+    """Wall and controller CPU of a cold collect over `aliases` names of one sshd at each bound."""
+    from tests.netcluster import NetCluster, prerequisites
+
+    missing = prerequisites()
+    if missing:
+        raise RuntimeError(f"cannot build the test cluster: {', '.join(missing)}")
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = NetCluster(1, Path(tmp), prefix="pfa", subnet="10.85.0")
+        try:
+            cluster.up(["nvidia-smi"])
+            node = cluster.nodes[0]
+            names = [f"alias{i:03d}" for i in range(1, aliases + 1)]
+            config = Path(tmp) / "ssh_config_aliases"
+            config.write_text("".join(f"Host {a}\n  HostName {node.addr}\n  User root\n  IdentityFile {cluster.key}\n"
+                                      f"  UserKnownHostsFile {cluster.known_hosts}\n  StrictHostKeyChecking yes\n\n"
+                                      for a in names))
+            spec = {"config": str(config), "nodes": names, "per_server": per_server, "repeat": repeat,
+                    "mode": "aliases"}
+            log = node.home / "sshd.log"
+            accepted = log.read_text().count("Accepted publickey")
+            p = cluster.client(sys.executable, str(Path(__file__).resolve()), "--inner", json.dumps(spec), timeout=3000)
+            data = json.loads(p.stdout.strip().splitlines()[-1])
+            accepted = log.read_text().count("Accepted publickey") - accepted
+        finally:
+            cluster.down()
+    return {"aliases": aliases, "repeat": repeat, "load_before": load_before, "load_after": os.getloadavg()[0],
+            "loop_10m_s": loop_time(), "runs": data, "accepted": accepted,
+            "median": {w: {"wall": med([r["wall"] for r in rows]), "cpu": med([r["cpu"] for r in rows]),
+                           "cpu_per_node_ms": med([r["cpu"] for r in rows]) / aliases * 1000,
+                           "errors": sum(r["errors"] for r in rows),
+                           "said": sorted({e for r in rows for e in r["said"]})[:2]} for w, rows in data.items()}}
+
+
 def inner_run(spec: dict[str, Any]) -> None:
     """Inside the client namespace: `preflight run` over ssh, or salloc + measurer over srun."""
     py = sys.executable
@@ -276,9 +338,12 @@ def loop_time() -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("transport", "run", "width"), default="transport",
+    ap.add_argument("--mode", choices=("transport", "run", "width", "aliases"), default="transport",
                     help="transport: the transport's collect alone; run: `preflight run` end to end; "
-                         "width: a cold collect over --nodes at each of --widths")
+                         "width: a cold collect over --nodes at each of --widths; "
+                         "aliases: a cold collect over --nodes names of one server at each --per-server")
+    ap.add_argument("--per-server", default="1,4,8,64",
+                    help="--mode aliases: the handshakes at once per server measured (0: the transport's default)")
     ap.add_argument("--widths", default="8,16,32,64", help="--mode width: the concurrencies measured")
     ap.add_argument("--json", action="store_true", help="--mode run: print the figures as JSON")
     ap.add_argument("--concurrency", type=int, default=CONCURRENCY)
@@ -299,6 +364,8 @@ def main() -> None:
             inner_run(spec)
         elif spec.get("mode") == "width":
             inner_width(spec)
+        elif spec.get("mode") == "aliases":
+            inner_aliases(spec)
         else:
             inner(spec)
         return
@@ -312,6 +379,19 @@ def main() -> None:
         for w, m in fig["median"].items():
             print(f"  width {w:>3}: wall {m['wall']:.2f} s | controller CPU {m['cpu']:.2f} s "
                   f"({m['cpu_per_node_ms']:.1f} ms/node) | node errors {m['errors']}")
+        return
+    if args.mode == "aliases":
+        fig = alias_figures(args.nodes, [int(w) for w in args.per_server.split(",")], args.repeat)
+        if args.json:
+            print(json.dumps(fig, indent=2))
+            return
+        print(f"cold SSH collect of the hostname bundle over {fig['aliases']} names of one sshd, median of "
+              f"{fig['repeat']}; sshd accepted {fig['accepted']} logins; 10M-iteration loop {fig['loop_10m_s']:.2f} s; "
+              f"load {fig['load_before']:.1f} -> {fig['load_after']:.1f}")
+        for w, m in fig["median"].items():
+            print(f"  {w if w != '0' else 'default':>7} per server: wall {m['wall']:.2f} s | controller CPU "
+                  f"{m['cpu']:.2f} s ({m['cpu_per_node_ms']:.1f} ms/node) | node errors {m['errors']}"
+                  + (f" ({'; '.join(m['said'])})" if m["said"] else ""))
         return
     if args.mode == "run":
         fig = run_figures(counts(args.nodes), args.transport, args.repeat, args.concurrency)

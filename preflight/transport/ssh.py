@@ -18,11 +18,20 @@ Bounds: a per-stage budget (connect, banner, kex, auth: `connect_timeout` each; 
 calling thread enforces them: a node over its budget is ended with an error at once and its
 sockets are closed from a daemon thread, so no worker ever keeps the caller waiting.
 
+sshd's start-up limit: sshd closes new connections, before its banner, while too many others
+are not yet authenticated (MaxStartups, 10:30:100 by default). Many host names on one server
+(aliases, a bastion) would meet it, so at most `handshakes_per_server` handshakes run at once
+per server address (the others wait, with no stage clock running); a connection the server
+still closes before or during key exchange is tried again, with growing pauses and jitter,
+for the handshake's budget (4 stages of `connect_timeout`) and within the deadline, and then
+is an error that names the limit. Handshakes with distinct servers are not held back.
+
 Every node-level fault is an outcome, never an exception: `NodeOutcome.error` is one
 sentence and `NodeOutcome.detail` says `kind` (dns, refused, unreachable, timeout, deadline,
 hostkey-unknown, hostkey-changed, auth, python-missing, remote-error, garbage, disconnected,
 config, ssh) and `stage` (queued, connect, banner, kex, auth, command; running for a
-long-running command started with `spawn`).
+long-running command started with `spawn`); a node whose connections the server kept closing
+during its start-up also says `tries`.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import hashlib
 import logging
 import os
 import queue
+import random
 import shlex
 import socket
 import threading
@@ -65,12 +75,18 @@ _LIVENESS = 3.0  # seconds a stalled command's connection gets to answer a new s
 _TICK = 1.0  # the bundle's tick interval on the node: a live session is never silent longer
 _STALL_LIVENESS = 2.0  # after the stall timer: seconds a new session gets to answer (a live one: milliseconds)
 _MAX_HOPS = 8
+DEFAULT_HANDSHAKES_PER_SERVER = 8  # under sshd's default MaxStartups (drops begin past 10 unauthenticated)
+_RETRY_FIRST = 0.1  # seconds before the first new try of a connection the server closed during its start-up
+_RETRY_MAX = 2.0  # the longest pause between tries (each pause doubles, then jitter of +-50 %)
 _GARBAGE_SHOWN = 3
 _STDERR_KEPT = 16384
 _LINE_MAX = 1_048_576  # a longer line of a spawned command comes back cut
 _NAME_OK = lazyre.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
 
 log = logging.getLogger("preflight.transport.ssh")
+# paramiko logs a connection closed during its handshake with a traceback at ERROR; the
+# transport reports every such fault itself, so without a handler of the caller's they go nowhere
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 LineFn = Callable[[str, "str | None"], None]  # (node, line); line None: the command has ended
 
@@ -88,6 +104,11 @@ class NodeFault(Exception):
 
 class _Aborted(Exception):
     """The supervisor already ended this node; the worker only unwinds."""
+
+
+class _Dropped(NodeFault):
+    """The server closed a new connection before or during key exchange: what sshd does
+    with connections past its MaxStartups. Worth another try."""
 
 
 # ---- configuration -------------------------------------------------------------------------
@@ -268,6 +289,8 @@ class _Job:
     finished: bool = False  # the bundle's closing line arrived
     closers: list[Callable[[], None]] = field(default_factory=list)
     outcome: NodeOutcome | None = None
+    waiting: str = ""  # the server whose handshake slot the node waits for
+    dropped: str = ""  # how the server closed the node's last connection during its start-up
 
     def enter(self, stage: str, budget: float | None) -> None:
         with self.lock:
@@ -323,6 +346,18 @@ def _close_quietly(fns: list[Callable[[], None]]) -> None:
             pass
 
 
+def _closed_by_peer(exc: BaseException | None) -> bool:
+    """Whether a handshake ended because the other side closed the connection (an end of
+    file or a reset, as paramiko saw it or wrapped it), or ended with no error at all."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return seen == 0
+
+
 def _shutdown(sock: Any) -> Callable[[], None]:
     def fn() -> None:
         try:
@@ -369,6 +404,7 @@ class SSHTransport(Transport):
         cap: int = DEFAULT_CAP,
         user: str | None = None,
         stall_timeout: float = 4.0,
+        handshakes_per_server: int = DEFAULT_HANDSHAKES_PER_SERVER,
     ) -> None:
         self.config = paramiko.SSHConfig()
         path = ssh_config if ssh_config is not None else Path("~/.ssh/config").expanduser()
@@ -399,6 +435,10 @@ class SSHTransport(Transport):
         self._known_files: dict[Path, tuple[tuple[int, ...], paramiko.HostKeys]] = {}  # file -> (its stat, parsed)
         self._agent: paramiko.Agent | None = None
         self._closed = False
+        # handshakes at once per server address (TCP connect to authenticated), see the module's text
+        self.handshakes_per_server = max(1, int(handshakes_per_server))
+        self._handshakes: dict[str, threading.BoundedSemaphore] = {}
+        self._jitter = random.Random()
 
     # ---- lifetime ------------------------------------------------------------------------
     def __enter__(self) -> SSHTransport:
@@ -563,6 +603,8 @@ class SSHTransport(Transport):
     # ---- fault texts ---------------------------------------------------------------------
     def _stage_sentence(self, job: _Job, seconds: float) -> str:
         t = job.target
+        if job.stage == "connect" and job.dropped:
+            return job.dropped
         if job.stage == "connect":
             return f"no answer from {t} within {seconds:g} s (TCP connect timed out: host down or packets to it dropped)"
         if job.stage == "banner":
@@ -589,7 +631,10 @@ class SSHTransport(Transport):
 
     def _deadline_fault(self, job: _Job, deadline: float) -> NodeFault:
         with job.lock:
-            if job.stage == "queued":
+            if job.stage == "queued" and job.waiting:
+                msg = (f"the {deadline:g} s deadline of the whole collection passed while {job.node} waited to "
+                       f"connect to {job.waiting} ({self.handshakes_per_server} handshakes at once per server)")
+            elif job.stage == "queued":
                 msg = (f"the {deadline:g} s deadline of the whole collection passed before {job.node} was contacted "
                        f"(concurrency {self.concurrency})")
             else:
@@ -685,9 +730,10 @@ class SSHTransport(Transport):
         key = f"{spec.alias}={spec.user}@{spec.hostname}:{spec.port}" + (f" via {via.key}" if via else "")
         lock = self._key_lock(key)
         # another node may be building this very connection (a shared jump host): wait for it
-        # as long as its whole handshake may take, then take a fresh connect budget
+        # as long as its whole handshake may take (with its new tries: 8 stages), then take a
+        # fresh connect budget
         ct = self.connect_timeout_for(spec)
-        job.enter("connect", 4 * ct + 1)
+        job.enter("connect", 8 * ct + 1)
         while not lock.acquire(timeout=_POLL):
             job.check()
         try:
@@ -703,12 +749,62 @@ class SSHTransport(Transport):
                 if via is not None:
                     job.target += f" through jump host {via.spec.alias}"
                     job.via = via.spec.alias
-            conn = self._open(job, spec, via, key)
+            conn = self._open_retrying(job, spec, via, key)
             with self._lock:
                 self._conns[key] = conn
             return conn
         finally:
             lock.release()
+
+    def _handshake_slots(self, spec: HostSpec, via: _Conn | None) -> threading.BoundedSemaphore:
+        where = spec.address + (f" via {via.key}" if via else "")
+        with self._lock:
+            return self._handshakes.setdefault(where, threading.BoundedSemaphore(self.handshakes_per_server))
+
+    def _open_retrying(self, job: _Job, spec: HostSpec, via: _Conn | None, key: str) -> _Conn:
+        """`_open` within a handshake slot of the server; again, after a pause, while the server
+        closes the new connection during its start-up and the handshake's budget lasts."""
+        ct = self.connect_timeout_for(spec)
+        slots = self._handshake_slots(spec, via)
+        tries = 0
+        began = time.monotonic()
+        while True:
+            tries += 1
+            if not slots.acquire(blocking=False):
+                with job.lock:
+                    job.waiting = spec.address
+                job.enter("queued", None)  # no stage clock while other handshakes with this server run
+                while not slots.acquire(timeout=_POLL):
+                    job.check()
+                with job.lock:
+                    job.waiting = ""
+            try:
+                if tries == 1:
+                    began = time.monotonic()
+                with job.lock:
+                    job.dropped = ""
+                job.enter("connect", ct)
+                return self._open(job, spec, via, key)
+            except _Dropped as drop:
+                fault: _Dropped = drop
+            finally:
+                slots.release()
+            pause = min(_RETRY_MAX, _RETRY_FIRST * 2 ** (tries - 1)) * self._jitter.uniform(0.5, 1.5)
+            spent = time.monotonic() - began
+            said = (f"{fault.message}, {tries} {'time' if tries == 1 else 'times'} in {spent:.1f} s "
+                    f"(the server's MaxStartups limit? sshd drops new connections while too many others are "
+                    f"not yet authenticated)")
+            left = 4 * ct - spent
+            if pause >= left:
+                raise NodeFault(fault.kind, fault.stage, said, tries=str(tries), **fault.extra)
+            log.debug("preflight: %s; trying again in %.2f s", said, pause)
+            with job.lock:
+                job.dropped = said
+            job.enter("connect", left)
+            until = time.monotonic() + pause
+            while (wait := until - time.monotonic()) > 0:
+                time.sleep(min(_POLL, wait))
+                job.check()
 
     def _open_socket(self, job: _Job, spec: HostSpec, via: _Conn | None) -> Any:
         t = job.target
@@ -800,6 +896,10 @@ class SSHTransport(Transport):
             if not t.is_active() or not t.remote_version or t.host_key is None:
                 exc = t.get_exception()
                 stage = job.stage
+                if _closed_by_peer(exc):
+                    where = "during key exchange" if t.remote_version else "before sending its SSH banner"
+                    raise _Dropped("disconnected", "kex" if t.remote_version else "banner",
+                                   f"{job.target} closed the connection {where}")
                 if stage == "banner":
                     raise NodeFault("ssh", "banner", f"{job.target} did not speak SSH: {exc or 'connection closed'}")
                 raise NodeFault("ssh", stage, f"SSH key exchange with {job.target} failed: {exc or 'connection closed'}")
