@@ -27,12 +27,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from preflight import interrupt
 from preflight.engine import (
     CHECK_TIMEOUTS,
     Config,
     UsageError,
     disabled_results,
     load_registry,
+    mark_interrupted,
     run,
     select,
     split_disabled,
@@ -379,6 +381,11 @@ def run_prologue(req: PrologueRequest, cfg: Config) -> PrologueOutcome:
     if not valid_node_name(name):
         raise UsageError(f"invalid node name {name!r}")
     report, profile, transport = _check(req, name, cfg, watch)
+    if interrupt.signum():  # slurmd cancelling the job (SIGTERM), or Ctrl-C: no verdict on the node, no drain
+        report = mark_interrupted(report)
+        lines = _summary_lines(report, name)
+        watch.decided = Decided(list(lines), report.verdict.exit_code)
+        return PrologueOutcome(report=report, lines=lines, code=report.verdict.exit_code, watchdog=watch)
     lines = _summary_lines(report, name)
     cut = cut_and_timed_out(transport.shrunk, report)  # a note only where the cut may be the cause
     if cut:

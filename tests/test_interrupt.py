@@ -113,3 +113,37 @@ def test_signal_ends_hung_probes_and_writes_an_interrupted_report(tmp_path: Path
     assert "gpu.driver" in {r["check"] for r in cut}, cut
     assert doc["bad_nodes"] == [], doc["bad_nodes"]
     assert "INTERRUPTED" in stdout
+
+
+@pytest.mark.real
+def test_sigterm_ends_the_prologue_without_a_verdict_on_the_node(tmp_path: Path) -> None:
+    """slurmd cancelling the job sends SIGTERM: the prologue ends its hung probes, drains
+    nothing, writes what finished as INTERRUPTED and exits 143."""
+    env, marker = hung_node_env(tmp_path)
+    out = tmp_path / "reports"
+    proc = subprocess.Popen([sys.executable, "-m", "preflight.cli", "prologue", "--no-drain", "--budget", "120",
+                             "--node", "gpu017", "--history", "off", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        assert wait_for(lambda: len(procs_with(marker)) >= 2, 60), "the hung nvidia-smi probes never started"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"the prologue did not end within 30 s of SIGTERM: {stderr[-2000:]}")
+        gone = wait_for(lambda: not procs_with(marker), 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        kill_left(marker)
+    assert gone, "hung nvidia-smi probes outlived the prologue"
+    assert proc.returncode == 143, (proc.returncode, stdout[-1000:], stderr[-2000:])
+    assert "interrupted: 0 of 1 nodes answered; pending: gpu017" in stderr, stderr[-2000:]
+    assert stdout.startswith("preflight prologue gpu017: INTERRUPTED"), stdout[-2000:]
+    assert "drain" not in stdout, stdout
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"] == "INTERRUPTED" and doc["bad_nodes"] == [], doc["verdict"]

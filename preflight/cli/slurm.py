@@ -16,9 +16,11 @@ import typer
 
 from preflight.cli import options as opt
 from preflight.cli.app import app
+from preflight.interrupt import guarded
 
 
 @app.command()
+@guarded  # SIGTERM from slurmd, or Ctrl-C: its probes ended, no drain, exit 128 + the signal
 def prologue(
     budget: Annotated[float, typer.Option("--budget", help="Seconds the whole command may take.")] = 20.0,
     profile: opt.ProfileOpt = None,
