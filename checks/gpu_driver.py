@@ -117,11 +117,24 @@ class DriverView:
 
     def facts(self) -> dict[str, Any]:
         nv, dv = self.nv, self.dv
-        return {"driver": self.driver or None, "cuda": self.cuda or None,
+        out = {"driver": self.driver or None, "cuda": self.cuda or None,
                 "nvml": (nv.nvml_version or None) if nv is not None else None, "error": None,
                 "kernel_module": self.kernel_module or None, "installed": dv.installed if dv else [],
                 "nvml_library": self.library or None,
                 "nvml_file": (nv.library or None) if nv is not None else None}  # the libnvidia-ml the probe loaded
+        if nv is not None and self.nverr is not None:  # where the probe looked for it and each load that
+            # failed: the facts and the evidence (--verbose) hold them, the summary does not
+            out.update(nvml_searched=nv.searched, nvml_load_errors=nv.load_errors)
+        return out
+
+    def nvml_lines(self) -> list[str]:
+        """The NVML probe's own line, then where it looked and what failed (evidence, not summary)."""
+        if self.nverr is None:
+            return []
+        nv = self.nv
+        more = [f"NVML probe searched: {', '.join(nv.searched)}"] if nv is not None and nv.searched else []
+        more += [f"NVML probe load failed: {e}" for e in (nv.load_errors if nv is not None else [])]
+        return [self.nverr.line, *more]
 
 
 def _mismatch(v: DriverView, facts: dict[str, Any]) -> tuple[str, list[str]]:
@@ -191,12 +204,12 @@ def _nvml_findings(v: DriverView, f: Findings) -> None:
     nverr, driver, nvml_driver = v.nverr, v.smi_driver, v.nvml_driver
     if nverr is not None and nverr.kind != "gpu_lost" and nverr.kind not in {e.kind for e in v.errors}:
         if driver and not v.errors:  # nvidia-smi reads the driver fine: only the probe's process lacks NVML
-            f.add("gpu.driver/nvml-unusable-here", f"{nverr.summary}: {nverr.line}", [nverr.line],
+            f.add("gpu.driver/nvml-unusable-here", f"{nverr.summary}: {nverr.line}", v.nvml_lines(),
                   "nvidia-smi works, so the driver is fine: check that the node's python3 can load libnvidia-ml.so.1 "
                   "(LD_LIBRARY_PATH, ld.so.cache, container mounts; `ldconfig -p | grep nvidia-ml`)")
         else:
             f.add(ERROR_CODES.get(nverr.kind, "gpu.driver/nvml-init-failed"), f"{nverr.summary}: {nverr.line}",
-                  [nverr.line], nverr.remedy)
+                  v.nvml_lines(), nverr.remedy)
     if driver and nvml_driver and driver != nvml_driver:
         f.add("gpu.driver/smi-nvml-disagree", f"nvidia-smi reports driver {driver} but NVML reports {nvml_driver}",
               [v.q.header_lines.get("Driver Version", driver) if v.q else driver, f"NVML driver: {nvml_driver}"],
@@ -223,7 +236,10 @@ def _no_tooling(ctx: CheckContext, nverr: ToolError | None, facts: dict[str, Any
             nverr is None or nverr.kind != "library_missing")):
         return None
     facts["error"] = nverr.line if nverr else smi.reason
-    ev = [smi.reason] + ([nverr.line] if nverr else [])
+    nv = ctx.facts("nvml")
+    searched = getattr(nv, "searched", None) or []
+    ev = [smi.reason] + ([nverr.line] if nverr else []) + (
+        [f"NVML probe searched: {', '.join(searched)}"] if searched else [])
     if ctx.profile.requires_tool(smi.tool):
         return ctx.finding("gpu.driver/no-tooling-required", f"no GPU tooling: {smi.tool} not found and the NVML "
                            "library is missing", evidence=[*ev, _prov(ctx, "tools.required")], facts=facts,

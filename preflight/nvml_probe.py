@@ -10,10 +10,11 @@ down with it. It always prints one JSON object and exits 0:
      "driver": str, "nvml_version": str, "cuda_driver_version": int,
      "gpus": [{"index", "name", "uuid", "pci_bus_id", "vbios", "persistence", "pcie_gen",
                "pcie_gen_max", "pcie_width", "pcie_width_max", "mig_mode", "mig_mode_pending",
-               "memory_total_mib", "errors"?}]}
+               "memory_total_mib", "errors"?}], "searched"?: [str], "load_errors"?: [str]}
 
 `library` is the file actually loaded. A node without the library says `error_type`
-"LibraryNotFound" and where it looked; an nvmlInit failure carries NVML's own error string in
+"LibraryNotFound" (or "LibraryLoadError", each failed load in `load_errors`) in one short `error`,
+and where it looked in `searched`; an nvmlInit failure carries NVML's own error string in
 `error` and the return code's name (NVML_ERROR_DRIVER_NOT_LOADED ...) in `error_type`. A field
 a GPU does not give (NOT_SUPPORTED under MIG, a function an old driver lacks, a lost GPU) is
 null, and the reason is in that GPU's "errors" as "<code name>: <NVML error string>".
@@ -97,12 +98,18 @@ class NvmlFailure(Exception):
         return f"{self.name}: {self.text}"
 
 
-class NoLibrary(Exception):
-    """The library could not be loaded at all."""
+LOADER = "the loader's path (LD_LIBRARY_PATH, ld.so.cache)"
 
-    def __init__(self, text: str, kind: str) -> None:
+
+class NoLibrary(Exception):
+    """The library could not be loaded at all: one short sentence, where it was looked for, and
+    each load that failed (the loader's own message, which names the file)."""
+
+    def __init__(self, text: str, kind: str, searched: list[str], failures: list[str] | None = None) -> None:
         super().__init__(text)
         self.kind = kind
+        self.searched = searched
+        self.failures = failures or []
 
 
 def _loaded_path(fallback: str) -> str:
@@ -133,12 +140,13 @@ def load(dirs: tuple[str, ...] = DRIVER_DIRS) -> tuple[ctypes.CDLL, str]:
             continue
         try:
             return ctypes.CDLL(path), _loaded_path(path)
-        except OSError as exc:
-            failed.append(f"{path}: {exc}")
+        except OSError as exc:  # the loader's message names the file ("<path>: invalid ELF header")
+            failed.append(str(exc) if path in str(exc) else f"{path}: {exc}")
+    searched = [LOADER, *dirs]
     if failed:
-        raise NoLibrary(f"{SONAME} cannot be loaded: {'; '.join(failed)}", "LibraryLoadError")
-    raise NoLibrary(f"{SONAME} not found: not on the loader's path (LD_LIBRARY_PATH, ld.so.cache) nor in "
-                    f"{', '.join(dirs)} (NVIDIA driver not installed?)", "LibraryNotFound")
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise NoLibrary(f"{SONAME} cannot be loaded: {failed[0]}{more}", "LibraryLoadError", searched, failed)
+    raise NoLibrary(f"{SONAME} not found", "LibraryNotFound", searched)
 
 
 class Nvml:
@@ -285,7 +293,9 @@ def collect(dirs: tuple[str, ...] = DRIVER_DIRS) -> dict[str, Any]:
     try:
         lib, path = load(dirs)
     except NoLibrary as exc:
-        out.update(error=str(exc), error_type=exc.kind)
+        out.update(error=str(exc), error_type=exc.kind, searched=exc.searched)
+        if exc.failures:
+            out["load_errors"] = exc.failures
         return out
     out["library"] = path
     nv = Nvml(lib, path)

@@ -527,7 +527,7 @@ def test_missing_tool_fold_reads_captures_without_a_source() -> None:
     ("Failed to initialize NVML: Driver/library version mismatch",
      "the loaded NVIDIA kernel module and the user-space driver library differ"),
     ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.",
-     "the NVML library (libnvidia-ml.so) or nvidia-smi is not installed or not visible"),
+     "the NVML library (libnvidia-ml.so) was not found"),
     ("Failed to initialize NVML: Unknown Error", "NVML could not be initialised"),
 ])
 def test_each_driver_failure_is_kept_by_gpu_driver(message: str, short: str) -> None:

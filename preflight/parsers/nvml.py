@@ -1,7 +1,7 @@
 """The NVML probe's JSON (`preflight.nvml_probe`, shipped to the node) as facts.
 
 Shape: {ok, error, error_type, error_code, library, driver, nvml_version, cuda_driver_version,
-gpus: [...]}. The probe prints one JSON object; anything around it (a warning a library
+gpus: [...], searched?, load_errors?}. The probe prints one JSON object; anything around it (a warning a library
 printed) is skipped. Garbage gives ok False with the reason, never an exception. `error_type`
 is the probe's LibraryNotFound / LibraryLoadError, or the name of NVML's return code
 (NVML_ERROR_DRIVER_NOT_LOADED ...) with NVML's own sentence in `error`; older probes printed
@@ -63,6 +63,8 @@ class NvmlReport:
     gpus: list[NvmlGpu] = field(default_factory=list)
     recognised: bool = False  # the text held the probe's JSON object
     library: str = ""  # the libnvidia-ml file the probe loaded ("" when none)
+    searched: list[str] = field(default_factory=list)  # where the probe looked for it, when it found none
+    load_errors: list[str] = field(default_factory=list)  # each load of it that failed
 
     @property
     def cuda(self) -> str:
@@ -106,6 +108,10 @@ def _object(text: str) -> dict[str, Any] | None:
     return None
 
 
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def parse(doc: Doc) -> NvmlReport:
     data = _object(doc.clean)
     if data is None:
@@ -114,7 +120,8 @@ def parse(doc: Doc) -> NvmlReport:
                      error_type=str(data.get("error_type") or ""), driver=str(data.get("driver") or ""),
                      nvml_version=str(data.get("nvml_version") or ""),
                      cuda_driver_version=to_int(data.get("cuda_driver_version")) or 0, recognised=True,
-                     library=str(data.get("library") or ""))
+                     library=str(data.get("library") or ""), searched=_strings(data.get("searched")),
+                     load_errors=_strings(data.get("load_errors")))
     for i, g in enumerate(data.get("gpus") or []):
         if not isinstance(g, dict):
             continue

@@ -99,7 +99,7 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      lazyre.compile(r"NVML Shared Library Not Found|NVMLError_LibraryNotFound|libnvidia-ml\.so\S*: cannot open|"
                 r"couldn'?t find libnvidia-ml\.so|nvidia-smi: (?:command )?not found|"
                 r"libnvidia-ml\.so\S* (?:not found|cannot be loaded)|NVML_ERROR_LIBRARY_NOT_FOUND", re.I),
-     "the NVML library (libnvidia-ml.so) or nvidia-smi is not installed or not visible",
+     "the NVML library (libnvidia-ml.so) was not found",
      "install the NVIDIA driver's user-space libraries (or expose them to the container)"),
     ("inforom_corrupted",
      lazyre.compile(rf"infoROM is corrupted at gpu\s*(?P<bus>{_BUS})?", re.I),
@@ -112,6 +112,27 @@ PATTERNS: list[tuple[str, re.Pattern[str], str, str]] = [
      "NVML could not be initialised",
      "run nvidia-smi by hand on the node; check dmesg for NVRM errors and that the user can open /dev/nvidia*"),
 ]
+
+# One pattern may match messages of different causes: the message's own words name the one it says
+# (kind, pattern, summary, remedy or "" for the kind's), the first that matches; else the kind's summary.
+_CAUSES: list[tuple[str, re.Pattern[str], str, str]] = [
+    ("library_missing", lazyre.compile(r"nvidia-smi: (?:command )?not found", re.I),
+     "nvidia-smi was not found on the PATH",
+     "install the NVIDIA driver's user-space tools (nvidia-smi comes with them) or put their folder on the PATH"),
+    ("library_missing", lazyre.compile(r"cannot be loaded|LibraryLoadError", re.I),
+     "the NVML library (libnvidia-ml.so) could not be loaded",
+     "a libnvidia-ml.so.1 is there but the loader refuses it (wrong architecture, a broken or partial install): "
+     "reinstall the NVIDIA driver's user-space libraries"),
+]
+
+
+def _cause(kind: str, line: str, summary: str, remedy: str) -> tuple[str, str]:
+    """(summary, remedy) of a message of `kind`: the cause its own words name."""
+    for k, pattern, said, fix in _CAUSES:
+        if k == kind and pattern.search(line):
+            return said, fix or remedy
+    return summary, remedy
+
 
 # What NVML's error string after a GPU's bus id makes of the device-handle message. The default is
 # a GPU that does not answer (Unknown Error, GPU is lost, Not Found, Timeout).
@@ -160,7 +181,7 @@ def _classify(line: str, reset_block: bool) -> tuple[str, re.Match[str], str, st
             continue
         if kind == "reset_failed" and m.groupdict().get("bus") and not reset_block:
             continue  # `GPU 00000000:55:00.0: ...` is only a reset failure under its header
-        return kind, m, summary, remedy
+        return kind, m, *_cause(kind, line, summary, remedy)
     return None
 
 
@@ -242,7 +263,7 @@ def error_for(kind: str, line: str) -> ToolError:
     """A ToolError of `kind` for a message that came in another shape (NVML's JSON)."""
     for k, _pattern, summary, remedy in PATTERNS:
         if k == kind:
-            return ToolError(kind, line, summary, remedy)
+            return ToolError(kind, line, *_cause(kind, line, summary, remedy))
     return ToolError(kind, line, "GPU tooling error", "run nvidia-smi by hand on the node and check dmesg")
 
 

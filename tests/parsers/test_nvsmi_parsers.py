@@ -509,7 +509,7 @@ def test_device_handle_detail_kinds(detail: str, kind: str, summary: str, remedy
     ("No NVIDIA GPU found", "no_devices", "", ""),
     ("NVML: device count is 0", "no_devices", "", ""),
     ("NVML Shared Library Not Found", "library_missing",
-     "the NVML library (libnvidia-ml.so) or nvidia-smi is not installed or not visible", "install the NVIDIA"),
+     "the NVML library (libnvidia-ml.so) was not found", "install the NVIDIA"),
     ("pynvml.NVMLError_LibraryNotFound", "library_missing", "", ""),
     ("libnvidia-ml.so.1: cannot open shared object file", "library_missing", "", ""),
     ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.", "library_missing", "", ""),
