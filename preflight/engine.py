@@ -622,9 +622,11 @@ class Config:
     def disabled_reason(self) -> str:
         return f"disabled by config ({self.path})"
 
-    def validate_ids(self, registry: Registry) -> None:
+    def validate_ids(self, registry: Registry, only: Sequence[str] | None = None,
+                     skip: Sequence[str] | None = None) -> None:
         """`disabled_checks` and `check_timeouts` name checks the registry knows; else a
-        UsageError naming the id and the file."""
+        UsageError naming the id and the file. Given the command's --only/--skip flags (empty
+        lists when none), the selection is checked too (`_validate_selection`)."""
         known = set(registry.checks) | set(registry.cluster_checks)
         for cid in self.check_timeouts:
             if cid not in known:
@@ -634,6 +636,35 @@ class Config:
             if not registry.matches([pat]):
                 raise UsageError(f"config file {self.path}: disabled_checks names unknown check {pat!r}"
                                  f"{_did_you_mean(pat, registry.known_ids())} (see `preflight list`)")
+        if only is not None or skip is not None:
+            self._validate_selection(registry, only, skip)
+
+    def _validate_selection(self, registry: Registry, only: Sequence[str] | None, skip: Sequence[str] | None
+                            ) -> None:
+        """Every id of the selection (the flags, the environment's lists, the file's `only` and
+        `skip`, even when replaced) is a check id, a family or an id another command reports;
+        else a UsageError naming each unknown one, where it came from, and the closest known id."""
+        in_file = f"config file {self.path}: "
+        lists = [(in_file + "only", self.only), (in_file + "skip", self.skip)]
+        if only or skip:
+            lists += [("--only", list(only or [])), ("--skip", list(skip or []))]
+        elif _env_list(ENV_ONLY) is not None or _env_list(ENV_SKIP) is not None:
+            lists += [(f"${ENV_ONLY}", _env_list(ENV_ONLY) or []), (f"${ENV_SKIP}", _env_list(ENV_SKIP) or [])]
+        problems = [f"{where} names {_unknown_id(registry, pat)}"
+                    for where, pats in lists for pat in dict.fromkeys(pats) if not registry.matches([pat])]
+        if problems:
+            raise UsageError("; ".join(problems) + " (see `preflight list`)")
+
+
+def _unknown_id(registry: Registry, pat: str) -> str:
+    """How an id no check answers to is named: a finding code for what it is, else the closest
+    known id or family."""
+    check = pat.split("/", 1)[0]
+    if "/" in pat and registry.matches([check]):
+        return f"finding code {pat!r}, not a check: give its check {check} (or a family)"
+    ids = registry.known_ids()
+    families = {i.rsplit(".", k)[0] for i in ids for k in range(1, i.count(".") + 1)}
+    return f"unknown check {pat!r}{_did_you_mean(pat, [*ids, *families])}"
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -967,9 +998,10 @@ def plan_run(req: CheckRequest, cfg: Config) -> RunPlan:
     """Pick the checks, the nodes and the transport, the peer ring and the cross-node checks.
     Raises UsageError for what cannot run (no check selected, a transport without nodes)."""
     until = run_end(req.transport_options)  # the deadline counts from here: address look-ups included
+    flags = req.only, req.skip
     req = effective(req, cfg)
     reg = load_registry(req.checks_dirs, cfg)
-    cfg.validate_ids(reg)
+    cfg.validate_ids(reg, *flags)
     checks, disabled = split_disabled(select(reg, req.only, req.skip, node_only=req.node_only), cfg)
     if not checks and disabled:
         raise UsageError(f"every check selected is {cfg.disabled_reason()}: {', '.join(disabled)}")

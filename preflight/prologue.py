@@ -325,7 +325,7 @@ def _check(req: PrologueRequest, name: str, cfg: Config, watch: Watchdog) -> tup
     from preflight.registry import Options
 
     reg = load_registry(req.checks_dirs, cfg)
-    cfg.validate_ids(reg)
+    cfg.validate_ids(reg, req.only, req.skip)
     checks, disabled = split_disabled(select(reg, *cfg.resolve_selection(req.only, req.skip), node_only=True), cfg)
     if not checks:
         raise UsageError(f"every check selected is {cfg.disabled_reason()}: {', '.join(disabled)}" if disabled

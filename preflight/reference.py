@@ -38,8 +38,9 @@ def lookup(pol: Policy, name: str) -> list[Code]:
     return _sorted(c for c in pol.codes.values() if c.check == prefix or c.check.startswith(prefix + "."))
 
 
-def suggestion(pol: Policy, name: str) -> str:
-    close = difflib.get_close_matches(name, [*pol.codes, *{c.check for c in pol.codes.values()}],
+def suggestion(pol: Policy, name: str, ids: Iterable[str] = ()) -> str:
+    """" (did you mean X?)" for the code, check or other known id (`ids`) closest to `name`."""
+    close = difflib.get_close_matches(name, [*pol.codes, *{c.check for c in pol.codes.values()}, *ids],
                                       n=1)  # pragma: no mutate (the best match is first either way)
     return f" (did you mean {close[0]}?)" if close else ""
 

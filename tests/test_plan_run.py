@@ -87,7 +87,8 @@ def test_expect_nodes_alone_keeps_the_node_count_check() -> None:
     (engine.CheckRequest(transport="srun"), "--transport srun needs nodes"),
     (engine.CheckRequest(nodes=["a", "b"], transport="local"), "--transport local runs on this node only"),
     (engine.CheckRequest(nodes=["a", "b"], transport="mpi"), "--transport 'mpi': use auto, local, ssh or srun"),
-    (engine.CheckRequest(only=["no.such.check"]), "no check selected"),
+    (engine.CheckRequest(only=["no.such.check"]), "--only names unknown check 'no.such.check'"),
+    (engine.CheckRequest(only=["nccl.allreduce"], node_only=True), "no check selected"),
 ])
 def test_what_cannot_run_is_a_usage_error(req: engine.CheckRequest, message: str,
                                           monkeypatch: pytest.MonkeyPatch) -> None:

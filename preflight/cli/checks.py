@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +12,10 @@ from preflight.cli import options as opt
 from preflight.cli.app import app
 from preflight.interrupt import guarded
 from preflight.report.progress import live_progress
+
+if TYPE_CHECKING:
+    from preflight.policy import Policy
+    from preflight.registry import Registry
 
 
 @app.command()
@@ -214,8 +218,8 @@ def explain(
         return
     codes = reference.lookup(pol, name) if name else sorted(pol.codes.values(), key=lambda c: c.code)
     if not codes:
-        raise engine.UsageError(f"no finding code or check {name!r}{reference.suggestion(pol, name or '')} "
-                                "(`preflight explain` lists every code)")
+        _explain_uncoded(name or "", engine.load_registry(list(checks_dir or []), cfg), pol)
+        return
     if as_json:
         import json
 
@@ -225,3 +229,17 @@ def explain(
                                      "codes": [reference.entry_json(pol, c) for c in codes]}, indent=2) + "\n")
         return
     sys.stdout.write("\n".join(reference.entry_text(pol, c) for c in codes))
+
+
+def _explain_uncoded(name: str, reg: Registry, pol: Policy) -> None:
+    """`explain NAME` for a name with no code in the policy table: a known check (a site
+    check, an id another command reports) says so; an unknown name is a usage error naming the
+    closest code, check or family."""
+    from preflight import engine, reference
+
+    known = reg.matches([name])
+    if not known:
+        raise engine.UsageError(f"no finding code or check {name!r}{reference.suggestion(pol, name, reg.known_ids())} "
+                                "(`preflight explain` lists every code)")
+    sys.stdout.write(f"{name}: no finding codes in the policy table for {', '.join(known)}; "
+                     "its results carry their own summary and status (`preflight list` says what each catches)\n")
