@@ -51,6 +51,9 @@ CASES = [  # check, {probe: fixture}, the token the shown line must hold
     ("node.clock", {"timedatectl": "timedatectl/status_systemd229_not_synchronised.txt"}, "NTP synchronized: no"),
     ("node.clock", {"ntpstat": "ntpstat/unsynchronised_restarting.txt"}, "unsynchronised"),
     ("node.clock", {"ntpq-peers": "ntpq/pn_no_system_peer_init.txt"}, "none selected as system peer"),
+    ("node.clock", {"ntpq-peers": "ntpq/pn_no_association.txt"}, "No association ID's returned"),
+    ("node.clock", {"chronyc-sources": "chrony/sources_n_none_reachable.txt"}, "none selected ('*')"),
+    ("node.clock", {"chronyc-tracking": "chrony/tracking_c_not_synchronised.csv"}, ",Not synchronised"),
     # a GPU missing: the count against the profile's (and the index that is gone), not the list of those present
     ("gpu.inventory", {"nvidia-smi-query": "nvidia-smi/query_7of8_gpu5_missing.csv"}, "no GPU at index 5"),
     ("gpu.inventory", {"nvidia-smi-table": "nvidia-smi/table_550_7of8.txt"}, "7 GPU(s) listed where gpu.count"),
