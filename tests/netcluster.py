@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from tests import leaks
 
@@ -94,10 +95,12 @@ class NetCluster:
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     slurm_conf: Path = Path()  # set by start_slurm
     _slurm_procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _lock: IO[str] | None = None
 
     # ---- building -------------------------------------------------------------------------
     def up(self, tools: list[str] | None = None) -> NetCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._lock_prefix()
         self.sw_ns = f"{self.prefix}-sw"
         self.client_ns = f"{self.prefix}-c"
         self.client_addr = f"{self.subnet}.2"
@@ -110,6 +113,41 @@ class NetCluster:
             self.down()
             raise
         return self
+
+    def _lock_prefix(self, timeout: float = 900) -> None:
+        """Own the namespace prefix while the cluster is up: a second test run that builds a
+        cluster of the same prefix (the same test file, run twice at once) waits for this one
+        to come down, instead of taking its namespaces away and ending its processes as stale.
+        The lock goes with the process that holds it, so a crashed run leaves nothing held."""
+        import fcntl
+
+        if self._lock is not None:
+            return
+        folder = Path("/tmp/preflight-netcluster-locks")  # namespaces are the machine's: so is the lock
+        folder.mkdir(exist_ok=True)
+        lock = open(folder / f"{self.prefix}.lock", "a+")  # noqa: SIM115 - held until down()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.seek(0)
+                    holder = lock.read().strip()
+                    lock.close()
+                    raise RuntimeError(f"test cluster prefix {self.prefix!r} still in use after {timeout:g} s "
+                                       f"by {holder or 'another process'}") from None
+                time.sleep(1)
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()} ({self.workdir})\n")
+        lock.flush()
+        self._lock = lock
+
+    def _unlock_prefix(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the lock
+            self._lock = None
 
     def _build(self, tools: list[str]) -> None:
         self._cleanup_stale()
@@ -312,6 +350,12 @@ class NetCluster:
 
     # ---- teardown ---------------------------------------------------------------------------
     def down(self) -> None:
+        if self._lock is None:
+            try:  # never built (or already down): take nothing from a cluster of another run
+                self._lock_prefix(timeout=0)
+            except RuntimeError as e:
+                print(f"netcluster: not tearing down: {e}", file=sys.stderr)
+                return
         self.stop_slurm()
         for proc in self._procs:
             if proc.poll() is None:
@@ -330,6 +374,7 @@ class NetCluster:
         if self._route_added:
             sh("ip", "route", "del", "unreachable", f"{self.subnet}.0/24", check=False)
             self._route_added = False
+        self._unlock_prefix()
 
     # ---- slurm ------------------------------------------------------------------------------
     # A real Slurm: munged with its own socket and key, slurmctld in the client namespace (as

@@ -152,6 +152,13 @@ def test_cluster_teardown_ends_what_runs_in_its_namespaces(tmp_path: Path) -> No
             time.sleep(0.1)
         assert _sleeps(token), "the detached process did not start"
         assert ino is not None and all(leaks.netns_inode(p) == ino for p in _sleeps(token))
+        # a second run's cluster of the same prefix neither takes these namespaces away as stale
+        # nor ends what runs in them: it waits for the prefix (here: gives up after 1 s)
+        other = NetCluster(1, tmp_path / "other", prefix="lk", subnet="10.66.40")
+        with pytest.raises(RuntimeError, match=f"'lk' still in use after 1 s by pid {os.getpid()}"):
+            other._lock_prefix(timeout=1)
+        other.down()
+        assert leaks.named_netns_inode(c.nodes[0].ns) == ino and _sleeps(token), "the other run took the cluster"
         c.down()
         assert _sleeps(token) == [], "the node's process outlived the cluster"
         assert leaks.in_namespaces({ino}) == []
