@@ -38,7 +38,13 @@ elif [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"
 else PY=$(command -v python3 || echo python3)
 fi
 # each step's limit in seconds; together at most 8 minutes (with the 5 s grace of each kill)
-limit() { case "$1" in node) echo 85 ;; sweep) echo 175 ;; restart) echo 115 ;; replay) echo 85 ;; esac; }
+# (DEVICE_CHECK_LIMIT_<STEP> overrides one, e.g. for a slow machine)
+limit() {
+    local v
+    v="DEVICE_CHECK_LIMIT_$(echo "$1" | tr '[:lower:]' '[:upper:]')"
+    if [ -n "${!v:-}" ]; then echo "${!v}"; return; fi
+    case "$1" in node) echo 85 ;; sweep) echo 175 ;; restart) echo 115 ;; replay) echo 85 ;; esac
+}
 
 DEVICE=${DEVICE_CHECK_DEVICE:-/dev/nvidia0}
 why=""

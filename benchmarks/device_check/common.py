@@ -46,6 +46,13 @@ class Step:
         os._exit(124)
 
     def kill_live(self) -> None:
+        """End every child session of this step: commands run here, and probes that
+        `preflight.probe_runner` still runs in this process (each leads its own group)."""
+        runner = sys.modules.get("preflight.probe_runner")
+        try:
+            self.live.update(p.pid for p in list(getattr(runner, "LIVE", ())))
+        except RuntimeError:  # changed while copied: the probes' own timeouts still end them
+            pass
         for pgid in list(self.live):
             try:
                 os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,156 @@
+"""benchmarks/device_check.sh: its dry run here (no GPU), and its non-dry plumbing against the
+fake nvidia-smi and the fake libnvidia-ml (step 1 in full; the torch steps fail with the cause
+where torch has no CUDA)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import fakes, scenarios
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "device_check.sh"
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=ROOT)
+
+
+def bare_env() -> dict[str, str]:
+    """This machine as it is, with the python that runs the tests."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_FAKE")}
+    env["PYTHON"] = sys.executable
+    env.pop("DEVICE_CHECK_DEVICE", None)
+    return env
+
+
+def gpu_env(tmp: Path, build=scenarios.healthy_h100) -> dict[str, str]:
+    """A GPU machine as the fakes make it: nvidia-smi and libnvidia-ml.so.1 answering for 8
+    H100s, and a stand-in for /dev/nvidia0."""
+    bin_dir = fakes.install(tmp / "bin", scenarios.TOOLS)
+    env = scenarios.nvml_env(fakes.env_for(bin_dir, build(tmp / "sc")))
+    (tmp / "nvidia0").write_text("")
+    env.update({"PYTHON": sys.executable, "DEVICE_CHECK_DEVICE": str(tmp / "nvidia0"), "PREFLIGHT_HISTORY": "off"})
+    env.pop("PREFLIGHT_CONFIG", None)
+    return env
+
+
+def assert_plan(out: str) -> None:
+    for step in ("node", "sweep", "restart", "replay"):
+        assert f"step {step} (timeout" in out
+    # the exact commands the probes run, and each step's own
+    for cmd in ("nvidia-smi -q", "nvidia-smi -L", "nvidia-smi topo -m", "nvidia-smi nvlink --status",
+                "nvidia-smi --query-gpu=index,name", "probe nvml:", "-m preflight.cli node --json",
+                "-m preflight.cli sweep --nproc 8 --backend nccl", "allreduce.py",
+                "-m preflight.runtime.launch --nproc 4", "replay.py --rank-out"):
+        assert cmd in out, cmd
+    assert out.rstrip().splitlines()[-1] == "no GPU: skipped"
+
+
+def test_dry_run_on_this_machine_says_what_it_would_run() -> None:
+    env = bare_env()
+    if shutil.which("nvidia-smi", path=env.get("PATH")) and Path("/dev/nvidia0").exists():
+        env["DEVICE_CHECK_DEVICE"] = "/nonexistent/nvidia0"  # a GPU machine: still the no-GPU path
+    p = run([], env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "dry run: no " in p.stdout
+    assert_plan(p.stdout)
+    assert "Traceback" not in p.stdout + p.stderr
+
+
+@pytest.mark.real
+def test_dry_run_flag_runs_nothing_even_with_a_gpu(tmp_path: Path) -> None:
+    env = gpu_env(tmp_path)
+    out = tmp_path / "dc.json"
+    p = run(["--dry-run", "--out", str(out)], env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert_plan(p.stdout)
+    assert not out.exists()
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert run(["--steps", "node,nope"], bare_env()).returncode == 2
+    assert run(["--frobnicate"], bare_env()).returncode == 2
+
+
+@pytest.mark.real
+def test_node_step_records_the_driver_and_keeps_the_raw_captures(tmp_path: Path) -> None:
+    env = gpu_env(tmp_path)
+    out = tmp_path / "out" / "dc.json"
+    p = run(["--steps", "node,sweep", "--out", str(out)], env)
+    doc = json.loads(out.read_text())
+    steps = {s["step"]: s for s in doc["steps"]}
+    node = steps["node"]
+    assert node["status"] == "pass", node["reason"]
+    figs = node["figures"]
+    assert figs["node"]["verdict"] == "GO" and figs["node"]["checks"]["gpu.inventory"] == "pass"
+    assert figs["nvml"]["ok"] is True and figs["nvml"]["gpus"] == 8
+    assert figs["analyze"]["unread"] == []
+    probes = {c["probe"] for c in figs["captures"]}
+    assert {"nvidia-smi-q", "nvidia-smi-query", "nvidia-smi-L", "nvidia-smi-nvlink", "nvidia-smi-topo", "nvml"} <= probes
+    cap = out.parent / "captures"
+    q = (tmp_path / "sc" / "q.txt").read_text()
+    assert (cap / "nvidia-smi-q.out").read_text() == q  # the tool's output, byte for byte
+    assert json.loads((cap / "nvml.out").read_text())["driver"] == scenarios.DRIVER
+    assert (cap / "nvidia-smi-nvlink.1.out").is_file()  # the alternative command's format too
+    assert any(c.startswith("nvidia-smi -q") for c in node["commands"])
+    assert node["duration_s"] > 0 and node["wall_s"] > 0 and node["timeout_s"] > 0
+    sweep = steps["sweep"]
+    import torch
+
+    if not torch.cuda.is_available():  # torch without CUDA on a GPU machine: FAIL with the cause
+        assert sweep["status"] == "fail" and "cannot use CUDA" in sweep["reason"]
+        assert doc["ok"] is False and doc["failed"] == ["sweep"] and p.returncode == 1
+    assert "node     pass" in p.stdout
+
+
+def topo_garbage(folder: Path) -> Path:
+    scenarios.healthy_h100(folder)
+    (folder / "topo.txt").write_text("GPU0 ??? this is no topology matrix\nsomething else entirely\n")
+    return folder
+
+
+@pytest.mark.real
+def test_output_the_parsers_cannot_read_fails_the_node_step(tmp_path: Path) -> None:
+    env = gpu_env(tmp_path, topo_garbage)
+    out = tmp_path / "dc.json"
+    p = run(["--steps", "node", "--out", str(out)], env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    node = json.loads(out.read_text())["steps"][0]
+    assert node["status"] == "fail"
+    assert "gpu.topology" in node["reason"] and "not read" in node["reason"], node["reason"]
+
+
+@pytest.mark.real
+def test_a_step_killed_by_its_limit_is_failed_and_leaves_no_process(tmp_path: Path) -> None:
+    env = gpu_env(tmp_path)
+    env["PREFLIGHT_FAKE_DELAY"] = "30"  # every nvidia-smi call hangs past the step's limit
+    env["DEVICE_CHECK_LIMIT_NODE"] = "4"
+    out = tmp_path / "dc.json"
+    p = run(["--steps", "node", "--out", str(out)], env, timeout=120)
+    assert p.returncode == 1
+    node = json.loads(out.read_text())["steps"][0]
+    assert node["status"] == "fail" and ("time limit" in node["reason"] or "timed out" in node["reason"])
+    assert started_with(f"PREFLIGHT_FAKE_DIR={tmp_path / 'sc'}") == []
+
+
+def started_with(marker: str) -> list[int]:
+    """The live processes whose environment holds `marker` (this test's fake tools)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
