@@ -7,8 +7,8 @@
   whose link drops jumbo frames is named (a jumbo loss seen by its peers is their symptom,
   not their fault), and an ssh or srun connection that stalled next to it (after key
   exchange, or while the probes ran) is recognised as the same black hole. A node left with no
-  peer to ping because no other node answered is SKIP naming those nodes, whatever its own
-  listing shows.
+  peer to ping because no other node answered says so, naming those nodes (SKIP where it has no
+  data-plane interface whose MTU it could read instead).
 - `cluster.nodes`: the expected node count answered.
 Graders read every node's parsed facts (`ClusterContext.facts`) and node-level results.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from preflight.findings import coded_result, prove
@@ -320,19 +320,29 @@ def _explained(ctx: ClusterContext, n: str, culprits: list[str], matrix: dict[st
 
 
 def _no_peer_answered(ctx: ClusterContext, n: str) -> Result | None:
-    """SKIP for a node that pinged no peer because none answered (the ring is drawn over the
-    nodes that answered): its net.mtu said only that it has no data-plane interface of its own
-    to read, which is not why the path went untested. None for any other node."""
+    """net.mtu of a node that pinged no peer because none answered (the ring is drawn over the
+    nodes that answered), graded without peers as if none had been asked for: its SKIP "no
+    Ethernet data-plane interface up" becomes SKIP naming the nodes that sent nothing back (the
+    reason the path went untested), its PASS of the configured MTU says the same in place of "no
+    peers given". None for any other node (a finding on the configured MTU stands as it is)."""
     r = ctx.result_of("net.mtu", n)
     silent = [m for m in ctx.nodes if m != n and ctx.node_errors.get(m)]
-    if r is None or "net.mtu/no-data-nic" not in (r.facts.get("codes") or []) or ctx.peers.get(n) or not silent:
+    if r is None or ctx.peers.get(n) or not silent:
         return None
     hosts = compress(silent)
-    return coded_result("net.mtu/no-peer-answered", "net.mtu", n,
-                        f"no peer answered: {hosts} sent nothing back, so no jumbo path was pinged; MTU not graded",
-                        [f"{m}: {ctx.node_errors[m]}" for m in silent][:10] + list(r.evidence),  # pragma: no mutate
-                        f"make {hosts} answer (see node.reachable), then run again to test the jumbo path",
-                        {"unanswered": silent}, "cross-node")
+    why = [f"{m}: {ctx.node_errors[m]}" for m in silent][:10]  # pragma: no mutate (a display limit)
+    if "net.mtu/no-data-nic" in (r.facts.get("codes") or []):
+        return coded_result("net.mtu/no-peer-answered", "net.mtu", n,
+                            f"no peer answered: {hosts} sent nothing back, so no jumbo path was pinged; MTU not graded",
+                            why + list(r.evidence), f"make {hosts} answer (see node.reachable), then run again to "
+                            "test the jumbo path", {"unanswered": silent}, "cross-node")
+    if r.status is Status.PASS and r.facts.get("outcome") == "ok" and r.facts.get("peers") == [] \
+            and r.facts.get("interfaces"):
+        names = ", ".join(str(i.get("name")) for i in r.facts["interfaces"])
+        return replace(r, summary=f"data-plane MTU {r.facts.get('mtu')} on {names} (no peer answered: {hosts} sent "
+                       "nothing back; path not tested)", evidence=list(r.evidence) + why,
+                       facts={**r.facts, "unanswered": silent}, source="cross-node")
+    return None
 
 
 def grade_mtu(ctx: ClusterContext) -> Iterable[Result]:

@@ -69,6 +69,21 @@ def test_ssh_healthy_cluster_is_go_and_a_ghost_node_is_error_only(cluster: NetCl
     assert took < 90
 
 
+def test_a_node_whose_only_peer_never_answered_says_no_peer_answered(cluster: NetCluster) -> None:
+    """n1 and a ghost: the ring is drawn over the nodes that answered, so n1 pings nobody. Its
+    net.mtu grades the configured MTU and names why the path was not tested (the ghost sent
+    nothing back), not "no peers given"."""
+    cfg = cluster.workdir / "ssh_config_ghost_alone"
+    cfg.write_text(cluster.ssh_config.read_text() + f"Host ghost\n  HostName {cluster.subnet}.98\n  User root\n"
+                   f"  IdentityFile {cluster.key}\n  UserKnownHostsFile {cluster.known_hosts}\n")
+    rc, doc, _ = run_json(cluster, ["run", "--hosts", "n1,ghost", "--ssh-config", str(cfg), *SSH_ARGS])
+    mtu = by(doc, "net.mtu")["n1"]
+    assert mtu["status"] == "pass" and mtu["summary"].endswith(
+        "(no peer answered: ghost sent nothing back; path not tested)"), mtu
+    assert mtu["facts"]["unanswered"] == ["ghost"] and mtu["evidence"][-1].startswith("ghost: "), mtu
+    assert rc == 1 and doc["bad_nodes"] == ["ghost"]
+
+
 def on_node(c: NetCluster, node: str, command: str) -> subprocess.CompletedProcess[str]:
     """`command` in a login shell's environment on `node`, over the cluster's real sshd."""
     return c.client("ssh", "-F", str(c.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", node, command,

@@ -326,9 +326,21 @@ def test_a_node_with_no_peer_because_no_other_node_answered_says_so() -> None:
     assert r.facts["unanswered"] == ["n2", "n3"] and r.source == "cross-node"
     cl = out[("cluster.mtu", "cluster")]
     assert cl.evidence == [f"n1: net.mtu SKIP {r.summary}"]
-    # every node answered (no ring was drawn: analyze, or a single node): the node's own words stand
-    out = by(list(grade_mtu(mtu_ctx([_no_data_nic("n1")]))))
-    assert ("net.mtu", "n1") not in out
+    # with a data-plane NIC its configured MTU is graded: the PASS says why the path was not tested
+    ok = Result(check="net.mtu", node="n1", status=Status.PASS, summary="data-plane MTU 9000 on eno1 (no peers given: "
+                "path not tested)", evidence=["2: eno1: <UP> mtu 9000"], facts={
+                    "outcome": "ok", "size": 8972, "mtu": 9000, "peers": [], "interfaces": [{"name": "eno1", "mtu": 9000}]})
+    r = by(list(grade_mtu(mtu_ctx([ok], nodes=["n1", "n2"], errors=errors))))[("net.mtu", "n1")]
+    assert r.status is Status.PASS and r.summary == ("data-plane MTU 9000 on eno1 (no peer answered: n2 sent nothing "
+                                                     "back; path not tested)")
+    assert r.evidence == ["2: eno1: <UP> mtu 9000", f"n2: {errors['n2']}"] and r.facts["unanswered"] == ["n2"]
+    # a finding on the configured MTU stands; so does every result when every node answered (analyze,
+    # or a single node: no ring was drawn)
+    low = Result(check="net.mtu", node="n1", status=Status.FAIL, summary="MTU below 9000 on eno1 (1500)",
+                 facts={"outcome": "local_too_small", "peers": [], "interfaces": [{"name": "eno1", "mtu": 1500}]})
+    assert ("net.mtu", "n1") not in by(list(grade_mtu(mtu_ctx([low], nodes=["n1", "n2"], errors=errors))))
+    for alone in (_no_data_nic("n1"), ok):
+        assert ("net.mtu", "n1") not in by(list(grade_mtu(mtu_ctx([alone]))))
 
 
 def test_the_stall_fact_is_named_for_any_transport() -> None:
