@@ -360,7 +360,7 @@ def run(
     results = rootcause.fold(results, {n: st.outcomes[n].captures for n in nodes})
     if interrupt.signum():
         interrupt.note(nodes, [n for n in nodes if not st.outcomes[n].error], pending)
-        _tag_interrupted(results, pending)
+        _tag_interrupted(results)
     return results, st.used
 
 
@@ -394,8 +394,10 @@ class _Received:
 def _interrupted(st: _Run, transport: Transport, received: _Received,
                  phases: list[dict[str, list[Probe]]]) -> None:
     """A signal ended the collection: what came back stays, every probe still running is
-    ended (the transport's abort), and a node that had not sent all its planned captures is
-    pending, its outcome's error `interrupt.WHY` (its checks ERROR with that cause)."""
+    ended (the transport's abort). A node that had not sent back every probe sent to it is
+    pending: its outcome's error is `interrupt.WHY` (its checks ERROR with that cause). A node
+    that had answered phase 1 when the signal came gets its phase-2 probes (never sent) as LOST
+    with that cause."""
     got = received.freeze()
     transport.abort()
     for n in st.nodes:
@@ -404,24 +406,23 @@ def _interrupted(st: _Run, transport: Transport, received: _Received,
             out = st.outcomes[n] = NodeOutcome(node=n)
         for name, cap in got.get(n, {}).items():
             out.captures.setdefault(name, cap)
-    if len(phases) == 1:  # the profiles the nodes' grading needs (phase 2 is not sent)
-        for n, probes in _profiles_and_phase2(st).items():
-            phases.append({n: probes})
-    for n in st.nodes:
-        out = st.outcomes[n]
-        planned = {p.name for bundle in phases for p in bundle.get(n, [])}
-        if not out.error and not planned <= set(out.captures):
+        sent = {p.name for bundle in phases for p in bundle.get(n, [])}
+        if not out.error and not sent <= set(out.captures):
             out.error = interrupt.WHY
             out.detail = {"kind": "interrupted"}
+    if len(phases) == 1:  # the profiles the nodes' grading needs; phase 2 is not sent
+        for n, probes in _profiles_and_phase2(st).items():
+            for p in probes:
+                st.outcomes[n].captures.setdefault(p.name, Capture(
+                    probe=p.name, argv=list(p.commands[0]) if p.commands else [], state=CaptureState.LOST,
+                    reason=f"{interrupt.WHY}: not sent", timeout=p.timeout, source=f"probe:{p.name}"))
 
 
-def _tag_interrupted(results: list[Result], pending: Sequence[str]) -> None:
-    """Mark the ERRORs that the interruption made (on a pending node, saying so): they block
-    nothing; the verdict is INTERRUPTED."""
-    waiting = set(pending)
+def _tag_interrupted(results: list[Result]) -> None:
+    """Mark the ERRORs that the interruption made (saying so): they block nothing; the
+    verdict is INTERRUPTED."""
     for r in results:
-        if r.status is Status.ERROR and r.node in waiting and \
-                interrupt.WHY in " ".join([r.summary, *map(str, r.evidence)]):
+        if r.status is Status.ERROR and interrupt.WHY in " ".join([r.summary, *map(str, r.evidence)]):
             r.facts["interrupted"] = True
 
 

@@ -147,3 +147,52 @@ def test_sigterm_ends_the_prologue_without_a_verdict_on_the_node(tmp_path: Path)
     assert "drain" not in stdout, stdout
     doc = json.loads((out / "report.json").read_text())
     assert doc["verdict"] == "INTERRUPTED" and doc["bad_nodes"] == [], doc["verdict"]
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_over_ssh_ends_the_nodes_hung_tools_and_names_the_pending_node(tmp_path: Path,
+                                                                              sig: signal.Signals) -> None:
+    """Three nodes over real sshd, n2's nvidia-smi hung: the signal ends n2's hung tools (on the
+    node), n1 and n3 answered, n2 is pending, and the report is INTERRUPTED."""
+    from tests.conftest import need
+    from tests.netcluster import healthy_cluster, prerequisites
+
+    need(not prerequisites(), f"namespace cluster prerequisites: {prerequisites()}")
+    with healthy_cluster(3, tmp_path / "c", prefix="pi", subnet="10.62.7") as c:
+        n2 = c.node("n2").home / "scenario"
+        (n2 / "nvidia-smi.json").write_text(json.dumps({"rules": HUNG_NVIDIA_SMI}))
+        marker = f"PREFLIGHT_FAKE_DIR={n2}\0"
+        out = tmp_path / "reports"
+        proc = subprocess.Popen(["ip", "netns", "exec", c.client_ns, sys.executable, "-m", "preflight.cli", "run",
+                                 "--hosts", "n[1-3]", "--ssh-config", str(c.ssh_config), "--transport", "ssh",
+                                 "--connect-timeout", "5", "--command-timeout", "120", "--probe-timeout", "120",
+                                 "--no-sweep", "--profile", "h100-sxm-8x", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env={**os.environ, "PREFLIGHT_HISTORY": "off"})
+        try:
+            assert wait_for(lambda: len(procs_with(marker)) >= 2, 60), "n2's hung nvidia-smi probes never started"
+            time.sleep(3.0)  # n1 and n3 answer
+            proc.send_signal(sig)
+            try:
+                stdout, stderr = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+                pytest.fail(f"preflight run did not end within 30 s of {sig.name}: {stderr[-2000:]}")
+            gone = wait_for(lambda: not procs_with(marker), 10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            kill_left(marker)
+    assert gone, "n2's hung nvidia-smi probes outlived preflight run"
+    assert proc.returncode == 128 + sig, (proc.returncode, stderr[-2000:])
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert "interrupted: 2 of 3 nodes answered; pending: n2" in stderr, stderr[-2000:]
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"] == "INTERRUPTED" and doc["bad_nodes"] == [], (doc["verdict"], doc["bad_nodes"])
+    answered = {r["node"] for r in doc["results"] if r["status"] == "pass"}
+    assert {"n1", "n3"} <= answered, answered
+    cut = [r for r in doc["results"] if r["status"] == "error"]
+    assert cut and all("interrupted before it answered" in r["summary"] + " ".join(r["evidence"]) for r in cut), cut

@@ -117,7 +117,7 @@ def test_run_bounded_decodes_bad_bytes() -> None:
 
 
 def test_stop_group_still_ends_a_child_that_leads_no_group() -> None:
-    p = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60"])  # our own group, not its own
+    p = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 60"])  # our own group, not its own
     time.sleep(0.2)
     procs.stop_group(p, grace_s=0.3)
     assert p.returncode is not None and not _alive(p.pid)
