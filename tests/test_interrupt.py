@@ -196,3 +196,85 @@ def test_signal_over_ssh_ends_the_nodes_hung_tools_and_names_the_pending_node(tm
     assert {"n1", "n3"} <= answered, answered
     cut = [r for r in doc["results"] if r["status"] == "error"]
     assert cut and all("interrupted before it answered" in r["summary"] + " ".join(r["evidence"]) for r in cut), cut
+
+
+# ----- the verdict, the writers, ending the probes: pure or small ---------------------------------
+
+
+def _interrupted_report(signum: int = signal.SIGINT):
+    from preflight.grading import interrupted
+    from preflight.model import Result, Status
+    from preflight.report.base import Report
+
+    cut = Result("gpu.driver", "n2", Status.ERROR, "output lost: interrupted before it answered",
+                 ["probe nvidia-smi-q: sent, its output never came back"], facts={"interrupted": True})
+    found = Result("gpu.xid", "n3", Status.FAIL, "Xid 79 on GPU 0000:5d:00")
+    report = Report.build("run", [Result("gpu.xid", "n1", Status.PASS, "no Xid"), cut, found], nodes=["n1", "n2", "n3"])
+    report.verdict = interrupted(report.verdict, signum)
+    return report
+
+
+def test_the_interrupted_verdict_blocks_on_findings_not_on_the_interruption() -> None:
+    report = _interrupted_report()
+    v = report.verdict
+    assert v.verdict == "INTERRUPTED" and v.exit_code == 130
+    assert [r.check for r in v.blocking] == ["gpu.xid"] and v.bad_nodes == ["n3"]  # a FAIL found before stays
+    assert v.counts["error"] == 1 and v.counts["fail"] == 1
+    assert _interrupted_report(signal.SIGTERM).verdict.exit_code == 143
+
+
+def test_every_writer_takes_the_interrupted_verdict() -> None:
+    from preflight.report import html, junit, markdown, prometheus
+
+    report = _interrupted_report()
+    doc = json.loads(report.to_json())
+    assert doc["verdict"] == "INTERRUPTED" and doc["bad_nodes"] == ["n3"]
+    assert markdown.render(report).startswith("# preflight run: INTERRUPTED")
+    assert "INTERRUPTED" in html.render(report)
+    xml = junit.render(report)
+    assert "interrupted before it answered" in xml and "Xid 79" in xml
+    prom = prometheus.render(report, now=1.0)
+    assert 'preflight_verdict_go{command="run"} 0' in prom, prom
+
+
+@pytest.mark.real
+def test_end_live_ends_a_group_that_ignores_sigterm_and_starts_no_more(tmp_path: Path) -> None:
+    import threading
+
+    from preflight import probe_runner
+
+    script = tmp_path / "stubborn"
+    script.write_text("#!/bin/sh\ntrap '' TERM\nsleep 300 &\nwait\n")  # its child ignores TERM too
+    script.chmod(0o755)
+    results: list = []
+    worker = threading.Thread(target=lambda: results.append(probe_runner.run_command([str(script)], timeout=120)))
+    worker.start()
+    try:
+        assert wait_for(lambda: bool(probe_runner.LIVE), 10)
+        pgid = next(iter(probe_runner.LIVE)).pid
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert probe_runner.end_live(grace=0.5) == 1
+        worker.join(timeout=10)
+        assert not worker.is_alive() and results[0].rc == -signal.SIGKILL, results  # TERM ignored: SIGKILL ended it
+        assert time.monotonic() - start < 5
+        assert wait_for(lambda: not _group_members(pgid), 5), _group_members(pgid)
+        late = probe_runner.run_command([str(script)], timeout=5)
+        assert late.state == probe_runner.FAILED and "not started" in late.reason
+    finally:
+        probe_runner.reopen()
+        probe_runner.kill_live()
+    assert probe_runner.run_command(["true"], timeout=5).rc == 0
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[2] == str(pgid).encode() and fields[0] != b"Z":
+                members.append(int(entry))
+    return members
