@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
+from preflight import lazyre
+
 _ATOMS = (str, int, float, bool, type(None))
 
 
@@ -70,8 +72,16 @@ def is_node(name: str) -> bool:
 def real_nodes(names: Iterable[str]) -> list[str]:
     """The real nodes of `names` (pseudo-nodes left out), sorted, once each. A result naming
     several nodes carries them comma-separated (triage's verdict: its culprits); a node name
-    never holds a comma, so each is counted on its own."""
-    return sorted({part for n in names for part in n.split(",") if is_node(part)})
+    never holds a comma, so each is counted on its own. Natural order: node3 before node12."""
+    return sorted({part for n in names for part in n.split(",") if is_node(part)}, key=natural)
+
+
+_DIGITS = lazyre.compile(r"(\d+)")
+
+
+def natural(name: str) -> tuple[tuple[int, str, int], ...]:
+    """Sort key of a node name in natural order: node2 before node10, gpu009 before gpu010."""
+    return tuple((0, "", int(part)) if part.isdigit() else (1, part, 0) for part in _DIGITS.split(name) if part)
 
 
 def prove(lines: Iterable[str], proof: str | Sequence[str] = "") -> list[str]:

@@ -315,8 +315,8 @@ def test_sixteen_healthy_and_two_faulty_nodes_piped_read_in_a_few_lines(tmp_path
     out = p.stdout.splitlines()
     assert len(out) <= 8, p.stdout
     assert [ln.split(":")[0] for ln in out if ln.startswith(("FAIL", "WARN"))] == [
-        "FAIL node12 fabric.manager", "FAIL node7 gpu.xid", "WARN node[1-18] gpu.inventory"], p.stdout
-    assert "| evidence: Active: failed" in out[0]  # the telling line, not `Loaded: loaded`
+        "FAIL node7 gpu.xid", "FAIL node12 fabric.manager", "WARN node[1-18] gpu.inventory"], p.stdout
+    assert "| evidence: Active: failed" in out[1]  # the telling line, not `Loaded: loaded`
     assert "PASS node[1-6,8-11,13-18]: " in p.stdout and out[-1].startswith("NO-GO") and "node[7,12]" in out[-1]
     assert not p.stderr.strip(), p.stderr  # nothing about reports (none were written)
 
@@ -324,7 +324,7 @@ def test_sixteen_healthy_and_two_faulty_nodes_piped_read_in_a_few_lines(tmp_path
     findings = [ln for ln in per if ln.startswith(("FAIL", "ERROR", "WARN", "SKIP"))]
     assert len(findings) == 2 + 18, per  # one line per node and finding
     assert [ln.split()[1] for ln in findings if ln.startswith("WARN")] == [f"node{i}" for i in range(1, 19)]
-    assert [ln.split()[1] for ln in per if ln.startswith("FAIL")] == ["node12", "node7"]  # by check, then node
+    assert [ln.split()[1] for ln in per if ln.startswith("FAIL")] == ["node7", "node12"]  # by node, natural order
 
     quiet = _analyze(str(fleet), "-q").stdout.splitlines()
     assert [ln.split()[0] for ln in quiet] == ["FAIL", "FAIL", "NO-GO"], quiet

@@ -9,16 +9,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from preflight import __version__, lazyre
+from preflight import __version__
 from preflight.grading import Verdict, decide, ordered
-from preflight.model import Result, is_node, real_nodes
-
-_DIGITS = lazyre.compile(r"(\d+)")
-
-
-def natural(name: str) -> tuple[tuple[int, str, int], ...]:
-    """Sort key of a node name in natural order: node2 before node10, gpu009 before gpu010."""
-    return tuple((0, "", int(part)) if part.isdigit() else (1, part, 0) for part in _DIGITS.split(name) if part)
+from preflight.model import Result, is_node, natural, real_nodes
 
 # The version of every JSON document preflight writes (report.json, `--json` on stdout, the
 # history summary). It goes up when a key is removed or changes meaning; new keys keep it.
@@ -46,7 +39,7 @@ class Report:
         start = datetime.now(timezone.utc) - timedelta(seconds=max(duration_s, 0.0))  # built when the run ends
         return cls(command=command, results=res, verdict=decide(res, warn_as_fail),
                    profiles=profiles or {}, started=start.isoformat(timespec="seconds"),
-                   duration_s=round(duration_s, 3), nodes=[n for n in nodes if is_node(n)] or real_nodes(r.node for r in res),
+                   duration_s=round(duration_s, 3), nodes=sorted((n for n in nodes if is_node(n)), key=natural) or real_nodes(r.node for r in res),
                    warn_as_fail=warn_as_fail)
 
     def to_dict(self) -> dict[str, Any]:

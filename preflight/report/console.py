@@ -4,7 +4,8 @@ Identical outcomes are grouped across nodes (clubak style): a (status, check, su
 group names its nodes as one Slurm hostlist (`gpu[001-015,017-064]`), with its evidence and
 remedy once; a node's own name and addresses in the texts are abstracted (`<node>`,
 `<address>`) so that the same words on many nodes are one group. Failures come first (FAIL,
-ERROR, WARN), then SKIP groups, then how many checks passed on which nodes, then the verdict
+ERROR, WARN; within each, a node's findings together, nodes in natural order), then SKIP
+groups, then how many checks passed on which nodes, then the verdict
 with its counts and, when real nodes block, the line to paste into sbatch
 (`--exclude=gpu[016,020]`). Nodes are in natural order (node2 before node10). A result that
 only depends on another one's cause (SKIP "depends on gpu.driver: ...", see
@@ -112,8 +113,9 @@ def _dependents(r: Result) -> int:
 
 def group(results: Sequence[Result]) -> list[Group]:
     """The non-passing results grouped across nodes, failures first; dependents left out.
-    Groups are in order of status, check, then first node (natural order), as are the nodes
-    and results of each group."""
+    Groups are in order of status, then first node (natural order: a node's findings
+    together, a group of several nodes at its first one), then check; the nodes and results
+    of each group are in natural order."""
     groups: dict[tuple[Status, str, str, str, int], Group] = {}
     for r in sorted(results, key=lambda r: natural(r.node)):
         if r.status is Status.PASS or is_dependent(r):
@@ -123,7 +125,7 @@ def group(results: Sequence[Result]) -> list[Group]:
         g = groups.setdefault(key, Group(r.status, r.check, summary, remedy, _dependents(r), r))
         g.nodes.append(r.node)
         g.results.append(r)
-    return sorted(groups.values(), key=lambda g: (ORDER[g.status], g.check, natural(g.nodes[0])))
+    return sorted(groups.values(), key=lambda g: (ORDER[g.status], natural(g.nodes[0]), g.check))
 
 
 def passing(results: Sequence[Result]) -> list[tuple[str, int]]:
@@ -197,11 +199,13 @@ def _finding_line(g: Group, r: Result | None) -> str:
 def lines(report: Report, failures_only: bool = False, per_node: bool = False) -> list[str]:
     """The plain report: one line per group of identical findings (`per_node`: per node and
     finding), then the groups of passing nodes, the verdict and the exclude line."""
-    out: list[str] = []
-    for g in group(report.results):
-        if not shown(g.status, failures_only, report.warn_as_fail):
-            continue
-        out += [_finding_line(g, r) for r in g.results] if per_node else [_finding_line(g, None)]
+    groups = [g for g in group(report.results) if shown(g.status, failures_only, report.warn_as_fail)]
+    if per_node:  # a node's lines together, as its groups are
+        pairs = sorted(((g, r) for g in groups for r in g.results),
+                       key=lambda gr: (ORDER[gr[1].status], natural(gr[1].node), gr[1].check))
+        out = [_finding_line(g, r) for g, r in pairs]
+    else:
+        out = [_finding_line(g, None) for g in groups]
     if not failures_only:
         out += [f"PASS {hosts}: {_pass_text(n)}" for hosts, n in passing(report.results)]
     out.append(_clean(verdict_line(report)))
