@@ -20,7 +20,10 @@ OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Report folder 
 NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Do not write report files.")]
 WarnOpt = Annotated[bool, typer.Option("--warn-as-fail", help="A WARN makes the verdict NO-GO.")]
 XidOpt = Annotated[str | None, typer.Option("--xid-since", help="Kernel-log window: boot (default), ISO time, or 30m/6h/2d.")]
-TimeoutOpt = Annotated[float, typer.Option("--probe-timeout", help="Seconds before a hung probe is killed.")]
+TimeoutOpt = Annotated[float, typer.Option("--probe-timeout", help=(
+    "Seconds before a hung probe is killed, for the probes without a limit of their own (default 10 s); "
+    "the others keep theirs, from 5 s (clock, env) up to 20 s (nvidia-smi-q, nvml), and the config's "
+    "check_timeouts sets a check's."))]
 HistoryOpt = Annotated[str | None, typer.Option("--history", help="History store: sqlite:///path, postgresql://..., or off (default $PREFLIGHT_HISTORY, else the config's history, else ~/.local/share/preflight/history.db).")]
 StoreOpt = Annotated[str | None, typer.Option("--history", help="Results store: sqlite:///path, a file path, or "
                                               "postgresql://user@host/db (default $PREFLIGHT_HISTORY, else the "
