@@ -4,6 +4,7 @@ where torch has no CUDA)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -154,3 +155,49 @@ def started_with(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+# The torch steps' plumbing on CPU (gloo): the same programs, records and figures as on the GPUs.
+
+def step_on_cpu(tmp: Path, name: str, *args: str, timeout: float = 200) -> dict:
+    from tests.conftest import need
+
+    need(importlib.util.find_spec("torch") is not None, "torch is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFLIGHT_FAKE", "TORCHELASTIC_"))}
+    env.update({"CUDA_VISIBLE_DEVICES": "", "PREFLIGHT_HISTORY": "off"})
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device_check" / f"{name}.py"), "--dir", str(tmp),
+                        *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads((tmp / "steps" / f"{name}.json").read_text())
+
+
+@pytest.mark.real
+def test_sweep_step_compares_the_sweep_with_a_bare_loop_on_gloo(tmp_path: Path) -> None:
+    rec = step_on_cpu(tmp_path, "sweep", "--backend", "gloo", "--nproc", "2", "--max-bytes", "64K")
+    assert rec["status"] == "pass", rec["reason"]
+    table = rec["figures"]["table"]
+    from preflight.sweep.spec import message_sizes
+
+    assert [r["bytes"] for r in table] == message_sizes(8, 64 << 10, 4, 4)  # every size the sweep measured
+    for r in table:
+        assert r["sweep_busbw"] > 0 and r["bare_busbw"] > 0 and r["ratio"] == r["sweep_busbw"] / r["bare_busbw"]
+    assert rec["figures"]["sweep"]["checks"]["nccl.allreduce"][0] == "pass"
+
+
+@pytest.mark.real
+def test_restart_step_measures_kill_to_next_step_on_gloo(tmp_path: Path) -> None:
+    rec = step_on_cpu(tmp_path, "restart", "--backend", "gloo")
+    assert rec["status"] == "pass", rec["reason"]
+    f = rec["figures"]
+    assert f["done"]["last_step"] == 119 and f["done"]["world"] == 2  # 3 ranks, one killed, the job went on
+    assert 0 < f["kill_to_detect_s"] <= f["kill_to_reform_s"] <= f["kill_to_next_step_s"] < 30
+    assert "SIGKILL" in f["cause"]
+
+
+@pytest.mark.real
+def test_replay_step_is_bitwise_and_its_control_differs_on_cpu(tmp_path: Path) -> None:
+    rec = step_on_cpu(tmp_path, "replay", "--device", "cpu")
+    assert rec["status"] == "pass", rec["reason"]
+    one = rec["figures"]["world1"]
+    assert one["replays"] == one["bitwise_same"] == 8 and one["control_differs"] is True
+    assert rec["figures"]["world2"] == "skipped: needs 2 GPUs" and "needs 2 GPUs" in rec["reason"]

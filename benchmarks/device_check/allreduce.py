@@ -20,24 +20,33 @@ import torch.distributed as dist
 
 
 def main() -> int:
-    out, sizes, warmup, iters = sys.argv[1], [int(x) for x in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4])
+    out, sizes = sys.argv[1], [int(x) for x in sys.argv[2].split(",")]
+    warmup, iters = int(sys.argv[3]), int(sys.argv[4])
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl")
+    backend = os.environ.get("DEVICE_CHECK_BACKEND", "nccl")  # gloo: CPU ranks, the plumbing without a GPU
+    if backend == "nccl":
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    dist.init_process_group(backend)
     world, rank = dist.get_world_size(), dist.get_rank()
-    dev = torch.device("cuda", local)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            sync()
     rows = []
     for size in sizes:
         count = max(1, size // 4)
         buf = torch.zeros(count, dtype=torch.float32, device=dev)
         for _ in range(warmup):
             dist.all_reduce(buf)
-        torch.cuda.synchronize(dev)
+        sync()
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(buf)
-        torch.cuda.synchronize(dev)
+        sync()
         took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev)
         dist.all_reduce(took, op=dist.ReduceOp.MAX)
         per = float(took.item()) / iters

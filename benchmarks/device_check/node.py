@@ -55,7 +55,8 @@ def plan() -> int:
         for cmd in probe.commands:
             print(f"    probe {probe.name}: {shown(cmd)}")
     print(f"    {sys.executable} -m preflight.cli node --json -o OUT/node-report")
-    print(f"    {sys.executable} -m preflight.cli analyze OUT/captures --json -o OUT/analyze-report")
+    print(f"    {sys.executable} -m preflight.cli analyze OUT/captures/*.out --json -o OUT/analyze-report"
+          "    (the captures that printed something)")
     return 0
 
 
@@ -130,8 +131,13 @@ def run_node(step: Step, folder: Path) -> list[str]:
 
 
 def run_analyze(step: Step, folder: Path) -> list[str]:
-    """The captures graded again by content (no file names used): every format recognised."""
-    argv = [sys.executable, "-m", "preflight.cli", "analyze", str(folder / "captures"), "--json", "-o", str(folder / "analyze-report")]
+    """The captures graded again by content (no file names used): every format recognised. An
+    empty output (`nvidia-smi nvlink -s` on a GPU without NVLink) is no format: left out."""
+    files = sorted(f for f in (folder / "captures").glob("*.out") if f.stat().st_size)
+    if not files:
+        return ["no capture printed anything to analyze"]
+    argv = [sys.executable, "-m", "preflight.cli", "analyze", *map(str, files), "--json", "-o",
+            str(folder / "analyze-report")]
     p = step.run(argv, NODE_TIMEOUT, env=child_env(), log=folder / "analyze.log")
     if isinstance(p, str):
         return [f"preflight analyze: {p}"]
@@ -141,6 +147,10 @@ def run_analyze(step: Step, folder: Path) -> list[str]:
         return [f"preflight analyze (rc {p.returncode}) printed no JSON report: {p.stderr.strip()[-300:]}"]
     results = doc.get("results") or []
     unread = [f"{check}: {code}" for check, code in codes_of(results) if UNREAD.search(code)]
+    said = " ".join(f"{r.get('summary')} {r.get('evidence')}" for r in results
+                    if any(UNREAD.search(c) for _, c in codes_of([r])))
+    for entry in step.figures.get("captures", []):
+        entry["parsed_by_analyze"] = None if not entry["bytes"] else entry["file"] not in said
     step.figures["analyze"] = {"rc": p.returncode, "verdict": doc.get("verdict"),
                                "checks": {str(r.get("check")): r.get("status") for r in results}, "unread": unread}
     return [f"analyze of the captures: {u} (output not read)" for u in unread]

@@ -30,8 +30,8 @@ WARMUP, ITERS = 5, 20
 RUN_TIMEOUT = 80.0
 
 
-def commands(nproc: int, max_bytes: str, out: Path, sizes: str) -> tuple[list[str], list[str]]:
-    sweep = [sys.executable, "-m", "preflight.cli", "sweep", "--nproc", str(nproc), "--backend", "nccl",
+def commands(nproc: int, max_bytes: str, out: Path, sizes: str, backend: str = "nccl") -> tuple[list[str], list[str]]:
+    sweep = [sys.executable, "-m", "preflight.cli", "sweep", "--nproc", str(nproc), "--backend", backend,
              "--min-bytes", "8", "--max-bytes", max_bytes, "--factor", "4", "--warmup", str(WARMUP), "--iters",
              str(ITERS), "--pingpong", "none", "--deadline", str(int(RUN_TIMEOUT - 20)), "--json", "-o",
              str(out / "sweep-report")]
@@ -68,6 +68,8 @@ def main() -> int:
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--max-bytes", default="1G")
     ap.add_argument("--plan", action="store_true")
+    ap.add_argument("--backend", default="nccl", help="gloo: --nproc CPU ranks, to try the plumbing without a GPU")
+    ap.add_argument("--nproc", type=int, default=2, help="with --backend gloo")
     a = ap.parse_args()
     if a.plan or a.dir is None:
         sizes = ",".join(map(str, sizes_for(a.max_bytes)))
@@ -75,12 +77,16 @@ def main() -> int:
             print("    " + " ".join(argv) + "    (--nproc: the GPUs torch sees; 1 GPU: the sweep alone)")
         return 0
     step = Step("sweep", a.dir)
-    gpus, why = cuda_state()
-    step.figures["gpus"] = gpus
-    if not gpus:
-        return step.done(FAIL, why or "torch sees no GPU")
+    if a.backend == "gloo":
+        gpus = a.nproc
+    else:
+        gpus, why = cuda_state()
+        step.figures["gpus"] = gpus
+        if not gpus:
+            return step.done(FAIL, why or "torch sees no GPU")
+    step.figures["backend"] = a.backend
     sizes = sizes_for(a.max_bytes)
-    sweep_argv, bare_argv = commands(gpus, a.max_bytes, a.dir, ",".join(map(str, sizes)))
+    sweep_argv, bare_argv = commands(gpus, a.max_bytes, a.dir, ",".join(map(str, sizes)), a.backend)
     rows, err, info = sweep_rows(step, sweep_argv, a.dir)
     step.figures["sweep"] = info
     if gpus < 2:
@@ -93,7 +99,9 @@ def main() -> int:
                                   f"sweep ran (nccl.allreduce {status})")
     if err:
         return step.done(FAIL, err)
-    p = step.run(bare_argv, RUN_TIMEOUT, env=child_env(OMP_NUM_THREADS="1"), log=a.dir / "bare-allreduce.log")
+    extra = {"CUDA_VISIBLE_DEVICES": "", "GLOO_SOCKET_IFNAME": "lo"} if a.backend == "gloo" else {}
+    p = step.run(bare_argv, RUN_TIMEOUT, env=child_env(OMP_NUM_THREADS="1", DEVICE_CHECK_BACKEND=a.backend, **extra),
+                 log=a.dir / "bare-allreduce.log")
     if isinstance(p, str):
         return step.done(FAIL, f"bare all-reduce loop: {p}")
     try:
