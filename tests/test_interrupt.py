@@ -32,8 +32,8 @@ def hung_node_env(tmp: Path) -> tuple[dict[str, str], str]:
     return env, f"PREFLIGHT_FAKE_DIR={sc}\0"
 
 
-def procs_with(marker: str) -> list[int]:
-    """The pids of live (not zombie) fake nvidia-smi processes whose environment holds `marker`."""
+def procs_with(marker: str, tool: str = "nvidia-smi") -> list[int]:
+    """The pids of live (not zombie) fake `tool` processes whose environment holds `marker`."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -43,7 +43,7 @@ def procs_with(marker: str) -> list[int]:
             state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if marker in environ and "PREFLIGHT_FAKE_TOOL=nvidia-smi\0" in environ and state != b"Z":
+        if marker in environ and f"PREFLIGHT_FAKE_TOOL={tool}\0" in environ and state != b"Z":
             found.append(int(entry))
     return found
 
@@ -278,3 +278,52 @@ def _group_members(pgid: int) -> list[int]:
             if fields[2] == str(pgid).encode() and fields[0] != b"Z":
                 members.append(int(entry))
     return members
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_over_srun_cancels_the_step_and_names_the_pending_node(tmp_path: Path, sig: signal.Signals) -> None:
+    """Three Slurm nodes, n2's dmesg hung: the signal cancels the srun step (n2's runner ends its
+    hung probe), n2 is pending, what n1 and n3 sent is graded, the report is INTERRUPTED."""
+    from tests.slurm import ROOT, clean_kernel_logs, slurm_cluster
+
+    with slurm_cluster(tmp_path / "c", "psi", "10.62.9", n=3) as c:
+        clean_kernel_logs(c)
+        n2 = c.node("n2").home / "scenario"
+        c.scenario("n2", {"dmesg": [{"match": ".*", "hang": True}]})
+        marker = f"PREFLIGHT_FAKE_DIR={n2}\0"
+        out = tmp_path / "reports"
+        proc = subprocess.Popen(["ip", "netns", "exec", c.client_ns, sys.executable, "-m", "preflight.cli", "run",
+                                 "--transport", "srun", "--hosts", "n[1-3]", "--only", "gpu.xid", "--no-sweep",
+                                 "--probe-timeout", "120", "--profile", "generic", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env={**c.slurm_env(), "PYTHONPATH": str(ROOT), "PREFLIGHT_HISTORY": "off"})
+        try:
+            assert wait_for(lambda: bool(procs_with(marker, "dmesg")), 60), "n2's hung dmesg never started"
+            time.sleep(2.0)  # n1 and n3 answer
+            proc.send_signal(sig)
+            try:
+                stdout, stderr = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+                pytest.fail(f"preflight run did not end within 30 s of {sig.name}: {stderr[-2000:]}")
+            gone = wait_for(lambda: not procs_with(marker, "dmesg"), 15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            for pid in procs_with(marker, "dmesg"):
+                os.kill(pid, signal.SIGKILL)
+    assert gone, "n2's hung dmesg outlived preflight run over srun"
+    assert proc.returncode == 128 + sig, (proc.returncode, stderr[-2000:])
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert "interrupted: 2 of 3 nodes answered; pending: n2" in stderr, stderr[-2000:]
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdict"] == "INTERRUPTED" and doc["bad_nodes"] == [], (doc["verdict"], doc["bad_nodes"])
+    xid = {r["node"]: r for r in doc["results"] if r["check"] == "gpu.xid"}
+    assert xid["n1"]["status"] == "pass" and xid["n3"]["status"] == "pass", xid
+    assert xid["n2"]["status"] in ("error", "skip"), xid["n2"]  # ERROR, or folded under n2's one ERROR
+    cut = [r for r in doc["results"] if r["status"] == "error"]
+    assert [r["node"] for r in cut] == ["n2"], cut
+    assert "interrupted before it answered" in cut[0]["summary"] + " ".join(cut[0]["evidence"]), cut
