@@ -322,7 +322,7 @@ def _not_needed(ctx: CheckContext, svc: UnitState | None, report: bool, gpus: li
         what = f"starting {UNIT} failed" if svc.start_failed else f"{UNIT} is {svc.describe()}"
         return ctx.finding("fabric.manager/failed-without-nvswitch",
                            f"{what}; not applicable where there is no NVSwitch{where} (profile {ctx.profile.name} "
-                           "expects none)", evidence=[*svc.lines, *ev, prov], facts=facts,
+                           "expects none)", evidence=[*svc.lines, *ev, prov], facts=facts, proof=("ActiveState=", "Active:"),
                            remedy=f"on a node without NVSwitch: disable the unit (systemctl disable {UNIT}); on an "
                                   f"NVSwitch node: {RESTART}")
     if svc is not None and svc.active:

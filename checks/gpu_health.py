@@ -125,7 +125,7 @@ def _ecc(h: GpuHealth, prof: Profile, f: Findings) -> None:
               "corrupt results silently")
     if h.ecc_mode is not None and h.ecc_mode_pending is not None and h.ecc_mode_pending != h.ecc_mode:
         f.add("gpu.health/ecc-mode-change-pending", f"{h.label}: an ECC mode change waits for a GPU reset",
-              h.lines("ecc_mode", "ecc_mode_pending"), f"{_reset(h)} to apply the pending ECC mode")
+              h.lines("ecc_mode", "ecc_mode_pending"), f"{_reset(h)} to apply the pending ECC mode", proof="Pending")
 
 
 def _retirement(h: GpuHealth, prof: Profile, f: Findings) -> None:
@@ -264,16 +264,16 @@ def _sensors(h: GpuHealth, f: Findings) -> None:
         f.add("gpu.health/power-unreadable", f"{h.label}: power reading is ERR! (temperature and memory read "
               "normally)", h.lines("sensor_errors"),
               "the power sensor read failed (often transient on passthrough VMs): read it again (`nvidia-smi -q -d "
-              "POWER`); if it stays ERR! or the kernel log shows Xids for this GPU, drain and reset it")
+              "POWER`); if it stays ERR! or the kernel log shows Xids for this GPU, drain and reset it", proof="ERR!")
     elif sensors:
         f.add("gpu.health/telemetry-unreadable", f"{h.label}: GPU telemetry unreadable (ERR! in "
               f"{', '.join(h.sensor_errors)})", h.lines("sensor_errors"),
               f"the GPU's own sensors cannot be read: drain, {_reset(h)}; check dmesg for Xid 79 / 'fallen off "
-              "the bus'")
+              "the bus'", proof="ERR!")
     elif h.sensor_errors:
         f.add("gpu.health/fan-unreadable", f"{h.label}: fan reading is ERR! (fan or its tachometer failed)",
               h.lines("sensor_errors"), "the temperature still reads normally: check the fan and its connector at "
-                                        "the next maintenance window and watch the GPU temperature until then")
+                                        "the next maintenance window and watch the GPU temperature until then", proof="ERR!")
 
 
 def grade_gpu(h: GpuHealth, prof: Profile, f: Findings) -> None:

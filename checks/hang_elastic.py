@@ -175,7 +175,7 @@ def _earlier_restarts(el: Elastic, f: Findings) -> None:
         e, c = restarted[-1]
         f.add("hang.watchdog/elastic-restarted", f"torchelastic: the worker group runs after {c} restart(s) "
               f"(restart_count={c}): workers failed before this capture starts", [e.line, f"restart_count={c}"],
-              REMEDY_RESTARTED)
+              REMEDY_RESTARTED, proof="restart_count=")
 
 
 def grade_workers(tl: TorchLog, f: Findings, facts: dict[str, Any]) -> None:

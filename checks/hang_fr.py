@@ -86,7 +86,7 @@ def _behind(sbs: SideBySide, f: Findings, facts: dict[str, Any]) -> None:
     f.add("hang.watchdog/fr-rank-behind",
           f"flight recorder: {_plural(sbs.behind)} entered {counts[first]} collective(s), rank {lead} {most}: "
           f"the next one ({nxt}) was never joined",
-          [sbs.header, *[f"rank {r}: {n} entries" for r, n in counts.items()]], REMEDY)
+          [sbs.header, *[f"rank {r}: {n} entries" for r, n in counts.items()]], REMEDY, proof=f"rank {first}: ")
     facts.update(entries=counts, behind=sbs.behind)
 
 

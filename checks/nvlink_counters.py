@@ -109,7 +109,7 @@ def counter_findings(cg: CounterGrade, f: Findings) -> None:
             continue
         evidence = list(dict.fromkeys(line for g, c, _ in hits for line in (g.line, c.line)))
         remedy = LOST_REMEDY if kind == "recovery_failed" else MARGINAL_REMEDY
-        f.add(KIND_CODES[kind], f"{KIND_TITLES[kind]}: {_where(hits)}", evidence, remedy)
+        f.add(KIND_CODES[kind], f"{KIND_TITLES[kind]}: {_where(hits)}", evidence, remedy, proof=hits[0][1].line)
     if cg.unread:
         f.note(f"{len(cg.unread)} NVLink error counter(s) read no number, not graded: {cg.unread[0].line}")
     if cg.mismatched:

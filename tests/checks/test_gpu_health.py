@@ -938,8 +938,8 @@ EXACT = [
      'memory errors corrupt results silently'),
     ({'ecc': ('Enabled', 'Disabled')},
      'an ECC mode change waits for a GPU reset',
-     [G + ' [ECC Mode] Current : Enabled',
-      G + ' [ECC Mode] Pending : Disabled'],
+     [G + ' [ECC Mode] Pending : Disabled',
+      G + ' [ECC Mode] Current : Enabled'],
      'reset GPU 1 (nvidia-smi -r -i 00000000:18:00.0) or reboot to apply the pending ECC mode'),
     ({'temp': ('91 C', '-9 C')},
      'GPU temperature at or past its shutdown temperature',
@@ -1157,7 +1157,8 @@ def test_table_sensor_codes_and_evidence() -> None:
     r = one(grade("gpu.health", table(_row(0, "1B"), _row(1, "43", fan="ERR!")), mode="analyze"))
     assert codes(r) == ["gpu.health/fan-unreadable"]
     assert r.summary == "GPU 1 (00000000:43:00.0): fan reading is ERR! (fan or its tachometer failed)"
-    assert len(r.evidence) == 2 and r.evidence[0].startswith("GPU 1 (00000000:43:00.0) |   1  NVIDIA H100")
+    assert len(r.evidence) == 2 and r.evidence[1].startswith("GPU 1 (00000000:43:00.0) |   1  NVIDIA H100")
+    assert r.evidence[0].startswith("GPU 1 (00000000:43:00.0) | ERR!")  # the row that holds the ERR! is shown
     r = one(grade("gpu.health", table(_row(0, "1B", pw="ERR!")), mode="analyze"))
     assert codes(r) == ["gpu.health/power-unreadable"] and r.status is Status.WARN
     assert r.summary == "GPU 0 (00000000:1B:00.0): power reading is ERR! (temperature and memory read normally)"

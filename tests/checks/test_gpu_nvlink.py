@@ -285,7 +285,7 @@ def test_a_counter_above_zero(name: str, code: str, status: Status, title: str) 
     r = nvl(t, H100)
     assert r.status is status and codes(r) == [code]
     assert r.summary == f"{title}: GPU 0 link 1 (7)"
-    assert r.evidence == [f"GPU 0: {NAME} (UUID: GPU-00000000)", f"Link 1: {name}: 7"]
+    assert r.evidence == [f"Link 1: {name}: 7", f"GPU 0: {NAME} (UUID: GPU-00000000)"]  # the counter shown first
     remedy = nvlink_counters.LOST_REMEDY if status is Status.FAIL else nvlink_counters.MARGINAL_REMEDY
     assert r.remedy == remedy
     assert r.remedy.startswith("drain the node: a link failed to recover and is down until the GPU is reset" if status
@@ -302,7 +302,7 @@ def test_one_finding_per_kind_naming_each_link() -> None:
     assert codes(r) == ["gpu.nvlink/replay-errors", "gpu.nvlink/crc-errors"]
     assert r.summary == ("NVLink replay errors: GPU 0 link 0 (3), GPU 0 link 1 (5), GPU 3 link 0 (1); NVLink CRC errors: "
                          "GPU 0 link 1 (891)")
-    assert r.evidence[:4] == [f"GPU 0: {NAME} (UUID: GPU-00000000)", "Link 0: Replay Errors: 3", "Link 1: Replay Errors: 5",
+    assert r.evidence[:4] == ["Link 0: Replay Errors: 3", f"GPU 0: {NAME} (UUID: GPU-00000000)", "Link 1: Replay Errors: 5",
                               f"GPU 3: {NAME} (UUID: GPU-00000003)"]
     assert r.facts["error_counters"]["nonzero"] == {"replay": 9, "crc": 891}
 
@@ -370,7 +370,7 @@ def test_recovery_total_without_its_split_is_read_as_the_total() -> None:
     r = nvl(alone)
     assert r.status is Status.WARN and codes(r) == ["gpu.nvlink/recovery-errors"]
     assert r.summary == "NVLink link recoveries: GPU 0 link 3 (5)"
-    assert r.evidence == ["GPU 0: NVIDIA B200 (UUID: GPU-1)", "Link 3: Total link recovery events: 5"]
+    assert r.evidence == ["Link 3: Total link recovery events: 5", "GPU 0: NVIDIA B200 (UUID: GPU-1)"]
     assert r.facts["error_counters"]["counters_read"] == 2
     # the split of another link is no split of this one
     other = ("GPU 0: A (UUID: GPU-1)\n\t Link 0: Link recovery successful events: 1\n"

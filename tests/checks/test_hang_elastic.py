@@ -155,7 +155,7 @@ def test_restarts_before_the_capture() -> None:
     assert r.status is Status.WARN and codes(r) == ["hang.watchdog/elastic-restarted"]
     assert r.summary == ("torchelastic: the worker group runs after 2 restart(s) (restart_count=2): workers failed "
                          "before this capture starts")
-    assert r.evidence == [RDZV.splitlines()[0], "restart_count=2"] and r.remedy == REMEDY_RESTARTED
+    assert r.evidence == ["restart_count=2", RDZV.splitlines()[0]] and r.remedy == REMEDY_RESTARTED
 
 
 @pytest.mark.parametrize("text, summary", [
