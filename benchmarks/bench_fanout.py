@@ -35,9 +35,12 @@ hostname bundle over new connections to every node (--nodes, e.g. 64) at each --
 bastion): one cold collect of the hostname bundle over --nodes aliases of a 1-node cluster at
 each --per-server (the transport's handshakes at once per server; 0: leave the transport's
 default, for a tree whose transport has no such bound). Its wall, the controller's CPU, the
-node errors, and the connections sshd accepted.
+node errors, and the connections sshd accepted. The test cluster's sshd allows 100 start-ups;
+`--max-startups 10:30:100` (sshd's default) measures against a second sshd on the node with
+that limit instead (and counts the connections it dropped).
 
     .venv/bin/python benchmarks/bench_fanout.py --mode aliases --nodes 32 --per-server 1,4,8,64 --repeat 3
+    .venv/bin/python benchmarks/bench_fanout.py --mode aliases --nodes 32 --max-startups 10:30:100
 """
 
 from __future__ import annotations
@@ -221,8 +224,9 @@ def inner_aliases(spec: dict[str, Any]) -> None:
     print(json.dumps(out))
 
 
-def alias_figures(aliases: int, per_server: list[int], repeat: int = 3) -> dict[str, Any]:
-    """Wall and controller CPU of a cold collect over `aliases` names of one sshd at each bound."""
+def alias_figures(aliases: int, per_server: list[int], repeat: int = 3, max_startups: str = "") -> dict[str, Any]:
+    """Wall and controller CPU of a cold collect over `aliases` names of one sshd at each bound
+    (the test cluster's sshd, or one with `max_startups`)."""
     from tests.netcluster import NetCluster, prerequisites
 
     missing = prerequisites()
@@ -239,17 +243,31 @@ def alias_figures(aliases: int, per_server: list[int], repeat: int = 3) -> dict[
             config.write_text("".join(f"Host {a}\n  HostName {node.addr}\n  User root\n  IdentityFile {cluster.key}\n"
                                       f"  UserKnownHostsFile {cluster.known_hosts}\n  StrictHostKeyChecking yes\n\n"
                                       for a in names))
+            log = node.home / "sshd.log"
+            limited = None
+            if max_startups:
+                from tests.transport.test_ssh_startups import LimitedSSHD
+
+                limited = LimitedSSHD(cluster, node.name, max_startups)
+                config, log = limited.config(names), limited.log
             spec = {"config": str(config), "nodes": names, "per_server": per_server, "repeat": repeat,
                     "mode": "aliases"}
-            log = node.home / "sshd.log"
             accepted = log.read_text().count("Accepted publickey")
-            p = cluster.client(sys.executable, str(Path(__file__).resolve()), "--inner", json.dumps(spec), timeout=3000)
+            try:
+                p = cluster.client(sys.executable, str(Path(__file__).resolve()), "--inner", json.dumps(spec),
+                                   timeout=3000)
+            finally:
+                if limited is not None:
+                    limited.stop()
             data = json.loads(p.stdout.strip().splitlines()[-1])
-            accepted = log.read_text().count("Accepted publickey") - accepted
+            text = log.read_text()
+            accepted = text.count("Accepted publickey") - accepted
+            dropped = text.count("past MaxStartups")
         finally:
             cluster.down()
     return {"aliases": aliases, "repeat": repeat, "load_before": load_before, "load_after": os.getloadavg()[0],
-            "loop_10m_s": loop_time(), "runs": data, "accepted": accepted,
+            "loop_10m_s": loop_time(), "runs": data, "accepted": accepted, "dropped": dropped,
+            "max_startups": max_startups or "100:30:200 (the test cluster's)",
             "median": {w: {"wall": med([r["wall"] for r in rows]), "cpu": med([r["cpu"] for r in rows]),
                            "cpu_per_node_ms": med([r["cpu"] for r in rows]) / aliases * 1000,
                            "errors": sum(r["errors"] for r in rows),
@@ -342,6 +360,8 @@ def main() -> None:
                     help="transport: the transport's collect alone; run: `preflight run` end to end; "
                          "width: a cold collect over --nodes at each of --widths; "
                          "aliases: a cold collect over --nodes names of one server at each --per-server")
+    ap.add_argument("--max-startups", default="",
+                    help="--mode aliases: measure against a second sshd with this MaxStartups (e.g. 10:30:100)")
     ap.add_argument("--per-server", default="1,4,8,64",
                     help="--mode aliases: the handshakes at once per server measured (0: the transport's default)")
     ap.add_argument("--widths", default="8,16,32,64", help="--mode width: the concurrencies measured")
@@ -381,12 +401,13 @@ def main() -> None:
                   f"({m['cpu_per_node_ms']:.1f} ms/node) | node errors {m['errors']}")
         return
     if args.mode == "aliases":
-        fig = alias_figures(args.nodes, [int(w) for w in args.per_server.split(",")], args.repeat)
+        fig = alias_figures(args.nodes, [int(w) for w in args.per_server.split(",")], args.repeat, args.max_startups)
         if args.json:
             print(json.dumps(fig, indent=2))
             return
-        print(f"cold SSH collect of the hostname bundle over {fig['aliases']} names of one sshd, median of "
-              f"{fig['repeat']}; sshd accepted {fig['accepted']} logins; 10M-iteration loop {fig['loop_10m_s']:.2f} s; "
+        print(f"cold SSH collect of the hostname bundle over {fig['aliases']} names of one sshd (MaxStartups "
+              f"{fig['max_startups']}), median of {fig['repeat']}; sshd accepted {fig['accepted']} logins, dropped "
+              f"{fig['dropped']} connections; 10M-iteration loop {fig['loop_10m_s']:.2f} s; "
               f"load {fig['load_before']:.1f} -> {fig['load_after']:.1f}")
         for w, m in fig["median"].items():
             print(f"  {w if w != '0' else 'default':>7} per server: wall {m['wall']:.2f} s | controller CPU "

@@ -57,7 +57,10 @@ class LimitedSSHD:
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             f"UsePAM no\nStrictModes no\nPrintMotd no\nMaxStartups {max_startups}\nLoginGraceTime 60\nLogLevel VERBOSE\n"
             f"SetEnv PATH={cluster.node_path(self.node)}\n")
-        script = f"hostname {node} && mount -t tmpfs tmpfs /run && mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f {cfg}"
+        # as the cluster's own sshd: this machine's ~/.bashrc hidden from the sessions (a version
+        # manager's start-up there would cost every session seconds)
+        script = (f"hostname {node} && mount -t tmpfs tmpfs /run && mkdir -p /run/sshd && "
+                  f"{cluster._plain_bashrc()}exec /usr/sbin/sshd -D -e -f {cfg}")
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 ["ip", "netns", "exec", self.node.ns, "unshare", "--uts", "--mount", "--propagation", "private",
