@@ -74,6 +74,9 @@ def test_a_black_hole_keeps_every_result_and_folds_the_lost_output_into_the_fail
         lost = [r for r in mine.values() if r["facts"].get("depends_on") == "net.mtu"]
         assert sorted(mtu["facts"].get("dependents", [])) == sorted(r["check"] for r in lost)
         assert all(r["status"] == "skip" and r["facts"]["own_status"] == "error" for r in lost), lost
+        # what happened to each, not a dependency on net.mtu (no check depends on another here)
+        said = "output lost: the ssh connection to n2 stalled behind the MTU black hole at n2"
+        assert all(r["summary"] == said for r in lost), [r["summary"] for r in lost]
         seen.append(len(lost))
     print(f"black hole at n2: {seen} results lost and folded into net.mtu")
     # the piped console: n2 is one line, the FAIL (its dependents counted on it)
