@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from preflight import analyze, policy, registry
-from preflight.model import Result, Status
+from preflight.model import Capture, CaptureState, Result, Status
 from preflight.report.console import FAILURES, proof
 from tests.conftest import FIXTURES, capture, fixture_text, grade, grade_text
 
@@ -143,7 +144,8 @@ ANALYZE_CASES = [  # fixture (analysed as `preflight analyze` reads it), code pr
     ("systemd-units/failed-legacy-legend.txt", "node.units/unit-failed", "rasdaemon.service"),
 ]
 GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x where -h100), {probe: input}, token
-    # an input is a fixture ("fixture:<path>") or the capture itself, in the tool's format
+    # an input is a fixture ("fixture:<path>"), the capture's stdout itself in the tool's format, or a dict of
+    # the capture's fields (stdout, rc, stderr, state, timeout)
     ("fabric.manager/bad-command-line", "analyze",
      {"fm-log": "fixture:fabricmanager/proof_fabric_manager_bad_command_line.log"},
      "unrecognized option '--foo'"),
@@ -794,6 +796,34 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
     ("node.clock/unread-error", "analyze",
      {"chronyc-tracking": "fixture:chrony/proof_node_clock_unread_error_chronyc_tracking.txt", "clock-log": "fixture:chrony/proof_node_clock_unread_error_clock_log.log"},
      "Could not open NTP socket"),
+    # captures with an exit status, stderr or a state other than ok: {probe: {stdout, rc, stderr, state, timeout}}
+    ("gpu.nvlink/no-nvlink", "run-h100", {"nvidia-smi-nvlink": ""}, "listed no GPU"),
+    ("gpu.topology/unreadable-output", "run", {"nvidia-smi-topo": ""}, "(no GPU0 row)"),
+    ("gpu.health/no-gpu-in-output", "run", {"nvidia-smi-q": ""}, "no GPU block"),
+    ("ib.hca/no-devices", "run-h100", {"ibstat": ""}, "no CA listed"),
+    ("net.mtu/unparsable", "run-h100", {"ip-addr": ""}, "(empty)"),
+    ("net.nic/unparsable", "run-h100", {"ip-addr": ""}, "(empty output)"),
+    ("gpu.xid/log-empty", "run", {"kernel-log": ""}, "(no output)"),
+    ("gpu.xid/log-unreadable", "run", {"kernel-log": {"rc": 1}}, "exit 1"),
+    ("gpu.driver/smi-failed", "run", {"nvidia-smi-q": {"stdout": "\n", "rc": 9}}, "exited 9"),
+    ("gpu.xid/pcie-recovery-failed", "run",
+     {"kernel-log": {"stdout": "[ 1.0] pcieport 0000:00:01.0: AER: device recovery failed\n", "rc": 1}},
+     "AER: device recovery failed"),
+    ("gpu.nvlink/tool-failed", "run-h100",
+     {"nvidia-smi-nvlink": "Failed to initialize NVML: Driver/library version mismatch\n"},
+     "Driver/library version mismatch"),
+    ("gpu.xid/fallen-off-bus", "run",
+     {"kernel-log": {"stdout": "[ 1.0] NVRM: GPU 0000:41:00.0: GPU has fallen off the bus.\n", "rc": 1}},
+     "GPU has fallen off the bus"),
+    ("node.clock/output-unrecognised", "run",
+     {"chronyc-tracking": "Welcome to the cluster!\n", "timedatectl": {"stderr": "System has not been booted with systemd as init system (PID 1). Can't operate.\nFailed to connect to bus: Host is down\n", "rc": 1}, "ntpstat": {"state": "missing"}, "ntpq-peers": {"state": "missing"}},
+     "Welcome to the cluster!"),
+    ("fabric.manager/nvidia-smi-failed", "run-h100",
+     {"fm-service": "LoadState=loaded\nActiveState=active\nSubState=running\nResult=success\nExecMainStatus=0\n", "nvidia-smi-q": {"stdout": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n\n", "rc": 9}},
+     "couldn't communicate with the NVIDIA driver"),
+    ("gpu.nvlink/link-down-unknown-model", "run",
+     {"nvidia-smi-nvlink": {"stdout": "fixture:nvidia-smi/proof_gpu_nvlink_link_down_unknown_model.txt"}},
+     "Link 7: <inactive>"),
 ]
 NO_CASE = "no proof case yet"
 WRONG = "shown line wrong: "
@@ -810,7 +840,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "fabric.manager/health-limited-capacity": NO_CASE,
     "fabric.manager/incorrect-configuration": NO_CASE,
     "fabric.manager/not-installed": NO_CASE,
-    "fabric.manager/nvidia-smi-failed": NO_CASE,
     "fabric.manager/route-recovery": NO_CASE,
     "fabric.manager/route-unhealthy": NO_CASE,
     "gpu.driver/cuda-version-pin": NO_CASE,
@@ -820,26 +849,14 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "gpu.driver/module-differs-from-disk": NO_CASE,
     "gpu.driver/module-older-than-packages": NO_CASE,
     "gpu.driver/no-tooling-required": NO_CASE,
-    "gpu.driver/smi-failed": NO_CASE,
     "gpu.health/memory-temperature-over-max": NO_CASE,
-    "gpu.health/no-gpu-in-output": NO_CASE,
     "gpu.inventory/extra-gpus":
         WRONG + "shows the 'present: ...' list of every GPU, not the GPU beyond the expected count (checks/gpu.py)",
     "gpu.inventory/gpu-missing-by-socket-layout":
         WRONG + "shows the first present GPU's row (the 'present' list), not what says a GPU is missing (checks/gpu.py)",
-    "gpu.nvlink/link-down-unknown-model":
-        WRONG + "shows the GPU's header line, not its '<inactive>' link line (checks/gpu.py)",
-    "gpu.nvlink/no-nvlink": NO_CASE,
-    "gpu.nvlink/tool-failed": NO_CASE,
-    "gpu.topology/unreadable-output": NO_CASE,
-    "gpu.xid/fallen-off-bus": NO_CASE,
-    "gpu.xid/log-empty": NO_CASE,
-    "gpu.xid/log-unreadable": NO_CASE,
-    "gpu.xid/pcie-recovery-failed": NO_CASE,
     "gpu.xid/site-fail": NO_CASE,
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
     "ib.hca/link-lost": NO_CASE,
-    "ib.hca/no-devices": NO_CASE,
     "ib.hca/no-infiniband-port": NO_CASE,
     "ib.hca/other-port-down-required": NO_CASE,
     "ib.hca/pcie-narrow": NO_CASE,
@@ -852,7 +869,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "net.mtu/no-result": NO_CASE,
     "net.mtu/peer-unresolved": NO_CASE,
     "net.mtu/ping-missing-required": NO_CASE,
-    "net.mtu/unparsable": NO_CASE,
     "net.mtu/unread-error": NO_CASE,
     "net.nic/address-dadfailed":
         WRONG + "shows the interface's header line, not its 'dadfailed' address line (checks/network.py)",
@@ -868,10 +884,8 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "net.nic/mtu-above-profile": NO_CASE,
     "net.nic/requested-nic-down": NO_CASE,
     "net.nic/socket-ifname-all-down": NO_CASE,
-    "net.nic/unparsable": NO_CASE,
     "node.clock/controller-offset": NO_CASE,
     "node.clock/no-time-daemon": NO_CASE,
-    "node.clock/output-unrecognised": NO_CASE,
     "node.responsive/tools-hung": NO_CASE,
     "run.check/internal-fault": NO_CASE,
     "run.probe/not-started": NO_CASE,
@@ -891,16 +905,28 @@ def analysed(fixture: str) -> list[Result]:
     return list(analyze.analyze(registry.load(), [FIXTURES / fixture]))
 
 
-def graded(code: str, how: str, inputs: dict[str, str]) -> list[Result]:
+def graded(code: str, how: str, inputs: dict[str, Any]) -> list[Result]:
     """The results of the code's check on these inputs: as `run` grades a node's captures, or as
     `analyze` grades pasted text (framed first)."""
     mode, _, prof = how.partition("-")
     profile = "h100-sxm-8x" if prof == "h100" else "generic"
-    texts = {p: fixture_text(v[len(FX):]) if v.startswith(FX) else v for p, v in inputs.items()}
     check = code.split("/")[0]
     if mode == "run":
-        return grade(check, {p: capture(p, t) for p, t in texts.items()}, profile=profile)
-    return grade_text(check, texts, profile=profile)
+        return grade(check, {p: _capture(p, v) for p, v in inputs.items()}, profile=profile)
+    return grade_text(check, {p: _text(v) for p, v in inputs.items() if isinstance(v, str)}, profile=profile)
+
+
+def _text(v: str) -> str:
+    return fixture_text(v[len(FX):]) if v.startswith(FX) else v
+
+
+def _capture(probe: str, v: str | dict[str, Any]) -> Capture:
+    if isinstance(v, str):
+        return capture(probe, _text(v))
+    state = CaptureState(v.get("state", "ok"))
+    return Capture(probe=probe, argv=[probe], state=state, stdout=_text(v.get("stdout", "")), stderr=v.get("stderr", ""),
+                   rc=v.get("rc", 0 if state is CaptureState.OK else None), timeout=v.get("timeout", 0.0),
+                   source=f"fixture:{probe}")
 
 
 def _proof_cases() -> Iterator[tuple[str, Result | None, str]]:
@@ -952,7 +978,7 @@ def test_the_shown_line_proves_the_code(fixture: str, code: str, token: str) -> 
 
 
 @pytest.mark.parametrize("code,how,inputs,token", GRADE_CASES, ids=[c[0] for c in GRADE_CASES])
-def test_the_graded_result_shows_the_telling_line(code: str, how: str, inputs: dict[str, str], token: str) -> None:
+def test_the_graded_result_shows_the_telling_line(code: str, how: str, inputs: dict[str, Any], token: str) -> None:
     res = graded(code, how, inputs)
     named = [r for r in res if first_code(r) == code]
     assert named, [(r.check, r.status, r.facts.get("codes")) for r in res]
