@@ -68,6 +68,7 @@ mkdir -p "$DIR/steps" || exit 2
 OUT="$(cd "$DIR" && pwd)/$(basename "$OUT")"
 DIR=$(dirname "$OUT")
 echo "device check: $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPU(s); python: $PY; output: $OUT"
+(cd "$ROOT" && timeout 60 "$PY" "$HERE/environment.py" "$DIR/environment.json") || echo "$PY could not describe itself"
 specs=()
 for s in ${STEPS//,/ }; do
     t=$(limit "$s")

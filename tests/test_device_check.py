@@ -89,6 +89,7 @@ def test_node_step_records_the_driver_and_keeps_the_raw_captures(tmp_path: Path)
     p = run(["--steps", "node,sweep", "--out", str(out)], env)
     doc = json.loads(out.read_text())
     steps = {s["step"]: s for s in doc["steps"]}
+    assert doc["environment"]["preflight_cli"] == "ok" and doc["environment"]["python"] == sys.executable
     node = steps["node"]
     assert node["status"] == "pass", node["reason"]
     figs = node["figures"]

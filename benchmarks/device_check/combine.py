@@ -41,9 +41,13 @@ def main(argv: list[str]) -> int:
         name, rc, seconds, limit = spec.split(":")
         steps.append(record(folder, name, int(rc), float(seconds), float(limit)))
     failed = [s["step"] for s in steps if s.get("status") == "fail"]
+    try:
+        environment = json.loads((folder / "environment.json").read_text())
+    except (OSError, ValueError):
+        environment = {}
     doc = {"schema_version": 1, "ok": not failed, "failed": failed, "host": socket.gethostname(),
            "platform": platform.platform(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "folder": str(folder), "steps": steps}
+           "folder": str(folder), "environment": environment, "steps": steps}
     out.write_text(json.dumps(doc, indent=1, default=str))
     for s in steps:
         print(f"{s['step']:8} {s['status']:8} {s.get('wall_s', 0):6.1f}s  {s.get('reason', '')}"[:300])
