@@ -289,6 +289,7 @@ class PrologueRequest:
     history: str | None = None
     damp: str | None = None
     lines_to_stderr: bool = False  # --json: the report is stdout, the prologue's lines go to stderr
+    per_node: bool = False  # --per-node: each finding one line naming the node, its evidence and remedy
 
 
 @dataclass
@@ -307,8 +308,13 @@ class PrologueOutcome:
             sys.stdout.write("\n".join(self.lines) + "\n")
 
 
-def _summary_lines(report: Report, node: str) -> list[str]:
+def _summary_lines(report: Report, node: str, per_node: bool = False) -> list[str]:
     lines = [f"preflight prologue {node}: {report.verdict.verdict} ({report.duration_s:.1f} s)"]
+    if per_node:  # `run --per-node`'s lines: `FAIL <node> <check>: ... | evidence: ... | remedy: ...`
+        from preflight.report.console import finding_lines
+
+        return lines + finding_lines(report.verdict.blocking, failures_only=True, per_node=True,
+                                     warn_as_fail=report.warn_as_fail)
     for r in report.verdict.blocking:
         deps = r.facts.get("dependents")
         folded = f" ({len(deps)} dependent check{'s' * (len(deps) > 1)} skipped)" if isinstance(deps, list) and deps \
@@ -383,10 +389,10 @@ def run_prologue(req: PrologueRequest, cfg: Config) -> PrologueOutcome:
     report, profile, transport = _check(req, name, cfg, watch)
     if interrupt.signum():  # slurmd cancelling the job (SIGTERM), or Ctrl-C: no verdict on the node, no drain
         report = mark_interrupted(report)
-        lines = _summary_lines(report, name)
+        lines = _summary_lines(report, name, req.per_node)
         watch.decided = Decided(list(lines), report.verdict.exit_code)
         return PrologueOutcome(report=report, lines=lines, code=report.verdict.exit_code, watchdog=watch)
-    lines = _summary_lines(report, name)
+    lines = _summary_lines(report, name, req.per_node)
     cut = cut_and_timed_out(transport.shrunk, report)  # a note only where the cut may be the cause
     if cut:
         lines.append("  probe timeouts cut to fit the budget: " + ", ".join(cut))

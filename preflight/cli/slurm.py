@@ -42,6 +42,7 @@ def prologue(
                                              "takes K,M from the profile.")] = None,
     bad_nodes: opt.BadNodesOpt = None,
     prometheus: opt.PrometheusOpt = None,
+    per_node: opt.PerNodeOpt = False,
 ) -> None:
     """Slurm Prolog / HealthCheckProgram gate: node-local checks within a time budget; on NO-GO
     drain the node with `preflight: <check> <summary>` and exit 1 so the job is requeued."""
@@ -51,7 +52,8 @@ def prologue(
 
     req = PrologueRequest(budget=budget, profile=profile, checks_dirs=list(checks_dir or []), only=list(only or []),
                           skip=list(skip or []), xid_since=opt.xid_since(xid_since), dry_run=dry_run,
-                          no_drain=no_drain, node=node, history=history, damp=damp, lines_to_stderr=as_json)
+                          no_drain=no_drain, node=node, history=history, damp=damp, lines_to_stderr=as_json,
+                          per_node=per_node)
     cfg = load_config()
     outcome = run_prologue(req, cfg)
     # the history gate has recorded the run already

@@ -97,6 +97,7 @@ def triage_cmd(
     deadline: opt.DeadlineOpt = None,
     no_node_checks: NoChecksOpt = False,
     bad_nodes: opt.BadNodesOpt = None,
+    per_node: opt.PerNodeOpt = False,
 ) -> None:
     """Name the culprit of a hang or crash: rank, node, collective and sequence number, category and action."""
     from preflight.engine import load_config
@@ -110,7 +111,8 @@ def triage_cmd(
     emit(result.report, choose_sinks(Output(as_json=as_json, out=out, write_files=out is not None,
                                             bad_nodes=bad_nodes,
                                             history=load_config().resolve_history(None), announce_with_json=True),
-                                     writer=result.write, render=result.console, json_text=result.to_json))
+                                     writer=result.write, render=lambda report: result.console(report, per_node),
+                                     json_text=result.to_json))
     for line in result.problems():
         sys.stderr.write(line + "\n")
     raise typer.Exit(result.exit_code)

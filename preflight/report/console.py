@@ -29,11 +29,7 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-
-from rich.console import Console
-from rich.padding import Padding
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from preflight import lazyre
 from preflight.grading import NO_EVIDENCE
@@ -41,6 +37,12 @@ from preflight.inventory import compress, valid_node_name
 from preflight.model import Result, Status
 from preflight.report.base import Report, natural
 from preflight.rootcause import is_dependent
+
+if TYPE_CHECKING:  # rich is imported where a terminal view is drawn: the plain lines need none of it
+    from rich.console import Console
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "error": "bold magenta"}
 ORDER = {Status.FAIL: 0, Status.ERROR: 1, Status.WARN: 2, Status.SKIP: 3}
@@ -196,16 +198,24 @@ def _finding_line(g: Group, r: Result | None) -> str:
     return _clean(text)
 
 
+def finding_lines(results: Sequence[Result], failures_only: bool = False, per_node: bool = False,
+                  warn_as_fail: bool = False) -> list[str]:
+    """The plain finding lines of `lines`: one per group of identical findings, or with
+    `per_node` one per node and finding (`FAIL gpu016 gpu.xid: ... | evidence: ... | remedy:
+    ...`), a node's lines together. Other commands' consoles (prologue, triage) print these for
+    their `--per-node`."""
+    groups = [g for g in group(results) if shown(g.status, failures_only, warn_as_fail)]
+    if not per_node:
+        return [_finding_line(g, None) for g in groups]
+    pairs = sorted(((g, r) for g in groups for r in g.results),
+                   key=lambda gr: (ORDER[gr[1].status], natural(gr[1].node), gr[1].check))
+    return [_finding_line(g, r) for g, r in pairs]
+
+
 def lines(report: Report, failures_only: bool = False, per_node: bool = False) -> list[str]:
     """The plain report: one line per group of identical findings (`per_node`: per node and
     finding), then the groups of passing nodes, the verdict and the exclude line."""
-    groups = [g for g in group(report.results) if shown(g.status, failures_only, report.warn_as_fail)]
-    if per_node:  # a node's lines together, as its groups are
-        pairs = sorted(((g, r) for g in groups for r in g.results),
-                       key=lambda gr: (ORDER[gr[1].status], natural(gr[1].node), gr[1].check))
-        out = [_finding_line(g, r) for g, r in pairs]
-    else:
-        out = [_finding_line(g, None) for g in groups]
+    out = finding_lines(report.results, failures_only, per_node, report.warn_as_fail)
     if not failures_only:
         out += [f"PASS {hosts}: {_pass_text(n)}" for hosts, n in passing(report.results)]
     out.append(_clean(verdict_line(report)))
@@ -218,6 +228,9 @@ def _row(status: Status, hosts: str, width: int, *rest: Text) -> Table:
     """A line of the terminal view as a grid, so that wrapped text keeps its column: status,
     hostlist, then the `rest` cells (the last one wraps); a hostlist longer than its column has
     a line of its own (wrapped under itself), the `rest` cells under it."""
+    from rich.table import Table
+    from rich.text import Text
+
     head = Text(f"{status.value.upper():5s} ", STYLE[status.value])
     cells = Table.grid()
     for _ in rest[:-1]:
@@ -239,17 +252,24 @@ def _row(status: Status, hosts: str, width: int, *rest: Text) -> Table:
 
 def _head(g: Group, width: int) -> Table:
     """A group's first line: status, hostlist, check, summary (and its dependents)."""
+    from rich.text import Text
+
     return _row(g.status, g.hosts, width, Text(f"{g.check}  ", "cyan"),
                 Text.assemble(_clean(g.text("summary")), (g.tail(), "dim")))
 
 
 def _under(text: str, style: str = "") -> Padding:
     """A line under a group's line, indented, its wrapped parts indented alike."""
+    from rich.padding import Padding
+    from rich.text import Text
+
     return Padding(Text(text, style=style), (0, 0, 0, INDENT))
 
 
 def _tty(report: Report, console: Console, verbose: bool, failures_only: bool) -> None:
     """The grouped view with colour, for a terminal."""
+    from rich.text import Text
+
     groups = [g for g in group(report.results) if shown(g.status, failures_only, report.warn_as_fail)]
     hostlists = [g.hosts for g in groups] + [h for h, _ in passing(report.results)]
     width = max([len(h) for h in hostlists if len(h) <= HOSTS_WIDTH] + [4])  # a longer one has its own line
@@ -279,6 +299,8 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
     grouped plain lines anywhere else (`per_node`: one plain line per node and finding, on a
     terminal too)."""
     if console is None:  # standard output: a terminal by isatty, whatever FORCE_COLOR says
+        from rich.console import Console
+
         console = Console(force_terminal=sys.stdout.isatty())
     if console.is_terminal and not per_node:
         _tty(report, console, verbose, failures_only)
@@ -290,6 +312,9 @@ def render(report: Report, console: Console | None = None, verbose: bool = False
 def render_checks(rows: list[dict[str, object]], console: Console | None = None) -> None:
     """`preflight list`: the registered checks as a table (site checks name their file)."""
     from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
 
     table = Table(title="preflight checks")
     for col in ("id", "scope", "probes", "catches"):

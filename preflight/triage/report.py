@@ -82,7 +82,9 @@ def markdown(verdict: Verdict, report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def console(verdict: Verdict, report: Report) -> None:
+def console(verdict: Verdict, report: Report, per_node: bool = False) -> None:
+    """The verdict, its evidence and action, then the nodes' failing findings: the first few
+    in short, or (`per_node`) every one as a line naming its node, evidence and remedy."""
     from rich.console import Console
 
     con = Console()
@@ -99,6 +101,13 @@ def console(verdict: Verdict, report: Report) -> None:
     con.print(f"action: {verdict.action}", highlight=False, markup=False, soft_wrap=True)
     for line in downtime_lines(from_report(report.results)):
         con.print(line, highlight=False, markup=False, soft_wrap=True)
+    if per_node:
+        from preflight.report.console import finding_lines
+
+        for line in finding_lines([r for r in report.results if r.check != "triage.verdict"], failures_only=True,
+                                  per_node=True):
+            con.print(line, highlight=False, markup=False, soft_wrap=True)
+        return
     bad = [r for r in report.results if r.check != "triage.verdict" and r.status.value in ("fail", "error")]
     for r in bad[:12]:
         con.print(f"  {r.status.value.upper()} {r.node} {r.check}: {r.summary}", highlight=False, markup=False, soft_wrap=True)

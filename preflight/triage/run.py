@@ -202,10 +202,10 @@ class Triaged:
     verdict: Any
     report: Report
 
-    def console(self, report: Report) -> None:
+    def console(self, report: Report, per_node: bool = False) -> None:
         from preflight.triage import report as texts
 
-        texts.console(self.verdict, report)
+        texts.console(self.verdict, report, per_node)
 
     def to_json(self, report: Report) -> str:
         from preflight.triage import report as texts
