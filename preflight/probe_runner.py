@@ -57,6 +57,7 @@ LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
 _ENDED = threading.Event()  # set by end_live: a probe started afterwards is ended at once, none is started
 END_GRACE_S = 1.0  # end_live: how long the probes' groups have after SIGTERM before SIGKILL
+STOP_GRACE_S = 0.5  # the same on a node whose caller went away or cancelled the step
 
 
 @dataclass(frozen=True)
@@ -476,7 +477,7 @@ class _Session:
         """End the probes (they run in their own sessions, out of reach of our signals) and
         leave at once, without a traceback."""
         self.stopping.append(status)
-        kill_live()
+        end_live(STOP_GRACE_S)
         os._exit(status)
 
 
@@ -546,6 +547,9 @@ def serve(text: str) -> int:
         run_bundle(payload.probes, cap=payload.cap, on_done=session.report)
     finally:
         session.finished.set()
+    if session.stopping:  # a stop under way in another thread ends the probes' groups, then the process
+        time.sleep(STOP_GRACE_S + 2.0)
+        return session.stopping[0]
     session.emit("done", f"{session.node} {session.elapsed()} {PROTOCOL}")
     return 0
 
