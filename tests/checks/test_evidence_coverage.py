@@ -830,12 +830,6 @@ WRONG = "shown line wrong: "
 
 KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "analyze.node/not-reached": NO_CASE,
-    "cluster.clock/nodes-disagree":
-        WRONG + "shows the first node's offset rather than the line of the node that is ahead (checks/cluster.py)",
-    "cluster.mtu/black-hole": NO_CASE,
-    "cluster.nccl_env/env-differs": NO_CASE,
-    "cluster.nodes/short": NO_CASE,
-    "cluster.versions/version-differs": NO_CASE,
     "fabric.manager/access-timeout-recovery": NO_CASE,
     "fabric.manager/health-limited-capacity": NO_CASE,
     "fabric.manager/incorrect-configuration": NO_CASE,
@@ -929,6 +923,64 @@ def _capture(probe: str, v: str | dict[str, Any]) -> Capture:
                    source=f"fixture:{probe}")
 
 
+def _versions() -> list[Result]:
+    from tests.checks.test_cluster import NODES, ctx
+
+    from preflight.checks.cluster import grade_versions  # isort: skip
+
+    def q(driver: str, cuda: str) -> str:
+        return f"==============NVSMI LOG==============\n\nDriver Version : {driver}\nCUDA Version : {cuda}\n"
+
+    caps = {n: {"nvidia-smi-q": capture("nvidia-smi-q", q("550.90.07", "12.4"))} for n in NODES}
+    caps["n3"]["nvidia-smi-q"] = capture("nvidia-smi-q", q("535.161.08", "12.2"))
+    return list(grade_versions(ctx(caps)))
+
+
+def _nccl_env() -> list[Result]:
+    from tests.checks.test_cluster import NODES, ctx
+
+    from preflight.checks.cluster import grade_nccl_env  # isort: skip
+
+    base = "NCCL_SOCKET_IFNAME=^lo,docker0\nNCCL_IB_HCA=mlx5\nHOME=/root\n"
+    caps = {n: {"env": capture("env", base)} for n in NODES}
+    caps["n2"]["env"] = capture("env", "NCCL_SOCKET_IFNAME=eth0\nNCCL_IB_HCA=mlx5\n")
+    return list(grade_nccl_env(ctx(caps)))
+
+
+def _nodes_short() -> list[Result]:
+    from tests.checks.test_cluster import NODES, ctx
+
+    from preflight.checks.cluster import grade_nodes  # isort: skip
+
+    errors = {n: "" for n in NODES} | {"n2": "unreachable"}
+    return list(grade_nodes(ctx(errors=errors, extra={"expect_nodes": 4})))
+
+
+def _black_hole() -> list[Result]:
+    from tests.checks.test_cluster import ADDR, ctx, ring
+
+    from preflight.checks.cluster import grade_mtu  # isort: skip
+
+    return list(grade_mtu(ctx(results=ring("n3"), addresses=ADDR)))
+
+
+def _clocks() -> list[Result]:
+    from preflight.checks.clock import agreement
+    from preflight.profile import load
+
+    spans = {"node1": (-0.05, 0.05), "node2": (29.55, 29.7), "node3": (0.0, 0.1), "node4": (0.01, 0.08)}
+    return [agreement(spans, load("h100-sxm-8x"))]
+
+
+CROSS_CASES = [  # cross-node codes: code, the graded results of several nodes, the token of the telling line
+    ("cluster.versions/version-differs", _versions, "n3: driver=535.161.08"),
+    ("cluster.nccl_env/env-differs", _nccl_env, "NCCL_SOCKET_IFNAME=eth0"),
+    ("cluster.nodes/short", _nodes_short, "n2: unreachable"),
+    ("cluster.mtu/black-hole", _black_hole, "-> n3: silent_loss"),
+    ("cluster.clock/nodes-disagree", _clocks, "node2: offset from the controller +29.550"),
+]
+
+
 def _proof_cases() -> Iterator[tuple[str, Result | None, str]]:
     """(case, the result it shows, its token) for each case of test_evidence_proof.py."""
     from tests.checks import test_evidence_proof as tp
@@ -959,6 +1011,9 @@ def proved() -> dict[str, str]:
         for r in graded(code, how, inputs):
             if first_code(r) == code and token in proof(r):
                 out.setdefault(code, f"{how} {inputs}")
+    for code, build, token in CROSS_CASES:
+        if any(first_code(r) == code and token in proof(r) for r in build()):
+            out.setdefault(code, build.__name__)
     out.pop("", None)
     return out
 
@@ -985,6 +1040,13 @@ def test_the_graded_result_shows_the_telling_line(code: str, how: str, inputs: d
     assert token in proof(named[0]), (proof(named[0]), named[0].evidence[:4])
 
 
+@pytest.mark.parametrize("code,build,token", CROSS_CASES, ids=[c[0] for c in CROSS_CASES])
+def test_the_cross_node_result_shows_the_telling_line(code: str, build: Any, token: str) -> None:
+    named = [r for r in build() if first_code(r) == code]
+    assert len(named) == 1, [(r.check, r.node, r.status, r.facts.get("codes")) for r in build()]
+    assert token in proof(named[0]), (proof(named[0]), named[0].evidence[:4])
+
+
 def test_every_code_with_evidence_is_proved_or_a_known_gap() -> None:
     missing = sorted(with_evidence() - set(proved()) - set(KNOWN_GAPS))
     assert not missing, f"{len(missing)} code(s) with evidence have no proof case and are not a known gap: {missing}"
@@ -1006,4 +1068,5 @@ def test_every_case_names_a_code_of_the_table() -> None:
     table = policy.builtin().codes
     assert not [c for _, c, _ in ANALYZE_CASES if c not in table]
     assert not [c for c, *_ in GRADE_CASES if c not in table]
+    assert not [c for c, *_ in CROSS_CASES if c not in table]
     assert {Status.FAIL, Status.ERROR, Status.WARN} == set(FAILURES)
