@@ -2,7 +2,8 @@
 arguments, calling one engine function and handing the report to the output path
 (`preflight.report.emit`).
 
-Exit codes: 0 GO, 1 NO-GO, 2 could not run (bad arguments, bad profile, broken site check).
+Exit codes: 0 GO, 1 NO-GO, 2 could not run (bad arguments, bad profile, broken site check),
+3 NO-EVIDENCE, 128 + the signal (130, 143) when SIGINT or SIGTERM ended a run (INTERRUPTED).
 The node/prologue path imports neither torch nor pandas; heavy modules load lazily.
 """
 
