@@ -31,7 +31,7 @@ from preflight import interrupt, rootcause
 from preflight import profile as profiles
 from preflight.arrivals import Arrivals
 from preflight.grading import FactStore, grade_cluster, grade_node
-from preflight.model import CLUSTER, Capture, CaptureState, Result, Status
+from preflight.model import CLUSTER, Capture, CaptureState, Result, Status, is_node
 from preflight.probes import DEFAULT_TIMEOUT, Probe
 from preflight.profile import Profile
 from preflight.registry import (
@@ -1176,6 +1176,8 @@ def run_checks(req: CheckRequest, sweep: SweepRequest, cfg: Config, progress: Pr
                 results.extend(sweep_after_checks(results, nodes, req, sweep, cfg, until))
         except interrupt.Interrupted:
             results.extend(_sweep_skipped(f"collective sweep {interrupt.WHY}"))
+            answered = [n for n in nodes or [] if is_node(n)]
+            interrupt.note(answered, answered, [])
     return mark_interrupted(Report.build(req.command, results, req.warn_as_fail, profiles_used,
                                          time.monotonic() - start, nodes or sorted({r.node for r in results})))
 

@@ -48,6 +48,7 @@ class _State:
     nodes: list[str] = field(default_factory=list)  # the nodes of the interrupted run
     answered: list[str] = field(default_factory=list)  # those that had answered
     pending: list[str] = field(default_factory=list)  # those that had not when the signal came
+    noted: bool = False  # the run took the signal into account (`note`)
 
 
 _state = _State()
@@ -95,7 +96,7 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 return command(*args, **kwargs)
             finally:
-                if signum():
+                if signum() and _state.noted:  # (a signal after the report was built changes nothing)
                     sys.stderr.write(line() + "\n")
                     sys.stderr.flush()
 
@@ -125,6 +126,7 @@ def note(nodes: Sequence[str], answered: Sequence[str], pending: Sequence[str]) 
     _state.nodes = list(nodes)
     _state.answered = list(answered)
     _state.pending = list(pending)
+    _state.noted = True
 
 
 def exit_code(default: int) -> int:
