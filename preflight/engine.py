@@ -1149,6 +1149,8 @@ def run_checks(req: CheckRequest, sweep: SweepRequest, cfg: Config, progress: Pr
     sweep, in one report."""
     from preflight.report.base import Report
 
+    # the selection named as given (a flag, a variable, the file) before anything runs, --sweep-only too
+    cfg.validate_ids(load_registry(req.checks_dirs, cfg), req.only, req.skip)
     req = effective(req, cfg)
     req.transport_options.check()
     if not sweep.enabled and sweep.forced:

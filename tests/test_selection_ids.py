@@ -107,3 +107,12 @@ def test_explain_names_an_unknown_id_and_knows_site_checks(site: Site) -> None:
     assert p.returncode == 2 and "'gpu.xd'" in p.stderr and "did you mean gpu.xid?" in p.stderr, p.stderr
     p = cli(["explain", "site.alph", "--checks-dir", str(site.checks)], site.env(), cwd=site.tmp)
     assert p.returncode == 2 and "did you mean site.alpha?" in p.stderr, p.stderr
+
+
+def test_run_names_where_the_unknown_id_came_from_and_checks_it_before_a_sweep_only_run(site: Site) -> None:
+    err = refused(site, ["run", "--transport", "local", "--no-sweep", "--no-report"],
+                  site.env(PREFLIGHT_SKIP="site.alpa"))
+    assert "$PREFLIGHT_SKIP names unknown check 'site.alpa'" in err, err
+    # before: NO-EVIDENCE, exit 3, the id never looked at
+    err = refused(site, ["run", "--transport", "local", "--sweep-only", "--no-report", "--only", "gpu.xd"])
+    assert "did you mean gpu.xid?" in err
