@@ -143,7 +143,8 @@ ANALYZE_CASES = [  # fixture (analysed as `preflight analyze` reads it), code pr
     ("systemd-units/chronyd-failed-status-el7.txt", "node.clock/unit-failed", "Active: failed"),
     ("systemd-units/failed-legacy-legend.txt", "node.units/unit-failed", "rasdaemon.service"),
 ]
-GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x where -h100), {probe: input}, token
+GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x where -h100, a site profile where
+    # -profiles/<file>.toml), {probe: input}, token
     # an input is a fixture ("fixture:<path>"), the capture's stdout itself in the tool's format, or a dict of
     # the capture's fields (stdout, rc, stderr, state, timeout)
     ("fabric.manager/bad-command-line", "analyze",
@@ -837,6 +838,20 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
                                 "Failed to connect to bus: Host is down\n", "rc": 1},
       "ntpstat": {"stdout": "Unable to talk to NTP daemon. Is it running?\n", "rc": 2}, "ntpq-peers": {"state": "missing"}},
      "506 Cannot talk to daemon"),
+    ("gpu.driver/driver-version-pin", "run-profiles/proof_pins.toml",
+     {"nvidia-smi-q": "==============NVSMI LOG==============\nDriver Version : 535.129.03\nCUDA Version : 12.4\n"},
+     "Driver Version : 535.129.03"),
+    ("gpu.driver/cuda-version-pin", "run-profiles/proof_pins.toml",
+     {"nvidia-smi-q": "==============NVSMI LOG==============\nDriver Version : 550.54.15\nCUDA Version : 12.2\n"},
+     "CUDA Version : 12.2"),
+    ("gpu.xid/site-fail", "run-profiles/proof_xid_fail.toml",
+     {"kernel-log": "[Tue Mar  4 02:11:40 2025] NVRM: Xid (PCI:0000:3d:00): 31, pid=40177, name=python, Ch 0000000a, "
+                    "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x7f2a_5c000000. Fault is of "
+                    "type FAULT_PDE ACCESS_TYPE_VIRT_READ\n"},
+     "): 31,"),
+    ("net.nic/declared-link-slow", "run-profiles/proof_nic_speed.toml",
+     {"ip-addr": "fixture:ip/ip_j_d_addr_h100_healthy.json", "ip-speed": "fixture:ip/speed_degraded.txt"},
+     "ens9f0np0/speed:100000"),
 ]
 NO_CASE = "no proof case yet"
 WRONG = "shown line wrong: "
@@ -849,8 +864,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "fabric.manager/not-installed": NO_CASE,
     "fabric.manager/route-recovery": NO_CASE,
     "fabric.manager/route-unhealthy": NO_CASE,
-    "gpu.driver/cuda-version-pin": NO_CASE,
-    "gpu.driver/driver-version-pin": NO_CASE,
     "gpu.driver/klog-api-mismatch": NO_CASE,
     "gpu.driver/klog-driver-fault": NO_CASE,
     "gpu.driver/module-differs-from-disk": NO_CASE,
@@ -861,7 +874,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
         WRONG + "shows the 'present: ...' list of every GPU, not the GPU beyond the expected count (checks/gpu.py)",
     "gpu.inventory/gpu-missing-by-socket-layout":
         WRONG + "shows the first present GPU's row (the 'present' list), not what says a GPU is missing (checks/gpu.py)",
-    "gpu.xid/site-fail": NO_CASE,
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
     "ib.hca/link-lost": NO_CASE,
     "ib.hca/no-infiniband-port": NO_CASE,
@@ -876,8 +888,8 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "net.mtu/ping-missing-required": NO_CASE,
     "net.nic/address-dadfailed":
         WRONG + "shows the interface's header line, not its 'dadfailed' address line (checks/network.py)",
-    "net.nic/declared-link-slow": NO_CASE,
-    "net.nic/declared-nic-missing": NO_CASE,
+    "net.nic/declared-nic-missing":
+        WRONG + "shows the 'interfaces present: ...' list, not the declared interface that is missing (checks/network.py)",
     "net.nic/declared-no-link": NO_CASE,
     "net.nic/half-duplex": NO_CASE,
     "net.nic/link-flapping": NO_CASE,
@@ -911,7 +923,7 @@ def graded(code: str, how: str, inputs: dict[str, Any]) -> list[Result]:
     """The results of the code's check on these inputs: as `run` grades a node's captures, or as
     `analyze` grades pasted text (framed first)."""
     mode, _, prof = how.partition("-")
-    profile = "h100-sxm-8x" if prof == "h100" else "generic"
+    profile = "h100-sxm-8x" if prof == "h100" else str(FIXTURES / prof) if prof.endswith(".toml") else "generic"
     check = code.split("/")[0]
     if mode == "run":
         return grade(check, {p: _capture(p, v) for p, v in inputs.items()}, profile=profile)
