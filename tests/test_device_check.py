@@ -49,7 +49,7 @@ def assert_plan(out: str) -> None:
         assert f"step {step} (timeout" in out
     # the exact commands the probes run, and each step's own
     for cmd in ("nvidia-smi -q", "nvidia-smi -L", "nvidia-smi topo -m", "nvidia-smi nvlink --status",
-                "nvidia-smi --query-gpu=index,name", "probe nvml:", "-m preflight.cli node --json",
+                "nvidia-smi --query-gpu=index,name", "probe nvml:", "nvidia-smi -q -x", "-m preflight.cli node --json",
                 "-m preflight.cli sweep --nproc 8 --backend nccl", "allreduce.py",
                 "-m preflight.runtime.launch --nproc 4", "replay.py --rank-out"):
         assert cmd in out, cmd

@@ -1,7 +1,8 @@
 """Step 1 of the device check: `preflight node` against the real driver.
 
 Runs every nvidia-smi command the registered probes use (each alternative command on its own,
-so every format the parsers read is captured) and the NVML probe (libnvidia-ml through ctypes),
+so every format the parsers read is captured), a few more nvidia-smi outputs the parsers read
+(EXTRA: the default table, `-q -x`, `nvlink -e`) and the NVML probe (libnvidia-ml through ctypes),
 saving their raw outputs as `<dir>/captures/<probe>[.<n>].out` (argv, rc, stderr and time of each
 in `<dir>/captures.json`);
 then `preflight node --json` on this machine, and `preflight analyze` over the captures. It
@@ -28,6 +29,9 @@ from benchmarks.device_check.common import FAIL, PASS, Step, child_env  # noqa: 
 # finding codes that say a producer's output was not read: the parsers missed a format
 UNREAD = re.compile(r"/(unread-error|unreadable-output|unreadable-row|not-recognised|unrecognised)")
 GPU_CHECKS = ("gpu.", "fabric.")
+# nvidia-smi outputs no probe runs but the parsers read (analyze): captured too, the real formats
+EXTRA = (("nvidia-smi-table", ["nvidia-smi"]), ("nvidia-smi-q-xml", ["nvidia-smi", "-q", "-x"]),
+         ("nvidia-smi-nvlink-errors", ["nvidia-smi", "nvlink", "-e"]))
 NODE_TIMEOUT = 45.0
 
 
@@ -54,6 +58,8 @@ def plan() -> int:
     for probe in gpu_probes():
         for cmd in probe.commands:
             print(f"    probe {probe.name}: {shown(cmd)}")
+    for name, cmd in EXTRA:
+        print(f"    extra {name}: {shown(cmd)}")
     print(f"    {sys.executable} -m preflight.cli node --json -o OUT/node-report")
     print(f"    {sys.executable} -m preflight.cli analyze OUT/captures/*.out --json -o OUT/analyze-report"
           "    (the captures that printed something)")
@@ -67,19 +73,24 @@ def capture_all(step: Step, folder: Path) -> list[str]:
     problems: list[str] = []
     index: list[dict[str, Any]] = []
     folder.mkdir(parents=True, exist_ok=True)
-    for probe in gpu_probes():
-        for n, cmd in enumerate(probe.commands):
-            one = Probe(name=probe.name, commands=(cmd,), timeout=probe.timeout, env=probe.env)
-            res = run_probe(one)
-            stem = probe.name if n == 0 else f"{probe.name}.{n}"
+    runs = [(probe, n, cmd, False) for probe in gpu_probes() for n, cmd in enumerate(probe.commands)]
+    runs += [(Probe.of(name, cmd, timeout=20), 0, tuple(cmd), True) for name, cmd in EXTRA]
+    for probe, n, cmd, extra in runs:
+        one = Probe(name=probe.name, commands=(cmd,), timeout=probe.timeout, env=probe.env)
+        res = run_probe(one)
+        stem = probe.name if n == 0 else f"{probe.name}.{n}"
+        # the command a probe runs first is saved whatever it printed; an alternative or an extra
+        # only when it succeeded (a driver without that command prints no format to read)
+        saved = (n == 0 and not extra) or res.state == "ok"
+        if saved:
             (folder / f"{stem}.out").write_text(res.stdout)
-            step.commands.append(shown(cmd))
-            entry = {"probe": probe.name, "file": f"{stem}.out", "argv": shown(cmd), "state": res.state,
-                     "rc": res.rc, "duration_s": round(res.duration, 3), "bytes": len(res.stdout),
-                     "reason": res.reason, "stderr": res.stderr[-2000:]}
-            index.append(entry)
-            if n == 0 and res.state != "ok":  # the first command is the one the probe runs
-                problems.append(f"{probe.name}: `{shown(cmd)}` {res.state}: {res.reason or res.stderr[:200]}")
+        step.commands.append(shown(cmd))
+        entry = {"probe": probe.name, "file": f"{stem}.out" if saved else None, "argv": shown(cmd),
+                 "extra": extra, "state": res.state, "rc": res.rc, "duration_s": round(res.duration, 3),
+                 "bytes": len(res.stdout), "reason": res.reason, "stderr": res.stderr[-2000:]}
+        index.append(entry)
+        if n == 0 and not extra and res.state != "ok":  # the first command is the one the probe runs
+            problems.append(f"{probe.name}: `{shown(cmd)}` {res.state}: {res.reason or res.stderr[:200]}")
     (folder.parent / "captures.json").write_text(json.dumps(index, indent=1))
     step.figures["captures"] = index
     return problems
@@ -150,7 +161,7 @@ def run_analyze(step: Step, folder: Path) -> list[str]:
     said = " ".join(f"{r.get('summary')} {r.get('evidence')}" for r in results
                     if any(UNREAD.search(c) for _, c in codes_of([r])))
     for entry in step.figures.get("captures", []):
-        entry["parsed_by_analyze"] = None if not entry["bytes"] else entry["file"] not in said
+        entry["parsed_by_analyze"] = None if not (entry["bytes"] and entry["file"]) else entry["file"] not in said
     step.figures["analyze"] = {"rc": p.returncode, "verdict": doc.get("verdict"),
                                "checks": {str(r.get("check")): r.get("status") for r in results}, "unread": unread}
     return [f"analyze of the captures: {u} (output not read)" for u in unread]
