@@ -852,6 +852,16 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
     ("net.nic/declared-link-slow", "run-profiles/proof_nic_speed.toml",
      {"ip-addr": "fixture:ip/ip_j_d_addr_h100_healthy.json", "ip-speed": "fixture:ip/speed_degraded.txt"},
      "ens9f0np0/speed:100000"),
+    ("ib.hca/no-infiniband-port", "run-profiles/proof_ib_fabric.toml",
+     {"ibstat": "fixture:ib/ibstat_roce_mlx5_3_polling.txt"}, "ib.link_layer = InfiniBand"),
+    ("ib.hca/other-port-down-required", "run-profiles/proof_ib_fabric.toml",
+     {"ibstat": "fixture:ib/proof_ib_hca_other_port_down_required.txt"}, "State: Down | Physical state: Disabled"),
+    ("net.mtu/configured-mtu-below-profile", "run-profiles/proof_mtu_eno1.toml",
+     {"ip-addr": "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 state UNKNOWN\n    link/loopback 00:00\n"
+                 "2: eno1: <UP,LOWER_UP> mtu 1500 state UP\n    link/ether aa:bb\n"
+                 "3: ens9f0np0: <UP,LOWER_UP> mtu 9000 state UP\n    link/ether aa:bc\n"},
+     "eno1: <UP,LOWER_UP> mtu 1500"),
+    ("nccl.transport/no-log", "analyze", {}, "the nccl-log input is missing"),
 ]
 NO_CASE = "no proof case yet"
 WRONG = "shown line wrong: "
@@ -876,13 +886,9 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
         WRONG + "shows the first present GPU's row (the 'present' list), not what says a GPU is missing (checks/gpu.py)",
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
     "ib.hca/link-lost": NO_CASE,
-    "ib.hca/no-infiniband-port": NO_CASE,
-    "ib.hca/other-port-down-required": NO_CASE,
     "ib.hca/pcie-narrow": NO_CASE,
-    "nccl.transport/no-log": NO_CASE,
     "nccl.transport/ofi-no-provider-fallback": NO_CASE,
     "net.mtu/black-hole-at-node": NO_CASE,
-    "net.mtu/configured-mtu-below-profile": NO_CASE,
     "net.mtu/invalid-peer": NO_CASE,
     "net.mtu/no-result": NO_CASE,
     "net.mtu/ping-missing-required": NO_CASE,
