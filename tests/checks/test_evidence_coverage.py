@@ -142,6 +142,13 @@ ANALYZE_CASES = [  # fixture (analysed as `preflight analyze` reads it), code pr
     ("chrony/tracking_4x_3s_fast.txt", "node.clock/offset-high", "3.000214000 seconds fast"),
     ("systemd-units/chronyd-failed-status-el7.txt", "node.clock/unit-failed", "Active: failed"),
     ("systemd-units/failed-legacy-legend.txt", "node.units/unit-failed", "rasdaemon.service"),
+    ("nvidia-smi-fabric/proof_route_unhealthy.txt", "fabric.manager/route-unhealthy", "Route Unhealthy : True"),
+    ("nvidia-smi-fabric/proof_incorrect_configuration.txt", "fabric.manager/incorrect-configuration",
+     "Incorrect Configuration : Insufficient NVLinks"),
+    ("nvidia-smi-fabric/proof_limited_capacity.txt", "fabric.manager/health-limited-capacity", "Summary : Limited Capacity"),
+    ("nvidia-smi-fabric/proof_route_recovery.txt", "fabric.manager/route-recovery", "Route Recovery in progress : True"),
+    ("nvidia-smi-fabric/proof_access_timeout_recovery.txt", "fabric.manager/access-timeout-recovery",
+     "Access Timeout Recovery : True"),
 ]
 GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x where -h100, a site profile where
     # -profiles/<file>.toml), {probe: input}, token
@@ -868,12 +875,7 @@ WRONG = "shown line wrong: "
 
 KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "analyze.node/not-reached": NO_CASE,
-    "fabric.manager/access-timeout-recovery": NO_CASE,
-    "fabric.manager/health-limited-capacity": NO_CASE,
-    "fabric.manager/incorrect-configuration": NO_CASE,
     "fabric.manager/not-installed": NO_CASE,
-    "fabric.manager/route-recovery": NO_CASE,
-    "fabric.manager/route-unhealthy": NO_CASE,
     "gpu.driver/klog-api-mismatch": NO_CASE,
     "gpu.driver/klog-driver-fault": NO_CASE,
     "gpu.driver/module-differs-from-disk": NO_CASE,
