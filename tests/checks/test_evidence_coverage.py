@@ -869,6 +869,13 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
                  "3: ens9f0np0: <UP,LOWER_UP> mtu 9000 state UP\n    link/ether aa:bc\n"},
      "eno1: <UP,LOWER_UP> mtu 1500"),
     ("nccl.transport/no-log", "analyze", {}, "the nccl-log input is missing"),
+    ("net.nic/half-duplex", "analyze", {"ethtool": "fixture:ethtool/proof_net_nic_half_duplex.txt"}, "Duplex: Half"),
+    ("net.nic/link-flapping", "analyze", {"link-events": "fixture:netlog/proof_net_nic_link_flapping.log"},
+     "ens21f0np0: Link down"),
+    ("net.nic/module-error", "analyze", {"link-events": "fixture:netlog/proof_net_nic_module_error.log"},
+     "Cable error, High Temperature"),
+    ("ib.hca/link-lost", "analyze", {"link-events": "fixture:netlog/proof_ib_hca_link_lost.log"}, "ibp193s0: Link down"),
+    ("net.nic/mtu-above-profile", "run-h100", {"ip-addr": "fixture:ip/proof_net_nic_mtu_above_profile.txt"}, "mtu 9216"),
 ]
 NO_CASE = "no proof case yet"
 WRONG = "shown line wrong: "
@@ -887,7 +894,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "gpu.inventory/gpu-missing-by-socket-layout":
         WRONG + "shows the first present GPU's row (the 'present' list), not what says a GPU is missing (checks/gpu.py)",
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
-    "ib.hca/link-lost": NO_CASE,
     "ib.hca/pcie-narrow": NO_CASE,
     "nccl.transport/ofi-no-provider-fallback": NO_CASE,
     "net.mtu/black-hole-at-node": NO_CASE,
@@ -899,12 +905,9 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "net.nic/declared-nic-missing":
         WRONG + "shows the 'interfaces present: ...' list, not the declared interface that is missing (checks/network.py)",
     "net.nic/declared-no-link": NO_CASE,
-    "net.nic/half-duplex": NO_CASE,
-    "net.nic/link-flapping": NO_CASE,
-    "net.nic/link-local-dadfailed": NO_CASE,
+    "net.nic/link-local-dadfailed":
+        WRONG + "shows the interface's header line, not its 'dadfailed' link-local address line (checks/network.py)",
     "net.nic/link-slow": NO_CASE,
-    "net.nic/module-error": NO_CASE,
-    "net.nic/mtu-above-profile": NO_CASE,
     "net.nic/requested-nic-down": NO_CASE,
     "net.nic/socket-ifname-all-down": NO_CASE,
     "node.clock/controller-offset": NO_CASE,
