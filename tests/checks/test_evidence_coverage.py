@@ -876,6 +876,13 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
      "Cable error, High Temperature"),
     ("ib.hca/link-lost", "analyze", {"link-events": "fixture:netlog/proof_ib_hca_link_lost.log"}, "ibp193s0: Link down"),
     ("net.nic/mtu-above-profile", "run-h100", {"ip-addr": "fixture:ip/proof_net_nic_mtu_above_profile.txt"}, "mtu 9216"),
+    ("gpu.driver/module-older-than-packages", "analyze",
+     {"driver-version": "fixture:nvidia-driver/proof_gpu_driver_module_older_than_packages.txt"},
+     "Kernel Module  535.129.03"),
+    ("gpu.driver/module-differs-from-disk", "analyze",
+     {"driver-version": "fixture:nvidia-driver/proof_gpu_driver_module_differs_from_disk.txt"}, "Kernel Module  535.129.03"),
+    ("gpu.driver/klog-api-mismatch", "analyze", {"kernel-log": "fixture:kernel-log/proof_gpu_driver_klog_api_mismatch.log"},
+     "NVRM: API mismatch: the client has the version 535.129.03"),
 ]
 NO_CASE = "no proof case yet"
 WRONG = "shown line wrong: "
@@ -883,10 +890,7 @@ WRONG = "shown line wrong: "
 KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "analyze.node/not-reached": NO_CASE,
     "fabric.manager/not-installed": NO_CASE,
-    "gpu.driver/klog-api-mismatch": NO_CASE,
     "gpu.driver/klog-driver-fault": NO_CASE,
-    "gpu.driver/module-differs-from-disk": NO_CASE,
-    "gpu.driver/module-older-than-packages": NO_CASE,
     "gpu.driver/no-tooling-required": NO_CASE,
     "gpu.health/memory-temperature-over-max": NO_CASE,
     "gpu.inventory/extra-gpus":
