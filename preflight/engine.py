@@ -841,6 +841,7 @@ class TransportOptions:
     command_timeout: float = 60.0
     deadline: float | None = None
     partition: str | None = None
+    ssh_handshakes: int = 8  # SSH handshakes at once per server address (under sshd's MaxStartups)
 
     def check(self) -> None:
         if self.ssh_config is not None and not self.ssh_config.is_file():
@@ -865,7 +866,7 @@ def make_transport(kind: str, nodes: Sequence[str], o: TransportOptions) -> Tran
 
         return SSHTransport(ssh_config=o.ssh_config, concurrency=o.concurrency, connect_timeout=o.connect_timeout,
                             command_timeout=o.command_timeout, deadline=o.deadline,
-                            accept_new_host_keys=o.accept_new)
+                            accept_new_host_keys=o.accept_new, handshakes_per_server=o.ssh_handshakes)
     if kind == "srun":
         from preflight.transport.srun import SrunTransport
 

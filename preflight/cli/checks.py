@@ -41,6 +41,7 @@ def run(
     ssh_config: opt.SshConfigOpt = None,
     ssh_accept_new: opt.AcceptOpt = False,
     concurrency: opt.ConcOpt = 64,
+    ssh_handshakes: opt.HandshakesOpt = 8,
     connect_timeout: opt.ConnOpt = None,
     command_timeout: Annotated[float, typer.Option("--command-timeout", help="Seconds for a node's probe bundle.")] = 60.0,
     deadline: opt.DeadlineOpt = None,
@@ -71,7 +72,7 @@ def run(
         transport_options=engine.TransportOptions(
             ssh_config=ssh_config, accept_new=ssh_accept_new, concurrency=concurrency,
             connect_timeout=connect_timeout, command_timeout=command_timeout, deadline=deadline,
-            partition=partition),
+            partition=partition, ssh_handshakes=ssh_handshakes),
         mtu_all_pairs=mtu_all_pairs, expect_nodes=expect_nodes, warn_as_fail=warn_as_fail)
     sweep = engine.SweepRequest(enabled=not no_sweep, forced=sweep_only, nproc=sweep_nproc,
                                 max_bytes=sweep_max_bytes, deadline=sweep_deadline, python=sweep_python,

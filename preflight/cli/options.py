@@ -34,6 +34,7 @@ TransportOpt = Annotated[str, typer.Option("--transport", "-t", help="auto, loca
 SshConfigOpt = Annotated[Path | None, typer.Option("--ssh-config", help="OpenSSH config file (default ~/.ssh/config).")]
 AcceptOpt = Annotated[bool, typer.Option("--ssh-accept-new", help="Accept host keys not in known_hosts (changed keys are still refused).")]
 ConcOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Nodes worked on at once (at least 1).")]
+HandshakesOpt = Annotated[int, typer.Option("--ssh-handshakes", min=1, help="SSH handshakes at once per server address (at least 1; under its sshd's MaxStartups, 10 by default), for many host names on one server.")]
 ConnOpt = Annotated[float | None, typer.Option("--connect-timeout", help="Seconds to connect and log in to a node (default: the host's ConnectTimeout in the ssh config, else 10).")]
 DeadlineOpt = Annotated[float | None, typer.Option("--deadline", help="Seconds for the whole collection, every phase together; late nodes and probes are ERROR (run: the sweep does not start once it has passed).")]
 BadNodesOpt = Annotated[Path | None, typer.Option("--bad-nodes", help="Write the NO-GO nodes here as one Slurm hostlist line (empty file when none), e.g. for sbatch --exclude.")]

@@ -209,3 +209,16 @@ def test_a_connection_dropped_at_every_try_is_an_error_naming_maxstartups(cluste
     assert int(o["detail"]["tries"]) >= 2, o["detail"]
     assert limited.drops() >= 2
     assert took < 15, took  # within the handshake budget (4 stages of 1 s), not the 20 s deadline
+
+
+def test_the_handshakes_per_server_come_from_the_command_line() -> None:
+    """`run --ssh-handshakes N` reaches the transport; under one is a usage error naming it."""
+    from preflight import engine
+
+    t = engine.make_transport("ssh", ["n1"], engine.TransportOptions(ssh_handshakes=3))
+    assert getattr(t, "handshakes_per_server", None) == 3
+    assert engine.TransportOptions().ssh_handshakes == 8
+    p = subprocess.run([sys.executable, "-m", "preflight.cli", "run", "--hosts", "n1", "--ssh-handshakes", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--ssh-handshakes" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
