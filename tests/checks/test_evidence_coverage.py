@@ -149,6 +149,9 @@ ANALYZE_CASES = [  # fixture (analysed as `preflight analyze` reads it), code pr
     ("nvidia-smi-fabric/proof_route_recovery.txt", "fabric.manager/route-recovery", "Route Recovery in progress : True"),
     ("nvidia-smi-fabric/proof_access_timeout_recovery.txt", "fabric.manager/access-timeout-recovery",
      "Access Timeout Recovery : True"),
+    ("nvidia-smi-q/proof_gpu_health_memory_temperature_over_max.txt", "gpu.health/memory-temperature-over-max",
+     "Memory Current Temp : 97 C"),
+    ("ib/proof_ib_hca_pcie_narrow.txt", "ib.hca/pcie-narrow", "x8 >!<"),
 ]
 GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x where -h100, a site profile where
     # -profiles/<file>.toml), {probe: input}, token
@@ -892,13 +895,11 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "fabric.manager/not-installed": NO_CASE,
     "gpu.driver/klog-driver-fault": NO_CASE,
     "gpu.driver/no-tooling-required": NO_CASE,
-    "gpu.health/memory-temperature-over-max": NO_CASE,
     "gpu.inventory/extra-gpus":
         WRONG + "shows the 'present: ...' list of every GPU, not the GPU beyond the expected count (checks/gpu.py)",
     "gpu.inventory/gpu-missing-by-socket-layout":
         WRONG + "shows the first present GPU's row (the 'present' list), not what says a GPU is missing (checks/gpu.py)",
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
-    "ib.hca/pcie-narrow": NO_CASE,
     "nccl.transport/ofi-no-provider-fallback": NO_CASE,
     "net.mtu/black-hole-at-node": NO_CASE,
     "net.mtu/invalid-peer": NO_CASE,
