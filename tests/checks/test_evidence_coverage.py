@@ -886,6 +886,10 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
      {"driver-version": "fixture:nvidia-driver/proof_gpu_driver_module_differs_from_disk.txt"}, "Kernel Module  535.129.03"),
     ("gpu.driver/klog-api-mismatch", "analyze", {"kernel-log": "fixture:kernel-log/proof_gpu_driver_klog_api_mismatch.log"},
      "NVRM: API mismatch: the client has the version 535.129.03"),
+    ("net.nic/link-slow", "run-profiles/proof_nic_min_speed.toml",
+     {"ip-addr": "fixture:ip/ip_j_d_addr_h100_healthy.json", "ip-speed": "fixture:ip/speed_degraded.txt"}, "speed:25000"),
+    ("net.nic/declared-no-link", "analyze-profiles/proof_nic_declared.toml",
+     {"ethtool": "fixture:ethtool/ethtool_bond1_unknown_speed_no_link.txt"}, "Link detected: no"),
 ]
 NO_CASE = "no proof case yet"
 WRONG = "shown line wrong: "
@@ -909,10 +913,8 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
         WRONG + "shows the interface's header line, not its 'dadfailed' address line (checks/network.py)",
     "net.nic/declared-nic-missing":
         WRONG + "shows the 'interfaces present: ...' list, not the declared interface that is missing (checks/network.py)",
-    "net.nic/declared-no-link": NO_CASE,
     "net.nic/link-local-dadfailed":
         WRONG + "shows the interface's header line, not its 'dadfailed' link-local address line (checks/network.py)",
-    "net.nic/link-slow": NO_CASE,
     "net.nic/requested-nic-down": NO_CASE,
     "net.nic/socket-ifname-all-down": NO_CASE,
     "node.clock/controller-offset": NO_CASE,
