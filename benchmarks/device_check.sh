@@ -6,7 +6,10 @@
 #   3 restart  in-process restart on NCCL, one rank SIGKILLed: kill -> next completed step
 #   4 replay   replay with the CUDA RNG state: a replayed dropout step is bitwise the same
 # Usage: benchmarks/device_check.sh [--dry-run] [--out FILE.json] [--steps node,sweep,restart,replay]
-# Python: $PYTHON, else .venv/bin/python, else python3 (torch with CUDA, no install needed).
+#        benchmarks/device_check.sh --pack [DIR]   (copy preflight's dependencies for a GPU machine)
+# Python: $PYTHON, else .venv/bin/python, else python3 (torch with CUDA, no install needed). When it
+# cannot import preflight's CLI, the packages `--pack` copied (DEVICE_CHECK_DEPS, default
+# reports/device-check-deps, made with a python of the same version) are put on its path.
 # Writes FILE.json (default reports/device-check-<UTC time>/device_check.json) and, beside it,
 # the captures and logs; exits 1 when a step failed, 0 otherwise, 2 on a usage error.
 # Without a GPU (no nvidia-smi or no /dev/nvidia0) or with --dry-run it prints what it would
@@ -15,6 +18,7 @@ set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HERE="$ROOT/benchmarks/device_check"
 DRY=0
+PACK=""
 OUT=""
 STEPS="node,sweep,restart,replay"
 while [ $# -gt 0 ]; do
@@ -24,7 +28,9 @@ while [ $# -gt 0 ]; do
         --out=*) OUT=${1#--out=} ;;
         --steps) [ $# -ge 2 ] || { echo "--steps needs a list" >&2; exit 2; }; STEPS=$2; shift ;;
         --steps=*) STEPS=${1#--steps=} ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --pack) PACK="$ROOT/reports/device-check-deps"
+                if [ $# -ge 2 ] && [ "${2#-}" = "$2" ]; then PACK=$2; shift; fi ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print } /^set -u/ { exit }' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -36,6 +42,20 @@ done
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"
 else PY=$(command -v python3 || echo python3)
+fi
+if [ -n "$PACK" ]; then
+    cd "$ROOT" && exec "$PY" "$HERE/pack.py" "$PACK"
+fi
+DEPS=${DEVICE_CHECK_DEPS:-$ROOT/reports/device-check-deps}
+if ! (cd / && PYTHONPATH="$ROOT" "$PY" -c "import typer, tabulate" >/dev/null 2>&1) && [ -d "$DEPS/site" ]; then
+    export PYTHONPATH="$DEPS/site${PYTHONPATH:+:$PYTHONPATH}"
+    echo "preflight's dependencies from $DEPS/site ($(cat "$DEPS/python.json" 2>/dev/null | head -c 60)...)"
+fi
+# preflight not installed in that python: this checkout made importable as installed (shim.py)
+if ! (cd / && PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT" "$PY" -c "import preflight.checks" >/dev/null 2>&1); then
+    SHIM=$(mktemp -d "${TMPDIR:-/tmp}/device-check-shim.XXXXXX") && "$PY" "$HERE/shim.py" "$SHIM" \
+        && export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}" && echo "preflight is not installed in $PY: $SHIM/preflight loads this checkout"
+    trap 'rm -rf "$SHIM"' EXIT
 fi
 # each step's limit in seconds; together at most 8 minutes (with the 5 s grace of each kill)
 # (DEVICE_CHECK_LIMIT_<STEP> overrides one, e.g. for a slow machine)
@@ -68,13 +88,13 @@ mkdir -p "$DIR/steps" || exit 2
 OUT="$(cd "$DIR" && pwd)/$(basename "$OUT")"
 DIR=$(dirname "$OUT")
 echo "device check: $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPU(s); python: $PY; output: $OUT"
-(cd "$ROOT" && timeout 60 "$PY" "$HERE/environment.py" "$DIR/environment.json") || echo "$PY could not describe itself"
+(cd "$DIR" && timeout 60 "$PY" "$HERE/environment.py" "$DIR/environment.json") || echo "$PY could not describe itself"
 specs=()
 for s in ${STEPS//,/ }; do
     t=$(limit "$s")
     echo "step $s (at most $t s) ..."
     start=$(date +%s.%N)
-    (cd "$ROOT" && PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" timeout --kill-after=5 "$t" \
+    (cd "$DIR" && PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT" timeout --kill-after=5 "$t" \
         "$PY" "$HERE/$s.py" --dir "$DIR") >"$DIR/steps/$s.log" 2>&1
     rc=$?
     took=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')

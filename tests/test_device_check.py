@@ -202,3 +202,24 @@ def test_replay_step_is_bitwise_and_its_control_differs_on_cpu(tmp_path: Path) -
     one = rec["figures"]["world1"]
     assert one["replays"] == one["bitwise_same"] == 8 and one["control_differs"] is True
     assert rec["figures"]["world2"] == "skipped: needs 2 GPUs" and "needs 2 GPUs" in rec["reason"]
+
+
+@pytest.mark.real
+def test_a_python_without_preflight_installed_runs_it_from_the_checkout_and_packed_deps(tmp_path: Path) -> None:
+    """The GPU machine's python has torch but neither preflight nor its dependencies (and no
+    network): `--pack` copies the dependencies, the shim maps preflight.checks to checks/."""
+    env = gpu_env(tmp_path)
+    deps = tmp_path / "deps"
+    packed = run(["--pack", str(deps)], env, timeout=180)
+    assert packed.returncode == 0, packed.stderr
+    assert (deps / "site" / "typer").is_dir() and (deps / "site" / "tabulate").exists()
+    bare = tmp_path / "bare-python"  # no site-packages: no preflight, no typer, no editable install
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    env.update({"PYTHON": str(bare), "DEVICE_CHECK_DEPS": str(deps)})
+    out = tmp_path / "dc.json"
+    p = run(["--steps", "node", "--out", str(out)], env)
+    assert "preflight's dependencies from" in p.stdout and "preflight is not installed" in p.stdout, p.stdout
+    node = json.loads(out.read_text())["steps"][0]
+    assert node["status"] == "pass", node["reason"]
+    assert p.returncode == 0

@@ -61,7 +61,8 @@ class Step:
             self.live.discard(pgid)
 
     def popen(self, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
-        p = subprocess.Popen(argv, cwd=ROOT, start_new_session=True, **kw)
+        # run in the step's folder: `python -m` puts its working directory first on the path
+        p = subprocess.Popen(argv, cwd=self.folder, start_new_session=True, **kw)
         self.live.add(p.pid)
         return p
 
@@ -121,7 +122,8 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "SLURM_"))}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    env["PYTHONPATH"] = f"{ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT)
+    # the checkout last: a shim first on the path (shim.py) must win over its preflight/ folder
+    env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{ROOT}" if env.get("PYTHONPATH") else str(ROOT)
     env.setdefault("PREFLIGHT_HISTORY", "off")
     env.update(extra)
     return env

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # after a shim (shim.py)
 
 
 def probe() -> dict[str, Any]:
     env: dict[str, Any] = {"python": sys.executable, "python_version": platform.python_version(),
-                           "platform": platform.platform()}
+                           "platform": platform.platform(), "pythonpath": os.environ.get("PYTHONPATH", "")}
     try:
         import torch
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # after a shim (shim.py)
 
 from benchmarks.device_check.common import FAIL, NEEDS_TWO, PASS, Step, child_env, cuda_state, tail  # noqa: E402
 
