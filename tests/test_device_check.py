@@ -131,6 +131,23 @@ def test_output_the_parsers_cannot_read_fails_the_node_step(tmp_path: Path) -> N
     assert "gpu.topology" in node["reason"] and "not read" in node["reason"], node["reason"]
 
 
+def no_kernel_log(folder: Path) -> Path:
+    scenarios.healthy_h100(folder)
+    (folder / "dmesg.json").unlink()  # dmesg and journalctl exit 127: gpu.xid is ERROR
+    return folder
+
+
+@pytest.mark.real
+def test_an_error_outside_the_gpu_tools_is_recorded_not_failed(tmp_path: Path) -> None:
+    env = gpu_env(tmp_path, no_kernel_log)
+    out = tmp_path / "dc.json"
+    p = run(["--steps", "node", "--out", str(out)], env)
+    node = json.loads(out.read_text())["steps"][0]
+    assert node["figures"]["node"]["checks"]["gpu.xid"] == "error"
+    assert node["status"] == "pass", node["reason"]
+    assert p.returncode == 0
+
+
 @pytest.mark.real
 def test_a_step_killed_by_its_limit_is_failed_and_leaves_no_process(tmp_path: Path) -> None:
     env = gpu_env(tmp_path)

@@ -6,7 +6,8 @@ so every format the parsers read is captured), a few more nvidia-smi outputs the
 saving their raw outputs as `<dir>/captures/<probe>[.<n>].out` (argv, rc, stderr and time of each
 in `<dir>/captures.json`);
 then `preflight node --json` on this machine, and `preflight analyze` over the captures. It
-fails when a probe's tool did not answer, NVML did not initialise, a GPU check is ERROR, or any
+fails when a probe's tool did not answer, NVML did not initialise, a check that runs one of these
+probes is ERROR (another's, such as an unreadable kernel log, is recorded only), or any
 finding says output was not read (an unread line, an unrecognised or unreadable output).
 
     python benchmarks/device_check/node.py --dir OUT      # --plan: print the commands only
@@ -28,7 +29,6 @@ from benchmarks.device_check.common import FAIL, PASS, Step, child_env  # noqa: 
 
 # finding codes that say a producer's output was not read: the parsers missed a format
 UNREAD = re.compile(r"/(unread-error|unreadable-output|unreadable-row|not-recognised|unrecognised)")
-GPU_CHECKS = ("gpu.", "fabric.")
 # nvidia-smi outputs no probe runs but the parsers read (analyze): captured too, the real formats
 EXTRA = (("nvidia-smi-table", ["nvidia-smi"]), ("nvidia-smi-q-xml", ["nvidia-smi", "-q", "-x"]),
          ("nvidia-smi-nvlink-errors", ["nvidia-smi", "nvlink", "-e"]))
@@ -45,6 +45,15 @@ def gpu_probes() -> list[Any]:
             if probe.name == "nvml" or any(cmd and cmd[0] == "nvidia-smi" for cmd in probe.commands):
                 seen.setdefault(probe.name, probe)
     return list(seen.values())
+
+
+def gpu_checks() -> set[str]:
+    """The checks that run one of those probes: their ERROR means the driver's tools or their
+    parsing failed (gpu.xid's, say, is the kernel log's: not this step's concern)."""
+    from preflight import registry as reg
+
+    names = {p.name for p in gpu_probes()}
+    return {c.id for c in reg.load().checks.values() if names & {p.name for p in c.probes_for_safe()}}
 
 
 def shown(argv: tuple[str, ...] | list[str]) -> str:
@@ -133,8 +142,9 @@ def run_node(step: Step, folder: Path) -> list[str]:
                             "checks": {str(r.get("check")): r.get("status") for r in results},
                             "summaries": {str(r.get("check")): r.get("summary") for r in results},
                             "codes": sorted({c for _, c in codes_of(results)})}
+    gpu = gpu_checks()
     problems = [f"{r['check']} is ERROR: {r.get('summary')}" for r in results
-                if r.get("status") == "error" and str(r.get("check")).startswith(GPU_CHECKS)]
+                if r.get("status") == "error" and r.get("check") in gpu]
     problems += [f"{check}: {code} (output not read)" for check, code in codes_of(results) if UNREAD.search(code)]
     if "Traceback" in p.stderr:
         problems.append("preflight node printed a traceback (see node.log)")
