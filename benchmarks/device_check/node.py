@@ -145,7 +145,9 @@ def run_node(step: Step, folder: Path) -> list[str]:
     gpu = gpu_checks()
     problems = [f"{r['check']} is ERROR: {r.get('summary')}" for r in results
                 if r.get("status") == "error" and r.get("check") in gpu]
-    problems += [f"{check}: {code} (output not read)" for check, code in codes_of(results) if UNREAD.search(code)]
+    unread = [(check, code) for check, code in codes_of(results) if UNREAD.search(code)]
+    problems += [f"{check}: {code} (output not read)" for check, code in unread if check in gpu]
+    step.figures["node"]["other_unread"] = [f"{check}: {code}" for check, code in unread if check not in gpu]
     if "Traceback" in p.stderr:
         problems.append("preflight node printed a traceback (see node.log)")
     return problems
