@@ -18,6 +18,15 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # after a shim (shim.py)
 
 
+def nccl_version(torch: Any) -> str | None:
+    """NCCL's version as torch was built with it (a tuple in newer torch, an int in older)."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - no NCCL (a CPU build) or no GPU
+        return None
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
 def probe() -> dict[str, Any]:
     env: dict[str, Any] = {"python": sys.executable, "python_version": platform.python_version(),
                            "platform": platform.platform(), "pythonpath": os.environ.get("PYTHONPATH", "")}
@@ -25,7 +34,7 @@ def probe() -> dict[str, Any]:
         import torch
 
         env.update({"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                    "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
+                    "nccl": nccl_version(torch),
                     "cuda_available": torch.cuda.is_available(),
                     "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
                     "gpu_names": sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
