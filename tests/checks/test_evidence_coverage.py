@@ -9,8 +9,14 @@ ERROR: `preflight.report.console.FAILURES`); a PASS code is a note and a SKIP co
 so the console shows no evidence line for either. A code is "proved" by a case whose result names
 it first (`facts["codes"][0]`: the worst finding, whose first evidence line is the one shown) and
 whose shown line holds the case's telling token. Cases come from tests/checks/test_evidence_proof.py
-(graded as that file grades them) and from ANALYZE_CASES below (analysed as `preflight analyze`
-reads a pasted file).
+(graded as that file grades them) and from this file: ANALYZE_CASES (a fixture analysed as
+`preflight analyze` reads a pasted file), GRADE_CASES (one check graded on captures as `run` grades
+them, or on pasted text as `analyze` does; a site profile from tests/fixtures/profiles where a code
+needs one) and CROSS_CASES (the cross-node graders over several nodes).
+
+A known gap's reason is one of three: NO_CASE (no proof case written yet), ENGINE (the evidence is
+preflight's own sentence, not a tool's line) or WRONG + what the shown line is instead of the
+telling one (a grader to fix; then its case goes in and the gap comes out).
 """
 
 from __future__ import annotations
