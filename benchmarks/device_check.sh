@@ -57,13 +57,14 @@ if ! (cd / && PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT" "$PY" -c "import pre
         && export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}" && echo "preflight is not installed in $PY: $SHIM/preflight loads this checkout"
     trap 'rm -rf "$SHIM"' EXIT
 fi
-# each step's limit in seconds; together at most 8 minutes (with the 5 s grace of each kill)
+# each step's limit in seconds: 430 s, with the 5 s grace of each kill and the 20 s of the
+# environment probe at most 470 s, under 8 minutes
 # (DEVICE_CHECK_LIMIT_<STEP> overrides one, e.g. for a slow machine)
 limit() {
     local v
     v="DEVICE_CHECK_LIMIT_$(echo "$1" | tr '[:lower:]' '[:upper:]')"
     if [ -n "${!v:-}" ]; then echo "${!v}"; return; fi
-    case "$1" in node) echo 85 ;; sweep) echo 175 ;; restart) echo 115 ;; replay) echo 85 ;; esac
+    case "$1" in node) echo 80 ;; sweep) echo 160 ;; restart) echo 110 ;; replay) echo 80 ;; esac
 }
 
 DEVICE=${DEVICE_CHECK_DEVICE:-/dev/nvidia0}
@@ -88,7 +89,7 @@ mkdir -p "$DIR/steps" || exit 2
 OUT="$(cd "$DIR" && pwd)/$(basename "$OUT")"
 DIR=$(dirname "$OUT")
 echo "device check: $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPU(s); python: $PY; output: $OUT"
-(cd "$DIR" && timeout 60 "$PY" "$HERE/environment.py" "$DIR/environment.json") || echo "$PY could not describe itself"
+(cd "$DIR" && timeout 20 "$PY" "$HERE/environment.py" "$DIR/environment.json") || echo "$PY could not describe itself"
 specs=()
 for s in ${STEPS//,/ }; do
     t=$(limit "$s")

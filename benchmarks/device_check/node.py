@@ -32,7 +32,7 @@ UNREAD = re.compile(r"/(unread-error|unreadable-output|unreadable-row|not-recogn
 # nvidia-smi outputs no probe runs but the parsers read (analyze): captured too, the real formats
 EXTRA = (("nvidia-smi-table", ["nvidia-smi"]), ("nvidia-smi-q-xml", ["nvidia-smi", "-q", "-x"]),
          ("nvidia-smi-nvlink-errors", ["nvidia-smi", "nvlink", "-e"]))
-NODE_TIMEOUT = 45.0
+NODE_TIMEOUT = 30.0
 
 
 def gpu_probes() -> list[Any]:

@@ -26,7 +26,7 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # after a shim (shim.
 from benchmarks.device_check.common import FAIL, NEEDS_TWO, PASS, Step, child_env, cuda_state, tail  # noqa: E402
 
 STEPS = 8
-RUN_TIMEOUT = 40.0
+RUN_TIMEOUT = 37.0
 
 
 def rank_main(out: Path, device: str) -> int:

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 RATIO_FLOOR = 0.8  # the sweep's per-iteration synchronisation costs little once a message takes > 1 ms
 BIG = 64 << 20
 WARMUP, ITERS = 5, 20
-RUN_TIMEOUT = 80.0
+RUN_TIMEOUT = 75.0
 
 
 def commands(nproc: int, max_bytes: str, out: Path, sizes: str, backend: str = "nccl") -> tuple[list[str], list[str]]:
