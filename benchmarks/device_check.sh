@@ -35,6 +35,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+[ -n "${STEPS//,/}" ] || { echo "--steps names no step (node, sweep, restart, replay)" >&2; exit 2; }
 for s in ${STEPS//,/ }; do
     case "$s" in node|sweep|restart|replay) ;; *) echo "unknown step: $s (node, sweep, restart, replay)" >&2; exit 2 ;; esac
 done

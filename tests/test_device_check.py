@@ -80,6 +80,8 @@ def test_dry_run_flag_runs_nothing_even_with_a_gpu(tmp_path: Path) -> None:
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert run(["--steps", "node,nope"], bare_env()).returncode == 2
     assert run(["--frobnicate"], bare_env()).returncode == 2
+    assert run(["--steps", ","], bare_env()).returncode == 2
+    assert run(["--out"], bare_env()).returncode == 2
 
 
 @pytest.mark.real
