@@ -90,11 +90,13 @@ mkdir -p "$DIR/steps" || exit 2
 OUT="$(cd "$DIR" && pwd)/$(basename "$OUT")"
 DIR=$(dirname "$OUT")
 echo "device check: $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPU(s); python: $PY; output: $OUT"
+rm -f "$DIR/environment.json"
 (cd "$DIR" && timeout 20 "$PY" "$HERE/environment.py" "$DIR/environment.json") || echo "$PY could not describe itself"
 specs=()
 for s in ${STEPS//,/ }; do
     t=$(limit "$s")
     echo "step $s (at most $t s) ..."
+    rm -f "$DIR/steps/$s.json"  # a record left by an earlier run into this folder is not this one's
     start=$(date +%s.%N)
     (cd "$DIR" && PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT" timeout --kill-after=5 "$t" \
         "$PY" "$HERE/$s.py" --dir "$DIR") >"$DIR/steps/$s.log" 2>&1
