@@ -231,8 +231,11 @@ def _count_findings(inv: Inventory, prof: Profile, f: Findings) -> None:
               + (f" (index {', '.join(map(str, gaps))} missing)" if gaps else ""),
               [count, present, src, *[g.line for g in inv.gpus][:12]], LOST_REMEDY)
     elif expected and inv.seen > expected:
-        f.add("gpu.inventory/extra-gpus", f"{inv.seen} GPUs visible, profile expects {expected}", [present, src],
-              "grade this node with the profile that matches its hardware (--profile)")
+        # what proves it: the listing's rows of the GPUs beyond the count (index >= gpu.count), then the count
+        beyond = [g.line for g in inv.gpus if g.index >= expected and g.line]
+        count = f"{inv.source}: {inv.seen} GPU(s) listed where gpu.count expects {expected}"
+        f.add("gpu.inventory/extra-gpus", f"{inv.seen} GPUs visible, profile expects {expected}",
+              [*beyond, count, present, src], "grade this node with the profile that matches its hardware (--profile)")
     elif not expected and prof.get("gpu.expect_symmetric_sockets") and not inv.bad_rows:
         _socket_finding(inv, prof, f)
     if len(set(inv.counts.values())) > 1:
@@ -247,7 +250,9 @@ def _socket_finding(inv: Inventory, prof: Profile, f: Findings) -> None:
     if split and min(split) > 0 and split[0] != split[1] and inv.seen % 2:
         f.add("gpu.inventory/gpu-missing-by-socket-layout",
               f"{inv.seen} GPUs, a GPU is probably missing ({split[0]} on one CPU socket, {split[1]} on the other)",
-              [g.line for g in inv.gpus]
+              [f"{inv.source}: {split[0]} GPU(s) at bus below 0x80, {split[1]} GPU(s) at bus 0x80 and above: a GPU is "
+               f"probably missing from the half with {min(split)}"]
+              + [g.line for g in inv.gpus]
               + [f"gpu.expect_symmetric_sockets = true ({prof.source('gpu.expect_symmetric_sockets')})"],
               LOST_REMEDY + "; if the node really has an odd GPU count, set gpu.count in a site profile")
 

@@ -298,6 +298,12 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
     ("gpu.inventory/gpu-insufficient-power", "analyze",
      {"nvidia-smi-q": "Unable to determine the device handle for gpu 0000:2A:00.0: Insufficient External Power\nNo devices were found"},
      "Insufficient External Power"),
+    ("gpu.inventory/extra-gpus", "run-profiles/proof_gpu_count4.toml",
+     {"nvidia-smi-query": "fixture:nvidia-smi/query_8xh100_ok.csv"},
+     "4, NVIDIA H100 80GB HBM3, GPU-6cad4a26"),
+    ("gpu.inventory/gpu-missing-by-socket-layout", "run",
+     {"nvidia-smi-query": "fixture:nvidia-smi/query_7of8_gpu5_missing.csv"},
+     "3 GPU(s) at bus 0x80 and above"),
     ("gpu.inventory/gpus-missing", "run-h100",
      {"nvidia-smi-query": "fixture:nvidia-smi/query_7of8_gpu5_missing.csv"},
      "no GPU at index 5"),
@@ -908,10 +914,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "fabric.manager/not-installed": NO_CASE,
     "gpu.driver/klog-driver-fault": NO_CASE,
     "gpu.driver/no-tooling-required": ENGINE,
-    "gpu.inventory/extra-gpus":
-        WRONG + "shows the 'present: ...' list of every GPU, not the GPU beyond the expected count (checks/gpu.py)",
-    "gpu.inventory/gpu-missing-by-socket-layout":
-        WRONG + "shows the first present GPU's row (the 'present' list), not what says a GPU is missing (checks/gpu.py)",
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
     "nccl.transport/ofi-no-provider-fallback": NO_CASE,
     "net.mtu/black-hole-at-node": NO_CASE,

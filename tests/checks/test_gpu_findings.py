@@ -211,6 +211,8 @@ def test_socket_layout(buses: list[str], fails: bool) -> None:
         assert r.summary == (f"{len(buses)} GPUs, a GPU is probably missing ({low} on one CPU socket, "
                              f"{len(buses) - low} on the other)")
         assert r.evidence[-1].startswith("gpu.expect_symmetric_sockets = true (")
+        assert r.evidence[0] == (f"nvidia-smi-query: {low} GPU(s) at bus below 0x80, {len(buses) - low} GPU(s) at bus "
+                                 f"0x80 and above: a GPU is probably missing from the half with {min(low, len(buses) - low)}")
 
 
 @pytest.mark.parametrize("bus", ["00000001:9A:00.0", "9A:00.0", "0000zz:9A:00.0", "[N/A]"])
@@ -893,7 +895,9 @@ def test_remedies_and_joined_summaries() -> None:
     h = load(H100)
     extra = inv(csv([row(i) for i in range(8)] + [row(7).replace("7, ", "8, ", 1).replace(":DB:", ":E1:")]), H100)
     assert extra.remedy == "grade this node with the profile that matches its hardware (--profile)"
-    assert extra.evidence[1] == f"gpu.count = 8 ({h.source('gpu.count')})"
+    assert extra.evidence[0].startswith("8, ") and ":E1:" in extra.evidence[0]  # the row of the GPU beyond the count
+    assert extra.evidence[1] == "nvidia-smi-query: 9 GPU(s) listed where gpu.count expects 8"
+    assert extra.evidence[3] == f"gpu.count = 8 ({h.source('gpu.count')})"
     caps = {"nvidia-smi-query": eight(), "nvidia-smi-L": "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\n"}
     [dis] = grade_text("gpu.inventory", caps, H100)
     assert dis.remedy.startswith("a GPU appearing and disappearing points at a failing GPU or PCIe link")
