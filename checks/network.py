@@ -241,7 +241,8 @@ def _presence_findings(ip: IpFacts, prof: Profile, dp: list[Interface], f: Findi
     for p in prof.get("net.interfaces") or []:
         if not any(match_any(i.name, [p]) for i in ifaces):
             f.add("net.nic/declared-nic-missing", f"data-plane interface {p} is missing",
-                  [f"interfaces present: {', '.join(i.name for i in ifaces)}",
+                  [f"no interface matching {p} among the {len(ifaces)} listed",
+                   f"interfaces present: {', '.join(i.name for i in ifaces)}",
                    f"net.interfaces = {prof.get('net.interfaces')} ({prof.source('net.interfaces')})"],
                   f"check the NIC/driver for {p} (lspci, dmesg | grep -i mlx5/ice/bnxt); reseat or replace it")
     if not dp and not any(classify(i, prof) in ("data", "ipoib") for i in ifaces):  # bond members are NICs too
@@ -389,11 +390,13 @@ def _dad_findings(ifaces: list[Interface], prof: Profile, f: Findings) -> None:
         for a in i.flagged("dadfailed"):
             if a in i.global_addresses:
                 f.add("net.nic/address-dadfailed", f"{i.name}: address {a} failed duplicate address detection",
-                      [i.line], f"another host answers for {a}: find it (`ndisc6`/switch tables) and give one of "
+                      [i.addr_lines.get(a, ""), i.line],
+                      f"another host answers for {a}: find it (`ndisc6`/switch tables) and give one of "
                       "them another address; the kernel does not use this one")
             else:
                 f.add("net.nic/link-local-dadfailed", f"{i.name}: link-local {a} failed duplicate address detection",
-                      [i.line], f"another port on the segment has the same MAC-derived address as {i.name} (a "
+                      [i.addr_lines.get(a, ""), i.line],
+                      f"another port on the segment has the same MAC-derived address as {i.name} (a "
                       "duplicate MAC: cloned VM, misconfigured bond); fix the MAC")
         for a in i.flagged("tentative"):
             if a not in i.flagged("dadfailed"):

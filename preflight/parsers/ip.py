@@ -50,6 +50,7 @@ class Interface:
     parent: str = ""  # `name@parent`
     addresses: list[str] = field(default_factory=list)
     addr_flags: dict[str, list[str]] = field(default_factory=dict)  # address -> its flags (tentative, ...)
+    addr_lines: dict[str, str] = field(default_factory=dict)  # address -> the line that shows it (evidence)
     altnames: list[str] = field(default_factory=list)
     parentbus: str = ""
     stats: dict[str, int] = field(default_factory=dict)  # -s counters: rx_errors, tx_dropped, ...
@@ -178,6 +179,9 @@ def _json_interface(item: dict[str, Any]) -> Interface:
             addr = f"{a['local']}/{plen}" if plen is not None else str(a["local"])
             iface.addresses.append(addr)
             iface.addr_flags[addr] = [f for f in ADDR_FLAGS if a.get(f) is True]
+            scope = f"scope {a['scope']}" if a.get("scope") else ""
+            words = ["inet6" if ":" in addr else "inet", addr, scope, *iface.addr_flags[addr]]
+            iface.addr_lines[addr] = " ".join(w for w in words if w)
     iface.line = _render(iface)
     return iface
 
@@ -283,7 +287,7 @@ class _TextReader:
         """`ip -o addr`: `N: name    inet ADDR/LEN ...` (one address per line)."""
         self.facts.shows_addresses = True
         self.cur = self._interface(m.group("name"), s)
-        self._address(self.cur, s[m.start("fam"):])
+        self._address(self.cur, s[m.start("fam"):], s)
 
     def _ifconfig(self, m: re.Match[str], s: str) -> None:
         """net-tools 2.x / BSD: `name: flags=N<FLAGS> [metric 0] mtu M`."""
@@ -363,7 +367,7 @@ class _TextReader:
         cols = s.partition(":")[2].split()
         self.stats_head = [f"{way}_{c.lower()}" for c in cols] if way in ("rx", "tx") else []
 
-    def _address(self, cur: Interface, s: str) -> None:
+    def _address(self, cur: Interface, s: str, line: str = "") -> None:
         """`inet ADDR/LEN ... scope S FLAGS... LABEL` (ifconfig: `inet ADDR  netmask M`, `inet addr:A ... Mask:M`)."""
         parts = s.replace("addr:", "addr: ").split()
         rest = [p for p in parts[1:] if p != "addr:"]
@@ -376,6 +380,7 @@ class _TextReader:
             addr = f"{addr}/{plen}" if plen else addr
         cur.addresses.append(addr)
         cur.addr_flags[addr] = [p for p in rest[1:] if p in ADDR_FLAGS]
+        cur.addr_lines[addr] = (line or s).strip()
 
     def finish(self) -> list[Interface]:
         for i in self.out:

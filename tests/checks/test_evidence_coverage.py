@@ -904,6 +904,18 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
      {"ip-addr": "fixture:ip/ip_j_d_addr_h100_healthy.json", "ip-speed": "fixture:ip/speed_degraded.txt"}, "speed:25000"),
     ("net.nic/declared-no-link", "analyze-profiles/proof_nic_declared.toml",
      {"ethtool": "fixture:ethtool/ethtool_bond1_unknown_speed_no_link.txt"}, "Link detected: no"),
+    ("net.nic/address-dadfailed", "analyze", {"ip-addr": "fixture:ip/proof_net_nic_address_dadfailed.txt"},
+     "inet6 fd00:44:3::17/64 scope global dadfailed"),
+    ("net.nic/link-local-dadfailed", "analyze", {"ip-addr": "fixture:ip/proof_net_nic_link_local_dadfailed.txt"},
+     "inet6 fe80::e42:a1ff:fe5e:206a/64 scope link dadfailed"),
+    ("net.nic/declared-nic-missing", "analyze-profiles/proof_nic_declared.toml",
+     {"ip-addr": "fixture:ip/proof_net_nic_declared_nic_missing.txt"}, "no interface matching bond1"),
+    ("net.nic/requested-nic-down", "analyze", {"ip-addr": "fixture:ip/proof_net_nic_requested_nic_down.txt"},
+     "ens9f1np1: <BROADCAST,MULTICAST> mtu 1500"),
+    ("net.nic/socket-ifname-all-down", "analyze",
+     {"ip-addr": "fixture:ip/proof_net_nic_gloo_ifname_all_down_ip_addr.txt",
+      "env": "fixture:env/proof_net_nic_socket_ifname_all_down_env.txt"},
+     "NCCL_SOCKET_IFNAME=^eno1,docker0,lo"),
 ]
 NO_CASE = "no proof case yet"
 ENGINE = ("no tool line to show: the evidence is preflight's own sentence (the transport's reason for a capture that did "
@@ -920,14 +932,6 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "net.mtu/invalid-peer": ENGINE,
     "net.mtu/no-result": NO_CASE,
     "net.mtu/ping-missing-required": ENGINE,
-    "net.nic/address-dadfailed":
-        WRONG + "shows the interface's header line, not its 'dadfailed' address line (checks/network.py)",
-    "net.nic/declared-nic-missing":
-        WRONG + "shows the 'interfaces present: ...' list, not the declared interface that is missing (checks/network.py)",
-    "net.nic/link-local-dadfailed":
-        WRONG + "shows the interface's header line, not its 'dadfailed' link-local address line (checks/network.py)",
-    "net.nic/requested-nic-down": NO_CASE,
-    "net.nic/socket-ifname-all-down": NO_CASE,
     "node.clock/controller-offset": NO_CASE,
     "node.responsive/tools-hung": ENGINE,
     "run.check/internal-fault": ENGINE,

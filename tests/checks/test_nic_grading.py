@@ -276,7 +276,8 @@ def test_declared_nic_missing_and_no_data_nic(tmp_path: Path) -> None:
     p = site(tmp_path, 'interfaces = { value = ["ens9f0np0", "ens10*"], source = "site: rails" }')
     r = nic(LO + hdr(2, "ens9f0np0"), profile=p)
     assert codes(r) == ["net.nic/declared-nic-missing"] and r.summary == "data-plane interface ens10* is missing"
-    assert r.evidence == ["interfaces present: lo, ens9f0np0", "net.interfaces = ['ens9f0np0', 'ens10*'] (site: rails)"]
+    assert r.evidence == ["no interface matching ens10* among the 2 listed", "interfaces present: lo, ens9f0np0",
+                          "net.interfaces = ['ens9f0np0', 'ens10*'] (site: rails)"]
     r = nic(LO + hdr(2, "docker0", link="ether", mtu=1500) + hdr(3, "wlp2s0", mtu=1500))
     assert codes(r) == ["net.nic/no-data-nic"] and r.status is Status.WARN
     assert r.summary == "no data-plane NIC found (only loopback/virtual/wireless interfaces)"
@@ -485,6 +486,9 @@ def test_duplicate_address_detection() -> None:
     assert codes(r) == ["net.nic/address-dadfailed", "net.nic/link-local-dadfailed"]
     assert r.facts["problems"] == ["eno1: address fd00::21/64 failed duplicate address detection",
                                    "eno1: link-local fe80::21/64 failed duplicate address detection"]
+    assert r.evidence[:2] == ["inet6 fd00::21/64 scope global dadfailed tentative", "3: eno1: <BROADCAST,MULTICAST,UP,"
+                              "LOWER_UP> mtu 9000 qdisc mq state UP group default qlen 1000"]
+    assert "inet6 fe80::21/64 scope link tentative dadfailed" in r.evidence
     assert "eno1: fd00::22/64 is tentative (duplicate address detection running)" in r.evidence
     assert "eno1: 2001:db8::22/64 is deprecated (its preferred lifetime ended)" in r.evidence
     assert "eno1: fd00::21/64 is tentative (duplicate address detection running)" not in r.evidence

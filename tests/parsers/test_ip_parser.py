@@ -102,6 +102,7 @@ def test_addr_text_facts() -> None:
     assert eno1.addresses == ["10.10.4.21/24", "fd00::21/64", "fe80::3eec:efff:fe21:1a2b/64"]
     assert eno1.addr_flags == {"10.10.4.21/24": ["dynamic", "noprefixroute"], "fd00::21/64": ["dadfailed", "tentative"],
                                "fe80::3eec:efff:fe21:1a2b/64": []}
+    assert eno1.addr_lines["fd00::21/64"] == "inet6 fd00::21/64 scope global dadfailed tentative"
     assert (vlan.name, vlan.parent, vlan.kind, vlan.state, vlan.mtu) == ("bond0.210", "bond0", "vlan",
                                                                          "LOWERLAYERDOWN", 9000)
     assert vlan.flags == ["NO-CARRIER", "BROADCAST", "MULTICAST", "UP", "M-DOWN"] and not vlan.up
@@ -194,6 +195,7 @@ def test_oneline_link_and_addr() -> None:
     eth0, eth1 = f.interfaces
     assert eth0.addresses == ["10.0.0.1/24", "fe80::1/64"] and eth1.addresses == ["10.1.0.1/24"]
     assert eth0.addr_flags == {"10.0.0.1/24": ["dynamic"], "fe80::1/64": ["tentative"]}
+    assert eth0.addr_lines["fe80::1/64"].startswith("2: eth0    inet6 fe80::1/64 scope link tentative")
     assert not eth0.state_known and "eth0    inet 10.0.0.1/24" in eth0.line
 
 
@@ -330,6 +332,7 @@ def test_json_interface_facts() -> None:
     assert i.stats == {"rx_errors": 2, "rx_dropped": 3, "tx_errors": 4, "tx_carrier_errors": 5}
     assert i.addresses == ["fd00::2/64", "10.0.0.2"]
     assert i.addr_flags == {"fd00::2/64": ["dadfailed", "tentative"], "10.0.0.2": []}
+    assert i.addr_lines == {"fd00::2/64": "inet6 fd00::2/64 dadfailed tentative", "10.0.0.2": "inet 10.0.0.2"}
     assert i.line == "ens1f1: <NO-CARRIER,SLAVE,UP> mtu 9000 state DOWN master bond0 fd00::2/64 10.0.0.2"
 
 
