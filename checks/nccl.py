@@ -802,6 +802,7 @@ def grade_transport(ctx: CheckContext) -> Result:
     scope = job_scope(procs, ctx.profile)
     facts = _transport_facts(log, procs, scope)
     f = Findings()
+    ofi_findings(log, procs, scope, f)  # first: no EFA provider is the cause of the socket fallback or failure that follows
     error_findings(log, f)
     socket_findings(procs, ctx.profile, scope, f)
     interface_findings(procs, ctx.profile, scope, f)
@@ -811,7 +812,6 @@ def grade_transport(ctx: CheckContext) -> Result:
     nvls_findings(procs, ctx.profile, f)
     gdr_findings(procs, f)
     link_layer_findings(procs, f)
-    ofi_findings(log, procs, scope, f)
     proof = [procs[0].evidence.get(k, "") for k in ("net", "intra", "nvls") if procs[0].evidence.get(k)]
     return f.result(ctx, _ok_summary(procs, facts), facts, proof)
 

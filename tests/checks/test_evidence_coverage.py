@@ -718,6 +718,11 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
     ("nccl.transport/ofi-no-provider", "run",
      {"nccl-log": "NCCL INFO NET/OFI No eligible providers were found\n"},
      "NET/OFI No eligible providers were found"),
+    ("nccl.transport/ofi-no-provider-fallback", "analyze",
+     {"nccl-log": "fixture:nccl/proof_nccl_transport_ofi_no_provider_fallback.log"},
+     "fi_getinfo: provider efa output empty list"),
+    ("fabric.manager/not-installed", "run-h100", {"fm-service": "fixture:systemctl/status_fm_not_found.txt"},
+     "Unit nvidia-fabricmanager.service could not be found."),
     ("nccl.transport/p2p-disabled-nvlink", "analyze",
      {"nccl-log": "fixture:nccl/proof_nccl_transport_p2p_disabled_nvlink.log"},
      "P2P is disabled between NVLINK connected GPUs"),
@@ -923,11 +928,9 @@ ENGINE = ("no tool line to show: the evidence is preflight's own sentence (the t
 WRONG = "shown line wrong: "
 
 KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
-    "fabric.manager/not-installed": NO_CASE,
     "gpu.driver/klog-driver-fault": NO_CASE,
     "gpu.driver/no-tooling-required": ENGINE,
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
-    "nccl.transport/ofi-no-provider-fallback": NO_CASE,
     "net.mtu/black-hole-at-node": NO_CASE,
     "net.mtu/invalid-peer": ENGINE,
     "net.mtu/no-result": NO_CASE,

@@ -1184,12 +1184,13 @@ def test_no_efa_provider_warns() -> None:
 
 def test_no_efa_provider_then_sockets_or_a_failure_fails() -> None:
     sockets = one(lines("a:1:2 [0] NCCL INFO Using network Socket", "b:1:2 [0] NCCL INFO Using network Socket", EMPTY))
-    assert sockets.status is Status.FAIL and codes(sockets) == ["socket-transport", "ofi-no-provider-fallback"]
+    assert sockets.status is Status.FAIL and codes(sockets) == ["ofi-no-provider-fallback", "socket-transport"]
     assert ("libfabric provider 'efa' found no device on a, b: no RDMA network for NCCL, and the job ran over TCP "
             "sockets (a GPU0 pid 1, b GPU0 pid 1)") in sockets.summary
     failed = one(lines("a:1:2 [0] NCCL WARN NET/OFI OFI fi_getinfo() call failed: No data available",
                        "a:1:2 [0] NCCL INFO init.cc:100 -> 2"))
-    assert codes(failed) == ["nccl-error", "ofi-no-provider-fallback"]
+    assert codes(failed) == ["ofi-no-provider-fallback", "nccl-error"]  # the cause first: its line is the one shown
+    assert failed.evidence[0] == "a:1:2 [0] NCCL WARN NET/OFI OFI fi_getinfo() call failed: No data available"
     assert "found no usable provider on a: no RDMA network for NCCL, and the job failed" in failed.summary
     framework = one(lines(EMPTY, "g:1:2 [0] NCCL INFO cudaDriverVersion 12040",
                           "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error, NCCL "
