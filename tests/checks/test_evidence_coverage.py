@@ -854,6 +854,8 @@ GRADE_CASES = [  # code, how it is graded (run or analyze; profile h100-sxm-8x w
     ("gpu.nvlink/link-down-unknown-model", "run",
      {"nvidia-smi-nvlink": {"stdout": "fixture:nvidia-smi/proof_gpu_nvlink_link_down_unknown_model.txt"}},
      "Link 7: <inactive>"),
+    ("net.mtu/no-result", "analyze", {"ping": "fixture:ping/proof_net_mtu_no_result.txt"},
+     "the jumbo ping printed no statistics"),
     ("net.mtu/jumbo-lossy", "analyze", {"ping": "fixture:ping/proof_net_mtu_jumbo_lossy.txt"}, "20% of jumbo pings lost"),
     ("net.mtu/peer-unresolved", "analyze", {"ping": "fixture:ping/proof_net_mtu_peer_unresolved.txt"}, "gpu-c099: unresolved"),
     ("net.mtu/unread-error", "analyze", {"ping": "fixture:ping/proof_net_mtu_unread_error.txt"}, "No buffer space available"),
@@ -931,11 +933,8 @@ KNOWN_GAPS: dict[str, str] = {  # code: why it has no proof case
     "gpu.driver/klog-driver-fault": NO_CASE,
     "gpu.driver/no-tooling-required": ENGINE,
     "hang.watchdog/timeouts-differ-in-collective": NO_CASE,
-    "net.mtu/black-hole-at-node": NO_CASE,
     "net.mtu/invalid-peer": ENGINE,
-    "net.mtu/no-result": NO_CASE,
     "net.mtu/ping-missing-required": ENGINE,
-    "node.clock/controller-offset": NO_CASE,
     "node.responsive/tools-hung": ENGINE,
     "run.check/internal-fault": ENGINE,
     "run.probe/not-started": ENGINE,
@@ -1028,12 +1027,26 @@ def _clocks() -> list[Result]:
     return [agreement(spans, load("h100-sxm-8x"))]
 
 
+def _controller_offset() -> list[Result]:
+    from tests.checks.test_clock import CHRONY4, SHOW, _cluster, caps, one
+
+    from preflight.checks.clock import grade_cluster_clock  # isort: skip
+
+    graded = [one(caps(CHRONY4, SHOW)) for _ in range(2)]
+    graded[0].node, graded[1].node = "n1", "n2"
+    t0 = 1764129000.0
+    return list(grade_cluster_clock(_cluster({"n1": f"{t0 + 0.1:.9f}\n", "n2": f"{t0 + 30.3:.9f}\n"},
+                                             {"n1": (t0, t0 + 0.4), "n2": (t0, t0 + 0.4)}, graded)))
+
+
 CROSS_CASES = [  # cross-node codes: code, the graded results of several nodes, the token of the telling line
     ("cluster.versions/version-differs", _versions, "n3: driver=535.161.08"),
     ("cluster.nccl_env/env-differs", _nccl_env, "NCCL_SOCKET_IFNAME=eth0"),
     ("cluster.nodes/short", _nodes_short, "n2: unreachable"),
     ("cluster.mtu/black-hole", _black_hole, "-> n3: silent_loss"),
     ("cluster.clock/nodes-disagree", _clocks, "node2: offset from the controller +29.550"),
+    ("net.mtu/black-hole-at-node", _black_hole, "-> n3: silent_loss (8972-byte DF ping)"),
+    ("node.clock/controller-offset", _controller_offset, "offset from the controller between +29.900 s and +30.300 s"),
 ]
 
 
