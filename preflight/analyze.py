@@ -354,6 +354,43 @@ def classify(doc: Doc, registry: Registry) -> list[Format]:
     return list(by_probe.values())
 
 
+# the words of a command line that can name the program it runs (`/usr/bin/ping` gives `ping`)
+_COMMAND_WORD = lazyre.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def _produces(fmt: Format, words: set[str]) -> bool:
+    """Whether the format is the output of a program the command names: its name, or the part
+    of its name before a `-` (`nvidia-smi` for nvidia-smi-q, `ping` for ping)."""
+    parts = fmt.name.split("-")
+    return any("-".join(parts[:i]) in words for i in range(1, len(parts) + 1))
+
+
+def classify_cut(doc: Doc, registry: Registry) -> list[Format]:
+    """The formats of a document no format recognises whole, read as cut short: the output of
+    a command shown above it (a prompt, a pdsh/srun line) whose program is a known producer,
+    stopped before its end (killed by a timeout, interrupted, the paste ending there). The
+    document is then marked an excerpt, so its parser and check grade it as cut (a ping run
+    that printed its header but no statistics: no result), instead of it being dropped and
+    the command's other outputs passing alone. [] (and the document left as it was) otherwise."""
+    if not doc.command or doc.excerpt or not doc.text.strip():
+        return []
+    words = set(_COMMAND_WORD.findall(doc.command))
+    producers = [f for f in _by_priority(registry) if _produces(f, words)]
+    if not producers:
+        return []
+    doc.excerpt = True
+    found: dict[str, Format] = {}
+    for fmt in producers:
+        try:
+            if fmt.recognises(doc):
+                found.setdefault(fmt.probe_name, fmt)
+        except Exception:  # a broken detector (site code) recognises nothing
+            continue
+    if not found:
+        doc.excerpt = False
+    return list(found.values())
+
+
 def _by_priority(registry: Registry) -> list[Format]:
     """The registry's formats, most specific first (sorted once per registry)."""
     key = tuple(map(id, registry.formats.values()))
@@ -609,7 +646,7 @@ def _classify_entry(registry: Registry, group: str, e: Entry, results: list[Resu
         return None
     text, note, problem = loaded
     framed = frame(text, origin=e.display)
-    docs = [(d, classify(d, registry)) for d in framed.docs]
+    docs = [(d, classify(d, registry) or classify_cut(d, registry)) for d in framed.docs]
     recognised = [(d, f) for d, f in docs if f]
     for host, why in _unreachable(docs).items():
         results.append(coded_result("analyze.node/not-reached", UNREACHABLE_CHECK, host, f"node not checked: {why}",
@@ -658,4 +695,4 @@ def _compare_nodes(registry: Registry, stores: dict[str, FactStore], graded: lis
 
 
 __all__ = ["ARCHIVE_MAX_BYTES", "ARCHIVE_MAX_FILES", "MAX_FILE_BYTES", "STDIN", "UNKNOWN_CHECK", "analyze",
-           "classify", "decode", "entries"]
+           "classify", "classify_cut", "decode", "entries"]
