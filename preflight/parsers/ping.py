@@ -23,6 +23,7 @@ the next line.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -142,14 +143,69 @@ def unread_errors(lines: list[str]) -> list[str]:
             and not any(find(t) for find, _ in _RUN_LINES)]
 
 
+# the program names of a ping (a path before them is dropped); commands that only show a ping
+# command line as text (`echo 'ping -M do ...'`, a grep for it), never run it
+_PING_NAMES = frozenset({"ping", "ping6", "ping.exe", "PING", "PING.EXE"})
+_SHOWS_TEXT = frozenset({"echo", "printf", "grep", "egrep", "fgrep", "zgrep", "rg", "cat", "less", "man", "which",
+                         "type", "history", "tee"})
+# a redirection (`2>&1`, `>/dev/null`, `< in`): not an argument of the command
+_REDIRECT = lazyre.compile(r"(?:^|(?<=\s))\d*(?:>>?|<)&?\s*[^\s'\"]+")
+_DEPTH = 4  # quoted commands inside quoted commands read at most (pdsh 'ssh h "ping ..."')
+
+
+def _simple_commands(command: str) -> list[list[str]] | None:
+    """The words of each simple command of a shell line (cut at `;`, `|`, `&&`, `||`, `&`,
+    parentheses), quotes removed, redirections dropped; None when the line does not split
+    (an unbalanced quote)."""
+    lex = shlex.shlex(_REDIRECT.sub(" ", command), posix=True, punctuation_chars=";|&()")
+    lex.whitespace_split = True
+    lex.commenters = ""
+    try:
+        words = list(lex)
+    except ValueError:
+        return None
+    out: list[list[str]] = [[]]
+    for w in words:
+        if w and not w.strip(";|&()"):
+            out.append([])
+        else:
+            out[-1].append(w)
+    return [c for c in out if c]
+
+
+def command_args(command: str, depth: int = 0) -> str | None:
+    """The arguments of the ping a command line runs, read through what runs it: `sudo`,
+    `timeout 5`, `srun -l -N1`, `env`, and a command in quotes given to pdsh, clush, ssh or
+    `sh -c` (`pdsh -w h 'ping -M do -s 8972 h2'` gives `-M do -s 8972 h2`); None when the line
+    runs no ping (`echo 'ping ...'` only prints one)."""
+    if not command or depth > _DEPTH:
+        return None
+    simple = _simple_commands(command)
+    if simple is None:  # not a shell line: the words after the first `ping`, as written
+        cm = _CMD.search(command)
+        return cm.group("args").strip() if cm else None
+    for words in simple:
+        names = [re.split(r"[/\\]", w)[-1] for w in words]
+        if names[0] in _SHOWS_TEXT:
+            continue
+        for i, name in enumerate(names):
+            if name in _PING_NAMES:
+                return " ".join(words[i + 1:])
+        for w in words[1:]:
+            if any(c.isspace() for c in w):  # a quoted command handed to a launcher
+                args = command_args(w, depth + 1)
+                if args is not None:
+                    return args
+    return None
+
+
 def df_of(command: str, flavor: str = "iputils") -> bool | None:  # pragma: no mutate (any other default reads as iputils)
     """Whether a ping command line forbids fragmenting: iputils `-M do|probe` (another `-M`, or
     none: the kernel may fragment locally), BSD/macOS `-D`, Windows `-f`; None when `command` is
     not a ping command line. (iputils' own -D prints time stamps and -f floods.)"""
-    cm = _CMD.search(command or "")
-    if not cm:
+    args = command_args(command)
+    if args is None:
         return None
-    args = cm.group("args")
     if flavor == "bsd":
         return bool(re.search(r"(?:^|\s)-[a-zA-Z]*D", args))
     if flavor == "windows":
@@ -172,10 +228,10 @@ _VALUED = frozenset("cWwisIltQpSmMTFhNbgzV")
 def _from_command(command: str) -> PingRun | None:
     """The run a ping command line starts, for a transcript that does not show its header (the
     poster cut it): its target and payload size from the options; None when it is no ping."""
-    cm = _CMD.search(command or "")
-    if not cm:
+    args = command_args(command)
+    if args is None:
         return None
-    toks = cm.group("args").split()
+    toks = args.split()
     run, i = PingRun(), 0
     while i < len(toks):
         t = toks[i]
@@ -305,9 +361,15 @@ _RUN_LINES: tuple[tuple[Finder, Handler], ...] = (
 _ORPHAN = (_UNRESOLVED, _UNREACH, _LOCAL_TOO_LONG)  # lines that make a run even before any header
 
 
+# what a terminal shows of a command stopped before it printed anything: the shell's report of
+# the signal (`Killed`, `Terminated`, `[1]+  Killed  ping ...`), the echo of an interrupt (`^C`)
+_STOPPED = lazyre.compile(r"^(?:\[\d+\][+-]?\s+)?(?:Killed|Terminated|Hangup|Interrupt|Quit(?: \(core dumped\))?|"
+                          r"Stopped|\^[C\\Z])\b.*$|^\^[C\\Z]$")
+
+
 def _commands(command: str) -> list[str]:
     """The ping command lines among the paste's commands (prompts joined by " ; ")."""
-    return [c for c in command.split(" ; ") if _CMD.search(c)]
+    return [c for c in command.split(" ; ") if command_args(c) is not None]
 
 
 def _assign_df(runs: list[PingRun], headed: list[PingRun], command: str, inline: dict[int, str]) -> None:
@@ -410,6 +472,13 @@ def parse_runs(lines: list[str], command: str = "") -> list[PingRun]:
             if mm:
                 on_match(cur, mm, line)
                 break
+    cmds = _commands(command)
+    if not runs and len(cmds) == 1 and all(_STOPPED.match(t) for t in segments(lines)):
+        # the ping ran and printed no result (killed, interrupted, or its output not shown): a run with none
+        started = _from_command(cmds[0])
+        if started is not None:
+            started.lines = [cmds[0], *(t for t in segments(lines))]
+            runs.append(started)
     _assign_df(runs, headed, command, inline)
     return runs
 
@@ -449,7 +518,9 @@ def detect(doc: Doc) -> bool:
         # under a ping command line, or in ping's own `ping: ...` wording; the statistics or a
         # reply / hop error pasted without the header
         own = [t for t in head if re.search(r"(?:^|\s)ping6?: ", t)]
-        if _CMD.search(doc.command or ""):  # under its command: its errors, or results whose header was cut
+        if command_args(doc.command) is not None:  # under its command: its errors, or results whose header was cut
+            if all(_STOPPED.match(t) for t in head):  # it printed nothing (or only the shell's `Killed`, `^C`)
+                return True
             return any(rx.search(t) for t in head for rx in (*_ORPHAN, _OWN_ERROR)) or any(_is_result(t) for t in head)
         return any(rx.search(t) for t in own for rx in _ORPHAN) or any(_headless(t) for t in head)
     return any(_is_result(t) for t in head) or doc.excerpt
@@ -458,8 +529,8 @@ def detect(doc: Doc) -> bool:
 # Words without which `detect` cannot say yes: a header (PING, PING6, Pinging), ping's own
 # `ping:` errors or a ping command line (the folded head holds the command), and the headless
 # lines `_headless` reads (statistics, round-trip line, replies, fragmentation errors).
-# The word ping starts a message, follows a prefix (`_P`) or starts a command (`_CMD`).
-_COULD_PING = lazyre.compile(r"(?<![^\s:\]>|)/;&(])ping")
+# The word ping starts a message, follows a prefix (`_P`), starts a command (`_CMD`) or a quoted one (pdsh, ssh).
+_COULD_PING = lazyre.compile(r"""(?<![^\s:\]>|)/;&('"])ping""")
 _COULD = ("packets transmitted", "min/avg/max", "frag", "packet too big", "bytes from")
 
 
