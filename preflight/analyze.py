@@ -38,7 +38,7 @@ from pathlib import Path
 from preflight import engine, lazyre
 from preflight import profile as profiles
 from preflight.findings import coded_result
-from preflight.framing import Doc, frame
+from preflight.framing import Doc, _stages, frame
 from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import Result, Status
 from preflight.parsers.base import Format
@@ -365,6 +365,13 @@ def _produces(fmt: Format, words: set[str]) -> bool:
     return any("-".join(parts[:i]) in words for i in range(1, len(parts) + 1))
 
 
+def producers_of(command: str, registry: Registry) -> list[Format]:
+    """The formats of the programs a command line names (most specific first); [] when it
+    names none that preflight reads."""
+    words = set(_COMMAND_WORD.findall(command))
+    return [f for f in _by_priority(registry) if _produces(f, words)]
+
+
 def classify_cut(doc: Doc, registry: Registry) -> list[Format]:
     """The formats of a document no format recognises whole, read as cut short: the output of
     a command shown above it (a prompt, a pdsh/srun line) whose program is a known producer,
@@ -374,8 +381,7 @@ def classify_cut(doc: Doc, registry: Registry) -> list[Format]:
     the command's other outputs passing alone. [] (and the document left as it was) otherwise."""
     if not doc.command or doc.excerpt or not doc.text.strip():
         return []
-    words = set(_COMMAND_WORD.findall(doc.command))
-    producers = [f for f in _by_priority(registry) if _produces(f, words)]
+    producers = producers_of(doc.command, registry)
     if not producers:
         return []
     doc.excerpt = True
@@ -656,7 +662,42 @@ def _classify_entry(registry: Registry, group: str, e: Entry, results: list[Resu
         first = [ln.text for d in framed.docs for ln in d.head(3)][:3]
         results.append(_unrecognised(group, e.display, "content not recognised by any check", first))
         return None
+    results.extend(_unread_outputs(registry, group, e.display, docs))
     return Classified(e, recognised, "; ".join(x for x in (note, problem) if x))
+
+
+# programs that filter or list what another prints: the word after them (`grep nvidia`, `lsmod`)
+# names no program that ran
+_FILTERS = frozenset({"grep", "egrep", "fgrep", "zgrep", "rg", "awk", "sed", "head", "tail", "less", "more", "sort",
+                      "uniq", "wc", "cut", "tr", "tee", "column", "lsmod", "echo", "printf", "cat", "ls", "which"})
+
+
+def _runs(command: str) -> str:
+    """A command line less its stages that only filter or list (`lsmod | grep nvidia` -> '')."""
+    keep = [st for st in _stages(command) if (st.split() or [""])[0].rsplit("/", 1)[-1] not in _FILTERS]
+    return " | ".join(keep)
+
+
+def _unread_outputs(registry: Registry, group: str, display: str, docs: list[tuple[Doc, list[Format]]]) -> list[Result]:
+    """What an input shows that was not read though preflight knows its program: a document
+    under the command line of a known producer (`ethtool -S eth0`, `nvidia-smi -q`) that no
+    format recognises, even read as cut short. One result per command and node, naming the
+    command and quoting the output's first lines, so that it is said, never silently dropped."""
+    shown: dict[tuple[str, str], list[Doc]] = {}
+    for d, fmts in docs:
+        if not fmts and d.command and d.text.strip() and producers_of(_runs(d.command), registry):
+            shown.setdefault((d.host or group, d.command), []).append(d)
+    out: list[Result] = []
+    for (node, command), ds in shown.items():
+        quoted = [ln.text for ln in ds[0].head(3) if ln.text.strip()]  # pragma: no mutate (a display limit)
+        where = f"line {ds[0].first_line}" + (f" (+{len(ds) - 1} more)" if len(ds) > 1 else "")
+        out.append(coded_result("analyze.unrecognised/not-recognised", UNKNOWN_CHECK, node,
+                                f"{Path(display).name}: output of `{command}` not read (no format of that program "
+                                "recognises it, even cut short); not graded",
+                                [f"$ {command} (output from {where})", *quoted],
+                                f"paste the whole output of `{command}` (it was cut, or is not a form preflight reads)",
+                                source=display))
+    return out
 
 
 def _grade_group(registry: Registry, group: str, classified: list[Classified], checks: list[Check],
@@ -695,4 +736,4 @@ def _compare_nodes(registry: Registry, stores: dict[str, FactStore], graded: lis
 
 
 __all__ = ["ARCHIVE_MAX_BYTES", "ARCHIVE_MAX_FILES", "MAX_FILE_BYTES", "STDIN", "UNKNOWN_CHECK", "analyze",
-           "classify", "classify_cut", "decode", "entries"]
+           "classify", "classify_cut", "decode", "entries", "producers_of"]
