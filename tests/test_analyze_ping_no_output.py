@@ -105,3 +105,16 @@ def test_no_df_where_the_ping_does_not_forbid_fragmenting(command: str):
 def test_the_target_of_a_quoted_ping_has_no_quote():
     run = ping.parse_runs([], "pdsh -w h 'timeout -s KILL 5 ping -M do -s 8972 -c 3 gpu-c032'")
     assert [(r.target, r.size, r.df) for r in run] == [("gpu-c032", 8972, True)]
+
+
+@pytest.mark.parametrize("report", ["srun: error: gpu-c031: task 0: Killed",
+                                    "slurmstepd: error: *** STEP 4242.0 ON gpu-c031 CANCELLED AT 2026-12-06T02:10:11 "
+                                    "DUE TO TIME LIMIT ***",
+                                    "pdsh@login01: gpu-c031: ssh exited with exit code 137"])
+def test_a_launchers_report_of_the_kill_is_no_output_of_the_ping(tmp_path: Path, report: str):
+    launcher = "pdsh -w gpu-c031" if report.startswith("pdsh") else "srun -l -N1"
+    jumbo = f"{launcher} '{JUMBO_CMD}'" if launcher.startswith("pdsh") else f"{launcher} {JUMBO_CMD}"
+    text = (f"[ops@login01 ~]$ {jumbo}\n{report}\n[ops@login01 ~]$ srun -l -N1 {SMALL_CMD}\n"
+            + "".join(f"0: {ln}\n" for ln in SMALL_RUN if ln))
+    _assert_no_result(_mtu(tmp_path, text))
+    _assert_no_result(_grader(text))

@@ -362,9 +362,15 @@ _ORPHAN = (_UNRESOLVED, _UNREACH, _LOCAL_TOO_LONG)  # lines that make a run even
 
 
 # what a terminal shows of a command stopped before it printed anything: the shell's report of
-# the signal (`Killed`, `Terminated`, `[1]+  Killed  ping ...`), the echo of an interrupt (`^C`)
+# the signal (`Killed`, `Terminated`, `[1]+  Killed  ping ...`), the echo of an interrupt (`^C`),
+# the launcher's (`srun: error: node: task 0: Killed`, slurmstepd's `*** STEP ... CANCELLED ...`,
+# pdsh's `ssh exited with exit code 137`: 128 + the signal)
 _STOPPED = lazyre.compile(r"^(?:\[\d+\][+-]?\s+)?(?:Killed|Terminated|Hangup|Interrupt|Quit(?: \(core dumped\))?|"
-                          r"Stopped|\^[C\\Z])\b.*$|^\^[C\\Z]$")
+                          r"Stopped|\^[C\\Z])\b.*$|^\^[C\\Z]$|"
+                          r"^srun: (?:error: \S+: tasks? [\d,-]+: (?:Killed|Terminated|Exited with exit code \d+)|"
+                          r"(?:error: )?\*+ STEP \S+ .*CANCELLED\b.*|Job step aborted.*|forcing job termination)$|"
+                          r"^slurmstepd(?:-\S+)?: error: \*+ (?:STEP|JOB) \S+ .*CANCELLED\b.*$|"
+                          r"^pdsh@\S+: \S+: ssh exited with exit code 1(?:2[89]|[3-5]\d)$")
 
 
 def _commands(command: str) -> list[str]:
