@@ -22,6 +22,7 @@ the next line.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Callable
@@ -173,6 +174,7 @@ def _simple_commands(command: str) -> list[list[str]] | None:
     return [c for c in out if c]
 
 
+@functools.lru_cache(maxsize=4096)  # pragma: no mutate (a cache: a paste of many runs asks for its commands once per run)
 def command_args(command: str, depth: int = 0) -> str | None:
     """The arguments of the ping a command line runs, read through what runs it: `sudo`,
     `timeout 5`, `srun -l -N1`, `env`, and a command in quotes given to pdsh, clush, ssh or
