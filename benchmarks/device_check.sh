@@ -89,7 +89,8 @@ DIR=$(dirname "$OUT")
 mkdir -p "$DIR/steps" || exit 2
 OUT="$(cd "$DIR" && pwd)/$(basename "$OUT")"
 DIR=$(dirname "$OUT")
-echo "device check: $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPU(s); python: $PY; output: $OUT"
+# bounded like every step: a driver that hangs nvidia-smi must not hang the check before its steps
+echo "device check: $(timeout --kill-after=2 10 nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPU(s); python: $PY; output: $OUT"
 rm -f "$DIR/environment.json"
 (cd "$DIR" && timeout 20 "$PY" "$HERE/environment.py" "$DIR/environment.json") || echo "$PY could not describe itself"
 specs=()

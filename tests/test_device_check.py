@@ -153,10 +153,10 @@ def test_an_error_outside_the_gpu_tools_is_recorded_not_failed(tmp_path: Path) -
 @pytest.mark.real
 def test_a_step_killed_by_its_limit_is_failed_and_leaves_no_process(tmp_path: Path) -> None:
     env = gpu_env(tmp_path)
-    env["PREFLIGHT_FAKE_DELAY"] = "30"  # every nvidia-smi call hangs past the step's limit
+    env["PREFLIGHT_FAKE_DELAY"] = "600"  # every nvidia-smi call hangs, far past any limit of the script
     env["DEVICE_CHECK_LIMIT_NODE"] = "4"
     out = tmp_path / "dc.json"
-    p = run(["--steps", "node", "--out", str(out)], env, timeout=120)
+    p = run(["--steps", "node", "--out", str(out)], env, timeout=120)  # only a call waited on unbounded reaches 120 s
     assert p.returncode == 1
     node = json.loads(out.read_text())["steps"][0]
     assert node["status"] == "fail" and ("time limit" in node["reason"] or "timed out" in node["reason"])
