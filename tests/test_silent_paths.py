@@ -383,7 +383,9 @@ def deadline_errors(p: subprocess.CompletedProcess[str], took: float) -> dict[st
     """The run ended within the 8 s deadline (not twice it), NO-GO; node -> its ERROR texts."""
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
     doc = json.loads(p.stdout[p.stdout.index("{"):])
-    assert took < 8 + 4, took
+    # seen from outside, start-up included, it ends before twice the deadline (a loaded machine
+    # starts python slowly: 13.8 s at load 37); the run's own clock holds it to the deadline
+    assert took < 2 * 8, took
     assert doc["duration_s"] < 8 + 2, doc["duration_s"]  # the run itself, as it measured
     assert p.returncode == 1 and doc["verdict"] == "NO-GO"
     out: dict[str, list[str]] = {}
