@@ -41,6 +41,7 @@ from preflight.findings import coded_result
 from preflight.framing import Doc, _stages, frame
 from preflight.grading import FactStore, grade_cluster, grade_node
 from preflight.model import Result, Status
+from preflight.parsers import nvsmi_settings
 from preflight.parsers.base import Format
 from preflight.profile import Profile
 from preflight.registry import Check, Options, Registry
@@ -678,6 +679,12 @@ def _runs(command: str) -> str:
     return " | ".join(keep)
 
 
+def _acknowledges(d: Doc) -> bool:
+    """nvidia-smi's acknowledgement of a setting it changed (`Disabled persistence mode for GPU
+    ...`): read, with no state of the GPU in it to grade."""
+    return "nvidia-smi" in _runs(d.command or "") and nvsmi_settings.acknowledged(d.text.splitlines())
+
+
 def _unread_outputs(registry: Registry, group: str, display: str, docs: list[tuple[Doc, list[Format]]]) -> list[Result]:
     """What an input shows that was not read though preflight knows its program: a document
     under the command line of a known producer (`ethtool -S eth0`, `nvidia-smi -q`) that no
@@ -685,7 +692,8 @@ def _unread_outputs(registry: Registry, group: str, display: str, docs: list[tup
     command and quoting the output's first lines, so that it is said, never silently dropped."""
     shown: dict[tuple[str, str], list[Doc]] = {}
     for d, fmts in docs:
-        if not fmts and d.command and d.text.strip() and producers_of(_runs(d.command), registry):
+        if not fmts and d.command and d.text.strip() and producers_of(_runs(d.command), registry) \
+                and not _acknowledges(d):
             shown.setdefault((d.host or group, d.command), []).append(d)
     out: list[Result] = []
     for (node, command), ds in shown.items():

@@ -68,3 +68,41 @@ def test_a_file_with_nothing_read_keeps_its_one_result(tmp_path: Path):
 def test_a_filter_naming_a_program_is_not_its_output(tmp_path: Path):
     text = PINGS + f"{PROMPT}lsmod | grep nvidia\nnvidia_uvm           1531904  0\nnvidia              56717312  1 nvidia_uvm\n"
     assert _unread(_analyze(tmp_path, text)) == []
+
+
+RESET_REFUSED = ("The following GPUs could not be reset:\n"
+                 "  GPU 00000000:1B:00.0: In use by another client\n")
+
+
+def test_nvidia_smis_acknowledgement_of_a_setting_is_read_not_said(tmp_path: Path):
+    """`nvidia-smi -pm 0` answers one line per GPU: read, no fault and no unread note; the reset
+    refused after it is still graded."""
+    text = (f"{PROMPT}sudo nvidia-smi -i 0 -pm 0\nDisabled persistence mode for GPU 00000000:1B:00.0.\n\n"
+            f"{PROMPT}sudo nvidia-smi -i 0 -r\n{RESET_REFUSED}")
+    rs = _analyze(tmp_path, text)
+    assert _unread(rs) == [], [r.summary for r in _unread(rs)]
+    assert [r.check for r in rs if r.status == Status.FAIL] == ["gpu.health"], [(r.check, r.status) for r in rs]
+
+
+def test_a_refusal_of_a_setting_is_still_said(tmp_path: Path):
+    text = (f"{PROMPT}nvidia-smi -i 0 -pm 1\nUnable to set persistence mode for GPU 00000000:1B:00.0: "
+            f"Insufficient Permissions\nTerminating early due to previous errors.\n"
+            f"{PROMPT}sudo nvidia-smi -i 0 -r\n{RESET_REFUSED}")
+    notes = _unread(_analyze(tmp_path, text))
+    assert len(notes) == 1 and "`nvidia-smi -i 0 -pm 1`" in notes[0].summary, [r.summary for r in notes]
+
+
+def test_which_lines_are_acknowledgements():
+    from preflight.parsers.nvsmi_settings import acknowledged
+
+    assert acknowledged(["Enabled persistence mode for GPU 00000000:1B:00.0.", "All done."])
+    assert acknowledged(["Enabled Legacy persistence mode for GPU 00000000:1B:00.0.", ""])
+    assert acknowledged(["Power limit for GPU 00000000:1B:00.0 was set to 500.00 W from 700.00 W.", "All done."])
+    assert acknowledged(["GPU 00000000:1B:00.0 was successfully reset.", "All done."])
+    assert acknowledged(["Disabled ECC support for GPU 00000000:1B:00.0.", "All done."])
+    assert acknowledged(['Applications clocks set to "(MEM 2619, SM 1980)" for GPU 00000000:1B:00.0', "All done."])
+    assert acknowledged(["Set compute mode to EXCLUSIVE_PROCESS for GPU 00000000:1B:00.0."])
+    assert not acknowledged([]) and not acknowledged(["", "  "])
+    assert not acknowledged(["Disabled persistence mode for GPU 00000000:1B:00.0.",
+                             "Unable to set persistence mode for GPU 00000001:1B:00.0: Insufficient Permissions"])
+    assert not acknowledged(["All done. and more"])
