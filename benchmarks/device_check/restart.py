@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # after a shim (shim.py)
 
+from benchmarks.bench_inprocess import worker_of  # noqa: E402 - the same launcher and its slots
 from benchmarks.device_check.common import FAIL, NEEDS_TWO, PASS, SKIPPED, Step, child_env, cuda_state, tail  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -37,27 +38,6 @@ WAIT_S = 50.0  # for the fault point, then for the job's end
 def command(nproc: int, run: Path) -> list[str]:
     return [sys.executable, "-m", "preflight.runtime.launch", "--nproc", str(nproc),
             str(HERE / "inprocess_train.py"), str(run), str(STEPS)]
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(x) for x in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return out
-
-
-def worker_of(launcher: int, slot: int) -> int | None:
-    for pid in children(launcher):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"PREFLIGHT_SLOT={slot}".encode() in environ:
-            return pid
-    return None
 
 
 def heartbeat_step(run: Path) -> int:
