@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,12 +59,47 @@ def wait_for(cond, limit: float) -> bool:
     return bool(cond())
 
 
-def kill_left(marker: str) -> None:
-    for pid in procs_with(marker):
+def kill_left(marker: str, tool: str = "nvidia-smi") -> None:
+    for pid in procs_with(marker, tool):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+@dataclass
+class Ended:
+    rc: int
+    stdout: str
+    stderr: str
+    gone: bool  # the hung tools were gone within the wait after preflight ended
+    left: list[int]
+
+
+def interrupt(cmd: list[str], sig: int, marker: str, what: str, *, tool: str = "nvidia-smi", started: int = 2,
+              settle: float = 1.0, gone_within: float = 5, **popen: Any) -> Ended:
+    """Start `cmd`, wait until `started` of the hung `tool` run, let the others answer for
+    `settle` s, send `sig`; its end (within 30 s, or the test fails) and whether the hung tools
+    were gone within `gone_within` s. Whatever is left is killed."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        assert wait_for(lambda: len(procs_with(marker, tool)) >= started, 60), f"the hung {tool} never started"
+        time.sleep(settle)
+        proc.send_signal(sig)
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"{what} did not end within 30 s of {signal.Signals(sig).name}: {stderr[-2000:]}")
+        gone = wait_for(lambda: not procs_with(marker, tool), gone_within)
+        left = procs_with(marker, tool)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        kill_left(marker, tool)
+    return Ended(proc.returncode, stdout, stderr, gone, left)
 
 
 COMMANDS = {
@@ -78,28 +115,12 @@ def test_signal_ends_hung_probes_and_writes_an_interrupted_report(tmp_path: Path
                                                                    sig: signal.Signals) -> None:
     env, marker = hung_node_env(tmp_path)
     out = tmp_path / "reports"
-    proc = subprocess.Popen([sys.executable, "-m", "preflight.cli", *COMMANDS[command], "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    try:
-        # the hung nvidia-smi probes are running (several of them, each in a session of its own)
-        assert wait_for(lambda: len(procs_with(marker)) >= 2, 60), "the hung nvidia-smi probes never started"
-        time.sleep(1.0)  # the other probes come back
-        proc.send_signal(sig)
-        try:
-            stdout, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-            pytest.fail(f"preflight {command} did not end within 30 s of {sig.name}: {stderr[-2000:]}")
-        gone = wait_for(lambda: not procs_with(marker), 5)
-        left = procs_with(marker)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        kill_left(marker)
+    # the hung nvidia-smi probes are running (several of them, each in a session of its own)
+    e = interrupt([sys.executable, "-m", "preflight.cli", *COMMANDS[command], "--out", str(out)], sig, marker,
+                  f"preflight {command}", env=env, cwd=tmp_path)
+    gone, left, stdout, stderr = e.gone, e.left, e.stdout, e.stderr
     assert gone, f"{len(left)} hung nvidia-smi probe(s) outlived preflight {command} ({sig.name}): {left}"
-    assert proc.returncode == 128 + sig, (proc.returncode, stderr[-2000:])
+    assert e.rc == 128 + sig, (e.rc, stderr[-2000:])
     assert "Traceback" not in stderr, stderr[-2000:]
     node = next(line for line in stderr.splitlines() if line.startswith("interrupted: "))
     assert node.startswith("interrupted: 0 of 1 nodes answered; pending: "), node
@@ -121,27 +142,12 @@ def test_sigterm_ends_the_prologue_without_a_verdict_on_the_node(tmp_path: Path)
     nothing, writes what finished as INTERRUPTED and exits 143."""
     env, marker = hung_node_env(tmp_path)
     out = tmp_path / "reports"
-    proc = subprocess.Popen([sys.executable, "-m", "preflight.cli", "prologue", "--no-drain", "--budget", "120",
-                             "--node", "gpu017", "--history", "off", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    try:
-        assert wait_for(lambda: len(procs_with(marker)) >= 2, 60), "the hung nvidia-smi probes never started"
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            stdout, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-            pytest.fail(f"the prologue did not end within 30 s of SIGTERM: {stderr[-2000:]}")
-        gone = wait_for(lambda: not procs_with(marker), 5)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        kill_left(marker)
+    e = interrupt([sys.executable, "-m", "preflight.cli", "prologue", "--no-drain", "--budget", "120",
+                   "--node", "gpu017", "--history", "off", "--out", str(out)], signal.SIGTERM, marker,
+                  "the prologue", env=env, cwd=tmp_path)
+    gone, stdout, stderr = e.gone, e.stdout, e.stderr
     assert gone, "hung nvidia-smi probes outlived the prologue"
-    assert proc.returncode == 143, (proc.returncode, stdout[-1000:], stderr[-2000:])
+    assert e.rc == 143, (e.rc, stdout[-1000:], stderr[-2000:])
     assert "interrupted: 0 of 1 nodes answered; pending: gpu017" in stderr, stderr[-2000:]
     assert stdout.startswith("preflight prologue gpu017: INTERRUPTED"), stdout[-2000:]
     assert "drain" not in stdout, stdout
@@ -164,30 +170,15 @@ def test_signal_over_ssh_ends_the_nodes_hung_tools_and_names_the_pending_node(tm
         (n2 / "nvidia-smi.json").write_text(json.dumps({"rules": HUNG_NVIDIA_SMI}))
         marker = f"PREFLIGHT_FAKE_DIR={n2}\0"
         out = tmp_path / "reports"
-        proc = subprocess.Popen(["ip", "netns", "exec", c.client_ns, sys.executable, "-m", "preflight.cli", "run",
-                                 "--hosts", "n[1-3]", "--ssh-config", str(c.ssh_config), "--transport", "ssh",
-                                 "--connect-timeout", "5", "--command-timeout", "120", "--probe-timeout", "120",
-                                 "--no-sweep", "--profile", "h100-sxm-8x", "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                                env={**os.environ, "PREFLIGHT_HISTORY": "off"})
-        try:
-            assert wait_for(lambda: len(procs_with(marker)) >= 2, 60), "n2's hung nvidia-smi probes never started"
-            time.sleep(3.0)  # n1 and n3 answer
-            proc.send_signal(sig)
-            try:
-                stdout, stderr = proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                stdout, stderr = proc.communicate()
-                pytest.fail(f"preflight run did not end within 30 s of {sig.name}: {stderr[-2000:]}")
-            gone = wait_for(lambda: not procs_with(marker), 10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-            kill_left(marker)
+        e = interrupt(["ip", "netns", "exec", c.client_ns, sys.executable, "-m", "preflight.cli", "run",
+                       "--hosts", "n[1-3]", "--ssh-config", str(c.ssh_config), "--transport", "ssh",
+                       "--connect-timeout", "5", "--command-timeout", "120", "--probe-timeout", "120",
+                       "--no-sweep", "--profile", "h100-sxm-8x", "--out", str(out)], sig, marker, "preflight run",
+                      settle=3.0, gone_within=10, cwd=tmp_path,  # settle: n1 and n3 answer
+                      env={**os.environ, "PREFLIGHT_HISTORY": "off"})
+    gone, stderr = e.gone, e.stderr
     assert gone, "n2's hung nvidia-smi probes outlived preflight run"
-    assert proc.returncode == 128 + sig, (proc.returncode, stderr[-2000:])
+    assert e.rc == 128 + sig, (e.rc, stderr[-2000:])
     assert "Traceback" not in stderr, stderr[-2000:]
     assert "interrupted: 2 of 3 nodes answered; pending: n2" in stderr, stderr[-2000:]
     doc = json.loads((out / "report.json").read_text())
@@ -293,30 +284,14 @@ def test_signal_over_srun_cancels_the_step_and_names_the_pending_node(tmp_path: 
         c.scenario("n2", {"dmesg": [{"match": ".*", "hang": True}]})
         marker = f"PREFLIGHT_FAKE_DIR={n2}\0"
         out = tmp_path / "reports"
-        proc = subprocess.Popen(["ip", "netns", "exec", c.client_ns, sys.executable, "-m", "preflight.cli", "run",
-                                 "--transport", "srun", "--hosts", "n[1-3]", "--only", "gpu.xid", "--no-sweep",
-                                 "--probe-timeout", "120", "--profile", "generic", "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                                env={**c.slurm_env(), "PYTHONPATH": str(ROOT), "PREFLIGHT_HISTORY": "off"})
-        try:
-            assert wait_for(lambda: bool(procs_with(marker, "dmesg")), 60), "n2's hung dmesg never started"
-            time.sleep(2.0)  # n1 and n3 answer
-            proc.send_signal(sig)
-            try:
-                stdout, stderr = proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                stdout, stderr = proc.communicate()
-                pytest.fail(f"preflight run did not end within 30 s of {sig.name}: {stderr[-2000:]}")
-            gone = wait_for(lambda: not procs_with(marker, "dmesg"), 15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
-            for pid in procs_with(marker, "dmesg"):
-                os.kill(pid, signal.SIGKILL)
+        e = interrupt(["ip", "netns", "exec", c.client_ns, sys.executable, "-m", "preflight.cli", "run",
+                       "--transport", "srun", "--hosts", "n[1-3]", "--only", "gpu.xid", "--no-sweep",
+                       "--probe-timeout", "120", "--profile", "generic", "--out", str(out)], sig, marker,
+                      "preflight run", tool="dmesg", started=1, settle=2.0, gone_within=15, cwd=tmp_path,
+                      env={**c.slurm_env(), "PYTHONPATH": str(ROOT), "PREFLIGHT_HISTORY": "off"})
+    gone, stderr = e.gone, e.stderr
     assert gone, "n2's hung dmesg outlived preflight run over srun"
-    assert proc.returncode == 128 + sig, (proc.returncode, stderr[-2000:])
+    assert e.rc == 128 + sig, (e.rc, stderr[-2000:])
     assert "Traceback" not in stderr, stderr[-2000:]
     assert "interrupted: 2 of 3 nodes answered; pending: n2" in stderr, stderr[-2000:]
     doc = json.loads((out / "report.json").read_text())
