@@ -89,12 +89,14 @@ create them again after `recover` returns (`rs.generation` tells that it changed
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -123,12 +125,49 @@ _FAULT_WORDS = ("gloo", "nccl", "connection reset", "connection closed", "timed 
                 "processgroup", "process group", "broken pipe", "aborted", "socket", "peer")
 
 
+_end_code: int | None = None
+
+
+def _launched() -> bool:
+    """Whether this process is a launcher's worker (ours or torchrun's), whose exit code is
+    what the launcher reads."""
+    return os.environ.get(ENV_INPROCESS) == "1" or "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def _end_with(code: int) -> None:
+    """A worker that took the fallback or was left out ends with `code`, whatever its way out
+    does: the interpreter's teardown destroys what the broken process group left (gloo's pairs,
+    the store's client), and a C++ destructor that aborts there ("terminate called without an
+    active exception", SIGABRT) would turn the agreed exit 75 into 134. So once the code is
+    known, the exit handlers registered before this one and the teardown are skipped: the logs
+    and standard streams are flushed, then the process exits with it. Only in a launched worker
+    (a test raising the exception in its own process is left alone)."""
+    global _end_code
+    if not _launched():
+        return
+    if _end_code is None:
+        atexit.register(_exit_now)
+    _end_code = code
+
+
+def _exit_now() -> None:
+    if _end_code is None:
+        return
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(_end_code)
+
+
 class RestartFallback(SystemExit):
     """In-process recovery is impossible or over its limits: exit 75 for the launcher's restart."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(EXIT_FALLBACK)
         self.reason = reason
+        _end_with(EXIT_FALLBACK)
 
     def __str__(self) -> str:
         return f"in-process restart gave up: {self.reason} (exit {EXIT_FALLBACK})"
@@ -140,6 +179,7 @@ class Excluded(SystemExit):
     def __init__(self, reason: str) -> None:
         super().__init__(EXIT_EXCLUDED)
         self.reason = reason
+        _end_with(EXIT_EXCLUDED)
 
 
 def namespace(attempt: str | int | None = None) -> str:

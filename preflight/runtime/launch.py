@@ -34,7 +34,8 @@ codes in the store, and every launcher exits with it: 0 when all of them exited 
 exited 75 (RestartFallback, a hang), the workers of every node are started again from scratch,
 up to `--max-restarts` times (the job resumes from its checkpoint), and 75 once they are spent;
 otherwise the first failing member's code (128 + N for a signal; 1 for a member of a lost
-node). Node 0's launcher writes the decision, the others follow it; node 0 waits at most
+node). Once the last generation's plan decided the fallback, a member that crashed on its way
+out (SIGABRT from a destructor of the broken group) counts as the fallback too. Node 0's launcher writes the decision, the others follow it; node 0 waits at most
 `--node-timeout` for the others to read it before its store goes. A launcher that loses node 0
 (its heartbeat stops or the store is gone) ends with its own members' verdict, without restart.
 SIGTERM, SIGINT and SIGUSR1 are forwarded to every worker of the node (preemption); after a
@@ -227,6 +228,7 @@ class Launcher:
         self._seen: dict[int, tuple[int, float]] = {}  # node rank -> (its beat count, when it last changed)
         self._fenced_gen = 0
         self._members_seen: list[int] = []
+        self._plan_seen: dict[str, Any] = {}  # the last generation's plan read from the store
         self._looked_at = 0.0
         self._join()
 
@@ -331,11 +333,26 @@ class Launcher:
                 gen = int(self.store.get(ip.latest_key(ns)))
                 plan = json.loads(self.store.get(ip.plan_key(ns, gen)))
                 self._members_seen = [int(s) for s in plan["members"]]
+                self._plan_seen = plan
                 return list(self._members_seen)
         except Exception:  # noqa: BLE001 - an unreadable plan: the last one seen decides
             if self._members_seen:
                 return list(self._members_seen)
         return list(range(self.world))
+
+    def _verdict(self, exits: Mapping[int, int], members: list[int]) -> int:
+        """The attempt's verdict (`verdict`), except that once the last generation's plan decided
+        the fallback, a member that crashed on its way out (a destructor's abort in the broken
+        group's teardown: SIGABRT, 134) still counts as the fallback the group agreed on."""
+        rc = verdict(exits, members)
+        plan = self._plan_seen
+        if rc in (0, ip.EXIT_FALLBACK) or plan.get("decision") != "fallback":
+            return rc
+        odd = "; ".join(f"slot {s} {ip.exit_words(exits.get(s, 1))}" for s in members
+                        if exits.get(s, 1) not in (0, ip.EXIT_FALLBACK))
+        say_launch(f"generation {plan.get('gen')} decided the fallback ({plan.get('reason') or 'no reason given'}), "
+                   f"then {odd} on its way out: counted as the fallback (exit {ip.EXIT_FALLBACK})")
+        return ip.EXIT_FALLBACK
 
     def _reap(self, ns: str) -> None:
         for slot, p in self.procs.items():
@@ -441,7 +458,7 @@ class Launcher:
             self._release_spares(ns, self._members(ns), since)
             self._beat()
         if self.nnodes == 1:
-            rc = verdict(self.exits, self._members(ns))
+            rc = self._verdict(self.exits, self._members(ns))
             return rc, rc == ip.EXIT_FALLBACK and not self.stopping and self.attempt < self.max_restarts
         members = self._members(ns)
         try:
@@ -474,7 +491,7 @@ class Launcher:
             if pending:
                 time.sleep(2 * POLL_S)
         members = self._members(ns)
-        rc = verdict(self._member_exits(ns, members, lost), members)
+        rc = self._verdict(self._member_exits(ns, members, lost), members)
         restart = rc == ip.EXIT_FALLBACK and not stopping and self.attempt < self.max_restarts
         self.store.set(launch_key(self.attempt, "decision"),
                        json.dumps({"rc": rc, "restart": restart, "lost": sorted(lost)}))
@@ -509,7 +526,7 @@ class Launcher:
                 gone = True
             if gone:
                 mine = [s for s in members if s in self.procs] or self.local_slots()[:self.nproc]
-                rc = verdict(self.exits, mine)
+                rc = self._verdict(self.exits, mine)
                 say_launch(f"node 0's launcher is gone before its verdict: this node's members say {rc}; "
                            "no restart")
                 return rc, False

@@ -51,6 +51,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=5)
     p.add_argument("--die-in-recovery-slot", type=int, default=-1,
                    help="this slot SIGKILLs itself while re-forming generation 1 (a second fault in recovery)")
+    p.add_argument("--abort-on-fallback", action="store_true",
+                   help="a rank told to take the fallback aborts instead (SIGABRT), as a crash on its way out")
     return p.parse_args(argv)
 
 
@@ -89,7 +91,7 @@ def main(argv: list[str]) -> int:
     a = parse(argv)
     import torch
 
-    from preflight.runtime.inprocess import InProcessRestart
+    from preflight.runtime.inprocess import InProcessRestart, RestartFallback
 
     run = Path(a.run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -138,7 +140,12 @@ def main(argv: list[str]) -> int:
                 raise
             detected = time.time()
             say(f"slot {rs.slot} rank {rs.rank}: fault at step {step}: {str(exc)[:120]}")
-            step = rs.recover(exc, step, state)
+            try:
+                step = rs.recover(exc, step, state)
+            except RestartFallback:
+                if a.abort_on_fallback:
+                    os.abort()
+                raise
             continue
         step += 1
         if rs.rank == 0:

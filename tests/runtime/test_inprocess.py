@@ -303,6 +303,42 @@ def test_over_the_limit_the_workers_take_the_fallback_and_the_launcher_restarts_
 
 
 @pytest.mark.real
+def test_a_rank_that_crashes_after_the_fallback_was_decided_still_counts_as_the_fallback(tmp_path: Path) -> None:
+    """The survivor is told to take the fallback and aborts (SIGABRT) instead of exiting 75, as
+    a destructor aborting in the broken group's teardown does: the launcher reads the decision
+    from the store, counts the attempt as the fallback and restarts from the checkpoint."""
+    ckpt = tmp_path / "ckpt"
+    rc, run, log = launch(tmp_path, 2, "--steps", "20", "--fault", "KILL", "--fault-rank", "1", "--max-restarts", "0",
+                          "--ckpt-dir", str(ckpt), "--abort-on-fallback", restarts=1, name="aborted")
+    assert rc == 0, log[-3000:]
+    said = re.search(r"generation 1 decided the fallback \(restart 1 is over max_restarts=0\), then slot 0 "
+                     r"killed by SIGABRT[^\n]* on its way out: counted as the fallback \(exit 75\)", log)
+    assert said, log[-3000:]
+    assert "workers took the fallback (exit 75); restart 1 of 1" in log
+    assert "starting at step 10" in log and max(losses(run)) == 20
+
+
+@pytest.mark.parametrize(("env", "code"), [({"PREFLIGHT_INPROCESS": "1"}, 75), ({"TORCHELASTIC_RUN_ID": "j1"}, 75),
+                                           ({}, -signal.SIGABRT)])
+def test_a_worker_taking_the_fallback_exits_75_even_when_a_destructor_aborts_in_the_teardown(
+        tmp_path: Path, env: dict[str, str], code: int) -> None:
+    """A launched worker that raised the fallback ends with 75 before the interpreter's teardown
+    (where a broken group's C++ destructor can abort); a process no launcher started (a test)
+    keeps its normal ending, so the abort shows."""
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import os\nfrom preflight.runtime import inprocess as ip\n"
+        "class Bomb:\n    def __del__(self):\n        os.abort()\n"
+        "bomb = Bomb()\nprint('leaving', flush=False)\nraise ip.RestartFallback('restart 1 is over max_restarts=0')\n")
+    base = {k: v for k, v in _env().items() if k not in ("PREFLIGHT_INPROCESS", "TORCHELASTIC_RUN_ID")}
+    proc = subprocess.run([sys.executable, str(script)], env={**base, "PYTHONUNBUFFERED": "", **env},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    if code == ip.EXIT_FALLBACK:
+        assert proc.stdout == "leaving\n"  # the buffered output was flushed before the hard exit
+
+
+@pytest.mark.real
 def test_under_torchrun_a_killed_rank_falls_back_to_torchruns_restart_from_the_checkpoint(tmp_path: Path) -> None:
     need(shutil.which("torchrun") is not None or (Path(sys.executable).parent / "torchrun").exists(),
          "torchrun not installed")
