@@ -344,10 +344,10 @@ class Launcher:
         """The attempt's verdict (`verdict`), except that once the last generation's plan decided
         the fallback, a member that crashed on its way out (a destructor's abort in the broken
         group's teardown: SIGABRT, 134) still counts as the fallback the group agreed on."""
-        rc = verdict(exits, members)
-        plan = self._plan_seen
-        if rc in (0, ip.EXIT_FALLBACK) or plan.get("decision") != "fallback":
+        rc = verdict(exits, members, self._plan_seen)
+        if rc == verdict(exits, members):
             return rc
+        plan = self._plan_seen
         odd = "; ".join(f"slot {s} {ip.exit_words(exits.get(s, 1))}" for s in members
                         if exits.get(s, 1) not in (0, ip.EXIT_FALLBACK))
         say_launch(f"generation {plan.get('gen')} decided the fallback ({plan.get('reason') or 'no reason given'}), "
@@ -548,13 +548,13 @@ def say_launch(text: str) -> None:
     print(f"preflight.launch: {text}", file=sys.stderr, flush=True)
 
 
-def verdict(exits: Mapping[int, int], members: Sequence[int]) -> int:
-    """0 when every member exited 0; 75 when one took the fallback; else the first member's
-    failing code (a signal N reads 128 + N)."""
+def verdict(exits: Mapping[int, int], members: Sequence[int], plan: Mapping[str, Any] | None = None) -> int:
+    """0 when every member exited 0; 75 when one took the fallback, or when `plan` (the last
+    generation's) decided it; else the first member's failing code (a signal N reads 128 + N)."""
     codes = [exits.get(s, 1) for s in members]
     if all(c == 0 for c in codes):
         return 0
-    if ip.EXIT_FALLBACK in codes:
+    if ip.EXIT_FALLBACK in codes or (plan or {}).get("decision") == "fallback":
         return ip.EXIT_FALLBACK
     bad = next(c for c in codes if c != 0)
     return 128 - bad if bad < 0 else bad

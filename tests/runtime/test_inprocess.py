@@ -131,6 +131,12 @@ def test_the_verdict_is_taken_over_the_last_generation() -> None:
     assert verdict({0: 0, 1: -9}, [0, 1]) == 128 + 9
     assert verdict({0: 0, 1: 3}, [0, 1]) == 3
     assert verdict({0: 0}, [0, 1]) == 1  # a member with no exit recorded is not a success
+    # the last plan decided the fallback: a member's crash on its way out counts as it
+    assert verdict({0: -6, 1: -9}, [0], {"decision": "fallback"}) == ip.EXIT_FALLBACK
+    assert verdict({0: 1}, [0], {"decision": "fallback"}) == ip.EXIT_FALLBACK
+    assert verdict({0: 0, 1: 0}, [0, 1], {"decision": "fallback"}) == 0
+    assert verdict({0: -6, 1: -9}, [0], {"decision": "go"}) == 128 + 6  # a crash after a re-form that held is one
+    assert verdict({0: -6}, [0], {}) == 128 + 6
 
 
 def test_fencing_kills_only_the_registered_process_of_this_host() -> None:
