@@ -10,7 +10,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,6 +118,13 @@ def test_node_step_records_the_driver_and_keeps_the_raw_captures(tmp_path: Path)
     assert "node     pass" in p.stdout
 
 
+def node_step(tmp_path: Path, scenario: Callable[[Path], Path]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """The device check's node step alone on a node built by `scenario`: the process and the step's record."""
+    out = tmp_path / "dc.json"
+    p = run(["--steps", "node", "--out", str(out)], gpu_env(tmp_path, scenario))
+    return p, json.loads(out.read_text())["steps"][0]
+
+
 def topo_garbage(folder: Path) -> Path:
     scenarios.healthy_h100(folder)
     (folder / "topo.txt").write_text("GPU0 ??? this is no topology matrix\nsomething else entirely\n")
@@ -124,11 +133,8 @@ def topo_garbage(folder: Path) -> Path:
 
 @pytest.mark.real
 def test_output_the_parsers_cannot_read_fails_the_node_step(tmp_path: Path) -> None:
-    env = gpu_env(tmp_path, topo_garbage)
-    out = tmp_path / "dc.json"
-    p = run(["--steps", "node", "--out", str(out)], env)
+    p, node = node_step(tmp_path, topo_garbage)
     assert p.returncode == 1, p.stdout + p.stderr
-    node = json.loads(out.read_text())["steps"][0]
     assert node["status"] == "fail"
     assert "gpu.topology" in node["reason"] and "not read" in node["reason"], node["reason"]
 
@@ -141,10 +147,7 @@ def no_kernel_log(folder: Path) -> Path:
 
 @pytest.mark.real
 def test_an_error_outside_the_gpu_tools_is_recorded_not_failed(tmp_path: Path) -> None:
-    env = gpu_env(tmp_path, no_kernel_log)
-    out = tmp_path / "dc.json"
-    p = run(["--steps", "node", "--out", str(out)], env)
-    node = json.loads(out.read_text())["steps"][0]
+    p, node = node_step(tmp_path, no_kernel_log)
     assert node["figures"]["node"]["checks"]["gpu.xid"] == "error"
     assert node["status"] == "pass", node["reason"]
     assert p.returncode == 0
